@@ -1,0 +1,64 @@
+# The project's commands. Each creates .venv and installs the project on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help check-python check-java install test lint format demo dagster \
+        bench-store bench-catalog bench-s3 bench-e2e bench-maintenance clean
+
+help:
+	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
+	@echo "make test        run every test"
+	@echo "make lint        ruff and mypy"
+	@echo "make dagster     start the Dagster UI on the demo's stores"
+	@echo "make bench-store / bench-catalog / bench-s3 / bench-e2e / bench-maintenance"
+
+check-python:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { \
+	  echo "error: '$(PYTHON)' not found. Install Python 3.11+ (e.g. 'apt-get install python3 python3-venv')"; \
+	  echo "       or run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { \
+	  echo "error: Python 3.11+ is required, '$(PYTHON)' is $$($(PYTHON) -V 2>&1)."; \
+	  echo "       Install Python 3.11+ and run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
+	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || { \
+	  echo "error: '$(PYTHON)' lacks venv/ensurepip. Install it (e.g. 'apt-get install python3-venv')."; exit 1; }
+
+check-java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "error: Java not found; Spark needs Java 17+."; \
+	  echo "       Install it (e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME."; exit 1; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	  [ -n "$$v" ] && [ "$$v" -ge 17 ] || { \
+	  echo "error: Java 17+ is required for Spark; found: $$(java -version 2>&1 | head -1)"; \
+	  echo "       Install a JDK/JRE 17+ and put it first on PATH or set JAVA_HOME."; exit 1; }
+
+$(STAMP): pyproject.toml | check-python
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP) check-java
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check state_runtime dagster_project tests benchmarks
+	$(VENV)/bin/ruff format --check state_runtime dagster_project tests benchmarks
+	$(VENV)/bin/mypy
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix state_runtime dagster_project tests benchmarks
+	$(VENV)/bin/ruff format state_runtime dagster_project tests benchmarks
+
+demo: $(STAMP) check-java
+	$(PY) -m state_runtime.demo
+
+bench-store: $(STAMP)
+	$(PY) benchmarks/bench_store.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output

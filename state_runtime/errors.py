@@ -1,0 +1,150 @@
+"""Every error the library raises, in one flat module.
+
+Names say what happened. Each carries the context that locates it (store, version,
+checkpoint id, file) so that a message read in a log is enough to find the problem.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class StateStoreError(Exception):
+    """Base class of every error raised by ``state_runtime``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        store: object | None = None,
+        version: int | None = None,
+        checkpoint_id: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.reason = message
+        self.store = store
+        self.version = version
+        self.checkpoint_id = checkpoint_id
+        self.path = path
+        parts = [message]
+        context = [
+            f"{name}={value}"
+            for name, value in (
+                ("store", store),
+                ("version", version),
+                ("checkpoint_id", checkpoint_id),
+                ("file", path),
+            )
+            if value is not None
+        ]
+        if context:
+            parts.append("(" + ", ".join(context) + ")")
+        super().__init__(" ".join(parts))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep errors picklable so Spark can ship them from executors to the driver.
+        return (
+            _rebuild_error,
+            (
+                type(self),
+                self.reason,
+                {
+                    "store": None if self.store is None else str(self.store),
+                    "version": self.version,
+                    "checkpoint_id": self.checkpoint_id,
+                    "path": self.path,
+                },
+            ),
+        )
+
+
+def _rebuild_error(cls: type[StateStoreError], reason: str, kw: dict[str, Any]) -> StateStoreError:
+    return cls(reason, **kw)
+
+
+class InvalidArgument(StateStoreError, ValueError):
+    """A caller passed a bad value: a malformed name, a negative version, a path escape."""
+
+
+class SchemaMismatch(InvalidArgument):
+    """Files of a store were written with a key or value schema other than the one asked for."""
+
+
+class StoreClosed(StateStoreError):
+    """An update or commit on a store that has already been committed or aborted."""
+
+
+# --- loading -----------------------------------------------------------------------------
+
+
+class CannotLoadState(StateStoreError):
+    """A version of a store cannot be loaded."""
+
+
+class CheckpointFileMissing(CannotLoadState):
+    """A checkpoint file the lineage needs does not exist."""
+
+
+class CheckpointFileCorrupt(CannotLoadState):
+    """A checkpoint file is truncated, fails its checksum or cannot be parsed."""
+
+
+class UnexpectedVersion(CannotLoadState):
+    """A file's header names another store, version, checkpoint id or kind than its name."""
+
+
+class LineageBroken(CannotLoadState):
+    """The lineage recorded in the files does not lead back to a loadable base."""
+
+
+class UnknownCheckpointId(CannotLoadState):
+    """No delta or snapshot exists for the requested (version, checkpoint id)."""
+
+
+# --- committing --------------------------------------------------------------------------
+
+
+class CannotCommit(StateStoreError):
+    """A commit failed; nothing of it became visible."""
+
+
+# --- storage -----------------------------------------------------------------------------
+
+
+class StorageError(StateStoreError):
+    """The storage backend failed (I/O error, permission, network)."""
+
+
+class FileAlreadyExists(StorageError):
+    """A put-if-absent found the file already there; files are never overwritten."""
+
+
+class StorageFileNotFound(StorageError):
+    """The storage has no file at the path."""
+
+
+class StorageUnavailable(StorageError):
+    """The storage could not be reached after retries (transient errors exhausted)."""
+
+
+# --- catalog -----------------------------------------------------------------------------
+
+
+class CatalogError(StateStoreError):
+    """The SQL catalog failed or refused an operation."""
+
+
+class CatalogUnavailable(CatalogError):
+    """The catalog database cannot be reached (wrong URL, server down), after retries."""
+
+
+class CatalogSchemaOutdated(CatalogError):
+    """The catalog database has an older schema than this code; run the migration."""
+
+
+class CommitConflict(CatalogError):
+    """A batch commit conflicts with what the catalog already holds."""
+
+
+class MaintenanceRefused(StateStoreError):
+    """A maintenance request breaks a safety rule (retention below the floor, a lock held)."""

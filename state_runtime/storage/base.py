@@ -1,0 +1,113 @@
+"""The storage interface: the only way the library touches checkpoint files.
+
+Paths are relative, ``/``-separated and validated: no absolute paths, no ``..``, no empty
+segments, so nothing can escape the root. Files are immutable: ``write_if_absent`` never
+replaces an existing file, which is what lets concurrent task attempts coexist safely.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from state_runtime.errors import InvalidArgument
+
+_SEGMENT_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def check_relative_path(path: str) -> str:
+    """Return ``path`` if it is a safe relative path below the root, else raise InvalidArgument."""
+    if not isinstance(path, str) or not path:
+        raise InvalidArgument(f"invalid storage path {path!r}: empty")
+    if path.startswith("/") or "\\" in path:
+        raise InvalidArgument(f"invalid storage path {path!r}: must be relative, '/'-separated")
+    for segment in path.split("/"):
+        if segment in {"", ".", ".."} or not _SEGMENT_RE.match(segment):
+            raise InvalidArgument(
+                f"invalid storage path {path!r}: segment {segment!r} is not allowed"
+            )
+    return path
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file found by ``list``: its path relative to the root, size and modification time."""
+
+    path: str
+    size: int
+    modified: datetime
+
+
+@dataclass
+class DeleteResult:
+    """What a batch delete did: the paths deleted (or already absent) and those that failed."""
+
+    deleted: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RequestCounter:
+    """Counts storage requests by kind, for request accounting in tests and benchmarks."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    def add(self, kind: str, n: int = 1) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + n
+
+    def reset(self) -> None:
+        self.counts.clear()
+        self.bytes_read = 0
+        self.bytes_written = 0
+
+
+class Storage(ABC):
+    """A root below which checkpoint files are read and written.
+
+    Implementations: :class:`~state_runtime.storage.local.LocalStorage` and
+    :class:`~state_runtime.storage.s3.S3Storage`. Use :func:`state_runtime.storage.open_storage`
+    to get one from a URI.
+    """
+
+    def __init__(self) -> None:
+        self.requests = RequestCounter()
+
+    @property
+    @abstractmethod
+    def uri(self) -> str:
+        """The root as a URI (``file:///...`` or ``s3://bucket/prefix``), without credentials."""
+
+    @abstractmethod
+    def read(self, path: str) -> bytes:
+        """The whole file. Raises StorageFileNotFound if it does not exist."""
+
+    @abstractmethod
+    def write_if_absent(self, path: str, data: bytes) -> None:
+        """Create the file atomically with ``data``; raise FileAlreadyExists if it exists.
+
+        A reader sees either no file or the complete file, never a partial one.
+        """
+
+    @abstractmethod
+    def exists(self, path: str) -> bool:
+        """Whether the file exists."""
+
+    @abstractmethod
+    def size(self, path: str) -> int:
+        """The file's size in bytes. Raises StorageFileNotFound if it does not exist."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> Iterator[FileInfo]:
+        """Every file below the folder ``prefix`` (recursively), in no particular order."""
+
+    @abstractmethod
+    def delete(self, paths: Sequence[str]) -> DeleteResult:
+        """Delete files; a path that is already absent counts as deleted."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.uri!r})"

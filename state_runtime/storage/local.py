@@ -1,0 +1,137 @@
+"""Checkpoint files on a local (or locally mounted) filesystem."""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from state_runtime.errors import (
+    FileAlreadyExists,
+    InvalidArgument,
+    StorageError,
+    StorageFileNotFound,
+)
+from state_runtime.storage.base import DeleteResult, FileInfo, Storage, check_relative_path
+
+
+class LocalStorage(Storage):
+    """Files below a local directory.
+
+    Writes go to a temporary file in the target folder, are fsynced, then hard-linked to
+    the final name: ``link`` fails if the name exists, so nothing is ever replaced, and a
+    reader never sees a partial file. The folder is fsynced so the new name survives a crash.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        super().__init__()
+        raw = os.fspath(root)
+        if not raw:
+            raise InvalidArgument("invalid checkpoint root '': empty")
+        if ".." in Path(raw).parts:
+            raise InvalidArgument(f"invalid checkpoint root {raw!r}: '..' is not allowed")
+        self.root = Path(raw).expanduser().absolute()
+
+    @property
+    def uri(self) -> str:
+        return self.root.as_uri()
+
+    def _abs(self, path: str) -> Path:
+        return self.root / check_relative_path(path)
+
+    def read(self, path: str) -> bytes:
+        self.requests.add("read")
+        try:
+            data = self._abs(path).read_bytes()
+        except FileNotFoundError as e:
+            raise StorageFileNotFound("file not found", path=path) from e
+        except OSError as e:
+            raise StorageError(f"cannot read: {e.strerror}", path=path) from e
+        self.requests.bytes_read += len(data)
+        return data
+
+    def write_if_absent(self, path: str, data: bytes) -> None:
+        self.requests.add("write")
+        target = self._abs(path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".part")
+        except OSError as e:
+            raise StorageError(f"cannot create temporary file: {e.strerror}", path=path) from e
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, target)
+            except FileExistsError as e:
+                raise FileAlreadyExists("file already exists; not replaced", path=path) from e
+            except OSError as e:
+                if e.errno not in {errno.EPERM, errno.ENOTSUP, errno.EXDEV}:
+                    raise
+                # Filesystems without hard links: rename without replacing.
+                os.rename(tmp, target) if not target.exists() else _raise_exists(path)
+            self._fsync_dir(target.parent)
+        except OSError as e:
+            raise StorageError(f"cannot write: {e.strerror}", path=path) from e
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        self.requests.bytes_written += len(data)
+
+    @staticmethod
+    def _fsync_dir(folder: Path) -> None:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def exists(self, path: str) -> bool:
+        self.requests.add("exists")
+        return self._abs(path).is_file()
+
+    def size(self, path: str) -> int:
+        self.requests.add("size")
+        try:
+            return self._abs(path).stat().st_size
+        except FileNotFoundError as e:
+            raise StorageFileNotFound("file not found", path=path) from e
+
+    def list(self, prefix: str) -> Iterator[FileInfo]:
+        self.requests.add("list")
+        base = self._abs(prefix)
+        if not base.is_dir():
+            return
+        for folder, _dirs, files in os.walk(base):
+            for name in files:
+                if name.startswith(".tmp-"):
+                    continue
+                full = Path(folder) / name
+                try:
+                    st = full.stat()
+                except FileNotFoundError:
+                    continue  # deleted while listing
+                yield FileInfo(
+                    path=full.relative_to(self.root).as_posix(),
+                    size=st.st_size,
+                    modified=datetime.fromtimestamp(st.st_mtime, UTC),
+                )
+
+    def delete(self, paths: Sequence[str]) -> DeleteResult:
+        self.requests.add("delete")
+        result = DeleteResult()
+        for path in paths:
+            try:
+                self._abs(path).unlink(missing_ok=True)
+                result.deleted.append(path)
+            except OSError as e:
+                result.failed[path] = e.strerror or str(e)
+        return result
+
+
+def _raise_exists(path: str) -> None:
+    raise FileAlreadyExists("file already exists; not replaced", path=path)
