@@ -1,0 +1,41 @@
+"""The tuning knobs of a store provider."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from state_runtime.errors import InvalidArgument
+
+Compression = Literal["zstd", "lz4", "none"]
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Settings of a :class:`~state_runtime.provider.StateStoreProvider`.
+
+    - ``min_versions_to_retain``: committed versions that must stay loadable (never below 2).
+    - ``min_deltas_for_snapshot``: deltas after which a snapshot is due; also where a writer
+      presumes the last snapshot when it knows of none (lineage in files is cut there).
+    - ``cached_versions``: committed versions each provider keeps in memory.
+    - ``compression`` and ``compression_level``: the Arrow IPC body codec of checkpoint files.
+    """
+
+    min_versions_to_retain: int = 2
+    min_deltas_for_snapshot: int = 10
+    cached_versions: int = 2
+    compression: Compression = "zstd"
+    compression_level: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.min_versions_to_retain < 2:
+            raise InvalidArgument(
+                f"min_versions_to_retain={self.min_versions_to_retain}: at least 2 versions "
+                "must stay loadable"
+            )
+        if self.min_deltas_for_snapshot < 1:
+            raise InvalidArgument("min_deltas_for_snapshot must be >= 1")
+        if self.cached_versions < 1:
+            raise InvalidArgument("cached_versions must be >= 1")
+        if self.compression not in ("zstd", "lz4", "none"):
+            raise InvalidArgument(f"unknown compression {self.compression!r}: zstd, lz4 or none")
