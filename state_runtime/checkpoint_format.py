@@ -137,7 +137,7 @@ def encode(
         sink, arrow_schema, options=pa.ipc.IpcWriteOptions(compression=codec)
     ) as writer:
         writer.write_table(table.replace_schema_metadata(arrow_schema.metadata))
-    payload = sink.getvalue().to_pybytes()
+    payload: bytes = sink.getvalue().to_pybytes()
     digest = hashlib.sha256(payload).digest()
     return _ENVELOPE.pack(MAGIC, FORMAT_VERSION, 0, len(payload), digest) + payload
 
@@ -161,22 +161,32 @@ def checksum(data: bytes) -> str:
     return data[20:ENVELOPE_SIZE].hex() if len(data) >= ENVELOPE_SIZE else ""
 
 
-def decode(data: bytes, path: str, store: object | None = None) -> tuple[FileHeader, pa.Table]:
+def decode(
+    data: bytes, path: str, store: object | None = None, ref: CheckpointRef | None = None
+) -> tuple[FileHeader, pa.Table]:
     """Verify and parse a checkpoint file. Raises CheckpointFileCorrupt naming ``path``."""
 
     def corrupt(reason: str) -> CheckpointFileCorrupt:
-        return CheckpointFileCorrupt(f"corrupt checkpoint file: {reason}", store=store, path=path)
+        return CheckpointFileCorrupt(
+            f"corrupt checkpoint file: {reason}", store=store, path=path,
+            version=None if ref is None else ref.version,
+            checkpoint_id=None if ref is None else ref.checkpoint_id,
+        )  # fmt: skip
 
     if len(data) < ENVELOPE_SIZE:
         raise corrupt(f"truncated: {len(data)} bytes, shorter than the {ENVELOPE_SIZE}-byte header")
-    magic, fmt, _reserved, length, digest = _ENVELOPE.unpack_from(data)
+    magic, fmt, reserved, length, digest = _ENVELOPE.unpack_from(data)
     if magic != MAGIC:
         raise corrupt(f"bad magic {magic!r}: not a state_runtime checkpoint file")
     if fmt != FORMAT_VERSION:
         raise corrupt(f"unsupported format version {fmt} (this code reads {FORMAT_VERSION})")
+    if reserved != 0:
+        raise corrupt(f"reserved header field is {reserved}, expected 0")
     payload = memoryview(data)[ENVELOPE_SIZE:]
     if len(payload) != length:
-        raise corrupt(f"truncated or extended: payload is {len(payload)} bytes, header says {length}")
+        raise corrupt(
+            f"truncated or extended: payload is {len(payload)} bytes, header says {length}"
+        )
     if hashlib.sha256(payload).digest() != digest:
         raise corrupt("checksum mismatch: the bytes were altered")
     try:
@@ -210,6 +220,35 @@ def check_identity(
         )
 
 
+def _to_python(array: pa.Array) -> list[Any]:
+    """Column values shaped like what was put: structs as tuples, maps as dicts."""
+    values = array.to_pylist(maps_as_pydicts="strict")
+    fix = _tuple_converter(array.type)
+    return values if fix is None else [fix(v) for v in values]
+
+
+def _tuple_converter(dtype: pa.DataType) -> Any:
+    """A function turning nested struct dicts into tuples, or None if ``dtype`` has no struct."""
+    if pa.types.is_struct(dtype):
+        children = [_tuple_converter(dtype.field(i).type) for i in range(dtype.num_fields)]
+        names = [dtype.field(i).name for i in range(dtype.num_fields)]
+        pairs = list(zip(names, children, strict=True))
+        return lambda v: (
+            None if v is None else tuple(v[n] if c is None else c(v[n]) for n, c in pairs)
+        )
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        item = _tuple_converter(dtype.value_type)
+        return None if item is None else (lambda v: None if v is None else [item(x) for x in v])
+    if pa.types.is_map(dtype):
+        k, i = _tuple_converter(dtype.key_type), _tuple_converter(dtype.item_type)
+        if k is None and i is None:
+            return None
+        kf = k or (lambda x: x)
+        vf = i or (lambda x: x)
+        return lambda v: None if v is None else {kf(a): vf(b) for a, b in v.items()}
+    return None
+
+
 def rows_of(
     table: pa.Table, schema: StateSchema, pad_values: int = 0
 ) -> tuple[list[Key], list[Value | None]]:
@@ -221,8 +260,8 @@ def rows_of(
     if key is None:
         return [], []
     value = table.column("value").combine_chunks()
-    keys = list(zip(*(key.field(i).to_pylist() for i in range(key.type.num_fields)), strict=True))
-    value_cols = [value.field(i).to_pylist() for i in range(value.type.num_fields)]
+    keys = list(zip(*(_to_python(key.field(i)) for i in range(key.type.num_fields)), strict=True))
+    value_cols = [_to_python(value.field(i)) for i in range(value.type.num_fields)]
     value_cols.extend([None] * len(keys) for _ in range(pad_values))
     values: list[Value | None] = list(zip(*value_cols, strict=True))
     if value.null_count:

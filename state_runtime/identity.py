@@ -17,7 +17,9 @@ from state_runtime.errors import InvalidArgument
 DEFAULT_STORE_NAME = "default"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _ID_RE = re.compile(r"^[0-9a-f]{32}$")
-_FILE_RE = re.compile(r"^(?P<version>0|[1-9][0-9]*)_(?P<id>[0-9a-f]{32})\.(?P<kind>delta|snapshot)$")
+_FILE_RE = re.compile(
+    r"^(?P<version>0|[1-9][0-9]*)_(?P<id>[0-9a-f]{32})\.(?P<kind>delta|snapshot)$"
+)
 
 
 class FileKind(StrEnum):

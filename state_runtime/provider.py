@@ -165,6 +165,12 @@ class StateStoreProvider:
             timings_ms={"snapshot": (time.perf_counter() - started) * 1000},
         )
 
+    def read_header(self, ref: CheckpointRef, kind: FileKind) -> FileHeader:
+        """Read and verify one checkpoint file of this store; return its header."""
+        found = self._read(ref, kind, LoadMetrics(), missing_ok=False)
+        assert found is not None
+        return found.header
+
     def drop_cache(self) -> None:
         """Forget every in-memory version (the next load reads files)."""
         with self._lock:
@@ -260,9 +266,9 @@ class StateStoreProvider:
         if self._cache:
             target = self._read(ref, FileKind.DELTA, metrics, missing_ok=True)
         if target is not None:
-            view = self._roll_forward(target, metrics)
-            if view is not None:
-                return view
+            rolled = self._roll_forward(target, metrics)
+            if rolled is not None:
+                return rolled
         return self._load_from_files(ref, target, metrics)
 
     def _roll_forward(self, target: _File, metrics: LoadMetrics) -> VersionView | None:
@@ -284,7 +290,9 @@ class StateStoreProvider:
         self, ref: CheckpointRef, target: _File | None, metrics: LoadMetrics
     ) -> VersionView:
         metrics.source = LoadSource.FILES
-        names = {info.path.rsplit("/", 1)[-1] for info in self.storage.list(self.store_id.directory)}
+        names = {
+            info.path.rsplit("/", 1)[-1] for info in self.storage.list(self.store_id.directory)
+        }
         chain: list[_File] = []
         cur, child = ref, None
         ignored: list[CannotLoadState] = []
@@ -363,7 +371,8 @@ class StateStoreProvider:
         self._remember(view)
         for delta in reversed(chain):
             changes: Diff = {
-                k: (ABSENT if v is None else v) for k, v in zip(delta.keys, delta.values, strict=True)
+                k: (ABSENT if v is None else v)
+                for k, v in zip(delta.keys, delta.values, strict=True)
             }
             rows = view.rows + count_row_change(view, changes)
             if rows != delta.header.state_rows:
@@ -399,13 +408,15 @@ class StateStoreProvider:
             ) from None  # fmt: skip
         metrics.files_read += 1
         metrics.bytes_read += len(data)
-        header, table = decode(data, path, self.store_id)
+        header, table = decode(data, path, self.store_id, ref)
         check_identity(header, self.store_id, ref, kind, path)
         pad = self.schema.check_readable(header.schema, self.store_id, path)
         keys, values = rows_of(table, self.schema, pad)
-        return _File(ref, kind, path, header, keys, values)  # type: ignore[arg-type]
+        return _File(ref, kind, path, header, keys, values)
 
-    def _need_delta(self, ref: CheckpointRef, child: _File | CheckpointRef | None, metrics: LoadMetrics) -> _File:
+    def _need_delta(
+        self, ref: CheckpointRef, child: _File | CheckpointRef | None, metrics: LoadMetrics
+    ) -> _File:
         delta = self._read(ref, FileKind.DELTA, metrics, missing_ok=True)
         if delta is None:
             raise self._missing(ref, child)

@@ -41,9 +41,7 @@ def _normalize(row: Any, arity: int, what: str, store: StoreId) -> tuple[Any, ..
 class ReadStateStore:
     """A committed version of a store, read-only."""
 
-    def __init__(
-        self, provider: StateStoreProvider, view: VersionView, load: LoadMetrics
-    ) -> None:
+    def __init__(self, provider: StateStoreProvider, view: VersionView, load: LoadMetrics) -> None:
         self._provider = provider
         self._view = view
         self._key_arity = provider.schema.key_arity
@@ -145,9 +143,7 @@ class _State(Enum):
 class StateStore(ReadStateStore):
     """A writable store on top of committed version ``version``; commits ``version + 1``."""
 
-    def __init__(
-        self, provider: StateStoreProvider, view: VersionView, load: LoadMetrics
-    ) -> None:
+    def __init__(self, provider: StateStoreProvider, view: VersionView, load: LoadMetrics) -> None:
         super().__init__(provider, view, load)
         self._changes: Diff = {}
         self._state = _State.OPEN
@@ -232,7 +228,11 @@ class StateStore(ReadStateStore):
         self._check_open()
         table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
         schema = self._provider.schema
-        if table.column_names[:2] != ["key", "value"] or table.schema.field("key").type != schema.key_arrow or table.schema.field("value").type != schema.value_arrow:  # noqa: E501
+        if (
+            table.column_names[:2] != ["key", "value"]
+            or table.schema.field("key").type != schema.key_arrow
+            or table.schema.field("value").type != schema.value_arrow
+        ):
             raise InvalidArgument(
                 f"arrow data must have columns key {schema.key_arrow} and value "
                 f"{schema.value_arrow}; got {table.schema}",

@@ -1,4 +1,4 @@
-"""Shared fixtures. Service fixtures fail under CI when the service is missing (tests/services.py)."""
+"""Shared fixtures. Service fixtures fail under CI when the service is missing."""
 
 from __future__ import annotations
 

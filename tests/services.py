@@ -1,4 +1,4 @@
-"""How tests treat external services: under CI a missing service fails, elsewhere it skips loudly."""
+"""Tests and services: under CI a missing service fails, elsewhere it skips loudly."""
 
 from __future__ import annotations
 

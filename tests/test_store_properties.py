@@ -1,0 +1,120 @@
+"""Property test: random puts, removes, commits, aborts, reopens, snapshots, cleanups and cache
+drops against a plain dict model. Every retained committed version must load equal to it."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from datetime import timedelta
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from state_runtime import CheckpointRef, StateStore, StateStoreProvider, StoreConfig
+from state_runtime.cleanup import cleanup
+from state_runtime.storage import LocalStorage
+
+KEYS = st.sampled_from([f"k{i}" for i in range(12)])
+RETAIN = 2
+
+
+class StoreModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = tempfile.mkdtemp(prefix="prop-")
+        self.storage = LocalStorage(self.root)
+        self.config = StoreConfig(
+            min_versions_to_retain=RETAIN, min_deltas_for_snapshot=3, cached_versions=2
+        )
+        self.provider = self._fresh()
+        # The committed lineage, as the commit log has it: index = version.
+        self.chain: list[tuple[CheckpointRef, dict[str, int]]] = [(CheckpointRef(0, None), {})]
+        self.store: StateStore | None = None
+        self.pending: dict[str, int] = {}
+
+    def _fresh(self) -> StateStoreProvider:
+        return StateStoreProvider(
+            self.storage, 0, 0, key_schema="k string", value_schema="v bigint", config=self.config
+        )
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _retained(self) -> list[tuple[CheckpointRef, dict[str, int]]]:
+        return self.chain[-RETAIN:]
+
+    @rule(back=st.integers(0, RETAIN - 1))
+    def reopen(self, back: int) -> None:
+        if self.store is not None:
+            self.store.abort()
+        ref, state = self._retained()[-1 - min(back, len(self._retained()) - 1)]
+        self.store = self.provider.get_store(ref.version, ref.checkpoint_id)
+        self.pending = dict(state)
+
+    @precondition(lambda self: self.store is not None)
+    @rule(key=KEYS, value=st.integers(-5, 5))
+    def put(self, key: str, value: int) -> None:
+        assert self.store is not None
+        self.store.put(key, value)
+        self.pending[key] = value
+
+    @precondition(lambda self: self.store is not None)
+    @rule(key=KEYS)
+    def remove(self, key: str) -> None:
+        assert self.store is not None
+        self.store.remove(key)
+        self.pending.pop(key, None)
+
+    @precondition(lambda self: self.store is not None)
+    @rule(record=st.booleans())
+    def commit(self, record: bool) -> None:
+        """Commit; ``record`` says whether the driver puts it in the commit log."""
+        assert self.store is not None
+        info = self.store.commit()
+        if record:
+            del self.chain[info.version :]  # a replayed batch replaces what followed
+            self.chain.append((info.ref, dict(self.pending)))
+        self.store = None
+
+    @precondition(lambda self: self.store is not None)
+    @rule()
+    def abort(self) -> None:
+        assert self.store is not None
+        self.store.abort()
+        self.store = None
+
+    @rule(back=st.integers(0, RETAIN - 1))
+    def snapshot(self, back: int) -> None:
+        retained = [r for r, _ in self._retained() if r.version > 0]
+        if retained:
+            ref = retained[-1 - min(back, len(retained) - 1)]
+            self.provider.snapshot(ref.version, ref.checkpoint_id)
+
+    @rule()
+    def clean(self) -> None:
+        latest = self.chain[-1][0]
+        if latest.version > 0:
+            cleanup(self.provider, latest, min_age=timedelta(0), dry_run=False)
+
+    @rule()
+    def drop_cache(self) -> None:
+        self.provider.drop_cache()
+        self.provider = self._fresh()
+
+    @invariant()
+    def open_store_reads_its_own_writes(self) -> None:
+        if self.store is not None:
+            assert {k[0]: v[0] for k, v in self.store.items()} == self.pending
+
+    @invariant()
+    def retained_versions_load_equal_to_the_model(self) -> None:
+        fresh = self._fresh()
+        for ref, state in self._retained():
+            store = fresh.get_read_store(ref.version, ref.checkpoint_id)
+            assert {k[0]: v[0] for k, v in store.items()} == state, ref
+            assert len(store) == len(state)
+
+
+StoreModel.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+test_store_model = StoreModel.TestCase
