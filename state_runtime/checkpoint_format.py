@@ -9,10 +9,12 @@ the key. Nothing is ever unpickled: parsing a file cannot execute code.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -222,6 +224,13 @@ def check_identity(
 
 def _to_python(array: pa.Array) -> list[Any]:
     """Column values shaped like what was put: structs as tuples, maps as dicts."""
+    dtype = array.type
+    if array.null_count == 0 and (
+        pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_boolean(dtype)
+    ):
+        # Through numpy: about 20x faster than to_pylist for primitive columns.
+        fast: list[Any] = array.to_numpy(zero_copy_only=False).tolist()
+        return fast
     values = array.to_pylist(maps_as_pydicts="strict")
     fix = _tuple_converter(array.type)
     return values if fix is None else [fix(v) for v in values]
@@ -249,25 +258,37 @@ def _tuple_converter(dtype: pa.DataType) -> Any:
     return None
 
 
-def rows_of(
-    table: pa.Table, schema: StateSchema, pad_values: int = 0
-) -> tuple[list[Key], list[Value | None]]:
-    """The rows of a decoded table as Python tuples; removed keys have value None.
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while building millions of tuples (it would rescan them repeatedly)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
-    ``pad_values`` appends that many nulls to each value (a value schema that grew).
+
+def rows_of(table: pa.Table, pad_values: int = 0) -> dict[Key, Value | None]:
+    """The rows of a decoded table as a dict of Python tuples; a removed key maps to None.
+
+    ``pad_values`` appends that many nulls to each value (a value schema that grew). A file
+    with duplicate keys yields fewer entries than rows, which callers treat as corruption.
     """
-    key = table.column("key").combine_chunks() if table.num_rows else None
-    if key is None:
-        return [], []
+    if not table.num_rows:
+        return {}
+    key = table.column("key").combine_chunks()
     value = table.column("value").combine_chunks()
-    keys = list(zip(*(_to_python(key.field(i)) for i in range(key.type.num_fields)), strict=True))
+    key_cols = [_to_python(key.field(i)) for i in range(key.type.num_fields)]
     value_cols = [_to_python(value.field(i)) for i in range(value.type.num_fields)]
-    value_cols.extend([None] * len(keys) for _ in range(pad_values))
-    values: list[Value | None] = list(zip(*value_cols, strict=True))
-    if value.null_count:
-        valid = value.is_valid().to_pylist()
-        values = [v if ok else None for v, ok in zip(values, valid, strict=True)]
-    return keys, values
+    value_cols.extend([None] * table.num_rows for _ in range(pad_values))
+    with gc_paused():
+        values: Iterator[Value | None] = zip(*value_cols, strict=True)
+        if value.null_count:
+            valid = value.is_valid().to_numpy(zero_copy_only=False).tolist()
+            values = (v if ok else None for v, ok in zip(values, valid, strict=True))
+        return dict(zip(zip(*key_cols, strict=True), values, strict=True))
 
 
 def now() -> datetime:

@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from pyspark.sql.types import StructType
 
@@ -25,6 +26,7 @@ from state_runtime.checkpoint_format import (
     checksum,
     decode,
     encode,
+    gc_paused,
     now,
     rows_of,
 )
@@ -53,7 +55,14 @@ from state_runtime.metrics import LoadMetrics, LoadSource
 from state_runtime.schema import StateSchema
 from state_runtime.storage import Storage, open_storage
 from state_runtime.store import ReadStateStore, StateStore
-from state_runtime.versions import ABSENT, Diff, StateMap, VersionView, count_row_change
+from state_runtime.versions import (
+    ABSENT,
+    Diff,
+    Key,
+    StateMap,
+    Value,
+    VersionView,
+)
 
 IdResolver = Callable[[StoreId, int], str | None]
 """Maps (store, version) to the committed checkpoint id, e.g. from the catalog's commit log."""
@@ -67,8 +76,7 @@ class _File:
     kind: FileKind
     path: str
     header: FileHeader
-    keys: list[tuple[object, ...]]
-    values: list[tuple[object, ...] | None]
+    rows: dict[Key, Value | None]
 
 
 class StateStoreProvider:
@@ -239,7 +247,7 @@ class StateStoreProvider:
         ref = self.resolve(version, checkpoint_id)
         metrics = LoadMetrics()
         started = time.perf_counter()
-        with self._lock:
+        with self._lock, gc_paused():
             view = self._load(ref, metrics)
         metrics.load_ms = (time.perf_counter() - started) * 1000
         return view, metrics
@@ -347,10 +355,9 @@ class StateStoreProvider:
         try:
             snap = self._read(ref, FileKind.SNAPSHOT, metrics, missing_ok=False)
             assert snap is not None
-            data = dict(zip(snap.keys, snap.values, strict=True))
-            if len(data) != snap.header.state_rows or None in snap.values:
+            if snap.header.file_rows != snap.header.state_rows:
                 raise CheckpointFileCorrupt(
-                    f"snapshot has {len(data)} distinct live rows, its header says "
+                    f"snapshot holds {snap.header.file_rows} rows for a state of "
                     f"{snap.header.state_rows}",
                     store=self.store_id, version=ref.version, checkpoint_id=ref.checkpoint_id,
                     path=snap.path,
@@ -363,28 +370,45 @@ class StateStoreProvider:
             )
             return None
         self._known_snapshots.add(ref)
-        return StateMap(data, ref, snap.header.lineage, has_snapshot=True).head  # type: ignore[arg-type]
+        data = cast(dict[Key, Value], snap.rows)
+        return StateMap(data, ref, snap.header.lineage, has_snapshot=True).head
 
     def _apply(self, base: VersionView, chain: list[_File], metrics: LoadMetrics) -> VersionView:
-        """Apply deltas (given newest first) on top of ``base``; cache every version made."""
-        view = base
-        self._remember(view)
+        """Apply deltas (given newest first) on top of ``base`` as one change; cache the result.
+
+        The deltas are composed into one diff, checking each one's row count against its
+        header on the way, and installed with a single O(changes) head update.
+        """
+        if not chain:
+            self._remember(base)
+            return base
+        combined: Diff = {}
+        rows = base.rows
+        in_base = base.get
         for delta in reversed(chain):
-            changes: Diff = {
-                k: (ABSENT if v is None else v)
-                for k, v in zip(delta.keys, delta.values, strict=True)
-            }
-            rows = view.rows + count_row_change(view, changes)
+            for key, value in delta.rows.items():
+                before = combined.get(key)
+                present = in_base(key) is not None if before is None else before is not ABSENT
+                if value is None:
+                    combined[key] = ABSENT
+                    rows -= present
+                else:
+                    combined[key] = value
+                    rows += not present
             if rows != delta.header.state_rows:
                 raise CheckpointFileCorrupt(
-                    f"applying this delta to version {view.ref} gives {rows} rows, its header "
-                    f"says {delta.header.state_rows}",
+                    f"applying this delta gives {rows} rows, its header says "
+                    f"{delta.header.state_rows}",
                     store=self.store_id, version=delta.ref.version,
                     checkpoint_id=delta.ref.checkpoint_id, path=delta.path,
                 )  # fmt: skip
-            view = view.state_map.derive(view, changes, delta.ref, delta.header.lineage, rows)
             metrics.deltas_applied += 1
-            self._remember(view)
+        target = chain[0]
+        view = base.state_map.derive(
+            base, combined, target.ref, target.header.lineage, rows,
+            keep_parent=base.ref in self._cache,
+        )  # fmt: skip
+        self._remember(view)
         return view
 
     # --- files --------------------------------------------------------------------------
@@ -411,8 +435,19 @@ class StateStoreProvider:
         header, table = decode(data, path, self.store_id, ref)
         check_identity(header, self.store_id, ref, kind, path)
         pad = self.schema.check_readable(header.schema, self.store_id, path)
-        keys, values = rows_of(table, self.schema, pad)
-        return _File(ref, kind, path, header, keys, values)
+        rows = rows_of(table, pad)
+        problem = None
+        if len(rows) != header.file_rows:
+            problem = f"{header.file_rows - len(rows)} duplicate keys"
+        elif kind is FileKind.SNAPSHOT and table.column("value").null_count:
+            problem = "a snapshot holds removals"
+        if problem:
+            raise CheckpointFileCorrupt(
+                problem,
+                store=self.store_id, version=ref.version, checkpoint_id=ref.checkpoint_id,
+                path=path,
+            )  # fmt: skip
+        return _File(ref, kind, path, header, rows)
 
     def _need_delta(
         self, ref: CheckpointRef, child: _File | CheckpointRef | None, metrics: LoadMetrics

@@ -238,10 +238,7 @@ class StateStore(ReadStateStore):
                 f"{schema.value_arrow}; got {table.schema}",
                 store=self.store_id,
             )
-        keys, values = rows_of(table, schema)
-        self._changes.update(
-            (k, ABSENT if v is None else v) for k, v in zip(keys, values, strict=True)
-        )
+        self._changes.update((k, ABSENT if v is None else v) for k, v in rows_of(table).items())
 
     def updates(self) -> Iterator[tuple[Key, Value | None]]:
         """This version's changes: (key, new value), or (key, None) for a removal."""

@@ -102,12 +102,18 @@ class StateMap:
         ref: CheckpointRef,
         lineage: tuple[CheckpointRef, ...],
         rows: int,
+        *,
+        keep_parent: bool = True,
     ) -> VersionView:
         """The version ``parent`` + ``changes`` (with ``rows`` rows), made the new head.
 
         O(len(changes)). ``changes`` is taken over: the caller must not modify it afterwards.
+        With ``keep_parent=False`` the parent view is retired (no one may use it again), which
+        saves keeping its inverse diff.
         """
         assert parent.state_map is self
+        if not keep_parent:
+            self._views.discard(parent)
         if parent.diff:
             diff: Diff = dict(parent.diff)
             diff.update(changes)
