@@ -102,15 +102,10 @@ def _columns(rows: Sequence[tuple[Any, ...]], arity: int) -> list[Sequence[Any]]
     return list(zip(*rows, strict=True))
 
 
-def encode(
-    header: FileHeader,
-    keys: Sequence[Key],
-    values: Sequence[Value | None],
-    compression: Compression = "zstd",
-    compression_level: int | None = None,
-) -> bytes:
-    """Serialize rows (sorted by key where the key type allows) into a checkpoint file."""
-    schema = header.schema
+def rows_to_table(
+    keys: Sequence[Key], values: Sequence[Value | None], schema: StateSchema
+) -> pa.Table:
+    """Rows as a table with ``key`` and ``value`` struct columns; a None value is a null."""
     key_type, value_type = schema.key_arrow, schema.value_arrow
     key_children = [
         pa.array(col, type=key_type.field(i).type)
@@ -130,8 +125,18 @@ def encode(
         fields=list(value_type),
         mask=pa.array(removed, type=pa.bool_()) if any(removed) else None,
     )
-    table = pa.table({"key": key_array, "value": value_array})
-    table = _sorted_by_key(table, key_children)
+    return pa.table({"key": key_array, "value": value_array})
+
+
+def encode(
+    header: FileHeader,
+    keys: Sequence[Key],
+    values: Sequence[Value | None],
+    compression: Compression = "zstd",
+    compression_level: int | None = None,
+) -> bytes:
+    """Serialize rows (sorted by key where the key type allows) into a checkpoint file."""
+    table = _sorted_by_key(rows_to_table(keys, values, header.schema))
     arrow_schema = table.schema.with_metadata({HEADER_KEY: header.to_json()})
     codec = None if compression == "none" else pa.Codec(compression, compression_level)
     sink = pa.BufferOutputStream()
@@ -144,9 +149,10 @@ def encode(
     return _ENVELOPE.pack(MAGIC, FORMAT_VERSION, 0, len(payload), digest) + payload
 
 
-def _sorted_by_key(table: pa.Table, key_children: list[pa.Array]) -> pa.Table:
+def _sorted_by_key(table: pa.Table) -> pa.Table:
     if table.num_rows < 2:
         return table
+    key_children = table.column("key").combine_chunks().flatten()
     names = [f"k{i}" for i in range(len(key_children))]
     try:
         order = pc.sort_indices(

@@ -11,6 +11,7 @@ import json
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -161,8 +162,14 @@ class _DDLParser:
         raise self.fail(f"unknown type {token!r}")
 
 
-def parse_schema(schema: str | StructType) -> StructType:
-    """A StructType from a Spark DDL string (``"user string, n bigint"``) or a StructType."""
+def parse_schema(schema: str | StructType | dict[str, Any]) -> StructType:
+    """A StructType from a Spark DDL string (``"user string, n bigint"``), a StructType, or
+    Spark's JSON form of one (``StructType.jsonValue()``, as the catalog stores it)."""
+    if isinstance(schema, dict):
+        try:
+            schema = StructType.fromJson(schema)
+        except (KeyError, TypeError, ValueError) as e:
+            raise InvalidArgument(f"invalid JSON schema {schema!r}: {e}") from e
     if isinstance(schema, StructType):
         if not schema.fields:
             raise InvalidArgument("a schema needs at least one field")
@@ -188,7 +195,9 @@ class StateSchema:
     value: StructType
 
     @classmethod
-    def of(cls, key: str | StructType, value: str | StructType) -> StateSchema:
+    def of(
+        cls, key: str | StructType | dict[str, Any], value: str | StructType | dict[str, Any]
+    ) -> StateSchema:
         return cls(parse_schema(key), parse_schema(value))
 
     @cached_property

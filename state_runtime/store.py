@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from state_runtime.checkpoint import CheckpointInfo
-from state_runtime.checkpoint_format import FileHeader, checksum, encode, now, rows_of
+from state_runtime.checkpoint_format import (
+    FileHeader,
+    checksum,
+    encode,
+    now,
+    rows_of,
+    rows_to_table,
+)
 from state_runtime.errors import CannotCommit, InvalidArgument, StorageError, StoreClosed
 from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpoint_id
 from state_runtime.metrics import LoadMetrics, StoreMetrics
@@ -109,19 +116,8 @@ class ReadStateStore:
 
     def to_arrow(self) -> pa.Table:
         """The state as an Arrow table with ``key`` and ``value`` struct columns."""
-        schema = self._provider.schema
-        keys, values = [], []
-        for k, v in self.items():
-            keys.append(k)
-            values.append(v)
-        return pa.table(
-            {
-                "key": pa.array([dict(zip(schema.key.names, k, strict=True)) for k in keys],
-                                type=schema.key_arrow),
-                "value": pa.array([dict(zip(schema.value.names, v, strict=True)) for v in values],
-                                  type=schema.value_arrow),
-            }
-        )  # fmt: skip
+        rows = list(self.items())
+        return rows_to_table([k for k, _ in rows], [v for _, v in rows], self._provider.schema)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store_id}, version={self.version})"

@@ -1,0 +1,23 @@
+"""The streaming runtime: stateful micro-batches on PySpark with ``state_runtime`` stores."""
+
+from state_runtime.runtime.aggregation import Agg, running_aggregation
+from state_runtime.runtime.context import BatchContext, current_batch
+from state_runtime.runtime.groups import GroupState, map_groups_with_state
+from state_runtime.runtime.operator import StatefulOperator, UpdateFunction
+from state_runtime.runtime.query import BatchResult, StatefulQuery
+from state_runtime.runtime.reader import read_state, read_state_metadata
+
+__all__ = [
+    "Agg",
+    "BatchContext",
+    "BatchResult",
+    "GroupState",
+    "StatefulOperator",
+    "StatefulQuery",
+    "UpdateFunction",
+    "current_batch",
+    "map_groups_with_state",
+    "read_state",
+    "read_state_metadata",
+    "running_aggregation",
+]

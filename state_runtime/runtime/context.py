@@ -1,0 +1,26 @@
+"""The batch a task is working on, for update functions that need it (timeouts, logging)."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    query_id: str
+    batch_id: int
+    batch_time_ms: int
+    """The driver's clock when the batch started: the same for every task of the batch."""
+    partition_id: int
+
+
+_current: ContextVar[BatchContext | None] = ContextVar("state_runtime_batch", default=None)
+
+
+def current_batch() -> BatchContext:
+    """The batch being processed; only valid inside an update function."""
+    ctx = _current.get()
+    if ctx is None:
+        raise RuntimeError("current_batch() is only available inside a stateful update function")
+    return ctx

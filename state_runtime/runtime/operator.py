@@ -1,0 +1,81 @@
+"""The description of one stateful operator: what the driver ships to every task."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StringType, StructField, StructType
+
+from state_runtime.config import StoreConfig
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import DEFAULT_STORE_NAME, validate_name, validate_non_negative
+from state_runtime.schema import StateSchema, parse_schema
+from state_runtime.store import StateStore
+
+UpdateFunction = Callable[[StateStore, pa.Table], "pa.Table | Iterable[tuple[Any, ...]] | None"]
+"""``update(store, rows)``: apply one partition's rows of a batch to its store, return output.
+
+``rows`` is an Arrow table of the partition's input rows. The output is an Arrow table or an
+iterable of tuples matching the operator's output schema (or None for no output).
+"""
+
+CHECKPOINT_COLUMN = "__state_checkpoint"
+
+
+@dataclass(frozen=True)
+class StatefulOperator:
+    """One stateful operator: keys, schemas, the update function and the partition count.
+
+    ``num_partitions`` is fixed for the life of a query: rows are routed to state partitions
+    by Spark's Murmur3 hash of the key columns modulo this number, the same in every batch
+    and every run.
+    """
+
+    operator_id: int
+    key_columns: Sequence[str]
+    key_schema: str | StructType
+    value_schema: str | StructType
+    output_schema: str | StructType
+    update: UpdateFunction
+    num_partitions: int
+    store_name: str = DEFAULT_STORE_NAME
+    config: StoreConfig = field(default_factory=StoreConfig)
+
+    def __post_init__(self) -> None:
+        validate_non_negative(self.operator_id, "operator id")
+        validate_name(self.store_name, "store name")
+        if not self.key_columns:
+            raise InvalidArgument("a stateful operator needs at least one key column")
+        if isinstance(self.num_partitions, bool) or not 1 <= self.num_partitions <= 100_000:
+            raise InvalidArgument(f"num_partitions={self.num_partitions}: expected 1..100000")
+        if len(self.key_columns) != len(self.schema.key.fields):
+            raise InvalidArgument(
+                f"key columns {list(self.key_columns)} do not match the key schema "
+                f"<{self.schema.key.simpleString()}>"
+            )
+        object.__setattr__(self, "key_columns", tuple(self.key_columns))
+        object.__setattr__(self, "output_schema", parse_schema(self.output_schema))
+
+    @property
+    def schema(self) -> StateSchema:
+        return StateSchema.of(self.key_schema, self.value_schema)
+
+    @property
+    def output_struct(self) -> StructType:
+        out = self.output_schema
+        assert isinstance(out, StructType)
+        return out
+
+    def staged_schema(self) -> StructType:
+        """What the tasks emit: the output columns (nullable) plus the checkpoint column."""
+        fields = [StructField(f.name, f.dataType, True) for f in self.output_struct.fields]
+        if CHECKPOINT_COLUMN in self.output_struct.names:
+            raise InvalidArgument(f"output column name {CHECKPOINT_COLUMN!r} is reserved")
+        return StructType([*fields, StructField(CHECKPOINT_COLUMN, StringType(), True)])
+
+    def staged_arrow_schema(self) -> pa.Schema:
+        return to_arrow_schema(self.staged_schema(), timezone="UTC")

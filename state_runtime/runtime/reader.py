@@ -1,0 +1,143 @@
+"""Reading state back as Spark DataFrames, like Spark's ``statestore`` data source.
+
+``read_state`` returns one row per key of an operator's store at a committed version: the
+partition id, a ``key`` struct and a ``value`` struct. ``read_state_metadata`` lists every
+store below a checkpoint root with its latest committed version and checkpoint id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from state_runtime.catalog import Catalog
+from state_runtime.catalog.settings import catalog_url as default_catalog_url
+from state_runtime.config import StoreConfig
+from state_runtime.errors import InvalidArgument, UnknownCheckpointId
+from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.runtime import worker
+from state_runtime.schema import StateSchema
+from state_runtime.storage import open_storage
+
+_REFS = StructType(
+    [
+        StructField("partition_id", IntegerType(), False),
+        StructField("version", LongType(), False),
+        StructField("checkpoint_id", StringType(), True),
+    ]
+)
+
+
+def _load_partitions(
+    root: str, operator_id: int, store_name: str, schema: StateSchema,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    for batch in batches:
+        for partition, version, checkpoint_id in zip(*batch.to_pydict().values(), strict=True):
+            store_id = StoreId(operator_id, partition, store_name)
+            provider = worker.provider_for(root, store_id, schema, StoreConfig())
+            table = provider.get_read_store(version, checkpoint_id).to_arrow()
+            ids = pa.array([partition] * table.num_rows, type=pa.int32())
+            yield from pa.table(
+                {"partition_id": ids, "key": table.column("key"), "value": table.column("value")}
+            ).to_batches()
+
+
+def _refs(
+    catalog: Catalog, root: str, operator_id: int, store_name: str,
+    query_id: str | None, batch_id: int | None, version: int | None,
+) -> dict[StoreId, CheckpointRef]:  # fmt: skip
+    def ours(store: StoreId) -> bool:
+        return store.operator_id == operator_id and store.store_name == store_name
+
+    if batch_id is not None:
+        if query_id is None:
+            raise InvalidArgument("reading state as of a batch needs the query id")
+        refs = catalog.committed_ids(root, query_id, batch_id)
+    else:
+        refs = catalog.latest_committed(root)
+    refs = {s: r for s, r in refs.items() if ours(s)}
+    if version is not None:
+        refs = {}
+        for record in catalog.stores(root):
+            if not ours(record.key.store):
+                continue
+            entries = [
+                e.ref
+                for e in catalog.commit_history(root, store=record.key.store, limit=1_000_000)
+                if e.ref.version == version
+            ]
+            if not entries:
+                raise UnknownCheckpointId(
+                    "no committed checkpoint at this version",
+                    store=record.key.store,
+                    version=version,
+                )
+            refs[record.key.store] = entries[0]
+    if not refs:
+        raise InvalidArgument(
+            f"no committed state for operator {operator_id}, store {store_name} below {root}"
+        )
+    return refs
+
+
+def read_state(
+    spark: SparkSession,
+    checkpoint_root: str,
+    operator_id: int,
+    store_name: str = "default",
+    *,
+    batch_id: int | None = None,
+    query_id: str | None = None,
+    version: int | None = None,
+    catalog_url: str | None = None,
+) -> DataFrame:
+    """The state of an operator's store, as of the latest commit, a batch, or a version."""
+    root = open_storage(checkpoint_root).uri
+    with Catalog.open(catalog_url or default_catalog_url()) as catalog:
+        refs = _refs(catalog, root, operator_id, store_name, query_id, batch_id, version)
+        record = next(r for r in catalog.stores(root) if r.key.store in refs)
+    schema = StateSchema.of(record.key_schema, record.value_schema)
+    rows = [(s.partition_id, r.version, r.checkpoint_id) for s, r in sorted(refs.items())]
+    out = StructType(
+        [
+            StructField("partition_id", IntegerType(), False),
+            StructField("key", schema.key, True),
+            StructField("value", schema.value, True),
+        ]
+    )
+    return (
+        spark.createDataFrame(rows, _REFS)
+        .repartition(len(rows))
+        .mapInArrow(partial(_load_partitions, root, operator_id, store_name, schema), out)
+    )
+
+
+def read_state_metadata(
+    spark: SparkSession, checkpoint_root: str, *, catalog_url: str | None = None
+) -> DataFrame:
+    """Every store below ``checkpoint_root``: operator, partition, store name, latest committed
+    version and checkpoint id, and when it was committed."""
+    root = open_storage(checkpoint_root).uri
+    with Catalog.open(catalog_url or default_catalog_url()) as catalog:
+        records = catalog.stores(root)
+    rows = [
+        (
+            r.key.store.operator_id,
+            r.key.store.partition_id,
+            r.key.store.store_name,
+            r.latest.version,
+            r.latest.checkpoint_id,
+            r.last_committed_at,
+        )  # fmt: skip
+        for r in records
+    ]
+    return spark.createDataFrame(
+        rows,
+        "operator_id int, partition_id int, store_name string, version bigint, "
+        "checkpoint_id string, committed_at timestamp",
+    )

@@ -1,0 +1,84 @@
+"""Executor-side state: the providers a Python worker keeps between tasks.
+
+PySpark reuses Python worker processes, so module-level caches survive from one task to the
+next. A partition is not pinned to a worker, though: the copy a worker holds is often a few
+versions behind, and the provider rolls it forward by applying only the deltas it missed.
+The coordinator's records (which worker holds which store) let a worker drop copies that
+another worker now keeps more current; that saves memory and is never needed for
+correctness.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from state_runtime.catalog import Catalog
+from state_runtime.config import StoreConfig
+from state_runtime.identity import StoreId
+from state_runtime.provider import StateStoreProvider
+from state_runtime.schema import StateSchema
+from state_runtime.storage import Storage, open_storage
+
+MAX_PROVIDERS = int(os.environ.get("STATE_WORKER_MAX_STORES", "64"))
+
+_lock = threading.Lock()
+_providers: OrderedDict[tuple[Any, ...], StateStoreProvider] = OrderedDict()
+_storages: dict[str, Storage] = {}
+_catalogs: dict[str, Catalog] = {}
+
+
+def worker_id() -> str:
+    """This Python worker process, as the coordinator names it."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def storage_for(root: str) -> Storage:
+    with _lock:
+        if root not in _storages:
+            _storages[root] = open_storage(root)
+        return _storages[root]
+
+
+def catalog_for(url: str) -> Catalog:
+    with _lock:
+        if url not in _catalogs:
+            _catalogs[url] = Catalog.open(url)
+        return _catalogs[url]
+
+
+def provider_for(
+    root: str, store: StoreId, schema: StateSchema, config: StoreConfig
+) -> StateStoreProvider:
+    """This worker's provider of ``store`` (created on first use, least recently used evicted)."""
+    key = (root, store, schema.key.json(), schema.value.json(), config)
+    with _lock:
+        provider = _providers.get(key)
+        if provider is None:
+            provider = StateStoreProvider(
+                open_storage(root) if root not in _storages else _storages[root],
+                store.operator_id, store.partition_id, store.store_name,
+                key_schema=schema.key, value_schema=schema.value, config=config,
+            )  # fmt: skip
+            _providers[key] = provider
+            while len(_providers) > MAX_PROVIDERS:
+                _providers.popitem(last=False)
+        _providers.move_to_end(key)
+        return provider
+
+
+def held_stores(root: str) -> list[StoreId]:
+    with _lock:
+        return [key[1] for key in _providers if key[0] == root]
+
+
+def unload(root: str, stores: set[StoreId]) -> int:
+    """Drop this worker's copies of ``stores`` (the coordinator says others hold them)."""
+    with _lock:
+        doomed = [key for key in _providers if key[0] == root and key[1] in stores]
+        for key in doomed:
+            del _providers[key]
+        return len(doomed)
