@@ -60,5 +60,8 @@ demo: $(STAMP) check-java
 bench-store: $(STAMP)
 	$(PY) benchmarks/bench_store.py
 
+bench-s3: $(STAMP)
+	$(PY) benchmarks/bench_s3.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output

@@ -2,18 +2,56 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from state_runtime.storage import LocalStorage, Storage
 
-BACKENDS = ["local"]
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytest_plugins = ["tests.s3_fixtures"]
+
+BACKENDS = ["local", "s3"]
+_BACKEND_MARKS = {"s3": pytest.mark.s3}
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=[pytest.param(b, marks=_BACKEND_MARKS.get(b, ())) for b in BACKENDS])
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
-    """A fresh, empty checkpoint root on each storage backend."""
+    """A fresh, empty checkpoint root on each storage backend (S3: a new bucket on moto)."""
     if request.param == "local":
         return LocalStorage(tmp_path / "checkpoint")
+    if request.param == "s3":
+        s3: Storage = request.getfixturevalue("s3_storage")
+        return s3
     raise AssertionError(request.param)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One Spark session for the whole test run, with two real executor JVMs, so that state
+    partitions really move between executors and their Python workers."""
+    from pyspark import cloudpickle
+
+    import tests
+    from state_runtime.runtime.session import spark_session
+
+    # Update functions defined in test modules travel by value: executors cannot import tests.
+    cloudpickle.register_pickle_by_value(tests)
+
+    session = spark_session(
+        "local-cluster[2,1,1024]",
+        app_name="state-runtime-tests",
+        extra={"spark.task.maxFailures": "4", "spark.executor.memory": "1g"},
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def sqlite_catalog_url(tmp_path: Path) -> str:
+    """An embedded SQLite catalog in the test's own folder."""
+    return f"sqlite:///{tmp_path / 'catalog.db'}"

@@ -1,0 +1,368 @@
+"""Checkpoint files on S3 or an S3-compatible store (MinIO), through boto3.
+
+- Put-if-absent is ``If-None-Match: *`` on PutObject, and on CompleteMultipartUpload for
+  payloads at or above ``multipart_threshold``; a failed multipart upload is aborted.
+- Transient failures (5xx, throttling, timeouts, dropped connections) are retried by boto3's
+  own ``standard`` or ``adaptive`` mode; ``409 ConditionalRequestConflict`` joins that loop.
+- A retried conditional write can meet its own earlier, successful attempt (the answer was
+  lost, the bytes were not). Every write therefore carries a unique token in its metadata;
+  after an ambiguous failure one HEAD tells whether the file there is ours (success) or
+  someone else's (FileAlreadyExists).
+- Listing pages through ListObjectsV2; deletes go in DeleteObjects batches of 1,000 keys.
+- Every HTTP request is counted in :attr:`requests` by kind (see ``REQUEST_KINDS``), plus
+  ``retries`` for each re-sent request.
+
+The storage pickles as its bucket, prefix and :class:`S3Settings`; an unpickled copy (on a
+Spark executor) uses the process's shared client for those settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from datetime import UTC
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlparse
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from state_runtime.errors import (
+    FileAlreadyExists,
+    InvalidArgument,
+    StorageError,
+    StorageFileNotFound,
+)
+from state_runtime.storage.base import DeleteResult, FileInfo, Storage, check_relative_path
+from state_runtime.storage.s3_client import CallRecord, instrument, recording, shared_client
+from state_runtime.storage.s3_errors import (
+    http_status,
+    is_not_found,
+    is_precondition_failed,
+    storage_error,
+)
+from state_runtime.storage.s3_settings import S3Settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
+
+log = logging.getLogger(__name__)
+
+DELETE_BATCH: Final = 1000
+"""DeleteObjects takes at most 1,000 keys per request."""
+MAX_PARTS: Final = 10_000
+WRITE_TOKEN: Final = "state-runtime-write"
+"""User metadata key (``x-amz-meta-state-runtime-write``) holding each write's unique token."""
+
+_BUCKET_RE: Final = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+_S3Failure = ClientError | BotoCoreError
+
+
+class S3Storage(Storage):
+    """Files below ``s3://bucket/prefix``.
+
+    Configure it with ``settings`` or with ``options``, the :class:`S3Settings` fields
+    (``endpoint_url``, ``region_name``, ``max_attempts``, ``multipart_threshold``, ...) with
+    the environment filled in. ``client`` replaces the shared client in this process only
+    (tests, custom sessions); pickled copies build theirs from the settings.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        settings: S3Settings | None = None,
+        client: S3Client | None = None,
+        **options: object,
+    ) -> None:
+        super().__init__()
+        if settings is not None and options:
+            raise InvalidArgument("pass S3 settings or options, not both")
+        if not _BUCKET_RE.match(bucket) or ".." in bucket:
+            raise InvalidArgument(f"invalid S3 bucket name {bucket!r}")
+        prefix = prefix.strip("/")
+        if prefix:
+            check_relative_path(prefix)
+        self.bucket = bucket
+        self.prefix = prefix
+        self.settings = settings if settings is not None else S3Settings.resolve(options)
+        self._client_override = client
+        if client is not None:
+            instrument(client, self.settings.max_attempts)
+        self._count_lock = threading.Lock()
+
+    @classmethod
+    def from_uri(cls, uri: str, *, client: S3Client | None = None, **options: object) -> S3Storage:
+        """Storage for ``s3://bucket/prefix`` (``s3a://`` accepted, as Hadoop writes it)."""
+        parsed = urlparse(uri)
+        if parsed.scheme not in {"s3", "s3a"}:
+            raise InvalidArgument(f"invalid S3 URI {uri!r}: expected s3://bucket/prefix")
+        if "@" in parsed.netloc:
+            raise InvalidArgument("invalid S3 URI: must not contain credentials")
+        if parsed.query or parsed.fragment or parsed.params or ":" in parsed.netloc:
+            raise InvalidArgument(f"invalid S3 URI {uri!r}: no port, query or fragment allowed")
+        return cls(parsed.netloc, parsed.path, settings=S3Settings.resolve(options), client=client)
+
+    def __reduce__(self) -> tuple[Callable[..., S3Storage], tuple[Any, ...]]:
+        return _restore, (self.bucket, self.prefix, self.settings)
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    # --- the Storage interface ----------------------------------------------------------
+
+    def read(self, path: str) -> bytes:
+        key = self._key(path)
+        with self._call() as call:
+            try:
+                data = self._client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            except (ClientError, BotoCoreError) as e:
+                raise self._error(e, "read", path, call) from e
+        with self._count_lock:
+            self.requests.bytes_read += len(data)
+        return data
+
+    def write_if_absent(self, path: str, data: bytes) -> None:
+        key = self._key(path)
+        token = uuid.uuid4().hex
+        if len(data) >= self.settings.multipart_threshold:
+            self._write_multipart(key, path, data, token)
+        else:
+            self._put(key, path, data, token)
+        with self._count_lock:
+            self.requests.bytes_written += len(data)
+
+    def exists(self, path: str) -> bool:
+        return self._head(path) is not None
+
+    def size(self, path: str) -> int:
+        head = self._head(path)
+        if head is None:
+            raise StorageFileNotFound("file not found", path=path)
+        return int(head["ContentLength"])
+
+    def list(self, prefix: str) -> Iterator[FileInfo]:
+        pages = iter(
+            self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self._key(prefix) + "/"
+            )
+        )
+        while True:
+            with self._call() as call:
+                try:
+                    page = next(pages, None)
+                except (ClientError, BotoCoreError) as e:
+                    raise self._error(e, "list", prefix, call) from e
+            if page is None:
+                return
+            for obj in page.get("Contents", []):
+                key = obj["Key"]
+                if not key.endswith("/"):  # folder markers made by consoles
+                    yield FileInfo(
+                        path=self._relative(key),
+                        size=obj["Size"],
+                        modified=obj["LastModified"].astimezone(UTC),
+                    )
+
+    def delete(self, paths: Sequence[str]) -> DeleteResult:
+        unique = list(dict.fromkeys(paths))
+        keys = [self._key(p) for p in unique]  # validate every path before deleting any
+        result = DeleteResult()
+        for start in range(0, len(keys), DELETE_BATCH):
+            end = start + DELETE_BATCH
+            batch = dict(zip(keys[start:end], unique[start:end], strict=True))
+            with self._call() as call:
+                try:
+                    answer = self._client.delete_objects(
+                        Bucket=self.bucket,
+                        Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                    )
+                except (ClientError, BotoCoreError) as e:
+                    # Stop at the first failed batch: the store is failing; report the rest.
+                    reason = str(self._error(e, "delete", None, call))
+                    result.failed.update(dict.fromkeys(unique[start:end], reason))
+                    later = f"not attempted after an earlier batch failed: {reason}"
+                    result.failed.update(dict.fromkeys(unique[end:], later))
+                    return result
+            refused = {
+                err.get("Key", ""): f"{err.get('Code', 'error')}: {err.get('Message', '')}"
+                for err in answer.get("Errors", [])
+            }
+            for key, path in batch.items():
+                if key in refused:
+                    result.failed[path] = refused[key]
+                else:
+                    result.deleted.append(path)
+        return result
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def _put(self, key: str, path: str, data: bytes, token: str) -> None:
+        with self._call() as call:
+            try:
+                self._client.put_object(
+                    Bucket=self.bucket,
+                    Key=key,
+                    Body=data,
+                    IfNoneMatch="*",
+                    Metadata={WRITE_TOKEN: token},
+                )
+                return
+            except (ClientError, BotoCoreError) as e:
+                failure: _S3Failure = e
+        self._settle(failure, call, key, path, token, "write")
+
+    def _write_multipart(self, key: str, path: str, data: bytes, token: str) -> None:
+        with self._call() as call:
+            try:
+                upload_id = self._client.create_multipart_upload(
+                    Bucket=self.bucket,
+                    Key=key,
+                    Metadata={WRITE_TOKEN: token},
+                    ChecksumAlgorithm="CRC32",
+                )["UploadId"]
+            except (ClientError, BotoCoreError) as e:
+                raise self._error(e, "start multipart upload", path, call) from e
+        try:
+            parts = self._upload_parts(key, path, upload_id, data)
+            with self._call() as call:
+                try:
+                    self._client.complete_multipart_upload(
+                        Bucket=self.bucket,
+                        Key=key,
+                        UploadId=upload_id,
+                        MultipartUpload={"Parts": parts},
+                        IfNoneMatch="*",
+                    )
+                    return
+                except (ClientError, BotoCoreError) as e:
+                    failure: _S3Failure = e
+            self._settle(failure, call, key, path, token, "complete multipart upload")
+        except BaseException:
+            self._abort(key, path, upload_id)
+            raise
+
+    def _upload_parts(
+        self, key: str, path: str, upload_id: str, data: bytes
+    ) -> Sequence[CompletedPartTypeDef]:
+        part_size = max(self.settings.multipart_part_size, -(-len(data) // MAX_PARTS))
+        offsets = range(0, len(data), part_size)
+
+        def upload(number: int, start: int) -> CompletedPartTypeDef:
+            with self._call() as call:
+                try:
+                    answer = self._client.upload_part(
+                        Bucket=self.bucket,
+                        Key=key,
+                        UploadId=upload_id,
+                        PartNumber=number,
+                        Body=data[start : start + part_size],
+                        ChecksumAlgorithm="CRC32",
+                    )
+                except (ClientError, BotoCoreError) as e:
+                    raise self._error(e, f"upload part {number}", path, call) from e
+            part: CompletedPartTypeDef = {"PartNumber": number, "ETag": answer["ETag"]}
+            if "ChecksumCRC32" in answer:
+                part["ChecksumCRC32"] = answer["ChecksumCRC32"]
+            return part
+
+        workers = min(self.settings.multipart_concurrency, len(offsets))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="s3-part")
+        try:
+            futures = [pool.submit(upload, n, start) for n, start in enumerate(offsets, 1)]
+            return [f.result() for f in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _abort(self, key: str, path: str, upload_id: str) -> None:
+        with self._call() as call:
+            try:
+                self._client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            except (ClientError, BotoCoreError) as e:
+                # The parts stay billed until a lifecycle rule removes them (docs/s3.md).
+                log.warning(
+                    "could not abort multipart upload %s: %s",
+                    upload_id,
+                    self._error(e, "abort multipart upload", path, call),
+                )
+
+    def _settle(
+        self, failure: _S3Failure, call: CallRecord, key: str, path: str, token: str, action: str
+    ) -> None:
+        """Decide a failed conditional write: return if the file is ours after all, else raise.
+
+        A first-attempt 4xx answer is definitive. After a retry, a 5xx answer or a lost
+        connection, an earlier attempt may have written the file: its token tells.
+        """
+        definitive = (
+            isinstance(failure, ClientError) and call.attempts <= 1 and http_status(failure) < 500
+        )
+        if definitive and is_precondition_failed(failure):
+            raise FileAlreadyExists("file already exists; not replaced", path=path) from failure
+        if definitive:
+            raise self._error(failure, action, path, call) from failure
+        try:
+            head = self._head(path)
+        except StorageError:
+            error = self._error(failure, action, path, call)
+            raise type(error)(
+                f"{error.reason}; outcome unknown, the file may exist", path=path
+            ) from failure
+        if head is not None and head.get("Metadata", {}).get(WRITE_TOKEN) == token:
+            log.info("S3 %s succeeded on an earlier attempt whose answer was lost", action)
+            return
+        if head is not None:
+            raise FileAlreadyExists("file already exists; not replaced", path=path) from failure
+        raise self._error(failure, action, path, call) from failure
+
+    # --- helpers --------------------------------------------------------------------------
+
+    @property
+    def _client(self) -> S3Client:
+        return self._client_override or shared_client(self.settings)
+
+    def _call(self) -> AbstractContextManager[CallRecord]:
+        return recording(self.requests, self._count_lock)
+
+    def _head(self, path: str) -> dict[str, Any] | None:
+        key = self._key(path)
+        with self._call() as call:
+            try:
+                return dict(self._client.head_object(Bucket=self.bucket, Key=key))
+            except ClientError as e:
+                if is_not_found(e):
+                    return None
+                raise self._error(e, "head", path, call) from e
+            except BotoCoreError as e:
+                raise self._error(e, "head", path, call) from e
+
+    def _key(self, path: str) -> str:
+        check_relative_path(path)
+        return f"{self.prefix}/{path}" if self.prefix else path
+
+    def _relative(self, key: str) -> str:
+        return key[len(self.prefix) + 1 :] if self.prefix else key
+
+    def _error(
+        self, error: _S3Failure, action: str, path: str | None, call: CallRecord
+    ) -> StorageError:
+        return storage_error(
+            error,
+            action=action,
+            path=path,
+            bucket=self.bucket,
+            endpoint=self.settings.endpoint_url or "AWS S3",
+            attempts=max(call.attempts, 1),
+            secrets=self.settings.secrets,
+        )
+
+
+def _restore(bucket: str, prefix: str, settings: S3Settings) -> S3Storage:
+    return S3Storage(bucket, prefix, settings=settings)
