@@ -28,7 +28,9 @@ def assert_lineage_linear(catalog: Catalog, root: str) -> int:
     checked = 0
     for record in catalog.stores(root):
         store = record.key.store
-        history = sorted(catalog.commit_history(root, store=store, limit=100_000), key=lambda e: e.ref.version)
+        history = sorted(
+            catalog.commit_history(root, store=store, limit=100_000), key=lambda e: e.ref.version
+        )
         provider = StateStoreProvider(
             storage, store.operator_id, store.partition_id, store.store_name,
             key_schema=record.key_schema, value_schema=record.value_schema,

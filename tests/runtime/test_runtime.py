@@ -142,7 +142,9 @@ def test_custom_operator_and_chained_operators(
         update=_Dedup(), num_partitions=2,
     )  # fmt: skip
     total = running_aggregation(1, ["user"], "user string", [Agg("total", "sum", "amount")], 2)
-    query = StatefulQuery("chain", str(tmp_path / "ckpt"), [dedup, total], catalog_url=sqlite_catalog_url)
+    query = StatefulQuery(
+        "chain", str(tmp_path / "ckpt"), [dedup, total], catalog_url=sqlite_catalog_url
+    )
     first: dict[str, int] = {}
     for batch in range(2):
         events = [(u, batch * 1000 + a) for u, a in _events(10 + batch, 100, users=20)]
@@ -151,7 +153,9 @@ def test_custom_operator_and_chained_operators(
             in_batch[u] = min(a, in_batch.get(u, a))
         for u, a in in_batch.items():
             first.setdefault(u, a)
-        query.run_batch(spark.createDataFrame(events, "user string, amount bigint"), batch).release()
+        query.run_batch(
+            spark.createDataFrame(events, "user string, amount bigint"), batch
+        ).release()
     rows = read_state(spark, str(tmp_path / "ckpt"), 1, catalog_url=sqlite_catalog_url).collect()
     # Each user passed dedup exactly once, so the running sum is its first amount.
     assert {r.key.user: r.value.total for r in rows} == first
