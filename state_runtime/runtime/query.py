@@ -161,12 +161,21 @@ class StatefulQuery:
         return routed.mapInArrow(partial(run_partition, spec), op.staged_schema())
 
     def run_batch(
-        self, df: DataFrame, batch_id: int, *, batch_time_ms: int | None = None
+        self,
+        df: DataFrame,
+        batch_id: int,
+        *,
+        sink: Sink | None = None,
+        batch_time_ms: int | None = None,
     ) -> BatchResult:
         """Run and commit batch ``batch_id``. Call ``release()`` on the result when done.
 
-        ``batch_time_ms`` (default: now) is the batch's clock for timeouts, the same in
-        every task.
+        With ``sink``, the output is handed to ``sink(output, batch_id)`` before the catalog
+        commit: the sink's first action computes the stateful stage (once; it is cached) and
+        the checkpoint infos are then read from the cache, which saves a Spark job per batch.
+        If the driver fails in between, the replayed batch recomputes and the sink sees the
+        output again: at-least-once, as with any ``foreachBatch`` sink. ``batch_time_ms``
+        (default: now) is the batch's clock for timeouts, the same in every task.
         """
         started = time.perf_counter()
         batch_time = int(time.time() * 1000) if batch_time_ms is None else batch_time_ms
@@ -179,11 +188,14 @@ class StatefulQuery:
                 staged = self._stage(current, op, batch_id, committed, batch_time)
                 staged.persist(StorageLevel.MEMORY_AND_DISK)
                 cached.append(staged)
+                current = staged.where(F.col(CHECKPOINT_COLUMN).isNull()).drop(CHECKPOINT_COLUMN)
+            if sink is not None:
+                sink(current, batch_id)
+            for op, staged in zip(self.operators, cached, strict=True):
                 rows = staged.where(F.col(CHECKPOINT_COLUMN).isNotNull()).collect()
                 op_reports = [parse_report(r[CHECKPOINT_COLUMN]) for r in rows]
                 self._check_reports(op, op_reports)
                 reports.extend(op_reports)
-                current = staged.where(F.col(CHECKPOINT_COLUMN).isNull()).drop(CHECKPOINT_COLUMN)
             infos = [CheckpointInfo.from_dict(r) for r in reports]
             commit_started = time.perf_counter()
             self.catalog.commit_batch(self.root, self.query_id, batch_id, infos)
@@ -232,15 +244,10 @@ class StatefulQuery:
     # --- Structured Streaming -----------------------------------------------------------
 
     def foreach_batch(self, sink: Sink | None = None) -> Callable[[DataFrame, int], None]:
-        """A ``foreachBatch`` function: run and commit the batch, then hand its output to
-        ``sink(output_df, batch_id)`` (computed once, served from cache)."""
+        """A ``foreachBatch`` function: run the batch, hand its output to
+        ``sink(output_df, batch_id)`` (computed once, served from cache), commit."""
 
         def process(df: DataFrame, batch_id: int) -> None:
-            result = self.run_batch(df, batch_id)
-            try:
-                if sink is not None:
-                    sink(result.output, batch_id)
-            finally:
-                result.release()
+            self.run_batch(df, batch_id, sink=sink).release()
 
         return process
