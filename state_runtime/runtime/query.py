@@ -36,7 +36,7 @@ from state_runtime.runtime.tasks import (
     parse_report,
     run_partition,
 )
-from state_runtime.storage import open_storage
+from state_runtime.storage import Storage, open_storage
 
 log = logging.getLogger("state_runtime.runtime")
 
@@ -65,14 +65,15 @@ class StatefulQuery:
     """A streaming query's stateful operators, their checkpoint root and the catalog.
 
     ``operators`` run in order, each on the previous one's output (the first on the batch's
-    input). Use :meth:`run_batch` directly, or :meth:`foreach_batch` with Structured
+    input). ``checkpoint_root`` is a path or URI, or a :class:`Storage` (for example an
+    S3Storage with an endpoint override); it travels to the executors with each task. Use :meth:`run_batch` directly, or :meth:`foreach_batch` with Structured
     Streaming's ``foreachBatch`` so that any source works.
     """
 
     def __init__(
         self,
         query_id: str,
-        checkpoint_root: str,
+        checkpoint_root: str | Storage,
         operators: Sequence[StatefulOperator],
         *,
         catalog_url: str | None = None,
@@ -83,7 +84,12 @@ class StatefulQuery:
         ids = [(op.operator_id, op.store_name) for op in operators]
         if len(set(ids)) != len(ids):
             raise InvalidArgument(f"operators must have distinct (operator id, store name): {ids}")
-        self.root = open_storage(checkpoint_root).uri
+        self.storage = (
+            checkpoint_root
+            if isinstance(checkpoint_root, Storage)
+            else open_storage(checkpoint_root)
+        )
+        self.root = self.storage.uri
         self.operators = list(operators)
         self.catalog_url = catalog_url or default_catalog_url()
         self.catalog = Catalog.open(self.catalog_url, upgrade=True)
@@ -149,7 +155,7 @@ class StatefulQuery:
             PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(op.num_partitions))
         ).repartition(op.num_partitions, *keys)
         spec = TaskSpec(
-            root=self.root,
+            storage=self.storage,
             catalog_url=self.catalog_url,
             query_id=self.query_id,
             batch_id=batch_id,

@@ -21,7 +21,7 @@ from state_runtime.errors import InvalidArgument, UnknownCheckpointId
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.runtime import worker
 from state_runtime.schema import StateSchema
-from state_runtime.storage import open_storage
+from state_runtime.storage import Storage, open_storage
 
 _REFS = StructType(
     [
@@ -33,13 +33,13 @@ _REFS = StructType(
 
 
 def _load_partitions(
-    root: str, operator_id: int, store_name: str, schema: StateSchema,
+    storage: Storage, operator_id: int, store_name: str, schema: StateSchema,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
     for batch in batches:
         for partition, version, checkpoint_id in zip(*batch.to_pydict().values(), strict=True):
             store_id = StoreId(operator_id, partition, store_name)
-            provider = worker.provider_for(root, store_id, schema, StoreConfig())
+            provider = worker.provider_for(storage, store_id, schema, StoreConfig())
             table = provider.get_read_store(version, checkpoint_id).to_arrow()
             ids = pa.array([partition] * table.num_rows, type=pa.int32())
             yield from pa.table(
@@ -87,7 +87,7 @@ def _refs(
 
 def read_state(
     spark: SparkSession,
-    checkpoint_root: str,
+    checkpoint_root: str | Storage,
     operator_id: int,
     store_name: str = "default",
     *,
@@ -97,7 +97,10 @@ def read_state(
     catalog_url: str | None = None,
 ) -> DataFrame:
     """The state of an operator's store, as of the latest commit, a batch, or a version."""
-    root = open_storage(checkpoint_root).uri
+    storage = (
+        checkpoint_root if isinstance(checkpoint_root, Storage) else open_storage(checkpoint_root)
+    )
+    root = storage.uri
     with Catalog.open(catalog_url or default_catalog_url()) as catalog:
         refs = _refs(catalog, root, operator_id, store_name, query_id, batch_id, version)
         record = next(r for r in catalog.stores(root) if r.key.store in refs)
@@ -113,16 +116,20 @@ def read_state(
     return (
         spark.createDataFrame(rows, _REFS)
         .repartition(len(rows))
-        .mapInArrow(partial(_load_partitions, root, operator_id, store_name, schema), out)
+        .mapInArrow(partial(_load_partitions, storage, operator_id, store_name, schema), out)
     )
 
 
 def read_state_metadata(
-    spark: SparkSession, checkpoint_root: str, *, catalog_url: str | None = None
+    spark: SparkSession, checkpoint_root: str | Storage, *, catalog_url: str | None = None
 ) -> DataFrame:
     """Every store below ``checkpoint_root``: operator, partition, store name, latest committed
     version and checkpoint id, and when it was committed."""
-    root = open_storage(checkpoint_root).uri
+    root = (
+        checkpoint_root.uri
+        if isinstance(checkpoint_root, Storage)
+        else open_storage(checkpoint_root).uri
+    )
     with Catalog.open(catalog_url or default_catalog_url()) as catalog:
         records = catalog.stores(root)
     rows = [

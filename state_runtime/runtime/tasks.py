@@ -33,7 +33,7 @@ PARTITION_COLUMN = "__state_partition"
 class TaskSpec:
     """Everything a task needs, as plain picklable data."""
 
-    root: str
+    storage: Storage
     catalog_url: str
     query_id: str
     batch_id: int
@@ -84,7 +84,7 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
             )
     rows = table.drop_columns([PARTITION_COLUMN])
     store_id = StoreId(op.operator_id, partition, op.store_name)
-    provider = worker.provider_for(spec.root, store_id, op.schema, op.config)
+    provider = worker.provider_for(spec.storage, store_id, op.schema, op.config)
     version, checkpoint_id = spec.base.get(partition, (0, None))
     store = provider.get_store(version, checkpoint_id)
     token = _current.set(BatchContext(spec.query_id, spec.batch_id, spec.batch_time_ms, partition))
@@ -97,7 +97,7 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
         raise
     finally:
         _current.reset(token)
-    worker.catalog_for(spec.catalog_url).record_files(spec.root, [info])
+    worker.catalog_for(spec.catalog_url).record_files(spec.storage.uri, [info])
     load = store.metrics.load
     report = {
         **info.to_dict(),

@@ -21,26 +21,18 @@ from state_runtime.config import StoreConfig
 from state_runtime.identity import StoreId
 from state_runtime.provider import StateStoreProvider
 from state_runtime.schema import StateSchema
-from state_runtime.storage import Storage, open_storage
+from state_runtime.storage import Storage
 
 MAX_PROVIDERS = int(os.environ.get("STATE_WORKER_MAX_STORES", "64"))
 
 _lock = threading.Lock()
 _providers: OrderedDict[tuple[Any, ...], StateStoreProvider] = OrderedDict()
-_storages: dict[str, Storage] = {}
 _catalogs: dict[str, Catalog] = {}
 
 
 def worker_id() -> str:
     """This Python worker process, as the coordinator names it."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def storage_for(root: str) -> Storage:
-    with _lock:
-        if root not in _storages:
-            _storages[root] = open_storage(root)
-        return _storages[root]
 
 
 def catalog_for(url: str) -> Catalog:
@@ -51,15 +43,18 @@ def catalog_for(url: str) -> Catalog:
 
 
 def provider_for(
-    root: str, store: StoreId, schema: StateSchema, config: StoreConfig
+    storage: Storage, store: StoreId, schema: StateSchema, config: StoreConfig
 ) -> StateStoreProvider:
-    """This worker's provider of ``store`` (created on first use, least recently used evicted)."""
-    key = (root, store, schema.key.json(), schema.value.json(), config)
+    """This worker's provider of ``store`` (created on first use, least recently used evicted).
+
+    ``storage`` arrives pickled with each task; the first one seen for a root is kept.
+    """
+    key = (storage.uri, store, schema.key.json(), schema.value.json(), config)
     with _lock:
         provider = _providers.get(key)
         if provider is None:
             provider = StateStoreProvider(
-                open_storage(root) if root not in _storages else _storages[root],
+                storage,
                 store.operator_id, store.partition_id, store.store_name,
                 key_schema=schema.key, value_schema=schema.value, config=config,
             )  # fmt: skip

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from state_runtime.catalog import Catalog
 from state_runtime.identity import FileKind
 from state_runtime.provider import StateStoreProvider
-from state_runtime.storage import open_storage
+from state_runtime.storage import Storage
 
 
 def running_totals(events: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:
@@ -20,11 +20,11 @@ def running_totals(events: Iterable[tuple[str, int]]) -> dict[str, tuple[int, in
     return {u: (c, s) for u, (c, s) in totals.items()}
 
 
-def assert_lineage_linear(catalog: Catalog, root: str) -> int:
+def assert_lineage_linear(catalog: Catalog, storage: Storage) -> int:
     """Every store's committed versions form one chain: each committed delta's parent is the
     previously committed checkpoint, and every committed version is loadable. Returns the
     number of commits checked."""
-    storage = open_storage(root)
+    root = storage.uri
     checked = 0
     for record in catalog.stores(root):
         store = record.key.store

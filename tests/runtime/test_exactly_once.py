@@ -26,6 +26,7 @@ from state_runtime.runtime import (
     worker,
 )
 from state_runtime.runtime.aggregation import _RunningAggregate
+from state_runtime.storage import Storage, open_storage
 from state_runtime.store import StateStore
 
 from .reference import assert_lineage_linear, running_totals
@@ -65,7 +66,7 @@ class _Flaky:
         assert ctx is not None
         if ctx.attemptNumber() == 0 and ctx.partitionId() in self.failing:
             provider = worker.provider_for(
-                self.root, store.store_id, store._provider.schema, store._provider.config
+                self.storage, store.store_id, store._provider.schema, store._provider.config
             )
             duplicate = provider.get_store(store.version, store.checkpoint_id)
             list(self.inner(duplicate, rows))
@@ -78,16 +79,10 @@ def test_failed_and_duplicate_task_attempts(
     spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
 ) -> None:
     root = str(tmp_path / "ckpt")
-    probe = StatefulQuery(
-        "probe",
-        root,
-        [running_aggregation(9, ["user"], "user string", [Agg("n", "count")], 1)],
-        catalog_url=sqlite_catalog_url,
-    )
     flaky = StatefulOperator(
         operator_id=0, key_columns=["user"], key_schema="user string",
         value_schema="n bigint, total bigint", output_schema="user string, n bigint, total bigint",
-        update=_Flaky(probe.root, failing={0, 2}), num_partitions=PARTITIONS,
+        update=_Flaky(open_storage(root), failing={0, 2}), num_partitions=PARTITIONS,
     )  # fmt: skip
     query = StatefulQuery("flaky", root, [flaky], catalog_url=sqlite_catalog_url)
     seen: list[tuple[str, int]] = []
@@ -104,7 +99,7 @@ def test_failed_and_duplicate_task_attempts(
     deltas = list((tmp_path / "ckpt").rglob("*.delta"))
     assert len(deltas) == 3 * PARTITIONS + 3 * 2  # every batch: 2 uncommitted duplicates
     with Catalog.open(sqlite_catalog_url) as catalog:
-        assert assert_lineage_linear(catalog, query.root) == 3 * PARTITIONS
+        assert assert_lineage_linear(catalog, query.storage) == 3 * PARTITIONS
 
 
 def test_driver_dies_after_tasks_committed_before_the_catalog_commit(
@@ -135,7 +130,7 @@ def test_driver_dies_after_tasks_committed_before_the_catalog_commit(
     assert _state(spark, root, sqlite_catalog_url) == running_totals(seen)
     assert len(list((tmp_path / "ckpt").rglob("2_*.delta"))) == 2 * PARTITIONS
     with Catalog.open(sqlite_catalog_url) as catalog:
-        assert assert_lineage_linear(catalog, restarted.root) == 2 * PARTITIONS
+        assert assert_lineage_linear(catalog, restarted.storage) == 2 * PARTITIONS
         # The abandoned attempt's deltas are in the inventory: never committed, awaiting cleanup.
         verdicts = {
             v.file.path: v.verdict
@@ -168,7 +163,7 @@ def test_a_replayed_batch_replaces_its_commit(
         _events(0) + _events(1) + _events(2)
     )
     with Catalog.open(sqlite_catalog_url) as catalog:
-        assert assert_lineage_linear(catalog, query.root) == 3 * PARTITIONS
+        assert assert_lineage_linear(catalog, query.storage) == 3 * PARTITIONS
 
 
 def test_structured_streaming_restart_from_checkpoint(
@@ -228,4 +223,4 @@ def test_structured_streaming_restart_from_checkpoint(
     assert sunk[0] == 0 and sorted(set(sunk)) == list(range(5))
     assert _state(spark, root, sqlite_catalog_url) == running_totals(all_events)
     with Catalog.open(sqlite_catalog_url) as catalog:
-        assert assert_lineage_linear(catalog, str(Path(root).absolute().as_uri())) == 5 * PARTITIONS
+        assert assert_lineage_linear(catalog, open_storage(root)) == 5 * PARTITIONS

@@ -76,7 +76,7 @@ def test_running_aggregation_matches_the_reference(
     # Two executors, each with its own Python workers: partitions really moved around.
     assert len({w.split(":")[0] + w for w in workers}) >= 2
     with Catalog.open(sqlite_catalog_url) as catalog:
-        assert assert_lineage_linear(catalog, query.root) == 4 * PARTITIONS
+        assert assert_lineage_linear(catalog, query.storage) == 4 * PARTITIONS
         metrics = catalog.batch_metrics(query.root, "totals")
         assert sorted(m.batch_id for m in metrics) == [0, 1, 2, 3]
     meta = read_state_metadata(spark, root, catalog_url=sqlite_catalog_url).collect()
