@@ -41,7 +41,9 @@ def write_inputs(spark: Any, folder: Path, keys: int, batches: int, updates: int
     spark.range(keys).toDF("k").coalesce(1).write.parquet(str(folder / "f0000"))
     for b in range(1, batches + 1):
         sample = [(rng.randrange(keys),) for _ in range(updates)]
-        spark.createDataFrame(sample, "k bigint").coalesce(1).write.parquet(str(folder / f"f{b:04d}"))
+        spark.createDataFrame(sample, "k bigint").coalesce(1).write.parquet(
+            str(folder / f"f{b:04d}")
+        )
 
 
 def run_engine(engine: str, work: Path, inputs: Path, partitions: int) -> dict[str, Any]:
@@ -58,15 +60,22 @@ def run_engine(engine: str, work: Path, inputs: Path, partitions: int) -> dict[s
             ),
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         }
-    spark = spark_session("local[2]", app_name=f"bench-{engine}", shuffle_partitions=partitions, extra=conf)
-    source = spark.readStream.schema("k bigint").option("maxFilesPerTrigger", 1).option(
-        "recursiveFileLookup", "true"
-    ).parquet(str(inputs))
+    spark = spark_session(
+        "local[2]", app_name=f"bench-{engine}", shuffle_partitions=partitions, extra=conf
+    )
+    source = (
+        spark.readStream.schema("k bigint")
+        .option("maxFilesPerTrigger", 1)
+        .option("recursiveFileLookup", "true")
+        .parquet(str(inputs))
+    )
     checkpoint = work / "spark-checkpoint"
     if engine == "state_runtime":
         root = work / "state"
         op = running_aggregation(0, ["k"], "k bigint", [Agg("count", "count")], partitions)
-        query = StatefulQuery("bench", str(root), [op], catalog_url=f"sqlite:///{work / 'catalog.db'}")
+        query = StatefulQuery(
+            "bench", str(root), [op], catalog_url=f"sqlite:///{work / 'catalog.db'}"
+        )
 
         def sink(output: DataFrame, batch_id: int) -> None:
             output.write.format("noop").mode("overwrite").save()
@@ -126,10 +135,22 @@ def main() -> None:
         work.mkdir()
         print(f"running {engine} ...", flush=True)
         proc = subprocess.run(
-            [sys.executable, __file__, "--engine", engine, "--work", str(work),
-             "--inputs", str(inputs), "--partitions", str(args.partitions)],
-            capture_output=True, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+            [
+                sys.executable,
+                __file__,
+                "--engine",
+                engine,
+                "--work",
+                str(work),
+                "--inputs",
+                str(inputs),
+                "--partitions",
+                str(args.partitions),
+            ],
+            capture_output=True,
+            text=True,
+            env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        )
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
             print(proc.stdout[-3000:], proc.stderr[-3000:])
@@ -153,10 +174,16 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
         sizes = {int(k): v for k, v in r["sizes"].items()}
         first = sizes.get(1, sizes.get(min(sizes)) if sizes else 0)
         per_batch = (r["final_bytes"] - first) / max(1, args.batches - 1)
-        rows[engine] = (statistics.median(update_lat), sorted(update_lat)[int(0.9 * (len(update_lat) - 1))], per_batch)
+        rows[engine] = (
+            statistics.median(update_lat),
+            sorted(update_lat)[int(0.9 * (len(update_lat) - 1))],
+            per_batch,
+        )
     ours = rows.get("state_runtime")
     for engine, (med, p90, per_batch) in rows.items():
-        ratio = "" if ours is None else f"{med / ours[0]:.2f}x time, {per_batch / ours[2]:.2f}x bytes"
+        ratio = (
+            "" if ours is None else f"{med / ours[0]:.2f}x time, {per_batch / ours[2]:.2f}x bytes"
+        )
         print(f"| {engine} | {med:.2f} s | {p90:.2f} s | {per_batch / 1024:.1f} KiB | {ratio} |")
     plot(results, args.plot)
 
@@ -172,7 +199,9 @@ def plot(results: dict[str, dict[str, Any]], path: str) -> None:
         lat = r["latencies"][1:]
         ax1.plot(range(1, len(lat) + 1), lat, marker=".", label=engine)
         sizes = sorted((int(k), v) for k, v in r["sizes"].items())
-        ax2.plot([k for k, _ in sizes], [v / 1024 / 1024 for _, v in sizes], marker=".", label=engine)
+        ax2.plot(
+            [k for k, _ in sizes], [v / 1024 / 1024 for _, v in sizes], marker=".", label=engine
+        )
     ax1.set(title="batch latency (update batches)", xlabel="batch", ylabel="seconds")
     ax2.set(title="state checkpoint folder size", xlabel="batch", ylabel="MiB")
     for ax in (ax1, ax2):

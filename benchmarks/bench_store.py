@@ -35,9 +35,13 @@ def timed(fn: Callable[[], object], repeat: int = 5) -> float:
 
 def provider(root: str, partition: int = 0) -> StateStoreProvider:
     return StateStoreProvider(
-        LocalStorage(root), 0, partition, key_schema=KEY, value_schema=VALUE,
+        LocalStorage(root),
+        0,
+        partition,
+        key_schema=KEY,
+        value_schema=VALUE,
         config=StoreConfig(cached_versions=2, min_deltas_for_snapshot=100),
-    )  # fmt: skip
+    )
 
 
 def populated(root: str, partition: int, size: int) -> tuple[StateStoreProvider, int, str]:
@@ -126,8 +130,10 @@ def main() -> None:
     sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
     big = sizes[-1]
     with tempfile.TemporaryDirectory(prefix="bench-store-") as root:
-        print(f"machine: {platform.machine()}, {platform.python_implementation()} "
-              f"{platform.python_version()}, pyarrow {pa.__version__}")  # fmt: skip
+        print(
+            f"machine: {platform.machine()}, {platform.python_implementation()} "
+            f"{platform.python_version()}, pyarrow {pa.__version__}"
+        )
         put_rate, get_rate, apply_rate = single_call_rates(root, 200_000)
         print("\n| operation | rate |\n|---|---|")
         print(f"| put (single call) | {put_rate / 1e6:.2f} M/s |")
@@ -144,8 +150,10 @@ def main() -> None:
         load, raw, raw_py = load_cost(root, big, 10, 10_000)
         print(f"\n| load {big:,} keys: snapshot + 10 deltas of 10k changes | time | ratio |")
         print("|---|---|---|")
-        print(f"| state_runtime (verify, decode, build dict, apply) | {load:.3f} s | "
-              f"{load / raw:.1f}x |")  # fmt: skip
+        print(
+            f"| state_runtime (verify, decode, build dict, apply) | {load:.3f} s | "
+            f"{load / raw:.1f}x |"
+        )
         print(f"| pyarrow alone: read + decode the same files | {raw:.3f} s | 1.0x |")
         print(f"| pyarrow: read + decode + to_pylist | {raw_py:.3f} s | {raw_py / raw:.1f}x |")
 

@@ -176,10 +176,12 @@ def decode(
 
     def corrupt(reason: str) -> CheckpointFileCorrupt:
         return CheckpointFileCorrupt(
-            f"corrupt checkpoint file: {reason}", store=store, path=path,
+            f"corrupt checkpoint file: {reason}",
+            store=store,
+            path=path,
             version=None if ref is None else ref.version,
             checkpoint_id=None if ref is None else ref.checkpoint_id,
-        )  # fmt: skip
+        )
 
     if len(data) < ENVELOPE_SIZE:
         raise corrupt(f"truncated: {len(data)} bytes, shorter than the {ENVELOPE_SIZE}-byte header")

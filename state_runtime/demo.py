@@ -48,15 +48,18 @@ def main() -> None:
         "local[2]", app_name="state-runtime-demo", shuffle_partitions=args.partitions
     )
     op = running_aggregation(
-        0, ["user"], "user string",
-        [Agg("clicks", "count"), Agg("amount", "sum", "amount")], args.partitions,
-    )  # fmt: skip
+        0,
+        ["user"],
+        "user string",
+        [Agg("clicks", "count"), Agg("amount", "sum", "amount")],
+        args.partitions,
+    )
     query = StatefulQuery(QUERY_ID, root, [op], catalog_url=url)
     started = time.perf_counter()
     done: list[int] = []
 
     def sink(output: DataFrame, batch_id: int) -> None:
-        updated = output.count()
+        output.count()
         done.append(batch_id)
 
     def process(df: DataFrame, batch_id: int) -> None:
@@ -76,12 +79,16 @@ def main() -> None:
         )
 
     events = (
-        spark.readStream.format("rate").option("rowsPerSecond", args.rows_per_second).load()
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", args.rows_per_second)
+        .load()
         .select(
-            F.concat(F.lit("user"), F.pmod(F.hash("value"), F.lit(args.users)).cast("string")).alias("user"),
+            F.concat(
+                F.lit("user"), F.pmod(F.hash("value"), F.lit(args.users)).cast("string")
+            ).alias("user"),
             (F.col("value") % 97).alias("amount"),
         )
-    )  # fmt: skip
+    )
     stream = (
         events.writeStream.foreachBatch(process)
         .option("checkpointLocation", str(OUTPUT / "spark-checkpoint"))
@@ -108,7 +115,7 @@ def main() -> None:
     print("top users:", ", ".join(f"{r.key.user}={r.value.clicks}" for r in top))
     print(
         "\nnext:\n"
-        "  make dagster                      the Dagster UI: snapshots, cleanup, health of these stores\n"
+        "  make dagster                      the Dagster UI on these stores\n"
         "  sql/store_health.sql              the operators' queries (psql on PostgreSQL)\n"
         "  .venv/bin/statestore health       store health from the command line\n"
         f"  read_state(spark, '{root}', 0)    the state as a DataFrame (see README)"

@@ -145,9 +145,16 @@ class StateStoreProvider:
                 keys.append(key)
                 values.append(value)
         header = FileHeader(
-            FileKind.SNAPSHOT, self.store_id, ref.version, ref.checkpoint_id, view.lineage,
-            self.schema, len(keys), view.rows, now(),
-        )  # fmt: skip
+            FileKind.SNAPSHOT,
+            self.store_id,
+            ref.version,
+            ref.checkpoint_id,
+            view.lineage,
+            self.schema,
+            len(keys),
+            view.rows,
+            now(),
+        )
         data = encode(header, keys, values, self.config.compression, self.config.compression_level)
         try:
             self.storage.write_if_absent(path, data)
@@ -202,9 +209,10 @@ class StateStoreProvider:
             found = self.resolve_id(self.store_id, version)
             if found is None:
                 raise UnknownCheckpointId(
-                    "no committed checkpoint id for this version", store=self.store_id,
+                    "no committed checkpoint id for this version",
+                    store=self.store_id,
                     version=version,
-                )  # fmt: skip
+                )
             return CheckpointRef(version, found)
         ids = {
             parsed.checkpoint_id
@@ -232,9 +240,13 @@ class StateStoreProvider:
         return ((parent.ref, *parent.lineage))[: self.config.min_deltas_for_snapshot]
 
     def install(
-        self, parent: VersionView, changes: Diff, ref: CheckpointRef,
-        lineage: tuple[CheckpointRef, ...], rows: int,
-    ) -> VersionView:  # fmt: skip
+        self,
+        parent: VersionView,
+        changes: Diff,
+        ref: CheckpointRef,
+        lineage: tuple[CheckpointRef, ...],
+        rows: int,
+    ) -> VersionView:
         """Make a just-committed version the newest cached one."""
         with self._lock:
             view = parent.state_map.derive(parent, changes, ref, lineage, rows)
@@ -316,9 +328,11 @@ class StateStoreProvider:
                 elif child is None:
                     raise UnknownCheckpointId(
                         "no delta or snapshot exists for this version and checkpoint id",
-                        store=self.store_id, version=cur.version, checkpoint_id=cur.checkpoint_id,
+                        store=self.store_id,
+                        version=cur.version,
+                        checkpoint_id=cur.checkpoint_id,
                         path=self._path(cur, FileKind.DELTA),
-                    )  # fmt: skip
+                    )
                 else:
                     raise self._missing(cur, child)
                 if child is not None:
@@ -329,18 +343,23 @@ class StateStoreProvider:
                 if cur.version != delta.ref.version - 1:
                     raise LineageBroken(
                         f"lineage jumps from version {delta.ref.version} to {cur.version}",
-                        store=self.store_id, version=delta.ref.version,
-                        checkpoint_id=delta.ref.checkpoint_id, path=delta.path,
-                    )  # fmt: skip
+                        store=self.store_id,
+                        version=delta.ref.version,
+                        checkpoint_id=delta.ref.checkpoint_id,
+                        path=delta.path,
+                    )
         except CannotLoadState as e:
             if ignored:  # the unusable snapshot is the root cause; the fallback failed too
                 raise ignored[0] from e
             raise
 
     def _base_for(
-        self, ref: CheckpointRef, names: set[str], metrics: LoadMetrics,
+        self,
+        ref: CheckpointRef,
+        names: set[str],
+        metrics: LoadMetrics,
         ignored: list[CannotLoadState],
-    ) -> VersionView | None:  # fmt: skip
+    ) -> VersionView | None:
         """A starting point at ``ref``: cached, empty, or a sound snapshot; else None.
 
         An unusable snapshot is recorded in ``ignored`` and the repairs, and skipped.
@@ -359,9 +378,11 @@ class StateStoreProvider:
                 raise CheckpointFileCorrupt(
                     f"snapshot holds {snap.header.file_rows} rows for a state of "
                     f"{snap.header.state_rows}",
-                    store=self.store_id, version=ref.version, checkpoint_id=ref.checkpoint_id,
+                    store=self.store_id,
+                    version=ref.version,
+                    checkpoint_id=ref.checkpoint_id,
                     path=snap.path,
-                )  # fmt: skip
+                )
         except (CheckpointFileCorrupt, UnexpectedVersion, CheckpointFileMissing) as e:
             ignored.append(e)
             metrics.repairs.append(
@@ -399,15 +420,21 @@ class StateStoreProvider:
                 raise CheckpointFileCorrupt(
                     f"applying this delta gives {rows} rows, its header says "
                     f"{delta.header.state_rows}",
-                    store=self.store_id, version=delta.ref.version,
-                    checkpoint_id=delta.ref.checkpoint_id, path=delta.path,
-                )  # fmt: skip
+                    store=self.store_id,
+                    version=delta.ref.version,
+                    checkpoint_id=delta.ref.checkpoint_id,
+                    path=delta.path,
+                )
             metrics.deltas_applied += 1
         target = chain[0]
         view = base.state_map.derive(
-            base, combined, target.ref, target.header.lineage, rows,
+            base,
+            combined,
+            target.ref,
+            target.header.lineage,
+            rows,
             keep_parent=base.ref in self._cache,
-        )  # fmt: skip
+        )
         self._remember(view)
         return view
 
@@ -427,9 +454,12 @@ class StateStoreProvider:
             if missing_ok:
                 return None
             raise CheckpointFileMissing(
-                f"{kind.value} file missing", store=self.store_id, version=ref.version,
-                checkpoint_id=ref.checkpoint_id, path=path,
-            ) from None  # fmt: skip
+                f"{kind.value} file missing",
+                store=self.store_id,
+                version=ref.version,
+                checkpoint_id=ref.checkpoint_id,
+                path=path,
+            ) from None
         metrics.files_read += 1
         metrics.bytes_read += len(data)
         header, table = decode(data, path, self.store_id, ref)
@@ -444,9 +474,11 @@ class StateStoreProvider:
         if problem:
             raise CheckpointFileCorrupt(
                 problem,
-                store=self.store_id, version=ref.version, checkpoint_id=ref.checkpoint_id,
+                store=self.store_id,
+                version=ref.version,
+                checkpoint_id=ref.checkpoint_id,
                 path=path,
-            )  # fmt: skip
+            )
         return _File(ref, kind, path, header, rows)
 
     def _need_delta(
@@ -461,9 +493,11 @@ class StateStoreProvider:
         needed_by = child.path if isinstance(child, _File) else str(child)
         return LineageBroken(
             f"delta needed by {needed_by} is missing and no snapshot or cached copy replaces it",
-            store=self.store_id, version=ref.version, checkpoint_id=ref.checkpoint_id,
+            store=self.store_id,
+            version=ref.version,
+            checkpoint_id=ref.checkpoint_id,
             path=self._path(ref, FileKind.DELTA),
-        )  # fmt: skip
+        )
 
     def _check_chain(self, child: _File, parent: _File) -> None:
         """The child's lineage past its parent must be a prefix of the parent's lineage."""
@@ -471,6 +505,8 @@ class StateStoreProvider:
         if parent.header.lineage[: len(rest)] != rest:
             raise LineageBroken(
                 f"lineage of {child.path} disagrees with the lineage in its parent",
-                store=self.store_id, version=parent.ref.version,
-                checkpoint_id=parent.ref.checkpoint_id, path=parent.path,
-            )  # fmt: skip
+                store=self.store_id,
+                version=parent.ref.version,
+                checkpoint_id=parent.ref.checkpoint_id,
+                path=parent.path,
+            )

@@ -177,8 +177,9 @@ class StateStore(ReadStateStore):
         if self._state is not _State.OPEN:
             raise StoreClosed(
                 f"store already {self._state.value}; open a new store to update",
-                store=self.store_id, version=self.version,
-            )  # fmt: skip
+                store=self.store_id,
+                version=self.version,
+            )
 
     def _value(self, value: Any) -> Value:
         if type(value) is tuple and len(value) == self._value_arity:
@@ -267,23 +268,35 @@ class StateStore(ReadStateStore):
         rows = base.rows + count_row_change(base, changes)
         path = self.store_id.file_path(ref.version, ref.checkpoint_id, FileKind.DELTA)
         header = FileHeader(
-            FileKind.DELTA, self.store_id, ref.version, ref.checkpoint_id, lineage,
-            provider.schema, len(changes), rows, now(),
-        )  # fmt: skip
+            FileKind.DELTA,
+            self.store_id,
+            ref.version,
+            ref.checkpoint_id,
+            lineage,
+            provider.schema,
+            len(changes),
+            rows,
+            now(),
+        )
         values = [None if v is ABSENT else v for v in changes.values()]
         try:
             data = encode(
-                header, list(changes.keys()), values,  # type: ignore[arg-type]
-                provider.config.compression, provider.config.compression_level,
-            )  # fmt: skip
+                header,
+                list(changes.keys()),
+                values,  # type: ignore[arg-type]
+                provider.config.compression,
+                provider.config.compression_level,
+            )
             provider.storage.write_if_absent(path, data)
         except (pa.ArrowException, TypeError, ValueError, OverflowError, StorageError) as e:
             self._state = _State.ABORTED
             raise CannotCommit(
                 f"commit failed, nothing was made visible: {e}",
-                store=self.store_id, version=ref.version, checkpoint_id=ref.checkpoint_id,
+                store=self.store_id,
+                version=ref.version,
+                checkpoint_id=ref.checkpoint_id,
                 path=path,
-            ) from e  # fmt: skip
+            ) from e
         removed = sum(1 for v in values if v is None)
         self._view = provider.install(base, changes, ref, lineage, rows)
         self._changes = {}

@@ -16,9 +16,14 @@ def provider_for(
 ) -> StateStoreProvider:
     """A fresh provider (empty cache) on ``storage``, as another process would have."""
     return StateStoreProvider(
-        storage, 0, partition, store_name, key_schema=KEY, value_schema=VALUE,
+        storage,
+        0,
+        partition,
+        store_name,
+        key_schema=KEY,
+        value_schema=VALUE,
         config=StoreConfig(**config),
-    )  # fmt: skip
+    )
 
 
 def commit_rows(

@@ -133,8 +133,10 @@ def test_prefix_and_range_scans_in_key_order(storage: Storage) -> None:
     ]
     assert [k for k, _ in store.prefix_scan("bob")] == [("bob", 1), ("bob", 2), ("bob", 3)]
     assert [k for k, _ in store.range_scan(("alice", 2), ("bob", 2))] == [
-        ("alice", 2), ("alice", 3), ("bob", 1),
-    ]  # fmt: skip
+        ("alice", 2),
+        ("alice", 3),
+        ("bob", 1),
+    ]
     assert [k for k, _ in store.range_scan("carol")] == [("carol", 1), ("carol", 2), ("carol", 3)]
     with pytest.raises(InvalidArgument):
         list(store.prefix_scan(("a", 1, "too long")))
@@ -185,8 +187,9 @@ def test_appending_a_nullable_value_column_is_allowed(storage: Storage) -> None:
     store.put("b", (2, "x"))
     v2 = store.commit()
     assert sorted(wider.get_read_store(2, v2.checkpoint_id).items()) == [
-        (("a",), (1, None)), (("b",), (2, "x")),
-    ]  # fmt: skip
+        (("a",), (1, None)),
+        (("b",), (2, "x")),
+    ]
     not_null = StateStoreProvider(
         storage, 0, 0, key_schema="user string", value_schema="count bigint, last string not null"
     )
@@ -283,9 +286,13 @@ def test_version_resolution_by_version_alone(storage: Storage) -> None:
     with pytest.raises(UnknownCheckpointId, match="2 candidates"):
         provider_for(storage).get_read_store(2)
     committed = StateStoreProvider(
-        storage, 0, 0, key_schema="user string", value_schema="count bigint",
+        storage,
+        0,
+        0,
+        key_schema="user string",
+        value_schema="count bigint",
         resolve_id=lambda store, version: v1.checkpoint_id if version == 1 else None,
-    )  # fmt: skip
+    )
     assert committed.get_read_store(1).checkpoint_id == v1.checkpoint_id
     with pytest.raises(UnknownCheckpointId, match="no committed checkpoint id"):
         committed.get_read_store(2)
@@ -296,11 +303,13 @@ def test_nested_and_typed_values_round_trip(storage: Storage) -> None:
     from decimal import Decimal
 
     p = StateStoreProvider(
-        storage, 2, 0,
+        storage,
+        2,
+        0,
         key_schema="id bigint, day date",
         value_schema="tags array<string>, attrs map<string,int>, amount decimal(10,2), "
         "pos struct<x: double, y: double>, raw binary, ok boolean",
-    )  # fmt: skip
+    )
     store = p.get_store(0)
     key = (7, dt.date(2026, 11, 21))
     value = (["a", "b"], {"x": 1}, Decimal("12.34"), (1.5, -2.0), b"\x00\x01", True)

@@ -56,7 +56,7 @@ class _RunningAggregate:
     def __call__(self, store: StateStore, rows: pa.Table) -> Iterator[tuple[Any, ...]]:
         if rows.num_rows == 0:
             return
-        specs = [
+        specs: list[tuple[Any, str]] = [
             ([], "count_all") if a.function == "count" else (a.column, _ARROW_AGG[a.function])
             for a in self.aggs
         ]

@@ -92,9 +92,14 @@ class _GroupsWithState:
             yield from self._call(store, key, [], batch_time, timed_out=True)
 
     def _call(
-        self, store: StateStore, key: tuple[Any, ...], rows: list[tuple[Any, ...]],
-        batch_time: int, *, timed_out: bool,
-    ) -> Iterator[tuple[Any, ...]]:  # fmt: skip
+        self,
+        store: StateStore,
+        key: tuple[Any, ...],
+        rows: list[tuple[Any, ...]],
+        batch_time: int,
+        *,
+        timed_out: bool,
+    ) -> Iterator[tuple[Any, ...]]:
         stored = store.get(key)
         state = GroupState(None if stored is None else stored[:-1], batch_time, timed_out)
         if stored is not None and not timed_out:

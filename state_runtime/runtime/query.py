@@ -66,8 +66,9 @@ class StatefulQuery:
 
     ``operators`` run in order, each on the previous one's output (the first on the batch's
     input). ``checkpoint_root`` is a path or URI, or a :class:`Storage` (for example an
-    S3Storage with an endpoint override); it travels to the executors with each task. Use :meth:`run_batch` directly, or :meth:`foreach_batch` with Structured
-    Streaming's ``foreachBatch`` so that any source works.
+    S3Storage with an endpoint override); it travels to the executors with each task. Use
+    :meth:`run_batch` directly, or :meth:`foreach_batch` with Structured Streaming's
+    ``foreachBatch`` so that any source works.
     """
 
     def __init__(
@@ -117,9 +118,11 @@ class StatefulQuery:
             for partition in range(op.num_partitions):
                 if partition not in existing:
                     self.catalog.register_store(
-                        self.root, StoreId(op.operator_id, partition, op.store_name),
-                        op.schema.key.jsonValue(), op.schema.value.jsonValue(),
-                    )  # fmt: skip
+                        self.root,
+                        StoreId(op.operator_id, partition, op.store_name),
+                        op.schema.key.jsonValue(),
+                        op.schema.value.jsonValue(),
+                    )
         self._registered = True
 
     def _committed_before(self, batch_id: int) -> dict[StoreId, Any]:
@@ -144,9 +147,13 @@ class StatefulQuery:
     # --- one batch ----------------------------------------------------------------------
 
     def _stage(
-        self, df: DataFrame, op: StatefulOperator, batch_id: int,
-        committed: dict[StoreId, Any], batch_time_ms: int,
-    ) -> DataFrame:  # fmt: skip
+        self,
+        df: DataFrame,
+        op: StatefulOperator,
+        batch_id: int,
+        committed: dict[StoreId, Any],
+        batch_time_ms: int,
+    ) -> DataFrame:
         missing = [c for c in op.key_columns if c not in df.columns]
         if missing:
             raise InvalidArgument(f"key columns {missing} are not in the input: {df.columns}")
@@ -215,9 +222,16 @@ class StatefulQuery:
         log.info(
             "query %s batch %d committed: %d rows in, %d keys updated, %d state rows, "
             "%d bytes written, commit %.1f ms, cache %d hits / %d misses",
-            self.query_id, batch_id, metrics.rows_in, metrics.keys_updated, metrics.state_rows,
-            metrics.bytes_written, metrics.commit_ms, metrics.cache_hits, metrics.cache_misses,
-        )  # fmt: skip
+            self.query_id,
+            batch_id,
+            metrics.rows_in,
+            metrics.keys_updated,
+            metrics.state_rows,
+            metrics.bytes_written,
+            metrics.commit_ms,
+            metrics.cache_hits,
+            metrics.cache_misses,
+        )
         return BatchResult(batch_id, current, infos, metrics, reports, cached)
 
     def _check_reports(self, op: StatefulOperator, reports: list[dict[str, Any]]) -> None:

@@ -33,9 +33,12 @@ _REFS = StructType(
 
 
 def _load_partitions(
-    storage: Storage, operator_id: int, store_name: str, schema: StateSchema,
+    storage: Storage,
+    operator_id: int,
+    store_name: str,
+    schema: StateSchema,
     batches: Iterator[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:  # fmt: skip
+) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         for partition, version, checkpoint_id in zip(*batch.to_pydict().values(), strict=True):
             store_id = StoreId(operator_id, partition, store_name)
@@ -48,9 +51,14 @@ def _load_partitions(
 
 
 def _refs(
-    catalog: Catalog, root: str, operator_id: int, store_name: str,
-    query_id: str | None, batch_id: int | None, version: int | None,
-) -> dict[StoreId, CheckpointRef]:  # fmt: skip
+    catalog: Catalog,
+    root: str,
+    operator_id: int,
+    store_name: str,
+    query_id: str | None,
+    batch_id: int | None,
+    version: int | None,
+) -> dict[StoreId, CheckpointRef]:
     def ours(store: StoreId) -> bool:
         return store.operator_id == operator_id and store.store_name == store_name
 
@@ -140,7 +148,7 @@ def read_state_metadata(
             r.latest.version,
             r.latest.checkpoint_id,
             r.last_committed_at,
-        )  # fmt: skip
+        )
         for r in records
     ]
     return spark.createDataFrame(

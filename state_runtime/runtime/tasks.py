@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from state_runtime.metrics import LoadSource
 from state_runtime.runtime import worker
 from state_runtime.runtime.context import BatchContext, _current
 from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.storage import Storage
 
 PARTITION_COLUMN = "__state_partition"
 
@@ -55,7 +56,9 @@ def _output_table(out: pa.Table | Iterable[tuple[Any, ...]] | None, schema: pa.S
     else:
         rows = list(out)
         n = len(rows)
-        transposed = list(zip(*rows, strict=True)) if rows else [[] for _ in user_fields]
+        transposed: list[Sequence[Any]] = (
+            list(zip(*rows, strict=True)) if rows else [[] for _ in user_fields]
+        )
         if len(transposed) != len(user_fields):
             raise InvalidArgument(
                 f"update function returned rows of {len(transposed)} fields, the output schema "

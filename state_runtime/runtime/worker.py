@@ -55,9 +55,13 @@ def provider_for(
         if provider is None:
             provider = StateStoreProvider(
                 storage,
-                store.operator_id, store.partition_id, store.store_name,
-                key_schema=schema.key, value_schema=schema.value, config=config,
-            )  # fmt: skip
+                store.operator_id,
+                store.partition_id,
+                store.store_name,
+                key_schema=schema.key,
+                value_schema=schema.value,
+                config=config,
+            )
             _providers[key] = provider
             while len(_providers) > MAX_PROVIDERS:
                 _providers.popitem(last=False)

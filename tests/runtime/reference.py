@@ -32,9 +32,13 @@ def assert_lineage_linear(catalog: Catalog, storage: Storage) -> int:
             catalog.commit_history(root, store=store, limit=100_000), key=lambda e: e.ref.version
         )
         provider = StateStoreProvider(
-            storage, store.operator_id, store.partition_id, store.store_name,
-            key_schema=record.key_schema, value_schema=record.value_schema,
-        )  # fmt: skip
+            storage,
+            store.operator_id,
+            store.partition_id,
+            store.store_name,
+            key_schema=record.key_schema,
+            value_schema=record.value_schema,
+        )
         versions = [e.ref.version for e in history]
         assert versions == list(range(1, len(history) + 1)), (store, versions)
         previous = None

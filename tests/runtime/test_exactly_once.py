@@ -26,7 +26,7 @@ from state_runtime.runtime import (
     worker,
 )
 from state_runtime.runtime.aggregation import _RunningAggregate
-from state_runtime.storage import Storage, open_storage
+from state_runtime.storage import open_storage
 from state_runtime.store import StateStore
 
 from .reference import assert_lineage_linear, running_totals
@@ -80,10 +80,14 @@ def test_failed_and_duplicate_task_attempts(
 ) -> None:
     root = str(tmp_path / "ckpt")
     flaky = StatefulOperator(
-        operator_id=0, key_columns=["user"], key_schema="user string",
-        value_schema="n bigint, total bigint", output_schema="user string, n bigint, total bigint",
-        update=_Flaky(open_storage(root), failing={0, 2}), num_partitions=PARTITIONS,
-    )  # fmt: skip
+        operator_id=0,
+        key_columns=["user"],
+        key_schema="user string",
+        value_schema="n bigint, total bigint",
+        output_schema="user string, n bigint, total bigint",
+        update=_Flaky(open_storage(root), failing={0, 2}),
+        num_partitions=PARTITIONS,
+    )
     query = StatefulQuery("flaky", root, [flaky], catalog_url=sqlite_catalog_url)
     seen: list[tuple[str, int]] = []
     for batch in range(3):

@@ -42,9 +42,14 @@ def test_map_groups_with_state_times_out_idle_keys(
     spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
 ) -> None:
     op = map_groups_with_state(
-        0, ["user"], "user string", "clicks bigint", "user string, clicks bigint, status string",
-        _sessions, 2,
-    )  # fmt: skip
+        0,
+        ["user"],
+        "user string",
+        "clicks bigint",
+        "user string, clicks bigint, status string",
+        _sessions,
+        2,
+    )
     query = StatefulQuery("sessions", str(tmp_path / "ckpt"), [op], catalog_url=sqlite_catalog_url)
     batches = [
         (0, [("ann", 1), ("bob", 1), ("ann", 2)]),
@@ -87,9 +92,10 @@ def test_ttl_expires_keys_not_updated_in_time(
         [(0, [("a", 1), ("b", 2)]), (4, [("a", 3)]), (7, [])]
     ):
         result = query.run_batch(
-            spark.createDataFrame(events, "k string, v bigint"), batch_id,
+            spark.createDataFrame(events, "k string, v bigint"),
+            batch_id,
             batch_time_ms=1_700_000_000_000 + clock * MINUTE,
-        )  # fmt: skip
+        )
         expired.append(sorted(tuple(r) for r in result.output.collect()))
         result.release()
     assert expired == [[], [], [("b", -1)]]  # a was renewed at minute 4, b expired at minute 5

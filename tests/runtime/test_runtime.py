@@ -40,9 +40,12 @@ def _df(spark: SparkSession, events: list[tuple[str, int]]) -> DataFrame:
 
 def _totals_op() -> StatefulOperator:
     return running_aggregation(
-        0, ["user"], "user string",
-        [Agg("n", "count"), Agg("total", "sum", "amount")], PARTITIONS,
-    )  # fmt: skip
+        0,
+        ["user"],
+        "user string",
+        [Agg("n", "count"), Agg("total", "sum", "amount")],
+        PARTITIONS,
+    )
 
 
 def _state(spark: SparkSession, root: str, url: str, **kw: Any) -> dict[str, tuple[int, int]]:
@@ -137,10 +140,14 @@ def test_custom_operator_and_chained_operators(
     """Two operators in one query: dedup (first amount per user) feeds a running sum; both
     commit in one catalog transaction per batch."""
     dedup = StatefulOperator(
-        operator_id=0, key_columns=["user"], key_schema="user string",
-        value_schema="first bigint", output_schema="user string, amount bigint",
-        update=_Dedup(), num_partitions=2,
-    )  # fmt: skip
+        operator_id=0,
+        key_columns=["user"],
+        key_schema="user string",
+        value_schema="first bigint",
+        output_schema="user string, amount bigint",
+        update=_Dedup(),
+        num_partitions=2,
+    )
     total = running_aggregation(1, ["user"], "user string", [Agg("total", "sum", "amount")], 2)
     query = StatefulQuery(
         "chain", str(tmp_path / "ckpt"), [dedup, total], catalog_url=sqlite_catalog_url
@@ -162,5 +169,8 @@ def test_custom_operator_and_chained_operators(
     with Catalog.open(sqlite_catalog_url) as catalog:
         commits = catalog.commit_history(query.root, query_id="chain", limit=1000)
         assert sorted({(c.batch_id, c.key.store.operator_id) for c in commits}) == [
-            (0, 0), (0, 1), (1, 0), (1, 1),
-        ]  # fmt: skip
+            (0, 0),
+            (0, 1),
+            (1, 0),
+            (1, 1),
+        ]
