@@ -60,8 +60,27 @@ demo: $(STAMP) check-java
 bench-store: $(STAMP)
 	$(PY) benchmarks/bench_store.py
 
+bench-e2e: $(STAMP) check-java
+	$(PY) benchmarks/bench_e2e.py
+
+bench-catalog: $(STAMP)
+	$(PY) benchmarks/bench_catalog.py
+
 bench-s3: $(STAMP)
 	$(PY) benchmarks/bench_s3.py
+
+# The Dagster UI on the demo's stores (http://127.0.0.1:$(DAGSTER_PORT)); Dagster's own
+# instance lives in $(DAGSTER_HOME), separate from the state catalog.
+DAGSTER_HOME ?= $(CURDIR)/demo-output/dagster-home
+DAGSTER_PORT ?= 3000
+
+dagster: $(STAMP)
+	mkdir -p "$(DAGSTER_HOME)"
+	cp dagster_project/dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"
+	DAGSTER_HOME="$(DAGSTER_HOME)" $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
+
+bench-maintenance: $(STAMP)
+	$(PY) benchmarks/bench_maintenance.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output

@@ -22,7 +22,7 @@ from pyspark import TaskContext
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.metrics import LoadSource
-from state_runtime.runtime import worker
+from state_runtime.runtime import coordinator, worker
 from state_runtime.runtime.context import BatchContext, _current
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.storage import Storage
@@ -87,6 +87,10 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
             )
     rows = table.drop_columns([PARTITION_COLUMN])
     store_id = StoreId(op.operator_id, partition, op.store_name)
+    root, me = spec.storage.uri, worker.worker_id()
+    catalog = worker.catalog_for(spec.catalog_url)
+    others = {s: v for s, v in worker.held_versions(root).items() if s != store_id}
+    unloaded = worker.unload(root, coordinator.redundant(catalog, root, others, me))
     provider = worker.provider_for(spec.storage, store_id, op.schema, op.config)
     version, checkpoint_id = spec.base.get(partition, (0, None))
     store = provider.get_store(version, checkpoint_id)
@@ -100,7 +104,8 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
         raise
     finally:
         _current.reset(token)
-    worker.catalog_for(spec.catalog_url).record_files(spec.storage.uri, [info])
+    catalog.record_files(root, [info])
+    coordinator.report(catalog, root, store_id, me, info.ref)
     load = store.metrics.load
     report = {
         **info.to_dict(),
@@ -112,7 +117,8 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
         "repairs": load.repairs,
         "task_ms": (time.perf_counter() - started) * 1000,
         "attempt": context.attemptNumber() if context is not None else 0,
-        "worker": worker.worker_id(),
+        "worker": me,
+        "unloaded": unloaded,
     }
     yield from output.to_batches()
     marker = [pa.nulls(1, type=f.type) for f in list(output.schema)[:-1]]

@@ -69,9 +69,15 @@ def provider_for(
         return provider
 
 
-def held_stores(root: str) -> list[StoreId]:
+def held_versions(root: str) -> dict[StoreId, int]:
+    """The stores this worker keeps below ``root``, with the newest version cached of each."""
     with _lock:
-        return [key[1] for key in _providers if key[0] == root]
+        held = {}
+        for key, provider in _providers.items():
+            versions = [ref.version for ref in provider.cached_versions]
+            if key[0] == root and versions:
+                held[key[1]] = max(versions)
+        return held
 
 
 def unload(root: str, stores: set[StoreId]) -> int:
