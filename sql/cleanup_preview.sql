@@ -1,0 +1,30 @@
+-- What cleanup would delete now, and why (a dry run; nothing is changed).
+--
+--   psql "$CATALOG" [-v retain=2] [-v retention='1 hour'] [-v grace='1 hour'] \
+--        [-v root=/data/ckpt] -f sql/cleanup_preview.sql
+--
+-- retain: committed versions kept per store (values below 2 count as 2, the safety floor);
+-- retention: no file younger than this is deleted; grace: a never-committed file (written
+-- or orphan) must also be older than this. Same rules as the Python cleanup.
+\if :{?retain}
+\else
+\set retain 2
+\endif
+\if :{?retention}
+\else
+\set retention '1 hour'
+\endif
+\if :{?grace}
+\else
+\set grace '1 hour'
+\endif
+\if :{?root}
+\else
+\set root ''
+\endif
+SELECT checkpoint_root, operator_id, partition_id, store_name, path, kind, version, state,
+       size_bytes, created_at, verdict, reason
+FROM state_file_verdicts(:'retain'::int, :'retention'::interval, :'grace'::interval)
+WHERE verdict LIKE 'deletable%'
+  AND (:'root' = '' OR checkpoint_root = :'root')
+ORDER BY checkpoint_root, operator_id, partition_id, store_name, version, path;

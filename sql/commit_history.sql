@@ -1,0 +1,26 @@
+-- A query's commit history: one row per committed micro-batch, newest first, with the
+-- runtime's batch metrics when the driver recorded them.
+--
+--   psql "$CATALOG" -v query=<query id> [-v limit=50] -f sql/commit_history.sql
+\if :{?limit}
+\else
+\set limit 50
+\endif
+SELECT c.batch_id,
+       max(c.committed_at) AS committed_at,
+       count(*) AS stores,
+       min(c.version) AS min_version,
+       max(c.version) AS max_version,
+       sum(f.size_bytes) AS checkpoint_bytes,
+       sum(f.rows) AS state_rows,
+       m.rows_in, m.keys_updated, m.commit_ms, m.cache_hits, m.cache_misses
+FROM commit_log c
+JOIN checkpoint_files f ON f.file_id = c.file_id
+JOIN stores s ON s.store_id = c.store_id
+LEFT JOIN batch_metrics m
+  ON m.checkpoint_root = s.checkpoint_root AND m.query_id = c.query_id
+ AND m.batch_id = c.batch_id
+WHERE c.query_id = :'query'
+GROUP BY c.batch_id, m.rows_in, m.keys_updated, m.commit_ms, m.cache_hits, m.cache_misses
+ORDER BY c.batch_id DESC
+LIMIT :'limit'::int;

@@ -1,0 +1,60 @@
+-- The lineage of a committed version: the files that load it, newest first.
+--
+--   psql "$CATALOG" -v root=/data/ckpt -v operator=0 -v partition=3 \
+--        [-v store=default] [-v version=42] -f sql/lineage.sql
+--
+-- Starts at the committed (version, checkpoint id) (default: the latest) and follows each
+-- delta's base checkpoint id down to a live snapshot or version 1, as the loader does. A
+-- step whose snapshot and delta are both absent shows kind 'MISSING': the chain is broken.
+\if :{?store}
+\else
+\set store default
+\endif
+\if :{?version}
+\else
+\set version ''
+\endif
+WITH RECURSIVE target AS (
+    SELECT s.store_id, c.version, c.checkpoint_id
+    FROM stores s
+    JOIN commit_log c ON c.store_id = s.store_id
+    WHERE s.checkpoint_root = :'root'
+      AND s.operator_id = :'operator'::int
+      AND s.partition_id = :'partition'::int
+      AND s.store_name = :'store'
+      AND c.version = coalesce(nullif(:'version', '')::bigint, s.latest_version)
+), walk (store_id, version, checkpoint_id, depth) AS (
+    SELECT store_id, version, checkpoint_id, 0 FROM target
+  UNION ALL
+    SELECT d.store_id, d.version - 1, d.base_checkpoint_id, w.depth + 1
+    FROM walk w
+    JOIN checkpoint_files d
+      ON d.store_id = w.store_id AND d.version = w.version
+     AND d.checkpoint_id = w.checkpoint_id AND d.kind = 'delta'
+     AND d.state IN ('written', 'committed', 'orphan')
+    WHERE d.version > 1
+      AND NOT EXISTS (
+          SELECT 1 FROM checkpoint_files snap
+          WHERE snap.store_id = w.store_id AND snap.version = w.version
+            AND snap.checkpoint_id = w.checkpoint_id AND snap.kind = 'snapshot'
+            AND snap.state IN ('written', 'committed', 'orphan'))
+)
+SELECT w.depth, w.version, w.checkpoint_id,
+       CASE WHEN snap.file_id IS NOT NULL THEN 'snapshot'
+            WHEN delta.file_id IS NOT NULL THEN 'delta'
+            ELSE 'MISSING' END AS kind,
+       coalesce(snap.path, delta.path) AS path,
+       coalesce(snap.state, delta.state) AS state,
+       coalesce(snap.size_bytes, delta.size_bytes) AS size_bytes,
+       coalesce(snap.rows, delta.rows) AS state_rows,
+       coalesce(snap.created_at, delta.created_at) AS created_at
+FROM walk w
+LEFT JOIN checkpoint_files snap
+  ON snap.store_id = w.store_id AND snap.version = w.version
+ AND snap.checkpoint_id = w.checkpoint_id AND snap.kind = 'snapshot'
+ AND snap.state IN ('written', 'committed', 'orphan')
+LEFT JOIN checkpoint_files delta
+  ON delta.store_id = w.store_id AND delta.version = w.version
+ AND delta.checkpoint_id = w.checkpoint_id AND delta.kind = 'delta'
+ AND delta.state IN ('written', 'committed', 'orphan')
+ORDER BY w.depth;

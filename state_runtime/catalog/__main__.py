@@ -1,0 +1,43 @@
+"""Catalog administration: ``python -m state_runtime.catalog upgrade|current [--url URL]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from state_runtime.catalog.engine import RetryPolicy, create_catalog_engine, redact, run_transaction
+from state_runtime.catalog.schema import current_revision, head_revision, upgrade
+from state_runtime.catalog.settings import URL_ENV, catalog_url
+from state_runtime.errors import CatalogError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m state_runtime.catalog",
+        description="Create or upgrade the state catalog's schema.",
+    )
+    parser.add_argument("command", choices=["upgrade", "current"])
+    parser.add_argument(
+        "--url", help=f"catalog URL (default: ${URL_ENV}, else the embedded SQLite file)"
+    )
+    parser.add_argument("--revision", default="head", help="target revision for upgrade")
+    args = parser.parse_args(argv)
+    try:
+        engine = create_catalog_engine(args.url or catalog_url())
+        try:
+            if args.command == "upgrade":
+                upgrade(engine, args.revision)
+            found = run_transaction(
+                engine, current_revision, retry=RetryPolicy(), what="read revision"
+            )
+            print(f"{redact(engine.url)}: revision {found or '(empty)'} (head: {head_revision()})")
+        finally:
+            engine.dispose()
+    except CatalogError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

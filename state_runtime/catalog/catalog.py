@@ -1,0 +1,449 @@
+"""The catalog's public face: one object per database, one retried transaction per call."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from state_runtime.catalog import commits, health, inventory, metrics, retention, runs, schema
+from state_runtime.catalog.engine import (
+    RetryPolicy,
+    create_catalog_engine,
+    redact,
+    run_transaction,
+)
+from state_runtime.catalog.records import (
+    BatchCommit,
+    BatchMetrics,
+    CommitEntry,
+    Deletion,
+    Explanation,
+    FileVerdict,
+    Lease,
+    MaintenanceRun,
+    RecordedBatchMetrics,
+    RetainedVersion,
+    SnapshotCandidate,
+    StoreHealth,
+    StoreKey,
+    StoreRecord,
+)
+from state_runtime.catalog.retention import RetentionPolicy, Scope
+from state_runtime.catalog.settings import catalog_url
+from state_runtime.catalog.tables import stores
+from state_runtime.checkpoint import CheckpointInfo
+from state_runtime.errors import CommitConflict, InvalidArgument, MaintenanceRefused
+from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
+
+T = TypeVar("T")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _conflict(exc: DBAPIError) -> Exception | None:
+    """A unique or foreign-key violation during a commit means a concurrent writer won."""
+    if isinstance(exc, IntegrityError):
+        return CommitConflict(f"the catalog refused the commit: {str(exc.orig).splitlines()[0]}")
+    return None
+
+
+class Catalog:
+    """The SQL catalog of stores, checkpoint files, commits and maintenance.
+
+    Open it with ``Catalog.open()`` (URL from ``STATE_CATALOG_URL``, else the embedded SQLite
+    file). Every method is one transaction: it happens entirely or not at all, and transient
+    database errors are retried under ``retry``. Timestamps are aware UTC datetimes; ``now``
+    arguments exist so that tests and dry runs can ask "as of" a time.
+    """
+
+    def __init__(self, engine: Engine, *, retry: RetryPolicy | None = None) -> None:
+        self.engine = engine
+        self.retry = retry or RetryPolicy()
+
+    @classmethod
+    def open(
+        cls, url: str | None = None, *, upgrade: bool = False, retry: RetryPolicy | None = None
+    ) -> Catalog:
+        """Connect to the catalog at ``url`` (default: ``catalog_url()``) and check its schema.
+
+        With ``upgrade`` the schema is first migrated to the head revision (what the embedded
+        demo wants); otherwise an older schema raises CatalogSchemaOutdated naming the command
+        that upgrades it. An unreachable database raises CatalogUnavailable.
+        """
+        engine = create_catalog_engine(url or catalog_url())
+        policy = retry or RetryPolicy()
+        try:
+            if upgrade:
+                schema.upgrade(engine, retry=policy)
+            schema.check_schema(engine, retry=policy)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine, retry=policy)
+
+    @property
+    def url(self) -> str:
+        """The database URL with the password masked."""
+        return redact(self.engine.url)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(
+        self,
+        what: str,
+        work: Callable[[Connection], T],
+        translate: Callable[[DBAPIError], Exception | None] | None = None,
+    ) -> T:
+        return run_transaction(self.engine, work, retry=self.retry, what=what, translate=translate)
+
+    # --- stores -------------------------------------------------------------------------
+
+    def register_store(
+        self, root: str, store: StoreId, key_schema: Any = None, value_schema: Any = None
+    ) -> None:
+        """Record a store and its key and value schemas (JSON-able: a DDL string or a dict)."""
+        inventory.validate_root(root)
+
+        def work(connection: Connection) -> None:
+            now = _utcnow()
+            inventory.ensure_stores(connection, root, [store], now)
+            connection.execute(
+                stores.update()
+                .where(
+                    stores.c.checkpoint_root == root,
+                    stores.c.operator_id == store.operator_id,
+                    stores.c.partition_id == store.partition_id,
+                    stores.c.store_name == store.store_name,
+                )
+                .values(key_schema=key_schema, value_schema=value_schema)
+            )
+
+        self._run("register store", work)
+
+    def stores(self, root: str | None = None) -> list[StoreRecord]:
+        """Every store the catalog knows (below ``root``, if given)."""
+
+        def work(connection: Connection) -> list[StoreRecord]:
+            s = stores.c
+            query = stores.select().order_by(
+                s.checkpoint_root, s.operator_id, s.partition_id, s.store_name
+            )
+            if root is not None:
+                query = query.where(s.checkpoint_root == root)
+            return [
+                StoreRecord(
+                    key=StoreKey(
+                        r.checkpoint_root, StoreId(r.operator_id, r.partition_id, r.store_name)
+                    ),
+                    key_schema=r.key_schema,
+                    value_schema=r.value_schema,
+                    created_at=r.created_at,
+                    latest=CheckpointRef(r.latest_version, r.latest_checkpoint_id)
+                    if r.latest_version
+                    else EMPTY,
+                    last_committed_at=r.last_committed_at,
+                )
+                for r in connection.execute(query)
+            ]
+
+        return self._run("list stores", work)
+
+    # --- the commit protocol ------------------------------------------------------------
+
+    def record_files(
+        self, root: str, infos: Sequence[CheckpointInfo], *, run_id: int | None = None
+    ) -> None:
+        """Record checkpoint files as written (idempotent). Tasks call it right after writing a
+        delta; maintenance after writing a snapshot (with its ``run_id``); the reconciliation
+        sweep for files it found. A file's state follows the commit log."""
+
+        def work(connection: Connection) -> None:
+            inventory.record_files(connection, root, infos, _utcnow(), run_id=run_id)
+
+        self._run("record files", work, _conflict)
+
+    def record_snapshot(
+        self, root: str, info: CheckpointInfo, *, run_id: int | None = None
+    ) -> None:
+        """Record a snapshot written by maintenance."""
+        if info.kind is not FileKind.SNAPSHOT:
+            raise InvalidArgument(f"record_snapshot got a {info.kind.value} file", path=info.path)
+        self.record_files(root, [info], run_id=run_id)
+
+    def commit_batch(
+        self,
+        root: str,
+        query_id: str,
+        batch_id: int,
+        infos: Sequence[CheckpointInfo],
+        *,
+        replace: bool = True,
+    ) -> BatchCommit:
+        """Commit a micro-batch: every store's new checkpoint, in one transaction.
+
+        Re-committing a batch (a replay) replaces its entries and orphans the files they named;
+        with ``replace=False`` it raises CommitConflict instead. Two drivers committing the same
+        batch at once are serialized by the store locks: the later commit replaces the earlier
+        one whole (or, without ``replace``, fails), so the batch is never half one and half the
+        other. See ``commits.commit_batch`` for the checks that raise CommitConflict.
+        """
+
+        def work(connection: Connection) -> BatchCommit:
+            return commits.commit_batch(
+                connection, root, query_id, batch_id, infos, _utcnow(), replace=replace
+            )
+
+        return self._run("commit batch", work, _conflict)
+
+    def committed_ids(
+        self, root: str, query_id: str, batch_id: int
+    ) -> dict[StoreId, CheckpointRef]:
+        """The checkpoint each store committed in batch ``batch_id``; {} if it is not committed.
+        The driver of batch ``b`` ships ``committed_ids(root, query, b - 1)`` to its tasks."""
+        return self._run(
+            "read committed ids",
+            lambda c: commits.committed_ids(c, root, query_id, batch_id),
+        )
+
+    def latest_committed(self, root: str) -> dict[StoreId, CheckpointRef]:
+        """Each store's latest committed (version, checkpoint id) below ``root``."""
+        return self._run("read latest versions", lambda c: commits.latest_committed(c, root))
+
+    def commit_history(
+        self,
+        root: str,
+        *,
+        query_id: str | None = None,
+        store: StoreId | None = None,
+        limit: int = 100,
+    ) -> list[CommitEntry]:
+        return self._run(
+            "read commit history",
+            lambda c: commits.commit_history(c, root, query_id=query_id, store=store, limit=limit),
+        )
+
+    # --- runtime metrics ----------------------------------------------------------------
+
+    def record_batch_metrics(
+        self, root: str, query_id: str, batch_id: int, figures: BatchMetrics
+    ) -> None:
+        self._run(
+            "record batch metrics",
+            lambda c: metrics.record_batch_metrics(c, root, query_id, batch_id, figures, _utcnow()),
+        )
+
+    def batch_metrics(
+        self, root: str, query_id: str, *, limit: int = 100
+    ) -> list[RecordedBatchMetrics]:
+        return self._run(
+            "read batch metrics",
+            lambda c: metrics.batch_metrics_history(c, root, query_id, limit),
+        )
+
+    # --- maintenance questions ----------------------------------------------------------
+
+    def snapshot_candidates(
+        self, min_deltas: int, root: str | None = None
+    ) -> list[SnapshotCandidate]:
+        """Stores whose committed deltas since the last snapshot number at least ``min_deltas``."""
+        if min_deltas < 1:
+            raise InvalidArgument(f"min_deltas must be at least 1, got {min_deltas}")
+        return self._run(
+            "find snapshot candidates",
+            lambda c: health.snapshot_candidates(c, min_deltas, root),
+        )
+
+    def retained_versions(
+        self, root: str, store: StoreId, retain_versions: int = retention.MIN_RETAINED_VERSIONS
+    ) -> list[RetainedVersion]:
+        """The store's retained versions, newest first, with the files that load each."""
+        RetentionPolicy(retain_versions=retain_versions)
+        return self._run(
+            "read retained versions",
+            lambda c: retention.retained_versions(c, root, store, retain_versions),
+        )
+
+    def deletable_files(
+        self,
+        policy: RetentionPolicy,
+        *,
+        root: str | None = None,
+        store: StoreId | None = None,
+        now: datetime | None = None,
+    ) -> list[FileVerdict]:
+        """What cleanup under ``policy`` would delete now, each with its reason (a dry run)."""
+        if store is not None and root is None:
+            raise InvalidArgument("a store is identified within a root: pass root too")
+
+        def work(connection: Connection) -> list[FileVerdict]:
+            scope = Scope(root=root)
+            if store is not None and root is not None:
+                found = inventory.store_ids(connection, root, [store])
+                if store not in found:
+                    return []
+                scope = Scope(store_ids=(found[store],))
+            return retention.file_verdicts(
+                connection, policy, scope, now or _utcnow(), only_deletable=True
+            )
+
+        return self._run("find deletable files", work)
+
+    def file_verdicts(
+        self, policy: RetentionPolicy, *, root: str | None = None, now: datetime | None = None
+    ) -> list[FileVerdict]:
+        """The verdict on every live or claimed file: needed, kept, or deletable, and why."""
+        return self._run(
+            "judge files",
+            lambda c: retention.file_verdicts(c, policy, Scope(root=root), now or _utcnow()),
+        )
+
+    def explain(
+        self, root: str, path: str, policy: RetentionPolicy, *, now: datetime | None = None
+    ) -> Explanation:
+        """Why the file at ``path`` (relative to ``root``) is kept, or why it may be deleted."""
+        return self._run(
+            "explain file",
+            lambda c: retention.explain(c, root, path, policy, now or _utcnow()),
+        )
+
+    def store_health(
+        self, policy: RetentionPolicy, *, root: str | None = None, now: datetime | None = None
+    ) -> list[StoreHealth]:
+        return self._run(
+            "read store health",
+            lambda c: health.store_health(c, policy, root, now or _utcnow()),
+        )
+
+    # --- maintenance runs, leases, deletions --------------------------------------------
+
+    def start_run(self, kind: str, owner: str, parameters: dict[str, Any] | None = None) -> int:
+        """Record a maintenance run ('snapshot', 'cleanup', 'validate', 'reconcile')."""
+        return self._run(
+            "start maintenance run",
+            lambda c: runs.start_run(c, kind, owner, dict(parameters or {}), _utcnow()),
+        )
+
+    def finish_run(
+        self,
+        run_id: int,
+        outcome: str,
+        counts: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Close a run as 'succeeded' or 'failed' with its counts."""
+        self._run(
+            "finish maintenance run",
+            lambda c: runs.finish_run(c, run_id, outcome, dict(counts or {}), error, _utcnow()),
+        )
+
+    def run(self, run_id: int) -> MaintenanceRun | None:
+        return self._run("read maintenance run", lambda c: runs.get_run(c, run_id))
+
+    def recent_runs(self, limit: int = 50) -> list[MaintenanceRun]:
+        return self._run("read maintenance runs", lambda c: runs.recent_runs(c, limit))
+
+    def try_acquire_lease(
+        self, key: StoreKey, owner: str, ttl: timedelta, *, run_id: int | None = None
+    ) -> Lease | None:
+        """Take the store's maintenance lease, or None if another holder has it."""
+        return self._run(
+            "acquire lease",
+            lambda c: runs.try_acquire_lease(c, key, owner, ttl, run_id, _utcnow()),
+        )
+
+    def renew_lease(self, lease: Lease, ttl: timedelta) -> Lease:
+        return self._run(
+            "renew lease",
+            lambda c: runs.renew_lease(c, runs.known_store_id(c, lease.key), lease, ttl, _utcnow()),
+        )
+
+    def release_lease(self, lease: Lease) -> bool:
+        return self._run(
+            "release lease",
+            lambda c: runs.release_lease(c, runs.known_store_id(c, lease.key), lease),
+        )
+
+    @contextlib.contextmanager
+    def store_lease(
+        self, key: StoreKey, owner: str, ttl: timedelta, *, run_id: int | None = None
+    ) -> Iterator[Lease]:
+        """Hold the store's maintenance lease for a block; MaintenanceRefused if it is taken."""
+        lease = self.try_acquire_lease(key, owner, ttl, run_id=run_id)
+        if lease is None:
+            holder = self._run(
+                "read lease",
+                lambda c: runs.lease_holder(c, runs.known_store_id(c, key)),
+            )
+            who = "another run" if holder is None else f"{holder.owner} (run {holder.run_id})"
+            until = "" if holder is None else f" until {holder.expires_at.isoformat()}"
+            raise MaintenanceRefused(
+                f"store {key} is being maintained by {who}{until}", store=key.store
+            )
+        try:
+            yield lease
+        finally:
+            self.release_lease(lease)
+
+    def claim_deletions(
+        self,
+        run_id: int,
+        policy: RetentionPolicy,
+        root: str,
+        only_stores: Sequence[StoreId] | None = None,
+        *,
+        limit: int | None = None,
+        now: datetime | None = None,
+    ) -> list[FileVerdict]:
+        """Mark the deletable files of ``root`` (or of the given stores) as being deleted by
+        ``run_id`` and return them, at most ``limit`` new ones (oldest versions first); files
+        an interrupted run had claimed come back too. Delete them from storage, then call
+        ``record_deletions``."""
+        if limit is not None and limit < 1:
+            raise InvalidArgument(f"limit must be at least 1, got {limit}")
+        return self._run(
+            "claim deletions",
+            lambda c: retention.claim_deletions(
+                c, run_id, policy, root, only_stores, now or _utcnow(), limit
+            ),
+        )
+
+    def record_deletions(self, run_id: int, root: str, paths: Sequence[str]) -> int:
+        """Record claimed files as deleted from storage, each with its reason, in the ledger."""
+        return self._run(
+            "record deletions",
+            lambda c: retention.record_deletions(c, run_id, root, paths, _utcnow()),
+        )
+
+    def record_lost(self, run_id: int, root: str, paths: Sequence[str], reason: str) -> int:
+        """Record files validation found missing or corrupt as gone (ledger: ``lost: reason``),
+        so that retention stops counting on them and keeps what loads their versions instead."""
+        return self._run(
+            "record lost files",
+            lambda c: retention.record_lost(c, run_id, root, paths, reason, _utcnow()),
+        )
+
+    def deletion_history(
+        self, *, root: str | None = None, since: datetime | None = None, limit: int = 1000
+    ) -> list[Deletion]:
+        return self._run(
+            "read deletion history",
+            lambda c: retention.deletion_history(c, root, since, limit),
+        )

@@ -1,0 +1,185 @@
+"""Store-level answers for maintenance and dashboards: snapshot candidates and health."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.records import SnapshotCandidate, StoreHealth, StoreKey
+from state_runtime.catalog.retention import RetentionPolicy, Scope, verdicts
+from state_runtime.catalog.tables import (
+    FileState,
+    checkpoint_files,
+    commit_log,
+    maintenance_runs,
+    stores,
+)
+from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
+
+
+def _last_snapshots(scope: Scope) -> sa.Subquery:
+    """Per store, the newest committed snapshot's version.
+
+    A snapshot is committed when the commit log names its (version, id); each store's
+    committed versions form one linear chain, so that snapshot lies on the latest version's
+    lineage.
+    """
+    f = checkpoint_files.c
+    return (
+        sa.select(f.store_id, sa.func.max(f.version).label("snapshot_version"))
+        .where(
+            f.kind == FileKind.SNAPSHOT.value,
+            f.state == FileState.COMMITTED.value,
+            scope.filter(f.store_id),
+        )
+        .group_by(f.store_id)
+        .subquery("last_snapshot")
+    )
+
+
+def snapshot_candidates_query(min_deltas: int, root: str | None) -> sa.Select[Any]:
+    """Stores with at least ``min_deltas`` committed deltas since their last snapshot,
+    longest chains first."""
+    s = stores.c
+    snap = _last_snapshots(Scope(root=root))
+    since = sa.func.coalesce(snap.c.snapshot_version, 0)
+    deltas = (s.latest_version - since).label("deltas")
+    query = (
+        sa.select(
+            s.checkpoint_root,
+            s.operator_id,
+            s.partition_id,
+            s.store_name,
+            s.latest_version,
+            s.latest_checkpoint_id,
+            since.label("snapshot_version"),
+            deltas,
+        )
+        .outerjoin(snap, snap.c.store_id == s.store_id)
+        .where(s.latest_version > 0, s.latest_version - since >= min_deltas)
+        .order_by(deltas.desc(), s.store_id)
+    )
+    return query if root is None else query.where(s.checkpoint_root == root)
+
+
+def snapshot_candidates(
+    connection: Connection, min_deltas: int, root: str | None
+) -> list[SnapshotCandidate]:
+    return [
+        SnapshotCandidate(
+            key=StoreKey(r.checkpoint_root, StoreId(r.operator_id, r.partition_id, r.store_name)),
+            latest=CheckpointRef(r.latest_version, r.latest_checkpoint_id),
+            last_snapshot_version=r.snapshot_version,
+            deltas_since_snapshot=r.deltas,
+        )
+        for r in connection.execute(snapshot_candidates_query(min_deltas, root))
+    ]
+
+
+def store_health(
+    connection: Connection, policy: RetentionPolicy, root: str | None, now: datetime
+) -> list[StoreHealth]:
+    """Each store's figures; ``reclaimable_*`` are what cleanup under ``policy`` frees now."""
+    s, f, c, r = stores.c, checkpoint_files.c, commit_log.c, maintenance_runs.c
+    scope = Scope(root=root)
+    live = [state.value for state in (FileState.WRITTEN, FileState.COMMITTED, FileState.ORPHAN)]
+    files = (
+        sa.select(
+            f.store_id,
+            sa.func.count().label("live_files"),
+            sa.func.sum(f.size_bytes).label("live_bytes"),
+            sa.func.sum(sa.case((f.state == FileState.ORPHAN.value, 1), else_=0)).label(
+                "orphan_files"
+            ),
+            sa.func.sum(sa.case((f.state == FileState.ORPHAN.value, f.size_bytes), else_=0)).label(
+                "orphan_bytes"
+            ),
+        )
+        .where(f.state.in_(live), scope.filter(f.store_id))
+        .group_by(f.store_id)
+        .subquery("files")
+    )
+    deletable = verdicts(policy, scope, now, only_deletable=True).subquery("deletable")
+    reclaim = (
+        sa.select(
+            deletable.c.store_id,
+            sa.func.count().label("files"),
+            sa.func.sum(deletable.c.size_bytes).label("bytes"),
+        )
+        .group_by(deletable.c.store_id)
+        .subquery("reclaim")
+    )
+    snap = _last_snapshots(scope)
+    newest = (
+        sa.select(s.checkpoint_root, sa.func.max(s.latest_version).label("newest"))
+        .group_by(s.checkpoint_root)
+        .subquery("newest")
+    )
+    latest_file = checkpoint_files.alias("latest_file")
+    query = (
+        sa.select(
+            s.store_id,
+            s.checkpoint_root,
+            s.operator_id,
+            s.partition_id,
+            s.store_name,
+            s.latest_version,
+            s.latest_checkpoint_id,
+            s.last_committed_at,
+            newest.c.newest,
+            sa.func.coalesce(snap.c.snapshot_version, 0).label("snapshot_version"),
+            sa.func.coalesce(latest_file.c.rows, 0).label("state_rows"),
+            sa.func.coalesce(files.c.live_files, 0).label("live_files"),
+            sa.func.coalesce(files.c.live_bytes, 0).label("live_bytes"),
+            sa.func.coalesce(files.c.orphan_files, 0).label("orphan_files"),
+            sa.func.coalesce(files.c.orphan_bytes, 0).label("orphan_bytes"),
+            sa.func.coalesce(reclaim.c.files, 0).label("reclaimable_files"),
+            sa.func.coalesce(reclaim.c.bytes, 0).label("reclaimable_bytes"),
+            s.last_run_id,
+            r.kind.label("run_kind"),
+            r.outcome.label("run_outcome"),
+            r.ended_at.label("run_ended_at"),
+        )
+        .select_from(stores)
+        .join(newest, newest.c.checkpoint_root == s.checkpoint_root)
+        .outerjoin(snap, snap.c.store_id == s.store_id)
+        .outerjoin(commit_log, sa.and_(c.store_id == s.store_id, c.version == s.latest_version))
+        .outerjoin(latest_file, latest_file.c.file_id == c.file_id)
+        .outerjoin(files, files.c.store_id == s.store_id)
+        .outerjoin(reclaim, reclaim.c.store_id == s.store_id)
+        .outerjoin(maintenance_runs, r.run_id == s.last_run_id)
+        .where(scope.filter(s.store_id))
+        .order_by(s.checkpoint_root, s.operator_id, s.partition_id, s.store_name)
+    )
+    return [_health(row, now) for row in connection.execute(query)]
+
+
+def _health(row: Any, now: datetime) -> StoreHealth:
+    latest = (
+        CheckpointRef(row.latest_version, row.latest_checkpoint_id) if row.latest_version else EMPTY
+    )
+    return StoreHealth(
+        key=StoreKey(
+            row.checkpoint_root, StoreId(row.operator_id, row.partition_id, row.store_name)
+        ),
+        latest=latest,
+        last_committed_at=row.last_committed_at,
+        commit_lag=None if row.last_committed_at is None else now - row.last_committed_at,
+        versions_behind=row.newest - row.latest_version,
+        last_snapshot_version=row.snapshot_version,
+        deltas_since_snapshot=row.latest_version - row.snapshot_version,
+        state_rows=row.state_rows,
+        live_files=row.live_files,
+        live_bytes=int(row.live_bytes),
+        orphan_files=int(row.orphan_files),
+        orphan_bytes=int(row.orphan_bytes),
+        reclaimable_files=row.reclaimable_files,
+        reclaimable_bytes=int(row.reclaimable_bytes),
+        last_run_id=row.last_run_id,
+        last_run_kind=row.run_kind,
+        last_run_outcome=row.run_outcome,
+        last_run_ended_at=row.run_ended_at,
+    )

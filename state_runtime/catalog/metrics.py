@@ -1,0 +1,92 @@
+"""Per-batch runtime metrics, recorded by the Spark driver after each committed batch."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.inventory import validate_root
+from state_runtime.catalog.records import BatchMetrics, RecordedBatchMetrics
+from state_runtime.catalog.tables import batch_metrics
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import validate_name, validate_non_negative
+
+
+def record_batch_metrics(
+    connection: Connection,
+    root: str,
+    query_id: str,
+    batch_id: int,
+    metrics: BatchMetrics,
+    now: datetime,
+) -> None:
+    """Store a batch's metrics; a replayed batch's figures replace the earlier ones."""
+    validate_root(root)
+    validate_name(query_id, "query id")
+    validate_non_negative(batch_id, "batch id")
+    counts = (
+        metrics.rows_in,
+        metrics.keys_updated,
+        metrics.state_rows,
+        metrics.bytes_written,
+        metrics.cache_hits,
+        metrics.cache_misses,
+    )
+    if min(counts) < 0 or metrics.commit_ms < 0:
+        raise InvalidArgument(f"negative figure in batch metrics {metrics}")
+    m = batch_metrics.c
+    connection.execute(
+        sa.delete(batch_metrics).where(
+            m.checkpoint_root == root, m.query_id == query_id, m.batch_id == batch_id
+        )
+    )
+    connection.execute(
+        sa.insert(batch_metrics).values(
+            checkpoint_root=root,
+            query_id=query_id,
+            batch_id=batch_id,
+            rows_in=metrics.rows_in,
+            keys_updated=metrics.keys_updated,
+            state_rows=metrics.state_rows,
+            bytes_written=metrics.bytes_written,
+            commit_ms=float(metrics.commit_ms),
+            cache_hits=metrics.cache_hits,
+            cache_misses=metrics.cache_misses,
+            extra=dict(metrics.extra),
+            recorded_at=now,
+        )
+    )
+
+
+def batch_metrics_history(
+    connection: Connection, root: str, query_id: str, limit: int
+) -> list[RecordedBatchMetrics]:
+    """A query's recorded batch metrics, newest batch first."""
+    m = batch_metrics.c
+    rows = connection.execute(
+        sa.select(batch_metrics)
+        .where(m.checkpoint_root == root, m.query_id == query_id)
+        .order_by(m.batch_id.desc())
+        .limit(limit)
+    )
+    return [
+        RecordedBatchMetrics(
+            root=r.checkpoint_root,
+            query_id=r.query_id,
+            batch_id=r.batch_id,
+            metrics=BatchMetrics(
+                rows_in=r.rows_in,
+                keys_updated=r.keys_updated,
+                state_rows=r.state_rows,
+                bytes_written=r.bytes_written,
+                commit_ms=r.commit_ms,
+                cache_hits=r.cache_hits,
+                cache_misses=r.cache_misses,
+                extra=r.extra,
+            ),
+            recorded_at=r.recorded_at,
+        )
+        for r in rows
+    ]

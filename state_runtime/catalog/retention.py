@@ -1,0 +1,659 @@
+"""Which files each retained version needs, which files may go, and why: all in SQL.
+
+A store retains its last ``retain_versions`` committed versions. Loading version ``v`` with
+committed id ``i`` needs ``v_i.snapshot`` if it is live; otherwise ``v_i.delta`` plus what
+loading ``(v - 1, base id)`` needs, down to a snapshot or version 1 (``needed_files``).
+A live file nobody needs is deletable once it is older than the retention window; a file that
+was never committed (written, orphan) must also be older than the orphan grace period.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
+
+from state_runtime.catalog.inventory import (
+    FILE_COLUMNS,
+    AnyRow,
+    chunks,
+    file_record,
+    files_at,
+    lock_stores,
+    mark_maintained,
+    store_ids,
+)
+from state_runtime.catalog.records import (
+    Deletion,
+    Explanation,
+    FileRecord,
+    FileVerdict,
+    RetainedVersion,
+    StoreKey,
+    Verdict,
+)
+from state_runtime.catalog.tables import (
+    LIVE_STATES,
+    FileState,
+    checkpoint_files,
+    commit_log,
+    deletion_ledger,
+    stores,
+)
+from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
+from state_runtime.identity import CheckpointRef, FileKind, StoreId
+
+MIN_RETAINED_VERSIONS = 2
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """What cleanup keeps: the last ``retain_versions`` committed versions of every store (never
+    fewer than 2), every file younger than ``window``, and every never-committed file younger
+    than ``orphan_grace`` (in-flight batches, attempts worth a look)."""
+
+    retain_versions: int = MIN_RETAINED_VERSIONS
+    window: timedelta = timedelta(hours=1)
+    orphan_grace: timedelta = timedelta(hours=1)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.retain_versions, bool) or not isinstance(self.retain_versions, int):
+            raise InvalidArgument(f"retain_versions must be an int, got {self.retain_versions!r}")
+        if self.retain_versions < MIN_RETAINED_VERSIONS:
+            raise MaintenanceRefused(
+                f"retaining {self.retain_versions} version(s) is below the safety floor of "
+                f"{MIN_RETAINED_VERSIONS}: the last two committed versions must stay loadable"
+            )
+        if self.window < timedelta(0) or self.orphan_grace < timedelta(0):
+            raise InvalidArgument("retention window and orphan grace must not be negative")
+
+    def committed_cutoff(self, now: datetime) -> datetime:
+        return now - self.window
+
+    def uncommitted_cutoff(self, now: datetime) -> datetime:
+        return now - max(self.window, self.orphan_grace)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which stores a question covers: all, one root, or given store ids."""
+
+    root: str | None = None
+    store_ids: tuple[int, ...] | None = None
+
+    def filter(self, store_id: ColumnElement[int]) -> ColumnElement[bool]:
+        conditions: list[ColumnElement[bool]] = []
+        if self.store_ids is not None:
+            conditions.append(store_id.in_(self.store_ids))
+        if self.root is not None:
+            conditions.append(
+                store_id.in_(
+                    sa.select(stores.c.store_id).where(stores.c.checkpoint_root == self.root)
+                )
+            )
+        return sa.and_(sa.true(), *conditions)
+
+
+def needed_files(retain_versions: int, scope: Scope) -> sa.CompoundSelect[Any]:
+    """(file_id, store_id, retained_version): each file a retained version loads through.
+
+    The loader starts from a version's snapshot if it has one, else follows base ids down to
+    the newest ancestor with a snapshot. Commits keep each store's committed versions one
+    linear, gapless chain (version v builds on the committed v - 1), so the retained versions
+    are ``latest - k`` for ``k < retain_versions`` and the walk has a closed form: retained
+    version r needs the newest committed snapshot at or below r (version s, 0 if none) and
+    the committed deltas s+1..r. Each part is an index lookup on the live inventory, so the
+    cost does not grow with history (a recursive CTE over base ids is blind to PostgreSQL's
+    planner, which then re-hashes the inventory at every step of the walk).
+    """
+    s = stores.c
+    back = sa.union_all(
+        *(sa.select(sa.literal(k, sa.BigInteger()).label("k")) for k in range(retain_versions))
+    ).subquery("back")
+    version = s.latest_version - back.c.k
+    snap = checkpoint_files.alias("snap")
+    base_version = (
+        sa.select(sa.func.max(snap.c.version))
+        .where(
+            snap.c.store_id == s.store_id,
+            snap.c.kind == FileKind.SNAPSHOT.value,
+            snap.c.state == FileState.COMMITTED.value,
+            snap.c.version <= version,
+        )
+        .scalar_subquery()
+    )
+    retained = (
+        sa.select(
+            s.store_id,
+            version.label("retained_version"),
+            sa.func.coalesce(base_version, 0).label("base_version"),
+        )
+        .select_from(stores)
+        .join(back, sa.true())
+        .where(version >= 1, scope.filter(s.store_id))
+        .cte("retained")
+    )
+    f = checkpoint_files.alias("needed_file")
+    r = retained.c
+    committed = f.c.state == FileState.COMMITTED.value
+    snapshots = (
+        sa.select(f.c.file_id, f.c.store_id, r.retained_version)
+        .select_from(retained)
+        .join(
+            f,
+            sa.and_(
+                f.c.store_id == r.store_id,
+                f.c.version == r.base_version,
+                f.c.kind == FileKind.SNAPSHOT.value,
+                committed,
+            ),
+        )
+    )
+    deltas = (
+        sa.select(f.c.file_id, f.c.store_id, r.retained_version)
+        .select_from(retained)
+        .join(
+            f,
+            sa.and_(
+                f.c.store_id == r.store_id,
+                f.c.version > r.base_version,
+                f.c.version <= r.retained_version,
+                f.c.kind == FileKind.DELTA.value,
+                committed,
+            ),
+        )
+    )
+    return sa.union_all(snapshots, deltas)
+
+
+def _verdict(is_needed: ColumnElement[bool], policy: RetentionPolicy, now: datetime) -> Any:
+    """The verdict on a checkpoint_files row (the rules of the module docstring)."""
+    f = checkpoint_files.c
+    old_committed = f.created_at <= policy.committed_cutoff(now)
+    old_uncommitted = f.created_at <= policy.uncommitted_cutoff(now)
+    return sa.case(
+        (is_needed, Verdict.NEEDED.value),
+        (f.state == FileState.DELETING.value, Verdict.DELETING.value),
+        (
+            f.state == FileState.COMMITTED.value,
+            sa.case(
+                (old_committed, Verdict.DELETABLE_SUPERSEDED.value),
+                else_=Verdict.WITHIN_WINDOW.value,
+            ),
+        ),
+        (
+            f.state == FileState.ORPHAN.value,
+            sa.case(
+                (old_uncommitted, Verdict.DELETABLE_ORPHAN.value),
+                else_=Verdict.ORPHAN_IN_GRACE.value,
+            ),
+        ),
+        (old_uncommitted, Verdict.DELETABLE_UNCOMMITTED.value),
+        else_=Verdict.IN_FLIGHT.value,
+    ).label("verdict")
+
+
+def verdicts(
+    policy: RetentionPolicy, scope: Scope, now: datetime, *, only_deletable: bool
+) -> sa.Select[Any]:
+    """Every live or claimed file in scope with its verdict and the retained versions needing
+    it (``needed_from``, ``needed_to``); or only the deletable files, which skips working out
+    which versions need what (an anti-join is enough)."""
+    nf = needed_files(policy.retain_versions, scope).subquery("nf")
+    f = checkpoint_files.c
+    if only_deletable:
+        unknown = sa.null().cast(sa.BigInteger())
+        return (
+            sa.select(
+                *FILE_COLUMNS,
+                _verdict(sa.false(), policy, now),
+                unknown.label("needed_from"),
+                unknown.label("needed_to"),
+            )
+            .join(stores, stores.c.store_id == f.store_id)
+            .where(
+                scope.filter(f.store_id),
+                f.state.in_([s.value for s in LIVE_STATES]),  # lets the live partial index serve
+                ~sa.exists().where(nf.c.file_id == f.file_id),
+                sa.or_(
+                    sa.and_(
+                        f.state == FileState.COMMITTED.value,
+                        f.created_at <= policy.committed_cutoff(now),
+                    ),
+                    sa.and_(
+                        f.state.in_([FileState.WRITTEN.value, FileState.ORPHAN.value]),
+                        f.created_at <= policy.uncommitted_cutoff(now),
+                    ),
+                ),
+            )
+        )
+    needed = (
+        sa.select(
+            nf.c.file_id,
+            sa.func.min(nf.c.retained_version).label("needed_from"),
+            sa.func.max(nf.c.retained_version).label("needed_to"),
+        )
+        .group_by(nf.c.file_id)
+        .cte("needed")
+    )
+    return (
+        sa.select(
+            *FILE_COLUMNS,
+            _verdict(needed.c.file_id.is_not(None), policy, now),
+            needed.c.needed_from,
+            needed.c.needed_to,
+        )
+        .select_from(checkpoint_files)
+        .join(stores, stores.c.store_id == f.store_id)
+        .outerjoin(needed, needed.c.file_id == f.file_id)
+        .where(
+            scope.filter(f.store_id),
+            f.state.in_([*(s.value for s in LIVE_STATES), FileState.DELETING.value]),
+        )
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _reason(
+    verdict: Verdict,
+    needed_from: int | None,
+    needed_to: int | None,
+    claimed_by_run: int | None,
+    state_reason: str | None,
+    policy: RetentionPolicy,
+) -> str:
+    """The verdict in words (memoised: most files of an answer share a handful of reasons)."""
+    if verdict is Verdict.NEEDED:
+        lo, hi = needed_from, needed_to
+        held = f"version {lo}" if lo == hi else f"versions {lo}..{hi}"
+        return f"needed to load retained {held} (the last {policy.retain_versions} committed)"
+    if verdict is Verdict.DELETING:
+        return f"claimed for deletion by cleanup run {claimed_by_run}"
+    if verdict is Verdict.WITHIN_WINDOW:
+        return (
+            f"committed and no longer needed by the last {policy.retain_versions} committed "
+            f"versions, but younger than the retention window ({policy.window})"
+        )
+    if verdict is Verdict.DELETABLE_SUPERSEDED:
+        return (
+            f"superseded: not needed by the last {policy.retain_versions} committed versions "
+            f"and older than the retention window ({policy.window})"
+        )
+    if verdict is Verdict.ORPHAN_IN_GRACE:
+        return f"orphan ({state_reason}), younger than the grace period ({_grace(policy)})"
+    if verdict is Verdict.DELETABLE_ORPHAN:
+        return f"orphan ({state_reason}), older than the grace period ({_grace(policy)})"
+    if verdict is Verdict.DELETABLE_UNCOMMITTED:
+        return (
+            "never committed: no commit names it and it is older than the grace period "
+            f"({_grace(policy)})"
+        )
+    return (
+        "written but not committed, younger than the grace period "
+        f"({_grace(policy)}): it may belong to a batch in flight"
+    )
+
+
+def _grace(policy: RetentionPolicy) -> timedelta:
+    return max(policy.window, policy.orphan_grace)
+
+
+_VERDICTS = {verdict.value: verdict for verdict in Verdict}
+
+
+def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
+    """A FileVerdict from a row of ``verdicts()``: FILE_COLUMNS, verdict, needed range."""
+    claimed_by_run, verdict_value, needed_from, needed_to = row[18:22]
+    verdict = _VERDICTS[verdict_value]
+    state_reason = row[17]
+    reason = _reason(verdict, needed_from, needed_to, claimed_by_run, state_reason, policy)
+    needed_by = None if needed_from is None else (needed_from, needed_to)
+    return FileVerdict(file_record(row), verdict, reason, needed_by)
+
+
+def _verdict_rows(
+    connection: Connection,
+    policy: RetentionPolicy,
+    scope: Scope,
+    now: datetime,
+    *,
+    only_deletable: bool,
+    path: str | None = None,
+) -> list[tuple[int, FileVerdict]]:
+    query = verdicts(policy, scope, now, only_deletable=only_deletable)
+    if path is not None:
+        query = query.where(checkpoint_files.c.path == path)
+    f = checkpoint_files.c
+    query = query.order_by(f.version, f.store_id, f.kind, f.file_id)
+    return [(row.file_id, _file_verdict(row, policy)) for row in connection.execute(query).all()]
+
+
+def file_verdicts(
+    connection: Connection,
+    policy: RetentionPolicy,
+    scope: Scope,
+    now: datetime,
+    *,
+    only_deletable: bool = False,
+) -> list[FileVerdict]:
+    """The verdict on each live or claimed file in ``scope`` (or only the deletable ones)."""
+    rows = _verdict_rows(connection, policy, scope, now, only_deletable=only_deletable)
+    return [verdict for _, verdict in rows]
+
+
+def claim_deletions(
+    connection: Connection,
+    run_id: int,
+    policy: RetentionPolicy,
+    root: str,
+    wanted: Sequence[StoreId] | None,
+    now: datetime,
+    limit: int | None = None,
+) -> list[FileVerdict]:
+    """Lock the stores, compute their deletable files and mark them 'deleting' for ``run_id``
+    (at most ``limit`` new claims, oldest versions first, so a run can work in slices).
+
+    Files an interrupted run had claimed are handed out again: once claimed a file is never
+    needed again, because a commit refuses to name a claimed file. The caller deletes the
+    files from storage, then calls ``record_deletions``. A commit waiting on the same store
+    lock sees the claims, so cleanup never deletes a file a concurrent commit references.
+    """
+    s, f = stores.c, checkpoint_files.c
+    if wanted is None:
+        ids = sorted(
+            connection.execute(sa.select(s.store_id).where(s.checkpoint_root == root)).scalars()
+        )
+    else:
+        ids = sorted(store_ids(connection, root, wanted).values())
+    claimed: list[FileVerdict] = []
+    for part in chunks(ids):
+        lock_stores(connection, part)
+        scope = Scope(store_ids=tuple(part))
+        fresh = _verdict_rows(connection, policy, scope, now, only_deletable=True)
+        if limit is not None:
+            fresh = fresh[: max(0, limit - sum(v.verdict.deletable for v in claimed))]
+        by_reason: dict[str, list[int]] = {}
+        for fid, verdict in fresh:
+            by_reason.setdefault(verdict.reason, []).append(fid)
+        for why, file_ids in by_reason.items():
+            for some in chunks(file_ids):
+                connection.execute(
+                    sa.update(checkpoint_files)
+                    .where(f.file_id.in_(some))
+                    .values(
+                        state=FileState.DELETING.value,
+                        state_changed_at=now,
+                        state_reason=why,
+                        claimed_by_run=run_id,
+                    )
+                )
+        fresh_ids = {fid for fid, _ in fresh}
+        earlier = connection.execute(
+            sa.select(*FILE_COLUMNS)
+            .join(stores, s.store_id == f.store_id)
+            .where(f.state == FileState.DELETING.value, f.store_id.in_(part))
+            .order_by(f.store_id, f.version)
+        ).all()
+        resumed = [row for row in earlier if row.file_id not in fresh_ids]
+        for some in chunks([row.file_id for row in resumed]):
+            connection.execute(
+                sa.update(checkpoint_files).where(f.file_id.in_(some)).values(claimed_by_run=run_id)
+            )
+        mark_maintained(connection, part, run_id)
+        claimed += [v for _, v in fresh]
+        claimed += [
+            FileVerdict(file_record(row), Verdict.DELETING, str(row.state_reason), None)
+            for row in resumed
+        ]
+    return claimed
+
+
+def record_deletions(
+    connection: Connection, run_id: int, root: str, paths: Sequence[str], now: datetime
+) -> int:
+    """Mark claimed files deleted and write their ledger entries (reason: the claim's).
+
+    Paths already recorded as deleted are skipped, so a resumed run may report them again.
+    Returns the number of files newly recorded. A path that is not claimed for deletion is
+    an error: only claimed files may be deleted.
+    """
+    f = checkpoint_files.c
+    rows = files_at(connection, root, paths, f.file_id, f.store_id, f.path, f.state, f.state_reason)
+    unknown = sorted(set(paths) - {row.path for row in rows})
+    if unknown:
+        raise CatalogError(
+            f"cannot record deletion of untracked file(s) {unknown[:5]}", path=unknown[0]
+        )
+    pending = [row for row in rows if row.state != FileState.DELETED.value]
+    wrong = [row.path for row in pending if row.state != FileState.DELETING.value]
+    if wrong:
+        raise CatalogError(
+            f"file(s) {wrong[:5]} are not claimed for deletion; claim them with "
+            "claim_deletions first",
+            path=wrong[0],
+        )
+    if not pending:
+        return 0
+    lock_stores(connection, {row.store_id for row in pending})
+    connection.execute(
+        sa.insert(deletion_ledger),
+        [
+            {
+                "file_id": row.file_id,
+                "run_id": run_id,
+                "reason": row.state_reason,
+                "deleted_at": now,
+            }
+            for row in pending
+        ],
+    )
+    for some in chunks([row.file_id for row in pending]):
+        connection.execute(
+            sa.update(checkpoint_files)
+            .where(f.file_id.in_(some))
+            .values(state=FileState.DELETED.value, state_changed_at=now)
+        )
+    return len(pending)
+
+
+def record_lost(
+    connection: Connection,
+    run_id: int,
+    root: str,
+    paths: Sequence[str],
+    reason: str,
+    now: datetime,
+) -> int:
+    """Record tracked files that validation found missing or corrupt in storage as deleted,
+    with ledger reason ``lost: <reason>``. The catalog then stops counting on them: a version
+    whose snapshot is lost is loaded from the older snapshot and deltas again (seed 001,
+    example 3), and cleanup keeps those. Returns the number of files newly recorded."""
+    if not reason:
+        raise InvalidArgument("say why the files are lost (missing, checksum mismatch, ...)")
+    f = checkpoint_files.c
+    rows = files_at(connection, root, paths, f.file_id, f.store_id, f.path, f.state)
+    unknown = sorted(set(paths) - {row.path for row in rows})
+    if unknown:
+        raise CatalogError(
+            f"cannot record untracked file(s) {unknown[:5]} as lost", path=unknown[0]
+        )
+    pending = [row for row in rows if row.state != FileState.DELETED.value]
+    if not pending:
+        return 0
+    touched = {row.store_id for row in pending}
+    lock_stores(connection, touched)
+    mark_maintained(connection, touched, run_id)
+    connection.execute(
+        sa.insert(deletion_ledger),
+        [
+            {
+                "file_id": row.file_id,
+                "run_id": run_id,
+                "reason": f"lost: {reason}",
+                "deleted_at": now,
+            }
+            for row in pending
+        ],
+    )
+    for some in chunks([row.file_id for row in pending]):
+        connection.execute(
+            sa.update(checkpoint_files)
+            .where(f.file_id.in_(some))
+            .values(
+                state=FileState.DELETED.value, state_changed_at=now, state_reason=f"lost: {reason}"
+            )
+        )
+    return len(pending)
+
+
+def deletion_history(
+    connection: Connection, root: str | None, since: datetime | None, limit: int
+) -> list[Deletion]:
+    """Ledger entries, newest first."""
+    s, f, d = stores.c, checkpoint_files.c, deletion_ledger.c
+    query = (
+        sa.select(
+            s.checkpoint_root,
+            s.operator_id,
+            s.partition_id,
+            s.store_name,
+            f.path,
+            f.size_bytes,
+            d.run_id,
+            d.reason,
+            d.deleted_at,
+        )
+        .select_from(deletion_ledger)
+        .join(checkpoint_files, f.file_id == d.file_id)
+        .join(stores, s.store_id == f.store_id)
+        .order_by(d.deleted_at.desc(), d.deletion_id.desc())
+        .limit(limit)
+    )
+    if root is not None:
+        query = query.where(s.checkpoint_root == root)
+    if since is not None:
+        query = query.where(d.deleted_at >= since)
+    return [_deletion(row) for row in connection.execute(query)]
+
+
+def _deletion(row: AnyRow) -> Deletion:
+    return Deletion(
+        key=StoreKey(
+            row.checkpoint_root, StoreId(row.operator_id, row.partition_id, row.store_name)
+        ),
+        path=row.path,
+        size_bytes=row.size_bytes,
+        run_id=row.run_id,
+        reason=row.reason,
+        deleted_at=row.deleted_at,
+    )
+
+
+def explain(
+    connection: Connection, root: str, path: str, policy: RetentionPolicy, now: datetime
+) -> Explanation:
+    """Why the file at ``path`` (relative to ``root``) is kept, or why it may be deleted."""
+    s, f, d = stores.c, checkpoint_files.c, deletion_ledger.c
+    matches = files_at(connection, root, [path], f.file_id, f.store_id, f.state)
+    found = matches[0] if matches else None
+    if found is None:
+        return Explanation(
+            root,
+            path,
+            Verdict.UNTRACKED,
+            "the catalog has no record of this file; a reconciliation sweep records it as an "
+            "orphan",
+        )
+    if found.state == FileState.DELETED.value:
+        row = connection.execute(
+            sa.select(*FILE_COLUMNS, d.run_id, d.reason.label("ledger_reason"), d.deleted_at)
+            .select_from(checkpoint_files)
+            .join(stores, s.store_id == f.store_id)
+            .join(deletion_ledger, d.file_id == f.file_id)
+            .where(f.file_id == found.file_id)
+        ).one()
+        deletion = Deletion(
+            key=StoreKey(root, StoreId(row.operator_id, row.partition_id, row.store_name)),
+            path=path,
+            size_bytes=row.size_bytes,
+            run_id=row.run_id,
+            reason=row.ledger_reason,
+            deleted_at=row.deleted_at,
+        )
+        return Explanation(
+            root,
+            path,
+            Verdict.DELETED,
+            f"deleted at {deletion.deleted_at.isoformat()} by cleanup run {deletion.run_id}: "
+            f"{deletion.reason}",
+            file=file_record(row),
+            deletion=deletion,
+        )
+    rows = _verdict_rows(
+        connection, policy, Scope(store_ids=(found.store_id,)), now, only_deletable=False, path=path
+    )
+    verdict = rows[0][1]
+    return Explanation(
+        root, path, verdict.verdict, verdict.reason, file=verdict.file, needed_by=verdict.needed_by
+    )
+
+
+def retained_versions(
+    connection: Connection, root: str, store: StoreId, retain_versions: int
+) -> list[RetainedVersion]:
+    """The store's retained committed versions, newest first, each with the files that load it."""
+    ids = store_ids(connection, root, [store])
+    if store not in ids:
+        return []
+    store_id = ids[store]
+    scope = Scope(store_ids=(store_id,))
+    nf = needed_files(retain_versions, scope).subquery("nf")
+    f, c = checkpoint_files.c, commit_log.c
+    rows = connection.execute(
+        sa.select(*FILE_COLUMNS, nf.c.retained_version)
+        .select_from(nf)
+        .join(checkpoint_files, f.file_id == nf.c.file_id)
+        .join(stores, stores.c.store_id == f.store_id)
+        .order_by(nf.c.retained_version.desc(), f.version)
+    ).all()
+    by_version: dict[int, list[FileRecord]] = {}
+    for row in rows:
+        by_version.setdefault(row.retained_version, []).append(file_record(row))
+    retained = connection.execute(
+        sa.select(c.version, c.checkpoint_id)
+        .join(stores, stores.c.store_id == c.store_id)
+        .where(c.store_id == store_id, c.version > stores.c.latest_version - retain_versions)
+        .order_by(c.version.desc())
+    ).all()
+    key = StoreKey(root, store)
+    result = []
+    for entry in retained:
+        files, complete = _chain(by_version.get(entry.version, []), entry.version)
+        ref = CheckpointRef(entry.version, entry.checkpoint_id)
+        result.append(RetainedVersion(key, ref, tuple(files), complete))
+    return result
+
+
+def _chain(files: list[FileRecord], version: int) -> tuple[list[FileRecord], bool]:
+    """The files the loader reads for ``version``, oldest first, and whether they reach a
+    snapshot or version 1: walk down from ``version`` (a snapshot ends the walk) and stop at
+    the first version without a live file, as the loader would."""
+    at: dict[int, FileRecord] = {}
+    for record in files:
+        if record.kind is FileKind.SNAPSHOT or record.version not in at:
+            at[record.version] = record
+    chain: list[FileRecord] = []
+    for current in range(version, 0, -1):
+        found = at.get(current)
+        if found is None:
+            return chain[::-1], False
+        chain.append(found)
+        if found.kind is FileKind.SNAPSHOT:
+            break
+    return chain[::-1], True

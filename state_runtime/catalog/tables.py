@@ -1,0 +1,278 @@
+"""The catalog's tables as SQLAlchemy Core objects, for building queries.
+
+The Alembic migrations in ``migrations/versions`` are the one source of truth for the schema:
+they create the tables, constraints, indexes and views. This module describes the head
+revision's columns, keys and indexes so that queries are typed; ``tests/test_catalog_migrations.py``
+fails if it drifts from what the migrations build. CHECK constraints live only in the migrations.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+
+
+class UtcDateTime(sa.TypeDecorator[datetime]):
+    """A timestamp stored in UTC and read back as an aware UTC datetime on every dialect.
+
+    Naive datetimes are taken to be UTC. SQLite stores naive ISO text with microseconds, so
+    comparisons stay correct as text comparisons.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class FileState(StrEnum):
+    """Life cycle of a checkpoint file in the inventory."""
+
+    WRITTEN = "written"  # recorded, not (yet) named by the commit log
+    COMMITTED = "committed"  # its (version, checkpoint id) is in the commit log
+    ORPHAN = "orphan"  # known never to be committed: replaced by a replay, or another attempt won
+    DELETING = "deleting"  # claimed by a cleanup run; never needed again
+    DELETED = "deleted"  # removed from storage; the deletion ledger says when and why
+
+
+LIVE_STATES = (FileState.WRITTEN, FileState.COMMITTED, FileState.ORPHAN)
+
+
+class RunKind(StrEnum):
+    SNAPSHOT = "snapshot"
+    CLEANUP = "cleanup"
+    VALIDATE = "validate"
+    RECONCILE = "reconcile"
+
+
+class RunOutcome(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+def _id_type() -> sa.types.TypeEngine[int]:
+    # SQLite only auto-increments an INTEGER PRIMARY KEY.
+    return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def _json_type() -> sa.types.TypeEngine[Any]:
+    return sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+
+metadata = sa.MetaData()
+
+stores = sa.Table(
+    "stores",
+    metadata,
+    sa.Column("store_id", _id_type(), primary_key=True, autoincrement=True),
+    sa.Column("checkpoint_root", sa.Text(), nullable=False),
+    sa.Column("operator_id", sa.Integer(), nullable=False),
+    sa.Column("partition_id", sa.Integer(), nullable=False),
+    sa.Column("store_name", sa.String(128), nullable=False),
+    sa.Column("key_schema", _json_type(), nullable=True),
+    sa.Column("value_schema", _json_type(), nullable=True),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Column("latest_version", sa.BigInteger(), nullable=False),
+    sa.Column("latest_checkpoint_id", sa.String(32), nullable=True),
+    sa.Column("last_committed_at", UtcDateTime(), nullable=True),
+    sa.Column(
+        "last_run_id",
+        _id_type(),
+        sa.ForeignKey("maintenance_runs.run_id", name="fk_stores_last_run_id"),
+        nullable=True,
+    ),
+    sa.UniqueConstraint(
+        "checkpoint_root", "operator_id", "partition_id", "store_name", name="uq_stores_identity"
+    ),
+)
+
+maintenance_runs = sa.Table(
+    "maintenance_runs",
+    metadata,
+    sa.Column("run_id", _id_type(), primary_key=True, autoincrement=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("owner", sa.Text(), nullable=False),
+    sa.Column("parameters", _json_type(), nullable=False),
+    sa.Column("started_at", UtcDateTime(), nullable=False),
+    sa.Column("ended_at", UtcDateTime(), nullable=True),
+    sa.Column("outcome", sa.String(16), nullable=False),
+    sa.Column("counts", _json_type(), nullable=False),
+    sa.Column("error", sa.Text(), nullable=True),
+    sa.Index("ix_maintenance_runs_started_at", "started_at"),
+)
+
+checkpoint_files = sa.Table(
+    "checkpoint_files",
+    metadata,
+    sa.Column("file_id", _id_type(), primary_key=True, autoincrement=True),
+    sa.Column(
+        "store_id",
+        _id_type(),
+        sa.ForeignKey("stores.store_id", name="fk_checkpoint_files_store_id"),
+        nullable=False,
+    ),
+    sa.Column("path", sa.Text(), nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("version", sa.BigInteger(), nullable=False),
+    sa.Column("checkpoint_id", sa.String(32), nullable=False),
+    sa.Column("base_checkpoint_id", sa.String(32), nullable=True),
+    sa.Column("lineage", _json_type(), nullable=False),
+    sa.Column("size_bytes", sa.BigInteger(), nullable=False),
+    sa.Column("rows", sa.BigInteger(), nullable=False),
+    sa.Column("file_rows", sa.BigInteger(), nullable=False),
+    sa.Column("checksum", sa.String(64), nullable=False),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Column("recorded_at", UtcDateTime(), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("state_changed_at", UtcDateTime(), nullable=False),
+    sa.Column("state_reason", sa.Text(), nullable=True),
+    sa.Column(
+        "claimed_by_run",
+        _id_type(),
+        sa.ForeignKey("maintenance_runs.run_id", name="fk_checkpoint_files_claimed_by_run"),
+        nullable=True,
+    ),
+    sa.UniqueConstraint("store_id", "path", name="uq_checkpoint_files_path"),
+    sa.UniqueConstraint(
+        "store_id", "version", "checkpoint_id", "kind", name="uq_checkpoint_files_checkpoint"
+    ),
+    sa.Index(
+        "ix_checkpoint_files_live",
+        "store_id",
+        "version",
+        postgresql_where=sa.text("state IN ('written', 'committed', 'orphan')"),
+        sqlite_where=sa.text("state IN ('written', 'committed', 'orphan')"),
+    ),
+    sa.Index(
+        "ix_checkpoint_files_deleting",
+        "store_id",
+        postgresql_where=sa.text("state = 'deleting'"),
+        sqlite_where=sa.text("state = 'deleting'"),
+    ),
+    sa.Index(
+        "ix_checkpoint_files_committed_snapshots",
+        "store_id",
+        "version",
+        postgresql_where=sa.text("kind = 'snapshot' AND state = 'committed'"),
+        sqlite_where=sa.text("kind = 'snapshot' AND state = 'committed'"),
+    ),
+)
+
+commit_log = sa.Table(
+    "commit_log",
+    metadata,
+    sa.Column("commit_id", _id_type(), primary_key=True, autoincrement=True),
+    sa.Column("query_id", sa.String(128), nullable=False),
+    sa.Column("batch_id", sa.BigInteger(), nullable=False),
+    sa.Column(
+        "store_id",
+        _id_type(),
+        sa.ForeignKey("stores.store_id", name="fk_commit_log_store_id"),
+        nullable=False,
+    ),
+    sa.Column("version", sa.BigInteger(), nullable=False),
+    sa.Column("checkpoint_id", sa.String(32), nullable=False),
+    sa.Column(
+        "file_id",
+        _id_type(),
+        sa.ForeignKey("checkpoint_files.file_id", name="fk_commit_log_file_id"),
+        nullable=False,
+    ),
+    sa.Column("committed_at", UtcDateTime(), nullable=False),
+    sa.UniqueConstraint("query_id", "batch_id", "store_id", name="uq_commit_log_batch_store"),
+    sa.UniqueConstraint("store_id", "version", name="uq_commit_log_store_version"),
+    sa.Index("ix_commit_log_file_id", "file_id"),
+)
+
+deletion_ledger = sa.Table(
+    "deletion_ledger",
+    metadata,
+    sa.Column("deletion_id", _id_type(), primary_key=True, autoincrement=True),
+    sa.Column(
+        "file_id",
+        _id_type(),
+        sa.ForeignKey("checkpoint_files.file_id", name="fk_deletion_ledger_file_id"),
+        nullable=False,
+    ),
+    sa.Column(
+        "run_id",
+        _id_type(),
+        sa.ForeignKey("maintenance_runs.run_id", name="fk_deletion_ledger_run_id"),
+        nullable=False,
+    ),
+    sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("deleted_at", UtcDateTime(), nullable=False),
+    sa.UniqueConstraint("file_id", name="uq_deletion_ledger_file_id"),
+    sa.Index("ix_deletion_ledger_deleted_at", "deleted_at"),
+    sa.Index("ix_deletion_ledger_run_id", "run_id"),
+)
+
+store_leases = sa.Table(
+    "store_leases",
+    metadata,
+    sa.Column(
+        "store_id",
+        _id_type(),
+        sa.ForeignKey("stores.store_id", name="fk_store_leases_store_id"),
+        primary_key=True,
+    ),
+    sa.Column("token", sa.String(32), nullable=False),
+    sa.Column("owner", sa.Text(), nullable=False),
+    sa.Column(
+        "run_id",
+        _id_type(),
+        sa.ForeignKey("maintenance_runs.run_id", name="fk_store_leases_run_id"),
+        nullable=True,
+    ),
+    sa.Column("acquired_at", UtcDateTime(), nullable=False),
+    sa.Column("expires_at", UtcDateTime(), nullable=False),
+)
+
+batch_metrics = sa.Table(
+    "batch_metrics",
+    metadata,
+    sa.Column("metrics_id", _id_type(), primary_key=True, autoincrement=True),
+    sa.Column("checkpoint_root", sa.Text(), nullable=False),
+    sa.Column("query_id", sa.String(128), nullable=False),
+    sa.Column("batch_id", sa.BigInteger(), nullable=False),
+    sa.Column("rows_in", sa.BigInteger(), nullable=False),
+    sa.Column("keys_updated", sa.BigInteger(), nullable=False),
+    sa.Column("state_rows", sa.BigInteger(), nullable=False),
+    sa.Column("bytes_written", sa.BigInteger(), nullable=False),
+    sa.Column("commit_ms", sa.Float(), nullable=False),
+    sa.Column("cache_hits", sa.BigInteger(), nullable=False),
+    sa.Column("cache_misses", sa.BigInteger(), nullable=False),
+    sa.Column("extra", _json_type(), nullable=False),
+    sa.Column("recorded_at", UtcDateTime(), nullable=False),
+    sa.UniqueConstraint("checkpoint_root", "query_id", "batch_id", name="uq_batch_metrics_batch"),
+)
+
+store_holders = sa.Table(
+    "store_holders",
+    metadata,
+    sa.Column(
+        "store_id",
+        _id_type(),
+        sa.ForeignKey("stores.store_id", name="fk_store_holders_store_id"),
+        primary_key=True,
+    ),
+    sa.Column("worker", sa.Text(), nullable=False),
+    sa.Column("version", sa.BigInteger(), nullable=False),
+    sa.Column("checkpoint_id", sa.String(32), nullable=False),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
+)

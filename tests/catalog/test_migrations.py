@@ -1,0 +1,195 @@
+"""Migrations: the schema they build, upgrades that keep data, refusal of old schemas."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+
+from state_runtime.catalog import Catalog, RetentionPolicy, head_revision
+from state_runtime.catalog.__main__ import main as catalog_main
+from state_runtime.catalog.engine import create_catalog_engine
+from state_runtime.catalog.schema import ALEMBIC_INI, alembic_config, current_revision, upgrade
+from state_runtime.catalog.tables import metadata
+from state_runtime.errors import CatalogError, CatalogSchemaOutdated
+from state_runtime.identity import CheckpointRef, StoreId
+from tests.catalog.conftest import DIALECTS, FAST_RETRY
+
+ID1, ID2, ID2_OLD = "a" * 32, "b" * 32, "c" * 32
+
+
+@pytest.fixture(params=DIALECTS)
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty database: a new SQLite file or a new PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'catalog.db'}"
+    else:
+        yield request.getfixturevalue("pg_schema")
+
+
+def test_migrations_build_exactly_the_declared_tables(empty_url: str) -> None:
+    engine = create_catalog_engine(empty_url)
+    upgrade(engine)
+    with engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), metadata)
+        assert current_revision(connection) == head_revision()
+    engine.dispose()
+    assert diff == []
+
+
+def _fill_revision_1(connection: sa.Connection) -> None:
+    """What a catalog at revision 0001 holds: a store with two commits (one replayed),
+    a maintenance run and a deletion. Plain SQL, shaped like revision 0001's tables."""
+    t = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    ts = t.isoformat(sep=" ") if connection.dialect.name == "sqlite" else t
+    if connection.dialect.name == "sqlite":
+        ts = t.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+    run = sa.text(
+        "INSERT INTO maintenance_runs (kind, owner, parameters, started_at, ended_at, outcome,"
+        " counts) VALUES ('cleanup', 'old-cron', '{}', :t, :t, 'succeeded', '{\"deleted\": 1}')"
+    )
+    connection.execute(run, {"t": ts})
+    connection.execute(
+        sa.text(
+            "INSERT INTO stores (checkpoint_root, operator_id, partition_id, store_name,"
+            " key_schema, created_at, latest_version, latest_checkpoint_id, last_committed_at)"
+            " VALUES ('/ckpt', 0, 3, 'default', '\"k STRING\"', :t, 2, :id2, :t)"
+        ),
+        {"t": ts, "id2": ID2},
+    )
+    files = sa.text(
+        "INSERT INTO checkpoint_files (store_id, path, kind, version, checkpoint_id,"
+        " base_checkpoint_id, lineage, size_bytes, rows, file_rows, checksum, created_at,"
+        " recorded_at, state, state_changed_at, state_reason, claimed_by_run)"
+        " VALUES (1, :path, 'delta', :v, :id, :base, :lineage, 10, 5, 5, :sum, :t, :t, :state,"
+        " :t, NULL, :run)"
+    )
+    for v, cid, base, state, run_id in (
+        (1, ID1, None, "committed", None),
+        (2, ID2, ID1, "committed", None),
+        (2, ID2_OLD, ID1, "deleted", 1),
+    ):
+        connection.execute(
+            files,
+            {
+                "path": f"state/0/3/default/{v}_{cid}.delta",
+                "v": v,
+                "id": cid,
+                "base": base,
+                "lineage": "[]" if base is None else f'[[1, "{ID1}"]]',
+                "sum": "e" * 64,
+                "t": ts,
+                "state": state,
+                "run": run_id,
+            },
+        )
+    commit = sa.text(
+        "INSERT INTO commit_log (query_id, batch_id, store_id, version, checkpoint_id, file_id,"
+        " committed_at) VALUES ('q', :b, 1, :v, :id, :f, :t)"
+    )
+    connection.execute(commit, {"b": 0, "v": 1, "id": ID1, "f": 1, "t": ts})
+    connection.execute(commit, {"b": 1, "v": 2, "id": ID2, "f": 2, "t": ts})
+    connection.execute(
+        sa.text(
+            "INSERT INTO deletion_ledger (file_id, run_id, reason, deleted_at)"
+            " VALUES (3, 1, 'orphan (replaced)', :t)"
+        ),
+        {"t": ts},
+    )
+
+
+def test_revision_1_data_survives_the_upgrade_to_head(empty_url: str) -> None:
+    engine = create_catalog_engine(empty_url)
+    upgrade(engine, "0001_initial")
+    with engine.begin() as connection:
+        _fill_revision_1(connection)
+    upgrade(engine)
+    engine.dispose()
+
+    catalog = Catalog.open(empty_url, retry=FAST_RETRY)
+    store = StoreId(0, 3)
+    assert catalog.committed_ids("/ckpt", "q", 1) == {store: CheckpointRef(2, ID2)}
+    assert catalog.latest_committed("/ckpt") == {store: CheckpointRef(2, ID2)}
+    (record,) = catalog.stores()
+    assert record.key_schema == "k STRING"
+    assert record.created_at == datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    newest, _ = catalog.retained_versions("/ckpt", store)
+    assert [f.version for f in newest.files] == [1, 2] and newest.complete
+    (deletion,) = catalog.deletion_history()
+    assert deletion.path.endswith(f"2_{ID2_OLD}.delta") and deletion.run_id == 1
+    (health,) = catalog.store_health(RetentionPolicy())
+    assert health.last_run_id is None and health.live_files == 2
+    run = catalog.run(1)
+    assert run is not None and run.counts == {"deleted": 1}
+    catalog.close()
+
+
+def test_an_old_schema_is_refused_with_the_command_that_upgrades_it(empty_url: str) -> None:
+    url = empty_url.replace("postgres@", "postgres:sekret@")  # trust auth ignores it
+    engine = create_catalog_engine(url)
+    with pytest.raises(CatalogSchemaOutdated, match="no schema yet") as empty:
+        Catalog.open(url, retry=FAST_RETRY)
+    upgrade(engine, "0001_initial")
+    with pytest.raises(CatalogSchemaOutdated) as old:
+        Catalog.open(url, retry=FAST_RETRY)
+    engine.dispose()
+    message = str(old.value)
+    assert "at schema revision 0001_initial" in message
+    assert f"needs {head_revision()}" in message
+    assert "python -m state_runtime.catalog upgrade --url" in message
+    assert "sekret" not in message + str(empty.value)
+    with Catalog.open(url, upgrade=True, retry=FAST_RETRY) as upgraded:
+        assert upgraded.stores() == []
+
+
+def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    engine = create_catalog_engine(url)
+    upgrade(engine)
+    with engine.begin() as connection:
+        connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999_future'"))
+    engine.dispose()
+    with pytest.raises(CatalogError, match="9999_future, which this version") as err:
+        Catalog.open(url, retry=FAST_RETRY)
+    assert not isinstance(err.value, CatalogSchemaOutdated)
+
+
+@pytest.mark.postgres
+def test_downgrade_to_base_and_back(pg_schema: str) -> None:
+    engine = create_catalog_engine(pg_schema)
+    upgrade(engine)
+    with engine.begin() as connection:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, "base")
+        assert sa.inspect(connection).get_table_names() == ["alembic_version"]
+    upgrade(engine)
+    with engine.connect() as connection:
+        assert current_revision(connection) == head_revision()
+    engine.dispose()
+
+
+def test_command_line_upgrade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert catalog_main(["upgrade", "--url", url]) == 0
+    assert f"revision {head_revision()}" in capfd.readouterr().out
+    Catalog.open(url).close()
+
+    # The alembic command line's path: alembic.ini plus env.py, URL from STATE_CATALOG_URL.
+    monkeypatch.setenv("STATE_CATALOG_URL", url)
+    out = io.StringIO()
+    command.current(Config(str(ALEMBIC_INI), stdout=out))
+    assert f"{head_revision()} (head)" in out.getvalue()
+
+    assert catalog_main(["current", "--url", "nonsense"]) == 1
+    assert "not a valid SQLAlchemy URL" in capfd.readouterr().err

@@ -1,0 +1,114 @@
+"""Maintenance runs and per-store leases."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from state_runtime.catalog import Catalog, StoreKey
+from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
+from state_runtime.identity import StoreId
+from tests.catalog.conftest import FAST_RETRY
+from tests.catalog.factory import ROOT, Stream
+
+A = StoreId(0, 0)
+KEY = StoreKey(ROOT, A)
+
+
+def test_runs_are_recorded_and_closed_once(catalog: Catalog) -> None:
+    run = catalog.start_run("cleanup", "dagster:run-1", {"retain_versions": 3})
+    started = catalog.run(run)
+    assert started is not None and started.outcome == "running" and started.ended_at is None
+    catalog.finish_run(run, "failed", {"deleted": 4}, error="storage timeout")
+    done = catalog.run(run)
+    assert done is not None and done.outcome == "failed" and done.error == "storage timeout"
+    assert done.counts == {"deleted": 4} and done.parameters == {"retain_versions": 3}
+    assert done.ended_at is not None and done.ended_at >= done.started_at
+    with pytest.raises(CatalogError, match="already finished"):
+        catalog.finish_run(run, "succeeded")
+    with pytest.raises(InvalidArgument, match="unknown maintenance run kind"):
+        catalog.start_run("vacuum", "me")
+    with pytest.raises(InvalidArgument, match="succeeded' or 'failed"):
+        catalog.finish_run(run, "running")
+    assert [r.run_id for r in catalog.recent_runs()] == [run]
+
+
+def test_a_lease_excludes_others_until_released_or_expired(catalog: Catalog) -> None:
+    Stream(catalog, [A]).commit()
+    run = catalog.start_run("snapshot", "one")
+    first = catalog.try_acquire_lease(KEY, "one", timedelta(seconds=30), run_id=run)
+    assert first is not None
+    assert catalog.try_acquire_lease(KEY, "two", timedelta(seconds=30)) is None
+    with (
+        pytest.raises(MaintenanceRefused, match=rf"being maintained by one \(run {run}\)"),
+        catalog.store_lease(KEY, "two", timedelta(seconds=30)),
+    ):
+        pass
+    assert catalog.release_lease(first)
+    with catalog.store_lease(KEY, "two", timedelta(seconds=30)) as second:
+        assert second.owner == "two"
+        assert catalog.try_acquire_lease(KEY, "one", timedelta(seconds=30)) is None
+    assert catalog.try_acquire_lease(KEY, "three", timedelta(milliseconds=200)) is not None
+
+    time.sleep(0.3)  # the holder crashed: its lease expires and passes on
+    taken = catalog.try_acquire_lease(KEY, "four", timedelta(seconds=30))
+    assert taken is not None
+    with pytest.raises(CatalogError, match="unknown store"):
+        catalog.try_acquire_lease(StoreKey("/typo", A), "x", timedelta(seconds=1))
+
+
+def test_a_lost_lease_cannot_be_renewed_or_released(catalog: Catalog) -> None:
+    Stream(catalog, [A]).commit()
+    old = catalog.try_acquire_lease(KEY, "slow", timedelta(milliseconds=100))
+    assert old is not None
+    time.sleep(0.2)
+    new = catalog.try_acquire_lease(KEY, "fast", timedelta(seconds=30))
+    assert new is not None
+    with pytest.raises(MaintenanceRefused, match="was lost"):
+        catalog.renew_lease(old, timedelta(seconds=30))
+    assert not catalog.release_lease(old)
+    renewed = catalog.renew_lease(new, timedelta(minutes=5))
+    assert renewed.expires_at > new.expires_at
+    assert catalog.try_acquire_lease(KEY, "slow", timedelta(seconds=30)) is None
+
+
+HOLDER = """
+import sys
+from datetime import timedelta
+from state_runtime.catalog import Catalog, StoreKey
+from state_runtime.identity import StoreId
+catalog = Catalog.open(sys.argv[1])
+lease = catalog.try_acquire_lease(StoreKey(sys.argv[2], StoreId(0, 0)), "other-process",
+                                  timedelta(seconds=60))
+print("held" if lease else "refused")
+"""
+
+
+@pytest.mark.postgres
+def test_a_lease_holds_across_processes(pg_catalog: Catalog) -> None:
+    """Another process takes the lease and exits without releasing it (a crash)."""
+    Stream(pg_catalog, [A]).commit()
+    url = pg_catalog.engine.url.render_as_string(hide_password=False)
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", HOLDER, url, ROOT],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "held"
+    with (
+        pytest.raises(MaintenanceRefused, match="other-process"),
+        pg_catalog.store_lease(KEY, "me", timedelta(seconds=10)),
+    ):
+        pass
+    other = Catalog.open(url, retry=FAST_RETRY)
+    assert other.try_acquire_lease(KEY, "third", timedelta(seconds=10)) is None
+    other.close()
