@@ -53,11 +53,11 @@ class _Flaky:
     """Runs the real aggregation, then on the first attempt of some partitions writes a
     duplicate attempt's delta (as a speculative copy would) and fails the task."""
 
-    def __init__(self, root: str, failing: set[int]) -> None:
+    def __init__(self, storage: Storage, failing: set[int]) -> None:
         self.inner = _RunningAggregate(
             ("user",), (Agg("n", "count"), Agg("total", "sum", "amount"))
         )
-        self.root = root
+        self.storage = storage
         self.failing = failing
 
     def __call__(self, store: StateStore, rows: pa.Table) -> list[tuple[Any, ...]]:
