@@ -286,7 +286,15 @@ class StateStoreProvider:
         if self._cache:
             target = self._read(ref, FileKind.DELTA, metrics, missing_ok=True)
         if target is not None:
-            rolled = self._roll_forward(target, metrics)
+            try:
+                rolled = self._roll_forward(target, metrics)
+            except LineageBroken as e:
+                # A delta the cached copy would need was cleaned up (a newer snapshot replaced
+                # it): load from files instead.
+                metrics.repairs.append(
+                    f"cached copy cannot roll forward ({e.reason}); loaded from files"
+                )
+                rolled = None
             if rolled is not None:
                 return rolled
         return self._load_from_files(ref, target, metrics)

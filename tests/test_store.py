@@ -318,3 +318,22 @@ def test_nested_and_typed_values_round_trip(storage: Storage) -> None:
     fresh = StateStoreProvider(storage, 2, 0, key_schema=p.schema.key, value_schema=p.schema.value)
     # Read back from files exactly as it was put: structs as tuples, maps as dicts.
     assert fresh.get_read_store(1, info.checkpoint_id).get(key) == value
+
+
+def test_a_cached_copy_behind_cleaned_deltas_loads_from_the_snapshot(storage: Storage) -> None:
+    from datetime import timedelta
+
+    from state_runtime.cleanup import cleanup
+
+    writer, behind = provider_for(storage), provider_for(storage)
+    infos = [commit_rows(writer, None, {"a": 1})]
+    assert state_of(behind, infos[0]) == {"a": 1}  # behind caches version 1
+    for i in range(2, 6):
+        infos.append(commit_rows(writer, infos[-1], {f"k{i}": i}))
+    writer.snapshot(4, infos[3].checkpoint_id)
+    report = cleanup(writer, infos[-1].ref, min_age=timedelta(0), dry_run=False)
+    assert infos[1].path in report.deleted  # the delta behind's copy would need
+    store = behind.get_read_store(5, infos[-1].checkpoint_id)
+    assert {k[0] for k, _ in store.items()} == {"a", "k2", "k3", "k4", "k5"}
+    assert store.metrics.load.source is LoadSource.FILES
+    assert "cannot roll forward" in store.metrics.load.repairs[0]
