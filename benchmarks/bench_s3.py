@@ -58,9 +58,13 @@ def measure(storage: Storage, op: Callable[[], object], *, written: bool, repeat
 
 def provider(storage: Storage) -> StateStoreProvider:
     return StateStoreProvider(
-        storage, 0, 0, key_schema=KEY, value_schema=VALUE,
+        storage,
+        0,
+        0,
+        key_schema=KEY,
+        value_schema=VALUE,
         config=StoreConfig(min_deltas_for_snapshot=100),
-    )  # fmt: skip
+    )
 
 
 def commit_batch(p: StateStoreProvider, base: CheckpointInfo, keys: list[int]) -> CheckpointInfo:

@@ -186,9 +186,11 @@ def _rows_at(
     """(path, row) for the files at the given (store id, version, path) triples. Per-column
     IN lists on (store_id, version) let the checkpoint index serve; exact paths are kept."""
     f = checkpoint_files.c
-    pairs = {(sid, path) for sid, _, path in wanted}
     found: list[tuple[str, AnyRow]] = []
     for part in chunks(sorted(wanted)):
+        # Match each chunk against its own files only: a file of another chunk may fall in
+        # this chunk's IN lists, and must not be returned twice.
+        pairs = {(sid, path) for sid, _, path in part}
         rows = connection.execute(
             sa.select(f.path.label("located_path"), f.store_id.label("located_in"), *columns).where(
                 f.store_id.in_({sid for sid, _, _ in part}),

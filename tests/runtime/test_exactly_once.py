@@ -26,7 +26,7 @@ from state_runtime.runtime import (
     worker,
 )
 from state_runtime.runtime.aggregation import _RunningAggregate
-from state_runtime.storage import open_storage
+from state_runtime.storage import Storage, open_storage
 from state_runtime.store import StateStore
 
 from .reference import assert_lineage_linear, running_totals

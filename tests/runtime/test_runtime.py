@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import sqlalchemy as sa
 import pytest
+import sqlalchemy as sa
 from pyspark.sql import DataFrame, SparkSession
 
 from state_runtime.catalog import Catalog

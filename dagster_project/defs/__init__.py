@@ -1,0 +1,1 @@
+"""The maintenance code location's definitions, one small module per kind."""

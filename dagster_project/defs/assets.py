@@ -1,0 +1,191 @@
+"""Assets: the checkpoint files (written by the streams) and the maintenance that keeps them.
+
+``state_checkpoints`` stands for the files the streaming queries write, one partition per
+store; Dagster never materializes it, but every health run records each store's figures on
+its partition. The maintenance assets each run one pass of ``state_runtime.maintenance``.
+"""
+
+from dagster import (
+    AssetExecutionContext,
+    AssetObservation,
+    AssetSpec,
+    Config,
+    Failure,
+    MaterializeResult,
+    asset,
+)
+from pydantic import Field
+
+from dagster_project.defs.metadata import (
+    cleanup_metadata,
+    reconcile_metadata,
+    snapshot_metadata,
+    store_figures,
+    store_table,
+    totals_metadata,
+)
+from dagster_project.defs.partitions import state_stores
+from dagster_project.defs.resources import (
+    CheckpointStorageResource,
+    MaintenancePolicyResource,
+    StateCatalogResource,
+    open_fleet,
+)
+from state_runtime.catalog import StoreKey
+from state_runtime.errors import MaintenanceRefused
+from state_runtime.maintenance import (
+    CallbackProgress,
+    FleetTotals,
+    Progress,
+    cleanup_pass,
+    parse_store_key,
+    reconcile,
+    snapshot_pass,
+    store_reports,
+)
+
+GROUP = "state_maintenance"
+POOL = "state_maintenance"
+
+state_checkpoints = AssetSpec(
+    key="state_checkpoints",
+    description=(
+        "Checkpoint files of the state stores (deltas and snapshots), written by the streaming "
+        "queries. One partition per store; each health run records the store's figures here."
+    ),
+    partitions_def=state_stores,
+    group_name=GROUP,
+    kinds={"arrow"},
+)
+
+
+class StoresConfig(Config):
+    """``stores``: only these stores (``<root>#<op>/<partition>/<name>``); empty: all."""
+
+    stores: list[str] = Field(
+        default=[], description="Only these stores (<root>#<op>/<partition>/<name>); empty: all."
+    )
+
+    def only(self) -> list[StoreKey] | None:
+        return [parse_store_key(s) for s in self.stores] or None
+
+
+class CleanupConfig(StoresConfig):
+    """``dry_run`` (default): report what would be deleted and why, delete nothing."""
+
+    dry_run: bool = Field(default=True, description="Report what would go; delete nothing.")
+
+
+class HealthConfig(Config):
+    """``observe_stores``: record each store's figures on its ``state_checkpoints`` partition."""
+
+    observe_stores: bool = True
+
+
+class ReconcileConfig(Config):
+    dry_run: bool = False
+
+
+def progress_for(context: AssetExecutionContext) -> Progress:
+    """Progress as log lines in the run's event log."""
+    return CallbackProgress(lambda what, done, total: context.log.info(f"{what}: {done}/{total}"))
+
+
+def owner(context: AssetExecutionContext) -> str:
+    return f"dagster:{context.run.run_id}"
+
+
+@asset(group_name=GROUP, deps=[state_checkpoints], pool=POOL, kinds={"python"})
+def state_snapshots(
+    context: AssetExecutionContext,
+    config: StoresConfig,
+    state_catalog: StateCatalogResource,
+    checkpoint_storage: CheckpointStorageResource,
+    maintenance_policy: MaintenancePolicyResource,
+) -> MaterializeResult:  # type: ignore[type-arg]
+    """Snapshots of every store whose delta chain (or cold-load cost) passed the threshold."""
+    with open_fleet(state_catalog, checkpoint_storage, owner(context)) as fleet:
+        report = snapshot_pass(
+            fleet,
+            maintenance_policy.policy(),
+            only=config.only(),
+            progress=progress_for(context),
+            workers=maintenance_policy.workers,
+        )
+    for failed in report.failed:
+        context.log.error(f"snapshot of {failed.key} failed: {failed.error}")
+    return MaterializeResult(metadata=snapshot_metadata(report))
+
+
+@asset(group_name=GROUP, deps=[state_checkpoints], pool=POOL, kinds={"python"})
+def state_retention_cleanup(
+    context: AssetExecutionContext,
+    config: CleanupConfig,
+    state_catalog: StateCatalogResource,
+    checkpoint_storage: CheckpointStorageResource,
+    maintenance_policy: MaintenancePolicyResource,
+) -> MaterializeResult:  # type: ignore[type-arg]
+    """Deletes what retention allows (a dry run unless ``dry_run: false``); every deletion
+    goes into the catalog's ledger with its reason."""
+    policy = maintenance_policy.policy()
+    try:
+        with open_fleet(state_catalog, checkpoint_storage, owner(context)) as fleet:
+            report = cleanup_pass(
+                fleet,
+                policy,
+                execute=not config.dry_run,
+                only=config.only(),
+                progress=progress_for(context),
+            )
+    except MaintenanceRefused as exc:
+        raise Failure(description=f"cleanup refused: {exc}") from exc
+    for path, error in report.failed.items():
+        context.log.warning(f"could not delete {path}: {error} (the next run retries)")
+    return MaterializeResult(metadata=cleanup_metadata(report, policy.parameters()))
+
+
+@asset(group_name=GROUP, deps=[state_checkpoints], kinds={"python"})
+def state_store_health(
+    context: AssetExecutionContext,
+    config: HealthConfig,
+    state_catalog: StateCatalogResource,
+    checkpoint_storage: CheckpointStorageResource,
+    maintenance_policy: MaintenancePolicyResource,
+) -> MaterializeResult:  # type: ignore[type-arg]
+    """Every store's figures from the catalog: fleet totals here, each store's own figures on
+    its ``state_checkpoints`` partition (plotted over time), and a table of the stores."""
+    with open_fleet(state_catalog, checkpoint_storage, owner(context)) as fleet:
+        reports = store_reports(fleet, maintenance_policy.policy())
+    if config.observe_stores:
+        known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
+        for report in reports:
+            if str(report.key) in known:
+                context.log_event(
+                    AssetObservation(
+                        state_checkpoints.key,
+                        partition=str(report.key),
+                        metadata=store_figures(report),
+                    )
+                )
+    return MaterializeResult(
+        metadata={**totals_metadata(FleetTotals.of(reports)), "stores_table": store_table(reports)}
+    )
+
+
+@asset(group_name=GROUP, deps=[state_checkpoints], pool=POOL, kinds={"python"})
+def state_reconciliation(
+    context: AssetExecutionContext,
+    config: ReconcileConfig,
+    state_catalog: StateCatalogResource,
+    checkpoint_storage: CheckpointStorageResource,
+    maintenance_policy: MaintenancePolicyResource,
+) -> MaterializeResult:  # type: ignore[type-arg]
+    """The rare sweep that lists storage and records files the catalog does not know."""
+    with open_fleet(state_catalog, checkpoint_storage, owner(context)) as fleet:
+        report = reconcile(
+            fleet,
+            maintenance_policy.policy(),
+            execute=not config.dry_run,
+            progress=progress_for(context),
+        )
+    return MaterializeResult(metadata=reconcile_metadata(report))

@@ -1,0 +1,153 @@
+"""Maintenance reports as Dagster metadata: numbers to plot, tables and markdown to read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias
+
+from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
+
+from state_runtime.catalog import FileVerdict
+from state_runtime.maintenance import (
+    CheckOutcome,
+    CleanupReport,
+    Finding,
+    FleetTotals,
+    ReconcileReport,
+    SnapshotReport,
+    StoreReport,
+)
+
+Meta: TypeAlias = MetadataValue[Any]
+MetadataMap: TypeAlias = dict[str, Meta]
+
+TABLE_ROWS = 500  # rows of a metadata table; the rest are counted, not shown
+MD_ROWS = 50
+
+STORE_COLUMNS = (
+    "latest_version",
+    "commit_lag_seconds",
+    "deltas_since_snapshot",
+    "recovery_files",
+    "recovery_bytes",
+    "state_rows",
+    "live_files",
+    "live_bytes",
+    "orphan_files",
+    "reclaimable_bytes",
+)
+
+
+def _cells(values: Sequence[Sequence[object]], header: Sequence[str]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in values]
+    return "\n".join(lines)
+
+
+def _more(total: int, shown: int) -> str:
+    return f"\n\n... and {total - shown} more" if total > shown else ""
+
+
+def store_table(reports: Sequence[StoreReport]) -> Meta:
+    """The stores with the longest delta chains first, as a table."""
+    ordered = sorted(reports, key=lambda r: (-r.health.deltas_since_snapshot, str(r.key)))
+    schema = TableSchema(
+        columns=[TableColumn("store", "string")]
+        + [
+            TableColumn(name, "float" if name.endswith("seconds") else "int")
+            for name in STORE_COLUMNS
+        ]
+    )
+    records = [
+        TableRecord({"store": str(r.key)} | {k: r.figures()[k] for k in STORE_COLUMNS})
+        for r in ordered[:TABLE_ROWS]
+    ]
+    return MetadataValue.table(records, schema)
+
+
+def totals_metadata(totals: FleetTotals) -> MetadataMap:
+    """Fleet figures (plotted over time on the asset's page)."""
+    return {
+        "stores": MetadataValue.int(totals.stores),
+        "state_rows": MetadataValue.int(totals.state_rows),
+        "live_bytes": MetadataValue.int(totals.live_bytes),
+        "orphan_files": MetadataValue.int(totals.orphan_files),
+        "orphan_bytes": MetadataValue.int(totals.orphan_bytes),
+        "reclaimable_bytes": MetadataValue.int(totals.reclaimable_bytes),
+        "max_deltas_since_snapshot": MetadataValue.int(totals.max_deltas_since_snapshot),
+        "max_recovery_bytes": MetadataValue.int(totals.max_recovery_bytes),
+        "max_commit_lag_seconds": MetadataValue.float(totals.max_commit_lag_seconds),
+    }
+
+
+def store_figures(report: StoreReport) -> MetadataMap:
+    return {
+        name: MetadataValue.float(value) if isinstance(value, float) else MetadataValue.int(value)
+        for name, value in report.figures().items()
+    }
+
+
+def snapshot_metadata(report: SnapshotReport) -> MetadataMap:
+    rows = [
+        (str(o.key), o.status.value, o.version, o.deltas_since_snapshot, o.bytes, o.error or "")
+        for o in report.outcomes[:MD_ROWS]
+    ]
+    header = ("store", "status", "version", "deltas", "bytes", "error")
+    return {
+        **{name: MetadataValue.int(n) for name, n in report.counts().items()},
+        "catalog_run_id": MetadataValue.int(report.run_id),
+        "outcomes": MetadataValue.md(_cells(rows, header) + _more(len(report.outcomes), MD_ROWS)),
+    }
+
+
+def _files_md(verdicts: Sequence[FileVerdict]) -> Meta:
+    rows = [
+        (f"{v.file.key.root}/{v.file.path}", v.file.size_bytes, v.verdict.value, v.reason)
+        for v in verdicts[:MD_ROWS]
+    ]
+    table = _cells(rows, ("file", "bytes", "verdict", "reason"))
+    return MetadataValue.md(table + _more(len(verdicts), MD_ROWS))
+
+
+def cleanup_metadata(report: CleanupReport, parameters: Mapping[str, object]) -> MetadataMap:
+    counts = report.counts()
+    return {
+        "dry_run": MetadataValue.bool(report.dry_run),
+        **{name: MetadataValue.int(n) for name, n in counts.items()},
+        "policy": MetadataValue.json(dict(parameters)),
+        "catalog_run_id": MetadataValue.int(report.run_id or 0),
+        ("would_delete" if report.dry_run else "deleted"): _files_md(
+            report.planned if report.dry_run else report.deleted
+        ),
+    }
+
+
+def findings_md(findings: Sequence[Finding]) -> Meta:
+    rows = [(str(f.key), f.severity.value, f.path or "", f.problem) for f in findings[:MD_ROWS]]
+    return MetadataValue.md(
+        _cells(rows, ("store", "severity", "file", "problem")) + _more(len(findings), MD_ROWS)
+    )
+
+
+def check_metadata(outcome: CheckOutcome) -> MetadataMap:
+    metadata: MetadataMap = {
+        name: MetadataValue.float(float(value)) for name, value in outcome.figures.items()
+    }
+    if outcome.findings:
+        metadata["findings"] = findings_md(outcome.findings)
+        first = next((f.path for f in outcome.findings if f.path), None)
+        if first is not None:
+            metadata["first_file"] = MetadataValue.path(first)
+    return metadata
+
+
+def reconcile_metadata(report: ReconcileReport) -> MetadataMap:
+    rows = [(path, state) for path, state in list(report.recorded.items())[:MD_ROWS]]
+    rows += [(path, f"unreadable: {error}") for path, error in report.unreadable.items()]
+    return {
+        "dry_run": MetadataValue.bool(report.dry_run),
+        **{name: MetadataValue.int(n) for name, n in report.counts().items()},
+        "files": MetadataValue.md(
+            _cells(rows[:MD_ROWS], ("file", "recorded as")) + _more(len(rows), MD_ROWS)
+        ),
+    }

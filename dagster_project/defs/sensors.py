@@ -1,0 +1,80 @@
+"""Sensors: one partition per store (discovered from the catalog), and snapshots on demand."""
+
+import hashlib
+
+from dagster import (
+    DefaultSensorStatus,
+    RunConfig,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+
+from dagster_project.defs.assets import StoresConfig
+from dagster_project.defs.jobs import snapshot_job
+from dagster_project.defs.partitions import state_stores
+from dagster_project.defs.resources import (
+    CheckpointStorageResource,
+    MaintenancePolicyResource,
+    StateCatalogResource,
+    open_fleet,
+)
+from state_runtime.maintenance import due_for_snapshot
+
+
+@sensor(
+    name="state_store_discovery",
+    minimum_interval_seconds=60,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Adds a state_stores partition for each store in the catalog, drops gone ones.",
+)
+def store_discovery_sensor(
+    context: SensorEvaluationContext,
+    state_catalog: StateCatalogResource,
+    checkpoint_storage: CheckpointStorageResource,
+) -> SensorResult | SkipReason:
+    with open_fleet(state_catalog, checkpoint_storage, "dagster:discovery") as fleet:
+        stores = {str(record.key) for record in fleet.stores()}
+    known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
+    added, gone = sorted(stores - known), sorted(known - stores)
+    if not added and not gone:
+        return SkipReason(f"{len(known)} stores, no change")
+    context.log.info(f"stores: {len(added)} new, {len(gone)} gone")
+    return SensorResult(
+        dynamic_partitions_requests=[
+            *([state_stores.build_add_request(added)] if added else []),
+            *([state_stores.build_delete_request(gone)] if gone else []),
+        ]
+    )
+
+
+@sensor(
+    name="state_snapshot_due",
+    job=snapshot_job,
+    minimum_interval_seconds=120,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Requests a snapshot run for the stores whose chains passed the threshold.",
+)
+def snapshot_due_sensor(
+    context: SensorEvaluationContext,
+    state_catalog: StateCatalogResource,
+    checkpoint_storage: CheckpointStorageResource,
+    maintenance_policy: MaintenancePolicyResource,
+) -> RunRequest | SkipReason:
+    with open_fleet(state_catalog, checkpoint_storage, "dagster:snapshot-sensor") as fleet:
+        due = due_for_snapshot(fleet, maintenance_policy.policy())
+    if not due:
+        return SkipReason("no store is due for a snapshot")
+    stores = sorted(str(d.record.key) for d in due)
+    # one run per set of (store, latest version): the same chains never trigger twice
+    state = ",".join(f"{d.record.key}@{d.record.latest.version}" for d in due)
+    return RunRequest(
+        run_key=hashlib.sha256(state.encode()).hexdigest()[:32],
+        run_config=RunConfig(ops={"state_snapshots": StoresConfig(stores=stores)}),
+        tags={"state_runtime/due_stores": str(len(stores))},
+    )
+
+
+sensors = [store_discovery_sensor, snapshot_due_sensor]

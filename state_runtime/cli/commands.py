@@ -1,0 +1,289 @@
+"""The ``statestore`` commands: maintain, validate, health, explain, reconcile.
+
+Exit codes: 0 done and healthy; 1 done, but problems were found or some work failed; 2 bad
+usage; 3 refused by a safety rule; 4 the catalog or the storage failed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+
+from state_runtime.catalog import Catalog, RetentionPolicy, StoreKey, catalog_url
+from state_runtime.cli import output
+from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStoreError
+from state_runtime.maintenance import (
+    SILENT,
+    Fleet,
+    MaintenancePolicy,
+    Progress,
+    RichProgress,
+    canonical_root,
+    cleanup_pass,
+    due_for_snapshot,
+    parse_duration,
+    parse_store_key,
+    reconcile,
+    run_checks,
+    snapshot_pass,
+    store_reports,
+)
+
+EXIT_PROBLEMS, EXIT_REFUSED, EXIT_FAILED = 1, 3, 4
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass
+class Settings:
+    """What the group's options resolve to, handed to each command."""
+
+    url: str
+    roots: list[str] | None
+    quiet: bool
+    console: Console = dataclasses.field(default_factory=Console)
+
+    @property
+    def progress(self) -> Progress:
+        return SILENT if self.quiet else RichProgress()
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+@contextmanager
+def _fleet(settings: Settings) -> Iterator[Fleet]:
+    """Open the catalog and turn library errors into messages and exit codes."""
+    try:
+        catalog = Catalog.open(settings.url)
+    except StateStoreError as exc:
+        _fail(EXIT_FAILED, str(exc))
+    try:
+        yield Fleet(catalog, roots=settings.roots)
+    except MaintenanceRefused as exc:
+        _fail(EXIT_REFUSED, f"refused: {exc}")
+    except InvalidArgument as exc:
+        _fail(2, str(exc))
+    except StateStoreError as exc:
+        _fail(EXIT_FAILED, str(exc))
+    finally:
+        catalog.close()
+
+
+def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> timedelta | None:
+    try:
+        return None if value is None else parse_duration(value)
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def policy_options(command: F) -> F:
+    """Options overriding the maintenance policy (defaults: STATE_MAINTENANCE_* or built-in)."""
+    options = [
+        click.option("--min-deltas", type=click.IntRange(min=1), help="Deltas for a snapshot."),
+        click.option("--retain-versions", type=int, help="Committed versions kept loadable (>=2)."),
+        click.option("--window", callback=_duration, help="Retention window, e.g. 1h."),
+        click.option("--orphan-grace", callback=_duration, help="Age before uncommitted files go."),
+        click.option("--min-window", callback=_duration, help="Shortest window accepted."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _policy(options: dict[str, Any]) -> MaintenancePolicy:
+    """The environment's policy with the command line's overrides."""
+    base = MaintenancePolicy.from_env()
+    retention = base.retention
+    try:
+        return dataclasses.replace(
+            base,
+            snapshot_min_deltas=options.get("min_deltas") or base.snapshot_min_deltas,
+            min_window=options.get("min_window") or base.min_window,
+            retention=RetentionPolicy(
+                retain_versions=options.get("retain_versions") or retention.retain_versions,
+                window=options["window"] if options.get("window") is not None else retention.window,
+                orphan_grace=options.get("orphan_grace") or retention.orphan_grace,
+            ),
+        )
+    except MaintenanceRefused as exc:
+        _fail(EXIT_REFUSED, f"refused: {exc}")
+    except InvalidArgument as exc:
+        _fail(2, str(exc))
+
+
+def _stores(values: tuple[str, ...]) -> list[StoreKey] | None:
+    try:
+        return [parse_store_key(v) for v in values] or None
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc), param_hint="--store") from None
+
+
+store_option = click.option(
+    "--store",
+    "stores",
+    multiple=True,
+    metavar="ROOT#OP/PART/NAME",
+    help="Only this store (repeatable); as 'statestore health' names it.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--catalog-url",
+    envvar="STATE_CATALOG_URL",
+    help="Catalog URL (default: $STATE_CATALOG_URL, else ./demo-output/catalog.db).",
+)
+@click.option(
+    "--root",
+    "roots",
+    multiple=True,
+    help="Only stores below this checkpoint root (path or URI; repeatable). Default: all.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+@click.pass_context
+def main(ctx: click.Context, /, **kw: Any) -> None:
+    """Maintain the state stores recorded in a catalog: snapshots, cleanup, validation."""
+    roots = [canonical_root(r) for r in kw["roots"]] or None
+    ctx.obj = Settings(kw.get("catalog_url") or catalog_url(), roots, kw["quiet"])
+
+
+@main.command()
+@click.option(
+    "--dry-run/--execute", default=True, help="Only show what cleanup would delete (default)."
+)
+@click.option("--snapshots/--no-snapshots", default=True, help="Write due snapshots.")
+@click.option("--cleanup/--no-cleanup", default=True, help="Delete what retention allows.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, help="Stores in parallel.")
+@store_option
+@policy_options
+@click.pass_obj
+def maintain(settings: Settings, /, **kw: Any) -> None:
+    """Write due snapshots, then clean up (a dry run unless --execute)."""
+    policy, only = _policy(kw), _stores(kw["stores"])
+    failed = False
+    with _fleet(settings) as fleet:
+        if kw["cleanup"]:
+            policy.check_retention()  # refuse before doing anything
+        if kw["snapshots"] and not kw["dry_run"]:
+            snaps = snapshot_pass(
+                fleet, policy, only=only, progress=settings.progress, workers=kw["workers"]
+            )
+            output.print_snapshots(settings.console, snaps)
+            failed |= bool(snaps.failed)
+        elif kw["snapshots"]:
+            due = due_for_snapshot(fleet, policy, only)
+            output.print_due_snapshots(settings.console, due)
+        if kw["cleanup"]:
+            report = cleanup_pass(
+                fleet, policy, execute=not kw["dry_run"], only=only, progress=settings.progress
+            )
+            output.print_cleanup(settings.console, report)
+            failed |= bool(report.failed)
+    sys.exit(EXIT_PROBLEMS if failed else 0)
+
+
+@main.command()
+@click.option("--workers", type=click.IntRange(min=1), default=1, help="Stores in parallel.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON.")
+@store_option
+@policy_options
+@click.pass_obj
+def validate(settings: Settings, /, **kw: Any) -> None:
+    """Check that every retained version loads: files, sizes, checksums, lineage, commit log."""
+    policy, only = _policy(kw), _stores(kw["stores"])
+    with _fleet(settings) as fleet:
+        report = run_checks(
+            fleet, policy, only=only, progress=settings.progress, workers=kw["workers"]
+        )
+    if kw["as_json"]:
+        click.echo(json.dumps(output.checks_json(report), indent=2))
+    else:
+        output.print_checks(settings.console, report)
+    sys.exit(0 if report.ok else EXIT_PROBLEMS)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.option(
+    "--sort",
+    type=click.Choice(["store", "deltas", "recovery", "reclaimable", "orphans", "lag"]),
+    default="store",
+    help="Order of the rows.",
+)
+@click.option("--limit", type=click.IntRange(min=1), help="Show only the first N rows.")
+@store_option
+@policy_options
+@click.pass_obj
+def health(settings: Settings, /, **kw: Any) -> None:
+    """Each store's figures from the catalog (no storage access)."""
+    policy, only = _policy(kw), _stores(kw["stores"])
+    with _fleet(settings) as fleet:
+        reports = output.sorted_reports(store_reports(fleet, policy, only=only), kw["sort"])
+    reports = reports[: kw["limit"]] if kw["limit"] else reports
+    if kw["as_json"]:
+        click.echo(json.dumps([{"store": str(r.key)} | r.figures() for r in reports], indent=2))
+    else:
+        output.print_health(settings.console, reports)
+
+
+@main.command()
+@click.argument("file")
+@policy_options
+@click.pass_obj
+def explain(settings: Settings, /, file: str, **kw: Any) -> None:
+    """Why FILE is kept, or why cleanup may delete it.
+
+    FILE is a path relative to its checkpoint root (with --root), an absolute path, or a URI.
+    """
+    policy = _policy(kw)
+    with _fleet(settings) as fleet:
+        root, path = _locate(fleet, file)
+        explanation = fleet.catalog.explain(root, path, policy.retention)
+    output.print_explanation(settings.console, explanation)
+
+
+def _locate(fleet: Fleet, file: str) -> tuple[str, str]:
+    """The (root, relative path) of ``file`` among the catalog's roots."""
+    roots = fleet.root_names()
+    if "://" not in file and not Path(file).is_absolute():
+        if len(roots) != 1:
+            _fail(2, f"{file!r} is relative: name its root with --root (known: {roots})")
+        return roots[0], file
+    uri = file if "://" in file else Path(file).resolve().as_uri()
+    for root in sorted(roots, key=len, reverse=True):
+        if uri.startswith(root.rstrip("/") + "/"):
+            return root, uri[len(root.rstrip("/")) + 1 :]
+    _fail(2, f"{file!r} is below none of the catalog's roots: {roots}")
+
+
+@main.command(name="reconcile")
+@click.option(
+    "--dry-run/--record", default=False, help="Only report unknown files (default: record them)."
+)
+@click.option("--min-age", callback=_duration, help="Skip younger files (default: min window).")
+@policy_options
+@click.pass_obj
+def reconcile_command(settings: Settings, /, **kw: Any) -> None:
+    """List storage and record the files the catalog does not know (a rare sweep)."""
+    policy = _policy(kw)
+    with _fleet(settings) as fleet:
+        report = reconcile(
+            fleet,
+            policy,
+            execute=not kw["dry_run"],
+            min_age=kw["min_age"],
+            progress=settings.progress,
+        )
+    output.print_reconcile(settings.console, report)
+    sys.exit(EXIT_PROBLEMS if report.unreadable else 0)

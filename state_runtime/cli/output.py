@@ -1,0 +1,221 @@
+"""What the CLI prints: rich tables and summaries of maintenance reports."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from state_runtime.catalog import Explanation
+from state_runtime.maintenance import (
+    ChecksReport,
+    CleanupReport,
+    DueStore,
+    ReconcileReport,
+    SnapshotReport,
+    StoreReport,
+)
+
+SHOWN = 20  # rows of detail before "... and N more"
+
+
+def size(n: float) -> str:
+    """Bytes for people: 1.2 MB."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError
+
+
+def age(value: timedelta | None) -> str:
+    if value is None:
+        return "-"
+    seconds = int(value.total_seconds())
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= length:
+            return f"{seconds // length}{unit}"
+    return f"{seconds}s"
+
+
+def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
+    """One row per store; with a single root, the root is printed once above the table."""
+    roots = {r.key.root for r in reports}
+    single = roots.pop() if len(roots) == 1 else None
+    if single is not None:
+        console.print(f"root: {single}", soft_wrap=True)
+    title = f"State store health ({len(reports)} stores)"
+    table = Table(
+        title=title,
+        caption="deltas: since the last snapshot; recovery: bytes a cold load of the latest reads",
+    )
+    table.add_column("store", no_wrap=True)
+    for name in (
+        "version",
+        "lag",
+        "deltas",
+        "recovery",
+        "rows",
+        "live",
+        "orphans",
+        "reclaimable",
+        "last run",
+    ):
+        table.add_column(name, justify="right")
+    for r in reports:
+        h = r.health
+        run = f"{h.last_run_kind} {h.last_run_outcome}" if h.last_run_kind else "-"
+        table.add_row(
+            str(h.key.store) if single is not None else str(h.key),
+            str(h.latest.version),
+            age(h.commit_lag),
+            str(h.deltas_since_snapshot),
+            size(r.recovery.bytes),
+            f"{h.state_rows:,}",
+            size(h.live_bytes),
+            str(h.orphan_files),
+            size(h.reclaimable_bytes),
+            run,
+        )
+    console.print(table)
+
+
+_SORT_KEYS = {
+    "store": lambda r: (0, str(r.key)),
+    "deltas": lambda r: (-r.health.deltas_since_snapshot, str(r.key)),
+    "recovery": lambda r: (-r.recovery.bytes, str(r.key)),
+    "reclaimable": lambda r: (-r.health.reclaimable_bytes, str(r.key)),
+    "orphans": lambda r: (-r.health.orphan_bytes, str(r.key)),
+    "lag": lambda r: (-(r.health.commit_lag or timedelta(0)).total_seconds(), str(r.key)),
+}
+
+
+def sorted_reports(reports: Sequence[StoreReport], by: str) -> list[StoreReport]:
+    return sorted(reports, key=_SORT_KEYS[by])
+
+
+def print_due_snapshots(console: Console, due: Sequence[DueStore]) -> None:
+    console.print(f"snapshots (dry run): {len(due)} store(s) due")
+    for store in due[:SHOWN]:
+        console.print(
+            f"  {store.record.key}: {store.deltas_since_snapshot} deltas since the last snapshot"
+        )
+    if len(due) > SHOWN:
+        console.print(f"  ... and {len(due) - SHOWN} more")
+
+
+def print_snapshots(console: Console, report: SnapshotReport) -> None:
+    c = report.counts()
+    console.print(
+        f"snapshots (run {report.run_id}): {c['written']} written ({size(c['bytes_written'])}), "
+        f"{c['recorded']} recorded, {c['up_to_date']} up to date, {c['busy']} busy, "
+        f"{c['failed']} failed"
+    )
+    for outcome in report.failed[:SHOWN]:
+        console.print(f"  [red]failed[/red] {outcome.key}: {outcome.error}")
+
+
+def print_cleanup(console: Console, report: CleanupReport) -> None:
+    reasons = Counter(v.verdict.value for v in report.planned)
+    breakdown = ", ".join(f"{n} {verdict}" for verdict, n in sorted(reasons.items()))
+    if report.dry_run:
+        console.print(
+            f"cleanup (dry run): would delete {len(report.planned)} files, "
+            f"{size(report.planned_bytes)}" + (f" ({breakdown})" if breakdown else "")
+        )
+        for verdict in report.planned[:SHOWN]:
+            console.print(f"  {verdict.file.key.root}/{verdict.file.path}: {verdict.reason}")
+        if len(report.planned) > SHOWN:
+            console.print(f"  ... and {len(report.planned) - SHOWN} more")
+        if report.planned:
+            console.print("Run with --execute to delete them.")
+        return
+    console.print(
+        f"cleanup (run {report.run_id}): deleted {len(report.deleted)} files, "
+        f"{size(report.deleted_bytes)}; {len(report.failed)} failed; "
+        f"{len(report.busy)} stores busy (leased by another run)"
+    )
+    for path, error in list(report.failed.items())[:SHOWN]:
+        console.print(f"  [red]failed[/red] {path}: {error}")
+
+
+def print_checks(console: Console, report: ChecksReport) -> None:
+    table = Table(title=f"Validation (run {report.run_id})")
+    for name in ("check", "result", "summary"):
+        table.add_column(name)
+    for o in report.outcomes:
+        result = (
+            "[green]passed[/green]"
+            if o.passed
+            else ("[red]ERROR[/red]" if o.severity.value == "error" else "[yellow]WARN[/yellow]")
+        )
+        table.add_row(o.name.value, result, o.summary)
+    console.print(table)
+    for o in report.outcomes:
+        for finding in o.findings[:SHOWN]:
+            console.print(f"  {finding.severity.value}: {finding}")
+        if len(o.findings) > SHOWN:
+            console.print(f"  ... and {len(o.findings) - SHOWN} more ({o.name.value})")
+
+
+def print_reconcile(console: Console, report: ReconcileReport) -> None:
+    c = report.counts()
+    verb = "would record" if report.dry_run else "recorded"
+    console.print(
+        f"reconcile (run {report.run_id}): listed {c['listed']} files; {c['untracked']} unknown "
+        f"to the catalog, {verb} {c['untracked'] - c['in_flight'] - c['unreadable']}; "
+        f"{c['in_flight']} too young (maybe in flight), {c['unreadable']} unreadable, "
+        f"{c['foreign']} not checkpoint files (left alone), {c['resurrected']} recorded "
+        "deleted but present"
+    )
+    for path, state in list(report.recorded.items())[:SHOWN]:
+        console.print(f"  recorded {path} as {state}")
+    for path, error in list(report.unreadable.items())[:SHOWN]:
+        console.print(f"  [red]unreadable[/red] {path}: {error}")
+
+
+def print_explanation(console: Console, e: Explanation) -> None:
+    console.print(f"[bold]{e.root}/{e.path}[/bold]")
+    console.print(f"verdict: {e.verdict.value}")
+    console.print(f"why: {e.reason}")
+    if e.file is not None:
+        f = e.file
+        console.print(
+            f"file: {f.kind.value} of store {f.key.store}, version {f.version}, checkpoint id "
+            f"{f.checkpoint_id}, {size(f.size_bytes)}, {f.file_rows} rows in the file, state "
+            f"{f.state}, written {f.created_at.isoformat()}"
+        )
+    if e.needed_by is not None:
+        lo, hi = e.needed_by
+        console.print(f"needed by retained versions {lo}..{hi}")
+
+
+def checks_json(report: ChecksReport) -> dict[str, Any]:
+    return {
+        "run_id": report.run_id,
+        "ok": report.ok,
+        "checks": [
+            {
+                "name": o.name.value,
+                "passed": o.passed,
+                "severity": o.severity.value,
+                "summary": o.summary,
+                "figures": dict(o.figures),
+                "findings": [
+                    {
+                        "store": str(f.key),
+                        "severity": f.severity.value,
+                        "problem": f.problem,
+                        "path": f.path,
+                        "version": f.version,
+                    }
+                    for f in o.findings
+                ],
+            }
+            for o in report.outcomes
+        ],
+    }

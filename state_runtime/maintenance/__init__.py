@@ -1,0 +1,89 @@
+"""Maintenance of state stores: snapshots, cleanup, validation, health and reconciliation.
+
+The library the ``statestore`` CLI and the Dagster code location both call. Every pass works
+from the catalog's inventory and lists no storage, except the rare reconciliation sweep. See
+``docs/maintenance.md``.
+"""
+
+from state_runtime.maintenance.checks import (
+    CheckName,
+    CheckOutcome,
+    ChecksReport,
+    lineage_check,
+    orphan_growth_check,
+    retention_check,
+    run_checks,
+    snapshot_lag_check,
+)
+from state_runtime.maintenance.cleanup import CleanupReport, cleanup_pass, plan_cleanup
+from state_runtime.maintenance.fleet import (
+    Fleet,
+    canonical_root,
+    default_owner,
+    format_store_key,
+    parse_store_key,
+)
+from state_runtime.maintenance.health import FleetTotals, StoreReport, store_reports
+from state_runtime.maintenance.policy import MaintenancePolicy, format_duration, parse_duration
+from state_runtime.maintenance.progress import SILENT, CallbackProgress, Progress, RichProgress
+from state_runtime.maintenance.reconcile import ReconcileReport, reconcile
+from state_runtime.maintenance.recovery import RecoveryCost, recovery_costs
+from state_runtime.maintenance.snapshots import (
+    DueStore,
+    SnapshotOutcome,
+    SnapshotReport,
+    SnapshotStatus,
+    due_for_snapshot,
+    snapshot_pass,
+)
+from state_runtime.maintenance.validation import (
+    Finding,
+    Severity,
+    StoreValidation,
+    ValidationReport,
+    validate_stores,
+)
+
+__all__ = [
+    "SILENT",
+    "CallbackProgress",
+    "CheckName",
+    "CheckOutcome",
+    "ChecksReport",
+    "CleanupReport",
+    "DueStore",
+    "Finding",
+    "Fleet",
+    "FleetTotals",
+    "MaintenancePolicy",
+    "Progress",
+    "ReconcileReport",
+    "RecoveryCost",
+    "RichProgress",
+    "Severity",
+    "SnapshotOutcome",
+    "SnapshotReport",
+    "SnapshotStatus",
+    "StoreReport",
+    "StoreValidation",
+    "ValidationReport",
+    "canonical_root",
+    "cleanup_pass",
+    "default_owner",
+    "due_for_snapshot",
+    "format_duration",
+    "format_store_key",
+    "lineage_check",
+    "orphan_growth_check",
+    "parse_duration",
+    "parse_store_key",
+    "plan_cleanup",
+    "recovery_costs",
+    "reconcile",
+    "retention_check",
+    "run_checks",
+    "snapshot_lag_check",
+    "snapshot_pass",
+    "store_reports",
+    "validate_stores",
+]

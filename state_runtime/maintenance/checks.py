@@ -1,0 +1,212 @@
+"""The platform's checks: lineage validity, retention within policy, snapshot lag, orphan growth.
+
+:func:`run_checks` validates the stores, reads their health, evaluates the four checks and
+records a 'validate' run whose counts (orphan totals among them) the next run compares with.
+The CLI's ``validate`` and Dagster's asset checks both call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from state_runtime.catalog import RunKind, StoreKey, Verdict
+from state_runtime.errors import MaintenanceRefused
+from state_runtime.maintenance.cleanup import plan_cleanup
+from state_runtime.maintenance.fleet import Fleet, format_store_key
+from state_runtime.maintenance.health import FleetTotals, StoreReport, store_reports
+from state_runtime.maintenance.inventory import previous_run_counts
+from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.maintenance.progress import SILENT, Progress
+from state_runtime.maintenance.runs import recorded_run
+from state_runtime.maintenance.validation import (
+    Finding,
+    Severity,
+    ValidationReport,
+    validate_stores,
+)
+
+
+class CheckName(StrEnum):
+    LINEAGE = "lineage_valid"
+    RETENTION = "retention_within_policy"
+    SNAPSHOT_LAG = "snapshot_lag"
+    ORPHAN_GROWTH = "orphan_growth"
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """A check's verdict: passed, or failed with a severity, a summary and the findings."""
+
+    name: CheckName
+    passed: bool
+    severity: Severity
+    summary: str
+    findings: list[Finding] = field(default_factory=list)
+    figures: Mapping[str, float] = field(default_factory=dict)
+
+
+def lineage_check(validation: ValidationReport) -> CheckOutcome:
+    counts = validation.counts()
+    errors = validation.errors
+    summary = (
+        f"{counts['stores']} stores, {counts['versions']} retained versions and "
+        f"{counts['files']} files verified"
+        if not errors
+        else f"{len(errors)} problem(s) in {counts['stores_with_errors']} store(s); "
+        f"first: {errors[0]}"
+    )
+    return CheckOutcome(
+        CheckName.LINEAGE, not errors, Severity.ERROR, summary, errors, dict(counts)
+    )
+
+
+def snapshot_lag_check(reports: Collection[StoreReport], policy: MaintenancePolicy) -> CheckOutcome:
+    """Fails with WARN at ``lag_warn_deltas`` deltas since the last snapshot, ERROR at
+    ``lag_error_deltas``."""
+    findings = []
+    for report in sorted(reports, key=lambda r: -r.health.deltas_since_snapshot):
+        lag = report.health.deltas_since_snapshot
+        if lag < policy.lag_warn_deltas:
+            break
+        severity = Severity.ERROR if lag >= policy.lag_error_deltas else Severity.WARNING
+        findings.append(
+            Finding(
+                report.key,
+                severity,
+                f"{lag} deltas since the last snapshot (version "
+                f"{report.health.last_snapshot_version}); a cold load reads "
+                f"{report.recovery.files} files, {report.recovery.bytes} bytes",
+                version=report.health.latest.version,
+            )
+        )
+    worst = max((r.health.deltas_since_snapshot for r in reports), default=0)
+    severity = (
+        Severity.ERROR if any(f.severity is Severity.ERROR for f in findings) else Severity.WARNING
+    )
+    summary = (
+        f"longest chain {worst} deltas (warn at {policy.lag_warn_deltas}, error at "
+        f"{policy.lag_error_deltas}); {len(findings)} store(s) over"
+    )
+    figures = {"max_deltas_since_snapshot": worst, "stores_over_threshold": len(findings)}
+    return CheckOutcome(CheckName.SNAPSHOT_LAG, not findings, severity, summary, findings, figures)
+
+
+def retention_check(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    *,
+    only: Collection[StoreKey] | None = None,
+    now: datetime | None = None,
+) -> CheckOutcome:
+    """The configured retention respects the safety floor, and cleanup keeps up: no file has
+    been deletable for longer than ``overdue_after``."""
+    try:
+        policy.check_retention()
+    except MaintenanceRefused as exc:
+        return CheckOutcome(CheckName.RETENTION, False, Severity.ERROR, exc.reason)
+    now = now or datetime.now(UTC)
+    retention = policy.retention
+    overdue: dict[StoreKey, list[str]] = {}
+    for verdict in plan_cleanup(fleet, policy, only=only, now=now):
+        kept = retention.window
+        if verdict.verdict is not Verdict.DELETABLE_SUPERSEDED:
+            kept = max(retention.window, retention.orphan_grace)
+        if verdict.file.created_at < now - kept - policy.overdue_after:
+            overdue.setdefault(verdict.file.key, []).append(verdict.file.path)
+    findings = [
+        Finding(
+            key,
+            Severity.WARNING,
+            f"{len(paths)} file(s) deletable for more than {policy.overdue_after}: cleanup is "
+            "not keeping up",
+            path=paths[0],
+        )
+        for key, paths in sorted(overdue.items(), key=lambda kv: str(kv[0]))
+    ]
+    summary = (
+        f"retention: last {retention.retain_versions} versions, window {retention.window}; "
+        f"{len(findings)} store(s) with overdue deletions"
+    )
+    figures = {"stores_with_overdue_files": len(findings)}
+    return CheckOutcome(
+        CheckName.RETENTION, not findings, Severity.WARNING, summary, findings, figures
+    )
+
+
+def orphan_growth_check(
+    totals: FleetTotals, previous: dict[str, Any] | None, policy: MaintenancePolicy
+) -> CheckOutcome:
+    """Warns when orphan files grew by more than ``orphan_growth_warn_files`` since the
+    previous validation of the same scope."""
+    before = None if previous is None else previous.get("orphan_files")
+    growth = 0 if before is None else totals.orphan_files - int(before)
+    passed = growth <= policy.orphan_growth_warn_files
+    summary = f"{totals.orphan_files} orphan files ({totals.orphan_bytes} bytes)" + (
+        "; first validation of this scope"
+        if before is None
+        else f", {growth:+d} since the last validation"
+    )
+    figures = {
+        "orphan_files": totals.orphan_files,
+        "orphan_bytes": totals.orphan_bytes,
+        "orphan_growth": growth,
+    }
+    return CheckOutcome(CheckName.ORPHAN_GROWTH, passed, Severity.WARNING, summary, [], figures)
+
+
+@dataclass
+class ChecksReport:
+    run_id: int
+    validation: ValidationReport
+    health: list[StoreReport]
+    outcomes: list[CheckOutcome]
+
+    def outcome(self, name: CheckName) -> CheckOutcome:
+        return next(o for o in self.outcomes if o.name is name)
+
+    @property
+    def ok(self) -> bool:
+        """No check failed with ERROR severity."""
+        return all(o.passed or o.severity is Severity.WARNING for o in self.outcomes)
+
+
+def scope_of(fleet: Fleet, only: Collection[StoreKey] | None) -> str:
+    """A stable description of what a run covers, so runs over the same stores compare."""
+    if only is not None:
+        return "stores:" + ",".join(sorted(format_store_key(k) for k in only))
+    return "all" if fleet.roots is None else "roots:" + ",".join(sorted(fleet.roots))
+
+
+def run_checks(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    *,
+    only: Collection[StoreKey] | None = None,
+    now: datetime | None = None,
+    progress: Progress = SILENT,
+    workers: int = 1,
+) -> ChecksReport:
+    """Validate, read health, evaluate the four checks; one recorded 'validate' run."""
+    scope = scope_of(fleet, only)
+    parameters = policy.parameters() | {"scope": scope}
+    with recorded_run(fleet.catalog, RunKind.VALIDATE, fleet.owner, parameters) as run:
+        validation = validate_stores(fleet, policy, only=only, progress=progress, workers=workers)
+        health = store_reports(fleet, policy, only=only, now=now)
+        totals = FleetTotals.of(health)
+        previous = previous_run_counts(fleet.catalog, RunKind.VALIDATE, scope, run.run_id)
+        outcomes = [
+            lineage_check(validation),
+            retention_check(fleet, policy, only=only, now=now),
+            snapshot_lag_check(health, policy),
+            orphan_growth_check(totals, previous, policy),
+        ]
+        run.counts = validation.counts() | {
+            "orphan_files": totals.orphan_files,
+            "orphan_bytes": totals.orphan_bytes,
+            "failed_checks": [o.name.value for o in outcomes if not o.passed],
+        }
+    return ChecksReport(run.run_id, validation, health, outcomes)

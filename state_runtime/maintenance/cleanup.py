@@ -1,0 +1,145 @@
+"""The cleanup pass: delete what the catalog says is deletable; a dry run unless asked.
+
+The plan comes from the catalog's inventory (no listing). Executing refuses a retention below
+the safety floor, then, store by store under the store's lease: claims the deletable files in
+the catalog (a concurrent commit can no longer reference them), deletes them from storage in
+batches, and records each deletion with its reason in the ledger. A run that stops anywhere
+leaves claims behind that the next run resumes; deleting a file that is already gone is fine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TypeVar
+
+from state_runtime.catalog import FileVerdict, RetentionPolicy, RunKind, StoreKey
+from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.inventory import claimed_stores
+from state_runtime.maintenance.leases import leased
+from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.maintenance.progress import SILENT, Progress
+from state_runtime.maintenance.runs import recorded_run
+
+T = TypeVar("T")
+STORES_PER_CLAIM = 200
+
+
+@dataclass
+class CleanupReport:
+    """The plan; when executed, also what was deleted, what failed and what was busy."""
+
+    dry_run: bool
+    policy: RetentionPolicy
+    planned: list[FileVerdict]
+    deleted: list[FileVerdict] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    busy: list[StoreKey] = field(default_factory=list)
+    run_id: int | None = None
+
+    @property
+    def planned_bytes(self) -> int:
+        return sum(v.file.size_bytes for v in self.planned)
+
+    @property
+    def deleted_bytes(self) -> int:
+        return sum(v.file.size_bytes for v in self.deleted)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "planned_files": len(self.planned),
+            "planned_bytes": self.planned_bytes,
+            "deleted_files": len(self.deleted),
+            "deleted_bytes": self.deleted_bytes,
+            "failed_files": len(self.failed),
+            "busy_stores": len(self.busy),
+        }
+
+
+def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def plan_cleanup(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    *,
+    only: Collection[StoreKey] | None = None,
+    now: datetime | None = None,
+) -> list[FileVerdict]:
+    """What cleanup would delete now, each file with its reason."""
+    return [
+        verdict
+        for root in fleet.query_roots(only)
+        for verdict in fleet.catalog.deletable_files(policy.retention, root=root, now=now)
+        if fleet.in_scope(verdict.file.key, only)
+    ]
+
+
+def cleanup_pass(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    *,
+    execute: bool = False,
+    only: Collection[StoreKey] | None = None,
+    now: datetime | None = None,
+    progress: Progress = SILENT,
+    delete_batch: int = 1000,
+) -> CleanupReport:
+    """Plan the cleanup and, with ``execute``, carry it out (see the module docstring).
+
+    Raises MaintenanceRefused, touching nothing, if the retention is below the safety floor.
+    """
+    policy.check_retention()
+    planned = plan_cleanup(fleet, policy, only=only, now=now)
+    report = CleanupReport(not execute, policy.retention, planned)
+    if not execute:
+        return report
+    work: dict[str, set[StoreKey]] = {}
+    for verdict in report.planned:
+        work.setdefault(verdict.file.key.root, set()).add(verdict.file.key)
+    for root in fleet.query_roots(only):
+        for key in claimed_stores(fleet.catalog, root):
+            if fleet.in_scope(key, only):
+                work.setdefault(key.root, set()).add(key)
+    parameters = policy.parameters() | {"stores": sum(len(keys) for keys in work.values())}
+    with (
+        recorded_run(fleet.catalog, RunKind.CLEANUP, fleet.owner, parameters) as run,
+        progress.stage("cleanup", sum(len(keys) for keys in work.values())) as advance,
+    ):
+        report.run_id = run.run_id
+        for root, keys in sorted(work.items()):
+            for part in _batches(sorted(keys, key=str), STORES_PER_CLAIM):
+                _clean_stores(fleet, policy, root, part, report, now, delete_batch)
+                advance(len(part))
+        run.counts = report.counts()
+    return report
+
+
+def _clean_stores(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    root: str,
+    keys: Sequence[StoreKey],
+    report: CleanupReport,
+    now: datetime | None,
+    delete_batch: int,
+) -> None:
+    """Claim, delete and record the deletable files of ``keys`` whose leases are free."""
+    catalog, storage = fleet.catalog, fleet.storage(root)
+    assert report.run_id is not None
+    with leased(catalog, keys, fleet.owner, policy.lease_ttl, report.run_id) as held:
+        report.busy += held.busy
+        if not held.leases:
+            return
+        claimed = catalog.claim_deletions(
+            report.run_id, policy.retention, root, [k.store for k in held.keys], now=now
+        )
+        for batch in _batches(claimed, delete_batch):
+            result = storage.delete([v.file.path for v in batch])
+            if result.deleted:
+                catalog.record_deletions(report.run_id, root, result.deleted)
+            done = set(result.deleted)
+            report.deleted += [v for v in batch if v.file.path in done]
+            report.failed.update(result.failed)

@@ -1,0 +1,127 @@
+"""The stores maintenance works on: the catalog, each root's storage, and store providers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+
+from state_runtime.catalog import Catalog, FileRecord, StoreKey, StoreRecord
+from state_runtime.checkpoint_format import decode
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import StoreId
+from state_runtime.maintenance.listing import CatalogListedStorage
+from state_runtime.provider import StateStoreProvider
+from state_runtime.storage import Storage, open_storage
+
+StorageOpener = Callable[[str], Storage]
+
+
+def format_store_key(key: StoreKey) -> str:
+    """``<root>#<operator>/<partition>/<store name>``: a store's name in the CLI and Dagster."""
+    return str(key)
+
+
+def parse_store_key(text: str) -> StoreKey:
+    """The inverse of :func:`format_store_key`."""
+    root, sep, rest = text.rpartition("#")
+    parts = rest.split("/")
+    if not sep or not root or len(parts) != 3 or not all(p.isdigit() for p in parts[:2]):
+        raise InvalidArgument(
+            f"invalid store {text!r}: expected <root>#<operator>/<partition>/<store name>"
+        )
+    return StoreKey(root, StoreId(int(parts[0]), int(parts[1]), parts[2]))
+
+
+def canonical_root(root: str) -> str:
+    """A checkpoint root as the runtime records it in the catalog: its storage URI
+    (``./ckpt`` becomes ``file:///abs/ckpt``; ``s3a://b/p`` becomes ``s3://b/p``)."""
+    return open_storage(root).uri
+
+
+def default_owner() -> str:
+    """Who runs maintenance, for run records and leases: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class Fleet:
+    """A catalog and the storage behind its roots, optionally narrowed to some roots.
+
+    ``open_storage`` maps a root as the catalog records it to its storage (default: the
+    root is a path or URI for :func:`state_runtime.storage.open_storage`).
+    """
+
+    catalog: Catalog
+    roots: Sequence[str] | None = None
+    open_storage: StorageOpener = open_storage
+    owner: str = field(default_factory=default_owner)
+    _storages: dict[str, Storage] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def stores(self, only: Collection[StoreKey] | None = None) -> list[StoreRecord]:
+        """The stores in scope (all roots, or ``roots``), narrowed to ``only`` if given."""
+        if self.roots is None:
+            records = self.catalog.stores()
+        else:
+            records = [r for root in self.roots for r in self.catalog.stores(root)]
+        if only is not None:
+            wanted = set(only)
+            records = [r for r in records if r.key in wanted]
+        return records
+
+    def root_names(self, only: Collection[StoreKey] | None = None) -> list[str]:
+        """The roots in scope: given, or every root the catalog knows."""
+        if only is not None:
+            return sorted({key.root for key in only})
+        if self.roots is not None:
+            return list(self.roots)
+        return sorted({r.key.root for r in self.catalog.stores()})
+
+    def query_roots(self, only: Collection[StoreKey] | None = None) -> Sequence[str | None]:
+        """Roots to ask the catalog about; ``[None]`` (one question for all) when unnarrowed."""
+        if self.roots is None and only is None:
+            return [None]
+        return self.root_names(only)
+
+    def in_scope(self, key: StoreKey, only: Collection[StoreKey] | None) -> bool:
+        if only is not None and key not in only:
+            return False
+        return self.roots is None or key.root in self.roots
+
+    def storage(self, root: str) -> Storage:
+        """The storage of ``root`` (opened once, shared)."""
+        with self._lock:
+            found = self._storages.get(root)
+            if found is None:
+                found = self._storages[root] = self.open_storage(root)
+            return found
+
+    def provider(
+        self, record: StoreRecord, files: Sequence[FileRecord], *, listed: bool = False
+    ) -> StateStoreProvider:
+        """A fresh provider for ``record`` that knows its folder from ``files`` (no LIST);
+        with ``listed`` it lists the storage instead (the fallback when the catalog is off).
+
+        Schemas come from the catalog; a store registered without them takes the schemas
+        of its newest file in ``files``.
+        """
+        storage = self.storage(record.key.root)
+        key_schema, value_schema = record.key_schema, record.value_schema
+        if (key_schema is None or value_schema is None) and files:
+            newest = max(files, key=lambda f: f.version)
+            header, _ = decode(storage.read(newest.path), newest.path)
+            key_schema, value_schema = header.schema.key, header.schema.value
+        if key_schema is None or value_schema is None:
+            raise InvalidArgument(f"store {record.key} has no schemas in the catalog or files")
+        store = record.key.store
+        return StateStoreProvider(
+            storage if listed else CatalogListedStorage(storage, files),
+            store.operator_id,
+            store.partition_id,
+            store.store_name,
+            key_schema=key_schema,
+            value_schema=value_schema,
+        )

@@ -1,0 +1,92 @@
+"""Each store's health: the catalog's figures plus the estimated recovery cost. No storage I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+
+from state_runtime.catalog import StoreHealth, StoreKey
+from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.maintenance.recovery import RecoveryCost, recovery_costs
+
+
+@dataclass(frozen=True)
+class StoreReport:
+    """One store's figures for tables, plots and checks."""
+
+    health: StoreHealth
+    recovery: RecoveryCost
+
+    @property
+    def key(self) -> StoreKey:
+        return self.health.key
+
+    def figures(self) -> dict[str, int | float]:
+        """Numeric figures by name (Dagster metadata, JSON output)."""
+        h = self.health
+        return {
+            "latest_version": h.latest.version,
+            "commit_lag_seconds": -1.0 if h.commit_lag is None else h.commit_lag.total_seconds(),
+            "versions_behind": h.versions_behind,
+            "deltas_since_snapshot": h.deltas_since_snapshot,
+            "recovery_files": self.recovery.files,
+            "recovery_bytes": self.recovery.bytes,
+            "state_rows": h.state_rows,
+            "live_files": h.live_files,
+            "live_bytes": h.live_bytes,
+            "orphan_files": h.orphan_files,
+            "orphan_bytes": h.orphan_bytes,
+            "reclaimable_files": h.reclaimable_files,
+            "reclaimable_bytes": h.reclaimable_bytes,
+        }
+
+
+def store_reports(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    *,
+    only: Collection[StoreKey] | None = None,
+    now: datetime | None = None,
+) -> list[StoreReport]:
+    """Health of every store in scope, one catalog query pair per root."""
+    reports: list[StoreReport] = []
+    for root in fleet.query_roots(only):
+        costs = recovery_costs(fleet.catalog, root)
+        for health in fleet.catalog.store_health(policy.retention, root=root, now=now):
+            if fleet.in_scope(health.key, only):
+                reports.append(StoreReport(health, costs.get(health.key, RecoveryCost(0, 0))))
+    return reports
+
+
+@dataclass(frozen=True)
+class FleetTotals:
+    """Sums and worst cases over stores: the figures a fleet-wide plot shows."""
+
+    stores: int
+    state_rows: int
+    live_bytes: int
+    orphan_files: int
+    orphan_bytes: int
+    reclaimable_bytes: int
+    max_deltas_since_snapshot: int
+    max_recovery_bytes: int
+    max_commit_lag_seconds: float
+
+    @classmethod
+    def of(cls, reports: Collection[StoreReport]) -> FleetTotals:
+        lags = [r.health.commit_lag.total_seconds() for r in reports if r.health.commit_lag]
+        return cls(
+            stores=len(reports),
+            state_rows=sum(r.health.state_rows for r in reports),
+            live_bytes=sum(r.health.live_bytes for r in reports),
+            orphan_files=sum(r.health.orphan_files for r in reports),
+            orphan_bytes=sum(r.health.orphan_bytes for r in reports),
+            reclaimable_bytes=sum(r.health.reclaimable_bytes for r in reports),
+            max_deltas_since_snapshot=max(
+                (r.health.deltas_since_snapshot for r in reports), default=0
+            ),
+            max_recovery_bytes=max((r.recovery.bytes for r in reports), default=0),
+            max_commit_lag_seconds=max(lags, default=0.0),
+        )

@@ -1,0 +1,152 @@
+"""The reconciliation sweep (rare): list storage, record the files the catalog does not know.
+
+The one maintenance path that lists storage. A checkpoint file found under a root but absent
+from the catalog (a task died between writing and recording, a restore, a bug) is read,
+verified and recorded; the catalog then judges it like any file: committed if the commit log
+names it, otherwise orphan or uncommitted, and cleanup deletes it once it is old enough.
+Files younger than ``min_age`` may be in flight and are left for the next sweep; files whose
+names are not checkpoint names are reported and never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from state_runtime.catalog import FileState, RunKind
+from state_runtime.checkpoint import CheckpointInfo
+from state_runtime.checkpoint_format import check_identity, checksum, decode
+from state_runtime.errors import CannotLoadState, InvalidArgument, StorageError
+from state_runtime.identity import StoreId, parse_file_name
+from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.inventory import known_paths
+from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.maintenance.progress import SILENT, Progress
+from state_runtime.maintenance.runs import recorded_run
+from state_runtime.storage import FileInfo, Storage
+
+RECORD_BATCH = 500
+
+
+@dataclass
+class ReconcileReport:
+    dry_run: bool
+    listed: int = 0
+    untracked: list[str] = field(default_factory=list)
+    recorded: dict[str, str] = field(default_factory=dict)  # path -> state now in the catalog
+    in_flight: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    resurrected: list[str] = field(default_factory=list)  # recorded deleted, still on storage
+    run_id: int | None = None
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "listed": self.listed,
+            "untracked": len(self.untracked),
+            "recorded": len(self.recorded),
+            "in_flight": len(self.in_flight),
+            "foreign": len(self.foreign),
+            "unreadable": len(self.unreadable),
+            "resurrected": len(self.resurrected),
+        }
+
+
+def _store_of(path: str) -> StoreId | None:
+    """The store a path belongs to by the layout ``state/<op>/<part>/<name>/<file>``."""
+    parts = path.split("/")
+    if len(parts) != 5 or parts[0] != "state" or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    try:
+        return StoreId(int(parts[1]), int(parts[2]), parts[3])
+    except InvalidArgument:
+        return None
+
+
+def _describe(storage: Storage, path: str, store: StoreId) -> CheckpointInfo:
+    """Read and verify an untracked file; its record as the writer would have made it."""
+    parsed = parse_file_name(path.rsplit("/", 1)[-1])
+    assert parsed is not None
+    data = storage.read(path)
+    header, _ = decode(data, path, store, parsed.ref)
+    check_identity(header, store, parsed.ref, parsed.kind, path)
+    return CheckpointInfo(
+        store=store,
+        version=header.version,
+        checkpoint_id=header.checkpoint_id,
+        base_checkpoint_id=header.lineage[0].checkpoint_id if header.lineage else None,
+        lineage=header.lineage,
+        kind=header.kind,
+        path=path,
+        rows=header.state_rows,
+        file_rows=header.file_rows,
+        bytes_written=len(data),
+        checksum=checksum(data),
+        created_at=header.created_at,
+    )
+
+
+def reconcile(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    *,
+    execute: bool = True,
+    min_age: timedelta | None = None,
+    now: datetime | None = None,
+    progress: Progress = SILENT,
+) -> ReconcileReport:
+    """Sweep every root in scope; with ``execute`` record what the catalog lacks."""
+    min_age = policy.min_window if min_age is None else min_age
+    now = now or datetime.now(UTC)
+    report = ReconcileReport(dry_run=not execute)
+    parameters = policy.parameters() | {"min_age_s": min_age.total_seconds(), "execute": execute}
+    with recorded_run(fleet.catalog, RunKind.RECONCILE, fleet.owner, parameters) as run:
+        report.run_id = run.run_id
+        for root in fleet.root_names():
+            _sweep_root(fleet, root, report, execute, now - min_age, progress)
+        run.counts = report.counts()
+    return report
+
+
+def _sweep_root(
+    fleet: Fleet,
+    root: str,
+    report: ReconcileReport,
+    execute: bool,
+    young_after: datetime,
+    progress: Progress,
+) -> None:
+    storage = fleet.storage(root)
+    known = known_paths(fleet.catalog, root)
+    listing: Sequence[FileInfo] = list(storage.list("state"))
+    report.listed += len(listing)
+    found: list[CheckpointInfo] = []
+    with progress.stage(f"reconcile {root}", len(listing)) as advance:
+        for info in listing:
+            advance(1)
+            state = known.get(info.path)
+            if state == FileState.DELETED.value:
+                report.resurrected.append(info.path)
+                continue
+            if state is not None:
+                continue
+            store = _store_of(info.path)
+            if store is None or parse_file_name(info.path.rsplit("/", 1)[-1]) is None:
+                report.foreign.append(info.path)
+                continue
+            report.untracked.append(info.path)
+            if info.modified > young_after:
+                report.in_flight.append(info.path)
+                continue
+            try:
+                found.append(_describe(storage, info.path, store))
+            except (CannotLoadState, StorageError) as exc:
+                report.unreadable[info.path] = exc.reason
+    if not execute or not found:
+        return
+    assert report.run_id is not None
+    for start in range(0, len(found), RECORD_BATCH):
+        fleet.catalog.record_files(root, found[start : start + RECORD_BATCH], run_id=report.run_id)
+    now_known = known_paths(fleet.catalog, root)
+    report.recorded.update({info.path: now_known[info.path] for info in found})

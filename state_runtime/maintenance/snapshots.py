@@ -1,0 +1,186 @@
+"""The snapshot pass: snapshot every store whose delta chain (or recovery cost) is too long.
+
+Candidates come from the catalog (no listing). Each store is worked on under its catalog
+lease, so overlapping runs never snapshot the same store at once; a store whose lease is
+held elsewhere is skipped and picked up by the next run. The latest committed version is
+loaded through the catalog's inventory, written as ``<v>_<id>.snapshot`` (put-if-absent,
+idempotent) and recorded in the catalog.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import StrEnum
+
+from state_runtime.catalog import RetainedVersion, RunKind, StoreKey, StoreRecord
+from state_runtime.checkpoint import CheckpointInfo
+from state_runtime.errors import CannotLoadState, CatalogError, StateStoreError
+from state_runtime.identity import FileKind
+from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.leases import leased
+from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.maintenance.progress import SILENT, Progress
+from state_runtime.maintenance.recovery import recovery_costs
+from state_runtime.maintenance.runs import recorded_run
+
+
+class SnapshotStatus(StrEnum):
+    WRITTEN = "written"  # a new snapshot file, recorded
+    RECORDED = "recorded"  # the file existed (an earlier run crashed); now recorded
+    UP_TO_DATE = "up_to_date"  # the latest version already has a snapshot
+    BUSY = "busy"  # another run holds the store's lease
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class SnapshotOutcome:
+    key: StoreKey
+    status: SnapshotStatus
+    version: int
+    deltas_since_snapshot: int
+    path: str | None = None
+    bytes: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotReport:
+    run_id: int
+    outcomes: list[SnapshotOutcome]
+
+    def count(self, status: SnapshotStatus) -> int:
+        return sum(o.status is status for o in self.outcomes)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(o.bytes for o in self.outcomes if o.status is SnapshotStatus.WRITTEN)
+
+    @property
+    def failed(self) -> list[SnapshotOutcome]:
+        return [o for o in self.outcomes if o.status is SnapshotStatus.FAILED]
+
+    def counts(self) -> dict[str, int]:
+        return {s.value: self.count(s) for s in SnapshotStatus} | {
+            "bytes_written": self.bytes_written
+        }
+
+
+@dataclass(frozen=True)
+class DueStore:
+    """A store due for a snapshot and the length of its delta chain."""
+
+    record: StoreRecord
+    deltas_since_snapshot: int
+
+
+def due_for_snapshot(
+    fleet: Fleet, policy: MaintenancePolicy, only: Collection[StoreKey] | None = None
+) -> list[DueStore]:
+    """Stores due for a snapshot, longest chains first (from the catalog alone)."""
+    records = {r.key: r for r in fleet.stores(only)}
+    max_bytes = policy.snapshot_max_recovery_bytes
+    due: dict[StoreKey, int] = {}
+    for root in fleet.query_roots(only):
+        threshold = policy.snapshot_min_deltas if max_bytes is None else 1
+        chains = fleet.catalog.snapshot_candidates(threshold, root)
+        costs = {} if max_bytes is None else recovery_costs(fleet.catalog, root)
+        for c in chains:
+            cost = costs.get(c.key)
+            too_long = c.deltas_since_snapshot >= policy.snapshot_min_deltas
+            if too_long or (max_bytes is not None and cost is not None and cost.bytes >= max_bytes):
+                due[c.key] = c.deltas_since_snapshot
+    found = [DueStore(records[k], n) for k, n in due.items() if k in records]
+    return sorted(found, key=lambda c: -c.deltas_since_snapshot)
+
+
+def snapshot_pass(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    *,
+    only: Collection[StoreKey] | None = None,
+    progress: Progress = SILENT,
+    workers: int = 1,
+) -> SnapshotReport:
+    """Snapshot every due store in scope; one recorded 'snapshot' run."""
+    candidates = due_for_snapshot(fleet, policy, only)
+    parameters = policy.parameters() | {"stores": len(candidates)}
+    with recorded_run(fleet.catalog, RunKind.SNAPSHOT, fleet.owner, parameters) as run:
+        outcomes: list[SnapshotOutcome] = []
+        with (
+            progress.stage("snapshots", len(candidates)) as advance,
+            ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
+        ):
+            for outcome in pool.map(
+                lambda c: _snapshot_store(fleet, policy, c, run.run_id), candidates
+            ):
+                outcomes.append(outcome)
+                advance(1)
+        report = SnapshotReport(run.run_id, outcomes)
+        run.counts = report.counts()
+    return report
+
+
+def _snapshot_store(
+    fleet: Fleet, policy: MaintenancePolicy, candidate: DueStore, run_id: int
+) -> SnapshotOutcome:
+    key, catalog = candidate.record.key, fleet.catalog
+    started = time.perf_counter()
+
+    def outcome(
+        status: SnapshotStatus,
+        version: int,
+        info: CheckpointInfo | None = None,
+        error: StateStoreError | None = None,
+    ) -> SnapshotOutcome:
+        return SnapshotOutcome(
+            key,
+            status,
+            version,
+            candidate.deltas_since_snapshot,
+            path=info.path if info else error.path if error else None,
+            bytes=info.bytes_written if info else 0,
+            seconds=time.perf_counter() - started,
+            error=None if error is None else str(error),
+        )
+
+    with leased(catalog, [key], fleet.owner, policy.lease_ttl, run_id) as held:
+        if held.busy:
+            return outcome(SnapshotStatus.BUSY, candidate.record.latest.version)
+        retained = catalog.retained_versions(key.root, key.store)
+        if not retained:
+            return outcome(SnapshotStatus.UP_TO_DATE, 0)
+        latest = retained[0]
+        first = latest.files[0] if latest.files else None
+        if first is not None and first.kind is FileKind.SNAPSHOT and first.ref == latest.ref:
+            return outcome(SnapshotStatus.UP_TO_DATE, latest.ref.version)
+        try:
+            info = _write_snapshot(fleet, candidate.record, latest)
+        except CatalogError:
+            raise
+        except StateStoreError as exc:
+            return outcome(SnapshotStatus.FAILED, latest.ref.version, error=exc)
+        status = SnapshotStatus.WRITTEN
+        if not info.bytes_written:  # the file existed: record its real size
+            status = SnapshotStatus.RECORDED
+            size = fleet.storage(key.root).size(info.path)
+            info = dataclasses.replace(info, bytes_written=size)
+        catalog.record_snapshot(key.root, info, run_id=run_id)
+        return outcome(status, info.version, info)
+
+
+def _write_snapshot(fleet: Fleet, record: StoreRecord, latest: RetainedVersion) -> CheckpointInfo:
+    """Load the latest version through the catalog's inventory and snapshot it; when the
+    inventory does not lead to a loadable chain, retry once with a real listing."""
+    ref = latest.ref
+    if latest.complete:
+        try:
+            return fleet.provider(record, latest.files).snapshot(ref.version, ref.checkpoint_id)
+        except CannotLoadState:
+            pass
+    provider = fleet.provider(record, latest.files, listed=True)
+    return provider.snapshot(ref.version, ref.checkpoint_id)

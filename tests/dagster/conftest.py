@@ -1,0 +1,52 @@
+"""Dagster fixtures: the maintenance fixtures, resources pointing at them, an ephemeral instance."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from dagster import DagsterInstance, instance_for_test
+
+from dagster_project.defs.resources import (
+    CheckpointStorageResource,
+    MaintenancePolicyResource,
+    StateCatalogResource,
+)
+from state_runtime.catalog import Catalog
+from state_runtime.maintenance import MaintenancePolicy
+from tests.maintenance.conftest import (  # noqa: F401  (fixtures)
+    make_stream,
+    pg_catalog,
+    pg_database,
+    sqlite_catalog,
+)
+
+BOTH_CATALOGS = pytest.mark.parametrize(
+    "catalog", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
+
+
+@pytest.fixture
+def catalog(request: pytest.FixtureRequest) -> Catalog:
+    """SQLite unless a test asks for both (``@BOTH_CATALOGS``): the Dagster layer is the same
+    on either; the library's tests cover both dialects."""
+    dialect = getattr(request, "param", "sqlite")
+    fixture = "sqlite_catalog" if dialect == "sqlite" else "pg_catalog"
+    found: Catalog = request.getfixturevalue(fixture)
+    return found
+
+
+def resources_for(catalog: Catalog, policy: MaintenancePolicy | None = None) -> dict[str, Any]:
+    url = catalog.engine.url.render_as_string(hide_password=False)
+    return {
+        "state_catalog": StateCatalogResource(url=url),
+        "checkpoint_storage": CheckpointStorageResource(),
+        "maintenance_policy": MaintenancePolicyResource.of(policy or MaintenancePolicy()),
+    }
+
+
+@pytest.fixture
+def instance() -> Iterator[DagsterInstance]:
+    with instance_for_test() as instance:
+        yield instance

@@ -1,0 +1,269 @@
+"""The code location loads; assets, checks, sensors and schedules run in process on real stores."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    AssetSelection,
+    DagsterEventType,
+    DagsterInstance,
+    RunRequest,
+    SensorResult,
+    SkipReason,
+    build_schedule_context,
+    build_sensor_context,
+    materialize,
+)
+
+from dagster_project.definitions import defs
+from dagster_project.defs.assets import (
+    state_checkpoints,
+    state_reconciliation,
+    state_retention_cleanup,
+    state_snapshots,
+    state_store_health,
+)
+from dagster_project.defs.checks import state_checkpoint_checks
+from dagster_project.defs.jobs import cleanup_schedule, snapshot_schedule
+from dagster_project.defs.resources import StateCatalogResource
+from dagster_project.defs.sensors import snapshot_due_sensor, store_discovery_sensor
+from state_runtime.catalog import RetentionPolicy, catalog_url
+from state_runtime.maintenance import MaintenancePolicy
+from tests.dagster.conftest import BOTH_CATALOGS, resources_for
+from tests.maintenance.streams import StoreStream
+
+# snapshots after 5 deltas; superseded files may go at once (the tests cannot wait an hour)
+FAST = MaintenancePolicy(
+    snapshot_min_deltas=5,
+    retention=RetentionPolicy(window=timedelta(0)),
+    min_window=timedelta(0),
+)
+
+
+def metadata(result: Any, key: str) -> dict[str, Any]:
+    [event] = result.asset_materializations_for_node(key)
+    return {name: value.value for name, value in event.metadata.items()}
+
+
+def test_the_code_location_loads_with_the_demo_defaults() -> None:
+    repo = defs.get_repository_def()
+    assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {
+        "state_checkpoints",
+        "state_snapshots",
+        "state_retention_cleanup",
+        "state_store_health",
+        "state_reconciliation",
+    }
+    assert {c.name for c in repo.asset_graph.asset_check_keys} == {
+        "lineage_valid",
+        "retention_within_policy",
+        "snapshot_lag",
+        "orphan_growth",
+    }
+    assert {s.name for s in repo.schedule_defs} == {
+        "state_snapshots_every_15_minutes",
+        "state_validation_hourly",
+        "state_cleanup_daily",
+        "state_reconcile_weekly",
+    }
+    assert {s.name for s in repo.sensor_defs} == {"state_store_discovery", "state_snapshot_due"}
+    assert StateCatalogResource().resolved_url() == catalog_url()
+
+
+@BOTH_CATALOGS
+def test_snapshot_cleanup_and_health_assets(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    stream = make_stream()
+    stream.run(7)
+    resources = resources_for(stream.catalog, FAST)
+    snap = materialize([state_snapshots], resources=resources, instance=instance)
+    figures = metadata(snap, "state_snapshots")
+    assert figures["written"] == 3 and figures["failed"] == 0
+    assert str(stream.key(stream.stores[0])) in figures["outcomes"]
+    stream.run(2)
+
+    dry = materialize([state_retention_cleanup], resources=resources, instance=instance)
+    planned = metadata(dry, "state_retention_cleanup")
+    assert planned["dry_run"] is True and planned["planned_files"] == 3 * 7
+    assert "superseded" in planned["would_delete"]
+    assert planned["deleted_files"] == 0 and all(
+        (stream.storage.root / i.path).exists() for s in stream.stores for i in stream.committed[s]
+    )
+    run_config = {"ops": {"state_retention_cleanup": {"config": {"dry_run": False}}}}
+    done = materialize(
+        [state_retention_cleanup], resources=resources, instance=instance, run_config=run_config
+    )
+    assert metadata(done, "state_retention_cleanup")["deleted_files"] == 3 * 7
+    assert len(stream.catalog.deletion_history(root=stream.root)) == 3 * 7
+    for store in stream.stores:
+        assert stream.loaded(store, 9) == stream.expected(store, 9)
+
+    partitions = [str(stream.key(s)) for s in stream.stores]
+    instance.add_dynamic_partitions("state_stores", partitions)
+    health = materialize([state_store_health], resources=resources, instance=instance)
+    totals = metadata(health, "state_store_health")
+    assert totals["stores"] == 3 and totals["max_deltas_since_snapshot"] == 2
+    assert len(totals["stores_table"].records) == 3
+    observations = instance.fetch_observations(state_checkpoints.key, limit=100).records
+    by_partition = {
+        r.partition_key: r.asset_observation.metadata  # type: ignore[union-attr]
+        for r in observations
+    }
+    assert set(by_partition) == set(partitions)
+    assert {m["latest_version"].value for m in by_partition.values()} == {9}
+    assert {m["recovery_files"].value for m in by_partition.values()} == {3}
+
+
+def test_cleanup_refuses_an_unsafe_window(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    stream = make_stream()
+    stream.run(2)
+    unsafe = MaintenancePolicy(retention=RetentionPolicy(window=timedelta(minutes=1)))
+    result = materialize(
+        [state_retention_cleanup],
+        resources=resources_for(stream.catalog, unsafe),
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type is DagsterEventType.STEP_FAILURE]
+    assert "cleanup refused: retention window 1m is shorter than the configured minimum" in str(
+        failure.step_failure_data.error
+    )
+
+
+def run_checks(resources: dict[str, Any], instance: DagsterInstance, *names: str) -> Any:
+    """Execute the checks on ``state_checkpoints`` (all, or the named ones) in process."""
+    selection = (
+        AssetSelection.checks(*(AssetCheckKey(state_checkpoints.key, n) for n in names))
+        if names
+        else AssetSelection.checks_for_assets(state_checkpoints.key)
+    )
+    return materialize(
+        [state_checkpoints, state_checkpoint_checks],
+        selection=selection,
+        resources=resources,
+        instance=instance,
+    )
+
+
+def check_results(result: Any) -> dict[str, Any]:
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def test_checks_pass_then_a_broken_store_fails_lineage_naming_the_file(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    stream = make_stream()
+    stream.run(6)
+    resources = resources_for(stream.catalog, FAST)
+    ok = check_results(run_checks(resources, instance))
+    assert set(ok) == {"lineage_valid", "retention_within_policy", "snapshot_lag", "orphan_growth"}
+    assert all(e.passed for e in ok.values())
+
+    middle = stream.committed[stream.stores[1]][4]  # version 5, needed by 6 and 5
+    (stream.storage.root / middle.path).unlink()
+    snapshot = next(iter(stream.storage.root.glob("**/*.snapshot")), None)
+    assert snapshot is None
+    broken = check_results(run_checks(resources, instance))
+    lineage = broken["lineage_valid"]
+    assert not lineage.passed and lineage.severity.value == "ERROR"
+    assert lineage.metadata["first_file"].value == middle.path
+    assert middle.path in lineage.metadata["findings"].value
+    assert middle.path in (lineage.description or "")
+
+
+def test_a_corrupt_snapshot_fails_lineage(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    stream = make_stream()
+    stream.run(6)
+    resources = resources_for(stream.catalog, FAST)
+    materialize([state_snapshots], resources=resources, instance=instance)
+    stream.run(1)
+    [snapshot, *_] = sorted(stream.storage.root.glob("state/0/0/default/*.snapshot"))
+    snapshot.write_bytes(snapshot.read_bytes()[:-7] + b"corrupt")
+    lineage = check_results(run_checks(resources, instance))["lineage_valid"]
+    assert not lineage.passed
+    assert (
+        lineage.metadata["first_file"].value == snapshot.relative_to(stream.storage.root).as_posix()
+    )
+
+
+def test_snapshot_lag_check_warns(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    stream = make_stream()
+    stream.run(4)
+    lagging = MaintenancePolicy(snapshot_min_deltas=2, lag_warn_deltas=3, lag_error_deltas=10)
+    lag = check_results(run_checks(resources_for(stream.catalog, lagging), instance))[
+        "snapshot_lag"
+    ]
+    assert not lag.passed and lag.severity.value == "WARN"
+    assert lag.metadata["max_deltas_since_snapshot"].value == 4
+    only = check_results(
+        run_checks(resources_for(stream.catalog, lagging), instance, "snapshot_lag")
+    )
+    assert set(only) == {"snapshot_lag"}
+
+
+def test_sensors_discover_stores_and_request_snapshots(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    stream = make_stream()
+    stream.run(3)
+    resources = resources_for(stream.catalog, FAST)
+    context = build_sensor_context(instance=instance, resources=resources)
+    found = store_discovery_sensor(context)
+    assert isinstance(found, SensorResult)
+    [request] = found.dynamic_partitions_requests
+    assert sorted(request.partition_keys) == sorted(str(stream.key(s)) for s in stream.stores)
+    instance.add_dynamic_partitions("state_stores", list(request.partition_keys))
+    again = store_discovery_sensor(build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(again, SkipReason)
+
+    assert isinstance(snapshot_due_sensor(context), SkipReason)
+    stream.run(2)
+    due = snapshot_due_sensor(build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(due, RunRequest) and due.run_key
+    stores = due.run_config["ops"]["state_snapshots"]["config"]["stores"]
+    assert sorted(stores) == sorted(str(stream.key(s)) for s in stream.stores)
+    same = snapshot_due_sensor(build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(same, RunRequest) and same.run_key == due.run_key
+    run = materialize(
+        [state_snapshots], resources=resources, instance=instance, run_config=due.run_config
+    )
+    assert metadata(run, "state_snapshots")["written"] == 3
+
+
+def test_schedules_request_their_jobs() -> None:
+    [snap] = snapshot_schedule.evaluate_tick(build_schedule_context()).run_requests or []
+    assert snap.run_config == {}
+    [clean] = cleanup_schedule.evaluate_tick(build_schedule_context()).run_requests or []
+    assert clean.run_config["ops"]["state_retention_cleanup"]["config"]["dry_run"] is False
+    job = defs.resolve_job_def("state_cleanup_job")
+    assert job.run_config_schema.config_type is not None
+    assert AssetKey("state_retention_cleanup") in job.asset_layer.selected_asset_keys
+
+
+def test_the_reconciliation_asset_records_an_untracked_file(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    stream = make_stream()
+    stream.run(2)
+    store = stream.stores[0]
+    lost, _ = stream.write(store)  # written, never recorded
+    result = materialize(
+        [state_reconciliation], resources=resources_for(stream.catalog, FAST), instance=instance
+    )
+    figures = metadata(result, "state_reconciliation")
+    assert figures["untracked"] == 1 and figures["recorded"] == 1
+    assert f"| {lost.path} | written |" in figures["files"]
+    assert stream.catalog.explain(stream.root, lost.path, FAST.retention).file is not None

@@ -1,0 +1,127 @@
+"""``statestore`` through click's CliRunner, on real files and SQLite / PostgreSQL catalogs."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from state_runtime.cli import main
+from tests.maintenance.streams import StoreStream
+
+
+@pytest.fixture
+def stream(make_stream: Callable[..., StoreStream]) -> StoreStream:
+    """Three stores with 12 committed versions and one orphan."""
+    stream = make_stream()
+    stream.run(11)
+    stream.abandoned_attempt(stream.stores[0])
+    stream.run(1)
+    return stream
+
+
+def statestore(stream: StoreStream, *args: str) -> Result:
+    url = stream.catalog.engine.url.render_as_string(hide_password=False)
+    runner = CliRunner(env={"COLUMNS": "250", "STATE_CATALOG_URL": None})
+    return runner.invoke(main, ["--catalog-url", url, "-q", *args], catch_exceptions=False)
+
+
+def files(stream: StoreStream) -> set[str]:
+    root = stream.storage.root
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def test_health_table_and_json(stream: StoreStream) -> None:
+    table = statestore(stream, "health")
+    assert table.exit_code == 0, table.output
+    assert f"root: {stream.root}" in table.output
+    assert "State store health (3 stores)" in table.output and "1/0/sessions" in table.output
+    data = json.loads(statestore(stream, "health", "--json", "--sort", "orphans").output)
+    assert data[0]["store"] == str(stream.key(stream.stores[0]))
+    assert {d["latest_version"] for d in data} == {12}
+    assert {d["deltas_since_snapshot"] for d in data} == {12}
+    assert data[0]["orphan_files"] == 1
+    assert len(json.loads(statestore(stream, "health", "--json", "--limit", "2").output)) == 2
+
+
+def test_maintain_is_a_dry_run_unless_executed(stream: StoreStream) -> None:
+    before = files(stream)
+    dry = statestore(stream, "maintain", "--window", "10m", "--min-window", "10m")
+    assert dry.exit_code == 0, dry.output
+    assert "snapshots (dry run): 3 store(s) due" in dry.output
+    assert "cleanup (dry run): would delete 0 files" in dry.output
+    assert files(stream) == before
+
+    done = statestore(stream, "maintain", "--execute")
+    assert done.exit_code == 0, done.output
+    assert re.search(r"snapshots \(run \d+\): 3 written", done.output)
+    assert re.search(r"cleanup \(run \d+\): deleted 0 files", done.output)  # all are young
+    assert len(files(stream)) == len(before) + 3
+
+
+def test_maintain_refuses_an_unsafe_retention(stream: StoreStream) -> None:
+    result = statestore(stream, "maintain", "--execute", "--window", "1m")
+    assert result.exit_code == 3
+    assert "refused: retention window 1m is shorter than the configured minimum of 10m" in (
+        result.stderr
+    )
+    floor = statestore(stream, "maintain", "--execute", "--retain-versions", "1")
+    assert floor.exit_code == 3 and "below the safety floor of 2" in floor.stderr
+    assert stream.catalog.recent_runs() == []
+
+
+def test_validate_passes_then_names_a_deleted_delta(stream: StoreStream) -> None:
+    ok = statestore(stream, "validate")
+    assert ok.exit_code == 0, ok.output
+    assert "lineage_valid" in ok.output and "ERROR" not in ok.output
+    middle = stream.committed[stream.stores[2]][10]
+    (stream.storage.root / middle.path).unlink()
+    broken = statestore(stream, "validate", "--json")
+    assert broken.exit_code == 1
+    report = json.loads(broken.output)
+    [lineage] = [c for c in report["checks"] if c["name"] == "lineage_valid"]
+    assert [f["path"] for f in lineage["findings"]] == [middle.path]
+    assert lineage["findings"][0]["store"] == str(stream.key(stream.stores[2]))
+
+
+def test_explain_names_why_a_file_is_kept(stream: StoreStream) -> None:
+    latest = stream.committed[stream.stores[0]][-1]
+    absolute = stream.storage.root / latest.path
+    by_path = statestore(stream, "explain", str(absolute))
+    assert by_path.exit_code == 0, by_path.output
+    assert "verdict: needed" in by_path.output
+    assert "needed to load retained version 12" in by_path.output
+    relative = statestore(stream, "--root", str(stream.storage.root), "explain", latest.path)
+    assert "verdict: needed" in relative.output
+    unknown = statestore(stream, "explain", f"{stream.root}/state/0/0/default/x.delta")
+    assert "verdict: untracked" in unknown.output
+    outside = statestore(stream, "explain", "/elsewhere/file.delta")
+    assert outside.exit_code == 2 and "below none of the catalog's roots" in outside.stderr
+
+
+def test_reconcile_records_an_untracked_file(stream: StoreStream) -> None:
+    store = stream.stores[1]
+    lost, _ = stream.write(store)
+    stream.providers[store].drop_cache()
+    stream.run(1)
+    result = statestore(stream, "reconcile", "--min-age", "0s")
+    assert result.exit_code == 0, result.output
+    assert f"recorded {lost.path} as orphan" in result.output
+
+
+def test_bad_input_gives_clear_errors(stream: StoreStream, tmp_path: Path) -> None:
+    bad_store = statestore(stream, "health", "--store", "nonsense")
+    assert bad_store.exit_code == 2 and "invalid store 'nonsense'" in bad_store.output
+    runner = CliRunner()
+    down = runner.invoke(
+        main, ["--catalog-url", "postgresql+psycopg2://nobody@127.0.0.1:1/none", "health"]
+    )
+    assert down.exit_code == 4 and "error: cannot connect to the catalog" in down.stderr
+    empty = runner.invoke(main, ["--catalog-url", f"sqlite:///{tmp_path}/new.db", "health"])
+    assert empty.exit_code == 4 and "upgrade" in empty.stderr
+    bad_window = statestore(stream, "maintain", "--window", "soon")
+    assert bad_window.exit_code == 2 and "invalid duration 'soon'" in bad_window.output

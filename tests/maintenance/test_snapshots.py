@@ -1,0 +1,144 @@
+"""The snapshot pass against real store files and a real catalog (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+from datetime import timedelta
+
+from state_runtime.catalog import Catalog
+from state_runtime.identity import StoreId
+from state_runtime.maintenance import (
+    Fleet,
+    MaintenancePolicy,
+    SnapshotStatus,
+    snapshot_pass,
+    store_reports,
+)
+from tests.maintenance.streams import StoreStream
+
+POLICY = MaintenancePolicy(snapshot_min_deltas=5)
+
+
+def fleet_on(stream: StoreStream, owner: str = "tests") -> Fleet:
+    """A fleet whose storage is the stream's, so its request counter sees maintenance."""
+    return Fleet(stream.catalog, open_storage=lambda root: stream.storage, owner=owner)
+
+
+def test_snapshots_only_due_stores_and_lists_nothing(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    stream = make_stream()
+    stream.run(6)
+    young = make_stream("other")  # 3 deltas: not due
+    young.run(3)
+    stream.storage.requests.reset()
+    report = snapshot_pass(fleet_on(stream), POLICY)
+    assert report.count(SnapshotStatus.WRITTEN) == len(stream.stores)
+    assert {o.key.root for o in report.outcomes} == {stream.root}
+    assert stream.storage.requests.counts.get("list", 0) == 0
+    for store in stream.stores:
+        path = stream.storage.root / store.directory
+        assert any(p.name.startswith("6_") and p.suffix == ".snapshot" for p in path.iterdir())
+    health = {r.key: r.health for r in store_reports(fleet_on(stream), POLICY)}
+    assert all(health[stream.key(s)].deltas_since_snapshot == 0 for s in stream.stores)
+    assert all(health[young.key(s)].deltas_since_snapshot == 3 for s in young.stores)
+    stream.run(2)
+    for store in stream.stores:  # a fresh process loads through the snapshot
+        for version in (8, 7, 6):
+            assert stream.loaded(store, version) == stream.expected(store, version)
+    again = snapshot_pass(fleet_on(stream), POLICY)
+    assert again.outcomes == []
+
+
+def test_a_snapshot_written_before_a_crash_is_recorded_with_its_size(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    stream = make_stream(stores=None)
+    stream.run(5)
+    store = stream.stores[0]
+    info = stream.committed[store][-1]
+    orphaned = stream.provider(store).snapshot(info.version, info.checkpoint_id)  # not recorded
+    report = snapshot_pass(fleet_on(stream), POLICY)
+    outcome = next(o for o in report.outcomes if o.key == stream.key(store))
+    assert outcome.status is SnapshotStatus.RECORDED
+    assert outcome.bytes == (stream.storage.root / orphaned.path).stat().st_size
+    retained = stream.catalog.retained_versions(stream.root, store)
+    assert retained[0].files[0].path == orphaned.path
+    assert retained[0].files[0].size_bytes == outcome.bytes
+
+
+def test_a_leased_store_is_skipped_until_its_lease_is_free(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    stream = make_stream()
+    stream.run(5)
+    busy = stream.key(stream.stores[0])
+    lease = stream.catalog.try_acquire_lease(busy, "someone-else", timedelta(minutes=5))
+    assert lease is not None
+    report = snapshot_pass(fleet_on(stream), POLICY)
+    statuses = {o.key: o.status for o in report.outcomes}
+    assert statuses.pop(busy) is SnapshotStatus.BUSY
+    assert set(statuses.values()) == {SnapshotStatus.WRITTEN}
+    stream.catalog.release_lease(lease)
+    later = snapshot_pass(fleet_on(stream), POLICY)
+    assert [(o.key, o.status) for o in later.outcomes] == [(busy, SnapshotStatus.WRITTEN)]
+
+
+def test_recovery_cost_makes_a_short_chain_due(make_stream: Callable[..., StoreStream]) -> None:
+    stream = make_stream()
+    stream.run(3)
+    assert snapshot_pass(fleet_on(stream), POLICY).outcomes == []
+    costly = MaintenancePolicy(snapshot_min_deltas=50, snapshot_max_recovery_bytes=1000)
+    report = snapshot_pass(fleet_on(stream), costly)
+    assert report.count(SnapshotStatus.WRITTEN) == len(stream.stores)
+    assert {o.deltas_since_snapshot for o in report.outcomes} == {3}
+    cheap = MaintenancePolicy(snapshot_min_deltas=50, snapshot_max_recovery_bytes=10**9)
+    stream.run(2)
+    assert snapshot_pass(fleet_on(stream), cheap).outcomes == []
+
+
+def test_an_unloadable_store_fails_alone_naming_the_file(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    stream = make_stream()
+    stream.run(6)
+    broken = stream.stores[1]
+    middle = stream.committed[broken][2]
+    (stream.storage.root / middle.path).unlink()
+    report = snapshot_pass(fleet_on(stream), POLICY)
+    [failed] = report.failed
+    assert failed.key == stream.key(broken)
+    assert failed.path == middle.path and failed.error and middle.path in failed.error
+    assert report.count(SnapshotStatus.WRITTEN) == len(stream.stores) - 1
+    run = stream.catalog.run(report.run_id)
+    assert run is not None and run.outcome == "succeeded" and run.counts["failed"] == 1
+
+
+def _snapshot_in_process(url: str, root: str, owner: str) -> dict[str, str]:
+    catalog = Catalog.open(url)
+    try:
+        fleet = Fleet(catalog, roots=[root], owner=owner)
+        report = snapshot_pass(fleet, POLICY)
+        return {str(o.key): o.status.value for o in report.outcomes}
+    finally:
+        catalog.close()
+
+
+def test_overlapping_runs_in_two_processes_snapshot_each_store_once(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    stream = make_stream(stores=[StoreId(0, i) for i in range(12)])
+    stream.run(5)
+    url = stream.catalog.engine.url.render_as_string(hide_password=False)
+    context = multiprocessing.get_context("fork")
+    with context.Pool(2) as pool:
+        results = pool.starmap(
+            _snapshot_in_process, [(url, stream.root, "run-a"), (url, stream.root, "run-b")]
+        )
+    written = [key for result in results for key, s in result.items() if s == "written"]
+    assert sorted(written) == sorted(str(stream.key(s)) for s in stream.stores)
+    for store in stream.stores:
+        snapshots = list((stream.storage.root / store.directory).glob("*.snapshot"))
+        assert len(snapshots) == 1
+        assert stream.loaded(store, 5) == stream.expected(store, 5)
