@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 
 class LoadSource(StrEnum):
@@ -37,6 +36,3 @@ class StoreMetrics:
     bytes_written: int = 0
     commit_ms: float = 0.0
     load: LoadMetrics = field(default_factory=LoadMetrics)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)

@@ -162,7 +162,6 @@ class StateStoreProvider:
         except FileAlreadyExists:
             data = self.storage.read(path)
             written = 0
-        view.has_snapshot = True
         self._known_snapshots.add(ref)
         return CheckpointInfo(
             store=self.store_id,
@@ -235,7 +234,7 @@ class StateStoreProvider:
         """The lineage a new version on top of ``parent`` records: back to a presumed snapshot."""
         if parent.ref.version == 0:
             return ()
-        if parent.has_snapshot or parent.ref in self._known_snapshots:
+        if parent.ref in self._known_snapshots:
             return (parent.ref,)
         return ((parent.ref, *parent.lineage))[: self.config.min_deltas_for_snapshot]
 
@@ -400,7 +399,7 @@ class StateStoreProvider:
             return None
         self._known_snapshots.add(ref)
         data = cast(dict[Key, Value], snap.rows)
-        return StateMap(data, ref, snap.header.lineage, has_snapshot=True).head
+        return StateMap(data, ref, snap.header.lineage).head
 
     def _apply(self, base: VersionView, chain: list[_File], metrics: LoadMetrics) -> VersionView:
         """Apply deltas (given newest first) on top of ``base`` as one change; cache the result.

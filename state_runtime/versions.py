@@ -35,7 +35,7 @@ Diff = dict[Key, "Value | _Absent"]
 class VersionView:
     """One version of the state: the head dict seen through ``diff``."""
 
-    __slots__ = ("__weakref__", "diff", "has_snapshot", "lineage", "ref", "rows", "state_map")
+    __slots__ = ("__weakref__", "diff", "lineage", "ref", "rows", "state_map")
 
     def __init__(
         self,
@@ -44,14 +44,12 @@ class VersionView:
         lineage: tuple[CheckpointRef, ...],
         rows: int,
         diff: Diff,
-        has_snapshot: bool = False,
     ) -> None:
         self.state_map = state_map
         self.ref = ref
         self.lineage = lineage
         self.rows = rows
         self.diff = diff
-        self.has_snapshot = has_snapshot
 
     def get(self, key: Key) -> Value | None:
         if self.diff:
@@ -85,11 +83,10 @@ class StateMap:
         data: dict[Key, Value],
         ref: CheckpointRef,
         lineage: tuple[CheckpointRef, ...],
-        has_snapshot: bool = False,
     ) -> None:
         self.data = data
         self._views: weakref.WeakSet[VersionView] = weakref.WeakSet()
-        self.head = self._register(VersionView(self, ref, lineage, len(data), {}, has_snapshot))
+        self.head = self._register(VersionView(self, ref, lineage, len(data), {}))
 
     def _register(self, view: VersionView) -> VersionView:
         self._views.add(view)
