@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from state_runtime.errors import InvalidArgument
+from state_runtime.retention import MIN_RETAINED_VERSIONS, check_retained_versions
 
 Compression = Literal["zstd", "lz4", "none"]
 
@@ -14,25 +15,24 @@ Compression = Literal["zstd", "lz4", "none"]
 class StoreConfig:
     """Settings of a :class:`~state_runtime.provider.StateStoreProvider`.
 
-    - ``min_versions_to_retain``: committed versions that must stay loadable (never below 2).
+    - ``min_versions_to_retain``: committed versions that must stay loadable (never below the
+      floor of :mod:`state_runtime.retention`, 2).
     - ``min_deltas_for_snapshot``: deltas after which a snapshot is due; also where a writer
       presumes the last snapshot when it knows of none (lineage in files is cut there).
     - ``cached_versions``: committed versions each provider keeps in memory.
     - ``compression`` and ``compression_level``: the Arrow IPC body codec of checkpoint files.
     """
 
-    min_versions_to_retain: int = 2
+    min_versions_to_retain: int = MIN_RETAINED_VERSIONS
     min_deltas_for_snapshot: int = 10
     cached_versions: int = 2
     compression: Compression = "zstd"
     compression_level: int | None = None
 
     def __post_init__(self) -> None:
-        if self.min_versions_to_retain < 2:
-            raise InvalidArgument(
-                f"min_versions_to_retain={self.min_versions_to_retain}: at least 2 versions "
-                "must stay loadable"
-            )
+        check_retained_versions(
+            self.min_versions_to_retain, "min_versions_to_retain", InvalidArgument
+        )
         if self.min_deltas_for_snapshot < 1:
             raise InvalidArgument("min_deltas_for_snapshot must be >= 1")
         if self.cached_versions < 1:

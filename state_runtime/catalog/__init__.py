@@ -15,20 +15,23 @@ from state_runtime.catalog.records import (
     Explanation,
     FileRecord,
     FileVerdict,
+    FoundProblem,
     Lease,
     MaintenanceRun,
     RecordedBatchMetrics,
+    Repair,
     RetainedVersion,
     SnapshotCandidate,
     StoreHealth,
     StoreKey,
+    StoreProblem,
     StoreRecord,
     Verdict,
 )
-from state_runtime.catalog.retention import MIN_RETAINED_VERSIONS, RetentionPolicy
 from state_runtime.catalog.schema import head_revision, upgrade
 from state_runtime.catalog.settings import URL_ENV, catalog_url
-from state_runtime.catalog.tables import FileState, RunKind, RunOutcome
+from state_runtime.catalog.tables import FileState, RunKind, RunOutcome, Verification
+from state_runtime.retention import MIN_RETAINED_VERSIONS, RetentionPolicy
 
 __all__ = [
     "MIN_RETAINED_VERSIONS",
@@ -42,9 +45,11 @@ __all__ = [
     "FileRecord",
     "FileState",
     "FileVerdict",
+    "FoundProblem",
     "Lease",
     "MaintenanceRun",
     "RecordedBatchMetrics",
+    "Repair",
     "RetainedVersion",
     "RetentionPolicy",
     "RetryPolicy",
@@ -53,8 +58,10 @@ __all__ = [
     "SnapshotCandidate",
     "StoreHealth",
     "StoreKey",
+    "StoreProblem",
     "StoreRecord",
     "Verdict",
+    "Verification",
     "catalog_url",
     "head_revision",
     "upgrade",

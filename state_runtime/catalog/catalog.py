@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from state_runtime.catalog import commits, health, inventory, metrics, retention, runs, schema
+from state_runtime.catalog import (
+    commits,
+    health,
+    inventory,
+    metrics,
+    retention,
+    runs,
+    schema,
+    verification,
+)
 from state_runtime.catalog.engine import (
     RetryPolicy,
     create_catalog_engine,
@@ -23,22 +32,27 @@ from state_runtime.catalog.records import (
     CommitEntry,
     Deletion,
     Explanation,
+    FileRecord,
     FileVerdict,
+    FoundProblem,
     Lease,
     MaintenanceRun,
     RecordedBatchMetrics,
+    Repair,
     RetainedVersion,
     SnapshotCandidate,
     StoreHealth,
     StoreKey,
+    StoreProblem,
     StoreRecord,
 )
-from state_runtime.catalog.retention import RetentionPolicy, Scope
+from state_runtime.catalog.retention import Scope
 from state_runtime.catalog.settings import catalog_url
-from state_runtime.catalog.tables import stores
+from state_runtime.catalog.tables import checkpoint_files, stores
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CommitConflict, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
+from state_runtime.retention import MIN_RETAINED_VERSIONS, RetentionPolicy
 
 T = TypeVar("T")
 
@@ -181,12 +195,48 @@ class Catalog:
         self._run("record files", work, _conflict)
 
     def record_snapshot(
-        self, root: str, info: CheckpointInfo, *, run_id: int | None = None
-    ) -> None:
-        """Record a snapshot written by maintenance."""
+        self,
+        root: str,
+        info: CheckpointInfo,
+        *,
+        run_id: int | None = None,
+        verified: bool = False,
+        problem: str | None = None,
+    ) -> str | None:
+        """Record a snapshot written by maintenance, in one transaction with what verifying
+        its bytes after the write found: ``verified`` (it may now supersede deltas), or the
+        ``problem`` (it supersedes nothing and the store gets an open problem). Without
+        either it is recorded unverified.
+
+        A snapshot already recorded with another size or checksum (the file changed since)
+        keeps its record and is recorded as damaged. Returns the problem recorded, if any.
+        """
         if info.kind is not FileKind.SNAPSHOT:
             raise InvalidArgument(f"record_snapshot got a {info.kind.value} file", path=info.path)
-        self.record_files(root, [info], run_id=run_id)
+
+        def work(connection: Connection) -> str | None:
+            now = _utcnow()
+            found = problem
+            f = checkpoint_files.c
+            recorded = inventory.files_at(connection, root, [info.path], f.checksum, f.size_bytes)
+            if recorded and (recorded[0].checksum, recorded[0].size_bytes) != (
+                info.checksum,
+                info.bytes_written,
+            ):
+                found = found or (
+                    f"the file ({info.bytes_written} bytes) differs from its record "
+                    f"({recorded[0].size_bytes} bytes, another checksum)"
+                )
+            else:
+                inventory.record_files(connection, root, [info], now, run_id=run_id)
+            if verified or found is not None:
+                verification.record_verifications(connection, root, {info.path: found}, now)
+            if found is not None:
+                opened = [FoundProblem(found, info.path, info.version)]
+                verification.add_problems(connection, root, info.store, opened, run_id, now)
+            return found
+
+        return self._run("record snapshot", work, _conflict)
 
     def commit_batch(
         self,
@@ -272,7 +322,7 @@ class Catalog:
         )
 
     def retained_versions(
-        self, root: str, store: StoreId, retain_versions: int = retention.MIN_RETAINED_VERSIONS
+        self, root: str, store: StoreId, retain_versions: int = MIN_RETAINED_VERSIONS
     ) -> list[RetainedVersion]:
         """The store's retained versions, newest first, with the files that load each."""
         RetentionPolicy(retain_versions=retain_versions)
@@ -316,13 +366,123 @@ class Catalog:
         )
 
     def explain(
-        self, root: str, path: str, policy: RetentionPolicy, *, now: datetime | None = None
+        self,
+        root: str,
+        path: str,
+        policy: RetentionPolicy,
+        *,
+        now: datetime | None = None,
+        absent: bool = False,
     ) -> Explanation:
-        """Why the file at ``path`` (relative to ``root``) is kept, or why it may be deleted."""
+        """Why the file at ``path`` (relative to ``root``) is kept, or why it may be deleted.
+        A damaged file, or one the caller found ``absent`` from storage, is never "needed":
+        the answer says what is lost and what still loads."""
         return self._run(
             "explain file",
-            lambda c: retention.explain(c, root, path, policy, now or _utcnow()),
+            lambda c: retention.explain(c, root, path, policy, now or _utcnow(), absent=absent),
         )
+
+    def store_files(self, root: str, store: StoreId) -> list[FileRecord]:
+        """The live files of one store, oldest versions first (with their verification)."""
+
+        def work(connection: Connection) -> list[FileRecord]:
+            found = inventory.store_ids(connection, root, [store])
+            return [] if store not in found else retention.live_files(connection, found[store])
+
+        return self._run("read store files", work)
+
+    # --- verification, problems, repairs ------------------------------------------------
+
+    def record_verifications(self, root: str, results: Mapping[str, str | None]) -> None:
+        """Record what verifying files found: None (intact) or the problem, per path."""
+        self._run(
+            "record verifications",
+            lambda c: verification.record_verifications(c, root, results, _utcnow()),
+        )
+
+    def record_validation(
+        self,
+        run_id: int | None,
+        key: StoreKey,
+        checked: Mapping[str, str | None],
+        found: Sequence[FoundProblem],
+    ) -> None:
+        """Record one store's validation by ``run_id``: each checked file's verification; the
+        store's open problems become exactly ``found``."""
+        self._run(
+            "record validation",
+            lambda c: verification.record_validation(
+                c, key.root, key.store, checked, found, run_id, _utcnow()
+            ),
+        )
+
+    def add_problems(
+        self, key: StoreKey, found: Sequence[FoundProblem], *, run_id: int | None = None
+    ) -> int:
+        """Open problems on a store (those already open are kept as they are)."""
+        return self._run(
+            "record problems",
+            lambda c: verification.add_problems(c, key.root, key.store, found, run_id, _utcnow()),
+        )
+
+    def problems(
+        self,
+        *,
+        root: str | None = None,
+        store: StoreKey | None = None,
+        only_open: bool = True,
+    ) -> list[StoreProblem]:
+        """Store problems, oldest first: open ones (what holds stores back), or all."""
+        if store is not None:
+            root = store.root
+        return self._run(
+            "read problems",
+            lambda c: verification.problems(
+                c, root, None if store is None else store.store, only_open=only_open
+            ),
+        )
+
+    def resolve_problems(
+        self,
+        key: StoreKey,
+        resolution: str,
+        *,
+        run_id: int | None = None,
+        path: str | None = None,
+    ) -> int:
+        """Resolve a store's open problems (an operator's decision, with why); the store is
+        cleaned again. Returns how many were open."""
+        return self._run(
+            "resolve problems",
+            lambda c: verification.resolve_problems(
+                c, key.root, key.store, resolution, run_id, _utcnow(), path=path
+            ),
+        )
+
+    def begin_repair(
+        self, run_id: int, root: str, path: str, problem: str, damaged: bytes | None
+    ) -> int:
+        """Record a damaged snapshot (as found; None if gone) before it is replaced."""
+        return self._run(
+            "record repair",
+            lambda c: verification.begin_repair(c, run_id, root, path, problem, damaged, _utcnow()),
+        )
+
+    def repair_removed(self, repair_id: int) -> None:
+        self._run(
+            "record repair step",
+            lambda c: verification.repair_removed(c, repair_id, _utcnow()),
+        )
+
+    def finish_repair(self, repair_id: int, root: str, info: CheckpointInfo) -> None:
+        """The rebuilt snapshot ``info`` is written and verified: it replaces the record."""
+        self._run(
+            "finish repair",
+            lambda c: verification.finish_repair(c, repair_id, root, info, _utcnow()),
+        )
+
+    def repairs(self, root: str | None = None) -> list[Repair]:
+        return self._run("read repairs", lambda c: verification.repairs(c, root))
 
     def store_health(
         self, policy: RetentionPolicy, *, root: str | None = None, now: datetime | None = None

@@ -8,20 +8,30 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.records import SnapshotCandidate, StoreHealth, StoreKey
-from state_runtime.catalog.retention import RetentionPolicy, Scope, verdicts
+from state_runtime.catalog.inventory import chunks
+from state_runtime.catalog.records import (
+    SnapshotCandidate,
+    StoreHealth,
+    StoreKey,
+    problem_text,
+)
+from state_runtime.catalog.retention import Scope, verdicts
 from state_runtime.catalog.tables import (
     FileState,
+    Verification,
     checkpoint_files,
     commit_log,
     maintenance_runs,
+    store_problems,
     stores,
 )
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
+from state_runtime.retention import RetentionPolicy
 
 
 def _last_snapshots(scope: Scope) -> sa.Subquery:
-    """Per store, the newest committed snapshot's version.
+    """Per store, the newest verified committed snapshot's version (an unverified snapshot
+    replaces nothing yet).
 
     A snapshot is committed when the commit log names its (version, id); each store's
     committed versions form one linear chain, so that snapshot lies on the latest version's
@@ -33,6 +43,7 @@ def _last_snapshots(scope: Scope) -> sa.Subquery:
         .where(
             f.kind == FileKind.SNAPSHOT.value,
             f.state == FileState.COMMITTED.value,
+            f.verification == Verification.VERIFIED.value,
             scope.filter(f.store_id),
         )
         .group_by(f.store_id)
@@ -97,6 +108,9 @@ def store_health(
             sa.func.sum(sa.case((f.state == FileState.ORPHAN.value, f.size_bytes), else_=0)).label(
                 "orphan_bytes"
             ),
+            sa.func.min(
+                sa.case((f.state == FileState.ORPHAN.value, f.state_changed_at), else_=None)
+            ).label("oldest_orphan_at"),
         )
         .where(f.state.in_(live), scope.filter(f.store_id))
         .group_by(f.store_id)
@@ -119,6 +133,8 @@ def store_health(
         .subquery("newest")
     )
     latest_file = checkpoint_files.alias("latest_file")
+    chain = commit_log.alias("chain")
+    problems = _problems(scope)
     query = (
         sa.select(
             s.store_id,
@@ -142,6 +158,14 @@ def store_health(
             r.kind.label("run_kind"),
             r.outcome.label("run_outcome"),
             r.ended_at.label("run_ended_at"),
+            s.created_at,
+            sa.func.coalesce(problems.c.open_problems, 0).label("open_problems"),
+            problems.c.problems_since,
+            problems.c.last_resolved_at,
+            s.first_validated_at,
+            s.last_validated_at,
+            chain.c.committed_at.label("chain_since"),
+            files.c.oldest_orphan_at,
         )
         .select_from(stores)
         .join(newest, newest.c.checkpoint_root == s.checkpoint_root)
@@ -151,13 +175,55 @@ def store_health(
         .outerjoin(files, files.c.store_id == s.store_id)
         .outerjoin(reclaim, reclaim.c.store_id == s.store_id)
         .outerjoin(maintenance_runs, r.run_id == s.last_run_id)
+        .outerjoin(
+            chain,
+            sa.and_(
+                chain.c.store_id == s.store_id,
+                chain.c.version == sa.func.coalesce(snap.c.snapshot_version, 0) + 1,
+            ),
+        )
+        .outerjoin(problems, problems.c.store_id == s.store_id)
         .where(scope.filter(s.store_id))
         .order_by(s.checkpoint_root, s.operator_id, s.partition_id, s.store_name)
     )
-    return [_health(row, now) for row in connection.execute(query)]
+    rows = connection.execute(query).all()
+    first = _first_problems(connection, [row.store_id for row in rows if row.open_problems])
+    return [_health(row, now, first.get(row.store_id)) for row in rows]
 
 
-def _health(row: Any, now: datetime) -> StoreHealth:
+def _problems(scope: Scope) -> sa.Subquery:
+    """Per store: open problems, since when, and when a problem was last resolved."""
+    p = store_problems.c
+    is_open = p.resolved_at.is_(None)
+    return (
+        sa.select(
+            p.store_id,
+            sa.func.sum(sa.case((is_open, 1), else_=0)).label("open_problems"),
+            sa.func.min(sa.case((is_open, p.detected_at), else_=None)).label("problems_since"),
+            sa.func.max(p.resolved_at).label("last_resolved_at"),
+        )
+        .where(scope.filter(p.store_id))
+        .group_by(p.store_id)
+        .subquery("problems")
+    )
+
+
+def _first_problems(connection: Connection, ids: list[int]) -> dict[int, str]:
+    """The oldest open problem of each store in ``ids``, naming its file."""
+    p = store_problems.c
+    first: dict[int, str] = {}
+    for part in chunks(sorted(ids)):
+        rows = connection.execute(
+            sa.select(p.store_id, p.problem, p.path)
+            .where(p.store_id.in_(part), p.resolved_at.is_(None))
+            .order_by(p.store_id, p.detected_at, p.problem_id)
+        )
+        for row in rows:
+            first.setdefault(row.store_id, problem_text(row.problem, row.path))
+    return first
+
+
+def _health(row: Any, now: datetime, first_problem: str | None) -> StoreHealth:
     latest = (
         CheckpointRef(row.latest_version, row.latest_checkpoint_id) if row.latest_version else EMPTY
     )
@@ -182,4 +248,13 @@ def _health(row: Any, now: datetime) -> StoreHealth:
         last_run_kind=row.run_kind,
         last_run_outcome=row.run_outcome,
         last_run_ended_at=row.run_ended_at,
+        created_at=row.created_at,
+        open_problems=int(row.open_problems),
+        first_problem=first_problem,
+        problems_since=row.problems_since,
+        last_resolved_at=row.last_resolved_at,
+        first_validated_at=row.first_validated_at,
+        last_validated_at=row.last_validated_at,
+        chain_since=row.chain_since,
+        oldest_orphan_at=row.oldest_orphan_at,
     )

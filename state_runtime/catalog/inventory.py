@@ -20,7 +20,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Row
 
 from state_runtime.catalog.records import FileRecord, StoreKey
-from state_runtime.catalog.tables import FileState, checkpoint_files, commit_log, stores
+from state_runtime.catalog.tables import (
+    FileState,
+    Verification,
+    checkpoint_files,
+    commit_log,
+    stores,
+)
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import FileKind, StoreId, parse_file_name, validate_checkpoint_id
@@ -351,6 +357,7 @@ def store_key(root: str, operator_id: int, partition_id: int, store_name: str) -
 
 
 _KINDS = {kind.value: kind for kind in FileKind}
+_VERIFICATIONS = {v.value: v for v in Verification}
 
 
 def file_record(row: AnyRow) -> FileRecord:
@@ -375,7 +382,10 @@ def file_record(row: AnyRow) -> FileRecord:
         created_at,
         state,
         state_reason,
-    ) = row[:18]
+        verification,
+        verified_at,
+        verification_note,
+    ) = row[:21]
     return FileRecord(
         key=store_key(root, operator_id, partition_id, store_name),
         path=path,
@@ -390,6 +400,9 @@ def file_record(row: AnyRow) -> FileRecord:
         created_at=created_at,
         state=state,
         state_reason=state_reason,
+        verification=_VERIFICATIONS[verification],
+        verified_at=verified_at,
+        verification_note=verification_note,
     )
 
 
@@ -413,5 +426,8 @@ FILE_COLUMNS = (
     checkpoint_files.c.created_at,
     checkpoint_files.c.state,
     checkpoint_files.c.state_reason,
+    checkpoint_files.c.verification,
+    checkpoint_files.c.verified_at,
+    checkpoint_files.c.verification_note,
     checkpoint_files.c.claimed_by_run,
 )

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Any
 
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
+from state_runtime.retention import FileState, StoreFile, Verification
+from state_runtime.retention import Verdict as Verdict  # the rule's verdicts, re-exported
+from state_runtime.verification import Expected
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +52,39 @@ class FileRecord:
     created_at: datetime
     state: str
     state_reason: str | None
+    verification: Verification = Verification.UNVERIFIED
+    verified_at: datetime | None = None
+    verification_note: str | None = None  # what the last failed verification found
 
     @property
     def ref(self) -> CheckpointRef:
         return CheckpointRef(self.version, self.checkpoint_id)
+
+    def facts(self) -> StoreFile:
+        """What the retention rule needs to know about this file."""
+        return StoreFile(
+            path=self.path,
+            kind=self.kind,
+            version=self.version,
+            state=FileState(self.state),
+            created_at=self.created_at,
+            verification=self.verification,
+            size=self.size_bytes,
+            state_reason=self.state_reason,
+            note=self.verification_note,
+        )
+
+    def expected(self) -> Expected:
+        """What the file's bytes must be, as recorded."""
+        return Expected(
+            store=self.key.store,
+            ref=self.ref,
+            kind=self.kind,
+            path=self.path,
+            size=self.size_bytes,
+            checksum=self.checksum,
+            base_checkpoint_id=self.base_checkpoint_id,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,30 +107,6 @@ class CommitEntry:
     batch_id: int
     ref: CheckpointRef
     committed_at: datetime
-
-
-class Verdict(StrEnum):
-    """Why a file is kept or may be deleted (``explain`` and the cleanup preview)."""
-
-    NEEDED = "needed"  # a retained committed version loads through it
-    WITHIN_WINDOW = "within_window"  # committed, not needed, younger than the retention window
-    IN_FLIGHT = "in_flight"  # written, not committed, younger than the grace period
-    ORPHAN_IN_GRACE = "orphan_in_grace"  # orphan younger than the grace period
-    DELETABLE_SUPERSEDED = "deletable_superseded"
-    DELETABLE_ORPHAN = "deletable_orphan"
-    DELETABLE_UNCOMMITTED = "deletable_uncommitted"
-    DELETING = "deleting"  # claimed by a cleanup run
-    DELETED = "deleted"
-    UNTRACKED = "untracked"  # the catalog has no record of this path
-
-    @property
-    def deletable(self) -> bool:
-        return self in _DELETABLE
-
-
-_DELETABLE = frozenset(
-    {Verdict.DELETABLE_SUPERSEDED, Verdict.DELETABLE_ORPHAN, Verdict.DELETABLE_UNCOMMITTED}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +188,66 @@ class StoreHealth:
     last_run_kind: str | None
     last_run_outcome: str | None
     last_run_ended_at: datetime | None
+    # the facts a store's status is derived from (state_runtime/maintenance/status.py)
+    created_at: datetime
+    open_problems: int
+    first_problem: str | None  # the oldest open problem, naming its file
+    problems_since: datetime | None  # when the oldest open problem was found
+    last_resolved_at: datetime | None
+    first_validated_at: datetime | None
+    last_validated_at: datetime | None
+    chain_since: datetime | None  # commit time of the first delta after the last snapshot
+    oldest_orphan_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreProblem:
+    """Something validation found wrong with a store; open until a later validation no longer
+    finds it or an operator resolves it. A store with an open problem is not cleaned."""
+
+    problem_id: int
+    key: StoreKey
+    problem: str
+    path: str | None
+    version: int | None
+    run_id: int | None
+    detected_at: datetime
+    resolved_at: datetime | None = None
+    resolution: str | None = None
+
+    def __str__(self) -> str:
+        return problem_text(self.problem, self.path)
+
+
+def problem_text(problem: str, path: str | None) -> str:
+    """A problem as statuses and findings show it: what is wrong, and the file."""
+    return problem + (f" (file {path})" if path else "")
+
+
+@dataclass(frozen=True, slots=True)
+class FoundProblem:
+    """What a check found wrong, to record as a store problem."""
+
+    problem: str
+    path: str | None = None
+    version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """A damaged snapshot rebuilt from its deltas: what was found, and when each step ended."""
+
+    key: StoreKey
+    path: str
+    run_id: int
+    problem: str
+    damaged_size: int | None  # None: the damaged copy was already gone
+    damaged_sha256: str | None
+    old_checksum: str
+    old_size: int
+    started_at: datetime
+    removed_at: datetime | None
+    finished_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,24 +1,24 @@
-"""Which files each retained version needs, which files may go, and why: all in SQL.
+"""The retention rule of :mod:`state_runtime.retention`, translated to SQL, and the deletions.
 
-A store retains its last ``retain_versions`` committed versions. Loading version ``v`` with
-committed id ``i`` needs ``v_i.snapshot`` if it is live; otherwise ``v_i.delta`` plus what
-loading ``(v - 1, base id)`` needs, down to a snapshot or version 1 (``needed_files``).
-A live file nobody needs is deletable once it is older than the retention window; a file that
-was never committed (written, orphan) must also be older than the orphan grace period.
+The rule (what a retained version needs, the floor, the verdicts and their order, the reasons)
+lives in ``state_runtime/retention.py``; this module only says how each of its facts reads in
+SQL (:func:`fact_sql`) and builds the verdict from :data:`~state_runtime.retention.RULES`, so
+that plans over thousands of stores stay a few set-based queries. Claims, deletions, lost
+files and ``explain`` are recorded here too.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
+from state_runtime import retention as rule
 from state_runtime.catalog.inventory import (
     FILE_COLUMNS,
     AnyRow,
@@ -36,48 +36,21 @@ from state_runtime.catalog.records import (
     FileVerdict,
     RetainedVersion,
     StoreKey,
-    Verdict,
 )
 from state_runtime.catalog.tables import (
     LIVE_STATES,
     FileState,
+    Verification,
     checkpoint_files,
     commit_log,
     deletion_ledger,
+    store_problems,
     stores,
 )
-from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
+from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
-
-MIN_RETAINED_VERSIONS = 2
-
-
-@dataclass(frozen=True)
-class RetentionPolicy:
-    """What cleanup keeps: the last ``retain_versions`` committed versions of every store (never
-    fewer than 2), every file younger than ``window``, and every never-committed file younger
-    than ``orphan_grace`` (in-flight batches, attempts worth a look)."""
-
-    retain_versions: int = MIN_RETAINED_VERSIONS
-    window: timedelta = timedelta(hours=1)
-    orphan_grace: timedelta = timedelta(hours=1)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.retain_versions, bool) or not isinstance(self.retain_versions, int):
-            raise InvalidArgument(f"retain_versions must be an int, got {self.retain_versions!r}")
-        if self.retain_versions < MIN_RETAINED_VERSIONS:
-            raise MaintenanceRefused(
-                f"retaining {self.retain_versions} version(s) is below the safety floor of "
-                f"{MIN_RETAINED_VERSIONS}: the last two committed versions must stay loadable"
-            )
-        if self.window < timedelta(0) or self.orphan_grace < timedelta(0):
-            raise InvalidArgument("retention window and orphan grace must not be negative")
-
-    def committed_cutoff(self, now: datetime) -> datetime:
-        return now - self.window
-
-    def uncommitted_cutoff(self, now: datetime) -> datetime:
-        return now - max(self.window, self.orphan_grace)
+from state_runtime.retention import Fact, RetentionPolicy, Verdict
+from state_runtime.verification import MISSING
 
 
 @dataclass(frozen=True)
@@ -100,17 +73,25 @@ class Scope:
         return sa.and_(sa.true(), *conditions)
 
 
-def needed_files(retain_versions: int, scope: Scope) -> sa.CompoundSelect[Any]:
-    """(file_id, store_id, retained_version): each file a retained version loads through.
+def _verified_snapshot(f: Any) -> ColumnElement[bool]:
+    return sa.and_(
+        f.kind == FileKind.SNAPSHOT.value,
+        f.state == FileState.COMMITTED.value,
+        f.verification == Verification.VERIFIED.value,
+    )
 
-    The loader starts from a version's snapshot if it has one, else follows base ids down to
-    the newest ancestor with a snapshot. Commits keep each store's committed versions one
-    linear, gapless chain (version v builds on the committed v - 1), so the retained versions
-    are ``latest - k`` for ``k < retain_versions`` and the walk has a closed form: retained
-    version r needs the newest committed snapshot at or below r (version s, 0 if none) and
-    the committed deltas s+1..r. Each part is an index lookup on the live inventory, so the
-    cost does not grow with history (a recursive CTE over base ids is blind to PostgreSQL's
-    planner, which then re-hashes the inventory at every step of the walk).
+
+def retained_bases(retain_versions: int, scope: Scope) -> sa.CTE:
+    """(store_id, retained_version, base_version): each retained version and the verified
+    snapshot it loads from (0: none).
+
+    Commits keep each store's committed versions one linear, gapless chain (version v builds
+    on the committed v - 1), so the retained versions are ``latest - k`` for
+    ``k < retain_versions`` and the loader's walk has a closed form: retained version r loads
+    from the newest verified committed snapshot at or below r (version s) and the committed
+    deltas s+1..r. Each part is an index lookup on the live inventory, so the cost does not
+    grow with history (a recursive CTE over base ids is blind to PostgreSQL's planner, which
+    then re-hashes the inventory at every step of the walk).
     """
     s = stores.c
     back = sa.union_all(
@@ -120,15 +101,10 @@ def needed_files(retain_versions: int, scope: Scope) -> sa.CompoundSelect[Any]:
     snap = checkpoint_files.alias("snap")
     base_version = (
         sa.select(sa.func.max(snap.c.version))
-        .where(
-            snap.c.store_id == s.store_id,
-            snap.c.kind == FileKind.SNAPSHOT.value,
-            snap.c.state == FileState.COMMITTED.value,
-            snap.c.version <= version,
-        )
+        .where(snap.c.store_id == s.store_id, _verified_snapshot(snap.c), snap.c.version <= version)
         .scalar_subquery()
     )
-    retained = (
+    return (
         sa.select(
             s.store_id,
             version.label("retained_version"),
@@ -139,21 +115,16 @@ def needed_files(retain_versions: int, scope: Scope) -> sa.CompoundSelect[Any]:
         .where(version >= 1, scope.filter(s.store_id))
         .cte("retained")
     )
+
+
+def _needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
     f = checkpoint_files.alias("needed_file")
     r = retained.c
-    committed = f.c.state == FileState.COMMITTED.value
     snapshots = (
         sa.select(f.c.file_id, f.c.store_id, r.retained_version)
         .select_from(retained)
-        .join(
-            f,
-            sa.and_(
-                f.c.store_id == r.store_id,
-                f.c.version == r.base_version,
-                f.c.kind == FileKind.SNAPSHOT.value,
-                committed,
-            ),
-        )
+        .join(f, sa.and_(f.c.store_id == r.store_id, f.c.version == r.base_version))
+        .where(_verified_snapshot(f.c))
     )
     deltas = (
         sa.select(f.c.file_id, f.c.store_id, r.retained_version)
@@ -165,38 +136,54 @@ def needed_files(retain_versions: int, scope: Scope) -> sa.CompoundSelect[Any]:
                 f.c.version > r.base_version,
                 f.c.version <= r.retained_version,
                 f.c.kind == FileKind.DELTA.value,
-                committed,
+                f.c.state == FileState.COMMITTED.value,
             ),
         )
     )
     return sa.union_all(snapshots, deltas)
 
 
-def _verdict(is_needed: ColumnElement[bool], policy: RetentionPolicy, now: datetime) -> Any:
-    """The verdict on a checkpoint_files row (the rules of the module docstring)."""
+def needed_files(retain_versions: int, scope: Scope) -> sa.CompoundSelect[Any]:
+    """(file_id, store_id, retained_version): each file a retained version loads through."""
+    return _needed_from(retained_bases(retain_versions, scope))
+
+
+def fact_sql(
+    *,
+    needed: ColumnElement[bool],
+    floor: ColumnElement[int],
+    policy: RetentionPolicy,
+    now: datetime,
+) -> Mapping[Fact, ColumnElement[bool]]:
+    """Each fact of the rule about a ``checkpoint_files`` row, in SQL."""
     f = checkpoint_files.c
-    old_committed = f.created_at <= policy.committed_cutoff(now)
-    old_uncommitted = f.created_at <= policy.uncommitted_cutoff(now)
+    snapshot = f.kind == FileKind.SNAPSHOT.value
+    return {
+        Fact.NEEDED: needed,
+        Fact.CLAIMED: f.state == FileState.DELETING.value,
+        Fact.COMMITTED: f.state == FileState.COMMITTED.value,
+        Fact.ORPHAN: f.state == FileState.ORPHAN.value,
+        Fact.DAMAGED: sa.and_(snapshot, f.verification == Verification.FAILED.value),
+        Fact.UNVERIFIED: sa.and_(snapshot, f.verification == Verification.UNVERIFIED.value),
+        Fact.ABOVE_FLOOR: sa.and_(floor.is_not(None), f.version >= floor),
+        Fact.STORE_HELD: sa.exists().where(
+            store_problems.c.store_id == f.store_id, store_problems.c.resolved_at.is_(None)
+        ),
+        Fact.PAST_WINDOW: f.created_at <= policy.committed_cutoff(now),
+        Fact.PAST_GRACE: f.created_at <= policy.uncommitted_cutoff(now),
+    }
+
+
+def _verdict(facts: Mapping[Fact, ColumnElement[bool]]) -> Any:
+    """The rule's verdict as a CASE over :data:`~state_runtime.retention.RULES`."""
+    *conditional, (last, _) = rule.RULES
     return sa.case(
-        (is_needed, Verdict.NEEDED.value),
-        (f.state == FileState.DELETING.value, Verdict.DELETING.value),
-        (
-            f.state == FileState.COMMITTED.value,
-            sa.case(
-                (old_committed, Verdict.DELETABLE_SUPERSEDED.value),
-                else_=Verdict.WITHIN_WINDOW.value,
-            ),
+        *(
+            (sa.and_(*(facts[fact] for fact in needs)), verdict.value)
+            for verdict, needs in conditional
         ),
-        (
-            f.state == FileState.ORPHAN.value,
-            sa.case(
-                (old_uncommitted, Verdict.DELETABLE_ORPHAN.value),
-                else_=Verdict.ORPHAN_IN_GRACE.value,
-            ),
-        ),
-        (old_uncommitted, Verdict.DELETABLE_UNCOMMITTED.value),
-        else_=Verdict.IN_FLIGHT.value,
-    ).label("verdict")
+        else_=last.value,
+    )
 
 
 def verdicts(
@@ -205,32 +192,33 @@ def verdicts(
     """Every live or claimed file in scope with its verdict and the retained versions needing
     it (``needed_from``, ``needed_to``); or only the deletable files, which skips working out
     which versions need what (an anti-join is enough)."""
-    nf = needed_files(policy.retain_versions, scope).subquery("nf")
+    retained = retained_bases(policy.retain_versions, scope)
+    nf = _needed_from(retained).subquery("nf")
+    floors = (
+        sa.select(retained.c.store_id, sa.func.min(retained.c.base_version).label("floor"))
+        .group_by(retained.c.store_id)
+        .subquery("floors")
+    )
     f = checkpoint_files.c
     if only_deletable:
         unknown = sa.null().cast(sa.BigInteger())
+        verdict = _verdict(
+            fact_sql(needed=sa.false(), floor=floors.c.floor, policy=policy, now=now)
+        )
         return (
             sa.select(
                 *FILE_COLUMNS,
-                _verdict(sa.false(), policy, now),
+                verdict.label("verdict"),
                 unknown.label("needed_from"),
                 unknown.label("needed_to"),
             )
             .join(stores, stores.c.store_id == f.store_id)
+            .outerjoin(floors, floors.c.store_id == f.store_id)
             .where(
                 scope.filter(f.store_id),
                 f.state.in_([s.value for s in LIVE_STATES]),  # lets the live partial index serve
                 ~sa.exists().where(nf.c.file_id == f.file_id),
-                sa.or_(
-                    sa.and_(
-                        f.state == FileState.COMMITTED.value,
-                        f.created_at <= policy.committed_cutoff(now),
-                    ),
-                    sa.and_(
-                        f.state.in_([FileState.WRITTEN.value, FileState.ORPHAN.value]),
-                        f.created_at <= policy.uncommitted_cutoff(now),
-                    ),
-                ),
+                verdict.in_([v.value for v in rule.DELETABLE]),
             )
         )
     needed = (
@@ -242,16 +230,20 @@ def verdicts(
         .group_by(nf.c.file_id)
         .cte("needed")
     )
+    facts = fact_sql(
+        needed=needed.c.file_id.is_not(None), floor=floors.c.floor, policy=policy, now=now
+    )
     return (
         sa.select(
             *FILE_COLUMNS,
-            _verdict(needed.c.file_id.is_not(None), policy, now),
+            _verdict(facts).label("verdict"),
             needed.c.needed_from,
             needed.c.needed_to,
         )
         .select_from(checkpoint_files)
         .join(stores, stores.c.store_id == f.store_id)
         .outerjoin(needed, needed.c.file_id == f.file_id)
+        .outerjoin(floors, floors.c.store_id == f.store_id)
         .where(
             scope.filter(f.store_id),
             f.state.in_([*(s.value for s in LIVE_STATES), FileState.DELETING.value]),
@@ -259,62 +251,26 @@ def verdicts(
     )
 
 
-@functools.lru_cache(maxsize=4096)
-def _reason(
-    verdict: Verdict,
-    needed_from: int | None,
-    needed_to: int | None,
-    claimed_by_run: int | None,
-    state_reason: str | None,
-    policy: RetentionPolicy,
-) -> str:
-    """The verdict in words (memoised: most files of an answer share a handful of reasons)."""
-    if verdict is Verdict.NEEDED:
-        lo, hi = needed_from, needed_to
-        held = f"version {lo}" if lo == hi else f"versions {lo}..{hi}"
-        return f"needed to load retained {held} (the last {policy.retain_versions} committed)"
-    if verdict is Verdict.DELETING:
-        return f"claimed for deletion by cleanup run {claimed_by_run}"
-    if verdict is Verdict.WITHIN_WINDOW:
-        return (
-            f"committed and no longer needed by the last {policy.retain_versions} committed "
-            f"versions, but younger than the retention window ({policy.window})"
-        )
-    if verdict is Verdict.DELETABLE_SUPERSEDED:
-        return (
-            f"superseded: not needed by the last {policy.retain_versions} committed versions "
-            f"and older than the retention window ({policy.window})"
-        )
-    if verdict is Verdict.ORPHAN_IN_GRACE:
-        return f"orphan ({state_reason}), younger than the grace period ({_grace(policy)})"
-    if verdict is Verdict.DELETABLE_ORPHAN:
-        return f"orphan ({state_reason}), older than the grace period ({_grace(policy)})"
-    if verdict is Verdict.DELETABLE_UNCOMMITTED:
-        return (
-            "never committed: no commit names it and it is older than the grace period "
-            f"({_grace(policy)})"
-        )
-    return (
-        "written but not committed, younger than the grace period "
-        f"({_grace(policy)}): it may belong to a batch in flight"
-    )
-
-
-def _grace(policy: RetentionPolicy) -> timedelta:
-    return max(policy.window, policy.orphan_grace)
-
-
 _VERDICTS = {verdict.value: verdict for verdict in Verdict}
+_AFTER_FILE = len(FILE_COLUMNS)
 
 
 def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
     """A FileVerdict from a row of ``verdicts()``: FILE_COLUMNS, verdict, needed range."""
-    claimed_by_run, verdict_value, needed_from, needed_to = row[18:22]
+    record = file_record(row)
+    claimed_by_run = row[_AFTER_FILE - 1]
+    verdict_value, needed_from, needed_to = row[_AFTER_FILE : _AFTER_FILE + 3]
     verdict = _VERDICTS[verdict_value]
-    state_reason = row[17]
-    reason = _reason(verdict, needed_from, needed_to, claimed_by_run, state_reason, policy)
     needed_by = None if needed_from is None else (needed_from, needed_to)
-    return FileVerdict(file_record(row), verdict, reason, needed_by)
+    text = rule.reason(
+        verdict,
+        policy,
+        needed_by=needed_by,
+        claimed_by_run=claimed_by_run,
+        state_reason=record.state_reason,
+        note=record.verification_note,
+    )
+    return FileVerdict(record, verdict, text, needed_by)
 
 
 def _verdict_rows(
@@ -362,7 +318,8 @@ def claim_deletions(
     Files an interrupted run had claimed are handed out again: once claimed a file is never
     needed again, because a commit refuses to name a claimed file. The caller deletes the
     files from storage, then calls ``record_deletions``. A commit waiting on the same store
-    lock sees the claims, so cleanup never deletes a file a concurrent commit references.
+    lock sees the claims, so cleanup never deletes a file a concurrent commit references; a
+    validation that opens a problem on the store waits too, so a held store is never claimed.
     """
     s, f = stores.c, checkpoint_files.c
     if wanted is None:
@@ -556,9 +513,19 @@ def _deletion(row: AnyRow) -> Deletion:
 
 
 def explain(
-    connection: Connection, root: str, path: str, policy: RetentionPolicy, now: datetime
+    connection: Connection,
+    root: str,
+    path: str,
+    policy: RetentionPolicy,
+    now: datetime,
+    *,
+    absent: bool = False,
 ) -> Explanation:
-    """Why the file at ``path`` (relative to ``root``) is kept, or why it may be deleted."""
+    """Why the file at ``path`` (relative to ``root``) is kept, or why it may be deleted.
+
+    A file whose last verification failed, or that the caller found ``absent`` from storage,
+    is never called needed: the answer says what is lost without it and what still loads.
+    """
     s, f, d = stores.c, checkpoint_files.c, deletion_ledger.c
     matches = files_at(connection, root, [path], f.file_id, f.store_id, f.state)
     found = matches[0] if matches else None
@@ -599,9 +566,46 @@ def explain(
         connection, policy, Scope(store_ids=(found.store_id,)), now, only_deletable=False, path=path
     )
     verdict = rows[0][1]
-    return Explanation(
-        root, path, verdict.verdict, verdict.reason, file=verdict.file, needed_by=verdict.needed_by
+    record = verdict.file
+    if absent:
+        note = MISSING
+    elif record.verification is Verification.FAILED:
+        note = record.verification_note or "its last verification failed"
+    else:
+        return Explanation(
+            root,
+            path,
+            verdict.verdict,
+            verdict.reason,
+            file=record,
+            needed_by=verdict.needed_by,
+        )
+    latest = connection.execute(
+        sa.select(s.latest_version).where(s.store_id == found.store_id)
+    ).scalar_one()
+    holds = rule.still_intact(
+        [r.facts() for r in live_files(connection, found.store_id)], latest, policy, path
     )
+    return Explanation(
+        root,
+        path,
+        Verdict.MISSING if note == MISSING else Verdict.DAMAGED,
+        rule.damage_reason(record.kind, note, holds),
+        file=record,
+        needed_by=verdict.needed_by,
+    )
+
+
+def live_files(connection: Connection, store_id: int) -> list[FileRecord]:
+    """The live files of one store, oldest versions first."""
+    f = checkpoint_files.c
+    rows = connection.execute(
+        sa.select(*FILE_COLUMNS)
+        .join(stores, stores.c.store_id == f.store_id)
+        .where(f.store_id == store_id, f.state.in_([s.value for s in LIVE_STATES]))
+        .order_by(f.version, f.kind, f.file_id)
+    )
+    return [file_record(row) for row in rows]
 
 
 def retained_versions(

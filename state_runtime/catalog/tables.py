@@ -2,7 +2,7 @@
 
 The Alembic migrations in ``migrations/versions`` are the one source of truth for the schema:
 they create the tables, constraints, indexes and views. This module describes the head
-revision's columns, keys and indexes so that queries are typed; ``tests/test_catalog_migrations.py``
+revision's columns, keys and indexes so that queries are typed; ``tests/catalog/test_migrations.py``
 fails if it drifts from what the migrations build. CHECK constraints live only in the migrations.
 """
 
@@ -15,6 +15,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
+
+# The file life cycle and verification states belong to the retention rule; re-exported here.
+from state_runtime.retention import LIVE_STATES as LIVE_STATES
+from state_runtime.retention import FileState as FileState
+from state_runtime.retention import Verification as Verification
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):
@@ -37,19 +42,6 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class FileState(StrEnum):
-    """Life cycle of a checkpoint file in the inventory."""
-
-    WRITTEN = "written"  # recorded, not (yet) named by the commit log
-    COMMITTED = "committed"  # its (version, checkpoint id) is in the commit log
-    ORPHAN = "orphan"  # known never to be committed: replaced by a replay, or another attempt won
-    DELETING = "deleting"  # claimed by a cleanup run; never needed again
-    DELETED = "deleted"  # removed from storage; the deletion ledger says when and why
-
-
-LIVE_STATES = (FileState.WRITTEN, FileState.COMMITTED, FileState.ORPHAN)
 
 
 class RunKind(StrEnum):
@@ -75,6 +67,7 @@ def _json_type() -> sa.types.TypeEngine[Any]:
 
 
 metadata = sa.MetaData()
+_VERIFIED_SNAPSHOTS = "kind = 'snapshot' AND state = 'committed' AND verification = 'verified'"
 
 stores = sa.Table(
     "stores",
@@ -90,6 +83,8 @@ stores = sa.Table(
     sa.Column("latest_version", sa.BigInteger(), nullable=False),
     sa.Column("latest_checkpoint_id", sa.String(32), nullable=True),
     sa.Column("last_committed_at", UtcDateTime(), nullable=True),
+    sa.Column("first_validated_at", UtcDateTime(), nullable=True),
+    sa.Column("last_validated_at", UtcDateTime(), nullable=True),
     sa.Column(
         "last_run_id",
         _id_type(),
@@ -147,6 +142,14 @@ checkpoint_files = sa.Table(
         sa.ForeignKey("maintenance_runs.run_id", name="fk_checkpoint_files_claimed_by_run"),
         nullable=True,
     ),
+    sa.Column(
+        "verification",
+        sa.String(16),
+        nullable=False,
+        server_default=Verification.UNVERIFIED.value,
+    ),
+    sa.Column("verified_at", UtcDateTime(), nullable=True),
+    sa.Column("verification_note", sa.Text(), nullable=True),
     sa.UniqueConstraint("store_id", "path", name="uq_checkpoint_files_path"),
     sa.UniqueConstraint(
         "store_id", "version", "checkpoint_id", "kind", name="uq_checkpoint_files_checkpoint"
@@ -170,6 +173,13 @@ checkpoint_files = sa.Table(
         "version",
         postgresql_where=sa.text("kind = 'snapshot' AND state = 'committed'"),
         sqlite_where=sa.text("kind = 'snapshot' AND state = 'committed'"),
+    ),
+    sa.Index(
+        "ix_checkpoint_files_verified_snapshots",
+        "store_id",
+        "version",
+        postgresql_where=sa.text(_VERIFIED_SNAPSHOTS),
+        sqlite_where=sa.text(_VERIFIED_SNAPSHOTS),
     ),
 )
 
@@ -275,4 +285,67 @@ store_holders = sa.Table(
     sa.Column("version", sa.BigInteger(), nullable=False),
     sa.Column("checkpoint_id", sa.String(32), nullable=False),
     sa.Column("updated_at", UtcDateTime(), nullable=False),
+)
+
+store_problems = sa.Table(
+    "store_problems",
+    metadata,
+    sa.Column("problem_id", _id_type(), primary_key=True, autoincrement=True),
+    sa.Column(
+        "store_id",
+        _id_type(),
+        sa.ForeignKey("stores.store_id", name="fk_store_problems_store_id"),
+        nullable=False,
+    ),
+    sa.Column("path", sa.Text(), nullable=True),
+    sa.Column("version", sa.BigInteger(), nullable=True),
+    sa.Column("problem", sa.Text(), nullable=False),
+    sa.Column(
+        "run_id",
+        _id_type(),
+        sa.ForeignKey("maintenance_runs.run_id", name="fk_store_problems_run_id"),
+        nullable=True,
+    ),
+    sa.Column("detected_at", UtcDateTime(), nullable=False),
+    sa.Column("resolved_at", UtcDateTime(), nullable=True),
+    sa.Column(
+        "resolved_by_run",
+        _id_type(),
+        sa.ForeignKey("maintenance_runs.run_id", name="fk_store_problems_resolved_by_run"),
+        nullable=True,
+    ),
+    sa.Column("resolution", sa.Text(), nullable=True),
+    sa.Index(
+        "ix_store_problems_open",
+        "store_id",
+        postgresql_where=sa.text("resolved_at IS NULL"),
+        sqlite_where=sa.text("resolved_at IS NULL"),
+    ),
+)
+
+file_repairs = sa.Table(
+    "file_repairs",
+    metadata,
+    sa.Column("repair_id", _id_type(), primary_key=True, autoincrement=True),
+    sa.Column(
+        "file_id",
+        _id_type(),
+        sa.ForeignKey("checkpoint_files.file_id", name="fk_file_repairs_file_id"),
+        nullable=False,
+    ),
+    sa.Column(
+        "run_id",
+        _id_type(),
+        sa.ForeignKey("maintenance_runs.run_id", name="fk_file_repairs_run_id"),
+        nullable=False,
+    ),
+    sa.Column("problem", sa.Text(), nullable=False),
+    sa.Column("damaged_size", sa.BigInteger(), nullable=True),
+    sa.Column("damaged_sha256", sa.String(64), nullable=True),
+    sa.Column("old_checksum", sa.String(64), nullable=False),
+    sa.Column("old_size", sa.BigInteger(), nullable=False),
+    sa.Column("started_at", UtcDateTime(), nullable=False),
+    sa.Column("removed_at", UtcDateTime(), nullable=True),
+    sa.Column("finished_at", UtcDateTime(), nullable=True),
+    sa.Index("ix_file_repairs_file_id", "file_id"),
 )

@@ -112,10 +112,9 @@ def retention_check(
     retention = policy.retention
     overdue: dict[StoreKey, list[str]] = {}
     for verdict in plan_cleanup(fleet, policy, only=only, now=now):
-        kept = retention.window
-        if verdict.verdict is not Verdict.DELETABLE_SUPERSEDED:
-            kept = max(retention.window, retention.orphan_grace)
-        if verdict.file.created_at < now - kept - policy.overdue_after:
+        committed = verdict.verdict is Verdict.DELETABLE_SUPERSEDED
+        cutoff = retention.committed_cutoff(now) if committed else retention.uncommitted_cutoff(now)
+        if verdict.file.created_at < cutoff - policy.overdue_after:
             overdue.setdefault(verdict.file.key, []).append(verdict.file.path)
     findings = [
         Finding(
@@ -194,7 +193,9 @@ def run_checks(
     scope = scope_of(fleet, only)
     parameters = policy.parameters() | {"scope": scope}
     with recorded_run(fleet.catalog, RunKind.VALIDATE, fleet.owner, parameters) as run:
-        validation = validate_stores(fleet, policy, only=only, progress=progress, workers=workers)
+        validation = validate_stores(
+            fleet, policy, only=only, progress=progress, workers=workers, run_id=run.run_id
+        )
         health = store_reports(fleet, policy, only=only, now=now)
         totals = FleetTotals.of(health)
         previous = previous_run_counts(fleet.catalog, RunKind.VALIDATE, scope, run.run_id)

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from state_runtime.catalog import MIN_RETAINED_VERSIONS, RetentionPolicy
 from state_runtime.errors import InvalidArgument, MaintenanceRefused
+from state_runtime.retention import RetentionPolicy
 
 _DURATION_RE = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>s|m|h|d|w)?\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -70,13 +70,9 @@ class MaintenancePolicy:
             raise InvalidArgument("lease_ttl must be positive and min_window not negative")
 
     def check_retention(self) -> None:
-        """Refuse a retention below the safety floor with MaintenanceRefused."""
+        """Refuse a retention window shorter than ``min_window`` with MaintenanceRefused (the
+        floor of retained versions is RetentionPolicy's own: it cannot be built below it)."""
         retention = self.retention
-        if retention.retain_versions < MIN_RETAINED_VERSIONS:  # RetentionPolicy refuses it too
-            raise MaintenanceRefused(
-                f"retaining {retention.retain_versions} version(s) is below the safety floor "
-                f"of {MIN_RETAINED_VERSIONS}"
-            )
         if retention.window < self.min_window:
             raise MaintenanceRefused(
                 f"retention window {format_duration(retention.window)} is shorter than the "

@@ -4,7 +4,10 @@ Candidates come from the catalog (no listing). Each store is worked on under its
 lease, so overlapping runs never snapshot the same store at once; a store whose lease is
 held elsewhere is skipped and picked up by the next run. The latest committed version is
 loaded through the catalog's inventory, written as ``<v>_<id>.snapshot`` (put-if-absent,
-idempotent) and recorded in the catalog.
+idempotent), read back and verified (size, checksum, header naming the store, version and id),
+and recorded in the catalog with that verification in one transaction: only a verified
+snapshot replaces the deltas before it. A snapshot that fails verification is recorded as
+damaged, opens a problem on the store, and waits for ``repair``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ from enum import StrEnum
 
 from state_runtime.catalog import RetainedVersion, RunKind, StoreKey, StoreRecord
 from state_runtime.checkpoint import CheckpointInfo
-from state_runtime.errors import CannotLoadState, CatalogError, StateStoreError
+from state_runtime.errors import (
+    CannotLoadState,
+    CatalogError,
+    CheckpointFileCorrupt,
+    StateStoreError,
+)
 from state_runtime.identity import FileKind
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
@@ -26,6 +34,7 @@ from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.recovery import recovery_costs
 from state_runtime.maintenance.runs import recorded_run
+from state_runtime.verification import Expected, verify_file
 
 
 class SnapshotStatus(StrEnum):
@@ -165,12 +174,37 @@ def _snapshot_store(
         except StateStoreError as exc:
             return outcome(SnapshotStatus.FAILED, latest.ref.version, error=exc)
         status = SnapshotStatus.WRITTEN
+        storage = fleet.storage(key.root)
         if not info.bytes_written:  # the file existed: record its real size
             status = SnapshotStatus.RECORDED
-            size = fleet.storage(key.root).size(info.path)
-            info = dataclasses.replace(info, bytes_written=size)
-        catalog.record_snapshot(key.root, info, run_id=run_id)
+            info = dataclasses.replace(info, bytes_written=storage.size(info.path))
+        found, _ = verify_file(storage, expected_of(info))
+        problem = catalog.record_snapshot(
+            key.root, info, run_id=run_id, verified=found is None, problem=found
+        )
+        if problem is not None:
+            damaged = CheckpointFileCorrupt(
+                f"the snapshot failed verification after it was written: {problem}; it "
+                "supersedes nothing (`statestore repair` rebuilds it)",
+                store=key.store,
+                version=info.version,
+                path=info.path,
+            )
+            return outcome(SnapshotStatus.FAILED, info.version, error=damaged)
         return outcome(status, info.version, info)
+
+
+def expected_of(info: CheckpointInfo) -> Expected:
+    """What a file just written (or found) must be: its identity, size and checksum."""
+    return Expected(
+        store=info.store,
+        ref=info.ref,
+        kind=info.kind,
+        path=info.path,
+        size=info.bytes_written,
+        checksum=info.checksum,
+        base_checkpoint_id=info.base_checkpoint_id,
+    )
 
 
 def _write_snapshot(fleet: Fleet, record: StoreRecord, latest: RetainedVersion) -> CheckpointInfo:

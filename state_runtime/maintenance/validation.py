@@ -1,27 +1,39 @@
 """Lineage validation: every retained committed version is loadable, checked file by file.
 
-For each store, the catalog names the retained versions and the files that load each one.
-Validation checks that the commit log is linear over those versions, that each chain is
-complete in the inventory, and reads every file once: it exists, has the recorded size and
-checksum, parses and verifies, carries the identity its name says, and its lineage links to
-the file below it. Each problem is a finding that names the file.
+For each store, validation first verifies the snapshots that are not verified yet at or above
+the store's floor (a snapshot the snapshot pass wrote but could not verify, one found damaged
+before, one from a catalog older than verification): a verified one may now replace deltas.
+Then the catalog names the retained versions and the files that load each one; validation
+checks that the commit log is linear over those versions, that each chain is complete in the
+inventory, and reads every file once: it exists, has the recorded size and checksum, parses
+and verifies, carries the identity its name says, and its lineage links to the file below it.
+
+Each problem is a finding that names the file. What validation found is recorded in the
+catalog: each file read is verified or failed, and the store's open problems become exactly
+its findings: a store with an open problem is broken and not cleaned, until a validation
+finds nothing wrong or an operator resolves the problems.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from state_runtime.catalog import FileRecord, RetainedVersion, StoreKey, StoreRecord
-from state_runtime.checkpoint_format import check_identity, checksum, decode
-from state_runtime.errors import CannotLoadState, StorageError, StorageFileNotFound
+from state_runtime.catalog import (
+    FileRecord,
+    FoundProblem,
+    RetainedVersion,
+    StoreKey,
+    StoreRecord,
+)
 from state_runtime.identity import CheckpointRef, FileKind
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
-from state_runtime.storage import Storage
+from state_runtime.retention import snapshots_to_verify
+from state_runtime.verification import verify_file
 
 
 class Severity(StrEnum):
@@ -87,39 +99,79 @@ def validate_stores(
     only: Collection[StoreKey] | None = None,
     progress: Progress = SILENT,
     workers: int = 1,
+    run_id: int | None = None,
 ) -> ValidationReport:
-    """Validate every store in scope (see the module docstring)."""
+    """Validate every store in scope and record what was found (see the module docstring);
+    ``run_id``: the validation run that records it."""
     records = fleet.stores(only)
     results: list[StoreValidation] = []
     with (
         progress.stage("validation", len(records)) as advance,
         ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
     ):
-        for result in pool.map(lambda r: _validate_store(fleet, policy, r), records):
+        for result in pool.map(lambda r: _validate_store(fleet, policy, r, run_id), records):
             results.append(result)
             advance(1)
     return ValidationReport(results)
 
 
 def _validate_store(
-    fleet: Fleet, policy: MaintenancePolicy, record: StoreRecord
+    fleet: Fleet, policy: MaintenancePolicy, record: StoreRecord, run_id: int | None
 ) -> StoreValidation:
-    key = record.key
+    key, catalog = record.key, fleet.catalog
     result = StoreValidation(key)
-    latest = record.latest.version
-    if latest == 0:
-        return result
-    retain = policy.retention.retain_versions
-    retained = fleet.catalog.retained_versions(key.root, key.store, retain)
-    result.versions = len(retained)
+    checked: dict[str, str | None] = {}
+    storage = fleet.storage(key.root)
 
     def error(problem: str, path: str | None = None, version: int | None = None) -> None:
         result.findings.append(Finding(key, Severity.ERROR, problem, path, version))
 
+    def check(file: FileRecord) -> str | None:
+        if file.path not in checked:
+            result.files += 1
+            problem, size = verify_file(storage, file.expected())
+            result.bytes_read += size
+            checked[file.path] = problem
+            if problem is not None:
+                error(problem, file.path, file.version)
+        return checked[file.path]
+
+    latest = record.latest.version
+    if latest:
+        retain = policy.retention.retain_versions
+        files = catalog.store_files(key.root, key.store)
+        candidates = {
+            f.path
+            for f in snapshots_to_verify([f.facts() for f in files], latest, policy.retention)
+        }
+        confirmed = {f.path: None for f in files if f.path in candidates and check(f) is None}
+        if confirmed:  # verified snapshots now replace deltas: the chains change
+            catalog.record_verifications(key.root, confirmed)
+        _check_chains(fleet, policy, record, retain, check, error, result)
+    found = [FoundProblem(f.problem, f.path, f.version) for f in result.findings]
+    catalog.record_validation(run_id, key, checked, found)
+    return result
+
+
+def _check_chains(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    record: StoreRecord,
+    retain: int,
+    check: Callable[[FileRecord], str | None],
+    error: Callable[[str, str | None, int | None], None],
+    result: StoreValidation,
+) -> None:
+    """Check the retained versions' chains: linear, complete, every file intact."""
+    key, latest = record.key, record.latest.version
+    retained = fleet.catalog.retained_versions(key.root, key.store, retain)
+    result.versions = len(retained)
     expected = list(range(latest, max(0, latest - retain), -1))
     found = [r.ref.version for r in retained]
     if found != expected:
-        error(f"commit log is not linear: retained versions {found}, expected {expected}")
+        error(
+            f"commit log is not linear: retained versions {found}, expected {expected}", None, None
+        )
     by_version = {r.ref.version: r for r in retained}
     files: dict[str, FileRecord] = {}
     for version in retained:
@@ -146,14 +198,8 @@ def _validate_store(
                 version.ref.version,
             )
         files.update({f.path: f for f in version.files})
-    storage = fleet.storage(key.root)
     for file in sorted(files.values(), key=lambda f: (f.version, f.kind)):
-        result.files += 1
-        problem, size = _check_file(storage, file)
-        result.bytes_read += size
-        if problem is not None:
-            error(problem, file.path, file.version)
-    return result
+        check(file)
 
 
 def _gap(version: RetainedVersion) -> tuple[int, str]:
@@ -171,34 +217,3 @@ def _gap(version: RetainedVersion) -> tuple[int, str]:
 def _why_gone(fleet: Fleet, policy: MaintenancePolicy, key: StoreKey, path: str) -> str:
     """What the catalog knows about a file a chain lacks (deleted by whom, or never seen)."""
     return f"; {fleet.catalog.explain(key.root, path, policy.retention).reason}"
-
-
-def _check_file(storage: Storage, record: FileRecord) -> tuple[str | None, int]:
-    """Read one file and verify it against its catalog record: (problem or None, bytes read)."""
-    try:
-        data = storage.read(record.path)
-    except StorageFileNotFound:
-        return "file is missing from storage", 0
-    except StorageError as exc:
-        return f"file cannot be read: {exc.reason}", 0
-    if len(data) != record.size_bytes:
-        return f"size is {len(data)} bytes, the catalog recorded {record.size_bytes}", len(data)
-    if checksum(data) != record.checksum:
-        return "checksum differs from the one the catalog recorded", len(data)
-    try:
-        header, _ = decode(data, record.path, record.key.store, record.ref)
-        check_identity(header, record.key.store, record.ref, record.kind, record.path)
-    except CannotLoadState as exc:
-        return exc.reason, len(data)
-    parent = header.lineage[0] if header.lineage else None
-    expected = (
-        None
-        if record.base_checkpoint_id is None
-        else CheckpointRef(record.version - 1, record.base_checkpoint_id)
-    )
-    if parent != expected:
-        return (
-            f"lineage in the file starts at {parent or 'version 0'}, the catalog says "
-            f"{expected or 'version 0'}"
-        ), len(data)
-    return None, len(data)

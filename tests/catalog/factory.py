@@ -92,8 +92,11 @@ class Stream:
         for _ in range(batches):
             self.commit(**kw)
 
-    def snapshot(self, store: StoreId, version: int | None = None) -> CheckpointInfo:
-        """A snapshot of a committed version (default: the latest), recorded in the catalog."""
+    def snapshot(
+        self, store: StoreId, version: int | None = None, *, verified: bool = True
+    ) -> CheckpointInfo:
+        """A snapshot of a committed version (default: the latest), recorded in the catalog as
+        the snapshot pass records one: verified after it was written (unless told not)."""
         chain = self.committed[store]
         target = chain[(version or len(chain)) - 1]
         snap = info(
@@ -105,6 +108,7 @@ class Stream:
             checkpoint_id=target.checkpoint_id,
             created_at=self.clock,
         )
-        self.catalog.record_snapshot(self.root, snap)
-        self.snapshots.setdefault(store, set()).add(target.version)
+        self.catalog.record_snapshot(self.root, snap, verified=verified)
+        if verified:
+            self.snapshots.setdefault(store, set()).add(target.version)
         return snap
