@@ -1,10 +1,13 @@
 """Store-level cleanup: which files of one store may go, and why; dry run unless asked.
 
 This works from the files alone (one listing of the store's folder), given the latest
-committed version. The catalog offers the same answers from its inventory without listing.
-Rules: every file needed to load the last ``min_versions_to_retain`` committed versions is
-kept; no file younger than ``min_age`` is touched (it may belong to a batch in flight); a
-store whose lineage cannot be traced is not cleaned at all.
+committed version, and applies the retention rule of :mod:`state_runtime.retention` (the
+catalog applies the same rule to its inventory without listing). The facts come from the
+files: the lineage recorded in each delta names the committed chain below ``latest``, and a
+snapshot on that chain counts only once its bytes verify now (checksum, header naming this
+store, version and id). Every file needed to load the last ``min_versions_to_retain``
+committed versions is kept; no file younger than ``min_age`` is touched (it may belong to a
+batch in flight); a store whose lineage cannot be traced is not cleaned at all.
 """
 
 from __future__ import annotations
@@ -15,6 +18,14 @@ from datetime import UTC, datetime, timedelta
 from state_runtime.errors import CannotLoadState, InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, parse_file_name
 from state_runtime.provider import StateStoreProvider
+from state_runtime.retention import (
+    FileState,
+    RetentionPolicy,
+    StoreFile,
+    Verification,
+    judge_store,
+)
+from state_runtime.storage import FileInfo
 
 
 @dataclass(frozen=True)
@@ -25,8 +36,8 @@ class Deletable:
 
 
 @dataclass
-class CleanupReport:
-    """The plan, and with ``dry_run=False`` what was done."""
+class StoreCleanup:
+    """One store's cleanup plan, and with ``dry_run=False`` what was done."""
 
     latest: CheckpointRef
     retained: list[CheckpointRef]
@@ -41,33 +52,63 @@ class CleanupReport:
         return sum(d.size for d in self.deletable)
 
 
+@dataclass
+class _Lineage:
+    """What tracing the committed chain found: each version's ref and verified snapshots."""
+
+    chain: dict[int, CheckpointRef] = field(default_factory=dict)
+    snapshots: dict[CheckpointRef, Verification] = field(default_factory=dict)
+
+
 def _trace(
-    provider: StateStoreProvider, ref: CheckpointRef, names: set[str]
-) -> tuple[list[str], list[CheckpointRef]]:
-    """Files needed to load ``ref`` and the versions passed on the way, newest first."""
-    needed: list[str] = []
-    chain: list[CheckpointRef] = []
+    provider: StateStoreProvider, ref: CheckpointRef, names: set[str], lineage: _Lineage
+) -> None:
+    """Walk down from ``ref`` to its newest sound snapshot (or version 0), noting each version
+    and whether each snapshot on the way verifies. Raises CannotLoadState for a broken chain."""
     cur = ref
     while cur != EMPTY:
-        chain.append(cur)
-        snap = f"{cur}.{FileKind.SNAPSHOT.value}"
-        if snap in names:
+        lineage.chain[cur.version] = cur
+        if f"{cur}.{FileKind.SNAPSHOT.value}" in names:
             try:
                 provider.read_header(cur, FileKind.SNAPSHOT)
-                needed.append(f"{provider.store_id.directory}/{snap}")
-                break
+                lineage.snapshots[cur] = Verification.VERIFIED
+                return
             except CannotLoadState:
-                pass  # unusable snapshot: its deltas are still needed
+                lineage.snapshots[cur] = Verification.FAILED  # its deltas are still needed
         header = provider.read_header(cur, FileKind.DELTA)
-        needed.append(f"{provider.store_id.directory}/{cur}.{FileKind.DELTA.value}")
         cur = header.lineage[0] if header.lineage else EMPTY
-    return needed, chain
 
 
 def _parent(provider: StateStoreProvider, ref: CheckpointRef, names: set[str]) -> CheckpointRef:
     kind = FileKind.DELTA if f"{ref}.delta" in names else FileKind.SNAPSHOT
     lineage = provider.read_header(ref, kind).lineage
     return lineage[0] if lineage else EMPTY
+
+
+def _facts(info: FileInfo, latest: CheckpointRef, lineage: _Lineage) -> StoreFile | None:
+    """The rule's facts about a listed file; None for names that are not checkpoint files."""
+    parsed = parse_file_name(info.path.rsplit("/", 1)[-1])
+    if parsed is None:
+        return None  # not ours: never delete what we do not understand
+    oldest = min(lineage.chain, default=latest.version + 1)
+    state, why = FileState.COMMITTED, None
+    if parsed.version > latest.version:
+        state = FileState.WRITTEN  # a batch after the latest commit: maybe in flight
+    elif parsed.version >= oldest and lineage.chain.get(parsed.version) != parsed.ref:
+        state, why = FileState.ORPHAN, f"not on the committed lineage of {latest}"
+    verified = Verification.UNVERIFIED
+    if parsed.kind is FileKind.SNAPSHOT:
+        verified = lineage.snapshots.get(parsed.ref, Verification.UNVERIFIED)
+    return StoreFile(
+        path=info.path,
+        kind=parsed.kind,
+        version=parsed.version,
+        state=state,
+        created_at=info.modified,
+        verification=verified,
+        size=info.size,
+        state_reason=why,
+    )
 
 
 def cleanup(
@@ -77,7 +118,7 @@ def cleanup(
     min_age: timedelta,
     dry_run: bool = True,
     now: datetime | None = None,
-) -> CleanupReport:
+) -> StoreCleanup:
     """Plan (and unless ``dry_run``, perform) the cleanup of one store.
 
     ``latest`` is the newest committed version (from the commit log). Raises a
@@ -85,37 +126,27 @@ def cleanup(
     """
     if min_age < timedelta(0):
         raise InvalidArgument(f"min_age {min_age} must not be negative")
+    policy = RetentionPolicy(
+        retain_versions=provider.config.min_versions_to_retain, window=min_age, orphan_grace=min_age
+    )
     now = now or datetime.now(UTC)
     listing = list(provider.storage.list(provider.store_id.directory))
     names = {f.path.rsplit("/", 1)[-1] for f in listing}
     retained: list[CheckpointRef] = []
     cur = latest
-    while cur != EMPTY and len(retained) < provider.config.min_versions_to_retain:
+    while cur != EMPTY and len(retained) < policy.retain_versions:
         retained.append(cur)
         cur = _parent(provider, cur, names)
-    needed: set[str] = set()
-    on_lineage: set[CheckpointRef] = set()
+    lineage = _Lineage()
     for ref in retained:
-        files, chain = _trace(provider, ref, names)
-        needed.update(files)
-        on_lineage.update(chain)
-    oldest = min((r.version for r in retained), default=0)
-    deletable: list[Deletable] = []
-    for info in listing:
-        name = info.path.rsplit("/", 1)[-1]
-        if info.path in needed or now - info.modified < min_age:
-            continue
-        parsed = parse_file_name(name)
-        if parsed is None:
-            continue  # not ours: never delete what we do not understand
-        if parsed.ref in on_lineage:
-            reason = f"not needed: version {parsed.version} loads from a newer snapshot"
-        elif parsed.version < oldest:
-            reason = f"older than the retained versions (oldest retained: {oldest})"
-        else:
-            reason = f"orphan: not on the committed lineage of {latest}"
-        deletable.append(Deletable(info.path, info.size, reason))
-    report = CleanupReport(latest, retained, sorted(needed), deletable, dry_run)
+        _trace(provider, ref, names, lineage)
+    files = [facts for info in listing if (facts := _facts(info, latest, lineage)) is not None]
+    judged = judge_store(files, latest.version, policy, now)
+    needed = sorted(j.file.path for j in judged if j.needed_by is not None)
+    deletable = [
+        Deletable(j.file.path, j.file.size, j.reason) for j in judged if j.verdict.deletable
+    ]
+    report = StoreCleanup(latest, retained, needed, deletable, dry_run)
     if not dry_run and deletable:
         result = provider.storage.delete([d.path for d in deletable])
         report.deleted, report.failed = result.deleted, result.failed

@@ -177,10 +177,13 @@ def reason(
     claimed_by_run: int | None = None,
     state_reason: str | None = None,
     note: str | None = None,
+    above_floor: bool = False,
 ) -> str:
     """A verdict in words (memoised: most files of an answer share a handful of reasons).
 
-    ``state_reason`` is why a file is an orphan; ``note`` what verification found wrong.
+    ``state_reason`` is why a file is an orphan; ``note`` what verification found wrong;
+    ``above_floor`` tells a superseded file replaced by a newer snapshot from one older than
+    anything the retained versions load.
     """
     keep = policy.retain_versions
     if verdict is Verdict.NEEDED:
@@ -210,9 +213,14 @@ def reason(
             f"younger than the retention window ({policy.window})"
         )
     if verdict is Verdict.DELETABLE_SUPERSEDED:
+        why = (
+            "a newer snapshot, verified, replaces it"
+            if above_floor
+            else "older than the retained versions and the snapshot they load from"
+        )
         return (
             f"superseded: not needed by the last {keep} committed versions and older than the "
-            f"retention window ({policy.window})"
+            f"retention window ({policy.window}); {why}"
         )
     if verdict is Verdict.ORPHAN_IN_GRACE:
         return f"orphan ({state_reason}), younger than the grace period ({policy.grace})"
@@ -382,11 +390,15 @@ def judge_store(
         if f.state is FileState.DELETED:
             continue
         needed_by = by_path.get(f.path)
-        verdict = judge(
-            facts_of(f, needed_by=needed_by, floor=floor, held=held, policy=policy, now=now)
-        )
+        facts = facts_of(f, needed_by=needed_by, floor=floor, held=held, policy=policy, now=now)
+        verdict = judge(facts)
         text = reason(
-            verdict, policy, needed_by=needed_by, state_reason=f.state_reason, note=f.note
+            verdict,
+            policy,
+            needed_by=needed_by,
+            state_reason=f.state_reason,
+            note=f.note,
+            above_floor=Fact.ABOVE_FLOOR in facts,
         )
         judged.append(Judged(f, verdict, text, needed_by))
     return judged

@@ -202,15 +202,15 @@ def verdicts(
     f = checkpoint_files.c
     if only_deletable:
         unknown = sa.null().cast(sa.BigInteger())
-        verdict = _verdict(
-            fact_sql(needed=sa.false(), floor=floors.c.floor, policy=policy, now=now)
-        )
+        facts = fact_sql(needed=sa.false(), floor=floors.c.floor, policy=policy, now=now)
+        verdict = _verdict(facts)
         return (
             sa.select(
                 *FILE_COLUMNS,
                 verdict.label("verdict"),
                 unknown.label("needed_from"),
                 unknown.label("needed_to"),
+                facts[Fact.ABOVE_FLOOR].label("above_floor"),
             )
             .join(stores, stores.c.store_id == f.store_id)
             .outerjoin(floors, floors.c.store_id == f.store_id)
@@ -239,6 +239,7 @@ def verdicts(
             _verdict(facts).label("verdict"),
             needed.c.needed_from,
             needed.c.needed_to,
+            facts[Fact.ABOVE_FLOOR].label("above_floor"),
         )
         .select_from(checkpoint_files)
         .join(stores, stores.c.store_id == f.store_id)
@@ -256,10 +257,11 @@ _AFTER_FILE = len(FILE_COLUMNS)
 
 
 def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
-    """A FileVerdict from a row of ``verdicts()``: FILE_COLUMNS, verdict, needed range."""
+    """A FileVerdict from a row of ``verdicts()``: FILE_COLUMNS, verdict, needed range, and
+    whether the file lies at or above its store's floor."""
     record = file_record(row)
     claimed_by_run = row[_AFTER_FILE - 1]
-    verdict_value, needed_from, needed_to = row[_AFTER_FILE : _AFTER_FILE + 3]
+    verdict_value, needed_from, needed_to, above_floor = row[_AFTER_FILE : _AFTER_FILE + 4]
     verdict = _VERDICTS[verdict_value]
     needed_by = None if needed_from is None else (needed_from, needed_to)
     text = rule.reason(
@@ -269,6 +271,7 @@ def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
         claimed_by_run=claimed_by_run,
         state_reason=record.state_reason,
         note=record.verification_note,
+        above_floor=bool(above_floor),
     )
     return FileVerdict(record, verdict, text, needed_by)
 

@@ -246,13 +246,21 @@ def begin_repair(
     now: datetime,
 ) -> int:
     """Record a damaged snapshot about to be replaced (its size and SHA-256 as found, None if
-    it is gone, and the record it had) before anything is removed; returns the repair id."""
+    it is gone, and the record it had) before anything is removed; returns the repair id. An
+    unfinished repair of the same file (a run that stopped) is resumed, keeping what it
+    recorded about the damaged copy."""
     f = checkpoint_files.c
     rows = files_at(connection, root, [path], f.file_id, f.store_id, f.checksum, f.size_bytes)
     if not rows:
         raise CatalogError(f"cannot repair untracked file {path}", path=path)
     (row,) = rows
     lock_stores(connection, [row.store_id])
+    r = file_repairs.c
+    unfinished = connection.execute(
+        sa.select(r.repair_id).where(r.file_id == row.file_id, r.finished_at.is_(None))
+    ).scalar()
+    if unfinished is not None:  # an interrupted repair of this file: resume it
+        return int(unfinished)
     inserted = connection.execute(
         sa.insert(file_repairs)
         .values(

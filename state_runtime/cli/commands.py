@@ -1,4 +1,4 @@
-"""The ``statestore`` commands: maintain, validate, health, explain, reconcile.
+"""The ``statestore`` commands: maintain, validate, health, explain, repair, resolve, reconcile.
 
 Exit codes: 0 done and healthy; 1 done, but problems were found or some work failed; 2 bad
 usage; 3 refused by a safety rule; 4 the catalog or the storage failed.
@@ -29,10 +29,13 @@ from state_runtime.maintenance import (
     RichProgress,
     canonical_root,
     cleanup_pass,
+    damaged_snapshots,
     due_for_snapshot,
+    explain_file,
     parse_duration,
     parse_store_key,
     reconcile,
+    repair_pass,
     run_checks,
     snapshot_pass,
     store_reports,
@@ -217,7 +220,7 @@ def validate(settings: Settings, /, **kw: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option(
     "--sort",
-    type=click.Choice(["store", "deltas", "recovery", "reclaimable", "orphans", "lag"]),
+    type=click.Choice(["store", "status", "deltas", "recovery", "reclaimable", "orphans", "lag"]),
     default="store",
     help="Order of the rows.",
 )
@@ -226,13 +229,15 @@ def validate(settings: Settings, /, **kw: Any) -> None:
 @policy_options
 @click.pass_obj
 def health(settings: Settings, /, **kw: Any) -> None:
-    """Each store's figures from the catalog (no storage access)."""
+    """Each store's status (healthy, degraded, broken, unknown: why, since when) and figures,
+    from the catalog (no storage access)."""
     policy, only = _policy(kw), _stores(kw["stores"])
     with _fleet(settings) as fleet:
         reports = output.sorted_reports(store_reports(fleet, policy, only=only), kw["sort"])
     reports = reports[: kw["limit"]] if kw["limit"] else reports
     if kw["as_json"]:
-        click.echo(json.dumps([{"store": str(r.key)} | r.figures() for r in reports], indent=2))
+        rows = [{"store": str(r.key)} | r.status_fields() | r.figures() for r in reports]
+        click.echo(json.dumps(rows, indent=2))
     else:
         output.print_health(settings.console, reports)
 
@@ -242,15 +247,17 @@ def health(settings: Settings, /, **kw: Any) -> None:
 @policy_options
 @click.pass_obj
 def explain(settings: Settings, /, file: str, **kw: Any) -> None:
-    """Why FILE is kept, or why cleanup may delete it.
+    """Why FILE is kept, or why cleanup may delete it, and its store's status.
 
     FILE is a path relative to its checkpoint root (with --root), an absolute path, or a URI.
+    A file the catalog counts on is looked up in storage too: a missing one is never called
+    needed; the answer says what is lost and what still loads.
     """
     policy = _policy(kw)
     with _fleet(settings) as fleet:
         root, path = _locate(fleet, file)
-        explanation = fleet.catalog.explain(root, path, policy.retention)
-    output.print_explanation(settings.console, explanation)
+        explained = explain_file(fleet, root, path, policy)
+    output.print_explanation(settings.console, explained)
 
 
 def _locate(fleet: Fleet, file: str) -> tuple[str, str]:
@@ -265,6 +272,43 @@ def _locate(fleet: Fleet, file: str) -> tuple[str, str]:
         if uri.startswith(root.rstrip("/") + "/"):
             return root, uri[len(root.rstrip("/")) + 1 :]
     _fail(2, f"{file!r} is below none of the catalog's roots: {roots}")
+
+
+@main.command()
+@click.option(
+    "--dry-run/--execute", default=True, help="Only list the damaged snapshots (default)."
+)
+@store_option
+@policy_options
+@click.pass_obj
+def repair(settings: Settings, /, **kw: Any) -> None:
+    """Rebuild damaged snapshots from their intact deltas (a dry run unless --execute).
+
+    Each new snapshot is verified in memory, the damaged file is recorded and removed, the
+    new one is written, read back and verified, and only then replaces the deltas.
+    """
+    policy, only = _policy(kw), _stores(kw["stores"])
+    with _fleet(settings) as fleet:
+        if kw["dry_run"]:
+            output.print_damaged(settings.console, damaged_snapshots(fleet, policy, only))
+            return
+        report = repair_pass(fleet, policy, only=only, progress=settings.progress)
+    output.print_repairs(settings.console, report)
+    sys.exit(EXIT_PROBLEMS if report.failed else 0)
+
+
+@main.command()
+@click.option("--store", "stores", multiple=True, required=True, metavar="ROOT#OP/PART/NAME")
+@click.option("--reason", required=True, help="Why the problems are resolved (recorded).")
+@click.pass_obj
+def resolve(settings: Settings, /, **kw: Any) -> None:
+    """Resolve a store's open problems by hand (recorded with the reason): the store is
+    cleaned again. The next validation reopens whatever it still finds."""
+    only = _stores(kw["stores"]) or []
+    with _fleet(settings) as fleet:
+        for key in only:
+            count = fleet.catalog.resolve_problems(key, f"resolved by hand: {kw['reason']}")
+            settings.console.print(f"{key}: {count} open problem(s) resolved")
 
 
 @main.command(name="reconcile")

@@ -10,14 +10,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from state_runtime.catalog import Explanation
+from state_runtime.catalog import FileVerdict
 from state_runtime.maintenance import (
     ChecksReport,
     CleanupReport,
     DueStore,
+    FileExplanation,
     ReconcileReport,
+    RepairReport,
     SnapshotReport,
+    Status,
     StoreReport,
+    StoreStatus,
 )
 
 SHOWN = 20  # rows of detail before "... and N more"
@@ -51,9 +55,12 @@ def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
     title = f"State store health ({len(reports)} stores)"
     table = Table(
         title=title,
-        caption="deltas: since the last snapshot; recovery: bytes a cold load of the latest reads",
+        caption="deltas: since the last verified snapshot; recovery: bytes a cold load of the "
+        "latest reads",
     )
     table.add_column("store", no_wrap=True)
+    table.add_column("status")
+    table.add_column("why")
     for name in (
         "version",
         "lag",
@@ -71,6 +78,8 @@ def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
         run = f"{h.last_run_kind} {h.last_run_outcome}" if h.last_run_kind else "-"
         table.add_row(
             str(h.key.store) if single is not None else str(h.key),
+            status_label(r.status),
+            r.status.reason,
             str(h.latest.version),
             age(h.commit_lag),
             str(h.deltas_since_snapshot),
@@ -84,8 +93,31 @@ def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
     console.print(table)
 
 
+_COLOURS = {
+    StoreStatus.HEALTHY: "green",
+    StoreStatus.DEGRADED: "yellow",
+    StoreStatus.BROKEN: "red",
+    StoreStatus.UNKNOWN: "dim",
+}
+
+
+def status_label(status: Status) -> str:
+    """The status, coloured, with since when."""
+    since = "" if status.since is None else f" since {status.since:%Y-%m-%d %H:%M}"
+    colour = _COLOURS[status.status]
+    return f"[{colour}]{status.status.value}[/{colour}]{since}"
+
+
+_SEVERITY = {
+    StoreStatus.BROKEN: 0,
+    StoreStatus.DEGRADED: 1,
+    StoreStatus.UNKNOWN: 2,
+    StoreStatus.HEALTHY: 3,
+}
+
 _SORT_KEYS = {
     "store": lambda r: (0, str(r.key)),
+    "status": lambda r: (_SEVERITY[r.status.status], str(r.key)),
     "deltas": lambda r: (-r.health.deltas_since_snapshot, str(r.key)),
     "recovery": lambda r: (-r.recovery.bytes, str(r.key)),
     "reclaimable": lambda r: (-r.health.reclaimable_bytes, str(r.key)),
@@ -119,7 +151,24 @@ def print_snapshots(console: Console, report: SnapshotReport) -> None:
         console.print(f"  [red]failed[/red] {outcome.key}: {outcome.error}")
 
 
+def _print_held(console: Console, report: CleanupReport) -> None:
+    if not report.held:
+        return
+    console.print(
+        f"held: {len(report.held)} store(s) with open validation problems; nothing they "
+        "committed is deleted until a validation passes or `statestore resolve`"
+    )
+    for held in report.held[:SHOWN]:
+        console.print(
+            f"  {held.key}: since {held.since:%Y-%m-%d %H:%M:%S}, {held.problems} problem(s); "
+            f"{held.reason}"
+        )
+    if len(report.held) > SHOWN:
+        console.print(f"  ... and {len(report.held) - SHOWN} more")
+
+
 def print_cleanup(console: Console, report: CleanupReport) -> None:
+    _print_held(console, report)
     reasons = Counter(v.verdict.value for v in report.planned)
     breakdown = ", ".join(f"{n} {verdict}" for verdict, n in sorted(reasons.items()))
     if report.dry_run:
@@ -178,7 +227,33 @@ def print_reconcile(console: Console, report: ReconcileReport) -> None:
         console.print(f"  [red]unreadable[/red] {path}: {error}")
 
 
-def print_explanation(console: Console, e: Explanation) -> None:
+def print_damaged(console: Console, damaged: Sequence[FileVerdict]) -> None:
+    console.print(f"repair (dry run): {len(damaged)} damaged snapshot(s) to rebuild")
+    for verdict in damaged[:SHOWN]:
+        console.print(f"  {verdict.file.key.root}/{verdict.file.path}: {verdict.reason}")
+    if len(damaged) > SHOWN:
+        console.print(f"  ... and {len(damaged) - SHOWN} more")
+    if damaged:
+        console.print("Run with --execute to rebuild them.")
+
+
+def print_repairs(console: Console, report: RepairReport) -> None:
+    c = report.counts()
+    console.print(
+        f"repair (run {report.run_id}): {c['repaired']} repaired, {c['adopted']} adopted, "
+        f"{c['intact']} intact, {c['unrepairable']} unrepairable, {c['busy']} busy, "
+        f"{c['failed']} failed"
+    )
+    for outcome in report.outcomes[:SHOWN]:
+        colour = "red" if outcome in report.failed else "green"
+        console.print(
+            f"  [{colour}]{outcome.status.value}[/{colour}] {outcome.key.root}/{outcome.path}: "
+            f"{outcome.detail}"
+        )
+
+
+def print_explanation(console: Console, explained: FileExplanation) -> None:
+    e = explained.explanation
     console.print(f"[bold]{e.root}/{e.path}[/bold]")
     console.print(f"verdict: {e.verdict.value}")
     console.print(f"why: {e.reason}")
@@ -189,9 +264,11 @@ def print_explanation(console: Console, e: Explanation) -> None:
             f"{f.checkpoint_id}, {size(f.size_bytes)}, {f.file_rows} rows in the file, state "
             f"{f.state}, written {f.created_at.isoformat()}"
         )
-    if e.needed_by is not None:
+    if e.needed_by is not None and e.verdict.value == "needed":
         lo, hi = e.needed_by
         console.print(f"needed by retained versions {lo}..{hi}")
+    if explained.status is not None:
+        console.print(f"store status: {status_label(explained.status)}: {explained.status.reason}")
 
 
 def checks_json(report: ChecksReport) -> dict[str, Any]:

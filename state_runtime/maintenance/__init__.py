@@ -15,7 +15,14 @@ from state_runtime.maintenance.checks import (
     run_checks,
     snapshot_lag_check,
 )
-from state_runtime.maintenance.cleanup import CleanupReport, cleanup_pass, plan_cleanup
+from state_runtime.maintenance.cleanup import (
+    CleanupReport,
+    HeldStore,
+    cleanup_pass,
+    held_stores,
+    plan_cleanup,
+)
+from state_runtime.maintenance.explain import FileExplanation, explain_file
 from state_runtime.maintenance.fleet import (
     Fleet,
     canonical_root,
@@ -28,6 +35,13 @@ from state_runtime.maintenance.policy import MaintenancePolicy, format_duration,
 from state_runtime.maintenance.progress import SILENT, CallbackProgress, Progress, RichProgress
 from state_runtime.maintenance.reconcile import ReconcileReport, reconcile
 from state_runtime.maintenance.recovery import RecoveryCost, recovery_costs
+from state_runtime.maintenance.repair import (
+    RepairOutcome,
+    RepairReport,
+    RepairStatus,
+    damaged_snapshots,
+    repair_pass,
+)
 from state_runtime.maintenance.snapshots import (
     DueStore,
     SnapshotOutcome,
@@ -36,6 +50,7 @@ from state_runtime.maintenance.snapshots import (
     due_for_snapshot,
     snapshot_pass,
 )
+from state_runtime.maintenance.status import Status, StoreStatus, store_status
 from state_runtime.maintenance.validation import (
     Finding,
     Severity,
@@ -52,27 +67,37 @@ __all__ = [
     "ChecksReport",
     "CleanupReport",
     "DueStore",
+    "FileExplanation",
     "Finding",
     "Fleet",
     "FleetTotals",
+    "HeldStore",
     "MaintenancePolicy",
     "Progress",
     "ReconcileReport",
     "RecoveryCost",
+    "RepairOutcome",
+    "RepairReport",
+    "RepairStatus",
     "RichProgress",
     "Severity",
     "SnapshotOutcome",
     "SnapshotReport",
     "SnapshotStatus",
+    "Status",
+    "StoreStatus",
     "StoreReport",
     "StoreValidation",
     "ValidationReport",
     "canonical_root",
     "cleanup_pass",
+    "damaged_snapshots",
     "default_owner",
     "due_for_snapshot",
+    "explain_file",
     "format_duration",
     "format_store_key",
+    "held_stores",
     "lineage_check",
     "orphan_growth_check",
     "parse_duration",
@@ -80,10 +105,12 @@ __all__ = [
     "plan_cleanup",
     "recovery_costs",
     "reconcile",
+    "repair_pass",
     "retention_check",
     "run_checks",
     "snapshot_lag_check",
     "snapshot_pass",
     "store_reports",
+    "store_status",
     "validate_stores",
 ]

@@ -1,10 +1,14 @@
 """The cleanup pass: delete what the catalog says is deletable; a dry run unless asked.
 
-The plan comes from the catalog's inventory (no listing). Executing refuses a retention below
-the safety floor, then, store by store under the store's lease: claims the deletable files in
-the catalog (a concurrent commit can no longer reference them), deletes them from storage in
-batches, and records each deletion with its reason in the ledger. A run that stops anywhere
-leaves claims behind that the next run resumes; deleting a file that is already gone is fine.
+The plan comes from the catalog's inventory (no listing) under the retention rule of
+:mod:`state_runtime.retention`: a snapshot replaces deltas only once verified, and a store with
+an open validation failure is held (only its orphans may go; the plan lists each held store
+with the reason and since when). Executing refuses a retention below the safety floor, then,
+store by store under the store's lease: claims the deletable files in the catalog (a
+concurrent commit can no longer reference them; the rule is evaluated again under the store's
+lock, so a problem recorded meanwhile holds the store), deletes them from storage in batches,
+and records each deletion with its reason in the ledger. A run that stops anywhere leaves
+claims behind that the next run resumes; deleting a file that is already gone is fine.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
-from state_runtime.catalog import FileVerdict, RetentionPolicy, RunKind, StoreKey
+from state_runtime.catalog import FileVerdict, RetentionPolicy, RunKind, StoreKey, StoreProblem
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.inventory import claimed_stores
 from state_runtime.maintenance.leases import leased
@@ -26,13 +30,25 @@ T = TypeVar("T")
 STORES_PER_CLAIM = 200
 
 
+@dataclass(frozen=True)
+class HeldStore:
+    """A store cleanup holds: it has open validation problems (``reason``: the oldest)."""
+
+    key: StoreKey
+    reason: str
+    since: datetime
+    problems: int
+
+
 @dataclass
 class CleanupReport:
-    """The plan; when executed, also what was deleted, what failed and what was busy."""
+    """The plan (and the stores held back); when executed, also what was deleted, what
+    failed and what was busy."""
 
     dry_run: bool
     policy: RetentionPolicy
     planned: list[FileVerdict]
+    held: list[HeldStore] = field(default_factory=list)
     deleted: list[FileVerdict] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     busy: list[StoreKey] = field(default_factory=list)
@@ -54,6 +70,7 @@ class CleanupReport:
             "deleted_bytes": self.deleted_bytes,
             "failed_files": len(self.failed),
             "busy_stores": len(self.busy),
+            "held_stores": len(self.held),
         }
 
 
@@ -77,6 +94,19 @@ def plan_cleanup(
     ]
 
 
+def held_stores(fleet: Fleet, only: Collection[StoreKey] | None = None) -> list[HeldStore]:
+    """The stores in scope that cleanup holds, each with its oldest open problem."""
+    by_store: dict[StoreKey, list[StoreProblem]] = {}
+    for root in fleet.query_roots(only):
+        for problem in fleet.catalog.problems(root=root):
+            if fleet.in_scope(problem.key, only):
+                by_store.setdefault(problem.key, []).append(problem)
+    return [
+        HeldStore(key, str(found[0]), found[0].detected_at, len(found))
+        for key, found in sorted(by_store.items(), key=lambda kv: str(kv[0]))
+    ]
+
+
 def cleanup_pass(
     fleet: Fleet,
     policy: MaintenancePolicy,
@@ -93,7 +123,7 @@ def cleanup_pass(
     """
     policy.check_retention()
     planned = plan_cleanup(fleet, policy, only=only, now=now)
-    report = CleanupReport(not execute, policy.retention, planned)
+    report = CleanupReport(not execute, policy.retention, planned, held_stores(fleet, only))
     if not execute:
         return report
     work: dict[str, set[StoreKey]] = {}

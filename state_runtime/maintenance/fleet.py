@@ -12,7 +12,7 @@ from state_runtime.catalog import Catalog, FileRecord, StoreKey, StoreRecord
 from state_runtime.checkpoint_format import decode
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId
-from state_runtime.maintenance.listing import CatalogListedStorage
+from state_runtime.maintenance.listing import CatalogListedStorage, StagedWrites
 from state_runtime.provider import StateStoreProvider
 from state_runtime.storage import Storage, open_storage
 
@@ -100,10 +100,16 @@ class Fleet:
             return found
 
     def provider(
-        self, record: StoreRecord, files: Sequence[FileRecord], *, listed: bool = False
+        self,
+        record: StoreRecord,
+        files: Sequence[FileRecord],
+        *,
+        listed: bool = False,
+        staged: bool = False,
     ) -> StateStoreProvider:
         """A fresh provider for ``record`` that knows its folder from ``files`` (no LIST);
-        with ``listed`` it lists the storage instead (the fallback when the catalog is off).
+        with ``listed`` it lists the storage instead (the fallback when the catalog is off);
+        with ``staged`` its writes stay in memory (its storage is a :class:`StagedWrites`).
 
         Schemas come from the catalog; a store registered without them takes the schemas
         of its newest file in ``files``.
@@ -117,8 +123,9 @@ class Fleet:
         if key_schema is None or value_schema is None:
             raise InvalidArgument(f"store {record.key} has no schemas in the catalog or files")
         store = record.key.store
+        base: Storage = storage if listed else CatalogListedStorage(storage, files)
         return StateStoreProvider(
-            storage if listed else CatalogListedStorage(storage, files),
+            StagedWrites(base) if staged else base,
             store.operator_id,
             store.partition_id,
             store.store_name,

@@ -1,4 +1,7 @@
-"""Each store's health: the catalog's figures plus the estimated recovery cost. No storage I/O."""
+"""Each store's health: its status, the catalog's figures and the estimated recovery cost.
+
+No storage I/O: everything comes from the catalog.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +13,16 @@ from state_runtime.catalog import StoreHealth, StoreKey
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.recovery import RecoveryCost, recovery_costs
+from state_runtime.maintenance.status import Status, StoreStatus, store_status
 
 
 @dataclass(frozen=True)
 class StoreReport:
-    """One store's figures for tables, plots and checks."""
+    """One store's status and figures for tables, plots and checks."""
 
     health: StoreHealth
     recovery: RecoveryCost
+    status: Status
 
     @property
     def key(self) -> StoreKey:
@@ -40,6 +45,16 @@ class StoreReport:
             "orphan_bytes": h.orphan_bytes,
             "reclaimable_files": h.reclaimable_files,
             "reclaimable_bytes": h.reclaimable_bytes,
+            "open_problems": h.open_problems,
+        }
+
+    def status_fields(self) -> dict[str, str | None]:
+        """The status as text fields (JSON output, Dagster metadata), as SQL shows them."""
+        since = self.status.since
+        return {
+            "status": self.status.status.value,
+            "status_reason": self.status.reason,
+            "status_since": None if since is None else since.isoformat(),
         }
 
 
@@ -56,7 +71,13 @@ def store_reports(
         costs = recovery_costs(fleet.catalog, root)
         for health in fleet.catalog.store_health(policy.retention, root=root, now=now):
             if fleet.in_scope(health.key, only):
-                reports.append(StoreReport(health, costs.get(health.key, RecoveryCost(0, 0))))
+                status = store_status(
+                    health,
+                    lag_warn_deltas=policy.lag_warn_deltas,
+                    orphan_warn_files=policy.orphan_growth_warn_files,
+                )
+                cost = costs.get(health.key, RecoveryCost(0, 0))
+                reports.append(StoreReport(health, cost, status))
     return reports
 
 
@@ -65,6 +86,9 @@ class FleetTotals:
     """Sums and worst cases over stores: the figures a fleet-wide plot shows."""
 
     stores: int
+    broken_stores: int
+    degraded_stores: int
+    unknown_stores: int
     state_rows: int
     live_bytes: int
     orphan_files: int
@@ -77,8 +101,12 @@ class FleetTotals:
     @classmethod
     def of(cls, reports: Collection[StoreReport]) -> FleetTotals:
         lags = [r.health.commit_lag.total_seconds() for r in reports if r.health.commit_lag]
+        statuses = [r.status.status for r in reports]
         return cls(
             stores=len(reports),
+            broken_stores=statuses.count(StoreStatus.BROKEN),
+            degraded_stores=statuses.count(StoreStatus.DEGRADED),
+            unknown_stores=statuses.count(StoreStatus.UNKNOWN),
             state_rows=sum(r.health.state_rows for r in reports),
             live_bytes=sum(r.health.live_bytes for r in reports),
             orphan_files=sum(r.health.orphan_files for r in reports),

@@ -1,8 +1,10 @@
-"""Storage whose folder listing comes from the catalog: how maintenance loads without LIST.
+"""Storage wrappers maintenance hands a provider.
 
 The provider lists a store's folder to learn which snapshots and deltas exist. Maintenance
-already knows that from the catalog's inventory, so it hands the provider this wrapper: every
-request but ``list`` goes to the real storage (and is counted there).
+already knows that from the catalog's inventory, so it hands the provider
+:class:`CatalogListedStorage`: every request but ``list`` goes to the real storage (and is
+counted there), and the listing offers only the files the catalog names (a damaged snapshot
+left out is never read). :class:`StagedWrites` keeps a provider's writes in memory.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 from state_runtime.catalog import FileRecord
+from state_runtime.errors import FileAlreadyExists, InvalidArgument
 from state_runtime.storage import DeleteResult, FileInfo, Storage
 
 
@@ -44,3 +47,39 @@ class CatalogListedStorage(Storage):
 
     def delete(self, paths: Sequence[str]) -> DeleteResult:
         return self.inner.delete(paths)
+
+
+class StagedWrites(Storage):
+    """``storage`` whose writes stay in memory (``staged``): how a repair builds a snapshot's
+    bytes with the provider's own writer, to verify them before anything on storage changes.
+    Reads of a staged path see the staged bytes; everything else goes to ``storage``."""
+
+    def __init__(self, storage: Storage) -> None:
+        super().__init__()
+        self.inner = storage
+        self.requests = storage.requests
+        self.staged: dict[str, bytes] = {}
+
+    @property
+    def uri(self) -> str:
+        return self.inner.uri
+
+    def read(self, path: str) -> bytes:
+        return self.staged[path] if path in self.staged else self.inner.read(path)
+
+    def write_if_absent(self, path: str, data: bytes) -> None:
+        if path in self.staged:
+            raise FileAlreadyExists("already staged", path=path)
+        self.staged[path] = bytes(data)
+
+    def exists(self, path: str) -> bool:
+        return path in self.staged or self.inner.exists(path)
+
+    def size(self, path: str) -> int:
+        return len(self.staged[path]) if path in self.staged else self.inner.size(path)
+
+    def list(self, prefix: str) -> Iterator[FileInfo]:
+        return self.inner.list(prefix)
+
+    def delete(self, paths: Sequence[str]) -> DeleteResult:
+        raise InvalidArgument("staged writes never delete")

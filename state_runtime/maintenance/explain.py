@@ -1,0 +1,41 @@
+"""``explain``: why a file is kept or may go, checked against storage, with its store's status.
+
+The catalog answers from its inventory; a file it counts on is also looked up in storage (one
+request), so that a file that is gone is never called "needed": the answer says what is lost
+and what still loads without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from state_runtime.catalog import Explanation, FileState
+from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.health import store_reports
+from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.maintenance.status import Status
+
+
+@dataclass(frozen=True)
+class FileExplanation:
+    """The catalog's explanation of a file, and the status of the store it belongs to."""
+
+    explanation: Explanation
+    status: Status | None
+
+
+def explain_file(
+    fleet: Fleet, root: str, path: str, policy: MaintenancePolicy, *, now: datetime | None = None
+) -> FileExplanation:
+    """Why the file at ``path`` (relative to ``root``) is kept, or why it may be deleted."""
+    catalog = fleet.catalog
+    found = catalog.explain(root, path, policy.retention, now=now)
+    record = found.file
+    if record is None:
+        return FileExplanation(found, None)
+    live = record.state in {s.value for s in (FileState.WRITTEN, FileState.COMMITTED)}
+    if live and not fleet.storage(root).exists(path):
+        found = catalog.explain(root, path, policy.retention, now=now, absent=True)
+    reports = store_reports(fleet, policy, only=[record.key], now=now)
+    return FileExplanation(found, reports[0].status if reports else None)
