@@ -1,7 +1,8 @@
 """The ``state_maintenance`` code location: ``dagster dev -w workspace.yaml``.
 
 Resources default to what ``make demo`` produces and follow the platform's environment
-(``STATE_CATALOG_URL``, ``STATE_CHECKPOINT_ROOT``, ``STATE_MAINTENANCE_*``).
+(``STATE_CATALOG_URL``, ``STATE_CHECKPOINT_ROOT``, ``STATE_MAINTENANCE_*``). Nothing that
+writes or deletes starts on its own: see ``defs/automation.py`` (``STATE_DAGSTER_AUTOSTART``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from dagster_project.defs.assets import (
     state_checkpoints,
     state_reconciliation,
     state_retention_cleanup,
+    state_snapshot_repair,
     state_snapshots,
     state_store_health,
 )
+from dagster_project.defs.automation import check_autostart
 from dagster_project.defs.checks import state_checkpoint_checks
 from dagster_project.defs.jobs import jobs, schedules
 from dagster_project.defs.resources import (
@@ -39,11 +42,14 @@ def resources() -> dict[str, object]:
     }
 
 
+check_autostart([s.name for s in schedules] + [s.name for s in sensors])
+
 defs = Definitions(
     assets=[
         state_checkpoints,
         state_snapshots,
         state_retention_cleanup,
+        state_snapshot_repair,
         state_store_health,
         state_reconciliation,
     ],

@@ -5,6 +5,9 @@
 --
 -- path is relative to the checkpoint root, as the catalog records it. No row: the catalog
 -- has never heard of the file (a reconciliation sweep records such files as orphans).
+-- A file whose last verification failed is never called needed: its verdict is 'missing' or
+-- 'damaged' with what was found; `statestore explain` also says which retained versions
+-- still load without it (and checks storage for files nobody has verified yet).
 \if :{?retain}
 \else
 \set retain 2
@@ -17,13 +20,25 @@
 \else
 \set grace '1 hour'
 \endif
-SELECT v.path, v.kind, v.version, v.checkpoint_id, v.state, v.size_bytes, v.created_at,
-       v.verdict, v.needed_from, v.needed_to, v.reason
+SELECT v.path, v.kind, v.version, v.checkpoint_id, v.state, v.verification, v.size_bytes,
+       v.created_at,
+       CASE WHEN f.verification <> 'failed' THEN v.verdict
+            WHEN f.verification_note = 'file is missing from storage' THEN 'missing'
+            ELSE 'damaged' END AS verdict,
+       v.needed_from, v.needed_to,
+       CASE WHEN f.verification <> 'failed' THEN v.reason
+            ELSE v.kind || ' ' || coalesce(f.verification_note, 'failed verification')
+                 || ' (found ' || f.verified_at || ')'
+                 || CASE WHEN v.needed_from IS NULL THEN ''
+                    ELSE '; retained versions ' || v.needed_from || '..' || v.needed_to
+                         || ' load through it: they cannot be loaded from intact files' END
+            END AS reason
 FROM state_file_verdicts(:'retain'::int, :'retention'::interval, :'grace'::interval) v
+JOIN checkpoint_files f ON f.file_id = v.file_id
 WHERE v.checkpoint_root = :'root' AND v.path = :'path'
 UNION ALL
-SELECT f.path, f.kind, f.version, f.checkpoint_id, f.state, f.size_bytes, f.created_at,
-       'deleted', NULL, NULL,
+SELECT f.path, f.kind, f.version, f.checkpoint_id, f.state, f.verification, f.size_bytes,
+       f.created_at, 'deleted', NULL, NULL,
        'deleted at ' || d.deleted_at || ' by cleanup run ' || d.run_id || ': ' || d.reason
 FROM checkpoint_files f
 JOIN stores s ON s.store_id = f.store_id

@@ -18,7 +18,9 @@ from pydantic import Field
 
 from dagster_project.defs.metadata import (
     cleanup_metadata,
+    damaged_metadata,
     reconcile_metadata,
+    repair_metadata,
     snapshot_metadata,
     store_figures,
     store_table,
@@ -38,8 +40,10 @@ from state_runtime.maintenance import (
     FleetTotals,
     Progress,
     cleanup_pass,
+    damaged_snapshots,
     parse_store_key,
     reconcile,
+    repair_pass,
     snapshot_pass,
     store_reports,
 )
@@ -74,6 +78,12 @@ class CleanupConfig(StoresConfig):
     """``dry_run`` (default): report what would be deleted and why, delete nothing."""
 
     dry_run: bool = Field(default=True, description="Report what would go; delete nothing.")
+
+
+class RepairConfig(StoresConfig):
+    """``dry_run`` (default): list the damaged snapshots, change nothing."""
+
+    dry_run: bool = Field(default=True, description="List what would be rebuilt; change nothing.")
 
 
 class HealthConfig(Config):
@@ -126,7 +136,8 @@ def state_retention_cleanup(
     maintenance_policy: MaintenancePolicyResource,
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Deletes what retention allows (a dry run unless ``dry_run: false``); every deletion
-    goes into the catalog's ledger with its reason."""
+    goes into the catalog's ledger with its reason. Stores with open validation problems are
+    held (listed in the metadata): nothing they committed is deleted."""
     policy = maintenance_policy.policy()
     try:
         with open_fleet(state_catalog, checkpoint_storage, owner(context)) as fleet:
@@ -144,6 +155,29 @@ def state_retention_cleanup(
     return MaterializeResult(metadata=cleanup_metadata(report, policy.parameters()))
 
 
+@asset(group_name=GROUP, deps=[state_checkpoints], pool=POOL, kinds={"python"})
+def state_snapshot_repair(
+    context: AssetExecutionContext,
+    config: RepairConfig,
+    state_catalog: StateCatalogResource,
+    checkpoint_storage: CheckpointStorageResource,
+    maintenance_policy: MaintenancePolicyResource,
+) -> MaterializeResult:  # type: ignore[type-arg]
+    """Rebuilds damaged snapshots from their intact deltas (a dry run unless ``dry_run:
+    false``): each new snapshot is verified before the damaged file is recorded and removed,
+    and replaces the deltas only once written and verified again."""
+    policy = maintenance_policy.policy()
+    with open_fleet(state_catalog, checkpoint_storage, owner(context)) as fleet:
+        if config.dry_run:
+            return MaterializeResult(
+                metadata=damaged_metadata(damaged_snapshots(fleet, policy, config.only()))
+            )
+        report = repair_pass(fleet, policy, only=config.only(), progress=progress_for(context))
+    for failed in report.failed:
+        context.log.error(f"repair of {failed.key}/{failed.path} {failed.status}: {failed.detail}")
+    return MaterializeResult(metadata=repair_metadata(report))
+
+
 @asset(group_name=GROUP, deps=[state_checkpoints], kinds={"python"})
 def state_store_health(
     context: AssetExecutionContext,
@@ -152,8 +186,9 @@ def state_store_health(
     checkpoint_storage: CheckpointStorageResource,
     maintenance_policy: MaintenancePolicyResource,
 ) -> MaterializeResult:  # type: ignore[type-arg]
-    """Every store's figures from the catalog: fleet totals here, each store's own figures on
-    its ``state_checkpoints`` partition (plotted over time), and a table of the stores."""
+    """Every store's status and figures from the catalog: fleet totals here (broken, degraded
+    and unknown stores among them), each store's status and figures on its
+    ``state_checkpoints`` partition (plotted over time), and a table of the stores."""
     with open_fleet(state_catalog, checkpoint_storage, owner(context)) as fleet:
         reports = store_reports(fleet, maintenance_policy.policy())
     if config.observe_stores:

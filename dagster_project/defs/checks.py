@@ -1,25 +1,57 @@
-"""Asset checks on the checkpoint files: lineage validity, retention within policy, snapshot
-lag and orphan growth, evaluated together by one validation pass."""
+"""Asset checks on the checkpoint files, evaluated together by one validation pass.
 
+Fleet-wide: lineage validity (blocking: a failure stops the cleanup of the same run),
+retention within policy, snapshot lag and orphan growth, each naming the stores that fail.
+Per store: ``store_status``, one evaluation per partition of ``state_checkpoints`` (one
+partition per store), failing with ERROR for a broken store and WARN for a degraded one,
+with the store, its status, the reason and since when in the metadata.
+"""
+
+import warnings
 from collections.abc import Iterator
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckExecutionContext,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
+    PreviewWarning,
     multi_asset_check,
 )
 
 from dagster_project.defs.assets import POOL, state_checkpoints
-from dagster_project.defs.metadata import check_metadata
+from dagster_project.defs.metadata import check_metadata, status_metadata
+from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import (
     CheckpointStorageResource,
     MaintenancePolicyResource,
     StateCatalogResource,
     open_fleet,
 )
-from state_runtime.maintenance import CallbackProgress, CheckName, Severity, run_checks
+from state_runtime.maintenance import (
+    CallbackProgress,
+    CheckName,
+    Severity,
+    StoreReport,
+    StoreStatus,
+    run_checks,
+)
+
+STORE_STATUS = "store_status"
+
+with warnings.catch_warnings():  # checks on partitions are a Dagster preview, used deliberately
+    warnings.simplefilter("ignore", PreviewWarning)
+    STORE_STATUS_SPEC = AssetCheckSpec(
+        STORE_STATUS,
+        asset=state_checkpoints.key,
+        partitions_def=state_stores,
+        description=(
+            "Each store's status after validation, on its partition: ERROR when broken (an open "
+            "problem: a missing or damaged file, a broken lineage), WARN when degraded "
+            "(snapshot lag, orphans)."
+        ),
+    )
 
 DESCRIPTIONS = {
     CheckName.LINEAGE: (
@@ -37,9 +69,15 @@ DESCRIPTIONS = {
 
 @multi_asset_check(
     specs=[
-        AssetCheckSpec(name.value, asset=state_checkpoints.key, description=text)
+        AssetCheckSpec(
+            name.value,
+            asset=state_checkpoints.key,
+            description=text,
+            blocking=name is CheckName.LINEAGE,
+        )
         for name, text in DESCRIPTIONS.items()
-    ],
+    ]
+    + [STORE_STATUS_SPEC],
     pool=POOL,
     can_subset=True,
 )
@@ -48,7 +86,7 @@ def state_checkpoint_checks(
     state_catalog: StateCatalogResource,
     checkpoint_storage: CheckpointStorageResource,
     maintenance_policy: MaintenancePolicyResource,
-) -> Iterator[AssetCheckResult]:
+) -> Iterator[AssetCheckResult | AssetCheckEvaluation]:
     """One validation pass (recorded in the catalog) evaluates the four checks; the ones
     selected are reported."""
     progress = CallbackProgress(
@@ -62,6 +100,11 @@ def state_checkpoint_checks(
             workers=maintenance_policy.workers,
         )
     selected = {key.name for key in context.selected_asset_check_keys}
+    if STORE_STATUS in selected:
+        known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
+        for store in report.health:
+            if str(store.key) in known:
+                yield store_evaluation(store)
     for outcome in report.outcomes:
         if outcome.name.value not in selected:
             continue
@@ -77,3 +120,19 @@ def state_checkpoint_checks(
             description=outcome.summary,
             metadata=check_metadata(outcome),
         )
+
+
+def store_evaluation(report: StoreReport) -> AssetCheckEvaluation:
+    """The ``store_status`` evaluation of one store, on its partition."""
+    status = report.status.status
+    return AssetCheckEvaluation(
+        asset_key=state_checkpoints.key,
+        check_name=STORE_STATUS,
+        partition=str(report.key),
+        passed=status is StoreStatus.HEALTHY,
+        severity=(
+            AssetCheckSeverity.ERROR if status is StoreStatus.BROKEN else AssetCheckSeverity.WARN
+        ),
+        description=str(report.status),
+        metadata=status_metadata(report),
+    )

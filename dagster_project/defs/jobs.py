@@ -1,15 +1,18 @@
 """Jobs and schedules: snapshots often, validation hourly, cleanup daily, reconciliation weekly.
 
-Each job carries a ``state_runtime/maintenance`` tag: with the run queue's tag concurrency
-limit (``dagster_project/dagster.yaml``) two runs of one kind never overlap; the catalog
-leases keep two runs off the same store even if they do.
+Every schedule is STOPPED until an operator turns it on (``automation.py``). Each job carries
+a ``state_runtime/maintenance`` tag: with the run queue's tag concurrency limit
+(``dagster_project/dagster.yaml``) two runs of one kind never overlap; the catalog leases keep
+two runs off the same store even if they do. The cleanup job validates first: a failing
+``lineage_valid`` check (blocking) stops the run before anything is deleted; the library's
+cleanup also holds every store with an open problem on its own.
 """
 
 from __future__ import annotations
 
 from dagster import (
+    AssetCheckKey,
     AssetSelection,
-    DefaultScheduleStatus,
     RunConfig,
     ScheduleDefinition,
     define_asset_job,
@@ -20,9 +23,12 @@ from dagster_project.defs.assets import (
     state_checkpoints,
     state_reconciliation,
     state_retention_cleanup,
+    state_snapshot_repair,
     state_snapshots,
     state_store_health,
 )
+from dagster_project.defs.automation import schedule_status
+from state_runtime.maintenance import CheckName
 
 KIND_TAG = "state_runtime/maintenance"
 
@@ -41,9 +47,19 @@ validation_job = define_asset_job(
 )
 cleanup_job = define_asset_job(
     "state_cleanup_job",
-    selection=AssetSelection.assets(state_retention_cleanup),
-    description="Delete what retention allows (dry run unless configured otherwise).",
+    selection=AssetSelection.assets(state_retention_cleanup)
+    | AssetSelection.checks(AssetCheckKey(state_checkpoints.key, CheckName.LINEAGE.value)),
+    description=(
+        "Validate, then delete what retention allows (dry run unless configured otherwise). "
+        "A failing lineage_valid check blocks the deletion."
+    ),
     tags={KIND_TAG: "cleanup"},
+)
+repair_job = define_asset_job(
+    "state_repair_job",
+    selection=AssetSelection.assets(state_snapshot_repair),
+    description="Rebuild damaged snapshots from their deltas (dry run unless configured).",
+    tags={KIND_TAG: "snapshot"},
 )
 reconcile_job = define_asset_job(
     "state_reconcile_job",
@@ -56,27 +72,27 @@ snapshot_schedule = ScheduleDefinition(
     name="state_snapshots_every_15_minutes",
     job=snapshot_job,
     cron_schedule="*/15 * * * *",
-    default_status=DefaultScheduleStatus.RUNNING,
+    default_status=schedule_status("state_snapshots_every_15_minutes"),
 )
 validation_schedule = ScheduleDefinition(
     name="state_validation_hourly",
     job=validation_job,
     cron_schedule="5 * * * *",
-    default_status=DefaultScheduleStatus.RUNNING,
+    default_status=schedule_status("state_validation_hourly"),
 )
 cleanup_schedule = ScheduleDefinition(
     name="state_cleanup_daily",
     job=cleanup_job,
     cron_schedule="30 3 * * *",
     run_config=RunConfig(ops={"state_retention_cleanup": CleanupConfig(dry_run=False)}),
-    default_status=DefaultScheduleStatus.RUNNING,
+    default_status=schedule_status("state_cleanup_daily"),
 )
 reconcile_schedule = ScheduleDefinition(
     name="state_reconcile_weekly",
     job=reconcile_job,
     cron_schedule="0 4 * * 0",
-    default_status=DefaultScheduleStatus.STOPPED,
+    default_status=schedule_status("state_reconcile_weekly"),
 )
 
-jobs = [snapshot_job, validation_job, cleanup_job, reconcile_job]
+jobs = [snapshot_job, validation_job, cleanup_job, repair_job, reconcile_job]
 schedules = [snapshot_schedule, validation_schedule, cleanup_schedule, reconcile_schedule]

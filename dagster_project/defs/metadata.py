@@ -14,6 +14,7 @@ from state_runtime.maintenance import (
     Finding,
     FleetTotals,
     ReconcileReport,
+    RepairReport,
     SnapshotReport,
     StoreReport,
 )
@@ -25,6 +26,7 @@ TABLE_ROWS = 500  # rows of a metadata table; the rest are counted, not shown
 MD_ROWS = 50
 
 STORE_COLUMNS = (
+    "status",
     "latest_version",
     "commit_lag_seconds",
     "deltas_since_snapshot",
@@ -54,12 +56,18 @@ def store_table(reports: Sequence[StoreReport]) -> Meta:
     schema = TableSchema(
         columns=[TableColumn("store", "string")]
         + [
-            TableColumn(name, "float" if name.endswith("seconds") else "int")
+            TableColumn(
+                name,
+                "string" if name == "status" else "float" if name.endswith("seconds") else "int",
+            )
             for name in STORE_COLUMNS
         ]
     )
     records = [
-        TableRecord({"store": str(r.key)} | {k: r.figures()[k] for k in STORE_COLUMNS})
+        TableRecord(
+            {"store": str(r.key)}
+            | {k: (r.figures() | {"status": r.status.status.value})[k] for k in STORE_COLUMNS}
+        )
         for r in ordered[:TABLE_ROWS]
     ]
     return MetadataValue.table(records, schema)
@@ -69,6 +77,9 @@ def totals_metadata(totals: FleetTotals) -> MetadataMap:
     """Fleet figures (plotted over time on the asset's page)."""
     return {
         "stores": MetadataValue.int(totals.stores),
+        "broken_stores": MetadataValue.int(totals.broken_stores),
+        "degraded_stores": MetadataValue.int(totals.degraded_stores),
+        "unknown_stores": MetadataValue.int(totals.unknown_stores),
         "state_rows": MetadataValue.int(totals.state_rows),
         "live_bytes": MetadataValue.int(totals.live_bytes),
         "orphan_files": MetadataValue.int(totals.orphan_files),
@@ -81,10 +92,19 @@ def totals_metadata(totals: FleetTotals) -> MetadataMap:
 
 
 def store_figures(report: StoreReport) -> MetadataMap:
-    return {
+    """A store's status and figures (its partition's observation metadata)."""
+    return status_metadata(report) | {
         name: MetadataValue.float(value) if isinstance(value, float) else MetadataValue.int(value)
         for name, value in report.figures().items()
     }
+
+
+def status_metadata(report: StoreReport) -> MetadataMap:
+    """The store, its status, why and since when: as ``statestore health`` and SQL show it."""
+    metadata: MetadataMap = {"store": MetadataValue.text(str(report.key))}
+    for name, value in report.status_fields().items():
+        metadata[name] = MetadataValue.text(value or "")
+    return metadata
 
 
 def snapshot_metadata(report: SnapshotReport) -> MetadataMap:
@@ -111,7 +131,15 @@ def _files_md(verdicts: Sequence[FileVerdict]) -> Meta:
 
 def cleanup_metadata(report: CleanupReport, parameters: Mapping[str, object]) -> MetadataMap:
     counts = report.counts()
+    held = [
+        (str(h.key), h.since.isoformat(timespec="seconds"), h.problems, h.reason)
+        for h in report.held[:MD_ROWS]
+    ]
     return {
+        "held": MetadataValue.md(
+            _cells(held, ("store", "since", "problems", "reason"))
+            + _more(len(report.held), MD_ROWS)
+        ),
         "dry_run": MetadataValue.bool(report.dry_run),
         **{name: MetadataValue.int(n) for name, n in counts.items()},
         "policy": MetadataValue.json(dict(parameters)),
@@ -134,6 +162,8 @@ def check_metadata(outcome: CheckOutcome) -> MetadataMap:
         name: MetadataValue.float(float(value)) for name, value in outcome.figures.items()
     }
     if outcome.findings:
+        failing = sorted({str(f.key) for f in outcome.findings})
+        metadata["failing_stores"] = MetadataValue.json(failing)
         metadata["findings"] = findings_md(outcome.findings)
         first = next((f.path for f in outcome.findings if f.path), None)
         if first is not None:
@@ -150,4 +180,24 @@ def reconcile_metadata(report: ReconcileReport) -> MetadataMap:
         "files": MetadataValue.md(
             _cells(rows[:MD_ROWS], ("file", "recorded as")) + _more(len(rows), MD_ROWS)
         ),
+    }
+
+
+def repair_metadata(report: RepairReport) -> MetadataMap:
+    rows = [(str(o.key), o.path, o.status.value, o.detail) for o in report.outcomes[:MD_ROWS]]
+    return {
+        **{name: MetadataValue.int(n) for name, n in report.counts().items()},
+        "catalog_run_id": MetadataValue.int(report.run_id),
+        "outcomes": MetadataValue.md(
+            _cells(rows, ("store", "file", "status", "detail"))
+            + _more(len(report.outcomes), MD_ROWS)
+        ),
+    }
+
+
+def damaged_metadata(damaged: Sequence[FileVerdict]) -> MetadataMap:
+    return {
+        "dry_run": MetadataValue.bool(True),
+        "damaged_snapshots": MetadataValue.int(len(damaged)),
+        "would_repair": _files_md(damaged),
     }

@@ -1,4 +1,6 @@
-"""Sensors: one partition per store (discovered from the catalog), and snapshots on demand."""
+"""Sensors: one partition per store (discovered from the catalog; it only observes, so it runs
+from the start), and snapshots on demand (it writes: STOPPED until turned on, see
+``automation.py``)."""
 
 import hashlib
 
@@ -13,6 +15,7 @@ from dagster import (
 )
 
 from dagster_project.defs.assets import StoresConfig
+from dagster_project.defs.automation import sensor_status
 from dagster_project.defs.jobs import snapshot_job
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import (
@@ -54,7 +57,7 @@ def store_discovery_sensor(
     name="state_snapshot_due",
     job=snapshot_job,
     minimum_interval_seconds=120,
-    default_status=DefaultSensorStatus.RUNNING,
+    default_status=sensor_status("state_snapshot_due"),
     description="Requests a snapshot run for the stores whose chains passed the threshold.",
 )
 def snapshot_due_sensor(

@@ -85,10 +85,15 @@ def known(pg_catalog: Catalog) -> Known:
 
 def psql(known: Known, name: str, **variables: object) -> list[dict[str, str]]:
     """Run sql/<name> with psql as an operator would; the result rows as dicts."""
+    return run_psql(known.catalog, name, **variables)
+
+
+def run_psql(catalog: Catalog, name: str, **variables: object) -> list[dict[str, str]]:
+    """Run sql/<name> with psql against ``catalog``; the result rows as dicts."""
     binary = shutil.which("psql")
     if binary is None:
         service_missing("psql", "the PostgreSQL client is not on PATH")
-    url = known.catalog.engine.url
+    url = catalog.engine.url
     command = [
         str(binary),
         "-X",

@@ -41,6 +41,7 @@ def test_dagster_dev_lists_the_definitions_and_runs_a_job(tmp_path: Path) -> Non
                 "state_checkpoints",
                 "state_snapshots",
                 "state_retention_cleanup",
+                "state_snapshot_repair",
                 "state_store_health",
                 "state_reconciliation",
             }
@@ -50,6 +51,7 @@ def test_dagster_dev_lists_the_definitions_and_runs_a_job(tmp_path: Path) -> Non
                 "retention_within_policy",
                 "snapshot_lag",
                 "orphan_growth",
+                "store_status",
             }
             run_id = server.launch("state_validation_job")
             assert server.wait_run(run_id) == "SUCCESS", server.tail()
