@@ -5,7 +5,7 @@
 
 Fleet A (catalog only): 20 checkpoint roots x 500 stores, 12 committed versions each through
 ``commit_batch`` (the runtime's path), snapshots at version 10 for two stores in three, an
-abandoned attempt in one store in ten; every file is two days old. Timed: the snapshot
+abandoned attempt in one store in ten; every file is two days old, every snapshot verified. Timed: the snapshot
 candidates, the cleanup plan, health of every store, and a full cleanup (leases, claims,
 deletes against an empty local folder, ledger). Fleet B (real files): 200 stores on local
 disk, 12 versions, then the snapshot pass, cleanup and validation. Every step prints the
@@ -163,6 +163,8 @@ def load_root(catalog: Catalog, r: int) -> None:
                 for s, c in last.items()
             ]
             catalog.record_files(root, snapshots)
+            # verified after writing, as the snapshot pass does: only then do they count
+            catalog.record_verifications(root, {info.path: None for info in snapshots})
 
 
 def load_catalog_fleet(catalog: Catalog) -> None:

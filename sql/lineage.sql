@@ -6,6 +6,8 @@
 -- Starts at the committed (version, checkpoint id) (default: the latest) and follows each
 -- delta's base checkpoint id down to a live snapshot or version 1, as the loader does. A
 -- step whose snapshot and delta are both absent shows kind 'MISSING': the chain is broken.
+-- verification: whether the file's bytes were checked since it was written; cleanup counts
+-- only on verified snapshots (an unverified or failed one keeps its deltas).
 \if :{?store}
 \else
 \set store default
@@ -45,6 +47,7 @@ SELECT w.depth, w.version, w.checkpoint_id,
             ELSE 'MISSING' END AS kind,
        coalesce(snap.path, delta.path) AS path,
        coalesce(snap.state, delta.state) AS state,
+       coalesce(snap.verification, delta.verification) AS verification,
        coalesce(snap.size_bytes, delta.size_bytes) AS size_bytes,
        coalesce(snap.rows, delta.rows) AS state_rows,
        coalesce(snap.created_at, delta.created_at) AS created_at
