@@ -406,13 +406,16 @@ class Catalog:
         key: StoreKey,
         checked: Mapping[str, str | None],
         found: Sequence[FoundProblem],
+        *,
+        started_at: datetime | None = None,
     ) -> None:
-        """Record one store's validation by ``run_id``: each checked file's verification; the
-        store's open problems become exactly ``found``."""
+        """Record one store's validation by ``run_id``, which started at ``started_at``: each
+        checked file's verification; the store's open problems become ``found`` (problems
+        recorded after the validation started are left for the next one)."""
         self._run(
             "record validation",
             lambda c: verification.record_validation(
-                c, key.root, key.store, checked, found, run_id, _utcnow()
+                c, key.root, key.store, checked, found, run_id, _utcnow(), started_at
             ),
         )
 

@@ -356,6 +356,20 @@ def store_key(root: str, operator_id: int, partition_id: int, store_name: str) -
     return StoreKey(root, StoreId(operator_id, partition_id, store_name))
 
 
+STORE_KEY_COLUMNS = (
+    stores.c.checkpoint_root,
+    stores.c.operator_id,
+    stores.c.partition_id,
+    stores.c.store_name,
+)
+"""The columns that name a store; :func:`key_of` reads them back from a row."""
+
+
+def key_of(row: AnyRow) -> StoreKey:
+    """The StoreKey of a row that selected STORE_KEY_COLUMNS."""
+    return store_key(row.checkpoint_root, row.operator_id, row.partition_id, row.store_name)
+
+
 _KINDS = {kind.value: kind for kind in FileKind}
 _VERIFICATIONS = {v.value: v for v in Verification}
 

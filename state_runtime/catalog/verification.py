@@ -17,14 +17,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.inventory import (
+    STORE_KEY_COLUMNS,
     AnyRow,
     chunks,
     files_at,
+    key_of,
     lock_stores,
     store_ids,
-    store_key,
 )
-from state_runtime.catalog.records import FoundProblem, Repair, StoreKey, StoreProblem
+from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
 from state_runtime.catalog.tables import (
     Verification,
     checkpoint_files,
@@ -73,7 +74,7 @@ def _open_rows(connection: Connection, store_id: int) -> list[AnyRow]:
     p = store_problems.c
     return list(
         connection.execute(
-            sa.select(p.problem_id, p.path, p.problem).where(
+            sa.select(p.problem_id, p.path, p.problem, p.detected_at).where(
                 p.store_id == store_id, p.resolved_at.is_(None)
             )
         )
@@ -138,10 +139,12 @@ def record_validation(
     found: Sequence[FoundProblem],
     run_id: int | None,
     now: datetime,
+    started_at: datetime | None = None,
 ) -> None:
     """Record one store's validation: each checked file's verification, and its open problems
-    become exactly ``found`` (problems no longer found are resolved by this run; a store with
-    none left is no longer held)."""
+    become ``found``: problems found before the validation ``started_at`` that it no longer
+    finds are resolved by this run (a store with none left is no longer held); a problem
+    recorded meanwhile (by a snapshot pass) stays open for the next validation to judge."""
     store_id = _store_id(connection, root, store)
     lock_stores(connection, [store_id])
     if checked:
@@ -151,6 +154,7 @@ def record_validation(
         row.problem_id
         for row in _open_rows(connection, store_id)
         if (row.path, row.problem) not in wanted
+        and (started_at is None or row.detected_at < started_at)
     ]
     if gone:
         by = "a validation" if run_id is None else f"validation run {run_id}"
@@ -177,6 +181,8 @@ def resolve_problems(
     path: str | None = None,
 ) -> int:
     """Resolve the store's open problems (only those about ``path``, if given)."""
+    if not resolution:
+        raise InvalidArgument("say how the problems were resolved")
     store_id = _store_id(connection, root, store)
     lock_stores(connection, [store_id])
     ids = [
@@ -194,10 +200,7 @@ def problems(
     s, p = stores.c, store_problems.c
     query = (
         sa.select(
-            s.checkpoint_root,
-            s.operator_id,
-            s.partition_id,
-            s.store_name,
+            *STORE_KEY_COLUMNS,
             p.problem_id,
             p.problem,
             p.path,
@@ -223,7 +226,7 @@ def problems(
     return [
         StoreProblem(
             problem_id=row.problem_id,
-            key=store_key(row.checkpoint_root, row.operator_id, row.partition_id, row.store_name),
+            key=key_of(row),
             problem=row.problem,
             path=row.path,
             version=row.version,
@@ -340,10 +343,7 @@ def repairs(connection: Connection, root: str | None) -> list[Repair]:
     s, f, r = stores.c, checkpoint_files.c, file_repairs.c
     query = (
         sa.select(
-            s.checkpoint_root,
-            s.operator_id,
-            s.partition_id,
-            s.store_name,
+            *STORE_KEY_COLUMNS,
             f.path,
             r.run_id,
             r.problem,
@@ -363,9 +363,7 @@ def repairs(connection: Connection, root: str | None) -> list[Repair]:
         query = query.where(s.checkpoint_root == root)
     return [
         Repair(
-            key=StoreKey(
-                row.checkpoint_root, StoreId(row.operator_id, row.partition_id, row.store_name)
-            ),
+            key=key_of(row),
             path=row.path,
             run_id=row.run_id,
             problem=row.problem,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from state_runtime.catalog import (
@@ -119,6 +120,7 @@ def _validate_store(
     fleet: Fleet, policy: MaintenancePolicy, record: StoreRecord, run_id: int | None
 ) -> StoreValidation:
     key, catalog = record.key, fleet.catalog
+    started = datetime.now(UTC)
     result = StoreValidation(key)
     checked: dict[str, str | None] = {}
     storage = fleet.storage(key.root)
@@ -149,7 +151,7 @@ def _validate_store(
             catalog.record_verifications(key.root, confirmed)
         _check_chains(fleet, policy, record, retain, check, error, result)
     found = [FoundProblem(f.problem, f.path, f.version) for f in result.findings]
-    catalog.record_validation(run_id, key, checked, found)
+    catalog.record_validation(run_id, key, checked, found, started_at=started)
     return result
 
 
