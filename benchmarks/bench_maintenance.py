@@ -7,9 +7,9 @@ Fleet A (catalog only): 20 checkpoint roots x 500 stores, 12 committed versions 
 ``commit_batch`` (the runtime's path), snapshots at version 10 (verified, as the snapshot pass
 records them) for two stores in three, an abandoned attempt in one store in ten; every file is
 two days old. Timed: the snapshot candidates, the cleanup plan, health of every store, and a
-full cleanup (leases, claims, deletes against an empty local folder, ledger). Fleet B (real files): 200 stores on local
-disk, 12 versions, then the snapshot pass, cleanup and validation. Every step prints the
-storage requests it made: the normal path makes no LIST.
+full cleanup (leases, claims, deletes against an empty local folder, ledger). Fleet B (real
+files): 200 stores on local disk, 12 versions, then the snapshot pass, cleanup and validation.
+Every step prints the storage requests it made: the normal path makes no LIST.
 
 The benchmark creates and finally drops its own database, ``state_maintenance_bench``.
 """
