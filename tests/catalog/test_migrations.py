@@ -193,3 +193,61 @@ def test_command_line_upgrade(
 
     assert catalog_main(["current", "--url", "nonsense"]) == 1
     assert "not a valid SQLAlchemy URL" in capfd.readouterr().err
+
+
+def test_upgrading_to_verified_snapshots_keeps_every_row_and_keeps_more(empty_url: str) -> None:
+    """A live catalog at 0004 whose snapshot already replaced a delta: after the upgrade every
+    row is still there, the snapshot is unverified (it replaces nothing until validated), and
+    cleanup keeps what it would replace; once verified, it counts again."""
+    engine = create_catalog_engine(empty_url)
+    upgrade(engine, "0004_store_holders")
+    with engine.begin() as connection:
+        _fill_revision_1(connection)
+        t = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+        ts = t.replace(tzinfo=None) if connection.dialect.name == "sqlite" else t
+        connection.execute(
+            sa.text(
+                "INSERT INTO checkpoint_files (store_id, path, kind, version, checkpoint_id,"
+                " base_checkpoint_id, lineage, size_bytes, rows, file_rows, checksum,"
+                " created_at, recorded_at, state, state_changed_at)"
+                " VALUES (1, :path, 'snapshot', 2, :id, :base, :lineage, 50, 5, 5, :sum,"
+                " :t, :t, 'committed', :t)"
+            ),
+            {
+                "path": f"state/0/3/default/2_{ID2}.snapshot",
+                "id": ID2,
+                "base": ID1,
+                "lineage": f'[[1, "{ID1}"]]',
+                "sum": "f" * 64,
+                "t": ts,
+            },
+        )
+    with engine.connect() as connection:
+        before = {
+            table: connection.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()
+            for table in ("stores", "checkpoint_files", "commit_log", "deletion_ledger")
+        }
+    upgrade(engine)
+    with engine.connect() as connection:
+        after = {
+            table: connection.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()
+            for table in before
+        }
+        states = dict(
+            connection.execute(sa.text("SELECT path, verification FROM checkpoint_files")).all()
+        )
+    engine.dispose()
+    assert after == before and set(states.values()) == {"unverified"}
+
+    catalog = Catalog.open(empty_url, retry=FAST_RETRY)
+    store, policy = StoreId(0, 3), RetentionPolicy(retain_versions=2)
+    later = datetime(2024, 6, 1, tzinfo=UTC)
+    assert catalog.deletable_files(policy, root="/ckpt", now=later) == []
+    (health,) = catalog.store_health(policy)
+    assert health.first_validated_at is None and health.deltas_since_snapshot == 2
+    catalog.record_verifications("/ckpt", {f"state/0/3/default/2_{ID2}.snapshot": None})
+    newest, _ = catalog.retained_versions("/ckpt", store)
+    assert [f.kind.value for f in newest.files] == ["snapshot"]
+    deletable = catalog.deletable_files(policy, root="/ckpt", now=later)
+    assert [v.file.path for v in deletable] == [f"state/0/3/default/2_{ID2}.delta"]
+    catalog.close()
