@@ -30,7 +30,9 @@ from dagster_project.defs.resources import (
     open_fleet,
 )
 from state_runtime.maintenance import (
+    CHECKS,
     CallbackProgress,
+    CheckInfo,
     CheckName,
     Severity,
     StoreReport,
@@ -38,46 +40,25 @@ from state_runtime.maintenance import (
     run_checks,
 )
 
-STORE_STATUS = "store_status"
+
+def _spec(check: CheckInfo) -> AssetCheckSpec:
+    """The Dagster spec of a library check; a per-store one has a partition per store."""
+    return AssetCheckSpec(
+        check.name.value,
+        asset=state_checkpoints.key,
+        description=check.description,
+        blocking=check.blocking,
+        partitions_def=state_stores if check.per_store else None,
+    )
+
 
 with warnings.catch_warnings():  # checks on partitions are a Dagster preview, used deliberately
     warnings.simplefilter("ignore", PreviewWarning)
-    STORE_STATUS_SPEC = AssetCheckSpec(
-        STORE_STATUS,
-        asset=state_checkpoints.key,
-        partitions_def=state_stores,
-        description=(
-            "Each store's status after validation, on its partition: ERROR when broken (an open "
-            "problem: a missing or damaged file, a broken lineage), WARN when degraded "
-            "(snapshot lag, orphans)."
-        ),
-    )
-
-DESCRIPTIONS = {
-    CheckName.LINEAGE: (
-        "Every retained committed version is loadable: its files exist with the recorded "
-        "sizes and checksums, its lineage is contiguous, the commit log is linear."
-    ),
-    CheckName.RETENTION: (
-        "The retention keeps at least 2 versions and a window no shorter than the minimum, "
-        "and cleanup keeps up (nothing stays deletable for long)."
-    ),
-    CheckName.SNAPSHOT_LAG: "Deltas since each store's last snapshot stay under the thresholds.",
-    CheckName.ORPHAN_GROWTH: "Orphan files do not pile up between validations.",
-}
+    SPECS = [_spec(check) for check in CHECKS]
 
 
 @multi_asset_check(
-    specs=[
-        AssetCheckSpec(
-            name.value,
-            asset=state_checkpoints.key,
-            description=text,
-            blocking=name is CheckName.LINEAGE,
-        )
-        for name, text in DESCRIPTIONS.items()
-    ]
-    + [STORE_STATUS_SPEC],
+    specs=SPECS,
     pool=POOL,
     can_subset=True,
 )
@@ -100,7 +81,7 @@ def state_checkpoint_checks(
             workers=maintenance_policy.workers,
         )
     selected = {key.name for key in context.selected_asset_check_keys}
-    if STORE_STATUS in selected:
+    if CheckName.STORE_STATUS.value in selected:
         known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
         for store in report.health:
             if str(store.key) in known:
@@ -127,7 +108,7 @@ def store_evaluation(report: StoreReport) -> AssetCheckEvaluation:
     status = report.status.status
     return AssetCheckEvaluation(
         asset_key=state_checkpoints.key,
-        check_name=STORE_STATUS,
+        check_name=CheckName.STORE_STATUS.value,
         partition=str(report.key),
         passed=status is StoreStatus.HEALTHY,
         severity=(

@@ -6,6 +6,8 @@ from the catalog's inventory and lists no storage, except the rare reconciliatio
 """
 
 from state_runtime.maintenance.checks import (
+    CHECKS,
+    CheckInfo,
     CheckName,
     CheckOutcome,
     ChecksReport,
@@ -60,8 +62,10 @@ from state_runtime.maintenance.validation import (
 )
 
 __all__ = [
+    "CHECKS",
     "SILENT",
     "CallbackProgress",
+    "CheckInfo",
     "CheckName",
     "CheckOutcome",
     "ChecksReport",

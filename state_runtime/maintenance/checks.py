@@ -1,6 +1,8 @@
-"""The platform's checks: lineage validity, retention within policy, snapshot lag, orphan growth.
+"""The platform's checks: lineage validity, retention within policy, snapshot lag, orphan growth,
+and each store's status.
 
-:func:`run_checks` validates the stores, reads their health, evaluates the four checks and
+:data:`CHECKS` declares them (Dagster's check specs are built from it). :func:`run_checks`
+validates the stores, reads their health and status, evaluates the four fleet-wide checks and
 records a 'validate' run whose counts (orphan totals among them) the next run compares with.
 The CLI's ``validate`` and Dagster's asset checks both call it.
 """
@@ -35,6 +37,47 @@ class CheckName(StrEnum):
     RETENTION = "retention_within_policy"
     SNAPSHOT_LAG = "snapshot_lag"
     ORPHAN_GROWTH = "orphan_growth"
+    STORE_STATUS = "store_status"
+
+
+@dataclass(frozen=True)
+class CheckInfo:
+    """A check as the platform declares it: what it asserts, whether a failure must block
+    what depends on it (the cleanup), and whether it is evaluated per store."""
+
+    name: CheckName
+    description: str
+    blocking: bool = False
+    per_store: bool = False
+
+
+CHECKS = (
+    CheckInfo(
+        CheckName.LINEAGE,
+        "Every retained committed version is loadable: its files exist with the recorded "
+        "sizes and checksums, its lineage is contiguous, the commit log is linear. A failure "
+        "blocks the cleanup that depends on it.",
+        blocking=True,
+    ),
+    CheckInfo(
+        CheckName.RETENTION,
+        "The retention keeps at least 2 versions and a window no shorter than the minimum, "
+        "and cleanup keeps up (nothing stays deletable for long).",
+    ),
+    CheckInfo(
+        CheckName.SNAPSHOT_LAG,
+        "Deltas since each store's last verified snapshot stay under the thresholds.",
+    ),
+    CheckInfo(CheckName.ORPHAN_GROWTH, "Orphan files do not pile up between validations."),
+    CheckInfo(
+        CheckName.STORE_STATUS,
+        "Each store's status after validation: ERROR when broken (an open problem: a missing "
+        "or damaged file, a broken lineage), WARN when degraded (snapshot lag, orphans).",
+        per_store=True,
+    ),
+)
+"""Every check :func:`run_checks` evaluates (the fleet-wide ones as outcomes, the per-store
+one as each store's status); the Dagster checks are declared from this list."""
 
 
 @dataclass(frozen=True)
