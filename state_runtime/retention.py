@@ -331,23 +331,6 @@ def needed(
     return by_path, min(bases, default=None)
 
 
-def snapshots_to_verify(
-    files: Sequence[StoreFile], latest: int, policy: RetentionPolicy
-) -> list[StoreFile]:
-    """Committed snapshots at or above the floor that are not verified: once verified they
-    replace deltas (or, found damaged, they wait for a repair). Validation checks them."""
-    _, floor = needed(files, latest, policy)
-    return [
-        f
-        for f in files
-        if f.kind is FileKind.SNAPSHOT
-        and f.state is FileState.COMMITTED
-        and f.verification is not Verification.VERIFIED
-        and floor is not None
-        and floor <= f.version <= latest
-    ]
-
-
 def facts_of(
     f: StoreFile,
     *,

@@ -16,7 +16,7 @@ finds nothing wrong or an operator resolves the problems.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,7 +33,7 @@ from state_runtime.identity import CheckpointRef, FileKind
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
-from state_runtime.retention import snapshots_to_verify
+from state_runtime.retention import Verdict
 from state_runtime.verification import verify_file
 
 
@@ -105,19 +105,39 @@ def validate_stores(
     """Validate every store in scope and record what was found (see the module docstring);
     ``run_id``: the validation run that records it."""
     records = fleet.stores(only)
+    pending = _unconfirmed_snapshots(fleet, policy, only)
     results: list[StoreValidation] = []
     with (
         progress.stage("validation", len(records)) as advance,
         ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
     ):
-        for result in pool.map(lambda r: _validate_store(fleet, policy, r, run_id), records):
+        for result in pool.map(
+            lambda r: _validate_store(fleet, policy, r, pending.get(r.key, []), run_id), records
+        ):
             results.append(result)
             advance(1)
     return ValidationReport(results)
 
 
+def _unconfirmed_snapshots(
+    fleet: Fleet, policy: MaintenancePolicy, only: Collection[StoreKey] | None
+) -> dict[StoreKey, list[FileRecord]]:
+    """Per store, the snapshots the retention rule keeps as unverified or damaged (committed,
+    at or above the floor, not verified): once verified they may replace deltas."""
+    pending: dict[StoreKey, list[FileRecord]] = {}
+    for root in fleet.query_roots(only):
+        for verdict in fleet.catalog.file_verdicts(policy.retention, root=root):
+            if verdict.verdict in (Verdict.UNVERIFIED, Verdict.DAMAGED):
+                pending.setdefault(verdict.file.key, []).append(verdict.file)
+    return pending
+
+
 def _validate_store(
-    fleet: Fleet, policy: MaintenancePolicy, record: StoreRecord, run_id: int | None
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    record: StoreRecord,
+    unconfirmed: Sequence[FileRecord],
+    run_id: int | None,
 ) -> StoreValidation:
     key, catalog = record.key, fleet.catalog
     started = datetime.now(UTC)
@@ -138,18 +158,11 @@ def _validate_store(
                 error(problem, file.path, file.version)
         return checked[file.path]
 
-    latest = record.latest.version
-    if latest:
-        retain = policy.retention.retain_versions
-        files = catalog.store_files(key.root, key.store)
-        candidates = {
-            f.path
-            for f in snapshots_to_verify([f.facts() for f in files], latest, policy.retention)
-        }
-        confirmed = {f.path: None for f in files if f.path in candidates and check(f) is None}
+    if record.latest.version:
+        confirmed = {f.path: None for f in unconfirmed if check(f) is None}
         if confirmed:  # verified snapshots now replace deltas: the chains change
             catalog.record_verifications(key.root, confirmed)
-        _check_chains(fleet, policy, record, retain, check, error, result)
+        _check_chains(fleet, policy, record, check, error, result)
     found = [FoundProblem(f.problem, f.path, f.version) for f in result.findings]
     catalog.record_validation(run_id, key, checked, found, started_at=started)
     return result
@@ -159,13 +172,13 @@ def _check_chains(
     fleet: Fleet,
     policy: MaintenancePolicy,
     record: StoreRecord,
-    retain: int,
     check: Callable[[FileRecord], str | None],
     error: Callable[[str, str | None, int | None], None],
     result: StoreValidation,
 ) -> None:
     """Check the retained versions' chains: linear, complete, every file intact."""
     key, latest = record.key, record.latest.version
+    retain = policy.retention.retain_versions
     retained = fleet.catalog.retained_versions(key.root, key.store, retain)
     result.versions = len(retained)
     expected = list(range(latest, max(0, latest - retain), -1))
