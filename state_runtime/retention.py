@@ -20,7 +20,9 @@ This module is the one home of the rule; it holds no SQL. Change retention here.
 Who applies it: the catalog translates the facts and :data:`RULES` into SQL
 (``state_runtime/catalog/retention.py``); store-level cleanup (``state_runtime/cleanup.py``)
 evaluates it on the files it listed; the PL/pgSQL functions of the catalog migrations mirror it
-for ``psql`` users, and ``tests/catalog/test_sql_queries.py`` checks that they agree.
+for ``psql`` users. ``tests/catalog/test_rule_translation.py`` checks the catalog's SQL against
+:func:`judge_store` on random histories, ``tests/catalog/test_sql_queries.py`` and
+``test_status_sql.py`` the PL/pgSQL against the catalog.
 """
 
 from __future__ import annotations

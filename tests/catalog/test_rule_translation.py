@@ -1,0 +1,100 @@
+"""The catalog's SQL is a faithful translation of the retention rule: on random store histories
+(snapshots verified, unverified or damaged, orphans, attempts in flight, claims, held stores,
+any policy and clock), ``Catalog.file_verdicts`` gives every file the verdict, reason and
+needing versions that ``state_runtime.retention.judge_store`` gives it in Python."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from state_runtime.catalog import Catalog, FoundProblem, RetentionPolicy, StoreKey
+from state_runtime.identity import StoreId
+from state_runtime.retention import FileState, judge_store
+from tests.catalog.factory import LONG_AGO, Stream, info
+
+STORE = StoreId(0, 0)
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> dict[str, object]:
+    versions = draw(st.integers(1, 12))
+    return {
+        "versions": versions,
+        "snapshots": draw(
+            st.dictionaries(
+                st.integers(1, versions),
+                st.sampled_from(["verified", "unverified", "failed"]),
+                max_size=4,
+            )
+        ),
+        "orphans": draw(st.lists(st.integers(1, versions), max_size=2)),
+        "in_flight": draw(st.booleans()),
+        "claimed": draw(st.booleans()),
+        "held": draw(st.booleans()),
+        "retain": draw(st.integers(2, 4)),
+        "window": draw(st.sampled_from([0, 5, 60])),
+        "grace": draw(st.sampled_from([0, 30, 600])),
+        "now": draw(st.integers(0, 40)),
+    }
+
+
+def build(catalog: Catalog, h: dict[str, object]) -> str:
+    name = uuid.uuid4().hex
+    root = f"/rule/{name}"
+    stream = Stream(catalog, [STORE], root=root, query=name)
+    snapshots: dict[int, str] = h["snapshots"]  # type: ignore[assignment]
+    for version in range(1, int(h["versions"]) + 1):  # type: ignore[call-overload]
+        stream.commit()
+        state = snapshots.get(version)
+        if state is not None:
+            snap = stream.snapshot(STORE, verified=state == "verified")
+            if state == "failed":
+                catalog.record_verifications(root, {snap.path: "checksum differs"})
+    for version in h["orphans"]:  # type: ignore[attr-defined]
+        base = stream.committed[STORE][version - 2].checkpoint_id if version > 1 else None
+        catalog.record_files(root, [info(STORE, version, base, created_at=stream.clock)])
+    if h["in_flight"]:
+        catalog.record_files(root, [stream.delta(STORE)])
+    if h["claimed"]:
+        run = catalog.start_run("cleanup", "tests")
+        catalog.claim_deletions(run, RetentionPolicy(window=timedelta(0)), root, limit=1)
+    if h["held"]:
+        catalog.add_problems(StoreKey(root, STORE), [FoundProblem("file is missing")])
+    return root
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(h=histories())
+def test_sql_verdicts_are_the_python_rule(catalog: Catalog, h: dict[str, object]) -> None:
+    root = build(catalog, h)
+    policy = RetentionPolicy(
+        retain_versions=int(h["retain"]),  # type: ignore[call-overload]
+        window=timedelta(minutes=int(h["window"])),  # type: ignore[call-overload]
+        orphan_grace=timedelta(minutes=int(h["grace"])),  # type: ignore[call-overload]
+    )
+    now = LONG_AGO + timedelta(minutes=int(h["now"]))  # type: ignore[call-overload]
+    sql = {v.file.path: v for v in catalog.file_verdicts(policy, root=root, now=now)}
+    files = [
+        r.facts()
+        for r in catalog.store_files(root, STORE)
+        + [v.file for v in sql.values() if v.file.state == FileState.DELETING]
+    ]
+    (record,) = catalog.stores(root)
+    held = bool(catalog.problems(root=root))
+    python = {
+        j.file.path: j for j in judge_store(files, record.latest.version, policy, now, held=held)
+    }
+    assert set(sql) == set(python)
+    for path, verdict in sql.items():
+        judged = python[path]
+        assert (verdict.verdict, verdict.needed_by) == (judged.verdict, judged.needed_by), path
+        if verdict.verdict.value != "deleting":  # a claim keeps the reason it was claimed for
+            assert verdict.reason == judged.reason, path
