@@ -152,10 +152,12 @@ def fact_sql(
     *,
     needed: ColumnElement[bool],
     floor: ColumnElement[int],
+    held: ColumnElement[bool],
     policy: RetentionPolicy,
     now: datetime,
 ) -> Mapping[Fact, ColumnElement[bool]]:
-    """Each fact of the rule about a ``checkpoint_files`` row, in SQL."""
+    """Each fact of the rule about a ``checkpoint_files`` row, in SQL (``needed``, ``floor``
+    and ``held`` come from the joins :func:`verdicts` makes)."""
     f = checkpoint_files.c
     snapshot = f.kind == FileKind.SNAPSHOT.value
     return {
@@ -166,9 +168,7 @@ def fact_sql(
         Fact.DAMAGED: sa.and_(snapshot, f.verification == Verification.FAILED.value),
         Fact.UNVERIFIED: sa.and_(snapshot, f.verification == Verification.UNVERIFIED.value),
         Fact.ABOVE_FLOOR: sa.and_(floor.is_not(None), f.version >= floor),
-        Fact.STORE_HELD: sa.exists().where(
-            store_problems.c.store_id == f.store_id, store_problems.c.resolved_at.is_(None)
-        ),
+        Fact.STORE_HELD: held,
         Fact.PAST_WINDOW: f.created_at <= policy.committed_cutoff(now),
         Fact.PAST_GRACE: f.created_at <= policy.uncommitted_cutoff(now),
     }
@@ -199,10 +199,20 @@ def verdicts(
         .group_by(retained.c.store_id)
         .subquery("floors")
     )
+    p = store_problems.c
+    held = (
+        sa.select(p.store_id)
+        .where(p.resolved_at.is_(None), scope.filter(p.store_id))
+        .distinct()
+        .subquery("held")
+    )
+    is_held = held.c.store_id.is_not(None)
     f = checkpoint_files.c
     if only_deletable:
         unknown = sa.null().cast(sa.BigInteger())
-        facts = fact_sql(needed=sa.false(), floor=floors.c.floor, policy=policy, now=now)
+        facts = fact_sql(
+            needed=sa.false(), floor=floors.c.floor, held=is_held, policy=policy, now=now
+        )
         verdict = _verdict(facts)
         return (
             sa.select(
@@ -214,6 +224,7 @@ def verdicts(
             )
             .join(stores, stores.c.store_id == f.store_id)
             .outerjoin(floors, floors.c.store_id == f.store_id)
+            .outerjoin(held, held.c.store_id == f.store_id)
             .where(
                 scope.filter(f.store_id),
                 f.state.in_([s.value for s in LIVE_STATES]),  # lets the live partial index serve
@@ -231,7 +242,11 @@ def verdicts(
         .cte("needed")
     )
     facts = fact_sql(
-        needed=needed.c.file_id.is_not(None), floor=floors.c.floor, policy=policy, now=now
+        needed=needed.c.file_id.is_not(None),
+        floor=floors.c.floor,
+        held=is_held,
+        policy=policy,
+        now=now,
     )
     return (
         sa.select(
@@ -245,6 +260,7 @@ def verdicts(
         .join(stores, stores.c.store_id == f.store_id)
         .outerjoin(needed, needed.c.file_id == f.file_id)
         .outerjoin(floors, floors.c.store_id == f.store_id)
+        .outerjoin(held, held.c.store_id == f.store_id)
         .where(
             scope.filter(f.store_id),
             f.state.in_([*(s.value for s in LIVE_STATES), FileState.DELETING.value]),
