@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from state_runtime.catalog.engine import RetryPolicy, create_catalog_engine, redact, run_transaction
+from state_runtime.catalog.engine import (
+    RetryPolicy,
+    create_catalog_engine,
+    display_url,
+    run_transaction,
+)
 from state_runtime.catalog.schema import current_revision, head_revision, upgrade
 from state_runtime.catalog.settings import URL_ENV, catalog_url
 from state_runtime.errors import CatalogError
@@ -30,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
             found = run_transaction(
                 engine, current_revision, retry=RetryPolicy(), what="read revision"
             )
-            print(f"{redact(engine.url)}: revision {found or '(empty)'} (head: {head_revision()})")
+            shown = display_url(engine.url)
+            print(f"{shown}: revision {found or '(empty)'} (head: {head_revision()})")
         finally:
             engine.dispose()
     except CatalogError as exc:

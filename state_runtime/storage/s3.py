@@ -360,7 +360,6 @@ class S3Storage(Storage):
             bucket=self.bucket,
             endpoint=self.settings.endpoint_url or "AWS S3",
             attempts=max(call.attempts, 1),
-            secrets=self.settings.secrets,
         )
 
 

@@ -60,10 +60,11 @@ def test_missing_database_is_unavailable(pg_database: str) -> None:
 
 
 def test_sqlite_in_an_impossible_place(tmp_path: Path) -> None:
+    """Only creating a catalog (upgrade) creates its folder, so that is where it fails."""
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     with pytest.raises(CatalogUnavailable, match="cannot create the folder"):
-        Catalog.open(f"sqlite:///{blocker / 'catalog.db'}", retry=FAST_RETRY)
+        Catalog.open(f"sqlite:///{blocker / 'catalog.db'}", upgrade=True, retry=FAST_RETRY)
 
 
 class _SerializationFailure(Exception):
