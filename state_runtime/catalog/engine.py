@@ -40,9 +40,13 @@ from state_runtime.redaction import get_logger, redact, register_secret
 log = get_logger(__name__)
 T = TypeVar("T")
 
-# SQLSTATEs worth a retry: serialization failure, deadlock, lock timeout, server shutting
-# down or starting up, too many connections, and the whole connection-exception class (08xxx).
-_RETRY_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300"})
+# SQLSTATEs worth a retry: serialization failure, deadlock, lock timeout, statement timeout,
+# server shutting down or starting up, too many connections, and the whole
+# connection-exception class (08xxx). The timeouts among them end as CatalogTimeout.
+_RETRY_SQLSTATES = frozenset(
+    {"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03", "53300"}
+)
+_TIMEOUT_SQLSTATES = frozenset({"55P03", "57014"})
 _OUT_OF_RANGE = "22003"
 _SQLITE_BUSY = ("database is locked", "database is busy", "database table is locked")
 # Connection failures that no retry can fix: the URL names a database, role or password the
@@ -330,14 +334,14 @@ def run_transaction(
             raise _out_of_range(what, str(exc)) from None
 
 
-def _exhausted_error(exc: DBAPIError, timed_out: bool) -> type[CatalogError]:
-    if timed_out:
+def _exhausted_error(exc: DBAPIError, timed_out: bool) -> type[CatalogUnavailable]:
+    """What a transient error still failing after the last attempt is: CatalogTimeout when
+    time ran out (the watchdog, a lock or statement timeout, SQLite busy), else
+    CatalogUnavailable. Both are retryable."""
+    busy = isinstance(exc.orig, sqlite3.OperationalError)
+    if timed_out or busy or getattr(exc.orig, "pgcode", None) in _TIMEOUT_SQLSTATES:
         return CatalogTimeout
-    code = getattr(exc.orig, "pgcode", None)
-    disconnect = exc.connection_invalidated or (
-        isinstance(code, str) and code.startswith(("08", "57", "53"))
-    )
-    return CatalogUnavailable if disconnect else CatalogError
+    return CatalogUnavailable
 
 
 def _out_of_range(what: str, detail: str) -> InvalidArgument:
