@@ -6,13 +6,20 @@ import os
 from urllib.parse import urlparse
 
 from state_runtime.errors import InvalidArgument
-from state_runtime.storage.base import DeleteResult, FileInfo, Storage, check_relative_path
+from state_runtime.storage.base import (
+    DeleteResult,
+    FileInfo,
+    PartialWrite,
+    Storage,
+    check_relative_path,
+)
 from state_runtime.storage.local import LocalStorage
 
 __all__ = [
     "DeleteResult",
     "FileInfo",
     "LocalStorage",
+    "PartialWrite",
     "Storage",
     "check_relative_path",
     "open_storage",

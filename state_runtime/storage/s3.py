@@ -9,6 +9,8 @@
   after an ambiguous failure one HEAD tells whether the file there is ours (success) or
   someone else's (FileAlreadyExists).
 - Listing pages through ListObjectsV2; deletes go in DeleteObjects batches of 1,000 keys.
+- A writer killed mid-upload leaves an incomplete multipart upload: ``partial_writes`` finds
+  them (ListMultipartUploads) and ``abort_partial_writes`` aborts them.
 - Every HTTP request is counted in :attr:`requests` by kind (see ``REQUEST_KINDS``), plus
   ``retries`` for each re-sent request.
 
@@ -18,7 +20,7 @@ Spark executor) uses the process's shared client for those settings.
 
 from __future__ import annotations
 
-import logging
+import posixpath
 import re
 import threading
 import uuid
@@ -37,9 +39,17 @@ from state_runtime.errors import (
     StorageError,
     StorageFileNotFound,
 )
-from state_runtime.storage.base import DeleteResult, FileInfo, Storage, check_relative_path
+from state_runtime.redaction import get_logger
+from state_runtime.storage.base import (
+    DeleteResult,
+    FileInfo,
+    PartialWrite,
+    Storage,
+    check_relative_path,
+)
 from state_runtime.storage.s3_client import CallRecord, instrument, recording, shared_client
 from state_runtime.storage.s3_errors import (
+    error_code,
     http_status,
     is_not_found,
     is_precondition_failed,
@@ -51,7 +61,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 DELETE_BATCH: Final = 1000
 """DeleteObjects takes at most 1,000 keys per request."""
@@ -200,6 +210,56 @@ class S3Storage(Storage):
                     result.failed[path] = refused[key]
                 else:
                     result.deleted.append(path)
+        return result
+
+    def partial_writes(self, folders: Sequence[str]) -> Iterator[PartialWrite]:
+        """Incomplete multipart uploads below ``folders``, what a writer killed mid-upload
+        left: ListMultipartUploads pages (1,000 uploads each) under the folders' common
+        prefix, whatever their number; no object is listed."""
+        wanted = tuple(self._key(folder) + "/" for folder in folders)
+        if not wanted:
+            return
+        common = posixpath.commonpath(wanted) + "/"
+        pages = iter(
+            self._client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=common.lstrip("/")
+            )
+        )
+        while True:
+            with self._call() as call:
+                try:
+                    page = next(pages, None)
+                except (ClientError, BotoCoreError) as e:
+                    raise self._error(e, "list multipart uploads", None, call) from e
+            if page is None:
+                return
+            for upload in page.get("Uploads", []):
+                if not upload["Key"].startswith(wanted):
+                    continue
+                yield PartialWrite(
+                    path=self._relative(upload["Key"]),
+                    started=upload["Initiated"].astimezone(UTC),
+                    size=0,
+                    handle=upload["UploadId"],
+                )
+
+    def abort_partial_writes(self, writes: Sequence[PartialWrite]) -> DeleteResult:
+        result = DeleteResult()
+        for write in writes:
+            key = self._key(write.path)
+            with self._call() as call:
+                try:
+                    self._client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=key, UploadId=write.handle
+                    )
+                except ClientError as e:
+                    if error_code(e) != "NoSuchUpload":  # already aborted or completed
+                        result.failed[write.path] = str(self._error(e, "abort", write.path, call))
+                        continue
+                except BotoCoreError as e:
+                    result.failed[write.path] = str(self._error(e, "abort", write.path, call))
+                    continue
+            result.deleted.append(write.path)
         return result
 
     # --- writes ---------------------------------------------------------------------------
