@@ -1,4 +1,7 @@
-"""Catalog administration: ``python -m state_runtime.catalog upgrade|current [--url URL]``."""
+"""Catalog administration: ``python -m state_runtime.catalog upgrade|current [--url URL]``.
+
+Exit codes: 0 done; 1 any error, printed as one line (``current`` never creates a catalog).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +13,11 @@ from state_runtime.catalog.engine import (
     create_catalog_engine,
     display_url,
     run_transaction,
+    sqlite_file,
 )
 from state_runtime.catalog.schema import current_revision, head_revision, upgrade
 from state_runtime.catalog.settings import URL_ENV, catalog_url
-from state_runtime.errors import CatalogError
+from state_runtime.errors import CatalogSchemaOutdated, StateStoreError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if args.command == "upgrade":
                 upgrade(engine, args.revision)
+            missing = sqlite_file(engine.url)
+            if missing is not None and not missing.is_file():  # reading must not create it
+                raise CatalogSchemaOutdated(f"no catalog at {str(missing)!r}: no such file")
             found = run_transaction(
                 engine, current_revision, retry=RetryPolicy(), what="read revision"
             )
@@ -39,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{shown}: revision {found or '(empty)'} (head: {head_revision()})")
         finally:
             engine.dispose()
-    except CatalogError as exc:
+    except StateStoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -107,9 +107,9 @@ def parse_url(url: str) -> URL:
         if "password" in name.lower():
             for one in (value,) if isinstance(value, str) else value:
                 register_secret(one)
-    backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    backend, _, driver = parsed.drivername.partition("+")  # no plugin loaded to find out
     shown = display_url(parsed)
-    if backend in {"postgres", "postgresql"} and "+" not in parsed.drivername:
+    if backend in {"postgres", "postgresql"} and not driver:
         raise InvalidCatalogUrl(
             f"catalog URL {shown!r} names no driver: use postgresql+psycopg2://... "
             "(the driver this library bounds with timeouts)"
@@ -119,7 +119,7 @@ def parse_url(url: str) -> URL:
             f"catalog URL {shown!r} cannot be used: driver {driver!r} is not supported; use "
             "postgresql+psycopg2://..."
         )
-    if backend == "sqlite" and driver != "pysqlite":
+    if backend == "sqlite" and driver not in {"", "pysqlite"}:
         raise InvalidCatalogUrl(f"catalog URL {shown!r}: use sqlite:///path/to/catalog.db")
     if backend not in {"sqlite", "postgresql"}:
         raise InvalidCatalogUrl(
