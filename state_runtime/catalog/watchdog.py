@@ -59,7 +59,8 @@ class Watchdog:
                     target=self._run, name="catalog-watchdog", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify()
+            if self._heap[0][2] is alarm:  # else the watchdog already wakes up sooner
+                self._cond.notify()
         try:
             yield alarm
         finally:
