@@ -175,7 +175,7 @@ def _postgres_engine(url: URL, limits: CatalogTimeouts) -> Engine:
     given = url.query.get("options") or ()
     options = " ".join([server, *((given,) if isinstance(given, str) else given)])
     keepalive = max(1, int(limits.keepalive.total_seconds()))
-    return sa.create_engine(
+    engine = sa.create_engine(
         url,
         pool_timeout=limits.pool.total_seconds(),
         execution_options={_ATTEMPT_TIMEOUT: limits.attempt.total_seconds()},
@@ -190,6 +190,15 @@ def _postgres_engine(url: URL, limits: CatalogTimeouts) -> Engine:
             "tcp_user_timeout": _ms(limits.attempt),
         },
     )
+    # A new connection's socket joins the attempt's deadline before SQLAlchemy's own first
+    # queries on it (dialect initialisation), so those are bounded too.
+    for name in ("first_connect", "connect"):
+        event.listen(engine, name, _watch_new_connection, insert=True)
+    return engine
+
+
+def _watch_new_connection(dbapi_connection: Any, _record: Any) -> None:
+    WATCHDOG.watch(dbapi_connection.fileno())
 
 
 def _sqlite_engine(url: URL, limits: CatalogTimeouts) -> Engine:
@@ -275,63 +284,85 @@ def run_transaction(
     refuses is CatalogMisconfigured at once.
     """
     url = engine.url
+    seconds = float(engine.get_execution_options().get(_ATTEMPT_TIMEOUT, 0))
     attempt = 0
     while True:
         attempt += 1
-        alarm: Alarm | None = None
-        try:
-            connection = engine.connect()
-        except DBAPIError as exc:
-            if _PERMANENT_CONNECT.search(str(exc.orig)):
+        with WATCHDOG.attempt(seconds) as alarm:
+            try:
+                return _attempt(engine, work, alarm)
+            except _ConnectFailed as exc:
+                failure, connecting = exc.error, True
+            except DBAPIError as exc:
+                failure, connecting = exc, False
+            except sa.exc.TimeoutError:
+                if attempt >= retry.attempts:
+                    raise CatalogUnavailable(
+                        f"no free connection to the catalog at {display_url(url)} within the "
+                        f"pool timeout, {attempt} times ({what}): too many concurrent calls"
+                    ) from None
+                _sleep(retry, attempt, what, "no free pooled connection")
+                continue
+            except OverflowError as exc:  # SQLite: a Python int beyond 64 bits
+                raise _out_of_range(what, str(exc)) from None
+        timed_out = alarm is not None and alarm.fired
+        if connecting and not timed_out:
+            if _PERMANENT_CONNECT.search(str(failure.orig)):
                 raise CatalogMisconfigured(
-                    f"cannot use the catalog at {display_url(url)} ({what}): {_reason(exc)}"
+                    f"cannot use the catalog at {display_url(url)} ({what}): {_reason(failure)}"
                 ) from None
             if attempt >= retry.attempts:
                 raise CatalogUnavailable(
                     f"cannot connect to the catalog at {display_url(url)} after {attempt} "
-                    f"attempts ({what}): {_reason(exc)}"
+                    f"attempts ({what}): {_reason(failure)}"
                 ) from None
-            _sleep(retry, attempt, what, _reason(exc))
+            _sleep(retry, attempt, what, _reason(failure))
             continue
-        except sa.exc.TimeoutError:
+        if timed_out or is_transient(failure):
+            reason = (
+                f"no answer within {seconds:g}s (attempt timeout); the connection was cut"
+                if timed_out
+                else _reason(failure)
+            )
             if attempt >= retry.attempts:
-                raise CatalogUnavailable(
-                    f"no free connection to the catalog at {display_url(url)} within the pool "
-                    f"timeout, {attempt} times ({what}): too many concurrent calls"
+                raise _exhausted_error(failure, timed_out)(
+                    f"catalog {what} failed after {attempt} attempts at {display_url(url)}: "
+                    f"{reason}"
                 ) from None
-            _sleep(retry, attempt, what, "no free pooled connection")
+            _sleep(retry, attempt, what, reason)
             continue
-        seconds = float(connection.get_execution_options().get(_ATTEMPT_TIMEOUT, 0))
-        try:
-            fd = _fileno(connection) if seconds else None
-            with connection:
-                with WATCHDOG.deadline(fd, seconds) as alarm, connection.begin():
-                    result = work(connection)
-                return result
-        except DBAPIError as exc:
-            timed_out = alarm is not None and alarm.fired
-            if timed_out or is_transient(exc):
-                reason = (
-                    f"no answer within {alarm.seconds:g}s (attempt timeout); the connection was cut"
-                    if timed_out and alarm is not None
-                    else _reason(exc)
-                )
-                if attempt >= retry.attempts:
-                    error_type = _exhausted_error(exc, timed_out)
-                    raise error_type(
-                        f"catalog {what} failed after {attempt} attempts at "
-                        f"{display_url(url)}: {reason}"
-                    ) from None
-                _sleep(retry, attempt, what, reason)
-                continue
-            if getattr(exc.orig, "pgcode", None) == _OUT_OF_RANGE:
-                raise _out_of_range(what, _reason(exc)) from None
-            translated = translate(exc) if translate is not None else None
-            if translated is not None:
-                raise translated from exc
-            raise CatalogError(f"catalog {what} failed: {_reason(exc)}") from exc
-        except OverflowError as exc:  # SQLite: a Python int beyond 64 bits
-            raise _out_of_range(what, str(exc)) from None
+        if getattr(failure.orig, "pgcode", None) == _OUT_OF_RANGE:
+            raise _out_of_range(what, _reason(failure)) from None
+        translated = translate(failure) if translate is not None else None
+        if translated is not None:
+            raise translated from failure
+        raise CatalogError(f"catalog {what} failed: {_reason(failure)}") from failure
+
+
+class _ConnectFailed(Exception):
+    """Opening the attempt's connection failed (classified apart from the transaction's)."""
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _attempt(engine: Engine, work: Callable[[Connection], T], alarm: Alarm | None) -> T:
+    """One attempt: a connection, one transaction, the alarm disarmed before the connection
+    goes back to the pool."""
+    try:
+        connection = engine.connect()
+    except DBAPIError as exc:
+        raise _ConnectFailed(exc) from None
+    try:
+        fd = _fileno(connection)
+        if fd is not None:
+            WATCHDOG.watch(fd)
+        with connection.begin():
+            return work(connection)
+    finally:
+        WATCHDOG.disarm(alarm)
+        connection.close()
 
 
 def _exhausted_error(exc: DBAPIError, timed_out: bool) -> type[CatalogUnavailable]:

@@ -418,3 +418,17 @@ def test_a_locked_sqlite_catalog_times_out_then_works(tmp_path: Path) -> None:
     Stream(catalog, [A]).commit()
     assert catalog.latest_committed(ROOT)[A].version == 1
     catalog.close()
+
+
+def test_silence_during_the_first_queries_of_a_new_connection_is_cut(
+    proxy: PgFaultProxy, pg_database: str, pg_catalog: Catalog, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLAlchemy's own first queries on a new engine's connection are under the attempt's
+    deadline too: the connection dies at the first statement, the open still succeeds."""
+    proxy.blackhole_at(1)
+    started = time.monotonic()
+    with Catalog.open(proxy.url(pg_database), retry=RETRY, timeouts=TIMEOUTS) as catalog:
+        assert catalog.stores() == []
+    assert 1.0 <= time.monotonic() - started < 5
+    assert "no answer within 1s (attempt timeout); the connection was cut" in caplog.text
+    assert proxy.connections == 2  # cut once, asked again on a new connection
