@@ -286,8 +286,15 @@ POSTGRES_ROWS = [
 ]
 
 
-def fill(text: str, place: Place) -> str:
-    return text.format(root=place.root.as_uri(), base=place.base, url=place.url, port=free_port())
+def command_line(case: Row, place: Place) -> list[str]:
+    """The row's arguments filled in, with the scratch catalog unless the row names one."""
+    args = [
+        a.format(root=place.root.as_uri(), base=place.base, url=place.url, port=free_port())
+        for a in case.args
+    ]
+    if "--catalog-url" not in args and "STATE_CATALOG_URL" not in case.env:
+        args = ["--catalog-url", place.url, *args]
+    return ["-q", *args]
 
 
 @pytest.fixture
@@ -318,11 +325,8 @@ def check(place: Place, case: Row, code: int, stdout: str, stderr: str, before: 
     ids=lambda r: r.name,
 )
 def test_hostile_input(case: Row, place: Place, cli: CliRunner) -> None:
-    args = [fill(a, place) for a in case.args]
-    if not any(a == "--catalog-url" for a in args) and "STATE_CATALOG_URL" not in case.env:
-        args = ["--catalog-url", place.url, *args]
     before = place.files()
-    result = cli.invoke(main, ["-q", *args], env=case.env)
+    result = cli.invoke(main, command_line(case, place), env=case.env)
     check(place, case, result.exit_code, result.stdout, result.stderr, before)
 
 
@@ -338,13 +342,10 @@ PROCESS_ROWS = [
 def test_hostile_input_to_the_installed_script(case: Row, place: Place) -> None:
     """The real entry point, in its own process: no traceback there either."""
     script = Path(sys.executable).with_name("statestore")
-    args = [fill(a, place) for a in case.args]
-    if not any(a == "--catalog-url" for a in args) and "STATE_CATALOG_URL" not in case.env:
-        args = ["--catalog-url", place.url, *args]
     env = {"PATH": "/usr/bin:/bin", "HOME": str(place.work), **case.env}
     before = place.files()
     done = subprocess.run(
-        [str(script), "-q", *args],
+        [str(script), *command_line(case, place)],
         cwd=place.work,
         env=env,
         capture_output=True,

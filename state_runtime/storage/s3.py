@@ -159,19 +159,7 @@ class S3Storage(Storage):
         return int(head["ContentLength"])
 
     def list(self, prefix: str) -> Iterator[FileInfo]:
-        pages = iter(
-            self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self._key(prefix) + "/"
-            )
-        )
-        while True:
-            with self._call() as call:
-                try:
-                    page = next(pages, None)
-                except (ClientError, BotoCoreError) as e:
-                    raise self._error(e, "list", prefix, call) from e
-            if page is None:
-                return
+        for page in self._pages("list_objects_v2", self._key(prefix) + "/", "list", prefix):
             for obj in page.get("Contents", []):
                 key = obj["Key"]
                 if not key.endswith("/"):  # folder markers made by consoles
@@ -219,20 +207,8 @@ class S3Storage(Storage):
         wanted = tuple(self._key(folder) + "/" for folder in folders)
         if not wanted:
             return
-        common = posixpath.commonpath(wanted) + "/"
-        pages = iter(
-            self._client.get_paginator("list_multipart_uploads").paginate(
-                Bucket=self.bucket, Prefix=common.lstrip("/")
-            )
-        )
-        while True:
-            with self._call() as call:
-                try:
-                    page = next(pages, None)
-                except (ClientError, BotoCoreError) as e:
-                    raise self._error(e, "list multipart uploads", None, call) from e
-            if page is None:
-                return
+        common = (posixpath.commonpath(wanted) + "/").lstrip("/")
+        for page in self._pages("list_multipart_uploads", common, "list multipart uploads", None):
             for upload in page.get("Uploads", []):
                 if not upload["Key"].startswith(wanted):
                     continue
@@ -390,6 +366,26 @@ class S3Storage(Storage):
 
     def _call(self) -> AbstractContextManager[CallRecord]:
         return recording(self.requests, self._count_lock)
+
+    def _pages(
+        self, operation: str, key_prefix: str, action: str, path: str | None
+    ) -> Iterator[dict[str, Any]]:
+        """The pages of a listing ``operation`` under ``key_prefix``, each request counted
+        and its failure typed."""
+        pages = iter(
+            self._client.get_paginator(operation).paginate(  # type: ignore[call-overload]
+                Bucket=self.bucket, Prefix=key_prefix
+            )
+        )
+        while True:
+            with self._call() as call:
+                try:
+                    page = next(pages, None)
+                except (ClientError, BotoCoreError) as e:
+                    raise self._error(e, action, path, call) from e
+            if page is None:
+                return
+            yield dict(page)
 
     def _head(self, path: str) -> dict[str, Any] | None:
         key = self._key(path)
