@@ -17,6 +17,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -160,7 +161,7 @@ def create_catalog_engine(url: str, timeouts: CatalogTimeouts | None = None) -> 
         ) from None
 
 
-def _ms(value: Any) -> int:
+def _ms(value: timedelta) -> int:
     return int(value.total_seconds() * 1000)
 
 
@@ -175,6 +176,9 @@ def _postgres_engine(url: URL, limits: CatalogTimeouts) -> Engine:
     given = url.query.get("options") or ()
     options = " ".join([server, *((given,) if isinstance(given, str) else given)])
     keepalive = max(1, int(limits.keepalive.total_seconds()))
+    # No pool pre-ping: it would query a pooled connection before the attempt watches its
+    # socket. A connection that went stale fails its attempt's first statement instead, and
+    # the attempt is retried on a fresh one.
     engine = sa.create_engine(
         url,
         pool_timeout=limits.pool.total_seconds(),
