@@ -27,7 +27,7 @@ from state_runtime.catalog.schema import upgrade
 from state_runtime.cli import main
 from state_runtime.cli.exits import EXIT_FAILED, EXIT_REFUSED, EXIT_USAGE
 from state_runtime.identity import StoreId
-from tests.catalog.conftest import PG_HOST, PG_PORT, PG_USER
+from tests.catalog.conftest import PG_HOST, PG_PORT, PG_USER, pg_database  # noqa: F401
 from tests.catalog.factory import Stream, info
 
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
@@ -324,7 +324,11 @@ def check(place: Place, case: Row, code: int, stdout: str, stderr: str, before: 
     [*ROWS, *(pytest.param(r, marks=pytest.mark.postgres) for r in POSTGRES_ROWS)],
     ids=lambda r: r.name,
 )
-def test_hostile_input(case: Row, place: Place, cli: CliRunner) -> None:
+def test_hostile_input(
+    case: Row, place: Place, cli: CliRunner, request: pytest.FixtureRequest
+) -> None:
+    if case in POSTGRES_ROWS:
+        request.getfixturevalue("pg_database")  # the server must be up (CI: or fail)
     before = place.files()
     result = cli.invoke(main, command_line(case, place), env=case.env)
     check(place, case, result.exit_code, result.stdout, result.stderr, before)
