@@ -29,7 +29,7 @@ from state_runtime.catalog.records import (
     Verdict,
 )
 from state_runtime.catalog.schema import head_revision, upgrade
-from state_runtime.catalog.settings import URL_ENV, catalog_url
+from state_runtime.catalog.settings import URL_ENV, CatalogTimeouts, catalog_url
 from state_runtime.catalog.tables import FileState, RunKind, RunOutcome, Verification
 from state_runtime.retention import MIN_RETAINED_VERSIONS, RetentionPolicy
 
@@ -39,6 +39,7 @@ __all__ = [
     "BatchCommit",
     "BatchMetrics",
     "Catalog",
+    "CatalogTimeouts",
     "CommitEntry",
     "Deletion",
     "Explanation",

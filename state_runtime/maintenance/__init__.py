@@ -33,6 +33,7 @@ from state_runtime.maintenance.fleet import (
     parse_store_key,
 )
 from state_runtime.maintenance.health import FleetTotals, StoreReport, store_reports
+from state_runtime.maintenance.leftovers import LeftoverReport, sweep_leftovers
 from state_runtime.maintenance.policy import MaintenancePolicy, format_duration, parse_duration
 from state_runtime.maintenance.progress import SILENT, CallbackProgress, Progress, RichProgress
 from state_runtime.maintenance.reconcile import ReconcileReport, reconcile
@@ -76,6 +77,7 @@ __all__ = [
     "Fleet",
     "FleetTotals",
     "HeldStore",
+    "LeftoverReport",
     "MaintenancePolicy",
     "Progress",
     "ReconcileReport",
@@ -116,5 +118,6 @@ __all__ = [
     "snapshot_pass",
     "store_reports",
     "store_status",
+    "sweep_leftovers",
     "validate_stores",
 ]

@@ -13,17 +13,16 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from state_runtime.catalog import FileRecord
 from state_runtime.errors import FileAlreadyExists, InvalidArgument
-from state_runtime.storage import DeleteResult, FileInfo, Storage
+from state_runtime.storage import DeleteResult, FileInfo, PartialWrite, Storage
 
 
-class CatalogListedStorage(Storage):
-    """``storage`` with ``list`` answered from catalog records instead of the storage."""
+class _Forwarding(Storage):
+    """A storage that forwards every request to ``inner`` (and counts it there)."""
 
-    def __init__(self, storage: Storage, files: Iterable[FileRecord]) -> None:
+    def __init__(self, storage: Storage) -> None:
         super().__init__()
         self.inner = storage
         self.requests = storage.requests
-        self.files = [FileInfo(f.path, f.size_bytes, f.created_at) for f in files]
 
     @property
     def uri(self) -> str:
@@ -42,27 +41,38 @@ class CatalogListedStorage(Storage):
         return self.inner.size(path)
 
     def list(self, prefix: str) -> Iterator[FileInfo]:
-        folder = prefix.rstrip("/") + "/"
-        return iter([f for f in self.files if f.path.startswith(folder)])
+        return self.inner.list(prefix)
 
     def delete(self, paths: Sequence[str]) -> DeleteResult:
         return self.inner.delete(paths)
 
+    def partial_writes(self, folders: Sequence[str]) -> Iterator[PartialWrite]:
+        return self.inner.partial_writes(folders)
 
-class StagedWrites(Storage):
+    def abort_partial_writes(self, writes: Sequence[PartialWrite]) -> DeleteResult:
+        return self.inner.abort_partial_writes(writes)
+
+
+class CatalogListedStorage(_Forwarding):
+    """``storage`` with ``list`` answered from catalog records instead of the storage."""
+
+    def __init__(self, storage: Storage, files: Iterable[FileRecord]) -> None:
+        super().__init__(storage)
+        self.files = [FileInfo(f.path, f.size_bytes, f.created_at) for f in files]
+
+    def list(self, prefix: str) -> Iterator[FileInfo]:
+        folder = prefix.rstrip("/") + "/"
+        return iter([f for f in self.files if f.path.startswith(folder)])
+
+
+class StagedWrites(_Forwarding):
     """``storage`` whose writes stay in memory (``staged``): how a repair builds a snapshot's
     bytes with the provider's own writer, to verify them before anything on storage changes.
-    Reads of a staged path see the staged bytes; everything else goes to ``storage``."""
+    Reads of a staged path see the staged bytes; it never deletes."""
 
     def __init__(self, storage: Storage) -> None:
-        super().__init__()
-        self.inner = storage
-        self.requests = storage.requests
+        super().__init__(storage)
         self.staged: dict[str, bytes] = {}
-
-    @property
-    def uri(self) -> str:
-        return self.inner.uri
 
     def read(self, path: str) -> bytes:
         return self.staged[path] if path in self.staged else self.inner.read(path)
@@ -78,8 +88,8 @@ class StagedWrites(Storage):
     def size(self, path: str) -> int:
         return len(self.staged[path]) if path in self.staged else self.inner.size(path)
 
-    def list(self, prefix: str) -> Iterator[FileInfo]:
-        return self.inner.list(prefix)
-
     def delete(self, paths: Sequence[str]) -> DeleteResult:
+        raise InvalidArgument("staged writes never delete")
+
+    def abort_partial_writes(self, writes: Sequence[PartialWrite]) -> DeleteResult:
         raise InvalidArgument("staged writes never delete")

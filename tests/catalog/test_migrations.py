@@ -19,7 +19,7 @@ from state_runtime.catalog.__main__ import main as catalog_main
 from state_runtime.catalog.engine import create_catalog_engine
 from state_runtime.catalog.schema import ALEMBIC_INI, alembic_config, current_revision, upgrade
 from state_runtime.catalog.tables import metadata
-from state_runtime.errors import CatalogError, CatalogSchemaOutdated
+from state_runtime.errors import CatalogError, CatalogSchemaOutdated, CatalogSchemaTooNew
 from state_runtime.identity import CheckpointRef, StoreId
 from tests.catalog.conftest import DIALECTS, FAST_RETRY
 
@@ -162,6 +162,27 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     assert not isinstance(err.value, CatalogSchemaOutdated)
 
 
+def test_a_newer_schema_is_refused_by_upgrade_too_and_left_alone(empty_url: str) -> None:
+    """With or without upgrade=True, and from the command line: the library's typed error
+    naming both revisions, never alembic's own exception."""
+    engine = create_catalog_engine(empty_url)
+    upgrade(engine)
+    with engine.begin() as connection:
+        connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999_future'"))
+    for attempt in (
+        lambda: Catalog.open(empty_url, upgrade=True, retry=FAST_RETRY),
+        lambda: Catalog.open(empty_url, retry=FAST_RETRY),
+        lambda: upgrade(engine),
+    ):
+        with pytest.raises(CatalogSchemaTooNew) as err:
+            attempt()
+        assert "9999_future" in str(err.value) and head_revision() in str(err.value)
+    assert catalog_main(["upgrade", "--url", empty_url]) == 1
+    with engine.connect() as connection:
+        assert current_revision(connection) == "9999_future"
+    engine.dispose()
+
+
 @pytest.mark.postgres
 def test_downgrade_to_base_and_back(pg_schema: str) -> None:
     engine = create_catalog_engine(pg_schema)
@@ -196,11 +217,11 @@ def test_command_line_upgrade(
 
 
 def test_upgrading_to_verified_snapshots_keeps_every_row_and_keeps_more(empty_url: str) -> None:
-    """A live catalog at 0004 whose snapshot already replaced a delta: after the upgrade every
+    """A live catalog at 0005 whose snapshot already replaced a delta: after the upgrade every
     row is still there, the snapshot is unverified (it replaces nothing until validated), and
     cleanup keeps what it would replace; once verified, it counts again."""
     engine = create_catalog_engine(empty_url)
-    upgrade(engine, "0004_store_holders")
+    upgrade(engine, "0005_run_ownership")
     with engine.begin() as connection:
         _fill_revision_1(connection)
         t = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

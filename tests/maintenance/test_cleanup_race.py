@@ -28,9 +28,13 @@ from state_runtime.maintenance import Fleet, MaintenancePolicy, cleanup_pass, sn
 from tests.maintenance.streams import KEY, VALUE, StoreStream
 
 VERSIONS = 110
+# No retention window at all: a committed file goes the moment no retained version needs it.
+# The grace for never-committed files stays: with none, the sweep of unfinished writes would
+# remove a writer's temporary file mid-write and fail that commit (safely, but the stream
+# would stop); no never-committed file appears here otherwise.
 ZERO = MaintenancePolicy(
     snapshot_min_deltas=3,
-    retention=RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0)),
+    retention=RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(hours=1)),
     min_window=timedelta(0),
 )
 

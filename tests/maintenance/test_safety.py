@@ -308,7 +308,7 @@ def test_an_interrupted_repair_is_resumed_without_loss(
 def test_an_upgraded_legacy_snapshot_counts_only_once_validated(
     make_stream: Callable[..., StoreStream],
 ) -> None:
-    """A catalog from before verification holds snapshots nobody verified (migration 0005
+    """A catalog from before verification holds snapshots nobody verified (migration 0006
     marks them unverified): cleanup keeps what they would replace until validation checks
     them."""
     stream = make_stream(stores=[StoreId(0, 0)])

@@ -14,8 +14,8 @@
   verdicts) and the status rule of ``state_runtime/maintenance/status.py``; a test checks that
   they agree with the Python rules.
 
-Revision ID: 0005_verified_snapshots
-Revises: 0004_store_holders
+Revision ID: 0006_verified_snapshots
+Revises: 0005_run_ownership
 Create Date: 2026-11-23
 """
 
@@ -27,8 +27,8 @@ import sqlalchemy as sa
 from alembic import op
 from alembic.util.pyfiles import load_python_file
 
-revision = "0005_verified_snapshots"
-down_revision: str | None = "0004_store_holders"
+revision = "0006_verified_snapshots"
+down_revision: str | None = "0005_run_ownership"
 branch_labels: str | None = None
 depends_on: str | None = None
 
