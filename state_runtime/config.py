@@ -31,7 +31,7 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         check_retained_versions(
-            self.min_versions_to_retain, "min_versions_to_retain", InvalidArgument
+            self.min_versions_to_retain, "min_versions_to_retain", InvalidArgument, named=True
         )
         if self.min_deltas_for_snapshot < 1:
             raise InvalidArgument("min_deltas_for_snapshot must be >= 1")

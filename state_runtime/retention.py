@@ -44,14 +44,18 @@ def check_retained_versions(
     value: int,
     what: str = "retain_versions",
     refusal: type[StateStoreError] = MaintenanceRefused,
+    *,
+    named: bool = False,
 ) -> int:
     """``value`` if it is an int at or above the safety floor; else ``refusal`` (a maintenance
-    request is refused; a store configuration is an invalid argument)."""
+    request is refused; a store configuration is an invalid argument), the message starting
+    with ``what=value`` when ``named`` (callers that label settings themselves leave it off)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(f"{what} must be an int, got {value!r}")
     if value < MIN_RETAINED_VERSIONS:
         raise refusal(
-            f"{what}={value}: retaining {value} version(s) is below the safety floor of "
+            (f"{what}={value}: " if named else "")
+            + f"retaining {value} version(s) is below the safety floor of "
             f"{MIN_RETAINED_VERSIONS}: at least {MIN_RETAINED_VERSIONS} committed versions "
             "must stay loadable"
         )
