@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_runtime.arrow_rows import Row, struct_array
+from state_runtime.arrow_rows import Row, struct_array, struct_rows
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CannotCommit, InvalidArgument, StorageError, StoreClosed
 from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpoint_id
@@ -116,6 +116,11 @@ class ReadStateStore:
         return self._host.store_id
 
     @property
+    def schema(self) -> StateSchema:
+        """The key and value schemas (Spark and Arrow forms)."""
+        return self._host.schema
+
+    @property
     def version(self) -> int:
         """The committed version this instance was opened at."""
         return self._version.ref.version
@@ -164,6 +169,15 @@ class ReadStateStore:
                 store=self.store_id,
             )
         return lookup(self._indexer, self._runs(), keys, self._host.schema.value_arrow)
+
+    def get_many(self, keys: Iterable[Any]) -> list[Row | None]:
+        """The values of many Python keys in one vectorised lookup (None where absent)."""
+        normalized = [self._key(k) for k in keys]
+        try:
+            arrow_keys = self._indexer.to_arrow(normalized)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+            raise InvalidArgument(f"a key does not fit the key schema: {e}") from e
+        return struct_rows(self.lookup(arrow_keys))
 
     def prefix_scan(self, prefix: Any) -> Iterator[tuple[Row, Row]]:
         """Rows whose leading key columns equal ``prefix`` (a tuple), in key order.
