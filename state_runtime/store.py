@@ -24,9 +24,10 @@ import pyarrow.compute as pc
 
 from state_runtime.arrow_rows import Row, struct_array, struct_rows
 from state_runtime.checkpoint import CheckpointInfo
+from state_runtime.config import StoreConfig
 from state_runtime.errors import CannotCommit, InvalidArgument, StorageError, StoreClosed
 from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpoint_id
-from state_runtime.keys import KeyIndexer
+from state_runtime.keys import KeyIndexer, freeze
 from state_runtime.metrics import LoadMetrics, StoreMetrics
 from state_runtime.runs import Run
 from state_runtime.schema import StateSchema
@@ -45,6 +46,41 @@ ABSENT: Final = _Absent()
 """Marks a removed key in a store's pending per-key changes."""
 
 _MAX_PENDING_RUNS = 8
+
+
+class _Unhashable:
+    """A key holding lists or dicts (array and map columns), as a dict key."""
+
+    __slots__ = ("frozen", "key")
+
+    def __init__(self, key: Row) -> None:
+        self.key = key
+        self.frozen = freeze(key)
+
+    def __hash__(self) -> int:
+        return hash(self.frozen)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Unhashable) and self.frozen == other.frozen
+
+
+class _Changes(dict[Any, "Row | _Absent"]):
+    """Per-key changes in order of arrival; keys with unhashable parts are wrapped."""
+
+    def set(self, key: Row, change: Row | _Absent) -> None:
+        try:
+            self[key] = change
+        except TypeError:
+            self[_Unhashable(key)] = change
+
+    def find(self, key: Row) -> Row | _Absent | None:
+        try:
+            return self.get(key)
+        except TypeError:
+            return self.get(_Unhashable(key))
+
+    def keys_as_rows(self) -> list[Row]:
+        return [k.key if isinstance(k, _Unhashable) else k for k in self]
 
 
 class StoreHost(Protocol):
@@ -119,6 +155,11 @@ class ReadStateStore:
     def schema(self) -> StateSchema:
         """The key and value schemas (Spark and Arrow forms)."""
         return self._host.schema
+
+    @property
+    def config(self) -> StoreConfig:
+        """The settings of the provider that opened this store."""
+        return self._host.checkpoints.config
 
     @property
     def version(self) -> int:
@@ -244,7 +285,7 @@ class StateStore(ReadStateStore):
 
     def __init__(self, host: StoreHost, version: Version, load: LoadMetrics) -> None:
         super().__init__(host, version, load)
-        self._puts: dict[Row, Row | _Absent] = {}  # per-key changes since the last flush
+        self._puts = _Changes()  # per-key changes since the last flush
         self._pending: list[Run] = []  # flushed changes, newest first
         self._status = _State.OPEN
         self._info: CheckpointInfo | None = None
@@ -257,14 +298,14 @@ class StateStore(ReadStateStore):
         if not self._puts:
             return
         schema = self._host.schema
-        keys = struct_array(list(self._puts), schema.key_arrow)
+        keys = struct_array(self._puts.keys_as_rows(), schema.key_arrow)
         values = struct_array(
             [None if v is ABSENT else v for v in self._puts.values()],  # type: ignore[misc]
             schema.value_arrow,
         )
         run, _ = Run.build(self._indexer, keys, values)
         self._push(run)
-        self._puts = {}
+        self._puts = _Changes()
 
     def _push(self, run: Run) -> None:
         self._pending.insert(0, run)
@@ -300,7 +341,7 @@ class StateStore(ReadStateStore):
 
     def get(self, key: Any) -> Row | None:
         k = self._key(key)
-        change = self._puts.get(k)
+        change = self._puts.find(k)
         if change is not None:
             return None if change is ABSENT else change  # type: ignore[return-value]
         if not self._pending:
@@ -333,19 +374,19 @@ class StateStore(ReadStateStore):
     def put(self, key: Any, value: Any) -> None:
         """Set ``key`` to ``value`` in the version being built."""
         self._check_open()
-        self._puts[self._key(key)] = self._value(value)
+        self._puts.set(self._key(key), self._value(value))
 
     def remove(self, key: Any) -> None:
         """Remove ``key`` (a no-op if absent)."""
         self._check_open()
-        self._puts[self._key(key)] = ABSENT
+        self._puts.set(self._key(key), ABSENT)
 
     def remove_where(self, predicate: Callable[[Row, Row], bool]) -> int:
         """Remove every row for which ``predicate(key, value)`` is true; returns the count."""
         self._check_open()
         doomed = [k for k, v in self.items() if predicate(k, v)]
         for k in doomed:
-            self._puts[k] = ABSENT
+            self._puts.set(k, ABSENT)
         return len(doomed)
 
     def apply(
@@ -357,9 +398,9 @@ class StateStore(ReadStateStore):
         self._check_open()
         key, value, changes = self._key, self._value, self._puts
         for k, v in puts:
-            changes[key(k)] = value(v)
+            changes.set(key(k), value(v))
         for k in removes:
-            changes[key(k)] = ABSENT
+            changes.set(key(k), ABSENT)
 
     def apply_arrow(self, data: pa.Table | pa.RecordBatch) -> None:
         """Apply rows in the checkpoint layout: a ``key`` and a ``value`` struct column.
@@ -457,6 +498,6 @@ class StateStore(ReadStateStore):
     def abort(self) -> None:
         """Discard this version's updates; no file is written. Idempotent after commit/abort."""
         if self._status is _State.OPEN:
-            self._puts = {}
+            self._puts = _Changes()
             self._pending = []
             self._status = _State.ABORTED
