@@ -137,7 +137,7 @@ class Run:
 
     def position_of(self, indexer: KeyIndexer, h: int, key: tuple[Any, ...]) -> int:
         """The row of one Python key (with index key ``h``) or -1."""
-        i = int(np.searchsorted(self.index, h))
+        i = int(self.index.searchsorted(h))
         n = len(self.index)
         while i < n and int(self.index[i]) == h:
             if indexer.exact and h != INT64_MIN:
@@ -164,12 +164,19 @@ class Run:
         return [_Column(c) for c in self.values.flatten()]
 
     def key_at(self, i: int) -> Row:
-        return tuple(c[i] for c in self._key_columns)
+        return tuple([c[i] for c in self._key_columns])
+
+    @cached_property
+    def _removed(self) -> np.ndarray | None:
+        if not self.values.null_count:
+            return None
+        return np.asarray(self.values.is_null().to_numpy(zero_copy_only=False))
 
     def value_at(self, i: int) -> Row | None:
-        if self.values.null_count and not self.values.is_valid()[i].as_py():
+        removed = self._removed
+        if removed is not None and removed[i]:
             return None
-        return tuple(c[i] for c in self._value_columns)
+        return tuple([c[i] for c in self._value_columns])
 
     def rows(self) -> Iterator[tuple[Row, Row | None]]:
         """Every (key, value) in index order; value None for a removal."""

@@ -12,7 +12,7 @@ is committed meanwhile.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -111,10 +111,11 @@ class Version:
         """A version whose whole state is ``base`` (a snapshot, or empty)."""
         return cls(indexer, ref, lineage, len(base), base)
 
-    @property
-    def runs(self) -> tuple[Run, ...]:
-        """Newest first, the base last."""
-        return (*self.overlays, self.base)
+    runs: tuple[Run, ...] = field(init=False)
+    """Newest first, the base last."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "runs", (*self.overlays, self.base))
 
     @property
     def nbytes(self) -> int:
