@@ -28,8 +28,10 @@ from state_runtime.storage import LocalStorage
 from state_runtime.versions import row_change
 
 KEY, VALUE = "k bigint", "count bigint"
-SCHEMAS = {"k bigint -> count bigint": ("k bigint", "count bigint"),
-           "user string -> count bigint, last string": ("user string", "count bigint, last string")}
+SCHEMAS = {
+    "k bigint -> count bigint": ("k bigint", "count bigint"),
+    "user string -> count bigint, last string": ("user string", "count bigint, last string"),
+}
 
 
 def timed(fn: Callable[[], object], repeat: int = 5) -> float:
@@ -137,8 +139,7 @@ def load_cost(root: str, size: int, deltas: int, changes: int) -> tuple[float, f
 
 def _rows(schema: str, keys: np.ndarray) -> pa.Table:
     """Rows of the benchmark's schemas in the checkpoint layout, for keys ``keys``."""
-    key, value = SCHEMAS[schema]
-    if key == KEY:
+    if SCHEMAS[schema][0] == KEY:
         k = pa.StructArray.from_arrays([pa.array(keys)], names=["k"])
         v = pa.StructArray.from_arrays([pa.array(keys)], names=["count"])
     else:
@@ -154,16 +155,21 @@ def apply_vs_dict(root: str, size: int, updates: int) -> list[tuple[str, float, 
     """10k upserts (and read-modify-writes) on ``size`` keys: columnar bulk vs a dict."""
     p = provider(root, 70)
     store = p.get_store(0)
-    store.apply_arrow(_rows(list(SCHEMAS)[0], np.arange(size)))
+    store.apply_arrow(_rows(next(iter(SCHEMAS)), np.arange(size)))
     info = store.commit()
     version = p.get_read_store(1, info.checkpoint_id)._version
     rng = np.random.default_rng(11)
-    batch = _rows(list(SCHEMAS)[0], rng.choice(size * 2, updates, replace=False))
+    batch = _rows(next(iter(SCHEMAS)), rng.choice(size * 2, updates, replace=False))
     keys, values = batch.column("key").combine_chunks(), batch.column("value").combine_chunks()
     ref = CheckpointRef(2, "0" * 32)
     state = {(i,): (i,) for i in range(size)}  # the old representation
-    pairs = list(zip(((k,) for k in keys.field(0).to_pylist()),
-                     ((v,) for v in values.field(0).to_pylist()), strict=True))
+    pairs = list(
+        zip(
+            ((k,) for k in keys.field(0).to_pylist()),
+            ((v,) for v in values.field(0).to_pylist()),
+            strict=True,
+        )
+    )
 
     def columnar_upsert() -> None:
         run, _ = Run.build(p.indexer, keys, values)
@@ -179,9 +185,7 @@ def apply_vs_dict(root: str, size: int, updates: int) -> list[tuple[str, float, 
         import pyarrow.compute as pc
 
         total = pc.coalesce(pc.add(old, values.field(0)), values.field(0))
-        run, _ = Run.build(
-            p.indexer, keys, pa.StructArray.from_arrays([total], names=["count"])
-        )
+        run, _ = Run.build(p.indexer, keys, pa.StructArray.from_arrays([total], names=["count"]))
         version.derive(run, ref, (), version.rows + row_change(p.indexer, version.runs, run))
 
     def dict_increment() -> None:
@@ -249,10 +253,15 @@ def main() -> None:
         load, raw, raw_py = load_cost(root, big, 10, 10_000)
         print(f"\n| load {big:,} keys: snapshot + 10 deltas of 10k changes | time | ratio |")
         print("|---|---|---|")
-        print(f"| state_runtime (verify, decode, index, apply) | {load:.3f} s | {load / raw:.1f}x |")
+        print(
+            f"| state_runtime (verify, decode, index, apply) | {load:.3f} s | {load / raw:.1f}x |"
+        )
         print(f"| pyarrow alone: read + decode the same files | {raw:.3f} s | 1.0x |")
         print(f"| pyarrow: read + decode + to_pylist | {raw_py:.3f} s | {raw_py / raw:.1f}x |")
-        print(f"\n| memory, {big:,} keys + 10 commits of 1k | bytes/key held | Arrow bytes/key | ratio |")
+        print(
+            f"\n| memory, {big:,} keys + 10 commits of 1k | bytes/key held | Arrow bytes/key "
+            "| ratio |"
+        )
         print("|---|---|---|---|")
         for schema, held, arrow in memory_per_key(root, big):
             print(f"| {schema} | {held:.1f} | {arrow:.1f} | {held / arrow:.2f}x |")

@@ -14,6 +14,7 @@ import json
 import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
 import pyarrow as pa
 import pyarrow.compute as pc
 

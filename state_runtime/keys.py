@@ -14,7 +14,7 @@ every other NaN, as Spark normalises grouping keys.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
     x = x * np.uint64(_C1)
     x = x ^ (x >> np.uint64(27))
     x = x * np.uint64(_C2)
-    return x ^ (x >> np.uint64(31))
+    mixed: np.ndarray = x ^ (x >> np.uint64(31))
+    return mixed
 
 
 def _mix_int(x: int) -> int:
@@ -99,7 +100,7 @@ def _numeric_words(col: pa.Array) -> np.ndarray | None:
 
 
 def _is_bytes_like(t: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_string(t)
         or pa.types.is_large_string(t)
         or pa.types.is_binary(t)
@@ -114,7 +115,7 @@ class KeyIndexer:
         self.type = key_type
         self.types = [key_type.field(i).type for i in range(key_type.num_fields)]
         self.exact = len(self.types) == 1 and pa.types.is_integer(self.types[0])
-        self._fast: list[type] = [
+        self._fast: list[type[Any]] = [
             int
             if pa.types.is_integer(t)
             else str
@@ -144,6 +145,7 @@ class KeyIndexer:
         """One uint64 word per value (equal values give equal words; nulls a fixed word)."""
         words = _numeric_words(col)
         if words is None:
+            hashed: Iterable[int]
             if _is_bytes_like(col.type):
                 hashed = map(hash, col.to_pylist())
             else:
@@ -168,7 +170,10 @@ class KeyIndexer:
                 eq = np.asarray(pc.equal(x, y).fill_null(False).to_numpy(zero_copy_only=False))
             else:
                 eq = np.array(
-                    [freeze(p) == freeze(q) for p, q in zip(to_python(x), to_python(y), strict=True)],
+                    [
+                        freeze(p) == freeze(q)
+                        for p, q in zip(to_python(x), to_python(y), strict=True)
+                    ],
                     dtype=bool,
                 )
             result &= (xn & yn) | (~xn & ~yn & eq)
@@ -190,7 +195,7 @@ class KeyIndexer:
             if v is None:
                 word = _NULL
             elif type(v) is fast:
-                word = (v if fast is int else hash(v)) & M64
+                word = (int(v) if fast is int else hash(v)) & M64
             else:
                 word = int(self._words(pa.array([v], type=t))[0])
             h = _mix_int(h ^ word)
@@ -205,7 +210,9 @@ class KeyIndexer:
 
     def to_arrow(self, keys: Sequence[Sequence[Any]]) -> pa.StructArray:
         """Python key tuples as a key struct array (raises Arrow's errors for bad values)."""
-        columns = list(zip(*keys, strict=True)) if keys else [[] for _ in self.types]
+        columns: list[Sequence[Any]] = (
+            list(zip(*keys, strict=True)) if keys else [[] for _ in self.types]
+        )
         return pa.StructArray.from_arrays(
             [pa.array(c, type=t) for c, t in zip(columns, self.types, strict=True)],
             fields=list(self.type),

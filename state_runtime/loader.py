@@ -187,7 +187,9 @@ class VersionLoader:
         """Whether ``error`` is about a file that is gone, or the listing is out of date."""
         if isinstance(error, CheckpointFileMissing):
             return True
-        listed = {info.path.rsplit("/", 1)[-1] for info in self.target.storage.list(self.store.directory)}
+        listed = {
+            info.path.rsplit("/", 1)[-1] for info in self.target.storage.list(self.store.directory)
+        }
         return listed != names
 
     def _base_for(
@@ -301,7 +303,10 @@ class VersionLoader:
             return values
         wide = self.schema.value_arrow
         children = values.flatten()
-        children += [pa.nulls(len(values), type=wide.field(i).type) for i in range(len(children), wide.num_fields)]
+        children += [
+            pa.nulls(len(values), type=wide.field(i).type)
+            for i in range(len(children), wide.num_fields)
+        ]
         mask = values.is_null() if values.null_count else None
         return pa.StructArray.from_arrays(children, fields=list(wide), mask=mask)
 

@@ -33,7 +33,8 @@ class _Column:
         t = array.type
         numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
         self._numpy = (
-            np.asarray(array.to_numpy(zero_copy_only=False)) if numeric and not array.null_count
+            np.asarray(array.to_numpy(zero_copy_only=False))
+            if numeric and not array.null_count
             else None
         )
 
@@ -68,8 +69,8 @@ class Run:
     def empty(cls, key_type: pa.StructType, value_type: pa.StructType) -> Run:
         return cls(
             np.empty(0, dtype=np.int64),
-            pa.array([], type=key_type),  # type: ignore[arg-type]
-            pa.array([], type=value_type),  # type: ignore[arg-type]
+            pa.array([], type=key_type),
+            pa.array([], type=value_type),
         )
 
     @classmethod
@@ -151,7 +152,7 @@ class Run:
         stored = self.key_at(i)
         if stored == key:
             return True
-        return freeze(stored) == freeze(indexer.normalize(key))
+        return bool(freeze(stored) == freeze(indexer.normalize(key)))
 
     # --- Python access --------------------------------------------------------------------
 

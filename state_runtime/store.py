@@ -316,7 +316,9 @@ class StateStore(ReadStateStore):
         try:
             self._flush()
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
-            raise InvalidArgument(f"a value does not fit the schema: {e}", store=self.store_id) from e
+            raise InvalidArgument(
+                f"a value does not fit the schema: {e}", store=self.store_id
+            ) from e
 
     def _changes(self) -> Run:
         """This version's changes as one change run (empty when there are none)."""

@@ -63,12 +63,12 @@ def lookup(
         parts.append(pa.nulls(len(todo), type=value_type))
         order.append(todo)
     if not parts:
-        return pa.array([], type=value_type)  # type: ignore[no-any-return]
+        return pa.array([], type=value_type)
     if len(parts) == 1 and bool(np.all(order[0] == np.arange(n))):
-        return parts[0]  # type: ignore[no-any-return]
+        return parts[0]
     inverse = np.empty(n, dtype=np.int64)
     inverse[np.concatenate(order)] = np.arange(n)
-    return pa.concat_arrays(parts).take(pa.array(inverse))  # type: ignore[no-any-return]
+    return pa.concat_arrays(parts).take(pa.array(inverse))
 
 
 def squash(indexer: KeyIndexer, runs: Sequence[Run]) -> Run:
@@ -151,9 +151,13 @@ class Version:
         if len(changes):
             overlays.insert(0, changes)
         while len(overlays) >= 2 and 2 * len(overlays[0]) >= len(overlays[1]):
-            overlays[0:2] = [overlays[1].merged_with(self.indexer, overlays[0], drop_removals=False)]
+            overlays[0:2] = [
+                overlays[1].merged_with(self.indexer, overlays[0], drop_removals=False)
+            ]
         base = self.base
         if overlays and COMPACT_FRACTION * sum(len(o) for o in overlays) >= len(base):
-            base = base.merged_with(self.indexer, squash(self.indexer, overlays), drop_removals=True)
+            base = base.merged_with(
+                self.indexer, squash(self.indexer, overlays), drop_removals=True
+            )
             overlays = []
         return Version(self.indexer, ref, lineage, rows, base, tuple(overlays))

@@ -107,13 +107,21 @@ def test_cold_readers_of_retained_versions_load_while_maintenance_runs(tmp_path:
             )  # the first try must succeed
             assert {k[0]: v[0] for k, v in store.items()} == model, info.ref
             counts["reads"] += 1
-            counts["relisted"] += sum("listed the files again" in r for r in store.metrics.load.repairs)
+            counts["relisted"] += sum(
+                "listed the files again" in r for r in store.metrics.load.repairs
+            )
         finally:
             pins.unpin(info)
 
     threads = [
         threading.Thread(target=loop, args=(body,))
-        for body in (snapshot, clean, lambda: cold_read(0), lambda: cold_read(1), lambda: cold_read(0))
+        for body in (
+            snapshot,
+            clean,
+            lambda: cold_read(0),
+            lambda: cold_read(1),
+            lambda: cold_read(0),
+        )
     ]
     for t in threads:
         t.start()

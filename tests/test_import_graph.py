@@ -52,7 +52,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         on_stack.add(node)
         for nxt in sorted(graph[node]):
             if nxt in on_stack:
-                return stack[stack.index(nxt) :] + [nxt]
+                return [*stack[stack.index(nxt) :], nxt]
             if nxt not in done:
                 cycle = visit(nxt)
                 if cycle:

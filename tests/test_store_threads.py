@@ -44,19 +44,16 @@ def test_scans_and_bulk_reads_of_v1_are_unchanged_by_a_commit(storage: Storage) 
     scan = reader.prefix_scan("u3")
     first = next(scan)
     writer = p.get_store(1, v1.checkpoint_id)
-    writer.apply(puts=[((f"u3", i), (0,)) for i in range(2_000, 2_100)], removes=[("u3", 3)])
+    writer.apply(puts=[(("u3", i), (0,)) for i in range(2_000, 2_100)], removes=[("u3", 3)])
     writer.commit()
-    assert [first, *scan] == [((f"u3", i), (i,)) for i in range(3, 1_000, 10)]
+    assert [first, *scan] == [(("u3", i), (i,)) for i in range(3, 1_000, 10)]
     assert reader.get_many([("u3", 3), ("u3", 2_000)]) == [(3,), None]
 
 
 def test_threaded_readers_see_their_version_while_a_writer_commits(storage: Storage) -> None:
     """A stress test: one writer commits 40 versions on a shared provider while four threads
     open random earlier versions of it and check each read against the model of that version."""
-    if storage.uri.startswith("s3"):
-        versions = 15
-    else:
-        versions = 40
+    versions = 15 if storage.uri.startswith("s3") else 40
     p = StateStoreProvider(
         storage,
         0,

@@ -74,9 +74,7 @@ class _RunningAggregate:
         # The aggregate columns, in the order asked, are the ones that are not keys.
         agg_names = [c for c in grouped.column_names if c not in self.key_columns]
         totals = [
-            _combine(
-                a.function, old[i], grouped.column(name).combine_chunks().cast(old[i].type)
-            )
+            _combine(a.function, old[i], grouped.column(name).combine_chunks().cast(old[i].type))
             for i, (a, name) in enumerate(zip(self.aggs, agg_names, strict=True))
         ]
         values = pa.StructArray.from_arrays(totals, fields=list(value_type))

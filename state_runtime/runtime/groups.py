@@ -103,7 +103,9 @@ class _GroupsWithState:
         expired = state.filter(due)
         keys = struct_rows(expired.column("key").combine_chunks())
         values = struct_rows(expired.column("value").combine_chunks())
-        return [(k, v) for k, v in zip(keys, values, strict=True) if k is not None and v is not None]
+        return [
+            (k, v) for k, v in zip(keys, values, strict=True) if k is not None and v is not None
+        ]
 
     def _call(
         self,

@@ -65,9 +65,7 @@ class _Flaky:
         ctx = TaskContext.get()
         assert ctx is not None
         if ctx.attemptNumber() == 0 and ctx.partitionId() in self.failing:
-            provider = worker.provider_for(
-                self.storage, store.store_id, store.schema, store.config
-            )
+            provider = worker.provider_for(self.storage, store.store_id, store.schema, store.config)
             duplicate = provider.get_store(store.version, store.checkpoint_id)
             self.inner(duplicate, rows)
             duplicate.commit()  # a second attempt's delta for the same version: never committed
