@@ -33,7 +33,7 @@ from state_runtime.identity import EMPTY, CheckpointRef, FileKind
 from state_runtime.keys import KeyIndexer
 from state_runtime.metrics import LoadMetrics, LoadSource
 from state_runtime.runs import Run
-from state_runtime.versions import Version, row_change
+from state_runtime.versions import Version, row_change, squash
 from state_runtime.writer import CheckpointTarget
 
 LOAD_ATTEMPTS = 4
@@ -233,11 +233,15 @@ class VersionLoader:
         return Version.of(self.indexer, snap.run, ref, snap.header.lineage)
 
     def apply(self, base: Version, chain: list[CheckpointFile], metrics: LoadMetrics) -> Version:
-        """Apply deltas (given newest first) on top of ``base``, checking each one's row count
-        against its header."""
-        version = base
+        """Apply deltas (given newest first) on top of ``base`` as one change, checking each
+        one's row count against its header on the way."""
+        if not chain:
+            return base
+        runs = list(base.runs)
+        rows = base.rows
         for delta in reversed(chain):
-            rows = version.rows + row_change(self.indexer, version.runs, delta.run)
+            rows += row_change(self.indexer, runs, delta.run)
+            runs.insert(0, delta.run)
             if rows != delta.header.state_rows:
                 raise CheckpointFileCorrupt(
                     f"applying this delta gives {rows} rows, its header says "
@@ -247,9 +251,10 @@ class VersionLoader:
                     checkpoint_id=delta.ref.checkpoint_id,
                     path=delta.path,
                 )
-            version = version.derive(delta.run, delta.ref, delta.header.lineage, rows)
             metrics.deltas_applied += 1
-        return version
+        changes = squash(self.indexer, [delta.run for delta in chain])
+        target = chain[0]
+        return base.derive(changes, target.ref, target.header.lineage, rows)
 
     # --- files --------------------------------------------------------------------------
 

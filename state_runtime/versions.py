@@ -72,11 +72,22 @@ def lookup(
 
 
 def squash(indexer: KeyIndexer, runs: Sequence[Run]) -> Run:
-    """Change runs (newest first) as one change run; the newest change of each key wins."""
-    result = runs[-1]
-    for newer in reversed(runs[:-1]):
-        result = result.merged_with(indexer, newer, drop_removals=False)
-    return result
+    """Change runs (newest first) as one change run; the newest change of each key wins.
+
+    Two runs merge in O(rows); more are concatenated and sorted once (O(rows log rows)).
+    """
+    if len(runs) <= 2:
+        result = runs[-1]
+        for newer in reversed(runs[:-1]):
+            result = result.merged_with(indexer, newer, drop_removals=False)
+        return result
+    oldest_first = list(reversed(runs))
+    squashed, _ = Run.build(
+        indexer,
+        pa.concat_arrays([r.keys for r in oldest_first]),
+        pa.concat_arrays([r.values for r in oldest_first]),
+    )
+    return squashed
 
 
 def row_change(indexer: KeyIndexer, runs: Sequence[Run], changes: Run) -> int:
