@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from state_runtime import CheckpointRef, StateStoreProvider, StoreConfig
 from state_runtime.checkpoint_format import ENVELOPE_SIZE
@@ -152,7 +153,9 @@ def _rows(schema: str, keys: np.ndarray) -> pa.Table:
 
 
 def apply_vs_dict(root: str, size: int, updates: int) -> list[tuple[str, float, float]]:
-    """10k upserts (and read-modify-writes) on ``size`` keys: columnar bulk vs a dict."""
+    """10k updates arriving as Arrow, applied to ``size`` keys as a new version: the columnar
+    bulk path vs the old dict representation (Arrow to Python tuples, dict updates, and the
+    inverse diff kept so that the previous version stays readable)."""
     p = provider(root, 70)
     store = p.get_store(0)
     store.apply_arrow(_rows(next(iter(SCHEMAS)), np.arange(size)))
@@ -163,36 +166,41 @@ def apply_vs_dict(root: str, size: int, updates: int) -> list[tuple[str, float, 
     keys, values = batch.column("key").combine_chunks(), batch.column("value").combine_chunks()
     ref = CheckpointRef(2, "0" * 32)
     state = {(i,): (i,) for i in range(size)}  # the old representation
-    pairs = list(
-        zip(
-            ((k,) for k in keys.field(0).to_pylist()),
-            ((v,) for v in values.field(0).to_pylist()),
-            strict=True,
-        )
-    )
 
-    def columnar_upsert() -> None:
-        run, _ = Run.build(p.indexer, keys, values)
+    def columnar(new_values: pa.StructArray) -> None:
+        run, _ = Run.build(p.indexer, keys, new_values)
         version.derive(run, ref, (), version.rows + row_change(p.indexer, version.runs, run))
 
+    def dict_apply(changes: dict[tuple[int, ...], tuple[int, ...]]) -> None:
+        inverse = {k: state.get(k) for k in changes}  # what the older version keeps
+        state.update(changes)
+        assert len(inverse) == len(changes)
+
+    def python_rows() -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+        return (
+            [(k,) for k in keys.field(0).to_numpy().tolist()],
+            [(v,) for v in values.field(0).to_numpy().tolist()],
+        )
+
+    def columnar_upsert() -> None:
+        columnar(values)
+
     def dict_upsert() -> None:
-        d = state
-        for k, v in pairs:
-            d[k] = v
+        ks, vs = python_rows()
+        dict_apply(dict(zip(ks, vs, strict=True)))
 
     def columnar_increment() -> None:  # what running_aggregation does per batch
         old = version.lookup(keys).field(0)
-        import pyarrow.compute as pc
-
         total = pc.coalesce(pc.add(old, values.field(0)), values.field(0))
-        run, _ = Run.build(p.indexer, keys, pa.StructArray.from_arrays([total], names=["count"]))
-        version.derive(run, ref, (), version.rows + row_change(p.indexer, version.runs, run))
+        columnar(pa.StructArray.from_arrays([total], names=["count"]))
 
-    def dict_increment() -> None:
-        d = state
-        for k, v in pairs:
-            old = d.get(k)
-            d[k] = v if old is None else (old[0] + v[0],)
+    def dict_increment() -> None:  # what it did before, key by key
+        ks, vs = python_rows()
+        changes = {}
+        for k, v in zip(ks, vs, strict=True):
+            old = state.get(k)
+            changes[k] = v if old is None else (old[0] + v[0],)
+        dict_apply(changes)
 
     return [
         ("upsert", timed(columnar_upsert), timed(dict_upsert)),
