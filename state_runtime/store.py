@@ -12,6 +12,7 @@ through the columnar state without a Python object per row.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -136,6 +137,20 @@ def _lexicographic(columns: list[pa.Array], bound: Row, op: str, *, tail: bool) 
     return acc
 
 
+def _key_ordered(keys: pa.StructArray, values: pa.StructArray) -> Run:
+    """Rows sorted by their key columns (InvalidArgument if a key type has no order)."""
+    fields = keys.flatten()
+    names = [f"k{i}" for i in range(len(fields))]
+    try:
+        order = pc.sort_indices(
+            pa.table(dict(zip(names, fields, strict=True))),
+            sort_keys=[(n, "ascending") for n in names],
+        )
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise InvalidArgument(f"keys cannot be ordered for a scan: {e}") from e
+    return Run(np.arange(len(keys)), keys.take(order), values.take(order))
+
+
 class ReadStateStore:
     """A committed version of a store, read-only."""
 
@@ -250,18 +265,7 @@ class ReadStateStore:
         return self._in_key_order(state, mask)
 
     def _in_key_order(self, state: Run, mask: pa.Array) -> Iterator[tuple[Row, Row]]:
-        keys, values = state.keys.filter(mask), state.values.filter(mask)
-        fields = keys.flatten()
-        names = [f"k{i}" for i in range(len(fields))]
-        try:
-            order = pc.sort_indices(
-                pa.table(dict(zip(names, fields, strict=True))),
-                sort_keys=[(n, "ascending") for n in names],
-            )
-        except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-            raise InvalidArgument(f"keys cannot be ordered for a scan: {e}") from e
-        ordered = Run(np.arange(len(keys)), keys.take(order), values.take(order))
-        for key, value in ordered.rows():
+        for key, value in _key_ordered(state.keys.filter(mask), state.values.filter(mask)).rows():
             assert value is not None
             yield key, value
 
@@ -431,10 +435,16 @@ class StateStore(ReadStateStore):
         self._push(run)
 
     def updates(self) -> Iterator[tuple[Row, Row | None]]:
-        """This version's changes: (key, new value), or (key, None) for a removal."""
+        """This version's changes: (key, new value), or (key, None) for a removal; in key
+        order where the key type has one."""
         self._flushed()
-        if self._pending:
-            yield from squash(self._indexer, self._pending).rows()
+        if not self._pending:
+            return
+        changes = squash(self._indexer, self._pending)
+        if not self._indexer.exact:
+            with contextlib.suppress(InvalidArgument):
+                changes = _key_ordered(changes.keys, changes.values)
+        yield from changes.rows()
 
     # --- transaction --------------------------------------------------------------------
 
