@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
 
@@ -35,6 +36,8 @@ from state_runtime.metrics import LoadMetrics, LoadSource
 from state_runtime.runs import Run
 from state_runtime.versions import Version, row_change, squash
 from state_runtime.writer import CheckpointTarget
+
+_Fault = TypeVar("_Fault", bound=CannotLoadState)
 
 LOAD_ATTEMPTS = 4
 """Listings a cold load makes at most when files vanish under it (maintenance at work)."""
@@ -150,12 +153,11 @@ class VersionLoader:
                 elif f"{cur}.{FileKind.DELTA.value}" in names:
                     delta = self._need_delta(cur, child, metrics)
                 elif child is None:
-                    raise UnknownCheckpointId(
+                    raise self._fault(
+                        UnknownCheckpointId,
                         "no delta or snapshot exists for this version and checkpoint id",
-                        store=self.store,
-                        version=cur.version,
-                        checkpoint_id=cur.checkpoint_id,
-                        path=self._path(cur, FileKind.DELTA),
+                        cur,
+                        self._path(cur, FileKind.DELTA),
                     )
                 else:
                     raise self._missing(cur, child)
@@ -165,12 +167,11 @@ class VersionLoader:
                 child = delta
                 cur = delta.header.lineage[0] if delta.header.lineage else EMPTY
                 if cur.version != delta.ref.version - 1:
-                    raise LineageBroken(
+                    raise self._fault(
+                        LineageBroken,
                         f"lineage jumps from version {delta.ref.version} to {cur.version}",
-                        store=self.store,
-                        version=delta.ref.version,
-                        checkpoint_id=delta.ref.checkpoint_id,
-                        path=delta.path,
+                        delta.ref,
+                        delta.path,
                     )
         except (LineageBroken, CheckpointFileMissing) as e:
             if self._vanished(e, names):
@@ -214,13 +215,12 @@ class VersionLoader:
             snap = self.read(ref, FileKind.SNAPSHOT, metrics, missing_ok=False)
             assert snap is not None
             if snap.header.file_rows != snap.header.state_rows:
-                raise CheckpointFileCorrupt(
+                raise self._fault(
+                    CheckpointFileCorrupt,
                     f"snapshot holds {snap.header.file_rows} rows for a state of "
                     f"{snap.header.state_rows}",
-                    store=self.store,
-                    version=ref.version,
-                    checkpoint_id=ref.checkpoint_id,
-                    path=snap.path,
+                    ref,
+                    snap.path,
                 )
         except (CheckpointFileCorrupt, UnexpectedVersion, CheckpointFileMissing) as e:
             ignored.append(e)
@@ -243,13 +243,12 @@ class VersionLoader:
             rows += row_change(self.indexer, runs, delta.run)
             runs.insert(0, delta.run)
             if rows != delta.header.state_rows:
-                raise CheckpointFileCorrupt(
+                raise self._fault(
+                    CheckpointFileCorrupt,
                     f"applying this delta gives {rows} rows, its header says "
                     f"{delta.header.state_rows}",
-                    store=self.store,
-                    version=delta.ref.version,
-                    checkpoint_id=delta.ref.checkpoint_id,
-                    path=delta.path,
+                    delta.ref,
+                    delta.path,
                 )
             metrics.deltas_applied += 1
         changes = squash(self.indexer, [delta.run for delta in chain])
@@ -257,6 +256,16 @@ class VersionLoader:
         return base.derive(changes, target.ref, target.header.lineage, rows)
 
     # --- files --------------------------------------------------------------------------
+
+    def _fault(self, error: type[_Fault], reason: str, ref: CheckpointRef, path: str) -> _Fault:
+        """``error`` about one file of this store, naming store, version, id and path."""
+        return error(
+            reason,
+            store=self.store,
+            version=ref.version,
+            checkpoint_id=ref.checkpoint_id,
+            path=path,
+        )
 
     def _path(self, ref: CheckpointRef, kind: FileKind) -> str:
         assert ref.checkpoint_id is not None
@@ -272,12 +281,8 @@ class VersionLoader:
         except StorageFileNotFound:
             if missing_ok:
                 return None
-            raise CheckpointFileMissing(
-                f"{kind.value} file missing",
-                store=self.store,
-                version=ref.version,
-                checkpoint_id=ref.checkpoint_id,
-                path=path,
+            raise self._fault(
+                CheckpointFileMissing, f"{kind.value} file missing", ref, path
             ) from None
         metrics.files_read += 1
         metrics.bytes_read += len(data)
@@ -293,13 +298,7 @@ class VersionLoader:
         elif kind is FileKind.SNAPSHOT and run.removals:
             problem = "a snapshot holds removals"
         if problem:
-            raise CheckpointFileCorrupt(
-                problem,
-                store=self.store,
-                version=ref.version,
-                checkpoint_id=ref.checkpoint_id,
-                path=path,
-            )
+            raise self._fault(CheckpointFileCorrupt, problem, ref, path)
         return CheckpointFile(ref, kind, path, header, run)
 
     def _widened(self, values: pa.StructArray, pad: int) -> pa.StructArray:
@@ -330,22 +329,20 @@ class VersionLoader:
         self, ref: CheckpointRef, child: CheckpointFile | CheckpointRef | None
     ) -> LineageBroken:
         needed_by = child.path if isinstance(child, CheckpointFile) else str(child)
-        return LineageBroken(
+        return self._fault(
+            LineageBroken,
             f"delta needed by {needed_by} is missing and no snapshot or cached copy replaces it",
-            store=self.store,
-            version=ref.version,
-            checkpoint_id=ref.checkpoint_id,
-            path=self._path(ref, FileKind.DELTA),
+            ref,
+            self._path(ref, FileKind.DELTA),
         )
 
     def _check_chain(self, child: CheckpointFile, parent: CheckpointFile) -> None:
         """The child's lineage past its parent must be a prefix of the parent's lineage."""
         rest = child.header.lineage[1:]
         if parent.header.lineage[: len(rest)] != rest:
-            raise LineageBroken(
+            raise self._fault(
+                LineageBroken,
                 f"lineage of {child.path} disagrees with the lineage in its parent",
-                store=self.store,
-                version=parent.ref.version,
-                checkpoint_id=parent.ref.checkpoint_id,
-                path=parent.path,
+                parent.ref,
+                parent.path,
             )
