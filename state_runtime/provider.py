@@ -76,8 +76,12 @@ class StateStoreProvider:
         self._lock = threading.RLock()
         self._owner = CACHE.register(self)
         self._known_snapshots: set[CheckpointRef] = set()
+        owner = self._owner  # not self: the loader must not keep the provider alive
         self._loader = VersionLoader(
-            self.checkpoints, self.indexer, self._cached, self._known_snapshots
+            self.checkpoints,
+            self.indexer,
+            lambda ref: CACHE.get(owner, ref),
+            self._known_snapshots,
         )
 
     def __repr__(self) -> str:

@@ -96,3 +96,14 @@ def test_worker_keeps_providers_while_the_budget_holds_their_versions(
     assert not again.cached_versions
     worker.provider_for(storage, StoreId(9, 2), schema, StoreConfig())  # registry is pruned
     assert worker.provider_for(storage, store, schema, StoreConfig()) is not again
+
+
+def test_a_provider_that_goes_away_takes_its_versions_along(
+    storage: Storage, budget: None
+) -> None:
+    start = CACHE.used
+    p = provider_for(storage)
+    commit_rows(p, None, {f"k{i}": i for i in range(1_000)})
+    assert CACHE.used > start
+    del p  # no cycle keeps it: freed at once, its cached versions with it
+    assert CACHE.used == start
