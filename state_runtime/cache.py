@@ -19,7 +19,7 @@ import os
 import re
 import threading
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef
@@ -50,32 +50,53 @@ class VersionCache:
         self._entries: OrderedDict[tuple[int, CheckpointRef], Version] = OrderedDict()
         self._owners = itertools.count()
         self._holders: dict[Run, int] = {}  # run -> cached versions holding it
-        self.used = 0
+        self._used = 0
         self.evictions = 0
+        # Owners whose provider was collected. The garbage collector may run a finalizer while
+        # this very thread holds the lock, so finalizers only append here (atomic) and every
+        # locked call sweeps.
+        self._dead: deque[int] = deque()
 
     def register(self, holder: object) -> int:
         """An owner id for ``holder`` (a provider); its versions go when it is collected."""
         owner = next(self._owners)
-        weakref.finalize(holder, self.drop, owner)
+        weakref.finalize(holder, self._dead.append, owner)
         return owner
+
+    @property
+    def used(self) -> int:
+        """Bytes held by cached versions (shared runs once)."""
+        with self._lock:
+            self._sweep()
+            return self._used
+
+    def _sweep(self) -> None:
+        """Forget the versions of collected owners (called with the lock held)."""
+        while self._dead:
+            self._forget(self._dead.popleft())
+
+    def _forget(self, owner: int) -> None:
+        for key in [k for k in self._entries if k[0] == owner]:
+            self._release(self._entries.pop(key))
 
     def put(self, owner: int, version: Version, limit: int | None = None) -> None:
         """Cache ``version`` as the most recently used; evict past the budget (and past
         ``limit`` versions of this owner, if given)."""
         key = (owner, version.ref)
         with self._lock:
+            self._sweep()
             if key in self._entries:
                 self._release(self._entries.pop(key))
             self._entries[key] = version
             for run in version.runs:
                 if run not in self._holders:
-                    self.used += run.nbytes
+                    self._used += run.nbytes
                 self._holders[run] = self._holders.get(run, 0) + 1
             if limit is not None:
                 mine = [k for k in self._entries if k[0] == owner]
                 for old in mine[: max(0, len(mine) - limit)]:
                     self._evict(old)
-            while self.used > self.budget and len(self._entries) > 1:
+            while self._used > self.budget and len(self._entries) > 1:
                 oldest = next(iter(self._entries))
                 if oldest == key:
                     break
@@ -97,13 +118,14 @@ class VersionCache:
     def drop(self, owner: int) -> None:
         """Forget every version of ``owner``."""
         with self._lock:
-            for key in [k for k in self._entries if k[0] == owner]:
-                self._release(self._entries.pop(key))
+            self._sweep()
+            self._forget(owner)
 
     def set_budget(self, budget: int) -> None:
         with self._lock:
+            self._sweep()
             self.budget = budget
-            while self.used > budget and len(self._entries) > 1:
+            while self._used > budget and len(self._entries) > 1:
                 self._evict(next(iter(self._entries)))
 
     def _evict(self, key: tuple[int, CheckpointRef]) -> None:
@@ -117,7 +139,7 @@ class VersionCache:
                 self._holders[run] = left
             else:
                 del self._holders[run]
-                self.used -= run.nbytes
+                self._used -= run.nbytes
 
 
 def _budget_from_env() -> int:

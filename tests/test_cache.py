@@ -107,3 +107,17 @@ def test_a_provider_that_goes_away_takes_its_versions_along(
     assert CACHE.used > start
     del p  # no cycle keeps it: freed at once, its cached versions with it
     assert CACHE.used == start
+
+
+@pytest.mark.timeout(60)
+def test_a_provider_collected_while_the_cache_is_busy_does_not_deadlock(
+    storage: Storage, budget: None
+) -> None:
+    """The garbage collector may free a provider in the middle of a cache call on the same
+    thread (it ran the hypothesis test into a deadlock once): its versions go afterwards."""
+    start = CACHE.used
+    p = provider_for(storage)
+    commit_rows(p, None, {"a": 1})
+    with CACHE._lock:  # as if inside a cache call when the collector ran
+        del p
+    assert CACHE.used == start
