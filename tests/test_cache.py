@@ -98,9 +98,7 @@ def test_worker_keeps_providers_while_the_budget_holds_their_versions(
     assert worker.provider_for(storage, store, schema, StoreConfig()) is not again
 
 
-def test_a_provider_that_goes_away_takes_its_versions_along(
-    storage: Storage, budget: None
-) -> None:
+def test_a_provider_that_goes_away_takes_its_versions_along(storage: Storage, budget: None) -> None:
     start = CACHE.used
     p = provider_for(storage)
     commit_rows(p, None, {f"k{i}": i for i in range(1_000)})
