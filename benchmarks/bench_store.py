@@ -135,7 +135,7 @@ def load_cost(root: str, size: int, deltas: int, changes: int) -> tuple[float, f
             t.column("key").combine_chunks().field(0).to_pylist()
             t.column("value").combine_chunks().field(0).to_pylist()
 
-    return timed(load, 3), timed(raw_arrow, 3), timed(raw_arrow_to_python, 3)
+    return timed(load, 7), timed(raw_arrow, 7), timed(raw_arrow_to_python, 3)
 
 
 def _rows(schema: str, keys: np.ndarray) -> pa.Table:
