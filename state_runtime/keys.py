@@ -85,9 +85,9 @@ def _numeric_words(col: pa.Array) -> np.ndarray | None:
     """Integer, boolean, temporal and float columns as uint64 words (nulls undefined); else None."""
     t = col.type
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        return np.asarray(col.fill_null(0).cast(pa.int64()).to_numpy()).view(np.uint64)
+        return np.asarray(col.cast(pa.int64()).fill_null(0).to_numpy()).view(np.uint64)
     if pa.types.is_floating(t):
-        f = np.asarray(col.fill_null(0).cast(pa.float64()).to_numpy()) + 0.0  # -0.0 -> 0.0
+        f = np.asarray(col.cast(pa.float64()).fill_null(0.0).to_numpy()) + 0.0  # -0.0 -> 0.0
         f[np.isnan(f)] = np.nan
         return f.view(np.uint64)
     if t in _NUMERIC_VIEWS or pa.types.is_timestamp(t) or pa.types.is_time(t):
@@ -95,7 +95,7 @@ def _numeric_words(col: pa.Array) -> np.ndarray | None:
         raw = np.frombuffer(col.buffers()[1], dtype=width)[col.offset : col.offset + len(col)]
         return raw.astype(np.int64).view(np.uint64)
     if pa.types.is_duration(t):
-        return np.asarray(col.fill_null(0).cast(pa.int64()).to_numpy()).view(np.uint64)
+        return np.asarray(col.cast(pa.int64()).fill_null(0).to_numpy()).view(np.uint64)
     return None
 
 

@@ -25,6 +25,14 @@ KEY_SCHEMAS: dict[str, tuple[str, list[tuple[Any, ...]]]] = {
     "composite": ("u string, d int", [("a", 1), ("a", None), (None, 1), ("b", 1)]),
     "double": ("x double", [(0.0,), (1.5,), (float("inf"),), (None,)]),
     "date and binary": ("d date, b binary", [(dt.date(2026, 1, 1), b"\x00"), (None, b"")]),
+    "boolean, smallint, float and timestamp": (
+        "b boolean, s smallint, f float, t timestamp",
+        [
+            (True, 1, 1.5, dt.datetime(2026, 1, 1, tzinfo=dt.UTC)),
+            (None, None, None, None),
+            (False, -1, -0.5, dt.datetime(2026, 1, 2, tzinfo=dt.UTC)),
+        ],
+    ),
     "decimal": ("m decimal(10,2)", [(Decimal("1.10"),), (Decimal("-3.00"),), (None,)]),
     "nested": (
         "s struct<a: int, b: string>, l array<int>",
