@@ -6,14 +6,14 @@ STAMP   = $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: help check-python check-java install test lint format demo dagster \
-        bench-store bench-catalog bench-s3 bench-e2e bench-maintenance clean
+        bench-store bench-catalog bench-catalog-calls bench-s3 bench-e2e bench-maintenance clean
 
 help:
 	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
 	@echo "make test        run every test"
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
-	@echo "make bench-store / bench-catalog / bench-s3 / bench-e2e / bench-maintenance"
+	@echo "make bench-store / bench-catalog / bench-catalog-calls / bench-s3 / bench-e2e / bench-maintenance"
 
 check-python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { \
@@ -65,6 +65,9 @@ bench-e2e: $(STAMP) check-java
 
 bench-catalog: $(STAMP)
 	$(PY) benchmarks/bench_catalog.py
+
+bench-catalog-calls: $(STAMP)
+	$(PY) benchmarks/bench_catalog_calls.py
 
 bench-s3: $(STAMP)
 	$(PY) benchmarks/bench_s3.py

@@ -31,7 +31,9 @@ from state_runtime.maintenance import MaintenancePolicy
 def resources() -> dict[str, object]:
     """Resources configured from the environment (read when the code location loads)."""
     return {
-        "state_catalog": StateCatalogResource(url=os.environ.get("STATE_CATALOG_URL") or None),
+        # No URL in the resource's config: Dagster shows config values in its UI, and the URL
+        # may carry a password. The resource reads STATE_CATALOG_URL when a run opens it.
+        "state_catalog": StateCatalogResource(),
         "checkpoint_storage": CheckpointStorageResource(
             root=os.environ.get("STATE_CHECKPOINT_ROOT") or None
         ),

@@ -1,16 +1,23 @@
 """Every error the library raises, in one flat module.
 
 Names say what happened. Each carries the context that locates it (store, version,
-checkpoint id, file) so that a message read in a log is enough to find the problem.
+checkpoint id, file) so that a message read in a log is enough to find the problem, and
+never a secret: every message is masked by :func:`state_runtime.redaction.redact`.
+``retryable`` says whether the same call may succeed later (a transient outage) or cannot
+(bad input, a refusal, a missing database): retry only what says so.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
+
+from state_runtime.redaction import redact
 
 
 class StateStoreError(Exception):
     """Base class of every error raised by ``state_runtime``."""
+
+    retryable: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -21,6 +28,8 @@ class StateStoreError(Exception):
         checkpoint_id: str | None = None,
         path: str | None = None,
     ) -> None:
+        message = redact(message)
+        path = None if path is None else redact(path)
         self.reason = message
         self.store = store
         self.version = version
@@ -126,6 +135,8 @@ class StorageFileNotFound(StorageError):
 class StorageUnavailable(StorageError):
     """The storage could not be reached after retries (transient errors exhausted)."""
 
+    retryable = True
+
 
 # --- catalog -----------------------------------------------------------------------------
 
@@ -135,11 +146,34 @@ class CatalogError(StateStoreError):
 
 
 class CatalogUnavailable(CatalogError):
-    """The catalog database cannot be reached (wrong URL, server down), after retries."""
+    """The catalog database cannot be used now: down, unreachable, silent past its timeout,
+    no free connection. Retryable: the same call succeeds once the database is back (every
+    catalog call is safe to repeat). Its subclass CatalogMisconfigured is not retryable."""
+
+    retryable = True
+
+
+class CatalogTimeout(CatalogUnavailable):
+    """The catalog did not answer within the configured time (see CatalogTimeouts)."""
+
+
+class CatalogMisconfigured(CatalogUnavailable):
+    """The catalog cannot be used as configured: its database or SQLite file does not exist,
+    or refuses these credentials. Retrying the same call cannot help; fix the setting."""
+
+    retryable = False
+
+
+class InvalidCatalogUrl(CatalogMisconfigured, InvalidArgument):
+    """The catalog URL is malformed or names a database or driver this library cannot use."""
 
 
 class CatalogSchemaOutdated(CatalogError):
     """The catalog database has an older schema than this code; run the migration."""
+
+
+class CatalogSchemaTooNew(CatalogError):
+    """The catalog database has a newer schema than this code knows; upgrade the code."""
 
 
 class CommitConflict(CatalogError):

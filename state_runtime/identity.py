@@ -15,6 +15,10 @@ from enum import StrEnum
 from state_runtime.errors import InvalidArgument
 
 DEFAULT_STORE_NAME = "default"
+MAX_INT = 2**31 - 1
+"""The largest operator or partition id: the catalog stores them as SQL INTEGER."""
+MAX_BIGINT = 2**63 - 1
+"""The largest version, batch or run id: the catalog stores them as SQL BIGINT."""
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _ID_RE = re.compile(r"^[0-9a-f]{32}$")
 _FILE_RE = re.compile(
@@ -39,9 +43,15 @@ def validate_name(value: str, what: str) -> str:
     return value
 
 
-def validate_non_negative(value: int, what: str) -> int:
+def validate_non_negative(value: int, what: str, maximum: int = MAX_BIGINT) -> int:
+    """Return ``value`` if it is an integer from 0 to ``maximum`` (the catalog's column
+    range), else raise InvalidArgument naming ``what``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidArgument(f"invalid {what} {value!r}: expected an integer >= 0")
+    if value > maximum:
+        raise InvalidArgument(
+            f"invalid {what} {value}: larger than {maximum}, the catalog's integer range"
+        )
     return value
 
 
@@ -65,8 +75,8 @@ class StoreId:
     store_name: str = DEFAULT_STORE_NAME
 
     def __post_init__(self) -> None:
-        validate_non_negative(self.operator_id, "operator id")
-        validate_non_negative(self.partition_id, "partition id")
+        validate_non_negative(self.operator_id, "operator id", MAX_INT)
+        validate_non_negative(self.partition_id, "partition id", MAX_INT)
         validate_name(self.store_name, "store name")
 
     @property
@@ -121,8 +131,9 @@ class ParsedName:
 
 
 def parse_file_name(name: str) -> ParsedName | None:
-    """Parse ``<version>_<id>.<kind>``; None for any other name (temporary files, strays)."""
+    """Parse ``<version>_<id>.<kind>``; None for any other name (temporary files, strays,
+    versions beyond the catalog's range)."""
     match = _FILE_RE.match(name)
-    if match is None:
+    if match is None or int(match["version"]) > MAX_BIGINT:
         return None
     return ParsedName(int(match["version"]), match["id"], FileKind(match["kind"]))

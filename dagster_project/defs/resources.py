@@ -25,7 +25,8 @@ from state_runtime.storage import Storage, open_storage
 
 class StateCatalogResource(ConfigurableResource):  # type: ignore[type-arg]
     """The state catalog (not Dagster's own storage). ``url`` unset: ``$STATE_CATALOG_URL``,
-    else the demo's SQLite file."""
+    else the demo's SQLite file. Leave ``url`` unset (or use ``EnvVar``) when the URL holds a
+    password: Dagster shows a resource's configured values in its UI."""
 
     url: str | None = None
 

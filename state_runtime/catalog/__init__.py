@@ -27,7 +27,7 @@ from state_runtime.catalog.records import (
 )
 from state_runtime.catalog.retention import MIN_RETAINED_VERSIONS, RetentionPolicy
 from state_runtime.catalog.schema import head_revision, upgrade
-from state_runtime.catalog.settings import URL_ENV, catalog_url
+from state_runtime.catalog.settings import URL_ENV, CatalogTimeouts, catalog_url
 from state_runtime.catalog.tables import FileState, RunKind, RunOutcome
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "BatchCommit",
     "BatchMetrics",
     "Catalog",
+    "CatalogTimeouts",
     "CommitEntry",
     "Deletion",
     "Explanation",

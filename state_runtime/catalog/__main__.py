@@ -1,14 +1,23 @@
-"""Catalog administration: ``python -m state_runtime.catalog upgrade|current [--url URL]``."""
+"""Catalog administration: ``python -m state_runtime.catalog upgrade|current [--url URL]``.
+
+Exit codes: 0 done; 1 any error, printed as one line (``current`` never creates a catalog).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from state_runtime.catalog.engine import RetryPolicy, create_catalog_engine, redact, run_transaction
+from state_runtime.catalog.engine import (
+    RetryPolicy,
+    create_catalog_engine,
+    display_url,
+    run_transaction,
+    sqlite_file,
+)
 from state_runtime.catalog.schema import current_revision, head_revision, upgrade
 from state_runtime.catalog.settings import URL_ENV, catalog_url
-from state_runtime.errors import CatalogError
+from state_runtime.errors import CatalogSchemaOutdated, StateStoreError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,13 +36,17 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if args.command == "upgrade":
                 upgrade(engine, args.revision)
+            missing = sqlite_file(engine.url)
+            if missing is not None and not missing.is_file():  # reading must not create it
+                raise CatalogSchemaOutdated(f"no catalog at {str(missing)!r}: no such file")
             found = run_transaction(
                 engine, current_revision, retry=RetryPolicy(), what="read revision"
             )
-            print(f"{redact(engine.url)}: revision {found or '(empty)'} (head: {head_revision()})")
+            shown = display_url(engine.url)
+            print(f"{shown}: revision {found or '(empty)'} (head: {head_revision()})")
         finally:
             engine.dispose()
-    except CatalogError as exc:
+    except StateStoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
@@ -14,7 +15,7 @@ from state_runtime.catalog import commits, health, inventory, metrics, retention
 from state_runtime.catalog.engine import (
     RetryPolicy,
     create_catalog_engine,
-    redact,
+    display_url,
     run_transaction,
 )
 from state_runtime.catalog.records import (
@@ -34,11 +35,11 @@ from state_runtime.catalog.records import (
     StoreRecord,
 )
 from state_runtime.catalog.retention import RetentionPolicy, Scope
-from state_runtime.catalog.settings import catalog_url
+from state_runtime.catalog.settings import CatalogTimeouts, catalog_url
 from state_runtime.catalog.tables import stores
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CommitConflict, InvalidArgument, MaintenanceRefused
-from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
+from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId, new_checkpoint_id
 
 T = TypeVar("T")
 
@@ -58,9 +59,12 @@ class Catalog:
     """The SQL catalog of stores, checkpoint files, commits and maintenance.
 
     Open it with ``Catalog.open()`` (URL from ``STATE_CATALOG_URL``, else the embedded SQLite
-    file). Every method is one transaction: it happens entirely or not at all, and transient
-    database errors are retried under ``retry``. Timestamps are aware UTC datetimes; ``now``
-    arguments exist so that tests and dry runs can ask "as of" a time.
+    file). Every method is one transaction: it happens entirely or not at all, transient
+    database errors are retried under ``retry``, and each attempt is bounded by the engine's
+    CatalogTimeouts. Every method is safe to call again after CatalogUnavailable (its
+    ``retryable`` is true): a retry finds what an attempt whose answer was lost did.
+    Timestamps are aware UTC datetimes; ``now`` arguments exist so that tests and dry runs can
+    ask "as of" a time.
     """
 
     def __init__(self, engine: Engine, *, retry: RetryPolicy | None = None) -> None:
@@ -69,15 +73,23 @@ class Catalog:
 
     @classmethod
     def open(
-        cls, url: str | None = None, *, upgrade: bool = False, retry: RetryPolicy | None = None
+        cls,
+        url: str | None = None,
+        *,
+        upgrade: bool = False,
+        retry: RetryPolicy | None = None,
+        timeouts: CatalogTimeouts | None = None,
     ) -> Catalog:
         """Connect to the catalog at ``url`` (default: ``catalog_url()``) and check its schema.
 
         With ``upgrade`` the schema is first migrated to the head revision (what the embedded
-        demo wants); otherwise an older schema raises CatalogSchemaOutdated naming the command
-        that upgrades it. An unreachable database raises CatalogUnavailable.
+        demo wants; a SQLite file and its folder are created); otherwise nothing is created,
+        and a missing SQLite file or an older schema raises CatalogSchemaOutdated naming the
+        command that upgrades it. A schema newer than this code raises CatalogSchemaTooNew;
+        a malformed URL InvalidCatalogUrl; an unreachable database CatalogUnavailable.
+        ``timeouts`` default to ``CatalogTimeouts.from_env()``.
         """
-        engine = create_catalog_engine(url or catalog_url())
+        engine = create_catalog_engine(url or catalog_url(), timeouts)
         policy = retry or RetryPolicy()
         try:
             if upgrade:
@@ -91,7 +103,7 @@ class Catalog:
     @property
     def url(self) -> str:
         """The database URL with the password masked."""
-        return redact(self.engine.url)
+        return display_url(self.engine.url)
 
     @property
     def dialect(self) -> str:
@@ -137,6 +149,13 @@ class Catalog:
             )
 
         self._run("register store", work)
+
+    def roots(self) -> list[str]:
+        """Every checkpoint root below which the catalog knows a store."""
+        return self._run(
+            "list roots",
+            lambda c: sorted(c.execute(sa.select(stores.c.checkpoint_root).distinct()).scalars()),
+        )
 
     def stores(self, root: str | None = None) -> list[StoreRecord]:
         """Every store the catalog knows (below ``root``, if given)."""
@@ -335,10 +354,12 @@ class Catalog:
     # --- maintenance runs, leases, deletions --------------------------------------------
 
     def start_run(self, kind: str, owner: str, parameters: dict[str, Any] | None = None) -> int:
-        """Record a maintenance run ('snapshot', 'cleanup', 'validate', 'reconcile')."""
+        """Record a maintenance run ('snapshot', 'cleanup', 'validate', 'reconcile') with this
+        host and process; its token, generated here, makes a retried call find its run."""
+        token = new_checkpoint_id()
         return self._run(
             "start maintenance run",
-            lambda c: runs.start_run(c, kind, owner, dict(parameters or {}), _utcnow()),
+            lambda c: runs.start_run(c, kind, owner, dict(parameters or {}), token, _utcnow()),
         )
 
     def finish_run(
@@ -348,10 +369,22 @@ class Catalog:
         counts: dict[str, Any] | None = None,
         error: str | None = None,
     ) -> None:
-        """Close a run as 'succeeded' or 'failed' with its counts."""
+        """Close a run as 'succeeded' or 'failed' with its counts (already closed that way:
+        nothing to do)."""
         self._run(
             "finish maintenance run",
             lambda c: runs.finish_run(c, run_id, outcome, dict(counts or {}), error, _utcnow()),
+        )
+
+    def heartbeat(self, run_id: int) -> bool:
+        """Show that a running run is alive; False if it is no longer running."""
+        return self._run("run heartbeat", lambda c: runs.heartbeat(c, run_id, _utcnow()))
+
+    def close_abandoned_runs(self, *, now: datetime | None = None) -> list[MaintenanceRun]:
+        """Close as 'abandoned' the runs left running by a process that died (see
+        ``catalog.runs``); return them."""
+        return self._run(
+            "close abandoned runs", lambda c: runs.close_abandoned_runs(c, now or _utcnow())
         )
 
     def run(self, run_id: int) -> MaintenanceRun | None:
@@ -364,9 +397,10 @@ class Catalog:
         self, key: StoreKey, owner: str, ttl: timedelta, *, run_id: int | None = None
     ) -> Lease | None:
         """Take the store's maintenance lease, or None if another holder has it."""
+        token = new_checkpoint_id()
         return self._run(
             "acquire lease",
-            lambda c: runs.try_acquire_lease(c, key, owner, ttl, run_id, _utcnow()),
+            lambda c: runs.try_acquire_lease(c, key, owner, ttl, run_id, token, _utcnow()),
         )
 
     def renew_lease(self, lease: Lease, ttl: timedelta) -> Lease:

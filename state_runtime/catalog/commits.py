@@ -301,6 +301,7 @@ def committed_ids(
     connection: Connection, root: str, query_id: str, batch_id: int
 ) -> dict[StoreId, CheckpointRef]:
     """The (version, checkpoint id) batch ``batch_id`` committed for each store; {} if none."""
+    validate_non_negative(batch_id, "batch id")
     c, s = commit_log.c, stores.c
     rows = connection.execute(
         sa.select(s.operator_id, s.partition_id, s.store_name, c.version, c.checkpoint_id)

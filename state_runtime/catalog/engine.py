@@ -1,18 +1,23 @@
-"""Engines and transactions: dialect set-up, bounded retries of transient errors, clear errors.
+"""Engines and transactions: URLs, dialect set-up, deadlines, bounded retries, clear errors.
 
 Every catalog operation runs as one function inside one transaction. A transient failure
-(connection reset, serialization failure, deadlock, SQLite busy) rolls the whole transaction
-back and runs it again after a backoff, a bounded number of times; nothing is ever half-written.
+(connection refused, reset or cut by its deadline, serialization failure, deadlock, lock
+timeout, SQLite busy) rolls the whole transaction back and runs it again after a backoff, a
+bounded number of times; nothing is ever half-written. Because a COMMIT whose answer was lost
+is retried too, every operation is written to be safe to run twice (see docs/catalog.md).
+Nothing waits unboundedly: ``CatalogTimeouts`` bounds connecting, each statement, each lock
+wait, each attempt (a watchdog cuts a silent connection) and the wait for a pooled connection.
 """
 
 from __future__ import annotations
 
-import logging
 import random
+import re
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,15 +26,40 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from state_runtime.errors import CatalogError, CatalogUnavailable
+from state_runtime.catalog.settings import CatalogTimeouts
+from state_runtime.catalog.watchdog import WATCHDOG, Alarm
+from state_runtime.errors import (
+    CatalogError,
+    CatalogMisconfigured,
+    CatalogTimeout,
+    CatalogUnavailable,
+    InvalidArgument,
+    InvalidCatalogUrl,
+)
+from state_runtime.redaction import get_logger, redact, register_secret
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 T = TypeVar("T")
 
-# SQLSTATEs worth a retry: serialization failure, deadlock, lock timeout, server shutting
-# down or starting up, and the whole connection-exception class (08xxx).
-_RETRY_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03"})
+# SQLSTATEs worth a retry: serialization failure, deadlock, lock timeout, statement timeout,
+# server shutting down or starting up, too many connections, and the whole
+# connection-exception class (08xxx). The timeouts among them end as CatalogTimeout.
+_RETRY_SQLSTATES = frozenset(
+    {"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03", "53300"}
+)
+_TIMEOUT_SQLSTATES = frozenset({"55P03", "57014"})
+_OUT_OF_RANGE = "22003"
 _SQLITE_BUSY = ("database is locked", "database is busy", "database table is locked")
+# Connection failures that no retry can fix: the URL names a database, role or password the
+# server refuses (libpq reports them without a SQLSTATE).
+_PERMANENT_CONNECT = re.compile(
+    r"does not exist|authentication failed|no pg_hba\.conf entry|no password supplied|"
+    r"permission denied|unable to open database file|invalid (?:dsn|connection option)",
+    re.IGNORECASE,
+)
+_ATTEMPT_TIMEOUT = "state_runtime_attempt_timeout"
+DRIVER_HINT = "postgresql+psycopg2://user@host:5432/database or sqlite:///path/to/catalog.db"
+URL_HELP = "STATE_CATALOG_URL or --catalog-url"
 
 
 @dataclass(frozen=True)
@@ -45,66 +75,143 @@ class RetryPolicy:
         return float(base * (0.5 + random.random() / 2))
 
 
+def display_url(url: URL) -> str:
+    """The URL as text with its password and any secret parameter masked."""
+    return redact(url.render_as_string(hide_password=True))
+
+
 def parse_url(url: str) -> URL:
-    """Parse a catalog URL, refusing what is not one with CatalogUnavailable."""
+    """Parse and check a catalog URL: InvalidCatalogUrl, never echoing a secret, for
+    anything but ``postgresql+psycopg2://...`` or ``sqlite:///...``."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidCatalogUrl(f"catalog URL is empty; set {URL_HELP}")
+    url = url.strip()
+    _scheme, sep, rest = url.partition("://")
+    authority = rest.split("/", 1)[0]
+    if sep and authority.count("@") > 1:
+        raise InvalidCatalogUrl(
+            f"catalog URL {redact(url)!r}: its password holds an unescaped '@'; "
+            "percent-encode it as %40"
+        )
     try:
-        return make_url(url)
-    except ArgumentError as exc:
-        raise CatalogUnavailable(
-            f"catalog URL is not a valid SQLAlchemy URL (set STATE_CATALOG_URL): {exc}"
+        parsed = make_url(url)
+    except ArgumentError:
+        raise InvalidCatalogUrl(
+            f"catalog URL {redact(url)!r} is not a valid SQLAlchemy URL; use {DRIVER_HINT}"
+        ) from None
+    except ValueError:
+        raise InvalidCatalogUrl(
+            f"catalog URL {redact(url)!r}: the port must be a number; use {DRIVER_HINT}"
+        ) from None
+    register_secret(parsed.password if isinstance(parsed.password, str) else None)
+    for name, value in parsed.query.items():
+        if "password" in name.lower():
+            for one in (value,) if isinstance(value, str) else value:
+                register_secret(one)
+    backend, _, driver = parsed.drivername.partition("+")  # no plugin loaded to find out
+    shown = display_url(parsed)
+    if backend in {"postgres", "postgresql"} and not driver:
+        raise InvalidCatalogUrl(
+            f"catalog URL {shown!r} names no driver: use postgresql+psycopg2://... "
+            "(the driver this library bounds with timeouts)"
+        )
+    if backend == "postgresql" and driver != "psycopg2":
+        raise InvalidCatalogUrl(
+            f"catalog URL {shown!r} cannot be used: driver {driver!r} is not supported; use "
+            "postgresql+psycopg2://..."
+        )
+    if backend == "sqlite" and driver not in {"", "pysqlite"}:
+        raise InvalidCatalogUrl(f"catalog URL {shown!r}: use sqlite:///path/to/catalog.db")
+    if backend not in {"sqlite", "postgresql"}:
+        raise InvalidCatalogUrl(
+            f"catalog URL {shown!r}: unsupported database {backend!r}; use {DRIVER_HINT}"
+        )
+    return parsed
+
+
+def sqlite_file(url: URL) -> Path | None:
+    """The SQLite database file of ``url``; None for other databases and in-memory ones."""
+    database = url.database or ""
+    if url.get_backend_name() != "sqlite" or database in {"", ":memory:"}:
+        return None
+    if database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def create_catalog_engine(url: str, timeouts: CatalogTimeouts | None = None) -> Engine:
+    """An engine for ``url`` whose every wait is bounded by ``timeouts`` (default: from the
+    environment, see CatalogTimeouts).
+
+    SQLite runs in WAL mode with foreign keys and ``BEGIN IMMEDIATE`` (a write transaction
+    holds the database lock from its first statement). PostgreSQL goes through psycopg2 with
+    connect, statement, lock and idle-in-transaction timeouts, TCP keepalives and
+    ``tcp_user_timeout``, JIT off, a bounded pool, and the watchdog on every attempt.
+    Creating an engine opens no connection and creates no file.
+    """
+    parsed = parse_url(url)
+    limits = timeouts or CatalogTimeouts.from_env()
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            return _sqlite_engine(parsed, limits)
+        return _postgres_engine(parsed, limits)
+    except (NoSuchModuleError, ArgumentError, ImportError) as exc:
+        raise InvalidCatalogUrl(
+            f"catalog URL {display_url(parsed)!r} cannot be used: {exc}"
         ) from None
 
 
-def redact(url: URL) -> str:
-    """The URL as text with any password masked, for messages and logs."""
-    return url.render_as_string(hide_password=True)
+def _ms(value: timedelta) -> int:
+    return int(value.total_seconds() * 1000)
 
 
-def create_catalog_engine(url: str) -> Engine:
-    """An engine for ``url``: SQLite in WAL mode with foreign keys and ``BEGIN IMMEDIATE``
-    (so a write transaction holds the database lock from its first statement); PostgreSQL
-    through psycopg2 with a connect timeout, pre-ping and JIT off."""
-    parsed = parse_url(url)
-    backend = parsed.get_backend_name()
-    if backend not in {"sqlite", "postgresql"}:
-        raise CatalogUnavailable(
-            f"catalog URL {redact(parsed)!r}: unsupported database {backend!r}; "
-            "use postgresql+psycopg2://... or sqlite:///path"
-        )
-    try:
-        if backend == "sqlite":
-            return _sqlite_engine(parsed)
-        engine = sa.create_engine(
-            parsed,
-            pool_pre_ping=True,
-            connect_args={"connect_timeout": 5, "application_name": "state_runtime.catalog"},
-        )
-        event.listen(engine, "connect", _postgres_session)
-        return engine
-    except (NoSuchModuleError, ArgumentError, ImportError) as exc:
-        raise CatalogUnavailable(f"catalog URL {redact(parsed)!r} cannot be used: {exc}") from None
+def _postgres_engine(url: URL, limits: CatalogTimeouts) -> Engine:
+    # Server-side limits travel in the startup packet (no extra round trip, no statement
+    # outside the watchdog); the URL's own ``options`` come last and so win.
+    server = (
+        f"-c jit=off -c statement_timeout={_ms(limits.statement)} "
+        f"-c lock_timeout={_ms(limits.lock)} "
+        f"-c idle_in_transaction_session_timeout={_ms(limits.attempt)}"
+    )
+    given = url.query.get("options") or ()
+    options = " ".join([server, *((given,) if isinstance(given, str) else given)])
+    keepalive = max(1, int(limits.keepalive.total_seconds()))
+    # No pool pre-ping: it would query a pooled connection before the attempt watches its
+    # socket. A connection that went stale fails its attempt's first statement instead, and
+    # the attempt is retried on a fresh one.
+    engine = sa.create_engine(
+        url,
+        pool_timeout=limits.pool.total_seconds(),
+        execution_options={_ATTEMPT_TIMEOUT: limits.attempt.total_seconds()},
+        connect_args={
+            "connect_timeout": max(2, int(limits.connect.total_seconds())),
+            "application_name": "state_runtime.catalog",
+            "options": options,
+            "keepalives": 1,
+            "keepalives_idle": keepalive,
+            "keepalives_interval": keepalive,
+            "keepalives_count": 3,
+            "tcp_user_timeout": _ms(limits.attempt),
+        },
+    )
+    # A new connection's socket joins the attempt's deadline before SQLAlchemy's own first
+    # queries on it (dialect initialisation), so those are bounded too.
+    for name in ("first_connect", "connect"):
+        event.listen(engine, name, _watch_new_connection, insert=True)
+    return engine
 
 
-def _postgres_session(dbapi_connection: Any, _record: Any) -> None:
-    """Turn JIT compilation off: the catalog's queries are index lookups and joins over the
-    live inventory, for which compiling costs more than it saves (about a second on the
-    benchmark's all-stores question)."""
-    cursor = dbapi_connection.cursor()
-    cursor.execute("SET jit = off")
-    cursor.close()
-    dbapi_connection.commit()
+def _watch_new_connection(dbapi_connection: Any, _record: Any) -> None:
+    WATCHDOG.watch(dbapi_connection.fileno())
 
 
-def _sqlite_engine(url: URL) -> Engine:
-    database = url.database or ""
-    if database and database != ":memory:" and not database.startswith("file:"):
-        try:
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise CatalogUnavailable(
-                f"cannot create the folder of the SQLite catalog {database!r}: {exc}"
-            ) from None
-    engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+def _sqlite_engine(url: URL, limits: CatalogTimeouts) -> Engine:
+    pooled = {"pool_timeout": limits.pool.total_seconds()} if sqlite_file(url) else {}
+    engine = sa.create_engine(
+        url,
+        connect_args={"timeout": limits.lock.total_seconds(), "check_same_thread": False},
+        **pooled,
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
@@ -123,6 +230,20 @@ def _sqlite_engine(url: URL) -> Engine:
     return engine
 
 
+def create_sqlite_folder(engine: Engine) -> None:
+    """Create the folder of a SQLite catalog (only when creating the catalog: a read-only
+    command never leaves an empty database behind)."""
+    path = sqlite_file(engine.url)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CatalogMisconfigured(
+            f"cannot create the folder of the SQLite catalog {str(path)!r}: {exc.strerror}"
+        ) from None
+
+
 def is_transient(exc: DBAPIError) -> bool:
     """Whether a retry of the whole transaction may succeed."""
     if exc.connection_invalidated:
@@ -136,13 +257,17 @@ def is_transient(exc: DBAPIError) -> bool:
     return False
 
 
-def _reason(exc: BaseException, url: URL) -> str:
-    """The driver's message, first line, with the password (if any) scrubbed."""
+def _reason(exc: BaseException) -> str:
+    """The driver's message, first line, with secrets masked."""
     text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    message = text[0] if text else type(exc).__name__
-    if url.password:
-        message = message.replace(str(url.password), "***")
-    return message
+    return redact(text[0] if text else type(exc).__name__)
+
+
+def _fileno(connection: Connection) -> int | None:
+    """The socket of a PostgreSQL connection (None for SQLite: nothing to cut)."""
+    dbapi = connection.connection.dbapi_connection
+    fileno = getattr(dbapi, "fileno", None)
+    return int(fileno()) if callable(fileno) else None
 
 
 def run_transaction(
@@ -155,49 +280,113 @@ def run_transaction(
 ) -> T:
     """Run ``work(connection)`` in one transaction, retrying transient errors.
 
-    ``translate`` may turn a non-transient database error (an integrity error, say) into a
-    library error; other database errors become CatalogError. After the last attempt a
-    connection problem is CatalogUnavailable; anything else CatalogError.
+    ``work`` must be safe to run again after a COMMIT whose answer was lost (it may have
+    committed). ``translate`` may turn a non-transient database error (an integrity error,
+    say) into a library error; other database errors become CatalogError, values beyond the
+    database's integer range InvalidArgument. After the last attempt a connection problem is
+    CatalogUnavailable (CatalogTimeout for silence); a database or credentials the server
+    refuses is CatalogMisconfigured at once.
     """
     url = engine.url
+    seconds = float(engine.get_execution_options().get(_ATTEMPT_TIMEOUT, 0))
     attempt = 0
     while True:
         attempt += 1
-        try:
-            connection = engine.connect()
-        except DBAPIError as exc:
+        with WATCHDOG.attempt(seconds) as alarm:
+            try:
+                return _attempt(engine, work, alarm)
+            except _ConnectFailed as exc:
+                failure, connecting = exc.error, True
+            except DBAPIError as exc:
+                failure, connecting = exc, False
+            except sa.exc.TimeoutError:
+                if attempt >= retry.attempts:
+                    raise CatalogUnavailable(
+                        f"no free connection to the catalog at {display_url(url)} within the "
+                        f"pool timeout, {attempt} times ({what}): too many concurrent calls"
+                    ) from None
+                _sleep(retry, attempt, what, "no free pooled connection")
+                continue
+            except OverflowError as exc:  # SQLite: a Python int beyond 64 bits
+                raise _out_of_range(what, str(exc)) from None
+        timed_out = alarm is not None and alarm.fired
+        if connecting and not timed_out:
+            if _PERMANENT_CONNECT.search(str(failure.orig)):
+                raise CatalogMisconfigured(
+                    f"cannot use the catalog at {display_url(url)} ({what}): {_reason(failure)}"
+                ) from None
             if attempt >= retry.attempts:
                 raise CatalogUnavailable(
-                    f"cannot connect to the catalog at {redact(url)} after {attempt} attempts "
-                    f"({what}): {_reason(exc, url)}"
+                    f"cannot connect to the catalog at {display_url(url)} after {attempt} "
+                    f"attempts ({what}): {_reason(failure)}"
                 ) from None
-            _sleep(retry, attempt, what, exc, url)
+            _sleep(retry, attempt, what, _reason(failure))
             continue
-        try:
-            with connection, connection.begin():
-                return work(connection)
-        except DBAPIError as exc:
-            if is_transient(exc):
-                if attempt >= retry.attempts:
-                    error_type = CatalogUnavailable if _is_disconnect(exc) else CatalogError
-                    raise error_type(
-                        f"catalog {what} failed after {attempt} attempts at {redact(url)}: "
-                        f"{_reason(exc, url)}"
-                    ) from None
-                _sleep(retry, attempt, what, exc, url)
-                continue
-            translated = translate(exc) if translate is not None else None
-            if translated is not None:
-                raise translated from exc
-            raise CatalogError(f"catalog {what} failed: {_reason(exc, url)}") from exc
+        if timed_out or is_transient(failure):
+            reason = (
+                f"no answer within {seconds:g}s (attempt timeout); the connection was cut"
+                if timed_out
+                else _reason(failure)
+            )
+            if attempt >= retry.attempts:
+                raise _exhausted_error(failure, timed_out)(
+                    f"catalog {what} failed after {attempt} attempts at {display_url(url)}: "
+                    f"{reason}"
+                ) from None
+            _sleep(retry, attempt, what, reason)
+            continue
+        if getattr(failure.orig, "pgcode", None) == _OUT_OF_RANGE:
+            raise _out_of_range(what, _reason(failure)) from None
+        translated = translate(failure) if translate is not None else None
+        if translated is not None:
+            raise translated from failure
+        raise CatalogError(f"catalog {what} failed: {_reason(failure)}") from failure
 
 
-def _is_disconnect(exc: DBAPIError) -> bool:
-    code = getattr(exc.orig, "pgcode", None)
-    return exc.connection_invalidated or (isinstance(code, str) and code.startswith(("08", "57")))
+class _ConnectFailed(Exception):
+    """Opening the attempt's connection failed (classified apart from the transaction's)."""
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
-def _sleep(retry: RetryPolicy, attempt: int, what: str, exc: DBAPIError, url: URL) -> None:
+def _attempt(engine: Engine, work: Callable[[Connection], T], alarm: Alarm | None) -> T:
+    """One attempt: a connection, one transaction, the alarm disarmed before the connection
+    goes back to the pool."""
+    try:
+        connection = engine.connect()
+    except DBAPIError as exc:
+        raise _ConnectFailed(exc) from None
+    try:
+        fd = _fileno(connection)
+        if fd is not None:
+            WATCHDOG.watch(fd)
+        with connection.begin():
+            return work(connection)
+    finally:
+        WATCHDOG.disarm(alarm)
+        connection.close()
+
+
+def _exhausted_error(exc: DBAPIError, timed_out: bool) -> type[CatalogUnavailable]:
+    """What a transient error still failing after the last attempt is: CatalogTimeout when
+    time ran out (the watchdog, a lock or statement timeout, SQLite busy), else
+    CatalogUnavailable. Both are retryable."""
+    busy = isinstance(exc.orig, sqlite3.OperationalError)
+    if timed_out or busy or getattr(exc.orig, "pgcode", None) in _TIMEOUT_SQLSTATES:
+        return CatalogTimeout
+    return CatalogUnavailable
+
+
+def _out_of_range(what: str, detail: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"catalog {what}: a number is beyond the catalog's integer range ({detail}); ids and "
+        "versions must fit in 63 bits, operator and partition ids in 31"
+    )
+
+
+def _sleep(retry: RetryPolicy, attempt: int, what: str, reason: str) -> None:
     delay = retry.delay(attempt)
     log.warning(
         "catalog %s: transient error (attempt %d of %d), retrying in %.2fs: %s",
@@ -205,6 +394,6 @@ def _sleep(retry: RetryPolicy, attempt: int, what: str, exc: DBAPIError, url: UR
         attempt,
         retry.attempts,
         delay,
-        _reason(exc, url),
+        reason,
     )
     time.sleep(delay)

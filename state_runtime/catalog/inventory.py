@@ -23,7 +23,13 @@ from state_runtime.catalog.records import FileRecord, StoreKey
 from state_runtime.catalog.tables import FileState, checkpoint_files, commit_log, stores
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CatalogError, InvalidArgument
-from state_runtime.identity import FileKind, StoreId, parse_file_name, validate_checkpoint_id
+from state_runtime.identity import (
+    FileKind,
+    StoreId,
+    parse_file_name,
+    validate_checkpoint_id,
+    validate_non_negative,
+)
 
 _CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 400  # rows per IN list: far below SQLite's bound-parameter limit
@@ -221,6 +227,10 @@ def _check_info(info: CheckpointInfo) -> None:
         )
     if info.version < 1:
         raise InvalidArgument("checkpoint files start at version 1", store=info.store)
+    validate_non_negative(info.version, "version")
+    for count, what in ((info.rows, "rows"), (info.file_rows, "file rows")):
+        validate_non_negative(count, what)
+    validate_non_negative(info.bytes_written, "size")
     validate_checkpoint_id(info.checkpoint_id)
     if info.base_checkpoint_id is not None:
         validate_checkpoint_id(info.base_checkpoint_id)

@@ -217,6 +217,9 @@ class MaintenanceRun:
     outcome: str
     counts: dict[str, Any]
     error: str | None
+    host: str | None = None  # the host (and process namespace) of the process that runs it
+    pid: int | None = None
+    heartbeat_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,11 +4,20 @@ A lease is a row in ``store_leases``: whoever inserts it (or takes over an expir
 the store until releasing it or until it expires, so a crashed run never blocks a store for
 longer than its time to live. Long runs renew their lease. Holders compare their token, so a
 run whose lease expired and was taken over cannot release or renew the new holder's lease.
+
+Every function here is safe to run twice (the transaction helper retries a COMMIT whose answer
+was lost): runs and leases carry a token the client generated before the first attempt, so a
+retry finds what its earlier attempt did, and "already in the state asked for" is success.
+
+A run records the host and process that run it and a heartbeat. A run still ``running`` whose
+process is gone (same host, no such process) or whose heartbeat is older than
+``ABANDON_AFTER`` is closed as ``abandoned``, with the reason, by the next maintenance pass.
 """
 
 from __future__ import annotations
 
-import uuid
+import os
+import socket
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,12 +28,34 @@ from state_runtime.catalog.inventory import AnyRow, insert_ignoring, mark_mainta
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
 from state_runtime.catalog.tables import RunKind, RunOutcome, maintenance_runs, store_leases
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
+from state_runtime.identity import validate_non_negative
+
+HEARTBEAT_INTERVAL = timedelta(seconds=30)
+"""How often a running run refreshes its heartbeat."""
+ABANDON_AFTER = timedelta(minutes=5)
+"""A run whose heartbeat is this old is abandoned, wherever it ran."""
+_FINISHED = (RunOutcome.SUCCEEDED.value, RunOutcome.FAILED.value)
+
+
+def this_host() -> str:
+    """This machine and process namespace: a pid is meaningful only within both."""
+    try:
+        namespace = f"#pidns:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        namespace = ""
+    return f"{socket.gethostname()}{namespace}"
 
 
 def start_run(
-    connection: Connection, kind: str, owner: str, parameters: dict[str, Any], now: datetime
+    connection: Connection,
+    kind: str,
+    owner: str,
+    parameters: dict[str, Any],
+    token: str,
+    now: datetime,
 ) -> int:
-    """Record a maintenance run as running; return its id."""
+    """Record a maintenance run as running, or find the one ``token`` already started;
+    return its id."""
     try:
         kind = RunKind(kind).value
     except ValueError:
@@ -33,18 +64,22 @@ def start_run(
         ) from None
     if not owner:
         raise InvalidArgument("a maintenance run needs an owner (who or what runs it)")
-    run_id = connection.execute(
-        sa.insert(maintenance_runs)
-        .values(
+    r = maintenance_runs.c
+    connection.execute(
+        insert_ignoring(connection, maintenance_runs).values(
             kind=kind,
             owner=owner,
             parameters=parameters,
             started_at=now,
             outcome=RunOutcome.RUNNING.value,
             counts={},
+            run_token=token,
+            host=this_host(),
+            pid=os.getpid(),
+            heartbeat_at=now,
         )
-        .returning(maintenance_runs.c.run_id)
-    ).scalar_one()
+    )
+    run_id = connection.execute(sa.select(r.run_id).where(r.run_token == token)).scalar_one()
     return int(run_id)
 
 
@@ -56,20 +91,96 @@ def finish_run(
     error: str | None,
     now: datetime,
 ) -> None:
-    """Close a running run with its outcome and counts; finishing twice is an error."""
-    if outcome not in (RunOutcome.SUCCEEDED.value, RunOutcome.FAILED.value):
+    """Close a run with its outcome and counts.
+
+    A run already finished with this outcome is success (a retried call); finished with
+    another outcome, or unknown, is CatalogError. A run closed as abandoned (it looked dead)
+    that finishes after all gets its real outcome."""
+    if outcome not in _FINISHED:
         raise InvalidArgument(f"a run finishes as 'succeeded' or 'failed', not {outcome!r}")
+    validate_non_negative(run_id, "run id")
     r = maintenance_runs.c
     done = connection.execute(
         sa.update(maintenance_runs)
-        .where(r.run_id == run_id, r.outcome == RunOutcome.RUNNING.value)
-        .values(outcome=outcome, counts=counts, error=error, ended_at=now)
+        .where(
+            r.run_id == run_id,
+            r.outcome.in_([RunOutcome.RUNNING.value, RunOutcome.ABANDONED.value]),
+        )
+        .values(outcome=outcome, counts=counts, error=error, ended_at=now, heartbeat_at=now)
     ).rowcount
-    if done != 1:
-        raise CatalogError(f"maintenance run {run_id} is unknown or already finished")
+    if done == 1:
+        return
+    found = connection.execute(sa.select(r.outcome).where(r.run_id == run_id)).scalar()
+    if found == outcome:
+        return
+    if found is None:
+        raise CatalogError(f"maintenance run {run_id} is unknown")
+    raise CatalogError(f"maintenance run {run_id} is already finished: {found}")
+
+
+def heartbeat(connection: Connection, run_id: int, now: datetime) -> bool:
+    """Show that a run is alive; False if it is no longer running."""
+    r = maintenance_runs.c
+    return bool(
+        connection.execute(
+            sa.update(maintenance_runs)
+            .where(r.run_id == run_id, r.outcome == RunOutcome.RUNNING.value)
+            .values(heartbeat_at=now)
+        ).rowcount
+    )
+
+
+def close_abandoned_runs(connection: Connection, now: datetime) -> list[MaintenanceRun]:
+    """Close as ``abandoned`` every running run whose process is gone (this host) or whose
+    heartbeat is older than ABANDON_AFTER; return them as they are now."""
+    r = maintenance_runs.c
+    running = connection.execute(
+        sa.select(maintenance_runs).where(r.outcome == RunOutcome.RUNNING.value)
+    ).all()
+    host = this_host()
+    closed: list[int] = []
+    for run in running:
+        beat = run.heartbeat_at or run.started_at
+        if run.host == host and run.pid is not None and not _alive(run.pid):
+            why = f"abandoned: its process {run.pid} on {run.host} is gone"
+        elif now - beat > ABANDON_AFTER:
+            why = f"abandoned: no heartbeat since {beat.isoformat()} (more than {ABANDON_AFTER})"
+        else:
+            continue
+        changed = connection.execute(
+            sa.update(maintenance_runs)
+            .where(r.run_id == run.run_id, r.outcome == RunOutcome.RUNNING.value)
+            .values(
+                outcome=RunOutcome.ABANDONED.value,
+                ended_at=max(now, run.started_at),
+                error=why if not run.error else f"{why}; {run.error}",
+            )
+        ).rowcount
+        if changed:
+            closed.append(run.run_id)
+    if not closed:
+        return []
+    rows = connection.execute(sa.select(maintenance_runs).where(r.run_id.in_(closed)))
+    return [_run(row) for row in rows]
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    except OSError:
+        return True  # cannot tell: do not declare it dead
+    return True
 
 
 def get_run(connection: Connection, run_id: int) -> MaintenanceRun | None:
+    validate_non_negative(run_id, "run id")
     row = connection.execute(
         sa.select(maintenance_runs).where(maintenance_runs.c.run_id == run_id)
     ).first()
@@ -77,6 +188,7 @@ def get_run(connection: Connection, run_id: int) -> MaintenanceRun | None:
 
 
 def recent_runs(connection: Connection, limit: int) -> list[MaintenanceRun]:
+    validate_non_negative(limit, "limit")
     r = maintenance_runs.c
     rows = connection.execute(
         sa.select(maintenance_runs).order_by(r.started_at.desc(), r.run_id.desc()).limit(limit)
@@ -95,6 +207,9 @@ def _run(row: AnyRow) -> MaintenanceRun:
         outcome=row.outcome,
         counts=row.counts,
         error=row.error,
+        host=row.host,
+        pid=row.pid,
+        heartbeat_at=row.heartbeat_at,
     )
 
 
@@ -104,15 +219,17 @@ def try_acquire_lease(
     owner: str,
     ttl: timedelta,
     run_id: int | None,
+    token: str,
     now: datetime,
 ) -> Lease | None:
-    """Take the store's lease if it is free or expired; None if someone else holds it."""
+    """Take the store's lease if it is free, expired, or already ours (``token``: a retry
+    after a lost COMMIT finds the lease its first attempt took); None if someone else
+    holds it."""
     if ttl <= timedelta(0):
         raise InvalidArgument(f"lease time to live must be positive, got {ttl}")
     if not owner:
         raise InvalidArgument("a lease needs an owner")
     store_id = known_store_id(connection, key)
-    token = uuid.uuid4().hex
     values = {
         "token": token,
         "owner": owner,
@@ -173,9 +290,10 @@ def renew_lease(
 
 
 def release_lease(connection: Connection, store_id: int, lease: Lease) -> bool:
-    """Give the lease back; False if it had already expired and passed to someone else."""
+    """Give the lease back: True once no lease of ours is held, also when an earlier attempt
+    of this call released it; False if it had expired and passed to someone else."""
     c = store_leases.c
     released = connection.execute(
         sa.delete(store_leases).where(c.store_id == store_id, c.token == lease.token)
     ).rowcount
-    return bool(released == 1)
+    return bool(released == 1) or lease_holder(connection, store_id) is None

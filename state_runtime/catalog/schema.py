@@ -8,10 +8,17 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 from sqlalchemy.engine import Connection, Engine
 
-from state_runtime.catalog.engine import RetryPolicy, redact, run_transaction
-from state_runtime.errors import CatalogError, CatalogSchemaOutdated
+from state_runtime.catalog.engine import (
+    RetryPolicy,
+    create_sqlite_folder,
+    display_url,
+    run_transaction,
+    sqlite_file,
+)
+from state_runtime.errors import CatalogError, CatalogSchemaOutdated, CatalogSchemaTooNew
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
@@ -39,46 +46,68 @@ def current_revision(connection: Connection) -> str | None:
 
 def upgrade_command(engine: Engine) -> str:
     """The shell command that upgrades this catalog, for error messages."""
-    return f"python -m state_runtime.catalog upgrade --url '{redact(engine.url)}'"
+    return f"python -m state_runtime.catalog upgrade --url '{display_url(engine.url)}'"
 
 
 def upgrade(engine: Engine, revision: str = "head", *, retry: RetryPolicy | None = None) -> None:
     """Migrate the database to ``revision`` (default: head) in one transaction.
 
     PostgreSQL and SQLite both run DDL transactionally, so a failed upgrade leaves the schema
-    as it was.
+    as it was; run again after a lost COMMIT, it finds the work done. A database at a
+    revision this code does not know (newer code wrote it) raises CatalogSchemaTooNew and is
+    left untouched. Creates the folder of a SQLite catalog.
     """
+    create_sqlite_folder(engine)
 
     def work(connection: Connection) -> None:
+        _refuse_unknown(engine, current_revision(connection))
         config = alembic_config()
         config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+        try:
+            command.upgrade(config, revision)
+        except CommandError as exc:
+            raise CatalogError(f"cannot upgrade the catalog to {revision!r}: {exc}") from None
 
     run_transaction(engine, work, retry=retry or RetryPolicy(), what="schema upgrade")
 
 
+def _refuse_unknown(engine: Engine, found: str | None) -> None:
+    """CatalogSchemaTooNew if the database is at a revision these migrations do not have."""
+    if found is None:
+        return
+    script = ScriptDirectory.from_config(alembic_config())
+    if found not in {rev.revision for rev in script.walk_revisions()}:
+        raise CatalogSchemaTooNew(
+            f"the catalog at {display_url(engine.url)} is at schema revision {found}, which this "
+            f"version of state_runtime does not know (its newest is {head_revision()}): a newer "
+            "version wrote it; upgrade state_runtime"
+        )
+
+
 def check_schema(engine: Engine, *, retry: RetryPolicy | None = None) -> str:
-    """Return the head revision if the database is at it, else raise CatalogSchemaOutdated."""
+    """Return the head revision if the database is at it, else raise CatalogSchemaOutdated
+    (older or empty: run the upgrade) or CatalogSchemaTooNew (upgrade the code). A SQLite
+    catalog whose file does not exist is reported as having no schema, and is not created."""
     expected = head_revision()
+    how = f"run: {upgrade_command(engine)}"
+    path = sqlite_file(engine.url)
+    if path is not None and not path.is_file():
+        raise CatalogSchemaOutdated(
+            f"the catalog at {str(path)!r} has no schema yet: the file does not exist, nothing "
+            f"has been recorded there; to create it, {how}"
+        )
     found = run_transaction(
         engine, current_revision, retry=retry or RetryPolicy(), what="schema check"
     )
     if found == expected:
         return expected
-    script = ScriptDirectory.from_config(alembic_config())
-    how = f"run: {upgrade_command(engine)}"
     if found is None:
         raise CatalogSchemaOutdated(
-            f"the catalog at {redact(engine.url)} has no schema yet (expected revision "
+            f"the catalog at {display_url(engine.url)} has no schema yet (expected revision "
             f"{expected}); {how}"
         )
-    known = {rev.revision for rev in script.walk_revisions()}
-    if found not in known:
-        raise CatalogError(
-            f"the catalog at {redact(engine.url)} is at revision {found}, which this version of "
-            f"state_runtime does not know (newest known: {expected}); upgrade state_runtime"
-        )
+    _refuse_unknown(engine, found)
     raise CatalogSchemaOutdated(
-        f"the catalog at {redact(engine.url)} is at schema revision {found}, this code needs "
-        f"{expected}; {how}"
+        f"the catalog at {display_url(engine.url)} is at schema revision {found}, this code "
+        f"needs {expected}; {how}"
     )

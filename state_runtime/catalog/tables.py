@@ -63,6 +63,7 @@ class RunOutcome(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    ABANDONED = "abandoned"  # its process died or went silent; closed by a later pass
 
 
 def _id_type() -> sa.types.TypeEngine[int]:
@@ -113,7 +114,18 @@ maintenance_runs = sa.Table(
     sa.Column("outcome", sa.String(16), nullable=False),
     sa.Column("counts", _json_type(), nullable=False),
     sa.Column("error", sa.Text(), nullable=True),
+    sa.Column("run_token", sa.String(32), nullable=True),
+    sa.Column("host", sa.Text(), nullable=True),
+    sa.Column("pid", sa.Integer(), nullable=True),
+    sa.Column("heartbeat_at", UtcDateTime(), nullable=True),
     sa.Index("ix_maintenance_runs_started_at", "started_at"),
+    sa.Index("uq_maintenance_runs_token", "run_token", unique=True),
+    sa.Index(
+        "ix_maintenance_runs_running",
+        "run_id",
+        postgresql_where=sa.text("outcome = 'running'"),
+        sqlite_where=sa.text("outcome = 'running'"),
+    ),
 )
 
 checkpoint_files = sa.Table(

@@ -1,7 +1,6 @@
 """The ``statestore`` commands: maintain, validate, health, explain, reconcile.
 
-Exit codes: 0 done and healthy; 1 done, but problems were found or some work failed; 2 bad
-usage; 3 refused by a safety rule; 4 the catalog or the storage failed.
+Exit codes and error output: see :mod:`state_runtime.cli.exits` (and docs/maintenance.md).
 """
 
 from __future__ import annotations
@@ -13,14 +12,22 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
-from state_runtime.catalog import Catalog, RetentionPolicy, StoreKey, catalog_url
+from state_runtime.catalog import Catalog, StoreKey, catalog_url
 from state_runtime.cli import output
-from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStoreError
+from state_runtime.cli.exits import (
+    EXIT_PROBLEMS,
+    EXIT_USAGE,
+    StatestoreGroup,
+    fail,
+    show_warnings,
+)
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import MAX_INT
 from state_runtime.maintenance import (
     SILENT,
     Fleet,
@@ -30,6 +37,7 @@ from state_runtime.maintenance import (
     canonical_root,
     cleanup_pass,
     due_for_snapshot,
+    format_duration,
     parse_duration,
     parse_store_key,
     reconcile,
@@ -37,8 +45,8 @@ from state_runtime.maintenance import (
     snapshot_pass,
     store_reports,
 )
+from state_runtime.storage import check_relative_path
 
-EXIT_PROBLEMS, EXIT_REFUSED, EXIT_FAILED = 1, 3, 4
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -56,26 +64,24 @@ class Settings:
         return SILENT if self.quiet else RichProgress()
 
 
-def _fail(code: int, message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
 @contextmanager
 def _fleet(settings: Settings) -> Iterator[Fleet]:
-    """Open the catalog and turn library errors into messages and exit codes."""
+    """Open the catalog (read-only until a command writes) and check the roots asked for:
+    a root below which the catalog records nothing is bad input, not an empty answer."""
+    catalog = Catalog.open(settings.url)
     try:
-        catalog = Catalog.open(settings.url)
-    except StateStoreError as exc:
-        _fail(EXIT_FAILED, str(exc))
-    try:
+        if settings.roots is not None:
+            known = set(catalog.roots())
+            unknown = [root for root in settings.roots if root not in known]
+            if unknown:
+                fail(
+                    EXIT_USAGE,
+                    f"nothing is recorded below {', '.join(unknown)} in the catalog at "
+                    f"{catalog.url} (it knows {len(known)} root(s)"
+                    + (f": {', '.join(sorted(known)[:5])}" if known else "")
+                    + ")",
+                )
         yield Fleet(catalog, roots=settings.roots)
-    except MaintenanceRefused as exc:
-        _fail(EXIT_REFUSED, f"refused: {exc}")
-    except InvalidArgument as exc:
-        _fail(2, str(exc))
-    except StateStoreError as exc:
-        _fail(EXIT_FAILED, str(exc))
     finally:
         catalog.close()
 
@@ -87,11 +93,28 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -
         raise click.BadParameter(str(exc)) from None
 
 
+# CLI option -> (policy setting, option name): the command line's overrides of the policy.
+POLICY_OPTIONS = {
+    "min_deltas": ("snapshot_min_deltas", "--min-deltas"),
+    "retain_versions": ("retain_versions", "--retain-versions"),
+    "window": ("window", "--window"),
+    "orphan_grace": ("orphan_grace", "--orphan-grace"),
+    "min_window": ("min_window", "--min-window"),
+}
+
+
 def policy_options(command: F) -> F:
-    """Options overriding the maintenance policy (defaults: STATE_MAINTENANCE_* or built-in)."""
+    """Options overriding the maintenance policy (defaults: STATE_MAINTENANCE_* or built-in).
+    Zero is a value: ``--orphan-grace 0s`` means no grace."""
     options = [
-        click.option("--min-deltas", type=click.IntRange(min=1), help="Deltas for a snapshot."),
-        click.option("--retain-versions", type=int, help="Committed versions kept loadable (>=2)."),
+        click.option(
+            "--min-deltas", type=click.IntRange(min=1, max=MAX_INT), help="Deltas for a snapshot."
+        ),
+        click.option(
+            "--retain-versions",
+            type=click.IntRange(max=MAX_INT),
+            help="Committed versions kept loadable (>=2).",
+        ),
         click.option("--window", callback=_duration, help="Retention window, e.g. 1h."),
         click.option("--orphan-grace", callback=_duration, help="Age before uncommitted files go."),
         click.option("--min-window", callback=_duration, help="Shortest window accepted."),
@@ -102,29 +125,23 @@ def policy_options(command: F) -> F:
 
 
 def _policy(options: dict[str, Any]) -> MaintenancePolicy:
-    """The environment's policy with the command line's overrides."""
-    base = MaintenancePolicy.from_env()
-    retention = base.retention
-    try:
-        return dataclasses.replace(
-            base,
-            snapshot_min_deltas=options.get("min_deltas") or base.snapshot_min_deltas,
-            min_window=options.get("min_window") or base.min_window,
-            retention=RetentionPolicy(
-                retain_versions=options.get("retain_versions") or retention.retain_versions,
-                window=options["window"] if options.get("window") is not None else retention.window,
-                orphan_grace=options.get("orphan_grace") or retention.orphan_grace,
-            ),
-        )
-    except MaintenanceRefused as exc:
-        _fail(EXIT_REFUSED, f"refused: {exc}")
-    except InvalidArgument as exc:
-        _fail(2, str(exc))
+    """The environment's policy with the command line's overrides; an invalid value or one
+    below the safety floor raises the error naming its option."""
+    values: dict[str, object] = {}
+    labels: dict[str, str] = {}
+    for option, (setting, name) in POLICY_OPTIONS.items():
+        value = options.get(option)
+        if value is not None:
+            values[setting] = value
+            shown = format_duration(value) if isinstance(value, timedelta) else value
+            labels[setting] = f"{name} {shown}"
+    return MaintenancePolicy.from_env().with_overrides(values, labels)
 
 
 def _stores(values: tuple[str, ...]) -> list[StoreKey] | None:
     try:
-        return [parse_store_key(v) for v in values] or None
+        keys = [parse_store_key(v) for v in values]
+        return [StoreKey(canonical_root(k.root), k.store) for k in keys] or None
     except InvalidArgument as exc:
         raise click.BadParameter(str(exc), param_hint="--store") from None
 
@@ -138,7 +155,7 @@ store_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=StatestoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--catalog-url",
     envvar="STATE_CATALOG_URL",
@@ -150,10 +167,11 @@ store_option = click.option(
     multiple=True,
     help="Only stores below this checkpoint root (path or URI; repeatable). Default: all.",
 )
-@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars and no warnings.")
 @click.pass_context
 def main(ctx: click.Context, /, **kw: Any) -> None:
     """Maintain the state stores recorded in a catalog: snapshots, cleanup, validation."""
+    show_warnings(kw["quiet"])
     roots = [canonical_root(r) for r in kw["roots"]] or None
     ctx.obj = Settings(kw.get("catalog_url") or catalog_url(), roots, kw["quiet"])
 
@@ -258,13 +276,13 @@ def _locate(fleet: Fleet, file: str) -> tuple[str, str]:
     roots = fleet.root_names()
     if "://" not in file and not Path(file).is_absolute():
         if len(roots) != 1:
-            _fail(2, f"{file!r} is relative: name its root with --root (known: {roots})")
-        return roots[0], file
+            fail(EXIT_USAGE, f"{file!r} is relative: name its root with --root (known: {roots})")
+        return roots[0], check_relative_path(file)
     uri = file if "://" in file else Path(file).resolve().as_uri()
     for root in sorted(roots, key=len, reverse=True):
         if uri.startswith(root.rstrip("/") + "/"):
-            return root, uri[len(root.rstrip("/")) + 1 :]
-    _fail(2, f"{file!r} is below none of the catalog's roots: {roots}")
+            return root, check_relative_path(uri[len(root.rstrip("/")) + 1 :])
+    fail(EXIT_USAGE, f"{file!r} is below none of the catalog's roots: {roots}")
 
 
 @main.command(name="reconcile")

@@ -15,6 +15,7 @@ from state_runtime.maintenance import (
     ChecksReport,
     CleanupReport,
     DueStore,
+    LeftoverReport,
     ReconcileReport,
     SnapshotReport,
     StoreReport,
@@ -131,7 +132,8 @@ def print_cleanup(console: Console, report: CleanupReport) -> None:
             console.print(f"  {verdict.file.key.root}/{verdict.file.path}: {verdict.reason}")
         if len(report.planned) > SHOWN:
             console.print(f"  ... and {len(report.planned) - SHOWN} more")
-        if report.planned:
+        print_leftovers(console, report.leftovers, dry_run=True)
+        if report.planned or report.leftovers.removed:
             console.print("Run with --execute to delete them.")
         return
     console.print(
@@ -139,6 +141,23 @@ def print_cleanup(console: Console, report: CleanupReport) -> None:
         f"{size(report.deleted_bytes)}; {len(report.failed)} failed; "
         f"{len(report.busy)} stores busy (leased by another run)"
     )
+    for path, error in list(report.failed.items())[:SHOWN]:
+        console.print(f"  [red]failed[/red] {path}: {error}")
+    print_leftovers(console, report.leftovers, dry_run=False)
+
+
+def print_leftovers(console: Console, report: LeftoverReport, *, dry_run: bool) -> None:
+    """Unfinished writes of killed writers, if any were found."""
+    if not report.found:
+        return
+    verb = "would remove" if dry_run else "removed"
+    console.print(
+        f"unfinished writes (temporary files, incomplete uploads): {len(report.found)} found, "
+        f"{verb} {len(report.removed)}, {len(report.young)} too young (maybe still running), "
+        f"{len(report.failed)} failed"
+    )
+    for path in report.removed[:SHOWN]:
+        console.print(f"  {verb} {path}")
     for path, error in list(report.failed.items())[:SHOWN]:
         console.print(f"  [red]failed[/red] {path}: {error}")
 
@@ -176,6 +195,7 @@ def print_reconcile(console: Console, report: ReconcileReport) -> None:
         console.print(f"  recorded {path} as {state}")
     for path, error in list(report.unreadable.items())[:SHOWN]:
         console.print(f"  [red]unreadable[/red] {path}: {error}")
+    print_leftovers(console, report.leftovers, dry_run=report.dry_run)
 
 
 def print_explanation(console: Console, e: Explanation) -> None:

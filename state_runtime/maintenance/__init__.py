@@ -24,6 +24,7 @@ from state_runtime.maintenance.fleet import (
     parse_store_key,
 )
 from state_runtime.maintenance.health import FleetTotals, StoreReport, store_reports
+from state_runtime.maintenance.leftovers import LeftoverReport, sweep_leftovers
 from state_runtime.maintenance.policy import MaintenancePolicy, format_duration, parse_duration
 from state_runtime.maintenance.progress import SILENT, CallbackProgress, Progress, RichProgress
 from state_runtime.maintenance.reconcile import ReconcileReport, reconcile
@@ -55,6 +56,7 @@ __all__ = [
     "Finding",
     "Fleet",
     "FleetTotals",
+    "LeftoverReport",
     "MaintenancePolicy",
     "Progress",
     "ReconcileReport",
@@ -85,5 +87,6 @@ __all__ = [
     "snapshot_lag_check",
     "snapshot_pass",
     "store_reports",
+    "sweep_leftovers",
     "validate_stores",
 ]

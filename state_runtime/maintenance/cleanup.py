@@ -5,19 +5,21 @@ the safety floor, then, store by store under the store's lease: claims the delet
 the catalog (a concurrent commit can no longer reference them), deletes them from storage in
 batches, and records each deletion with its reason in the ledger. A run that stops anywhere
 leaves claims behind that the next run resumes; deleting a file that is already gone is fine.
+It also removes the stores' unfinished writes older than the grace (``leftovers``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from state_runtime.catalog import FileVerdict, RetentionPolicy, RunKind, StoreKey
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.inventory import claimed_stores
 from state_runtime.maintenance.leases import leased
+from state_runtime.maintenance.leftovers import LeftoverReport, store_folders, sweep_leftovers
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
@@ -37,6 +39,7 @@ class CleanupReport:
     failed: dict[str, str] = field(default_factory=dict)
     busy: list[StoreKey] = field(default_factory=list)
     run_id: int | None = None
+    leftovers: LeftoverReport = field(default_factory=LeftoverReport)
 
     @property
     def planned_bytes(self) -> int:
@@ -54,7 +57,7 @@ class CleanupReport:
             "deleted_bytes": self.deleted_bytes,
             "failed_files": len(self.failed),
             "busy_stores": len(self.busy),
-        }
+        } | self.leftovers.counts()
 
 
 def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:
@@ -94,7 +97,10 @@ def cleanup_pass(
     policy.check_retention()
     planned = plan_cleanup(fleet, policy, only=only, now=now)
     report = CleanupReport(not execute, policy.retention, planned)
+    folders = store_folders(fleet, only)
+    leftovers_before = policy.retention.uncommitted_cutoff(now or datetime.now(UTC))
     if not execute:
+        report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, execute=False)
         return report
     work: dict[str, set[StoreKey]] = {}
     for verdict in report.planned:
@@ -113,6 +119,7 @@ def cleanup_pass(
             for part in _batches(sorted(keys, key=str), STORES_PER_CLAIM):
                 _clean_stores(fleet, policy, root, part, report, now, delete_batch)
                 advance(len(part))
+        report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, execute=True)
         run.counts = report.counts()
     return report
 

@@ -2,7 +2,8 @@
 
 Leases for many stores are taken (and given back) in one catalog transaction per call, with
 the catalog's own lease rules, so a pass over thousands of stores does not pay a round trip
-and a commit per store.
+and a commit per store. Lease tokens are made before the first attempt, so a retry after a
+lost COMMIT finds the leases it took.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sqlalchemy.engine import Connection
 from state_runtime.catalog import Catalog, Lease, StoreKey
 from state_runtime.catalog import runs as catalog_runs
 from state_runtime.catalog.engine import run_transaction
+from state_runtime.identity import new_checkpoint_id
 
 
 @dataclass
@@ -34,10 +36,13 @@ class Held:
 def _acquire(
     catalog: Catalog, keys: Sequence[StoreKey], owner: str, ttl: timedelta, run_id: int
 ) -> list[Lease | None]:
+    tokens = [new_checkpoint_id() for _ in keys]  # before the first attempt: retries find them
+
     def work(connection: Connection) -> list[Lease | None]:
         now = datetime.now(UTC)
         return [
-            catalog_runs.try_acquire_lease(connection, key, owner, ttl, run_id, now) for key in keys
+            catalog_runs.try_acquire_lease(connection, key, owner, ttl, run_id, token, now)
+            for key, token in zip(keys, tokens, strict=True)
         ]
 
     return run_transaction(catalog.engine, work, retry=catalog.retry, what="acquire leases")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 from state_runtime.catalog import FileRecord
-from state_runtime.storage import DeleteResult, FileInfo, Storage
+from state_runtime.storage import DeleteResult, FileInfo, PartialWrite, Storage
 
 
 class CatalogListedStorage(Storage):
@@ -44,3 +44,9 @@ class CatalogListedStorage(Storage):
 
     def delete(self, paths: Sequence[str]) -> DeleteResult:
         return self.inner.delete(paths)
+
+    def partial_writes(self, folders: Sequence[str]) -> Iterator[PartialWrite]:
+        return self.inner.partial_writes(folders)
+
+    def abort_partial_writes(self, writes: Sequence[PartialWrite]) -> DeleteResult:
+        return self.inner.abort_partial_writes(writes)

@@ -3,35 +3,26 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import Any
 
 from state_runtime.catalog import MIN_RETAINED_VERSIONS, RetentionPolicy
-from state_runtime.errors import InvalidArgument, MaintenanceRefused
+from state_runtime.durations import format_duration, parse_duration
+from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStoreError
+from state_runtime.identity import MAX_BIGINT, MAX_INT
 
-_DURATION_RE = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>s|m|h|d|w)?\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+__all__ = [
+    "ENV_PREFIX",
+    "SETTINGS",
+    "MaintenancePolicy",
+    "format_duration",
+    "parse_duration",
+    "parse_setting",
+]
 
 ENV_PREFIX = "STATE_MAINTENANCE_"
-
-
-def parse_duration(text: str) -> timedelta:
-    """``"90s"``, ``"15m"``, ``"1h"``, ``"2d"``, ``"1w"`` (a bare number is seconds)."""
-    match = _DURATION_RE.match(text)
-    if match is None:
-        raise InvalidArgument(f"invalid duration {text!r}: use a number with s, m, h, d or w")
-    return timedelta(seconds=float(match["n"]) * _UNITS[match["unit"] or "s"])
-
-
-def format_duration(value: timedelta) -> str:
-    """The inverse of :func:`parse_duration`, in the largest exact unit."""
-    seconds = value.total_seconds()
-    for unit in ("w", "d", "h", "m"):
-        if seconds and seconds % _UNITS[unit] == 0:
-            return f"{int(seconds // _UNITS[unit])}{unit}"
-    return f"{seconds:g}s"
 
 
 @dataclass(frozen=True)
@@ -96,45 +87,87 @@ class MaintenancePolicy:
             "min_window": format_duration(self.min_window),
         }
 
+    def with_overrides(
+        self, values: Mapping[str, object], labels: Mapping[str, str] | None = None
+    ) -> MaintenancePolicy:
+        """This policy with some settings replaced: ``values`` maps a setting (a field name, or
+        ``retain_versions``, ``window``, ``orphan_grace`` of the retention) to its value.
+
+        Each value is checked by the policy's own rules, one at a time, so that an error says
+        which setting is wrong: it starts with ``labels[name]`` (how the user wrote it, e.g.
+        ``--retain-versions 1`` or ``STATE_MAINTENANCE_WINDOW='soon'``) and keeps its type
+        (InvalidArgument, or MaintenanceRefused below the safety floor).
+        """
+        labels = labels or {}
+        unknown = sorted(set(values) - set(SETTINGS))
+        if unknown:
+            raise InvalidArgument(f"unknown maintenance setting(s): {', '.join(unknown)}")
+        policy = self
+        for name, value in values.items():
+            change: dict[str, Any] = {name: value}
+            try:
+                if name in _RETENTION_SETTINGS:
+                    policy = replace(policy, retention=replace(policy.retention, **change))
+                else:
+                    policy = replace(policy, **change)
+            except StateStoreError as exc:
+                raise type(exc)(f"{labels.get(name, name)}: {exc.reason}") from None
+        return policy
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> MaintenancePolicy:
-        """The policy with overrides from ``STATE_MAINTENANCE_*`` variables (see docs)."""
+        """The policy with overrides from ``STATE_MAINTENANCE_*`` variables (see docs).
+
+        An unknown ``STATE_MAINTENANCE_*`` name (a typo would silently keep a default) and a
+        value that does not parse are refused with InvalidArgument naming the variable; a
+        value below the safety floor with MaintenanceRefused naming it.
+        """
         env = os.environ if environ is None else environ
-        default = cls()
+        known = {ENV_PREFIX + name.upper(): name for name in SETTINGS}
+        unknown = sorted(k for k in env if k.startswith(ENV_PREFIX) and k not in known)
+        if unknown:
+            raise InvalidArgument(
+                f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        values: dict[str, object] = {}
+        labels: dict[str, str] = {}
+        for variable, name in known.items():
+            raw = env.get(variable, "").strip()
+            if raw:
+                labels[name] = f"{variable}={raw!r}"
+                values[name] = parse_setting(name, raw, labels[name])
+        return cls().with_overrides(values, labels)
 
-        def get(name: str) -> str | None:
-            value = env.get(ENV_PREFIX + name, "").strip()
-            return value or None
 
-        def optional_number(name: str) -> int | None:
-            raw = get(name)
-            try:
-                return None if raw is None else int(raw)
-            except ValueError:
-                raise InvalidArgument(f"{ENV_PREFIX}{name}={raw!r} is not an integer") from None
+_RETENTION_SETTINGS = ("retain_versions", "window", "orphan_grace")
+SETTINGS: dict[str, type] = {
+    "snapshot_min_deltas": int,
+    "snapshot_max_recovery_bytes": int,
+    "retain_versions": int,
+    "window": timedelta,
+    "orphan_grace": timedelta,
+    "min_window": timedelta,
+    "lease_ttl": timedelta,
+    "lag_warn_deltas": int,
+    "lag_error_deltas": int,
+    "orphan_growth_warn_files": int,
+    "overdue_after": timedelta,
+}
+"""Every maintenance setting and the type of its value."""
 
-        def number(name: str, fallback: int) -> int:
-            found = optional_number(name)
-            return fallback if found is None else found
 
-        def duration(name: str, fallback: timedelta) -> timedelta:
-            raw = get(name)
-            return fallback if raw is None else parse_duration(raw)
-
-        return cls(
-            snapshot_min_deltas=number("SNAPSHOT_MIN_DELTAS", default.snapshot_min_deltas),
-            snapshot_max_recovery_bytes=optional_number("SNAPSHOT_MAX_RECOVERY_BYTES"),
-            retention=RetentionPolicy(
-                retain_versions=number("RETAIN_VERSIONS", default.retention.retain_versions),
-                window=duration("WINDOW", default.retention.window),
-                orphan_grace=duration("ORPHAN_GRACE", default.retention.orphan_grace),
-            ),
-            min_window=duration("MIN_WINDOW", default.min_window),
-            lease_ttl=duration("LEASE_TTL", default.lease_ttl),
-            lag_warn_deltas=number("LAG_WARN_DELTAS", default.lag_warn_deltas),
-            lag_error_deltas=number("LAG_ERROR_DELTAS", default.lag_error_deltas),
-            orphan_growth_warn_files=number(
-                "ORPHAN_GROWTH_WARN_FILES", default.orphan_growth_warn_files
-            ),
-            overdue_after=duration("OVERDUE_AFTER", default.overdue_after),
-        )
+def parse_setting(name: str, raw: str, label: str) -> object:
+    """The value of setting ``name`` written as text; InvalidArgument naming ``label``."""
+    if SETTINGS[name] is timedelta:
+        try:
+            return parse_duration(raw)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{label}: {exc.reason}") from None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"{label} is not an integer") from None
+    largest = MAX_BIGINT if name.endswith("_bytes") else MAX_INT
+    if not 0 <= value <= largest:
+        raise InvalidArgument(f"{label} is out of range (0 to {largest})")
+    return value

@@ -5,7 +5,9 @@ from the catalog (a task died between writing and recording, a restore, a bug) i
 verified and recorded; the catalog then judges it like any file: committed if the commit log
 names it, otherwise orphan or uncommitted, and cleanup deletes it once it is old enough.
 Files younger than ``min_age`` may be in flight and are left for the next sweep; files whose
-names are not checkpoint names are reported and never touched.
+names are not checkpoint names are reported and never touched. Unfinished writes (temporary
+files, incomplete multipart uploads) older than the grace for never-committed files are
+removed (``leftovers``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from state_runtime.errors import CannotLoadState, InvalidArgument, StorageError
 from state_runtime.identity import StoreId, parse_file_name
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.inventory import known_paths
+from state_runtime.maintenance.leftovers import LeftoverReport, sweep_leftovers
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
@@ -40,6 +43,7 @@ class ReconcileReport:
     unreadable: dict[str, str] = field(default_factory=dict)
     resurrected: list[str] = field(default_factory=list)  # recorded deleted, still on storage
     run_id: int | None = None
+    leftovers: LeftoverReport = field(default_factory=LeftoverReport)
 
     def counts(self) -> dict[str, int]:
         return {
@@ -50,7 +54,7 @@ class ReconcileReport:
             "foreign": len(self.foreign),
             "unreadable": len(self.unreadable),
             "resurrected": len(self.resurrected),
-        }
+        } | self.leftovers.counts()
 
 
 def _store_of(path: str) -> StoreId | None:
@@ -103,8 +107,15 @@ def reconcile(
     parameters = policy.parameters() | {"min_age_s": min_age.total_seconds(), "execute": execute}
     with recorded_run(fleet.catalog, RunKind.RECONCILE, fleet.owner, parameters) as run:
         report.run_id = run.run_id
-        for root in fleet.root_names():
+        roots = fleet.root_names()
+        for root in roots:
             _sweep_root(fleet, root, report, execute, now - min_age, progress)
+        report.leftovers = sweep_leftovers(
+            fleet,
+            {root: ["state"] for root in roots},
+            policy.retention.uncommitted_cutoff(now),
+            execute=execute,
+        )
         run.counts = report.counts()
     return report
 

@@ -1,13 +1,23 @@
-"""Maintenance runs as the catalog records them: started, then succeeded or failed, with counts."""
+"""Maintenance runs as the catalog records them: started, then succeeded or failed, with counts.
+
+Before a run starts, runs left ``running`` by a process that died are closed as
+``abandoned`` (see ``state_runtime.catalog.runs``); while it runs, a heartbeat shows it alive.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from state_runtime.catalog import Catalog, RunKind, RunOutcome
+from state_runtime.catalog.runs import HEARTBEAT_INTERVAL
+from state_runtime.errors import StateStoreError
+from state_runtime.redaction import get_logger, redact
+
+log = get_logger(__name__)
 
 
 @dataclass
@@ -22,13 +32,41 @@ class RunRecord:
 def recorded_run(
     catalog: Catalog, kind: RunKind, owner: str, parameters: dict[str, Any]
 ) -> Iterator[RunRecord]:
-    """Record a run around a block: 'succeeded' when it ends, 'failed' with the error if not."""
+    """Record a run around a block: 'succeeded' when it ends, 'failed' with the error if not.
+
+    Abandoned runs are closed first; a heartbeat thread keeps this one visibly alive."""
+    for gone in catalog.close_abandoned_runs():
+        log.warning("closed run %d (%s by %s): %s", gone.run_id, gone.kind, gone.owner, gone.error)
     run = RunRecord(catalog.start_run(kind.value, owner, parameters))
-    try:
-        yield run
-    except BaseException as exc:
-        catalog.finish_run(
-            run.run_id, RunOutcome.FAILED.value, run.counts, f"{type(exc).__name__}: {exc}"
-        )
-        raise
+    with _heartbeat(catalog, run.run_id):
+        try:
+            yield run
+        except BaseException as exc:
+            catalog.finish_run(
+                run.run_id,
+                RunOutcome.FAILED.value,
+                run.counts,
+                redact(f"{type(exc).__name__}: {exc}"),
+            )
+            raise
     catalog.finish_run(run.run_id, RunOutcome.SUCCEEDED.value, run.counts)
+
+
+@contextmanager
+def _heartbeat(catalog: Catalog, run_id: int) -> Iterator[None]:
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_INTERVAL.total_seconds()):
+            try:
+                catalog.heartbeat(run_id)
+            except StateStoreError as exc:  # the next beat tries again; the run goes on
+                log.warning("maintenance run %d: heartbeat failed: %s", run_id, exc)
+
+    thread = threading.Thread(target=beat, name=f"run-{run_id}-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

@@ -41,6 +41,19 @@ class FileInfo:
     modified: datetime
 
 
+@dataclass(frozen=True)
+class PartialWrite:
+    """A write that never finished: a writer died between starting it and making the file
+    visible. Locally a temporary file (``path`` is the temporary file), on S3 an incomplete
+    multipart upload (``path`` is the file it was to become, ``handle`` the upload id).
+    No listing shows it and no catalog records it."""
+
+    path: str
+    started: datetime
+    size: int
+    handle: str = ""
+
+
 @dataclass
 class DeleteResult:
     """What a batch delete did: the paths deleted (or already absent) and those that failed."""
@@ -108,6 +121,16 @@ class Storage(ABC):
     @abstractmethod
     def delete(self, paths: Sequence[str]) -> DeleteResult:
         """Delete files; a path that is already absent counts as deleted."""
+
+    @abstractmethod
+    def partial_writes(self, folders: Sequence[str]) -> Iterator[PartialWrite]:
+        """The unfinished writes below any of ``folders`` (recursively), found the way that
+        is cheapest for the backend (S3: one listing of uploads under their common prefix)."""
+
+    @abstractmethod
+    def abort_partial_writes(self, writes: Sequence[PartialWrite]) -> DeleteResult:
+        """Remove unfinished writes (their ``path`` in the result); one already gone counts
+        as removed. Never touches a finished file."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"

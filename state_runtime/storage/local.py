@@ -15,7 +15,16 @@ from state_runtime.errors import (
     StorageError,
     StorageFileNotFound,
 )
-from state_runtime.storage.base import DeleteResult, FileInfo, Storage, check_relative_path
+from state_runtime.storage.base import (
+    DeleteResult,
+    FileInfo,
+    PartialWrite,
+    Storage,
+    check_relative_path,
+)
+
+TEMP_PREFIX, TEMP_SUFFIX = ".tmp-", ".part"
+"""A write's temporary file, ``.tmp-<random>.part``, next to the file it becomes."""
 
 
 class LocalStorage(Storage):
@@ -24,6 +33,8 @@ class LocalStorage(Storage):
     Writes go to a temporary file in the target folder, are fsynced, then hard-linked to
     the final name: ``link`` fails if the name exists, so nothing is ever replaced, and a
     reader never sees a partial file. The folder is fsynced so the new name survives a crash.
+    A writer killed in between leaves its temporary file: ``list`` hides it,
+    ``partial_writes`` finds it (maintenance removes it once old enough).
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -58,7 +69,7 @@ class LocalStorage(Storage):
         target = self._abs(path)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".part")
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
         except OSError as e:
             raise StorageError(f"cannot create temporary file: {e.strerror}", path=path) from e
         try:
@@ -103,12 +114,28 @@ class LocalStorage(Storage):
 
     def list(self, prefix: str) -> Iterator[FileInfo]:
         self.requests.add("list")
+        return self._walk(prefix, temporary=False)
+
+    def partial_writes(self, folders: Sequence[str]) -> Iterator[PartialWrite]:
+        for folder in dict.fromkeys(folders):
+            self.requests.add("partial_writes")
+            for info in self._walk(folder, temporary=True):
+                yield PartialWrite(info.path, info.modified, info.size)
+
+    def abort_partial_writes(self, writes: Sequence[PartialWrite]) -> DeleteResult:
+        for write in writes:
+            if not _is_temporary(write.path.rsplit("/", 1)[-1]):
+                raise InvalidArgument(f"not a temporary file: {write.path!r}", path=write.path)
+        return self.delete([write.path for write in writes])
+
+    def _walk(self, prefix: str, *, temporary: bool) -> Iterator[FileInfo]:
+        """Files below ``prefix``: the temporary ones of unfinished writes, or the others."""
         base = self._abs(prefix)
         if not base.is_dir():
             return
         for folder, _dirs, files in os.walk(base):
             for name in files:
-                if name.startswith(".tmp-"):
+                if _is_temporary(name) != temporary:
                     continue
                 full = Path(folder) / name
                 try:
@@ -131,6 +158,11 @@ class LocalStorage(Storage):
             except OSError as e:
                 result.failed[path] = e.strerror or str(e)
         return result
+
+
+def _is_temporary(name: str) -> bool:
+    """Whether ``name`` is a temporary file of :meth:`LocalStorage.write_if_absent`."""
+    return name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)
 
 
 def _raise_exists(path: str) -> None:

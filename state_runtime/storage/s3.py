@@ -9,6 +9,8 @@
   after an ambiguous failure one HEAD tells whether the file there is ours (success) or
   someone else's (FileAlreadyExists).
 - Listing pages through ListObjectsV2; deletes go in DeleteObjects batches of 1,000 keys.
+- A writer killed mid-upload leaves an incomplete multipart upload: ``partial_writes`` finds
+  them (ListMultipartUploads) and ``abort_partial_writes`` aborts them.
 - Every HTTP request is counted in :attr:`requests` by kind (see ``REQUEST_KINDS``), plus
   ``retries`` for each re-sent request.
 
@@ -18,7 +20,7 @@ Spark executor) uses the process's shared client for those settings.
 
 from __future__ import annotations
 
-import logging
+import posixpath
 import re
 import threading
 import uuid
@@ -37,9 +39,17 @@ from state_runtime.errors import (
     StorageError,
     StorageFileNotFound,
 )
-from state_runtime.storage.base import DeleteResult, FileInfo, Storage, check_relative_path
+from state_runtime.redaction import get_logger
+from state_runtime.storage.base import (
+    DeleteResult,
+    FileInfo,
+    PartialWrite,
+    Storage,
+    check_relative_path,
+)
 from state_runtime.storage.s3_client import CallRecord, instrument, recording, shared_client
 from state_runtime.storage.s3_errors import (
+    error_code,
     http_status,
     is_not_found,
     is_precondition_failed,
@@ -51,7 +61,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 DELETE_BATCH: Final = 1000
 """DeleteObjects takes at most 1,000 keys per request."""
@@ -149,19 +159,7 @@ class S3Storage(Storage):
         return int(head["ContentLength"])
 
     def list(self, prefix: str) -> Iterator[FileInfo]:
-        pages = iter(
-            self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self._key(prefix) + "/"
-            )
-        )
-        while True:
-            with self._call() as call:
-                try:
-                    page = next(pages, None)
-                except (ClientError, BotoCoreError) as e:
-                    raise self._error(e, "list", prefix, call) from e
-            if page is None:
-                return
+        for page in self._pages("list_objects_v2", self._key(prefix) + "/", "list", prefix):
             for obj in page.get("Contents", []):
                 key = obj["Key"]
                 if not key.endswith("/"):  # folder markers made by consoles
@@ -200,6 +198,44 @@ class S3Storage(Storage):
                     result.failed[path] = refused[key]
                 else:
                     result.deleted.append(path)
+        return result
+
+    def partial_writes(self, folders: Sequence[str]) -> Iterator[PartialWrite]:
+        """Incomplete multipart uploads below ``folders``, what a writer killed mid-upload
+        left: ListMultipartUploads pages (1,000 uploads each) under the folders' common
+        prefix, whatever their number; no object is listed."""
+        wanted = tuple(self._key(folder) + "/" for folder in folders)
+        if not wanted:
+            return
+        common = (posixpath.commonpath(wanted) + "/").lstrip("/")
+        for page in self._pages("list_multipart_uploads", common, "list multipart uploads", None):
+            for upload in page.get("Uploads", []):
+                if not upload["Key"].startswith(wanted):
+                    continue
+                yield PartialWrite(
+                    path=self._relative(upload["Key"]),
+                    started=upload["Initiated"].astimezone(UTC),
+                    size=0,
+                    handle=upload["UploadId"],
+                )
+
+    def abort_partial_writes(self, writes: Sequence[PartialWrite]) -> DeleteResult:
+        result = DeleteResult()
+        for write in writes:
+            key = self._key(write.path)
+            with self._call() as call:
+                try:
+                    self._client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=key, UploadId=write.handle
+                    )
+                except ClientError as e:
+                    if error_code(e) != "NoSuchUpload":  # already aborted or completed
+                        result.failed[write.path] = str(self._error(e, "abort", write.path, call))
+                        continue
+                except BotoCoreError as e:
+                    result.failed[write.path] = str(self._error(e, "abort", write.path, call))
+                    continue
+            result.deleted.append(write.path)
         return result
 
     # --- writes ---------------------------------------------------------------------------
@@ -331,6 +367,26 @@ class S3Storage(Storage):
     def _call(self) -> AbstractContextManager[CallRecord]:
         return recording(self.requests, self._count_lock)
 
+    def _pages(
+        self, operation: str, key_prefix: str, action: str, path: str | None
+    ) -> Iterator[dict[str, Any]]:
+        """The pages of a listing ``operation`` under ``key_prefix``, each request counted
+        and its failure typed."""
+        pages = iter(
+            self._client.get_paginator(operation).paginate(  # type: ignore[call-overload]
+                Bucket=self.bucket, Prefix=key_prefix
+            )
+        )
+        while True:
+            with self._call() as call:
+                try:
+                    page = next(pages, None)
+                except (ClientError, BotoCoreError) as e:
+                    raise self._error(e, action, path, call) from e
+            if page is None:
+                return
+            yield dict(page)
+
     def _head(self, path: str) -> dict[str, Any] | None:
         key = self._key(path)
         with self._call() as call:
@@ -360,7 +416,6 @@ class S3Storage(Storage):
             bucket=self.bucket,
             endpoint=self.settings.endpoint_url or "AWS S3",
             attempts=max(call.attempts, 1),
-            secrets=self.settings.secrets,
         )
 
 

@@ -2,12 +2,12 @@
 
 Messages say what failed, on which file, how many attempts were made and what S3 answered,
 and never carry credentials: only the error code, HTTP status and S3's own message are used,
-and any credential string is masked out of them all the same.
+and the errors mask every known credential out of them all the same
+(:mod:`state_runtime.redaction`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Final
 
 from botocore.exceptions import (
@@ -42,7 +42,6 @@ CREDENTIAL_CODES: Final = frozenset(
 TRANSIENT_CODES: Final = frozenset(
     {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "ServiceUnavailable"}
 )
-_MASK: Final = "***"
 
 
 def error_code(error: ClientError) -> str:
@@ -71,7 +70,6 @@ def storage_error(
     bucket: str,
     endpoint: str,
     attempts: int,
-    secrets: Iterable[str] = (),
 ) -> StorageError:
     """The typed error for a failed S3 ``action`` on ``path`` after ``attempts`` requests."""
     tries = f"after {attempts} attempt{'s' if attempts != 1 else ''}"
@@ -98,7 +96,7 @@ def storage_error(
         if status >= 500 or code in TRANSIENT_CODES:
             return StorageUnavailable(f"S3 {action} failed {tries}: {answer}", path=path)
         text = f"S3 {action} failed: {answer}: {said}" if said else f"S3 {action} failed: {answer}"
-        return StorageError(mask(text, secrets), path=path)
+        return StorageError(text, path=path)
     if isinstance(error, NoCredentialsError | PartialCredentialsError):
         return StorageError(
             f"no usable AWS credentials for {action}: set AWS_ACCESS_KEY_ID and "
@@ -110,9 +108,7 @@ def storage_error(
         return StorageUnavailable(
             f"cannot complete S3 {action} at {endpoint} {tries}: {reason}", path=path
         )
-    return StorageError(
-        mask(f"S3 {action} failed: {type(error).__name__}: {error}", secrets), path=path
-    )
+    return StorageError(f"S3 {action} failed: {type(error).__name__}: {error}", path=path)
 
 
 def _connection_reason(error: BotoCoreError) -> str | None:
@@ -129,11 +125,3 @@ def _connection_reason(error: BotoCoreError) -> str | None:
     if isinstance(error, BotoConnectionError | HTTPClientError):
         return "connection failed"
     return None
-
-
-def mask(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every credential string replaced by ``***``."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, _MASK)
-    return text

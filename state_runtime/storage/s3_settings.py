@@ -16,6 +16,7 @@ from typing import Final, Literal
 from urllib.parse import urlparse
 
 from state_runtime.errors import InvalidArgument
+from state_runtime.redaction import register_secret
 
 ENV_ENDPOINT_URL: Final = "STATE_S3_ENDPOINT_URL"
 """The endpoint override this library reads (MinIO, moto, other S3-compatible stores)."""
@@ -60,6 +61,8 @@ class S3Settings:
     multipart_concurrency: int = 4
 
     def __post_init__(self) -> None:
+        for secret in self.secrets:
+            register_secret(secret)  # masked in every message from now on
         if self.endpoint_url is not None:
             _check_endpoint(self.endpoint_url)
         _check_choice("retry_mode", self.retry_mode, RETRY_MODES)

@@ -12,10 +12,10 @@ import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, commits
 from state_runtime.catalog.tables import checkpoint_files, commit_log
-from state_runtime.errors import CatalogError, CatalogUnavailable
-from state_runtime.identity import StoreId
+from state_runtime.errors import CatalogError, CatalogUnavailable, InvalidArgument
+from state_runtime.identity import CheckpointRef, StoreId, parse_file_name
 from tests.catalog.conftest import FAST_RETRY, PG_HOST, PG_PORT, PG_USER
-from tests.catalog.factory import QUERY, ROOT, Stream
+from tests.catalog.factory import QUERY, ROOT, Stream, info
 
 A, B = StoreId(0, 0), StoreId(0, 1)
 
@@ -60,10 +60,11 @@ def test_missing_database_is_unavailable(pg_database: str) -> None:
 
 
 def test_sqlite_in_an_impossible_place(tmp_path: Path) -> None:
+    """Only creating a catalog (upgrade) creates its folder, so that is where it fails."""
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     with pytest.raises(CatalogUnavailable, match="cannot create the folder"):
-        Catalog.open(f"sqlite:///{blocker / 'catalog.db'}", retry=FAST_RETRY)
+        Catalog.open(f"sqlite:///{blocker / 'catalog.db'}", upgrade=True, retry=FAST_RETRY)
 
 
 class _SerializationFailure(Exception):
@@ -142,3 +143,38 @@ def test_a_connection_killed_mid_commit_is_retried(
     assert pg_catalog.committed_ids(ROOT, QUERY, 0) == {i.store: i.ref for i in infos}
     with pg_catalog.engine.connect() as connection:
         assert connection.execute(sa.select(sa.func.count()).select_from(commit_log)).scalar() == 2
+
+
+HUGE = 2**63  # one past BIGINT
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda c: c.commit_batch(ROOT, QUERY, HUGE, []), "invalid batch id"),
+        (lambda c: c.run(HUGE), "invalid run id"),
+        (lambda c: c.finish_run(HUGE, "failed"), "invalid run id"),
+        (lambda c: c.recent_runs(limit=HUGE), "invalid limit"),
+        (lambda c: c.record_files(ROOT, [info(A, HUGE, "a" * 32)]), "invalid version"),
+        (lambda c: c.committed_ids(ROOT, QUERY, HUGE), "invalid batch id"),
+        (lambda c: c.deletion_history(limit=2**64), "integer range"),
+        (lambda c: c.commit_history(ROOT, limit=2**64), "integer range"),
+    ],
+)
+def test_numbers_past_the_database_range_are_invalid_arguments(
+    catalog: Catalog, call: Any, says: str
+) -> None:
+    """Ids, versions and limits beyond BIGINT: InvalidArgument, never OverflowError or a
+    driver's error, whether the library checks them first or the database refuses them."""
+    with pytest.raises(InvalidArgument, match=says):
+        call(catalog)
+
+
+def test_ids_past_the_catalog_columns_are_refused_where_they_enter() -> None:
+    with pytest.raises(InvalidArgument, match="operator id 2147483648"):
+        StoreId(2**31, 0)
+    assert StoreId(2**31 - 1, 2**31 - 1).partition_id == 2**31 - 1
+    with pytest.raises(InvalidArgument, match="version"):
+        CheckpointRef(HUGE, "a" * 32)
+    assert parse_file_name(f"{HUGE}_{'a' * 32}.delta") is None  # a stray, never a checkpoint
+    assert parse_file_name(f"{HUGE - 1}_{'a' * 32}.delta") is not None

@@ -19,7 +19,7 @@ from state_runtime.catalog.__main__ import main as catalog_main
 from state_runtime.catalog.engine import create_catalog_engine
 from state_runtime.catalog.schema import ALEMBIC_INI, alembic_config, current_revision, upgrade
 from state_runtime.catalog.tables import metadata
-from state_runtime.errors import CatalogError, CatalogSchemaOutdated
+from state_runtime.errors import CatalogError, CatalogSchemaOutdated, CatalogSchemaTooNew
 from state_runtime.identity import CheckpointRef, StoreId
 from tests.catalog.conftest import DIALECTS, FAST_RETRY
 
@@ -160,6 +160,27 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CatalogError, match="9999_future, which this version") as err:
         Catalog.open(url, retry=FAST_RETRY)
     assert not isinstance(err.value, CatalogSchemaOutdated)
+
+
+def test_a_newer_schema_is_refused_by_upgrade_too_and_left_alone(empty_url: str) -> None:
+    """With or without upgrade=True, and from the command line: the library's typed error
+    naming both revisions, never alembic's own exception."""
+    engine = create_catalog_engine(empty_url)
+    upgrade(engine)
+    with engine.begin() as connection:
+        connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999_future'"))
+    for attempt in (
+        lambda: Catalog.open(empty_url, upgrade=True, retry=FAST_RETRY),
+        lambda: Catalog.open(empty_url, retry=FAST_RETRY),
+        lambda: upgrade(engine),
+    ):
+        with pytest.raises(CatalogSchemaTooNew) as err:
+            attempt()
+        assert "9999_future" in str(err.value) and head_revision() in str(err.value)
+    assert catalog_main(["upgrade", "--url", empty_url]) == 1
+    with engine.connect() as connection:
+        assert current_revision(connection) == "9999_future"
+    engine.dispose()
 
 
 @pytest.mark.postgres

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,91 @@ def test_a_lease_holds_across_processes(pg_catalog: Catalog) -> None:
     other = Catalog.open(url, retry=FAST_RETRY)
     assert other.try_acquire_lease(KEY, "third", timedelta(seconds=10)) is None
     other.close()
+
+
+def test_finishing_twice_the_same_way_is_success(catalog: Catalog) -> None:
+    """A retried finish_run (its first COMMIT's answer lost) finds the run finished as asked."""
+    run = catalog.start_run("cleanup", "me")
+    catalog.finish_run(run, "succeeded", {"deleted": 3})
+    catalog.finish_run(run, "succeeded", {"deleted": 3})
+    done = catalog.run(run)
+    assert done is not None and done.outcome == "succeeded" and done.counts == {"deleted": 3}
+    with pytest.raises(CatalogError, match="already finished: succeeded"):
+        catalog.finish_run(run, "failed")
+    with pytest.raises(CatalogError, match="unknown"):
+        catalog.finish_run(run + 1000, "failed")
+
+
+def test_a_lease_retry_finds_its_own_lease_and_a_release_retry_is_success(
+    catalog: Catalog,
+) -> None:
+    """What the catalog does when an attempt's COMMIT answer was lost and the call runs again
+    with the same token: the lease is still its own, a second release is still a release."""
+    from sqlalchemy.engine import Connection
+
+    from state_runtime.catalog import runs
+    from state_runtime.catalog.engine import run_transaction
+
+    Stream(catalog, [A]).commit()
+    token = "f" * 32
+
+    def acquire(connection: Connection) -> object:
+        return runs.try_acquire_lease(
+            connection, KEY, "me", timedelta(minutes=1), None, token, datetime.now(UTC)
+        )
+
+    first = run_transaction(catalog.engine, acquire, retry=FAST_RETRY, what="acquire")
+    again = run_transaction(catalog.engine, acquire, retry=FAST_RETRY, what="acquire")
+    assert first is not None and again is not None
+    assert catalog.try_acquire_lease(KEY, "other", timedelta(minutes=1)) is None
+    assert catalog.release_lease(again) and catalog.release_lease(again)
+    assert catalog.try_acquire_lease(KEY, "other", timedelta(minutes=1)) is not None
+
+
+DOOMED = """
+import sys, time
+from state_runtime.catalog import Catalog, RunKind
+from state_runtime.maintenance.runs import recorded_run
+catalog = Catalog.open(sys.argv[1])
+with recorded_run(catalog, RunKind.CLEANUP, "doomed", {}) as run:
+    print(run.run_id, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_run_whose_process_was_killed_is_closed_as_abandoned_by_the_next_pass(
+    catalog: Catalog,
+) -> None:
+    from state_runtime.catalog import RunKind
+    from state_runtime.maintenance.runs import recorded_run
+
+    url = catalog.engine.url.render_as_string(hide_password=False)
+    repo = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen(
+        [sys.executable, "-c", DOOMED, url], cwd=repo, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        run_id = int(child.stdout.readline())
+        running = catalog.run(run_id)
+        assert running is not None and running.outcome == "running" and running.pid == child.pid
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    with recorded_run(catalog, RunKind.VALIDATE, "next", {}) as run:
+        assert run.run_id != run_id
+    gone = catalog.run(run_id)
+    assert gone is not None and gone.outcome == "abandoned" and gone.ended_at is not None
+    assert f"its process {child.pid} on" in str(gone.error) and "is gone" in str(gone.error)
+    latest = catalog.run(run.run_id)
+    assert latest is not None and latest.outcome == "succeeded"
+    # A silent run elsewhere (another host): abandoned once its heartbeat is old enough.
+    other = catalog.start_run("snapshot", "elsewhere")
+    later = datetime.now(UTC) + timedelta(minutes=6)
+    assert [r.run_id for r in catalog.close_abandoned_runs(now=later)] == [other]
+    assert catalog.close_abandoned_runs(now=later) == []  # once

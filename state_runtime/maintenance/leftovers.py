@@ -1,0 +1,77 @@
+"""Writes a killed writer never finished: temporary files (local) and multipart uploads (S3).
+
+A writer killed between creating its temporary file (or starting its multipart upload) and
+linking it (completing it) leaves bytes that no listing shows and no catalog records.
+Cleanup finds them in the folders of the stores in scope, reconciliation below ``state/`` of
+each root, and both remove those older than the grace for never-committed files: the
+retention's uncommitted cutoff, ``max(window, orphan_grace)`` (a younger one may be a write
+still running). Neither lists a checkpoint file for it: the local storage scans the folders
+for temporary files, S3 lists the bucket's incomplete uploads (one request per 1,000).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from state_runtime.catalog import StoreKey
+from state_runtime.maintenance.fleet import Fleet
+from state_runtime.storage import PartialWrite
+
+
+@dataclass
+class LeftoverReport:
+    """Unfinished writes found, removed (or that would be, in a dry run), and left alone."""
+
+    found: list[PartialWrite] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    young: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "leftovers_found": len(self.found),
+            "leftovers_removed": len(self.removed),
+            "leftovers_young": len(self.young),
+            "leftovers_failed": len(self.failed),
+        }
+
+
+def store_folders(fleet: Fleet, only: Collection[StoreKey] | None = None) -> dict[str, list[str]]:
+    """The folders of the stores in scope, by root."""
+    folders: dict[str, list[str]] = {}
+    for record in fleet.stores(only):
+        folders.setdefault(record.key.root, []).append(record.key.store.directory)
+    return folders
+
+
+def sweep_leftovers(
+    fleet: Fleet,
+    folders: Mapping[str, Sequence[str]],
+    older_than: datetime,
+    *,
+    execute: bool,
+) -> LeftoverReport:
+    """Find the unfinished writes below ``folders`` (root -> folders relative to it); with
+    ``execute`` remove those started before ``older_than`` (a dry run reports them in
+    ``removed`` as what would go)."""
+    report = LeftoverReport()
+    for root, below in sorted(folders.items()):
+        storage = fleet.storage(root)
+        stale: list[PartialWrite] = []
+        for write in storage.partial_writes(below):
+            report.found.append(write)
+            if write.started < older_than:
+                stale.append(write)
+            else:
+                report.young.append(f"{root}/{write.path}")
+        if not stale:
+            continue
+        if not execute:
+            report.removed += [f"{root}/{w.path}" for w in stale]
+            continue
+        result = storage.abort_partial_writes(stale)
+        report.removed += [f"{root}/{path}" for path in result.deleted]
+        report.failed.update({f"{root}/{path}": why for path, why in result.failed.items()})
+    return report
