@@ -1,12 +1,16 @@
-"""Store benchmark: put/get rates, batch apply, commit cost vs state size, load vs raw pyarrow.
+"""Store benchmark: per-key rates, bulk apply vs a dict, commit cost vs state size, load vs a
+raw pyarrow read, memory per key vs its Arrow size.
 
-Run with ``make bench-store``. Prints a table; figures are medians of several runs on this
-machine, with ratios against baselines measured in the same run.
+Run with ``make bench-store``. Prints tables; figures are medians of several runs on this
+machine, with ratios against baselines measured in the same run: pyarrow reading the same
+files, and a plain dict of key tuples to value tuples (how state was held before the columnar
+representation; kept here, not in the library, as the baseline).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import random
 import statistics
@@ -14,13 +18,21 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from state_runtime import StateStoreProvider, StoreConfig
+from state_runtime import CheckpointRef, StateStoreProvider, StoreConfig
 from state_runtime.checkpoint_format import ENVELOPE_SIZE
+from state_runtime.runs import Run
 from state_runtime.storage import LocalStorage
+from state_runtime.versions import row_change
 
 KEY, VALUE = "k bigint", "count bigint"
+SCHEMAS = {
+    "k bigint -> count bigint": ("k bigint", "count bigint"),
+    "user string -> count bigint, last string": ("user string", "count bigint, last string"),
+}
 
 
 def timed(fn: Callable[[], object], repeat: int = 5) -> float:
@@ -33,13 +45,15 @@ def timed(fn: Callable[[], object], repeat: int = 5) -> float:
     return statistics.median(times)
 
 
-def provider(root: str, partition: int = 0) -> StateStoreProvider:
+def provider(
+    root: str, partition: int = 0, key: str = KEY, value: str = VALUE
+) -> StateStoreProvider:
     return StateStoreProvider(
         LocalStorage(root),
         0,
         partition,
-        key_schema=KEY,
-        value_schema=VALUE,
+        key_schema=key,
+        value_schema=value,
         config=StoreConfig(cached_versions=2, min_deltas_for_snapshot=100),
     )
 
@@ -60,11 +74,12 @@ def single_call_rates(root: str, n: int) -> tuple[float, float, float]:
     for k in keys:
         store.put(k, k)
     put_rate = n / (time.perf_counter() - started)
+    info = store.commit()
+    reader = p.get_read_store(info.version, info.checkpoint_id)
     started = time.perf_counter()
     for k in keys:
-        store.get(k)
+        reader.get(k)
     get_rate = n / (time.perf_counter() - started)
-    store.abort()
     store = p.get_store(0)
     started = time.perf_counter()
     store.apply(zip(keys, keys, strict=True))
@@ -120,7 +135,98 @@ def load_cost(root: str, size: int, deltas: int, changes: int) -> tuple[float, f
             t.column("key").combine_chunks().field(0).to_pylist()
             t.column("value").combine_chunks().field(0).to_pylist()
 
-    return timed(load, 3), timed(raw_arrow, 3), timed(raw_arrow_to_python, 3)
+    return timed(load, 7), timed(raw_arrow, 7), timed(raw_arrow_to_python, 3)
+
+
+def _rows(schema: str, keys: np.ndarray) -> pa.Table:
+    """Rows of the benchmark's schemas in the checkpoint layout, for keys ``keys``."""
+    if SCHEMAS[schema][0] == KEY:
+        k = pa.StructArray.from_arrays([pa.array(keys)], names=["k"])
+        v = pa.StructArray.from_arrays([pa.array(keys)], names=["count"])
+    else:
+        k = pa.StructArray.from_arrays([pa.array([f"user{x}" for x in keys])], names=["user"])
+        v = pa.StructArray.from_arrays(
+            [pa.array(keys), pa.array([f"/page/{x % 100}" for x in keys])],
+            names=["count", "last"],
+        )
+    return pa.table({"key": k, "value": v})
+
+
+def apply_vs_dict(root: str, size: int, updates: int) -> list[tuple[str, float, float]]:
+    """10k updates arriving as Arrow, applied to ``size`` keys as a new version: the columnar
+    bulk path vs the old dict representation (Arrow to Python tuples, dict updates, and the
+    inverse diff kept so that the previous version stays readable)."""
+    p = provider(root, 70)
+    store = p.get_store(0)
+    store.apply_arrow(_rows(next(iter(SCHEMAS)), np.arange(size)))
+    info = store.commit()
+    version = p.get_read_store(1, info.checkpoint_id)._version
+    rng = np.random.default_rng(11)
+    batch = _rows(next(iter(SCHEMAS)), rng.choice(size * 2, updates, replace=False))
+    keys, values = batch.column("key").combine_chunks(), batch.column("value").combine_chunks()
+    ref = CheckpointRef(2, "0" * 32)
+    state = {(i,): (i,) for i in range(size)}  # the old representation
+
+    def columnar(new_values: pa.StructArray) -> None:
+        run, _ = Run.build(p.indexer, keys, new_values)
+        version.derive(run, ref, (), version.rows + row_change(p.indexer, version.runs, run))
+
+    def dict_apply(changes: dict[tuple[int, ...], tuple[int, ...]]) -> None:
+        inverse = {k: state.get(k) for k in changes}  # what the older version keeps
+        state.update(changes)
+        assert len(inverse) == len(changes)
+
+    def python_rows() -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+        return (
+            [(k,) for k in keys.field(0).to_numpy().tolist()],
+            [(v,) for v in values.field(0).to_numpy().tolist()],
+        )
+
+    def columnar_upsert() -> None:
+        columnar(values)
+
+    def dict_upsert() -> None:
+        ks, vs = python_rows()
+        dict_apply(dict(zip(ks, vs, strict=True)))
+
+    def columnar_increment() -> None:  # what running_aggregation does per batch
+        old = version.lookup(keys).field(0)
+        total = pc.coalesce(pc.add(old, values.field(0)), values.field(0))
+        columnar(pa.StructArray.from_arrays([total], names=["count"]))
+
+    def dict_increment() -> None:  # what it did before, key by key
+        ks, vs = python_rows()
+        changes = {}
+        for k, v in zip(ks, vs, strict=True):
+            old = state.get(k)
+            changes[k] = v if old is None else (old[0] + v[0],)
+        dict_apply(changes)
+
+    return [
+        ("upsert", timed(columnar_upsert), timed(dict_upsert)),
+        ("read-modify-write (count)", timed(columnar_increment), timed(dict_increment)),
+    ]
+
+
+def memory_per_key(root: str, size: int) -> list[tuple[str, float, float]]:
+    """Bytes per key held by a loaded version vs the Arrow size of the same rows."""
+    rows = []
+    for n, (schema, (key, value)) in enumerate(SCHEMAS.items()):
+        p = provider(root, 80 + n, key, value)
+        table = _rows(schema, np.random.default_rng(n).permutation(size))
+        store = p.get_store(0)
+        store.apply_arrow(table)
+        info = store.commit()
+        for i in range(10):  # some layered changes too, as a live store has
+            store = p.get_store(info.version, info.checkpoint_id)
+            store.apply_arrow(_rows(schema, np.arange(i * 1000, i * 1000 + 1000)))
+            info = store.commit()
+        loaded = provider(root, 80 + n, key, value).get_read_store(info.version, info.checkpoint_id)
+        version = loaded._version
+        arrow = version.state()
+        arrow_bytes = arrow.keys.nbytes + arrow.values.nbytes
+        rows.append((schema, version.nbytes / version.rows, arrow_bytes / version.rows))
+    return rows
 
 
 def main() -> None:
@@ -131,14 +237,19 @@ def main() -> None:
     big = sizes[-1]
     with tempfile.TemporaryDirectory(prefix="bench-store-") as root:
         print(
-            f"machine: {platform.machine()}, {platform.python_implementation()} "
-            f"{platform.python_version()}, pyarrow {pa.__version__}"
+            f"machine: {platform.machine()}, {os.cpu_count()} cores, load average "
+            f"{os.getloadavg()[0]:.1f} at start; {platform.python_implementation()} "
+            f"{platform.python_version()}, pyarrow {pa.__version__}, numpy {np.__version__}"
         )
         put_rate, get_rate, apply_rate = single_call_rates(root, 200_000)
-        print("\n| operation | rate |\n|---|---|")
+        print("\n| per-key API (200k keys) | rate |\n|---|---|")
         print(f"| put (single call) | {put_rate / 1e6:.2f} M/s |")
-        print(f"| get (single call) | {get_rate / 1e6:.2f} M/s |")
-        print(f"| apply (batch call) | {apply_rate / 1e6:.2f} M/s |")
+        print(f"| get (single call, after commit) | {get_rate / 1e6:.2f} M/s |")
+        print(f"| apply (batch call of Python tuples) | {apply_rate / 1e6:.2f} M/s |")
+        print(f"\n| 10k updates on {big:,} keys | columnar (bulk) | dict | dict / columnar |")
+        print("|---|---|---|---|")
+        for name, col, dic in apply_vs_dict(root, big, 10_000):
+            print(f"| {name} | {col * 1000:.2f} ms | {dic * 1000:.2f} ms | {dic / col:.1f}x |")
         rows = commit_cost(root, sizes, 1_000)
         base_t, base_b = rows[0][1], rows[0][2]
         print("\n| state keys | commit of 1,000 changes | ratio to 10k | delta bytes | ratio |")
@@ -151,11 +262,18 @@ def main() -> None:
         print(f"\n| load {big:,} keys: snapshot + 10 deltas of 10k changes | time | ratio |")
         print("|---|---|---|")
         print(
-            f"| state_runtime (verify, decode, build dict, apply) | {load:.3f} s | "
-            f"{load / raw:.1f}x |"
+            f"| state_runtime (verify, decode, index, apply) | {load:.3f} s | {load / raw:.1f}x |"
         )
         print(f"| pyarrow alone: read + decode the same files | {raw:.3f} s | 1.0x |")
         print(f"| pyarrow: read + decode + to_pylist | {raw_py:.3f} s | {raw_py / raw:.1f}x |")
+        print(
+            f"\n| memory, {big:,} keys + 10 commits of 1k | bytes/key held | Arrow bytes/key "
+            "| ratio |"
+        )
+        print("|---|---|---|---|")
+        for schema, held, arrow in memory_per_key(root, big):
+            print(f"| {schema} | {held:.1f} | {arrow:.1f} | {held / arrow:.2f}x |")
+        print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -9,15 +9,11 @@ the key. Nothing is ever unpickled: parsing a file cannot execute code.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import struct
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,9 +28,6 @@ FORMAT_VERSION = 1
 _ENVELOPE = struct.Struct("<8sHHQ32s")  # magic, format version, reserved, length, sha256
 ENVELOPE_SIZE = _ENVELOPE.size
 HEADER_KEY = b"state_runtime.header"
-
-Key = tuple[Any, ...]
-Value = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -96,47 +89,20 @@ class FileHeader:
         )
 
 
-def _columns(rows: Sequence[tuple[Any, ...]], arity: int) -> list[Sequence[Any]]:
-    if not rows:
-        return [[] for _ in range(arity)]
-    return list(zip(*rows, strict=True))
-
-
-def rows_to_table(
-    keys: Sequence[Key], values: Sequence[Value | None], schema: StateSchema
-) -> pa.Table:
-    """Rows as a table with ``key`` and ``value`` struct columns; a None value is a null."""
-    key_type, value_type = schema.key_arrow, schema.value_arrow
-    key_children = [
-        pa.array(col, type=key_type.field(i).type)
-        for i, col in enumerate(_columns(keys, key_type.num_fields))
-    ]
-    removed = [v is None for v in values]
-    filler = (None,) * value_type.num_fields
-    value_children = [
-        pa.array(col, type=value_type.field(i).type)
-        for i, col in enumerate(
-            _columns([filler if v is None else v for v in values], value_type.num_fields)
-        )
-    ]
-    key_array = pa.StructArray.from_arrays(key_children, fields=list(key_type))
-    value_array = pa.StructArray.from_arrays(
-        value_children,
-        fields=list(value_type),
-        mask=pa.array(removed, type=pa.bool_()) if any(removed) else None,
-    )
-    return pa.table({"key": key_array, "value": value_array})
-
-
 def encode(
     header: FileHeader,
-    keys: Sequence[Key],
-    values: Sequence[Value | None],
+    keys: pa.StructArray,
+    values: pa.StructArray,
     compression: Compression = "zstd",
     compression_level: int | None = None,
+    *,
+    in_key_order: bool = False,
 ) -> bytes:
-    """Serialize rows (sorted by key where the key type allows) into a checkpoint file."""
-    table = _sorted_by_key(rows_to_table(keys, values, header.schema))
+    """Serialize rows into a checkpoint file, sorted by key unless ``in_key_order`` says they
+    are already (or the key type has no order)."""
+    table = pa.table({"key": keys, "value": values})
+    if not in_key_order:
+        table = _sorted_by_key(table)
     arrow_schema = table.schema.with_metadata({HEADER_KEY: header.to_json()})
     codec = None if compression == "none" else pa.Codec(compression, compression_level)
     sink = pa.BufferOutputStream()
@@ -206,11 +172,36 @@ def decode(
         if raw is None:
             raise ValueError("no state_runtime header in the Arrow schema metadata")
         header = FileHeader.from_json(raw)
-    except (pa.ArrowException, ValueError, KeyError, TypeError) as e:
+        key_type, value_type = header.schema.key_arrow, header.schema.value_arrow
+    except (
+        pa.ArrowException,
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        IndexError,
+    ) as e:
         raise corrupt(f"unparsable content: {e}") from e
+    problem = _layout_problem(table, key_type, value_type)
+    if problem:
+        raise corrupt(problem)
     if table.num_rows != header.file_rows:
         raise corrupt(f"has {table.num_rows} rows, its header says {header.file_rows}")
     return header, table
+
+
+def _layout_problem(table: pa.Table, key_type: pa.DataType, value_type: pa.DataType) -> str:
+    """What is wrong with a decoded table's columns for its header's schemas, or ""."""
+    if table.column_names != ["key", "value"]:
+        return f"columns {table.column_names}, expected exactly ['key', 'value']"
+    for name, expected in (("key", key_type), ("value", value_type)):
+        found = table.schema.field(name).type
+        if not pa.types.is_struct(found) or found != expected:
+            return f"column {name!r} has type {found}, its header's schema says {expected}"
+    if table.column("key").null_count:
+        return "null keys"
+    return ""
 
 
 def check_identity(
@@ -228,75 +219,6 @@ def check_identity(
             checkpoint_id=ref.checkpoint_id,
             path=path,
         )
-
-
-def _to_python(array: pa.Array) -> list[Any]:
-    """Column values shaped like what was put: structs as tuples, maps as dicts."""
-    dtype = array.type
-    if array.null_count == 0 and (
-        pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_boolean(dtype)
-    ):
-        # Through numpy: about 20x faster than to_pylist for primitive columns.
-        fast: list[Any] = array.to_numpy(zero_copy_only=False).tolist()
-        return fast
-    values = array.to_pylist(maps_as_pydicts="strict")
-    fix = _tuple_converter(array.type)
-    return values if fix is None else [fix(v) for v in values]
-
-
-def _tuple_converter(dtype: pa.DataType) -> Any:
-    """A function turning nested struct dicts into tuples, or None if ``dtype`` has no struct."""
-    if pa.types.is_struct(dtype):
-        children = [_tuple_converter(dtype.field(i).type) for i in range(dtype.num_fields)]
-        names = [dtype.field(i).name for i in range(dtype.num_fields)]
-        pairs = list(zip(names, children, strict=True))
-        return lambda v: (
-            None if v is None else tuple(v[n] if c is None else c(v[n]) for n, c in pairs)
-        )
-    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-        item = _tuple_converter(dtype.value_type)
-        return None if item is None else (lambda v: None if v is None else [item(x) for x in v])
-    if pa.types.is_map(dtype):
-        k, i = _tuple_converter(dtype.key_type), _tuple_converter(dtype.item_type)
-        if k is None and i is None:
-            return None
-        kf = k or (lambda x: x)
-        vf = i or (lambda x: x)
-        return lambda v: None if v is None else {kf(a): vf(b) for a, b in v.items()}
-    return None
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building millions of tuples (it would rescan them repeatedly)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def rows_of(table: pa.Table, pad_values: int = 0) -> dict[Key, Value | None]:
-    """The rows of a decoded table as a dict of Python tuples; a removed key maps to None.
-
-    ``pad_values`` appends that many nulls to each value (a value schema that grew). A file
-    with duplicate keys yields fewer entries than rows, which callers treat as corruption.
-    """
-    if not table.num_rows:
-        return {}
-    key = table.column("key").combine_chunks()
-    value = table.column("value").combine_chunks()
-    key_cols = [_to_python(key.field(i)) for i in range(key.type.num_fields)]
-    value_cols = [_to_python(value.field(i)) for i in range(value.type.num_fields)]
-    value_cols.extend([None] * table.num_rows for _ in range(pad_values))
-    with gc_paused():
-        values: Iterator[Value | None] = zip(*value_cols, strict=True)
-        if value.null_count:
-            valid = value.is_valid().to_numpy(zero_copy_only=False).tolist()
-            values = (v if ok else None for v, ok in zip(values, valid, strict=True))
-        return dict(zip(zip(*key_cols, strict=True), values, strict=True))
 
 
 def now() -> datetime:

@@ -19,13 +19,15 @@ class StoreConfig:
       floor of :mod:`state_runtime.retention`, 2).
     - ``min_deltas_for_snapshot``: deltas after which a snapshot is due; also where a writer
       presumes the last snapshot when it knows of none (lineage in files is cut there).
-    - ``cached_versions``: committed versions each provider keeps in memory.
+    - ``cached_versions``: at most this many committed versions kept in memory by each
+      provider, if set. Either way all cached versions of a process share one memory budget,
+      least recently used first (``STATE_CACHE_BYTES``, see :mod:`state_runtime.cache`).
     - ``compression`` and ``compression_level``: the Arrow IPC body codec of checkpoint files.
     """
 
     min_versions_to_retain: int = MIN_RETAINED_VERSIONS
     min_deltas_for_snapshot: int = 10
-    cached_versions: int = 2
+    cached_versions: int | None = None
     compression: Compression = "zstd"
     compression_level: int | None = None
 
@@ -35,7 +37,7 @@ class StoreConfig:
         )
         if self.min_deltas_for_snapshot < 1:
             raise InvalidArgument("min_deltas_for_snapshot must be >= 1")
-        if self.cached_versions < 1:
+        if self.cached_versions is not None and self.cached_versions < 1:
             raise InvalidArgument("cached_versions must be >= 1")
         if self.compression not in ("zstd", "lz4", "none"):
             raise InvalidArgument(f"unknown compression {self.compression!r}: zstd, lz4 or none")

@@ -4,37 +4,108 @@ Keys and values are tuples matching the key and value schemas (``Row`` works, be
 tuple). For a single-column schema a bare scalar is accepted and wrapped. Reads return
 tuples. Updates stay private to the instance until :meth:`StateStore.commit`, which writes
 one delta file and makes the new version visible; :meth:`StateStore.abort` discards them.
+
+Two ways in: the per-key API (``get``, ``put``, ``remove``, iteration) for user functions,
+and the bulk API (``lookup``, ``apply_arrow``, ``to_arrow``) that moves whole Arrow columns
+through the columnar state without a Python object per row.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Final, Protocol
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from state_runtime.arrow_rows import Row, struct_array, struct_rows
 from state_runtime.checkpoint import CheckpointInfo
-from state_runtime.checkpoint_format import (
-    FileHeader,
-    checksum,
-    encode,
-    now,
-    rows_of,
-    rows_to_table,
-)
+from state_runtime.config import StoreConfig
 from state_runtime.errors import CannotCommit, InvalidArgument, StorageError, StoreClosed
 from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpoint_id
+from state_runtime.keys import KeyIndexer, freeze
 from state_runtime.metrics import LoadMetrics, StoreMetrics
-from state_runtime.versions import ABSENT, Diff, Key, Value, VersionView, count_row_change
+from state_runtime.runs import Run
+from state_runtime.schema import StateSchema
+from state_runtime.versions import Version, get, lookup, row_change, squash
+from state_runtime.writer import CheckpointTarget, write_checkpoint
 
-if TYPE_CHECKING:
-    from state_runtime.provider import StateStoreProvider
+
+class _Absent:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
 
 
-def _normalize(row: Any, arity: int, what: str, store: StoreId) -> tuple[Any, ...]:
-    if type(row) is tuple or isinstance(row, tuple):
+ABSENT: Final = _Absent()
+"""Marks a removed key in a store's pending per-key changes."""
+
+_MAX_PENDING_RUNS = 8
+
+
+class _Unhashable:
+    """A key holding lists or dicts (array and map columns), as a dict key."""
+
+    __slots__ = ("frozen", "key")
+
+    def __init__(self, key: Row) -> None:
+        self.key = key
+        self.frozen = freeze(key)
+
+    def __hash__(self) -> int:
+        return hash(self.frozen)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Unhashable) and self.frozen == other.frozen
+
+
+class _Changes(dict[Any, "Row | _Absent"]):
+    """Per-key changes in order of arrival; keys with unhashable parts are wrapped."""
+
+    def set(self, key: Row, change: Row | _Absent) -> None:
+        try:
+            self[key] = change
+        except TypeError:
+            self[_Unhashable(key)] = change
+
+    def find(self, key: Row) -> Row | _Absent | None:
+        try:
+            return self.get(key)
+        except TypeError:
+            return self.get(_Unhashable(key))
+
+    def keys_as_rows(self) -> list[Row]:
+        return [k.key if isinstance(k, _Unhashable) else k for k in self]
+
+
+class StoreHost(Protocol):
+    """What a store needs from the provider that opened it."""
+
+    @property
+    def store_id(self) -> StoreId: ...
+
+    @property
+    def schema(self) -> StateSchema: ...
+
+    @property
+    def indexer(self) -> KeyIndexer: ...
+
+    @property
+    def checkpoints(self) -> CheckpointTarget: ...
+
+    def lineage_for_child(self, parent: Version) -> tuple[CheckpointRef, ...]: ...
+
+    def install(self, version: Version) -> None: ...
+
+
+def _normalize(row: Any, arity: int, what: str, store: StoreId) -> Row:
+    if isinstance(row, tuple):
         if len(row) != arity:
             raise InvalidArgument(
                 f"{what} {row!r} has {len(row)} fields, the {what} schema has {arity}", store=store
@@ -45,89 +116,166 @@ def _normalize(row: Any, arity: int, what: str, store: StoreId) -> tuple[Any, ..
     raise InvalidArgument(f"{what} {row!r} is not a tuple of {arity} fields", store=store)
 
 
+def _as_prefix(bound: Any, arity: int, what: str) -> Row:
+    p = bound if isinstance(bound, tuple) else (bound,)
+    if not 0 < len(p) <= arity:
+        raise InvalidArgument(f"{what} {bound!r} must have 1..{arity} fields")
+    if any(v is None for v in p):
+        raise InvalidArgument(f"keys cannot be ordered for a scan: {what} {bound!r} holds None")
+    return tuple(p)
+
+
+def _compare(column: pa.Array, value: Any, op: str) -> pa.Array:
+    return pc.call_function(op, [column, pa.scalar(value, type=column.type)]).fill_null(False)
+
+
+def _lexicographic(columns: list[pa.Array], bound: Row, op: str, *, tail: bool) -> pa.Array:
+    """``key[:len(bound)] <op> bound`` as tuples compare; ``tail`` is the answer on a tie."""
+    acc: pa.Array = pa.array(np.full(len(columns[0]), tail))
+    for col, v in reversed(list(zip(columns, bound, strict=False))):
+        acc = pc.or_(_compare(col, v, op), pc.and_(_compare(col, v, "equal"), acc))
+    return acc
+
+
+def _key_ordered(keys: pa.StructArray, values: pa.StructArray) -> Run:
+    """Rows sorted by their key columns (InvalidArgument if a key type has no order)."""
+    fields = keys.flatten()
+    names = [f"k{i}" for i in range(len(fields))]
+    try:
+        order = pc.sort_indices(
+            pa.table(dict(zip(names, fields, strict=True))),
+            sort_keys=[(n, "ascending") for n in names],
+        )
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise InvalidArgument(f"keys cannot be ordered for a scan: {e}") from e
+    return Run(np.arange(len(keys)), keys.take(order), values.take(order))
+
+
 class ReadStateStore:
     """A committed version of a store, read-only."""
 
-    def __init__(self, provider: StateStoreProvider, view: VersionView, load: LoadMetrics) -> None:
-        self._provider = provider
-        self._view = view
-        self._key_arity = provider.schema.key_arity
-        self._value_arity = provider.schema.value_arity
-        self.metrics = StoreMetrics(rows=view.rows, load=load)
+    def __init__(self, host: StoreHost, version: Version, load: LoadMetrics) -> None:
+        self._host = host
+        self._version = version
+        self._indexer = host.indexer
+        self._key_arity = host.schema.key_arity
+        self._value_arity = host.schema.value_arity
+        self.metrics = StoreMetrics(rows=version.rows, load=load)
 
     @property
     def store_id(self) -> StoreId:
-        return self._provider.store_id
+        return self._host.store_id
+
+    @property
+    def schema(self) -> StateSchema:
+        """The key and value schemas (Spark and Arrow forms)."""
+        return self._host.schema
+
+    @property
+    def config(self) -> StoreConfig:
+        """The settings of the provider that opened this store."""
+        return self._host.checkpoints.config
 
     @property
     def version(self) -> int:
         """The committed version this instance was opened at."""
-        return self._view.ref.version
+        return self._version.ref.version
 
     @property
     def checkpoint_id(self) -> str | None:
-        return self._view.ref.checkpoint_id
+        return self._version.ref.checkpoint_id
 
-    def _key(self, key: Any) -> Key:
+    def _key(self, key: Any) -> Row:
         if type(key) is tuple and len(key) == self._key_arity:
             return key
         return _normalize(key, self._key_arity, "key", self.store_id)
 
-    def get(self, key: Any) -> Value | None:
+    def _runs(self) -> tuple[Run, ...]:
+        """The state as a stack of runs, newest first."""
+        return self._version.runs
+
+    def _state(self) -> Run:
+        return self._version.state()
+
+    def get(self, key: Any) -> Row | None:
         """The value of ``key``, or None."""
-        return self._view.get(self._key(key))
+        return self._version.get(self._key(key))
 
     def __contains__(self, key: Any) -> bool:
         return self.get(key) is not None
 
     def __len__(self) -> int:
-        return self._view.rows
+        return self._version.rows
 
-    def items(self) -> Iterator[tuple[Key, Value]]:
+    def items(self) -> Iterator[tuple[Row, Row]]:
         """Every (key, value) row, in no particular order."""
-        return self._view.items()
+        for key, value in self._state().rows():
+            assert value is not None
+            yield key, value
 
     __iter__ = items
 
-    def prefix_scan(self, prefix: Any) -> Iterator[tuple[Key, Value]]:
+    def lookup(self, keys: pa.StructArray | pa.ChunkedArray) -> pa.StructArray:
+        """The values of many keys at once (a ``key`` struct array); null where absent."""
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+        if keys.type != self._host.schema.key_arrow:
+            raise InvalidArgument(
+                f"keys must have type {self._host.schema.key_arrow}, got {keys.type}",
+                store=self.store_id,
+            )
+        return lookup(self._indexer, self._runs(), keys, self._host.schema.value_arrow)
+
+    def get_many(self, keys: Iterable[Any]) -> list[Row | None]:
+        """The values of many Python keys in one vectorised lookup (None where absent)."""
+        normalized = [self._key(k) for k in keys]
+        try:
+            arrow_keys = self._indexer.to_arrow(normalized)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+            raise InvalidArgument(f"a key does not fit the key schema: {e}") from e
+        return struct_rows(self.lookup(arrow_keys))
+
+    def prefix_scan(self, prefix: Any) -> Iterator[tuple[Row, Row]]:
         """Rows whose leading key columns equal ``prefix`` (a tuple), in key order.
 
-        Cost is one pass over the state (there is no secondary index).
+        One vectorised pass over the state (there is no secondary index).
         """
-        p = prefix if isinstance(prefix, tuple) else (prefix,)
-        if not 0 < len(p) <= self._key_arity:
-            raise InvalidArgument(f"prefix {prefix!r} must have 1..{self._key_arity} fields")
-        n = len(p)
-        return iter(_sorted([(k, v) for k, v in self.items() if k[:n] == p]))
+        p = _as_prefix(prefix, self._key_arity, "prefix")
+        state = self._state()
+        columns = state.keys.flatten()
+        mask = pa.array(np.ones(len(state), dtype=bool))
+        for col, v in zip(columns, p, strict=False):
+            mask = pc.and_(mask, _compare(col, v, "equal"))
+        return self._in_key_order(state, mask)
 
-    def range_scan(self, start: Any = None, end: Any = None) -> Iterator[tuple[Key, Value]]:
+    def range_scan(self, start: Any = None, end: Any = None) -> Iterator[tuple[Row, Row]]:
         """Rows with ``start <= key < end`` (either bound may be None), in key order.
 
-        Bounds may be key prefixes; keys compare as tuples. Cost is one pass plus a sort.
+        Bounds may be key prefixes; keys compare as tuples. One vectorised pass plus a sort.
         """
-        lo = None if start is None else (start if isinstance(start, tuple) else (start,))
-        hi = None if end is None else (end if isinstance(end, tuple) else (end,))
-        rows = [
-            (k, v)
-            for k, v in self.items()
-            if (lo is None or k[: len(lo)] >= lo) and (hi is None or k[: len(hi)] < hi)
-        ]
-        return iter(_sorted(rows))
+        state = self._state()
+        columns = state.keys.flatten()
+        mask = pa.array(np.ones(len(state), dtype=bool))
+        if start is not None:
+            lo = _as_prefix(start, self._key_arity, "start")
+            mask = pc.and_(mask, _lexicographic(columns, lo, "greater", tail=True))
+        if end is not None:
+            hi = _as_prefix(end, self._key_arity, "end")
+            mask = pc.and_(mask, _lexicographic(columns, hi, "less", tail=False))
+        return self._in_key_order(state, mask)
+
+    def _in_key_order(self, state: Run, mask: pa.Array) -> Iterator[tuple[Row, Row]]:
+        for key, value in _key_ordered(state.keys.filter(mask), state.values.filter(mask)).rows():
+            assert value is not None
+            yield key, value
 
     def to_arrow(self) -> pa.Table:
         """The state as an Arrow table with ``key`` and ``value`` struct columns."""
-        rows = list(self.items())
-        return rows_to_table([k for k, _ in rows], [v for _, v in rows], self._provider.schema)
+        state = self._state()
+        return pa.table({"key": state.keys, "value": state.values})
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store_id}, version={self.version})"
-
-
-def _sorted(rows: list[tuple[Key, Value]]) -> list[tuple[Key, Value]]:
-    try:
-        return sorted(rows, key=lambda kv: kv[0])
-    except TypeError as e:  # None or unorderable key columns
-        raise InvalidArgument(f"keys cannot be ordered for a scan: {e}") from e
 
 
 class _State(Enum):
@@ -139,49 +287,92 @@ class _State(Enum):
 class StateStore(ReadStateStore):
     """A writable store on top of committed version ``version``; commits ``version + 1``."""
 
-    def __init__(self, provider: StateStoreProvider, view: VersionView, load: LoadMetrics) -> None:
-        super().__init__(provider, view, load)
-        self._changes: Diff = {}
-        self._state = _State.OPEN
+    def __init__(self, host: StoreHost, version: Version, load: LoadMetrics) -> None:
+        super().__init__(host, version, load)
+        self._puts = _Changes()  # per-key changes since the last flush
+        self._pending: list[Run] = []  # flushed changes, newest first
+        self._status = _State.OPEN
         self._info: CheckpointInfo | None = None
+
+    # --- this instance's changes as runs ------------------------------------------------
+
+    def _flush(self) -> None:
+        """Turn the per-key changes into a change run (Arrow errors for values that do not
+        fit the schema propagate)."""
+        if not self._puts:
+            return
+        schema = self._host.schema
+        keys = struct_array(self._puts.keys_as_rows(), schema.key_arrow)
+        values = struct_array(
+            [None if v is ABSENT else v for v in self._puts.values()],  # type: ignore[misc]
+            schema.value_arrow,
+        )
+        run, _ = Run.build(self._indexer, keys, values)
+        self._push(run)
+        self._puts = _Changes()
+
+    def _push(self, run: Run) -> None:
+        self._pending.insert(0, run)
+        if len(self._pending) > _MAX_PENDING_RUNS:
+            self._pending = [squash(self._indexer, self._pending)]
+
+    def _flushed(self) -> None:
+        try:
+            self._flush()
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+            raise InvalidArgument(
+                f"a value does not fit the schema: {e}", store=self.store_id
+            ) from e
+
+    def _changes(self) -> Run:
+        """This version's changes as one change run (empty when there are none)."""
+        self._flush()
+        if not self._pending:
+            schema = self._host.schema
+            return Run.empty(schema.key_arrow, schema.value_arrow)
+        return squash(self._indexer, self._pending)
+
+    def _runs(self) -> tuple[Run, ...]:
+        self._flushed()
+        return (*self._pending, *self._version.runs)
+
+    def _state(self) -> Run:
+        self._flushed()
+        if not self._pending:
+            return self._version.state()
+        changes = squash(self._indexer, (*self._pending, *self._version.overlays))
+        return self._version.base.merged_with(self._indexer, changes, drop_removals=True)
 
     # --- reads see this instance's own updates -----------------------------------------
 
-    def get(self, key: Any) -> Value | None:
+    def get(self, key: Any) -> Row | None:
         k = self._key(key)
-        change = self._changes.get(k)
+        change = self._puts.find(k)
         if change is not None:
             return None if change is ABSENT else change  # type: ignore[return-value]
-        return self._view.get(k)
+        if not self._pending:
+            return self._version.get(k)
+        return get(self._indexer, self._runs(), k)
 
     def __len__(self) -> int:
-        return self._view.rows + count_row_change(self._view, self._changes)
-
-    def items(self) -> Iterator[tuple[Key, Value]]:
-        changes = self._changes
-        if not changes:
-            yield from self._view.items()
-            return
-        for key, value in self._view.items():
-            if key not in changes:
-                yield key, value
-        for key, change in list(changes.items()):
-            if change is not ABSENT:
-                yield key, change  # type: ignore[misc]
-
-    __iter__ = items
+        self._flushed()
+        if not self._pending:
+            return self._version.rows
+        return self._version.rows + row_change(
+            self._indexer, self._version.runs, squash(self._indexer, self._pending)
+        )
 
     # --- updates ------------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._state is not _State.OPEN:
+        if self._status is not _State.OPEN:
             raise StoreClosed(
-                f"store already {self._state.value}; open a new store to update",
+                f"store already {self._status.value}; open a new store to update",
                 store=self.store_id,
                 version=self.version,
             )
 
-    def _value(self, value: Any) -> Value:
+    def _value(self, value: Any) -> Row:
         if type(value) is tuple and len(value) == self._value_arity:
             return value
         return _normalize(value, self._value_arity, "value", self.store_id)
@@ -189,19 +380,19 @@ class StateStore(ReadStateStore):
     def put(self, key: Any, value: Any) -> None:
         """Set ``key`` to ``value`` in the version being built."""
         self._check_open()
-        self._changes[self._key(key)] = self._value(value)
+        self._puts.set(self._key(key), self._value(value))
 
     def remove(self, key: Any) -> None:
         """Remove ``key`` (a no-op if absent)."""
         self._check_open()
-        self._changes[self._key(key)] = ABSENT
+        self._puts.set(self._key(key), ABSENT)
 
-    def remove_where(self, predicate: Callable[[Key, Value], bool]) -> int:
+    def remove_where(self, predicate: Callable[[Row, Row], bool]) -> int:
         """Remove every row for which ``predicate(key, value)`` is true; returns the count."""
         self._check_open()
         doomed = [k for k, v in self.items() if predicate(k, v)]
         for k in doomed:
-            self._changes[k] = ABSENT
+            self._puts.set(k, ABSENT)
         return len(doomed)
 
     def apply(
@@ -211,20 +402,21 @@ class StateStore(ReadStateStore):
     ) -> None:
         """Apply many puts, then many removes, in one call."""
         self._check_open()
-        key, value, changes = self._key, self._value, self._changes
+        key, value, changes = self._key, self._value, self._puts
         for k, v in puts:
-            changes[key(k)] = value(v)
+            changes.set(key(k), value(v))
         for k in removes:
-            changes[key(k)] = ABSENT
+            changes.set(key(k), ABSENT)
 
     def apply_arrow(self, data: pa.Table | pa.RecordBatch) -> None:
         """Apply rows in the checkpoint layout: a ``key`` and a ``value`` struct column.
 
-        A null ``value`` removes the key. Field order and types must match the schemas.
+        A null ``value`` removes the key; of rows with equal keys the last wins. Field order
+        and types must match the schemas. Costs O(rows log rows), no Python object per row.
         """
         self._check_open()
         table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
-        schema = self._provider.schema
+        schema = self._host.schema
         if (
             table.column_names[:2] != ["key", "value"]
             or table.schema.field("key").type != schema.key_arrow
@@ -235,18 +427,30 @@ class StateStore(ReadStateStore):
                 f"{schema.value_arrow}; got {table.schema}",
                 store=self.store_id,
             )
-        self._changes.update((k, ABSENT if v is None else v) for k, v in rows_of(table).items())
+        keys = table.column("key").combine_chunks()
+        if keys.null_count:
+            raise InvalidArgument("arrow data holds null keys", store=self.store_id)
+        self._flushed()
+        run, _ = Run.build(self._indexer, keys, table.column("value").combine_chunks())
+        self._push(run)
 
-    def updates(self) -> Iterator[tuple[Key, Value | None]]:
-        """This version's changes: (key, new value), or (key, None) for a removal."""
-        for key, change in self._changes.items():
-            yield key, (None if change is ABSENT else change)  # type: ignore[misc]
+    def updates(self) -> Iterator[tuple[Row, Row | None]]:
+        """This version's changes: (key, new value), or (key, None) for a removal; in key
+        order where the key type has one."""
+        self._flushed()
+        if not self._pending:
+            return
+        changes = squash(self._indexer, self._pending)
+        if not self._indexer.exact:
+            with contextlib.suppress(InvalidArgument):
+                changes = _key_ordered(changes.keys, changes.values)
+        yield from changes.rows()
 
     # --- transaction --------------------------------------------------------------------
 
     @property
     def has_committed(self) -> bool:
-        return self._state is _State.COMMITTED
+        return self._status is _State.COMMITTED
 
     @property
     def checkpoint_info(self) -> CheckpointInfo | None:
@@ -261,71 +465,51 @@ class StateStore(ReadStateStore):
         """
         self._check_open()
         started = time.perf_counter()
-        provider, base, changes = self._provider, self._view, self._changes
+        host, base = self._host, self._version
         ref = CheckpointRef(base.ref.version + 1, new_checkpoint_id())
         assert ref.checkpoint_id is not None
-        lineage = provider.lineage_for_child(base)
-        rows = base.rows + count_row_change(base, changes)
-        path = self.store_id.file_path(ref.version, ref.checkpoint_id, FileKind.DELTA)
-        header = FileHeader(
-            FileKind.DELTA,
-            self.store_id,
-            ref.version,
-            ref.checkpoint_id,
-            lineage,
-            provider.schema,
-            len(changes),
-            rows,
-            now(),
-        )
-        values = [None if v is ABSENT else v for v in changes.values()]
+        lineage = host.lineage_for_child(base)
         try:
-            data = encode(
-                header,
-                list(changes.keys()),
-                values,  # type: ignore[arg-type]
-                provider.config.compression,
-                provider.config.compression_level,
+            changes = self._changes()
+            rows = base.rows + row_change(self._indexer, base.runs, changes)
+            info = write_checkpoint(
+                host.checkpoints,
+                FileKind.DELTA,
+                ref,
+                lineage,
+                changes.keys,
+                changes.values,
+                rows,
+                in_key_order=self._indexer.exact,
             )
-            provider.storage.write_if_absent(path, data)
         except (pa.ArrowException, TypeError, ValueError, OverflowError, StorageError) as e:
-            self._state = _State.ABORTED
+            self._status = _State.ABORTED
             raise CannotCommit(
                 f"commit failed, nothing was made visible: {e}",
                 store=self.store_id,
                 version=ref.version,
                 checkpoint_id=ref.checkpoint_id,
-                path=path,
+                path=self.store_id.file_path(ref.version, ref.checkpoint_id, FileKind.DELTA),
             ) from e
-        removed = sum(1 for v in values if v is None)
-        self._view = provider.install(base, changes, ref, lineage, rows)
-        self._changes = {}
-        self._state = _State.COMMITTED
+        self._version = base.derive(changes, ref, lineage, rows)
+        host.install(self._version)
+        self._pending = []
+        self._status = _State.COMMITTED
         elapsed = (time.perf_counter() - started) * 1000
+        removed = changes.removals
         self.metrics.rows = rows
-        self.metrics.updated_keys = len(values) - removed
+        self.metrics.updated_keys = len(changes) - removed
         self.metrics.removed_keys = removed
-        self.metrics.bytes_written = len(data)
+        self.metrics.bytes_written = info.bytes_written
         self.metrics.commit_ms = elapsed
-        self._info = CheckpointInfo(
-            store=self.store_id,
-            version=ref.version,
-            checkpoint_id=ref.checkpoint_id,
-            base_checkpoint_id=base.ref.checkpoint_id,
-            lineage=lineage,
-            kind=FileKind.DELTA,
-            path=path,
-            rows=rows,
-            file_rows=len(values),
-            bytes_written=len(data),
-            checksum=checksum(data),
-            created_at=header.created_at,
-            timings_ms={"load": self.metrics.load.load_ms, "commit": elapsed},
+        self._info = dataclasses.replace(
+            info, timings_ms={"load": self.metrics.load.load_ms, "commit": elapsed}
         )
         return self._info
 
     def abort(self) -> None:
         """Discard this version's updates; no file is written. Idempotent after commit/abort."""
-        if self._state is _State.OPEN:
-            self._changes = {}
-            self._state = _State.ABORTED
+        if self._status is _State.OPEN:
+            self._puts = _Changes()
+            self._pending = []
+            self._status = _State.ABORTED

@@ -1,148 +1,174 @@
-"""Committed versions in memory: one materialized dict and the other versions as diffs from it.
+"""Committed versions in memory: immutable stacks of sorted runs that share structure.
 
-A :class:`StateMap` owns one ``dict`` holding the state of its *head* version. Every other
-live version of the same lineage family is a :class:`VersionView` whose ``diff`` records,
-for the keys where it differs from the head, its own value (or ``ABSENT``). Committing a new
-version on top of any view costs O(changes): the head dict is updated in place and the
-inverse of the change is added to the diffs of the other live views. No version ever copies
-the whole map.
+A :class:`Version` is a base run (the state at some earlier point, no removals) under a few
+change runs, newest first. Version ``v + 1`` is version ``v`` with one more change run on top:
+it shares every run of ``v`` and costs O(changes). Runs of similar size are merged (as in a
+log-structured merge tree) so lookups pass few runs, and once the changes add up to a quarter
+of the base they are folded into a new base, so the work per change stays bounded. Nothing is
+ever modified in place: a reader of version ``v`` sees exactly ``v``, in any thread, whatever
+is committed meanwhile.
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Iterator
-from typing import Any, Final
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
+import numpy as np
+import pyarrow as pa
+
+from state_runtime.arrow_rows import Row
 from state_runtime.identity import CheckpointRef
+from state_runtime.keys import KeyIndexer
+from state_runtime.runs import Run
+
+COMPACT_FRACTION = 4
+"""Fold the change runs into the base once they hold 1/COMPACT_FRACTION of its rows."""
 
 
-class _Absent:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-
-ABSENT: Final = _Absent()
-"""Marks a removed key in a diff or in a store's pending changes."""
-
-Key = tuple[Any, ...]
-Value = tuple[Any, ...]
-Diff = dict[Key, "Value | _Absent"]
+def get(indexer: KeyIndexer, runs: Sequence[Run], key: Row) -> Row | None:
+    """The value of one normalised key tuple in a stack of runs (newest first), or None."""
+    h = indexer.index_of(key)
+    for run in runs:
+        i = run.position_of(indexer, h, key)
+        if i >= 0:
+            return run.value_at(i)
+    return None
 
 
-class VersionView:
-    """One version of the state: the head dict seen through ``diff``."""
+def lookup(
+    indexer: KeyIndexer, runs: Sequence[Run], keys: pa.StructArray, value_type: pa.StructType
+) -> pa.StructArray:
+    """The values of ``keys`` in a stack of runs (newest first); null where absent."""
+    index = indexer.index(keys)
+    n = len(index)
+    which = np.full(n, -1, dtype=np.int64)
+    where = np.full(n, -1, dtype=np.int64)
+    todo = np.arange(n)
+    for r, run in enumerate(runs):
+        if not len(todo):
+            break
+        pos = run.positions(indexer, index[todo], keys, todo)
+        hit = pos >= 0
+        which[todo[hit]] = r
+        where[todo[hit]] = pos[hit]
+        todo = todo[~hit]
+    parts: list[pa.Array] = []
+    order: list[np.ndarray] = []
+    for r in np.unique(which[which >= 0]):
+        rows = np.flatnonzero(which == r)
+        parts.append(runs[int(r)].values.take(pa.array(where[rows])))
+        order.append(rows)
+    if len(todo):
+        parts.append(pa.nulls(len(todo), type=value_type))
+        order.append(todo)
+    if not parts:
+        return pa.array([], type=value_type)
+    if len(parts) == 1 and bool(np.all(order[0] == np.arange(n))):
+        return parts[0]
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[np.concatenate(order)] = np.arange(n)
+    return pa.concat_arrays(parts).take(pa.array(inverse))
 
-    __slots__ = ("__weakref__", "diff", "lineage", "ref", "rows", "state_map")
 
-    def __init__(
-        self,
-        state_map: StateMap,
+def squash(indexer: KeyIndexer, runs: Sequence[Run]) -> Run:
+    """Change runs (newest first) as one change run; the newest change of each key wins.
+
+    Two runs merge in O(rows); more are concatenated and sorted once (O(rows log rows)).
+    """
+    if len(runs) <= 2:
+        result = runs[-1]
+        for newer in reversed(runs[:-1]):
+            result = result.merged_with(indexer, newer, drop_removals=False)
+        return result
+    oldest_first = list(reversed(runs))
+    squashed, _ = Run.build(
+        indexer,
+        pa.concat_arrays([r.keys for r in oldest_first]),
+        pa.concat_arrays([r.values for r in oldest_first]),
+    )
+    return squashed
+
+
+def row_change(indexer: KeyIndexer, runs: Sequence[Run], changes: Run) -> int:
+    """Rows that ``changes`` adds (positive) or removes (negative) on top of ``runs``."""
+    if not len(changes):
+        return 0
+    before = lookup(indexer, runs, changes.keys, changes.values.type)
+    existed = np.asarray(before.is_valid().to_numpy(zero_copy_only=False))
+    puts = np.asarray(changes.values.is_valid().to_numpy(zero_copy_only=False))
+    return int(np.count_nonzero(puts & ~existed) - np.count_nonzero(~puts & existed))
+
+
+@dataclass(frozen=True, eq=False)
+class Version:
+    """One committed version: ``base`` under ``overlays`` (change runs, newest first)."""
+
+    indexer: KeyIndexer
+    ref: CheckpointRef
+    lineage: tuple[CheckpointRef, ...]
+    rows: int
+    base: Run
+    overlays: tuple[Run, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        indexer: KeyIndexer,
+        base: Run,
         ref: CheckpointRef,
         lineage: tuple[CheckpointRef, ...],
-        rows: int,
-        diff: Diff,
-    ) -> None:
-        self.state_map = state_map
-        self.ref = ref
-        self.lineage = lineage
-        self.rows = rows
-        self.diff = diff
+    ) -> Version:
+        """A version whose whole state is ``base`` (a snapshot, or empty)."""
+        return cls(indexer, ref, lineage, len(base), base)
 
-    def get(self, key: Key) -> Value | None:
-        if self.diff:
-            found = self.diff.get(key, None)
-            if found is not None:
-                return None if found is ABSENT else found  # type: ignore[return-value]
-        return self.state_map.data.get(key)
+    runs: tuple[Run, ...] = field(init=False)
+    """Newest first, the base last."""
 
-    def __contains__(self, key: Key) -> bool:
-        return self.get(key) is not None
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "runs", (*self.overlays, self.base))
 
-    def items(self) -> Iterator[tuple[Key, Value]]:
-        diff = self.diff
-        data = self.state_map.data
-        if not diff:
-            yield from data.items()
-            return
-        for key, value in data.items():
-            if key not in diff:
-                yield key, value
-        for key, change in diff.items():
-            if change is not ABSENT:
-                yield key, change  # type: ignore[misc]
+    @property
+    def nbytes(self) -> int:
+        return sum(run.nbytes for run in self.runs)
 
+    def get(self, key: Row) -> Row | None:
+        return get(self.indexer, self.runs, key)
 
-class StateMap:
-    """The materialized dict of one lineage family and its live versions."""
+    def lookup(self, keys: pa.StructArray) -> pa.StructArray:
+        return lookup(self.indexer, self.runs, keys, self.base.values.type)
 
-    def __init__(
-        self,
-        data: dict[Key, Value],
-        ref: CheckpointRef,
-        lineage: tuple[CheckpointRef, ...],
-    ) -> None:
-        self.data = data
-        self._views: weakref.WeakSet[VersionView] = weakref.WeakSet()
-        self.head = self._register(VersionView(self, ref, lineage, len(data), {}))
+    def state(self) -> Run:
+        """Every row of this version as one run without removals (O(rows) when layered)."""
+        if not self.overlays:
+            return self.base
+        changes = squash(self.indexer, self.overlays)
+        return self.base.merged_with(self.indexer, changes, drop_removals=True)
 
-    def _register(self, view: VersionView) -> VersionView:
-        self._views.add(view)
-        return view
+    def items(self) -> Iterator[tuple[Row, Row]]:
+        for key, value in self.state().rows():
+            assert value is not None
+            yield key, value
 
     def derive(
         self,
-        parent: VersionView,
-        changes: Diff,
+        changes: Run,
         ref: CheckpointRef,
         lineage: tuple[CheckpointRef, ...],
         rows: int,
-        *,
-        keep_parent: bool = True,
-    ) -> VersionView:
-        """The version ``parent`` + ``changes`` (with ``rows`` rows), made the new head.
-
-        O(len(changes)). ``changes`` is taken over: the caller must not modify it afterwards.
-        With ``keep_parent=False`` the parent view is retired (no one may use it again), which
-        saves keeping its inverse diff.
-        """
-        assert parent.state_map is self
-        if not keep_parent:
-            self._views.discard(parent)
-        if parent.diff:
-            diff: Diff = dict(parent.diff)
-            diff.update(changes)
-        else:
-            diff = changes
-        child = self._register(VersionView(self, ref, lineage, rows, diff))
-        self._advance_head(child)
-        return child
-
-    def _advance_head(self, view: VersionView) -> None:
-        data = self.data
-        inverse: Diff = {}
-        for key, change in view.diff.items():
-            inverse[key] = data.get(key, ABSENT)
-            if change is ABSENT:
-                data.pop(key, None)
-            else:
-                data[key] = change  # type: ignore[assignment]
-        for other in list(self._views):
-            if other is view:
-                continue
-            other_diff = other.diff
-            for key, old in inverse.items():
-                if key not in other_diff:
-                    other_diff[key] = old
-        view.diff = {}
-        self.head = view
-
-
-def count_row_change(base: VersionView, changes: Diff) -> int:
-    """How many rows ``changes`` adds (positive) or removes (negative) relative to ``base``."""
-    delta = 0
-    for key, change in changes.items():
-        delta += (change is not ABSENT) - (base.get(key) is not None)
-    return delta
+    ) -> Version:
+        """This version plus ``changes`` (a change run), as version ``ref`` with ``rows`` rows."""
+        overlays = list(self.overlays)
+        if len(changes):
+            overlays.insert(0, changes)
+        while len(overlays) >= 2 and 2 * len(overlays[0]) >= len(overlays[1]):
+            overlays[0:2] = [
+                overlays[1].merged_with(self.indexer, overlays[0], drop_removals=False)
+            ]
+        base = self.base
+        if overlays and COMPACT_FRACTION * sum(len(o) for o in overlays) >= len(base):
+            base = base.merged_with(
+                self.indexer, squash(self.indexer, overlays), drop_removals=True
+            )
+            overlays = []
+        return Version(self.indexer, ref, lineage, rows, base, tuple(overlays))

@@ -234,14 +234,14 @@ def test_roll_forward_reads_only_the_missed_deltas(storage: Storage) -> None:
 
 
 def test_roll_forward_does_not_copy_the_state(storage: Storage) -> None:
-    """Opening v+1 from cached v reuses the same materialized dict (O(changes), no copy)."""
+    """Opening v+1 from cached v reuses the same base run (O(changes), no copy)."""
     p = provider_for(storage)
     v1 = commit_rows(p, None, {f"k{i}": i for i in range(1000)})
     base = p.get_read_store(1, v1.checkpoint_id)
-    data_before = base._view.state_map.data
+    data_before = base._version.base
     v2 = commit_rows(p, v1, {"k1": 0})
     after = p.get_read_store(2, v2.checkpoint_id)
-    assert after._view.state_map.data is data_before
+    assert after._version.base is data_before
     assert base.get("k1") == (1,) and after.get("k1") == (0,)  # old version still correct
 
 

@@ -1,12 +1,17 @@
 """Property test: random puts, removes, commits, aborts, reopens, snapshots, cleanups and cache
-drops against a plain dict model. Every retained committed version must load equal to it."""
+drops against a plain dict model. Every retained committed version must load equal to it.
+
+``STATE_PROPERTY_EXAMPLES=10000`` runs that many generated sequences instead of 60 (a long
+run, reported in docs/state-in-memory.md)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from datetime import timedelta
 
+import pyarrow as pa
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -67,6 +72,26 @@ class StoreModel(RuleBasedStateMachine):
         self.pending.pop(key, None)
 
     @precondition(lambda self: self.store is not None)
+    @rule(puts=st.dictionaries(KEYS, st.integers(-5, 5), max_size=6), removes=st.sets(KEYS))
+    def apply_bulk(self, puts: dict[str, int], removes: set[str]) -> None:
+        """The bulk path: one Arrow table of puts and removals (a removal wins a tie here)."""
+        assert self.store is not None
+        keys = [*puts, *removes]
+        values: list[dict[str, int] | None] = [{"v": v} for v in puts.values()]
+        values += [None] * len(removes)
+        self.store.apply_arrow(
+            pa.table(
+                {
+                    "key": pa.array([{"k": k} for k in keys], type=self.provider.schema.key_arrow),
+                    "value": pa.array(values, type=self.provider.schema.value_arrow),
+                }
+            )
+        )
+        self.pending.update(puts)
+        for key in removes:
+            self.pending.pop(key, None)
+
+    @precondition(lambda self: self.store is not None)
     @rule(record=st.booleans())
     def commit(self, record: bool) -> None:
         """Commit; ``record`` says whether the driver puts it in the commit log."""
@@ -116,5 +141,8 @@ class StoreModel(RuleBasedStateMachine):
             assert len(store) == len(state)
 
 
-StoreModel.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+EXAMPLES = int(os.environ.get("STATE_PROPERTY_EXAMPLES", "60"))
+StoreModel.TestCase.settings = settings(
+    max_examples=EXAMPLES, stateful_step_count=30, deadline=None
+)
 test_store_model = StoreModel.TestCase

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
 from state_runtime.config import StoreConfig
@@ -36,45 +37,51 @@ class Agg:
             raise InvalidArgument(f"aggregate {self.name!r} ({self.function}) needs a column")
 
 
-def _combine(function: AggFunction, old: Any, new: Any) -> Any:
-    if old is None:
-        return new
-    if new is None:
-        return old
+def _combine(function: AggFunction, old: pa.Array, new: pa.Array) -> pa.Array:
+    """Running value of one aggregate per key: ``old`` (null for a new key) with ``new``."""
     if function in ("count", "sum"):
-        return old + new
-    return min(old, new) if function == "min" else max(old, new)
+        return pc.coalesce(pc.add_checked(old, new), new, old)
+    element_wise = pc.min_element_wise if function == "min" else pc.max_element_wise
+    return element_wise(old, new, skip_nulls=True)
 
 
 @dataclass(frozen=True)
 class _RunningAggregate:
-    """The update function: aggregate the batch with Arrow, then merge into the state."""
+    """The update function: aggregate the batch with Arrow, then merge into the state in bulk
+    (one lookup of the batch's keys, vectorised combine, one ``apply_arrow``)."""
 
     key_columns: tuple[str, ...]
     aggs: tuple[Agg, ...]
 
-    def __call__(self, store: StateStore, rows: pa.Table) -> Iterator[tuple[Any, ...]]:
+    def __call__(self, store: StateStore, rows: pa.Table) -> pa.Table | None:
         if rows.num_rows == 0:
-            return
+            return None
         specs: list[tuple[Any, str]] = [
             ([], "count_all") if a.function == "count" else (a.column, _ARROW_AGG[a.function])
             for a in self.aggs
         ]
         grouped = rows.group_by(list(self.key_columns), use_threads=False).aggregate(specs)
-        key_cols = [grouped.column(c).to_pylist() for c in self.key_columns]
+        schema = store.schema
+        key_type, value_type = schema.key_arrow, schema.value_arrow
+        keys = pa.StructArray.from_arrays(
+            [
+                grouped.column(c).combine_chunks().cast(key_type.field(i).type)
+                for i, c in enumerate(self.key_columns)
+            ],
+            fields=list(key_type),
+        )
+        old = store.lookup(keys).flatten()
         # The aggregate columns, in the order asked, are the ones that are not keys.
         agg_names = [c for c in grouped.column_names if c not in self.key_columns]
-        agg_cols = [grouped.column(c).to_pylist() for c in agg_names]
-        functions = [a.function for a in self.aggs]
-        for key, new in zip(zip(*key_cols, strict=True), zip(*agg_cols, strict=True), strict=True):
-            old = store.get(key)
-            value = (
-                new
-                if old is None
-                else tuple(_combine(f, o, n) for f, o, n in zip(functions, old, new, strict=True))
-            )
-            store.put(key, value)
-            yield (*key, *value)
+        totals = [
+            _combine(a.function, old[i], grouped.column(name).combine_chunks().cast(old[i].type))
+            for i, (a, name) in enumerate(zip(self.aggs, agg_names, strict=True))
+        ]
+        values = pa.StructArray.from_arrays(totals, fields=list(value_type))
+        store.apply_arrow(pa.table({"key": keys, "value": values}))
+        return pa.Table.from_arrays(
+            [*keys.flatten(), *totals], names=[*key_type.names, *value_type.names]
+        )
 
 
 def running_aggregation(

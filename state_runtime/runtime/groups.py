@@ -4,8 +4,8 @@ As with Spark's ``mapGroupsWithState`` (and Spark Streaming's ``mapWithState``),
 sees one key, that key's new rows in the batch and a :class:`GroupState`. A key may be given
 a timeout; a key whose timeout has passed at a later batch gets one more call with no rows
 and ``has_timed_out`` set, and is then removed unless the function updates it. ``ttl`` gives
-every key a timeout renewed on each update. Finding expired keys scans the partition's state
-once per batch.
+every key a timeout renewed on each update. The stored state of the batch's keys is read in
+one vectorised lookup; finding expired keys is one vectorised pass over the partition's state.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import LongType, StructField, StructType
 
+from state_runtime.arrow_rows import struct_rows
 from state_runtime.config import StoreConfig
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
@@ -81,26 +83,40 @@ class _GroupsWithState:
         columns = [rows.column(i).to_pylist() for i in range(rows.num_columns)]
         for row in zip(*columns, strict=True):
             groups.setdefault(tuple(row[i] for i in key_idx), []).append(row)
-        for key, key_rows in groups.items():
-            yield from self._call(store, key, key_rows, batch_time, timed_out=False)
-        expired = [
-            k
-            for k, v in store.items()
-            if k not in groups and v[-1] is not None and v[-1] <= batch_time
+        stored = store.get_many(groups)  # one vectorised lookup for the batch's keys
+        for (key, key_rows), value in zip(groups.items(), stored, strict=True):
+            yield from self._call(store, key, value, key_rows, batch_time, timed_out=False)
+        for key, value in self._expired(store, batch_time):
+            if key not in groups:
+                yield from self._call(store, key, value, [], batch_time, timed_out=True)
+
+    @staticmethod
+    def _expired(
+        store: StateStore, batch_time: int
+    ) -> list[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        """Keys whose timeout has passed, found with one vectorised pass over the state."""
+        state = store.to_arrow()
+        timeout = state.column("value").combine_chunks().flatten()[-1]
+        due = pc.fill_null(pc.less_equal(timeout, batch_time), False)
+        if not pc.any(due).as_py():
+            return []
+        expired = state.filter(due)
+        keys = struct_rows(expired.column("key").combine_chunks())
+        values = struct_rows(expired.column("value").combine_chunks())
+        return [
+            (k, v) for k, v in zip(keys, values, strict=True) if k is not None and v is not None
         ]
-        for key in expired:
-            yield from self._call(store, key, [], batch_time, timed_out=True)
 
     def _call(
         self,
         store: StateStore,
         key: tuple[Any, ...],
+        stored: tuple[Any, ...] | None,
         rows: list[tuple[Any, ...]],
         batch_time: int,
         *,
         timed_out: bool,
     ) -> Iterator[tuple[Any, ...]]:
-        stored = store.get(key)
         state = GroupState(None if stored is None else stored[:-1], batch_time, timed_out)
         if stored is not None and not timed_out:
             state.timeout_at_ms = stored[-1]

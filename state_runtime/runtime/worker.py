@@ -3,9 +3,10 @@
 PySpark reuses Python worker processes, so module-level caches survive from one task to the
 next. A partition is not pinned to a worker, though: the copy a worker holds is often a few
 versions behind, and the provider rolls it forward by applying only the deltas it missed.
-The coordinator's records (which worker holds which store) let a worker drop copies that
-another worker now keeps more current; that saves memory and is never needed for
-correctness.
+Cached versions of all stores share the process's memory budget (``STATE_CACHE_BYTES``,
+:mod:`state_runtime.cache`), least recently used first. The coordinator's records (which worker
+holds which store) let a worker drop copies that another worker now keeps more current; that
+saves memory sooner and is never needed for correctness.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections import OrderedDict
 from typing import Any
 
 from state_runtime.catalog import Catalog
@@ -23,10 +23,8 @@ from state_runtime.provider import StateStoreProvider
 from state_runtime.schema import StateSchema
 from state_runtime.storage import Storage
 
-MAX_PROVIDERS = int(os.environ.get("STATE_WORKER_MAX_STORES", "64"))
-
 _lock = threading.Lock()
-_providers: OrderedDict[tuple[Any, ...], StateStoreProvider] = OrderedDict()
+_providers: dict[tuple[Any, ...], StateStoreProvider] = {}
 _catalogs: dict[str, Catalog] = {}
 
 
@@ -45,9 +43,10 @@ def catalog_for(url: str) -> Catalog:
 def provider_for(
     storage: Storage, store: StoreId, schema: StateSchema, config: StoreConfig
 ) -> StateStoreProvider:
-    """This worker's provider of ``store`` (created on first use, least recently used evicted).
+    """This worker's provider of ``store`` (created on first use).
 
     ``storage`` arrives pickled with each task; the first one seen for a root is kept.
+    Providers whose cached versions the memory budget evicted are forgotten here too.
     """
     key = (storage.uri, store, schema.key.json(), schema.value.json(), config)
     with _lock:
@@ -62,10 +61,9 @@ def provider_for(
                 value_schema=schema.value,
                 config=config,
             )
+            for idle in [k for k, p in _providers.items() if not p.cached_versions]:
+                del _providers[idle]
             _providers[key] = provider
-            while len(_providers) > MAX_PROVIDERS:
-                _providers.popitem(last=False)
-        _providers.move_to_end(key)
         return provider
 
 
@@ -85,5 +83,5 @@ def unload(root: str, stores: set[StoreId]) -> int:
     with _lock:
         doomed = [key for key in _providers if key[0] == root and key[1] in stores]
         for key in doomed:
-            del _providers[key]
+            _providers.pop(key).drop_cache()
         return len(doomed)

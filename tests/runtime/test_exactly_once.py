@@ -60,16 +60,14 @@ class _Flaky:
         self.storage = storage
         self.failing = failing
 
-    def __call__(self, store: StateStore, rows: pa.Table) -> list[tuple[Any, ...]]:
-        out = list(self.inner(store, rows))
+    def __call__(self, store: StateStore, rows: pa.Table) -> pa.Table | None:
+        out = self.inner(store, rows)
         ctx = TaskContext.get()
         assert ctx is not None
         if ctx.attemptNumber() == 0 and ctx.partitionId() in self.failing:
-            provider = worker.provider_for(
-                self.storage, store.store_id, store._provider.schema, store._provider.config
-            )
+            provider = worker.provider_for(self.storage, store.store_id, store.schema, store.config)
             duplicate = provider.get_store(store.version, store.checkpoint_id)
-            list(self.inner(duplicate, rows))
+            self.inner(duplicate, rows)
             duplicate.commit()  # a second attempt's delta for the same version: never committed
             raise RuntimeError("injected task failure after a duplicate attempt committed files")
         return out

@@ -1,0 +1,158 @@
+"""Cached versions of every provider in a process, within one memory budget.
+
+Each provider keeps the versions it loaded or committed, so that a retried task reopens its
+version without reading a file and a copy that is behind rolls forward. One budget in bytes
+bounds them all together (a Spark Python worker holds many stores): past it, the least
+recently used versions go first, whatever store they belong to. Versions of one store share
+runs, and a run is counted once however many cached versions hold it. The version just used
+is never evicted to make room for itself, so a store larger than the budget still keeps its
+newest version.
+
+The budget is ``STATE_CACHE_BYTES`` (bytes, or with a unit: ``512MiB``, ``2GiB``; default
+2 GiB), or :func:`set_budget`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import threading
+import weakref
+from collections import OrderedDict, deque
+
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import CheckpointRef
+from state_runtime.runs import Run
+from state_runtime.versions import Version
+
+DEFAULT_BUDGET = 2 << 30
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
+
+
+def parse_size(text: str, setting: str = "STATE_CACHE_BYTES") -> int:
+    """``"512MiB"`` → bytes; a clear error naming ``setting`` otherwise."""
+    match = _SIZE_RE.match(text.lower())
+    if match is None or match.group(2) not in _UNITS:
+        raise InvalidArgument(
+            f"{setting}={text!r}: expected a size in bytes, e.g. 1073741824, 512MiB or 2GiB"
+        )
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+class VersionCache:
+    """Least-recently-used versions of many providers, bounded by their bytes together."""
+
+    def __init__(self, budget: int) -> None:
+        self._lock = threading.Lock()
+        self.budget = budget
+        self._entries: OrderedDict[tuple[int, CheckpointRef], Version] = OrderedDict()
+        self._owners = itertools.count()
+        self._holders: dict[Run, int] = {}  # run -> cached versions holding it
+        self._used = 0
+        self.evictions = 0
+        # Owners whose provider was collected. The garbage collector may run a finalizer while
+        # this very thread holds the lock, so finalizers only append here (atomic) and every
+        # locked call sweeps.
+        self._dead: deque[int] = deque()
+
+    def register(self, holder: object) -> int:
+        """An owner id for ``holder`` (a provider); its versions go when it is collected."""
+        owner = next(self._owners)
+        weakref.finalize(holder, self._dead.append, owner)
+        return owner
+
+    @property
+    def used(self) -> int:
+        """Bytes held by cached versions (shared runs once)."""
+        with self._lock:
+            self._sweep()
+            return self._used
+
+    def _sweep(self) -> None:
+        """Forget the versions of collected owners (called with the lock held)."""
+        while self._dead:
+            self._forget(self._dead.popleft())
+
+    def _forget(self, owner: int) -> None:
+        for key in [k for k in self._entries if k[0] == owner]:
+            self._release(self._entries.pop(key))
+
+    def put(self, owner: int, version: Version, limit: int | None = None) -> None:
+        """Cache ``version`` as the most recently used; evict past the budget (and past
+        ``limit`` versions of this owner, if given)."""
+        key = (owner, version.ref)
+        with self._lock:
+            self._sweep()
+            if key in self._entries:
+                self._release(self._entries.pop(key))
+            self._entries[key] = version
+            for run in version.runs:
+                if run not in self._holders:
+                    self._used += run.nbytes
+                self._holders[run] = self._holders.get(run, 0) + 1
+            if limit is not None:
+                mine = [k for k in self._entries if k[0] == owner]
+                for old in mine[: max(0, len(mine) - limit)]:
+                    self._evict(old)
+            while self._used > self.budget and len(self._entries) > 1:
+                oldest = next(iter(self._entries))
+                if oldest == key:
+                    break
+                self._evict(oldest)
+
+    def get(self, owner: int, ref: CheckpointRef) -> Version | None:
+        """A cached version (now the most recently used), or None."""
+        with self._lock:
+            version = self._entries.get((owner, ref))
+            if version is not None:
+                self._entries.move_to_end((owner, ref))
+            return version
+
+    def refs(self, owner: int) -> list[CheckpointRef]:
+        """The versions ``owner`` has cached, least recently used first."""
+        with self._lock:
+            return [ref for o, ref in self._entries if o == owner]
+
+    def drop(self, owner: int) -> None:
+        """Forget every version of ``owner``."""
+        with self._lock:
+            self._sweep()
+            self._forget(owner)
+
+    def set_budget(self, budget: int) -> None:
+        with self._lock:
+            self._sweep()
+            self.budget = budget
+            while self._used > budget and len(self._entries) > 1:
+                self._evict(next(iter(self._entries)))
+
+    def _evict(self, key: tuple[int, CheckpointRef]) -> None:
+        self._release(self._entries.pop(key))
+        self.evictions += 1
+
+    def _release(self, version: Version) -> None:
+        for run in version.runs:
+            left = self._holders[run] - 1
+            if left:
+                self._holders[run] = left
+            else:
+                del self._holders[run]
+                self._used -= run.nbytes
+
+
+def _budget_from_env() -> int:
+    raw = os.environ.get("STATE_CACHE_BYTES")
+    return DEFAULT_BUDGET if raw is None else parse_size(raw)
+
+
+CACHE = VersionCache(_budget_from_env())
+"""The process's cache: every provider shares it."""
+
+
+def set_budget(budget: int) -> None:
+    """Change this process's cache budget (bytes); evicts at once if it shrank."""
+    if budget < 0:
+        raise InvalidArgument(f"cache budget {budget} must not be negative")
+    CACHE.set_budget(budget)

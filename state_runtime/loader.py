@@ -1,0 +1,348 @@
+"""Reading a version from checkpoint files: the SPARK-49374 chain walk, verification, repairs.
+
+Loading ``(version, checkpoint_id)``: use ``<v>_<id>.snapshot`` when it is present and sound,
+otherwise read ``<v>_<id>.delta``, follow its lineage to the newest ancestor that is cached,
+has a snapshot, or is version 0, and apply the deltas in order; when a presumed snapshot is
+missing or corrupt, keep tracing through that ancestor's own delta. Files of other ids at the
+same version are never read. Every file is verified (envelope, checksum, layout, identity,
+schema, duplicate keys, row counts) before any of it is used.
+
+A cold load lists the store's folder once. Maintenance may meanwhile write a newer snapshot
+and delete the deltas it replaces; a load that finds a file gone re-lists and walks again
+(at most :data:`LOAD_ATTEMPTS` times), so a retained version always loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import pyarrow as pa
+
+from state_runtime.checkpoint_format import FileHeader, check_identity, decode
+from state_runtime.errors import (
+    CannotLoadState,
+    CheckpointFileCorrupt,
+    CheckpointFileMissing,
+    LineageBroken,
+    StorageFileNotFound,
+    UnexpectedVersion,
+    UnknownCheckpointId,
+)
+from state_runtime.identity import EMPTY, CheckpointRef, FileKind
+from state_runtime.keys import KeyIndexer
+from state_runtime.metrics import LoadMetrics, LoadSource
+from state_runtime.runs import Run
+from state_runtime.versions import Version, row_change, squash
+from state_runtime.writer import CheckpointTarget
+
+_Fault = TypeVar("_Fault", bound=CannotLoadState)
+
+LOAD_ATTEMPTS = 4
+"""Listings a cold load makes at most when files vanish under it (maintenance at work)."""
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    """A decoded, verified checkpoint file; ``run`` holds its rows."""
+
+    ref: CheckpointRef
+    kind: FileKind
+    path: str
+    header: FileHeader
+    run: Run
+
+
+class _Vanished(Exception):
+    """A file the walk expected was gone: list again."""
+
+    def __init__(self, error: CannotLoadState) -> None:
+        super().__init__(error.reason)
+        self.error = error
+
+
+class VersionLoader:
+    """Loads versions of one store from its files, building on cached versions when it can."""
+
+    def __init__(
+        self,
+        target: CheckpointTarget,
+        indexer: KeyIndexer,
+        cached: Callable[[CheckpointRef], Version | None],
+        known_snapshots: set[CheckpointRef],
+    ) -> None:
+        self.target = target
+        self.store = target.store
+        self.schema = target.schema
+        self.indexer = indexer
+        self._cached = cached
+        self._known_snapshots = known_snapshots
+
+    def empty(self) -> Version:
+        return Version.of(
+            self.indexer,
+            Run.empty(self.schema.key_arrow, self.schema.value_arrow),
+            EMPTY,
+            (),
+        )
+
+    def load(self, ref: CheckpointRef, metrics: LoadMetrics, *, warm: bool) -> Version:
+        """Version ``ref`` (not cached): rolled forward from a cached ancestor if ``warm`` and
+        one is on its lineage, else from files."""
+        target = None
+        if warm:
+            target = self.read(ref, FileKind.DELTA, metrics, missing_ok=True)
+        if target is not None:
+            try:
+                rolled = self._roll_forward(target, metrics)
+            except LineageBroken as e:
+                # A delta the cached copy would need was cleaned up (a newer snapshot replaced
+                # it): load from files instead.
+                metrics.repairs.append(
+                    f"cached copy cannot roll forward ({e.reason}); loaded from files"
+                )
+                rolled = None
+            if rolled is not None:
+                return rolled
+        metrics.source = LoadSource.FILES
+        for attempt in range(1, LOAD_ATTEMPTS + 1):
+            try:
+                return self._load_from_files(ref, target, metrics)
+            except _Vanished as vanished:
+                if attempt == LOAD_ATTEMPTS:
+                    raise vanished.error from None
+                metrics.repairs.append(
+                    f"{vanished.error.path} vanished while loading ({vanished.error.reason}); "
+                    "listed the files again"
+                )
+                target = None  # read everything afresh
+        raise AssertionError("unreachable")
+
+    def _roll_forward(self, target: CheckpointFile, metrics: LoadMetrics) -> Version | None:
+        """Apply the deltas a cached ancestor on ``target``'s lineage missed, if there is one."""
+        lineage = target.header.lineage
+        for depth, ancestor in enumerate(lineage):
+            base = self._cached(ancestor)
+            if base is None:
+                continue
+            chain = [target] + [
+                self._need_delta(r, child, metrics)
+                for r, child in zip(lineage[:depth], (target.ref, *lineage), strict=False)
+            ]
+            metrics.source = LoadSource.ROLL_FORWARD
+            return self.apply(base, chain, metrics)
+        return None
+
+    def _load_from_files(
+        self, ref: CheckpointRef, target: CheckpointFile | None, metrics: LoadMetrics
+    ) -> Version:
+        names = {
+            info.path.rsplit("/", 1)[-1] for info in self.target.storage.list(self.store.directory)
+        }
+        chain: list[CheckpointFile] = []
+        cur, child = ref, None
+        ignored: list[CannotLoadState] = []
+        try:
+            while True:
+                base = self._base_for(cur, names, metrics, ignored)
+                if base is not None:
+                    return self.apply(base, chain, metrics)
+                if cur == ref and target is not None:
+                    delta = target
+                elif f"{cur}.{FileKind.DELTA.value}" in names:
+                    delta = self._need_delta(cur, child, metrics)
+                elif child is None:
+                    raise self._fault(
+                        UnknownCheckpointId,
+                        "no delta or snapshot exists for this version and checkpoint id",
+                        cur,
+                        self._path(cur, FileKind.DELTA),
+                    )
+                else:
+                    raise self._missing(cur, child)
+                if child is not None:
+                    self._check_chain(child, delta)
+                chain.append(delta)
+                child = delta
+                cur = delta.header.lineage[0] if delta.header.lineage else EMPTY
+                if cur.version != delta.ref.version - 1:
+                    raise self._fault(
+                        LineageBroken,
+                        f"lineage jumps from version {delta.ref.version} to {cur.version}",
+                        delta.ref,
+                        delta.path,
+                    )
+        except (LineageBroken, CheckpointFileMissing) as e:
+            if self._vanished(e, names):
+                raise _Vanished(e) from e
+            if ignored:  # the unusable snapshot is the root cause; the fallback failed too
+                raise ignored[0] from e
+            raise
+        except CannotLoadState as e:
+            if ignored:
+                raise ignored[0] from e
+            raise
+
+    def _vanished(self, error: CannotLoadState, names: set[str]) -> bool:
+        """Whether ``error`` is about a file that is gone, or the listing is out of date."""
+        if isinstance(error, CheckpointFileMissing):
+            return True
+        listed = {
+            info.path.rsplit("/", 1)[-1] for info in self.target.storage.list(self.store.directory)
+        }
+        return listed != names
+
+    def _base_for(
+        self,
+        ref: CheckpointRef,
+        names: set[str],
+        metrics: LoadMetrics,
+        ignored: list[CannotLoadState],
+    ) -> Version | None:
+        """A starting point at ``ref``: cached, empty, or a sound snapshot; else None.
+
+        An unusable snapshot is recorded in ``ignored`` and the repairs, and skipped.
+        """
+        if ref == EMPTY:
+            return self.empty()
+        cached = self._cached(ref)
+        if cached is not None:
+            return cached
+        if f"{ref}.{FileKind.SNAPSHOT.value}" not in names:
+            return None
+        try:
+            snap = self.read(ref, FileKind.SNAPSHOT, metrics, missing_ok=False)
+            assert snap is not None
+            if snap.header.file_rows != snap.header.state_rows:
+                raise self._fault(
+                    CheckpointFileCorrupt,
+                    f"snapshot holds {snap.header.file_rows} rows for a state of "
+                    f"{snap.header.state_rows}",
+                    ref,
+                    snap.path,
+                )
+        except (CheckpointFileCorrupt, UnexpectedVersion, CheckpointFileMissing) as e:
+            ignored.append(e)
+            metrics.repairs.append(
+                f"ignored unusable snapshot {self._path(ref, FileKind.SNAPSHOT)} ({e.reason}); "
+                "loaded through its deltas instead"
+            )
+            return None
+        self._known_snapshots.add(ref)
+        return Version.of(self.indexer, snap.run, ref, snap.header.lineage)
+
+    def apply(self, base: Version, chain: list[CheckpointFile], metrics: LoadMetrics) -> Version:
+        """Apply deltas (given newest first) on top of ``base`` as one change, checking each
+        one's row count against its header on the way."""
+        if not chain:
+            return base
+        runs = list(base.runs)
+        rows = base.rows
+        for delta in reversed(chain):
+            rows += row_change(self.indexer, runs, delta.run)
+            runs.insert(0, delta.run)
+            if rows != delta.header.state_rows:
+                raise self._fault(
+                    CheckpointFileCorrupt,
+                    f"applying this delta gives {rows} rows, its header says "
+                    f"{delta.header.state_rows}",
+                    delta.ref,
+                    delta.path,
+                )
+            metrics.deltas_applied += 1
+        changes = squash(self.indexer, [delta.run for delta in chain])
+        target = chain[0]
+        return base.derive(changes, target.ref, target.header.lineage, rows)
+
+    # --- files --------------------------------------------------------------------------
+
+    def _fault(self, error: type[_Fault], reason: str, ref: CheckpointRef, path: str) -> _Fault:
+        """``error`` about one file of this store, naming store, version, id and path."""
+        return error(
+            reason,
+            store=self.store,
+            version=ref.version,
+            checkpoint_id=ref.checkpoint_id,
+            path=path,
+        )
+
+    def _path(self, ref: CheckpointRef, kind: FileKind) -> str:
+        assert ref.checkpoint_id is not None
+        return self.store.file_path(ref.version, ref.checkpoint_id, kind)
+
+    def read(
+        self, ref: CheckpointRef, kind: FileKind, metrics: LoadMetrics, *, missing_ok: bool
+    ) -> CheckpointFile | None:
+        """Read and verify one checkpoint file of this store (None if absent and allowed)."""
+        path = self._path(ref, kind)
+        try:
+            data = self.target.storage.read(path)
+        except StorageFileNotFound:
+            if missing_ok:
+                return None
+            raise self._fault(
+                CheckpointFileMissing, f"{kind.value} file missing", ref, path
+            ) from None
+        metrics.files_read += 1
+        metrics.bytes_read += len(data)
+        header, table = decode(data, path, self.store, ref)
+        check_identity(header, self.store, ref, kind, path)
+        pad = self.schema.check_readable(header.schema, self.store, path)
+        keys = table.column("key").combine_chunks()
+        values = self._widened(table.column("value").combine_chunks(), pad)
+        run, duplicates = Run.build(self.indexer, keys, values)
+        problem = None
+        if duplicates:
+            problem = f"{duplicates} duplicate keys"
+        elif kind is FileKind.SNAPSHOT and run.removals:
+            problem = "a snapshot holds removals"
+        if problem:
+            raise self._fault(CheckpointFileCorrupt, problem, ref, path)
+        return CheckpointFile(ref, kind, path, header, run)
+
+    def _widened(self, values: pa.StructArray, pad: int) -> pa.StructArray:
+        """Values of an older, narrower value schema with the appended columns as nulls."""
+        if not pad:
+            return values
+        wide = self.schema.value_arrow
+        children = values.flatten()
+        children += [
+            pa.nulls(len(values), type=wide.field(i).type)
+            for i in range(len(children), wide.num_fields)
+        ]
+        mask = values.is_null() if values.null_count else None
+        return pa.StructArray.from_arrays(children, fields=list(wide), mask=mask)
+
+    def _need_delta(
+        self,
+        ref: CheckpointRef,
+        child: CheckpointFile | CheckpointRef | None,
+        metrics: LoadMetrics,
+    ) -> CheckpointFile:
+        delta = self.read(ref, FileKind.DELTA, metrics, missing_ok=True)
+        if delta is None:
+            raise self._missing(ref, child)
+        return delta
+
+    def _missing(
+        self, ref: CheckpointRef, child: CheckpointFile | CheckpointRef | None
+    ) -> LineageBroken:
+        needed_by = child.path if isinstance(child, CheckpointFile) else str(child)
+        return self._fault(
+            LineageBroken,
+            f"delta needed by {needed_by} is missing and no snapshot or cached copy replaces it",
+            ref,
+            self._path(ref, FileKind.DELTA),
+        )
+
+    def _check_chain(self, child: CheckpointFile, parent: CheckpointFile) -> None:
+        """The child's lineage past its parent must be a prefix of the parent's lineage."""
+        rest = child.header.lineage[1:]
+        if parent.header.lineage[: len(rest)] != rest:
+            raise self._fault(
+                LineageBroken,
+                f"lineage of {child.path} disagrees with the lineage in its parent",
+                parent.ref,
+                parent.path,
+            )

@@ -1,0 +1,94 @@
+"""Writing one checkpoint file: its header, the encoded rows, put-if-absent, and its record.
+
+Deltas (commits) and snapshots (maintenance) are written the same way; only what goes in
+differs. The caller decides what a failure means (a commit turns it into ``CannotCommit``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from state_runtime.checkpoint import CheckpointInfo
+from state_runtime.checkpoint_format import FileHeader, checksum, encode, now
+from state_runtime.config import StoreConfig
+from state_runtime.errors import FileAlreadyExists
+from state_runtime.identity import CheckpointRef, FileKind, StoreId
+from state_runtime.schema import StateSchema
+from state_runtime.storage import Storage
+
+
+@dataclass(frozen=True)
+class CheckpointTarget:
+    """Where a store's checkpoint files go and how they are encoded."""
+
+    storage: Storage
+    store: StoreId
+    schema: StateSchema
+    config: StoreConfig
+
+
+def write_checkpoint(
+    target: CheckpointTarget,
+    kind: FileKind,
+    ref: CheckpointRef,
+    lineage: tuple[CheckpointRef, ...],
+    keys: pa.StructArray,
+    values: pa.StructArray,
+    state_rows: int,
+    *,
+    in_key_order: bool,
+    exists_ok: bool = False,
+) -> CheckpointInfo:
+    """Write ``<version>_<id>.<kind>`` holding ``keys``/``values`` (never overwriting).
+
+    With ``exists_ok`` an existing file is left untouched and described as it is (0 bytes
+    written); otherwise FileAlreadyExists propagates. Encoding and storage errors propagate.
+    """
+    assert ref.checkpoint_id is not None
+    started = time.perf_counter()
+    path = target.store.file_path(ref.version, ref.checkpoint_id, kind)
+    header = FileHeader(
+        kind,
+        target.store,
+        ref.version,
+        ref.checkpoint_id,
+        lineage,
+        target.schema,
+        len(keys),
+        state_rows,
+        now(),
+    )
+    data = encode(
+        header,
+        keys,
+        values,
+        target.config.compression,
+        target.config.compression_level,
+        in_key_order=in_key_order,
+    )
+    try:
+        target.storage.write_if_absent(path, data)
+        written = len(data)
+    except FileAlreadyExists:
+        if not exists_ok:
+            raise
+        data = target.storage.read(path)
+        written = 0
+    return CheckpointInfo(
+        store=target.store,
+        version=ref.version,
+        checkpoint_id=ref.checkpoint_id,
+        base_checkpoint_id=lineage[0].checkpoint_id if lineage else None,
+        lineage=lineage,
+        kind=kind,
+        path=path,
+        rows=state_rows,
+        file_rows=len(keys),
+        bytes_written=written,
+        checksum=checksum(data),
+        created_at=header.created_at,
+        timings_ms={kind.value: (time.perf_counter() - started) * 1000},
+    )

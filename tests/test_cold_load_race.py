@@ -1,0 +1,151 @@
+"""A cold load racing the stream, a snapshotter and the store-level cleanup must not fail.
+
+Real threads on real files, running freely: a writer commits 120 versions; a snapshotter
+snapshots the latest committed version again and again; the cleanup (zero age window) deletes
+what the retained versions no longer need as soon as it can; three readers open fresh
+providers on the retained versions (the latest two). The readers' disk is slow (each read
+waits a little), which widens the window between listing a folder and reading what it listed.
+Every cold read must succeed on its first call and return exactly the model's state.
+
+What "retained" means is the cleanup's rule: the two newest committed versions it is told
+of. A version being read is pinned, and the cleanup waits while a pinned version would fall
+out of that window, as an engine keeps a version it is reading. With a zero age window the
+cleanup would take a delta committed after it listed for an orphan, so (standing in for the
+window) it does not overlap the writer's commits; it does overlap the readers and the
+snapshotter.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+from state_runtime import CheckpointInfo
+from state_runtime.cleanup import cleanup
+from state_runtime.storage import LocalStorage
+
+from .store_helpers import commit_rows, provider_for, state_of
+
+VERSIONS = 120
+
+
+class SlowLocalStorage(LocalStorage):
+    """Local files read after a short wait: a slow disk."""
+
+    def read(self, path: str) -> bytes:
+        time.sleep(0.005)
+        return super().read(path)
+
+
+class Pins:
+    """Committed versions (with their model) and the versions being read."""
+
+    def __init__(self, first: CheckpointInfo, model: dict[str, int]) -> None:
+        self.lock = threading.Lock()
+        self.committed = [(first, model)]
+        self.reading: Counter[int] = Counter()
+
+    def pin(self, back: int) -> tuple[CheckpointInfo, dict[str, int]]:
+        with self.lock:
+            info, model = self.committed[max(0, len(self.committed) - 1 - back)]
+            self.reading[info.version] += 1
+            return info, model
+
+    def unpin(self, info: CheckpointInfo) -> None:
+        with self.lock:
+            self.reading[info.version] -= 1
+            if not self.reading[info.version]:
+                del self.reading[info.version]
+
+
+def test_cold_readers_of_retained_versions_load_while_maintenance_runs(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path / "checkpoint")
+    slow = SlowLocalStorage(tmp_path / "checkpoint")
+    writer = provider_for(storage, min_deltas_for_snapshot=3)
+    first = commit_rows(writer, None, {"k0": 0})
+    pins = Pins(first, {"k0": 0})
+    done = threading.Event()
+    failures: list[BaseException] = []
+    counts: Counter[str] = Counter()
+
+    def loop(body: object) -> None:
+        try:
+            while not done.is_set():
+                body()  # type: ignore[operator]
+        except BaseException as e:
+            failures.append(e)
+            done.set()
+
+    def snapshot() -> None:
+        info, _ = pins.pin(0)
+        try:
+            provider_for(storage, min_deltas_for_snapshot=3).snapshot(
+                info.version, info.checkpoint_id
+            )
+            counts["snapshots"] += 1
+        finally:
+            pins.unpin(info)
+
+    def clean() -> None:
+        cleaner = provider_for(storage, min_deltas_for_snapshot=3)
+        with pins.lock:  # no commit and no new pin below the retained window meanwhile
+            latest = pins.committed[-1][0]
+            if not pins.reading or min(pins.reading) >= latest.version - 1:
+                report = cleanup(cleaner, latest.ref, min_age=timedelta(0), dry_run=False)
+                assert not report.failed, report.failed
+                counts["deleted"] += len(report.deleted)
+        time.sleep(0.002)
+
+    def cold_read(back: int) -> None:
+        info, model = pins.pin(back)
+        try:
+            store = provider_for(slow, min_deltas_for_snapshot=3).get_read_store(
+                info.version, info.checkpoint_id
+            )  # the first try must succeed
+            assert {k[0]: v[0] for k, v in store.items()} == model, info.ref
+            counts["reads"] += 1
+            counts["relisted"] += sum(
+                "listed the files again" in r for r in store.metrics.load.repairs
+            )
+        finally:
+            pins.unpin(info)
+
+    threads = [
+        threading.Thread(target=loop, args=(body,))
+        for body in (
+            snapshot,
+            clean,
+            lambda: cold_read(0),
+            lambda: cold_read(1),
+            lambda: cold_read(0),
+        )
+    ]
+    for t in threads:
+        t.start()
+    info, model = first, {"k0": 0}
+    try:
+        for v in range(2, VERSIONS + 1):
+            if done.is_set():
+                break
+            puts = {f"k{v}": v, f"k{v % 7}": -v}
+            with pins.lock:
+                info = commit_rows(writer, info, puts, removes=(f"k{v - 3}",))
+                model = {k: x for k, x in model.items() if k != f"k{v - 3}"} | puts
+                pins.committed.append((info, model))
+            time.sleep(0.01)
+    finally:
+        done.set()
+        for t in threads:
+            t.join(timeout=120)
+    assert not failures, repr(failures[0])
+    assert info.version == VERSIONS
+    assert counts["reads"] > VERSIONS and counts["snapshots"] > 10
+    assert counts["deleted"] > VERSIONS  # the cleanup really removed superseded files
+    # Nothing a retained version needs was deleted: both load from files alone.
+    last, before = pins.committed[-1], pins.committed[-2]
+    assert state_of(provider_for(storage), last[0]) == last[1]
+    assert state_of(provider_for(storage), before[0]) == before[1]
+    print(dict(counts))
