@@ -16,6 +16,7 @@ from state_runtime.catalog.records import (
     FileRecord,
     FileVerdict,
     FoundProblem,
+    HistoryFile,
     Lease,
     MaintenanceRun,
     RecordedBatchMetrics,
@@ -27,6 +28,7 @@ from state_runtime.catalog.records import (
     StoreProblem,
     StoreRecord,
     Verdict,
+    VersionHistory,
 )
 from state_runtime.catalog.schema import head_revision, upgrade
 from state_runtime.catalog.settings import URL_ENV, CatalogTimeouts, catalog_url
@@ -47,6 +49,7 @@ __all__ = [
     "FileState",
     "FileVerdict",
     "FoundProblem",
+    "HistoryFile",
     "Lease",
     "MaintenanceRun",
     "RecordedBatchMetrics",
@@ -63,6 +66,7 @@ __all__ = [
     "StoreRecord",
     "Verdict",
     "Verification",
+    "VersionHistory",
     "catalog_url",
     "head_revision",
     "upgrade",

@@ -14,6 +14,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from state_runtime.catalog import (
     commits,
     health,
+    history,
     inventory,
     metrics,
     retention,
@@ -46,6 +47,7 @@ from state_runtime.catalog.records import (
     StoreKey,
     StoreProblem,
     StoreRecord,
+    VersionHistory,
 )
 from state_runtime.catalog.retention import Scope
 from state_runtime.catalog.settings import CatalogTimeouts, catalog_url
@@ -307,6 +309,24 @@ class Catalog:
         return self._run(
             "read commit history",
             lambda c: commits.commit_history(c, root, query_id=query_id, store=store, limit=limit),
+        )
+
+    def version_history(
+        self,
+        root: str,
+        *,
+        stores: Sequence[StoreId] | None = None,
+        query_id: str | None = None,
+        limit: int = 100,
+    ) -> list[VersionHistory]:
+        """The ``limit`` newest committed versions below ``root`` (of ``stores``, of the query
+        ``query_id``), newest first, each with its batch, rows, and the files of its
+        checkpoint id (delta, snapshots) with their deletions: ``statestore history``."""
+        if limit < 1:
+            raise InvalidArgument(f"limit must be at least 1, got {limit}")
+        return self._run(
+            "read version history",
+            lambda c: history.version_history(c, root, stores, query_id, limit),
         )
 
     # --- runtime metrics ----------------------------------------------------------------

@@ -298,3 +298,46 @@ class Lease:
     owner: str
     run_id: int | None
     expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryFile:
+    """A file written for a committed version: its delta or a snapshot, and its fate."""
+
+    path: str
+    kind: FileKind
+    size_bytes: int
+    file_rows: int
+    state: str
+    verification: str
+    created_at: datetime
+    deleted_at: datetime | None = None
+    deletion_run: int | None = None
+    deletion_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VersionHistory:
+    """One committed version of a store (a line of ``statestore history``): the batch that
+    committed it, its state rows, and the files of its checkpoint id."""
+
+    key: StoreKey
+    ref: CheckpointRef
+    query_id: str
+    batch_id: int
+    committed_at: datetime
+    rows: int
+    files: tuple[HistoryFile, ...]
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes of the delta the commit wrote (snapshots come later, from maintenance)."""
+        return sum(f.size_bytes for f in self.files if f.kind is FileKind.DELTA)
+
+    @property
+    def snapshots(self) -> tuple[HistoryFile, ...]:
+        return tuple(f for f in self.files if f.kind is FileKind.SNAPSHOT)
+
+    @property
+    def deleted(self) -> tuple[HistoryFile, ...]:
+        return tuple(f for f in self.files if f.deleted_at is not None)

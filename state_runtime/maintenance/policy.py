@@ -15,6 +15,7 @@ from state_runtime.retention import RetentionPolicy
 
 __all__ = [
     "ENV_PREFIX",
+    "PRESETS",
     "SETTINGS",
     "MaintenancePolicy",
     "format_duration",
@@ -111,8 +112,11 @@ class MaintenancePolicy:
         return policy
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> MaintenancePolicy:
-        """The policy with overrides from ``STATE_MAINTENANCE_*`` variables (see docs).
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, preset: str = "default"
+    ) -> MaintenancePolicy:
+        """The ``preset`` policy (see PRESETS) with overrides from ``STATE_MAINTENANCE_*``
+        variables (see docs).
 
         An unknown ``STATE_MAINTENANCE_*`` name (a typo would silently keep a default) and a
         value that does not parse are refused with InvalidArgument naming the variable; a
@@ -132,8 +136,22 @@ class MaintenancePolicy:
             if raw:
                 labels[name] = f"{variable}={raw!r}"
                 values[name] = parse_setting(name, raw, labels[name])
-        return cls().with_overrides(values, labels)
+        if preset not in PRESETS:
+            raise InvalidArgument(f"unknown policy {preset!r}; known: {', '.join(PRESETS)}")
+        return PRESETS[preset].with_overrides(values, labels)
 
+
+PRESETS: dict[str, MaintenancePolicy] = {
+    "default": MaintenancePolicy(),
+    # For a finished demo or test stream only: no window, so cleanup has something to show at
+    # once. Never for a running stream: a file that young may belong to a batch in flight.
+    "demo": MaintenancePolicy(
+        snapshot_min_deltas=2,
+        retention=RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0)),
+        min_window=timedelta(0),
+    ),
+}
+"""Named policies (``statestore --policy NAME``)."""
 
 _RETENTION_SETTINGS = ("retain_versions", "window", "orphan_grace")
 SETTINGS: dict[str, type] = {
