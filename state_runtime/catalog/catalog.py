@@ -329,6 +329,10 @@ class Catalog:
             lambda c: history.version_history(c, root, stores, query_id, limit),
         )
 
+    def query_ids(self, root: str) -> list[str]:
+        """The queries that committed below ``root``."""
+        return self._run("list queries", lambda c: history.query_ids(c, root))
+
     # --- runtime metrics ----------------------------------------------------------------
 
     def record_batch_metrics(

@@ -39,7 +39,11 @@ def _last_snapshots(scope: Scope) -> sa.Subquery:
     """
     f = checkpoint_files.c
     return (
-        sa.select(f.store_id, sa.func.max(f.version).label("snapshot_version"))
+        sa.select(
+            f.store_id,
+            sa.func.max(f.version).label("snapshot_version"),
+            sa.func.max(f.created_at).label("snapshot_at"),
+        )
         .where(
             f.kind == FileKind.SNAPSHOT.value,
             f.state == FileState.COMMITTED.value,
@@ -147,6 +151,7 @@ def store_health(
             s.last_committed_at,
             newest.c.newest,
             sa.func.coalesce(snap.c.snapshot_version, 0).label("snapshot_version"),
+            snap.c.snapshot_at,
             sa.func.coalesce(latest_file.c.rows, 0).label("state_rows"),
             sa.func.coalesce(files.c.live_files, 0).label("live_files"),
             sa.func.coalesce(files.c.live_bytes, 0).label("live_bytes"),
@@ -236,6 +241,7 @@ def _health(row: Any, now: datetime, first_problem: str | None) -> StoreHealth:
         commit_lag=None if row.last_committed_at is None else now - row.last_committed_at,
         versions_behind=row.newest - row.latest_version,
         last_snapshot_version=row.snapshot_version,
+        last_snapshot_at=row.snapshot_at,
         deltas_since_snapshot=row.latest_version - row.snapshot_version,
         state_rows=row.state_rows,
         live_files=row.live_files,

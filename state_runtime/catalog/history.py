@@ -132,3 +132,16 @@ def _files(
                     )
                 )
     return found
+
+
+def query_ids(connection: Connection, root: str) -> list[str]:
+    """The queries that committed below ``root``."""
+    s, c = stores.c, commit_log.c
+    query = (
+        sa.select(c.query_id)
+        .distinct()
+        .join(stores, s.store_id == c.store_id)
+        .where(s.checkpoint_root == root)
+        .order_by(c.query_id)
+    )
+    return list(connection.execute(query).scalars())

@@ -198,6 +198,7 @@ class StoreHealth:
     last_validated_at: datetime | None
     chain_since: datetime | None  # commit time of the first delta after the last snapshot
     oldest_orphan_at: datetime | None
+    last_snapshot_at: datetime | None  # when the last verified snapshot was written
 
 
 @dataclass(frozen=True, slots=True)

@@ -370,13 +370,22 @@ def history(settings: Settings, /, **kw: Any) -> None:
     became of its files (snapshots written, files deleted and why)."""
     with _fleet(settings) as fleet:
         only = _stores(fleet, kw["stores"])
+        roots = fleet.root_names(only)
+        query = kw["query_id"]
+        known = sorted({q for root in roots for q in fleet.catalog.query_ids(root)})
+        if query is not None and query not in known:
+            fail(
+                EXIT_USAGE,
+                f"--query {query!r}: no such query committed below {', '.join(roots)} "
+                f"(known: {', '.join(known[:10]) or 'none'})",
+            )
         entries = [
             entry
-            for root in fleet.root_names(only)
+            for root in roots
             for entry in fleet.catalog.version_history(
                 root,
                 stores=None if only is None else [k.store for k in only if k.root == root],
-                query_id=kw["query_id"],
+                query_id=query,
                 limit=kw["limit"],
             )
         ]

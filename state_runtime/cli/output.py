@@ -145,6 +145,7 @@ def health_json(report: StoreReport) -> dict[str, Any]:
             "last_committed_at": jsonable(h.last_committed_at),
             "last_snapshot": {
                 "version": h.last_snapshot_version,
+                "written_at": jsonable(h.last_snapshot_at),
                 "deltas_since": h.deltas_since_snapshot,
                 "chain_since": jsonable(h.chain_since),
             },

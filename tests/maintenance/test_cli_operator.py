@@ -70,7 +70,9 @@ def test_history_by_batch_of_a_query(maintained: StoreStream) -> None:
     assert {b["stores"] for b in batches} == {3}
     assert batches[0]["snapshots"] == 3 and batches[-1]["deleted_files"] == 3
     none = statestore(maintained, "history", "--query", "no-such-query", "--json")
-    assert json.loads(none.output) == []
+    assert none.exit_code == 2 and none.stdout == ""
+    assert "--query 'no-such-query': no such query committed below" in none.stderr
+    assert "(known: query-1)" in none.stderr
     table = statestore(maintained, "history", "--by-batch", "--limit", "6")
     assert "History (2 micro-batches, newest first)" in table.output
 
@@ -82,11 +84,14 @@ def test_health_json_is_complete(maintained: StoreStream) -> None:
         row["store"] == str(maintained.key(maintained.stores[1])) and row["name"] == "0/1/default"
     )
     assert row["status"] == "healthy" and row["status_since"]
+    snapshot_15 = maintained.committed[maintained.stores[1]][-1]
     assert row["last_snapshot"] == {
         "version": 15,
+        "written_at": row["last_snapshot"]["written_at"],
         "deltas_since": 0,
         "chain_since": None,
     }
+    assert row["last_snapshot"]["written_at"] > snapshot_15.created_at.isoformat()
     assert row["last_run"]["kind"] == "cleanup" and row["last_run"]["outcome"] == "succeeded"
     assert row["last_validated_at"] and row["latest_version"] == 15
 
