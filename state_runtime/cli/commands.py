@@ -29,7 +29,6 @@ from state_runtime.cli.exits import (
 )
 from state_runtime.cli.jsonable import echo_json
 from state_runtime.errors import InvalidArgument
-from state_runtime.identity import MAX_INT
 from state_runtime.maintenance import (
     SILENT,
     Fleet,
@@ -40,7 +39,6 @@ from state_runtime.maintenance import (
     damaged_snapshots,
     due_for_snapshot,
     explain_file,
-    format_duration,
     parse_duration,
     parse_store_key,
     reconcile,
@@ -50,6 +48,7 @@ from state_runtime.maintenance import (
     store_reports,
 )
 from state_runtime.maintenance.policy import PRESETS, MaintenancePolicy
+from state_runtime.settings import MAINTENANCE, Setting
 from state_runtime.storage import check_relative_path
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -105,59 +104,33 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -
         raise click.BadParameter(str(exc)) from None
 
 
-# CLI option -> (policy setting, option name): the command line's overrides of the policy.
-POLICY_OPTIONS = {
-    "min_deltas": ("snapshot_min_deltas", "--min-deltas"),
-    "retain_versions": ("retain_versions", "--retain-versions"),
-    "window": ("window", "--window"),
-    "orphan_grace": ("orphan_grace", "--orphan-grace"),
-    "min_window": ("min_window", "--min-window"),
-}
-_DEFAULTS = MaintenancePolicy().parameters()
+def _policy_option(setting: Setting, option: str) -> Callable[[F], F]:
+    """The ``option`` of a declared setting; a value below a safety floor passes to the
+    policy, which refuses it with MaintenanceRefused (its own exit code)."""
+    default = f"{setting.text(setting.default)}, or {setting.env}"
+    if setting.kind == "duration":
+        return click.option(
+            option, setting.name, callback=_duration, help=setting.help, show_default=default
+        )
+    low = setting.floor if isinstance(setting.floor, int) and not setting.refusal else None
+    return click.option(
+        option,
+        setting.name,
+        type=click.IntRange(min=low, max=setting.ceiling),
+        help=setting.help,
+        show_default=default,
+    )
 
 
-def _default(setting: str) -> str:
-    """What help shows as an option's default: the built-in policy's value."""
-    return f"{_DEFAULTS[setting]}, or STATE_MAINTENANCE_{setting.upper()}"
+POLICY_OPTIONS = [setting for setting in MAINTENANCE if setting.option]
+"""The maintenance settings the command line overrides, as declared in MAINTENANCE."""
 
 
 def policy_options(command: F) -> F:
     """Options overriding the maintenance policy (defaults: STATE_MAINTENANCE_* or built-in).
     Zero is a value: ``--orphan-grace 0s`` means no grace."""
-    options = [
-        click.option(
-            "--min-deltas",
-            type=click.IntRange(min=1, max=MAX_INT),
-            help="Deltas for a snapshot.",
-            show_default=_default("snapshot_min_deltas"),
-        ),
-        click.option(
-            "--retain-versions",
-            type=click.IntRange(max=MAX_INT),
-            help="Committed versions kept loadable (>=2).",
-            show_default=_default("retain_versions"),
-        ),
-        click.option(
-            "--window",
-            callback=_duration,
-            help="Retention window, e.g. 1h.",
-            show_default=_default("window"),
-        ),
-        click.option(
-            "--orphan-grace",
-            callback=_duration,
-            help="Age before uncommitted files go.",
-            show_default=_default("orphan_grace"),
-        ),
-        click.option(
-            "--min-window",
-            callback=_duration,
-            help="Shortest window accepted.",
-            show_default=_default("min_window"),
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
+    for setting in reversed(POLICY_OPTIONS):
+        command = _policy_option(setting, str(setting.option))(command)
     return command
 
 
@@ -166,12 +139,11 @@ def _policy(settings: Settings, options: dict[str, Any]) -> MaintenancePolicy:
     value or one below the safety floor raises the error naming its option."""
     values: dict[str, object] = {}
     labels: dict[str, str] = {}
-    for option, (setting, name) in POLICY_OPTIONS.items():
-        value = options.get(option)
+    for setting in POLICY_OPTIONS:
+        value = options.get(setting.name)
         if value is not None:
-            values[setting] = value
-            shown = format_duration(value) if isinstance(value, timedelta) else value
-            labels[setting] = f"{name} {shown}"
+            values[setting.name] = value
+            labels[setting.name] = f"{setting.option} {setting.text(value)}"
     return MaintenancePolicy.from_env(preset=settings.policy).with_overrides(values, labels)
 
 

@@ -36,6 +36,7 @@ from state_runtime.runtime.tasks import (
     parse_report,
     run_partition,
 )
+from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage, open_storage
 
 log = logging.getLogger("state_runtime.runtime")
@@ -170,6 +171,7 @@ class StatefulQuery:
             base=base_refs(committed, op),
             input_schema=to_arrow_schema(routed.schema, timezone="UTC"),
             batch_time_ms=batch_time_ms,
+            worker_settings=WorkerSettings.from_env(),
         )
         return routed.mapInArrow(partial(run_partition, spec), op.staged_schema())
 
