@@ -199,6 +199,7 @@ class StoreHealth:
     chain_since: datetime | None  # commit time of the first delta after the last snapshot
     oldest_orphan_at: datetime | None
     last_snapshot_at: datetime | None  # when the last verified snapshot was written
+    versions_loadable: int  # committed versions that still load from the files kept
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ class MaintenancePolicy:
     - orphans: growth by more than ``orphan_growth_warn_files`` files between validations warns.
     - ``overdue_after``: deletable files older than the window by this much mean cleanup is
       not keeping up (retention is out of policy).
+    - ``commit_lag_warn``: a store with no commit for this long warns (its stream stopped?).
     """
 
     snapshot_min_deltas: int = default_of(MAINTENANCE, "snapshot_min_deltas", int)
@@ -47,6 +48,7 @@ class MaintenancePolicy:
     lag_error_deltas: int = default_of(MAINTENANCE, "lag_error_deltas", int)
     orphan_growth_warn_files: int = default_of(MAINTENANCE, "orphan_growth_warn_files", int)
     overdue_after: timedelta = default_of(MAINTENANCE, "overdue_after", timedelta)
+    commit_lag_warn: timedelta = default_of(MAINTENANCE, "commit_lag_warn", timedelta)
 
     def __post_init__(self) -> None:
         for setting in MAINTENANCE:

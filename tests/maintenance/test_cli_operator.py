@@ -94,6 +94,8 @@ def test_health_json_is_complete(maintained: StoreStream) -> None:
     assert row["last_snapshot"]["written_at"] > snapshot_15.created_at.isoformat()
     assert row["last_run"]["kind"] == "cleanup" and row["last_run"]["outcome"] == "succeeded"
     assert row["last_validated_at"] and row["latest_version"] == 15
+    # deltas 1..12 and 15 are gone: 12..15 load (from snapshot 12 or 15), 1..11 do not
+    assert row["versions_retained"] == 4
 
 
 def test_every_command_speaks_json(maintained: StoreStream) -> None:
