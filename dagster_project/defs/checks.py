@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckExecutionContext,
-    AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
     PreviewWarning,
@@ -59,7 +58,7 @@ with warnings.catch_warnings():  # checks on partitions are a Dagster preview, u
 )
 def state_checkpoint_checks(
     context: AssetCheckExecutionContext, maintenance: MaintenanceResource
-) -> Iterator[AssetCheckResult | AssetCheckEvaluation]:
+) -> Iterator[AssetCheckEvaluation]:
     """One validation pass (recorded in the catalog) evaluates every check of the registry;
     the ones selected are reported."""
     with maintenance.run(context) as run:
@@ -71,16 +70,21 @@ def state_checkpoint_checks(
             for store in report.health:
                 if str(store.key) in known:
                     yield store_evaluation(check, store, run.policy)
+    blocking = {check.name for check in CHECKS if check.blocking}
     for outcome in report.outcomes:
         if outcome.name.value not in selected:
             continue
-        yield AssetCheckResult(
+        # An evaluation, not an AssetCheckResult: a result looks up the target's latest
+        # materialization, which fails in an unpartitioned run once the stores' partitions
+        # have materializations (Dagster 1.13); blocking is carried by the evaluation itself.
+        yield AssetCheckEvaluation(
             asset_key=state_checkpoints.key,
             check_name=outcome.name.value,
             passed=outcome.passed,
             severity=_severity(outcome.severity),
             description=outcome.summary,
             metadata=check_metadata(outcome),
+            blocking=outcome.name in blocking,
         )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -200,7 +200,8 @@ def commit_lag_verdict(report: StoreReport, policy: MaintenancePolicy) -> StoreV
     if lag is None:
         return StoreVerdict(True, Severity.WARNING, "nothing committed yet")
     passed = lag <= limit
-    summary = f"last commit {format_duration(lag)} ago (warn after {format_duration(limit)})"
+    ago = format_duration(timedelta(seconds=int(lag.total_seconds())))
+    summary = f"last commit {ago} ago (warn after {format_duration(limit)})"
     return StoreVerdict(
         passed, Severity.WARNING, summary + ("" if passed else ": has its stream stopped?")
     )

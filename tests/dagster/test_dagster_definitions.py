@@ -329,3 +329,23 @@ def test_commit_lag_is_checked_per_store_on_its_partition(
         assert "has its stream stopped?" in (late.description or "")
         assert late.metadata["commit_lag_seconds"].value >= 2
     assert all(evaluations[str(fresh.key(s))].passed for s in fresh.stores)
+
+
+def test_checks_run_after_the_stores_partitions_were_materialized(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    """The validation job again after a health run: the checks on ``state_checkpoints`` (a
+    partitioned asset whose partitions now have materializations) still evaluate, in a run
+    that is not partitioned."""
+    stream = make_stream()
+    stream.run(3)
+    resources = resources_for(stream.catalog, FAST)
+    instance.add_dynamic_partitions("state_stores", [str(stream.key(s)) for s in stream.stores])
+    for _ in range(2):
+        materialize([state_store_health], resources=resources, instance=instance)
+        result = run_checks(resources, instance)
+        assert result.success
+        evaluations = result.get_asset_check_evaluations()
+        assert {e.check_name for e in evaluations} >= {"lineage_valid", "store_status"}
+        lineage = next(e for e in evaluations if e.check_name == "lineage_valid")
+        assert lineage.passed and lineage.blocking
