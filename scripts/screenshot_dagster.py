@@ -47,7 +47,7 @@ CHROMIUM_FLAGS = [
     "--hide-scrollbars",
     "--remote-debugging-port=0",
 ]
-CLICK = """(() => { const found = [...document.querySelectorAll('button')]
+CLICK = """(() => { const found = [...document.querySelectorAll('button, a, [role=tab]')]
   .filter(b => b.textContent.trim() === %s);
   found.forEach(b => b.click()); return found.length })()"""
 SCROLL = """(() => { const found = [...document.querySelectorAll('*')]
@@ -195,7 +195,12 @@ def main() -> None:
                     None,
                     None,
                 ),
-                ("/assets/state_checkpoints?view=plots", "dagster-store-plots.png", None, None),
+                (
+                    "/assets/state_checkpoints",
+                    "dagster-store-plots.png",
+                    "Plots",
+                    "Metadata",
+                ),
                 (
                     f"/assets/state_checkpoints?view=events&partition={store}",
                     "dagster-store-events.png",
