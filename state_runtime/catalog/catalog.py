@@ -48,6 +48,7 @@ from state_runtime.catalog.records import (
     StoreRecord,
 )
 from state_runtime.catalog.retention import Scope
+from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.settings import CatalogTimeouts, catalog_url
 from state_runtime.catalog.tables import checkpoint_files, stores
 from state_runtime.checkpoint import CheckpointInfo
@@ -177,16 +178,12 @@ class Catalog:
 
         def work(connection: Connection) -> list[StoreRecord]:
             s = stores.c
-            query = stores.select().order_by(
-                s.checkpoint_root, s.operator_id, s.partition_id, s.store_name
-            )
+            query = stores.select().order_by(*STORE_KEY_COLUMNS)
             if root is not None:
                 query = query.where(s.checkpoint_root == root)
             return [
                 StoreRecord(
-                    key=StoreKey(
-                        r.checkpoint_root, StoreId(r.operator_id, r.partition_id, r.store_name)
-                    ),
+                    key=key_of(r),
                     key_schema=r.key_schema,
                     value_schema=r.value_schema,
                     created_at=r.created_at,

@@ -8,18 +8,18 @@ file records therefore see each other's effects whole, never interleaved.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.records import FileRecord, StoreKey
+from state_runtime.catalog.records import FileRecord
+from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, store_id_of, store_key
 from state_runtime.catalog.tables import (
     FileState,
     Verification,
@@ -40,7 +40,6 @@ from state_runtime.identity import (
 _CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 400  # rows per IN list: far below SQLite's bound-parameter limit
 T = TypeVar("T")
-AnyRow: TypeAlias = Row[*tuple[Any, ...]]
 
 
 def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
@@ -108,7 +107,7 @@ def store_ids(connection: Connection, root: str, wanted: Iterable[StoreId]) -> d
             )
         )
         for row in rows:
-            store = StoreId(row.operator_id, row.partition_id, row.store_name)
+            store = store_id_of(row)
             if store in wanted:
                 found[store] = row.store_id
     return found
@@ -360,26 +359,6 @@ def _files_by_path(connection: Connection, wanted: set[tuple[int, int, str]]) ->
     return dict(_rows_at(connection, wanted, (*columns, f.claimed_by_run)))
 
 
-@functools.lru_cache(maxsize=65536)
-def store_key(root: str, operator_id: int, partition_id: int, store_name: str) -> StoreKey:
-    """A StoreKey, built (and validated) once per store rather than once per file row."""
-    return StoreKey(root, StoreId(operator_id, partition_id, store_name))
-
-
-STORE_KEY_COLUMNS = (
-    stores.c.checkpoint_root,
-    stores.c.operator_id,
-    stores.c.partition_id,
-    stores.c.store_name,
-)
-"""The columns that name a store; :func:`key_of` reads them back from a row."""
-
-
-def key_of(row: AnyRow) -> StoreKey:
-    """The StoreKey of a row that selected STORE_KEY_COLUMNS."""
-    return store_key(row.checkpoint_root, row.operator_id, row.partition_id, row.store_name)
-
-
 _KINDS = {kind.value: kind for kind in FileKind}
 _VERIFICATIONS = {v.value: v for v in Verification}
 
@@ -432,10 +411,7 @@ def file_record(row: AnyRow) -> FileRecord:
 
 # The columns file_record reads, in its order; queries may append columns after them.
 FILE_COLUMNS = (
-    stores.c.checkpoint_root,
-    stores.c.operator_id,
-    stores.c.partition_id,
-    stores.c.store_name,
+    *STORE_KEY_COLUMNS,
     checkpoint_files.c.file_id,
     checkpoint_files.c.store_id,
     checkpoint_files.c.path,
