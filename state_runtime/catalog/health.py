@@ -1,4 +1,5 @@
-"""Store-level answers for maintenance and dashboards: snapshot candidates and health."""
+"""Store-level answers for maintenance and dashboards: snapshot candidates, health and the
+estimated recovery cost of each store."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.inventory import chunks
 from state_runtime.catalog.records import (
+    RecoveryCost,
     SnapshotCandidate,
     StoreHealth,
+    StoreKey,
     problem_text,
 )
-from state_runtime.catalog.retention import Scope, verdicts
+from state_runtime.catalog.retention import Scope, needed_files, verdicts
 from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.tables import (
     FileState,
@@ -256,3 +259,22 @@ def _health(row: Any, now: datetime, first_problem: str | None) -> StoreHealth:
         chain_since=row.chain_since,
         oldest_orphan_at=row.oldest_orphan_at,
     )
+
+
+def recovery_costs(connection: Connection, root: str | None) -> dict[StoreKey, RecoveryCost]:
+    """Per store (of ``root``, or all), the files and bytes loading its latest committed
+    version reads: the "files needed by the retained versions" walk, newest version only."""
+    nf = needed_files(1, Scope(root=root)).subquery("nf")
+    f = checkpoint_files.c
+    query = (
+        sa.select(
+            *STORE_KEY_COLUMNS,
+            sa.func.count().label("files"),
+            sa.func.sum(f.size_bytes).label("bytes"),
+        )
+        .select_from(nf)
+        .join(checkpoint_files, f.file_id == nf.c.file_id)
+        .join(stores, stores.c.store_id == nf.c.store_id)
+        .group_by(*STORE_KEY_COLUMNS)
+    )
+    return {key_of(r): RecoveryCost(int(r.files), int(r.bytes)) for r in connection.execute(query)}

@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.records import FileRecord
-from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, store_id_of, store_key
+from state_runtime.catalog.records import FileRecord, StoreKey
+from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, key_of, store_id_of, store_key
 from state_runtime.catalog.tables import (
     FileState,
     Verification,
@@ -57,11 +57,14 @@ def validate_root(root: str) -> str:
     return root
 
 
+def upsert(connection: Connection, table: sa.Table) -> Any:
+    """The connection's dialect's ``INSERT`` that takes ``ON CONFLICT`` clauses."""
+    return (postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert)(table)
+
+
 def insert_ignoring(connection: Connection, table: sa.Table) -> Any:
     """``INSERT ... ON CONFLICT DO NOTHING`` for the connection's dialect."""
-    if connection.dialect.name == "postgresql":
-        return postgresql.insert(table).on_conflict_do_nothing()
-    return sqlite.insert(table).on_conflict_do_nothing()
+    return upsert(connection, table).on_conflict_do_nothing()
 
 
 def committed_ids_at(
@@ -431,3 +434,28 @@ FILE_COLUMNS = (
     checkpoint_files.c.verification_note,
     checkpoint_files.c.claimed_by_run,
 )
+
+
+def claimed_stores(connection: Connection, root: str | None) -> set[StoreKey]:
+    """Stores with files claimed for deletion but not yet recorded deleted."""
+    s, f = stores.c, checkpoint_files.c
+    query = (
+        sa.select(*STORE_KEY_COLUMNS)
+        .distinct()
+        .join(checkpoint_files, f.store_id == s.store_id)
+        .where(f.state == FileState.DELETING.value)
+    )
+    if root is not None:
+        query = query.where(s.checkpoint_root == root)
+    return {key_of(r) for r in connection.execute(query)}
+
+
+def known_paths(connection: Connection, root: str) -> dict[str, str]:
+    """Every path the catalog has a record of below ``root``, with its state."""
+    s, f = stores.c, checkpoint_files.c
+    rows = connection.execute(
+        sa.select(f.path, f.state)
+        .join(stores, s.store_id == f.store_id)
+        .where(s.checkpoint_root == root)
+    )
+    return {r.path: r.state for r in rows}

@@ -5,6 +5,7 @@ from the catalog's inventory and lists no storage, except the rare reconciliatio
 ``docs/maintenance.md``.
 """
 
+from state_runtime.catalog import RecoveryCost
 from state_runtime.maintenance.checks import (
     CHECKS,
     CheckInfo,
@@ -37,7 +38,6 @@ from state_runtime.maintenance.leftovers import LeftoverReport, sweep_leftovers
 from state_runtime.maintenance.policy import MaintenancePolicy, format_duration, parse_duration
 from state_runtime.maintenance.progress import SILENT, CallbackProgress, Progress, RichProgress
 from state_runtime.maintenance.reconcile import ReconcileReport, reconcile
-from state_runtime.maintenance.recovery import RecoveryCost, recovery_costs
 from state_runtime.maintenance.repair import (
     RepairOutcome,
     RepairReport,
@@ -109,7 +109,6 @@ __all__ = [
     "parse_duration",
     "parse_store_key",
     "plan_cleanup",
-    "recovery_costs",
     "reconcile",
     "repair_pass",
     "retention_check",

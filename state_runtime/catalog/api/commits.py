@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import commits, inventory, metrics
+from state_runtime.catalog import commits, holders, inventory, metrics
 from state_runtime.catalog.api.base import CatalogBase, conflict, utcnow
 from state_runtime.catalog.records import (
     BatchCommit,
@@ -123,4 +123,24 @@ class CommitCalls(CatalogBase):
         return self._run(
             "read batch metrics",
             lambda c: metrics.batch_metrics_history(c, root, query_id, limit),
+        )
+
+    # --- the coordinator (an optimisation: callers treat failures as best effort) ---------
+
+    def record_holder(self, root: str, store: StoreId, worker: str, ref: CheckpointRef) -> None:
+        """Record ``worker`` as the holder of ``store`` at ``ref``."""
+        self._run(
+            "record store holder",
+            lambda c: holders.record_holder(c, root, store, worker, ref, utcnow()),
+        )
+
+    def holders_ahead(
+        self, root: str, held: dict[StoreId, int], worker: str, lag: int
+    ) -> set[StoreId]:
+        """Of the stores ``worker`` holds (store -> cached version), those another worker
+        holds at least ``lag`` versions ahead."""
+        if not held:
+            return set()
+        return self._run(
+            "read store holders", lambda c: holders.holders_ahead(c, root, held, worker, lag)
         )

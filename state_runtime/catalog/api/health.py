@@ -6,10 +6,7 @@ from datetime import datetime
 
 from state_runtime.catalog import health
 from state_runtime.catalog.api.base import CatalogBase, utcnow
-from state_runtime.catalog.records import (
-    SnapshotCandidate,
-    StoreHealth,
-)
+from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
 from state_runtime.errors import InvalidArgument
 from state_runtime.retention import RetentionPolicy
 
@@ -35,3 +32,8 @@ class HealthCalls(CatalogBase):
             "read store health",
             lambda c: health.store_health(c, policy, root, now or utcnow()),
         )
+
+    def recovery_costs(self, root: str | None = None) -> dict[StoreKey, RecoveryCost]:
+        """Per store (of ``root``, or all), the files and bytes a cold load of its latest
+        committed version reads (one query; no storage request)."""
+        return self._run("estimate recovery costs", lambda c: health.recovery_costs(c, root))

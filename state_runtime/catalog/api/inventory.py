@@ -205,3 +205,12 @@ class InventoryCalls(CatalogBase):
 
     def repairs(self, root: str | None = None) -> list[Repair]:
         return self._run("read repairs", lambda c: verification.repairs(c, root))
+
+    def claimed_stores(self, root: str | None = None) -> set[StoreKey]:
+        """Stores with files claimed for deletion but not yet recorded deleted (a run stopped
+        between claim and record); cleanup resumes them."""
+        return self._run("find claimed stores", lambda c: inventory.claimed_stores(c, root))
+
+    def known_paths(self, root: str) -> dict[str, str]:
+        """Every path the catalog has a record of below ``root``, with its state."""
+        return self._run("read known paths", lambda c: inventory.known_paths(c, root))

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy.engine import Connection
+
 from state_runtime.catalog import runs
 from state_runtime.catalog.api.base import CatalogBase, utcnow
-from state_runtime.catalog.records import (
-    Lease,
-    MaintenanceRun,
-    StoreKey,
-)
+from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
+from state_runtime.catalog.tables import RunKind
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.identity import new_checkpoint_id
 
@@ -103,3 +102,39 @@ class RunCalls(CatalogBase):
             yield lease
         finally:
             self.release_lease(lease)
+
+    def previous_run_counts(
+        self, kind: RunKind, scope: str, before_run_id: int
+    ) -> dict[str, Any] | None:
+        """The counts of the newest succeeded run of ``kind`` over the same ``scope`` (its
+        ``parameters["scope"]``) that started before run ``before_run_id``."""
+        return self._run(
+            "read previous run",
+            lambda c: runs.previous_run_counts(c, kind, scope, before_run_id),
+        )
+
+    def acquire_leases(
+        self, keys: Sequence[StoreKey], owner: str, ttl: timedelta, run_id: int
+    ) -> list[Lease | None]:
+        """Take the free leases among ``keys`` in one transaction (None for a taken one), so
+        that a pass over thousands of stores does not pay a commit per store. The tokens are
+        made before the first attempt: a retry after a lost COMMIT finds the leases it took."""
+        tokens = [new_checkpoint_id() for _ in keys]
+
+        def work(connection: Connection) -> list[Lease | None]:
+            now = utcnow()
+            return [
+                runs.try_acquire_lease(connection, key, owner, ttl, run_id, token, now)
+                for key, token in zip(keys, tokens, strict=True)
+            ]
+
+        return self._run("acquire leases", work)
+
+    def release_leases(self, leases: Sequence[Lease]) -> None:
+        """Give back ``leases`` in one transaction."""
+
+        def work(connection: Connection) -> None:
+            for lease in leases:
+                runs.release_lease(connection, runs.known_store_id(connection, lease.key), lease)
+
+        self._run("release leases", work)
