@@ -36,7 +36,7 @@ from state_runtime.maintenance.fleet import (
 from state_runtime.maintenance.health import FleetTotals, StoreReport, store_reports
 from state_runtime.maintenance.leftovers import LeftoverReport, sweep_leftovers
 from state_runtime.maintenance.policy import MaintenancePolicy, format_duration, parse_duration
-from state_runtime.maintenance.progress import SILENT, CallbackProgress, Progress, RichProgress
+from state_runtime.maintenance.progress import SILENT, CallbackProgress, Progress
 from state_runtime.maintenance.reconcile import ReconcileReport, reconcile
 from state_runtime.maintenance.repair import (
     RepairOutcome,
@@ -85,7 +85,6 @@ __all__ = [
     "RepairOutcome",
     "RepairReport",
     "RepairStatus",
-    "RichProgress",
     "Severity",
     "SnapshotOutcome",
     "SnapshotReport",
