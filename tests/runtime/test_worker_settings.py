@@ -20,10 +20,10 @@ def test_a_bad_worker_setting_fails_the_batch_on_the_driver_before_any_task(
     op = running_aggregation(0, ["user"], "user string", [Agg("n", "count")], 2)
     query = StatefulQuery("settings", str(root), [op], catalog_url=sqlite_catalog_url)
     df = spark.createDataFrame([("a",), ("b",)], "user string")
-    monkeypatch.setenv("STATE_WORKER_UNLOAD_LAG", "0")  # read now, not when the library loaded
-    with pytest.raises(InvalidArgument, match="STATE_WORKER_UNLOAD_LAG='0'"):
+    monkeypatch.setenv("STATE_CACHE_BYTES", "lots")  # read now, not when the library loaded
+    with pytest.raises(InvalidArgument, match="STATE_CACHE_BYTES='lots'"):
         query.run_batch(df, 0)
     assert not list(root.rglob("*.delta"))  # no task ran
-    monkeypatch.setenv("STATE_WORKER_UNLOAD_LAG", "3")
+    monkeypatch.setenv("STATE_CACHE_BYTES", "1GiB")
     query.run_batch(df, 0).release()
     assert len(list(root.rglob("*.delta"))) == 2
