@@ -303,6 +303,14 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class RecoveryCost:
+    """What a cold load of a store's latest committed version reads."""
+
+    files: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class HistoryFile:
     """A file written for a committed version: its delta or a snapshot, and its fate."""
 

@@ -28,12 +28,12 @@ from state_runtime.cli.exits import (
     show_warnings,
 )
 from state_runtime.cli.jsonable import echo_json
+from state_runtime.cli.progress import RichProgress
 from state_runtime.errors import InvalidArgument
 from state_runtime.maintenance import (
     SILENT,
     Fleet,
     Progress,
-    RichProgress,
     canonical_root,
     cleanup_pass,
     damaged_snapshots,
