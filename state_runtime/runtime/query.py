@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from state_runtime.catalog import BatchMetrics, Catalog
+from state_runtime.catalog import BatchMetrics, Catalog, CatalogTimeouts
 from state_runtime.catalog import catalog_url as default_catalog_url
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CommitConflict, InvalidArgument
@@ -171,6 +171,7 @@ class StatefulQuery:
             input_schema=to_arrow_schema(routed.schema, timezone="UTC"),
             batch_time_ms=batch_time_ms,
             worker_settings=WorkerSettings.from_env(),
+            catalog_timeouts=CatalogTimeouts.from_env(),
         )
         return routed.mapInArrow(partial(run_partition, spec), op.staged_schema())
 

@@ -1,10 +1,11 @@
 """What one Spark task does for one state partition of one batch (runs on executors).
 
 The driver builds a :class:`TaskSpec` of plain data (the operator, the committed
-``(version, id)`` of every partition, the catalog URL, the worker settings it read) that Spark
-ships with the task. The task opens its partition's store at exactly that checkpoint, runs the
-update function, commits a new delta, records the file in the catalog as written, and returns
-its output rows followed by one row carrying its checkpoint info as JSON.
+``(version, id)`` of every partition, the catalog URL, the worker settings and catalog
+timeouts it read) that Spark ships with the task. The task opens its partition's store at
+exactly that checkpoint, runs the update function, commits a new delta, records the file in
+the catalog as written, and returns its output rows followed by one row carrying its
+checkpoint info as JSON.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from state_runtime.cache import CACHE, set_budget
+from state_runtime.catalog import CatalogTimeouts
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.metrics import LoadSource
@@ -45,6 +47,7 @@ class TaskSpec:
     input_schema: pa.Schema
     batch_time_ms: int
     worker_settings: WorkerSettings
+    catalog_timeouts: CatalogTimeouts
 
 
 def _output_table(out: pa.Table | Iterable[tuple[Any, ...]] | None, schema: pa.Schema) -> pa.Table:
@@ -91,7 +94,7 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     rows = table.drop_columns([PARTITION_COLUMN])
     store_id = StoreId(op.operator_id, partition, op.store_name)
     root, me = spec.storage.uri, worker.worker_id()
-    catalog = worker.catalog_for(spec.catalog_url)
+    catalog = worker.catalog_for(spec.catalog_url, spec.catalog_timeouts)
     others = {s: v for s, v in worker.held_versions(root).items() if s != store_id}
     if CACHE.budget != spec.worker_settings.cache_bytes:
         set_budget(spec.worker_settings.cache_bytes)
