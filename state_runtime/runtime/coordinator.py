@@ -1,17 +1,16 @@
 """The coordinator of seed 000: which Python worker holds the current copy of each store.
 
 After a task commits a store it records itself as the store's holder (an upsert in the
-catalog's ``store_holders`` table). Before a task loads a store, its worker asks the catalog
-about the other stores it keeps in memory: a copy that another worker now holds and that has
-fallen ``unload_lag`` or more versions behind is unloaded. A copy only a few versions behind
-is kept, since rolling it forward costs O(changes) when the partition comes back. This is an
-optimisation for memory; no load or commit depends on it, and its failures are only logged.
+catalog's ``store_holders`` table), so operators see where each store's copy lives. Copies
+are unloaded by the process's memory budget (:mod:`state_runtime.cache`, least recently used
+first), never by how far behind they are: a copy many versions behind still rolls forward in
+O(changes), far cheaper than a reload. No load or commit depends on the coordinator, and its
+failures are only logged.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
@@ -25,8 +24,6 @@ from state_runtime.errors import StateStoreError
 from state_runtime.identity import CheckpointRef, StoreId
 
 log = logging.getLogger("state_runtime.runtime.coordinator")
-
-UNLOAD_LAG = int(os.environ.get("STATE_WORKER_UNLOAD_LAG", "10"))
 
 
 def _store_pk(connection: Connection, root: str, store: StoreId) -> int | None:
@@ -68,41 +65,3 @@ def report(catalog: Catalog, root: str, store: StoreId, worker: str, ref: Checkp
         run_transaction(catalog.engine, work, retry=catalog.retry, what="record store holder")
     except StateStoreError as e:
         log.warning("coordinator: cannot record the holder of %s: %s", store, e)
-
-
-def redundant(
-    catalog: Catalog, root: str, held: dict[StoreId, int], worker: str, lag: int = UNLOAD_LAG
-) -> set[StoreId]:
-    """Of the stores this worker ``held`` (store -> cached version), those another worker now
-    holds at least ``lag`` versions ahead: copies worth unloading."""
-    if not held:
-        return set()
-
-    def work(connection: Connection) -> set[StoreId]:
-        query = (
-            sa.select(
-                stores.c.operator_id,
-                stores.c.partition_id,
-                stores.c.store_name,
-                store_holders.c.worker,
-                store_holders.c.version,
-            )
-            .select_from(stores.join(store_holders, stores.c.store_id == store_holders.c.store_id))
-            .where(
-                stores.c.checkpoint_root == root,
-                stores.c.operator_id.in_(sorted({s.operator_id for s in held})),
-                store_holders.c.worker != worker,
-            )
-        )
-        found = set()
-        for op, part, name, _holder, version in connection.execute(query):
-            store = StoreId(op, part, name)
-            if store in held and version - held[store] >= lag:
-                found.add(store)
-        return found
-
-    try:
-        return run_transaction(catalog.engine, work, retry=catalog.retry, what="read store holders")
-    except StateStoreError as e:
-        log.warning("coordinator: cannot read store holders: %s", e)
-        return set()
