@@ -33,7 +33,7 @@ from state_runtime.catalog import Catalog
 from state_runtime.catalog.records import BatchMetrics
 from state_runtime.catalog.settings import catalog_url as default_catalog_url
 from state_runtime.checkpoint import CheckpointInfo
-from state_runtime.errors import BatchOutOfOrder, CommitConflict, InvalidArgument
+from state_runtime.errors import BatchOutOfOrder, CommitConflict, InvalidArgument, SchemaMismatch
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.runtime.tasks import (
@@ -142,7 +142,15 @@ class StatefulQuery:
             for record in records:
                 if record.key_schema is not None and record.value_schema is not None:
                     written = StateSchema.of(record.key_schema, record.value_schema)
-                    op.schema.check_readable(written, record.key.store, self.root)
+                    try:
+                        op.schema.check_readable(written, record.key.store, self.root)
+                    except SchemaMismatch as e:
+                        raise SchemaMismatch(
+                            f"query {self.query_id}, operator {op.operator_id}: {e.reason} "
+                            '("the files": the schemas the catalog registered for the store)',
+                            store=record.key.store,
+                            path=self.root,
+                        ) from None
             for partition in range(op.num_partitions):
                 if partition not in existing:
                     self.catalog.register_store(
