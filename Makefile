@@ -55,7 +55,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format state_runtime dagster_project tests benchmarks
 
 demo: $(STAMP) check-java
-	$(PY) -m state_runtime.demo
+	$(PY) -m demo
 
 bench-store: $(STAMP)
 	$(PY) benchmarks/bench_store.py
