@@ -20,9 +20,10 @@ def _twice(spark: SparkSession, output: Path, url: str, capsys: pytest.CaptureFi
     assert "new run:" in capsys.readouterr().out
     second = run(spark, parse_args(argv))
     out = capsys.readouterr().out
-    assert "resuming:" in out and "done: 1 batches" in out
+    assert "resuming:" in out and "\ndone: " in out
     # The second run continued the first one's batches, on the same stores.
-    assert len(first) == len(second) == 1 and min(second) > max(first)
+    # (stopping may cut a batch short: the resumed run replays it)
+    assert first and second and min(second) >= max(first)
     [folder] = (output / "runs").iterdir()
     with Catalog.open(url) as catalog:
         [root] = catalog.roots()
@@ -34,7 +35,7 @@ def _twice(spark: SparkSession, output: Path, url: str, capsys: pytest.CaptureFi
         path.unlink() if path.is_file() else path.rmdir()
     folder.rmdir()
     third = run(spark, parse_args(argv))
-    assert "new run:" in capsys.readouterr().out and len(third) == 1
+    assert "new run:" in capsys.readouterr().out and third
     with Catalog.open(url) as catalog:
         assert len(catalog.roots()) == 2
 
