@@ -46,13 +46,13 @@ test: $(STAMP) check-java
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check state_runtime dagster_project tests benchmarks
-	$(VENV)/bin/ruff format --check state_runtime dagster_project tests benchmarks
+	$(VENV)/bin/ruff check state_runtime dagster_project demo tests benchmarks
+	$(VENV)/bin/ruff format --check state_runtime dagster_project demo tests benchmarks
 	$(VENV)/bin/mypy
 
 format: $(STAMP)
-	$(VENV)/bin/ruff check --fix state_runtime dagster_project tests benchmarks
-	$(VENV)/bin/ruff format state_runtime dagster_project tests benchmarks
+	$(VENV)/bin/ruff check --fix state_runtime dagster_project demo tests benchmarks
+	$(VENV)/bin/ruff format state_runtime dagster_project demo tests benchmarks
 
 demo: $(STAMP) check-java
 	$(PY) -m demo
