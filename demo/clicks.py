@@ -1,13 +1,19 @@
 """``make demo``: a real streaming job on embedded defaults.
 
-A ``rate`` source generates click events; a running count and sum of amounts per user is kept
-in ``state_runtime`` stores through ``foreachBatch``. Each run lives in its own folder,
-``demo-output/runs/<started>/`` (state files and Spark's checkpoint); the catalog is
-``$STATE_CATALOG_URL`` or the SQLite file ``demo-output/catalog.db``. Running the demo again
-resumes the newest run where it stopped when the catalog knows it and its Spark checkpoint is
-there; otherwise it starts a new run folder. It never reuses a checkpoint root the catalog
-knows with its files gone. Each batch prints a progress line; the end prints a summary and
-what to open next.
+Each run generates ``--batches`` files of click events and streams them, one file per
+micro-batch, through a running count and sum of amounts per user kept in ``state_runtime``
+stores (``foreachBatch``). The stream is finite (``availableNow``): it stops by itself after the
+last file, never by interrupting a batch in flight. (Stopping a query while its foreachBatch
+function is inside a Spark call makes Spark match a long Py4J error message against a
+backtracking regex, which overflows the stream thread's stack: the ~1,000-line
+``StackOverflowError`` the demo used to print.)
+
+Each run lives in its own folder, ``demo-output/runs/<started>/`` (events, state files, Spark's
+checkpoint); the catalog is ``$STATE_CATALOG_URL`` or the SQLite file ``demo-output/catalog.db``.
+Running the demo again resumes the newest run (new event files, the same stores) when the
+catalog knows it and its Spark checkpoint is there; otherwise it starts a new run folder. It
+never reuses a checkpoint root the catalog knows with its files gone. Each batch prints a
+progress line; the end prints a summary and what to open next.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -45,27 +54,30 @@ def choose_run(output: Path, catalog: Catalog) -> tuple[Path, bool]:
     return run, False
 
 
-def events(spark: SparkSession, rows_per_second: int, users: int) -> DataFrame:
-    return (
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", rows_per_second)
-        .load()
-        .select(
-            F.concat(F.lit("user"), F.pmod(F.hash("value"), F.lit(users)).cast("string")).alias(
-                "user"
+def write_events(folder: Path, batches: int, events_per_batch: int, users: int) -> None:
+    """``batches`` new Parquet files of click events (user, amount) after those in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    first = len(list(folder.glob("*.parquet")))
+    for n in range(first, first + batches):
+        rng = np.random.default_rng(n)
+        user = rng.zipf(1.3, events_per_batch) % users  # a few busy users, a long tail
+        pq.write_table(
+            pa.table(
+                {
+                    "user": pa.array([f"user{u}" for u in user.tolist()]),
+                    "amount": pa.array(rng.integers(0, 97, events_per_batch)),
+                }
             ),
-            (F.col("value") % 97).alias("amount"),
+            folder / f"events-{n:05d}.parquet",
         )
-    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batches", type=int, default=10, help="micro-batches to run")
-    parser.add_argument("--rows-per-second", type=int, default=5_000)
+    parser.add_argument("--events-per-batch", type=int, default=20_000)
     parser.add_argument("--users", type=int, default=20_000)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--trigger", default="2 seconds", help="processing-time trigger")
     parser.add_argument("--output", type=Path, default=Path("demo-output"))
     parser.add_argument(
         "--catalog-url", help="default: $STATE_CATALOG_URL, else <output>/catalog.db"
@@ -126,16 +138,17 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
             flush=True,
         )
 
+    write_events(folder / "events", args.batches, args.events_per_batch, args.users)
     stream = (
-        events(spark, args.rows_per_second, args.users)
+        spark.readStream.schema("user string, amount bigint")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(folder / "events"))
         .writeStream.foreachBatch(process)
         .option("checkpointLocation", str(folder / "spark-checkpoint"))
-        .trigger(processingTime=args.trigger)
+        .trigger(availableNow=True)
         .start()
     )
-    while len(done) < args.batches and stream.isActive:
-        time.sleep(0.2)
-    stream.stop()
+    stream.awaitTermination()
     if stream.exception():
         raise SystemExit(f"the streaming query failed: {stream.exception()}")
 
