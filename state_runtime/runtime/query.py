@@ -47,6 +47,7 @@ from state_runtime.runtime.tasks import (
     run_partitions,
 )
 from state_runtime.schema import StateSchema
+from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage, open_storage
 
 log = logging.getLogger("state_runtime.runtime")
@@ -235,6 +236,7 @@ class StatefulQuery:
             base=base_refs(committed, op),
             input_schema=to_arrow_schema(routed.schema, timezone="UTC"),
             batch_time_ms=batch_time_ms,
+            worker_settings=WorkerSettings.from_env(),
         )
         return routed.mapInArrow(partial(run_partitions, spec, reports), op.output_nullable())
 

@@ -1,14 +1,15 @@
 """What one Spark task does for the state partitions of one batch (runs on executors).
 
 The driver builds a :class:`TaskSpec` of plain data (the operator, the committed
-``(version, id)`` of every partition, the catalog URL) that Spark ships with the task. Every
-input row carries its state partition in :data:`PARTITION_COLUMN`, and the driver adds one
-heartbeat row per state partition, so every partition is processed in every batch, whatever
-the input (empty, filtered to nothing, one key) and however Spark coalesced the shuffle. For
-each state partition among its rows the task opens the store at exactly the shipped
-checkpoint, runs the update function, commits a new delta, records the file in the catalog as
-written, and sends a :class:`TaskReport` to the driver through an accumulator: Spark merges the
-updates of successful task attempts only, and the channel costs no Spark job.
+``(version, id)`` of every partition, the catalog URL, the worker settings it read) that Spark
+ships with the task. Every input row carries its state partition in :data:`PARTITION_COLUMN`,
+and the driver adds one heartbeat row per state partition, so every partition is processed in
+every batch, whatever the input (empty, filtered to nothing, one key) and however Spark
+coalesced the shuffle. For each state partition among its rows the task opens the store at
+exactly the shipped checkpoint, runs the update function, commits a new delta, records the
+file in the catalog as written, and sends a :class:`TaskReport` to the driver through an
+accumulator: Spark merges the updates of successful task attempts only, and the channel costs
+no Spark job.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.accumulators import Accumulator, AccumulatorParam
 
+from state_runtime.cache import CACHE, set_budget
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
@@ -30,6 +32,7 @@ from state_runtime.metrics import LoadSource
 from state_runtime.runtime import coordinator, worker
 from state_runtime.runtime.context import BatchContext, _current
 from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
 
 PARTITION_COLUMN = "__state_partition"
@@ -52,6 +55,7 @@ class TaskSpec:
     base: dict[int, tuple[int, str | None]]
     input_schema: pa.Schema
     batch_time_ms: int
+    worker_settings: WorkerSettings
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,8 @@ def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.T
     store_id = StoreId(op.operator_id, partition, op.store_name)
     root, me = spec.storage.uri, worker.worker_id()
     catalog = worker.catalog_for(spec.catalog_url)
+    if CACHE.budget != spec.worker_settings.cache_bytes:
+        set_budget(spec.worker_settings.cache_bytes)
     provider = worker.provider_for(spec.storage, store_id, op.schema, op.config)
     version, checkpoint_id = spec.base.get(partition, (0, None))
     store = provider.get_store(version, checkpoint_id)
