@@ -29,8 +29,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state_runtime.catalog import Catalog
-from state_runtime.catalog.settings import catalog_url
+from state_runtime.catalog import Catalog, catalog_url
 from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
 from state_runtime.runtime.session import spark_session
 

@@ -19,6 +19,7 @@ from state_runtime.catalog.records import (
     Lease,
     MaintenanceRun,
     RecordedBatchMetrics,
+    RecoveryCost,
     Repair,
     RetainedVersion,
     SnapshotCandidate,
@@ -28,6 +29,7 @@ from state_runtime.catalog.records import (
     StoreRecord,
     Verdict,
 )
+from state_runtime.catalog.runs import HEARTBEAT_INTERVAL
 from state_runtime.catalog.schema import head_revision, upgrade
 from state_runtime.catalog.settings import URL_ENV, CatalogTimeouts, catalog_url
 from state_runtime.catalog.tables import FileState, RunKind, RunOutcome, Verification
@@ -35,6 +37,7 @@ from state_runtime.retention import RetentionPolicy
 from state_runtime.settings import MIN_RETAINED_VERSIONS
 
 __all__ = [
+    "HEARTBEAT_INTERVAL",
     "MIN_RETAINED_VERSIONS",
     "URL_ENV",
     "BatchCommit",
@@ -51,6 +54,7 @@ __all__ = [
     "Lease",
     "MaintenanceRun",
     "RecordedBatchMetrics",
+    "RecoveryCost",
     "Repair",
     "RetainedVersion",
     "RetentionPolicy",

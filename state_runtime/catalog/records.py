@@ -298,3 +298,11 @@ class Lease:
     owner: str
     run_id: int | None
     expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryCost:
+    """What a cold load of a store's latest committed version reads."""
+
+    files: int
+    bytes: int
