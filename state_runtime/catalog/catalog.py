@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from state_runtime.catalog import (
+    changes,
     commits,
     health,
     inventory,
@@ -20,6 +21,7 @@ from state_runtime.catalog import (
     runs,
     schema,
     verification,
+    watermarks,
 )
 from state_runtime.catalog.engine import (
     RetryPolicy,
@@ -30,7 +32,9 @@ from state_runtime.catalog.engine import (
 from state_runtime.catalog.records import (
     BatchCommit,
     BatchMetrics,
+    BatchWatermark,
     CommitEntry,
+    CommittedDelta,
     Deletion,
     Explanation,
     FileRecord,
@@ -325,6 +329,54 @@ class Catalog:
         return self._run(
             "read batch metrics",
             lambda c: metrics.batch_metrics_history(c, root, query_id, limit),
+        )
+
+    def committed_deltas(
+        self,
+        root: str,
+        operator_id: int,
+        store_name: str,
+        start_batch_id: int,
+        end_batch_id: int,
+        *,
+        query_id: str | None = None,
+    ) -> list[CommittedDelta]:
+        """The delta each batch in ``[start, end]`` committed for each partition of a store,
+        with the file's inventory state (a cleaned-up delta is 'deleting' or 'deleted')."""
+        return self._run(
+            "read committed deltas",
+            lambda c: changes.committed_deltas(
+                c, root, operator_id, store_name, start_batch_id, end_batch_id, query_id
+            ),
+        )
+
+    # --- event time ---------------------------------------------------------------------
+
+    def fix_watermark(
+        self, root: str, query_id: str, batch_id: int, watermark_ms: int
+    ) -> BatchWatermark:
+        """The watermark batch ``batch_id`` runs with: ``watermark_ms`` if the batch has none
+        recorded yet, else the recorded one (a replay or restart reuses it)."""
+        return self._run(
+            "fix batch watermark",
+            lambda c: watermarks.fix_watermark(
+                c, root, query_id, batch_id, watermark_ms, _utcnow()
+            ),
+        )
+
+    def batch_watermark(self, root: str, query_id: str, batch_id: int) -> BatchWatermark | None:
+        return self._run(
+            "read batch watermark",
+            lambda c: watermarks.batch_watermark(c, root, query_id, batch_id),
+        )
+
+    def record_max_event_time(
+        self, root: str, query_id: str, batch_id: int, max_event_ms: int | None
+    ) -> None:
+        """The largest event time batch ``batch_id`` saw (the next batch's watermark base)."""
+        self._run(
+            "record max event time",
+            lambda c: watermarks.record_max_event_time(c, root, query_id, batch_id, max_event_ms),
         )
 
     # --- maintenance questions ----------------------------------------------------------

@@ -28,6 +28,7 @@ from state_runtime.catalog.settings import catalog_url as default_catalog_url
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CommitConflict, InvalidArgument
 from state_runtime.identity import StoreId, validate_name
+from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
 from state_runtime.runtime.operator import CHECKPOINT_COLUMN, StatefulOperator
 from state_runtime.runtime.tasks import (
     PARTITION_COLUMN,
@@ -36,6 +37,7 @@ from state_runtime.runtime.tasks import (
     parse_report,
     run_partition,
 )
+from state_runtime.runtime.watermark import Watermark
 from state_runtime.storage import Storage, open_storage
 
 log = logging.getLogger("state_runtime.runtime")
@@ -78,6 +80,7 @@ class StatefulQuery:
         operators: Sequence[StatefulOperator],
         *,
         catalog_url: str | None = None,
+        watermark: Watermark | None = None,
     ) -> None:
         self.query_id = validate_name(query_id, "query id")
         if not operators:
@@ -92,6 +95,7 @@ class StatefulQuery:
         )
         self.root = self.storage.uri
         self.operators = list(operators)
+        self.event_time = EventTimeClock.of(watermark, self.operators)
         self.catalog_url = catalog_url or default_catalog_url()
         self.catalog = Catalog.open(self.catalog_url, upgrade=True)
         self._registered = False
@@ -153,6 +157,7 @@ class StatefulQuery:
         batch_id: int,
         committed: dict[StoreId, Any],
         batch_time_ms: int,
+        watermark_ms: int | None,
     ) -> DataFrame:
         missing = [c for c in op.key_columns if c not in df.columns]
         if missing:
@@ -170,6 +175,7 @@ class StatefulQuery:
             base=base_refs(committed, op),
             input_schema=to_arrow_schema(routed.schema, timezone="UTC"),
             batch_time_ms=batch_time_ms,
+            event_time=self.event_time.spec(watermark_ms, first=op is self.operators[0]),
         )
         return routed.mapInArrow(partial(run_partition, spec), op.staged_schema())
 
@@ -195,10 +201,13 @@ class StatefulQuery:
         if not self._registered:
             self._register()
         committed = self._committed_before(batch_id)
+        watermark_ms = self.event_time.watermark_for(
+            self.catalog, self.root, self.query_id, batch_id
+        )
         current, cached, reports = df, [], []
         try:
             for op in self.operators:
-                staged = self._stage(current, op, batch_id, committed, batch_time)
+                staged = self._stage(current, op, batch_id, committed, batch_time, watermark_ms)
                 staged.persist(StorageLevel.MEMORY_AND_DISK)
                 cached.append(staged)
                 current = staged.where(F.col(CHECKPOINT_COLUMN).isNull()).drop(CHECKPOINT_COLUMN)
@@ -209,6 +218,7 @@ class StatefulQuery:
                 op_reports = [parse_report(r[CHECKPOINT_COLUMN]) for r in rows]
                 self._check_reports(op, op_reports)
                 reports.extend(op_reports)
+            self.event_time.record(self.catalog, self.root, self.query_id, batch_id, reports)
             infos = [CheckpointInfo.from_dict(r) for r in reports]
             commit_started = time.perf_counter()
             self.catalog.commit_batch(self.root, self.query_id, batch_id, infos)
@@ -218,6 +228,7 @@ class StatefulQuery:
                 staged.unpersist()
             raise
         metrics = self._metrics(reports, commit_ms, (time.perf_counter() - started) * 1000)
+        metrics.extra.update(event_time_metrics(reports, watermark_ms))
         self.catalog.record_batch_metrics(self.root, self.query_id, batch_id, metrics)
         log.info(
             "query %s batch %d committed: %d rows in, %d keys updated, %d state rows, "

@@ -24,6 +24,7 @@ from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.metrics import LoadSource
 from state_runtime.runtime import coordinator, worker
 from state_runtime.runtime.context import BatchContext, _current
+from state_runtime.runtime.event_time import EventTimeSpec, event_time_report, prepare_rows
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.storage import Storage
 
@@ -42,6 +43,7 @@ class TaskSpec:
     base: dict[int, tuple[int, str | None]]
     input_schema: pa.Schema
     batch_time_ms: int
+    event_time: EventTimeSpec | None = None
 
 
 def _output_table(out: pa.Table | Iterable[tuple[Any, ...]] | None, schema: pa.Schema) -> pa.Table:
@@ -94,7 +96,16 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     provider = worker.provider_for(spec.storage, store_id, op.schema, op.config)
     version, checkpoint_id = spec.base.get(partition, (0, None))
     store = provider.get_store(version, checkpoint_id)
-    token = _current.set(BatchContext(spec.query_id, spec.batch_id, spec.batch_time_ms, partition))
+    batch = BatchContext(
+        spec.query_id,
+        spec.batch_id,
+        spec.batch_time_ms,
+        partition,
+        None if spec.event_time is None else spec.event_time.watermark_ms,
+    )
+    rows_in = rows.num_rows
+    rows, max_event = prepare_rows(spec.event_time, op, rows, batch.event_time)
+    token = _current.set(batch)
     try:
         out = op.update(store, rows)
         output = _output_table(out, op.staged_arrow_schema())
@@ -109,7 +120,7 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     load = store.metrics.load
     report = {
         **info.to_dict(),
-        "rows_in": rows.num_rows,
+        "rows_in": rows_in,
         "keys_updated": store.metrics.updated_keys + store.metrics.removed_keys,
         "cache_hit": load.source in (LoadSource.CACHE, LoadSource.ROLL_FORWARD, LoadSource.EMPTY),
         "load_source": load.source.value,
@@ -119,6 +130,7 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
         "attempt": context.attemptNumber() if context is not None else 0,
         "worker": me,
         "unloaded": unloaded,
+        **event_time_report(batch.event_time, max_event),
     }
     yield from output.to_batches()
     marker = [pa.nulls(1, type=f.type) for f in list(output.schema)[:-1]]
