@@ -79,7 +79,8 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     op = spec.operator
-    table = pa.Table.from_batches(list(batches), schema=spec.input_schema)
+    received = list(batches)  # timestamps arrive in the session's time zone: keep theirs
+    table = pa.Table.from_batches(received) if received else spec.input_schema.empty_table()
     if table.num_rows:
         misrouted = pc.sum(pc.not_equal(table.column(PARTITION_COLUMN), partition)).as_py()
         if misrouted:
