@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from state_runtime import StateStoreProvider, StoreConfig
-from state_runtime.store import StateStore
 from state_runtime.storage import LocalStorage
+from state_runtime.store import StateStore
 
 KEY, VALUE = "user string, window_start timestamp", "n bigint, total bigint"
 TS = pa.timestamp("us", tz="UTC")

@@ -7,8 +7,6 @@ writes or deletes starts on its own: see ``defs/automation.py`` (``STATE_DAGSTER
 
 from __future__ import annotations
 
-import os
-
 from dagster import Definitions
 
 from dagster_project.defs.assets import (
@@ -22,26 +20,15 @@ from dagster_project.defs.assets import (
 from dagster_project.defs.automation import check_autostart
 from dagster_project.defs.checks import state_checkpoint_checks
 from dagster_project.defs.jobs import jobs, schedules
-from dagster_project.defs.resources import (
-    CheckpointStorageResource,
-    MaintenancePolicyResource,
-    StateCatalogResource,
-)
+from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import sensors
-from state_runtime.maintenance import MaintenancePolicy
 
 
 def resources() -> dict[str, object]:
-    """Resources configured from the environment (read when the code location loads)."""
-    return {
-        # No URL in the resource's config: Dagster shows config values in its UI, and the URL
-        # may carry a password. The resource reads STATE_CATALOG_URL when a run opens it.
-        "state_catalog": StateCatalogResource(),
-        "checkpoint_storage": CheckpointStorageResource(
-            root=os.environ.get("STATE_CHECKPOINT_ROOT") or None
-        ),
-        "maintenance_policy": MaintenancePolicyResource.of(MaintenancePolicy.from_env()),
-    }
+    """The one maintenance resource, nothing configured: it reads the environment when a run
+    starts. No URL in its config above all: Dagster shows config values in its UI, and the URL
+    may carry a password."""
+    return {"maintenance": MaintenanceResource()}
 
 
 check_autostart([s.name for s in schedules] + [s.name for s in sensors])

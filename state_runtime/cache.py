@@ -9,14 +9,13 @@ is never evicted to make room for itself, so a store larger than the budget stil
 newest version.
 
 The budget is ``STATE_CACHE_BYTES`` (bytes, or with a unit: ``512MiB``, ``2GiB``; default
-2 GiB), or :func:`set_budget`.
+2 GiB; declared in :data:`state_runtime.settings.WORKER`), read when first needed, or
+:func:`set_budget`.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-import re
 import threading
 import weakref
 from collections import OrderedDict, deque
@@ -24,29 +23,18 @@ from collections import OrderedDict, deque
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef
 from state_runtime.runs import Run
+from state_runtime.settings import WorkerSettings, parse_size
+
+__all__ = ["CACHE", "VersionCache", "parse_size", "set_budget"]
 from state_runtime.versions import Version
-
-DEFAULT_BUDGET = 2 << 30
-_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
-
-
-def parse_size(text: str, setting: str = "STATE_CACHE_BYTES") -> int:
-    """``"512MiB"`` → bytes; a clear error naming ``setting`` otherwise."""
-    match = _SIZE_RE.match(text.lower())
-    if match is None or match.group(2) not in _UNITS:
-        raise InvalidArgument(
-            f"{setting}={text!r}: expected a size in bytes, e.g. 1073741824, 512MiB or 2GiB"
-        )
-    return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 class VersionCache:
     """Least-recently-used versions of many providers, bounded by their bytes together."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int | None = None) -> None:
         self._lock = threading.Lock()
-        self.budget = budget
+        self._budget = budget
         self._entries: OrderedDict[tuple[int, CheckpointRef], Version] = OrderedDict()
         self._owners = itertools.count()
         self._holders: dict[Run, int] = {}  # run -> cached versions holding it
@@ -56,6 +44,13 @@ class VersionCache:
         # this very thread holds the lock, so finalizers only append here (atomic) and every
         # locked call sweeps.
         self._dead: deque[int] = deque()
+
+    @property
+    def budget(self) -> int:
+        """The budget in bytes: as set, else ``STATE_CACHE_BYTES`` read on first use."""
+        if self._budget is None:
+            self._budget = WorkerSettings.from_env().cache_bytes
+        return self._budget
 
     def register(self, holder: object) -> int:
         """An owner id for ``holder`` (a provider); its versions go when it is collected."""
@@ -124,7 +119,7 @@ class VersionCache:
     def set_budget(self, budget: int) -> None:
         with self._lock:
             self._sweep()
-            self.budget = budget
+            self._budget = budget
             while self._used > budget and len(self._entries) > 1:
                 self._evict(next(iter(self._entries)))
 
@@ -142,13 +137,9 @@ class VersionCache:
                 self._used -= run.nbytes
 
 
-def _budget_from_env() -> int:
-    raw = os.environ.get("STATE_CACHE_BYTES")
-    return DEFAULT_BUDGET if raw is None else parse_size(raw)
-
-
-CACHE = VersionCache(_budget_from_env())
-"""The process's cache: every provider shares it."""
+CACHE = VersionCache()
+"""The process's cache: every provider shares it. Spark tasks set its budget to the value the
+driver read (:class:`state_runtime.settings.WorkerSettings`)."""
 
 
 def set_budget(budget: int) -> None:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from state_runtime.errors import InvalidArgument
-from state_runtime.retention import MIN_RETAINED_VERSIONS, check_retained_versions
+from state_runtime.retention import check_retained_versions
+from state_runtime.settings import MIN_RETAINED_VERSIONS
 
 Compression = Literal["zstd", "lz4", "none"]
 

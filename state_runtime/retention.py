@@ -35,9 +35,7 @@ from enum import StrEnum
 
 from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStoreError
 from state_runtime.identity import FileKind
-
-MIN_RETAINED_VERSIONS = 2
-"""The safety floor: at least this many committed versions always stay loadable."""
+from state_runtime.settings import MAINTENANCE, MIN_RETAINED_VERSIONS, default_of
 
 
 def check_retained_versions(
@@ -47,18 +45,17 @@ def check_retained_versions(
     *,
     named: bool = False,
 ) -> int:
-    """``value`` if it is an int at or above the safety floor; else ``refusal`` (a maintenance
-    request is refused; a store configuration is an invalid argument), the message starting
-    with ``what=value`` when ``named`` (callers that label settings themselves leave it off)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{what} must be an int, got {value!r}")
-    if value < MIN_RETAINED_VERSIONS:
-        raise refusal(
-            (f"{what}={value}: " if named else "")
-            + f"retaining {value} version(s) is below the safety floor of "
-            f"{MIN_RETAINED_VERSIONS}: at least {MIN_RETAINED_VERSIONS} committed versions "
-            "must stay loadable"
-        )
+    """``value`` if it is an int at or above the safety floor (declared with the setting,
+    :data:`state_runtime.settings.MAINTENANCE`); else ``refusal`` (a maintenance request is
+    refused; a store configuration is an invalid argument), the message starting with
+    ``what=value`` when ``named`` (callers that label settings themselves leave it off)."""
+    setting = MAINTENANCE["retain_versions"]
+    try:
+        setting.check(value)
+    except MaintenanceRefused as exc:
+        raise refusal((f"{what}={value}: " if named else "") + exc.reason) from None
+    except InvalidArgument:
+        raise InvalidArgument(f"{what} must be an int, got {value!r}") from None
     return value
 
 
@@ -91,13 +88,13 @@ class RetentionPolicy:
     look)."""
 
     retain_versions: int = MIN_RETAINED_VERSIONS
-    window: timedelta = timedelta(hours=1)
-    orphan_grace: timedelta = timedelta(hours=1)
+    window: timedelta = default_of(MAINTENANCE, "window", timedelta)
+    orphan_grace: timedelta = default_of(MAINTENANCE, "orphan_grace", timedelta)
 
     def __post_init__(self) -> None:
         check_retained_versions(self.retain_versions)
-        if self.window < timedelta(0) or self.orphan_grace < timedelta(0):
-            raise InvalidArgument("retention window and orphan grace must not be negative")
+        MAINTENANCE["window"].check(self.window)
+        MAINTENANCE["orphan_grace"].check(self.orphan_grace)
 
     @property
     def grace(self) -> timedelta:

@@ -27,18 +27,11 @@ from dagster_project.defs.metadata import (
     totals_metadata,
 )
 from dagster_project.defs.partitions import state_stores
-from dagster_project.defs.resources import (
-    CheckpointStorageResource,
-    MaintenancePolicyResource,
-    StateCatalogResource,
-    open_fleet,
-)
+from dagster_project.defs.resources import MaintenanceResource
 from state_runtime.catalog import StoreKey
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance import (
-    CallbackProgress,
     FleetTotals,
-    Progress,
     cleanup_pass,
     damaged_snapshots,
     parse_store_key,
@@ -96,31 +89,18 @@ class ReconcileConfig(Config):
     dry_run: bool = False
 
 
-def progress_for(context: AssetExecutionContext) -> Progress:
-    """Progress as log lines in the run's event log."""
-    return CallbackProgress(lambda what, done, total: context.log.info(f"{what}: {done}/{total}"))
-
-
-def owner(context: AssetExecutionContext) -> str:
-    return f"dagster:{context.run.run_id}"
-
-
 @asset(group_name=GROUP, deps=[state_checkpoints], pool=POOL, kinds={"python"})
 def state_snapshots(
-    context: AssetExecutionContext,
-    config: StoresConfig,
-    state_catalog: StateCatalogResource,
-    checkpoint_storage: CheckpointStorageResource,
-    maintenance_policy: MaintenancePolicyResource,
+    context: AssetExecutionContext, config: StoresConfig, maintenance: MaintenanceResource
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Snapshots of every store whose delta chain (or cold-load cost) passed the threshold."""
-    with open_fleet(state_catalog, checkpoint_storage, owner(context)) as fleet:
+    with maintenance.run(context) as run:
         report = snapshot_pass(
-            fleet,
-            maintenance_policy.policy(),
+            run.fleet,
+            run.policy,
             only=config.only(),
-            progress=progress_for(context),
-            workers=maintenance_policy.workers,
+            progress=run.progress,
+            workers=run.workers,
         )
     for failed in report.failed:
         context.log.error(f"snapshot of {failed.key} failed: {failed.error}")
@@ -129,50 +109,39 @@ def state_snapshots(
 
 @asset(group_name=GROUP, deps=[state_checkpoints], pool=POOL, kinds={"python"})
 def state_retention_cleanup(
-    context: AssetExecutionContext,
-    config: CleanupConfig,
-    state_catalog: StateCatalogResource,
-    checkpoint_storage: CheckpointStorageResource,
-    maintenance_policy: MaintenancePolicyResource,
+    context: AssetExecutionContext, config: CleanupConfig, maintenance: MaintenanceResource
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Deletes what retention allows (a dry run unless ``dry_run: false``); every deletion
     goes into the catalog's ledger with its reason. Stores with open validation problems are
     held (listed in the metadata): nothing they committed is deleted."""
-    policy = maintenance_policy.policy()
     try:
-        with open_fleet(state_catalog, checkpoint_storage, owner(context)) as fleet:
+        with maintenance.run(context) as run:
             report = cleanup_pass(
-                fleet,
-                policy,
+                run.fleet,
+                run.policy,
                 execute=not config.dry_run,
                 only=config.only(),
-                progress=progress_for(context),
+                progress=run.progress,
             )
     except MaintenanceRefused as exc:
         raise Failure(description=f"cleanup refused: {exc}") from exc
     for path, error in report.failed.items():
         context.log.warning(f"could not delete {path}: {error} (the next run retries)")
-    return MaterializeResult(metadata=cleanup_metadata(report, policy.parameters()))
+    return MaterializeResult(metadata=cleanup_metadata(report, run.policy.parameters()))
 
 
 @asset(group_name=GROUP, deps=[state_checkpoints], pool=POOL, kinds={"python"})
 def state_snapshot_repair(
-    context: AssetExecutionContext,
-    config: RepairConfig,
-    state_catalog: StateCatalogResource,
-    checkpoint_storage: CheckpointStorageResource,
-    maintenance_policy: MaintenancePolicyResource,
+    context: AssetExecutionContext, config: RepairConfig, maintenance: MaintenanceResource
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Rebuilds damaged snapshots from their intact deltas (a dry run unless ``dry_run:
     false``): each new snapshot is verified before the damaged file is recorded and removed,
     and replaces the deltas only once written and verified again."""
-    policy = maintenance_policy.policy()
-    with open_fleet(state_catalog, checkpoint_storage, owner(context)) as fleet:
+    with maintenance.run(context) as run:
         if config.dry_run:
-            return MaterializeResult(
-                metadata=damaged_metadata(damaged_snapshots(fleet, policy, config.only()))
-            )
-        report = repair_pass(fleet, policy, only=config.only(), progress=progress_for(context))
+            damaged = damaged_snapshots(run.fleet, run.policy, config.only())
+            return MaterializeResult(metadata=damaged_metadata(damaged))
+        report = repair_pass(run.fleet, run.policy, only=config.only(), progress=run.progress)
     for failed in report.failed:
         context.log.error(f"repair of {failed.key}/{failed.path} {failed.status}: {failed.detail}")
     return MaterializeResult(metadata=repair_metadata(report))
@@ -180,17 +149,13 @@ def state_snapshot_repair(
 
 @asset(group_name=GROUP, deps=[state_checkpoints], kinds={"python"})
 def state_store_health(
-    context: AssetExecutionContext,
-    config: HealthConfig,
-    state_catalog: StateCatalogResource,
-    checkpoint_storage: CheckpointStorageResource,
-    maintenance_policy: MaintenancePolicyResource,
+    context: AssetExecutionContext, config: HealthConfig, maintenance: MaintenanceResource
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Every store's status and figures from the catalog: fleet totals here (broken, degraded
     and unknown stores among them), each store's status and figures on its
     ``state_checkpoints`` partition (plotted over time), and a table of the stores."""
-    with open_fleet(state_catalog, checkpoint_storage, owner(context)) as fleet:
-        reports = store_reports(fleet, maintenance_policy.policy())
+    with maintenance.run(context) as run:
+        reports = store_reports(run.fleet, run.policy)
     if config.observe_stores:
         known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
         for report in reports:
@@ -209,18 +174,9 @@ def state_store_health(
 
 @asset(group_name=GROUP, deps=[state_checkpoints], pool=POOL, kinds={"python"})
 def state_reconciliation(
-    context: AssetExecutionContext,
-    config: ReconcileConfig,
-    state_catalog: StateCatalogResource,
-    checkpoint_storage: CheckpointStorageResource,
-    maintenance_policy: MaintenancePolicyResource,
+    context: AssetExecutionContext, config: ReconcileConfig, maintenance: MaintenanceResource
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """The rare sweep that lists storage and records files the catalog does not know."""
-    with open_fleet(state_catalog, checkpoint_storage, owner(context)) as fleet:
-        report = reconcile(
-            fleet,
-            maintenance_policy.policy(),
-            execute=not config.dry_run,
-            progress=progress_for(context),
-        )
+    with maintenance.run(context) as run:
+        report = reconcile(run.fleet, run.policy, execute=not config.dry_run, progress=run.progress)
     return MaterializeResult(metadata=reconcile_metadata(report))

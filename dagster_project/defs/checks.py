@@ -23,15 +23,9 @@ from dagster import (
 from dagster_project.defs.assets import POOL, state_checkpoints
 from dagster_project.defs.metadata import check_metadata, status_metadata
 from dagster_project.defs.partitions import state_stores
-from dagster_project.defs.resources import (
-    CheckpointStorageResource,
-    MaintenancePolicyResource,
-    StateCatalogResource,
-    open_fleet,
-)
+from dagster_project.defs.resources import MaintenanceResource
 from state_runtime.maintenance import (
     CHECKS,
-    CallbackProgress,
     CheckInfo,
     CheckName,
     Severity,
@@ -63,23 +57,12 @@ with warnings.catch_warnings():  # checks on partitions are a Dagster preview, u
     can_subset=True,
 )
 def state_checkpoint_checks(
-    context: AssetCheckExecutionContext,
-    state_catalog: StateCatalogResource,
-    checkpoint_storage: CheckpointStorageResource,
-    maintenance_policy: MaintenancePolicyResource,
+    context: AssetCheckExecutionContext, maintenance: MaintenanceResource
 ) -> Iterator[AssetCheckResult | AssetCheckEvaluation]:
-    """One validation pass (recorded in the catalog) evaluates the four checks; the ones
-    selected are reported."""
-    progress = CallbackProgress(
-        lambda what, done, total: context.log.info(f"{what}: {done}/{total}")
-    )
-    with open_fleet(state_catalog, checkpoint_storage, f"dagster:{context.run.run_id}") as fleet:
-        report = run_checks(
-            fleet,
-            maintenance_policy.policy(),
-            progress=progress,
-            workers=maintenance_policy.workers,
-        )
+    """One validation pass (recorded in the catalog) evaluates every check of the registry;
+    the ones selected are reported."""
+    with maintenance.run(context) as run:
+        report = run_checks(run.fleet, run.policy, progress=run.progress, workers=run.workers)
     selected = {key.name for key in context.selected_asset_check_keys}
     if CheckName.STORE_STATUS.value in selected:
         known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))

@@ -1,119 +1,134 @@
-"""Resources: the state catalog, the checkpoint storage and the maintenance policy.
+"""The maintenance resource: the state catalog, the checkpoint storage and the policy, in one.
 
-Each defaults to what ``make demo`` produces (the SQLite catalog in ``./demo-output``, every
-root that catalog knows) and reads the platform's environment variables when set.
+Every asset, check and sensor opens its work with :meth:`MaintenanceResource.run` (or
+:meth:`~MaintenanceResource.fleet`), so that each body is a few lines. Everything defaults to
+what ``make demo`` produces, and the platform's environment applies when set, read when a run
+starts (never when the code location loads): ``STATE_CATALOG_URL``, ``STATE_CHECKPOINT_ROOT``
+and ``STATE_MAINTENANCE_*``. The policy fields are derived from the settings' declaration
+(:data:`state_runtime.settings.MAINTENANCE`): unset, the variable or the built-in default
+applies; set, the field overrides it (durations as ``"15m"``, ``"1h"``, ``"2d"``).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
-from dagster import ConfigurableResource
+from dagster import AssetCheckExecutionContext, AssetExecutionContext, ConfigurableResource
+from pydantic import Field, create_model
 
-from state_runtime.catalog import Catalog, RetentionPolicy, catalog_url
+from state_runtime.catalog import Catalog, catalog_url
 from state_runtime.maintenance import (
+    CallbackProgress,
     Fleet,
     MaintenancePolicy,
+    Progress,
     canonical_root,
-    format_duration,
-    parse_duration,
 )
-from state_runtime.storage import Storage, open_storage
+from state_runtime.settings import MAINTENANCE, Setting
+from state_runtime.storage import open_storage
+
+ROOT_ENV = "STATE_CHECKPOINT_ROOT"
 
 
-class StateCatalogResource(ConfigurableResource):  # type: ignore[type-arg]
-    """The state catalog (not Dagster's own storage). ``url`` unset: ``$STATE_CATALOG_URL``,
-    else the demo's SQLite file. Leave ``url`` unset (or use ``EnvVar``) when the URL holds a
+def _policy_field(setting: Setting) -> tuple[Any, Any]:
+    """A resource field for a maintenance setting: unset by default, text for a duration."""
+    kind = str if setting.kind == "duration" else int
+    about = f"{setting.help} Unset: ${setting.env}, else {setting.text(setting.default)}."
+    return (kind | None, Field(default=None, description=about))
+
+
+_PolicyFields = create_model(  # type: ignore[call-overload]
+    "_PolicyFields",
+    __base__=ConfigurableResource,
+    __module__=__name__,
+    **{setting.name: _policy_field(setting) for setting in MAINTENANCE},
+)
+
+
+@dataclass(frozen=True)
+class MaintenanceRun:
+    """What one Dagster run maintains with: the stores, the policy, progress as log lines, and
+    how many stores it may work on in parallel."""
+
+    fleet: Fleet
+    policy: MaintenancePolicy
+    progress: Progress
+    workers: int
+
+
+class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
+    """Where the state catalog (not Dagster's own storage) and the checkpoints are, and the
+    maintenance policy. Leave ``catalog_url`` unset (or use ``EnvVar``) when the URL holds a
     password: Dagster shows a resource's configured values in its UI."""
 
-    url: str | None = None
+    catalog_url: str | None = Field(
+        default=None, description="The state catalog. Unset: $STATE_CATALOG_URL, else the demo's."
+    )
+    root: str | None = Field(
+        default=None,
+        description="Only this checkpoint root (path or URI). Unset: $STATE_CHECKPOINT_ROOT, "
+        "else every root in the catalog.",
+    )
+    workers: int = Field(default=1, ge=1, description="Stores worked on in parallel.")
+
+    @classmethod
+    def of(cls, policy: MaintenancePolicy, **fields: Any) -> MaintenanceResource:
+        """A resource setting every policy field to ``policy``'s value (and ``fields``)."""
+        settings = {s.name: _config_value(s, policy.value(s.name)) for s in MAINTENANCE}
+        return cls(**settings, **fields)
 
     def resolved_url(self) -> str:
-        return self.url or catalog_url()
+        return self.catalog_url or catalog_url()
+
+    def roots(self) -> list[str] | None:
+        root = self.root or os.environ.get(ROOT_ENV, "").strip()
+        return [canonical_root(root)] if root else None
+
+    def policy(self) -> MaintenancePolicy:
+        """The environment's policy with this resource's fields over it; an invalid field
+        raises the library's error naming it (MaintenanceRefused below the safety floor)."""
+        values: dict[str, object] = {}
+        labels: dict[str, str] = {}
+        for setting in MAINTENANCE:
+            raw = getattr(self, setting.name)
+            if raw is not None:
+                labels[setting.name] = f"maintenance resource {setting.name}={raw!r}"
+                values[setting.name] = setting.parse(str(raw), labels[setting.name])
+        return MaintenancePolicy.from_env().with_overrides(values, labels)
 
     @contextmanager
-    def open(self) -> Iterator[Catalog]:
+    def catalog(self) -> Iterator[Catalog]:
         catalog = Catalog.open(self.resolved_url())
         try:
             yield catalog
         finally:
             catalog.close()
 
+    @contextmanager
+    def fleet(self, owner: str) -> Iterator[Fleet]:
+        """The stores to maintain (``owner`` names the work in leases and run records)."""
+        with self.catalog() as catalog:
+            yield Fleet(catalog, roots=self.roots(), open_storage=open_storage, owner=owner)
 
-class CheckpointStorageResource(ConfigurableResource):  # type: ignore[type-arg]
-    """Where checkpoint files live. ``root`` narrows maintenance to one checkpoint root (a
-    path or URI, as ``$STATE_CHECKPOINT_ROOT``); unset, every root in the catalog."""
-
-    root: str | None = None
-
-    def roots(self) -> list[str] | None:
-        return None if not self.root else [canonical_root(self.root)]
-
-    def open(self, root: str) -> Storage:
-        return open_storage(root)
-
-
-class MaintenancePolicyResource(ConfigurableResource):  # type: ignore[type-arg]
-    """Thresholds and retention (durations as ``"15m"``, ``"1h"``, ``"2d"``)."""
-
-    snapshot_min_deltas: int
-    snapshot_max_recovery_bytes: int | None = None
-    retain_versions: int
-    window: str
-    orphan_grace: str
-    min_window: str
-    lease_ttl: str
-    lag_warn_deltas: int
-    lag_error_deltas: int
-    orphan_growth_warn_files: int
-    overdue_after: str
-    workers: int = 1
-
-    @classmethod
-    def of(cls, policy: MaintenancePolicy, workers: int = 1) -> MaintenancePolicyResource:
-        def text(value: timedelta) -> str:
-            return format_duration(value)
-
-        return cls(
-            snapshot_min_deltas=policy.snapshot_min_deltas,
-            snapshot_max_recovery_bytes=policy.snapshot_max_recovery_bytes,
-            retain_versions=policy.retention.retain_versions,
-            window=text(policy.retention.window),
-            orphan_grace=text(policy.retention.orphan_grace),
-            min_window=text(policy.min_window),
-            lease_ttl=text(policy.lease_ttl),
-            lag_warn_deltas=policy.lag_warn_deltas,
-            lag_error_deltas=policy.lag_error_deltas,
-            orphan_growth_warn_files=policy.orphan_growth_warn_files,
-            overdue_after=text(policy.overdue_after),
-            workers=workers,
-        )
-
-    def policy(self) -> MaintenancePolicy:
-        """The policy; MaintenanceRefused if it keeps fewer than 2 versions."""
-        return MaintenancePolicy(
-            snapshot_min_deltas=self.snapshot_min_deltas,
-            snapshot_max_recovery_bytes=self.snapshot_max_recovery_bytes,
-            retention=RetentionPolicy(
-                retain_versions=self.retain_versions,
-                window=parse_duration(self.window),
-                orphan_grace=parse_duration(self.orphan_grace),
-            ),
-            min_window=parse_duration(self.min_window),
-            lease_ttl=parse_duration(self.lease_ttl),
-            lag_warn_deltas=self.lag_warn_deltas,
-            lag_error_deltas=self.lag_error_deltas,
-            orphan_growth_warn_files=self.orphan_growth_warn_files,
-            overdue_after=parse_duration(self.overdue_after),
-        )
+    @contextmanager
+    def run(
+        self, context: AssetExecutionContext | AssetCheckExecutionContext
+    ) -> Iterator[MaintenanceRun]:
+        """One run's stores and policy (the policy first: a bad setting opens nothing)."""
+        policy = self.policy()
+        log = context.log
+        progress = CallbackProgress(lambda what, done, total: log.info(f"{what}: {done}/{total}"))
+        with self.fleet(f"dagster:{context.run.run_id}") as fleet:
+            yield MaintenanceRun(fleet, policy, progress, self.workers)
 
 
-@contextmanager
-def open_fleet(
-    catalog: StateCatalogResource, storage: CheckpointStorageResource, owner: str
-) -> Iterator[Fleet]:
-    """The stores to maintain, for one run (``owner`` names it in leases and run records)."""
-    with catalog.open() as opened:
-        yield Fleet(opened, roots=storage.roots(), open_storage=storage.open, owner=owner)
+def _config_value(setting: Setting, value: int | timedelta | None) -> int | str | None:
+    """A policy value as the resource's field holds it (durations as text)."""
+    if value is None or isinstance(value, int):
+        return value
+    return setting.text(value)

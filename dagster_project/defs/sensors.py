@@ -18,12 +18,7 @@ from dagster_project.defs.assets import StoresConfig
 from dagster_project.defs.automation import sensor_status
 from dagster_project.defs.jobs import snapshot_job
 from dagster_project.defs.partitions import state_stores
-from dagster_project.defs.resources import (
-    CheckpointStorageResource,
-    MaintenancePolicyResource,
-    StateCatalogResource,
-    open_fleet,
-)
+from dagster_project.defs.resources import MaintenanceResource
 from state_runtime.maintenance import due_for_snapshot
 
 
@@ -34,11 +29,9 @@ from state_runtime.maintenance import due_for_snapshot
     description="Adds a state_stores partition for each store in the catalog, drops gone ones.",
 )
 def store_discovery_sensor(
-    context: SensorEvaluationContext,
-    state_catalog: StateCatalogResource,
-    checkpoint_storage: CheckpointStorageResource,
+    context: SensorEvaluationContext, maintenance: MaintenanceResource
 ) -> SensorResult | SkipReason:
-    with open_fleet(state_catalog, checkpoint_storage, "dagster:discovery") as fleet:
+    with maintenance.fleet("dagster:discovery") as fleet:
         stores = {str(record.key) for record in fleet.stores()}
     known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     added, gone = sorted(stores - known), sorted(known - stores)
@@ -61,13 +54,11 @@ def store_discovery_sensor(
     description="Requests a snapshot run for the stores whose chains passed the threshold.",
 )
 def snapshot_due_sensor(
-    context: SensorEvaluationContext,
-    state_catalog: StateCatalogResource,
-    checkpoint_storage: CheckpointStorageResource,
-    maintenance_policy: MaintenancePolicyResource,
+    context: SensorEvaluationContext, maintenance: MaintenanceResource
 ) -> RunRequest | SkipReason:
-    with open_fleet(state_catalog, checkpoint_storage, "dagster:snapshot-sensor") as fleet:
-        due = due_for_snapshot(fleet, maintenance_policy.policy())
+    policy = maintenance.policy()
+    with maintenance.fleet("dagster:snapshot-sensor") as fleet:
+        due = due_for_snapshot(fleet, policy)
     if not due:
         return SkipReason("no store is due for a snapshot")
     stores = sorted(str(d.record.key) for d in due)

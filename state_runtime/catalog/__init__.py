@@ -31,7 +31,8 @@ from state_runtime.catalog.records import (
 from state_runtime.catalog.schema import head_revision, upgrade
 from state_runtime.catalog.settings import URL_ENV, CatalogTimeouts, catalog_url
 from state_runtime.catalog.tables import FileState, RunKind, RunOutcome, Verification
-from state_runtime.retention import MIN_RETAINED_VERSIONS, RetentionPolicy
+from state_runtime.retention import RetentionPolicy
+from state_runtime.settings import MIN_RETAINED_VERSIONS
 
 __all__ = [
     "MIN_RETAINED_VERSIONS",

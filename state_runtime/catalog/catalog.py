@@ -57,7 +57,8 @@ from state_runtime.catalog.tables import checkpoint_files, stores
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CommitConflict, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId, new_checkpoint_id
-from state_runtime.retention import MIN_RETAINED_VERSIONS, RetentionPolicy
+from state_runtime.retention import RetentionPolicy
+from state_runtime.settings import MIN_RETAINED_VERSIONS
 
 T = TypeVar("T")
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
-from state_runtime.durations import format_duration, parse_duration
+from state_runtime.durations import format_duration
 from state_runtime.errors import InvalidArgument
+from state_runtime.settings import CATALOG_TIMEOUTS, default_of
 
 URL_ENV = "STATE_CATALOG_URL"
-TIMEOUT_ENV_PREFIX = "STATE_CATALOG_"
 DEFAULT_DIR = "demo-output"
 DEFAULT_FILE = "catalog.db"
 
@@ -51,24 +51,28 @@ class CatalogTimeouts:
 
     A call ends within about ``attempts x (pool + connect + attempt)`` plus the retry
     backoff (``RetryPolicy``), then raises CatalogUnavailable (CatalogTimeout for silence).
-    Each is read from ``STATE_CATALOG_<NAME>_TIMEOUT`` (``keepalive``:
-    ``STATE_CATALOG_KEEPALIVE``) by :meth:`from_env`, as ``30s``, ``2m``, ...
+    Each is declared (default, floor of 1s, variable) in
+    :data:`state_runtime.settings.CATALOG_TIMEOUTS` and read from
+    ``STATE_CATALOG_<NAME>_TIMEOUT`` (``keepalive``: ``STATE_CATALOG_KEEPALIVE``) by
+    :meth:`from_env`, as ``30s``, ``2m``, ...
     """
 
-    connect: timedelta = timedelta(seconds=5)
-    statement: timedelta = timedelta(seconds=30)
-    lock: timedelta = timedelta(seconds=10)
-    attempt: timedelta = timedelta(seconds=60)
-    pool: timedelta = timedelta(seconds=10)
-    keepalive: timedelta = timedelta(seconds=10)
+    connect: timedelta = default_of(CATALOG_TIMEOUTS, "connect", timedelta)
+    statement: timedelta = default_of(CATALOG_TIMEOUTS, "statement", timedelta)
+    lock: timedelta = default_of(CATALOG_TIMEOUTS, "lock", timedelta)
+    attempt: timedelta = default_of(CATALOG_TIMEOUTS, "attempt", timedelta)
+    pool: timedelta = default_of(CATALOG_TIMEOUTS, "pool", timedelta)
+    keepalive: timedelta = default_of(CATALOG_TIMEOUTS, "keepalive", timedelta)
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not isinstance(value, timedelta) or value < timedelta(seconds=1):
+        for setting in CATALOG_TIMEOUTS:
+            try:
+                setting.check(getattr(self, setting.name))
+            except InvalidArgument:
                 raise InvalidArgument(
-                    f"catalog {f.name} timeout must be at least 1s, got {_text(value)}"
-                )
+                    f"catalog {setting.name} timeout must be at least "
+                    f"{setting.text(setting.floor)}, got {_text(getattr(self, setting.name))}"
+                ) from None
         if self.attempt < max(self.statement, self.lock):
             raise InvalidArgument(
                 f"catalog attempt timeout ({_text(self.attempt)}) must not be shorter than the "
@@ -77,33 +81,18 @@ class CatalogTimeouts:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CatalogTimeouts:
-        """The defaults with ``STATE_CATALOG_*_TIMEOUT`` overrides; InvalidArgument naming the
-        variable for a value that does not parse."""
-        env = os.environ if environ is None else environ
-        values: dict[str, timedelta] = {}
-        for f in fields(cls):
-            variable = env_name(f.name)
-            raw = env.get(variable, "").strip()
-            if raw:
-                try:
-                    values[f.name] = parse_duration(raw)
-                except InvalidArgument as exc:
-                    raise InvalidArgument(f"{variable}={raw!r}: {exc.reason}") from None
+        """The defaults with ``STATE_CATALOG_*_TIMEOUT`` overrides, read now; InvalidArgument
+        naming the variable for a value that does not parse."""
+        values, labels = CATALOG_TIMEOUTS.read_env(environ)
         try:
-            return replace(cls(), **values)
+            return replace(cls(), **values)  # type: ignore[arg-type]
         except InvalidArgument as exc:
-            names = ", ".join(env_name(name) for name in values) or "the defaults"
+            names = ", ".join(CATALOG_TIMEOUTS[name].env for name in labels) or "the defaults"
             raise InvalidArgument(f"{names}: {exc.reason}") from None
 
     @staticmethod
     def seconds(value: timedelta) -> float:
         return value.total_seconds()
-
-
-def env_name(field_name: str) -> str:
-    """The environment variable of a CatalogTimeouts field."""
-    suffix = "" if field_name == "keepalive" else "_TIMEOUT"
-    return f"{TIMEOUT_ENV_PREFIX}{field_name.upper()}{suffix}"
 
 
 def _text(value: object) -> str:

@@ -27,7 +27,6 @@ from state_runtime.cli.exits import (
     show_warnings,
 )
 from state_runtime.errors import InvalidArgument
-from state_runtime.identity import MAX_INT
 from state_runtime.maintenance import (
     SILENT,
     Fleet,
@@ -39,7 +38,6 @@ from state_runtime.maintenance import (
     damaged_snapshots,
     due_for_snapshot,
     explain_file,
-    format_duration,
     parse_duration,
     parse_store_key,
     reconcile,
@@ -48,6 +46,7 @@ from state_runtime.maintenance import (
     snapshot_pass,
     store_reports,
 )
+from state_runtime.settings import MAINTENANCE, Setting
 from state_runtime.storage import check_relative_path
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -96,34 +95,29 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -
         raise click.BadParameter(str(exc)) from None
 
 
-# CLI option -> (policy setting, option name): the command line's overrides of the policy.
-POLICY_OPTIONS = {
-    "min_deltas": ("snapshot_min_deltas", "--min-deltas"),
-    "retain_versions": ("retain_versions", "--retain-versions"),
-    "window": ("window", "--window"),
-    "orphan_grace": ("orphan_grace", "--orphan-grace"),
-    "min_window": ("min_window", "--min-window"),
-}
+def _policy_option(setting: Setting, option: str) -> Callable[[F], F]:
+    """The ``option`` of a declared setting; a value below a safety floor passes to the
+    policy, which refuses it with MaintenanceRefused (its own exit code)."""
+    if setting.kind == "duration":
+        return click.option(option, setting.name, callback=_duration, help=setting.help)
+    low = setting.floor if isinstance(setting.floor, int) and not setting.refusal else None
+    return click.option(
+        option,
+        setting.name,
+        type=click.IntRange(min=low, max=setting.ceiling),
+        help=setting.help,
+    )
+
+
+POLICY_OPTIONS = [setting for setting in MAINTENANCE if setting.option]
+"""The maintenance settings the command line overrides, as declared in MAINTENANCE."""
 
 
 def policy_options(command: F) -> F:
     """Options overriding the maintenance policy (defaults: STATE_MAINTENANCE_* or built-in).
     Zero is a value: ``--orphan-grace 0s`` means no grace."""
-    options = [
-        click.option(
-            "--min-deltas", type=click.IntRange(min=1, max=MAX_INT), help="Deltas for a snapshot."
-        ),
-        click.option(
-            "--retain-versions",
-            type=click.IntRange(max=MAX_INT),
-            help="Committed versions kept loadable (>=2).",
-        ),
-        click.option("--window", callback=_duration, help="Retention window, e.g. 1h."),
-        click.option("--orphan-grace", callback=_duration, help="Age before uncommitted files go."),
-        click.option("--min-window", callback=_duration, help="Shortest window accepted."),
-    ]
-    for option in reversed(options):
-        command = option(command)
+    for setting in reversed(POLICY_OPTIONS):
+        command = _policy_option(setting, str(setting.option))(command)
     return command
 
 
@@ -132,12 +126,11 @@ def _policy(options: dict[str, Any]) -> MaintenancePolicy:
     below the safety floor raises the error naming its option."""
     values: dict[str, object] = {}
     labels: dict[str, str] = {}
-    for option, (setting, name) in POLICY_OPTIONS.items():
-        value = options.get(option)
+    for setting in POLICY_OPTIONS:
+        value = options.get(setting.name)
         if value is not None:
-            values[setting] = value
-            shown = format_duration(value) if isinstance(value, timedelta) else value
-            labels[setting] = f"{name} {shown}"
+            values[setting.name] = value
+            labels[setting.name] = f"{setting.option} {setting.text(value)}"
     return MaintenancePolicy.from_env().with_overrides(values, labels)
 
 

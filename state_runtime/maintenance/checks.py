@@ -1,15 +1,16 @@
 """The platform's checks: lineage validity, retention within policy, snapshot lag, orphan growth,
 and each store's status.
 
-:data:`CHECKS` declares them (Dagster's check specs are built from it). :func:`run_checks`
-validates the stores, reads their health and status, evaluates the four fleet-wide checks and
-records a 'validate' run whose counts (orphan totals among them) the next run compares with.
-The CLI's ``validate`` and Dagster's asset checks both call it.
+:data:`CHECKS` declares them, with how each is evaluated: :func:`run_checks` and Dagster's
+check specs are both built from it. :func:`run_checks` validates the stores, reads their
+health and status, evaluates the fleet-wide checks and records a 'validate' run whose counts
+(orphan totals among them) the next run compares with. The CLI's ``validate`` and Dagster's
+asset checks both call it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -41,46 +42,6 @@ class CheckName(StrEnum):
 
 
 @dataclass(frozen=True)
-class CheckInfo:
-    """A check as the platform declares it: what it asserts, whether a failure must block
-    what depends on it (the cleanup), and whether it is evaluated per store."""
-
-    name: CheckName
-    description: str
-    blocking: bool = False
-    per_store: bool = False
-
-
-CHECKS = (
-    CheckInfo(
-        CheckName.LINEAGE,
-        "Every retained committed version is loadable: its files exist with the recorded "
-        "sizes and checksums, its lineage is contiguous, the commit log is linear. A failure "
-        "blocks the cleanup that depends on it.",
-        blocking=True,
-    ),
-    CheckInfo(
-        CheckName.RETENTION,
-        "The retention keeps at least 2 versions and a window no shorter than the minimum, "
-        "and cleanup keeps up (nothing stays deletable for long).",
-    ),
-    CheckInfo(
-        CheckName.SNAPSHOT_LAG,
-        "Deltas since each store's last verified snapshot stay under the thresholds.",
-    ),
-    CheckInfo(CheckName.ORPHAN_GROWTH, "Orphan files do not pile up between validations."),
-    CheckInfo(
-        CheckName.STORE_STATUS,
-        "Each store's status after validation: ERROR when broken (an open problem: a missing "
-        "or damaged file, a broken lineage), WARN when degraded (snapshot lag, orphans).",
-        per_store=True,
-    ),
-)
-"""Every check :func:`run_checks` evaluates (the fleet-wide ones as outcomes, the per-store
-one as each store's status); the Dagster checks are declared from this list."""
-
-
-@dataclass(frozen=True)
 class CheckOutcome:
     """A check's verdict: passed, or failed with a severity, a summary and the findings."""
 
@@ -90,6 +51,20 @@ class CheckOutcome:
     summary: str
     findings: list[Finding] = field(default_factory=list)
     figures: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckInputs:
+    """What one validation pass gathered, for every check to judge."""
+
+    fleet: Fleet
+    policy: MaintenancePolicy
+    only: Collection[StoreKey] | None
+    now: datetime | None
+    validation: ValidationReport
+    health: list[StoreReport]
+    totals: FleetTotals
+    previous: dict[str, Any] | None
 
 
 def lineage_check(validation: ValidationReport) -> CheckOutcome:
@@ -200,6 +175,56 @@ def orphan_growth_check(
     return CheckOutcome(CheckName.ORPHAN_GROWTH, passed, Severity.WARNING, summary, [], figures)
 
 
+@dataclass(frozen=True)
+class CheckInfo:
+    """A check as the platform declares it: what it asserts, whether a failure must block
+    what depends on it (the cleanup), whether it is evaluated per store, and how a
+    validation pass evaluates it (``evaluate``; a per-store check is each store's status)."""
+
+    name: CheckName
+    description: str
+    evaluate: Callable[[CheckInputs], CheckOutcome] | None = None
+    blocking: bool = False
+    per_store: bool = False
+
+
+CHECKS = (
+    CheckInfo(
+        CheckName.LINEAGE,
+        "Every retained committed version is loadable: its files exist with the recorded "
+        "sizes and checksums, its lineage is contiguous, the commit log is linear. A failure "
+        "blocks the cleanup that depends on it.",
+        lambda i: lineage_check(i.validation),
+        blocking=True,
+    ),
+    CheckInfo(
+        CheckName.RETENTION,
+        "The retention keeps at least 2 versions and a window no shorter than the minimum, "
+        "and cleanup keeps up (nothing stays deletable for long).",
+        lambda i: retention_check(i.fleet, i.policy, only=i.only, now=i.now),
+    ),
+    CheckInfo(
+        CheckName.SNAPSHOT_LAG,
+        "Deltas since each store's last verified snapshot stay under the thresholds.",
+        lambda i: snapshot_lag_check(i.health, i.policy),
+    ),
+    CheckInfo(
+        CheckName.ORPHAN_GROWTH,
+        "Orphan files do not pile up between validations.",
+        lambda i: orphan_growth_check(i.totals, i.previous, i.policy),
+    ),
+    CheckInfo(
+        CheckName.STORE_STATUS,
+        "Each store's status after validation: ERROR when broken (an open problem: a missing "
+        "or damaged file, a broken lineage), WARN when degraded (snapshot lag, orphans).",
+        per_store=True,
+    ),
+)
+"""The one registry of checks: :func:`run_checks` evaluates each (the fleet-wide ones as
+outcomes, the per-store one as each store's status) and Dagster's check specs are built from
+it. Adding a check is one entry here."""
+
+
 @dataclass
 class ChecksReport:
     run_id: int
@@ -232,7 +257,8 @@ def run_checks(
     progress: Progress = SILENT,
     workers: int = 1,
 ) -> ChecksReport:
-    """Validate, read health, evaluate the four checks; one recorded 'validate' run."""
+    """Validate, read health, evaluate every check of :data:`CHECKS`; one recorded
+    'validate' run."""
     scope = scope_of(fleet, only)
     parameters = policy.parameters() | {"scope": scope}
     with recorded_run(fleet.catalog, RunKind.VALIDATE, fleet.owner, parameters) as run:
@@ -242,12 +268,8 @@ def run_checks(
         health = store_reports(fleet, policy, only=only, now=now)
         totals = FleetTotals.of(health)
         previous = previous_run_counts(fleet.catalog, RunKind.VALIDATE, scope, run.run_id)
-        outcomes = [
-            lineage_check(validation),
-            retention_check(fleet, policy, only=only, now=now),
-            snapshot_lag_check(health, policy),
-            orphan_growth_check(totals, previous, policy),
-        ]
+        inputs = CheckInputs(fleet, policy, only, now, validation, health, totals, previous)
+        outcomes = [check.evaluate(inputs) for check in CHECKS if check.evaluate is not None]
         run.counts = validation.counts() | {
             "orphan_files": totals.orphan_files,
             "orphan_bytes": totals.orphan_bytes,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -10,24 +9,22 @@ from typing import Any
 
 from state_runtime.durations import format_duration, parse_duration
 from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStoreError
-from state_runtime.identity import MAX_BIGINT, MAX_INT
 from state_runtime.retention import RetentionPolicy
+from state_runtime.settings import MAINTENANCE, default_of
 
 __all__ = [
-    "ENV_PREFIX",
-    "SETTINGS",
     "MaintenancePolicy",
     "format_duration",
     "parse_duration",
-    "parse_setting",
 ]
 
-ENV_PREFIX = "STATE_MAINTENANCE_"
+_RETENTION_SETTINGS = ("retain_versions", "window", "orphan_grace")
 
 
 @dataclass(frozen=True)
 class MaintenancePolicy:
-    """Thresholds and limits shared by the CLI and Dagster.
+    """Thresholds and limits shared by the CLI and Dagster; each field is declared (default,
+    floor, help, variable) in :data:`state_runtime.settings.MAINTENANCE`.
 
     - snapshots: a store is due when ``snapshot_min_deltas`` committed deltas follow its last
       snapshot, or when loading its latest version reads ``snapshot_max_recovery_bytes`` or more.
@@ -40,25 +37,22 @@ class MaintenancePolicy:
       not keeping up (retention is out of policy).
     """
 
-    snapshot_min_deltas: int = 10
+    snapshot_min_deltas: int = default_of(MAINTENANCE, "snapshot_min_deltas", int)
     snapshot_max_recovery_bytes: int | None = None
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
-    min_window: timedelta = timedelta(minutes=10)
-    lease_ttl: timedelta = timedelta(minutes=10)
-    lag_warn_deltas: int = 20
-    lag_error_deltas: int = 50
-    orphan_growth_warn_files: int = 100
-    overdue_after: timedelta = timedelta(days=2)
+    min_window: timedelta = default_of(MAINTENANCE, "min_window", timedelta)
+    lease_ttl: timedelta = default_of(MAINTENANCE, "lease_ttl", timedelta)
+    lag_warn_deltas: int = default_of(MAINTENANCE, "lag_warn_deltas", int)
+    lag_error_deltas: int = default_of(MAINTENANCE, "lag_error_deltas", int)
+    orphan_growth_warn_files: int = default_of(MAINTENANCE, "orphan_growth_warn_files", int)
+    overdue_after: timedelta = default_of(MAINTENANCE, "overdue_after", timedelta)
 
     def __post_init__(self) -> None:
-        if self.snapshot_min_deltas < 1:
-            raise InvalidArgument("snapshot_min_deltas must be at least 1")
-        if self.snapshot_max_recovery_bytes is not None and self.snapshot_max_recovery_bytes < 1:
-            raise InvalidArgument("snapshot_max_recovery_bytes must be positive when set")
-        if not 1 <= self.lag_warn_deltas <= self.lag_error_deltas:
+        for setting in MAINTENANCE:
+            if setting.name not in _RETENTION_SETTINGS:
+                setting.check(getattr(self, setting.name))
+        if self.lag_warn_deltas > self.lag_error_deltas:
             raise InvalidArgument("snapshot lag thresholds need 1 <= warn <= error")
-        if self.lease_ttl <= timedelta(0) or self.min_window < timedelta(0):
-            raise InvalidArgument("lease_ttl must be positive and min_window not negative")
 
     def check_retention(self) -> None:
         """Refuse a retention window shorter than ``min_window`` with MaintenanceRefused (the
@@ -69,8 +63,15 @@ class MaintenancePolicy:
                 f"retention window {format_duration(retention.window)} is shorter than the "
                 f"configured minimum of {format_duration(self.min_window)}: files that young may "
                 "belong to a batch still in flight. Use a longer window or lower min_window "
-                f"({ENV_PREFIX}MIN_WINDOW) deliberately."
+                f"({MAINTENANCE['min_window'].env}) deliberately."
             )
+
+    def value(self, name: str) -> int | timedelta | None:
+        """The value of setting ``name`` (a field, or one of the retention's)."""
+        value: int | timedelta | None = getattr(
+            self.retention if name in _RETENTION_SETTINGS else self, name
+        )
+        return value
 
     def parameters(self) -> dict[str, object]:
         """A JSON-able description, for run records and Dagster metadata."""
@@ -95,7 +96,7 @@ class MaintenancePolicy:
         (InvalidArgument, or MaintenanceRefused below the safety floor).
         """
         labels = labels or {}
-        unknown = sorted(set(values) - set(SETTINGS))
+        unknown = sorted(set(values) - set(MAINTENANCE.by_name))
         if unknown:
             raise InvalidArgument(f"unknown maintenance setting(s): {', '.join(unknown)}")
         policy = self
@@ -112,58 +113,12 @@ class MaintenancePolicy:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> MaintenancePolicy:
-        """The policy with overrides from ``STATE_MAINTENANCE_*`` variables (see docs).
+        """The policy with overrides from ``STATE_MAINTENANCE_*`` variables (see docs), read
+        now.
 
         An unknown ``STATE_MAINTENANCE_*`` name (a typo would silently keep a default) and a
         value that does not parse are refused with InvalidArgument naming the variable; a
         value below the safety floor with MaintenanceRefused naming it.
         """
-        env = os.environ if environ is None else environ
-        known = {ENV_PREFIX + name.upper(): name for name in SETTINGS}
-        unknown = sorted(k for k in env if k.startswith(ENV_PREFIX) and k not in known)
-        if unknown:
-            raise InvalidArgument(
-                f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
-        values: dict[str, object] = {}
-        labels: dict[str, str] = {}
-        for variable, name in known.items():
-            raw = env.get(variable, "").strip()
-            if raw:
-                labels[name] = f"{variable}={raw!r}"
-                values[name] = parse_setting(name, raw, labels[name])
+        values, labels = MAINTENANCE.read_env(environ)
         return cls().with_overrides(values, labels)
-
-
-_RETENTION_SETTINGS = ("retain_versions", "window", "orphan_grace")
-SETTINGS: dict[str, type] = {
-    "snapshot_min_deltas": int,
-    "snapshot_max_recovery_bytes": int,
-    "retain_versions": int,
-    "window": timedelta,
-    "orphan_grace": timedelta,
-    "min_window": timedelta,
-    "lease_ttl": timedelta,
-    "lag_warn_deltas": int,
-    "lag_error_deltas": int,
-    "orphan_growth_warn_files": int,
-    "overdue_after": timedelta,
-}
-"""Every maintenance setting and the type of its value."""
-
-
-def parse_setting(name: str, raw: str, label: str) -> object:
-    """The value of setting ``name`` written as text; InvalidArgument naming ``label``."""
-    if SETTINGS[name] is timedelta:
-        try:
-            return parse_duration(raw)
-        except InvalidArgument as exc:
-            raise InvalidArgument(f"{label}: {exc.reason}") from None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidArgument(f"{label} is not an integer") from None
-    largest = MAX_BIGINT if name.endswith("_bytes") else MAX_INT
-    if not 0 <= value <= largest:
-        raise InvalidArgument(f"{label} is out of range (0 to {largest})")
-    return value

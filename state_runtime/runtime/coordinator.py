@@ -11,7 +11,6 @@ optimisation for memory; no load or commit depends on it, and its failures are o
 from __future__ import annotations
 
 import logging
-import os
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
@@ -23,10 +22,9 @@ from state_runtime.catalog.engine import run_transaction
 from state_runtime.catalog.tables import store_holders, stores
 from state_runtime.errors import StateStoreError
 from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.settings import WORKER, default_of
 
 log = logging.getLogger("state_runtime.runtime.coordinator")
-
-UNLOAD_LAG = int(os.environ.get("STATE_WORKER_UNLOAD_LAG", "10"))
 
 
 def _store_pk(connection: Connection, root: str, store: StoreId) -> int | None:
@@ -71,7 +69,11 @@ def report(catalog: Catalog, root: str, store: StoreId, worker: str, ref: Checkp
 
 
 def redundant(
-    catalog: Catalog, root: str, held: dict[StoreId, int], worker: str, lag: int = UNLOAD_LAG
+    catalog: Catalog,
+    root: str,
+    held: dict[StoreId, int],
+    worker: str,
+    lag: int = default_of(WORKER, "unload_lag", int),
 ) -> set[StoreId]:
     """Of the stores this worker ``held`` (store -> cached version), those another worker now
     holds at least ``lag`` versions ahead: copies worth unloading."""

@@ -38,6 +38,7 @@ from state_runtime.runtime.tasks import (
     run_partition,
 )
 from state_runtime.runtime.watermark import Watermark
+from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage, open_storage
 
 log = logging.getLogger("state_runtime.runtime")
@@ -175,6 +176,7 @@ class StatefulQuery:
             base=base_refs(committed, op),
             input_schema=to_arrow_schema(routed.schema, timezone="UTC"),
             batch_time_ms=batch_time_ms,
+            worker_settings=WorkerSettings.from_env(),
             event_time=self.event_time.spec(watermark_ms, first=op is self.operators[0]),
         )
         return routed.mapInArrow(partial(run_partition, spec), op.staged_schema())

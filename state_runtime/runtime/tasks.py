@@ -1,10 +1,10 @@
 """What one Spark task does for one state partition of one batch (runs on executors).
 
 The driver builds a :class:`TaskSpec` of plain data (the operator, the committed
-``(version, id)`` of every partition, the catalog URL) that Spark ships with the task. The
-task opens its partition's store at exactly that checkpoint, runs the update function, commits
-a new delta, records the file in the catalog as written, and returns its output rows followed
-by one row carrying its checkpoint info as JSON.
+``(version, id)`` of every partition, the catalog URL, the worker settings it read) that Spark
+ships with the task. The task opens its partition's store at exactly that checkpoint, runs the
+update function, commits a new delta, records the file in the catalog as written, and returns
+its output rows followed by one row carrying its checkpoint info as JSON.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
 
+from state_runtime.cache import CACHE, set_budget
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.metrics import LoadSource
@@ -26,6 +27,7 @@ from state_runtime.runtime import coordinator, worker
 from state_runtime.runtime.context import BatchContext, _current
 from state_runtime.runtime.event_time import EventTimeSpec, event_time_report, prepare_rows
 from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
 
 PARTITION_COLUMN = "__state_partition"
@@ -43,6 +45,7 @@ class TaskSpec:
     base: dict[int, tuple[int, str | None]]
     input_schema: pa.Schema
     batch_time_ms: int
+    worker_settings: WorkerSettings
     event_time: EventTimeSpec | None = None
 
 
@@ -93,7 +96,10 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     root, me = spec.storage.uri, worker.worker_id()
     catalog = worker.catalog_for(spec.catalog_url)
     others = {s: v for s, v in worker.held_versions(root).items() if s != store_id}
-    unloaded = worker.unload(root, coordinator.redundant(catalog, root, others, me))
+    if CACHE.budget != spec.worker_settings.cache_bytes:
+        set_budget(spec.worker_settings.cache_bytes)
+    lag = spec.worker_settings.unload_lag
+    unloaded = worker.unload(root, coordinator.redundant(catalog, root, others, me, lag))
     provider = worker.provider_for(spec.storage, store_id, op.schema, op.config)
     version, checkpoint_id = spec.base.get(partition, (0, None))
     store = provider.get_store(version, checkpoint_id)

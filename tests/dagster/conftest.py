@@ -8,11 +8,7 @@ from typing import Any
 import pytest
 from dagster import DagsterInstance, instance_for_test
 
-from dagster_project.defs.resources import (
-    CheckpointStorageResource,
-    MaintenancePolicyResource,
-    StateCatalogResource,
-)
+from dagster_project.defs.resources import MaintenanceResource
 from state_runtime.catalog import Catalog
 from state_runtime.maintenance import MaintenancePolicy
 from tests.maintenance.conftest import (  # noqa: F401  (fixtures)
@@ -39,11 +35,7 @@ def catalog(request: pytest.FixtureRequest) -> Catalog:
 
 def resources_for(catalog: Catalog, policy: MaintenancePolicy | None = None) -> dict[str, Any]:
     url = catalog.engine.url.render_as_string(hide_password=False)
-    return {
-        "state_catalog": StateCatalogResource(url=url),
-        "checkpoint_storage": CheckpointStorageResource(),
-        "maintenance_policy": MaintenancePolicyResource.of(policy or MaintenancePolicy()),
-    }
+    return {"maintenance": MaintenanceResource.of(policy or MaintenancePolicy(), catalog_url=url)}
 
 
 @pytest.fixture

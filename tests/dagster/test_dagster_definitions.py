@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from dagster import (
     AssetCheckKey,
     AssetKey,
@@ -30,11 +31,13 @@ from dagster_project.defs.assets import (
 )
 from dagster_project.defs.checks import state_checkpoint_checks
 from dagster_project.defs.jobs import cleanup_schedule, snapshot_schedule
-from dagster_project.defs.resources import StateCatalogResource
+from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import snapshot_due_sensor, store_discovery_sensor
 from state_runtime.catalog import RetentionPolicy, catalog_url
-from state_runtime.maintenance import MaintenancePolicy
-from tests.dagster.conftest import BOTH_CATALOGS, resources_for
+from state_runtime.errors import MaintenanceRefused
+from state_runtime.maintenance import CHECKS, MaintenancePolicy
+from state_runtime.settings import MAINTENANCE
+from tests.dagster.conftest import resources_for
 from tests.maintenance.streams import StoreStream
 
 # snapshots after 5 deltas; superseded files may go at once (the tests cannot wait an hour)
@@ -74,10 +77,31 @@ def test_the_code_location_loads_with_the_demo_defaults() -> None:
         "state_reconcile_weekly",
     }
     assert {s.name for s in repo.sensor_defs} == {"state_store_discovery", "state_snapshot_due"}
-    assert StateCatalogResource().resolved_url() == catalog_url()
+    assert MaintenanceResource().resolved_url() == catalog_url()
 
 
-@BOTH_CATALOGS
+def test_every_registered_check_has_a_dagster_spec_and_is_evaluated() -> None:
+    """Dagster's checks and run_checks' outcomes are both built from the one registry."""
+    specs = {key.name for key in state_checkpoint_checks.check_keys}
+    assert specs == {check.name.value for check in CHECKS}
+    blocking = {spec.name for spec in state_checkpoint_checks.check_specs if spec.blocking}
+    assert blocking == {check.name.value for check in CHECKS if check.blocking}
+    fleet_wide = {check.name for check in CHECKS if not check.per_store}
+    assert fleet_wide == {check.name for check in CHECKS if check.evaluate is not None}
+
+
+def test_the_resource_fields_are_the_declared_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each maintenance setting is a field; unset, the environment applies when read."""
+    fields = MaintenanceResource.model_fields
+    assert {s.name for s in MAINTENANCE} <= set(fields)
+    monkeypatch.setenv("STATE_MAINTENANCE_WINDOW", "3h")
+    assert MaintenanceResource().policy().retention.window == timedelta(hours=3)
+    assert MaintenanceResource(window="2h").policy().retention.window == timedelta(hours=2)
+    assert MaintenanceResource.of(FAST).policy() == FAST
+    with pytest.raises(MaintenanceRefused, match="retain_versions=1"):
+        MaintenanceResource(retain_versions=1).policy()
+
+
 def test_snapshot_cleanup_and_health_assets(
     make_stream: Callable[..., StoreStream], instance: DagsterInstance
 ) -> None:

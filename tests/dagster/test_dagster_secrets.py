@@ -44,7 +44,7 @@ def test_the_code_location_shows_no_password(monkeypatch: pytest.MonkeyPatch) ->
 
     defs = Definitions(assets=[state_store_health], resources=resources())
     snapshot = serialize_value(RepositorySnap.from_def(defs.get_repository_def()))
-    assert "state_catalog" in snapshot and SECRET not in snapshot
+    assert "maintenance" in snapshot and SECRET not in snapshot
 
 
 def test_a_failing_catalog_leaves_no_password_in_dagster(
