@@ -94,6 +94,10 @@ class _WindowedAggregate:
     group_columns: tuple[str, ...]
 
     def __call__(self, store: StateStore, rows: pa.Table) -> pa.Table | None:
+        if self.time_column not in rows.column_names:
+            raise InvalidArgument(
+                f"event-time column {self.time_column!r} is not in the input: {rows.column_names}"
+            )
         batch = current_batch()
         watermark_ms = batch.watermark_ms
         size = _micros(self.window.size)
@@ -104,15 +108,9 @@ class _WindowedAggregate:
             late = is_late(starts + size, watermark_ms)
             batch.event_time.late_rows += int(np.count_nonzero(late))
             indices, starts = indices[~late], starts[~late]
-        expanded = rows.select(list(self.group_columns)).take(pa.array(indices))
-        expanded = expanded.append_column(
+        expanded = rows.take(pa.array(indices)).append_column(
             WINDOW_START, pa.array(starts, type=pa.timestamp("us", tz="UTC"))
         )
-        for column in rows.column_names:
-            if column not in expanded.column_names:
-                expanded = expanded.append_column(
-                    column, rows.column(column).take(pa.array(indices))
-                )
         updated = self.merge(store, expanded) if expanded.num_rows else None
         evicted = self._evict(store, watermark_ms)
         if self.mode == "update":
