@@ -16,7 +16,10 @@ class BatchContext:
     """The driver's clock when the batch started: the same for every task of the batch."""
     partition_id: int
     watermark_ms: int | None = None
-    """The batch's event-time watermark (ms), fixed by the driver; None without a watermark."""
+    """The batch's event-time watermark (ms), fixed by the driver, for eviction and timeouts;
+    None without a watermark."""
+    late_rows_watermark_ms: int | None = None
+    """The previous batch's watermark (ms): input rows at or before it are late (Spark)."""
     event_time: EventTimeStats = field(default_factory=EventTimeStats)
     """Late rows dropped and state evicted by event time in this task, for the metrics."""
 

@@ -2,9 +2,10 @@
 
 The driver (:class:`EventTimeClock`) takes batch ``b``'s watermark from the catalog if ``b``
 already ran (a replay or restart), else derives it from batch ``b - 1``'s record and records
-it before any task starts. Each task of the first operator reports the largest event time of
-its input; the driver records the batch's maximum before the batch commits. Tasks drop late
-rows (:func:`prepare_rows`) and report what they dropped and evicted (:func:`event_time_report`).
+it before any task starts; batch ``b - 1``'s watermark judges late rows. Each task of the
+first operator reports the largest event time of its input; the driver records the batch's
+maximum before the batch commits. Tasks drop late rows (:func:`prepare_rows`) and report what
+they dropped and evicted (:func:`event_time_report`).
 """
 
 from __future__ import annotations
@@ -18,15 +19,21 @@ import pyarrow as pa
 from state_runtime.catalog import Catalog
 from state_runtime.errors import InvalidArgument
 from state_runtime.runtime.operator import StatefulOperator
-from state_runtime.runtime.watermark import EventTimeStats, Watermark, drop_late, max_event_ms
+from state_runtime.runtime.watermark import (
+    BatchWatermarks,
+    EventTimeStats,
+    Watermark,
+    drop_late,
+    max_event_ms,
+)
 
 
 @dataclass(frozen=True)
 class EventTimeSpec:
-    """What a task needs: the batch's watermark, and the column whose maximum it reports
+    """What a task needs: the batch's watermarks, and the column whose maximum it reports
     (set for the first operator only: the watermark follows the query's input)."""
 
-    watermark_ms: int
+    watermarks: BatchWatermarks
     track_column: str | None
 
 
@@ -38,7 +45,7 @@ def prepare_rows(
         return rows, None
     seen = None if spec.track_column is None else max_event_ms(rows, spec.track_column)
     if op.late_column is not None:
-        rows, stats.late_rows = drop_late(rows, op.late_column, spec.watermark_ms)
+        rows, stats.late_rows = drop_late(rows, op.late_column, spec.watermarks.late_rows_ms)
     return rows, seen
 
 
@@ -52,13 +59,14 @@ def event_time_report(stats: EventTimeStats, seen: int | None) -> dict[str, Any]
 
 
 def event_time_metrics(
-    reports: Sequence[dict[str, Any]], watermark_ms: int | None
+    reports: Sequence[dict[str, Any]], watermarks: BatchWatermarks | None
 ) -> dict[str, Any]:
     """The batch's event-time figures, for ``BatchMetrics.extra``."""
-    if watermark_ms is None:
+    if watermarks is None:
         return {}
     return {
-        "watermark_ms": watermark_ms,
+        "watermark_ms": watermarks.eviction_ms,
+        "late_rows_watermark_ms": watermarks.late_rows_ms,
         "late_rows": sum(r["late_rows"] for r in reports),
         "evicted": sum(r["evicted"] for r in reports),
         "evict_ms": sum(r["evict_ms"] for r in reports),
@@ -85,27 +93,29 @@ class EventTimeClock:
                 )
         return cls(watermark)
 
-    def spec(self, watermark_ms: int | None, *, first: bool) -> EventTimeSpec | None:
-        if self.watermark is None or watermark_ms is None:
+    def spec(self, watermarks: BatchWatermarks | None, *, first: bool) -> EventTimeSpec | None:
+        if self.watermark is None or watermarks is None:
             return None
-        return EventTimeSpec(watermark_ms, self.watermark.column if first else None)
+        return EventTimeSpec(watermarks, self.watermark.column if first else None)
 
     def watermark_for(
         self, catalog: Catalog, root: str, query_id: str, batch_id: int
-    ) -> int | None:
-        """Batch ``batch_id``'s watermark: recorded if it ran before, else derived and recorded."""
+    ) -> BatchWatermarks | None:
+        """Batch ``batch_id``'s watermark (recorded if it ran before, else derived from batch
+        ``batch_id - 1``'s record and recorded) and batch ``batch_id - 1``'s."""
         if self.watermark is None:
             return None
-        recorded = catalog.batch_watermark(root, query_id, batch_id)
-        if recorded is not None:
-            return recorded.watermark_ms
         previous = catalog.batch_watermark(root, query_id, batch_id - 1) if batch_id else None
-        derived = (
-            0
-            if previous is None
-            else self.watermark.advance(previous.watermark_ms, previous.max_event_ms)
-        )
-        return catalog.fix_watermark(root, query_id, batch_id, derived).watermark_ms
+        late_rows_ms = 0 if previous is None else previous.watermark_ms
+        recorded = catalog.batch_watermark(root, query_id, batch_id)
+        if recorded is None:
+            derived = (
+                0
+                if previous is None
+                else self.watermark.advance(previous.watermark_ms, previous.max_event_ms)
+            )
+            recorded = catalog.fix_watermark(root, query_id, batch_id, derived)
+        return BatchWatermarks(recorded.watermark_ms, late_rows_ms)
 
     def record(
         self,

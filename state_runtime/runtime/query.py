@@ -37,7 +37,7 @@ from state_runtime.runtime.tasks import (
     parse_report,
     run_partition,
 )
-from state_runtime.runtime.watermark import Watermark
+from state_runtime.runtime.watermark import BatchWatermarks, Watermark
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage, open_storage
 
@@ -158,7 +158,7 @@ class StatefulQuery:
         batch_id: int,
         committed: dict[StoreId, Any],
         batch_time_ms: int,
-        watermark_ms: int | None,
+        watermarks: BatchWatermarks | None,
     ) -> DataFrame:
         missing = [c for c in op.key_columns if c not in df.columns]
         if missing:
@@ -177,7 +177,7 @@ class StatefulQuery:
             input_schema=to_arrow_schema(routed.schema, timezone="UTC"),
             batch_time_ms=batch_time_ms,
             worker_settings=WorkerSettings.from_env(),
-            event_time=self.event_time.spec(watermark_ms, first=op is self.operators[0]),
+            event_time=self.event_time.spec(watermarks, first=op is self.operators[0]),
         )
         return routed.mapInArrow(partial(run_partition, spec), op.staged_schema())
 
@@ -203,13 +203,11 @@ class StatefulQuery:
         if not self._registered:
             self._register()
         committed = self._committed_before(batch_id)
-        watermark_ms = self.event_time.watermark_for(
-            self.catalog, self.root, self.query_id, batch_id
-        )
+        watermarks = self.event_time.watermark_for(self.catalog, self.root, self.query_id, batch_id)
         current, cached, reports = df, [], []
         try:
             for op in self.operators:
-                staged = self._stage(current, op, batch_id, committed, batch_time, watermark_ms)
+                staged = self._stage(current, op, batch_id, committed, batch_time, watermarks)
                 staged.persist(StorageLevel.MEMORY_AND_DISK)
                 cached.append(staged)
                 current = staged.where(F.col(CHECKPOINT_COLUMN).isNull()).drop(CHECKPOINT_COLUMN)
@@ -230,7 +228,7 @@ class StatefulQuery:
                 staged.unpersist()
             raise
         metrics = self._metrics(reports, commit_ms, (time.perf_counter() - started) * 1000)
-        metrics.extra.update(event_time_metrics(reports, watermark_ms))
+        metrics.extra.update(event_time_metrics(reports, watermarks))
         self.catalog.record_batch_metrics(self.root, self.query_id, batch_id, metrics)
         log.info(
             "query %s batch %d committed: %d rows in, %d keys updated, %d state rows, "

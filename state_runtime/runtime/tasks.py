@@ -108,7 +108,8 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
         spec.batch_id,
         spec.batch_time_ms,
         partition,
-        None if spec.event_time is None else spec.event_time.watermark_ms,
+        None if spec.event_time is None else spec.event_time.watermarks.eviction_ms,
+        None if spec.event_time is None else spec.event_time.watermarks.late_rows_ms,
     )
     rows_in = rows.num_rows
     rows, max_event = prepare_rows(spec.event_time, op, rows, batch.event_time)

@@ -1,11 +1,13 @@
 """Event time: the watermark of a query and the rows it makes late.
 
-As in Spark: the watermark used by batch ``b`` is ``max(watermark of b - 1, the largest event
-time seen in batches 0..b-1 minus the delay)``, starting at 0 (the epoch). The driver fixes it
+As in Spark: the watermark of batch ``b`` is ``max(watermark of b - 1, the largest event time
+seen in batches 0..b-1 minus the delay)``, starting at 0 (the epoch). The driver fixes it
 before the batch runs and records it in the catalog, so a replayed batch or a restarted query
 uses exactly the value the original batch used; the tasks report the largest event time they
-saw, recorded with the batch for the next one. A row is late when its event time is at or
-before the watermark; late rows are dropped before the stateful stage and counted.
+saw, recorded with the batch for the next one. As in Spark since 3.4 (the watermark
+propagation of SPARK-40925 / SPARK-42376), batch ``b`` evicts state with its own watermark but
+judges input rows late against batch ``b - 1``'s: a row is late when its event time is at or
+before that one. Late rows are dropped before the stateful stage and counted.
 Times are microseconds (Spark's timestamp unit) inside a batch, milliseconds in the catalog.
 """
 
@@ -46,6 +48,15 @@ class Watermark:
         if max_event_ms is None:
             return watermark_ms
         return max(watermark_ms, max_event_ms - self.delay_ms)
+
+
+@dataclass(frozen=True)
+class BatchWatermarks:
+    """The two watermarks a batch uses (ms): its own, for eviction and timeouts, and the
+    previous batch's, for late rows."""
+
+    eviction_ms: int
+    late_rows_ms: int
 
 
 @dataclass

@@ -99,20 +99,19 @@ class _WindowedAggregate:
                 f"event-time column {self.time_column!r} is not in the input: {rows.column_names}"
             )
         batch = current_batch()
-        watermark_ms = batch.watermark_ms
         size = _micros(self.window.size)
         indices, starts = self.window.starts(
             event_micros(rows.column(self.time_column), self.time_column)
         )
-        if watermark_ms is not None:
-            late = is_late(starts + size, watermark_ms)
+        if batch.late_rows_watermark_ms is not None:
+            late = is_late(starts + size, batch.late_rows_watermark_ms)
             batch.event_time.late_rows += int(np.count_nonzero(late))
             indices, starts = indices[~late], starts[~late]
         expanded = rows.take(pa.array(indices)).append_column(
             WINDOW_START, pa.array(starts, type=pa.timestamp("us", tz="UTC"))
         )
         updated = self.merge(store, expanded) if expanded.num_rows else None
-        evicted = self._evict(store, watermark_ms)
+        evicted = self._evict(store, batch.watermark_ms)
         if self.mode == "update":
             return None if updated is None else self._output(updated)
         return self._output(evicted)
