@@ -161,10 +161,8 @@ def _session(key: tuple[Any, ...], rows: list[tuple[Any, ...]], state: GroupStat
     return [(key[0], n + len(rows), False)]
 
 
-def test_event_time_timeouts_fire_once_when_the_watermark_passes(
-    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
-) -> None:
-    op = map_groups_with_state(
+def _sessions_op() -> Any:
+    return map_groups_with_state(
         0,
         ["user"],
         "user string",
@@ -175,6 +173,12 @@ def test_event_time_timeouts_fire_once_when_the_watermark_passes(
         timeout="event_time",
         event_time_column="ts",
     )
+
+
+def test_event_time_timeouts_fire_once_when_the_watermark_passes(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    op = _sessions_op()
     query = StatefulQuery(
         "sessions",
         str(tmp_path / "ckpt"),
