@@ -16,8 +16,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from state_runtime.catalog import Catalog
-from state_runtime.catalog.settings import catalog_url
+from state_runtime.catalog import Catalog, catalog_url
 from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
 from state_runtime.runtime.session import spark_session
 

@@ -75,6 +75,20 @@ class InvalidArgument(StateStoreError, ValueError):
     """A caller passed a bad value: a malformed name, a negative version, a path escape."""
 
 
+class MissingExtra(InvalidArgument):
+    """A feature needs an optional part of the install that is missing; the message names the
+    extra that provides it."""
+
+    def __init__(self, what: str, extra: str, module: str | None) -> None:
+        super().__init__(f"{what} needs {extra_hint(extra, module)}")
+
+
+def extra_hint(extra: str, module: str | None) -> str:
+    """How to install an extra, e.g. ``the s3 extra (boto3 is not installed): pip install
+    'state-runtime[s3]'``."""
+    return f"the {extra} extra ({module} is not installed): pip install 'state-runtime[{extra}]'"
+
+
 class SchemaMismatch(InvalidArgument):
     """Files of a store were written with a key or value schema other than the one asked for."""
 

@@ -158,9 +158,6 @@ class SettingGroup:
     def __getitem__(self, name: str) -> Setting:
         return self.by_name[name]
 
-    def defaults(self) -> dict[str, Value | None]:
-        return {s.name: s.default for s in self.settings}
-
     def read_env(
         self, environ: Mapping[str, str] | None = None
     ) -> tuple[dict[str, Value], dict[str, str]]:

@@ -182,6 +182,7 @@ def test_dagster_commands_use_the_image_layout(
     assert workdir is not None
     assert f"DAGSTER_HOME={app_env['DAGSTER_HOME']}" in dockerfile
     assert 'cp infra/dagster.yaml "$DAGSTER_HOME/dagster.yaml"' in dockerfile
+    assert "pip install --no-cache-dir '.[postgres,s3,cli,dagster]'" in dockerfile  # the extras
     workspace = f"{workdir.group(1)}/workspace.yaml"
     web = services["dagster-webserver"]["command"]
     assert web[web.index("-w") + 1] == workspace

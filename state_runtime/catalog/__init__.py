@@ -10,7 +10,9 @@ from state_runtime.catalog.engine import RetryPolicy
 from state_runtime.catalog.records import (
     BatchCommit,
     BatchMetrics,
+    BatchWatermark,
     CommitEntry,
+    CommittedDelta,
     Deletion,
     Explanation,
     FileRecord,
@@ -19,6 +21,7 @@ from state_runtime.catalog.records import (
     Lease,
     MaintenanceRun,
     RecordedBatchMetrics,
+    RecoveryCost,
     Repair,
     RetainedVersion,
     SnapshotCandidate,
@@ -28,6 +31,7 @@ from state_runtime.catalog.records import (
     StoreRecord,
     Verdict,
 )
+from state_runtime.catalog.runs import HEARTBEAT_INTERVAL
 from state_runtime.catalog.schema import head_revision, upgrade
 from state_runtime.catalog.settings import URL_ENV, CatalogTimeouts, catalog_url
 from state_runtime.catalog.tables import FileState, RunKind, RunOutcome, Verification
@@ -35,13 +39,16 @@ from state_runtime.retention import RetentionPolicy
 from state_runtime.settings import MIN_RETAINED_VERSIONS
 
 __all__ = [
+    "HEARTBEAT_INTERVAL",
     "MIN_RETAINED_VERSIONS",
     "URL_ENV",
     "BatchCommit",
     "BatchMetrics",
+    "BatchWatermark",
     "Catalog",
     "CatalogTimeouts",
     "CommitEntry",
+    "CommittedDelta",
     "Deletion",
     "Explanation",
     "FileRecord",
@@ -51,6 +58,7 @@ __all__ = [
     "Lease",
     "MaintenanceRun",
     "RecordedBatchMetrics",
+    "RecoveryCost",
     "Repair",
     "RetainedVersion",
     "RetentionPolicy",

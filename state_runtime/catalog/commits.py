@@ -23,7 +23,8 @@ from state_runtime.catalog.inventory import (
     record_files,
     validate_root,
 )
-from state_runtime.catalog.records import BatchCommit, CommitEntry, StoreKey
+from state_runtime.catalog.records import BatchCommit, CommitEntry
+from state_runtime.catalog.rows import key_of, store_id_of
 from state_runtime.catalog.tables import FileState, checkpoint_files, commit_log, stores
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CommitConflict, InvalidArgument
@@ -308,12 +309,7 @@ def committed_ids(
         .join(stores, s.store_id == c.store_id)
         .where(s.checkpoint_root == root, c.query_id == query_id, c.batch_id == batch_id)
     )
-    return {
-        StoreId(r.operator_id, r.partition_id, r.store_name): CheckpointRef(
-            r.version, r.checkpoint_id
-        )
-        for r in rows
-    }
+    return {store_id_of(r): CheckpointRef(r.version, r.checkpoint_id) for r in rows}
 
 
 def latest_committed(connection: Connection, root: str) -> dict[StoreId, CheckpointRef]:
@@ -324,12 +320,7 @@ def latest_committed(connection: Connection, root: str) -> dict[StoreId, Checkpo
             s.operator_id, s.partition_id, s.store_name, s.latest_version, s.latest_checkpoint_id
         ).where(s.checkpoint_root == root, s.latest_version > 0)
     )
-    return {
-        StoreId(r.operator_id, r.partition_id, r.store_name): CheckpointRef(
-            r.latest_version, r.latest_checkpoint_id
-        )
-        for r in rows
-    }
+    return {store_id_of(r): CheckpointRef(r.latest_version, r.latest_checkpoint_id) for r in rows}
 
 
 def commit_history(
@@ -369,7 +360,7 @@ def commit_history(
         )
     return [
         CommitEntry(
-            key=StoreKey(r.checkpoint_root, StoreId(r.operator_id, r.partition_id, r.store_name)),
+            key=key_of(r),
             query_id=r.query_id,
             batch_id=r.batch_id,
             ref=CheckpointRef(r.version, r.checkpoint_id),

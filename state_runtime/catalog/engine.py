@@ -35,6 +35,7 @@ from state_runtime.errors import (
     CatalogUnavailable,
     InvalidArgument,
     InvalidCatalogUrl,
+    extra_hint,
 )
 from state_runtime.redaction import get_logger, redact, register_secret
 
@@ -155,6 +156,10 @@ def create_catalog_engine(url: str, timeouts: CatalogTimeouts | None = None) -> 
         if parsed.get_backend_name() == "sqlite":
             return _sqlite_engine(parsed, limits)
         return _postgres_engine(parsed, limits)
+    except ModuleNotFoundError as exc:  # the driver: psycopg2 comes with the postgres extra
+        raise InvalidCatalogUrl(
+            f"catalog URL {display_url(parsed)!r} needs {extra_hint('postgres', exc.name)}"
+        ) from None
     except (NoSuchModuleError, ArgumentError, ImportError) as exc:
         raise InvalidCatalogUrl(
             f"catalog URL {display_url(parsed)!r} cannot be used: {exc}"

@@ -1,4 +1,5 @@
-"""Store-level answers for maintenance and dashboards: snapshot candidates and health."""
+"""Store-level answers for maintenance and dashboards: snapshot candidates, health and the
+estimated recovery cost of each store."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.inventory import chunks
 from state_runtime.catalog.records import (
+    RecoveryCost,
     SnapshotCandidate,
     StoreHealth,
     StoreKey,
     problem_text,
 )
-from state_runtime.catalog.retention import Scope, verdicts
+from state_runtime.catalog.retention import Scope, needed_files, verdicts
+from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.tables import (
     FileState,
     Verification,
@@ -25,7 +28,7 @@ from state_runtime.catalog.tables import (
     store_problems,
     stores,
 )
-from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
+from state_runtime.identity import EMPTY, CheckpointRef, FileKind
 from state_runtime.retention import RetentionPolicy
 
 
@@ -81,7 +84,7 @@ def snapshot_candidates(
 ) -> list[SnapshotCandidate]:
     return [
         SnapshotCandidate(
-            key=StoreKey(r.checkpoint_root, StoreId(r.operator_id, r.partition_id, r.store_name)),
+            key=key_of(r),
             latest=CheckpointRef(r.latest_version, r.latest_checkpoint_id),
             last_snapshot_version=r.snapshot_version,
             deltas_since_snapshot=r.deltas,
@@ -184,7 +187,7 @@ def store_health(
         )
         .outerjoin(problems, problems.c.store_id == s.store_id)
         .where(scope.filter(s.store_id))
-        .order_by(s.checkpoint_root, s.operator_id, s.partition_id, s.store_name)
+        .order_by(*STORE_KEY_COLUMNS)
     )
     rows = connection.execute(query).all()
     first = _first_problems(connection, [row.store_id for row in rows if row.open_problems])
@@ -228,9 +231,7 @@ def _health(row: Any, now: datetime, first_problem: str | None) -> StoreHealth:
         CheckpointRef(row.latest_version, row.latest_checkpoint_id) if row.latest_version else EMPTY
     )
     return StoreHealth(
-        key=StoreKey(
-            row.checkpoint_root, StoreId(row.operator_id, row.partition_id, row.store_name)
-        ),
+        key=key_of(row),
         latest=latest,
         last_committed_at=row.last_committed_at,
         commit_lag=None if row.last_committed_at is None else now - row.last_committed_at,
@@ -258,3 +259,22 @@ def _health(row: Any, now: datetime, first_problem: str | None) -> StoreHealth:
         chain_since=row.chain_since,
         oldest_orphan_at=row.oldest_orphan_at,
     )
+
+
+def recovery_costs(connection: Connection, root: str | None) -> dict[StoreKey, RecoveryCost]:
+    """Per store (of ``root``, or all), the files and bytes loading its latest committed
+    version reads: the "files needed by the retained versions" walk, newest version only."""
+    nf = needed_files(1, Scope(root=root)).subquery("nf")
+    f = checkpoint_files.c
+    query = (
+        sa.select(
+            *STORE_KEY_COLUMNS,
+            sa.func.count().label("files"),
+            sa.func.sum(f.size_bytes).label("bytes"),
+        )
+        .select_from(nf)
+        .join(checkpoint_files, f.file_id == nf.c.file_id)
+        .join(stores, stores.c.store_id == nf.c.store_id)
+        .group_by(*STORE_KEY_COLUMNS)
+    )
+    return {key_of(r): RecoveryCost(int(r.files), int(r.bytes)) for r in connection.execute(query)}

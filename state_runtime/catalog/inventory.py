@@ -8,18 +8,18 @@ file records therefore see each other's effects whole, never interleaved.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import FileRecord, StoreKey
+from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, key_of, store_id_of, store_key
 from state_runtime.catalog.tables import (
     FileState,
     Verification,
@@ -40,7 +40,6 @@ from state_runtime.identity import (
 _CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 400  # rows per IN list: far below SQLite's bound-parameter limit
 T = TypeVar("T")
-AnyRow: TypeAlias = Row[*tuple[Any, ...]]
 
 
 def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
@@ -58,11 +57,14 @@ def validate_root(root: str) -> str:
     return root
 
 
+def upsert(connection: Connection, table: sa.Table) -> Any:
+    """The connection's dialect's ``INSERT`` that takes ``ON CONFLICT`` clauses."""
+    return (postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert)(table)
+
+
 def insert_ignoring(connection: Connection, table: sa.Table) -> Any:
     """``INSERT ... ON CONFLICT DO NOTHING`` for the connection's dialect."""
-    if connection.dialect.name == "postgresql":
-        return postgresql.insert(table).on_conflict_do_nothing()
-    return sqlite.insert(table).on_conflict_do_nothing()
+    return upsert(connection, table).on_conflict_do_nothing()
 
 
 def committed_ids_at(
@@ -108,7 +110,7 @@ def store_ids(connection: Connection, root: str, wanted: Iterable[StoreId]) -> d
             )
         )
         for row in rows:
-            store = StoreId(row.operator_id, row.partition_id, row.store_name)
+            store = store_id_of(row)
             if store in wanted:
                 found[store] = row.store_id
     return found
@@ -360,26 +362,6 @@ def _files_by_path(connection: Connection, wanted: set[tuple[int, int, str]]) ->
     return dict(_rows_at(connection, wanted, (*columns, f.claimed_by_run)))
 
 
-@functools.lru_cache(maxsize=65536)
-def store_key(root: str, operator_id: int, partition_id: int, store_name: str) -> StoreKey:
-    """A StoreKey, built (and validated) once per store rather than once per file row."""
-    return StoreKey(root, StoreId(operator_id, partition_id, store_name))
-
-
-STORE_KEY_COLUMNS = (
-    stores.c.checkpoint_root,
-    stores.c.operator_id,
-    stores.c.partition_id,
-    stores.c.store_name,
-)
-"""The columns that name a store; :func:`key_of` reads them back from a row."""
-
-
-def key_of(row: AnyRow) -> StoreKey:
-    """The StoreKey of a row that selected STORE_KEY_COLUMNS."""
-    return store_key(row.checkpoint_root, row.operator_id, row.partition_id, row.store_name)
-
-
 _KINDS = {kind.value: kind for kind in FileKind}
 _VERIFICATIONS = {v.value: v for v in Verification}
 
@@ -432,10 +414,7 @@ def file_record(row: AnyRow) -> FileRecord:
 
 # The columns file_record reads, in its order; queries may append columns after them.
 FILE_COLUMNS = (
-    stores.c.checkpoint_root,
-    stores.c.operator_id,
-    stores.c.partition_id,
-    stores.c.store_name,
+    *STORE_KEY_COLUMNS,
     checkpoint_files.c.file_id,
     checkpoint_files.c.store_id,
     checkpoint_files.c.path,
@@ -455,3 +434,28 @@ FILE_COLUMNS = (
     checkpoint_files.c.verification_note,
     checkpoint_files.c.claimed_by_run,
 )
+
+
+def claimed_stores(connection: Connection, root: str | None) -> set[StoreKey]:
+    """Stores with files claimed for deletion but not yet recorded deleted."""
+    s, f = stores.c, checkpoint_files.c
+    query = (
+        sa.select(*STORE_KEY_COLUMNS)
+        .distinct()
+        .join(checkpoint_files, f.store_id == s.store_id)
+        .where(f.state == FileState.DELETING.value)
+    )
+    if root is not None:
+        query = query.where(s.checkpoint_root == root)
+    return {key_of(r) for r in connection.execute(query)}
+
+
+def known_paths(connection: Connection, root: str) -> dict[str, str]:
+    """Every path the catalog has a record of below ``root``, with its state."""
+    s, f = stores.c, checkpoint_files.c
+    rows = connection.execute(
+        sa.select(f.path, f.state)
+        .join(stores, s.store_id == f.store_id)
+        .where(s.checkpoint_root == root)
+    )
+    return {r.path: r.state for r in rows}

@@ -319,3 +319,11 @@ class CommittedDelta:
     ref: CheckpointRef
     path: str
     state: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryCost:
+    """What a cold load of a store's latest committed version reads."""
+
+    files: int
+    bytes: int

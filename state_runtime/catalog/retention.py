@@ -21,7 +21,6 @@ from sqlalchemy.sql.elements import ColumnElement
 from state_runtime import retention as rule
 from state_runtime.catalog.inventory import (
     FILE_COLUMNS,
-    AnyRow,
     chunks,
     file_record,
     files_at,
@@ -37,6 +36,7 @@ from state_runtime.catalog.records import (
     RetainedVersion,
     StoreKey,
 )
+from state_runtime.catalog.rows import AnyRow, key_of, store_id_of
 from state_runtime.catalog.tables import (
     LIVE_STATES,
     FileState,
@@ -520,9 +520,7 @@ def deletion_history(
 
 def _deletion(row: AnyRow) -> Deletion:
     return Deletion(
-        key=StoreKey(
-            row.checkpoint_root, StoreId(row.operator_id, row.partition_id, row.store_name)
-        ),
+        key=key_of(row),
         path=row.path,
         size_bytes=row.size_bytes,
         run_id=row.run_id,
@@ -565,7 +563,7 @@ def explain(
             .where(f.file_id == found.file_id)
         ).one()
         deletion = Deletion(
-            key=StoreKey(root, StoreId(row.operator_id, row.partition_id, row.store_name)),
+            key=StoreKey(root, store_id_of(row)),
             path=path,
             size_bytes=row.size_bytes,
             run_id=row.run_id,

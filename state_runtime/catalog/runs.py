@@ -24,8 +24,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import AnyRow, insert_ignoring, mark_maintained, store_ids
+from state_runtime.catalog.inventory import insert_ignoring, mark_maintained, store_ids
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
+from state_runtime.catalog.rows import AnyRow
 from state_runtime.catalog.tables import RunKind, RunOutcome, maintenance_runs, store_leases
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import validate_non_negative
@@ -297,3 +298,25 @@ def release_lease(connection: Connection, store_id: int, lease: Lease) -> bool:
         sa.delete(store_leases).where(c.store_id == store_id, c.token == lease.token)
     ).rowcount
     return bool(released == 1) or lease_holder(connection, store_id) is None
+
+
+def previous_run_counts(
+    connection: Connection, kind: RunKind, scope: str, before_run_id: int
+) -> dict[str, Any] | None:
+    """The counts of the newest succeeded run of ``kind`` over the same ``scope`` (its
+    ``parameters["scope"]``) that started before run ``before_run_id``."""
+    r = maintenance_runs.c
+    rows = connection.execute(
+        sa.select(r.parameters, r.counts)
+        .where(
+            r.kind == kind.value,
+            r.outcome == RunOutcome.SUCCEEDED.value,
+            r.run_id < before_run_id,
+        )
+        .order_by(r.run_id.desc())
+        .limit(50)
+    )
+    for row in rows:
+        if (row.parameters or {}).get("scope") == scope:
+            return dict(row.counts)
+    return None

@@ -16,16 +16,9 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import (
-    STORE_KEY_COLUMNS,
-    AnyRow,
-    chunks,
-    files_at,
-    key_of,
-    lock_stores,
-    store_ids,
-)
+from state_runtime.catalog.inventory import chunks, files_at, lock_stores, store_ids
 from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
+from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, key_of
 from state_runtime.catalog.tables import (
     Verification,
     checkpoint_files,

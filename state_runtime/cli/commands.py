@@ -26,13 +26,13 @@ from state_runtime.cli.exits import (
     fail,
     show_warnings,
 )
+from state_runtime.cli.progress import RichProgress
 from state_runtime.errors import InvalidArgument
 from state_runtime.maintenance import (
     SILENT,
     Fleet,
     MaintenancePolicy,
     Progress,
-    RichProgress,
     canonical_root,
     cleanup_pass,
     damaged_snapshots,

@@ -5,6 +5,7 @@ from the catalog's inventory and lists no storage, except the rare reconciliatio
 ``docs/maintenance.md``.
 """
 
+from state_runtime.catalog import RecoveryCost
 from state_runtime.maintenance.checks import (
     CHECKS,
     CheckInfo,
@@ -35,9 +36,8 @@ from state_runtime.maintenance.fleet import (
 from state_runtime.maintenance.health import FleetTotals, StoreReport, store_reports
 from state_runtime.maintenance.leftovers import LeftoverReport, sweep_leftovers
 from state_runtime.maintenance.policy import MaintenancePolicy, format_duration, parse_duration
-from state_runtime.maintenance.progress import SILENT, CallbackProgress, Progress, RichProgress
+from state_runtime.maintenance.progress import SILENT, CallbackProgress, Progress
 from state_runtime.maintenance.reconcile import ReconcileReport, reconcile
-from state_runtime.maintenance.recovery import RecoveryCost, recovery_costs
 from state_runtime.maintenance.repair import (
     RepairOutcome,
     RepairReport,
@@ -85,7 +85,6 @@ __all__ = [
     "RepairOutcome",
     "RepairReport",
     "RepairStatus",
-    "RichProgress",
     "Severity",
     "SnapshotOutcome",
     "SnapshotReport",
@@ -109,7 +108,6 @@ __all__ = [
     "parse_duration",
     "parse_store_key",
     "plan_cleanup",
-    "recovery_costs",
     "reconcile",
     "repair_pass",
     "retention_check",

@@ -21,7 +21,6 @@ from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance.cleanup import plan_cleanup
 from state_runtime.maintenance.fleet import Fleet, format_store_key
 from state_runtime.maintenance.health import FleetTotals, StoreReport, store_reports
-from state_runtime.maintenance.inventory import previous_run_counts
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
@@ -267,7 +266,7 @@ def run_checks(
         )
         health = store_reports(fleet, policy, only=only, now=now)
         totals = FleetTotals.of(health)
-        previous = previous_run_counts(fleet.catalog, RunKind.VALIDATE, scope, run.run_id)
+        previous = fleet.catalog.previous_run_counts(RunKind.VALIDATE, scope, run.run_id)
         inputs = CheckInputs(fleet, policy, only, now, validation, health, totals, previous)
         outcomes = [check.evaluate(inputs) for check in CHECKS if check.evaluate is not None]
         run.counts = validation.counts() | {

@@ -22,7 +22,6 @@ from typing import TypeVar
 
 from state_runtime.catalog import FileVerdict, RetentionPolicy, RunKind, StoreKey, StoreProblem
 from state_runtime.maintenance.fleet import Fleet
-from state_runtime.maintenance.inventory import claimed_stores
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.leftovers import LeftoverReport, store_folders, sweep_leftovers
 from state_runtime.maintenance.policy import MaintenancePolicy
@@ -137,7 +136,7 @@ def cleanup_pass(
     for verdict in report.planned:
         work.setdefault(verdict.file.key.root, set()).add(verdict.file.key)
     for root in fleet.query_roots(only):
-        for key in claimed_stores(fleet.catalog, root):
+        for key in fleet.catalog.claimed_stores(root):
             if fleet.in_scope(key, only):
                 work.setdefault(key.root, set()).add(key)
     parameters = policy.parameters() | {"stores": sum(len(keys) for keys in work.values())}

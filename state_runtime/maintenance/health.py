@@ -9,10 +9,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from state_runtime.catalog import StoreHealth, StoreKey
+from state_runtime.catalog import RecoveryCost, StoreHealth, StoreKey
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.policy import MaintenancePolicy
-from state_runtime.maintenance.recovery import RecoveryCost, recovery_costs
 from state_runtime.maintenance.status import Status, StoreStatus, store_status
 
 
@@ -68,7 +67,7 @@ def store_reports(
     """Health of every store in scope, one catalog query pair per root."""
     reports: list[StoreReport] = []
     for root in fleet.query_roots(only):
-        costs = recovery_costs(fleet.catalog, root)
+        costs = fleet.catalog.recovery_costs(root)
         for health in fleet.catalog.store_health(policy.retention, root=root, now=now):
             if fleet.in_scope(health.key, only):
                 status = store_status(

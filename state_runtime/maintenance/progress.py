@@ -1,4 +1,5 @@
-"""Progress of long maintenance work: rich progress bars in a terminal, log lines in Dagster.
+"""Progress of long maintenance work: log lines in Dagster (progress bars in a terminal are the
+CLI's, :mod:`state_runtime.cli.progress`).
 
 Passes report through a :class:`Progress`: ``with progress.stage("snapshots", total) as
 advance: ... advance(1)``. :data:`SILENT` reports nothing.
@@ -10,17 +11,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.progress import Progress as RichBars
 
 Advance = Callable[[int], None]
 
@@ -38,29 +28,6 @@ class _Silent:
 
 
 SILENT: Progress = _Silent()
-
-
-class RichProgress:
-    """Progress bars on a rich console (stderr by default, so output stays parseable)."""
-
-    def __init__(self, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True)
-
-    @contextmanager
-    def stage(self, description: str, total: int) -> Iterator[Advance]:
-        bars = RichBars(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TaskProgressColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=self.console,
-            transient=False,
-        )
-        with bars:
-            task = bars.add_task(description, total=total)
-            yield lambda n: bars.advance(task, n)
 
 
 class CallbackProgress:

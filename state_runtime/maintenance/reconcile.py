@@ -22,7 +22,6 @@ from state_runtime.checkpoint_format import check_identity, checksum, decode
 from state_runtime.errors import CannotLoadState, InvalidArgument, StorageError
 from state_runtime.identity import StoreId, parse_file_name
 from state_runtime.maintenance.fleet import Fleet
-from state_runtime.maintenance.inventory import known_paths
 from state_runtime.maintenance.leftovers import LeftoverReport, sweep_leftovers
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
@@ -129,7 +128,7 @@ def _sweep_root(
     progress: Progress,
 ) -> None:
     storage = fleet.storage(root)
-    known = known_paths(fleet.catalog, root)
+    known = fleet.catalog.known_paths(root)
     listing: Sequence[FileInfo] = list(storage.list("state"))
     report.listed += len(listing)
     found: list[CheckpointInfo] = []
@@ -159,5 +158,5 @@ def _sweep_root(
     assert report.run_id is not None
     for start in range(0, len(found), RECORD_BATCH):
         fleet.catalog.record_files(root, found[start : start + RECORD_BATCH], run_id=report.run_id)
-    now_known = known_paths(fleet.catalog, root)
+    now_known = fleet.catalog.known_paths(root)
     report.recorded.update({info.path: now_known[info.path] for info in found})

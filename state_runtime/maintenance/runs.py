@@ -12,8 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from state_runtime.catalog import Catalog, RunKind, RunOutcome
-from state_runtime.catalog.runs import HEARTBEAT_INTERVAL
+from state_runtime.catalog import HEARTBEAT_INTERVAL, Catalog, RunKind, RunOutcome
 from state_runtime.errors import StateStoreError
 from state_runtime.redaction import get_logger, redact
 

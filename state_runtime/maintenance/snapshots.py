@@ -32,7 +32,6 @@ from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
-from state_runtime.maintenance.recovery import recovery_costs
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.verification import Expected, verify_file
 
@@ -97,7 +96,7 @@ def due_for_snapshot(
     for root in fleet.query_roots(only):
         threshold = policy.snapshot_min_deltas if max_bytes is None else 1
         chains = fleet.catalog.snapshot_candidates(threshold, root)
-        costs = {} if max_bytes is None else recovery_costs(fleet.catalog, root)
+        costs = {} if max_bytes is None else fleet.catalog.recovery_costs(root)
         for c in chains:
             cost = costs.get(c.key)
             too_long = c.deltas_since_snapshot >= policy.snapshot_min_deltas

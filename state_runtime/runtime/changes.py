@@ -12,9 +12,8 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from state_runtime.catalog import Catalog
-from state_runtime.catalog.records import CommittedDelta
-from state_runtime.catalog.settings import catalog_url as default_catalog_url
+from state_runtime.catalog import Catalog, CommittedDelta
+from state_runtime.catalog import catalog_url as default_catalog_url
 from state_runtime.config import StoreConfig
 from state_runtime.errors import ChangesCleanedUp, InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId

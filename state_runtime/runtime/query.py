@@ -22,9 +22,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from state_runtime.catalog import Catalog
-from state_runtime.catalog.records import BatchMetrics
-from state_runtime.catalog.settings import catalog_url as default_catalog_url
+from state_runtime.catalog import BatchMetrics, Catalog
+from state_runtime.catalog import catalog_url as default_catalog_url
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CommitConflict, InvalidArgument
 from state_runtime.identity import StoreId, validate_name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from urllib.parse import urlparse
 
-from state_runtime.errors import InvalidArgument
+from state_runtime.errors import InvalidArgument, MissingExtra
 from state_runtime.storage.base import (
     DeleteResult,
     FileInfo,
@@ -40,8 +40,12 @@ def open_storage(root: str | os.PathLike[str], **options: object) -> Storage:
         raise InvalidArgument(f"invalid checkpoint root {raw!r}: control characters")
     parsed = urlparse(raw)
     if parsed.scheme in {"s3", "s3a"}:
-        from state_runtime.storage.s3 import S3Storage
-
+        try:
+            from state_runtime.storage.s3 import S3Storage
+        except ModuleNotFoundError as exc:  # boto3 comes with the s3 extra
+            if (exc.name or "").split(".")[0] not in {"boto3", "botocore"}:
+                raise
+            raise MissingExtra(f"checkpoint root {raw!r}", "s3", exc.name) from None
         return S3Storage.from_uri(raw, **options)  # type: ignore[arg-type]
     if parsed.scheme == "file":
         if "@" in parsed.netloc:

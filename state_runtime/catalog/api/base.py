@@ -1,0 +1,97 @@
+"""What every group of catalog calls stands on: the engine, the retry policy, one retried
+transaction per call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Self, TypeVar
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from state_runtime.catalog import schema
+from state_runtime.catalog.engine import (
+    RetryPolicy,
+    create_catalog_engine,
+    display_url,
+    run_transaction,
+)
+from state_runtime.catalog.settings import CatalogTimeouts, catalog_url
+from state_runtime.errors import CommitConflict
+
+T = TypeVar("T")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def conflict(exc: DBAPIError) -> Exception | None:
+    """A unique or foreign-key violation during a commit means a concurrent writer won."""
+    if isinstance(exc, IntegrityError):
+        return CommitConflict(f"the catalog refused the commit: {str(exc.orig).splitlines()[0]}")
+    return None
+
+
+class CatalogBase:
+    """One catalog database: its engine and retry policy; each call is one transaction."""
+
+    def __init__(self, engine: Engine, *, retry: RetryPolicy | None = None) -> None:
+        self.engine = engine
+        self.retry = retry or RetryPolicy()
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        upgrade: bool = False,
+        retry: RetryPolicy | None = None,
+        timeouts: CatalogTimeouts | None = None,
+    ) -> Self:
+        """Connect to the catalog at ``url`` (default: ``catalog_url()``) and check its schema.
+
+        With ``upgrade`` the schema is first migrated to the head revision (what the embedded
+        demo wants; a SQLite file and its folder are created); otherwise nothing is created,
+        and a missing SQLite file or an older schema raises CatalogSchemaOutdated naming the
+        command that upgrades it. A schema newer than this code raises CatalogSchemaTooNew;
+        a malformed URL InvalidCatalogUrl; an unreachable database CatalogUnavailable.
+        ``timeouts`` default to ``CatalogTimeouts.from_env()``.
+        """
+        engine = create_catalog_engine(url or catalog_url(), timeouts)
+        policy = retry or RetryPolicy()
+        try:
+            if upgrade:
+                schema.upgrade(engine, retry=policy)
+            schema.check_schema(engine, retry=policy)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine, retry=policy)
+
+    @property
+    def url(self) -> str:
+        """The database URL with the password masked."""
+        return display_url(self.engine.url)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(
+        self,
+        what: str,
+        work: Callable[[Connection], T],
+        translate: Callable[[DBAPIError], Exception | None] | None = None,
+    ) -> T:
+        return run_transaction(self.engine, work, retry=self.retry, what=what, translate=translate)

@@ -1,0 +1,146 @@
+"""Catalog calls of the streaming runtime: stores, files written, batch commits, batch metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog import commits, holders, inventory, metrics
+from state_runtime.catalog.api.base import CatalogBase, conflict, utcnow
+from state_runtime.catalog.records import (
+    BatchCommit,
+    BatchMetrics,
+    CommitEntry,
+    RecordedBatchMetrics,
+)
+from state_runtime.catalog.tables import stores
+from state_runtime.checkpoint import CheckpointInfo
+from state_runtime.identity import CheckpointRef, StoreId
+
+
+class CommitCalls(CatalogBase):
+    """What the driver and the tasks record and read: the commit protocol."""
+
+    def register_store(
+        self, root: str, store: StoreId, key_schema: Any = None, value_schema: Any = None
+    ) -> None:
+        """Record a store and its key and value schemas (JSON-able: a DDL string or a dict)."""
+        inventory.validate_root(root)
+
+        def work(connection: Connection) -> None:
+            now = utcnow()
+            inventory.ensure_stores(connection, root, [store], now)
+            connection.execute(
+                stores.update()
+                .where(
+                    stores.c.checkpoint_root == root,
+                    stores.c.operator_id == store.operator_id,
+                    stores.c.partition_id == store.partition_id,
+                    stores.c.store_name == store.store_name,
+                )
+                .values(key_schema=key_schema, value_schema=value_schema)
+            )
+
+        self._run("register store", work)
+
+    def record_files(
+        self, root: str, infos: Sequence[CheckpointInfo], *, run_id: int | None = None
+    ) -> None:
+        """Record checkpoint files as written (idempotent). Tasks call it right after writing a
+        delta; maintenance after writing a snapshot (with its ``run_id``); the reconciliation
+        sweep for files it found. A file's state follows the commit log."""
+
+        def work(connection: Connection) -> None:
+            inventory.record_files(connection, root, infos, utcnow(), run_id=run_id)
+
+        self._run("record files", work, conflict)
+
+    def commit_batch(
+        self,
+        root: str,
+        query_id: str,
+        batch_id: int,
+        infos: Sequence[CheckpointInfo],
+        *,
+        replace: bool = True,
+    ) -> BatchCommit:
+        """Commit a micro-batch: every store's new checkpoint, in one transaction.
+
+        Re-committing a batch (a replay) replaces its entries and orphans the files they named;
+        with ``replace=False`` it raises CommitConflict instead. Two drivers committing the same
+        batch at once are serialized by the store locks: the later commit replaces the earlier
+        one whole (or, without ``replace``, fails), so the batch is never half one and half the
+        other. See ``commits.commit_batch`` for the checks that raise CommitConflict.
+        """
+
+        def work(connection: Connection) -> BatchCommit:
+            return commits.commit_batch(
+                connection, root, query_id, batch_id, infos, utcnow(), replace=replace
+            )
+
+        return self._run("commit batch", work, conflict)
+
+    def committed_ids(
+        self, root: str, query_id: str, batch_id: int
+    ) -> dict[StoreId, CheckpointRef]:
+        """The checkpoint each store committed in batch ``batch_id``; {} if it is not committed.
+        The driver of batch ``b`` ships ``committed_ids(root, query, b - 1)`` to its tasks."""
+        return self._run(
+            "read committed ids",
+            lambda c: commits.committed_ids(c, root, query_id, batch_id),
+        )
+
+    def latest_committed(self, root: str) -> dict[StoreId, CheckpointRef]:
+        """Each store's latest committed (version, checkpoint id) below ``root``."""
+        return self._run("read latest versions", lambda c: commits.latest_committed(c, root))
+
+    def commit_history(
+        self,
+        root: str,
+        *,
+        query_id: str | None = None,
+        store: StoreId | None = None,
+        limit: int = 100,
+    ) -> list[CommitEntry]:
+        return self._run(
+            "read commit history",
+            lambda c: commits.commit_history(c, root, query_id=query_id, store=store, limit=limit),
+        )
+
+    def record_batch_metrics(
+        self, root: str, query_id: str, batch_id: int, figures: BatchMetrics
+    ) -> None:
+        self._run(
+            "record batch metrics",
+            lambda c: metrics.record_batch_metrics(c, root, query_id, batch_id, figures, utcnow()),
+        )
+
+    def batch_metrics(
+        self, root: str, query_id: str, *, limit: int = 100
+    ) -> list[RecordedBatchMetrics]:
+        return self._run(
+            "read batch metrics",
+            lambda c: metrics.batch_metrics_history(c, root, query_id, limit),
+        )
+
+    # --- the coordinator (an optimisation: callers treat failures as best effort) ---------
+
+    def record_holder(self, root: str, store: StoreId, worker: str, ref: CheckpointRef) -> None:
+        """Record ``worker`` as the holder of ``store`` at ``ref``."""
+        self._run(
+            "record store holder",
+            lambda c: holders.record_holder(c, root, store, worker, ref, utcnow()),
+        )
+
+    def holders_ahead(
+        self, root: str, held: dict[StoreId, int], worker: str, lag: int
+    ) -> set[StoreId]:
+        """Of the stores ``worker`` holds (store -> cached version), those another worker
+        holds at least ``lag`` versions ahead."""
+        if not held:
+            return set()
+        return self._run(
+            "read store holders", lambda c: holders.holders_ahead(c, root, held, worker, lag)
+        )

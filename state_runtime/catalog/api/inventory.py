@@ -1,0 +1,216 @@
+"""Catalog calls about what exists: roots, stores, files, verifications, problems, repairs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog import inventory, retention, verification
+from state_runtime.catalog.api.base import CatalogBase, conflict, utcnow
+from state_runtime.catalog.records import (
+    FileRecord,
+    FoundProblem,
+    Repair,
+    StoreKey,
+    StoreProblem,
+    StoreRecord,
+)
+from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
+from state_runtime.catalog.tables import checkpoint_files, stores
+from state_runtime.checkpoint import CheckpointInfo
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
+
+
+class InventoryCalls(CatalogBase):
+    """The inventory maintenance reads and validation and repair record."""
+
+    def roots(self) -> list[str]:
+        """Every checkpoint root below which the catalog knows a store."""
+        return self._run(
+            "list roots",
+            lambda c: sorted(c.execute(sa.select(stores.c.checkpoint_root).distinct()).scalars()),
+        )
+
+    def stores(self, root: str | None = None) -> list[StoreRecord]:
+        """Every store the catalog knows (below ``root``, if given)."""
+
+        def work(connection: Connection) -> list[StoreRecord]:
+            s = stores.c
+            query = stores.select().order_by(*STORE_KEY_COLUMNS)
+            if root is not None:
+                query = query.where(s.checkpoint_root == root)
+            return [
+                StoreRecord(
+                    key=key_of(r),
+                    key_schema=r.key_schema,
+                    value_schema=r.value_schema,
+                    created_at=r.created_at,
+                    latest=CheckpointRef(r.latest_version, r.latest_checkpoint_id)
+                    if r.latest_version
+                    else EMPTY,
+                    last_committed_at=r.last_committed_at,
+                )
+                for r in connection.execute(query)
+            ]
+
+        return self._run("list stores", work)
+
+    def store_files(self, root: str, store: StoreId) -> list[FileRecord]:
+        """The live files of one store, oldest versions first (with their verification)."""
+
+        def work(connection: Connection) -> list[FileRecord]:
+            found = inventory.store_ids(connection, root, [store])
+            return [] if store not in found else retention.live_files(connection, found[store])
+
+        return self._run("read store files", work)
+
+    def record_snapshot(
+        self,
+        root: str,
+        info: CheckpointInfo,
+        *,
+        run_id: int | None = None,
+        verified: bool = False,
+        problem: str | None = None,
+    ) -> str | None:
+        """Record a snapshot written by maintenance, in one transaction with what verifying
+        its bytes after the write found: ``verified`` (it may now supersede deltas), or the
+        ``problem`` (it supersedes nothing and the store gets an open problem). Without
+        either it is recorded unverified.
+
+        A snapshot already recorded with another size or checksum (the file changed since)
+        keeps its record and is recorded as damaged. Returns the problem recorded, if any.
+        """
+        if info.kind is not FileKind.SNAPSHOT:
+            raise InvalidArgument(f"record_snapshot got a {info.kind.value} file", path=info.path)
+
+        def work(connection: Connection) -> str | None:
+            now = utcnow()
+            found = problem
+            f = checkpoint_files.c
+            recorded = inventory.files_at(connection, root, [info.path], f.checksum, f.size_bytes)
+            if recorded and (recorded[0].checksum, recorded[0].size_bytes) != (
+                info.checksum,
+                info.bytes_written,
+            ):
+                found = found or (
+                    f"the file ({info.bytes_written} bytes) differs from its record "
+                    f"({recorded[0].size_bytes} bytes, another checksum)"
+                )
+            else:
+                inventory.record_files(connection, root, [info], now, run_id=run_id)
+            if verified or found is not None:
+                verification.record_verifications(connection, root, {info.path: found}, now)
+            if found is not None:
+                opened = [FoundProblem(found, info.path, info.version)]
+                verification.add_problems(connection, root, info.store, opened, run_id, now)
+            return found
+
+        return self._run("record snapshot", work, conflict)
+
+    def record_verifications(self, root: str, results: Mapping[str, str | None]) -> None:
+        """Record what verifying files found: None (intact) or the problem, per path."""
+        self._run(
+            "record verifications",
+            lambda c: verification.record_verifications(c, root, results, utcnow()),
+        )
+
+    def record_validation(
+        self,
+        run_id: int | None,
+        key: StoreKey,
+        checked: Mapping[str, str | None],
+        found: Sequence[FoundProblem],
+        *,
+        started_at: datetime | None = None,
+    ) -> None:
+        """Record one store's validation by ``run_id``, which started at ``started_at``: each
+        checked file's verification; the store's open problems become ``found`` (problems
+        recorded after the validation started are left for the next one)."""
+        self._run(
+            "record validation",
+            lambda c: verification.record_validation(
+                c, key.root, key.store, checked, found, run_id, utcnow(), started_at
+            ),
+        )
+
+    def add_problems(
+        self, key: StoreKey, found: Sequence[FoundProblem], *, run_id: int | None = None
+    ) -> int:
+        """Open problems on a store (those already open are kept as they are)."""
+        return self._run(
+            "record problems",
+            lambda c: verification.add_problems(c, key.root, key.store, found, run_id, utcnow()),
+        )
+
+    def problems(
+        self,
+        *,
+        root: str | None = None,
+        store: StoreKey | None = None,
+        only_open: bool = True,
+    ) -> list[StoreProblem]:
+        """Store problems, oldest first: open ones (what holds stores back), or all."""
+        if store is not None:
+            root = store.root
+        return self._run(
+            "read problems",
+            lambda c: verification.problems(
+                c, root, None if store is None else store.store, only_open=only_open
+            ),
+        )
+
+    def resolve_problems(
+        self,
+        key: StoreKey,
+        resolution: str,
+        *,
+        run_id: int | None = None,
+        path: str | None = None,
+    ) -> int:
+        """Resolve a store's open problems (an operator's decision, with why); the store is
+        cleaned again. Returns how many were open."""
+        return self._run(
+            "resolve problems",
+            lambda c: verification.resolve_problems(
+                c, key.root, key.store, resolution, run_id, utcnow(), path=path
+            ),
+        )
+
+    def begin_repair(
+        self, run_id: int, root: str, path: str, problem: str, damaged: bytes | None
+    ) -> int:
+        """Record a damaged snapshot (as found; None if gone) before it is replaced."""
+        return self._run(
+            "record repair",
+            lambda c: verification.begin_repair(c, run_id, root, path, problem, damaged, utcnow()),
+        )
+
+    def repair_removed(self, repair_id: int) -> None:
+        self._run(
+            "record repair step",
+            lambda c: verification.repair_removed(c, repair_id, utcnow()),
+        )
+
+    def finish_repair(self, repair_id: int, root: str, info: CheckpointInfo) -> None:
+        """The rebuilt snapshot ``info`` is written and verified: it replaces the record."""
+        self._run(
+            "finish repair",
+            lambda c: verification.finish_repair(c, repair_id, root, info, utcnow()),
+        )
+
+    def repairs(self, root: str | None = None) -> list[Repair]:
+        return self._run("read repairs", lambda c: verification.repairs(c, root))
+
+    def claimed_stores(self, root: str | None = None) -> set[StoreKey]:
+        """Stores with files claimed for deletion but not yet recorded deleted (a run stopped
+        between claim and record); cleanup resumes them."""
+        return self._run("find claimed stores", lambda c: inventory.claimed_stores(c, root))
+
+    def known_paths(self, root: str) -> dict[str, str]:
+        """Every path the catalog has a record of below ``root``, with its state."""
+        return self._run("read known paths", lambda c: inventory.known_paths(c, root))

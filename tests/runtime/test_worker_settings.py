@@ -1,0 +1,29 @@
+"""Worker settings are read on the driver when a batch starts and shipped to its tasks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from state_runtime.errors import InvalidArgument
+from state_runtime.runtime import Agg, StatefulQuery, running_aggregation
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_bad_worker_setting_fails_the_batch_on_the_driver_before_any_task(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ckpt"
+    op = running_aggregation(0, ["user"], "user string", [Agg("n", "count")], 2)
+    query = StatefulQuery("settings", str(root), [op], catalog_url=sqlite_catalog_url)
+    df = spark.createDataFrame([("a",), ("b",)], "user string")
+    monkeypatch.setenv("STATE_CACHE_BYTES", "lots")  # read now, not when the library loaded
+    with pytest.raises(InvalidArgument, match="STATE_CACHE_BYTES='lots'"):
+        query.run_batch(df, 0)
+    assert not list(root.rglob("*.delta"))  # no task ran
+    monkeypatch.setenv("STATE_CACHE_BYTES", "1GiB")
+    query.run_batch(df, 0).release()
+    assert len(list(root.rglob("*.delta"))) == 2
