@@ -112,9 +112,9 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
         None if spec.event_time is None else spec.event_time.watermarks.late_rows_ms,
     )
     rows_in = rows.num_rows
-    rows, max_event = prepare_rows(spec.event_time, op, rows, batch.event_time)
     token = _current.set(batch)
     try:
+        rows, max_event = prepare_rows(spec.event_time, op, rows, batch.event_time)
         out = op.update(store, rows)
         output = _output_table(out, op.staged_arrow_schema())
         info = store.commit()
