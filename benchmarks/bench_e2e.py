@@ -1,16 +1,22 @@
-"""End-to-end: a streaming count by key on this runtime and on Spark's built-in providers.
+"""End-to-end: a streaming count by key on this runtime and on Spark's own stateful engines.
 
 The same input for every engine: one file with each of ``--keys`` keys once (builds the
 state), then ``--batches`` files of ``--updates`` random keys each; a file-source stream reads
-one file per micro-batch and counts by key. Engines:
+one file per micro-batch and keeps a running count per key. Engines, all with a ``noop`` sink:
 
 - ``state_runtime``: foreachBatch + StatefulQuery with a running count;
-- ``spark-hdfs``: ``groupBy(k).count()`` with the HDFS-backed state store provider;
-- ``spark-rocksdb``: the same with RocksDB and changelog checkpointing.
+- ``spark-rocksdb``: ``groupBy(k).count()`` with RocksDB and changelog checkpointing (the
+  baseline: Spark's fastest built-in choice);
+- ``applyInPandasWithState`` and ``transformWithStateInPandas``: Spark's Python stateful APIs
+  keeping the same count per key (RocksDB provider): what a PySpark user would otherwise write;
+- ``spark-hdfs`` (not run by default): ``groupBy(k).count()`` with the HDFS-backed provider.
 
 Per-batch latency is Spark's own ``triggerExecution`` duration; checkpoint bytes per batch is
 the growth of the state folder across the update batches (our catalog is not counted). Each
-engine runs in its own process. Prints a table and draws ``docs/bench-e2e.png``.
+engine runs in its own process, one after the other. Prints first batch, median, p90 and bytes
+per batch for every engine with ratios against RocksDB (and against applyInPandasWithState),
+the targets of issue 12, and for ``state_runtime`` the warm-copy figures (cache hit rate and
+the slowest load per batch). Draws ``docs/bench-e2e.png``. ``--quick`` is a short run.
 """
 
 from __future__ import annotations
@@ -26,10 +32,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ENGINES = ["state_runtime", "spark-hdfs", "spark-rocksdb"]
+BASELINE = "spark-rocksdb"
+PANDAS = "applyInPandasWithState"
+ENGINES = ["state_runtime", BASELINE, PANDAS, "transformWithStateInPandas"]
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 def folder_bytes(path: Path) -> int:
@@ -46,18 +56,47 @@ def write_inputs(spark: Any, folder: Path, keys: int, batches: int, updates: int
         )
 
 
+def count_in_pandas(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+    """applyInPandasWithState: the running count of one key."""
+    import pandas as pd
+
+    n = (state.get[0] if state.exists else 0) + sum(len(f) for f in frames)
+    state.update((n,))
+    yield pd.DataFrame({"k": [key[0]], "count": [n]})
+
+
+def running_count_processor() -> Any:
+    """transformWithStateInPandas: a StatefulProcessor keeping the running count of a key."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class RunningCount(StatefulProcessor):  # type: ignore[misc]
+        def init(self, handle: Any) -> None:
+            self.count = handle.getValueState("count", "count bigint")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+            import pandas as pd
+
+            n = (self.count.get()[0] if self.count.exists() else 0) + sum(len(r) for r in rows)
+            self.count.update((n,))
+            yield pd.DataFrame({"k": [key[0]], "count": [n]})
+
+        def close(self) -> None:
+            pass
+
+    return RunningCount()
+
+
 def run_engine(engine: str, work: Path, inputs: Path, partitions: int) -> dict[str, Any]:
     from pyspark.sql import DataFrame
 
+    from state_runtime.catalog import Catalog
     from state_runtime.runtime import Agg, StatefulQuery, running_aggregation
     from state_runtime.runtime.session import spark_session
 
     conf = {"spark.sql.streaming.stateStore.maintenanceInterval": "600s"}
-    if engine == "spark-rocksdb":
+    if engine != "spark-hdfs" and engine != "state_runtime":
         conf |= {
-            "spark.sql.streaming.stateStore.providerClass": (
-                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-            ),
+            "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         }
     spark = spark_session(
@@ -70,21 +109,31 @@ def run_engine(engine: str, work: Path, inputs: Path, partitions: int) -> dict[s
         .parquet(str(inputs))
     )
     checkpoint = work / "spark-checkpoint"
+    state_dir = checkpoint / "state"
+    query = None
     if engine == "state_runtime":
         root = work / "state"
         op = running_aggregation(0, ["k"], "k bigint", [Agg("count", "count")], partitions)
-        query = StatefulQuery(
-            "bench", str(root), [op], catalog_url=f"sqlite:///{work / 'catalog.db'}"
-        )
+        url = f"sqlite:///{work / 'catalog.db'}"
+        query = StatefulQuery("bench", str(root), [op], catalog_url=url)
 
         def sink(output: DataFrame, batch_id: int) -> None:
             output.write.format("noop").mode("overwrite").save()
 
         writer = source.writeStream.foreachBatch(query.foreach_batch(sink))
         state_dir = root
+    elif engine == PANDAS:
+        counted = source.groupBy("k").applyInPandasWithState(
+            count_in_pandas, "k bigint, count bigint", "count bigint", "update", "NoTimeout"
+        )
+        writer = counted.writeStream.outputMode("update").format("noop")
+    elif engine == "transformWithStateInPandas":
+        counted = source.groupBy("k").transformWithStateInPandas(
+            running_count_processor(), "k bigint, count bigint", "Update", "None"
+        )
+        writer = counted.writeStream.outputMode("update").format("noop")
     else:
         writer = source.groupBy("k").count().writeStream.outputMode("update").format("noop")
-        state_dir = checkpoint / "state"
     stream = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
     sizes: dict[int, int] = {}
     seen = -1
@@ -98,7 +147,20 @@ def run_engine(engine: str, work: Path, inputs: Path, partitions: int) -> dict[s
     progress = [p for p in stream.recentProgress if p["numInputRows"] > 0]
     spark.stop()
     latencies = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
-    return {"latencies": latencies, "final_bytes": folder_bytes(state_dir), "sizes": sizes}
+    result = {"latencies": latencies, "final_bytes": folder_bytes(state_dir), "sizes": sizes}
+    if query is not None:
+        with Catalog.open(query.catalog_url) as catalog:
+            recorded = catalog.batch_metrics(query.root, "bench", limit=10_000)
+        result["warm"] = [
+            {
+                "batch": m.batch_id,
+                "hit_rate": m.metrics.extra["cache_hit_rate"],
+                "max_load_ms": m.metrics.extra["max_load_ms"],
+                "sources": m.metrics.extra["load_sources"],
+            }
+            for m in sorted(recorded, key=lambda m: m.batch_id)
+        ]
+    return result
 
 
 def child(args: argparse.Namespace) -> None:
@@ -114,10 +176,15 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--plot", default="docs/bench-e2e.png")
+    parser.add_argument(
+        "--quick", action="store_true", help="a short run: 50k keys, 2k updates, 6 batches"
+    )
     parser.add_argument("--engine", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--inputs", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.keys, args.updates, args.batches = 50_000, 2_000, 6
     if args.engine:
         child(args)
         return
@@ -133,7 +200,7 @@ def main() -> None:
     for engine in args.engines.split(","):
         work = base / engine
         work.mkdir()
-        print(f"running {engine} ...", flush=True)
+        print(f"running {engine} ... (load: {os.getloadavg()[0]:.2f})", flush=True)
         proc = subprocess.run(
             [
                 sys.executable,
@@ -160,31 +227,77 @@ def main() -> None:
     report(results, args)
 
 
+def figures(r: dict[str, Any], batches: int) -> dict[str, float]:
+    """First batch (builds the state), median and p90 of the update batches, bytes per batch."""
+    updates = r["latencies"][1:]
+    sizes = {int(k): v for k, v in r["sizes"].items()}
+    first = sizes.get(1, sizes.get(min(sizes)) if sizes else 0)
+    return {
+        "first": r["latencies"][0],
+        "median": statistics.median(updates),
+        "p90": sorted(updates)[int(0.9 * (len(updates) - 1))],
+        "bytes": (r["final_bytes"] - first) / max(1, batches - 1),
+    }
+
+
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
     print(
         f"\nmachine: {os.cpu_count()} cores, {platform.machine()}, Python "
-        f"{platform.python_version()}; local[2], {args.partitions} partitions, {args.keys:,} keys, "
-        f"{args.updates:,} updates/batch, {args.batches} batches"
+        f"{platform.python_version()}, load {os.getloadavg()[0]:.2f} at the end; local[2], "
+        f"{args.partitions} partitions, {args.keys:,} keys, {args.updates:,} updates/batch, "
+        f"{args.batches} batches"
     )
-    print("\n| engine | median batch latency | p90 | checkpoint bytes per update batch | vs ours |")
-    print("|---|---|---|---|---|")
-    rows = {}
-    for engine, r in results.items():
-        update_lat = r["latencies"][1:]  # the first batch builds the state
-        sizes = {int(k): v for k, v in r["sizes"].items()}
-        first = sizes.get(1, sizes.get(min(sizes)) if sizes else 0)
-        per_batch = (r["final_bytes"] - first) / max(1, args.batches - 1)
-        rows[engine] = (
-            statistics.median(update_lat),
-            sorted(update_lat)[int(0.9 * (len(update_lat) - 1))],
-            per_batch,
+    rows = {engine: figures(r, args.batches) for engine, r in results.items()}
+    base = rows.get(BASELINE)
+    print(
+        "\n| engine | first batch | median | p90 | bytes per batch "
+        f"| vs {BASELINE} (median, p90, bytes) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for engine, f in rows.items():
+        ratio = (
+            ""
+            if base is None
+            else (
+                f"{f['median'] / base['median']:.2f}x, {f['p90'] / base['p90']:.2f}x, "
+                f"{f['bytes'] / base['bytes']:.2f}x"
+            )
+        )
+        print(
+            f"| {engine} | {f['first']:.2f} s | {f['median']:.2f} s | {f['p90']:.2f} s "
+            f"| {f['bytes'] / 1024:.1f} KiB | {ratio} |"
         )
     ours = rows.get("state_runtime")
-    for engine, (med, p90, per_batch) in rows.items():
-        ratio = (
-            "" if ours is None else f"{med / ours[0]:.2f}x time, {per_batch / ours[2]:.2f}x bytes"
+    if ours is not None:
+        print("\ntargets (issue 12), state_runtime in this run:")
+        if base is not None:
+            for what, value, goal in (
+                ("median <= 0.8x RocksDB's (stretch 0.5x)", ours["median"] / base["median"], 0.8),
+                ("p90 <= RocksDB's p90", ours["p90"] / base["p90"], 1.0),
+                ("bytes <= 1/3 of RocksDB's", ours["bytes"] / base["bytes"], 1 / 3),
+            ):
+                print(f"  {what}: {value:.2f}x -> {'met' if value <= goal else 'NOT met'}")
+        print(
+            f"  bytes per batch <= 25 KB: {ours['bytes'] / 1000:.1f} KB -> "
+            f"{'met' if ours['bytes'] <= 25_000 else 'NOT met'}"
         )
-        print(f"| {engine} | {med:.2f} s | {p90:.2f} s | {per_batch / 1024:.1f} KiB | {ratio} |")
+        if PANDAS in rows:
+            speedup = rows[PANDAS]["median"] / ours["median"]
+            print(
+                f"  >= 10x faster than {PANDAS} (median): {speedup:.1f}x -> "
+                f"{'met' if speedup >= 10 else 'NOT met'}"
+            )
+        warm = results["state_runtime"].get("warm", [])[1:]
+        if warm:
+            hits = statistics.mean(w["hit_rate"] for w in warm)
+            loads = [w["max_load_ms"] for w in warm]
+            half = len(loads) // 2
+            print(
+                f"\nstate_runtime warm copies (update batches): cache hit rate {hits:.0%}; "
+                f"slowest load per batch: median {statistics.median(loads):.0f} ms, first half "
+                f"{statistics.median(loads[:half] or loads):.0f} ms, second half "
+                f"{statistics.median(loads[half:]):.0f} ms, max {max(loads):.0f} ms"
+            )
     plot(results, args.plot)
 
 
@@ -203,6 +316,7 @@ def plot(results: dict[str, dict[str, Any]], path: str) -> None:
             [k for k, _ in sizes], [v / 1024 / 1024 for _, v in sizes], marker=".", label=engine
         )
     ax1.set(title="batch latency (update batches)", xlabel="batch", ylabel="seconds")
+    ax1.set_yscale("log")
     ax2.set(title="state checkpoint folder size", xlabel="batch", ylabel="MiB")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)

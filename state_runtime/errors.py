@@ -198,5 +198,10 @@ class CommitConflict(CatalogError):
     """A batch commit conflicts with what the catalog already holds."""
 
 
+class BatchOutOfOrder(CommitConflict):
+    """A micro-batch asked to run out of order: older than the last committed one, or after a
+    gap. Refused on the driver before any task runs, so no file is written."""
+
+
 class MaintenanceRefused(StateStoreError):
     """A maintenance request breaks a safety rule (retention below the floor, a lock held)."""

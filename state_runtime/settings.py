@@ -295,14 +295,6 @@ WORKER = SettingGroup(
             floor=0,
             env="STATE_CACHE_BYTES",
         ),
-        Setting(
-            "unload_lag",
-            "int",
-            10,
-            "A worker unloads its copy of a store another worker holds this many versions ahead.",
-            floor=1,
-            env="STATE_WORKER_UNLOAD_LAG",
-        ),
     ),
     prefix="STATE_WORKER_",
     closed=False,
@@ -315,7 +307,6 @@ class WorkerSettings:
     """The :data:`WORKER` settings as plain, picklable values a task carries."""
 
     cache_bytes: int = default_of(WORKER, "cache_bytes", int)
-    unload_lag: int = default_of(WORKER, "unload_lag", int)
 
     def __post_init__(self) -> None:
         for setting in WORKER:

@@ -44,12 +44,13 @@ def test_every_declared_variable_is_read_and_parsed() -> None:
         *[timedelta(minutes=2)] * len(CATALOG_TIMEOUTS.settings)
     )
     assert WorkerSettings.from_env({}) == WorkerSettings()
-    assert WorkerSettings.from_env(
-        {"STATE_CACHE_BYTES": "1GiB", "STATE_WORKER_UNLOAD_LAG": "3"}
-    ) == WorkerSettings(cache_bytes=1 << 30, unload_lag=3)
-    with pytest.raises(InvalidArgument, match="STATE_WORKER_UNLOAD_LAG='0'"):
-        WorkerSettings.from_env({"STATE_WORKER_UNLOAD_LAG": "0"})
-    assert {s.env for s in WORKER} == {"STATE_CACHE_BYTES", "STATE_WORKER_UNLOAD_LAG"}
+    assert WorkerSettings.from_env({"STATE_CACHE_BYTES": "1GiB"}) == WorkerSettings(
+        cache_bytes=1 << 30
+    )
+    with pytest.raises(InvalidArgument, match="STATE_CACHE_BYTES='-1'"):
+        WorkerSettings.from_env({"STATE_CACHE_BYTES": "-1"})
+    # Copies are unloaded by the memory budget alone (no "versions behind" rule).
+    assert {s.env for s in WORKER} == {"STATE_CACHE_BYTES"}
 
 
 def test_the_cli_options_are_the_declared_ones() -> None:
@@ -84,7 +85,7 @@ def test_worker_settings_are_not_read_at_import() -> None:
         "try:\n    c.CACHE.budget\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATE_")}
-    env |= {"STATE_CACHE_BYTES": "lots", "STATE_WORKER_UNLOAD_LAG": "x"}
+    env |= {"STATE_CACHE_BYTES": "lots"}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
     )

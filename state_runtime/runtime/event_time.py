@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -26,6 +26,19 @@ from state_runtime.runtime.watermark import (
     drop_late,
     max_event_ms,
 )
+
+
+class EventTimeFigures(Protocol):
+    """What a task reports about event time (the fields of ``event_time_report``)."""
+
+    @property
+    def late_rows(self) -> int: ...
+    @property
+    def evicted(self) -> int: ...
+    @property
+    def evict_ms(self) -> float: ...
+    @property
+    def max_event_ms(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -59,7 +72,7 @@ def event_time_report(stats: EventTimeStats, seen: int | None) -> dict[str, Any]
 
 
 def event_time_metrics(
-    reports: Sequence[dict[str, Any]], watermarks: BatchWatermarks | None
+    reports: Sequence[EventTimeFigures], watermarks: BatchWatermarks | None
 ) -> dict[str, Any]:
     """The batch's event-time figures, for ``BatchMetrics.extra``."""
     if watermarks is None:
@@ -67,10 +80,10 @@ def event_time_metrics(
     return {
         "watermark_ms": watermarks.eviction_ms,
         "late_rows_watermark_ms": watermarks.late_rows_ms,
-        "late_rows": sum(r["late_rows"] for r in reports),
-        "evicted": sum(r["evicted"] for r in reports),
-        "evict_ms": sum(r["evict_ms"] for r in reports),
-        "max_evict_ms": max((r["evict_ms"] for r in reports), default=0.0),
+        "late_rows": sum(r.late_rows for r in reports),
+        "evicted": sum(r.evicted for r in reports),
+        "evict_ms": sum(r.evict_ms for r in reports),
+        "max_evict_ms": max((r.evict_ms for r in reports), default=0.0),
     }
 
 
@@ -123,10 +136,10 @@ class EventTimeClock:
         root: str,
         query_id: str,
         batch_id: int,
-        reports: Sequence[dict[str, Any]],
+        reports: Sequence[EventTimeFigures],
     ) -> None:
         """Record the largest event time the first operator's tasks saw in this batch."""
         if self.watermark is None:
             return
-        seen = [r["max_event_ms"] for r in reports if r.get("max_event_ms") is not None]
+        seen = [r.max_event_ms for r in reports if r.max_event_ms is not None]
         catalog.record_max_event_time(root, query_id, batch_id, max(seen, default=None))

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import StructField, StructType
 
 from state_runtime.config import StoreConfig
 from state_runtime.errors import InvalidArgument
@@ -22,8 +22,6 @@ UpdateFunction = Callable[[StateStore, pa.Table], "pa.Table | Iterable[tuple[Any
 ``rows`` is an Arrow table of the partition's input rows. The output is an Arrow table or an
 iterable of tuples matching the operator's output schema (or None for no output).
 """
-
-CHECKPOINT_COLUMN = "__state_checkpoint"
 
 
 @dataclass(frozen=True)
@@ -83,12 +81,10 @@ class StatefulOperator:
         assert isinstance(out, StructType)
         return out
 
-    def staged_schema(self) -> StructType:
-        """What the tasks emit: the output columns (nullable) plus the checkpoint column."""
-        fields = [StructField(f.name, f.dataType, True) for f in self.output_struct.fields]
-        if CHECKPOINT_COLUMN in self.output_struct.names:
-            raise InvalidArgument(f"output column name {CHECKPOINT_COLUMN!r} is reserved")
-        return StructType([*fields, StructField(CHECKPOINT_COLUMN, StringType(), True)])
+    def output_arrow_schema(self) -> pa.Schema:
+        """The output as the tasks emit it (every column nullable, as Spark reads it)."""
+        return to_arrow_schema(self.output_nullable(), timezone="UTC")
 
-    def staged_arrow_schema(self) -> pa.Schema:
-        return to_arrow_schema(self.staged_schema(), timezone="UTC")
+    def output_nullable(self) -> StructType:
+        fields = self.output_struct.fields
+        return StructType([StructField(f.name, f.dataType, True) for f in fields])

@@ -1,59 +1,75 @@
 """The driver side of a stateful query: one micro-batch at a time, committed atomically.
 
-For batch ``b`` the driver reads batch ``b - 1``'s committed checkpoint ids from the catalog
-and ships them to the tasks; each task opens its partition's store at exactly that checkpoint,
-applies the batch and commits a new delta; the driver collects the tasks' checkpoint infos and
-commits all partitions of all operators in one catalog transaction. A replayed batch
-recomputes from ``b - 1``'s ids, so every store's lineage stays linear. The stateful stage is
-computed once: its output is cached and handed to the sink from the cache.
+For batch ``b`` the driver checks the batch against the catalog (schemas, order), reads batch
+``b - 1``'s committed checkpoint ids and ships them to the tasks; each task opens its
+partitions' stores at exactly those checkpoints, applies the batch, commits new deltas and
+reports them through an accumulator. The driver commits all partitions of all operators in one
+catalog transaction. A replayed batch recomputes from ``b - 1``'s ids, so every store's lineage
+stays linear.
+
+On the normal path a batch is one Spark job: the sink's action runs the stateful stage, whose
+output feeds the sink directly (no cache, no second action for the reports). A sink that runs
+several actions says so with ``cache_output=True``; otherwise each action recomputes the stage
+and writes duplicate deltas, which the commit ignores (it picks one checkpoint per partition;
+the rest are orphans that cleanup removes).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from state_runtime.catalog import BatchMetrics, Catalog
 from state_runtime.catalog import catalog_url as default_catalog_url
 from state_runtime.checkpoint import CheckpointInfo
-from state_runtime.errors import CommitConflict, InvalidArgument
-from state_runtime.identity import StoreId, validate_name
+from state_runtime.errors import BatchOutOfOrder, CommitConflict, InvalidArgument, SchemaMismatch
+from state_runtime.identity import CheckpointRef, StoreId, validate_name
 from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
-from state_runtime.runtime.operator import CHECKPOINT_COLUMN, StatefulOperator
+from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.runtime.tasks import (
+    HEARTBEAT_COLUMN,
     PARTITION_COLUMN,
+    REPORT_PARAM,
+    Reports,
+    TaskReport,
     TaskSpec,
     base_refs,
-    parse_report,
-    run_partition,
+    run_partitions,
 )
 from state_runtime.runtime.watermark import BatchWatermarks, Watermark
+from state_runtime.schema import StateSchema
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage, open_storage
 
 log = logging.getLogger("state_runtime.runtime")
 
 Sink = Callable[[DataFrame, int], None]
+ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
 
 
 @dataclass
 class BatchResult:
-    """One committed batch: its output (cached, computed once) and what it cost."""
+    """One committed batch: its output, the task reports committed and what it cost.
+
+    ``output`` is cached (computed once) when the batch ran without a sink or with
+    ``cache_output=True``; call :meth:`release` when done with it.
+    """
 
     batch_id: int
     output: DataFrame
     infos: list[CheckpointInfo]
     metrics: BatchMetrics
-    reports: list[dict[str, Any]] = field(repr=False, default_factory=list)
+    reports: list[TaskReport] = field(repr=False, default_factory=list)
     _cached: list[DataFrame] = field(repr=False, default_factory=list)
 
     def release(self) -> None:
@@ -70,7 +86,10 @@ class StatefulQuery:
     input). ``checkpoint_root`` is a path or URI, or a :class:`Storage` (for example an
     S3Storage with an endpoint override); it travels to the executors with each task. Use
     :meth:`run_batch` directly, or :meth:`foreach_batch` with Structured Streaming's
-    ``foreachBatch`` so that any source works.
+    ``foreachBatch`` so that any source works. ``adaptive`` sets Spark's adaptive query
+    execution for the batch's plan (default off: with it, Spark runs the input shuffle as a
+    job of its own and re-plans between the jobs, which costs more than it saves here; see
+    docs/runtime.md); None leaves the session's setting alone.
     """
 
     def __init__(
@@ -80,6 +99,7 @@ class StatefulQuery:
         operators: Sequence[StatefulOperator],
         *,
         catalog_url: str | None = None,
+        adaptive: bool | None = False,
         watermark: Watermark | None = None,
     ) -> None:
         self.query_id = validate_name(query_id, "query id")
@@ -98,20 +118,24 @@ class StatefulQuery:
         self.event_time = EventTimeClock.of(watermark, self.operators)
         self.catalog_url = catalog_url or default_catalog_url()
         self.catalog = Catalog.open(self.catalog_url, upgrade=True)
+        self.adaptive = adaptive
         self._registered = False
+        self._reports: Reports | None = None
 
     # --- query start --------------------------------------------------------------------
 
     def _register(self) -> None:
-        """Register every store; refuse a changed partition count for an existing operator."""
+        """Register every store; refuse a changed partition count or schema for an existing
+        operator (before any task runs)."""
         known = self.catalog.stores(self.root)
         for op in self.operators:
-            existing = {
-                s.key.store.partition_id
+            records = [
+                s
                 for s in known
                 if s.key.store.operator_id == op.operator_id
                 and s.key.store.store_name == op.store_name
-            }
+            ]
+            existing = {s.key.store.partition_id for s in records}
             if existing and existing != set(range(op.num_partitions)):
                 raise InvalidArgument(
                     f"operator {op.operator_id} (store {op.store_name}) of query {self.query_id} "
@@ -119,6 +143,18 @@ class StatefulQuery:
                     f"{op.num_partitions}. Keep num_partitions={len(existing)}, or start a new "
                     "query with a new checkpoint root"
                 )
+            for record in records:
+                if record.key_schema is not None and record.value_schema is not None:
+                    written = StateSchema.of(record.key_schema, record.value_schema)
+                    try:
+                        op.schema.check_readable(written, record.key.store, self.root)
+                    except SchemaMismatch as e:
+                        raise SchemaMismatch(
+                            f"query {self.query_id}, operator {op.operator_id}: {e.reason} "
+                            '("the files": the schemas the catalog registered for the store)',
+                            store=record.key.store,
+                            path=self.root,
+                        ) from None
             for partition in range(op.num_partitions):
                 if partition not in existing:
                     self.catalog.register_store(
@@ -129,7 +165,16 @@ class StatefulQuery:
                     )
         self._registered = True
 
-    def _committed_before(self, batch_id: int) -> dict[StoreId, Any]:
+    def _committed_before(self, batch_id: int) -> dict[StoreId, CheckpointRef]:
+        """Batch ``batch_id - 1``'s committed ids; refuse a batch out of order (older than the
+        last committed one, or after a gap) before any task runs."""
+        last = self.catalog.commit_history(self.root, query_id=self.query_id, limit=1)
+        if last and batch_id < last[0].batch_id:
+            raise BatchOutOfOrder(
+                f"batch {batch_id} of query {self.query_id} is older than its last committed "
+                f"batch {last[0].batch_id}: only the last batch may run again (a replay)",
+                store=last[0].key.store,
+            )
         if batch_id == 0:
             return {}
         previous = self.catalog.committed_ids(self.root, self.query_id, batch_id - 1)
@@ -141,36 +186,56 @@ class StatefulQuery:
             if any(store.operator_id == op.operator_id for op in self.operators) and ref.version
         }
         if ours:
-            raise CommitConflict(
+            raise BatchOutOfOrder(
                 f"batch {batch_id - 1} of query {self.query_id} is not committed in the catalog, "
                 f"but its stores already have committed versions (e.g. {next(iter(ours.items()))})"
-                ": the query's Spark checkpoint and the state catalog disagree"
+                f"; last committed batch: {last[0].batch_id if last else None}. The query's "
+                "Spark checkpoint and the state catalog disagree"
             )
         return {}
 
     # --- one batch ----------------------------------------------------------------------
+
+    def _routed(self, df: DataFrame, op: StatefulOperator) -> DataFrame:
+        """The input with each row's state partition, plus one heartbeat row per partition,
+        shuffled so that Spark partition ``p`` holds state partition ``p``'s rows."""
+        missing = [c for c in op.key_columns if c not in df.columns]
+        if missing:
+            raise InvalidArgument(f"key columns {missing} are not in the input: {df.columns}")
+        reserved = {PARTITION_COLUMN, HEARTBEAT_COLUMN} & set(df.columns)
+        if reserved:
+            raise InvalidArgument(f"input column names {sorted(reserved)} are reserved")
+        n = op.num_partitions
+        data = df.select(
+            "*",
+            F.pmod(F.hash(*[F.col(c) for c in op.key_columns]), F.lit(n)).alias(PARTITION_COLUMN),
+            F.lit(False).alias(HEARTBEAT_COLUMN),
+        )
+        beats = df.sparkSession.range(0, n, 1, 1).select(
+            *[F.lit(None).cast(f.dataType).alias(f.name) for f in df.schema.fields],
+            F.col("id").cast("int").alias(PARTITION_COLUMN),
+            F.lit(True).alias(HEARTBEAT_COLUMN),
+        )
+        return data.unionByName(beats).repartitionById(n, F.col(PARTITION_COLUMN))
 
     def _stage(
         self,
         df: DataFrame,
         op: StatefulOperator,
         batch_id: int,
-        committed: dict[StoreId, Any],
+        run: str,
+        committed: dict[StoreId, CheckpointRef],
         batch_time_ms: int,
+        reports: Reports,
         watermarks: BatchWatermarks | None,
     ) -> DataFrame:
-        missing = [c for c in op.key_columns if c not in df.columns]
-        if missing:
-            raise InvalidArgument(f"key columns {missing} are not in the input: {df.columns}")
-        keys = [F.col(c) for c in op.key_columns]
-        routed = df.withColumn(
-            PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(op.num_partitions))
-        ).repartition(op.num_partitions, *keys)
+        routed = self._routed(df, op)
         spec = TaskSpec(
             storage=self.storage,
             catalog_url=self.catalog_url,
             query_id=self.query_id,
             batch_id=batch_id,
+            run=run,
             operator=op,
             base=base_refs(committed, op),
             input_schema=to_arrow_schema(routed.schema, timezone="UTC"),
@@ -178,7 +243,26 @@ class StatefulQuery:
             worker_settings=WorkerSettings.from_env(),
             event_time=self.event_time.spec(watermarks, first=op is self.operators[0]),
         )
-        return routed.mapInArrow(partial(run_partition, spec), op.staged_schema())
+        return routed.mapInArrow(partial(run_partitions, spec, reports), op.output_nullable())
+
+    def _accumulator(self, spark: SparkSession) -> Reports:
+        """The query's report channel (one per query: pyspark never frees accumulators)."""
+        if self._reports is None:
+            self._reports = spark.sparkContext.accumulator([], REPORT_PARAM)
+        return self._reports
+
+    @contextmanager
+    def _adaptive(self, spark: SparkSession) -> Iterator[None]:
+        """Run the batch's actions with this query's adaptive setting, then restore it."""
+        if self.adaptive is None:
+            yield
+            return
+        before = spark.conf.get(ADAPTIVE_CONF) or "true"
+        spark.conf.set(ADAPTIVE_CONF, str(self.adaptive).lower())
+        try:
+            yield
+        finally:
+            spark.conf.set(ADAPTIVE_CONF, before)
 
     def run_batch(
         self,
@@ -186,16 +270,19 @@ class StatefulQuery:
         batch_id: int,
         *,
         sink: Sink | None = None,
+        cache_output: bool = False,
         batch_time_ms: int | None = None,
     ) -> BatchResult:
         """Run and commit batch ``batch_id``. Call ``release()`` on the result when done.
 
         With ``sink``, the output is handed to ``sink(output, batch_id)`` before the catalog
-        commit: the sink's first action computes the stateful stage (once; it is cached) and
-        the checkpoint infos are then read from the cache, which saves a Spark job per batch.
-        If the driver fails in between, the replayed batch recomputes and the sink sees the
-        output again: at-least-once, as with any ``foreachBatch`` sink. ``batch_time_ms``
-        (default: now) is the batch's clock for timeouts, the same in every task.
+        commit, and the sink's action runs the stateful stage: one Spark job. Pass
+        ``cache_output=True`` if the sink runs several actions on the output (it is then
+        cached, computed once). Without a sink the output is cached and computed here, for
+        the caller to use after the commit. If the driver fails between the sink and the
+        commit, the replayed batch recomputes and the sink sees the output again:
+        at-least-once, as with any ``foreachBatch`` sink. ``batch_time_ms`` (default: now) is
+        the batch's clock for timeouts, the same in every task.
         """
         started = time.perf_counter()
         batch_time = int(time.time() * 1000) if batch_time_ms is None else batch_time_ms
@@ -203,31 +290,38 @@ class StatefulQuery:
             self._register()
         committed = self._committed_before(batch_id)
         watermarks = self.event_time.watermark_for(self.catalog, self.root, self.query_id, batch_id)
-        current, cached, reports = df, [], []
+        spark = df.sparkSession
+        reports = self._accumulator(spark)
+        reports.value = []
+        run = uuid.uuid4().hex
+        output = df
+        for op in self.operators:
+            output = self._stage(
+                output, op, batch_id, run, committed, batch_time, reports, watermarks
+            )
+        cached = [output.persist(StorageLevel.MEMORY_AND_DISK)] if cache_output or not sink else []
         try:
-            for op in self.operators:
-                staged = self._stage(current, op, batch_id, committed, batch_time, watermarks)
-                staged.persist(StorageLevel.MEMORY_AND_DISK)
-                cached.append(staged)
-                current = staged.where(F.col(CHECKPOINT_COLUMN).isNull()).drop(CHECKPOINT_COLUMN)
-            if sink is not None:
-                sink(current, batch_id)
-            for op, staged in zip(self.operators, cached, strict=True):
-                rows = staged.where(F.col(CHECKPOINT_COLUMN).isNotNull()).collect()
-                op_reports = [parse_report(r[CHECKPOINT_COLUMN]) for r in rows]
-                self._check_reports(op, op_reports)
-                reports.extend(op_reports)
-            self.event_time.record(self.catalog, self.root, self.query_id, batch_id, reports)
-            infos = [CheckpointInfo.from_dict(r) for r in reports]
+            with self._adaptive(spark):
+                if sink is not None:
+                    sink(output, batch_id)
+                chosen = self._choose(run, reports)
+                if chosen is None:  # the sink left partitions uncomputed (or there is none)
+                    output.write.format("noop").mode("overwrite").save()
+                    chosen = self._choose(run, reports)
+            if chosen is None:
+                raise CommitConflict(self._incomplete(run, reports))
+            self.event_time.record(self.catalog, self.root, self.query_id, batch_id, chosen)
+            infos = [r.info for r in chosen]
             commit_started = time.perf_counter()
             self.catalog.commit_batch(self.root, self.query_id, batch_id, infos)
             commit_ms = (time.perf_counter() - commit_started) * 1000
         except BaseException:
-            for staged in cached:
-                staged.unpersist()
+            for df_cached in cached:
+                df_cached.unpersist()
             raise
-        metrics = self._metrics(reports, commit_ms, (time.perf_counter() - started) * 1000)
-        metrics.extra.update(event_time_metrics(reports, watermarks))
+        duplicates = sum(1 for r in self._mine(run, reports)) - len(chosen)
+        metrics = self._metrics(chosen, duplicates, commit_ms, (time.perf_counter() - started))
+        metrics.extra.update(event_time_metrics(chosen, watermarks))
         self.catalog.record_batch_metrics(self.root, self.query_id, batch_id, metrics)
         log.info(
             "query %s batch %d committed: %d rows in, %d keys updated, %d state rows, "
@@ -242,42 +336,81 @@ class StatefulQuery:
             metrics.cache_hits,
             metrics.cache_misses,
         )
-        return BatchResult(batch_id, current, infos, metrics, reports, cached)
-
-    def _check_reports(self, op: StatefulOperator, reports: list[dict[str, Any]]) -> None:
-        partitions = sorted(r["partition_id"] for r in reports)
-        if partitions != list(range(op.num_partitions)):
-            raise CommitConflict(
-                f"operator {op.operator_id} returned checkpoints for partitions {partitions}, "
-                f"expected exactly 0..{op.num_partitions - 1}"
-            )
+        return BatchResult(batch_id, output, infos, metrics, chosen, cached)
 
     @staticmethod
-    def _metrics(reports: list[dict[str, Any]], commit_ms: float, batch_ms: float) -> BatchMetrics:
-        hits = sum(1 for r in reports if r["cache_hit"])
+    def _mine(run: str, reports: Reports) -> list[TaskReport]:
+        return [TaskReport.from_dict(d) for d in reports.value if d["run"] == run]
+
+    def _choose(self, run: str, reports: Reports) -> list[TaskReport] | None:
+        """One report per store (the first to arrive; later ones are duplicate attempts whose
+        files stay uncommitted), or None while a partition of an operator has none."""
+        first: dict[StoreId, TaskReport] = {}
+        for report in self._mine(run, reports):
+            first.setdefault(report.info.store, report)
+        expected = {
+            StoreId(op.operator_id, p, op.store_name)
+            for op in self.operators
+            for p in range(op.num_partitions)
+        }
+        if set(first) != expected:
+            return None
+        return [first[s] for s in sorted(expected, key=lambda s: (s.operator_id, s.partition_id))]
+
+    def _incomplete(self, run: str, reports: Reports) -> str:
+        got = {r.info.store for r in self._mine(run, reports)}
+        lines = []
+        for op in self.operators:
+            partitions = sorted(
+                s.partition_id
+                for s in got
+                if (s.operator_id, s.store_name) == (op.operator_id, op.store_name)
+            )
+            if partitions != list(range(op.num_partitions)):
+                lines.append(
+                    f"operator {op.operator_id} returned checkpoints for partitions "
+                    f"{partitions}, expected exactly 0..{op.num_partitions - 1}"
+                )
+        return f"query {self.query_id}: " + "; ".join(lines)
+
+    @staticmethod
+    def _metrics(
+        reports: list[TaskReport], duplicates: int, commit_ms: float, batch_s: float
+    ) -> BatchMetrics:
+        hits = sum(1 for r in reports if r.cache_hit)
         return BatchMetrics(
-            rows_in=sum(r["rows_in"] for r in reports),
-            keys_updated=sum(r["keys_updated"] for r in reports),
-            state_rows=sum(r["rows"] for r in reports),
-            bytes_written=sum(r["bytes_written"] for r in reports),
+            rows_in=sum(r.rows_in for r in reports),
+            keys_updated=sum(r.keys_updated for r in reports),
+            state_rows=sum(r.info.rows for r in reports),
+            bytes_written=sum(r.info.bytes_written for r in reports),
             commit_ms=commit_ms,
             cache_hits=hits,
             cache_misses=len(reports) - hits,
             extra={
-                "batch_ms": batch_ms,
-                "max_task_ms": max((r["task_ms"] for r in reports), default=0.0),
-                "deltas_applied": sum(r["deltas_applied"] for r in reports),
-                "repairs": [x for r in reports for x in r["repairs"]],
+                "batch_ms": batch_s * 1000,
+                "cache_hit_rate": hits / len(reports),
+                "load_sources": {
+                    s: sum(1 for r in reports if r.load_source == s)
+                    for s in sorted({r.load_source for r in reports})
+                },
+                "max_task_ms": max(r.task_ms for r in reports),
+                "max_load_ms": max(r.load_ms for r in reports),
+                "deltas_applied": sum(r.deltas_applied for r in reports),
+                "duplicate_attempts": duplicates,
+                "repairs": [x for r in reports for x in r.repairs],
             },
         )
 
     # --- Structured Streaming -----------------------------------------------------------
 
-    def foreach_batch(self, sink: Sink | None = None) -> Callable[[DataFrame, int], None]:
+    def foreach_batch(
+        self, sink: Sink | None = None, *, cache_output: bool = False
+    ) -> Callable[[DataFrame, int], None]:
         """A ``foreachBatch`` function: run the batch, hand its output to
-        ``sink(output_df, batch_id)`` (computed once, served from cache), commit."""
+        ``sink(output_df, batch_id)`` (one Spark job; ``cache_output=True`` if the sink runs
+        several actions), commit."""
 
         def process(df: DataFrame, batch_id: int) -> None:
-            self.run_batch(df, batch_id, sink=sink).release()
+            self.run_batch(df, batch_id, sink=sink, cache_output=cache_output).release()
 
         return process

@@ -1,25 +1,31 @@
-"""What one Spark task does for one state partition of one batch (runs on executors).
+"""What one Spark task does for the state partitions of one batch (runs on executors).
 
 The driver builds a :class:`TaskSpec` of plain data (the operator, the committed
 ``(version, id)`` of every partition, the catalog URL, the worker settings it read) that Spark
-ships with the task. The task opens its partition's store at exactly that checkpoint, runs the
-update function, commits a new delta, records the file in the catalog as written, and returns
-its output rows followed by one row carrying its checkpoint info as JSON.
+ships with the task. Every input row carries its state partition in :data:`PARTITION_COLUMN`,
+and the driver adds one heartbeat row per state partition, so every partition is processed in
+every batch, whatever the input (empty, filtered to nothing, one key) and however Spark
+coalesced the shuffle. For each state partition among its rows the task opens the store at
+exactly the shipped checkpoint, runs the update function, commits a new delta, records the
+file in the catalog as written, and sends a :class:`TaskReport` to the driver through an
+accumulator: Spark merges the updates of successful task attempts only, and the channel costs
+no Spark job.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
+from pyspark.accumulators import Accumulator, AccumulatorParam
 
 from state_runtime.cache import CACHE, set_budget
+from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.metrics import LoadSource
@@ -31,16 +37,21 @@ from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
 
 PARTITION_COLUMN = "__state_partition"
+"""The state partition of a row: ``pmod(hash(keys), n)``, or the heartbeat's own partition."""
+HEARTBEAT_COLUMN = "__state_heartbeat"
+"""True on the one row per state partition that makes every partition run every batch."""
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """Everything a task needs, as plain picklable data."""
+    """Everything a task needs, as plain picklable data. ``run`` names one ``run_batch``
+    call, so that reports of an earlier call (a late speculative attempt) are told apart."""
 
     storage: Storage
     catalog_url: str
     query_id: str
     batch_id: int
+    run: str
     operator: StatefulOperator
     base: dict[int, tuple[int, str | None]]
     input_schema: pa.Schema
@@ -49,57 +60,107 @@ class TaskSpec:
     event_time: EventTimeSpec | None = None
 
 
+@dataclass(frozen=True)
+class TaskReport:
+    """What one state partition's task attempt did: its checkpoint and what it cost."""
+
+    run: str
+    info: CheckpointInfo
+    rows_in: int
+    keys_updated: int
+    load_source: str
+    deltas_applied: int
+    load_ms: float
+    task_ms: float
+    attempt: int
+    worker: str
+    repairs: list[str] = field(default_factory=list)
+    late_rows: int = 0
+    evicted: int = 0
+    evict_ms: float = 0.0
+    max_event_ms: int | None = None
+
+    @property
+    def cache_hit(self) -> bool:
+        """The version came from this worker's memory (exact, rolled forward, or empty)."""
+        return self.load_source != LoadSource.FILES.value
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (what travels through the accumulator)."""
+        return {**asdict(self), "info": self.info.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TaskReport:
+        return cls(**{**d, "info": CheckpointInfo.from_dict(d["info"])})
+
+
+class _ReportList(AccumulatorParam[list[dict[str, Any]]]):
+    """Accumulates task reports (as dicts) into one list."""
+
+    def zero(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return []
+
+    def addInPlace(
+        self, value1: list[dict[str, Any]], value2: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        value1.extend(value2)
+        return value1
+
+
+REPORT_PARAM = _ReportList()
+
+Reports = Accumulator[list[dict[str, Any]]]
+
+
 def _output_table(out: pa.Table | Iterable[tuple[Any, ...]] | None, schema: pa.Schema) -> pa.Table:
-    """The update function's output as a table of the staged schema (checkpoint column null)."""
-    user_fields = [schema.field(i) for i in range(len(schema) - 1)]
+    """The update function's output as a table of the operator's output schema."""
+    fields = list(schema)
     if out is None:
-        columns: list[pa.Array] = [pa.array([], type=f.type) for f in user_fields]
-        n = 0
-    elif isinstance(out, pa.Table):
-        n = out.num_rows
-        columns = [out.column(i).cast(f.type) for i, f in enumerate(user_fields)]
-    else:
-        rows = list(out)
-        n = len(rows)
-        transposed: list[Sequence[Any]] = (
-            list(zip(*rows, strict=True)) if rows else [[] for _ in user_fields]
+        return schema.empty_table()
+    if isinstance(out, pa.Table):
+        columns = [out.column(i).cast(f.type) for i, f in enumerate(fields)]
+        return pa.Table.from_arrays(columns, schema=schema)
+    rows = list(out)
+    transposed: list[Sequence[Any]] = (
+        list(zip(*rows, strict=True)) if rows else [[] for _ in fields]
+    )
+    if len(transposed) != len(fields):
+        raise InvalidArgument(
+            f"update function returned rows of {len(transposed)} fields, the output schema "
+            f"has {len(fields)}"
         )
-        if len(transposed) != len(user_fields):
-            raise InvalidArgument(
-                f"update function returned rows of {len(transposed)} fields, the output schema "
-                f"has {len(user_fields)}"
-            )
-        columns = [
-            pa.array(col, type=f.type) for col, f in zip(transposed, user_fields, strict=True)
-        ]
-    columns.append(pa.nulls(n, type=pa.string()))
-    return pa.Table.from_arrays(columns, schema=schema)
+    return pa.Table.from_arrays(
+        [pa.array(col, type=f.type) for col, f in zip(transposed, fields, strict=True)],
+        schema=schema,
+    )
 
 
-def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The body of the stateful stage's task for one partition (``mapInArrow`` function)."""
+def run_partitions(
+    spec: TaskSpec, reports: Reports, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """The stateful stage's ``mapInArrow`` function: every state partition among the rows."""
+    received = list(batches)  # nullability flags may differ from the planned schema's
+    table = pa.Table.from_batches(received) if received else spec.input_schema.empty_table()
+    route = table.column(PARTITION_COLUMN)
+    data = table.filter(pc.invert(pc.fill_null(table.column(HEARTBEAT_COLUMN), False)))
+    data_route = data.column(PARTITION_COLUMN)
+    rows = data.drop_columns([PARTITION_COLUMN, HEARTBEAT_COLUMN])
+    for partition in sorted(pc.unique(route).to_pylist()):
+        mine = rows.filter(pc.equal(data_route, partition))
+        output, report = _run_partition(spec, int(partition), mine)
+        reports.add([report.to_dict()])
+        yield from output.to_batches()
+
+
+def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.Table, TaskReport]:
     started = time.perf_counter()
     context = TaskContext.get()
-    partition = context.partitionId() if context is not None else 0
     op = spec.operator
-    received = list(batches)  # timestamps arrive in the session's time zone: keep theirs
-    table = pa.Table.from_batches(received) if received else spec.input_schema.empty_table()
-    if table.num_rows:
-        misrouted = pc.sum(pc.not_equal(table.column(PARTITION_COLUMN), partition)).as_py()
-        if misrouted:
-            raise InvalidArgument(
-                f"{misrouted} rows reached state partition {partition} but hash to another: "
-                "the stateful stage must not be repartitioned"
-            )
-    rows = table.drop_columns([PARTITION_COLUMN])
     store_id = StoreId(op.operator_id, partition, op.store_name)
     root, me = spec.storage.uri, worker.worker_id()
     catalog = worker.catalog_for(spec.catalog_url)
-    others = {s: v for s, v in worker.held_versions(root).items() if s != store_id}
     if CACHE.budget != spec.worker_settings.cache_bytes:
         set_budget(spec.worker_settings.cache_bytes)
-    lag = spec.worker_settings.unload_lag
-    unloaded = worker.unload(root, coordinator.redundant(catalog, root, others, me, lag))
     provider = worker.provider_for(spec.storage, store_id, op.schema, op.config)
     version, checkpoint_id = spec.base.get(partition, (0, None))
     store = provider.get_store(version, checkpoint_id)
@@ -115,8 +176,7 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     token = _current.set(batch)
     try:
         rows, max_event = prepare_rows(spec.event_time, op, rows, batch.event_time)
-        out = op.update(store, rows)
-        output = _output_table(out, op.staged_arrow_schema())
+        output = _output_table(op.update(store, rows), op.output_arrow_schema())
         info = store.commit()
     except BaseException:
         store.abort()
@@ -126,30 +186,21 @@ def run_partition(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     catalog.record_files(root, [info])
     coordinator.report(catalog, root, store_id, me, info.ref)
     load = store.metrics.load
-    report = {
-        **info.to_dict(),
-        "rows_in": rows_in,
-        "keys_updated": store.metrics.updated_keys + store.metrics.removed_keys,
-        "cache_hit": load.source in (LoadSource.CACHE, LoadSource.ROLL_FORWARD, LoadSource.EMPTY),
-        "load_source": load.source.value,
-        "deltas_applied": load.deltas_applied,
-        "repairs": load.repairs,
-        "task_ms": (time.perf_counter() - started) * 1000,
-        "attempt": context.attemptNumber() if context is not None else 0,
-        "worker": me,
-        "unloaded": unloaded,
+    report = TaskReport(
+        run=spec.run,
+        info=info,
+        rows_in=rows_in,
+        keys_updated=store.metrics.updated_keys + store.metrics.removed_keys,
+        load_source=load.source.value,
+        deltas_applied=load.deltas_applied,
+        load_ms=load.load_ms,
+        task_ms=(time.perf_counter() - started) * 1000,
+        attempt=context.attemptNumber() if context is not None else 0,
+        worker=me,
+        repairs=list(load.repairs),
         **event_time_report(batch.event_time, max_event),
-    }
-    yield from output.to_batches()
-    marker = [pa.nulls(1, type=f.type) for f in list(output.schema)[:-1]]
-    yield pa.RecordBatch.from_arrays(
-        [*marker, pa.array([json.dumps(report)], type=pa.string())], schema=output.schema
     )
-
-
-def parse_report(raw: str) -> dict[str, Any]:
-    report: dict[str, Any] = json.loads(raw)
-    return report
+    return output, report
 
 
 def base_refs(

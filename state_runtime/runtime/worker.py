@@ -4,9 +4,8 @@ PySpark reuses Python worker processes, so module-level caches survive from one 
 next. A partition is not pinned to a worker, though: the copy a worker holds is often a few
 versions behind, and the provider rolls it forward by applying only the deltas it missed.
 Cached versions of all stores share the process's memory budget (``STATE_CACHE_BYTES``,
-:mod:`state_runtime.cache`), least recently used first. The coordinator's records (which worker
-holds which store) let a worker drop copies that another worker now keeps more current; that
-saves memory sooner and is never needed for correctness.
+:mod:`state_runtime.cache`), least recently used first: a copy stays warm until memory is
+needed, however many versions behind it falls.
 """
 
 from __future__ import annotations
@@ -65,23 +64,3 @@ def provider_for(
                 del _providers[idle]
             _providers[key] = provider
         return provider
-
-
-def held_versions(root: str) -> dict[StoreId, int]:
-    """The stores this worker keeps below ``root``, with the newest version cached of each."""
-    with _lock:
-        held = {}
-        for key, provider in _providers.items():
-            versions = [ref.version for ref in provider.cached_versions]
-            if key[0] == root and versions:
-                held[key[1]] = max(versions)
-        return held
-
-
-def unload(root: str, stores: set[StoreId]) -> int:
-    """Drop this worker's copies of ``stores`` (the coordinator says others hold them)."""
-    with _lock:
-        doomed = [key for key in _providers if key[0] == root and key[1] in stores]
-        for key in doomed:
-            _providers.pop(key).drop_cache()
-        return len(doomed)

@@ -95,7 +95,7 @@ def test_failed_and_duplicate_task_attempts(
         assert {r.user: (r.n, r.total) for r in result.output.collect()} == {
             u: running_totals(seen)[u] for u in {e[0] for e in events}
         }
-        assert all(r["attempt"] >= 1 for r in result.reports if r["partition_id"] in {0, 2})
+        assert all(r.attempt >= 1 for r in result.reports if r.info.store.partition_id in {0, 2})
         result.release()
     assert _state(spark, root, sqlite_catalog_url) == running_totals(seen)
     deltas = list((tmp_path / "ckpt").rglob("*.delta"))

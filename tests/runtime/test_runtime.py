@@ -71,7 +71,7 @@ def test_running_aggregation_matches_the_reference(
         # Update mode: the batch outputs exactly the keys it touched, with their new totals.
         assert output == {u: expected[u] for u in {e[0] for e in events}}
         assert result.metrics.rows_in == 300 and result.metrics.state_rows == len(expected)
-        workers.update(r["worker"] for r in result.reports)
+        workers.update(r.worker for r in result.reports)
         result.release()
     assert _state(spark, root, sqlite_catalog_url) == running_totals(seen)
     assert _state(spark, root, sqlite_catalog_url, query_id="totals", batch_id=1) == running_totals(

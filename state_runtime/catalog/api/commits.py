@@ -133,14 +133,3 @@ class CommitCalls(CatalogBase):
             "record store holder",
             lambda c: holders.record_holder(c, root, store, worker, ref, utcnow()),
         )
-
-    def holders_ahead(
-        self, root: str, held: dict[StoreId, int], worker: str, lag: int
-    ) -> set[StoreId]:
-        """Of the stores ``worker`` holds (store -> cached version), those another worker
-        holds at least ``lag`` versions ahead."""
-        if not held:
-            return set()
-        return self._run(
-            "read store holders", lambda c: holders.holders_ahead(c, root, held, worker, lag)
-        )

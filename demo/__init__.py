@@ -1,0 +1,1 @@
+"""The project's demo (``make demo``); not part of the library."""

@@ -1,0 +1,53 @@
+"""``make demo`` run twice in a row, on SQLite and on PostgreSQL: the second run resumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from demo.clicks import QUERY_ID, parse_args, run
+from state_runtime.catalog import Catalog
+
+pytestmark = pytest.mark.spark
+
+
+def _twice(spark: SparkSession, output: Path, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--batches", "2", "--events-per-batch", "300", "--users", "50", "--partitions", "2"]
+    argv += ["--output", str(output), "--catalog-url", url]
+    first = run(spark, parse_args(argv))
+    assert "new run:" in capsys.readouterr().out
+    second = run(spark, parse_args(argv))
+    out = capsys.readouterr().out
+    assert "resuming:" in out and "\ndone: 2 batches" in out
+    # The second run continued the first one's batches, on the same stores.
+    assert (first, second) == ([0, 1], [2, 3])
+    [folder] = (output / "runs").iterdir()
+    with Catalog.open(url) as catalog:
+        [root] = catalog.roots()
+        assert root == (folder / "checkpoint").absolute().as_uri()
+        history = catalog.commit_history(root, query_id=QUERY_ID, limit=1)
+        assert history[0].batch_id == 3
+        assert {r.version for r in catalog.latest_committed(root).values()} == {4}
+    # Files gone but the catalog remembers the root: a third run starts a new run folder.
+    for path in sorted(folder.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    folder.rmdir()
+    third = run(spark, parse_args(argv))
+    assert "new run:" in capsys.readouterr().out and third == [0, 1]
+    with Catalog.open(url) as catalog:
+        assert len(catalog.roots()) == 2
+
+
+def test_demo_twice_on_sqlite(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _twice(spark, tmp_path / "demo-output", f"sqlite:///{tmp_path / 'catalog.db'}", capsys)
+
+
+@pytest.mark.postgres
+def test_demo_twice_on_postgresql(
+    spark: SparkSession, tmp_path: Path, pg_schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _twice(spark, tmp_path / "demo-output", pg_schema, capsys)
