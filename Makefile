@@ -5,12 +5,13 @@ PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help check-python check-java install test lint format demo dagster \
+.PHONY: help check-python check-java install test lint format demo demo-maintain dagster \
         bench-store bench-catalog bench-catalog-calls bench-s3 bench-e2e bench-maintenance \
         bench-eviction clean
 
 help:
 	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
+	@echo "make demo-maintain  then snapshots, cleanup (executed) and validation on its stores"
 	@echo "make test        run every test"
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
@@ -58,6 +59,18 @@ format: $(STAMP)
 
 demo: $(STAMP) check-java
 	$(PY) -m demo
+
+# After `make demo`: a snapshot pass, an executed cleanup and a validation on the demo's stores
+# under the demo policy (no retention window: for a finished stream only), then their health
+# and history. Reads the demo's catalog (DEMO_CATALOG), never the demo itself.
+DEMO_CATALOG ?= $(or $(STATE_CATALOG_URL),sqlite:///demo-output/catalog.db)
+STATESTORE = $(VENV)/bin/statestore --catalog-url "$(DEMO_CATALOG)"
+
+demo-maintain: $(STAMP)
+	$(STATESTORE) --policy demo maintain --execute
+	$(STATESTORE) --policy demo validate
+	$(STATESTORE) --policy demo health
+	$(STATESTORE) history --by-batch --limit 200
 
 bench-store: $(STAMP)
 	$(PY) benchmarks/bench_store.py

@@ -61,10 +61,14 @@ def _default_signals() -> None:
 
 
 class DagsterDev:
-    """``dagster dev -w workspace.yaml`` with DAGSTER_HOME ``home`` and extra ``env``."""
+    """``dagster dev -w workspace.yaml`` with DAGSTER_HOME ``home`` and extra ``env``; with
+    ``make``, the repository's ``make dagster`` (same home and port) instead."""
 
-    def __init__(self, home: Path, env: dict[str, str], port: int | None = None) -> None:
+    def __init__(
+        self, home: Path, env: dict[str, str], port: int | None = None, *, make: bool = False
+    ) -> None:
         self.home = home
+        self.make = make
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = home / "dagster-dev.log"
@@ -77,17 +81,15 @@ class DagsterDev:
         self.home.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / "dagster_project" / "dagster.yaml", self.home / "dagster.yaml")
         with self.log.open("wb") as out:
+            command = (
+                ["make", "dagster", f"DAGSTER_HOME={self.home}", f"DAGSTER_PORT={self.port}"]
+                if self.make
+                else [str(DAGSTER), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1"]
+            )
+            if not self.make:
+                command += ["-p", str(self.port)]
             self.process = subprocess.Popen(
-                [
-                    str(DAGSTER),
-                    "dev",
-                    "-w",
-                    "workspace.yaml",
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    str(self.port),
-                ],
+                command,
                 cwd=REPO,
                 env=self.env,
                 stdout=out,

@@ -1,13 +1,16 @@
-"""Screenshots of the Dagster UI for the docs: the asset graph and store-health plots.
+"""Screenshots of the Dagster UI for the docs, from a real ``make dagster`` on the demo's stores.
 
-    .venv/bin/python scripts/screenshot_dagster.py            # writes docs/dagster-*.png
+    make demo                                           # the demo's stores and catalog
+    .venv/bin/python scripts/screenshot_dagster.py      # writes docs/dagster-*.png
 
-A real stream (the runtime on Spark, ``local[2]``) keeps running totals per user in four
-state stores; between rounds of micro-batches, ``dagster dev`` (started here, in its own
-process group, with a temporary DAGSTER_HOME) runs the health and validation job and, every
-other round, the snapshot job, so the plots have a history. Headless Chromium, driven over
-the DevTools protocol (to switch the metadata view to plots), captures the pages. Needs
-``chromium`` on PATH (Debian: ``apt-get install chromium``).
+Runs ``make dagster`` (in its own process group, with a temporary DAGSTER_HOME and a free
+port) on the demo's catalog, with the demo policy in the environment (``STATE_MAINTENANCE_*``:
+no retention window, snapshots after 2 deltas), waits until the discovery sensor has added a
+partition per store, then runs a few rounds of maintenance jobs through GraphQL (validation:
+health and checks; snapshots; cleanup with ``dry_run: false``) so that each store's partition
+has a history. Headless Chromium, driven over the DevTools protocol, captures the pages; the
+process group of ``make dagster`` is stopped at the end. Needs ``chromium`` on PATH (Debian:
+``apt-get install chromium``) and ``make demo`` first (``--demo`` runs it).
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import argparse
 import asyncio
 import base64
 import json
-import random
 import shutil
 import subprocess
 import sys
@@ -24,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import requests
 import websockets
@@ -32,8 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.dagster_dev import REPO, DagsterDev
 from state_runtime.catalog import Catalog
-from state_runtime.runtime import Agg, StatefulQuery, running_aggregation
-from state_runtime.runtime.session import spark_session
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -46,7 +47,7 @@ CHROMIUM_FLAGS = [
     "--hide-scrollbars",
     "--remote-debugging-port=0",
 ]
-CLICK = """(() => { const found = [...document.querySelectorAll('button')]
+CLICK = """(() => { const found = [...document.querySelectorAll('button, a, [role=tab]')]
   .filter(b => b.textContent.trim() === %s);
   found.forEach(b => b.click()); return found.length })()"""
 SCROLL = """(() => { const found = [...document.querySelectorAll('*')]
@@ -127,62 +128,94 @@ class Chromium:
             target.write_bytes(base64.b64decode(shot["data"]))
 
 
+DEMO_POLICY = {
+    "STATE_MAINTENANCE_SNAPSHOT_MIN_DELTAS": "2",
+    "STATE_MAINTENANCE_WINDOW": "0s",
+    "STATE_MAINTENANCE_ORPHAN_GRACE": "0s",
+    "STATE_MAINTENANCE_MIN_WINDOW": "0s",
+}
+PARTITIONS = """query($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) {
+    ... on AssetNode { partitionKeys } } }"""
+CLEANUP = {"ops": {"state_retention_cleanup": {"config": {"dry_run": False}}}}
+
+
+def wait_partitions(server: DagsterDev, count: int, timeout_s: float = 240) -> list[str]:
+    """The store partitions, once the discovery sensor has added ``count`` of them."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        node = server.graphql(PARTITIONS, key={"path": ["state_checkpoints"]})
+        keys: list[str] = node["assetNodeOrError"].get("partitionKeys") or []
+        if len(keys) >= count:
+            return keys
+        time.sleep(3)
+    raise TimeoutError(f"the discovery sensor added no partitions:\n{server.tail()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=REPO / "docs")
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--batches-per-round", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--demo", action="store_true", help="run `make demo` first")
     args = parser.parse_args()
+    if args.demo:
+        subprocess.run(["make", "demo"], cwd=REPO, check=True)
+    database = REPO / "demo-output" / "catalog.db"
+    if not database.exists():
+        raise SystemExit(f"no demo catalog at {database}: run `make demo` first (or --demo)")
+    url = f"sqlite:///{database}"
+    with Catalog.open(url) as catalog:
+        stores = len(catalog.stores())
     work = Path(tempfile.mkdtemp(prefix="dagster-screenshots-"))
-    url = f"sqlite:///{work / 'catalog.db'}"
-    spark = spark_session("local[2]", app_name="dagster-screenshots", shuffle_partitions=4)
-    op = running_aggregation(
-        0, ["user"], "user string", [Agg("clicks", "count"), Agg("amount", "sum", "amount")], 4
-    )
-    query = StatefulQuery("clicks_per_user", str(work / "checkpoint"), [op], catalog_url=url)
-    rng = random.Random(1)
-    env = {"STATE_CATALOG_URL": url, "STATE_MAINTENANCE_SNAPSHOT_MIN_DELTAS": "5"}
+    env = {"STATE_CATALOG_URL": url} | DEMO_POLICY
     try:
-        with Catalog.open(url, upgrade=True), DagsterDev(work / "dagster_home", env) as server:
+        with DagsterDev(work / "dagster_home", env, make=True) as server:
             server.wait_loaded()
             server.graphql("mutation { setNuxSeen }")  # no "join the community" dialog
-            batch = 0
-            for round_ in range(args.rounds):
-                for _ in range(args.batches_per_round):
-                    events = [
-                        (f"user{rng.randrange(5000)}", rng.randrange(100)) for _ in range(4000)
-                    ]
-                    df = spark.createDataFrame(events, "user string, amount bigint")
-                    query.run_batch(df, batch).release()
-                    batch += 1
-                jobs = ["state_validation_job"] + (
-                    ["state_snapshot_job"] if round_ % 3 == 2 else []
-                )
+            keys = wait_partitions(server, stores)
+            rounds = [["state_validation_job", "state_snapshot_job"]]
+            rounds += [["state_validation_job", "state_cleanup_job"]]
+            rounds += [["state_validation_job"]] * max(1, args.rounds - 2)
+            for number, jobs in enumerate(rounds, 1):
                 for job in jobs:
-                    status = server.wait_run(server.launch(job))
-                    print(f"round {round_ + 1}: batch {batch}, {job} {status}", flush=True)
+                    config = CLEANUP if job == "state_cleanup_job" else None
+                    status = server.wait_run(server.launch(job, config))
+                    print(f"round {number}: {job} {status}", flush=True)
                     if status != "SUCCESS":
                         raise SystemExit(f"{job} ended {status}:\n{server.tail(6000)}")
+                time.sleep(5)  # the next health run sees a longer commit lag
             browser = Chromium(work / "chromium-profile")
+            store = quote(sorted(keys)[0], safe="")
+            pages = [
+                ("/asset-groups/state_maintenance", "dagster-asset-graph.png", None, None),
+                ("/assets/state_store_health", "dagster-health-plot.png", "Plots", "Metadata"),
+                ("/assets/state_checkpoints?view=checks", "dagster-checks.png", None, None),
+                (
+                    f"/assets/state_checkpoints?view=partitions&partition={store}",
+                    "dagster-store-partition.png",
+                    None,
+                    None,
+                ),
+                (
+                    "/assets/state_checkpoints",
+                    "dagster-store-plots.png",
+                    "Plots",
+                    "Metadata",
+                ),
+                (
+                    f"/assets/state_checkpoints?view=events&partition={store}",
+                    "dagster-store-events.png",
+                    None,
+                    None,
+                ),
+            ]
             try:
-                browser.screenshot(
-                    server.url + "/asset-groups/state_maintenance",
-                    args.out / "dagster-asset-graph.png",
-                )
-                browser.screenshot(
-                    server.url + "/assets/state_store_health",
-                    args.out / "dagster-health-plot.png",
-                    click="Plots",
-                    scroll_to="Metadata",
-                )
-                browser.screenshot(
-                    f"{server.url}/assets/state_checkpoints?view=checks",
-                    args.out / "dagster-checks.png",
-                )
+                for page, name, click, scroll_to in pages:
+                    browser.screenshot(
+                        server.url + page, args.out / name, click=click, scroll_to=scroll_to
+                    )
             finally:
                 browser.close()
     finally:
-        spark.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

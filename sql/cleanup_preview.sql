@@ -26,5 +26,5 @@ SELECT checkpoint_root, operator_id, partition_id, store_name, path, kind, versi
        size_bytes, created_at, verdict, reason
 FROM state_file_verdicts(:'retain'::int, :'retention'::interval, :'grace'::interval)
 WHERE verdict LIKE 'deletable%'
-  AND (:'root' = '' OR checkpoint_root = :'root')
+  AND (:'root' = '' OR checkpoint_root IN (:'root', state_root_uri(:'root')))
 ORDER BY checkpoint_root, operator_id, partition_id, store_name, version, path;

@@ -2,6 +2,11 @@
 -- runtime's batch metrics when the driver recorded them.
 --
 --   psql "$CATALOG" -v query=<query id> [-v limit=50] -f sql/commit_history.sql
+\if :{?query}
+\else
+\warn 'error: sql/commit_history.sql needs -v query=...: the query id (statestore history --by-batch lists them)'
+\quit
+\endif
 \if :{?limit}
 \else
 \set limit 50

@@ -17,5 +17,5 @@ JOIN checkpoint_files f ON f.file_id = d.file_id
 JOIN stores s ON s.store_id = f.store_id
 JOIN maintenance_runs r ON r.run_id = d.run_id
 WHERE d.deleted_at >= now() - :'since'::interval
-  AND (:'root' = '' OR s.checkpoint_root = :'root')
+  AND (:'root' = '' OR s.checkpoint_root IN (:'root', state_root_uri(:'root')))
 ORDER BY d.deleted_at DESC, d.deletion_id DESC;

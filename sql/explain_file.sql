@@ -8,6 +8,16 @@
 -- A file whose last verification failed is never called needed: its verdict is 'missing' or
 -- 'damaged' with what was found; `statestore explain` also says which retained versions
 -- still load without it (and checks storage for files nobody has verified yet).
+\if :{?root}
+\else
+\warn 'error: sql/explain_file.sql needs -v root=...: the checkpoint root (a path or URI)'
+\quit
+\endif
+\if :{?path}
+\else
+\warn 'error: sql/explain_file.sql needs -v path=...: the file path relative to the root'
+\quit
+\endif
 \if :{?retain}
 \else
 \set retain 2
@@ -35,7 +45,7 @@ SELECT v.path, v.kind, v.version, v.checkpoint_id, v.state, v.verification, v.si
             END AS reason
 FROM state_file_verdicts(:'retain'::int, :'retention'::interval, :'grace'::interval) v
 JOIN checkpoint_files f ON f.file_id = v.file_id
-WHERE v.checkpoint_root = :'root' AND v.path = :'path'
+WHERE v.checkpoint_root IN (:'root', state_root_uri(:'root')) AND v.path = :'path'
 UNION ALL
 SELECT f.path, f.kind, f.version, f.checkpoint_id, f.state, f.verification, f.size_bytes,
        f.created_at, 'deleted', NULL, NULL,
@@ -43,4 +53,4 @@ SELECT f.path, f.kind, f.version, f.checkpoint_id, f.state, f.verification, f.si
 FROM checkpoint_files f
 JOIN stores s ON s.store_id = f.store_id
 JOIN deletion_ledger d ON d.file_id = f.file_id
-WHERE s.checkpoint_root = :'root' AND f.path = :'path';
+WHERE s.checkpoint_root IN (:'root', state_root_uri(:'root')) AND f.path = :'path';

@@ -8,6 +8,21 @@
 -- step whose snapshot and delta are both absent shows kind 'MISSING': the chain is broken.
 -- verification: whether the file's bytes were checked since it was written; cleanup counts
 -- only on verified snapshots (an unverified or failed one keeps its deltas).
+\if :{?root}
+\else
+\warn 'error: sql/lineage.sql needs -v root=...: the checkpoint root (a path or URI)'
+\quit
+\endif
+\if :{?operator}
+\else
+\warn 'error: sql/lineage.sql needs -v operator=...: the operator id'
+\quit
+\endif
+\if :{?partition}
+\else
+\warn 'error: sql/lineage.sql needs -v partition=...: the partition id'
+\quit
+\endif
 \if :{?store}
 \else
 \set store default
@@ -20,7 +35,7 @@ WITH RECURSIVE target AS (
     SELECT s.store_id, c.version, c.checkpoint_id
     FROM stores s
     JOIN commit_log c ON c.store_id = s.store_id
-    WHERE s.checkpoint_root = :'root'
+    WHERE s.checkpoint_root IN (:'root', state_root_uri(:'root'))
       AND s.operator_id = :'operator'::int
       AND s.partition_id = :'partition'::int
       AND s.store_name = :'store'

@@ -33,6 +33,6 @@ SELECT h.checkpoint_root, h.operator_id, h.partition_id, h.store_name,
        h.last_run_id, h.last_run_kind, h.last_run_outcome, h.last_run_ended_at
 FROM state_store_health h
 JOIN state_store_status(:'lag_warn'::int, :'orphan_warn'::int) st ON st.store_id = h.store_id
-WHERE :'root' = '' OR h.checkpoint_root = :'root'
+WHERE :'root' = '' OR h.checkpoint_root IN (:'root', state_root_uri(:'root'))
 ORDER BY h.deltas_since_snapshot DESC, h.checkpoint_root, h.operator_id, h.partition_id,
          h.store_name;

@@ -252,6 +252,13 @@ MAINTENANCE = SettingGroup(
             floor=0,
         ),
         Setting(
+            "commit_lag_warn",
+            "duration",
+            timedelta(minutes=15),
+            "A store with no commit for this long warns: its stream may have stopped writing.",
+            floor=timedelta(seconds=1),
+        ),
+        Setting(
             "overdue_after",
             "duration",
             timedelta(days=2),

@@ -1,13 +1,15 @@
 """Assets: the checkpoint files (written by the streams) and the maintenance that keeps them.
 
 ``state_checkpoints`` stands for the files the streaming queries write, one partition per
-store; Dagster never materializes it, but every health run records each store's figures on
-its partition. The maintenance assets each run one pass of ``state_runtime.maintenance``.
+store; Dagster never writes it, but every health run records each store's state as a
+materialization of its partition (status and figures as metadata), so each store's partition
+shows its latest state and its history. The maintenance assets each run one pass of
+``state_runtime.maintenance``.
 """
 
 from dagster import (
     AssetExecutionContext,
-    AssetObservation,
+    AssetMaterialization,
     AssetSpec,
     Config,
     Failure,
@@ -48,7 +50,8 @@ state_checkpoints = AssetSpec(
     key="state_checkpoints",
     description=(
         "Checkpoint files of the state stores (deltas and snapshots), written by the streaming "
-        "queries. One partition per store; each health run records the store's figures here."
+        "queries. One partition per store; each health run records the store's status and "
+        "figures as a materialization of its partition."
     ),
     partitions_def=state_stores,
     group_name=GROUP,
@@ -80,7 +83,8 @@ class RepairConfig(StoresConfig):
 
 
 class HealthConfig(Config):
-    """``observe_stores``: record each store's figures on its ``state_checkpoints`` partition."""
+    """``observe_stores``: record each store's status and figures as a materialization of its
+    ``state_checkpoints`` partition."""
 
     observe_stores: bool = True
 
@@ -153,7 +157,8 @@ def state_store_health(
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Every store's status and figures from the catalog: fleet totals here (broken, degraded
     and unknown stores among them), each store's status and figures on its
-    ``state_checkpoints`` partition (plotted over time), and a table of the stores."""
+    ``state_checkpoints`` partition (one materialization per store and run: its history), and a
+    table of the stores."""
     with maintenance.run(context) as run:
         reports = store_reports(run.fleet, run.policy)
     if config.observe_stores:
@@ -161,9 +166,10 @@ def state_store_health(
         for report in reports:
             if str(report.key) in known:
                 context.log_event(
-                    AssetObservation(
+                    AssetMaterialization(
                         state_checkpoints.key,
                         partition=str(report.key),
+                        description=str(report.status),
                         metadata=store_figures(report),
                     )
                 )

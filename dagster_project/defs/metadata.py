@@ -92,7 +92,7 @@ def totals_metadata(totals: FleetTotals) -> MetadataMap:
 
 
 def store_figures(report: StoreReport) -> MetadataMap:
-    """A store's status and figures (its partition's observation metadata)."""
+    """A store's status and figures (the metadata of its partition's materialization)."""
     return status_metadata(report) | {
         name: MetadataValue.float(value) if isinstance(value, float) else MetadataValue.int(value)
         for name, value in report.figures().items()
@@ -100,10 +100,13 @@ def store_figures(report: StoreReport) -> MetadataMap:
 
 
 def status_metadata(report: StoreReport) -> MetadataMap:
-    """The store, its status, why and since when: as ``statestore health`` and SQL show it."""
+    """The store, its status, why and since when (as ``statestore health`` and SQL show it),
+    and its commit lag."""
     metadata: MetadataMap = {"store": MetadataValue.text(str(report.key))}
     for name, value in report.status_fields().items():
         metadata[name] = MetadataValue.text(value or "")
+    lag = report.figures()["commit_lag_seconds"]
+    metadata["commit_lag_seconds"] = MetadataValue.float(float(lag))
     return metadata
 
 

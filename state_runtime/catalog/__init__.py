@@ -18,6 +18,7 @@ from state_runtime.catalog.records import (
     FileRecord,
     FileVerdict,
     FoundProblem,
+    HistoryFile,
     Lease,
     MaintenanceRun,
     RecordedBatchMetrics,
@@ -30,6 +31,7 @@ from state_runtime.catalog.records import (
     StoreProblem,
     StoreRecord,
     Verdict,
+    VersionHistory,
 )
 from state_runtime.catalog.runs import HEARTBEAT_INTERVAL
 from state_runtime.catalog.schema import head_revision, upgrade
@@ -55,6 +57,7 @@ __all__ = [
     "FileState",
     "FileVerdict",
     "FoundProblem",
+    "HistoryFile",
     "Lease",
     "MaintenanceRun",
     "RecordedBatchMetrics",
@@ -72,6 +75,7 @@ __all__ = [
     "StoreRecord",
     "Verdict",
     "Verification",
+    "VersionHistory",
     "catalog_url",
     "head_revision",
     "upgrade",

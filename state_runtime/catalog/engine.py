@@ -26,6 +26,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
+from state_runtime.catalog.roots import anchor_roots
 from state_runtime.catalog.settings import CatalogTimeouts
 from state_runtime.catalog.watchdog import WATCHDOG, Alarm
 from state_runtime.errors import (
@@ -217,6 +218,10 @@ def _sqlite_engine(url: URL, limits: CatalogTimeouts) -> Engine:
         connect_args={"timeout": limits.lock.total_seconds(), "check_same_thread": False},
         **pooled,
     )
+
+    database = sqlite_file(url)
+    if database is not None:
+        anchor_roots(engine, database)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:

@@ -42,7 +42,11 @@ def _last_snapshots(scope: Scope) -> sa.Subquery:
     """
     f = checkpoint_files.c
     return (
-        sa.select(f.store_id, sa.func.max(f.version).label("snapshot_version"))
+        sa.select(
+            f.store_id,
+            sa.func.max(f.version).label("snapshot_version"),
+            sa.func.max(f.created_at).label("snapshot_at"),
+        )
         .where(
             f.kind == FileKind.SNAPSHOT.value,
             f.state == FileState.COMMITTED.value,
@@ -51,6 +55,46 @@ def _last_snapshots(scope: Scope) -> sa.Subquery:
         )
         .group_by(f.store_id)
         .subquery("last_snapshot")
+    )
+
+
+def _loadable_versions(scope: Scope) -> sa.Subquery:
+    """Per store, how many committed versions still load from the files kept: version ``v``
+    loads when no committed delta at or below it is gone, or a verified committed snapshot
+    lies between the newest gone one and ``v`` (the loader's walk, counted in SQL)."""
+    c, f = commit_log.c, checkpoint_files.c
+    live = [state.value for state in (FileState.WRITTEN, FileState.COMMITTED, FileState.ORPHAN)]
+    gone = sa.case((f.state.not_in(live), c.version), else_=0)
+    steps = (
+        sa.select(
+            c.store_id,
+            c.version,
+            sa.func.max(gone)
+            .over(partition_by=c.store_id, order_by=c.version, rows=(None, 0))
+            .label("gone_below"),
+        )
+        .join(checkpoint_files, f.file_id == c.file_id)
+        .where(scope.filter(c.store_id))
+        .subquery("steps")
+    )
+    snap = checkpoint_files.alias("base")
+    bridged = (
+        sa.select(snap.c.file_id)
+        .where(
+            snap.c.store_id == steps.c.store_id,
+            snap.c.version >= steps.c.gone_below,
+            snap.c.version <= steps.c.version,
+            snap.c.kind == FileKind.SNAPSHOT.value,
+            snap.c.state == FileState.COMMITTED.value,
+            snap.c.verification == Verification.VERIFIED.value,
+        )
+        .exists()
+    )
+    return (
+        sa.select(steps.c.store_id, sa.func.count().label("versions"))
+        .where(sa.or_(steps.c.gone_below == 0, bridged))
+        .group_by(steps.c.store_id)
+        .subquery("loadable")
     )
 
 
@@ -130,6 +174,7 @@ def store_health(
         .subquery("reclaim")
     )
     snap = _last_snapshots(scope)
+    loadable = _loadable_versions(scope)
     newest = (
         sa.select(s.checkpoint_root, sa.func.max(s.latest_version).label("newest"))
         .group_by(s.checkpoint_root)
@@ -150,6 +195,8 @@ def store_health(
             s.last_committed_at,
             newest.c.newest,
             sa.func.coalesce(snap.c.snapshot_version, 0).label("snapshot_version"),
+            snap.c.snapshot_at,
+            sa.func.coalesce(loadable.c.versions, 0).label("versions_loadable"),
             sa.func.coalesce(latest_file.c.rows, 0).label("state_rows"),
             sa.func.coalesce(files.c.live_files, 0).label("live_files"),
             sa.func.coalesce(files.c.live_bytes, 0).label("live_bytes"),
@@ -173,6 +220,7 @@ def store_health(
         .select_from(stores)
         .join(newest, newest.c.checkpoint_root == s.checkpoint_root)
         .outerjoin(snap, snap.c.store_id == s.store_id)
+        .outerjoin(loadable, loadable.c.store_id == s.store_id)
         .outerjoin(commit_log, sa.and_(c.store_id == s.store_id, c.version == s.latest_version))
         .outerjoin(latest_file, latest_file.c.file_id == c.file_id)
         .outerjoin(files, files.c.store_id == s.store_id)
@@ -237,6 +285,8 @@ def _health(row: Any, now: datetime, first_problem: str | None) -> StoreHealth:
         commit_lag=None if row.last_committed_at is None else now - row.last_committed_at,
         versions_behind=row.newest - row.latest_version,
         last_snapshot_version=row.snapshot_version,
+        last_snapshot_at=row.snapshot_at,
+        versions_loadable=row.versions_loadable,
         deltas_since_snapshot=row.latest_version - row.snapshot_version,
         state_rows=row.state_rows,
         live_files=row.live_files,

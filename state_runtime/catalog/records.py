@@ -198,6 +198,8 @@ class StoreHealth:
     last_validated_at: datetime | None
     chain_since: datetime | None  # commit time of the first delta after the last snapshot
     oldest_orphan_at: datetime | None
+    last_snapshot_at: datetime | None  # when the last verified snapshot was written
+    versions_loadable: int  # committed versions that still load from the files kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,3 +329,46 @@ class RecoveryCost:
 
     files: int
     bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryFile:
+    """A file written for a committed version: its delta or a snapshot, and its fate."""
+
+    path: str
+    kind: FileKind
+    size_bytes: int
+    file_rows: int
+    state: str
+    verification: str
+    created_at: datetime
+    deleted_at: datetime | None = None
+    deletion_run: int | None = None
+    deletion_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VersionHistory:
+    """One committed version of a store (a line of ``statestore history``): the batch that
+    committed it, its state rows, and the files of its checkpoint id."""
+
+    key: StoreKey
+    ref: CheckpointRef
+    query_id: str
+    batch_id: int
+    committed_at: datetime
+    rows: int
+    files: tuple[HistoryFile, ...]
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes of the delta the commit wrote (snapshots come later, from maintenance)."""
+        return sum(f.size_bytes for f in self.files if f.kind is FileKind.DELTA)
+
+    @property
+    def snapshots(self) -> tuple[HistoryFile, ...]:
+        return tuple(f for f in self.files if f.kind is FileKind.SNAPSHOT)
+
+    @property
+    def deleted(self) -> tuple[HistoryFile, ...]:
+        return tuple(f for f in self.files if f.deleted_at is not None)

@@ -16,6 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
+from state_runtime.catalog.roots import folder_of, resolved_root, stored_root
+
 # The file life cycle and verification states belong to the retention rule; re-exported here.
 from state_runtime.retention import LIVE_STATES as LIVE_STATES
 from state_runtime.retention import FileState as FileState
@@ -42,6 +44,20 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class CheckpointRoot(sa.TypeDecorator[str]):
+    """A checkpoint root: stored relative to a SQLite catalog file's folder when inside it
+    (see :mod:`state_runtime.catalog.roots`), always read back as its URI."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else stored_root(value, folder_of(dialect))
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else resolved_root(value, folder_of(dialect))
 
 
 class RunKind(StrEnum):
@@ -74,7 +90,7 @@ stores = sa.Table(
     "stores",
     metadata,
     sa.Column("store_id", _id_type(), primary_key=True, autoincrement=True),
-    sa.Column("checkpoint_root", sa.Text(), nullable=False),
+    sa.Column("checkpoint_root", CheckpointRoot(), nullable=False),
     sa.Column("operator_id", sa.Integer(), nullable=False),
     sa.Column("partition_id", sa.Integer(), nullable=False),
     sa.Column("store_name", sa.String(128), nullable=False),
@@ -269,7 +285,7 @@ batch_metrics = sa.Table(
     "batch_metrics",
     metadata,
     sa.Column("metrics_id", _id_type(), primary_key=True, autoincrement=True),
-    sa.Column("checkpoint_root", sa.Text(), nullable=False),
+    sa.Column("checkpoint_root", CheckpointRoot(), nullable=False),
     sa.Column("query_id", sa.String(128), nullable=False),
     sa.Column("batch_id", sa.BigInteger(), nullable=False),
     sa.Column("rows_in", sa.BigInteger(), nullable=False),
@@ -365,7 +381,7 @@ file_repairs = sa.Table(
 batch_watermarks = sa.Table(
     "batch_watermarks",
     metadata,
-    sa.Column("checkpoint_root", sa.Text(), primary_key=True),
+    sa.Column("checkpoint_root", CheckpointRoot(), primary_key=True),
     sa.Column("query_id", sa.String(128), primary_key=True),
     sa.Column("batch_id", sa.BigInteger(), primary_key=True),
     sa.Column("watermark_ms", sa.BigInteger(), nullable=False),

@@ -1,12 +1,13 @@
-"""The ``statestore`` commands: maintain, validate, health, explain, repair, resolve, reconcile.
+"""The ``statestore`` commands: maintain, validate, health, history, explain, repair, resolve,
+reconcile, relocate.
 
+Every command takes ``--json`` (the whole report, see :mod:`state_runtime.cli.jsonable`).
 Exit codes and error output: see :mod:`state_runtime.cli.exits` (and docs/maintenance.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,12 +27,12 @@ from state_runtime.cli.exits import (
     fail,
     show_warnings,
 )
+from state_runtime.cli.jsonable import echo_json
 from state_runtime.cli.progress import RichProgress
 from state_runtime.errors import InvalidArgument
 from state_runtime.maintenance import (
     SILENT,
     Fleet,
-    MaintenancePolicy,
     Progress,
     canonical_root,
     cleanup_pass,
@@ -41,15 +42,23 @@ from state_runtime.maintenance import (
     parse_duration,
     parse_store_key,
     reconcile,
+    relocate_root,
     repair_pass,
     run_checks,
     snapshot_pass,
     store_reports,
 )
+from state_runtime.maintenance.policy import PRESETS, MaintenancePolicy
 from state_runtime.settings import MAINTENANCE, Setting
 from state_runtime.storage import check_relative_path
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def make_console() -> Console:
+    """Rich output fitted to a terminal; on a pipe or a file (CI logs, ``| cat``) no width
+    limit, so no value is cut or wrapped: every row is one line, whole."""
+    return Console() if sys.stdout.isatty() else Console(width=1_000_000)
 
 
 @dataclasses.dataclass
@@ -59,7 +68,8 @@ class Settings:
     url: str
     roots: list[str] | None
     quiet: bool
-    console: Console = dataclasses.field(default_factory=Console)
+    policy: str = "default"
+    console: Console = dataclasses.field(default_factory=make_console)
 
     @property
     def progress(self) -> Progress:
@@ -98,14 +108,18 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -
 def _policy_option(setting: Setting, option: str) -> Callable[[F], F]:
     """The ``option`` of a declared setting; a value below a safety floor passes to the
     policy, which refuses it with MaintenanceRefused (its own exit code)."""
+    default = f"{setting.text(setting.default)}, or {setting.env}"
     if setting.kind == "duration":
-        return click.option(option, setting.name, callback=_duration, help=setting.help)
+        return click.option(
+            option, setting.name, callback=_duration, help=setting.help, show_default=default
+        )
     low = setting.floor if isinstance(setting.floor, int) and not setting.refusal else None
     return click.option(
         option,
         setting.name,
         type=click.IntRange(min=low, max=setting.ceiling),
         help=setting.help,
+        show_default=default,
     )
 
 
@@ -121,9 +135,9 @@ def policy_options(command: F) -> F:
     return command
 
 
-def _policy(options: dict[str, Any]) -> MaintenancePolicy:
-    """The environment's policy with the command line's overrides; an invalid value or one
-    below the safety floor raises the error naming its option."""
+def _policy(settings: Settings, options: dict[str, Any]) -> MaintenancePolicy:
+    """The named policy with the environment's and the command line's overrides; an invalid
+    value or one below the safety floor raises the error naming its option."""
     values: dict[str, object] = {}
     labels: dict[str, str] = {}
     for setting in POLICY_OPTIONS:
@@ -131,37 +145,90 @@ def _policy(options: dict[str, Any]) -> MaintenancePolicy:
         if value is not None:
             values[setting.name] = value
             labels[setting.name] = f"{setting.option} {setting.text(value)}"
-    return MaintenancePolicy.from_env().with_overrides(values, labels)
+    return MaintenancePolicy.from_env(preset=settings.policy).with_overrides(values, labels)
 
 
-def _stores(values: tuple[str, ...]) -> list[StoreKey] | None:
-    try:
-        keys = [parse_store_key(v) for v in values]
-        return [StoreKey(canonical_root(k.root), k.store) for k in keys] or None
-    except InvalidArgument as exc:
-        raise click.BadParameter(str(exc), param_hint="--store") from None
+def _stores(fleet: Fleet, values: tuple[str, ...]) -> list[StoreKey] | None:
+    """The stores named by ``--store``: ``ROOT#OP/PART/NAME``, or ``OP/PART/NAME`` (as
+    ``health`` prints them below its one root) when the stores in scope have one root. A store
+    the catalog does not know is bad input."""
+    if not values:
+        return None
+    roots = fleet.root_names()
+    known = {record.key for record in fleet.stores()}
+    keys: list[StoreKey] = []
+    for value in values:
+        try:
+            if "#" in value:
+                key = parse_store_key(value)
+                key = StoreKey(canonical_root(key.root), key.store)
+            elif len(roots) == 1:
+                key = StoreKey(roots[0], parse_store_key(value, root=roots[0]).store)
+            else:
+                fail(
+                    EXIT_USAGE,
+                    f"--store {value!r} names no root and {len(roots)} roots are in scope: "
+                    "write ROOT#OP/PART/NAME or pass --root",
+                )
+        except InvalidArgument as exc:
+            fail(EXIT_USAGE, f"--store: {exc}")
+        if key not in known:
+            below = sorted(str(k.store) for k in known if k.root == key.root)
+            fail(
+                EXIT_USAGE,
+                f"--store {value!r}: no store {key.store} below {key.root} in the catalog at "
+                f"{fleet.catalog.url}"
+                + (
+                    f" (it knows {', '.join(below[:5])}{', ...' if len(below) > 5 else ''})"
+                    if below
+                    else " (no stores below that root)"
+                ),
+            )
+        keys.append(key)
+    return keys
 
 
 store_option = click.option(
     "--store",
     "stores",
     multiple=True,
-    metavar="ROOT#OP/PART/NAME",
-    help="Only this store (repeatable); as 'statestore health' names it.",
+    metavar="[ROOT#]OP/PART/NAME",
+    help="Only this store (repeatable), as 'statestore health' prints it; the root may be "
+    "left out when the stores in scope have one.",
+)
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print the whole report as JSON (see docs)."
 )
 
 
-@click.group(cls=StatestoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=StatestoreGroup,
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        "show_default": True,
+        "max_content_width": 120,
+    },
+)
+@click.version_option(package_name="state-runtime", prog_name="statestore")
 @click.option(
     "--catalog-url",
     envvar="STATE_CATALOG_URL",
-    help="Catalog URL (default: $STATE_CATALOG_URL, else ./demo-output/catalog.db).",
+    help="Catalog URL.",
+    show_default="$STATE_CATALOG_URL, else sqlite:///demo-output/catalog.db",
 )
 @click.option(
     "--root",
     "roots",
     multiple=True,
-    help="Only stores below this checkpoint root (path or URI; repeatable). Default: all.",
+    help="Only stores below this checkpoint root (path or URI; repeatable).",
+    show_default="all",
+)
+@click.option(
+    "--policy",
+    type=click.Choice(sorted(PRESETS)),
+    default="default",
+    help="Named maintenance policy; STATE_MAINTENANCE_* and the options override it. 'demo': "
+    "no retention window, snapshots after 2 deltas: for a finished demo stream only.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars and no warnings.")
 @click.pass_context
@@ -169,66 +236,76 @@ def main(ctx: click.Context, /, **kw: Any) -> None:
     """Maintain the state stores recorded in a catalog: snapshots, cleanup, validation."""
     show_warnings(kw["quiet"])
     roots = [canonical_root(r) for r in kw["roots"]] or None
-    ctx.obj = Settings(kw.get("catalog_url") or catalog_url(), roots, kw["quiet"])
+    ctx.obj = Settings(kw.get("catalog_url") or catalog_url(), roots, kw["quiet"], kw["policy"])
 
 
 @main.command()
-@click.option(
-    "--dry-run/--execute", default=True, help="Only show what cleanup would delete (default)."
-)
+@click.option("--dry-run/--execute", default=True, help="Only show what cleanup would delete.")
 @click.option("--snapshots/--no-snapshots", default=True, help="Write due snapshots.")
 @click.option("--cleanup/--no-cleanup", default=True, help="Delete what retention allows.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, help="Stores in parallel.")
+@json_option
 @store_option
 @policy_options
 @click.pass_obj
 def maintain(settings: Settings, /, **kw: Any) -> None:
     """Write due snapshots, then clean up (a dry run unless --execute)."""
-    policy, only = _policy(kw), _stores(kw["stores"])
+    policy, as_json = _policy(settings, kw), kw["as_json"]
+    done: dict[str, Any] = {}
     failed = False
     with _fleet(settings) as fleet:
+        only = _stores(fleet, kw["stores"])
         if kw["cleanup"]:
             policy.check_retention()  # refuse before doing anything
         if kw["snapshots"] and not kw["dry_run"]:
             snaps = snapshot_pass(
                 fleet, policy, only=only, progress=settings.progress, workers=kw["workers"]
             )
-            output.print_snapshots(settings.console, snaps)
+            done["snapshots"] = snaps
+            if not as_json:
+                output.print_snapshots(settings.console, snaps)
             failed |= bool(snaps.failed)
         elif kw["snapshots"]:
             due = due_for_snapshot(fleet, policy, only)
-            output.print_due_snapshots(settings.console, due)
+            done["due_snapshots"] = due
+            if not as_json:
+                output.print_due_snapshots(settings.console, due)
         if kw["cleanup"]:
             report = cleanup_pass(
                 fleet, policy, execute=not kw["dry_run"], only=only, progress=settings.progress
             )
-            output.print_cleanup(settings.console, report)
+            done["cleanup"] = report
+            if not as_json:
+                output.print_cleanup(settings.console, report)
             failed |= bool(report.failed)
+    if as_json:
+        echo_json({"policy": policy.parameters(), "dry_run": kw["dry_run"]} | done)
     sys.exit(EXIT_PROBLEMS if failed else 0)
 
 
 @main.command()
 @click.option("--workers", type=click.IntRange(min=1), default=1, help="Stores in parallel.")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON.")
+@json_option
 @store_option
 @policy_options
 @click.pass_obj
 def validate(settings: Settings, /, **kw: Any) -> None:
     """Check that every retained version loads: files, sizes, checksums, lineage, commit log."""
-    policy, only = _policy(kw), _stores(kw["stores"])
+    policy = _policy(settings, kw)
     with _fleet(settings) as fleet:
+        only = _stores(fleet, kw["stores"])
         report = run_checks(
             fleet, policy, only=only, progress=settings.progress, workers=kw["workers"]
         )
     if kw["as_json"]:
-        click.echo(json.dumps(output.checks_json(report), indent=2))
+        echo_json(output.checks_json(report))
     else:
         output.print_checks(settings.console, report)
     sys.exit(0 if report.ok else EXIT_PROBLEMS)
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@json_option
 @click.option(
     "--sort",
     type=click.Choice(["store", "status", "deltas", "recovery", "reclaimable", "orphans", "lag"]),
@@ -242,19 +319,64 @@ def validate(settings: Settings, /, **kw: Any) -> None:
 def health(settings: Settings, /, **kw: Any) -> None:
     """Each store's status (healthy, degraded, broken, unknown: why, since when) and figures,
     from the catalog (no storage access)."""
-    policy, only = _policy(kw), _stores(kw["stores"])
+    policy = _policy(settings, kw)
     with _fleet(settings) as fleet:
+        only = _stores(fleet, kw["stores"])
         reports = output.sorted_reports(store_reports(fleet, policy, only=only), kw["sort"])
     reports = reports[: kw["limit"]] if kw["limit"] else reports
     if kw["as_json"]:
-        rows = [{"store": str(r.key)} | r.status_fields() | r.figures() for r in reports]
-        click.echo(json.dumps(rows, indent=2))
+        echo_json([output.health_json(r) for r in reports])
     else:
         output.print_health(settings.console, reports)
 
 
 @main.command()
+@click.option("--query", "query_id", help="Only the versions this query committed.")
+@click.option("--by-batch", is_flag=True, help="One line per micro-batch (all its stores) instead.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, help="Newest versions, per root.")
+@json_option
+@store_option
+@click.pass_obj
+def history(settings: Settings, /, **kw: Any) -> None:
+    """Committed versions, newest first, like Delta's DESCRIBE HISTORY: the batch and query
+    that committed each, its checkpoint id, when, state rows, the delta's bytes, and what
+    became of its files (snapshots written, files deleted and why)."""
+    with _fleet(settings) as fleet:
+        only = _stores(fleet, kw["stores"])
+        roots = fleet.root_names(only)
+        query = kw["query_id"]
+        known = sorted({q for root in roots for q in fleet.catalog.query_ids(root)})
+        if query is not None and query not in known:
+            fail(
+                EXIT_USAGE,
+                f"--query {query!r}: no such query committed below {', '.join(roots)} "
+                f"(known: {', '.join(known[:10]) or 'none'})",
+            )
+        entries = [
+            entry
+            for root in roots
+            for entry in fleet.catalog.version_history(
+                root,
+                stores=None if only is None else [k.store for k in only if k.root == root],
+                query_id=query,
+                limit=kw["limit"],
+            )
+        ]
+    if kw["by_batch"]:
+        batches = output.batch_history(entries)
+        if kw["as_json"]:
+            echo_json(batches)
+        else:
+            output.print_batch_history(settings.console, batches)
+    elif kw["as_json"]:
+        echo_json(entries)
+    else:
+        output.print_history(settings.console, entries)
+
+
+@main.command()
 @click.argument("file")
+@json_option
 @policy_options
 @click.pass_obj
 def explain(settings: Settings, /, file: str, **kw: Any) -> None:
@@ -264,11 +386,14 @@ def explain(settings: Settings, /, file: str, **kw: Any) -> None:
     A file the catalog counts on is looked up in storage too: a missing one is never called
     needed; the answer says what is lost and what still loads.
     """
-    policy = _policy(kw)
+    policy = _policy(settings, kw)
     with _fleet(settings) as fleet:
         root, path = _locate(fleet, file)
         explained = explain_file(fleet, root, path, policy)
-    output.print_explanation(settings.console, explained)
+    if kw["as_json"]:
+        echo_json(explained)
+    else:
+        output.print_explanation(settings.console, explained)
 
 
 def _locate(fleet: Fleet, file: str) -> tuple[str, str]:
@@ -286,9 +411,8 @@ def _locate(fleet: Fleet, file: str) -> tuple[str, str]:
 
 
 @main.command()
-@click.option(
-    "--dry-run/--execute", default=True, help="Only list the damaged snapshots (default)."
-)
+@click.option("--dry-run/--execute", default=True, help="Only list the damaged snapshots.")
+@json_option
 @store_option
 @policy_options
 @click.pass_obj
@@ -298,40 +422,54 @@ def repair(settings: Settings, /, **kw: Any) -> None:
     Each new snapshot is verified in memory, the damaged file is recorded and removed, the
     new one is written, read back and verified, and only then replaces the deltas.
     """
-    policy, only = _policy(kw), _stores(kw["stores"])
+    policy = _policy(settings, kw)
     with _fleet(settings) as fleet:
+        only = _stores(fleet, kw["stores"])
         if kw["dry_run"]:
-            output.print_damaged(settings.console, damaged_snapshots(fleet, policy, only))
+            damaged = damaged_snapshots(fleet, policy, only)
+            if kw["as_json"]:
+                echo_json({"dry_run": True, "damaged": damaged})
+            else:
+                output.print_damaged(settings.console, damaged)
             return
         report = repair_pass(fleet, policy, only=only, progress=settings.progress)
-    output.print_repairs(settings.console, report)
+    if kw["as_json"]:
+        echo_json({"dry_run": False, "report": report})
+    else:
+        output.print_repairs(settings.console, report)
     sys.exit(EXIT_PROBLEMS if report.failed else 0)
 
 
 @main.command()
-@click.option("--store", "stores", multiple=True, required=True, metavar="ROOT#OP/PART/NAME")
+@click.option("--store", "stores", multiple=True, required=True, metavar="[ROOT#]OP/PART/NAME")
 @click.option("--reason", required=True, help="Why the problems are resolved (recorded).")
+@json_option
 @click.pass_obj
 def resolve(settings: Settings, /, **kw: Any) -> None:
     """Resolve a store's open problems by hand (recorded with the reason): the store is
     cleaned again. The next validation reopens whatever it still finds."""
-    only = _stores(kw["stores"]) or []
+    resolved: dict[str, int] = {}
     with _fleet(settings) as fleet:
-        for key in only:
+        for key in _stores(fleet, kw["stores"]) or []:
             count = fleet.catalog.resolve_problems(key, f"resolved by hand: {kw['reason']}")
-            settings.console.print(f"{key}: {count} open problem(s) resolved")
+            resolved[str(key)] = count
+            if not kw["as_json"]:
+                settings.console.print(f"{key}: {count} open problem(s) resolved")
+    if kw["as_json"]:
+        echo_json({"resolved": resolved, "reason": kw["reason"]})
 
 
 @main.command(name="reconcile")
+@click.option("--dry-run/--record", default=False, help="Only report unknown files.")
 @click.option(
-    "--dry-run/--record", default=False, help="Only report unknown files (default: record them)."
+    "--min-age", callback=_duration, help="Skip younger files.", show_default="--min-window"
 )
-@click.option("--min-age", callback=_duration, help="Skip younger files (default: min window).")
+@json_option
 @policy_options
 @click.pass_obj
 def reconcile_command(settings: Settings, /, **kw: Any) -> None:
     """List storage and record the files the catalog does not know (a rare sweep)."""
-    policy = _policy(kw)
+    policy = _policy(settings, kw)
     with _fleet(settings) as fleet:
         report = reconcile(
             fleet,
@@ -340,5 +478,28 @@ def reconcile_command(settings: Settings, /, **kw: Any) -> None:
             min_age=kw["min_age"],
             progress=settings.progress,
         )
-    output.print_reconcile(settings.console, report)
+    if kw["as_json"]:
+        echo_json(report)
+    else:
+        output.print_reconcile(settings.console, report)
     sys.exit(EXIT_PROBLEMS if report.unreadable else 0)
+
+
+@main.command()
+@click.argument("old")
+@click.argument("new")
+@click.option("--dry-run/--execute", default=True, help="Only check the files at NEW.")
+@json_option
+@click.pass_obj
+def relocate(settings: Settings, /, old: str, new: str, **kw: Any) -> None:
+    """Record NEW as the root of every store below OLD, after the root's files were moved or
+    copied there (for a PostgreSQL catalog; a SQLite catalog beside its root moves with it).
+    Every committed file the catalog knows below OLD must be at NEW first."""
+    settings.roots = [canonical_root(old)]
+    with _fleet(settings) as fleet:
+        report = relocate_root(fleet.catalog, settings.roots[0], new, execute=not kw["dry_run"])
+    if kw["as_json"]:
+        echo_json(report)
+    else:
+        output.print_relocation(settings.console, report)
+    sys.exit(EXIT_PROBLEMS if report.missing else 0)

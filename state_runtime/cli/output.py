@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from state_runtime.catalog import FileVerdict
+from state_runtime.catalog import FileVerdict, VersionHistory
+from state_runtime.cli.jsonable import jsonable
 from state_runtime.maintenance import (
     ChecksReport,
     CleanupReport,
@@ -18,6 +19,7 @@ from state_runtime.maintenance import (
     FileExplanation,
     LeftoverReport,
     ReconcileReport,
+    RelocationReport,
     RepairReport,
     SnapshotReport,
     Status,
@@ -129,6 +131,126 @@ _SORT_KEYS = {
 
 def sorted_reports(reports: Sequence[StoreReport], by: str) -> list[StoreReport]:
     return sorted(reports, key=_SORT_KEYS[by])
+
+
+def health_json(report: StoreReport) -> dict[str, Any]:
+    """One store's health for ``--json``: status, figures, the last snapshot, the last run,
+    validation and problems (every fact the table shows, and those it leaves out)."""
+    h = report.health
+    return (
+        {"store": str(report.key), "root": h.key.root, "name": str(h.key.store)}
+        | report.status_fields()
+        | report.figures()
+        | {
+            "latest_checkpoint_id": h.latest.checkpoint_id,
+            "last_committed_at": jsonable(h.last_committed_at),
+            "last_snapshot": {
+                "version": h.last_snapshot_version,
+                "written_at": jsonable(h.last_snapshot_at),
+                "deltas_since": h.deltas_since_snapshot,
+                "chain_since": jsonable(h.chain_since),
+            },
+            "last_run": None
+            if h.last_run_id is None
+            else {
+                "run_id": h.last_run_id,
+                "kind": h.last_run_kind,
+                "outcome": h.last_run_outcome,
+                "ended_at": jsonable(h.last_run_ended_at),
+            },
+            "first_validated_at": jsonable(h.first_validated_at),
+            "last_validated_at": jsonable(h.last_validated_at),
+            "first_problem": h.first_problem,
+            "problems_since": jsonable(h.problems_since),
+        }
+    )
+
+
+def print_history(console: Console, entries: Sequence[VersionHistory]) -> None:
+    """One line per committed version, newest first, then each version's later events."""
+    table = Table(title=f"History ({len(entries)} committed versions, newest first)")
+    for name in ("store", "version", "batch", "query", "checkpoint id", "committed"):
+        table.add_column(name, no_wrap=name != "store")
+    for name in ("rows", "bytes", "files", "snapshots", "deleted"):
+        table.add_column(name, justify="right")
+    for e in entries:
+        table.add_row(
+            str(e.key),
+            str(e.ref.version),
+            str(e.batch_id),
+            e.query_id,
+            e.ref.checkpoint_id or "-",
+            f"{e.committed_at:%Y-%m-%d %H:%M:%S}",
+            f"{e.rows:,}",
+            size(e.bytes_written),
+            str(len(e.files)),
+            ", ".join(f"{s.verification}" for s in e.snapshots) or "-",
+            str(len(e.deleted)) or "-",
+        )
+    console.print(table)
+    for e in entries:
+        for f in e.files:
+            if f.kind.value == "snapshot":
+                console.print(
+                    f"  {e.key} v{e.ref.version}: snapshot {f.path} written "
+                    f"{f.created_at:%Y-%m-%d %H:%M:%S}, {size(f.size_bytes)}, {f.verification}"
+                )
+            if f.deleted_at is not None:
+                console.print(
+                    f"  {e.key} v{e.ref.version}: deleted {f.path} at "
+                    f"{f.deleted_at:%Y-%m-%d %H:%M:%S} by run {f.deletion_run}: "
+                    f"{f.deletion_reason}"
+                )
+
+
+def batch_history(entries: Sequence[VersionHistory]) -> list[dict[str, Any]]:
+    """The versions grouped by (root, query, batch), newest batch first: one micro-batch
+    and all its stores per entry."""
+    groups: dict[tuple[str, str, int], list[VersionHistory]] = {}
+    for e in entries:
+        groups.setdefault((e.key.root, e.query_id, e.batch_id), []).append(e)
+    return [
+        {
+            "root": root,
+            "query_id": query,
+            "batch_id": batch,
+            "committed_at": jsonable(max(e.committed_at for e in group)),
+            "stores": len(group),
+            "versions": sorted({e.ref.version for e in group}),
+            "rows": sum(e.rows for e in group),
+            "bytes_written": sum(e.bytes_written for e in group),
+            "files": sum(len(e.files) for e in group),
+            "snapshots": sum(len(e.snapshots) for e in group),
+            "deleted_files": sum(len(e.deleted) for e in group),
+        }
+        for (root, query, batch), group in sorted(
+            groups.items(), key=lambda item: (item[0][0], item[0][1], -item[0][2])
+        )
+    ]
+
+
+def print_batch_history(console: Console, batches: Sequence[dict[str, Any]]) -> None:
+    table = Table(title=f"History ({len(batches)} micro-batches, newest first)")
+    for name in ("root", "query", "batch", "committed", "stores", "versions"):
+        table.add_column(name, no_wrap=name != "root")
+    for name in ("rows", "bytes", "files", "snapshots", "deleted"):
+        table.add_column(name, justify="right")
+    for b in batches:
+        versions = b["versions"]
+        table.add_row(
+            b["root"],
+            b["query_id"],
+            str(b["batch_id"]),
+            b["committed_at"],
+            str(b["stores"]),
+            str(versions[0]) if len(versions) == 1 else f"{versions[0]}..{versions[-1]}",
+            f"{b['rows']:,}",
+            size(b["bytes_written"]),
+            str(b["files"]),
+            str(b["snapshots"]),
+            str(b["deleted_files"]),
+        )
+    console.print(table)
 
 
 def print_due_snapshots(console: Console, due: Sequence[DueStore]) -> None:
@@ -245,6 +367,22 @@ def print_reconcile(console: Console, report: ReconcileReport) -> None:
     for path, error in list(report.unreadable.items())[:SHOWN]:
         console.print(f"  [red]unreadable[/red] {path}: {error}")
     print_leftovers(console, report.leftovers, dry_run=report.dry_run)
+
+
+def print_relocation(console: Console, report: RelocationReport) -> None:
+    found = report.files_checked - len(report.missing)
+    console.print(
+        f"relocate {report.old} -> {report.new}: {found} of {report.files_checked} committed "
+        "file(s) found at the new root"
+    )
+    for path in report.missing[:SHOWN]:
+        console.print(f"  [red]missing[/red] {path}")
+    if len(report.missing) > SHOWN:
+        console.print(f"  ... and {len(report.missing) - SHOWN} more")
+    if report.executed:
+        console.print(f"{report.stores_moved} store(s) now recorded below {report.new}")
+    elif not report.missing:
+        console.print("Run with --execute to record the new root.")
 
 
 def print_damaged(console: Console, damaged: Sequence[FileVerdict]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -21,9 +21,10 @@ from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance.cleanup import plan_cleanup
 from state_runtime.maintenance.fleet import Fleet, format_store_key
 from state_runtime.maintenance.health import FleetTotals, StoreReport, store_reports
-from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.maintenance.policy import MaintenancePolicy, format_duration
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
+from state_runtime.maintenance.status import StoreStatus
 from state_runtime.maintenance.validation import (
     Finding,
     Severity,
@@ -38,6 +39,7 @@ class CheckName(StrEnum):
     SNAPSHOT_LAG = "snapshot_lag"
     ORPHAN_GROWTH = "orphan_growth"
     STORE_STATUS = "store_status"
+    COMMIT_LAG = "commit_lag"
 
 
 @dataclass(frozen=True)
@@ -175,16 +177,50 @@ def orphan_growth_check(
 
 
 @dataclass(frozen=True)
+class StoreVerdict:
+    """A per-store check's verdict on one store."""
+
+    passed: bool
+    severity: Severity
+    summary: str
+
+
+def status_verdict(report: StoreReport, _policy: MaintenancePolicy) -> StoreVerdict:
+    """ERROR for a broken store, WARN for a degraded or unknown one."""
+    status = report.status.status
+    severity = Severity.ERROR if status is StoreStatus.BROKEN else Severity.WARNING
+    return StoreVerdict(status is StoreStatus.HEALTHY, severity, str(report.status))
+
+
+def commit_lag_verdict(report: StoreReport, policy: MaintenancePolicy) -> StoreVerdict:
+    """WARN when the store's last commit is older than ``commit_lag_warn`` (a freshness
+    signal: the stream stopped writing, or moved elsewhere)."""
+    lag, limit = report.health.commit_lag, policy.commit_lag_warn
+    if lag is None:
+        return StoreVerdict(True, Severity.WARNING, "nothing committed yet")
+    passed = lag <= limit
+    ago = format_duration(timedelta(seconds=int(lag.total_seconds())))
+    summary = f"last commit {ago} ago (warn after {format_duration(limit)})"
+    return StoreVerdict(
+        passed, Severity.WARNING, summary + ("" if passed else ": has its stream stopped?")
+    )
+
+
+@dataclass(frozen=True)
 class CheckInfo:
     """A check as the platform declares it: what it asserts, whether a failure must block
-    what depends on it (the cleanup), whether it is evaluated per store, and how a
-    validation pass evaluates it (``evaluate``; a per-store check is each store's status)."""
+    what depends on it (the cleanup), and how a validation pass evaluates it: fleet-wide
+    (``evaluate``) or per store (``judge``, once for each store)."""
 
     name: CheckName
     description: str
     evaluate: Callable[[CheckInputs], CheckOutcome] | None = None
     blocking: bool = False
-    per_store: bool = False
+    judge: Callable[[StoreReport, MaintenancePolicy], StoreVerdict] | None = None
+
+    @property
+    def per_store(self) -> bool:
+        return self.judge is not None
 
 
 CHECKS = (
@@ -216,11 +252,17 @@ CHECKS = (
         CheckName.STORE_STATUS,
         "Each store's status after validation: ERROR when broken (an open problem: a missing "
         "or damaged file, a broken lineage), WARN when degraded (snapshot lag, orphans).",
-        per_store=True,
+        judge=status_verdict,
+    ),
+    CheckInfo(
+        CheckName.COMMIT_LAG,
+        "Each store's freshness: WARN when its last commit is older than commit_lag_warn "
+        "(its stream may have stopped writing).",
+        judge=commit_lag_verdict,
     ),
 )
 """The one registry of checks: :func:`run_checks` evaluates each (the fleet-wide ones as
-outcomes, the per-store one as each store's status) and Dagster's check specs are built from
+outcomes, the per-store ones on each store's health) and Dagster's check specs are built from
 it. Adding a check is one entry here."""
 
 

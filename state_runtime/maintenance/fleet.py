@@ -24,15 +24,19 @@ def format_store_key(key: StoreKey) -> str:
     return str(key)
 
 
-def parse_store_key(text: str) -> StoreKey:
-    """The inverse of :func:`format_store_key`."""
-    root, sep, rest = text.rpartition("#")
+def parse_store_key(text: str, *, root: str | None = None) -> StoreKey:
+    """The inverse of :func:`format_store_key`; with ``root``, ``text`` may be the store
+    alone (``op/part/name``, as ``health`` prints it below one root)."""
+    if root is not None and "#" not in text:
+        text = f"{root}#{text}"
+    found_root, sep, rest = text.rpartition("#")
     parts = rest.split("/")
-    if not sep or not root or len(parts) != 3 or not all(p.isdigit() for p in parts[:2]):
+    if not sep or not found_root or len(parts) != 3 or not all(p.isdigit() for p in parts[:2]):
         raise InvalidArgument(
-            f"invalid store {text!r}: expected <root>#<operator>/<partition>/<store name>"
+            f"invalid store {rest if root else text!r}: expected "
+            f"{'[<root>#]' if root else '<root>#'}<operator>/<partition>/<store name>"
         )
-    return StoreKey(root, StoreId(int(parts[0]), int(parts[1]), parts[2]))
+    return StoreKey(found_root, StoreId(int(parts[0]), int(parts[1]), parts[2]))
 
 
 def canonical_root(root: str) -> str:

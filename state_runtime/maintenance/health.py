@@ -35,6 +35,7 @@ class StoreReport:
             "commit_lag_seconds": -1.0 if h.commit_lag is None else h.commit_lag.total_seconds(),
             "versions_behind": h.versions_behind,
             "deltas_since_snapshot": h.deltas_since_snapshot,
+            "versions_retained": h.versions_loadable,
             "recovery_files": self.recovery.files,
             "recovery_bytes": self.recovery.bytes,
             "state_rows": h.state_rows,

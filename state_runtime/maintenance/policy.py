@@ -13,6 +13,7 @@ from state_runtime.retention import RetentionPolicy
 from state_runtime.settings import MAINTENANCE, default_of
 
 __all__ = [
+    "PRESETS",
     "MaintenancePolicy",
     "format_duration",
     "parse_duration",
@@ -35,6 +36,7 @@ class MaintenancePolicy:
     - orphans: growth by more than ``orphan_growth_warn_files`` files between validations warns.
     - ``overdue_after``: deletable files older than the window by this much mean cleanup is
       not keeping up (retention is out of policy).
+    - ``commit_lag_warn``: a store with no commit for this long warns (its stream stopped?).
     """
 
     snapshot_min_deltas: int = default_of(MAINTENANCE, "snapshot_min_deltas", int)
@@ -46,6 +48,7 @@ class MaintenancePolicy:
     lag_error_deltas: int = default_of(MAINTENANCE, "lag_error_deltas", int)
     orphan_growth_warn_files: int = default_of(MAINTENANCE, "orphan_growth_warn_files", int)
     overdue_after: timedelta = default_of(MAINTENANCE, "overdue_after", timedelta)
+    commit_lag_warn: timedelta = default_of(MAINTENANCE, "commit_lag_warn", timedelta)
 
     def __post_init__(self) -> None:
         for setting in MAINTENANCE:
@@ -112,13 +115,30 @@ class MaintenancePolicy:
         return policy
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> MaintenancePolicy:
-        """The policy with overrides from ``STATE_MAINTENANCE_*`` variables (see docs), read
-        now.
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, preset: str = "default"
+    ) -> MaintenancePolicy:
+        """The ``preset`` policy (see PRESETS) with overrides from ``STATE_MAINTENANCE_*``
+        variables (see docs), read now.
 
         An unknown ``STATE_MAINTENANCE_*`` name (a typo would silently keep a default) and a
         value that does not parse are refused with InvalidArgument naming the variable; a
         value below the safety floor with MaintenanceRefused naming it.
         """
+        if preset not in PRESETS:
+            raise InvalidArgument(f"unknown policy {preset!r}; known: {', '.join(PRESETS)}")
         values, labels = MAINTENANCE.read_env(environ)
-        return cls().with_overrides(values, labels)
+        return PRESETS[preset].with_overrides(values, labels)
+
+
+PRESETS: dict[str, MaintenancePolicy] = {
+    "default": MaintenancePolicy(),
+    # For a finished demo or test stream only: no window, so cleanup has something to show at
+    # once. Never for a running stream: a file that young may belong to a batch in flight.
+    "demo": MaintenancePolicy(
+        snapshot_min_deltas=2,
+        retention=RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0)),
+        min_window=timedelta(0),
+    ),
+}
+"""Named policies (``statestore --policy NAME``)."""

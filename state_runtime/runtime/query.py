@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from state_runtime.catalog import BatchMetrics, Catalog
+from state_runtime.catalog import BatchMetrics, Catalog, CatalogTimeouts
 from state_runtime.catalog import catalog_url as default_catalog_url
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import BatchOutOfOrder, CommitConflict, InvalidArgument, SchemaMismatch
@@ -241,6 +241,7 @@ class StatefulQuery:
             input_schema=to_arrow_schema(routed.schema, timezone="UTC"),
             batch_time_ms=batch_time_ms,
             worker_settings=WorkerSettings.from_env(),
+            catalog_timeouts=CatalogTimeouts.from_env(),
             event_time=self.event_time.spec(watermarks, first=op is self.operators[0]),
         )
         return routed.mapInArrow(partial(run_partitions, spec, reports), op.output_nullable())

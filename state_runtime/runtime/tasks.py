@@ -1,15 +1,15 @@
 """What one Spark task does for the state partitions of one batch (runs on executors).
 
 The driver builds a :class:`TaskSpec` of plain data (the operator, the committed
-``(version, id)`` of every partition, the catalog URL, the worker settings it read) that Spark
-ships with the task. Every input row carries its state partition in :data:`PARTITION_COLUMN`,
-and the driver adds one heartbeat row per state partition, so every partition is processed in
-every batch, whatever the input (empty, filtered to nothing, one key) and however Spark
-coalesced the shuffle. For each state partition among its rows the task opens the store at
-exactly the shipped checkpoint, runs the update function, commits a new delta, records the
-file in the catalog as written, and sends a :class:`TaskReport` to the driver through an
-accumulator: Spark merges the updates of successful task attempts only, and the channel costs
-no Spark job.
+``(version, id)`` of every partition, the catalog URL, the worker settings and catalog
+timeouts it read) that Spark ships with the task. Every input row carries its state
+partition in :data:`PARTITION_COLUMN`, and the driver adds one heartbeat row per state
+partition, so every partition is processed in every batch, whatever the input (empty,
+filtered to nothing, one key) and however Spark coalesced the shuffle. For each state
+partition among its rows the task opens the store at exactly the shipped checkpoint, runs the
+update function, commits a new delta, records the file in the catalog as written, and sends a
+:class:`TaskReport` to the driver through an accumulator: Spark merges the updates of
+successful task attempts only, and the channel costs no Spark job.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pyspark import TaskContext
 from pyspark.accumulators import Accumulator, AccumulatorParam
 
 from state_runtime.cache import CACHE, set_budget
+from state_runtime.catalog import CatalogTimeouts
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
@@ -57,6 +58,7 @@ class TaskSpec:
     input_schema: pa.Schema
     batch_time_ms: int
     worker_settings: WorkerSettings
+    catalog_timeouts: CatalogTimeouts
     event_time: EventTimeSpec | None = None
 
 
@@ -158,7 +160,7 @@ def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.T
     op = spec.operator
     store_id = StoreId(op.operator_id, partition, op.store_name)
     root, me = spec.storage.uri, worker.worker_id()
-    catalog = worker.catalog_for(spec.catalog_url)
+    catalog = worker.catalog_for(spec.catalog_url, spec.catalog_timeouts)
     if CACHE.budget != spec.worker_settings.cache_bytes:
         set_budget(spec.worker_settings.cache_bytes)
     provider = worker.provider_for(spec.storage, store_id, op.schema, op.config)

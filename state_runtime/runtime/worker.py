@@ -15,7 +15,7 @@ import socket
 import threading
 from typing import Any
 
-from state_runtime.catalog import Catalog
+from state_runtime.catalog import Catalog, CatalogTimeouts
 from state_runtime.config import StoreConfig
 from state_runtime.identity import StoreId
 from state_runtime.provider import StateStoreProvider
@@ -24,7 +24,7 @@ from state_runtime.storage import Storage
 
 _lock = threading.Lock()
 _providers: dict[tuple[Any, ...], StateStoreProvider] = {}
-_catalogs: dict[str, Catalog] = {}
+_catalogs: dict[tuple[str, CatalogTimeouts], Catalog] = {}
 
 
 def worker_id() -> str:
@@ -32,11 +32,12 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def catalog_for(url: str) -> Catalog:
+def catalog_for(url: str, timeouts: CatalogTimeouts) -> Catalog:
+    """This worker's catalog at ``url`` with the ``timeouts`` the driver read."""
     with _lock:
-        if url not in _catalogs:
-            _catalogs[url] = Catalog.open(url)
-        return _catalogs[url]
+        if (url, timeouts) not in _catalogs:
+            _catalogs[url, timeouts] = Catalog.open(url, timeouts=timeouts)
+        return _catalogs[url, timeouts]
 
 
 def provider_for(

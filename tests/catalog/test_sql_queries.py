@@ -297,3 +297,38 @@ def test_sql_verdicts_and_health_agree_with_python(known: Known) -> None:
             int(row["orphan_files"]),
             int(row["deltas_since_snapshot"]),
         ) == (h.live_files, h.orphan_files, h.deltas_since_snapshot)
+
+
+def test_a_plain_path_names_a_root_recorded_as_a_uri(pg_catalog: Catalog) -> None:
+    """The runtime records local roots as file:// URIs; -v root= takes the path too."""
+    uri = "file:///data/ckpt%20one"
+    Stream(pg_catalog, [A], root=uri, query="uri-query").run(3)
+    for given in (uri, "/data/ckpt one", "/data/ckpt one/"):
+        rows = run_psql(pg_catalog, "store_health.sql", root=given)
+        assert [r["checkpoint_root"] for r in rows] == [uri], given
+        lineage = run_psql(pg_catalog, "lineage.sql", root=given, operator=0, partition=0)
+        assert [r["version"] for r in lineage] == ["3", "2", "1"], given
+
+
+@pytest.mark.parametrize(
+    ("name", "variables", "missing"),
+    [
+        ("lineage.sql", {}, "root"),
+        ("lineage.sql", {"root": "/x"}, "operator"),
+        ("lineage.sql", {"root": "/x", "operator": 0}, "partition"),
+        ("explain_file.sql", {"root": "/x"}, "path"),
+        ("commit_history.sql", {}, "query"),
+    ],
+)
+def test_a_missing_variable_is_one_clear_line(
+    pg_catalog: Catalog, name: str, variables: dict[str, object], missing: str
+) -> None:
+    url = pg_catalog.engine.url
+    command = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(SQL / name)]
+    for key, value in variables.items():
+        command += ["-v", f"{key}={value}"]
+    command += ["-d", f"host={url.host} port={url.port} user={url.username} dbname={url.database}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.stdout == ""
+    assert done.stderr.startswith(f"error: sql/{name} needs -v {missing}=..."), done.stderr
+    assert done.stderr.count("\n") == 1 and "syntax error" not in done.stderr

@@ -38,8 +38,11 @@ def validate(catalog: Catalog, store: StoreId, *found: FoundProblem) -> None:
 
 @pytest.fixture
 def fleet(pg_catalog: Catalog) -> Fleet:
+    return build_fleet(pg_catalog)
+
+
+def build_fleet(catalog: Catalog) -> Fleet:
     """A healthy, unknown, broken and two degraded stores, and one healed: every status."""
-    catalog = pg_catalog
     a = Stream(catalog, [A], query="a")
     for version in range(1, 13):
         a.commit()

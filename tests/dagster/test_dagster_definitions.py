@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from dagster import (
     AssetCheckKey,
     AssetKey,
+    AssetPartitionStatus,
     AssetSelection,
     DagsterEventType,
     DagsterInstance,
@@ -31,9 +33,11 @@ from dagster_project.defs.assets import (
 )
 from dagster_project.defs.checks import state_checkpoint_checks
 from dagster_project.defs.jobs import cleanup_schedule, snapshot_schedule
+from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import snapshot_due_sensor, store_discovery_sensor
 from state_runtime.catalog import RetentionPolicy, catalog_url
+from state_runtime.catalog.tables import stores
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance import CHECKS, MaintenancePolicy
 from state_runtime.settings import MAINTENANCE
@@ -49,7 +53,8 @@ FAST = MaintenancePolicy(
 
 
 def metadata(result: Any, key: str) -> dict[str, Any]:
-    [event] = result.asset_materializations_for_node(key)
+    events = result.asset_materializations_for_node(key)
+    [event] = [e for e in events if e.asset_key == AssetKey(key)]  # not the stores' partitions
     return {name: value.value for name, value in event.metadata.items()}
 
 
@@ -69,6 +74,7 @@ def test_the_code_location_loads_with_the_demo_defaults() -> None:
         "snapshot_lag",
         "orphan_growth",
         "store_status",
+        "commit_lag",
     }
     assert {s.name for s in repo.schedule_defs} == {
         "state_snapshots_every_15_minutes",
@@ -136,14 +142,19 @@ def test_snapshot_cleanup_and_health_assets(
     totals = metadata(health, "state_store_health")
     assert totals["stores"] == 3 and totals["max_deltas_since_snapshot"] == 2
     assert len(totals["stores_table"].records) == 3
-    observations = instance.fetch_observations(state_checkpoints.key, limit=100).records
+    materialized = instance.fetch_materializations(state_checkpoints.key, limit=100).records
     by_partition = {
-        r.partition_key: r.asset_observation.metadata  # type: ignore[union-attr]
-        for r in observations
+        r.partition_key: r.asset_materialization.metadata  # type: ignore[union-attr]
+        for r in materialized
     }
     assert set(by_partition) == set(partitions)
     assert {m["latest_version"].value for m in by_partition.values()} == {9}
     assert {m["recovery_files"].value for m in by_partition.values()} == {3}
+    assert {m["versions_retained"].value for m in by_partition.values()} == {3}  # 7, 8, 9
+    assert {m["status"].value for m in by_partition.values()} == {"unknown"}
+    # every store's partition now shows as materialized, with its latest figures
+    status = instance.get_status_by_partition(state_checkpoints.key, partitions, state_stores)
+    assert status is not None and set(status.values()) == {AssetPartitionStatus.MATERIALIZED}
 
 
 def test_cleanup_refuses_an_unsafe_window(
@@ -294,3 +305,52 @@ def test_the_reconciliation_asset_records_an_untracked_file(
     assert figures["untracked"] == 1 and figures["recorded"] == 1
     assert f"| {lost.path} | written |" in figures["files"]
     assert stream.catalog.explain(stream.root, lost.path, FAST.retention).file is not None
+
+
+def test_commit_lag_is_checked_per_store_on_its_partition(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    """The freshness signal: a store whose stream stopped committing warns on its own
+    partition, with its commit lag in the metadata; the others pass."""
+    stale = make_stream("stale")
+    stale.run(2)
+    fresh = make_stream("fresh")
+    fresh.run(2)
+    with stale.catalog.engine.begin() as connection:  # its stream stopped an hour ago
+        connection.execute(
+            stores.update()
+            .where(stores.c.checkpoint_root == stale.root)
+            .values(last_committed_at=datetime.now(UTC) - timedelta(hours=1))
+        )
+    policy = replace(FAST, commit_lag_warn=timedelta(minutes=15))
+    partitions = [str(s.key(store)) for s in (stale, fresh) for store in s.stores]
+    instance.add_dynamic_partitions("state_stores", partitions)
+    result = run_checks(resources_for(stale.catalog, policy), instance, "commit_lag")
+    evaluations = {e.partition: e for e in result.get_asset_check_evaluations()}
+    assert set(evaluations) == set(partitions)
+    for store in stale.stores:
+        late = evaluations[str(stale.key(store))]
+        assert not late.passed and late.severity.value == "WARN"
+        assert "has its stream stopped?" in (late.description or "")
+        assert late.metadata["commit_lag_seconds"].value >= 3600
+    assert all(evaluations[str(fresh.key(s))].passed for s in fresh.stores)
+
+
+def test_checks_run_after_the_stores_partitions_were_materialized(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    """The validation job again after a health run: the checks on ``state_checkpoints`` (a
+    partitioned asset whose partitions now have materializations) still evaluate, in a run
+    that is not partitioned."""
+    stream = make_stream()
+    stream.run(3)
+    resources = resources_for(stream.catalog, FAST)
+    instance.add_dynamic_partitions("state_stores", [str(stream.key(s)) for s in stream.stores])
+    for _ in range(2):
+        materialize([state_store_health], resources=resources, instance=instance)
+        result = run_checks(resources, instance)
+        assert result.success
+        evaluations = result.get_asset_check_evaluations()
+        assert {e.check_name for e in evaluations} >= {"lineage_valid", "store_status"}
+        lineage = next(e for e in evaluations if e.check_name == "lineage_valid")
+        assert lineage.passed and lineage.blocking

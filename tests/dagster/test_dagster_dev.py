@@ -52,6 +52,7 @@ def test_dagster_dev_lists_the_definitions_and_runs_a_job(tmp_path: Path) -> Non
                 "snapshot_lag",
                 "orphan_growth",
                 "store_status",
+                "commit_lag",
             }
             run_id = server.launch("state_validation_job")
             assert server.wait_run(run_id) == "SUCCESS", server.tail()

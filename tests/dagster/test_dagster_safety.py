@@ -82,10 +82,11 @@ def _cli_health(stream: StoreStream) -> dict[str, dict[str, Any]]:
 
 
 def _observed(instance: DagsterInstance) -> dict[str, dict[str, Any]]:
-    records = instance.fetch_observations(state_checkpoints.key, limit=100).records
+    """Each store's latest recorded state: its partition's latest materialization."""
+    records = instance.fetch_materializations(state_checkpoints.key, limit=100).records
     latest: dict[str, dict[str, Any]] = {}
     for record in sorted(records, key=lambda r: r.storage_id):
-        event = record.asset_observation
+        event = record.asset_materialization
         assert event is not None and record.partition_key is not None
         latest[record.partition_key] = {k: v.value for k, v in event.metadata.items()}
     return latest

@@ -1,4 +1,5 @@
-"""Worker settings are read on the driver when a batch starts and shipped to its tasks."""
+"""Worker settings and catalog timeouts are read on the driver when a batch starts and shipped
+to its tasks."""
 
 from __future__ import annotations
 
@@ -26,4 +27,8 @@ def test_a_bad_worker_setting_fails_the_batch_on_the_driver_before_any_task(
     assert not list(root.rglob("*.delta"))  # no task ran
     monkeypatch.setenv("STATE_CACHE_BYTES", "1GiB")
     query.run_batch(df, 0).release()
+    assert len(list(root.rglob("*.delta"))) == 2
+    monkeypatch.setenv("STATE_CATALOG_ATTEMPT_TIMEOUT", "1s")  # below statement and lock
+    with pytest.raises(InvalidArgument, match="STATE_CATALOG_ATTEMPT_TIMEOUT"):
+        query.run_batch(df, 1)
     assert len(list(root.rglob("*.delta"))) == 2

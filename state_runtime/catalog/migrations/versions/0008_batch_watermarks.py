@@ -1,8 +1,8 @@
 """Each batch's event-time watermark, fixed before the batch runs, and the largest event time
 it saw, so that a replayed or restarted batch uses exactly the original watermark.
 
-Revision ID: 0007_batch_watermarks
-Revises: 0006_verified_snapshots
+Revision ID: 0008_batch_watermarks
+Revises: 0007_views_everywhere
 Create Date: 2026-11-23
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007_batch_watermarks"
-down_revision: str | None = "0006_verified_snapshots"
+revision = "0008_batch_watermarks"
+down_revision: str | None = "0007_views_everywhere"
 branch_labels: str | None = None
 depends_on: str | None = None
 
