@@ -6,7 +6,8 @@ STAMP   = $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: help check-python check-java install test lint format demo demo-maintain dagster \
-        bench-store bench-catalog bench-catalog-calls bench-s3 bench-e2e bench-maintenance clean
+        bench-store bench-catalog bench-catalog-calls bench-s3 bench-e2e bench-maintenance \
+        bench-eviction clean
 
 help:
 	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
@@ -15,6 +16,7 @@ help:
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
 	@echo "make bench-store / bench-catalog / bench-catalog-calls / bench-s3 / bench-e2e / bench-maintenance"
+	@echo "make bench-eviction"
 
 check-python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { \
@@ -100,6 +102,9 @@ dagster: $(STAMP)
 
 bench-maintenance: $(STAMP)
 	$(PY) benchmarks/bench_maintenance.py
+
+bench-eviction: $(STAMP)
+	$(PY) benchmarks/bench_eviction.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output

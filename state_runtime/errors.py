@@ -124,6 +124,10 @@ class UnknownCheckpointId(CannotLoadState):
     """No delta or snapshot exists for the requested (version, checkpoint id)."""
 
 
+class ChangesCleanedUp(CannotLoadState):
+    """A batch's changes were asked for, but maintenance has deleted its delta files."""
+
+
 # --- committing --------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from state_runtime.cache import CACHE
@@ -129,6 +130,13 @@ class StateStoreProvider:
         found = self._loader.read(ref, kind, LoadMetrics(), missing_ok=False)
         assert found is not None
         return found.header
+
+    def read_delta(self, ref: CheckpointRef) -> pa.Table:
+        """The changes committed version ``ref`` made, read from its delta file: a ``key`` and
+        a ``value`` column, the value null where the key was removed."""
+        found = self._loader.read(ref, FileKind.DELTA, LoadMetrics(), missing_ok=False)
+        assert found is not None
+        return pa.table({"key": found.run.keys, "value": found.run.values})
 
     def drop_cache(self) -> None:
         """Forget every in-memory version (the next load reads files)."""

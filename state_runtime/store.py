@@ -137,6 +137,18 @@ def _lexicographic(columns: list[pa.Array], bound: Row, op: str, *, tail: bool) 
     return acc
 
 
+ArrowPredicate = Callable[[pa.StructArray, pa.StructArray], pa.Array]
+"""``predicate(keys, values)``: a boolean array over a run's key and value struct arrays."""
+
+
+def _matching_rows(
+    predicate: ArrowPredicate, keys: pa.StructArray, values: pa.StructArray
+) -> pa.Table:
+    """The rows with a value (not a removal) for which the predicate holds (null: false)."""
+    mask = pc.and_(pc.fill_null(predicate(keys, values), False), values.is_valid())
+    return pa.table({"key": keys.filter(mask), "value": values.filter(mask)})
+
+
 def _key_ordered(keys: pa.StructArray, values: pa.StructArray) -> Run:
     """Rows sorted by their key columns (InvalidArgument if a key type has no order)."""
     fields = keys.flatten()
@@ -269,6 +281,26 @@ class ReadStateStore:
             assert value is not None
             yield key, value
 
+    def matching(self, predicate: ArrowPredicate) -> pa.Table:
+        """The current rows for which ``predicate(keys, values)`` (a boolean array) holds.
+
+        One vectorised pass per run, without merging the runs into one state: a run's rows
+        that match are candidates; a lookup of the candidates' current values and a second
+        evaluation keep exactly the live rows that match (a newer run may have changed or
+        removed a candidate). Returns a table with ``key`` and ``value`` struct columns.
+        """
+        runs = self._runs()
+        if len(runs) == 1:  # the base alone: its matching rows are the answer
+            return _matching_rows(predicate, runs[0].keys, runs[0].values)
+        schema = self._host.schema
+        found = [_matching_rows(predicate, run.keys, run.values) for run in runs]
+        keys = pa.concat_arrays([t.column("key").combine_chunks() for t in found])
+        if not len(keys):
+            return found[0]
+        unique = Run.build(self._indexer, keys, pa.nulls(len(keys), schema.value_arrow))[0].keys
+        values = lookup(self._indexer, runs, unique, schema.value_arrow)
+        return _matching_rows(predicate, unique, values)
+
     def to_arrow(self) -> pa.Table:
         """The state as an Arrow table with ``key`` and ``value`` struct columns."""
         state = self._state()
@@ -394,6 +426,18 @@ class StateStore(ReadStateStore):
         for k in doomed:
             self._puts.set(k, ABSENT)
         return len(doomed)
+
+    def remove_matching(self, predicate: ArrowPredicate) -> pa.Table:
+        """Remove every row for which ``predicate(keys, values)`` holds, in one bulk update
+        (see :meth:`matching`); returns the removed rows (``key`` and ``value`` columns)."""
+        self._check_open()
+        doomed = self.matching(predicate)
+        if doomed.num_rows:
+            keys = doomed.column("key").combine_chunks()
+            self.apply_arrow(
+                pa.table({"key": keys, "value": pa.nulls(len(keys), self._host.schema.value_arrow)})
+            )
+        return doomed
 
     def apply(
         self,

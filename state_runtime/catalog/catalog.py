@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from state_runtime.catalog.api.commits import CommitCalls
+from state_runtime.catalog.api.event_time import EventTimeCalls
 from state_runtime.catalog.api.health import HealthCalls
 from state_runtime.catalog.api.history import HistoryCalls
 from state_runtime.catalog.api.inventory import InventoryCalls
@@ -10,7 +11,15 @@ from state_runtime.catalog.api.retention import RetentionCalls
 from state_runtime.catalog.api.runs import RunCalls
 
 
-class Catalog(CommitCalls, InventoryCalls, RetentionCalls, RunCalls, HealthCalls, HistoryCalls):
+class Catalog(
+    CommitCalls,
+    InventoryCalls,
+    RetentionCalls,
+    RunCalls,
+    HealthCalls,
+    HistoryCalls,
+    EventTimeCalls,
+):
     """The SQL catalog of stores, checkpoint files, commits and maintenance.
 
     Open it with ``Catalog.open()`` (URL from ``STATE_CATALOG_URL``, else the embedded SQLite

@@ -303,6 +303,27 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchWatermark:
+    """The event-time watermark a batch ran with, and the largest event time it saw (ms)."""
+
+    batch_id: int
+    watermark_ms: int
+    max_event_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedDelta:
+    """The delta file one batch committed for one store, with its inventory state."""
+
+    store: StoreId
+    query_id: str
+    batch_id: int
+    ref: CheckpointRef
+    path: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveryCost:
     """What a cold load of a store's latest committed version reads."""
 

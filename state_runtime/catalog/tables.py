@@ -377,3 +377,14 @@ file_repairs = sa.Table(
     sa.Column("finished_at", UtcDateTime(), nullable=True),
     sa.Index("ix_file_repairs_file_id", "file_id"),
 )
+
+batch_watermarks = sa.Table(
+    "batch_watermarks",
+    metadata,
+    sa.Column("checkpoint_root", CheckpointRoot(), primary_key=True),
+    sa.Column("query_id", sa.String(128), primary_key=True),
+    sa.Column("batch_id", sa.BigInteger(), primary_key=True),
+    sa.Column("watermark_ms", sa.BigInteger(), nullable=False),
+    sa.Column("max_event_ms", sa.BigInteger(), nullable=True),
+    sa.Column("recorded_at", UtcDateTime(), nullable=False),
+)

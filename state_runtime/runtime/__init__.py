@@ -1,11 +1,14 @@
 """The streaming runtime: stateful micro-batches on PySpark with ``state_runtime`` stores."""
 
 from state_runtime.runtime.aggregation import Agg, running_aggregation
+from state_runtime.runtime.changes import read_state_changes
 from state_runtime.runtime.context import BatchContext, current_batch
 from state_runtime.runtime.groups import GroupState, map_groups_with_state
 from state_runtime.runtime.operator import StatefulOperator, UpdateFunction
 from state_runtime.runtime.query import BatchResult, StatefulQuery
 from state_runtime.runtime.reader import read_state, read_state_metadata
+from state_runtime.runtime.watermark import Watermark
+from state_runtime.runtime.windows import Window, windowed_aggregation
 
 __all__ = [
     "Agg",
@@ -14,10 +17,14 @@ __all__ = [
     "GroupState",
     "StatefulOperator",
     "StatefulQuery",
+    "Watermark",
+    "Window",
     "UpdateFunction",
     "current_batch",
     "map_groups_with_state",
     "read_state",
+    "read_state_changes",
     "read_state_metadata",
     "running_aggregation",
+    "windowed_aggregation",
 ]

@@ -87,7 +87,7 @@ class _RunningAggregate:
 def running_aggregation(
     operator_id: int,
     key_columns: Sequence[str],
-    key_schema: str,
+    key_schema: str | StructType,
     aggs: Sequence[Agg],
     num_partitions: int,
     *,

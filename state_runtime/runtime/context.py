@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from state_runtime.runtime.watermark import EventTimeStats
 
 
 @dataclass(frozen=True)
@@ -13,6 +15,13 @@ class BatchContext:
     batch_time_ms: int
     """The driver's clock when the batch started: the same for every task of the batch."""
     partition_id: int
+    watermark_ms: int | None = None
+    """The batch's event-time watermark (ms), fixed by the driver, for eviction and timeouts;
+    None without a watermark."""
+    late_rows_watermark_ms: int | None = None
+    """The previous batch's watermark (ms): input rows at or before it are late (Spark)."""
+    event_time: EventTimeStats = field(default_factory=EventTimeStats)
+    """Late rows dropped and state evicted by event time in this task, for the metrics."""
 
 
 _current: ContextVar[BatchContext | None] = ContextVar("state_runtime_batch", default=None)

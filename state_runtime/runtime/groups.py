@@ -4,16 +4,19 @@ As with Spark's ``mapGroupsWithState`` (and Spark Streaming's ``mapWithState``),
 sees one key, that key's new rows in the batch and a :class:`GroupState`. A key may be given
 a timeout; a key whose timeout has passed at a later batch gets one more call with no rows
 and ``has_timed_out`` set, and is then removed unless the function updates it. ``ttl`` gives
-every key a timeout renewed on each update. The stored state of the batch's keys is read in
-one vectorised lookup; finding expired keys is one vectorised pass over the partition's state.
+every key a timeout renewed on each update. With ``timeout="event_time"`` the function sets
+an event-time timestamp instead (``state.set_timeout_timestamp``), and the key times out once
+the query's watermark passes it, on empty batches too. The stored state of the batch's keys is
+read in one vectorised lookup; finding expired keys is one vectorised pass per sorted run.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,12 +26,14 @@ from state_runtime.arrow_rows import struct_rows
 from state_runtime.config import StoreConfig
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
-from state_runtime.runtime.context import current_batch
+from state_runtime.runtime.context import BatchContext, current_batch
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.schema import parse_schema
 from state_runtime.store import StateStore
 
 TIMEOUT_FIELD = "__timeout_at_ms"
+
+TimeoutKind = Literal["processing_time", "event_time"]
 
 GroupFunction = Callable[
     [tuple[Any, ...], list[tuple[Any, ...]], "GroupState"], Iterable[tuple[Any, ...]] | None
@@ -38,8 +43,19 @@ GroupFunction = Callable[
 class GroupState:
     """One key's state inside a ``map_groups_with_state`` call."""
 
-    def __init__(self, value: tuple[Any, ...] | None, batch_time_ms: int, timed_out: bool) -> None:
+    def __init__(
+        self,
+        value: tuple[Any, ...] | None,
+        batch_time_ms: int,
+        timed_out: bool,
+        *,
+        timeout: TimeoutKind = "processing_time",
+        watermark_ms: int | None = None,
+    ) -> None:
         self._value = value
+        self._timeout = timeout
+        self.watermark_ms = watermark_ms
+        """The batch's event-time watermark (ms), as Spark's ``getCurrentWatermarkMs``."""
         self._changed = False
         self._removed = False
         self.timeout_at_ms: int | None = None
@@ -64,10 +80,25 @@ class GroupState:
 
     def set_timeout_duration(self, duration: timedelta | int) -> None:
         """Time the key out ``duration`` (or that many ms) after this batch's time."""
+        if self._timeout != "processing_time":
+            raise InvalidArgument("set_timeout_duration needs timeout='processing_time'")
         ms = int(duration.total_seconds() * 1000) if isinstance(duration, timedelta) else duration
         if ms <= 0:
             raise InvalidArgument(f"timeout duration must be positive, got {duration!r}")
         self.timeout_at_ms = self.batch_time_ms + ms
+
+    def set_timeout_timestamp(self, timestamp: datetime | int) -> None:
+        """Time the key out once the watermark passes ``timestamp`` (a datetime, or ms since
+        the epoch); not earlier than the current watermark, as in Spark."""
+        if self._timeout != "event_time":
+            raise InvalidArgument("set_timeout_timestamp needs timeout='event_time'")
+        ms = int(timestamp.timestamp() * 1000) if isinstance(timestamp, datetime) else timestamp
+        if self.watermark_ms is not None and ms < self.watermark_ms:
+            raise InvalidArgument(
+                f"timeout timestamp {ms} ms is earlier than the current watermark "
+                f"{self.watermark_ms} ms"
+            )
+        self.timeout_at_ms = ms
 
 
 @dataclass(frozen=True)
@@ -75,9 +106,10 @@ class _GroupsWithState:
     key_columns: tuple[str, ...]
     func: GroupFunction
     ttl_ms: int | None
+    timeout: TimeoutKind = "processing_time"
 
     def __call__(self, store: StateStore, rows: pa.Table) -> Iterator[tuple[Any, ...]]:
-        batch_time = current_batch().batch_time_ms
+        batch = current_batch()
         key_idx = [rows.column_names.index(c) for c in self.key_columns]
         groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         columns = [rows.column(i).to_pylist() for i in range(rows.num_columns)]
@@ -85,22 +117,29 @@ class _GroupsWithState:
             groups.setdefault(tuple(row[i] for i in key_idx), []).append(row)
         stored = store.get_many(groups)  # one vectorised lookup for the batch's keys
         for (key, key_rows), value in zip(groups.items(), stored, strict=True):
-            yield from self._call(store, key, value, key_rows, batch_time, timed_out=False)
-        for key, value in self._expired(store, batch_time):
+            yield from self._call(store, key, value, key_rows, batch, timed_out=False)
+        for key, value in self._expired(store, batch):
             if key not in groups:
-                yield from self._call(store, key, value, [], batch_time, timed_out=True)
+                yield from self._call(store, key, value, [], batch, timed_out=True)
 
-    @staticmethod
     def _expired(
-        store: StateStore, batch_time: int
+        self, store: StateStore, batch: BatchContext
     ) -> list[tuple[tuple[Any, ...], tuple[Any, ...]]]:
-        """Keys whose timeout has passed, found with one vectorised pass over the state."""
-        state = store.to_arrow()
-        timeout = state.column("value").combine_chunks().flatten()[-1]
-        due = pc.fill_null(pc.less_equal(timeout, batch_time), False)
-        if not pc.any(due).as_py():
+        """Keys whose timeout has passed (processing time: at or before the batch's time;
+        event time: before the watermark, as Spark), found in one vectorised pass per run."""
+        if self.timeout == "event_time":
+            if batch.watermark_ms is None:
+                return []
+            bound, compare = batch.watermark_ms, pc.less
+        else:
+            bound, compare = batch.batch_time_ms, pc.less_equal
+        started = time.perf_counter()
+        expired = store.matching(
+            lambda _keys, values: compare(pc.struct_field(values, TIMEOUT_FIELD), bound)
+        )
+        batch.event_time.evict_ms += (time.perf_counter() - started) * 1000
+        if not expired.num_rows:
             return []
-        expired = state.filter(due)
         keys = struct_rows(expired.column("key").combine_chunks())
         values = struct_rows(expired.column("value").combine_chunks())
         return [
@@ -113,11 +152,18 @@ class _GroupsWithState:
         key: tuple[Any, ...],
         stored: tuple[Any, ...] | None,
         rows: list[tuple[Any, ...]],
-        batch_time: int,
+        batch: BatchContext,
         *,
         timed_out: bool,
     ) -> Iterator[tuple[Any, ...]]:
-        state = GroupState(None if stored is None else stored[:-1], batch_time, timed_out)
+        batch_time = batch.batch_time_ms
+        state = GroupState(
+            None if stored is None else stored[:-1],
+            batch_time,
+            timed_out,
+            timeout=self.timeout,
+            watermark_ms=batch.watermark_ms,
+        )
         if stored is not None and not timed_out:
             state.timeout_at_ms = stored[-1]
         out = self.func(key, rows, state)
@@ -125,6 +171,7 @@ class _GroupsWithState:
             yield from out
         if state._removed or (timed_out and not state._changed):
             store.remove(key)
+            batch.event_time.evicted += timed_out
             return
         if state._changed or (state.exists and state.timeout_at_ms != (stored or (None,))[-1]):
             timeout = state.timeout_at_ms
@@ -144,11 +191,21 @@ def map_groups_with_state(
     num_partitions: int,
     *,
     ttl: timedelta | None = None,
+    timeout: TimeoutKind = "processing_time",
+    event_time_column: str | None = None,
     store_name: str = DEFAULT_STORE_NAME,
     config: StoreConfig | None = None,
 ) -> StatefulOperator:
     """An operator calling ``func(key, rows, state)`` per key with new rows, and once more for
-    each key whose timeout (or ``ttl`` since its last update) has passed."""
+    each key whose timeout (or ``ttl`` since its last update) has passed.
+
+    ``timeout="event_time"`` makes timeouts follow the query's watermark
+    (``state.set_timeout_timestamp``); ``event_time_column`` drops input rows at or before
+    the watermark, as Spark does for a query with a watermark on that column."""
+    if timeout not in ("processing_time", "event_time"):
+        raise InvalidArgument(f"timeout must be 'processing_time' or 'event_time', got {timeout!r}")
+    if ttl is not None and timeout == "event_time":
+        raise InvalidArgument("ttl is a processing-time timeout; it cannot be used with event time")
     state_struct = parse_schema(state_schema)
     if TIMEOUT_FIELD in state_struct.names:
         raise InvalidArgument(f"state field name {TIMEOUT_FIELD!r} is reserved")
@@ -162,8 +219,10 @@ def map_groups_with_state(
         key_schema=key_schema,
         value_schema=stored,
         output_schema=output_schema,
-        update=_GroupsWithState(tuple(key_columns), func, ttl_ms),
+        update=_GroupsWithState(tuple(key_columns), func, ttl_ms, timeout),
         num_partitions=num_partitions,
         store_name=store_name,
         config=config or StoreConfig(),
+        late_column=event_time_column,
+        uses_event_time=timeout == "event_time",
     )

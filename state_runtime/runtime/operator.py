@@ -42,6 +42,14 @@ class StatefulOperator:
     num_partitions: int
     store_name: str = DEFAULT_STORE_NAME
     config: StoreConfig = field(default_factory=StoreConfig)
+    late_column: str | None = None
+    """A timestamp column of the input: rows at or before the watermark are dropped before
+    ``update`` (set by operators that use event time; windows judge lateness themselves)."""
+    uses_event_time: bool = False
+    """The update function reads the watermark (event-time windows or timeouts)."""
+    derived_key_fields: int = 0
+    """Trailing key fields the update function derives from the rows (a window's start),
+    beyond the key columns that route rows to partitions."""
 
     def __post_init__(self) -> None:
         validate_non_negative(self.operator_id, "operator id")
@@ -50,13 +58,18 @@ class StatefulOperator:
             raise InvalidArgument("a stateful operator needs at least one key column")
         if isinstance(self.num_partitions, bool) or not 1 <= self.num_partitions <= 100_000:
             raise InvalidArgument(f"num_partitions={self.num_partitions}: expected 1..100000")
-        if len(self.key_columns) != len(self.schema.key.fields):
+        if len(self.key_columns) + self.derived_key_fields != len(self.schema.key.fields):
             raise InvalidArgument(
                 f"key columns {list(self.key_columns)} do not match the key schema "
                 f"<{self.schema.key.simpleString()}>"
             )
         object.__setattr__(self, "key_columns", tuple(self.key_columns))
         object.__setattr__(self, "output_schema", parse_schema(self.output_schema))
+
+    @property
+    def needs_watermark(self) -> bool:
+        """Whether the query must define a watermark to run this operator."""
+        return self.uses_event_time or self.late_column is not None
 
     @property
     def schema(self) -> StateSchema:

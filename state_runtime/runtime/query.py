@@ -34,6 +34,7 @@ from state_runtime.catalog import catalog_url as default_catalog_url
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import BatchOutOfOrder, CommitConflict, InvalidArgument, SchemaMismatch
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
+from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.runtime.tasks import (
     HEARTBEAT_COLUMN,
@@ -45,6 +46,7 @@ from state_runtime.runtime.tasks import (
     base_refs,
     run_partitions,
 )
+from state_runtime.runtime.watermark import BatchWatermarks, Watermark
 from state_runtime.schema import StateSchema
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage, open_storage
@@ -98,6 +100,7 @@ class StatefulQuery:
         *,
         catalog_url: str | None = None,
         adaptive: bool | None = False,
+        watermark: Watermark | None = None,
     ) -> None:
         self.query_id = validate_name(query_id, "query id")
         if not operators:
@@ -112,6 +115,7 @@ class StatefulQuery:
         )
         self.root = self.storage.uri
         self.operators = list(operators)
+        self.event_time = EventTimeClock.of(watermark, self.operators)
         self.catalog_url = catalog_url or default_catalog_url()
         self.catalog = Catalog.open(self.catalog_url, upgrade=True)
         self.adaptive = adaptive
@@ -223,6 +227,7 @@ class StatefulQuery:
         committed: dict[StoreId, CheckpointRef],
         batch_time_ms: int,
         reports: Reports,
+        watermarks: BatchWatermarks | None,
     ) -> DataFrame:
         routed = self._routed(df, op)
         spec = TaskSpec(
@@ -237,6 +242,7 @@ class StatefulQuery:
             batch_time_ms=batch_time_ms,
             worker_settings=WorkerSettings.from_env(),
             catalog_timeouts=CatalogTimeouts.from_env(),
+            event_time=self.event_time.spec(watermarks, first=op is self.operators[0]),
         )
         return routed.mapInArrow(partial(run_partitions, spec, reports), op.output_nullable())
 
@@ -284,13 +290,16 @@ class StatefulQuery:
         if not self._registered:
             self._register()
         committed = self._committed_before(batch_id)
+        watermarks = self.event_time.watermark_for(self.catalog, self.root, self.query_id, batch_id)
         spark = df.sparkSession
         reports = self._accumulator(spark)
         reports.value = []
         run = uuid.uuid4().hex
         output = df
         for op in self.operators:
-            output = self._stage(output, op, batch_id, run, committed, batch_time, reports)
+            output = self._stage(
+                output, op, batch_id, run, committed, batch_time, reports, watermarks
+            )
         cached = [output.persist(StorageLevel.MEMORY_AND_DISK)] if cache_output or not sink else []
         try:
             with self._adaptive(spark):
@@ -302,6 +311,7 @@ class StatefulQuery:
                     chosen = self._choose(run, reports)
             if chosen is None:
                 raise CommitConflict(self._incomplete(run, reports))
+            self.event_time.record(self.catalog, self.root, self.query_id, batch_id, chosen)
             infos = [r.info for r in chosen]
             commit_started = time.perf_counter()
             self.catalog.commit_batch(self.root, self.query_id, batch_id, infos)
@@ -312,6 +322,7 @@ class StatefulQuery:
             raise
         duplicates = sum(1 for r in self._mine(run, reports)) - len(chosen)
         metrics = self._metrics(chosen, duplicates, commit_ms, (time.perf_counter() - started))
+        metrics.extra.update(event_time_metrics(chosen, watermarks))
         self.catalog.record_batch_metrics(self.root, self.query_id, batch_id, metrics)
         log.info(
             "query %s batch %d committed: %d rows in, %d keys updated, %d state rows, "

@@ -32,6 +32,7 @@ from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.metrics import LoadSource
 from state_runtime.runtime import coordinator, worker
 from state_runtime.runtime.context import BatchContext, _current
+from state_runtime.runtime.event_time import EventTimeSpec, event_time_report, prepare_rows
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
@@ -58,6 +59,7 @@ class TaskSpec:
     batch_time_ms: int
     worker_settings: WorkerSettings
     catalog_timeouts: CatalogTimeouts
+    event_time: EventTimeSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,10 @@ class TaskReport:
     attempt: int
     worker: str
     repairs: list[str] = field(default_factory=list)
+    late_rows: int = 0
+    evicted: int = 0
+    evict_ms: float = 0.0
+    max_event_ms: int | None = None
 
     @property
     def cache_hit(self) -> bool:
@@ -160,8 +166,18 @@ def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.T
     provider = worker.provider_for(spec.storage, store_id, op.schema, op.config)
     version, checkpoint_id = spec.base.get(partition, (0, None))
     store = provider.get_store(version, checkpoint_id)
-    token = _current.set(BatchContext(spec.query_id, spec.batch_id, spec.batch_time_ms, partition))
+    batch = BatchContext(
+        spec.query_id,
+        spec.batch_id,
+        spec.batch_time_ms,
+        partition,
+        None if spec.event_time is None else spec.event_time.watermarks.eviction_ms,
+        None if spec.event_time is None else spec.event_time.watermarks.late_rows_ms,
+    )
+    rows_in = rows.num_rows
+    token = _current.set(batch)
     try:
+        rows, max_event = prepare_rows(spec.event_time, op, rows, batch.event_time)
         output = _output_table(op.update(store, rows), op.output_arrow_schema())
         info = store.commit()
     except BaseException:
@@ -175,7 +191,7 @@ def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.T
     report = TaskReport(
         run=spec.run,
         info=info,
-        rows_in=rows.num_rows,
+        rows_in=rows_in,
         keys_updated=store.metrics.updated_keys + store.metrics.removed_keys,
         load_source=load.source.value,
         deltas_applied=load.deltas_applied,
@@ -184,6 +200,7 @@ def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.T
         attempt=context.attemptNumber() if context is not None else 0,
         worker=me,
         repairs=list(load.repairs),
+        **event_time_report(batch.event_time, max_event),
     )
     return output, report
 

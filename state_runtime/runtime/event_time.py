@@ -1,0 +1,145 @@
+"""The runtime's event-time plumbing: the driver fixes each batch's watermark, tasks apply it.
+
+The driver (:class:`EventTimeClock`) takes batch ``b``'s watermark from the catalog if ``b``
+already ran (a replay or restart), else derives it from batch ``b - 1``'s record and records
+it before any task starts; batch ``b - 1``'s watermark judges late rows. Each task of the
+first operator reports the largest event time of its input; the driver records the batch's
+maximum before the batch commits. Tasks drop late rows (:func:`prepare_rows`) and report what
+they dropped and evicted (:func:`event_time_report`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from state_runtime.catalog import Catalog
+from state_runtime.errors import InvalidArgument
+from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.runtime.watermark import (
+    BatchWatermarks,
+    EventTimeStats,
+    Watermark,
+    drop_late,
+    max_event_ms,
+)
+
+
+class EventTimeFigures(Protocol):
+    """What a task reports about event time (the fields of ``event_time_report``)."""
+
+    @property
+    def late_rows(self) -> int: ...
+    @property
+    def evicted(self) -> int: ...
+    @property
+    def evict_ms(self) -> float: ...
+    @property
+    def max_event_ms(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class EventTimeSpec:
+    """What a task needs: the batch's watermarks, and the column whose maximum it reports
+    (set for the first operator only: the watermark follows the query's input)."""
+
+    watermarks: BatchWatermarks
+    track_column: str | None
+
+
+def prepare_rows(
+    spec: EventTimeSpec | None, op: StatefulOperator, rows: pa.Table, stats: EventTimeStats
+) -> tuple[pa.Table, int | None]:
+    """The rows ``op.update`` gets (late ones dropped) and the largest event time seen."""
+    if spec is None:
+        return rows, None
+    seen = None if spec.track_column is None else max_event_ms(rows, spec.track_column)
+    if op.late_column is not None:
+        rows, stats.late_rows = drop_late(rows, op.late_column, spec.watermarks.late_rows_ms)
+    return rows, seen
+
+
+def event_time_report(stats: EventTimeStats, seen: int | None) -> dict[str, Any]:
+    return {
+        "late_rows": stats.late_rows,
+        "evicted": stats.evicted,
+        "evict_ms": stats.evict_ms,
+        "max_event_ms": seen,
+    }
+
+
+def event_time_metrics(
+    reports: Sequence[EventTimeFigures], watermarks: BatchWatermarks | None
+) -> dict[str, Any]:
+    """The batch's event-time figures, for ``BatchMetrics.extra``."""
+    if watermarks is None:
+        return {}
+    return {
+        "watermark_ms": watermarks.eviction_ms,
+        "late_rows_watermark_ms": watermarks.late_rows_ms,
+        "late_rows": sum(r.late_rows for r in reports),
+        "evicted": sum(r.evicted for r in reports),
+        "evict_ms": sum(r.evict_ms for r in reports),
+        "max_evict_ms": max((r.evict_ms for r in reports), default=0.0),
+    }
+
+
+@dataclass(frozen=True)
+class EventTimeClock:
+    """A query's watermark across batches (driver side)."""
+
+    watermark: Watermark | None
+
+    @classmethod
+    def of(
+        cls, watermark: Watermark | None, operators: Sequence[StatefulOperator]
+    ) -> EventTimeClock:
+        if watermark is None:
+            needing = [op.operator_id for op in operators if op.needs_watermark]
+            if needing:
+                raise InvalidArgument(
+                    f"operators {needing} use event time: the query needs a watermark "
+                    "(StatefulQuery(..., watermark=Watermark(column, delay)))"
+                )
+        return cls(watermark)
+
+    def spec(self, watermarks: BatchWatermarks | None, *, first: bool) -> EventTimeSpec | None:
+        if self.watermark is None or watermarks is None:
+            return None
+        return EventTimeSpec(watermarks, self.watermark.column if first else None)
+
+    def watermark_for(
+        self, catalog: Catalog, root: str, query_id: str, batch_id: int
+    ) -> BatchWatermarks | None:
+        """Batch ``batch_id``'s watermark (recorded if it ran before, else derived from batch
+        ``batch_id - 1``'s record and recorded) and batch ``batch_id - 1``'s."""
+        if self.watermark is None:
+            return None
+        previous = catalog.batch_watermark(root, query_id, batch_id - 1) if batch_id else None
+        late_rows_ms = 0 if previous is None else previous.watermark_ms
+        recorded = catalog.batch_watermark(root, query_id, batch_id)
+        if recorded is None:
+            derived = (
+                0
+                if previous is None
+                else self.watermark.advance(previous.watermark_ms, previous.max_event_ms)
+            )
+            recorded = catalog.fix_watermark(root, query_id, batch_id, derived)
+        return BatchWatermarks(recorded.watermark_ms, late_rows_ms)
+
+    def record(
+        self,
+        catalog: Catalog,
+        root: str,
+        query_id: str,
+        batch_id: int,
+        reports: Sequence[EventTimeFigures],
+    ) -> None:
+        """Record the largest event time the first operator's tasks saw in this batch."""
+        if self.watermark is None:
+            return
+        seen = [r.max_event_ms for r in reports if r.max_event_ms is not None]
+        catalog.record_max_event_time(root, query_id, batch_id, max(seen, default=None))
