@@ -23,6 +23,7 @@ def test_a_moved_root_is_recorded_at_its_new_home(
     stream = make_stream("old")
     stream.run(5)
     catalog, old = stream.catalog, stream.storage
+    catalog.fix_watermark(old.uri, stream.query, 5, 1_000)  # what an event-time query records
     new = LocalStorage(old.root.parent / "new")
 
     dry = statestore(stream, "relocate", str(old.root), str(new.root), "--json")
@@ -39,6 +40,9 @@ def test_a_moved_root_is_recorded_at_its_new_home(
     assert moved.exit_code == 0, moved.output
     assert f"{len(STORES)} store(s) now recorded below {new.uri}" in moved.output
     assert catalog.roots() == [new.uri]
+    watermark = catalog.batch_watermark(new.uri, stream.query, 5)
+    assert watermark is not None and watermark.watermark_ms == 1_000
+    assert catalog.batch_watermark(old.uri, stream.query, 5) is None
 
     there = StoreStream(catalog, new, list(STORES), register=False)
     for store in STORES:

@@ -19,7 +19,7 @@ from state_runtime.catalog.records import (
     StoreRecord,
 )
 from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
-from state_runtime.catalog.tables import batch_metrics, checkpoint_files, stores
+from state_runtime.catalog.tables import batch_metrics, batch_watermarks, checkpoint_files, stores
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
@@ -36,9 +36,10 @@ class InventoryCalls(CatalogBase):
         )
 
     def relocate_root(self, old: str, new: str) -> int:
-        """Point every record below checkpoint root ``old`` at ``new``, in one transaction,
-        after the files were moved or copied there (file paths are stored relative to their
-        root, so only the root changes). Returns the number of stores moved."""
+        """Point every record below checkpoint root ``old`` at ``new`` (stores, batch metrics,
+        recorded watermarks) in one transaction, after the files were moved or copied there
+        (file paths are stored relative to their root, so only the root changes). Returns the
+        number of stores moved."""
 
         def work(connection: Connection) -> int:
             roots = sa.select(stores.c.checkpoint_root).distinct()
@@ -50,11 +51,10 @@ class InventoryCalls(CatalogBase):
             moved = connection.execute(
                 stores.update().where(stores.c.checkpoint_root == old).values(checkpoint_root=new)
             ).rowcount
-            connection.execute(
-                batch_metrics.update()
-                .where(batch_metrics.c.checkpoint_root == old)
-                .values(checkpoint_root=new)
-            )
+            for table in (batch_metrics, batch_watermarks):
+                connection.execute(
+                    table.update().where(table.c.checkpoint_root == old).values(checkpoint_root=new)
+                )
             return int(moved)
 
         return self._run("relocate a root", work)
