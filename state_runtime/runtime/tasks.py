@@ -4,12 +4,12 @@ The driver builds a :class:`TaskSpec` of plain data (the operator, the committed
 ``(version, id)`` of every partition, the catalog URL, the worker settings and catalog
 timeouts it read) that Spark ships with the task. Every input row carries its state
 partition in :data:`PARTITION_COLUMN`, and the driver adds one heartbeat row per state
-partition, so every partition is processed in every batch, whatever the input (empty, filtered to nothing, one key) and however Spark
-coalesced the shuffle. For each state partition among its rows the task opens the store at
-exactly the shipped checkpoint, runs the update function, commits a new delta, records the
-file in the catalog as written, and sends a :class:`TaskReport` to the driver through an
-accumulator: Spark merges the updates of successful task attempts only, and the channel costs
-no Spark job.
+partition, so every partition is processed in every batch, whatever the input (empty,
+filtered to nothing, one key) and however Spark coalesced the shuffle. For each state
+partition among its rows the task opens the store at exactly the shipped checkpoint, runs the
+update function, commits a new delta, records the file in the catalog as written, and sends a
+:class:`TaskReport` to the driver through an accumulator: Spark merges the updates of
+successful task attempts only, and the channel costs no Spark job.
 """
 
 from __future__ import annotations
