@@ -23,6 +23,7 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 LOCATION = "state_maintenance"
 DAGSTER = Path(sys.executable).with_name("dagster")
+DG = Path(sys.executable).with_name("dg")
 
 LOCATIONS = """{ workspaceOrError { ... on Workspace { locationEntries {
     name loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
@@ -62,13 +63,21 @@ def _default_signals() -> None:
 
 class DagsterDev:
     """``dagster dev -w workspace.yaml`` with DAGSTER_HOME ``home`` and extra ``env``; with
-    ``make``, the repository's ``make dagster`` (same home and port) instead."""
+    ``make``, the repository's ``make dagster`` (same home and port) instead; with ``dg``,
+    ``dg dev`` (the project's ``[tool.dg]`` configuration, no workspace file)."""
 
     def __init__(
-        self, home: Path, env: dict[str, str], port: int | None = None, *, make: bool = False
+        self,
+        home: Path,
+        env: dict[str, str],
+        port: int | None = None,
+        *,
+        make: bool = False,
+        dg: bool = False,
     ) -> None:
         self.home = home
         self.make = make
+        self.dg = dg
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = home / "dagster-dev.log"
@@ -81,12 +90,13 @@ class DagsterDev:
         self.home.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / "dagster_project" / "dagster.yaml", self.home / "dagster.yaml")
         with self.log.open("wb") as out:
-            command = (
-                ["make", "dagster", f"DAGSTER_HOME={self.home}", f"DAGSTER_PORT={self.port}"]
-                if self.make
-                else [str(DAGSTER), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1"]
-            )
-            if not self.make:
+            if self.make:
+                command = ["make", "dagster", f"DAGSTER_HOME={self.home}"]
+                command.append(f"DAGSTER_PORT={self.port}")
+            elif self.dg:
+                command = [str(DG), "dev", "--host", "127.0.0.1", "--port", str(self.port)]
+            else:
+                command = [str(DAGSTER), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1"]
                 command += ["-p", str(self.port)]
             self.process = subprocess.Popen(
                 command,

@@ -1,5 +1,5 @@
 """The ``statestore`` commands: maintain, validate, health, history, explain, repair, resolve,
-reconcile.
+reconcile, relocate.
 
 Every command takes ``--json`` (the whole report, see :mod:`state_runtime.cli.jsonable`).
 Exit codes and error output: see :mod:`state_runtime.cli.exits` (and docs/maintenance.md).
@@ -42,6 +42,7 @@ from state_runtime.maintenance import (
     parse_duration,
     parse_store_key,
     reconcile,
+    relocate_root,
     repair_pass,
     run_checks,
     snapshot_pass,
@@ -482,3 +483,23 @@ def reconcile_command(settings: Settings, /, **kw: Any) -> None:
     else:
         output.print_reconcile(settings.console, report)
     sys.exit(EXIT_PROBLEMS if report.unreadable else 0)
+
+
+@main.command()
+@click.argument("old")
+@click.argument("new")
+@click.option("--dry-run/--execute", default=True, help="Only check the files at NEW.")
+@json_option
+@click.pass_obj
+def relocate(settings: Settings, /, old: str, new: str, **kw: Any) -> None:
+    """Record NEW as the root of every store below OLD, after the root's files were moved or
+    copied there (for a PostgreSQL catalog; a SQLite catalog beside its root moves with it).
+    Every committed file the catalog knows below OLD must be at NEW first."""
+    settings.roots = [canonical_root(old)]
+    with _fleet(settings) as fleet:
+        report = relocate_root(fleet.catalog, settings.roots[0], new, execute=not kw["dry_run"])
+    if kw["as_json"]:
+        echo_json(report)
+    else:
+        output.print_relocation(settings.console, report)
+    sys.exit(EXIT_PROBLEMS if report.missing else 0)

@@ -19,6 +19,7 @@ from state_runtime.maintenance import (
     FileExplanation,
     LeftoverReport,
     ReconcileReport,
+    RelocationReport,
     RepairReport,
     SnapshotReport,
     Status,
@@ -366,6 +367,22 @@ def print_reconcile(console: Console, report: ReconcileReport) -> None:
     for path, error in list(report.unreadable.items())[:SHOWN]:
         console.print(f"  [red]unreadable[/red] {path}: {error}")
     print_leftovers(console, report.leftovers, dry_run=report.dry_run)
+
+
+def print_relocation(console: Console, report: RelocationReport) -> None:
+    found = report.files_checked - len(report.missing)
+    console.print(
+        f"relocate {report.old} -> {report.new}: {found} of {report.files_checked} committed "
+        "file(s) found at the new root"
+    )
+    for path in report.missing[:SHOWN]:
+        console.print(f"  [red]missing[/red] {path}")
+    if len(report.missing) > SHOWN:
+        console.print(f"  ... and {len(report.missing) - SHOWN} more")
+    if report.executed:
+        console.print(f"{report.stores_moved} store(s) now recorded below {report.new}")
+    elif not report.missing:
+        console.print("Run with --execute to record the new root.")
 
 
 def print_damaged(console: Console, damaged: Sequence[FileVerdict]) -> None:

@@ -38,6 +38,7 @@ from state_runtime.maintenance.leftovers import LeftoverReport, sweep_leftovers
 from state_runtime.maintenance.policy import MaintenancePolicy, format_duration, parse_duration
 from state_runtime.maintenance.progress import SILENT, CallbackProgress, Progress
 from state_runtime.maintenance.reconcile import ReconcileReport, reconcile
+from state_runtime.maintenance.relocate import RelocationReport, relocate_root
 from state_runtime.maintenance.repair import (
     RepairOutcome,
     RepairReport,
@@ -81,6 +82,7 @@ __all__ = [
     "MaintenancePolicy",
     "Progress",
     "ReconcileReport",
+    "RelocationReport",
     "RecoveryCost",
     "RepairOutcome",
     "RepairReport",
@@ -109,6 +111,7 @@ __all__ = [
     "parse_store_key",
     "plan_cleanup",
     "reconcile",
+    "relocate_root",
     "repair_pass",
     "retention_check",
     "run_checks",

@@ -1,6 +1,8 @@
-"""Smoke test: ``dagster dev`` serves the code location; a run launched over GraphQL succeeds.
+"""Smoke test: ``dagster dev`` and ``dg dev`` serve the code location; a run launched over
+GraphQL succeeds.
 
-Starts ``dagster dev -w workspace.yaml`` on a free port in its own process group, with
+Starts ``dagster dev -w workspace.yaml`` (or ``dg dev``, from the project's ``[tool.dg]``) on a
+free port in its own process group, with
 DAGSTER_HOME in a temporary folder and the state catalog a fresh SQLite file holding real
 stores; lists the assets and checks through GraphQL, launches the validation job, waits for
 it to succeed, then stops the whole process group and checks that no process is left.
@@ -24,12 +26,13 @@ ASSETS = """{ assetNodes { assetKey { path } assetChecksOrError {
     ... on AssetChecks { checks { name } } } } }"""
 
 
-def test_dagster_dev_lists_the_definitions_and_runs_a_job(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dg", [False, True], ids=["dagster-dev", "dg-dev"])
+def test_dagster_dev_lists_the_definitions_and_runs_a_job(tmp_path: Path, dg: bool) -> None:
     url = f"sqlite:///{tmp_path / 'catalog.db'}"
     with Catalog.open(url, upgrade=True) as catalog:
         stores = [StoreId(0, p) for p in range(3)]
         StoreStream(catalog, LocalStorage(tmp_path / "checkpoint"), stores).run(4)
-        server = DagsterDev(tmp_path / "dagster_home", {"STATE_CATALOG_URL": url})
+        server = DagsterDev(tmp_path / "dagster_home", {"STATE_CATALOG_URL": url}, dg=dg)
         with server:
             pgid = server.process.pid if server.process else 0
             server.wait_loaded()

@@ -19,7 +19,7 @@ from state_runtime.catalog.records import (
     StoreRecord,
 )
 from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
-from state_runtime.catalog.tables import checkpoint_files, stores
+from state_runtime.catalog.tables import batch_metrics, checkpoint_files, stores
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
@@ -34,6 +34,30 @@ class InventoryCalls(CatalogBase):
             "list roots",
             lambda c: sorted(c.execute(sa.select(stores.c.checkpoint_root).distinct()).scalars()),
         )
+
+    def relocate_root(self, old: str, new: str) -> int:
+        """Point every record below checkpoint root ``old`` at ``new``, in one transaction,
+        after the files were moved or copied there (file paths are stored relative to their
+        root, so only the root changes). Returns the number of stores moved."""
+
+        def work(connection: Connection) -> int:
+            roots = sa.select(stores.c.checkpoint_root).distinct()
+            known = set(connection.execute(roots).scalars())
+            if old not in known:
+                raise InvalidArgument(f"the catalog records no store below {old}")
+            if new in known:
+                raise InvalidArgument(f"the catalog already records stores below {new}")
+            moved = connection.execute(
+                stores.update().where(stores.c.checkpoint_root == old).values(checkpoint_root=new)
+            ).rowcount
+            connection.execute(
+                batch_metrics.update()
+                .where(batch_metrics.c.checkpoint_root == old)
+                .values(checkpoint_root=new)
+            )
+            return int(moved)
+
+        return self._run("relocate a root", work)
 
     def stores(self, root: str | None = None) -> list[StoreRecord]:
         """Every store the catalog knows (below ``root``, if given)."""
