@@ -166,6 +166,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
     print(
         "\nnext:\n"
         "  make demo                         run again: resumes this run\n"
+        "  make demo-maintain                snapshots, cleanup and validation on these stores\n"
         "  make dagster                      the Dagster UI on these stores\n"
         "  sql/store_health.sql              the operators' queries (psql on PostgreSQL)\n"
         "  .venv/bin/statestore health       store health from the command line\n"
