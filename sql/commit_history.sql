@@ -4,8 +4,9 @@
 --   psql "$CATALOG" -v query=<query id> [-v limit=50] -f sql/commit_history.sql
 \if :{?query}
 \else
-\warn 'error: sql/commit_history.sql needs -v query=...: the query id (statestore history --by-batch lists them)'
-\quit
+\set ON_ERROR_STOP 1
+\set VERBOSITY terse
+DO $$ BEGIN RAISE EXCEPTION 'sql/commit_history.sql needs -v query=...: the query id (statestore history --by-batch lists them)'; END $$;
 \endif
 \if :{?limit}
 \else

@@ -10,13 +10,15 @@
 -- still load without it (and checks storage for files nobody has verified yet).
 \if :{?root}
 \else
-\warn 'error: sql/explain_file.sql needs -v root=...: the checkpoint root (a path or URI)'
-\quit
+\set ON_ERROR_STOP 1
+\set VERBOSITY terse
+DO $$ BEGIN RAISE EXCEPTION 'sql/explain_file.sql needs -v root=...: the checkpoint root (a path or URI)'; END $$;
 \endif
 \if :{?path}
 \else
-\warn 'error: sql/explain_file.sql needs -v path=...: the file path relative to the root'
-\quit
+\set ON_ERROR_STOP 1
+\set VERBOSITY terse
+DO $$ BEGIN RAISE EXCEPTION 'sql/explain_file.sql needs -v path=...: the file path relative to the root'; END $$;
 \endif
 \if :{?retain}
 \else

@@ -10,18 +10,21 @@
 -- only on verified snapshots (an unverified or failed one keeps its deltas).
 \if :{?root}
 \else
-\warn 'error: sql/lineage.sql needs -v root=...: the checkpoint root (a path or URI)'
-\quit
+\set ON_ERROR_STOP 1
+\set VERBOSITY terse
+DO $$ BEGIN RAISE EXCEPTION 'sql/lineage.sql needs -v root=...: the checkpoint root (a path or URI)'; END $$;
 \endif
 \if :{?operator}
 \else
-\warn 'error: sql/lineage.sql needs -v operator=...: the operator id'
-\quit
+\set ON_ERROR_STOP 1
+\set VERBOSITY terse
+DO $$ BEGIN RAISE EXCEPTION 'sql/lineage.sql needs -v operator=...: the operator id'; END $$;
 \endif
 \if :{?partition}
 \else
-\warn 'error: sql/lineage.sql needs -v partition=...: the partition id'
-\quit
+\set ON_ERROR_STOP 1
+\set VERBOSITY terse
+DO $$ BEGIN RAISE EXCEPTION 'sql/lineage.sql needs -v partition=...: the partition id'; END $$;
 \endif
 \if :{?store}
 \else
