@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from bench_store import timed  # this folder is on sys.path when run as a script
 
 from state_runtime import StateStoreProvider, StoreConfig
 from state_runtime.storage import LocalStorage
@@ -32,15 +31,6 @@ from state_runtime.store import StateStore
 KEY, VALUE = "user string, window_start timestamp", "n bigint, total bigint"
 TS = pa.timestamp("us", tz="UTC")
 WINDOW_US = 10_000_000
-
-
-def timed(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def _rows(users: np.ndarray, starts: np.ndarray, n: np.ndarray) -> pa.Table:

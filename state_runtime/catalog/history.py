@@ -10,7 +10,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.inventory import chunks
-from state_runtime.catalog.records import HistoryFile, StoreKey, VersionHistory
+from state_runtime.catalog.records import HistoryFile, VersionHistory
+from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.tables import checkpoint_files, commit_log, deletion_ledger, stores
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 
@@ -28,10 +29,7 @@ def version_history(
     query = (
         sa.select(
             c.store_id,
-            s.checkpoint_root,
-            s.operator_id,
-            s.partition_id,
-            s.store_name,
+            *STORE_KEY_COLUMNS,
             c.version,
             c.checkpoint_id,
             c.query_id,
@@ -45,27 +43,28 @@ def version_history(
     )
     if query_id is not None:
         query = query.where(c.query_id == query_id)
-    if only is not None:
-        wanted = sorted(set(only))
+    if only is not None:  # exactly these stores, in SQL, so that the limit counts only theirs
         query = query.where(
-            s.operator_id.in_({x.operator_id for x in wanted}),
-            s.partition_id.in_({x.partition_id for x in wanted}),
-            s.store_name.in_({x.store_name for x in wanted}),
+            sa.or_(
+                sa.false(),
+                *(
+                    sa.and_(
+                        s.operator_id == x.operator_id,
+                        s.partition_id == x.partition_id,
+                        s.store_name == x.store_name,
+                    )
+                    for x in set(only)
+                ),
+            )
         )
-    commits = [
-        r
-        for r in connection.execute(query)
-        if only is None or StoreId(r.operator_id, r.partition_id, r.store_name) in set(only)
-    ]
+    commits = list(connection.execute(query))
     files = _files(connection, [(r.store_id, r.version, r.checkpoint_id) for r in commits])
     history: list[VersionHistory] = []
     for r in commits:
         found = files.get((r.store_id, r.version, r.checkpoint_id), [])
         history.append(
             VersionHistory(
-                key=StoreKey(
-                    r.checkpoint_root, StoreId(r.operator_id, r.partition_id, r.store_name)
-                ),
+                key=key_of(r),
                 ref=CheckpointRef(r.version, r.checkpoint_id),
                 query_id=r.query_id,
                 batch_id=r.batch_id,

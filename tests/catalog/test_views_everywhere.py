@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from state_runtime.catalog import Catalog, RetentionPolicy
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import MaintenancePolicy
-from tests.catalog.factory import ROOT
+from tests.catalog.factory import ROOT, Stream
 from tests.catalog.test_status_sql import A, C, build_fleet, python_status
 
 
@@ -108,3 +108,15 @@ def test_history_lineage_and_deletions(catalog: Catalog) -> None:
     )
     assert gone  # old versions show that their files are gone
     assert C  # the broken store is in the fleet too
+
+
+def test_history_of_some_stores_counts_only_theirs_against_the_limit(catalog: Catalog) -> None:
+    """Stores 0/0 and 1/1 asked for: 0/1 and 1/0 (same operator and partition ids) never take
+    a place of the limit."""
+    everyone = [StoreId(o, p) for o in (0, 1) for p in (0, 1)]
+    Stream(catalog, everyone).run(3)
+    wanted = [StoreId(0, 0), StoreId(1, 1)]
+    entries = catalog.version_history(ROOT, stores=wanted, limit=4)
+    assert len(entries) == 4 and {e.key.store for e in entries} == set(wanted)
+    assert sorted(e.ref.version for e in entries) == [2, 2, 3, 3]
+    assert catalog.version_history(ROOT, stores=[], limit=4) == []
