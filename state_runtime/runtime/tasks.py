@@ -152,6 +152,7 @@ def run_partitions(
         output, report = _run_partition(spec, int(partition), mine)
         reports.add([report.to_dict()])
         yield from output.to_batches()
+    worker.settle()
 
 
 def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.Table, TaskReport]:

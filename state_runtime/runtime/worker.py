@@ -10,6 +10,7 @@ needed, however many versions behind it falls.
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import threading
@@ -25,6 +26,7 @@ from state_runtime.storage import Storage
 _lock = threading.Lock()
 _providers: dict[tuple[Any, ...], StateStoreProvider] = {}
 _catalogs: dict[tuple[str, CatalogTimeouts], Catalog] = {}
+_settled = False
 
 
 def worker_id() -> str:
@@ -65,3 +67,23 @@ def provider_for(
                 del _providers[idle]
             _providers[key] = provider
         return provider
+
+
+def settle() -> None:
+    """After this worker's first task: move every object alive now (the imported modules,
+    the catalog engine) out of the cyclic garbage collector's sight, once.
+
+    PySpark's daemon runs a full ``gc.collect()`` after every task of a reused worker, and a
+    full collection walks every tracked object: with pyarrow, pandas, SQLAlchemy and pyspark
+    imported that took 70-100 ms of each task on the 2-core machine, more than the task's own
+    work. ``gc.freeze()`` (CPython's documented mechanism for long-lived processes) leaves
+    those objects alone; reference counting still frees them, and objects created later are
+    collected as usual. See docs/runtime.md, "Where a batch's time goes".
+    """
+    global _settled
+    with _lock:
+        if _settled:
+            return
+        _settled = True
+    gc.collect()
+    gc.freeze()

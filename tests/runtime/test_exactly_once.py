@@ -86,7 +86,10 @@ def test_failed_and_duplicate_task_attempts(
         update=_Flaky(open_storage(root), failing={0, 2}),
         num_partitions=PARTITIONS,
     )
-    query = StatefulQuery("flaky", root, [flaky], catalog_url=sqlite_catalog_url)
+    # One Spark task per state partition, so that "partition 0's task fails" means one thing.
+    query = StatefulQuery(
+        "flaky", root, [flaky], catalog_url=sqlite_catalog_url, parallelism=PARTITIONS
+    )
     seen: list[tuple[str, int]] = []
     for batch in range(3):
         events = _events(batch)

@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from state_runtime.catalog import Catalog
-from state_runtime.errors import BatchOutOfOrder, SchemaMismatch
+from state_runtime.errors import BatchOutOfOrder, InvalidArgument, SchemaMismatch
 from state_runtime.runtime import (
     Agg,
     BatchResult,
@@ -89,6 +89,45 @@ def test_every_partition_commits_every_batch_whatever_the_input(
     assert {r.key.user: (r.value.n, r.value.total) for r in state} == running_totals(seen)
     with Catalog.open(sqlite_catalog_url) as catalog:
         assert assert_lineage_linear(catalog, query.storage) == 4 * PARTITIONS
+
+
+@pytest.mark.parametrize("parallelism", [None, 1, 2, 3, 8])
+def test_state_partitions_share_tasks(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str, parallelism: int | None
+) -> None:
+    """``parallelism`` Spark tasks (default: the session's cores) run the state partitions,
+    never more tasks than partitions; every partition still commits every batch."""
+    root = tmp_path / "ckpt"
+    query = StatefulQuery(
+        "shared", str(root), [_totals()], catalog_url=sqlite_catalog_url, parallelism=parallelism
+    )
+    expected_tasks = min(parallelism or spark.sparkContext.defaultParallelism, PARTITIONS)
+    seen: list[tuple[str, int]] = []
+    sc = spark.sparkContext
+    for batch_id in range(2):
+        events = _events(30 + batch_id)
+        seen.extend(events)
+        df = spark.createDataFrame(events, SCHEMA)
+        group = f"shared-{parallelism}-{batch_id}"
+        result, jobs = _jobs(spark, group, partial(query.run_batch, df, batch_id, sink=_noop))
+        assert jobs == 1
+        [job] = sc.statusTracker().getJobIdsForGroup(group)
+        job_info = sc.statusTracker().getJobInfo(job)
+        assert job_info is not None
+        stages = [sc.statusTracker().getStageInfo(s) for s in job_info.stageIds]
+        stateful = max((s for s in stages if s is not None), key=lambda s: s.stageId)
+        assert stateful.numTasks == expected_tasks
+        assert sorted(r.info.store.partition_id for r in result.reports) == [0, 1, 2]
+    state = read_state(spark, str(root), 0, catalog_url=sqlite_catalog_url).collect()
+    assert {r.key.user: (r.value.n, r.value.total) for r in state} == running_totals(seen)
+
+
+def test_parallelism_must_be_positive(tmp_path: Path, sqlite_catalog_url: str) -> None:
+    for bad in (0, -1, True):
+        with pytest.raises(InvalidArgument, match="parallelism"):
+            StatefulQuery(
+                "bad", str(tmp_path), [_totals()], catalog_url=sqlite_catalog_url, parallelism=bad
+            )
 
 
 def _sessions(

@@ -32,3 +32,25 @@ def test_a_bad_worker_setting_fails_the_batch_on_the_driver_before_any_task(
     with pytest.raises(InvalidArgument, match="STATE_CATALOG_ATTEMPT_TIMEOUT"):
         query.run_batch(df, 1)
     assert len(list(root.rglob("*.delta"))) == 2
+
+
+def test_settle_freezes_the_worker_once() -> None:
+    """PySpark's daemon runs a full gc.collect() after every task; settle() moves what a
+    worker holds after its first task out of the collector's sight, once."""
+    import gc
+
+    from state_runtime.runtime import worker
+
+    worker._settled = False
+    try:
+        before = gc.get_freeze_count()
+        worker.settle()
+        frozen = gc.get_freeze_count()
+        assert frozen > before
+        garbage = [[] for _ in range(1000)]
+        worker.settle()  # a second call does nothing
+        assert gc.get_freeze_count() == frozen
+        del garbage
+    finally:
+        gc.unfreeze()
+        worker._settled = False
