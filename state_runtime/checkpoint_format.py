@@ -1,10 +1,12 @@
-"""Reading and writing checkpoint files (format version 1; see docs/checkpoint-format.md).
+"""Reading and writing checkpoint files (format version 2; see docs/checkpoint-format.md).
 
 A file is a fixed 52-byte envelope (magic, format version, payload length, SHA-256 of the
 payload) followed by an Arrow IPC stream. The stream's schema metadata holds a JSON header:
 kind, store identity, version, checkpoint id, lineage, key/value schemas and row counts. Rows
 are a ``key`` struct column and a ``value`` struct column; in a delta a null value removes
-the key. Nothing is ever unpickled: parsing a file cannot execute code.
+the key. Version 2 stores integer fields narrow (:mod:`state_runtime.column_encoding`);
+version 1 files (every field as its schema says) are still read. Nothing is ever unpickled:
+parsing a file cannot execute code.
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from state_runtime.column_encoding import ENCODINGS_KEY, decode_table, encode_table
 from state_runtime.config import Compression
 from state_runtime.errors import CheckpointFileCorrupt, UnexpectedVersion
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.schema import StateSchema, schema_from_json
 
 MAGIC = b"STRTCKPT"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 _ENVELOPE = struct.Struct("<8sHHQ32s")  # magic, format version, reserved, length, sha256
 ENVELOPE_SIZE = _ENVELOPE.size
 HEADER_KEY = b"state_runtime.header"
@@ -71,7 +75,7 @@ class FileHeader:
     @classmethod
     def from_json(cls, raw: bytes) -> FileHeader:
         d = json.loads(raw)
-        if d.get("format_version") != FORMAT_VERSION:
+        if d.get("format_version") not in READABLE_VERSIONS:
             raise ValueError(f"unsupported header format_version {d.get('format_version')!r}")
         return cls(
             kind=FileKind(d["kind"]),
@@ -99,11 +103,15 @@ def encode(
     in_key_order: bool = False,
 ) -> bytes:
     """Serialize rows into a checkpoint file, sorted by key unless ``in_key_order`` says they
-    are already (or the key type has no order)."""
+    are already (or the key type has no order), integer fields stored narrow."""
     table = pa.table({"key": keys, "value": values})
     if not in_key_order:
-        table = _sorted_by_key(table)
-    arrow_schema = table.schema.with_metadata({HEADER_KEY: header.to_json()})
+        table, in_key_order = _sorted_by_key(table)
+    table, encodings = encode_table(table, in_key_order=in_key_order)
+    metadata = {HEADER_KEY: header.to_json()}
+    if encodings:
+        metadata[ENCODINGS_KEY] = json.dumps(encodings, separators=(",", ":")).encode()
+    arrow_schema = table.schema.with_metadata(metadata)
     codec = None if compression == "none" else pa.Codec(compression, compression_level)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(
@@ -115,9 +123,10 @@ def encode(
     return _ENVELOPE.pack(MAGIC, FORMAT_VERSION, 0, len(payload), digest) + payload
 
 
-def _sorted_by_key(table: pa.Table) -> pa.Table:
+def _sorted_by_key(table: pa.Table) -> tuple[pa.Table, bool]:
+    """The rows in key order and True, or as they are and False (key types without order)."""
     if table.num_rows < 2:
-        return table
+        return table, True
     key_children = table.column("key").combine_chunks().flatten()
     names = [f"k{i}" for i in range(len(key_children))]
     try:
@@ -126,8 +135,8 @@ def _sorted_by_key(table: pa.Table) -> pa.Table:
             sort_keys=[(n, "ascending") for n in names],
         )
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return table  # key types without an order (maps): leave unsorted
-    return table.take(order)
+        return table, False  # key types without an order (maps): leave unsorted
+    return table.take(order), True
 
 
 def checksum(data: bytes) -> str:
@@ -154,8 +163,9 @@ def decode(
     magic, fmt, reserved, length, digest = _ENVELOPE.unpack_from(data)
     if magic != MAGIC:
         raise corrupt(f"bad magic {magic!r}: not a state_runtime checkpoint file")
-    if fmt != FORMAT_VERSION:
-        raise corrupt(f"unsupported format version {fmt} (this code reads {FORMAT_VERSION})")
+    if fmt not in READABLE_VERSIONS:
+        readable = ", ".join(map(str, READABLE_VERSIONS))
+        raise corrupt(f"unsupported format version {fmt} (this code reads {readable})")
     if reserved != 0:
         raise corrupt(f"reserved header field is {reserved}, expected 0")
     payload = memoryview(data)[ENVELOPE_SIZE:]
@@ -168,11 +178,16 @@ def decode(
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(payload))
         table = reader.read_all()
-        raw = (reader.schema.metadata or {}).get(HEADER_KEY)
+        metadata = reader.schema.metadata or {}
+        raw = metadata.get(HEADER_KEY)
         if raw is None:
             raise ValueError("no state_runtime header in the Arrow schema metadata")
         header = FileHeader.from_json(raw)
         key_type, value_type = header.schema.key_arrow, header.schema.value_arrow
+        encodings = metadata.get(ENCODINGS_KEY)
+        if encodings is not None and fmt < 2:
+            raise ValueError(f"column encodings in a format version {fmt} file")
+        table = decode_table(table, encodings, key_type, value_type)
     except (
         pa.ArrowException,
         OSError,

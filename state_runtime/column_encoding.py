@@ -1,0 +1,155 @@
+"""Integer columns of a checkpoint file stored narrow (format version 2).
+
+A delta of a few thousand random keys out of a million holds about ten bits of information per
+key, but an int64 column spends 64 on it and zstd over 8-byte integers wins back only part of
+that. So, before the Arrow stream is written, an integer field of the ``key`` or ``value`` struct
+may be stored as:
+
+- ``delta``: the first key field, when the rows are in key order and it has no nulls: each row's
+  difference from the previous row (0 for the first), plus ``base``, the first row's value;
+- ``offset``: any other integer field: each value minus ``base`` (the smallest value), nulls kept;
+
+each in the narrowest signed integer type that holds the stored numbers, and only when that is
+narrower than the field's own type. Which fields are stored how is the JSON object under the
+schema metadata key :data:`ENCODINGS_KEY` (``{"key.k": {"kind": "delta", "base": 12}}``); a
+field not named there is stored as its schema says. Arithmetic is exact: the stored numbers are
+computed with Python integers' range checked, never wrapped.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+ENCODINGS_KEY = b"state_runtime.encodings"
+_NARROW = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+_KINDS = ("delta", "offset")
+
+
+def _narrowest(low: int, high: int) -> pa.DataType:
+    """The narrowest signed integer type holding ``low..high``."""
+    for t in _NARROW:
+        bits = t.bit_width - 1
+        if -(1 << bits) <= low and high < (1 << bits):
+            return t
+    raise OverflowError(f"{low}..{high} does not fit in 64 bits")
+
+
+def _encode_field(column: pa.Array, *, delta: bool) -> tuple[pa.Array, dict[str, Any]] | None:
+    """``column`` stored narrow and how, or None when that would not be narrower."""
+    if len(column) == 0 or column.null_count == len(column):
+        return None
+    as_int64 = column.cast(pa.int64())
+    low, high = (int(x.as_py()) for x in pc.min_max(as_int64).values())
+    if high - low >= 1 << 63:
+        return None  # the stored numbers must fit in 64 bits
+    if delta and column.null_count == 0:
+        values = np.asarray(as_int64.to_numpy(), dtype=np.int64)
+        steps = np.diff(values, prepend=values[:1])  # exact: the range is below 2**63
+        if int(steps.min()) >= 0:  # ascending, as the key order of an integer column is
+            stored_type = _narrowest(0, int(steps.max()))
+            if stored_type.bit_width < column.type.bit_width:
+                stored = pa.array(steps.astype(stored_type.to_pandas_dtype()), type=stored_type)
+                return stored, {"kind": "delta", "base": int(values[0])}
+    stored_type = _narrowest(0, high - low)
+    if stored_type.bit_width >= column.type.bit_width:
+        return None
+    stored = pc.subtract(as_int64, pa.scalar(low, pa.int64())).cast(stored_type)
+    return stored, {"kind": "offset", "base": low}
+
+
+def encode_table(table: pa.Table, *, in_key_order: bool) -> tuple[pa.Table, dict[str, Any]]:
+    """The ``key``/``value`` table with its integer fields stored narrow, and the encodings."""
+    encodings: dict[str, Any] = {}
+    columns = []
+    for name in ("key", "value"):
+        struct = table.column(name).combine_chunks()
+        children, fields = [], []
+        for i, field in enumerate(struct.type):
+            child = struct.field(i)
+            encoded = None
+            if pa.types.is_integer(field.type) and not pa.types.is_unsigned_integer(field.type):
+                first_key = name == "key" and i == 0
+                encoded = _encode_field(child, delta=first_key and in_key_order)
+            if encoded is not None:
+                child, encodings[f"{name}.{field.name}"] = encoded
+            children.append(child)
+            fields.append(pa.field(field.name, child.type, field.nullable))
+        mask = struct.is_null() if struct.null_count else None
+        columns.append(pa.StructArray.from_arrays(children, fields=fields, mask=mask))
+    return pa.table({"key": columns[0], "value": columns[1]}), encodings
+
+
+def decode_table(
+    table: pa.Table, raw: bytes | None, key_type: pa.StructType, value_type: pa.StructType
+) -> pa.Table:
+    """The inverse of :func:`encode_table`. Raises ValueError on encodings that do not fit the
+    table or the schemas (the caller reports the file as corrupt)."""
+    if raw is None:
+        return table
+    encodings = json.loads(raw)
+    if not isinstance(encodings, dict):
+        raise ValueError("encodings are not a JSON object")
+    if table.column_names != ["key", "value"]:
+        return table  # the layout check names the problem
+    columns = []
+    for name, logical in (("key", key_type), ("value", value_type)):
+        struct = table.column(name).combine_chunks()
+        if not pa.types.is_struct(struct.type) or struct.type.num_fields != logical.num_fields:
+            return table
+        specs = [encodings.pop(f"{name}.{field.name}", None) for field in logical]
+        if not any(specs):
+            columns.append(struct)  # stored as the schema says (the layout check confirms)
+            continue
+        children = [
+            struct.field(i)
+            if spec is None
+            else _decode_field(struct.field(i), spec, field, first_key=name == "key" and i == 0)
+            for i, (field, spec) in enumerate(zip(logical, specs, strict=True))
+        ]
+        fields = [
+            pa.field(f.name, c.type, f.nullable) for f, c in zip(logical, children, strict=True)
+        ]
+        mask = struct.is_null() if struct.null_count else None
+        columns.append(pa.StructArray.from_arrays(children, fields=fields, mask=mask))
+    if encodings:
+        raise ValueError(f"encodings for fields the schema does not have: {sorted(encodings)}")
+    return pa.table({"key": columns[0], "value": columns[1]})
+
+
+def _decode_field(child: pa.Array, spec: Any, field: pa.Field, *, first_key: bool) -> pa.Array:
+    where = f"field {field.name!r}"
+    if not isinstance(spec, dict) or spec.get("kind") not in _KINDS:
+        raise ValueError(f"{where}: unknown encoding {spec!r}")
+    base = spec.get("base")
+    if isinstance(base, bool) or not isinstance(base, int):
+        raise ValueError(f"{where}: encoding base {base!r} is not an integer")
+    if not pa.types.is_integer(field.type) or child.type not in _NARROW:
+        raise ValueError(f"{where}: {child.type} cannot encode {field.type}")
+    if child.type.bit_width >= field.type.bit_width:
+        raise ValueError(f"{where}: stored as {child.type}, not narrower than {field.type}")
+    if not -(1 << 63) <= base < (1 << 63):
+        raise ValueError(f"{where}: encoding base {base} does not fit in 64 bits")
+    stored = np.asarray(child.cast(pa.int64()).fill_null(0).to_numpy(), dtype=np.int64)
+    if spec["kind"] == "delta":
+        if not first_key or child.null_count:
+            raise ValueError(f"{where}: delta encoding on a field that cannot have it")
+        if len(stored) and (stored[0] != 0 or int(stored.min()) < 0):
+            raise ValueError(f"{where}: delta steps must start at 0 and not be negative")
+        if len(stored) and base + int(stored.sum()) >= 1 << 63:
+            raise ValueError(f"{where}: delta values overflow 64 bits")
+        values = pa.array(np.cumsum(stored) + np.int64(base), type=pa.int64())
+    else:
+        if len(stored) and not (
+            base + int(stored.min()) >= -(1 << 63) and base + int(stored.max()) < 1 << 63
+        ):
+            raise ValueError(f"{where}: offset values overflow 64 bits")
+        values = pc.add(child.cast(pa.int64()), pa.scalar(base, pa.int64()))
+    try:
+        return values.cast(field.type)  # safe cast: out of the field's range raises
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"{where}: decoded values do not fit {field.type}: {e}") from e
