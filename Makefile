@@ -78,7 +78,7 @@ bench-store: $(STAMP)
 # 1M keys against Spark's RocksDB aggregation, then all four engines at 100k keys (Spark's
 # Python stateful APIs need minutes per 100k-key batch: 1M keys would take hours).
 bench-e2e: $(STAMP) check-java
-	$(PY) benchmarks/bench_e2e.py --engines state_runtime,spark-rocksdb
+	$(PY) benchmarks/bench_e2e.py --engines state_runtime,spark-rocksdb --rounds 2
 	$(PY) benchmarks/bench_e2e.py --keys 100000 --batches 6 --plot docs/bench-e2e-python.png
 
 bench-catalog: $(STAMP)

@@ -22,6 +22,7 @@ the slowest load per batch). Draws ``docs/bench-e2e.png``. ``--quick`` is a shor
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -179,6 +180,12 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="a short run: 50k keys, 2k updates, 6 batches"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the engines this many times, alternating (A B A B ...), and pool the batches",
+    )
     parser.add_argument("--engine", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--inputs", help=argparse.SUPPRESS)
@@ -196,11 +203,15 @@ def main() -> None:
     spark = spark_session("local[2]", app_name="bench-inputs")
     write_inputs(spark, inputs, args.keys, args.batches, args.updates)
     spark.stop()
-    results: dict[str, dict[str, Any]] = {}
-    for engine in args.engines.split(","):
-        work = base / engine
+    results: dict[str, list[dict[str, Any]]] = {}
+    for round_, engine in itertools.product(range(args.rounds), args.engines.split(",")):
+        work = base / f"{engine}-{round_}"
         work.mkdir()
-        print(f"running {engine} ... (load: {os.getloadavg()[0]:.2f})", flush=True)
+        print(
+            f"running {engine} (round {round_ + 1} of {args.rounds}) ... "
+            f"(load: {os.getloadavg()[0]:.2f})",
+            flush=True,
+        )
         proc = subprocess.run(
             [
                 sys.executable,
@@ -222,30 +233,35 @@ def main() -> None:
         if line is None:
             print(proc.stdout[-3000:], proc.stderr[-3000:])
             raise SystemExit(f"{engine} failed")
-        results[engine] = json.loads(line[len("RESULT ") :])
+        results.setdefault(engine, []).append(json.loads(line[len("RESULT ") :]))
     shutil.rmtree(base, ignore_errors=True)
     report(results, args)
 
 
-def figures(r: dict[str, Any], batches: int) -> dict[str, float]:
-    """First batch (builds the state), median and p90 of the update batches, bytes per batch."""
-    updates = r["latencies"][1:]
-    sizes = {int(k): v for k, v in r["sizes"].items()}
-    first = sizes.get(1, sizes.get(min(sizes)) if sizes else 0)
+def figures(rounds: list[dict[str, Any]], batches: int) -> dict[str, float]:
+    """First batch (builds the state), median and p90 of the update batches, bytes per batch;
+    with several rounds, the update batches of all rounds pooled and the medians of the rest."""
+    updates = [x for r in rounds for x in r["latencies"][1:]]
+
+    def grown(r: dict[str, Any]) -> float:
+        sizes = {int(k): v for k, v in r["sizes"].items()}
+        first = sizes.get(1, sizes.get(min(sizes)) if sizes else 0)
+        return float(r["final_bytes"] - first) / max(1, batches - 1)
+
     return {
-        "first": r["latencies"][0],
+        "first": statistics.median(r["latencies"][0] for r in rounds),
         "median": statistics.median(updates),
         "p90": sorted(updates)[int(0.9 * (len(updates) - 1))],
-        "bytes": (r["final_bytes"] - first) / max(1, batches - 1),
+        "bytes": statistics.median(grown(r) for r in rounds),
     }
 
 
-def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
+def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
     print(
         f"\nmachine: {os.cpu_count()} cores, {platform.machine()}, Python "
         f"{platform.python_version()}, load {os.getloadavg()[0]:.2f} at the end; local[2], "
         f"{args.partitions} partitions, {args.keys:,} keys, {args.updates:,} updates/batch, "
-        f"{args.batches} batches"
+        f"{args.batches} batches, {args.rounds} round(s)"
     )
     rows = {engine: figures(r, args.batches) for engine, r in results.items()}
     base = rows.get(BASELINE)
@@ -287,13 +303,14 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
                 f"  >= 10x faster than {PANDAS} (median): {speedup:.1f}x -> "
                 f"{'met' if speedup >= 10 else 'NOT met'}"
             )
-        warm = results["state_runtime"].get("warm", [])[1:]
+        warm = results["state_runtime"][0].get("warm", [])[1:]  # the first round's
         if warm:
             hits = statistics.mean(w["hit_rate"] for w in warm)
             loads = [w["max_load_ms"] for w in warm]
             half = len(loads) // 2
             print(
-                f"\nstate_runtime warm copies (update batches): cache hit rate {hits:.0%}; "
+                f"\nstate_runtime warm copies (update batches of round 1): "
+                f"cache hit rate {hits:.0%}; "
                 f"slowest load per batch: median {statistics.median(loads):.0f} ms, first half "
                 f"{statistics.median(loads[:half] or loads):.0f} ms, second half "
                 f"{statistics.median(loads[half:]):.0f} ms, max {max(loads):.0f} ms"
@@ -301,14 +318,16 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
     plot(results, args.plot)
 
 
-def plot(results: dict[str, dict[str, Any]], path: str) -> None:
+def plot(results: dict[str, list[dict[str, Any]]], path: str) -> None:
+    """Batch latency and state folder growth per engine (its first round)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for engine, r in results.items():
+    for engine, rounds in results.items():
+        r = rounds[0]
         lat = r["latencies"][1:]
         ax1.plot(range(1, len(lat) + 1), lat, marker=".", label=engine)
         sizes = sorted((int(k), v) for k, v in r["sizes"].items())

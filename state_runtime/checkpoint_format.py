@@ -189,6 +189,7 @@ def decode(
             raise ValueError(f"column encodings in a format version {fmt} file")
         table = decode_table(table, encodings, key_type, value_type)
     except (
+        RecursionError,  # deeply nested JSON in a crafted header or encodings
         pa.ArrowException,
         OSError,
         ValueError,

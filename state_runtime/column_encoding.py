@@ -11,9 +11,10 @@ may be stored as:
 
 each in the narrowest signed integer type that holds the stored numbers, and only when that is
 narrower than the field's own type. Which fields are stored how is the JSON object under the
-schema metadata key :data:`ENCODINGS_KEY` (``{"key.k": {"kind": "delta", "base": 12}}``); a
-field not named there is stored as its schema says. Arithmetic is exact: the stored numbers are
-computed with Python integers' range checked, never wrapped.
+schema metadata key :data:`ENCODINGS_KEY`, by struct and field position
+(``{"key.0": {"kind": "delta", "base": 12}}``: names may repeat in a Spark struct, positions
+do not); a field not named there is stored as its schema says. Arithmetic is exact: ranges are
+checked with Python integers before numpy computes, nothing wraps.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def encode_table(table: pa.Table, *, in_key_order: bool) -> tuple[pa.Table, dict
                 first_key = name == "key" and i == 0
                 encoded = _encode_field(child, delta=first_key and in_key_order)
             if encoded is not None:
-                child, encodings[f"{name}.{field.name}"] = encoded
+                child, encodings[f"{name}.{i}"] = encoded
             children.append(child)
             fields.append(pa.field(field.name, child.type, field.nullable))
         mask = struct.is_null() if struct.null_count else None
@@ -101,7 +102,7 @@ def decode_table(
         struct = table.column(name).combine_chunks()
         if not pa.types.is_struct(struct.type) or struct.type.num_fields != logical.num_fields:
             return table
-        specs = [encodings.pop(f"{name}.{field.name}", None) for field in logical]
+        specs = [encodings.pop(f"{name}.{i}", None) for i in range(logical.num_fields)]
         if not any(specs):
             columns.append(struct)  # stored as the schema says (the layout check confirms)
             continue

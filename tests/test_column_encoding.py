@@ -94,6 +94,26 @@ def test_every_file_reads_back_exactly(case: tuple[StateSchema, pa.Table]) -> No
     assert rows(decoded) == rows(table)
 
 
+def test_repeated_field_names_read_back() -> None:
+    """Spark structs may repeat a field name: encodings go by position."""
+    schema = StateSchema.of("k bigint, k int", "n bigint, n bigint")
+    table = pa.table(
+        {
+            "key": pa.StructArray.from_arrays(
+                [pa.array([1, 2, 3], pa.int64()), pa.array([7, 8, 9], pa.int32())],
+                fields=list(schema.key_arrow),
+            ),
+            "value": pa.StructArray.from_arrays(
+                [pa.array([5, 6, 7], pa.int64()), pa.array([100, 200, None], pa.int64())],
+                fields=list(schema.value_arrow),
+            ),
+        }
+    )
+    _, decoded = decode(encode(_header(schema, 3), table.column("key"), table.column("value")), "f")
+    assert decoded.column("key").combine_chunks().flatten()[1].to_pylist() == [7, 8, 9]
+    assert decoded.column("value").combine_chunks().flatten()[1].to_pylist() == [100, 200, None]
+
+
 def test_extremes_and_one_row_read_back() -> None:
     schema = StateSchema.of("k bigint", "v bigint, w int")
     for keys in ([INT64[0], INT64[1]], [INT64[1]], [0, 1, INT64[1]], [INT64[0], -1, 0]):
@@ -141,7 +161,8 @@ def test_narrow_integers_make_deltas_smaller() -> None:
 def _file(fmt: int, table: pa.Table, header: bytes, encodings: object = None) -> bytes:
     metadata = {HEADER_KEY: header}
     if encodings is not None:
-        metadata[ENCODINGS_KEY] = json.dumps(encodings).encode()
+        raw = encodings if isinstance(encodings, bytes) else json.dumps(encodings).encode()
+        metadata[ENCODINGS_KEY] = raw
     sink = pa.BufferOutputStream()
     table = table.replace_schema_metadata(metadata)
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -191,17 +212,17 @@ NARROW_COUNTS = pa.array([{"count": c} for c in (0, 1, 2)], type=pa.struct([("co
 CRAFTED: dict[str, tuple[pa.Table, object]] = {
     "unknown kind": (
         pa.table({"key": NARROW_KEYS, "value": NARROW_COUNTS}),
-        {"key.k": {"kind": "zigzag", "base": 0}},
+        {"key.0": {"kind": "zigzag", "base": 0}},
     ),
     "base not an integer": (
         pa.table({"key": NARROW_KEYS, "value": NARROW_COUNTS}),
-        {"key.k": {"kind": "delta", "base": "1"}, "value.count": {"kind": "offset", "base": 1}},
+        {"key.0": {"kind": "delta", "base": "1"}, "value.0": {"kind": "offset", "base": 1}},
     ),
     "base beyond 64 bits": (
         pa.table({"key": NARROW_KEYS, "value": NARROW_COUNTS}),
         {
-            "key.k": {"kind": "offset", "base": 1 << 70},
-            "value.count": {"kind": "offset", "base": 0},
+            "key.0": {"kind": "offset", "base": 1 << 70},
+            "value.0": {"kind": "offset", "base": 0},
         },
     ),
     "delta that does not start at 0": (
@@ -211,25 +232,25 @@ CRAFTED: dict[str, tuple[pa.Table, object]] = {
                 "value": NARROW_COUNTS,
             }
         ),
-        {"key.k": {"kind": "delta", "base": 0}, "value.count": {"kind": "offset", "base": 0}},
+        {"key.0": {"kind": "delta", "base": 0}, "value.0": {"kind": "offset", "base": 0}},
     ),
     "delta on a value field": (
         pa.table({"key": NARROW_KEYS, "value": NARROW_COUNTS}),
-        {"key.k": {"kind": "offset", "base": 0}, "value.count": {"kind": "delta", "base": 0}},
+        {"key.0": {"kind": "offset", "base": 0}, "value.0": {"kind": "delta", "base": 0}},
     ),
     "values overflowing 64 bits": (
         pa.table({"key": NARROW_KEYS, "value": NARROW_COUNTS}),
         {
-            "key.k": {"kind": "offset", "base": INT64[1] - 1},
-            "value.count": {"kind": "offset", "base": 0},
+            "key.0": {"kind": "offset", "base": INT64[1] - 1},
+            "value.0": {"kind": "offset", "base": 0},
         },
     ),
     "a field the schema does not have": (
         pa.table({"key": NARROW_KEYS, "value": NARROW_COUNTS}),
         {
-            "key.k": {"kind": "offset", "base": 0},
-            "value.count": {"kind": "offset", "base": 0},
-            "value.other": {"kind": "offset", "base": 0},
+            "key.0": {"kind": "offset", "base": 0},
+            "value.0": {"kind": "offset", "base": 0},
+            "value.1": {"kind": "offset", "base": 0},
         },
     ),
     "negative delta steps": (
@@ -239,12 +260,16 @@ CRAFTED: dict[str, tuple[pa.Table, object]] = {
                 "value": NARROW_COUNTS,
             }
         ),
-        {"key.k": {"kind": "delta", "base": 0}, "value.count": {"kind": "offset", "base": 0}},
+        {"key.0": {"kind": "delta", "base": 0}, "value.0": {"kind": "offset", "base": 0}},
+    ),
+    "deeply nested encodings": (
+        pa.table({"key": NARROW_KEYS, "value": NARROW_COUNTS}),
+        b"[" * 100_000 + b"]" * 100_000,
     ),
     "encodings not an object": (pa.table({"key": NARROW_KEYS, "value": NARROW_COUNTS}), [1]),
     "a narrow field without its encoding": (
         pa.table({"key": NARROW_KEYS, "value": NARROW_COUNTS}),
-        {"key.k": {"kind": "offset", "base": 0}},
+        {"key.0": {"kind": "offset", "base": 0}},
     ),
 }
 
@@ -266,8 +291,8 @@ def test_encodings_in_a_version_1_file_are_corrupt(tmp_path: Path) -> None:
     header["format_version"] = 1
     table = pa.table({"key": NARROW_KEYS, "value": NARROW_COUNTS})
     encodings = {
-        "key.k": {"kind": "offset", "base": 0},
-        "value.count": {"kind": "offset", "base": 0},
+        "key.0": {"kind": "offset", "base": 0},
+        "value.0": {"kind": "offset", "base": 0},
     }
     data = _file(1, table, json.dumps(header).encode(), encodings)
     with pytest.raises(CheckpointFileCorrupt, match="encodings in a format version 1 file"):

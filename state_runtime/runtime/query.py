@@ -23,9 +23,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
@@ -128,12 +130,14 @@ class StatefulQuery:
         self.catalog_url = catalog_url or default_catalog_url()
         self.catalog = Catalog.open(self.catalog_url, upgrade=True)
         self.adaptive = adaptive
-        if parallelism is not None and (isinstance(parallelism, bool) or parallelism < 1):
+        if parallelism is not None and (
+            isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1
+        ):
             raise InvalidArgument(f"parallelism={parallelism!r}: expected a positive number")
         self.parallelism = parallelism
         self._registered = False
         self._reports: Reports | None = None
-        self._beats: dict[tuple[SparkSession, int], DataFrame] = {}
+        self._beats: dict[int, tuple[Any, DataFrame]] = {}
 
     # --- query start --------------------------------------------------------------------
 
@@ -215,32 +219,39 @@ class StatefulQuery:
         """The input with each row's state partition, plus one heartbeat row per partition,
         shuffled so that Spark partition ``p`` holds state partitions ``p, p + tasks, ...``.
 
-        Built from SQL strings in a few Py4J calls: building it column by column cost about
-        0.1 s of each batch's driver time."""
+        Built in few Py4J calls (each call, and each new DataFrame's analysis, costs the driver
+        milliseconds per batch). Key columns are named with ``F.col`` of a quoted name: exact,
+        whatever the name holds, never a regex (as a backquoted name inside a SQL string would
+        be under ``spark.sql.parser.quotedRegexColumnNames``)."""
         missing = [c for c in op.key_columns if c not in columns]
         if missing:
             raise InvalidArgument(f"key columns {missing} are not in the input: {columns}")
         reserved = {PARTITION_COLUMN, HEARTBEAT_COLUMN} & set(columns)
         if reserved:
             raise InvalidArgument(f"input column names {sorted(reserved)} are reserved")
-        keys = ", ".join(_quoted(c) for c in op.key_columns)
-        data = df.selectExpr(
+        keys = [F.col(_quoted(c)) for c in op.key_columns]
+        data = df.select(
             "*",
-            f"pmod(hash({keys}), {op.num_partitions}) AS {PARTITION_COLUMN}",
-            f"false AS {HEARTBEAT_COLUMN}",
+            F.pmod(F.hash(*keys), F.lit(op.num_partitions)).alias(PARTITION_COLUMN),
+            F.lit(False).alias(HEARTBEAT_COLUMN),
         )
         # The heartbeats' input columns are null (filled in by the union).
         routed = data.unionByName(self._heartbeats(df.sparkSession, op), allowMissingColumns=True)
         return routed.repartitionById(tasks, PARTITION_COLUMN)
 
     def _heartbeats(self, spark: SparkSession, op: StatefulOperator) -> DataFrame:
-        """One row per state partition of ``op`` (built once per session: it never changes)."""
-        key = (spark, op.num_partitions)
-        if key not in self._beats:
-            self._beats[key] = spark.range(0, op.num_partitions, 1, 1).selectExpr(
-                f"CAST(id AS INT) AS {PARTITION_COLUMN}", f"true AS {HEARTBEAT_COLUMN}"
-            )
-        return self._beats[key]
+        """One row per state partition of ``op``, built once per Spark session and partition
+        count. ``foreachBatch`` hands every batch a new Python ``SparkSession`` over the same
+        JVM session, so the JVM sessions are compared (one Py4J call)."""
+        session = spark._jsparkSession
+        cached = self._beats.get(op.num_partitions)
+        if cached is not None and cached[0].equals(session):
+            return cached[1]
+        beats = spark.range(0, op.num_partitions, 1, 1).selectExpr(
+            f"CAST(id AS INT) AS {PARTITION_COLUMN}", f"true AS {HEARTBEAT_COLUMN}"
+        )
+        self._beats[op.num_partitions] = (session, beats)
+        return beats
 
     def _tasks(self, spark: SparkSession, op: StatefulOperator) -> int:
         """Spark tasks for an operator's state partitions: ``parallelism``, or the session's

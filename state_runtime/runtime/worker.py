@@ -78,12 +78,13 @@ def settle() -> None:
     imported that took 70-100 ms of each task on the 2-core machine, more than the task's own
     work. ``gc.freeze()`` (CPython's documented mechanism for long-lived processes) leaves
     those objects alone; reference counting still frees them, and objects created later are
-    collected as usual. See docs/runtime.md, "Where a batch's time goes".
+    collected as usual. No collection first: it would cost a worker that is not reused as much
+    as it saves (the cyclic garbage frozen with it is what one task left, once). See
+    docs/runtime.md, "Where a batch's time goes".
     """
     global _settled
     with _lock:
         if _settled:
             return
         _settled = True
-    gc.collect()
     gc.freeze()

@@ -104,10 +104,13 @@ def test_state_partitions_share_tasks(
     expected_tasks = min(parallelism or spark.sparkContext.defaultParallelism, PARTITIONS)
     seen: list[tuple[str, int]] = []
     sc = spark.sparkContext
-    for batch_id in range(2):
+    beats: list[DataFrame] = []
+    for batch_id in range(3):
         events = _events(30 + batch_id)
         seen.extend(events)
-        df = spark.createDataFrame(events, SCHEMA)
+        # foreachBatch hands every batch a new Python session over the same JVM session.
+        session = SparkSession(sc, spark._jsparkSession)
+        df = session.createDataFrame(events, SCHEMA)
         group = f"shared-{parallelism}-{batch_id}"
         result, jobs = _jobs(spark, group, partial(query.run_batch, df, batch_id, sink=_noop))
         assert jobs == 1
@@ -118,12 +121,14 @@ def test_state_partitions_share_tasks(
         stateful = max((s for s in stages if s is not None), key=lambda s: s.stageId)
         assert stateful.numTasks == expected_tasks
         assert sorted(r.info.store.partition_id for r in result.reports) == [0, 1, 2]
+        beats.append(query._beats[PARTITIONS][1])
+    assert beats[0] is beats[1] is beats[2]  # the heartbeat rows were built once, not per batch
     state = read_state(spark, str(root), 0, catalog_url=sqlite_catalog_url).collect()
     assert {r.key.user: (r.value.n, r.value.total) for r in state} == running_totals(seen)
 
 
 def test_parallelism_must_be_positive(tmp_path: Path, sqlite_catalog_url: str) -> None:
-    for bad in (0, -1, True):
+    for bad in (0, -1, True, 2.5):
         with pytest.raises(InvalidArgument, match="parallelism"):
             StatefulQuery(
                 "bad", str(tmp_path), [_totals()], catalog_url=sqlite_catalog_url, parallelism=bad
