@@ -135,21 +135,24 @@ def _decode_field(child: pa.Array, spec: Any, field: pa.Field, *, first_key: boo
         raise ValueError(f"{where}: stored as {child.type}, not narrower than {field.type}")
     if not -(1 << 63) <= base < (1 << 63):
         raise ValueError(f"{where}: encoding base {base} does not fit in 64 bits")
-    stored = np.asarray(child.cast(pa.int64()).fill_null(0).to_numpy(), dtype=np.int64)
     if spec["kind"] == "delta":
         if not first_key or child.null_count:
             raise ValueError(f"{where}: delta encoding on a field that cannot have it")
-        if len(stored) and (stored[0] != 0 or int(stored.min()) < 0):
+        steps = np.asarray(child.to_numpy())
+        if len(steps) and (steps[0] != 0 or int(steps.min()) < 0):
             raise ValueError(f"{where}: delta steps must start at 0 and not be negative")
-        if len(stored) and base + int(stored.sum()) >= 1 << 63:
+        if len(steps) and base + int(steps.sum(dtype=np.int64)) >= 1 << 63:
             raise ValueError(f"{where}: delta values overflow 64 bits")
-        values = pa.array(np.cumsum(stored) + np.int64(base), type=pa.int64())
+        total = np.cumsum(steps, dtype=np.int64)
+        total += np.int64(base)
+        values = pa.array(total, type=pa.int64())
     else:
-        if len(stored) and not (
-            base + int(stored.min()) >= -(1 << 63) and base + int(stored.max()) < 1 << 63
-        ):
+        low, high = (x.as_py() for x in pc.min_max(child).values())
+        if low is not None and not (base + low >= -(1 << 63) and base + high < 1 << 63):
             raise ValueError(f"{where}: offset values overflow 64 bits")
         values = pc.add(child.cast(pa.int64()), pa.scalar(base, pa.int64()))
+    if values.type == field.type:
+        return values
     try:
         return values.cast(field.type)  # safe cast: out of the field's range raises
     except pa.ArrowInvalid as e:
