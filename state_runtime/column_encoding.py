@@ -69,20 +69,27 @@ def encode_table(table: pa.Table, *, in_key_order: bool) -> tuple[pa.Table, dict
     columns = []
     for name in ("key", "value"):
         struct = table.column(name).combine_chunks()
-        children, fields = [], []
+        children = [struct.field(i) for i in range(struct.type.num_fields)]
+        narrowed = False
         for i, field in enumerate(struct.type):
-            child = struct.field(i)
-            encoded = None
             if pa.types.is_integer(field.type) and not pa.types.is_unsigned_integer(field.type):
                 first_key = name == "key" and i == 0
-                encoded = _encode_field(child, delta=first_key and in_key_order)
-            if encoded is not None:
-                child, encodings[f"{name}.{i}"] = encoded
-            children.append(child)
-            fields.append(pa.field(field.name, child.type, field.nullable))
-        mask = struct.is_null() if struct.null_count else None
-        columns.append(pa.StructArray.from_arrays(children, fields=fields, mask=mask))
+                encoded = _encode_field(children[i], delta=first_key and in_key_order)
+                if encoded is not None:
+                    children[i], encodings[f"{name}.{i}"] = encoded
+                    narrowed = True
+        columns.append(_with_children(struct, children) if narrowed else struct)
     return pa.table({"key": columns[0], "value": columns[1]}), encodings
+
+
+def _with_children(struct: pa.StructArray, children: list[pa.Array]) -> pa.StructArray:
+    """``struct`` with ``children`` in place of its fields' arrays (names, nullability and the
+    struct's own nulls kept)."""
+    fields = [
+        pa.field(f.name, c.type, f.nullable) for f, c in zip(struct.type, children, strict=True)
+    ]
+    mask = struct.is_null() if struct.null_count else None
+    return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
 
 
 def decode_table(
@@ -112,11 +119,7 @@ def decode_table(
             else _decode_field(struct.field(i), spec, field, first_key=name == "key" and i == 0)
             for i, (field, spec) in enumerate(zip(logical, specs, strict=True))
         ]
-        fields = [
-            pa.field(f.name, c.type, f.nullable) for f, c in zip(logical, children, strict=True)
-        ]
-        mask = struct.is_null() if struct.null_count else None
-        columns.append(pa.StructArray.from_arrays(children, fields=fields, mask=mask))
+        columns.append(_with_children(struct, children))
     if encodings:
         raise ValueError(f"encodings for fields the schema does not have: {sorted(encodings)}")
     return pa.table({"key": columns[0], "value": columns[1]})

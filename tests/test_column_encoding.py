@@ -3,7 +3,6 @@ files still load; a crafted encoding is a corrupt file naming it."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from pathlib import Path
@@ -17,7 +16,6 @@ from state_runtime import StateStoreProvider
 from state_runtime.checkpoint_format import (
     _ENVELOPE,
     HEADER_KEY,
-    MAGIC,
     FileHeader,
     decode,
     encode,
@@ -28,6 +26,8 @@ from state_runtime.errors import CheckpointFileCorrupt
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.schema import StateSchema
 from state_runtime.storage import LocalStorage
+
+from .store_helpers import arrow_stream, envelope
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
 WIDTHS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
@@ -146,12 +146,8 @@ def _delta_like_the_benchmark(encoded: bool) -> int:
     if encoded:
         return len(data)
     _, decoded = decode(data, "f")
-    sink = pa.BufferOutputStream()
-    plain = decoded.replace_schema_metadata({HEADER_KEY: _header(schema, len(keys)).to_json()})
-    options = pa.ipc.IpcWriteOptions(compression="zstd")
-    with pa.ipc.new_stream(sink, plain.schema, options=options) as writer:
-        writer.write_table(plain)
-    return len(sink.getvalue()) + _ENVELOPE.size
+    header = {HEADER_KEY: _header(schema, len(keys)).to_json()}
+    return len(envelope(arrow_stream(decoded, header, compression="zstd")))
 
 
 def test_narrow_integers_make_deltas_smaller() -> None:
@@ -163,13 +159,7 @@ def _file(fmt: int, table: pa.Table, header: bytes, encodings: object = None) ->
     if encodings is not None:
         raw = encodings if isinstance(encodings, bytes) else json.dumps(encodings).encode()
         metadata[ENCODINGS_KEY] = raw
-    sink = pa.BufferOutputStream()
-    table = table.replace_schema_metadata(metadata)
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    payload = sink.getvalue().to_pybytes()
-    digest = hashlib.sha256(payload).digest()
-    return _ENVELOPE.pack(MAGIC, fmt, 0, len(payload), digest) + payload
+    return envelope(arrow_stream(table, metadata), fmt)
 
 
 SCHEMA = StateSchema.of("k bigint", "count bigint")

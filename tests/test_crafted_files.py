@@ -3,7 +3,6 @@ valid checkpoint. Each must raise CheckpointFileCorrupt naming the file, never a
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 
@@ -11,31 +10,18 @@ import pyarrow as pa
 import pytest
 
 from state_runtime.checkpoint_format import (
-    _ENVELOPE,
-    FORMAT_VERSION,
     HEADER_KEY,
-    MAGIC,
     FileHeader,
     decode,
 )
 from state_runtime.errors import CheckpointFileCorrupt
 from state_runtime.storage import Storage
 
-from .store_helpers import commit_rows, provider_for
-
-
-def _envelope(payload: bytes) -> bytes:
-    digest = hashlib.sha256(payload).digest()
-    return _ENVELOPE.pack(MAGIC, FORMAT_VERSION, 0, len(payload), digest) + payload
+from .store_helpers import arrow_stream, commit_rows, envelope, provider_for
 
 
 def _ipc(table: pa.Table, header: bytes | None) -> bytes:
-    if header is not None:
-        table = table.replace_schema_metadata({HEADER_KEY: header})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
+    return arrow_stream(table, None if header is None else {HEADER_KEY: header})
 
 
 Craft = Callable[[FileHeader, pa.Table], bytes]
@@ -101,7 +87,7 @@ def test_crafted_payload_with_a_right_checksum_is_corrupt(storage: Storage, case
     header, table = decode(storage.read(v1.path), v1.path)
     payload = CRAFTED[case](header, table)
     storage.delete([v1.path])
-    storage.write_if_absent(v1.path, _envelope(payload))
+    storage.write_if_absent(v1.path, envelope(payload))
     with pytest.raises(CheckpointFileCorrupt) as err:
         provider_for(storage).get_read_store(1, v1.checkpoint_id)
     assert err.value.path == v1.path and v1.path in str(err.value)
