@@ -5,6 +5,8 @@ from state_runtime.config import StoreConfig
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.metrics import LoadMetrics, LoadSource, StoreMetrics
 from state_runtime.provider import StateStoreProvider
+from state_runtime.schema_evolution import SchemaChange
+from state_runtime.schema_history import SchemaHistory
 from state_runtime.storage import LocalStorage, Storage, open_storage
 from state_runtime.store import ReadStateStore, StateStore
 
@@ -16,6 +18,8 @@ __all__ = [
     "LoadSource",
     "LocalStorage",
     "ReadStateStore",
+    "SchemaChange",
+    "SchemaHistory",
     "StateStore",
     "StateStoreProvider",
     "Storage",

@@ -9,6 +9,7 @@ from state_runtime.catalog.api.history import HistoryCalls
 from state_runtime.catalog.api.inventory import InventoryCalls
 from state_runtime.catalog.api.retention import RetentionCalls
 from state_runtime.catalog.api.runs import RunCalls
+from state_runtime.catalog.api.state_schemas import SchemaHistoryCalls
 
 
 class Catalog(
@@ -19,6 +20,7 @@ class Catalog(
     HealthCalls,
     HistoryCalls,
     EventTimeCalls,
+    SchemaHistoryCalls,
 ):
     """The SQL catalog of stores, checkpoint files, commits and maintenance.
 

@@ -34,6 +34,7 @@ from state_runtime.runtime import coordinator, worker
 from state_runtime.runtime.context import BatchContext, _current
 from state_runtime.runtime.event_time import EventTimeSpec, event_time_report, prepare_rows
 from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.schema_history import SchemaHistory
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
 
@@ -54,6 +55,8 @@ class TaskSpec:
     batch_id: int
     run: str
     operator: StatefulOperator
+    schema_history: SchemaHistory
+    """The operator's schema history from the catalog, newest last (the operator's schema)."""
     base: dict[int, tuple[int, str | None]]
     input_schema: pa.Schema
     batch_time_ms: int
@@ -164,7 +167,7 @@ def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.T
     catalog = worker.catalog_for(spec.catalog_url, spec.catalog_timeouts)
     if CACHE.budget != spec.worker_settings.cache_bytes:
         set_budget(spec.worker_settings.cache_bytes)
-    provider = worker.provider_for(spec.storage, store_id, op.schema, op.config)
+    provider = worker.provider_for(spec.storage, store_id, spec.schema_history, op.config)
     version, checkpoint_id = spec.base.get(partition, (0, None))
     store = provider.get_store(version, checkpoint_id)
     batch = BatchContext(
