@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -150,7 +151,7 @@ def test_projection_renames_casts_and_fills_in_arrow() -> None:
 
 
 def _commit(
-    provider: StateStoreProvider, base: tuple[int, str | None], rows: dict[str, tuple]
+    provider: StateStoreProvider, base: tuple[int, str | None], rows: dict[str, tuple[Any, ...]]
 ) -> tuple[int, str | None]:
     store = provider.get_store(*base)
     for k, v in rows.items():
@@ -163,7 +164,7 @@ def _provider(storage: Storage, history: SchemaHistory) -> StateStoreProvider:
     return StateStoreProvider(storage, 0, 0, history=history)
 
 
-def _state(provider: StateStoreProvider, ref: tuple[int, str | None]) -> dict[str, tuple]:
+def _state(provider: StateStoreProvider, ref: tuple[int, str | None]) -> dict[str, tuple[Any, ...]]:
     return {k[0]: v for k, v in provider.get_read_store(*ref).items()}
 
 

@@ -33,7 +33,16 @@ def histories(
         where += [o.operator_id == only[0], o.store_name == only[1]]
         registered_where += [st.operator_id == only[0], st.store_name == only[1]]
     rows = connection.execute(
-        sa.select(o.operator_id, o.store_name, o.from_batch, s)
+        sa.select(
+            o.operator_id,
+            o.store_name,
+            o.from_batch,
+            s.schema_id,
+            s.parent_id,
+            s.key_schema,
+            s.value_schema,
+            s.change,
+        )
         .join(state_schemas, s.schema_id == o.schema_id)
         .where(*where)
         .order_by(o.operator_id, o.store_name, o.seq)
@@ -55,11 +64,10 @@ def histories(
         .where(*registered_where, st.key_schema.is_not(None))
         .order_by(st.operator_id, st.store_name, st.partition_id)
     ).all()
-    for r in registered:
-        if (r.operator_id, r.store_name) not in found and r.value_schema is not None:
-            found[r.operator_id, r.store_name] = SchemaHistory.of(
-                StateSchema.of(r.key_schema, r.value_schema)
-            )
+    for store in registered:
+        key = (store.operator_id, store.store_name)
+        if key not in found and store.value_schema is not None:
+            found[key] = SchemaHistory.of(StateSchema.of(store.key_schema, store.value_schema))
     return found
 
 
