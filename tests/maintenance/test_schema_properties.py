@@ -47,7 +47,7 @@ class SchemaEvolutionModel(RuleBasedStateMachine):
         self.root = self.storage.uri
         self.fields: list[tuple[str, str]] = [("f0", "tinyint")]
         self.names = 1
-        self.batch = 0
+        self.next_batch = 0
         self.history = SchemaHistory.of(self._schema())
         self.catalog.record_schema_history(self.root, 0, "default", self.history)
         for store in STORES:
@@ -78,7 +78,7 @@ class SchemaEvolutionModel(RuleBasedStateMachine):
         self.fields = fields
         recorded = self.catalog.schema_history(self.root, 0, "default")
         assert recorded == self.history
-        self.history, projection = recorded.evolve(self._schema(), change, self.batch)
+        self.history, projection = recorded.evolve(self._schema(), change, self.next_batch)
         assert projection is not None
         self.catalog.record_schema_history(self.root, 0, "default", self.history)
         self.providers = {s: self._provider(s, self.history) for s in STORES}
@@ -135,10 +135,10 @@ class SchemaEvolutionModel(RuleBasedStateMachine):
                 handle.remove((gone,))
             infos.append(handle.commit())
             self.versions[store].append((index, rows))
-        self.catalog.commit_batch(self.root, QUERY, self.batch, infos)
+        self.catalog.commit_batch(self.root, QUERY, self.next_batch, infos)
         for store, info in zip(STORES, infos, strict=True):
             self.committed[store].append(info)
-        self.batch += 1
+        self.next_batch += 1
 
     @rule(default=st.one_of(st.none(), st.integers(0, 100)))
     def add_field(self, default: int | None) -> None:
@@ -194,7 +194,7 @@ class SchemaEvolutionModel(RuleBasedStateMachine):
         files = sorted(p for p in self.folder.joinpath("ckpt").rglob("*") if p.is_file())
         recorded = self.catalog.schema_history(self.root, 0, "default")
         try:
-            recorded.evolve(proposed, SchemaChange(), self.batch)  # type: ignore[union-attr]
+            recorded.evolve(proposed, SchemaChange(), self.next_batch)  # type: ignore[union-attr]
         except SchemaMismatch as e:
             assert "refused" in e.reason
         else:
@@ -231,7 +231,7 @@ class SchemaEvolutionModel(RuleBasedStateMachine):
                 assert self._read(fresh, info) == self._project(rows, written, newest)
                 as_written = self.history.entries[written].schema_id
                 assert self._read(fresh.as_of(as_written), info) == rows
-        if self.batch:
+        if self.next_batch:
             checks = run_checks(Fleet(self.catalog, owner="props"), POLICY)
             assert checks.ok, checks
 
