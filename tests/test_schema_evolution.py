@@ -11,10 +11,10 @@ import pytest
 from state_runtime import StateStoreProvider
 from state_runtime.errors import SchemaMismatch
 from state_runtime.identity import CheckpointRef, FileKind
-from state_runtime.schema import StateSchema
-from state_runtime.schema_evolution import SchemaChange, plan
-from state_runtime.schema_history import SchemaHistory
 from state_runtime.storage import Storage
+from state_runtime.store.schema_evolution import SchemaChange, plan
+from state_runtime.store.schema_history import SchemaHistory
+from state_runtime.store.state_schema import StateSchema
 
 KEY = "user string"
 

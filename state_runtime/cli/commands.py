@@ -29,7 +29,7 @@ from state_runtime.cli.exits import (
     show_warnings,
 )
 from state_runtime.cli.jsonable import echo_json
-from state_runtime.cli.progress import RichProgress
+from state_runtime.cli.progress_bars import RichProgress
 from state_runtime.errors import InvalidArgument
 from state_runtime.maintenance import (
     SILENT,
@@ -52,9 +52,9 @@ from state_runtime.maintenance import (
     store_reports,
 )
 from state_runtime.maintenance.policy import PRESETS, MaintenancePolicy
-from state_runtime.schema_evolution import SchemaChange
 from state_runtime.settings import MAINTENANCE, Setting
 from state_runtime.storage import check_relative_path
+from state_runtime.store.schema_evolution import SchemaChange
 
 F = TypeVar("F", bound=Callable[..., Any])
 

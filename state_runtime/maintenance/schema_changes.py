@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from state_runtime.catalog import Catalog
 from state_runtime.errors import InvalidArgument, SchemaMismatch
-from state_runtime.schema import StateSchema
-from state_runtime.schema_evolution import SchemaChange
-from state_runtime.schema_history import SchemaHistory
+from state_runtime.store.schema_evolution import SchemaChange
+from state_runtime.store.schema_history import SchemaHistory
+from state_runtime.store.state_schema import StateSchema
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from state_runtime import SchemaChange
 from state_runtime.cli.exits import EXIT_PROBLEMS, EXIT_USAGE
-from state_runtime.schema import StateSchema
+from state_runtime.store.state_schema import StateSchema
 from tests.maintenance.streams import KEY, StoreStream
 from tests.maintenance.test_cli import files, statestore
 

@@ -25,8 +25,8 @@ from state_runtime.errors import SchemaMismatch
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import Fleet, cleanup_pass, run_checks, snapshot_pass
 from state_runtime.maintenance.policy import PRESETS
-from state_runtime.schema import StateSchema
 from state_runtime.storage import LocalStorage
+from state_runtime.store.state_schema import StateSchema
 
 KEY = "user string"
 TYPES = ["tinyint", "smallint", "int", "bigint"]

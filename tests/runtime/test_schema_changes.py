@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from state_runtime.catalog import Catalog
 from state_runtime.errors import SchemaMismatch
 from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
-from state_runtime.schema_evolution import SchemaChange
+from state_runtime.store.schema_evolution import SchemaChange
 
 from .reference import running_totals
 

@@ -34,7 +34,7 @@ from pyspark.sql.types import (
 )
 
 from state_runtime.errors import InvalidArgument, SchemaMismatch
-from state_runtime.schema import StateSchema
+from state_runtime.store.state_schema import StateSchema
 
 _INTEGER_RANK: dict[type[DataType], int] = {ByteType: 0, ShortType: 1, IntegerType: 2, LongType: 3}
 WIDENING_RULE = (

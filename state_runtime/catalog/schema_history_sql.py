@@ -12,9 +12,9 @@ from sqlalchemy.engine import Connection
 from state_runtime.catalog.inventory import validate_root
 from state_runtime.catalog.tables import operator_schemas, state_schemas, stores
 from state_runtime.errors import CommitConflict
-from state_runtime.schema import StateSchema
-from state_runtime.schema_evolution import SchemaChange
-from state_runtime.schema_history import SchemaEntry, SchemaHistory
+from state_runtime.store.schema_evolution import SchemaChange
+from state_runtime.store.schema_history import SchemaEntry, SchemaHistory
+from state_runtime.store.state_schema import StateSchema
 
 OperatorStore = tuple[int, str]
 """(operator id, store name): the stores of all partitions of an operator share a history."""

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from state_runtime.errors import InvalidArgument, SchemaMismatch
-from state_runtime.schema import StateSchema
-from state_runtime.schema_evolution import Projection, SchemaChange, plan, same_schema
+from state_runtime.store.schema_evolution import Projection, SchemaChange, plan, same_schema
+from state_runtime.store.state_schema import StateSchema
 
 
 def schema_id(schema: StateSchema, parent_id: str | None, change: SchemaChange) -> str:
