@@ -12,7 +12,14 @@ from pyspark.sql import DataFrame, SparkSession
 
 from state_runtime.catalog import Catalog
 from state_runtime.errors import SchemaMismatch
-from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
+from state_runtime.runtime import (
+    Agg,
+    GroupState,
+    StatefulQuery,
+    map_groups_with_state,
+    read_state,
+    running_aggregation,
+)
 from state_runtime.store.schema_evolution import SchemaChange
 
 from .reference import running_totals
@@ -20,6 +27,7 @@ from .reference import running_totals
 pytestmark = pytest.mark.spark
 
 PARTITIONS = 2
+Row = tuple[Any, ...]
 
 
 def _events(seed: int, n: int = 200, users: int = 30) -> list[tuple[str, int]]:
@@ -135,3 +143,46 @@ def test_a_refused_change_fails_before_any_task_and_writes_nothing(
     with Catalog.open(url) as catalog:
         assert catalog.schema_history(root_uri, 0, "default") == recorded
         assert catalog.commit_history(root_uri, query_id="evolving", limit=5)[0].batch_id == 0
+
+
+def _count(key: tuple[Any, ...], rows: list[tuple[Any, ...]], state: GroupState) -> list[Row]:
+    """Counts rows per key (state: ``n``)."""
+    n = (state.get() or (0,))[0] + len(rows)
+    state.update((n,))
+    return [(key[0], n, None)]
+
+
+def _count_and_best(
+    key: tuple[Any, ...], rows: list[tuple[Any, ...]], state: GroupState
+) -> list[Row]:
+    """Counts rows per key and keeps the largest amount seen (state: ``n, best``; ``best`` is
+    None for a key last updated before the field existed)."""
+    n, best = state.get() or (0, None)
+    amounts = [r[1] for r in rows] + ([] if best is None else [best])
+    state.update((n + len(rows), max(amounts)))
+    return [(key[0], n + len(rows), max(amounts))]
+
+
+def test_a_map_groups_with_state_state_gains_a_field(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    root, url = str(tmp_path / "ckpt"), sqlite_catalog_url
+    out = "user string, n bigint, best bigint"
+
+    def query(state_schema: str, func: Any) -> StatefulQuery:
+        op = map_groups_with_state(0, ["user"], "user string", state_schema, out, func, 2)
+        return StatefulQuery("groups", root, [op], catalog_url=url)
+
+    batches = [_events(b, 60, 8) for b in range(4)]
+    first = query("n bigint", _count)
+    for b in (0, 1):
+        first.run_batch(_df(spark, batches[b]), b).release()
+    second = query("n bigint, best bigint", _count_and_best)
+    for b in (2, 3):
+        second.run_batch(_df(spark, batches[b]), b).release()
+    counts = {u: n for u, (n, _) in running_totals([e for b in batches for e in b]).items()}
+    best: dict[str, int] = {}
+    for user, amount in (e for b in batches[2:] for e in b):
+        best[user] = max(best.get(user, amount), amount)
+    state = _state(spark, root, url)
+    assert {u: v[:2] for u, v in state.items()} == {u: (n, best.get(u)) for u, n in counts.items()}
