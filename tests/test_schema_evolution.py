@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from decimal import Decimal
 from typing import Any
 
@@ -12,7 +13,7 @@ from state_runtime import StateStoreProvider
 from state_runtime.errors import SchemaMismatch
 from state_runtime.identity import CheckpointRef, FileKind
 from state_runtime.storage import Storage
-from state_runtime.store.schema_evolution import SchemaChange, plan
+from state_runtime.store.schema_evolution import SchemaChange, plan, same_schema
 from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.state_schema import StateSchema
 
@@ -211,3 +212,24 @@ def test_files_without_a_schema_id_read_as_their_fields_say(storage: Storage) ->
     )
     wider = StateStoreProvider(storage, 0, 0, key_schema=KEY, value_schema="n bigint, m string")
     assert _state(wider, v1) == {"a": (1, None)}
+
+
+def test_a_dropped_field_added_again_is_a_new_field(storage: Storage) -> None:
+    """Ids name a point of a history: the re-added field does not bring back the old values."""
+    h1 = SchemaHistory.of(S("n int, x int"))
+    v1 = _commit(_provider(storage, h1), (0, None), {"a": (1, 7)})
+    h2, _ = h1.evolve(S("n int"), SchemaChange(dropped=("x",)), 1)
+    h3, _ = h2.evolve(S("n int, x int"), None, 2)
+    assert h3.newest.schema_id != h1.newest.schema_id
+    assert same_schema(h3.newest.schema, h1.newest.schema)
+    assert _state(_provider(storage, h3), v1) == {"a": (1, None)}
+    assert _state(_provider(storage, h3).as_of(h1.newest.schema_id), v1) == {"a": (1, 7)}
+
+
+def test_a_history_travels_to_tasks_without_its_cache() -> None:
+    history, _ = SchemaHistory.of(S("n int")).evolve(S("n bigint"), None, 1)
+    history.projection(None, S("n int"))  # planned and cached
+    copy = pickle.loads(pickle.dumps(history))
+    assert copy == history and copy.projection(None, S("n int")).actions == (
+        "widen value field n: int -> bigint",
+    )
