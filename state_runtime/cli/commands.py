@@ -1,5 +1,5 @@
 """The ``statestore`` commands: maintain, validate, health, history, explain, repair, resolve,
-reconcile, relocate, schema-check.
+restore, reconcile, relocate, schema-check.
 
 Every command takes ``--json`` (the whole report, see :mod:`state_runtime.cli.jsonable`).
 Exit codes and error output: see :mod:`state_runtime.cli.exits` (and docs/maintenance.md).
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -24,13 +24,18 @@ from state_runtime.cli import output
 from state_runtime.cli.exits import (
     EXIT_PROBLEMS,
     EXIT_USAGE,
+    MONITOR_BROKEN,
+    MONITOR_DEGRADED,
+    MONITOR_HEALTHY,
+    MONITOR_UNKNOWN,
     StatestoreGroup,
     fail,
+    fail_with,
     show_warnings,
 )
 from state_runtime.cli.jsonable import echo_json
 from state_runtime.cli.progress_bars import RichProgress
-from state_runtime.errors import InvalidArgument
+from state_runtime.errors import InvalidArgument, StateStoreError
 from state_runtime.maintenance import (
     SILENT,
     Fleet,
@@ -43,16 +48,20 @@ from state_runtime.maintenance import (
     explain_file,
     parse_duration,
     parse_store_key,
+    plan_restore,
     reconcile,
     relocate_root,
     repair_pass,
+    restore_query,
     run_checks,
     schema_changes,
     snapshot_pass,
     store_reports,
 )
+from state_runtime.maintenance.health import StoreReport
 from state_runtime.maintenance.policy import PRESETS, MaintenancePolicy
 from state_runtime.settings import MAINTENANCE, Setting
+from state_runtime.status import StoreStatus
 from state_runtime.storage import check_relative_path
 from state_runtime.store.schema_evolution import SchemaChange
 
@@ -322,16 +331,41 @@ def validate(settings: Settings, /, **kw: Any) -> None:
 @click.pass_obj
 def health(settings: Settings, /, **kw: Any) -> None:
     """Each store's status (healthy, degraded, broken, unknown: why, since when) and figures,
-    from the catalog (no storage access)."""
-    policy = _policy(settings, kw)
-    with _fleet(settings) as fleet:
-        only = _stores(fleet, kw["stores"])
-        reports = output.sorted_reports(store_reports(fleet, policy, only=only), kw["sort"])
+    from the catalog (no storage access). Exit code for monitors: 0 healthy, 1 degraded,
+    2 broken, 3 unknown (or the command failed). 'status' is the same command."""
+    try:
+        policy = _policy(settings, kw)
+        with _fleet(settings) as fleet:
+            only = _stores(fleet, kw["stores"])
+            reports = output.sorted_reports(store_reports(fleet, policy, only=only), kw["sort"])
+    except StateStoreError as exc:
+        fail_with(exc, MONITOR_UNKNOWN)
+    except SystemExit as exc:  # bad input (an unknown root or store), already printed
+        sys.exit(MONITOR_UNKNOWN if exc.code else exc.code)
+    code = monitor_code(reports)
     reports = reports[: kw["limit"]] if kw["limit"] else reports
     if kw["as_json"]:
         echo_json([output.health_json(r) for r in reports])
     else:
         output.print_health(settings.console, reports)
+    sys.exit(code)
+
+
+main.add_command(health, name="status")
+
+
+def monitor_code(reports: Sequence[StoreReport]) -> int:
+    """The monitoring-plugin exit code of the stores' statuses: the worst of broken (2),
+    degraded (1), unknown (3), healthy (0), in that order; no store at all is unknown."""
+    found = {r.status.status for r in reports}
+    for status, code in (
+        (StoreStatus.BROKEN, MONITOR_BROKEN),
+        (StoreStatus.DEGRADED, MONITOR_DEGRADED),
+        (StoreStatus.UNKNOWN, MONITOR_UNKNOWN),
+    ):
+        if status in found:
+            return code
+    return MONITOR_HEALTHY if found else MONITOR_UNKNOWN
 
 
 @main.command()
@@ -472,6 +506,59 @@ def resolve(settings: Settings, /, **kw: Any) -> None:
                 settings.console.print(f"{key}: {count} open problem(s) resolved")
     if kw["as_json"]:
         echo_json({"resolved": resolved, "reason": kw["reason"]})
+
+
+@main.command()
+@click.argument("root")
+@click.option("--query", "query_id", required=True, help="The query whose stores to restore.")
+@click.option(
+    "--to-batch", "batch_id", type=click.IntRange(min=0), required=True,
+    help="The committed batch to return to; the query resumes at the next one.",
+)
+@click.option(
+    "--spark-checkpoint",
+    metavar="DIR",
+    help="The query's Spark checkpoint folder: its offsets and commits after the batch are "
+    "moved aside, so that Spark resumes at the same batch.",
+)
+@click.option(
+    "--no-spark-checkpoint", is_flag=True, help="The query runs without a Spark checkpoint."
+)
+@click.option(
+    "--allow-lost-state",
+    is_flag=True,
+    help="Accept the loss of stores whose state at the batch does not load: they start "
+    "again from empty (named in the plan).",
+)
+@click.option("--dry-run/--execute", default=True, help="Only check and show the plan.")
+@json_option
+@click.pass_obj
+def restore(settings: Settings, /, root: str, **kw: Any) -> None:
+    """Return a query's stores to an earlier, intact batch (a dry run unless --execute).
+
+    Every store's files at the batch are read and verified first; later versions stay in the
+    inventory as orphans that cleanup deletes (the ledger names the restore). Stop the query
+    first; restart it afterwards: it resumes at the next batch.
+    """
+    if kw["spark_checkpoint"] and kw["no_spark_checkpoint"]:
+        fail(EXIT_USAGE, "--spark-checkpoint and --no-spark-checkpoint exclude each other")
+    spark = "" if kw["no_spark_checkpoint"] else kw["spark_checkpoint"]
+    settings.roots = [canonical_root(root)]
+    with _fleet(settings) as fleet:
+        plan = plan_restore(
+            fleet,
+            settings.roots[0],
+            kw["query_id"],
+            kw["batch_id"],
+            spark_checkpoint=spark,
+            allow_lost_state=kw["allow_lost_state"],
+        )
+        if not kw["dry_run"]:
+            plan = restore_query(fleet, plan, _policy(settings, {}))
+    if kw["as_json"]:
+        echo_json(plan)
+    else:
+        output.print_restore(settings.console, plan)
 
 
 @main.command(name="reconcile")

@@ -21,6 +21,7 @@ from state_runtime.maintenance import (
     ReconcileReport,
     RelocationReport,
     RepairReport,
+    RestorePlan,
     SchemaChangeRow,
     SchemaCheck,
     SnapshotReport,
@@ -487,3 +488,41 @@ def print_schema_check(console: Console, check: SchemaCheck) -> None:
     console.print(f"[green]allowed[/green] from batch {check.from_batch}:", markup=True)
     for action in check.actions:
         console.print(f"  - {action}", highlight=False)
+
+
+def print_restore(console: Console, plan: RestorePlan) -> None:
+    """What a restore did, or (a dry run) will do."""
+    done = plan.executed
+    head = f"restore (run {plan.run_id})" if done else "restore (dry run: --execute to restore)"
+    console.print(
+        f"{head}: query {plan.query_id} below {plan.root} "
+        f"{'returned' if done else 'returns'} to batch {plan.batch_id} "
+        f"(last committed batch was {plan.last_batch}); {len(plan.targets)} store(s)",
+        soft_wrap=True,
+    )
+    batches = sorted({e.batch_id for e in plan.superseded if e.batch_id > plan.batch_id})
+    if batches:
+        console.print(
+            f"  superseded: batch(es) {batches[0]}-{batches[-1]}, "
+            f"{len(plan.superseded)} committed version(s); their files become orphans that "
+            "cleanup deletes after the grace period (the ledger names this restore)",
+            soft_wrap=True,
+        )
+    for lost in plan.lost:
+        console.print(
+            f"  lost, starts again from empty (--allow-lost-state): {lost.key} "
+            f"version {lost.version}: {lost.problem}",
+            soft_wrap=True,
+        )
+    if plan.spark is None:
+        console.print("  Spark checkpoint: none (--no-spark-checkpoint)")
+    else:
+        moved = plan.moved_spark_files if done else plan.spark.later_files
+        console.print(
+            f"  Spark checkpoint {plan.spark.folder}: {len(moved)} file(s) after batch "
+            f"{plan.batch_id} {'moved to' if done else 'to move to'} "
+            f"restored-by-run-{plan.run_id if done else '<run>'}/",
+            soft_wrap=True,
+        )
+    if done:
+        console.print(f"  the query resumes at batch {plan.batch_id + 1}: restart it")

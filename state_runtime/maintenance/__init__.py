@@ -46,6 +46,7 @@ from state_runtime.maintenance.repair import (
     damaged_snapshots,
     repair_pass,
 )
+from state_runtime.maintenance.restore import RestorePlan, plan_restore, restore_query
 from state_runtime.maintenance.schema_changes import (
     SchemaChangeRow,
     SchemaCheck,
@@ -123,6 +124,9 @@ __all__ = [
     "reconcile",
     "relocate_root",
     "repair_pass",
+    "RestorePlan",
+    "plan_restore",
+    "restore_query",
     "retention_check",
     "run_checks",
     "snapshot_lag_check",
