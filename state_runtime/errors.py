@@ -124,6 +124,11 @@ class UnknownCheckpointId(CannotLoadState):
     """No delta or snapshot exists for the requested (version, checkpoint id)."""
 
 
+class StateLost(CannotLoadState):
+    """A file the catalog recorded for a committed version is gone from storage: the state
+    it held is lost until the file comes back or the query is restored."""
+
+
 class ChangesCleanedUp(CannotLoadState):
     """A batch's changes were asked for, but maintenance has deleted its delta files."""
 

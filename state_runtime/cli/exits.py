@@ -13,7 +13,7 @@
 monitor can act on the code alone: 0 every store healthy, 1 degraded (a warning), 2 broken
 (critical), 3 unknown (a store never validated, or the command could not tell: any error,
 bad input included). A closed pipe (``statestore ... | head -1``) ends the command quietly
-with 141, as a shell reports a process killed by SIGPIPE.
+with 1 (click's own handling of EPIPE; no traceback).
 
 No error shows a traceback, and every message is masked of secrets
 (:mod:`state_runtime.redaction`). The library's warnings go to stderr as ``warning: ...``
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import os
 import sys
 from typing import Any, NoReturn
 
@@ -34,7 +33,6 @@ from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStore
 from state_runtime.redaction import RedactingFilter, redact
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_FAILED, EXIT_INTERNAL = 0, 1, 2, 3, 4, 5
-EXIT_CLOSED_PIPE = 141
 MONITOR_COMMANDS = frozenset({"health", "status"})
 """Commands whose exit codes follow the monitoring-plugin convention (0/1/2/3)."""
 MONITOR_HEALTHY, MONITOR_DEGRADED, MONITOR_BROKEN, MONITOR_UNKNOWN = 0, 1, 2, 3
@@ -87,14 +85,6 @@ def fail_with(error: StateStoreError, code: int | None = None) -> NoReturn:
     fail(exit_code(error) if code is None else code, f"{prefix}{error}")
 
 
-def _closed_pipe() -> NoReturn:
-    """The reader went away: no traceback, and no second error when Python flushes stdout
-    at exit (it is pointed at /dev/null)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    sys.exit(EXIT_CLOSED_PIPE)
-
-
 class StatestoreGroup(click.Group):
     """A click group whose every failure, its own usage errors included, ends as one line
     and a documented exit code."""
@@ -115,8 +105,6 @@ class StatestoreGroup(click.Group):
         kwargs["standalone_mode"] = False
         try:
             result = super().main(*args, **kwargs)
-        except BrokenPipeError:
-            _closed_pipe()
         except click.UsageError as exc:
             where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             monitor = exc.ctx is not None and exc.ctx.info_name in MONITOR_COMMANDS

@@ -113,6 +113,7 @@ def test_every_command_speaks_json(maintained: StoreStream) -> None:
     ]
     for command in commands:
         result = statestore(maintained, *command, "--json")
+        # health: validated and healthy (0) once "validate" ran above it
         assert result.exit_code == 0, (command, result.output)
         assert json.loads(result.output) is not None, command
     explained = json.loads(statestore(maintained, "explain", latest.path, "--json").output)
@@ -130,7 +131,7 @@ def test_store_names_as_health_prints_them(
         maintained, "health", "--json", "--store", str(maintained.key(maintained.stores[0]))
     )
     assert json.loads(short.output)[0]["store"] == json.loads(full.output)[0]["store"]
-    unknown = statestore(maintained, "health", "--store", "0/9/default")
+    unknown = statestore(maintained, "history", "--store", "0/9/default")
     assert unknown.exit_code == 2 and unknown.stdout == ""
     assert unknown.stderr.count("\n") == 1
     assert "no store 0/9/default below" in unknown.stderr and "0/0/default" in unknown.stderr

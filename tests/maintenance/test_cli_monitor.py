@@ -1,0 +1,73 @@
+"""``statestore health`` / ``status`` exit codes for monitors (0 healthy, 1 degraded,
+2 broken, 3 unknown), "did you mean" for unknown commands, and no traceback on a closed pipe
+(real files; SQLite and PostgreSQL catalogs; the closed pipe through a real shell)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.maintenance.streams import StoreStream
+from tests.maintenance.test_cli import statestore
+
+
+def test_health_exit_codes_follow_the_monitoring_plugin_convention(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    stream = make_stream()
+    stream.run(4)
+    never = statestore(stream, "health")
+    assert never.exit_code == 3 and "never validated" in never.output  # unknown, not 0
+    assert statestore(stream, "--policy", "demo", "validate").exit_code == 0
+    assert statestore(stream, "status").exit_code == 0  # the alias: every store healthy
+    degraded = statestore(stream, "health", env={"STATE_MAINTENANCE_LAG_WARN_DELTAS": "3"})
+    assert degraded.exit_code == 1 and "degraded" in degraded.output
+    (stream.storage.root / stream.committed[stream.stores[0]][1].path).unlink()
+    assert statestore(stream, "--policy", "demo", "validate").exit_code == 1
+    broken = statestore(stream, "status", "--json")
+    assert broken.exit_code == 2 and '"broken"' in broken.output
+    bad = statestore(stream, "health", "--store", "9/9/none")
+    assert bad.exit_code == 3 and "no store" in bad.output  # the monitor cannot tell
+    usage = statestore(stream, "status", "--sort", "nonsense")
+    assert usage.exit_code == 3
+
+
+def test_unknown_command_suggests_the_close_one(make_stream: Callable[..., StoreStream]) -> None:
+    stream = make_stream()
+    stream.run(1)
+    typo = statestore(stream, "helth")
+    assert typo.exit_code == 2
+    assert "No such command 'helth'. Did you mean 'health'?" in typo.output
+    far = statestore(stream, "zzz")
+    assert far.exit_code == 2 and "Did you mean" not in far.output
+
+
+@pytest.mark.parametrize("catalog", ["sqlite"], indirect=True)
+def test_a_closed_pipe_ends_quietly(make_stream: Callable[..., StoreStream]) -> None:
+    stream = make_stream()
+    stream.run(120)
+    url = stream.catalog.engine.url.render_as_string(hide_password=False)
+    exe = Path(sys.executable).with_name("statestore")
+    whole = subprocess.run(
+        [exe, "-q", "--catalog-url", url, "history", "--limit", "1000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert len(whole.stdout.encode()) > 65536  # more than a pipe holds: the writer meets the close
+    for command in ("history --limit 1000", "history --by-batch --limit 1000"):
+        piped = subprocess.run(
+            f"'{exe}' -q --catalog-url '{url}' {command} | head -1",
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert len(piped.stdout.splitlines()) == 1
+        assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr, piped.stderr
