@@ -187,7 +187,7 @@ ROWS = [
     row("not a URL", "--catalog-url not-a-url validate", EXIT_USAGE, "not a valid SQLAlchemy URL"),
     row(
         "password in the query, server down",
-        "--catalog-url postgresql+psycopg2://postgres@127.0.0.1:{port}/x?password=sekret-q validate",
+        "--catalog-url postgresql+psycopg2://postgres@127.0.0.1:{port}/x?password=sekret-q history",
         EXIT_FAILED,
         "cannot connect to the catalog",
         secrets=("sekret-q",),

@@ -512,7 +512,10 @@ def resolve(settings: Settings, /, **kw: Any) -> None:
 @click.argument("root")
 @click.option("--query", "query_id", required=True, help="The query whose stores to restore.")
 @click.option(
-    "--to-batch", "batch_id", type=click.IntRange(min=0), required=True,
+    "--to-batch",
+    "batch_id",
+    type=click.IntRange(min=0),
+    required=True,
     help="The committed batch to return to; the query resumes at the next one.",
 )
 @click.option(

@@ -150,9 +150,7 @@ def plan_restore(
 def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) -> RestorePlan:
     """Carry ``plan`` out (see the module): one recorded run, the stores leased throughout."""
     catalog = fleet.catalog
-    keys = [StoreKey(plan.root, store) for store in plan.targets] + [
-        e.key for e in plan.superseded
-    ]
+    keys = [StoreKey(plan.root, store) for store in plan.targets] + [e.key for e in plan.superseded]
     parameters = {
         "query_id": plan.query_id,
         "to_batch": plan.batch_id,
@@ -161,7 +159,9 @@ def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) ->
     }
     with recorded_run(catalog, RunKind.RESTORE, fleet.owner, parameters) as run:
         plan.run_id = run.run_id
-        with leased(catalog, sorted(set(keys), key=str), fleet.owner, policy.lease_ttl, run.run_id) as held:
+        with leased(
+            catalog, sorted(set(keys), key=str), fleet.owner, policy.lease_ttl, run.run_id
+        ) as held:
             if held.busy:
                 raise MaintenanceRefused(
                     f"{len(held.busy)} store(s) of query {plan.query_id} are leased by another "

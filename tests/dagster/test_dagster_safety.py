@@ -80,7 +80,11 @@ def _cli_health(stream: StoreStream) -> dict[str, dict[str, Any]]:
     rows = {row["store"]: row for row in json.loads(result.output)}
     statuses = {row["status"] for row in rows.values()}
     expected = next(
-        (code for status, code in (("broken", 2), ("degraded", 1), ("unknown", 3)) if status in statuses),
+        (
+            code
+            for status, code in (("broken", 2), ("degraded", 1), ("unknown", 3))
+            if status in statuses
+        ),
         0,
     )
     assert result.exit_code == expected, result.output  # the monitoring-plugin exit code

@@ -21,7 +21,6 @@ from state_runtime.maintenance import (
     MaintenancePolicy,
     cleanup_pass,
     plan_restore,
-    restore_query,
     run_checks,
 )
 from tests.maintenance.streams import StoreStream
@@ -76,14 +75,32 @@ def test_restore_to_an_intact_batch_after_a_later_file_was_lost(stream: StoreStr
     assert lost.path in message and "storage no longer has it" in message
     assert "--to-batch 6" in message and "--allow-lost-state" in message
 
-    dry = statestore(stream, "restore", stream.root, "--query", stream.query, "--to-batch", "6",
-                     "--no-spark-checkpoint")
+    dry = statestore(
+        stream,
+        "restore",
+        stream.root,
+        "--query",
+        stream.query,
+        "--to-batch",
+        "6",
+        "--no-spark-checkpoint",
+    )
     assert dry.exit_code == 0, dry.output
     assert "dry run" in dry.output and "returns to batch 6" in dry.output
     assert stream.catalog.latest_committed(stream.root)[LOST].version == 8  # nothing changed
 
-    done = statestore(stream, "restore", stream.root, "--query", stream.query, "--to-batch", "6",
-                      "--no-spark-checkpoint", "--execute", "--json")
+    done = statestore(
+        stream,
+        "restore",
+        stream.root,
+        "--query",
+        stream.query,
+        "--to-batch",
+        "6",
+        "--no-spark-checkpoint",
+        "--execute",
+        "--json",
+    )
     assert done.exit_code == 0, done.output
     report = json.loads(done.output)
     assert report["executed"] and report["run_id"] is not None
@@ -107,8 +124,11 @@ def test_restore_to_an_intact_batch_after_a_later_file_was_lost(stream: StoreStr
     report_cleanup = cleanup_pass(fleet, MaintenancePolicy.from_env(preset="demo"), execute=True)
     assert not report_cleanup.failed
     reasons = {d.file.path: d.reason for d in report_cleanup.deleted}
-    assert all(f"restored to batch 6 by run {run_id}" in reasons[f.path] for f in later
-               if f.path in reasons)
+    assert all(
+        f"restored to batch 6 by run {run_id}" in reasons[f.path]
+        for f in later
+        if f.path in reasons
+    )
     assert any(f.path in reasons for f in later)
     assert_state_matches_model(stream)
 
@@ -121,14 +141,32 @@ def test_a_lost_store_restarts_from_empty_only_when_the_user_accepts(
     to batch 5, and the stream resumes."""
     folder = stream.storage.root / "state" / "0" / "1" / "default"
     shutil.rmtree(folder)
-    refused = statestore(stream, "restore", stream.root, "--query", stream.query,
-                         "--to-batch", "5", "--no-spark-checkpoint")
+    refused = statestore(
+        stream,
+        "restore",
+        stream.root,
+        "--query",
+        stream.query,
+        "--to-batch",
+        "5",
+        "--no-spark-checkpoint",
+    )
     assert refused.exit_code == 3, refused.output
     assert "No earlier committed batch has all its stores intact" in refused.output
     assert "--allow-lost-state" in refused.output and "0/1/default" in refused.output
 
-    done = statestore(stream, "restore", stream.root, "--query", stream.query, "--to-batch", "5",
-                      "--no-spark-checkpoint", "--allow-lost-state", "--execute")
+    done = statestore(
+        stream,
+        "restore",
+        stream.root,
+        "--query",
+        stream.query,
+        "--to-batch",
+        "5",
+        "--no-spark-checkpoint",
+        "--allow-lost-state",
+        "--execute",
+    )
     assert done.exit_code == 0, done.output
     assert "lost, starts again from empty" in done.output and "0/1/default" in done.output
     assert "resumes at batch 6" in done.output
@@ -144,8 +182,7 @@ def test_a_lost_store_restarts_from_empty_only_when_the_user_accepts(
 def test_restore_refuses_without_knowing_the_spark_checkpoint(
     stream: StoreStream, tmp_path: Path
 ) -> None:
-    unsure = statestore(stream, "restore", stream.root, "--query", stream.query,
-                        "--to-batch", "3")
+    unsure = statestore(stream, "restore", stream.root, "--query", stream.query, "--to-batch", "3")
     assert unsure.exit_code == 3
     assert "--spark-checkpoint DIR" in unsure.output and "--no-spark-checkpoint" in unsure.output
     # A Spark checkpoint that never committed batch 3 cannot resume there.
@@ -154,10 +191,27 @@ def test_restore_refuses_without_knowing_the_spark_checkpoint(
         (spark / name).mkdir(parents=True)
         for n in range(3):
             (spark / name / str(n)).write_text("v1\n")
-    behind = statestore(stream, "restore", stream.root, "--query", stream.query,
-                        "--to-batch", "3", "--spark-checkpoint", str(spark))
+    behind = statestore(
+        stream,
+        "restore",
+        stream.root,
+        "--query",
+        stream.query,
+        "--to-batch",
+        "3",
+        "--spark-checkpoint",
+        str(spark),
+    )
     assert behind.exit_code == 3
     assert "has no committed batch 3" in behind.output and "commits: 0-2" in behind.output
-    unknown = statestore(stream, "restore", stream.root, "--query", stream.query,
-                         "--to-batch", "42", "--no-spark-checkpoint")
+    unknown = statestore(
+        stream,
+        "restore",
+        stream.root,
+        "--query",
+        stream.query,
+        "--to-batch",
+        "42",
+        "--no-spark-checkpoint",
+    )
     assert unknown.exit_code == 2 and "committed batches: 0-7" in unknown.output

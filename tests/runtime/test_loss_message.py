@@ -57,8 +57,20 @@ def test_a_lost_store_folder_is_named_once_with_the_next_commands(
 
     restored = cli.invoke(
         main,
-        ["--catalog-url", sqlite_catalog_url, "-q", "restore", root, "--query", "loss",
-         "--to-batch", "2", "--no-spark-checkpoint", "--allow-lost-state", "--execute"],
+        [
+            "--catalog-url",
+            sqlite_catalog_url,
+            "-q",
+            "restore",
+            root,
+            "--query",
+            "loss",
+            "--to-batch",
+            "2",
+            "--no-spark-checkpoint",
+            "--allow-lost-state",
+            "--execute",
+        ],
     )
     assert restored.exit_code == 0, restored.output
     query.run_batch(_df(spark, _events(3)), 3).release()

@@ -103,6 +103,9 @@ def test_restore_rewinds_catalog_and_spark_checkpoint_and_the_stream_resumes(
     )
     assert got == {r.user: (r.n, r.total) for r in oracle}
     with Catalog.open(sqlite_catalog_url) as catalog:
-        assert assert_lineage_linear(catalog, StatefulQuery(
-            "clicks", root, [op], catalog_url=sqlite_catalog_url
-        ).storage) > 0
+        assert (
+            assert_lineage_linear(
+                catalog, StatefulQuery("clicks", root, [op], catalog_url=sqlite_catalog_url).storage
+            )
+            > 0
+        )
