@@ -69,7 +69,9 @@ class Batches:
 def measure(url: str) -> dict[str, tuple[float, float]]:
     """Median seconds per call with the watchdog on and off, alternating call by call."""
     guarded = Catalog.open(url, upgrade=True)
-    bare = Catalog(guarded.engine.execution_options(**{ATTEMPT_TIMEOUT_OPTION: 0}), retry=guarded.retry)
+    bare = Catalog(
+        guarded.engine.execution_options(**{ATTEMPT_TIMEOUT_OPTION: 0}), retry=guarded.retry
+    )
     batches = Batches()
     batches.commit(guarded)
 
