@@ -165,3 +165,25 @@ def test_benchmarks_scripts_and_demo_use_only_public_names() -> None:
         if bad:
             offenders[str(path.relative_to(REPO))] = sorted(bad)
     assert not offenders, offenders
+
+
+def test_the_catalog_calls_hold_no_sql() -> None:
+    """``catalog/api`` composes the calls (one retried transaction each); the SQL of every
+    call lives in the catalog module of its concern: no statement, no table here."""
+    import sqlalchemy as sa
+
+    from state_runtime.catalog import tables
+
+    for path in (CATALOG / "api").glob("*.py"):
+        if path.name in ("__init__.py", "transactions.py"):  # the engine and the retry policy
+            continue
+        names = external_imports(path)
+        assert {n for n in names if n.startswith("sqlalchemy")} <= {
+            "sqlalchemy.engine",
+            "sqlalchemy.engine.Connection",
+        }, path.name
+        for name in names:
+            if name.startswith("state_runtime.catalog.tables."):
+                value = getattr(tables, name.rsplit(".", 1)[1])
+                assert not isinstance(value, sa.Table), (path.name, name)
+        assert ".execute(" not in path.read_text(), path.name

@@ -9,21 +9,14 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import (
-    FILE_COLUMNS,
-    chunks,
-    file_record,
-    files_at,
-    lock_stores,
-    mark_maintained,
-    store_ids,
-)
+from state_runtime.catalog.inventory import files_at, lock_stores, mark_maintained, store_ids
 from state_runtime.catalog.records import (
     Deletion,
     FileVerdict,
 )
 from state_runtime.catalog.retention_sql import Scope, verdict_rows
-from state_runtime.catalog.rows import AnyRow, key_of
+from state_runtime.catalog.rows import FILE_COLUMNS, AnyRow, file_record, key_of
+from state_runtime.catalog.statements import chunks
 from state_runtime.catalog.tables import (
     FileState,
     checkpoint_files,

@@ -9,18 +9,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime import retention as rule
-from state_runtime.catalog.inventory import (
-    FILE_COLUMNS,
-    file_record,
-    files_at,
-)
+from state_runtime.catalog.inventory import files_at
 from state_runtime.catalog.records import (
     Deletion,
     Explanation,
     StoreKey,
 )
 from state_runtime.catalog.retention_sql import Scope, live_files, verdict_rows
-from state_runtime.catalog.rows import store_id_of
+from state_runtime.catalog.rows import FILE_COLUMNS, file_record, store_id_of
 from state_runtime.catalog.tables import (
     FileState,
     Verification,

@@ -22,18 +22,14 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from state_runtime import retention as rule
-from state_runtime.catalog.inventory import (
-    FILE_COLUMNS,
-    file_record,
-    store_ids,
-)
+from state_runtime.catalog.inventory import store_ids
 from state_runtime.catalog.records import (
     FileRecord,
     FileVerdict,
     RetainedVersion,
     StoreKey,
 )
-from state_runtime.catalog.rows import AnyRow
+from state_runtime.catalog.rows import FILE_COLUMNS, AnyRow, file_record
 from state_runtime.catalog.tables import (
     LIVE_STATES,
     FileState,
