@@ -187,3 +187,27 @@ def test_the_catalog_calls_hold_no_sql() -> None:
                 value = getattr(tables, name.rsplit(".", 1)[1])
                 assert not isinstance(value, sa.Table), (path.name, name)
         assert ".execute(" not in path.read_text(), path.name
+
+
+def test_every_module_says_why_at_the_top() -> None:
+    """Each module opens with a docstring: what it is for, in a line or a paragraph."""
+    roots = [PACKAGE, DAGSTER, *FRONTS]
+    missing = [
+        str(p.relative_to(REPO))
+        for root in roots
+        for p in root.rglob("*.py")
+        if not ast.get_docstring(ast.parse(p.read_text()))
+    ]
+    assert not missing, missing
+
+
+def test_no_two_modules_share_a_name() -> None:
+    """A module's name says which room it is in: no basename repeats (package markers and
+    entry points aside; migrations are named by revision)."""
+    seen: dict[str, list[str]] = {}
+    for root in [PACKAGE, DAGSTER, *FRONTS, REPO / "tests"]:
+        for p in root.rglob("*.py"):
+            if p.name in ("__init__.py", "__main__.py", "conftest.py") or "versions" in p.parts:
+                continue
+            seen.setdefault(p.name, []).append(str(p.relative_to(REPO)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
