@@ -27,6 +27,7 @@ from state_runtime.catalog.tables import (
     batch_watermarks,
     checkpoint_files,
     commit_log,
+    operator_schemas,
     stores,
 )
 from state_runtime.errors import CatalogError, InvalidArgument
@@ -402,7 +403,7 @@ def relocate_root(connection: Connection, old: str, new: str) -> int:
     moved = connection.execute(
         stores.update().where(stores.c.checkpoint_root == old).values(checkpoint_root=new)
     ).rowcount
-    for table in (batch_metrics, batch_watermarks):
+    for table in (batch_metrics, batch_watermarks, operator_schemas):
         connection.execute(
             table.update().where(table.c.checkpoint_root == old).values(checkpoint_root=new)
         )

@@ -31,9 +31,9 @@ class InventoryCalls(CatalogBase):
 
     def relocate_root(self, old: str, new: str) -> int:
         """Point every record below checkpoint root ``old`` at ``new`` (stores, batch metrics,
-        recorded watermarks) in one transaction, after the files were moved or copied there
-        (file paths are stored relative to their root, so only the root changes). Returns the
-        number of stores moved."""
+        recorded watermarks, operator schema histories) in one transaction, after the files
+        were moved or copied there (file paths are stored relative to their root, so only the
+        root changes). Returns the number of stores moved."""
 
         return self._run("relocate a root", lambda c: inventory.relocate_root(c, old, new))
 
