@@ -20,9 +20,11 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import chunks, lock_stores, validate_root
+from state_runtime.catalog.inventory import lock_stores
 from state_runtime.catalog.records import CommitEntry
+from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.rows import key_of
+from state_runtime.catalog.statements import chunks
 from state_runtime.catalog.tables import (
     FileState,
     batch_metrics,

@@ -339,7 +339,7 @@ def health(settings: Settings, /, **kw: Any) -> None:
             only = _stores(fleet, kw["stores"])
             reports = output.sorted_reports(store_reports(fleet, policy, only=only), kw["sort"])
     except StateStoreError as exc:
-        fail_with(exc, MONITOR_UNKNOWN)
+        fail_with(exc, as_json=kw["as_json"], code=MONITOR_UNKNOWN)
     except SystemExit as exc:  # bad input (an unknown root or store), already printed
         sys.exit(MONITOR_UNKNOWN if exc.code else exc.code)
     code = monitor_code(reports)

@@ -15,7 +15,9 @@ monitor can act on the code alone: 0 every store healthy, 1 degraded (a warning)
 bad input included). A closed pipe (``statestore ... | head -1``) ends the command quietly
 with 1 (click's own handling of EPIPE; no traceback).
 
-No error shows a traceback, and every message is masked of secrets
+Every library error names its stable code (``[STATE_...] message``); with ``--json`` the error
+is also printed on stdout as ``{"error": {"code": ..., "message": ..., ...}}``. No error
+shows a traceback, and every message is masked of secrets
 (:mod:`state_runtime.redaction`). The library's warnings go to stderr as ``warning: ...``
 lines (with ``-q``, only errors).
 """
@@ -23,6 +25,7 @@ lines (with ``-q``, only errors).
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import sys
 from typing import Any, NoReturn
@@ -80,7 +83,11 @@ def fail(code: int, message: str) -> NoReturn:
     sys.exit(code)
 
 
-def fail_with(error: StateStoreError, code: int | None = None) -> NoReturn:
+def fail_with(
+    error: StateStoreError, *, as_json: bool = False, code: int | None = None
+) -> NoReturn:
+    if as_json:
+        click.echo(json.dumps({"error": error.details()}, indent=2))
     prefix = "refused: " if isinstance(error, MaintenanceRefused) else ""
     fail(exit_code(error) if code is None else code, f"{prefix}{error}")
 
@@ -103,6 +110,8 @@ class StatestoreGroup(click.Group):
 
     def main(self, *args: Any, **kwargs: Any) -> NoReturn:
         kwargs["standalone_mode"] = False
+        argv = kwargs.get("args", args[0] if args else None)
+        as_json = "--json" in (sys.argv[1:] if argv is None else list(argv))
         try:
             result = super().main(*args, **kwargs)
         except click.UsageError as exc:
@@ -114,7 +123,7 @@ class StatestoreGroup(click.Group):
         except click.Abort:
             fail(EXIT_PROBLEMS, "aborted")
         except StateStoreError as exc:
-            fail_with(exc)
+            fail_with(exc, as_json=as_json)
         except Exception as exc:  # a bug: say so in one line, never a traceback
             fail(
                 EXIT_INTERNAL,
