@@ -564,6 +564,32 @@ def restore(settings: Settings, /, root: str, **kw: Any) -> None:
         output.print_restore(settings.console, plan)
 
 
+@main.command()
+@click.argument("root")
+@click.option("--query", "query_id", required=True, help="The query whose batches to show.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, help="Newest batches.")
+@json_option
+@click.pass_obj
+def metrics(settings: Settings, /, root: str, **kw: Any) -> None:
+    """Each micro-batch's figures as the runtime recorded them, newest first: rows in, keys
+    updated, state rows, bytes written, commit time, batch time, load time, cache hits (the
+    view state_batch_metrics holds the same)."""
+    settings.roots = [canonical_root(root)]
+    with _fleet(settings) as fleet:
+        known = fleet.catalog.query_ids(settings.roots[0])
+        if kw["query_id"] not in known:
+            fail(
+                EXIT_USAGE,
+                f"--query {kw['query_id']!r}: no such query committed below {settings.roots[0]} "
+                f"(known: {', '.join(known[:10]) or 'none'})",
+            )
+        batches = fleet.catalog.batch_metrics(settings.roots[0], kw["query_id"], limit=kw["limit"])
+    if kw["as_json"]:
+        echo_json([output.metrics_json(b) for b in batches])
+    else:
+        output.print_metrics(settings.console, kw["query_id"], batches)
+
+
 @main.command(name="reconcile")
 @click.option("--dry-run/--record", default=False, help="Only report unknown files.")
 @click.option(

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from state_runtime.catalog import FileVerdict, VersionHistory
+from state_runtime.catalog import FileVerdict, RecordedBatchMetrics, VersionHistory
 from state_runtime.cli.jsonable import jsonable
 from state_runtime.maintenance import (
     ChecksReport,
@@ -526,3 +526,50 @@ def print_restore(console: Console, plan: RestorePlan) -> None:
         )
     if done:
         console.print(f"  the query resumes at batch {plan.batch_id + 1}: restart it")
+
+
+def metrics_json(recorded: RecordedBatchMetrics) -> dict[str, Any]:
+    """One batch's figures, flat: the recorded columns, then the runtime's extra figures."""
+    m = recorded.metrics
+    return {
+        "root": recorded.root,
+        "query_id": recorded.query_id,
+        "batch_id": recorded.batch_id,
+        "recorded_at": jsonable(recorded.recorded_at),
+        "rows_in": m.rows_in,
+        "keys_updated": m.keys_updated,
+        "state_rows": m.state_rows,
+        "bytes_written": m.bytes_written,
+        "commit_ms": m.commit_ms,
+        "cache_hits": m.cache_hits,
+        "cache_misses": m.cache_misses,
+    } | {key: jsonable(value) for key, value in m.extra.items()}
+
+
+def _ms(value: object) -> str:
+    return "-" if not isinstance(value, int | float) else f"{value:,.0f} ms"
+
+
+def print_metrics(console: Console, query_id: str, batches: Sequence[RecordedBatchMetrics]) -> None:
+    """One row per batch, newest first."""
+    table = Table(title=f"Batch metrics of query {query_id} ({len(batches)} batches, newest first)")
+    for name in ("batch", "recorded", "rows in", "keys updated", "state rows", "written"):
+        table.add_column(name, justify="left" if name == "recorded" else "right")
+    for name in ("commit", "batch time", "max load", "cache hits"):
+        table.add_column(name, justify="right")
+    for b in batches:
+        m, extra = b.metrics, b.metrics.extra
+        looked = m.cache_hits + m.cache_misses
+        table.add_row(
+            str(b.batch_id),
+            b.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
+            f"{m.rows_in:,}",
+            f"{m.keys_updated:,}",
+            f"{m.state_rows:,}",
+            size(m.bytes_written),
+            _ms(m.commit_ms),
+            _ms(extra.get("batch_ms")),
+            _ms(extra.get("max_load_ms")),
+            f"{m.cache_hits}/{looked}" if looked else "-",
+        )
+    console.print(table)
