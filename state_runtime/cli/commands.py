@@ -140,12 +140,22 @@ POLICY_OPTIONS = [setting for setting in MAINTENANCE if setting.option]
 """The maintenance settings the command line overrides, as declared in MAINTENANCE."""
 
 
-def policy_options(command: F) -> F:
-    """Options overriding the maintenance policy (defaults: STATE_MAINTENANCE_* or built-in).
-    Zero is a value: ``--orphan-grace 0s`` means no grace."""
-    for setting in reversed(POLICY_OPTIONS):
-        command = _policy_option(setting, str(setting.option))(command)
-    return command
+RETENTION = ("retain_versions", "window", "orphan_grace")
+"""The settings of the retention rule: what a command judging files by it uses."""
+
+
+def policy_options(*used: str) -> Callable[[F], F]:
+    """Options overriding the settings ``used`` by the command (all when none is named), so
+    that its help lists only those (defaults: STATE_MAINTENANCE_* or built-in). Zero is a
+    value: ``--orphan-grace 0s`` means no grace."""
+
+    def decorate(command: F) -> F:
+        for setting in reversed(POLICY_OPTIONS):
+            if not used or setting.name in used:
+                command = _policy_option(setting, str(setting.option))(command)
+        return command
+
+    return decorate
 
 
 def _policy(settings: Settings, options: dict[str, Any]) -> MaintenancePolicy:
@@ -259,7 +269,7 @@ def main(ctx: click.Context, /, **kw: Any) -> None:
 @click.option("--workers", type=click.IntRange(min=1), default=1, help="Stores in parallel.")
 @json_option
 @store_option
-@policy_options
+@policy_options()
 @click.pass_obj
 def maintain(settings: Settings, /, **kw: Any) -> None:
     """Write due snapshots, then clean up (a dry run unless --execute)."""
@@ -300,7 +310,7 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
 @click.option("--workers", type=click.IntRange(min=1), default=1, help="Stores in parallel.")
 @json_option
 @store_option
-@policy_options
+@policy_options(*RETENTION, "min_window")
 @click.pass_obj
 def validate(settings: Settings, /, **kw: Any) -> None:
     """Check that every retained version loads: files, sizes, checksums, lineage, commit log."""
@@ -327,7 +337,7 @@ def validate(settings: Settings, /, **kw: Any) -> None:
 )
 @click.option("--limit", type=click.IntRange(min=1), help="Show only the first N rows.")
 @store_option
-@policy_options
+@policy_options(*RETENTION)
 @click.pass_obj
 def health(settings: Settings, /, **kw: Any) -> None:
     """Each store's status (healthy, degraded, broken, unknown: why, since when) and figures,
@@ -426,7 +436,7 @@ def history(settings: Settings, /, **kw: Any) -> None:
 @main.command()
 @click.argument("file")
 @json_option
-@policy_options
+@policy_options(*RETENTION)
 @click.pass_obj
 def explain(settings: Settings, /, file: str, **kw: Any) -> None:
     """Why FILE is kept, or why cleanup may delete it, and its store's status.
@@ -463,7 +473,7 @@ def _locate(fleet: Fleet, file: str) -> tuple[str, str]:
 @click.option("--dry-run/--execute", default=True, help="Only list the damaged snapshots.")
 @json_option
 @store_option
-@policy_options
+@policy_options(*RETENTION)
 @click.pass_obj
 def repair(settings: Settings, /, **kw: Any) -> None:
     """Rebuild damaged snapshots from their intact deltas (a dry run unless --execute).
@@ -596,7 +606,7 @@ def metrics(settings: Settings, /, root: str, **kw: Any) -> None:
     "--min-age", callback=_duration, help="Skip younger files.", show_default="--min-window"
 )
 @json_option
-@policy_options
+@policy_options(*RETENTION, "min_window")
 @click.pass_obj
 def reconcile_command(settings: Settings, /, **kw: Any) -> None:
     """List storage and record the files the catalog does not know (a rare sweep)."""

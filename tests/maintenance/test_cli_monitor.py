@@ -71,3 +71,22 @@ def test_a_closed_pipe_ends_quietly(make_stream: Callable[..., StoreStream]) -> 
         )
         assert len(piped.stdout.splitlines()) == 1
         assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr, piped.stderr
+
+
+def test_each_command_lists_only_the_policy_options_it_uses() -> None:
+    from click.testing import CliRunner
+
+    from state_runtime.cli import main
+
+    runner = CliRunner(env={"COLUMNS": "120"})
+
+    def options(command: str) -> set[str]:
+        text = runner.invoke(main, [command, "--help"]).output
+        found = ("--min-deltas", "--retain-versions", "--window", "--orphan-grace", "--min-window")
+        return {o for o in found if f"{o} " in text}
+
+    retention = {"--retain-versions", "--window", "--orphan-grace"}
+    assert options("maintain") == retention | {"--min-deltas", "--min-window"}
+    assert options("validate") == options("reconcile") == retention | {"--min-window"}
+    assert options("health") == options("repair") == options("explain") == retention
+    assert options("status") == retention and options("history") == set()
