@@ -384,7 +384,12 @@ def monitor_code(reports: Sequence[StoreReport]) -> int:
 @click.option(
     "--schemas", is_flag=True, help="Each operator store's schema changes, with their batch."
 )
-@click.option("--limit", type=click.IntRange(min=1), default=50, help="Newest versions, per root.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=50,
+    help="Newest versions per root; with --by-batch, newest whole micro-batches per root.",
+)
 @json_option
 @store_option
 @click.pass_obj
@@ -411,16 +416,14 @@ def history(settings: Settings, /, **kw: Any) -> None:
                 f"--query {query!r}: no such query committed below {', '.join(roots)} "
                 f"(known: {', '.join(known[:10]) or 'none'})",
             )
-        entries = [
-            entry
-            for root in roots
-            for entry in fleet.catalog.version_history(
-                root,
-                stores=None if only is None else [k.store for k in only if k.root == root],
-                query_id=query,
-                limit=kw["limit"],
-            )
-        ]
+        entries = []
+        for root in roots:
+            wanted = None if only is None else [k.store for k in only if k.root == root]
+            # A batch commits at most one version per store: N batches fit in N x stores rows.
+            per_batch = len(wanted) if wanted is not None else len(fleet.catalog.stores(root))
+            rows = kw["limit"] * max(per_batch, 1) if kw["by_batch"] else kw["limit"]
+            found = fleet.catalog.version_history(root, stores=wanted, query_id=query, limit=rows)
+            entries += output.newest_batches(found, kw["limit"]) if kw["by_batch"] else found
     if kw["by_batch"]:
         batches = output.batch_history(entries)
         if kw["as_json"]:

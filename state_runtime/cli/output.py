@@ -206,6 +206,21 @@ def print_history(console: Console, entries: Sequence[VersionHistory]) -> None:
                 )
 
 
+def newest_batches(entries: Sequence[VersionHistory], limit: int) -> list[VersionHistory]:
+    """The versions of the ``limit`` newest micro-batches among ``entries`` (newest first,
+    as the catalog returns them: a batch's versions share its commit time), whole."""
+    kept: set[tuple[str, int]] = set()
+    chosen = []
+    for e in entries:
+        batch = (e.query_id, e.batch_id)
+        if batch not in kept:
+            if len(kept) == limit:
+                continue
+            kept.add(batch)
+        chosen.append(e)
+    return chosen
+
+
 def batch_history(entries: Sequence[VersionHistory]) -> list[dict[str, Any]]:
     """The versions grouped by (root, query, batch), newest batch first: one micro-batch
     and all its stores per entry."""

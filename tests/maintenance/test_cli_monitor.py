@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -90,3 +91,24 @@ def test_each_command_lists_only_the_policy_options_it_uses() -> None:
     assert options("validate") == options("reconcile") == retention | {"--min-window"}
     assert options("health") == options("repair") == options("explain") == retention
     assert options("status") == retention and options("history") == set()
+
+
+def test_history_by_batch_limit_counts_whole_batches(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    stream = make_stream()
+    stream.run(5)
+    shown = statestore(stream, "history", "--by-batch", "--limit", "2", "--json")
+    assert shown.exit_code == 0, shown.output
+    batches = json.loads(shown.output)
+    assert [(b["batch_id"], b["stores"]) for b in batches] == [(4, 3), (3, 3)]
+    one_store = statestore(
+        stream, "history", "--by-batch", "--limit", "3", "--store", "0/1/default", "--json"
+    )
+    assert [(b["batch_id"], b["stores"]) for b in json.loads(one_store.output)] == [
+        (4, 1),
+        (3, 1),
+        (2, 1),
+    ]
+    versions = json.loads(statestore(stream, "history", "--limit", "2", "--json").output)
+    assert len(versions) == 2  # without --by-batch the limit counts versions
