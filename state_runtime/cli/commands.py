@@ -40,6 +40,7 @@ from state_runtime.maintenance import (
     SILENT,
     Fleet,
     Progress,
+    beyond_repair,
     canonical_root,
     check_schema_change,
     cleanup_pass,
@@ -487,19 +488,23 @@ def repair(settings: Settings, /, **kw: Any) -> None:
     policy = _policy(settings, kw)
     with _fleet(settings) as fleet:
         only = _stores(fleet, kw["stores"])
+        done: dict[str, Any] = {"dry_run": kw["dry_run"]}
         if kw["dry_run"]:
-            damaged = damaged_snapshots(fleet, policy, only)
-            if kw["as_json"]:
-                echo_json({"dry_run": True, "damaged": damaged})
-            else:
-                output.print_damaged(settings.console, damaged)
-            return
-        report = repair_pass(fleet, policy, only=only, progress=settings.progress)
+            done["damaged"] = damaged_snapshots(fleet, policy, only)
+        else:
+            done["report"] = repair_pass(fleet, policy, only=only, progress=settings.progress)
+        left = done["beyond_repair"] = beyond_repair(fleet, policy, only)
+        queries = {root: fleet.catalog.query_ids(root) for root in {p.key.root for p in left}}
     if kw["as_json"]:
-        echo_json({"dry_run": False, "report": report})
+        echo_json(done)
     else:
-        output.print_repairs(settings.console, report)
-    sys.exit(EXIT_PROBLEMS if report.failed else 0)
+        if kw["dry_run"]:
+            output.print_damaged(settings.console, done["damaged"])
+        else:
+            output.print_repairs(settings.console, done["report"])
+        output.print_beyond_repair(settings.console, left, queries)
+    failed = not kw["dry_run"] and bool(done["report"].failed)
+    sys.exit(EXIT_PROBLEMS if failed or left else 0)
 
 
 @main.command()

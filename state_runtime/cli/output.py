@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from state_runtime.catalog import FileVerdict, RecordedBatchMetrics, VersionHistory
+from state_runtime.catalog import FileVerdict, RecordedBatchMetrics, StoreProblem, VersionHistory
 from state_runtime.cli.jsonable import jsonable
 from state_runtime.maintenance import (
     ChecksReport,
@@ -411,6 +411,33 @@ def print_damaged(console: Console, damaged: Sequence[FileVerdict]) -> None:
         console.print(f"  ... and {len(damaged) - SHOWN} more")
     if damaged:
         console.print("Run with --execute to rebuild them.")
+
+
+def print_beyond_repair(
+    console: Console, problems: Sequence[StoreProblem], queries: dict[str, list[str]]
+) -> None:
+    """What repair cannot fix, and the command that can."""
+    if not problems:
+        return
+    console.print(
+        f"cannot repair: {len(problems)} open problem(s) are not damaged snapshots (repair "
+        "rebuilds snapshots from intact deltas; a lost delta has no copy to rebuild from)",
+        soft_wrap=True,
+    )
+    for p in problems[:SHOWN]:
+        where = f" (file {p.path})" if p.path else ""
+        console.print(f"  {p.key}: {p.problem}{where}", soft_wrap=True)
+    if len(problems) > SHOWN:
+        console.print(f"  ... and {len(problems) - SHOWN} more")
+    for root in sorted({p.key.root for p in problems}):
+        query = " or ".join(queries.get(root, [])) or "Q"
+        console.print(
+            f"Put the lost files back in storage, or return the query to an intact batch: "
+            f"`statestore restore {root} --query {query} --to-batch B --spark-checkpoint DIR` "
+            "(its dry run names the newest intact batch; --allow-lost-state restarts a lost "
+            "store from empty)",
+            soft_wrap=True,
+        )
 
 
 def print_repairs(console: Console, report: RepairReport) -> None:

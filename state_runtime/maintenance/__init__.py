@@ -43,6 +43,7 @@ from state_runtime.maintenance.repair import (
     RepairOutcome,
     RepairReport,
     RepairStatus,
+    beyond_repair,
     damaged_snapshots,
     repair_pass,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "reconcile",
     "relocate_root",
     "repair_pass",
+    "beyond_repair",
     "RestorePlan",
     "plan_restore",
     "restore_query",

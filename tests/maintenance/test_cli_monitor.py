@@ -112,3 +112,21 @@ def test_history_by_batch_limit_counts_whole_batches(
     ]
     versions = json.loads(statestore(stream, "history", "--limit", "2", "--json").output)
     assert len(versions) == 2  # without --by-batch the limit counts versions
+
+
+def test_repair_says_what_it_cannot_repair(make_stream: Callable[..., StoreStream]) -> None:
+    """A delta deleted by hand: no snapshot to rebuild, so repair says it cannot repair it,
+    names the problem and the restore command, and exits 1 (dry run and executed)."""
+    stream = make_stream()
+    stream.run(4)
+    lost = stream.committed[stream.stores[1]][2]
+    (stream.storage.root / lost.path).unlink()
+    assert statestore(stream, "--policy", "demo", "validate").exit_code == 1
+    for mode in ("--dry-run", "--execute"):
+        said = statestore(stream, "repair", mode)
+        assert said.exit_code == 1, said.output
+        assert "cannot repair: 1 open problem(s) are not damaged snapshots" in said.output
+        assert lost.path in said.output
+        assert f"statestore restore {stream.root} --query query-1 --to-batch B" in said.output
+    data = json.loads(statestore(stream, "repair", "--json").output)
+    assert [p["path"] for p in data["beyond_repair"]] == [lost.path]
