@@ -19,6 +19,7 @@ from state_runtime.errors import ChangesCleanedUp, InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.retention import LIVE_STATES
 from state_runtime.runtime import worker
+from state_runtime.runtime.spark_kind import default_parallelism
 from state_runtime.schema import StateSchema
 from state_runtime.storage import Storage, open_storage
 
@@ -122,6 +123,6 @@ def read_state_changes(
     )
     return (
         spark.createDataFrame(rows, _SOURCES)
-        .repartition(min(len(rows), spark.sparkContext.defaultParallelism))
+        .repartition(min(len(rows), default_parallelism(spark)))
         .mapInArrow(partial(_read_deltas, storage, operator_id, store_name, schema), out)
     )
