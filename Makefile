@@ -45,8 +45,11 @@ $(STAMP): pyproject.toml | check-python
 
 install: $(STAMP)
 
+# Two passes: every test on classic Spark, then the suites marked `connect` on a Spark Connect
+# session (pyspark picks classic or Connect per process; one local Connect server per pass).
 test: $(STAMP) check-java
 	$(PY) -m pytest $(PYTEST_ARGS)
+	SPARK_REMOTE=local $(PY) -m pytest -m connect $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check state_runtime dagster_project demo tests benchmarks

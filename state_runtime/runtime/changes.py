@@ -33,6 +33,32 @@ _SOURCES = StructType(
 )
 
 
+def load_changes(
+    storage: Storage,
+    operator_id: int,
+    store_name: str,
+    schema: StateSchema,
+    source: tuple[int, int, int, str | None],
+) -> Iterator[pa.RecordBatch]:
+    """One batch's changes to one partition: ``(batch, partition, version, checkpoint id)``
+    of its delta (runs in a task)."""
+    batch_id, partition, version, checkpoint_id = source
+    store_id = StoreId(operator_id, partition, store_name)
+    provider = worker.provider_for(storage, store_id, schema, StoreConfig())
+    delta = provider.read_delta(CheckpointRef(version, checkpoint_id))
+    n = delta.num_rows
+    removed = delta.column("value").is_null()
+    yield from pa.table(
+        {
+            "batch_id": pa.array([batch_id] * n, type=pa.int64()),
+            "change_type": pc.if_else(removed, "delete", "update"),
+            "key": delta.column("key"),
+            "value": delta.column("value"),
+            "partition_id": pa.array([partition] * n, type=pa.int32()),
+        }
+    ).to_batches()
+
+
 def _read_deltas(
     storage: Storage,
     operator_id: int,
@@ -41,23 +67,8 @@ def _read_deltas(
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     for batch in batches:
-        for batch_id, partition, version, checkpoint_id in zip(
-            *batch.to_pydict().values(), strict=True
-        ):
-            store_id = StoreId(operator_id, partition, store_name)
-            provider = worker.provider_for(storage, store_id, schema, StoreConfig())
-            delta = provider.read_delta(CheckpointRef(version, checkpoint_id))
-            n = delta.num_rows
-            removed = delta.column("value").is_null()
-            yield from pa.table(
-                {
-                    "batch_id": pa.array([batch_id] * n, type=pa.int64()),
-                    "change_type": pc.if_else(removed, "delete", "update"),
-                    "key": delta.column("key"),
-                    "value": delta.column("value"),
-                    "partition_id": pa.array([partition] * n, type=pa.int32()),
-                }
-            ).to_batches()
+        for source in zip(*batch.to_pydict().values(), strict=True):
+            yield from load_changes(storage, operator_id, store_name, schema, source)
 
 
 def _check(deltas: list[CommittedDelta], start: int, end: int, operator_id: int) -> None:
@@ -80,6 +91,41 @@ def _check(deltas: list[CommittedDelta], start: int, end: int, operator_id: int)
         )
 
 
+def changes_plan(
+    storage: Storage,
+    operator_id: int,
+    start_batch_id: int,
+    end_batch_id: int,
+    *,
+    store_name: str,
+    query_id: str | None,
+    catalog_url: str | None,
+) -> tuple[StateSchema, list[tuple[int, int, int, str | None]], StructType]:
+    """What reading the change feed needs: the store's schema, every committed delta of the
+    range as ``(batch, partition, version, checkpoint id)`` and the rows' schema."""
+    if end_batch_id < start_batch_id:
+        raise InvalidArgument(f"end batch {end_batch_id} is before start batch {start_batch_id}")
+    root = storage.uri
+    with Catalog.open(catalog_url or default_catalog_url()) as catalog:
+        deltas = catalog.committed_deltas(
+            root, operator_id, store_name, start_batch_id, end_batch_id, query_id=query_id
+        )
+        _check(deltas, start_batch_id, end_batch_id, operator_id)
+        record = next(r for r in catalog.stores(root) if r.key.store == deltas[0].store)
+    schema = StateSchema.of(record.key_schema, record.value_schema)
+    rows = [(d.batch_id, d.store.partition_id, d.ref.version, d.ref.checkpoint_id) for d in deltas]
+    out = StructType(
+        [
+            StructField("batch_id", LongType(), False),
+            StructField("change_type", StringType(), False),
+            StructField("key", schema.key, True),
+            StructField("value", schema.value, True),
+            StructField("partition_id", IntegerType(), False),
+        ]
+    )
+    return schema, rows, out
+
+
 def read_state_changes(
     spark: SparkSession,
     checkpoint_root: str | Storage,
@@ -98,28 +144,17 @@ def read_state_changes(
     Raises ChangesCleanedUp when maintenance has deleted a requested batch's deltas, and
     InvalidArgument when a batch in the range is not committed.
     """
-    if end_batch_id < start_batch_id:
-        raise InvalidArgument(f"end batch {end_batch_id} is before start batch {start_batch_id}")
     storage = (
         checkpoint_root if isinstance(checkpoint_root, Storage) else open_storage(checkpoint_root)
     )
-    root = storage.uri
-    with Catalog.open(catalog_url or default_catalog_url()) as catalog:
-        deltas = catalog.committed_deltas(
-            root, operator_id, store_name, start_batch_id, end_batch_id, query_id=query_id
-        )
-        _check(deltas, start_batch_id, end_batch_id, operator_id)
-        record = next(r for r in catalog.stores(root) if r.key.store == deltas[0].store)
-    schema = StateSchema.of(record.key_schema, record.value_schema)
-    rows = [(d.batch_id, d.store.partition_id, d.ref.version, d.ref.checkpoint_id) for d in deltas]
-    out = StructType(
-        [
-            StructField("batch_id", LongType(), False),
-            StructField("change_type", StringType(), False),
-            StructField("key", schema.key, True),
-            StructField("value", schema.value, True),
-            StructField("partition_id", IntegerType(), False),
-        ]
+    schema, rows, out = changes_plan(
+        storage,
+        operator_id,
+        start_batch_id,
+        end_batch_id,
+        store_name=store_name,
+        query_id=query_id,
+        catalog_url=catalog_url,
     )
     return (
         spark.createDataFrame(rows, _SOURCES)

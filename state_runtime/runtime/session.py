@@ -12,9 +12,11 @@ import os
 import socket
 import sys
 import uuid
+from typing import cast
 
 from pyspark.sql import SparkSession
 
+from state_runtime.errors import MissingExtra
 from state_runtime.runtime.spark_kind import quiet
 
 _CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
@@ -100,7 +102,11 @@ def spark_session(
     remote = remote or os.environ.get("SPARK_REMOTE") or None
     if remote is None:
         return _classic(master, conf)
-    from pyspark.sql.connect.session import SparkSession as ConnectSession
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+    except ImportError as exc:  # pyspark names the missing package in its message
+        missing = getattr(exc, "name", None) or str(exc)
+        raise MissingExtra(f"Spark Connect (remote={remote!r})", "connect", missing) from None
 
     if remote.startswith("local"):
         url = _local_connect_server(master if remote == "local" else remote, conf)
@@ -109,4 +115,4 @@ def spark_session(
     builder = ConnectSession.builder.remote(url)
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    return cast(SparkSession, builder.getOrCreate())  # the Connect class stands in for it
