@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from state_runtime.errors import InvalidArgument
@@ -105,13 +106,12 @@ class _StateReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Part)
         load = load_changes if self.changes else load_state
-        yield from load(
-            self.storage,
-            self.operator_id,
-            self.store_name,
-            self.schema_,
-            partition.source,
-        )
+        # Spark checks the batches' nullability flags against the declared schema.
+        schema = to_arrow_schema(self.out, timezone="UTC")
+        for batch in load(
+            self.storage, self.operator_id, self.store_name, self.schema_, partition.source
+        ):
+            yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
 
 
 class StateDataSource(DataSource):

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrameReader, SparkSession
 
 from state_runtime.runtime import (
     Agg,
@@ -81,8 +81,11 @@ def test_state_changes_and_metadata_through_the_data_source(
 
 def test_bad_options_are_named(spark: SparkSession, sqlite_catalog_url: str) -> None:
     register_state_sources(spark)
-    reader = spark.read.format("state_runtime").option("catalogUrl", sqlite_catalog_url)
+
+    def reader() -> DataFrameReader:  # a DataFrameReader keeps the options it was given
+        return spark.read.format("state_runtime").option("catalogUrl", sqlite_catalog_url)
+
     with pytest.raises(Exception, match="changeStartBatchId and changeEndBatchId"):
-        reader.option("readChangeFeed", True).load("/tmp/nowhere").collect()
+        reader().option("readChangeFeed", True).load("/tmp/nowhere").collect()
     with pytest.raises(Exception, match="batchId='one': expected a whole number"):
-        reader.option("batchId", "one").load("/tmp/nowhere").collect()
+        reader().option("batchId", "one").load("/tmp/nowhere").collect()
