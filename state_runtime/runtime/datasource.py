@@ -34,8 +34,8 @@ from pyspark.sql.types import StructType
 from state_runtime.errors import InvalidArgument
 from state_runtime.runtime.changes import changes_plan, load_changes
 from state_runtime.runtime.reader import METADATA_SCHEMA, load_state, metadata_rows, state_plan
-from state_runtime.schema import StateSchema
 from state_runtime.storage import open_storage
+from state_runtime.store.state_schema import StateSchema
 
 STATE_FORMAT = "state_runtime"
 METADATA_FORMAT = "state_runtime_metadata"
