@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from state_runtime.catalog import Catalog
 from state_runtime.maintenance.fleet import Fleet, format_store_key, parse_store_key
@@ -23,7 +24,15 @@ from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.snapshots import due_for_snapshot, snapshot_pass
 from state_runtime.runtime.spark_kind import default_parallelism
 
-_OUTCOME = "store string, status string, run_id string, bytes bigint, error string"
+_OUTCOME = pa.schema(
+    [
+        ("store", pa.string()),
+        ("status", pa.string()),
+        ("run_id", pa.int64()),
+        ("bytes", pa.int64()),
+        ("error", pa.string()),
+    ]
+)
 
 
 def _snapshot_slice(
@@ -45,15 +54,7 @@ def _snapshot_slice(
             }
             for o in report.outcomes
         ],
-        schema=pa.schema(
-            [
-                ("store", pa.string()),
-                ("status", pa.string()),
-                ("run_id", pa.string()),
-                ("bytes", pa.int64()),
-                ("error", pa.string()),
-            ]
-        ),
+        schema=_OUTCOME,
     )
 
 
@@ -72,5 +73,6 @@ def snapshot_on_spark(
     count = max(1, min(slices or default_parallelism(spark), len(due)))
     owner = f"{fleet.owner}:spark"
     keys = spark.createDataFrame([(k,) for k in due], "store string").repartition(count)
-    rows = keys.mapInArrow(partial(_snapshot_slice, catalog_url, policy, owner), _OUTCOME)
+    slice_ = partial(_snapshot_slice, catalog_url, policy, owner)
+    rows = keys.mapInArrow(slice_, from_arrow_schema(_OUTCOME))
     return [row.asDict() for row in rows.collect()]
