@@ -149,14 +149,15 @@ def run_engine(engine: str, work: Path, inputs: Path, partitions: int) -> dict[s
     seen = -1
     while stream.isActive:
         progress = stream.lastProgress
-        if progress and progress["batchId"] != seen:
-            seen = progress["batchId"]
+        if progress and progress.batchId != seen:
+            seen = progress.batchId
             sizes[seen] = folder_bytes(state_dir) if state_dir.exists() else 0
         time.sleep(0.05)
     stream.awaitTermination()
-    progress = [p for p in stream.recentProgress if p["numInputRows"] > 0]
+    # attributes, not keys: a Connect client's progress objects only have the attributes
+    progress = [p for p in stream.recentProgress if p.numInputRows > 0]
     spark.stop()
-    latencies = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
+    latencies = [p.durationMs["triggerExecution"] / 1000 for p in progress]
     result = {"latencies": latencies, "final_bytes": folder_bytes(state_dir), "sizes": sizes}
     if query is not None:
         with Catalog.open(query.catalog_url) as catalog:
