@@ -18,10 +18,11 @@ from state_runtime.errors import ChangesCleanedUp, InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.retention import LIVE_STATES
 from state_runtime.runtime import worker
+from state_runtime.runtime.reader import store_history
 from state_runtime.runtime.spark_kind import default_parallelism
 from state_runtime.storage import Storage, open_storage
 from state_runtime.store.config import StoreConfig
-from state_runtime.store.state_schema import StateSchema
+from state_runtime.store.schema_history import SchemaHistory
 
 _SOURCES = StructType(
     [
@@ -37,14 +38,14 @@ def load_changes(
     storage: Storage,
     operator_id: int,
     store_name: str,
-    schema: StateSchema,
+    history: SchemaHistory,
     source: tuple[int, int, int, str | None],
 ) -> Iterator[pa.RecordBatch]:
     """One batch's changes to one partition: ``(batch, partition, version, checkpoint id)``
     of its delta (runs in a task)."""
     batch_id, partition, version, checkpoint_id = source
     store_id = StoreId(operator_id, partition, store_name)
-    provider = worker.provider_for(storage, store_id, schema, StoreConfig())
+    provider = worker.provider_for(storage, store_id, history, StoreConfig())
     delta = provider.read_delta(CheckpointRef(version, checkpoint_id))
     n = delta.num_rows
     removed = delta.column("value").is_null()
@@ -63,12 +64,12 @@ def _read_deltas(
     storage: Storage,
     operator_id: int,
     store_name: str,
-    schema: StateSchema,
+    history: SchemaHistory,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         for source in zip(*batch.to_pydict().values(), strict=True):
-            yield from load_changes(storage, operator_id, store_name, schema, source)
+            yield from load_changes(storage, operator_id, store_name, history, source)
 
 
 def _check(deltas: list[CommittedDelta], start: int, end: int, operator_id: int) -> None:
@@ -100,9 +101,10 @@ def changes_plan(
     store_name: str,
     query_id: str | None,
     catalog_url: str | None,
-) -> tuple[StateSchema, list[tuple[int, int, int, str | None]], StructType]:
-    """What reading the change feed needs: the store's schema, every committed delta of the
-    range as ``(batch, partition, version, checkpoint id)`` and the rows' schema."""
+) -> tuple[SchemaHistory, list[tuple[int, int, int, str | None]], StructType]:
+    """What reading the change feed needs (read on the driver): the store's schema history,
+    every committed delta of the range as ``(batch, partition, version, checkpoint id)`` and
+    the rows' schema."""
     if end_batch_id < start_batch_id:
         raise InvalidArgument(f"end batch {end_batch_id} is before start batch {start_batch_id}")
     root = storage.uri
@@ -111,8 +113,8 @@ def changes_plan(
             root, operator_id, store_name, start_batch_id, end_batch_id, query_id=query_id
         )
         _check(deltas, start_batch_id, end_batch_id, operator_id)
-        record = next(r for r in catalog.stores(root) if r.key.store == deltas[0].store)
-    schema = StateSchema.of(record.key_schema, record.value_schema)
+        history = store_history(catalog, root, operator_id, store_name)
+    schema = history.newest.schema
     rows = [(d.batch_id, d.store.partition_id, d.ref.version, d.ref.checkpoint_id) for d in deltas]
     out = StructType(
         [
@@ -123,7 +125,7 @@ def changes_plan(
             StructField("partition_id", IntegerType(), False),
         ]
     )
-    return schema, rows, out
+    return history, rows, out
 
 
 def read_state_changes(
@@ -147,7 +149,7 @@ def read_state_changes(
     storage = (
         checkpoint_root if isinstance(checkpoint_root, Storage) else open_storage(checkpoint_root)
     )
-    schema, rows, out = changes_plan(
+    history, rows, out = changes_plan(
         storage,
         operator_id,
         start_batch_id,
@@ -159,5 +161,5 @@ def read_state_changes(
     return (
         spark.createDataFrame(rows, _SOURCES)
         .repartition(min(len(rows), default_parallelism(spark)))
-        .mapInArrow(partial(_read_deltas, storage, operator_id, store_name, schema), out)
+        .mapInArrow(partial(_read_deltas, storage, operator_id, store_name, history), out)
     )

@@ -35,7 +35,7 @@ from state_runtime.errors import InvalidArgument
 from state_runtime.runtime.changes import changes_plan, load_changes
 from state_runtime.runtime.reader import METADATA_SCHEMA, load_state, metadata_rows, state_plan
 from state_runtime.storage import open_storage
-from state_runtime.store.state_schema import StateSchema
+from state_runtime.store.schema_history import SchemaHistory
 
 STATE_FORMAT = "state_runtime"
 METADATA_FORMAT = "state_runtime_metadata"
@@ -72,7 +72,7 @@ class _StateReader(DataSourceReader):
         self.store_name = options.get("storeName", "default")
         self.changes = options.get("readChangeFeed", "false").lower() == "true"
         query_id, url = options.get("queryId"), options.get("catalogUrl")
-        self.schema_: StateSchema
+        self.history: SchemaHistory
         self.sources: Sequence[tuple[Any, ...]]
         if self.changes:
             start, end = _int(options, "changeStartBatchId"), _int(options, "changeEndBatchId")
@@ -80,7 +80,7 @@ class _StateReader(DataSourceReader):
                 raise InvalidArgument(
                     "readChangeFeed needs changeStartBatchId and changeEndBatchId"
                 )
-            self.schema_, self.sources, self.out = changes_plan(
+            self.history, self.sources, self.out = changes_plan(
                 self.storage,
                 self.operator_id,
                 start,
@@ -90,7 +90,7 @@ class _StateReader(DataSourceReader):
                 catalog_url=url,
             )
         else:
-            self.schema_, self.sources, self.out = state_plan(
+            self.history, self.sources, self.out = state_plan(
                 self.storage,
                 self.operator_id,
                 self.store_name,
@@ -109,7 +109,7 @@ class _StateReader(DataSourceReader):
         # Spark checks the batches' nullability flags against the declared schema.
         schema = to_arrow_schema(self.out, timezone="UTC")
         for batch in load(
-            self.storage, self.operator_id, self.store_name, self.schema_, partition.source
+            self.storage, self.operator_id, self.store_name, self.history, partition.source
         ):
             yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
 
