@@ -134,7 +134,7 @@ def test_optional_parts_name_their_extra(tmp_path: Path) -> None:
     assert "pip install 'state-runtime[s3]'" in lines[0]
     assert lines[1].startswith("InvalidCatalogUrl ")
     assert "pip install 'state-runtime[postgres]'" in lines[1]
-    assert lines[2].startswith("MissingExtra Spark Connect (remote='sc://localhost:1') needs")
+    assert "Spark Connect (remote='sc://localhost:1') needs the connect extra" in lines[2]
     assert "pip install 'state-runtime[connect]'" in lines[2]
     assert lines[3] == "exit 2"
     assert "error: statestore needs the cli extra" in out

@@ -104,9 +104,9 @@ def spark_session(
         return _classic(master, conf)
     try:
         from pyspark.sql.connect.session import SparkSession as ConnectSession
-    except ImportError as exc:  # pyspark names the missing package in its message
-        missing = getattr(exc, "name", None) or str(exc)
-        raise MissingExtra(f"Spark Connect (remote={remote!r})", "connect", missing) from None
+    except ImportError:
+        client = "grpcio, grpcio-status, googleapis-common-protos or zstandard"
+        raise MissingExtra(f"Spark Connect (remote={remote!r})", "connect", client) from None
 
     if remote.startswith("local"):
         url = _local_connect_server(master if remote == "local" else remote, conf)
