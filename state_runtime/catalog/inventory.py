@@ -36,6 +36,7 @@ from state_runtime.identity import (
     validate_checkpoint_id,
     validate_non_negative,
 )
+from state_runtime.storage.roots import parse_root
 
 _CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 400  # rows per IN list: far below SQLite's bound-parameter limit
@@ -48,8 +49,10 @@ def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
 
 
 def validate_root(root: str) -> str:
-    """A checkpoint root as the catalog keys it: a non-empty path or URI without control
-    characters. Roots are compared as given, so callers pass one canonical spelling."""
+    """A checkpoint root as the catalog looks it up: a non-empty path or URI without control
+    characters. Roots are compared as given, so callers pass one canonical spelling. A root
+    is recorded only if storage could open it (:func:`ensure_stores`), so this looser check
+    serves lookups, and a root recorded by older code can still be reported on."""
     if not isinstance(root, str) or not root or len(root) > 4096:
         raise InvalidArgument(f"invalid checkpoint root {root!r}: expected 1-4096 characters")
     if any(ord(ch) < 32 for ch in root):
@@ -129,6 +132,7 @@ def ensure_stores(
     missing = [x for x in ordered if x not in found]
     if not missing:
         return found
+    parse_root(root)  # storage's own rule: the catalog records no root storage refuses
     schemas = schemas or {}
     # ON CONFLICT: a concurrent transaction may be creating the same store right now.
     connection.execute(

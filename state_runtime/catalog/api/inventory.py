@@ -23,6 +23,7 @@ from state_runtime.catalog.tables import batch_metrics, batch_watermarks, checkp
 from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
+from state_runtime.storage.roots import parse_root
 
 
 class InventoryCalls(CatalogBase):
@@ -40,6 +41,7 @@ class InventoryCalls(CatalogBase):
         recorded watermarks) in one transaction, after the files were moved or copied there
         (file paths are stored relative to their root, so only the root changes). Returns the
         number of stores moved."""
+        parse_root(new)  # storage's own rule, as for every root first recorded
 
         def work(connection: Connection) -> int:
             roots = sa.select(stores.c.checkpoint_root).distinct()
