@@ -186,6 +186,22 @@ class InvalidCatalogUrl(CatalogMisconfigured, InvalidArgument):
     """The catalog URL is malformed or names a database or driver this library cannot use."""
 
 
+class CatalogPermissionDenied(CatalogError):
+    """The catalog's role lacks a right an operation needs (PostgreSQL SQLSTATE 42501): the
+    message names the role, the right and the operation. Nothing was changed (the operation's
+    one transaction rolled back); grant the right, or run the operation as the role meant
+    for it (docs/running-for-real.md)."""
+
+
+class CatalogReadOnly(CatalogError):
+    """The catalog refuses writes (SQLSTATE 25006: a standby after a failover, or
+    ``default_transaction_read_only``). Nothing was changed and the call was not retried;
+    the same call succeeds once the database accepts writes again (every catalog call is
+    safe to repeat)."""
+
+    retryable = True
+
+
 class CatalogSchemaOutdated(CatalogError):
     """The catalog database has an older schema than this code; run the migration."""
 

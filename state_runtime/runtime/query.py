@@ -128,7 +128,7 @@ class StatefulQuery:
         self.operators = list(operators)
         self.event_time = EventTimeClock.of(watermark, self.operators)
         self.catalog_url = catalog_url or default_catalog_url()
-        self.catalog = Catalog.open(self.catalog_url, upgrade=True)
+        self.catalog = Catalog.open(self.catalog_url, upgrade="sqlite")  # no DDL on PostgreSQL
         self.adaptive = adaptive
         if parallelism is not None and (
             isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1

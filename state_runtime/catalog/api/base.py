@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Self, TypeVar
+from typing import Literal, Self, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -46,14 +46,16 @@ class CatalogBase:
         cls,
         url: str | None = None,
         *,
-        upgrade: bool = False,
+        upgrade: bool | Literal["sqlite"] = False,
         retry: RetryPolicy | None = None,
         timeouts: CatalogTimeouts | None = None,
     ) -> Self:
         """Connect to the catalog at ``url`` (default: ``catalog_url()``) and check its schema.
 
         With ``upgrade`` the schema is first migrated to the head revision (what the embedded
-        demo wants; a SQLite file and its folder are created); otherwise nothing is created,
+        demo wants; a SQLite file and its folder are created); with ``upgrade="sqlite"`` only
+        a SQLite catalog is (a single-user file: the streaming job's default), never
+        PostgreSQL's, whose DDL only its owner runs; otherwise nothing is created,
         and a missing SQLite file or an older schema raises CatalogSchemaOutdated naming the
         command that upgrades it. A schema newer than this code raises CatalogSchemaTooNew;
         a malformed URL InvalidCatalogUrl; an unreachable database CatalogUnavailable.
@@ -62,7 +64,7 @@ class CatalogBase:
         engine = create_catalog_engine(url or catalog_url(), timeouts)
         policy = retry or RetryPolicy()
         try:
-            if upgrade:
+            if upgrade is True or (upgrade == "sqlite" and engine.dialect.name == "sqlite"):
                 schema.upgrade(engine, retry=policy)
             schema.check_schema(engine, retry=policy)
         except BaseException:
