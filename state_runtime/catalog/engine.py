@@ -58,10 +58,11 @@ _READ_ONLY = "25006"
 _WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|TRUNCATE)\b")
 _SQLITE_BUSY = ("database is locked", "database is busy", "database table is locked")
 # Connection failures that no retry can fix: the URL names a database, role or password the
-# server refuses (libpq reports them without a SQLSTATE).
+# server refuses, or TLS settings that cannot work (libpq reports them without a SQLSTATE).
 _PERMANENT_CONNECT = re.compile(
     r"does not exist|authentication failed|no pg_hba\.conf entry|no password supplied|"
-    r"permission denied|unable to open database file|invalid (?:dsn|connection option)",
+    r"permission denied|unable to open database file|invalid (?:dsn|connection option)|"
+    r"does not support SSL|root certificate file|certificate verify failed|invalid sslmode",
     re.IGNORECASE,
 )
 _ATTEMPT_TIMEOUT = "state_runtime_attempt_timeout"

@@ -27,6 +27,7 @@ from state_runtime.catalog.grants import Roles as GrantRoles
 from state_runtime.catalog.schema import current_revision, head_revision, upgrade
 from state_runtime.cli import main as statestore
 from state_runtime.errors import (
+    CatalogMisconfigured,
     CatalogPermissionDenied,
     CatalogReadOnly,
     CatalogSchemaOutdated,
@@ -354,3 +355,104 @@ def test_the_demo_stream_runs_as_the_runtime_role(
     checked = cli(roles.maintenance, "validate")
     assert checked.exit_code == 0, checked.output
     assert cli(roles.reader, "--root", str(root), "health").exit_code == 0
+
+
+SECRET = "pw-never-stored-7f3a"
+
+
+def with_password(url: str) -> str:
+    """``url`` carrying a password (trust authentication ignores it, as the server would not)."""
+    return make_url(url).set(password=SECRET).render_as_string(hide_password=False)
+
+
+def everything_in_the_catalog(owner: str) -> str:
+    """Every row of every table of the catalog, as JSON text."""
+    engine = sa.create_engine(owner)
+    try:
+        with engine.connect() as connection:
+            tables = connection.execute(
+                sa.text(
+                    "SELECT table_name FROM information_schema.tables "
+                    "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+                )
+            ).scalars()
+            return "\n".join(
+                text
+                for table in list(tables)
+                for text in connection.execute(
+                    sa.text(f'SELECT row_to_json(t)::text FROM "{table}" t')
+                ).scalars()
+            )
+    finally:
+        engine.dispose()
+
+
+def test_no_password_is_stored_or_logged_after_a_full_run(
+    roles: Roles, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from dagster import instance_for_test, materialize
+
+    from dagster_project.defs.assets import (
+        state_reconciliation,
+        state_retention_cleanup,
+        state_snapshots,
+        state_store_health,
+    )
+    from dagster_project.defs.resources import MaintenanceResource
+    from tests.dagster.test_dagster_definitions import FAST
+    from tests.dagster.test_dagster_secrets import everything_recorded
+
+    runtime = Roles(
+        roles.owner,
+        *(with_password(u) for u in (roles.runtime, roles.maintenance, roles.reader)),
+        roles.names,
+    )
+    seen: list[str] = []
+    with caplog.at_level(logging.DEBUG):
+        stream = runtime_stream(runtime, tmp_path)
+        stream.catalog.close()
+        for url, args in [
+            (runtime.maintenance, ("--policy", "demo", "maintain", "--execute")),
+            (runtime.maintenance, ("validate",)),
+            (runtime.maintenance, ("reconcile",)),
+            (runtime.reader, ("health", "--json")),
+            (runtime.reader, ("maintain", "--execute")),  # refused: its error names the URL
+            (runtime.runtime, ("resolve", "--store", "0/0/default", "--reason", "x")),
+        ]:
+            result = cli(url, *args)
+            seen += [result.stdout, result.stderr]
+        assert "lacks INSERT" in seen[-3]
+        resources = {"maintenance": MaintenanceResource.of(FAST, catalog_url=runtime.maintenance)}
+        failing = {"maintenance": MaintenanceResource.of(FAST, catalog_url=runtime.reader)}
+        with instance_for_test() as instance:
+            for assets, given in [
+                ([state_snapshots, state_retention_cleanup], resources),
+                ([state_reconciliation, state_store_health], resources),
+                ([state_snapshots], failing),
+            ]:
+                done = materialize(assets, resources=given, instance=instance, raise_on_error=False)
+                seen.append(everything_recorded(instance, done.run_id))
+    seen += [r.getMessage() + str(r.exc_info or "") for r in caplog.records]
+    stored = everything_in_the_catalog(roles.owner)
+    assert "deletion" in stored or "superseded" in stored  # the scan reads real rows
+    assert f"{roles.names['reader']}:***@" in "\n".join(seen)  # URLs shown masked ...
+    for where, text in [("catalog rows", stored), ("logs and outputs", "\n".join(seen))]:
+        assert SECRET not in text, where  # ... never their passwords
+
+
+def test_tls_parameters_of_the_url_reach_the_driver(roles: Roles, tmp_path: Path) -> None:
+    """sslmode and sslrootcert pass through to libpq: ``disable`` connects (and the session's
+    parameters say so), ``require`` against this server (built without SSL) is refused by
+    libpq itself, and ``verify-full`` names the root certificate file it could not read."""
+    plain = make_url(roles.reader)
+    with Catalog.open(plain.update_query_dict({"sslmode": "disable"}).render_as_string(False)) as c:
+        with c.engine.connect() as connection:
+            dsn = connection.connection.dbapi_connection.get_dsn_parameters()  # type: ignore[union-attr]
+        assert dsn["sslmode"] == "disable" and dsn["user"] == roles.names["reader"]
+    with pytest.raises(CatalogMisconfigured, match="server does not support SSL"):
+        Catalog.open(plain.update_query_dict({"sslmode": "require"}).render_as_string(False))
+    missing = tmp_path / "ca.pem"
+    verify = {"sslmode": "verify-full", "sslrootcert": str(missing)}
+    with pytest.raises(CatalogMisconfigured) as caught:
+        Catalog.open(plain.update_query_dict(verify).render_as_string(False))
+    assert str(missing) in str(caught.value) or "SSL" in str(caught.value)
