@@ -17,7 +17,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -33,6 +32,7 @@ from state_runtime.errors import CannotCommit
 from state_runtime.identity import StoreId
 from state_runtime.storage import LocalStorage
 from tests.catalog.conftest import sqlite_catalog  # noqa: F401  (fixture)
+from tests.faults.shims import build_shim
 from tests.maintenance.streams import KEY, VALUE, StoreStream
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,15 +67,7 @@ print("committed", info.version, info.checkpoint_id, flush=True)
 
 @pytest.fixture(scope="session")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The fault shim, compiled for this machine."""
-    compiler = shutil.which("gcc") or shutil.which("cc")
-    if compiler is None:
-        pytest.fail("a C compiler is needed to build tests/faults/oserror_shim.c")
-    built = tmp_path_factory.mktemp("shim") / "oserror_shim.so"
-    source = REPO / "tests" / "faults" / "oserror_shim.c"
-    command = [compiler, "-shared", "-fPIC", "-o", str(built), str(source), "-ldl"]
-    subprocess.run(command, check=True)
-    return built
+    return build_shim("oserror_shim", tmp_path_factory.mktemp("shim"))
 
 
 def write_next(

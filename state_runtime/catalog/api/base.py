@@ -4,13 +4,14 @@ transaction per call."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal, Self, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from state_runtime.catalog import schema
+from state_runtime.catalog.clock import DatabaseClock
 from state_runtime.catalog.engine import (
     RetryPolicy,
     create_catalog_engine,
@@ -21,10 +22,6 @@ from state_runtime.catalog.settings import CatalogTimeouts, catalog_url
 from state_runtime.errors import CommitConflict
 
 T = TypeVar("T")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def conflict(exc: DBAPIError) -> Exception | None:
@@ -40,6 +37,12 @@ class CatalogBase:
     def __init__(self, engine: Engine, *, retry: RetryPolicy | None = None) -> None:
         self.engine = engine
         self.retry = retry or RetryPolicy()
+        self.clock = DatabaseClock(engine, self.retry)
+
+    def now(self) -> datetime:
+        """The time by the database's clock (:mod:`state_runtime.catalog.clock`): what leases,
+        run records, file records and the retention window go by."""
+        return self.clock.now()
 
     @classmethod
     def open(
@@ -96,4 +99,5 @@ class CatalogBase:
         work: Callable[[Connection], T],
         translate: Callable[[DBAPIError], Exception | None] | None = None,
     ) -> T:
+        self.clock.sync()  # measured (when due) before the transaction, never inside it
         return run_transaction(self.engine, work, retry=self.retry, what=what, translate=translate)

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog import commits, holders, inventory, metrics
-from state_runtime.catalog.api.base import CatalogBase, conflict, utcnow
+from state_runtime.catalog.api.base import CatalogBase, conflict
 from state_runtime.catalog.records import (
     BatchCommit,
     BatchMetrics,
@@ -30,7 +30,7 @@ class CommitCalls(CatalogBase):
         inventory.validate_root(root)
 
         def work(connection: Connection) -> None:
-            now = utcnow()
+            now = self.now()
             inventory.ensure_stores(connection, root, [store], now)
             connection.execute(
                 stores.update()
@@ -53,7 +53,7 @@ class CommitCalls(CatalogBase):
         sweep for files it found. A file's state follows the commit log."""
 
         def work(connection: Connection) -> None:
-            inventory.record_files(connection, root, infos, utcnow(), run_id=run_id)
+            inventory.record_files(connection, root, infos, self.now(), run_id=run_id)
 
         self._run("record files", work, conflict)
 
@@ -77,7 +77,7 @@ class CommitCalls(CatalogBase):
 
         def work(connection: Connection) -> BatchCommit:
             return commits.commit_batch(
-                connection, root, query_id, batch_id, infos, utcnow(), replace=replace
+                connection, root, query_id, batch_id, infos, self.now(), replace=replace
             )
 
         return self._run("commit batch", work, conflict)
@@ -114,7 +114,9 @@ class CommitCalls(CatalogBase):
     ) -> None:
         self._run(
             "record batch metrics",
-            lambda c: metrics.record_batch_metrics(c, root, query_id, batch_id, figures, utcnow()),
+            lambda c: metrics.record_batch_metrics(
+                c, root, query_id, batch_id, figures, self.now()
+            ),
         )
 
     def batch_metrics(
@@ -131,5 +133,5 @@ class CommitCalls(CatalogBase):
         """Record ``worker`` as the holder of ``store`` at ``ref``."""
         self._run(
             "record store holder",
-            lambda c: holders.record_holder(c, root, store, worker, ref, utcnow()),
+            lambda c: holders.record_holder(c, root, store, worker, ref, self.now()),
         )

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog import inventory, retention, verification
-from state_runtime.catalog.api.base import CatalogBase, conflict, utcnow
+from state_runtime.catalog.api.base import CatalogBase, conflict
 from state_runtime.catalog.records import (
     FileRecord,
     FoundProblem,
@@ -115,7 +115,7 @@ class InventoryCalls(CatalogBase):
             raise InvalidArgument(f"record_snapshot got a {info.kind.value} file", path=info.path)
 
         def work(connection: Connection) -> str | None:
-            now = utcnow()
+            now = self.now()
             found = problem
             f = checkpoint_files.c
             recorded = inventory.files_at(connection, root, [info.path], f.checksum, f.size_bytes)
@@ -142,7 +142,7 @@ class InventoryCalls(CatalogBase):
         """Record what verifying files found: None (intact) or the problem, per path."""
         self._run(
             "record verifications",
-            lambda c: verification.record_verifications(c, root, results, utcnow()),
+            lambda c: verification.record_verifications(c, root, results, self.now()),
         )
 
     def record_validation(
@@ -160,7 +160,7 @@ class InventoryCalls(CatalogBase):
         self._run(
             "record validation",
             lambda c: verification.record_validation(
-                c, key.root, key.store, checked, found, run_id, utcnow(), started_at
+                c, key.root, key.store, checked, found, run_id, self.now(), started_at
             ),
         )
 
@@ -170,7 +170,7 @@ class InventoryCalls(CatalogBase):
         """Open problems on a store (those already open are kept as they are)."""
         return self._run(
             "record problems",
-            lambda c: verification.add_problems(c, key.root, key.store, found, run_id, utcnow()),
+            lambda c: verification.add_problems(c, key.root, key.store, found, run_id, self.now()),
         )
 
     def problems(
@@ -203,7 +203,7 @@ class InventoryCalls(CatalogBase):
         return self._run(
             "resolve problems",
             lambda c: verification.resolve_problems(
-                c, key.root, key.store, resolution, run_id, utcnow(), path=path
+                c, key.root, key.store, resolution, run_id, self.now(), path=path
             ),
         )
 
@@ -213,20 +213,22 @@ class InventoryCalls(CatalogBase):
         """Record a damaged snapshot (as found; None if gone) before it is replaced."""
         return self._run(
             "record repair",
-            lambda c: verification.begin_repair(c, run_id, root, path, problem, damaged, utcnow()),
+            lambda c: verification.begin_repair(
+                c, run_id, root, path, problem, damaged, self.now()
+            ),
         )
 
     def repair_removed(self, repair_id: int) -> None:
         self._run(
             "record repair step",
-            lambda c: verification.repair_removed(c, repair_id, utcnow()),
+            lambda c: verification.repair_removed(c, repair_id, self.now()),
         )
 
     def finish_repair(self, repair_id: int, root: str, info: CheckpointInfo) -> None:
         """The rebuilt snapshot ``info`` is written and verified: it replaces the record."""
         self._run(
             "finish repair",
-            lambda c: verification.finish_repair(c, repair_id, root, info, utcnow()),
+            lambda c: verification.finish_repair(c, repair_id, root, info, self.now()),
         )
 
     def repairs(self, root: str | None = None) -> list[Repair]:

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog import runs
-from state_runtime.catalog.api.base import CatalogBase, utcnow
+from state_runtime.catalog.api.base import CatalogBase
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
 from state_runtime.catalog.tables import RunKind
 from state_runtime.errors import MaintenanceRefused
@@ -26,7 +26,7 @@ class RunCalls(CatalogBase):
         token = new_checkpoint_id()
         return self._run(
             "start maintenance run",
-            lambda c: runs.start_run(c, kind, owner, dict(parameters or {}), token, utcnow()),
+            lambda c: runs.start_run(c, kind, owner, dict(parameters or {}), token, self.now()),
         )
 
     def finish_run(
@@ -40,18 +40,18 @@ class RunCalls(CatalogBase):
         nothing to do)."""
         self._run(
             "finish maintenance run",
-            lambda c: runs.finish_run(c, run_id, outcome, dict(counts or {}), error, utcnow()),
+            lambda c: runs.finish_run(c, run_id, outcome, dict(counts or {}), error, self.now()),
         )
 
     def heartbeat(self, run_id: int) -> bool:
         """Show that a running run is alive; False if it is no longer running."""
-        return self._run("run heartbeat", lambda c: runs.heartbeat(c, run_id, utcnow()))
+        return self._run("run heartbeat", lambda c: runs.heartbeat(c, run_id, self.now()))
 
     def close_abandoned_runs(self, *, now: datetime | None = None) -> list[MaintenanceRun]:
         """Close as 'abandoned' the runs left running by a process that died (see
         ``catalog.runs``); return them."""
         return self._run(
-            "close abandoned runs", lambda c: runs.close_abandoned_runs(c, now or utcnow())
+            "close abandoned runs", lambda c: runs.close_abandoned_runs(c, now or self.now())
         )
 
     def run(self, run_id: int) -> MaintenanceRun | None:
@@ -67,13 +67,15 @@ class RunCalls(CatalogBase):
         token = new_checkpoint_id()
         return self._run(
             "acquire lease",
-            lambda c: runs.try_acquire_lease(c, key, owner, ttl, run_id, token, utcnow()),
+            lambda c: runs.try_acquire_lease(c, key, owner, ttl, run_id, token, self.now()),
         )
 
     def renew_lease(self, lease: Lease, ttl: timedelta) -> Lease:
         return self._run(
             "renew lease",
-            lambda c: runs.renew_lease(c, runs.known_store_id(c, lease.key), lease, ttl, utcnow()),
+            lambda c: runs.renew_lease(
+                c, runs.known_store_id(c, lease.key), lease, ttl, self.now()
+            ),
         )
 
     def release_lease(self, lease: Lease) -> bool:
@@ -122,7 +124,7 @@ class RunCalls(CatalogBase):
         tokens = [new_checkpoint_id() for _ in keys]
 
         def work(connection: Connection) -> list[Lease | None]:
-            now = utcnow()
+            now = self.now()
             return [
                 runs.try_acquire_lease(connection, key, owner, ttl, run_id, token, now)
                 for key, token in zip(keys, tokens, strict=True)
