@@ -34,11 +34,11 @@ from sqlalchemy.dialects import postgresql
 
 from state_runtime.catalog import Catalog, RetentionPolicy
 from state_runtime.catalog.engine import create_catalog_engine
-from state_runtime.catalog.health import snapshot_candidates_query
-from state_runtime.catalog.retention import Scope, verdicts
-from state_runtime.catalog.schema import upgrade
-from state_runtime.checkpoint import CheckpointInfo
+from state_runtime.catalog.health_queries import snapshot_candidates_query
+from state_runtime.catalog.retention_sql import Scope, verdicts
+from state_runtime.catalog.revision import upgrade
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
+from state_runtime.store.checkpoint_info import CheckpointInfo
 
 SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432")
 DATABASE = "state_catalog_bench"

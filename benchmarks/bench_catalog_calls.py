@@ -24,8 +24,8 @@ import psycopg2
 
 from state_runtime.catalog import Catalog
 from state_runtime.catalog.engine import _ATTEMPT_TIMEOUT
-from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpoint_id
+from state_runtime.store.checkpoint_info import CheckpointInfo
 
 SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432")
 ROUNDS = int(os.environ.get("STATE_BENCH_ROUNDS", "300"))

@@ -26,7 +26,7 @@ from bench_store import timed  # this folder is on sys.path when run as a script
 
 from state_runtime import StateStoreProvider, StoreConfig
 from state_runtime.storage import LocalStorage
-from state_runtime.store import StateStore
+from state_runtime.store.state_store import StateStore
 
 KEY, VALUE = "user string, window_start timestamp", "n bigint, total bigint"
 TS = pa.timestamp("us", tz="UTC")

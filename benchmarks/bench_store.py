@@ -23,11 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from state_runtime import CheckpointRef, StateStoreProvider, StoreConfig
-from state_runtime.checkpoint_format import ENVELOPE_SIZE
-from state_runtime.column_encoding import ENCODINGS_KEY, decode_table
-from state_runtime.runs import Run
 from state_runtime.storage import LocalStorage
-from state_runtime.versions import row_change
+from state_runtime.store.checkpoint_format import ENVELOPE_SIZE
+from state_runtime.store.column_encoding import ENCODINGS_KEY, decode_table
+from state_runtime.store.sorted_runs import Run
+from state_runtime.store.versions import row_change
 
 KEY, VALUE = "k bigint", "count bigint"
 SCHEMAS = {

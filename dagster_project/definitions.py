@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dagster import Definitions
 
+from dagster_project.defs.asset_checks import state_checkpoint_checks
 from dagster_project.defs.assets import (
     state_checkpoints,
     state_reconciliation,
@@ -18,7 +19,6 @@ from dagster_project.defs.assets import (
     state_store_health,
 )
 from dagster_project.defs.automation import check_autostart
-from dagster_project.defs.checks import state_checkpoint_checks
 from dagster_project.defs.jobs import jobs, schedules
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import sensors

@@ -5,7 +5,7 @@
 --   psql "$CATALOG" -v lag_warn=20 -v orphan_warn=100 -f sql/store_health.sql
 --
 -- status is healthy, degraded, broken or unknown, with the reason and since when: the same
--- status `statestore health` and Dagster show (state_runtime/maintenance/status.py). broken:
+-- status `statestore health` and Dagster show (state_runtime/status.py). broken:
 -- an open problem (validation found a missing, corrupt or mislabelled file, or a broken
 -- lineage); unknown: never validated; degraded: lag_warn or more deltas since the last
 -- verified snapshot, or orphan_warn or more orphan files.

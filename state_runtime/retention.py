@@ -18,10 +18,11 @@ This module is the one home of the rule; it holds no SQL. Change retention here.
   was never committed once it is older than the orphan grace period as well.
 
 Who applies it: the catalog translates the facts and :data:`RULES` into SQL
-(``state_runtime/catalog/retention.py``); store-level cleanup (``state_runtime/cleanup.py``)
-evaluates it on the files it listed; the PL/pgSQL functions of the catalog migrations mirror it
-for ``psql`` users. ``tests/catalog/test_rule_translation.py`` checks the catalog's SQL against
-:func:`judge_store` on random histories, ``tests/catalog/test_sql_queries.py`` and
+(``state_runtime/catalog/retention_sql.py``); store-level cleanup
+(``state_runtime/store/file_cleanup.py``) evaluates it on the files it listed; the PL/pgSQL
+functions of the catalog migrations mirror it for ``psql`` users.
+``tests/catalog/test_rule_translation.py`` checks the catalog's SQL against :func:`judge_store`
+on random histories, ``tests/catalog/test_sql_queries.py`` and
 ``test_status_sql.py`` the PL/pgSQL against the catalog.
 """
 

@@ -8,8 +8,8 @@ from typing import Any
 import pyarrow as pa
 
 from state_runtime import CheckpointInfo, StateStoreProvider, StoreConfig
-from state_runtime.checkpoint_format import _ENVELOPE, FORMAT_VERSION, MAGIC
 from state_runtime.storage import Storage
+from state_runtime.store.checkpoint_format import _ENVELOPE, FORMAT_VERSION, MAGIC
 
 KEY = "user string"
 VALUE = "count bigint"

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 
 from state_runtime import LoadSource, StoreConfig
-from state_runtime.cache import CACHE, parse_size, set_budget
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId
 from state_runtime.runtime import worker
-from state_runtime.schema import StateSchema
 from state_runtime.storage import Storage
+from state_runtime.store.cache import CACHE, parse_size, set_budget
+from state_runtime.store.state_schema import StateSchema
 
 from .store_helpers import commit_rows, provider_for
 

@@ -24,8 +24,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from state_runtime import CheckpointInfo
-from state_runtime.cleanup import cleanup
 from state_runtime.storage import LocalStorage
+from state_runtime.store.file_cleanup import cleanup
 
 from .store_helpers import commit_rows, provider_for, state_of
 

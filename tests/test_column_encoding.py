@@ -13,7 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from state_runtime import StateStoreProvider
-from state_runtime.checkpoint_format import (
+from state_runtime.errors import CheckpointFileCorrupt
+from state_runtime.identity import CheckpointRef, FileKind, StoreId
+from state_runtime.storage import LocalStorage
+from state_runtime.store.checkpoint_format import (
     _ENVELOPE,
     HEADER_KEY,
     FileHeader,
@@ -21,11 +24,8 @@ from state_runtime.checkpoint_format import (
     encode,
     now,
 )
-from state_runtime.column_encoding import ENCODINGS_KEY
-from state_runtime.errors import CheckpointFileCorrupt
-from state_runtime.identity import CheckpointRef, FileKind, StoreId
-from state_runtime.schema import StateSchema
-from state_runtime.storage import LocalStorage
+from state_runtime.store.column_encoding import ENCODINGS_KEY
+from state_runtime.store.state_schema import StateSchema
 
 from .store_helpers import arrow_stream, envelope
 

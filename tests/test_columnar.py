@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from state_runtime import StateStoreProvider
-from state_runtime.keys import INT64_MIN, KeyIndexer
-from state_runtime.schema import StateSchema
 from state_runtime.storage import Storage
-from state_runtime.versions import COMPACT_FRACTION
+from state_runtime.store.keys import INT64_MIN, KeyIndexer
+from state_runtime.store.state_schema import StateSchema
+from state_runtime.store.versions import COMPACT_FRACTION
 
 KEY_SCHEMAS: dict[str, tuple[str, list[tuple[Any, ...]]]] = {
     "bigint with null and INT64_MIN": ("k bigint", [(1,), (None,), (INT64_MIN,), (-5,)]),

@@ -9,13 +9,13 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
-from state_runtime.checkpoint_format import (
+from state_runtime.errors import CheckpointFileCorrupt
+from state_runtime.storage import Storage
+from state_runtime.store.checkpoint_format import (
     HEADER_KEY,
     FileHeader,
     decode,
 )
-from state_runtime.errors import CheckpointFileCorrupt
-from state_runtime.storage import Storage
 
 from .store_helpers import arrow_stream, commit_rows, envelope, provider_for
 

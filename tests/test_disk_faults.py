@@ -27,10 +27,10 @@ import pytest
 
 from state_runtime import StateStoreProvider
 from state_runtime.catalog import Catalog
-from state_runtime.checkpoint_format import decode
 from state_runtime.errors import CannotCommit
 from state_runtime.identity import StoreId
 from state_runtime.storage import LocalStorage
+from state_runtime.store.checkpoint_format import decode
 from tests.catalog.conftest import sqlite_catalog  # noqa: F401  (fixture)
 from tests.faults.shims import build_shim
 from tests.maintenance.streams import KEY, VALUE, StoreStream

@@ -81,7 +81,7 @@ def test_the_docs_list_every_maintenance_variable_with_its_default() -> None:
 def test_worker_settings_are_not_read_at_import() -> None:
     """A bad variable fails where the value is used, never the import of the library."""
     code = (
-        "import state_runtime, state_runtime.runtime, state_runtime.cache as c\n"
+        "import state_runtime, state_runtime.runtime, state_runtime.store.cache as c\n"
         "try:\n    c.CACHE.budget\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATE_")}

@@ -323,7 +323,7 @@ def test_nested_and_typed_values_round_trip(storage: Storage) -> None:
 def test_a_cached_copy_behind_cleaned_deltas_loads_from_the_snapshot(storage: Storage) -> None:
     from datetime import timedelta
 
-    from state_runtime.cleanup import cleanup
+    from state_runtime.store.file_cleanup import cleanup
 
     writer, behind = provider_for(storage), provider_for(storage)
     infos = [commit_rows(writer, None, {"a": 1})]

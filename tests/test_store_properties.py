@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from state_runtime import CheckpointRef, StateStore, StateStoreProvider, StoreConfig
-from state_runtime.cleanup import cleanup
 from state_runtime.storage import LocalStorage
+from state_runtime.store.file_cleanup import cleanup
 
 KEYS = st.sampled_from([f"k{i}" for i in range(12)])
 RETAIN = 2

@@ -6,6 +6,7 @@ PostgreSQL in production, SQLite as the embedded default; the URL comes from
 """
 
 from state_runtime.catalog.catalog import Catalog
+from state_runtime.catalog.connection_settings import URL_ENV, CatalogTimeouts, catalog_url
 from state_runtime.catalog.engine import RetryPolicy
 from state_runtime.catalog.records import (
     BatchCommit,
@@ -33,9 +34,8 @@ from state_runtime.catalog.records import (
     Verdict,
     VersionHistory,
 )
-from state_runtime.catalog.runs import HEARTBEAT_INTERVAL
-from state_runtime.catalog.schema import head_revision, upgrade
-from state_runtime.catalog.settings import URL_ENV, CatalogTimeouts, catalog_url
+from state_runtime.catalog.revision import head_revision, upgrade
+from state_runtime.catalog.runs_and_leases import HEARTBEAT_INTERVAL
 from state_runtime.catalog.tables import FileState, RunKind, RunOutcome, Verification
 from state_runtime.retention import RetentionPolicy
 from state_runtime.settings import MIN_RETAINED_VERSIONS

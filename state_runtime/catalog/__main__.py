@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from state_runtime.catalog.connection_settings import URL_ENV, catalog_url
 from state_runtime.catalog.engine import (
     RetryPolicy,
     create_catalog_engine,
@@ -18,8 +19,7 @@ from state_runtime.catalog.engine import (
     sqlite_file,
 )
 from state_runtime.catalog.grants import catalog_grants
-from state_runtime.catalog.schema import current_revision, head_revision, upgrade
-from state_runtime.catalog.settings import URL_ENV, catalog_url
+from state_runtime.catalog.revision import current_revision, head_revision, upgrade
 from state_runtime.errors import CatalogSchemaOutdated, StateStoreError
 
 

@@ -26,7 +26,6 @@ from state_runtime.catalog.inventory import (
 from state_runtime.catalog.records import BatchCommit, CommitEntry
 from state_runtime.catalog.rows import key_of, store_id_of
 from state_runtime.catalog.tables import FileState, checkpoint_files, commit_log, stores
-from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CommitConflict, InvalidArgument
 from state_runtime.identity import (
     CheckpointRef,
@@ -34,6 +33,7 @@ from state_runtime.identity import (
     validate_name,
     validate_non_negative,
 )
+from state_runtime.store.checkpoint_info import CheckpointInfo
 
 
 def commit_batch(

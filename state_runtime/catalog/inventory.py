@@ -27,7 +27,6 @@ from state_runtime.catalog.tables import (
     commit_log,
     stores,
 )
-from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import (
     FileKind,
@@ -37,6 +36,7 @@ from state_runtime.identity import (
     validate_non_negative,
 )
 from state_runtime.storage.roots import parse_root
+from state_runtime.store.checkpoint_info import CheckpointInfo
 
 _CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 400  # rows per IN list: far below SQLite's bound-parameter limit

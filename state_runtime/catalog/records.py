@@ -9,7 +9,7 @@ from typing import Any
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import FileState, StoreFile, Verification
 from state_runtime.retention import Verdict as Verdict  # the rule's verdicts, re-exported
-from state_runtime.verification import Expected
+from state_runtime.store.file_verification import Expected
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +188,7 @@ class StoreHealth:
     last_run_kind: str | None
     last_run_outcome: str | None
     last_run_ended_at: datetime | None
-    # the facts a store's status is derived from (state_runtime/maintenance/status.py)
+    # the facts a store's status is derived from (state_runtime/status.py)
     created_at: datetime
     open_problems: int
     first_problem: str | None  # the oldest open problem, naming its file

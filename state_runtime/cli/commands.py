@@ -28,7 +28,7 @@ from state_runtime.cli.exits import (
     show_warnings,
 )
 from state_runtime.cli.jsonable import echo_json
-from state_runtime.cli.progress import RichProgress
+from state_runtime.cli.progress_bars import RichProgress
 from state_runtime.errors import InvalidArgument
 from state_runtime.maintenance import (
     SILENT,

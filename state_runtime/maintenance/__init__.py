@@ -54,7 +54,6 @@ from state_runtime.maintenance.snapshots import (
     due_for_snapshot,
     snapshot_pass,
 )
-from state_runtime.maintenance.status import Status, StoreStatus, store_status
 from state_runtime.maintenance.validation import (
     Finding,
     Severity,
@@ -62,6 +61,7 @@ from state_runtime.maintenance.validation import (
     ValidationReport,
     validate_stores,
 )
+from state_runtime.status import Status, StoreStatus, store_status
 
 __all__ = [
     "CHECKS",

@@ -24,13 +24,13 @@ from state_runtime.maintenance.health import FleetTotals, StoreReport, store_rep
 from state_runtime.maintenance.policy import MaintenancePolicy, format_duration
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
-from state_runtime.maintenance.status import StoreStatus
 from state_runtime.maintenance.validation import (
     Finding,
     Severity,
     ValidationReport,
     validate_stores,
 )
+from state_runtime.status import StoreStatus
 
 
 class CheckName(StrEnum):

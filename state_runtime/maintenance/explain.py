@@ -14,7 +14,7 @@ from state_runtime.catalog import Explanation, FileState
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.health import store_reports
 from state_runtime.maintenance.policy import MaintenancePolicy
-from state_runtime.maintenance.status import Status
+from state_runtime.status import Status
 
 
 @dataclass(frozen=True)

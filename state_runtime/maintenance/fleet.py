@@ -9,12 +9,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from state_runtime.catalog import Catalog, FileRecord, StoreKey, StoreRecord
-from state_runtime.checkpoint_format import decode
 from state_runtime.errors import CatalogError, InvalidArgument, StateStoreError
 from state_runtime.identity import StoreId
 from state_runtime.maintenance.listing import CatalogListedStorage, StagedWrites
-from state_runtime.provider import StateStoreProvider
 from state_runtime.storage import Storage, open_storage
+from state_runtime.store.checkpoint_format import decode
+from state_runtime.store.provider import StateStoreProvider
 
 StorageOpener = Callable[[str], Storage]
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from state_runtime.catalog import RecoveryCost, StoreHealth, StoreKey
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.policy import MaintenancePolicy
-from state_runtime.maintenance.status import Status, StoreStatus, store_status
+from state_runtime.status import Status, StoreStatus, store_status
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Progress of long maintenance work: log lines in Dagster (progress bars in a terminal are the
-CLI's, :mod:`state_runtime.cli.progress`).
+CLI's, :mod:`state_runtime.cli.progress_bars`).
 
 Passes report through a :class:`Progress`: ``with progress.stage("snapshots", total) as
 advance: ... advance(1)``. :data:`SILENT` reports nothing.

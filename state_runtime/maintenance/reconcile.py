@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from state_runtime.catalog import FileState, RunKind
-from state_runtime.checkpoint import CheckpointInfo
-from state_runtime.checkpoint_format import check_identity, checksum, decode
 from state_runtime.errors import CannotLoadState, InvalidArgument, StorageError
 from state_runtime.identity import StoreId, parse_file_name
 from state_runtime.maintenance.fleet import Fleet
@@ -31,6 +29,8 @@ from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.storage import FileInfo, Storage
+from state_runtime.store.checkpoint_format import check_identity, checksum, decode
+from state_runtime.store.checkpoint_info import CheckpointInfo
 
 RECORD_BATCH = 500
 

@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from state_runtime.catalog import FileRecord, FileVerdict, FoundProblem, RunKind, StoreKey, Verdict
-from state_runtime.checkpoint import CheckpointInfo
-from state_runtime.checkpoint_format import checksum, decode
 from state_runtime.errors import (
     CannotLoadState,
     CatalogError,
@@ -49,7 +47,9 @@ from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.maintenance.snapshots import expected_of
 from state_runtime.retention import intact, loading_files
-from state_runtime.verification import verify_bytes
+from state_runtime.store.checkpoint_format import checksum, decode
+from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.file_verification import verify_bytes
 
 
 class RepairStatus(StrEnum):

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from state_runtime.catalog import RetainedVersion, RunKind, StoreKey, StoreRecord
-from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import (
     CannotLoadState,
     CatalogError,
@@ -33,7 +32,8 @@ from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
-from state_runtime.verification import Expected, verify_file
+from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.file_verification import Expected, verify_file
 
 
 class SnapshotStatus(StrEnum):

@@ -34,7 +34,7 @@ from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.retention import Verdict
-from state_runtime.verification import verify_file
+from state_runtime.store.file_verification import verify_file
 
 
 class Severity(StrEnum):

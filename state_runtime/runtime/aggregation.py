@@ -10,12 +10,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
-from state_runtime.config import StoreConfig
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
 from state_runtime.runtime.operator import StatefulOperator
-from state_runtime.schema import parse_schema
-from state_runtime.store import StateStore
+from state_runtime.store.config import StoreConfig
+from state_runtime.store.state_schema import parse_schema
+from state_runtime.store.state_store import StateStore
 
 AggFunction = Literal["count", "sum", "min", "max"]
 _ARROW_AGG = {"count": "count_all", "sum": "sum", "min": "min", "max": "max"}

@@ -2,7 +2,7 @@
 
 After a task commits a store it records itself as the store's holder (an upsert in the
 catalog's ``store_holders`` table), so operators see where each store's copy lives. Copies
-are unloaded by the process's memory budget (:mod:`state_runtime.cache`, least recently used
+are unloaded by the process's memory budget (:mod:`state_runtime.store.cache`, least recently used
 first), never by how far behind they are: a copy many versions behind still rolls forward in
 O(changes), far cheaper than a reload. No load or commit depends on the coordinator, and its
 failures are only logged.

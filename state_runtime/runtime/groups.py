@@ -22,14 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import LongType, StructField, StructType
 
-from state_runtime.arrow_rows import struct_rows
-from state_runtime.config import StoreConfig
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
 from state_runtime.runtime.context import BatchContext, current_batch
 from state_runtime.runtime.operator import StatefulOperator
-from state_runtime.schema import parse_schema
-from state_runtime.store import StateStore
+from state_runtime.store.arrow_rows import struct_rows
+from state_runtime.store.config import StoreConfig
+from state_runtime.store.state_schema import parse_schema
+from state_runtime.store.state_store import StateStore
 
 TIMEOUT_FIELD = "__timeout_at_ms"
 

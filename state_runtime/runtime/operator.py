@@ -10,11 +10,11 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from state_runtime.config import StoreConfig
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME, validate_name, validate_non_negative
-from state_runtime.schema import StateSchema, parse_schema
-from state_runtime.store import StateStore
+from state_runtime.store.config import StoreConfig
+from state_runtime.store.state_schema import StateSchema, parse_schema
+from state_runtime.store.state_store import StateStore
 
 UpdateFunction = Callable[[StateStore, pa.Table], "pa.Table | Iterable[tuple[Any, ...]] | None"]
 """``update(store, rows)``: apply one partition's rows of a batch to its store, return output.

@@ -33,7 +33,6 @@ from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
 from state_runtime.catalog import BatchMetrics, Catalog, CatalogTimeouts
 from state_runtime.catalog import catalog_url as default_catalog_url
-from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import BatchOutOfOrder, CommitConflict, InvalidArgument, SchemaMismatch
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
 from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
@@ -49,9 +48,10 @@ from state_runtime.runtime.tasks import (
     run_partitions,
 )
 from state_runtime.runtime.watermark import BatchWatermarks, Watermark
-from state_runtime.schema import StateSchema
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage, open_storage
+from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.state_schema import StateSchema
 
 log = logging.getLogger("state_runtime.runtime")
 

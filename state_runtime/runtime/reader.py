@@ -16,12 +16,12 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from state_runtime.catalog import Catalog
 from state_runtime.catalog import catalog_url as default_catalog_url
-from state_runtime.config import StoreConfig
 from state_runtime.errors import InvalidArgument, UnknownCheckpointId
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.runtime import worker
-from state_runtime.schema import StateSchema
 from state_runtime.storage import Storage, open_storage
+from state_runtime.store.config import StoreConfig
+from state_runtime.store.state_schema import StateSchema
 
 _REFS = StructType(
     [

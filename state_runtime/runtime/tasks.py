@@ -24,18 +24,18 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.accumulators import Accumulator, AccumulatorParam
 
-from state_runtime.cache import CACHE, set_budget
 from state_runtime.catalog import CatalogTimeouts
-from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
-from state_runtime.metrics import LoadSource
 from state_runtime.runtime import coordinator, worker
 from state_runtime.runtime.context import BatchContext, _current
 from state_runtime.runtime.event_time import EventTimeSpec, event_time_report, prepare_rows
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
+from state_runtime.store.cache import CACHE, set_budget
+from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.store_metrics import LoadSource
 
 PARTITION_COLUMN = "__state_partition"
 """The state partition of a row: ``pmod(hash(keys), n)``, or the heartbeat's own partition."""

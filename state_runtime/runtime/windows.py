@@ -22,15 +22,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StructField, StructType, TimestampType
 
-from state_runtime.config import StoreConfig
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
 from state_runtime.runtime.aggregation import Agg, running_aggregation
 from state_runtime.runtime.context import current_batch
 from state_runtime.runtime.operator import StatefulOperator, UpdateFunction
 from state_runtime.runtime.watermark import MICROS_PER_MS, event_micros, is_late
-from state_runtime.schema import parse_schema
-from state_runtime.store import StateStore
+from state_runtime.store.config import StoreConfig
+from state_runtime.store.state_schema import parse_schema
+from state_runtime.store.state_store import StateStore
 
 OutputMode = Literal["update", "append"]
 WINDOW_START = "window_start"

@@ -4,7 +4,7 @@ PySpark reuses Python worker processes, so module-level caches survive from one 
 next. A partition is not pinned to a worker, though: the copy a worker holds is often a few
 versions behind, and the provider rolls it forward by applying only the deltas it missed.
 Cached versions of all stores share the process's memory budget (``STATE_CACHE_BYTES``,
-:mod:`state_runtime.cache`), least recently used first: a copy stays warm until memory is
+:mod:`state_runtime.store.cache`), least recently used first: a copy stays warm until memory is
 needed, however many versions behind it falls.
 """
 
@@ -17,11 +17,11 @@ import threading
 from typing import Any
 
 from state_runtime.catalog import Catalog, CatalogTimeouts
-from state_runtime.config import StoreConfig
 from state_runtime.identity import StoreId
-from state_runtime.provider import StateStoreProvider
-from state_runtime.schema import StateSchema
 from state_runtime.storage import Storage
+from state_runtime.store.config import StoreConfig
+from state_runtime.store.provider import StateStoreProvider
+from state_runtime.store.state_schema import StateSchema
 
 _lock = threading.Lock()
 _providers: dict[tuple[Any, ...], StateStoreProvider] = {}

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, RetryPolicy
 from state_runtime.catalog.engine import create_catalog_engine
-from state_runtime.catalog.schema import upgrade
+from state_runtime.catalog.revision import upgrade
 from state_runtime.catalog.tables import metadata
 from tests.services import service_missing
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from state_runtime.catalog import Catalog
-from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
+from state_runtime.store.checkpoint_info import CheckpointInfo
 
 ROOT = "/data/checkpoints/query-a"
 QUERY = "11111111-2222-3333-4444-555555555555"

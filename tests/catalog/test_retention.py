@@ -9,9 +9,9 @@ import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, FileState, RetentionPolicy, Verdict
 from state_runtime.catalog.tables import checkpoint_files
-from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CatalogError, CommitConflict, MaintenanceRefused
 from state_runtime.identity import StoreId
+from state_runtime.store.checkpoint_info import CheckpointInfo
 from tests.catalog.factory import LONG_AGO, QUERY, ROOT, Stream, info
 
 A, B = StoreId(0, 0), StoreId(0, 1)

@@ -24,7 +24,7 @@ from state_runtime.catalog import BatchMetrics, Catalog
 from state_runtime.catalog.__main__ import main as catalog_main
 from state_runtime.catalog.engine import create_catalog_engine
 from state_runtime.catalog.grants import Roles as GrantRoles
-from state_runtime.catalog.schema import current_revision, head_revision, upgrade
+from state_runtime.catalog.revision import current_revision, head_revision, upgrade
 from state_runtime.cli import main as statestore
 from state_runtime.errors import (
     CatalogMisconfigured,

@@ -135,14 +135,14 @@ def test_a_lease_retry_finds_its_own_lease_and_a_release_retry_is_success(
     with the same token: the lease is still its own, a second release is still a release."""
     from sqlalchemy.engine import Connection
 
-    from state_runtime.catalog import runs
+    from state_runtime.catalog import runs_and_leases
     from state_runtime.catalog.engine import run_transaction
 
     Stream(catalog, [A]).commit()
     token = "f" * 32
 
     def acquire(connection: Connection) -> object:
-        return runs.try_acquire_lease(
+        return runs_and_leases.try_acquire_lease(
             connection, KEY, "me", timedelta(minutes=1), None, token, datetime.now(UTC)
         )
 

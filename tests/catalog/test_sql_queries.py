@@ -16,8 +16,8 @@ import sqlalchemy as sa
 
 from state_runtime.catalog import BatchMetrics, Catalog, RetentionPolicy
 from state_runtime.catalog.tables import checkpoint_files
-from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.identity import StoreId
+from state_runtime.store.checkpoint_info import CheckpointInfo
 from tests.catalog.factory import QUERY, ROOT, Stream, info
 from tests.services import service_missing
 

@@ -24,6 +24,7 @@ from dagster import (
 )
 
 from dagster_project.definitions import defs
+from dagster_project.defs.asset_checks import state_checkpoint_checks
 from dagster_project.defs.assets import (
     state_checkpoints,
     state_reconciliation,
@@ -31,7 +32,6 @@ from dagster_project.defs.assets import (
     state_snapshots,
     state_store_health,
 )
-from dagster_project.defs.checks import state_checkpoint_checks
 from dagster_project.defs.jobs import cleanup_schedule, snapshot_schedule
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource

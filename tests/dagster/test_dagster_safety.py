@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from dagster import AssetCheckKey, DagsterInstance, materialize
 
 from dagster_project.definitions import defs
+from dagster_project.defs.asset_checks import state_checkpoint_checks
 from dagster_project.defs.assets import (
     state_checkpoints,
     state_retention_cleanup,
@@ -23,7 +24,6 @@ from dagster_project.defs.assets import (
     state_snapshots,
     state_store_health,
 )
-from dagster_project.defs.checks import state_checkpoint_checks
 from state_runtime.cli import main as statestore
 from tests.dagster.conftest import BOTH_CATALOGS, resources_for
 from tests.dagster.test_dagster_definitions import FAST, check_results, metadata, run_checks

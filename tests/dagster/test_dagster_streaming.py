@@ -17,13 +17,13 @@ import pytest
 from dagster import AssetSelection, DagsterInstance, materialize
 from pyspark.sql import SparkSession
 
+from dagster_project.defs.asset_checks import state_checkpoint_checks
 from dagster_project.defs.assets import (
     state_checkpoints,
     state_retention_cleanup,
     state_snapshots,
     state_store_health,
 )
-from dagster_project.defs.checks import state_checkpoint_checks
 from state_runtime.catalog import Catalog, RetentionPolicy
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import (

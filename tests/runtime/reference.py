@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 from state_runtime.catalog import Catalog
 from state_runtime.identity import FileKind
-from state_runtime.provider import StateStoreProvider
 from state_runtime.storage import Storage
+from state_runtime.store.provider import StateStoreProvider
 
 
 def running_totals(events: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from state_runtime.catalog import Catalog
 from state_runtime.catalog.records import Verdict
-from state_runtime.catalog.retention import RetentionPolicy
+from state_runtime.catalog.retention_sql import RetentionPolicy
 from state_runtime.errors import CatalogUnavailable
 from state_runtime.runtime import (
     Agg,
@@ -27,7 +27,7 @@ from state_runtime.runtime import (
 )
 from state_runtime.runtime.aggregation import _RunningAggregate
 from state_runtime.storage import Storage, open_storage
-from state_runtime.store import StateStore
+from state_runtime.store.state_store import StateStore
 
 from .reference import assert_lineage_linear, running_totals
 

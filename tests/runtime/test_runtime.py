@@ -22,7 +22,7 @@ from state_runtime.runtime import (
     read_state_metadata,
     running_aggregation,
 )
-from state_runtime.store import StateStore
+from state_runtime.store.state_store import StateStore
 
 from .reference import assert_lineage_linear, running_totals
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from state_runtime.catalog.connection_settings import catalog_url
 from state_runtime.catalog.engine import create_catalog_engine
-from state_runtime.catalog.settings import catalog_url
 
 
 def _run(connection: Connection) -> None:

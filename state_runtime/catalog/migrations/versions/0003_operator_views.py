@@ -8,7 +8,7 @@
 - ``state_store_health``: one row per store: latest version, commit lag, deltas since the
   last snapshot, rows, bytes, orphans, reclaimable files at the retention floor, last run.
 
-The rules are those of ``state_runtime/catalog/retention.py``; a test checks both agree.
+The rules are those of ``state_runtime/catalog/retention_sql.py``; a test checks both agree.
 Revision ID: 0003_operator_views
 Revises: 0002_batch_metrics
 Create Date: 2025-01-03

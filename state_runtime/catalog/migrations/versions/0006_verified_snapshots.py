@@ -11,7 +11,7 @@
   damaged copy was removed, and the record it replaced.
 - PostgreSQL: the operator functions and view of 0003 are replaced by ones that follow the
   rule of ``state_runtime/retention.py`` (verified snapshots only, damaged/unverified/held
-  verdicts) and the status rule of ``state_runtime/maintenance/status.py``; a test checks that
+  verdicts) and the status rule of ``state_runtime/status.py``; a test checks that
   they agree with the Python rules.
 
 Revision ID: 0006_verified_snapshots

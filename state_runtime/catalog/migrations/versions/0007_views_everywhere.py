@@ -208,7 +208,7 @@ FROM judged j
 JOIN stores s ON s.store_id = j.store_id
 """
 
-# SQLite: state_store_health with the status rule of state_runtime/maintenance/status.py at
+# SQLite: state_store_health with the status rule of state_runtime/status.py at
 # the default thresholds; commit_lag in seconds (SQLite has no interval type).
 SQLITE_STORE_HEALTH = f"""
 CREATE VIEW state_store_health AS

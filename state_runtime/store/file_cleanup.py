@@ -17,7 +17,6 @@ from datetime import UTC, datetime, timedelta
 
 from state_runtime.errors import CannotLoadState, InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, parse_file_name
-from state_runtime.provider import StateStoreProvider
 from state_runtime.retention import (
     FileState,
     RetentionPolicy,
@@ -26,6 +25,7 @@ from state_runtime.retention import (
     judge_store,
 )
 from state_runtime.storage import FileInfo
+from state_runtime.store.provider import StateStoreProvider
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from state_runtime.catalog.tables import (
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import Fact, RetentionPolicy, Verdict
-from state_runtime.verification import MISSING
+from state_runtime.store.file_verification import MISSING
 
 
 @dataclass(frozen=True)

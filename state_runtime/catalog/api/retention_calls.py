@@ -7,15 +7,15 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import inventory, retention
-from state_runtime.catalog.api.base import CatalogBase
+from state_runtime.catalog import inventory, retention_sql
+from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import (
     Deletion,
     Explanation,
     FileVerdict,
     RetainedVersion,
 )
-from state_runtime.catalog.retention import Scope
+from state_runtime.catalog.retention_sql import Scope
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId
 from state_runtime.retention import RetentionPolicy
@@ -32,7 +32,7 @@ class RetentionCalls(CatalogBase):
         RetentionPolicy(retain_versions=retain_versions)
         return self._run(
             "read retained versions",
-            lambda c: retention.retained_versions(c, root, store, retain_versions),
+            lambda c: retention_sql.retained_versions(c, root, store, retain_versions),
         )
 
     def deletable_files(
@@ -54,7 +54,7 @@ class RetentionCalls(CatalogBase):
                 if store not in found:
                     return []
                 scope = Scope(store_ids=(found[store],))
-            return retention.file_verdicts(
+            return retention_sql.file_verdicts(
                 connection, policy, scope, now or self.now(), only_deletable=True
             )
 
@@ -66,7 +66,7 @@ class RetentionCalls(CatalogBase):
         """The verdict on every live or claimed file: needed, kept, or deletable, and why."""
         return self._run(
             "judge files",
-            lambda c: retention.file_verdicts(c, policy, Scope(root=root), now or self.now()),
+            lambda c: retention_sql.file_verdicts(c, policy, Scope(root=root), now or self.now()),
         )
 
     def explain(
@@ -83,7 +83,9 @@ class RetentionCalls(CatalogBase):
         the answer says what is lost and what still loads."""
         return self._run(
             "explain file",
-            lambda c: retention.explain(c, root, path, policy, now or self.now(), absent=absent),
+            lambda c: retention_sql.explain(
+                c, root, path, policy, now or self.now(), absent=absent
+            ),
         )
 
     def claim_deletions(
@@ -104,7 +106,7 @@ class RetentionCalls(CatalogBase):
             raise InvalidArgument(f"limit must be at least 1, got {limit}")
         return self._run(
             "claim deletions",
-            lambda c: retention.claim_deletions(
+            lambda c: retention_sql.claim_deletions(
                 c, run_id, policy, root, only_stores, now or self.now(), limit
             ),
         )
@@ -113,7 +115,7 @@ class RetentionCalls(CatalogBase):
         """Record claimed files as deleted from storage, each with its reason, in the ledger."""
         return self._run(
             "record deletions",
-            lambda c: retention.record_deletions(c, run_id, root, paths, self.now()),
+            lambda c: retention_sql.record_deletions(c, run_id, root, paths, self.now()),
         )
 
     def record_lost(self, run_id: int, root: str, paths: Sequence[str], reason: str) -> int:
@@ -121,7 +123,7 @@ class RetentionCalls(CatalogBase):
         so that retention stops counting on them and keeps what loads their versions instead."""
         return self._run(
             "record lost files",
-            lambda c: retention.record_lost(c, run_id, root, paths, reason, self.now()),
+            lambda c: retention_sql.record_lost(c, run_id, root, paths, reason, self.now()),
         )
 
     def deletion_history(
@@ -129,5 +131,5 @@ class RetentionCalls(CatalogBase):
     ) -> list[Deletion]:
         return self._run(
             "read deletion history",
-            lambda c: retention.deletion_history(c, root, since, limit),
+            lambda c: retention_sql.deletion_history(c, root, since, limit),
         )

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_runtime.arrow_rows import to_python
+from state_runtime.store.arrow_rows import to_python
 
 M64 = (1 << 64) - 1
 INT64_MIN = -(1 << 63)

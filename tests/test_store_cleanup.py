@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from state_runtime.cleanup import cleanup
 from state_runtime.errors import CheckpointFileMissing, InvalidArgument
 from state_runtime.storage import Storage
+from state_runtime.store.file_cleanup import cleanup
 
 from .store_helpers import commit_rows, provider_for, state_of
 

@@ -1,7 +1,7 @@
 """Sorted runs: immutable columnar rows ordered by their index key, with at most one row per key.
 
 A :class:`Run` holds a ``key`` and a ``value`` struct array and the int64 index key of every
-row (see :mod:`state_runtime.keys`), sorted. A null value marks a removal (in change runs; a
+row (see :mod:`state_runtime.store.keys`), sorted. A null value marks a removal (in change runs; a
 base run has none). Lookups are binary searches on the index, confirmed by comparing keys;
 merging two runs is a vectorised merge of sorted arrays. Nothing here builds a Python object
 per row, except the explicit conversions to Python rows for the per-key API.
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from state_runtime.arrow_rows import Row, to_python
-from state_runtime.keys import INT64_MIN, KeyIndexer, freeze
+from state_runtime.store.arrow_rows import Row, to_python
+from state_runtime.store.keys import INT64_MIN, KeyIndexer, freeze
 
 _CHUNK = 4096  # rows converted to Python at a time when iterating
 

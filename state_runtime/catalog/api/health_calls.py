@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from state_runtime.catalog import health
-from state_runtime.catalog.api.base import CatalogBase
+from state_runtime.catalog import health_queries
+from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
 from state_runtime.errors import InvalidArgument
 from state_runtime.retention import RetentionPolicy
@@ -22,7 +22,7 @@ class HealthCalls(CatalogBase):
             raise InvalidArgument(f"min_deltas must be at least 1, got {min_deltas}")
         return self._run(
             "find snapshot candidates",
-            lambda c: health.snapshot_candidates(c, min_deltas, root),
+            lambda c: health_queries.snapshot_candidates(c, min_deltas, root),
         )
 
     def store_health(
@@ -30,10 +30,12 @@ class HealthCalls(CatalogBase):
     ) -> list[StoreHealth]:
         return self._run(
             "read store health",
-            lambda c: health.store_health(c, policy, root, now or self.now()),
+            lambda c: health_queries.store_health(c, policy, root, now or self.now()),
         )
 
     def recovery_costs(self, root: str | None = None) -> dict[StoreKey, RecoveryCost]:
         """Per store (of ``root``, or all), the files and bytes a cold load of its latest
         committed version reads (one query; no storage request)."""
-        return self._run("estimate recovery costs", lambda c: health.recovery_costs(c, root))
+        return self._run(
+            "estimate recovery costs", lambda c: health_queries.recovery_costs(c, root)
+        )

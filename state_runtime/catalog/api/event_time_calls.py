@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from state_runtime.catalog import changes, watermarks
-from state_runtime.catalog.api.base import CatalogBase
+from state_runtime.catalog import committed_deltas, watermarks
+from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import BatchWatermark, CommittedDelta
 
 
@@ -51,7 +51,7 @@ class EventTimeCalls(CatalogBase):
         with the file's inventory state (a cleaned-up delta is 'deleting' or 'deleted')."""
         return self._run(
             "read committed deltas",
-            lambda c: changes.committed_deltas(
+            lambda c: committed_deltas.committed_deltas(
                 c, root, operator_id, store_name, start_batch_id, end_batch_id, query_id
             ),
         )

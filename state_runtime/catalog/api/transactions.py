@@ -10,15 +10,15 @@ from typing import Literal, Self, TypeVar
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from state_runtime.catalog import schema
+from state_runtime.catalog import revision
 from state_runtime.catalog.clock import DatabaseClock
+from state_runtime.catalog.connection_settings import CatalogTimeouts, catalog_url
 from state_runtime.catalog.engine import (
     RetryPolicy,
     create_catalog_engine,
     display_url,
     run_transaction,
 )
-from state_runtime.catalog.settings import CatalogTimeouts, catalog_url
 from state_runtime.errors import CommitConflict
 
 T = TypeVar("T")
@@ -68,8 +68,8 @@ class CatalogBase:
         policy = retry or RetryPolicy()
         try:
             if upgrade is True or (upgrade == "sqlite" and engine.dialect.name == "sqlite"):
-                schema.upgrade(engine, retry=policy)
-            schema.check_schema(engine, retry=policy)
+                revision.upgrade(engine, retry=policy)
+            revision.check_schema(engine, retry=policy)
         except BaseException:
             engine.dispose()
             raise

@@ -23,17 +23,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_runtime.arrow_rows import Row, struct_array, struct_rows
-from state_runtime.checkpoint import CheckpointInfo
-from state_runtime.config import StoreConfig
 from state_runtime.errors import CannotCommit, InvalidArgument, StorageError, StoreClosed
 from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpoint_id
-from state_runtime.keys import KeyIndexer, freeze
-from state_runtime.metrics import LoadMetrics, StoreMetrics
-from state_runtime.runs import Run
-from state_runtime.schema import StateSchema
-from state_runtime.versions import Version, get, lookup, row_change, squash
-from state_runtime.writer import CheckpointTarget, write_checkpoint
+from state_runtime.store.arrow_rows import Row, struct_array, struct_rows
+from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.config import StoreConfig
+from state_runtime.store.keys import KeyIndexer, freeze
+from state_runtime.store.sorted_runs import Run
+from state_runtime.store.state_schema import StateSchema
+from state_runtime.store.store_metrics import LoadMetrics, StoreMetrics
+from state_runtime.store.versions import Version, get, lookup, row_change, squash
+from state_runtime.store.writer import CheckpointTarget, write_checkpoint
 
 
 class _Absent:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from state_runtime.catalog import history
-from state_runtime.catalog.api.base import CatalogBase
+from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import VersionHistory
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from state_runtime.checkpoint_format import check_identity, checksum, decode
 from state_runtime.errors import CannotLoadState, StorageError, StorageFileNotFound
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.storage import Storage
+from state_runtime.store.checkpoint_format import check_identity, checksum, decode
 
 MISSING = "file is missing from storage"
 

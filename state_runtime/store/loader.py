@@ -20,7 +20,6 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from state_runtime.checkpoint_format import FileHeader, check_identity, decode
 from state_runtime.errors import (
     CannotLoadState,
     CheckpointFileCorrupt,
@@ -31,11 +30,12 @@ from state_runtime.errors import (
     UnknownCheckpointId,
 )
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind
-from state_runtime.keys import KeyIndexer
-from state_runtime.metrics import LoadMetrics, LoadSource
-from state_runtime.runs import Run
-from state_runtime.versions import Version, row_change, squash
-from state_runtime.writer import CheckpointTarget
+from state_runtime.store.checkpoint_format import FileHeader, check_identity, decode
+from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.sorted_runs import Run
+from state_runtime.store.store_metrics import LoadMetrics, LoadSource
+from state_runtime.store.versions import Version, row_change, squash
+from state_runtime.store.writer import CheckpointTarget
 
 _Fault = TypeVar("_Fault", bound=CannotLoadState)
 

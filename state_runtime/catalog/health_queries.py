@@ -17,7 +17,7 @@ from state_runtime.catalog.records import (
     StoreKey,
     problem_text,
 )
-from state_runtime.catalog.retention import Scope, needed_files, verdicts
+from state_runtime.catalog.retention_sql import Scope, needed_files, verdicts
 from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.tables import (
     FileState,

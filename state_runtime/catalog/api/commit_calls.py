@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import commits, holders, inventory, metrics
-from state_runtime.catalog.api.base import CatalogBase, conflict
+from state_runtime.catalog import batch_metrics, commits, holders, inventory
+from state_runtime.catalog.api.transactions import CatalogBase, conflict
 from state_runtime.catalog.records import (
     BatchCommit,
     BatchMetrics,
@@ -16,8 +16,8 @@ from state_runtime.catalog.records import (
     RecordedBatchMetrics,
 )
 from state_runtime.catalog.tables import stores
-from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.store.checkpoint_info import CheckpointInfo
 
 
 class CommitCalls(CatalogBase):
@@ -114,7 +114,7 @@ class CommitCalls(CatalogBase):
     ) -> None:
         self._run(
             "record batch metrics",
-            lambda c: metrics.record_batch_metrics(
+            lambda c: batch_metrics.record_batch_metrics(
                 c, root, query_id, batch_id, figures, self.now()
             ),
         )
@@ -124,7 +124,7 @@ class CommitCalls(CatalogBase):
     ) -> list[RecordedBatchMetrics]:
         return self._run(
             "read batch metrics",
-            lambda c: metrics.batch_metrics_history(c, root, query_id, limit),
+            lambda c: batch_metrics.batch_metrics_history(c, root, query_id, limit),
         )
 
     # --- the coordinator (an optimisation: callers treat failures as best effort) ---------

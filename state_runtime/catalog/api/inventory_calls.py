@@ -8,8 +8,8 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import inventory, retention, verification
-from state_runtime.catalog.api.base import CatalogBase, conflict
+from state_runtime.catalog import findings, inventory, retention_sql
+from state_runtime.catalog.api.transactions import CatalogBase, conflict
 from state_runtime.catalog.records import (
     FileRecord,
     FoundProblem,
@@ -20,10 +20,10 @@ from state_runtime.catalog.records import (
 )
 from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.tables import batch_metrics, batch_watermarks, checkpoint_files, stores
-from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
 from state_runtime.storage.roots import parse_root
+from state_runtime.store.checkpoint_info import CheckpointInfo
 
 
 class InventoryCalls(CatalogBase):
@@ -90,7 +90,7 @@ class InventoryCalls(CatalogBase):
 
         def work(connection: Connection) -> list[FileRecord]:
             found = inventory.store_ids(connection, root, [store])
-            return [] if store not in found else retention.live_files(connection, found[store])
+            return [] if store not in found else retention_sql.live_files(connection, found[store])
 
         return self._run("read store files", work)
 
@@ -130,10 +130,10 @@ class InventoryCalls(CatalogBase):
             else:
                 inventory.record_files(connection, root, [info], now, run_id=run_id)
             if verified or found is not None:
-                verification.record_verifications(connection, root, {info.path: found}, now)
+                findings.record_verifications(connection, root, {info.path: found}, now)
             if found is not None:
                 opened = [FoundProblem(found, info.path, info.version)]
-                verification.add_problems(connection, root, info.store, opened, run_id, now)
+                findings.add_problems(connection, root, info.store, opened, run_id, now)
             return found
 
         return self._run("record snapshot", work, conflict)
@@ -142,7 +142,7 @@ class InventoryCalls(CatalogBase):
         """Record what verifying files found: None (intact) or the problem, per path."""
         self._run(
             "record verifications",
-            lambda c: verification.record_verifications(c, root, results, self.now()),
+            lambda c: findings.record_verifications(c, root, results, self.now()),
         )
 
     def record_validation(
@@ -159,7 +159,7 @@ class InventoryCalls(CatalogBase):
         recorded after the validation started are left for the next one)."""
         self._run(
             "record validation",
-            lambda c: verification.record_validation(
+            lambda c: findings.record_validation(
                 c, key.root, key.store, checked, found, run_id, self.now(), started_at
             ),
         )
@@ -170,7 +170,7 @@ class InventoryCalls(CatalogBase):
         """Open problems on a store (those already open are kept as they are)."""
         return self._run(
             "record problems",
-            lambda c: verification.add_problems(c, key.root, key.store, found, run_id, self.now()),
+            lambda c: findings.add_problems(c, key.root, key.store, found, run_id, self.now()),
         )
 
     def problems(
@@ -185,7 +185,7 @@ class InventoryCalls(CatalogBase):
             root = store.root
         return self._run(
             "read problems",
-            lambda c: verification.problems(
+            lambda c: findings.problems(
                 c, root, None if store is None else store.store, only_open=only_open
             ),
         )
@@ -202,7 +202,7 @@ class InventoryCalls(CatalogBase):
         cleaned again. Returns how many were open."""
         return self._run(
             "resolve problems",
-            lambda c: verification.resolve_problems(
+            lambda c: findings.resolve_problems(
                 c, key.root, key.store, resolution, run_id, self.now(), path=path
             ),
         )
@@ -213,26 +213,24 @@ class InventoryCalls(CatalogBase):
         """Record a damaged snapshot (as found; None if gone) before it is replaced."""
         return self._run(
             "record repair",
-            lambda c: verification.begin_repair(
-                c, run_id, root, path, problem, damaged, self.now()
-            ),
+            lambda c: findings.begin_repair(c, run_id, root, path, problem, damaged, self.now()),
         )
 
     def repair_removed(self, repair_id: int) -> None:
         self._run(
             "record repair step",
-            lambda c: verification.repair_removed(c, repair_id, self.now()),
+            lambda c: findings.repair_removed(c, repair_id, self.now()),
         )
 
     def finish_repair(self, repair_id: int, root: str, info: CheckpointInfo) -> None:
         """The rebuilt snapshot ``info`` is written and verified: it replaces the record."""
         self._run(
             "finish repair",
-            lambda c: verification.finish_repair(c, repair_id, root, info, self.now()),
+            lambda c: findings.finish_repair(c, repair_id, root, info, self.now()),
         )
 
     def repairs(self, root: str | None = None) -> list[Repair]:
-        return self._run("read repairs", lambda c: verification.repairs(c, root))
+        return self._run("read repairs", lambda c: findings.repairs(c, root))
 
     def claimed_stores(self, root: str | None = None) -> set[StoreKey]:
         """Stores with files claimed for deletion but not yet recorded deleted (a run stopped

@@ -14,7 +14,7 @@ Compression = Literal["zstd", "lz4", "none"]
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """Settings of a :class:`~state_runtime.provider.StateStoreProvider`.
+    """Settings of a :class:`~state_runtime.store.provider.StateStoreProvider`.
 
     - ``min_versions_to_retain``: committed versions that must stay loadable (never below the
       floor of :mod:`state_runtime.retention`, 2).
@@ -22,7 +22,7 @@ class StoreConfig:
       presumes the last snapshot when it knows of none (lineage in files is cut there).
     - ``cached_versions``: at most this many committed versions kept in memory by each
       provider, if set. Either way all cached versions of a process share one memory budget,
-      least recently used first (``STATE_CACHE_BYTES``, see :mod:`state_runtime.cache`).
+      least recently used first (``STATE_CACHE_BYTES``, see :mod:`state_runtime.store.cache`).
     - ``compression`` and ``compression_level``: the Arrow IPC body codec of checkpoint files.
     """
 

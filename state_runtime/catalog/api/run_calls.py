@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import runs
-from state_runtime.catalog.api.base import CatalogBase
+from state_runtime.catalog import runs_and_leases
+from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
 from state_runtime.catalog.tables import RunKind
 from state_runtime.errors import MaintenanceRefused
@@ -26,7 +26,9 @@ class RunCalls(CatalogBase):
         token = new_checkpoint_id()
         return self._run(
             "start maintenance run",
-            lambda c: runs.start_run(c, kind, owner, dict(parameters or {}), token, self.now()),
+            lambda c: runs_and_leases.start_run(
+                c, kind, owner, dict(parameters or {}), token, self.now()
+            ),
         )
 
     def finish_run(
@@ -40,25 +42,30 @@ class RunCalls(CatalogBase):
         nothing to do)."""
         self._run(
             "finish maintenance run",
-            lambda c: runs.finish_run(c, run_id, outcome, dict(counts or {}), error, self.now()),
+            lambda c: runs_and_leases.finish_run(
+                c, run_id, outcome, dict(counts or {}), error, self.now()
+            ),
         )
 
     def heartbeat(self, run_id: int) -> bool:
         """Show that a running run is alive; False if it is no longer running."""
-        return self._run("run heartbeat", lambda c: runs.heartbeat(c, run_id, self.now()))
+        return self._run(
+            "run heartbeat", lambda c: runs_and_leases.heartbeat(c, run_id, self.now())
+        )
 
     def close_abandoned_runs(self, *, now: datetime | None = None) -> list[MaintenanceRun]:
         """Close as 'abandoned' the runs left running by a process that died (see
         ``catalog.runs``); return them."""
         return self._run(
-            "close abandoned runs", lambda c: runs.close_abandoned_runs(c, now or self.now())
+            "close abandoned runs",
+            lambda c: runs_and_leases.close_abandoned_runs(c, now or self.now()),
         )
 
     def run(self, run_id: int) -> MaintenanceRun | None:
-        return self._run("read maintenance run", lambda c: runs.get_run(c, run_id))
+        return self._run("read maintenance run", lambda c: runs_and_leases.get_run(c, run_id))
 
     def recent_runs(self, limit: int = 50) -> list[MaintenanceRun]:
-        return self._run("read maintenance runs", lambda c: runs.recent_runs(c, limit))
+        return self._run("read maintenance runs", lambda c: runs_and_leases.recent_runs(c, limit))
 
     def try_acquire_lease(
         self, key: StoreKey, owner: str, ttl: timedelta, *, run_id: int | None = None
@@ -67,21 +74,25 @@ class RunCalls(CatalogBase):
         token = new_checkpoint_id()
         return self._run(
             "acquire lease",
-            lambda c: runs.try_acquire_lease(c, key, owner, ttl, run_id, token, self.now()),
+            lambda c: runs_and_leases.try_acquire_lease(
+                c, key, owner, ttl, run_id, token, self.now()
+            ),
         )
 
     def renew_lease(self, lease: Lease, ttl: timedelta) -> Lease:
         return self._run(
             "renew lease",
-            lambda c: runs.renew_lease(
-                c, runs.known_store_id(c, lease.key), lease, ttl, self.now()
+            lambda c: runs_and_leases.renew_lease(
+                c, runs_and_leases.known_store_id(c, lease.key), lease, ttl, self.now()
             ),
         )
 
     def release_lease(self, lease: Lease) -> bool:
         return self._run(
             "release lease",
-            lambda c: runs.release_lease(c, runs.known_store_id(c, lease.key), lease),
+            lambda c: runs_and_leases.release_lease(
+                c, runs_and_leases.known_store_id(c, lease.key), lease
+            ),
         )
 
     @contextlib.contextmanager
@@ -93,7 +104,7 @@ class RunCalls(CatalogBase):
         if lease is None:
             holder = self._run(
                 "read lease",
-                lambda c: runs.lease_holder(c, runs.known_store_id(c, key)),
+                lambda c: runs_and_leases.lease_holder(c, runs_and_leases.known_store_id(c, key)),
             )
             who = "another run" if holder is None else f"{holder.owner} (run {holder.run_id})"
             until = "" if holder is None else f" until {holder.expires_at.isoformat()}"
@@ -112,7 +123,7 @@ class RunCalls(CatalogBase):
         ``parameters["scope"]``) that started before run ``before_run_id``."""
         return self._run(
             "read previous run",
-            lambda c: runs.previous_run_counts(c, kind, scope, before_run_id),
+            lambda c: runs_and_leases.previous_run_counts(c, kind, scope, before_run_id),
         )
 
     def acquire_leases(
@@ -126,7 +137,7 @@ class RunCalls(CatalogBase):
         def work(connection: Connection) -> list[Lease | None]:
             now = self.now()
             return [
-                runs.try_acquire_lease(connection, key, owner, ttl, run_id, token, now)
+                runs_and_leases.try_acquire_lease(connection, key, owner, ttl, run_id, token, now)
                 for key, token in zip(keys, tokens, strict=True)
             ]
 
@@ -137,6 +148,8 @@ class RunCalls(CatalogBase):
 
         def work(connection: Connection) -> None:
             for lease in leases:
-                runs.release_lease(connection, runs.known_store_id(connection, lease.key), lease)
+                runs_and_leases.release_lease(
+                    connection, runs_and_leases.known_store_id(connection, lease.key), lease
+                )
 
         self._run("release leases", work)

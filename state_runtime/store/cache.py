@@ -22,11 +22,11 @@ from collections import OrderedDict, deque
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef
-from state_runtime.runs import Run
 from state_runtime.settings import WorkerSettings, parse_size
+from state_runtime.store.sorted_runs import Run
 
 __all__ = ["CACHE", "VersionCache", "parse_size", "set_budget"]
-from state_runtime.versions import Version
+from state_runtime.store.versions import Version
 
 
 class VersionCache:

@@ -4,7 +4,7 @@ A file is a fixed 52-byte envelope (magic, format version, payload length, SHA-2
 payload) followed by an Arrow IPC stream. The stream's schema metadata holds a JSON header:
 kind, store identity, version, checkpoint id, lineage, key/value schemas and row counts. Rows
 are a ``key`` struct column and a ``value`` struct column; in a delta a null value removes
-the key. Version 2 stores integer fields narrow (:mod:`state_runtime.column_encoding`);
+the key. Version 2 stores integer fields narrow (:mod:`state_runtime.store.column_encoding`);
 version 1 files (every field as its schema says) are still read. Nothing is ever unpickled:
 parsing a file cannot execute code.
 """
@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_runtime.column_encoding import ENCODINGS_KEY, decode_table, encode_table
-from state_runtime.config import Compression
 from state_runtime.errors import CheckpointFileCorrupt, UnexpectedVersion
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
-from state_runtime.schema import StateSchema, schema_from_json
+from state_runtime.store.column_encoding import ENCODINGS_KEY, decode_table, encode_table
+from state_runtime.store.config import Compression
+from state_runtime.store.state_schema import StateSchema, schema_from_json
 
 MAGIC = b"STRTCKPT"
 FORMAT_VERSION = 2

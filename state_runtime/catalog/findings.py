@@ -26,9 +26,9 @@ from state_runtime.catalog.tables import (
     store_problems,
     stores,
 )
-from state_runtime.checkpoint import CheckpointInfo
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import StoreId
+from state_runtime.store.checkpoint_info import CheckpointInfo
 
 
 def _store_id(connection: Connection, root: str, store: StoreId) -> int:

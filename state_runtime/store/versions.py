@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from state_runtime.arrow_rows import Row
 from state_runtime.identity import CheckpointRef
-from state_runtime.keys import KeyIndexer
-from state_runtime.runs import Run
+from state_runtime.store.arrow_rows import Row
+from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.sorted_runs import Run
 
 COMPACT_FRACTION = 4
 """Fold the change runs into the base once they hold 1/COMPACT_FRACTION of its rows."""

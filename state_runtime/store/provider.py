@@ -1,8 +1,8 @@
 """The provider of one store identity: opens versions, caches them, hands out stores.
 
-Loading from files lives in :mod:`state_runtime.loader`, writing files in
-:mod:`state_runtime.writer`; versions in memory are :mod:`state_runtime.versions`. Cached
-versions count against the process's memory budget (:mod:`state_runtime.cache`).
+Loading from files lives in :mod:`state_runtime.store.loader`, writing files in
+:mod:`state_runtime.store.writer`; versions in memory are :mod:`state_runtime.store.versions`.
+Cached versions count against the process's memory budget (:mod:`state_runtime.store.cache`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,6 @@ from collections.abc import Callable
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
-from state_runtime.cache import CACHE
-from state_runtime.checkpoint import CheckpointInfo
-from state_runtime.checkpoint_format import FileHeader
-from state_runtime.config import StoreConfig
 from state_runtime.errors import InvalidArgument, UnknownCheckpointId
 from state_runtime.identity import (
     DEFAULT_STORE_NAME,
@@ -29,14 +25,18 @@ from state_runtime.identity import (
     parse_file_name,
     validate_non_negative,
 )
-from state_runtime.keys import KeyIndexer
-from state_runtime.loader import VersionLoader
-from state_runtime.metrics import LoadMetrics, LoadSource
-from state_runtime.schema import StateSchema
 from state_runtime.storage import Storage, open_storage
-from state_runtime.store import ReadStateStore, StateStore
-from state_runtime.versions import Version
-from state_runtime.writer import CheckpointTarget, write_checkpoint
+from state_runtime.store.cache import CACHE
+from state_runtime.store.checkpoint_format import FileHeader
+from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.config import StoreConfig
+from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.loader import VersionLoader
+from state_runtime.store.state_schema import StateSchema
+from state_runtime.store.state_store import ReadStateStore, StateStore
+from state_runtime.store.store_metrics import LoadMetrics, LoadSource
+from state_runtime.store.versions import Version
+from state_runtime.store.writer import CheckpointTarget, write_checkpoint
 
 IdResolver = Callable[[StoreId, int], str | None]
 """Maps (store, version) to the committed checkpoint id, e.g. from the catalog's commit log."""

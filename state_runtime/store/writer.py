@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from state_runtime.checkpoint import CheckpointInfo
-from state_runtime.checkpoint_format import FileHeader, checksum, encode, now
-from state_runtime.config import StoreConfig
 from state_runtime.errors import FileAlreadyExists
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
-from state_runtime.schema import StateSchema
 from state_runtime.storage import Storage
+from state_runtime.store.checkpoint_format import FileHeader, checksum, encode, now
+from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.config import StoreConfig
+from state_runtime.store.state_schema import StateSchema
 
 
 @dataclass(frozen=True)
