@@ -456,3 +456,21 @@ def test_tls_parameters_of_the_url_reach_the_driver(roles: Roles, tmp_path: Path
     with pytest.raises(CatalogMisconfigured) as caught:
         Catalog.open(plain.update_query_dict(verify).render_as_string(False))
     assert str(missing) in str(caught.value) or "SSL" in str(caught.value)
+
+
+def test_a_right_missing_midway_leaves_nothing_half_written(roles: Roles, tmp_path: Path) -> None:
+    """The runtime without INSERT on the commit log: a batch commit records its stores and
+    files (allowed) and then is refused at the commit log; the one transaction rolls back."""
+    engine = sa.create_engine(roles.owner)
+    with engine.begin() as connection:
+        connection.exec_driver_sql(f'REVOKE INSERT ON commit_log FROM "{roles.names["runtime"]}"')
+    engine.dispose()
+    catalog = Catalog.open(roles.runtime)
+    stream = StoreStream(catalog, LocalStorage(tmp_path / "checkpoint"), list(STORES))
+    before = counts(roles.owner)
+    with pytest.raises(CatalogPermissionDenied) as denied:
+        stream.commit()
+    assert "lacks INSERT for the catalog commit batch" in str(denied.value)
+    assert "permission denied for table commit_log" in str(denied.value)
+    assert counts(roles.owner) == before  # no store, no file row: nothing half-written
+    catalog.close()
