@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 
 .PHONY: help check-python check-java install test lint format demo demo-maintain dagster \
         bench-store bench-catalog bench-catalog-calls bench-s3 bench-e2e bench-maintenance \
-        bench-eviction clean
+        bench-eviction bench-schema clean
 
 help:
 	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
@@ -16,7 +16,7 @@ help:
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
 	@echo "make bench-store / bench-catalog / bench-catalog-calls / bench-s3 / bench-e2e / bench-maintenance"
-	@echo "make bench-eviction"
+	@echo "make bench-eviction / bench-schema"
 
 check-python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { \
@@ -105,6 +105,9 @@ bench-maintenance: $(STAMP)
 
 bench-eviction: $(STAMP)
 	$(PY) benchmarks/bench_eviction.py
+
+bench-schema: $(STAMP)
+	$(PY) benchmarks/bench_schema_evolution.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output

@@ -2,9 +2,9 @@
 
 - owner: owns the schema; the only role that runs DDL (``python -m state_runtime.catalog
   upgrade``) and these grants.
-- runtime: what a streaming job does: register stores, record files, commit batches, record
-  holders, batch metrics and watermarks. SELECT, INSERT and UPDATE on those tables, SELECT on
-  the rest; no DELETE, no DDL.
+- runtime: what a streaming job does: register stores and their schema histories, record
+  files, commit batches, record holders, batch metrics and watermarks. SELECT, INSERT and
+  UPDATE on those tables, SELECT on the rest; no DELETE, no DDL.
 - maintenance: the runtime's rights plus what snapshots, cleanup, validation, repair and
   leases need: INSERT, UPDATE and DELETE on every table but the schema's revision; no DDL.
 - reader: SELECT only (the operators' views and the tables ``statestore``'s read commands
@@ -31,6 +31,8 @@ from state_runtime.catalog.tables import (
     batch_watermarks,
     checkpoint_files,
     commit_log,
+    operator_schemas,
+    state_schemas,
     store_holders,
     stores,
 )
@@ -38,7 +40,16 @@ from state_runtime.errors import InvalidArgument
 
 RUNTIME_WRITES = tuple(
     t.name
-    for t in (stores, checkpoint_files, commit_log, batch_metrics, store_holders, batch_watermarks)
+    for t in (
+        stores,
+        checkpoint_files,
+        commit_log,
+        batch_metrics,
+        store_holders,
+        batch_watermarks,
+        state_schemas,
+        operator_schemas,
+    )
 )
 """The tables a streaming job inserts into and updates (never deletes from)."""
 REVISION_TABLE = "alembic_version"

@@ -14,6 +14,7 @@ from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.store.config import StoreConfig
+from state_runtime.store.schema_evolution import SchemaChange
 from state_runtime.store.state_schema import parse_schema
 from state_runtime.store.state_store import StateStore
 
@@ -93,9 +94,14 @@ def running_aggregation(
     *,
     store_name: str = DEFAULT_STORE_NAME,
     config: StoreConfig | None = None,
+    schema_change: SchemaChange | None = None,
 ) -> StatefulOperator:
     """An operator keeping ``aggs`` per key; each batch outputs the updated keys' totals
-    (Spark's "update" output mode), with columns ``key columns + aggregate names``."""
+    (Spark's "update" output mode), with columns ``key columns + aggregate names``.
+
+    The state's value schema is the aggregates, in order (``name type``): an added aggregate
+    is a nullable field (keys start it from their next update); a renamed one, or a dropped
+    one, is declared in ``schema_change`` (``SchemaChange(renamed={"total": "amount"})``)."""
     if not aggs:
         raise InvalidArgument("running_aggregation needs at least one aggregate")
     key_struct = parse_schema(key_schema)
@@ -111,4 +117,5 @@ def running_aggregation(
         num_partitions=num_partitions,
         store_name=store_name,
         config=config or StoreConfig(),
+        schema_change=schema_change or SchemaChange(),
     )

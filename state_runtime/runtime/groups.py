@@ -28,6 +28,7 @@ from state_runtime.runtime.context import BatchContext, current_batch
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.store.arrow_rows import struct_rows
 from state_runtime.store.config import StoreConfig
+from state_runtime.store.schema_evolution import SchemaChange
 from state_runtime.store.state_schema import parse_schema
 from state_runtime.store.state_store import StateStore
 
@@ -195,13 +196,16 @@ def map_groups_with_state(
     event_time_column: str | None = None,
     store_name: str = DEFAULT_STORE_NAME,
     config: StoreConfig | None = None,
+    schema_change: SchemaChange | None = None,
 ) -> StatefulOperator:
     """An operator calling ``func(key, rows, state)`` per key with new rows, and once more for
     each key whose timeout (or ``ttl`` since its last update) has passed.
 
     ``timeout="event_time"`` makes timeouts follow the query's watermark
     (``state.set_timeout_timestamp``); ``event_time_column`` drops input rows at or before
-    the watermark, as Spark does for a query with a watermark on that column."""
+    the watermark, as Spark does for a query with a watermark on that column.
+    ``schema_change`` declares renamed or dropped state fields (a new nullable field needs
+    no declaration; older keys' states read it as None)."""
     if timeout not in ("processing_time", "event_time"):
         raise InvalidArgument(f"timeout must be 'processing_time' or 'event_time', got {timeout!r}")
     if ttl is not None and timeout == "event_time":
@@ -225,4 +229,5 @@ def map_groups_with_state(
         config=config or StoreConfig(),
         late_column=event_time_column,
         uses_event_time=timeout == "event_time",
+        schema_change=schema_change or SchemaChange(),
     )
