@@ -40,7 +40,7 @@ from state_runtime.identity import (
     validate_checkpoint_id,
     validate_non_negative,
 )
-from state_runtime.storage.roots import parse_root
+from state_runtime.storage.root_rule import parse_root
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
 _CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")

@@ -13,7 +13,7 @@ from state_runtime.storage.base import (
     check_relative_path,
 )
 from state_runtime.storage.local import LocalStorage
-from state_runtime.storage.roots import parse_root
+from state_runtime.storage.root_rule import parse_root
 
 __all__ = [
     "DeleteResult",
@@ -31,7 +31,7 @@ def open_storage(root: str | os.PathLike[str], **options: object) -> Storage:
     """Storage for a checkpoint root: a local path, ``file://`` URI or ``s3://bucket/prefix``.
 
     ``options`` go to the backend (for S3: ``endpoint_url``, ``region_name``, ...). A root
-    :func:`~state_runtime.storage.roots.parse_root` refuses is refused with InvalidArgument.
+    :func:`~state_runtime.storage.root_rule.parse_root` refuses is refused with InvalidArgument.
     """
     location = parse_root(root)
     if location.scheme == "local":

@@ -23,7 +23,7 @@ from state_runtime.storage.base import (
     Storage,
     check_relative_path,
 )
-from state_runtime.storage.roots import check_local_root
+from state_runtime.storage.root_rule import check_local_root
 
 TEMP_PREFIX, TEMP_SUFFIX = ".tmp-", ".part"
 """A write's temporary file, ``.tmp-<random>.part``, next to the file it becomes."""

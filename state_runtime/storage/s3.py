@@ -45,7 +45,7 @@ from state_runtime.storage.base import (
     Storage,
     check_relative_path,
 )
-from state_runtime.storage.roots import check_bucket, parse_root
+from state_runtime.storage.root_rule import check_bucket, parse_root
 from state_runtime.storage.s3_client import CallRecord, instrument, recording, shared_client
 from state_runtime.storage.s3_errors import (
     error_code,

@@ -19,7 +19,7 @@ from state_runtime.catalog.records import (
 )
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import FileKind, StoreId
-from state_runtime.storage.roots import parse_root
+from state_runtime.storage.root_rule import parse_root
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
 
