@@ -251,6 +251,8 @@ class CatalogPermissionDenied(CatalogError):
     one transaction rolled back); grant the right, or run the operation as the role meant
     for it (docs/running-for-real.md)."""
 
+    code: ClassVar[str] = "STATE_CATALOG_PERMISSION_DENIED"
+
 
 class CatalogReadOnly(CatalogError):
     """The catalog refuses writes (SQLSTATE 25006: a standby after a failover, or
@@ -258,6 +260,7 @@ class CatalogReadOnly(CatalogError):
     the same call succeeds once the database accepts writes again (every catalog call is
     safe to repeat)."""
 
+    code: ClassVar[str] = "STATE_CATALOG_READ_ONLY"
     retryable = True
 
 
