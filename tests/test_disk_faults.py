@@ -151,7 +151,9 @@ def test_an_io_error_on_any_step_of_a_write(stream: StoreStream, shim: Path, fau
     }
     failed = write_next(stream, env=env)
     assert failed.returncode == 3, failed.stdout + failed.stderr
-    assert failed.stdout.startswith(f"error {CannotCommit.__name__} [{CannotCommit.code}] commit failed")
+    assert failed.stdout.startswith(
+        f"error {CannotCommit.__name__} [{CannotCommit.code}] commit failed"
+    )
     assert os.strerror(code) in failed.stdout and "file=state/0/0/default/3_" in failed.stdout
     assert_nothing_half_done(stream, 3)
     assert_usable_again(stream, 3)
