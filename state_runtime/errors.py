@@ -245,6 +245,25 @@ class InvalidCatalogUrl(CatalogMisconfigured, InvalidArgument):
     code: ClassVar[str] = "STATE_CATALOG_URL_INVALID"
 
 
+class CatalogPermissionDenied(CatalogError):
+    """The catalog's role lacks a right an operation needs (PostgreSQL SQLSTATE 42501): the
+    message names the role, the right and the operation. Nothing was changed (the operation's
+    one transaction rolled back); grant the right, or run the operation as the role meant
+    for it (docs/running-for-real.md)."""
+
+    code: ClassVar[str] = "STATE_CATALOG_PERMISSION_DENIED"
+
+
+class CatalogReadOnly(CatalogError):
+    """The catalog refuses writes (SQLSTATE 25006: a standby after a failover, or
+    ``default_transaction_read_only``). Nothing was changed and the call was not retried;
+    the same call succeeds once the database accepts writes again (every catalog call is
+    safe to repeat)."""
+
+    code: ClassVar[str] = "STATE_CATALOG_READ_ONLY"
+    retryable = True
+
+
 class CatalogSchemaOutdated(CatalogError):
     """The catalog database has an older schema than this code; run the migration."""
 

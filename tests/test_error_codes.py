@@ -42,6 +42,8 @@ CODES = {
     "CatalogUnavailable": "STATE_CATALOG_UNAVAILABLE",
     "CatalogTimeout": "STATE_CATALOG_TIMEOUT",
     "CatalogMisconfigured": "STATE_CATALOG_MISCONFIGURED",
+    "CatalogPermissionDenied": "STATE_CATALOG_PERMISSION_DENIED",
+    "CatalogReadOnly": "STATE_CATALOG_READ_ONLY",
     "InvalidCatalogUrl": "STATE_CATALOG_URL_INVALID",
     "CatalogSchemaOutdated": "STATE_CATALOG_SCHEMA_OUTDATED",
     "CatalogSchemaTooNew": "STATE_CATALOG_SCHEMA_TOO_NEW",

@@ -137,7 +137,7 @@ class StatefulQuery:
         self.operators = list(operators)
         self.event_time = EventTimeClock.of(watermark, self.operators)
         self.catalog_url = catalog_url or default_catalog_url()
-        self._catalog: Catalog | None = Catalog.open(self.catalog_url, upgrade=True)
+        self._catalog: Catalog | None = Catalog.open(self.catalog_url, upgrade="sqlite")
         self.adaptive = adaptive
         if parallelism is not None and (
             isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1
@@ -154,7 +154,7 @@ class StatefulQuery:
         the query, or the one its ``foreach_batch`` function was shipped to (on Spark Connect,
         the server's foreachBatch worker), which must reach the catalog too."""
         if self._catalog is None:
-            self._catalog = Catalog.open(self.catalog_url, upgrade=True)
+            self._catalog = Catalog.open(self.catalog_url, upgrade="sqlite")
         return self._catalog
 
     def __getstate__(self) -> dict[str, Any]:
