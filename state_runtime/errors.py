@@ -75,6 +75,13 @@ class InvalidArgument(StateStoreError, ValueError):
     """A caller passed a bad value: a malformed name, a negative version, a path escape."""
 
 
+class QueryRefused(InvalidArgument):
+    """A query that cannot run on its input, found on the driver before any Spark job: a
+    column an operator, a window or the watermark names is missing or of the wrong type, or
+    an output mode Spark refuses for that shape. The message names the column, the operator
+    and the rule."""
+
+
 class MissingExtra(InvalidArgument):
     """A feature needs an optional part of the install that is missing; the message names the
     extra that provides it."""

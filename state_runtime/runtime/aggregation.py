@@ -12,13 +12,14 @@ from pyspark.sql.types import StructType
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
-from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.runtime.operator import ColumnKind, ColumnUse, StatefulOperator
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.state_schema import parse_schema
 from state_runtime.store.state_store import StateStore
 
 AggFunction = Literal["count", "sum", "min", "max"]
 _ARROW_AGG = {"count": "count_all", "sum": "sum", "min": "min", "max": "max"}
+_KIND: dict[str, ColumnKind] = {"sum": "numeric", "min": "orderable", "max": "orderable"}
 
 
 @dataclass(frozen=True)
@@ -111,4 +112,10 @@ def running_aggregation(
         num_partitions=num_partitions,
         store_name=store_name,
         config=config or StoreConfig(),
+        kind="running aggregation",
+        reads=tuple(
+            ColumnUse(a.column, f"aggregate {a.name!r} ({a.function}) column", _KIND[a.function])
+            for a in aggs
+            if a.function != "count" and a.column is not None
+        ),
     )
