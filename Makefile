@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 
 .PHONY: help check-python check-java install test lint format demo demo-maintain dagster \
         bench-store bench-catalog bench-catalog-calls bench-s3 bench-e2e bench-maintenance \
-        bench-eviction fuzz-spark clean
+        bench-eviction bench-schema fuzz-spark clean
 
 help:
 	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
@@ -16,7 +16,7 @@ help:
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
 	@echo "make bench-store / bench-catalog / bench-catalog-calls / bench-s3 / bench-e2e / bench-maintenance"
-	@echo "make bench-eviction"
+	@echo "make bench-eviction / bench-schema"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
 
 check-python:
@@ -112,6 +112,9 @@ bench-eviction: $(STAMP)
 fuzz-spark: $(STAMP) check-java
 	DIFF_STREAMS=$${DIFF_STREAMS:-2000} DIFF_SAVE=$${DIFF_SAVE:-fuzz-counterexamples} \
 	  $(PY) -m pytest tests/runtime/test_differential_vs_spark.py $(PYTEST_ARGS)
+
+bench-schema: $(STAMP)
+	$(PY) benchmarks/bench_schema_evolution.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output

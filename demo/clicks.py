@@ -81,6 +81,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--catalog-url", help="default: $STATE_CATALOG_URL, else <output>/catalog.db"
     )
+    parser.add_argument(
+        "--max-amount",
+        action="store_true",
+        help="also keep each user's largest amount (a schema change when resuming a run "
+        "without it: users not seen since read it as null)",
+    )
     return parser.parse_args(argv)
 
 
@@ -112,7 +118,8 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
         0,
         ["user"],
         "user string",
-        [Agg("clicks", "count"), Agg("amount", "sum", "amount")],
+        [Agg("clicks", "count"), Agg("amount", "sum", "amount")]
+        + ([Agg("max_amount", "max", "amount")] if args.max_amount else []),
         args.partitions,
     )
     query = StatefulQuery(QUERY_ID, root, [op], catalog_url=url)

@@ -13,6 +13,7 @@ from state_runtime.identity import StoreId
 from state_runtime.runtime import worker
 from state_runtime.storage import Storage
 from state_runtime.store.cache import CACHE, parse_size, set_budget
+from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.state_schema import StateSchema
 
 from .store_helpers import commit_rows, provider_for
@@ -81,16 +82,18 @@ def test_worker_keeps_providers_while_the_budget_holds_their_versions(
 ) -> None:
     schema = StateSchema.of("user string", "count bigint")
     store = StoreId(9, 0)
-    p = worker.provider_for(storage, store, schema, StoreConfig())
-    assert worker.provider_for(storage, store, schema, StoreConfig()) is p
+    p = worker.provider_for(storage, store, SchemaHistory.of(schema), StoreConfig())
+    assert worker.provider_for(storage, store, SchemaHistory.of(schema), StoreConfig()) is p
     info = commit_rows(p, None, {"a": 1})
     p.get_read_store(1, info.checkpoint_id)
     set_budget(0)
-    other = worker.provider_for(storage, StoreId(9, 1), schema, StoreConfig())
+    other = worker.provider_for(storage, StoreId(9, 1), SchemaHistory.of(schema), StoreConfig())
     commit_rows(other, None, {"b": 1})  # evicts the first store's version
     assert not p.cached_versions
-    worker.provider_for(storage, StoreId(9, 2), schema, StoreConfig())  # registry is pruned
-    assert worker.provider_for(storage, store, schema, StoreConfig()) is not p
+    worker.provider_for(
+        storage, StoreId(9, 2), SchemaHistory.of(schema), StoreConfig()
+    )  # registry is pruned
+    assert worker.provider_for(storage, store, SchemaHistory.of(schema), StoreConfig()) is not p
 
 
 def test_a_provider_that_goes_away_takes_its_versions_along(storage: Storage, budget: None) -> None:

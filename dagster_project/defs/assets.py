@@ -23,6 +23,7 @@ from dagster_project.defs.metadata import (
     damaged_metadata,
     reconcile_metadata,
     repair_metadata,
+    schema_metadata,
     snapshot_metadata,
     store_figures,
     store_table,
@@ -34,11 +35,13 @@ from state_runtime.catalog import StoreKey
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance import (
     FleetTotals,
+    SchemaChangeRow,
     cleanup_pass,
     damaged_snapshots,
     parse_store_key,
     reconcile,
     repair_pass,
+    schema_changes,
     snapshot_pass,
     store_reports,
 )
@@ -156,11 +159,15 @@ def state_store_health(
     context: AssetExecutionContext, config: HealthConfig, maintenance: MaintenanceResource
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Every store's status and figures from the catalog: fleet totals here (broken, degraded
-    and unknown stores among them), each store's status and figures on its
+    and unknown stores among them), each store's status, figures and schema history on its
     ``state_checkpoints`` partition (one materialization per store and run: its history), and a
     table of the stores."""
     with maintenance.run(context) as run:
         reports = store_reports(run.fleet, run.policy)
+        schemas: dict[tuple[str, int, str], list[SchemaChangeRow]] = {}
+        for change in schema_changes(run.fleet.catalog, run.fleet.root_names()):
+            key = (change.root, change.operator_id, change.store_name)
+            schemas.setdefault(key, []).append(change)
     if config.observe_stores:
         known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
         for report in reports:
@@ -170,7 +177,17 @@ def state_store_health(
                         state_checkpoints.key,
                         partition=str(report.key),
                         description=str(report.status),
-                        metadata=store_figures(report),
+                        metadata=store_figures(report)
+                        | schema_metadata(
+                            schemas.get(
+                                (
+                                    report.key.root,
+                                    report.key.store.operator_id,
+                                    report.key.store.store_name,
+                                ),
+                                [],
+                            )
+                        ),
                     )
                 )
     return MaterializeResult(

@@ -15,6 +15,7 @@ from state_runtime.maintenance import (
     FleetTotals,
     ReconcileReport,
     RepairReport,
+    SchemaChangeRow,
     SnapshotReport,
     StoreReport,
 )
@@ -203,4 +204,16 @@ def damaged_metadata(damaged: Sequence[FileVerdict]) -> MetadataMap:
         "dry_run": MetadataValue.bool(True),
         "damaged_snapshots": MetadataValue.int(len(damaged)),
         "would_repair": _files_md(damaged),
+    }
+
+
+def schema_metadata(changes: Sequence[SchemaChangeRow]) -> MetadataMap:
+    """A store's schema history (its operator's): each schema with the batch it applies from
+    and what changed, as ``statestore history --schemas`` shows it."""
+    rows = [(c.from_batch, c.schema_id[:12], c.value_schema, "; ".join(c.actions)) for c in changes]
+    return {
+        "schema_versions": MetadataValue.int(len(changes)),
+        "schema_history": MetadataValue.md(
+            _cells(rows, ("from batch", "schema id", "value schema", "change"))
+        ),
     }

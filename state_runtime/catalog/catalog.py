@@ -9,6 +9,7 @@ from state_runtime.catalog.api.history_calls import HistoryCalls
 from state_runtime.catalog.api.inventory_calls import InventoryCalls
 from state_runtime.catalog.api.retention_calls import RetentionCalls
 from state_runtime.catalog.api.run_calls import RunCalls
+from state_runtime.catalog.api.schema_history_calls import SchemaHistoryCalls
 
 
 class Catalog(
@@ -19,6 +20,7 @@ class Catalog(
     HealthCalls,
     HistoryCalls,
     EventTimeCalls,
+    SchemaHistoryCalls,
 ):
     """The SQL catalog of stores, checkpoint files, commits and maintenance.
 

@@ -388,3 +388,31 @@ batch_watermarks = sa.Table(
     sa.Column("max_event_ms", sa.BigInteger(), nullable=True),
     sa.Column("recorded_at", UtcDateTime(), nullable=False),
 )
+
+state_schemas = sa.Table(
+    "state_schemas",
+    metadata,
+    sa.Column("schema_id", sa.String(32), primary_key=True),
+    sa.Column("parent_id", sa.String(32), nullable=True),
+    sa.Column("key_schema", _json_type(), nullable=False),
+    sa.Column("value_schema", _json_type(), nullable=False),
+    sa.Column("change", _json_type(), nullable=False),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+)
+
+operator_schemas = sa.Table(
+    "operator_schemas",
+    metadata,
+    sa.Column("checkpoint_root", CheckpointRoot(), primary_key=True),
+    sa.Column("operator_id", sa.Integer(), primary_key=True),
+    sa.Column("store_name", sa.String(128), primary_key=True),
+    sa.Column("seq", sa.Integer(), primary_key=True),
+    sa.Column(
+        "schema_id",
+        sa.String(32),
+        sa.ForeignKey("state_schemas.schema_id", name="fk_operator_schemas_schema_id"),
+        nullable=False,
+    ),
+    sa.Column("from_batch", sa.BigInteger(), nullable=False),
+    sa.Column("recorded_at", UtcDateTime(), nullable=False),
+)

@@ -1,5 +1,5 @@
 """The ``statestore`` commands: maintain, validate, health, history, explain, repair, resolve,
-reconcile, relocate.
+reconcile, relocate, schema-check.
 
 Every command takes ``--json`` (the whole report, see :mod:`state_runtime.cli.jsonable`).
 Exit codes and error output: see :mod:`state_runtime.cli.exits` (and docs/maintenance.md).
@@ -8,6 +8,7 @@ Exit codes and error output: see :mod:`state_runtime.cli.exits` (and docs/mainte
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,6 +36,7 @@ from state_runtime.maintenance import (
     Fleet,
     Progress,
     canonical_root,
+    check_schema_change,
     cleanup_pass,
     damaged_snapshots,
     due_for_snapshot,
@@ -45,12 +47,14 @@ from state_runtime.maintenance import (
     relocate_root,
     repair_pass,
     run_checks,
+    schema_changes,
     snapshot_pass,
     store_reports,
 )
 from state_runtime.maintenance.policy import PRESETS, MaintenancePolicy
 from state_runtime.settings import MAINTENANCE, Setting
 from state_runtime.storage import check_relative_path
+from state_runtime.store.schema_evolution import SchemaChange
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -333,6 +337,9 @@ def health(settings: Settings, /, **kw: Any) -> None:
 @main.command()
 @click.option("--query", "query_id", help="Only the versions this query committed.")
 @click.option("--by-batch", is_flag=True, help="One line per micro-batch (all its stores) instead.")
+@click.option(
+    "--schemas", is_flag=True, help="Each operator store's schema changes, with their batch."
+)
 @click.option("--limit", type=click.IntRange(min=1), default=50, help="Newest versions, per root.")
 @json_option
 @store_option
@@ -340,10 +347,18 @@ def health(settings: Settings, /, **kw: Any) -> None:
 def history(settings: Settings, /, **kw: Any) -> None:
     """Committed versions, newest first, like Delta's DESCRIBE HISTORY: the batch and query
     that committed each, its checkpoint id, when, state rows, the delta's bytes, and what
-    became of its files (snapshots written, files deleted and why)."""
+    became of its files (snapshots written, files deleted and why). With --schemas: each
+    schema change instead, from which batch, and what it changed."""
     with _fleet(settings) as fleet:
         only = _stores(fleet, kw["stores"])
         roots = fleet.root_names(only)
+        if kw["schemas"]:
+            changes = schema_changes(fleet.catalog, roots)
+            if kw["as_json"]:
+                echo_json(changes)
+            else:
+                output.print_schema_changes(settings.console, changes)
+            return
         query = kw["query_id"]
         known = sorted({q for root in roots for q in fleet.catalog.query_ids(root)})
         if query is not None and query not in known:
@@ -503,3 +518,61 @@ def relocate(settings: Settings, /, old: str, new: str, **kw: Any) -> None:
     else:
         output.print_relocation(settings.console, report)
     sys.exit(EXIT_PROBLEMS if report.missing else 0)
+
+
+def _pairs(option: str, values: tuple[str, ...], parse: Callable[[str], Any]) -> dict[str, Any]:
+    """``NAME=VALUE`` options as a dict (a usage error names the malformed one)."""
+    pairs = {}
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name or not rest:
+            fail(EXIT_USAGE, f"{option} {value!r}: expected NAME=VALUE")
+        try:
+            pairs[name] = parse(rest)
+        except ValueError as exc:
+            fail(EXIT_USAGE, f"{option} {value!r}: {exc}")
+    return pairs
+
+
+@main.command("schema-check")
+@click.argument("root")
+@click.option("--query", "query_id", required=True, help="The query that runs the operator.")
+@click.option("--operator", "operator_id", type=click.IntRange(min=0), required=True)
+@click.option("--store-name", default="default", help="The operator's store name.")
+@click.option("--value-schema", required=True, help="The new value schema (Spark DDL).")
+@click.option("--key-schema", help="The new key schema (Spark DDL).", show_default="unchanged")
+@click.option("--renamed", multiple=True, metavar="OLD=NEW", help="A declared rename.")
+@click.option("--dropped", multiple=True, metavar="FIELD", help="A declared drop.")
+@click.option(
+    "--default", "defaults", multiple=True, metavar="FIELD=JSON", help="An added field's default."
+)
+@json_option
+@click.pass_obj
+def schema_check(settings: Settings, /, root: str, **kw: Any) -> None:
+    """Whether a change of an operator's state schema is allowed, and what it will do, before
+    a deployment (exit 1 if refused). Reads the catalog only."""
+    change = SchemaChange(
+        renamed=_pairs("--renamed", kw["renamed"], str),
+        dropped=kw["dropped"],
+        defaults=_pairs("--default", kw["defaults"], json.loads),
+    )
+    settings.roots = [canonical_root(root)]
+    with _fleet(settings) as fleet:
+        try:
+            check = check_schema_change(
+                fleet.catalog,
+                settings.roots[0],
+                kw["query_id"],
+                kw["operator_id"],
+                kw["store_name"],
+                kw["value_schema"],
+                change,
+                kw["key_schema"],
+            )
+        except InvalidArgument as exc:
+            fail(EXIT_USAGE, str(exc))
+    if kw["as_json"]:
+        echo_json(check)
+    else:
+        output.print_schema_check(settings.console, check)
+    sys.exit(0 if check.allowed else EXIT_PROBLEMS)

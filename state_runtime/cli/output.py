@@ -21,6 +21,8 @@ from state_runtime.maintenance import (
     ReconcileReport,
     RelocationReport,
     RepairReport,
+    SchemaChangeRow,
+    SchemaCheck,
     SnapshotReport,
     Status,
     StoreReport,
@@ -454,3 +456,34 @@ def checks_json(report: ChecksReport) -> dict[str, Any]:
             for o in report.outcomes
         ],
     }
+
+
+def print_schema_changes(console: Console, rows: Sequence[SchemaChangeRow]) -> None:
+    """One line per schema of each operator store, oldest first, with what changed."""
+    table = Table(title=f"Schema history ({len(rows)} schemas)")
+    for name in ("root", "operator", "store", "from batch", "schema id", "key", "value", "change"):
+        table.add_column(name, no_wrap=name in ("schema id", "from batch"))
+    for r in rows:
+        table.add_row(
+            r.root,
+            str(r.operator_id),
+            r.store_name,
+            str(r.from_batch),
+            r.schema_id[:12],
+            r.key_schema,
+            r.value_schema,
+            "; ".join(r.actions),
+        )
+    console.print(table)
+
+
+def print_schema_check(console: Console, check: SchemaCheck) -> None:
+    """The verdict on a planned schema change, and what it does or why it is refused."""
+    what = f"operator {check.operator_id} (store {check.store_name}) of query {check.query_id}"
+    console.print(f"{what}\n  recorded: {check.current}\n  proposed: {check.proposed}")
+    if not check.allowed:
+        console.print(f"[red]refused[/red]: {check.reason}", markup=True, highlight=False)
+        return
+    console.print(f"[green]allowed[/green] from batch {check.from_batch}:", markup=True)
+    for action in check.actions:
+        console.print(f"  - {action}", highlight=False)

@@ -46,6 +46,12 @@ from state_runtime.maintenance.repair import (
     damaged_snapshots,
     repair_pass,
 )
+from state_runtime.maintenance.schema_changes import (
+    SchemaChangeRow,
+    SchemaCheck,
+    check_schema_change,
+    schema_changes,
+)
 from state_runtime.maintenance.snapshots import (
     DueStore,
     SnapshotOutcome,
@@ -66,6 +72,10 @@ from state_runtime.status import Status, StoreStatus, store_status
 __all__ = [
     "CHECKS",
     "SILENT",
+    "SchemaChangeRow",
+    "SchemaCheck",
+    "check_schema_change",
+    "schema_changes",
     "CallbackProgress",
     "CheckInfo",
     "CheckName",

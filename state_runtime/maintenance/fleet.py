@@ -15,6 +15,7 @@ from state_runtime.maintenance.listing import CatalogListedStorage, StagedWrites
 from state_runtime.storage import Storage, open_storage
 from state_runtime.store.checkpoint_format import decode
 from state_runtime.store.provider import StateStoreProvider
+from state_runtime.store.schema_history import SchemaHistory
 
 StorageOpener = Callable[[str], Storage]
 
@@ -115,24 +116,23 @@ class Fleet:
         with ``listed`` it lists the storage instead (the fallback when the catalog is off);
         with ``staged`` its writes stay in memory (its storage is a :class:`StagedWrites`).
 
-        Schemas come from the catalog; a store registered without them takes the schemas
-        of its newest file in ``files``.
+        The schema history comes from the catalog; a store registered without schemas takes
+        those of its newest file in ``files``.
         """
         storage = self.storage(record.key.root)
-        key_schema, value_schema = record.key_schema, record.value_schema
-        if (key_schema is None or value_schema is None) and files:
+        store = record.key.store
+        history = self.catalog.schema_history(record.key.root, store.operator_id, store.store_name)
+        if history is None and files:
             newest = max(files, key=lambda f: f.version)
             header, _ = decode(storage.read(newest.path), newest.path)
-            key_schema, value_schema = header.schema.key, header.schema.value
-        if key_schema is None or value_schema is None:
+            history = SchemaHistory.of(header.schema)
+        if history is None:
             raise InvalidArgument(f"store {record.key} has no schemas in the catalog or files")
-        store = record.key.store
         base: Storage = storage if listed else CatalogListedStorage(storage, files)
         return StateStoreProvider(
             StagedWrites(base) if staged else base,
             store.operator_id,
             store.partition_id,
             store.store_name,
-            key_schema=key_schema,
-            value_schema=value_schema,
+            history=history,
         )

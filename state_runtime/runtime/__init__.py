@@ -9,12 +9,14 @@ from state_runtime.runtime.query import BatchResult, StatefulQuery
 from state_runtime.runtime.reader import read_state, read_state_metadata
 from state_runtime.runtime.watermark import Watermark
 from state_runtime.runtime.windows import Window, windowed_aggregation
+from state_runtime.store.schema_evolution import SchemaChange
 
 __all__ = [
     "Agg",
     "BatchContext",
     "BatchResult",
     "GroupState",
+    "SchemaChange",
     "StatefulOperator",
     "StatefulQuery",
     "Watermark",

@@ -14,6 +14,7 @@ from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
 from state_runtime.runtime.operator import ColumnKind, ColumnUse, StatefulOperator
 from state_runtime.store.config import StoreConfig
+from state_runtime.store.schema_evolution import SchemaChange
 from state_runtime.store.state_schema import parse_schema
 from state_runtime.store.state_store import StateStore
 
@@ -94,9 +95,14 @@ def running_aggregation(
     *,
     store_name: str = DEFAULT_STORE_NAME,
     config: StoreConfig | None = None,
+    schema_change: SchemaChange | None = None,
 ) -> StatefulOperator:
     """An operator keeping ``aggs`` per key; each batch outputs the updated keys' totals
-    (Spark's "update" output mode), with columns ``key columns + aggregate names``."""
+    (Spark's "update" output mode), with columns ``key columns + aggregate names``.
+
+    The state's value schema is the aggregates, in order (``name type``): an added aggregate
+    is a nullable field (keys start it from their next update); a renamed one, or a dropped
+    one, is declared in ``schema_change`` (``SchemaChange(renamed={"total": "amount"})``)."""
     if not aggs:
         raise InvalidArgument("running_aggregation needs at least one aggregate")
     key_struct = parse_schema(key_schema)
@@ -118,4 +124,5 @@ def running_aggregation(
             for a in aggs
             if a.function != "count" and a.column is not None
         ),
+        schema_change=schema_change or SchemaChange(),
     )

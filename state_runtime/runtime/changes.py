@@ -18,9 +18,10 @@ from state_runtime.errors import ChangesCleanedUp, InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.retention import LIVE_STATES
 from state_runtime.runtime import worker
+from state_runtime.runtime.reader import store_history
 from state_runtime.storage import Storage, open_storage
 from state_runtime.store.config import StoreConfig
-from state_runtime.store.state_schema import StateSchema
+from state_runtime.store.schema_history import SchemaHistory
 
 _SOURCES = StructType(
     [
@@ -36,7 +37,7 @@ def _read_deltas(
     storage: Storage,
     operator_id: int,
     store_name: str,
-    schema: StateSchema,
+    history: SchemaHistory,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     for batch in batches:
@@ -44,7 +45,7 @@ def _read_deltas(
             *batch.to_pydict().values(), strict=True
         ):
             store_id = StoreId(operator_id, partition, store_name)
-            provider = worker.provider_for(storage, store_id, schema, StoreConfig())
+            provider = worker.provider_for(storage, store_id, history, StoreConfig())
             delta = provider.read_delta(CheckpointRef(version, checkpoint_id))
             n = delta.num_rows
             removed = delta.column("value").is_null()
@@ -108,8 +109,8 @@ def read_state_changes(
             root, operator_id, store_name, start_batch_id, end_batch_id, query_id=query_id
         )
         _check(deltas, start_batch_id, end_batch_id, operator_id)
-        record = next(r for r in catalog.stores(root) if r.key.store == deltas[0].store)
-    schema = StateSchema.of(record.key_schema, record.value_schema)
+        history = store_history(catalog, root, operator_id, store_name)
+    schema = history.newest.schema
     rows = [(d.batch_id, d.store.partition_id, d.ref.version, d.ref.checkpoint_id) for d in deltas]
     out = StructType(
         [
@@ -123,5 +124,5 @@ def read_state_changes(
     return (
         spark.createDataFrame(rows, _SOURCES)
         .repartition(min(len(rows), spark.sparkContext.defaultParallelism))
-        .mapInArrow(partial(_read_deltas, storage, operator_id, store_name, schema), out)
+        .mapInArrow(partial(_read_deltas, storage, operator_id, store_name, history), out)
     )

@@ -29,6 +29,7 @@ from state_runtime.runtime.operator import ColumnUse, StatefulOperator
 from state_runtime.runtime.times import datetime_ms, duration_ms
 from state_runtime.store.arrow_rows import struct_rows
 from state_runtime.store.config import StoreConfig
+from state_runtime.store.schema_evolution import SchemaChange
 from state_runtime.store.state_schema import parse_schema
 from state_runtime.store.state_store import StateStore
 
@@ -202,13 +203,16 @@ def map_groups_with_state(
     event_time_column: str | None = None,
     store_name: str = DEFAULT_STORE_NAME,
     config: StoreConfig | None = None,
+    schema_change: SchemaChange | None = None,
 ) -> StatefulOperator:
     """An operator calling ``func(key, rows, state)`` per key with new rows, and once more for
     each key whose timeout (or ``ttl`` since its last update) has passed.
 
     ``timeout="event_time"`` makes timeouts follow the query's watermark
     (``state.set_timeout_timestamp``); ``event_time_column`` drops input rows at or before
-    the watermark, as Spark does for a query with a watermark on that column."""
+    the watermark, as Spark does for a query with a watermark on that column.
+    ``schema_change`` declares renamed or dropped state fields (a new nullable field needs
+    no declaration; older keys' states read it as None)."""
     if timeout not in ("processing_time", "event_time"):
         raise InvalidArgument(f"timeout must be 'processing_time' or 'event_time', got {timeout!r}")
     if ttl is not None and timeout == "event_time":
@@ -236,4 +240,5 @@ def map_groups_with_state(
         reads=()
         if event_time_column is None
         else (ColumnUse(event_time_column, "event_time_column", "timestamp"),),
+        schema_change=schema_change or SchemaChange(),
     )

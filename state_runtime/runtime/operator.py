@@ -13,6 +13,7 @@ from pyspark.sql.types import StructField, StructType
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME, validate_name, validate_non_negative
 from state_runtime.store.config import StoreConfig
+from state_runtime.store.schema_evolution import SchemaChange
 from state_runtime.store.state_schema import StateSchema, parse_schema
 from state_runtime.store.state_store import StateStore
 
@@ -70,6 +71,10 @@ class StatefulOperator:
     """The event-time column of the operator's windows: in append mode it must be the
     watermark's, as Spark (nothing else can finalize a window)."""
     output_mode: Literal["update", "append"] = "update"
+    schema_change: SchemaChange = field(default_factory=SchemaChange)
+    """Renames, drops and defaults that turn the state schema the catalog recorded last into
+    this operator's (checked by the driver before the first batch; see
+    :mod:`state_runtime.store.schema_evolution`). Ignored while the schema is unchanged."""
 
     def __post_init__(self) -> None:
         validate_non_negative(self.operator_id, "operator id")

@@ -53,7 +53,7 @@ from state_runtime.runtime.watermark import BatchWatermarks, Watermark
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage, open_storage
 from state_runtime.store.checkpoint_info import CheckpointInfo
-from state_runtime.store.state_schema import StateSchema
+from state_runtime.store.schema_history import SchemaEntry, SchemaHistory
 
 log = logging.getLogger("state_runtime.runtime")
 
@@ -138,51 +138,68 @@ class StatefulQuery:
             raise InvalidArgument(f"parallelism={parallelism!r}: expected a positive number")
         self.parallelism = parallelism
         self._registered = False
+        self._histories: dict[tuple[int, str], SchemaHistory] = {}
         self._reports: Reports | None = None
         self._beats: dict[int, tuple[Any, DataFrame]] = {}
 
     # --- query start --------------------------------------------------------------------
 
-    def _register(self) -> None:
-        """Register every store; refuse a changed partition count or schema for an existing
-        operator (before any task runs)."""
+    def _register(self, batch_id: int) -> None:
+        """Register every store and record each operator's schema history; refuse a changed
+        partition count or a schema change the planner refuses (before any task runs)."""
         known = self.catalog.stores(self.root)
+        existing: dict[tuple[int, str], set[int]] = {}
+        for record in known:
+            store = record.key.store
+            existing.setdefault((store.operator_id, store.store_name), set()).add(
+                store.partition_id
+            )
         for op in self.operators:
-            records = [
-                s
-                for s in known
-                if s.key.store.operator_id == op.operator_id
-                and s.key.store.store_name == op.store_name
-            ]
-            existing = {s.key.store.partition_id for s in records}
-            if existing and existing != set(range(op.num_partitions)):
+            found = existing.get((op.operator_id, op.store_name), set())
+            if found and found != set(range(op.num_partitions)):
                 raise InvalidArgument(
                     f"operator {op.operator_id} (store {op.store_name}) of query {self.query_id} "
-                    f"has {len(existing)} state partitions in the catalog; it cannot run with "
-                    f"{op.num_partitions}. Keep num_partitions={len(existing)}, or start a new "
+                    f"has {len(found)} state partitions in the catalog; it cannot run with "
+                    f"{op.num_partitions}. Keep num_partitions={len(found)}, or start a new "
                     "query with a new checkpoint root"
                 )
-            for record in records:
-                if record.key_schema is not None and record.value_schema is not None:
-                    written = StateSchema.of(record.key_schema, record.value_schema)
-                    try:
-                        op.schema.check_readable(written, record.key.store, self.root)
-                    except SchemaMismatch as e:
-                        raise SchemaMismatch(
-                            f"query {self.query_id}, operator {op.operator_id}: {e.reason} "
-                            '("the files": the schemas the catalog registered for the store)',
-                            store=record.key.store,
-                            path=self.root,
-                        ) from None
-            for partition in range(op.num_partitions):
-                if partition not in existing:
-                    self.catalog.register_store(
-                        self.root,
-                        StoreId(op.operator_id, partition, op.store_name),
-                        op.schema.key.jsonValue(),
-                        op.schema.value.jsonValue(),
-                    )
+        histories = self._planned_histories(batch_id)
+        for op in self.operators:
+            key = (op.operator_id, op.store_name)
+            for partition in sorted(set(range(op.num_partitions)) - existing.get(key, set())):
+                self.catalog.register_store(
+                    self.root,
+                    StoreId(op.operator_id, partition, op.store_name),
+                    op.schema.key.jsonValue(),
+                    op.schema.value.jsonValue(),
+                )
+            self.catalog.record_schema_history(
+                self.root, op.operator_id, op.store_name, histories[key]
+            )
+            self._histories[key] = histories[key]
         self._registered = True
+
+    def _planned_histories(self, batch_id: int) -> dict[tuple[int, str], SchemaHistory]:
+        """Each operator's schema history with its declared schema as the newest, planned
+        against the catalog's (SchemaMismatch naming every refused field, before anything is
+        written or any task runs)."""
+        recorded = self.catalog.schema_histories(self.root)
+        planned = {}
+        for op in self.operators:
+            key = (op.operator_id, op.store_name)
+            known = recorded.get(key)
+            if known is None:
+                planned[key] = SchemaHistory((SchemaEntry.make(op.schema, from_batch=batch_id),))
+                continue
+            try:
+                planned[key], _ = known.evolve(op.schema, op.schema_change, batch_id)
+            except SchemaMismatch as e:
+                raise SchemaMismatch(
+                    f"query {self.query_id}, operator {op.operator_id} (store {op.store_name}): "
+                    f"{e.reason}",
+                    path=self.root,
+                ) from None
+        return planned
 
     def _committed_before(self, batch_id: int) -> dict[StoreId, CheckpointRef]:
         """Batch ``batch_id - 1``'s committed ids; refuse a batch out of order (older than the
@@ -288,6 +305,7 @@ class StatefulQuery:
             batch_id=batch_id,
             run=run,
             operator=op,
+            schema_history=self._histories[op.operator_id, op.store_name],
             base=base_refs(committed, op),
             input_schema=to_arrow_schema(input_schema, timezone="UTC"),
             batch_time_ms=batch_time_ms,
@@ -341,7 +359,7 @@ class StatefulQuery:
         check_query(self.operators, self.event_time.watermark, df.schema)
         batch_time = int(time.time() * 1000) if batch_time_ms is None else batch_time_ms
         if not self._registered:
-            self._register()
+            self._register(batch_id)
         committed = self._committed_before(batch_id)
         watermarks = self.event_time.watermark_for(self.catalog, self.root, self.query_id, batch_id)
         spark = df.sparkSession

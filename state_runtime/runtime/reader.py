@@ -21,7 +21,7 @@ from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.runtime import worker
 from state_runtime.storage import Storage, open_storage
 from state_runtime.store.config import StoreConfig
-from state_runtime.store.state_schema import StateSchema
+from state_runtime.store.schema_history import SchemaHistory
 
 _REFS = StructType(
     [
@@ -36,18 +36,29 @@ def _load_partitions(
     storage: Storage,
     operator_id: int,
     store_name: str,
-    schema: StateSchema,
+    history: SchemaHistory,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         for partition, version, checkpoint_id in zip(*batch.to_pydict().values(), strict=True):
             store_id = StoreId(operator_id, partition, store_name)
-            provider = worker.provider_for(storage, store_id, schema, StoreConfig())
+            provider = worker.provider_for(storage, store_id, history, StoreConfig())
             table = provider.get_read_store(version, checkpoint_id).to_arrow()
             ids = pa.array([partition] * table.num_rows, type=pa.int32())
             yield from pa.table(
                 {"partition_id": ids, "key": table.column("key"), "value": table.column("value")}
             ).to_batches()
+
+
+def store_history(catalog: Catalog, root: str, operator_id: int, store_name: str) -> SchemaHistory:
+    """The schema history of an operator's store (InvalidArgument if the catalog has none)."""
+    history = catalog.schema_history(root, operator_id, store_name)
+    if history is None:
+        raise InvalidArgument(
+            f"the catalog records no schema for operator {operator_id}, store {store_name} "
+            f"below {root}"
+        )
+    return history
 
 
 def _refs(
@@ -103,16 +114,23 @@ def read_state(
     query_id: str | None = None,
     version: int | None = None,
     catalog_url: str | None = None,
+    as_written: bool = False,
 ) -> DataFrame:
-    """The state of an operator's store, as of the latest commit, a batch, or a version."""
+    """The state of an operator's store, as of the latest commit, a batch, or a version.
+
+    Rows read under the store's newest schema (older files through the planned projection),
+    or with ``as_written`` under the schema the version was committed with."""
     storage = (
         checkpoint_root if isinstance(checkpoint_root, Storage) else open_storage(checkpoint_root)
     )
     root = storage.uri
     with Catalog.open(catalog_url or default_catalog_url()) as catalog:
         refs = _refs(catalog, root, operator_id, store_name, query_id, batch_id, version)
-        record = next(r for r in catalog.stores(root) if r.key.store in refs)
-    schema = StateSchema.of(record.key_schema, record.value_schema)
+        history = store_history(catalog, root, operator_id, store_name)
+    if as_written:
+        written = max(refs.values(), key=lambda r: r.version).version
+        history = history.up_to(history.at_batch(max(written - 1, 0)).schema_id)
+    schema = history.newest.schema
     rows = [(s.partition_id, r.version, r.checkpoint_id) for s, r in sorted(refs.items())]
     out = StructType(
         [
@@ -124,7 +142,7 @@ def read_state(
     return (
         spark.createDataFrame(rows, _REFS)
         .repartition(len(rows))
-        .mapInArrow(partial(_load_partitions, storage, operator_id, store_name, schema), out)
+        .mapInArrow(partial(_load_partitions, storage, operator_id, store_name, history), out)
     )
 
 

@@ -35,6 +35,7 @@ from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
 from state_runtime.store.cache import CACHE, set_budget
 from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.store_metrics import LoadSource
 
 PARTITION_COLUMN = "__state_partition"
@@ -54,6 +55,8 @@ class TaskSpec:
     batch_id: int
     run: str
     operator: StatefulOperator
+    schema_history: SchemaHistory
+    """The operator's schema history from the catalog, newest last (the operator's schema)."""
     base: dict[int, tuple[int, str | None]]
     input_schema: pa.Schema
     batch_time_ms: int
@@ -166,7 +169,7 @@ def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.T
     catalog = worker.catalog_for(spec.catalog_url, spec.catalog_timeouts)
     if CACHE.budget != spec.worker_settings.cache_bytes:
         set_budget(spec.worker_settings.cache_bytes)
-    provider = worker.provider_for(spec.storage, store_id, op.schema, op.config)
+    provider = worker.provider_for(spec.storage, store_id, spec.schema_history, op.config)
     version, checkpoint_id = spec.base.get(partition, (0, None))
     store = provider.get_store(version, checkpoint_id)
     batch = BatchContext(

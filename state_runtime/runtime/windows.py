@@ -30,6 +30,7 @@ from state_runtime.runtime.operator import ColumnUse, StatefulOperator, UpdateFu
 from state_runtime.runtime.times import MICROS_PER_MS, duration_micros, event_micros, null_times
 from state_runtime.runtime.watermark import is_late
 from state_runtime.store.config import StoreConfig
+from state_runtime.store.schema_evolution import SchemaChange
 from state_runtime.store.state_schema import parse_schema
 from state_runtime.store.state_store import StateStore
 
@@ -162,12 +163,14 @@ def windowed_aggregation(
     output_mode: OutputMode = "update",
     store_name: str = DEFAULT_STORE_NAME,
     config: StoreConfig | None = None,
+    schema_change: SchemaChange | None = None,
 ) -> StatefulOperator:
     """``aggs`` per key and event-time window of ``time_column`` (a timestamp).
 
     Output columns: the key columns, ``window`` (struct of ``start`` and ``end``) and the
     aggregate names. Needs a query watermark (``StatefulQuery(..., watermark=...)``) on the
-    same column. The state key is the key columns plus ``window_start``.
+    same column. The state key is the key columns plus ``window_start``. ``schema_change``
+    declares renamed or dropped aggregates, as for :func:`running_aggregation`.
     """
     if output_mode not in ("update", "append"):
         raise InvalidArgument(f"output_mode must be 'update' or 'append', got {output_mode!r}")
@@ -202,4 +205,5 @@ def windowed_aggregation(
         reads=(ColumnUse(time_column, "window time column", "timestamp"), *merge.reads),
         window_column=time_column,
         output_mode=output_mode,
+        schema_change=schema_change or SchemaChange(),
     )

@@ -21,7 +21,7 @@ from state_runtime.identity import StoreId
 from state_runtime.storage import Storage
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.provider import StateStoreProvider
-from state_runtime.store.state_schema import StateSchema
+from state_runtime.store.schema_history import SchemaHistory
 
 _lock = threading.Lock()
 _providers: dict[tuple[Any, ...], StateStoreProvider] = {}
@@ -43,14 +43,15 @@ def catalog_for(url: str, timeouts: CatalogTimeouts) -> Catalog:
 
 
 def provider_for(
-    storage: Storage, store: StoreId, schema: StateSchema, config: StoreConfig
+    storage: Storage, store: StoreId, history: SchemaHistory, config: StoreConfig
 ) -> StateStoreProvider:
-    """This worker's provider of ``store`` (created on first use).
+    """This worker's provider of ``store`` under ``history`` (created on first use; a
+    schema change makes a new one, which reads the older files through the projection).
 
     ``storage`` arrives pickled with each task; the first one seen for a root is kept.
     Providers whose cached versions the memory budget evicted are forgotten here too.
     """
-    key = (storage.uri, store, schema.key.json(), schema.value.json(), config)
+    key = (storage.uri, store, tuple(history.ids), config)
     with _lock:
         provider = _providers.get(key)
         if provider is None:
@@ -59,8 +60,7 @@ def provider_for(
                 store.operator_id,
                 store.partition_id,
                 store.store_name,
-                key_schema=schema.key,
-                value_schema=schema.value,
+                history=history,
                 config=config,
             )
             for idle in [k for k, p in _providers.items() if not p.cached_versions]:

@@ -47,6 +47,9 @@ class FileHeader:
     file_rows: int
     state_rows: int
     created_at: datetime
+    schema_id: str | None = None
+    """The schema history entry the file was written under (None in files written before
+    schema ids existed); see :mod:`state_runtime.store.schema_history`."""
 
     @property
     def ref(self) -> CheckpointRef:
@@ -65,6 +68,7 @@ class FileHeader:
                 "lineage": [[r.version, r.checkpoint_id] for r in self.lineage],
                 "key_schema": json.loads(self.schema.key.json()),
                 "value_schema": json.loads(self.schema.value.json()),
+                "schema_id": self.schema_id,
                 "file_rows": self.file_rows,
                 "state_rows": self.state_rows,
                 "created_at": self.created_at.isoformat(),
@@ -90,6 +94,7 @@ class FileHeader:
             file_rows=int(d["file_rows"]),
             state_rows=int(d["state_rows"]),
             created_at=datetime.fromisoformat(d["created_at"]),
+            schema_id=None if d.get("schema_id") is None else str(d["schema_id"]),
         )
 
 

@@ -18,13 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import pyarrow as pa
-
 from state_runtime.errors import (
     CannotLoadState,
     CheckpointFileCorrupt,
     CheckpointFileMissing,
     LineageBroken,
+    SchemaMismatch,
     StorageFileNotFound,
     UnexpectedVersion,
     UnknownCheckpointId,
@@ -288,9 +287,19 @@ class VersionLoader:
         metrics.bytes_read += len(data)
         header, table = decode(data, path, self.store, ref)
         check_identity(header, self.store, ref, kind, path)
-        pad = self.schema.check_readable(header.schema, self.store, path)
-        keys = table.column("key").combine_chunks()
-        values = self._widened(table.column("value").combine_chunks(), pad)
+        try:
+            projection = self.target.history.projection(header.schema_id, header.schema)
+        except SchemaMismatch as e:
+            raise SchemaMismatch(
+                f"cannot read this file under the store's schema: {e.reason}",
+                store=self.store,
+                version=ref.version,
+                checkpoint_id=ref.checkpoint_id,
+                path=path,
+            ) from None
+        keys, values = projection.apply(
+            table.column("key").combine_chunks(), table.column("value").combine_chunks()
+        )
         run, duplicates = Run.build(self.indexer, keys, values)
         problem = None
         if duplicates:
@@ -300,19 +309,6 @@ class VersionLoader:
         if problem:
             raise self._fault(CheckpointFileCorrupt, problem, ref, path)
         return CheckpointFile(ref, kind, path, header, run)
-
-    def _widened(self, values: pa.StructArray, pad: int) -> pa.StructArray:
-        """Values of an older, narrower value schema with the appended columns as nulls."""
-        if not pad:
-            return values
-        wide = self.schema.value_arrow
-        children = values.flatten()
-        children += [
-            pa.nulls(len(values), type=wide.field(i).type)
-            for i in range(len(children), wide.num_fields)
-        ]
-        mask = values.is_null() if values.null_count else None
-        return pa.StructArray.from_arrays(children, fields=list(wide), mask=mask)
 
     def _need_delta(
         self,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
-from state_runtime.errors import InvalidArgument, UnknownCheckpointId
+from state_runtime.errors import InvalidArgument, SchemaMismatch, UnknownCheckpointId
 from state_runtime.identity import (
     DEFAULT_STORE_NAME,
     EMPTY,
@@ -32,6 +32,7 @@ from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.loader import VersionLoader
+from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.state_store import ReadStateStore, StateStore
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
@@ -52,6 +53,9 @@ class StateStoreProvider:
 
     ``resolve_id`` answers "which id is committed for this version" when a caller loads by
     version alone; without it, a version with exactly one checkpoint id on storage is used.
+    ``history`` (the catalog's schema history of the store) replaces ``key_schema`` and
+    ``value_schema``: stores open under its newest schema, and files written under an older
+    one are read through the planned projection (:mod:`state_runtime.store.schema_history`).
     Thread-safe; one writer per store instance.
     """
 
@@ -62,18 +66,26 @@ class StateStoreProvider:
         partition_id: int,
         store_name: str = DEFAULT_STORE_NAME,
         *,
-        key_schema: str | StructType,
-        value_schema: str | StructType,
+        key_schema: str | StructType | None = None,
+        value_schema: str | StructType | None = None,
+        history: SchemaHistory | None = None,
         config: StoreConfig | None = None,
         resolve_id: IdResolver | None = None,
     ) -> None:
         self.storage = root if isinstance(root, Storage) else open_storage(root)
         self.store_id = StoreId(operator_id, partition_id, store_name)
-        self.schema = StateSchema.of(key_schema, value_schema)
+        if history is None:
+            if key_schema is None or value_schema is None:
+                raise InvalidArgument("a store needs key and value schemas, or a schema history")
+            history = SchemaHistory.of(StateSchema.of(key_schema, value_schema))
+        elif key_schema is not None or value_schema is not None:
+            raise InvalidArgument("pass key and value schemas or a schema history, not both")
+        self.history = history
+        self.schema = history.newest.schema
         self.config = config or StoreConfig()
         self.resolve_id = resolve_id
         self.indexer = KeyIndexer(self.schema.key_arrow)
-        self.checkpoints = CheckpointTarget(self.storage, self.store_id, self.schema, self.config)
+        self.checkpoints = CheckpointTarget(self.storage, self.store_id, history, self.config)
         self._lock = threading.RLock()
         self._owner = CACHE.register(self)
         self._known_snapshots: set[CheckpointRef] = set()
@@ -105,10 +117,15 @@ class StateStoreProvider:
 
         If the snapshot already exists it is left untouched and described as it is.
         """
-        view, _ = self._open(version, checkpoint_id)
-        ref = view.ref
+        ref = self.resolve(version, checkpoint_id)
         if ref.version == 0 or ref.checkpoint_id is None:
             raise InvalidArgument("version 0 is the empty store; it has no snapshot")
+        # Written under the version's own schema, so that it still reads as written (one more
+        # read, only for a store whose schema has changed).
+        written = self.written_schema(ref) if len(self.history.entries) > 1 else None
+        if written is not None and written != self.history.newest.schema_id:
+            return self.as_of(written).snapshot(ref.version, ref.checkpoint_id)
+        view, _ = self._open(ref.version, ref.checkpoint_id)
         state = view.state()
         info = write_checkpoint(
             self.checkpoints,
@@ -124,6 +141,40 @@ class StateStoreProvider:
         with self._lock:
             self._known_snapshots.add(ref)
         return info
+
+    def written_schema(self, ref: CheckpointRef) -> str:
+        """The id of the history entry version ``ref`` was committed under (its delta's, or
+        its snapshot's when the delta is gone). SchemaMismatch if the history does not know
+        it (a history older than the files: reopen with the catalog's)."""
+        found = self._loader.read(ref, FileKind.DELTA, LoadMetrics(), missing_ok=True)
+        if found is None:
+            found = self._loader.read(ref, FileKind.SNAPSHOT, LoadMetrics(), missing_ok=False)
+        assert found is not None
+        entry = self.history.entry_of(found.header.schema_id, found.header.schema)
+        if entry is None:
+            raise SchemaMismatch(
+                f"written under schema {found.header.schema_id} "
+                f"(<{found.header.schema.describe()}>), which this store's schema history does "
+                "not know",
+                store=self.store_id,
+                version=ref.version,
+                checkpoint_id=ref.checkpoint_id,
+                path=found.path,
+            )
+        return entry.schema_id
+
+    def as_of(self, schema_id: str) -> StateStoreProvider:
+        """A provider of this store opened under its history up to ``schema_id``: versions
+        read as they were written then."""
+        return StateStoreProvider(
+            self.storage,
+            self.store_id.operator_id,
+            self.store_id.partition_id,
+            self.store_id.store_name,
+            history=self.history.up_to(schema_id),
+            config=self.config,
+            resolve_id=self.resolve_id,
+        )
 
     def read_header(self, ref: CheckpointRef, kind: FileKind) -> FileHeader:
         """Read and verify one checkpoint file of this store; return its header."""

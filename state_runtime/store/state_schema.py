@@ -1,4 +1,4 @@
-"""Key and value schemas: Spark DDL strings or StructTypes, their Arrow form, and compatibility.
+"""Key and value schemas: Spark DDL strings or StructTypes, and their Arrow form.
 
 DDL is parsed here, without a JVM, because stores are opened on executors and in maintenance
 processes where no SparkContext exists. The grammar is Spark's for the types a state store
@@ -36,7 +36,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from state_runtime.errors import InvalidArgument, SchemaMismatch
+from state_runtime.errors import InvalidArgument
 
 _PRIMITIVES: dict[str, DataType] = {
     "boolean": BooleanType(),
@@ -218,32 +218,3 @@ class StateSchema:
 
     def describe(self) -> str:
         return f"key <{self.key.simpleString()[7:-1]}>, value <{self.value.simpleString()[7:-1]}>"
-
-    def check_readable(self, written: StateSchema, store: object, path: str) -> int:
-        """Check that files written with ``written`` can be read as ``self``.
-
-        Keys must match exactly. Values must match, or ``self`` may append nullable columns
-        (old rows read them as null). Returns how many value columns to append.
-        """
-        if _strip(written.key) != _strip(self.key):
-            raise SchemaMismatch(
-                f"key schema mismatch: the files have <{written.key.simpleString()}>, "
-                f"the store was opened with <{self.key.simpleString()}>",
-                store=store,
-                path=path,
-            )
-        old, new = _strip(written.value).fields, _strip(self.value).fields
-        if new[: len(old)] == old and all(f.nullable for f in new[len(old) :]):
-            return len(new) - len(old)
-        raise SchemaMismatch(
-            f"value schema mismatch: the files have <{written.value.simpleString()}>, "
-            f"the store was opened with <{self.value.simpleString()}> "
-            "(only appending nullable value columns is allowed)",
-            store=store,
-            path=path,
-        )
-
-
-def _strip(schema: StructType) -> StructType:
-    """The schema without field metadata, which does not affect stored data."""
-    return StructType([StructField(f.name, f.dataType, f.nullable) for f in schema.fields])

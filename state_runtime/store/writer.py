@@ -17,17 +17,23 @@ from state_runtime.storage import Storage
 from state_runtime.store.checkpoint_format import FileHeader, checksum, encode, now
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
+from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.state_schema import StateSchema
 
 
 @dataclass(frozen=True)
 class CheckpointTarget:
-    """Where a store's checkpoint files go and how they are encoded."""
+    """Where a store's checkpoint files go and how they are encoded: files are written under
+    the newest schema of ``history``, and name its id."""
 
     storage: Storage
     store: StoreId
-    schema: StateSchema
+    history: SchemaHistory
     config: StoreConfig
+
+    @property
+    def schema(self) -> StateSchema:
+        return self.history.newest.schema
 
 
 def write_checkpoint(
@@ -60,6 +66,7 @@ def write_checkpoint(
         len(keys),
         state_rows,
         now(),
+        target.history.newest.schema_id,
     )
     data = encode(
         header,

@@ -41,8 +41,9 @@ from state_runtime.catalog.tables import stores
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance import CHECKS, MaintenancePolicy
 from state_runtime.settings import MAINTENANCE
+from state_runtime.store.state_schema import StateSchema
 from tests.dagster.conftest import resources_for
-from tests.maintenance.streams import StoreStream
+from tests.maintenance.streams import KEY, StoreStream
 
 # snapshots after 5 deltas; superseded files may go at once (the tests cannot wait an hour)
 FAST = MaintenancePolicy(
@@ -138,6 +139,10 @@ def test_snapshot_cleanup_and_health_assets(
 
     partitions = [str(stream.key(s)) for s in stream.stores]
     instance.add_dynamic_partitions("state_stores", partitions)
+    recorded = stream.catalog.schema_history(stream.root, 0, "default")
+    assert recorded is not None  # operator 0 gains a field from batch 9
+    evolved, _ = recorded.evolve(StateSchema.of(KEY, "count bigint, best int"), None, 9)
+    stream.catalog.record_schema_history(stream.root, 0, "default", evolved)
     health = materialize([state_store_health], resources=resources, instance=instance)
     totals = metadata(health, "state_store_health")
     assert totals["stores"] == 3 and totals["max_deltas_since_snapshot"] == 2
@@ -152,6 +157,10 @@ def test_snapshot_cleanup_and_health_assets(
     assert {m["recovery_files"].value for m in by_partition.values()} == {3}
     assert {m["versions_retained"].value for m in by_partition.values()} == {3}  # 7, 8, 9
     assert {m["status"].value for m in by_partition.values()} == {"unknown"}
+    versions = {p: m["schema_versions"].value for p, m in by_partition.items()}
+    assert versions == {str(stream.key(s)): 2 if s.operator_id == 0 else 1 for s in stream.stores}
+    changed = by_partition[str(stream.key(stream.stores[0]))]["schema_history"].value
+    assert "| 9 |" in changed and "add value field best int (null for older rows)" in changed
     # every store's partition now shows as materialized, with its latest figures
     status = instance.get_status_by_partition(state_checkpoints.key, partitions, state_stores)
     assert status is not None and set(status.values()) == {AssetPartitionStatus.MATERIALIZED}

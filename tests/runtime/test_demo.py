@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
 from demo.clicks import QUERY_ID, parse_args, run
 from state_runtime.catalog import Catalog
+from state_runtime.maintenance import Fleet, run_checks
+from state_runtime.maintenance.policy import PRESETS
+from state_runtime.runtime import read_state
 
 pytestmark = pytest.mark.spark
 
@@ -51,3 +55,43 @@ def test_demo_twice_on_postgresql(
     spark: SparkSession, tmp_path: Path, pg_schema: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _twice(spark, tmp_path / "demo-output", pg_schema, capsys)
+
+
+def test_the_demo_gains_an_aggregate_when_resumed(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's additive change: the demo resumes with ``Agg("max_amount", "max",
+    "amount")``; the stream, read_state (newest and as written) and validation agree."""
+    output, url = tmp_path / "demo-output", f"sqlite:///{tmp_path / 'catalog.db'}"
+    argv = ["--batches", "2", "--events-per-batch", "300", "--users", "40", "--partitions", "2"]
+    argv += ["--output", str(output), "--catalog-url", url]
+    assert run(spark, parse_args(argv)) == [0, 1]
+    assert run(spark, parse_args([*argv, "--max-amount"])) == [2, 3]
+    assert "done: 2 batches" in capsys.readouterr().out
+    [folder] = (output / "runs").iterdir()
+    events = pq.read_table(folder / "events").to_pylist()
+    by_file = sorted((folder / "events").iterdir())
+    later = [r for f in by_file[2:] for r in pq.read_table(f).to_pylist()]
+    assert len(events) == 1200 and len(later) == 600
+    with Catalog.open(url) as catalog:
+        [root] = catalog.roots()
+        report = run_checks(Fleet(catalog, owner="tests"), PRESETS["demo"])
+        assert report.ok, report
+    state = read_state(spark, root, 0, catalog_url=url)
+    assert state.schema["value"].dataType.simpleString() == (
+        "struct<clicks:bigint,amount:bigint,max_amount:bigint>"
+    )
+    expected: dict[str, list[int | None]] = {}
+    for r in events:
+        clicks, amount, _ = expected.setdefault(r["user"], [0, 0, None])
+        expected[r["user"]][:2] = [clicks + 1, amount + r["amount"]]
+    for r in later:
+        best = expected[r["user"]][2]
+        expected[r["user"]][2] = r["amount"] if best is None else max(best, r["amount"])
+    assert {r.key.user: list(r.value) for r in state.collect()} == expected
+    as_written = read_state(
+        spark, root, 0, catalog_url=url, query_id=QUERY_ID, batch_id=1, as_written=True
+    )
+    assert (
+        as_written.schema["value"].dataType.simpleString() == "struct<clicks:bigint,amount:bigint>"
+    )

@@ -27,6 +27,7 @@ from state_runtime.runtime import (
 )
 from state_runtime.runtime.aggregation import _RunningAggregate
 from state_runtime.storage import Storage, open_storage
+from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.state_store import StateStore
 
 from .reference import assert_lineage_linear, running_totals
@@ -65,7 +66,9 @@ class _Flaky:
         ctx = TaskContext.get()
         assert ctx is not None
         if ctx.attemptNumber() == 0 and ctx.partitionId() in self.failing:
-            provider = worker.provider_for(self.storage, store.store_id, store.schema, store.config)
+            provider = worker.provider_for(
+                self.storage, store.store_id, SchemaHistory.of(store.schema), store.config
+            )
             duplicate = provider.get_store(store.version, store.checkpoint_id)
             self.inner(duplicate, rows)
             duplicate.commit()  # a second attempt's delta for the same version: never committed

@@ -234,7 +234,11 @@ def test_a_changed_schema_is_refused_on_the_driver(
         _jobs(spark, "schema", lambda: changed.run_batch(df, 1, sink=_noop))
     message = str(raised.value)
     assert "query schema, operator 0" in message
-    assert "<struct<n:bigint,total:bigint>>" in message and "<struct<n:int,total:int>>" in message
+    assert (
+        "value <n:bigint,total:bigint>> -> <key <user:string>, value <n:int,total:int>>" in message
+    )
+    assert "value field 'n': bigint -> int is not a widening" in message
+    assert "value field 'total': bigint -> int is not a widening" in message
     assert spark.sparkContext.statusTracker().getJobIdsForGroup("schema") == []
     assert _deltas(root) == before
 

@@ -19,7 +19,13 @@ from state_runtime.catalog.records import (
     StoreRecord,
 )
 from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
-from state_runtime.catalog.tables import batch_metrics, batch_watermarks, checkpoint_files, stores
+from state_runtime.catalog.tables import (
+    batch_metrics,
+    batch_watermarks,
+    checkpoint_files,
+    operator_schemas,
+    stores,
+)
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
@@ -51,7 +57,7 @@ class InventoryCalls(CatalogBase):
             moved = connection.execute(
                 stores.update().where(stores.c.checkpoint_root == old).values(checkpoint_root=new)
             ).rowcount
-            for table in (batch_metrics, batch_watermarks):
+            for table in (batch_metrics, batch_watermarks, operator_schemas):
                 connection.execute(
                     table.update().where(table.c.checkpoint_root == old).values(checkpoint_root=new)
                 )
