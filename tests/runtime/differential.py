@@ -32,6 +32,7 @@ from state_runtime.runtime import (
     StatefulQuery,
     Watermark,
     Window,
+    drop_duplicates,
     map_groups_with_state,
     running_aggregation,
     windowed_aggregation,
@@ -258,6 +259,32 @@ def _spark_sessions(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
     return out, "update"
 
 
+def _ours_dedup(within: bool) -> Callable[[Stream], tuple[list[StatefulOperator], Watermark]]:
+    def build(s: Stream) -> tuple[list[StatefulOperator], Watermark]:
+        mark = Watermark("ts", timedelta(seconds=s.delay_s))
+        columns = ["user"] if within else ["user", "ts"]
+        op = drop_duplicates(0, columns, EVENTS, mark, 2, within_watermark=within)
+        return [op], mark
+
+    return build
+
+
+def _spark_dedup(within: bool) -> Callable[[DataFrame, Stream], tuple[DataFrame, str]]:
+    def plan(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
+        marked = df.withWatermark("ts", f"{s.delay_s} seconds")
+        if within:
+            return marked.dropDuplicatesWithinWatermark(["user"]), "append"
+        return marked.dropDuplicates(["user", "ts"]), "append"
+
+    return plan
+
+
+def _dedup_rows(columns: tuple[str, ...]) -> Callable[[list[Any]], Rows]:
+    """The rows that passed, by their key columns (which of a batch's rows of one key passes
+    is the engine's row order, not part of the contract)."""
+    return lambda rows: sorted((tuple(r[c] for c in columns) for r in rows), key=repr)
+
+
 OPERATORS = {
     "running_aggregation": Operator(
         "running_aggregation", _ours_running, _spark_running, _agg_rows, pack=10
@@ -267,6 +294,15 @@ OPERATORS = {
     ),
     "event_time_timeouts": Operator(
         "event_time_timeouts", _ours_sessions, _spark_sessions, _timeout_rows
+    ),
+    "drop_duplicates": Operator(
+        "drop_duplicates", _ours_dedup(False), _spark_dedup(False), _dedup_rows(("user", "ts"))
+    ),
+    "drop_duplicates_within_watermark": Operator(
+        "drop_duplicates_within_watermark",
+        _ours_dedup(True),
+        _spark_dedup(True),
+        _dedup_rows(("user",)),
     ),
 }
 

@@ -100,3 +100,19 @@ def test_event_time_timeouts_equal_sparks(
     spark: SparkSession, catalog_url: str, stream: Stream
 ) -> None:
     _check(spark, catalog_url, "event_time_timeouts", stream)
+
+
+@settings(max_examples=_examples("drop_duplicates"), **SETTINGS)  # type: ignore[arg-type]
+@given(stream=streams())
+def test_drop_duplicates_equals_sparks(
+    spark: SparkSession, catalog_url: str, stream: Stream
+) -> None:
+    _check(spark, catalog_url, "drop_duplicates", stream)
+
+
+@settings(max_examples=_examples("drop_duplicates_within_watermark"), **SETTINGS)  # type: ignore[arg-type]
+@given(stream=streams())
+def test_drop_duplicates_within_watermark_equals_sparks(
+    spark: SparkSession, catalog_url: str, stream: Stream
+) -> None:
+    _check(spark, catalog_url, "drop_duplicates_within_watermark", stream)
