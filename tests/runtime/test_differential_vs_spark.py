@@ -20,7 +20,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from pyspark.sql import SparkSession
 
-from .differential import OPERATORS, TIMES, Divergence, Stream, packed, run_stream, streams
+from .differential import (
+    EPOCH_S,
+    OPERATORS,
+    TIMES,
+    Divergence,
+    Stream,
+    packed,
+    run_stream,
+    streams,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -47,10 +56,13 @@ def catalog_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return f"sqlite:///{tmp_path_factory.mktemp('diff') / 'catalog.db'}"
 
 
-def _check(spark: SparkSession, catalog_url: str, name: str, stream: Stream) -> None:
+def _check(
+    spark: SparkSession, catalog_url: str, name: str, stream: Stream, packed: int = 1
+) -> None:
+    """Run ``stream`` (``packed`` independent streams in one query) through both engines."""
     folder = Path(tempfile.mkdtemp(prefix=f"diff-{name}-"))
     operator = OPERATORS[name]
-    _RUN[name] += operator.pack
+    _RUN[name] += packed
     try:
         run_stream(spark, operator, stream, folder, catalog_url)
     except Divergence as divergence:
@@ -83,7 +95,7 @@ SETTINGS = {
 def test_running_aggregation_equals_sparks(
     spark: SparkSession, catalog_url: str, stream: Stream
 ) -> None:
-    _check(spark, catalog_url, "running_aggregation", stream)
+    _check(spark, catalog_url, "running_aggregation", stream, OPERATORS["running_aggregation"].pack)
 
 
 @settings(max_examples=_examples("windowed_aggregation"), **SETTINGS)  # type: ignore[arg-type]
@@ -116,3 +128,27 @@ def test_drop_duplicates_within_watermark_equals_sparks(
     spark: SparkSession, catalog_url: str, stream: Stream
 ) -> None:
     _check(spark, catalog_url, "drop_duplicates_within_watermark", stream)
+
+
+T0 = EPOCH_S * 1000
+NULLS = Stream(
+    batches=[
+        [(0, "a", T0, 1), (0, None, T0 + 1000, 2), (0, "a", None, 3), (0, None, None, 4)],
+        [],
+        [(0, "b", None, 5), (0, "a", T0 + 30_000, 6), (0, "a", T0 + 30_000, 6)],
+        [(0, None, T0 + 90_000, 7), (0, "a", T0 + 500, 8), (0, "b", None, 9)],
+    ],
+    zone="America/Los_Angeles",
+    delay_s=2,
+    size_s=10,
+    slide_s=5,
+    mode="append",
+    restart_at=2,
+)
+"""A fixed stream of null event times and null keys, a duplicate, an empty batch, a late row
+and a watermark jump, with a restart: every operator's nulls as Spark's."""
+
+
+@pytest.mark.parametrize("name", sorted(OPERATORS))
+def test_null_times_and_keys_equal_sparks(spark: SparkSession, catalog_url: str, name: str) -> None:
+    _check(spark, catalog_url, name, NULLS)
