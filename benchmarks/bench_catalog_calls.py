@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg2
 
 from state_runtime.catalog import Catalog
-from state_runtime.catalog.engine import _ATTEMPT_TIMEOUT
+from state_runtime.catalog.engine import ATTEMPT_TIMEOUT_OPTION
 from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpoint_id
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
@@ -69,7 +69,9 @@ class Batches:
 def measure(url: str) -> dict[str, tuple[float, float]]:
     """Median seconds per call with the watchdog on and off, alternating call by call."""
     guarded = Catalog.open(url, upgrade=True)
-    bare = Catalog(guarded.engine.execution_options(**{_ATTEMPT_TIMEOUT: 0}), retry=guarded.retry)
+    bare = Catalog(
+        guarded.engine.execution_options(**{ATTEMPT_TIMEOUT_OPTION: 0}), retry=guarded.retry
+    )
     batches = Batches()
     batches.commit(guarded)
 

@@ -1,0 +1,1 @@
+"""The Dagster code location of state maintenance: thin adapters over state_runtime.maintenance."""

@@ -1,8 +1,11 @@
 """Every error the library raises, in one flat module.
 
-Names say what happened. Each carries the context that locates it (store, version,
-checkpoint id, file) so that a message read in a log is enough to find the problem, and
-never a secret: every message is masked by :func:`state_runtime.redaction.redact`.
+Names say what happened. Each class has a stable ``code`` (like Spark's error classes, e.g.
+``STATE_CHECKPOINT_FILE_CORRUPT``): it starts every message (``[CODE] what happened``), the
+CLI's ``--json`` prints it, and it never changes once released (a test pins every one), so
+scripts and alerts may match on it. Each error carries the context that locates it (store,
+version, checkpoint id, file) so that a message read in a log is enough to find the problem,
+and never a secret: every message is masked by :func:`state_runtime.redaction.redact`.
 ``retryable`` says whether the same call may succeed later (a transient outage) or cannot
 (bad input, a refusal, a missing database): retry only what says so.
 """
@@ -17,6 +20,7 @@ from state_runtime.redaction import redact
 class StateStoreError(Exception):
     """Base class of every error raised by ``state_runtime``."""
 
+    code: ClassVar[str] = "STATE_ERROR"
     retryable: ClassVar[bool] = False
 
     def __init__(
@@ -48,7 +52,20 @@ class StateStoreError(Exception):
         ]
         if context:
             parts.append("(" + ", ".join(context) + ")")
-        super().__init__(" ".join(parts))
+        super().__init__(f"[{self.code}] " + " ".join(parts))
+
+    def details(self) -> dict[str, Any]:
+        """The error as plain fields (what ``--json`` prints): its code, the message without
+        the code and context, whether a retry may help, and the context that locates it."""
+        return {
+            "code": self.code,
+            "message": self.reason,
+            "retryable": self.retryable,
+            "store": None if self.store is None else str(self.store),
+            "version": self.version,
+            "checkpoint_id": self.checkpoint_id,
+            "file": self.path,
+        }
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Keep errors picklable so Spark can ship them from executors to the driver.
@@ -74,6 +91,8 @@ def _rebuild_error(cls: type[StateStoreError], reason: str, kw: dict[str, Any]) 
 class InvalidArgument(StateStoreError, ValueError):
     """A caller passed a bad value: a malformed name, a negative version, a path escape."""
 
+    code: ClassVar[str] = "STATE_INVALID_ARGUMENT"
+
 
 class QueryRefused(InvalidArgument):
     """A query that cannot run on its input, found on the driver before any Spark job: a
@@ -85,6 +104,8 @@ class QueryRefused(InvalidArgument):
 class MissingExtra(InvalidArgument):
     """A feature needs an optional part of the install that is missing; the message names the
     extra that provides it."""
+
+    code: ClassVar[str] = "STATE_MISSING_EXTRA"
 
     def __init__(self, what: str, extra: str, module: str | None) -> None:
         super().__init__(f"{what} needs {extra_hint(extra, module)}")
@@ -99,9 +120,13 @@ def extra_hint(extra: str, module: str | None) -> str:
 class SchemaMismatch(InvalidArgument):
     """Files of a store were written with a key or value schema other than the one asked for."""
 
+    code: ClassVar[str] = "STATE_SCHEMA_MISMATCH"
+
 
 class StoreClosed(StateStoreError):
     """An update or commit on a store that has already been committed or aborted."""
+
+    code: ClassVar[str] = "STATE_STORE_CLOSED"
 
 
 # --- loading -----------------------------------------------------------------------------
@@ -110,29 +135,43 @@ class StoreClosed(StateStoreError):
 class CannotLoadState(StateStoreError):
     """A version of a store cannot be loaded."""
 
+    code: ClassVar[str] = "STATE_CANNOT_LOAD"
+
 
 class CheckpointFileMissing(CannotLoadState):
     """A checkpoint file the lineage needs does not exist."""
+
+    code: ClassVar[str] = "STATE_CHECKPOINT_FILE_MISSING"
 
 
 class CheckpointFileCorrupt(CannotLoadState):
     """A checkpoint file is truncated, fails its checksum or cannot be parsed."""
 
+    code: ClassVar[str] = "STATE_CHECKPOINT_FILE_CORRUPT"
+
 
 class UnexpectedVersion(CannotLoadState):
     """A file's header names another store, version, checkpoint id or kind than its name."""
+
+    code: ClassVar[str] = "STATE_CHECKPOINT_FILE_MISLABELLED"
 
 
 class LineageBroken(CannotLoadState):
     """The lineage recorded in the files does not lead back to a loadable base."""
 
+    code: ClassVar[str] = "STATE_LINEAGE_BROKEN"
+
 
 class UnknownCheckpointId(CannotLoadState):
     """No delta or snapshot exists for the requested (version, checkpoint id)."""
 
+    code: ClassVar[str] = "STATE_UNKNOWN_CHECKPOINT_ID"
+
 
 class ChangesCleanedUp(CannotLoadState):
     """A batch's changes were asked for, but maintenance has deleted its delta files."""
+
+    code: ClassVar[str] = "STATE_CHANGES_CLEANED_UP"
 
 
 # --- committing --------------------------------------------------------------------------
@@ -141,6 +180,8 @@ class ChangesCleanedUp(CannotLoadState):
 class CannotCommit(StateStoreError):
     """A commit failed; nothing of it became visible."""
 
+    code: ClassVar[str] = "STATE_CANNOT_COMMIT"
+
 
 # --- storage -----------------------------------------------------------------------------
 
@@ -148,17 +189,25 @@ class CannotCommit(StateStoreError):
 class StorageError(StateStoreError):
     """The storage backend failed (I/O error, permission, network)."""
 
+    code: ClassVar[str] = "STATE_STORAGE_FAILED"
+
 
 class FileAlreadyExists(StorageError):
     """A put-if-absent found the file already there; files are never overwritten."""
+
+    code: ClassVar[str] = "STATE_STORAGE_FILE_EXISTS"
 
 
 class StorageFileNotFound(StorageError):
     """The storage has no file at the path."""
 
+    code: ClassVar[str] = "STATE_STORAGE_FILE_NOT_FOUND"
+
 
 class StorageUnavailable(StorageError):
     """The storage could not be reached after retries (transient errors exhausted)."""
+
+    code: ClassVar[str] = "STATE_STORAGE_UNAVAILABLE"
 
     retryable = True
 
@@ -169,11 +218,15 @@ class StorageUnavailable(StorageError):
 class CatalogError(StateStoreError):
     """The SQL catalog failed or refused an operation."""
 
+    code: ClassVar[str] = "STATE_CATALOG_FAILED"
+
 
 class CatalogUnavailable(CatalogError):
     """The catalog database cannot be used now: down, unreachable, silent past its timeout,
     no free connection. Retryable: the same call succeeds once the database is back (every
     catalog call is safe to repeat). Its subclass CatalogMisconfigured is not retryable."""
+
+    code: ClassVar[str] = "STATE_CATALOG_UNAVAILABLE"
 
     retryable = True
 
@@ -181,10 +234,14 @@ class CatalogUnavailable(CatalogError):
 class CatalogTimeout(CatalogUnavailable):
     """The catalog did not answer within the configured time (see CatalogTimeouts)."""
 
+    code: ClassVar[str] = "STATE_CATALOG_TIMEOUT"
+
 
 class CatalogMisconfigured(CatalogUnavailable):
     """The catalog cannot be used as configured: its database or SQLite file does not exist,
     or refuses these credentials. Retrying the same call cannot help; fix the setting."""
+
+    code: ClassVar[str] = "STATE_CATALOG_MISCONFIGURED"
 
     retryable = False
 
@@ -192,23 +249,35 @@ class CatalogMisconfigured(CatalogUnavailable):
 class InvalidCatalogUrl(CatalogMisconfigured, InvalidArgument):
     """The catalog URL is malformed or names a database or driver this library cannot use."""
 
+    code: ClassVar[str] = "STATE_CATALOG_URL_INVALID"
+
 
 class CatalogSchemaOutdated(CatalogError):
     """The catalog database has an older schema than this code; run the migration."""
+
+    code: ClassVar[str] = "STATE_CATALOG_SCHEMA_OUTDATED"
 
 
 class CatalogSchemaTooNew(CatalogError):
     """The catalog database has a newer schema than this code knows; upgrade the code."""
 
+    code: ClassVar[str] = "STATE_CATALOG_SCHEMA_TOO_NEW"
+
 
 class CommitConflict(CatalogError):
     """A batch commit conflicts with what the catalog already holds."""
+
+    code: ClassVar[str] = "STATE_COMMIT_CONFLICT"
 
 
 class BatchOutOfOrder(CommitConflict):
     """A micro-batch asked to run out of order: older than the last committed one, or after a
     gap. Refused on the driver before any task runs, so no file is written."""
 
+    code: ClassVar[str] = "STATE_BATCH_OUT_OF_ORDER"
+
 
 class MaintenanceRefused(StateStoreError):
     """A maintenance request breaks a safety rule (retention below the floor, a lock held)."""
+
+    code: ClassVar[str] = "STATE_MAINTENANCE_REFUSED"

@@ -172,6 +172,72 @@ def judge(facts: Collection[Fact]) -> Verdict:
     return next(verdict for verdict, needs in RULES if needs <= set(facts))
 
 
+REASONS: Mapping[Verdict, str] = {
+    Verdict.NEEDED: "needed to load retained {needed_by} (the last {keep} committed)",
+    Verdict.DELETING: "claimed for deletion by cleanup run {run}",
+    Verdict.DAMAGED: (
+        "damaged snapshot ({note}): it supersedes nothing, its deltas stay; kept until a repair "
+        "replaces it"
+    ),
+    Verdict.UNVERIFIED: (
+        "snapshot not verified since it was written: it supersedes nothing, its deltas stay; "
+        "kept until validation or the snapshot pass verifies it"
+    ),
+    Verdict.HELD: (
+        "held: the store has an open validation failure; nothing it committed is deleted until "
+        "a validation passes or an operator resolves the failure"
+    ),
+    Verdict.WITHIN_WINDOW: (
+        "committed and no longer needed by the last {keep} committed versions, but younger than "
+        "the retention window ({window})"
+    ),
+    Verdict.DELETABLE_SUPERSEDED: (
+        "superseded: not needed by the last {keep} committed versions and older than the "
+        "retention window ({window}); {replaced}"
+    ),
+    Verdict.ORPHAN_IN_GRACE: "orphan ({state_reason}), younger than the grace period ({grace})",
+    Verdict.DELETABLE_ORPHAN: "orphan ({state_reason}), older than the grace period ({grace})",
+    Verdict.DELETABLE_UNCOMMITTED: (
+        "never committed: no commit names it and it is older than the grace period ({grace})"
+    ),
+    Verdict.IN_FLIGHT: (
+        "written but not committed, younger than the grace period ({grace}): it may belong to a "
+        "batch in flight"
+    ),
+}
+"""Each verdict of :data:`RULES` in words: a template over the fields of :class:`ReasonField`
+(Python fills it in :func:`reason`; the catalog's views render it as SQL)."""
+
+
+class ReasonField(StrEnum):
+    """The fields of the reason templates, and what fills each."""
+
+    KEEP = "keep"  # the policy's retain_versions
+    WINDOW = "window"  # the policy's retention window, as str(timedelta) writes it
+    GRACE = "grace"  # the policy's grace for never-committed files (at least the window)
+    NEEDED_BY = "needed_by"  # "version v", or "versions lo..hi": the retained ones needing it
+    RUN = "run"  # the cleanup run that claimed the file
+    STATE_REASON = "state_reason"  # why the file is an orphan
+    NOTE = "note"  # what verification found wrong, or NOTE_UNKNOWN
+    REPLACED = "replaced"  # SUPERSEDED_BECAUSE[whether the file lies at or above the floor]
+
+
+NOTE_UNKNOWN = "verification failed"
+SUPERSEDED_BECAUSE = {
+    True: "a newer snapshot, verified, replaces it",
+    False: "older than the retained versions and the snapshot they load from",
+}
+
+
+NEEDED_ONE = "version {low}"
+NEEDED_RANGE = "versions {low}..{high}"
+
+
+def needed_by_text(low: int, high: int) -> str:
+    """The retained versions that need a file, in words (the ``needed_by`` field)."""
+    return (NEEDED_ONE if low == high else NEEDED_RANGE).format(low=low, high=high)
+
+
 @functools.lru_cache(maxsize=4096)
 def reason(
     verdict: Verdict,
@@ -183,64 +249,27 @@ def reason(
     note: str | None = None,
     above_floor: bool = False,
 ) -> str:
-    """A verdict in words (memoised: most files of an answer share a handful of reasons).
+    """A verdict in words: its :data:`REASONS` template filled in (memoised: most files of an
+    answer share a handful of reasons).
 
     ``state_reason`` is why a file is an orphan; ``note`` what verification found wrong;
     ``above_floor`` tells a superseded file replaced by a newer snapshot from one older than
     anything the retained versions load.
     """
-    keep = policy.retain_versions
-    if verdict is Verdict.NEEDED:
-        lo, hi = needed_by or (0, 0)
-        held = f"version {lo}" if lo == hi else f"versions {lo}..{hi}"
-        return f"needed to load retained {held} (the last {keep} committed)"
-    if verdict is Verdict.DELETING:
-        return f"claimed for deletion by cleanup run {claimed_by_run}"
-    if verdict is Verdict.DAMAGED:
-        return (
-            f"damaged snapshot ({note or 'verification failed'}): it supersedes nothing, its "
-            "deltas stay; kept until a repair replaces it"
-        )
-    if verdict is Verdict.UNVERIFIED:
-        return (
-            "snapshot not verified since it was written: it supersedes nothing, its deltas "
-            "stay; kept until validation or the snapshot pass verifies it"
-        )
-    if verdict is Verdict.HELD:
-        return (
-            "held: the store has an open validation failure; nothing it committed is deleted "
-            "until a validation passes or an operator resolves the failure"
-        )
-    if verdict is Verdict.WITHIN_WINDOW:
-        return (
-            f"committed and no longer needed by the last {keep} committed versions, but "
-            f"younger than the retention window ({policy.window})"
-        )
-    if verdict is Verdict.DELETABLE_SUPERSEDED:
-        why = (
-            "a newer snapshot, verified, replaces it"
-            if above_floor
-            else "older than the retained versions and the snapshot they load from"
-        )
-        return (
-            f"superseded: not needed by the last {keep} committed versions and older than the "
-            f"retention window ({policy.window}); {why}"
-        )
-    if verdict is Verdict.ORPHAN_IN_GRACE:
-        return f"orphan ({state_reason}), younger than the grace period ({policy.grace})"
-    if verdict is Verdict.DELETABLE_ORPHAN:
-        return f"orphan ({state_reason}), older than the grace period ({policy.grace})"
-    if verdict is Verdict.DELETABLE_UNCOMMITTED:
-        return (
-            "never committed: no commit names it and it is older than the grace period "
-            f"({policy.grace})"
-        )
-    if verdict is Verdict.IN_FLIGHT:
-        return (
-            f"written but not committed, younger than the grace period ({policy.grace}): it "
-            "may belong to a batch in flight"
-        )
-    raise InvalidArgument(f"verdict {verdict.value} is not decided by the retention rule")
+    template = REASONS.get(verdict)
+    if template is None:
+        raise InvalidArgument(f"verdict {verdict.value} is not decided by the retention rule")
+    fields = {
+        ReasonField.KEEP: policy.retain_versions,
+        ReasonField.WINDOW: policy.window,
+        ReasonField.GRACE: policy.grace,
+        ReasonField.NEEDED_BY: needed_by_text(*(needed_by or (0, 0))),
+        ReasonField.RUN: claimed_by_run,
+        ReasonField.STATE_REASON: state_reason,
+        ReasonField.NOTE: note or NOTE_UNKNOWN,
+        ReasonField.REPLACED: SUPERSEDED_BECAUSE[above_floor],
+    }
+    return template.format_map({field.value: value for field, value in fields.items()})
 
 
 # --- the rule on one store's files, in Python ------------------------------------------------

@@ -123,7 +123,9 @@ class Setting:
         if value < self.floor:  # type: ignore[operator]
             if self.refusal is not None:
                 raise MaintenanceRefused(self.refusal.format(value=value, floor=self.floor))
-            raise InvalidArgument(f"{self.name} must be at least {self.text(self.floor)}")
+            raise InvalidArgument(
+                f"{self.name} must be at least {self.text(self.floor)}, got {self.text(value)}"
+            )
 
     def text(self, value: Value | None) -> str:
         """The value as a person writes it (``1h``, ``2147483648``); ``unset`` for None."""

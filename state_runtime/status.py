@@ -9,17 +9,22 @@
   ``orphan_growth_warn_files`` or more orphan files wait for cleanup (since: the oldest).
 - **healthy**: otherwise. Since: the first validation or the last resolved problem.
 
-The CLI (``health``, ``explain``), Dagster and the operators' SQL (``state_store_status``,
-``state_store_health``) all show this status; a test checks that the SQL agrees.
+The rule is declared here once (the order above, :data:`WARNINGS` with their limits, the
+texts); :func:`store_status` applies it in Python and the catalog's views render it as SQL
+(``state_store_status``, ``state_store_health``; ``state_runtime/catalog/views.py``). The CLI
+(``health``, ``explain``), Dagster and the operators' SQL all show this status; a test checks
+that the SQL agrees.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Protocol
 
-from state_runtime.catalog import StoreHealth
+from state_runtime.settings import MAINTENANCE, default_of
 
 
 class StoreStatus(StrEnum):
@@ -27,6 +32,73 @@ class StoreStatus(StrEnum):
     DEGRADED = "degraded"
     BROKEN = "broken"
     UNKNOWN = "unknown"
+
+
+class StoreFacts(Protocol):
+    """The catalog facts a status is derived from (the catalog's ``StoreHealth`` has them; the
+    views read them from ``state_store_facts``)."""
+
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def open_problems(self) -> int: ...
+    @property
+    def first_problem(self) -> str | None: ...
+    @property
+    def problems_since(self) -> datetime | None: ...
+    @property
+    def last_resolved_at(self) -> datetime | None: ...
+    @property
+    def first_validated_at(self) -> datetime | None: ...
+    @property
+    def deltas_since_snapshot(self) -> int: ...
+    @property
+    def chain_since(self) -> datetime | None: ...
+    @property
+    def orphan_files(self) -> int: ...
+    @property
+    def oldest_orphan_at(self) -> datetime | None: ...
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A figure that degrades a validated store once it reaches its limit."""
+
+    fact: str  # the StoreFacts field compared with the limit
+    limit: str  # the limit's name (a keyword of store_status, a parameter of the SQL)
+    text: str  # the reason, with {value} and {limit}
+    since: str  # the StoreFacts field saying since when it holds
+
+
+WARNINGS = (
+    Threshold(
+        "deltas_since_snapshot",
+        "lag_warn_deltas",
+        "{value} deltas since the last verified snapshot (warn at {limit})",
+        "chain_since",
+    ),
+    Threshold(
+        "orphan_files",
+        "orphan_warn_files",
+        "{value} orphan files (warn at {limit})",
+        "oldest_orphan_at",
+    ),
+)
+"""The warnings, in the order their reasons are joined (with :data:`WARNING_SEPARATOR`)."""
+
+DEFAULT_LIMITS: Mapping[str, int] = {
+    "lag_warn_deltas": default_of(MAINTENANCE, "lag_warn_deltas", int),
+    "orphan_warn_files": default_of(MAINTENANCE, "orphan_growth_warn_files", int),
+}
+"""Each warning's limit as the maintenance settings declare it (the ``state_store_health``
+view's thresholds)."""
+
+WARNING_SEPARATOR = "; "
+ONE_PROBLEM = "{first_problem}"
+SOME_PROBLEMS = "{open_problems} open problems; first: {first_problem}"
+NO_PROBLEM_TEXT = "an open problem"  # an open problem whose text is missing
+NEVER_VALIDATED = "never validated"
+VALIDATED = "validated, no open problems"
 
 
 @dataclass(frozen=True)
@@ -42,28 +114,29 @@ class Status:
         return f"{self.status.value}{since}: {self.reason}"
 
 
-def store_status(health: StoreHealth, *, lag_warn_deltas: int, orphan_warn_files: int) -> Status:
+def store_status(health: StoreFacts, *, lag_warn_deltas: int, orphan_warn_files: int) -> Status:
     """The status of the store whose catalog facts are ``health`` (see the module docstring)."""
     h = health
     if h.open_problems:
-        reason = h.first_problem or "an open problem"
-        if h.open_problems > 1:
-            reason = f"{h.open_problems} open problems; first: {reason}"
+        template = ONE_PROBLEM if h.open_problems == 1 else SOME_PROBLEMS
+        reason = template.format(
+            first_problem=h.first_problem or NO_PROBLEM_TEXT, open_problems=h.open_problems
+        )
         return Status(StoreStatus.BROKEN, reason, h.problems_since)
     if h.first_validated_at is None:
-        return Status(StoreStatus.UNKNOWN, "never validated", h.created_at)
+        return Status(StoreStatus.UNKNOWN, NEVER_VALIDATED, h.created_at)
+    limits = {"lag_warn_deltas": lag_warn_deltas, "orphan_warn_files": orphan_warn_files}
     reasons: list[str] = []
     since: list[datetime] = []
-    if h.deltas_since_snapshot >= lag_warn_deltas:
-        reasons.append(
-            f"{h.deltas_since_snapshot} deltas since the last verified snapshot (warn at "
-            f"{lag_warn_deltas})"
-        )
-        since += [h.chain_since] if h.chain_since else []
-    if h.orphan_files >= orphan_warn_files:
-        reasons.append(f"{h.orphan_files} orphan files (warn at {orphan_warn_files})")
-        since += [h.oldest_orphan_at] if h.oldest_orphan_at else []
+    for warning in WARNINGS:
+        value, limit = getattr(h, warning.fact), limits[warning.limit]
+        if value >= limit:
+            reasons.append(warning.text.format(value=value, limit=limit))
+            started = getattr(h, warning.since)
+            since += [started] if started else []
     if reasons:
-        return Status(StoreStatus.DEGRADED, "; ".join(reasons), min(since, default=None))
+        return Status(
+            StoreStatus.DEGRADED, WARNING_SEPARATOR.join(reasons), min(since, default=None)
+        )
     healthy_since = max(t for t in (h.first_validated_at, h.last_resolved_at) if t is not None)
-    return Status(StoreStatus.HEALTHY, "validated, no open problems", healthy_since)
+    return Status(StoreStatus.HEALTHY, VALIDATED, healthy_since)

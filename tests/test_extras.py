@@ -107,7 +107,9 @@ def test_optional_parts_name_their_extra(tmp_path: Path) -> None:
         tmp_path,
     )
     lines = out.splitlines()
-    assert lines[0].startswith("MissingExtra checkpoint root 's3://bucket/prefix' needs the s3")
+    assert lines[0].startswith(
+        "MissingExtra [STATE_MISSING_EXTRA] checkpoint root 's3://bucket/prefix' needs the s3"
+    )
     assert "pip install 'state-runtime[s3]'" in lines[0]
     assert lines[1].startswith("InvalidCatalogUrl ")
     assert "pip install 'state-runtime[postgres]'" in lines[1]

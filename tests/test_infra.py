@@ -7,6 +7,7 @@ init script and infra/local/state.env, and hold them against the settings the co
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import re
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
+from state_runtime import errors
 from state_runtime.storage.s3 import S3Storage
 from state_runtime.storage.s3_settings import ENV_ENDPOINT_URL, S3Settings
 
@@ -57,7 +59,13 @@ def local_env() -> dict[str, str]:
 
 def env_names_read_by_the_code() -> set[str]:
     """Every ``STATE_*`` setting named in full as a string constant in the library or Dagster
-    code (prefixes of optional override families, like ``STATE_MAINTENANCE_``, excluded)."""
+    code (prefixes of optional override families, like ``STATE_MAINTENANCE_``, and the error
+    codes of ``state_runtime.errors``, excluded)."""
+    codes = {
+        cls.code
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, errors.StateStoreError)
+    }
     names = set()
     for path in [
         *(ROOT / "state_runtime").rglob("*.py"),
@@ -67,7 +75,7 @@ def env_names_read_by_the_code() -> set[str]:
             value = node.value if isinstance(node, ast.Constant) else None
             if isinstance(value, str) and re.fullmatch(r"STATE_[A-Z0-9_]*[A-Z0-9]", value):
                 names.add(value)
-    return names
+    return names - codes
 
 
 def published(service: dict[str, Any]) -> dict[int, int]:

@@ -89,4 +89,6 @@ def test_worker_settings_are_not_read_at_import() -> None:
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert "InvalidArgument STATE_CACHE_BYTES='lots'" in done.stdout, done.stderr
+    assert "InvalidArgument [STATE_INVALID_ARGUMENT] STATE_CACHE_BYTES='lots'" in done.stdout, (
+        done.stderr
+    )

@@ -16,15 +16,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import (
-    RecordedFile,
-    chunks,
-    committed_ids_at,
-    record_files,
-    validate_root,
-)
+from state_runtime.catalog.inventory import RecordedFile, committed_ids_at, record_files
 from state_runtime.catalog.records import BatchCommit, CommitEntry
+from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.rows import key_of, store_id_of
+from state_runtime.catalog.statements import chunks
 from state_runtime.catalog.tables import FileState, checkpoint_files, commit_log, stores
 from state_runtime.errors import CommitConflict, InvalidArgument
 from state_runtime.identity import (

@@ -59,7 +59,7 @@ _PERMANENT_CONNECT = re.compile(
     r"permission denied|unable to open database file|invalid (?:dsn|connection option)",
     re.IGNORECASE,
 )
-_ATTEMPT_TIMEOUT = "state_runtime_attempt_timeout"
+ATTEMPT_TIMEOUT_OPTION = "state_runtime_attempt_timeout"
 DRIVER_HINT = "postgresql+psycopg2://user@host:5432/database or sqlite:///path/to/catalog.db"
 URL_HELP = "STATE_CATALOG_URL or --catalog-url"
 
@@ -188,7 +188,7 @@ def _postgres_engine(url: URL, limits: CatalogTimeouts) -> Engine:
     engine = sa.create_engine(
         url,
         pool_timeout=limits.pool.total_seconds(),
-        execution_options={_ATTEMPT_TIMEOUT: limits.attempt.total_seconds()},
+        execution_options={ATTEMPT_TIMEOUT_OPTION: limits.attempt.total_seconds()},
         connect_args={
             "connect_timeout": max(2, int(limits.connect.total_seconds())),
             "application_name": "state_runtime.catalog",
@@ -298,7 +298,7 @@ def run_transaction(
     refuses is CatalogMisconfigured at once.
     """
     url = engine.url
-    seconds = float(engine.get_execution_options().get(_ATTEMPT_TIMEOUT, 0))
+    seconds = float(engine.get_execution_options().get(ATTEMPT_TIMEOUT_OPTION, 0))
     attempt = 0
     while True:
         attempt += 1

@@ -16,9 +16,10 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import chunks, files_at, lock_stores, store_ids
+from state_runtime.catalog.inventory import files_at, lock_stores, record_files, store_ids
 from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
 from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, key_of
+from state_runtime.catalog.statements import chunks
 from state_runtime.catalog.tables import (
     Verification,
     checkpoint_files,
@@ -370,3 +371,42 @@ def repairs(connection: Connection, root: str | None) -> list[Repair]:
         )
         for row in connection.execute(query)
     ]
+
+
+def record_snapshot(
+    connection: Connection,
+    root: str,
+    info: CheckpointInfo,
+    run_id: int | None,
+    verified: bool,
+    problem: str | None,
+    now: datetime,
+) -> str | None:
+    """Record a snapshot maintenance wrote and what verifying it found: verified, or the
+    problem (a snapshot whose record says other bytes is damaged, its record kept). Returns
+    the problem recorded, if any."""
+    found = problem
+    f = checkpoint_files.c
+    recorded = files_at(connection, root, [info.path], f.checksum, f.size_bytes)
+    if recorded and (recorded[0].checksum, recorded[0].size_bytes) != (
+        info.checksum,
+        info.bytes_written,
+    ):
+        found = found or (
+            f"the file ({info.bytes_written} bytes) differs from its record "
+            f"({recorded[0].size_bytes} bytes, another checksum)"
+        )
+    else:
+        record_files(connection, root, [info], now, run_id=run_id)
+    if verified or found is not None:
+        record_verifications(connection, root, {info.path: found}, now)
+    if found is not None:
+        add_problems(
+            connection,
+            root,
+            info.store,
+            [FoundProblem(found, info.path, info.version)],
+            run_id,
+            now,
+        )
+    return found

@@ -9,7 +9,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import chunks
 from state_runtime.catalog.records import (
     RecoveryCost,
     SnapshotCandidate,
@@ -19,6 +18,7 @@ from state_runtime.catalog.records import (
 )
 from state_runtime.catalog.retention_sql import Scope, needed_files, verdicts
 from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
+from state_runtime.catalog.statements import chunks
 from state_runtime.catalog.tables import (
     FileState,
     Verification,

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import chunks
 from state_runtime.catalog.records import HistoryFile, VersionHistory
 from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
+from state_runtime.catalog.statements import chunks
 from state_runtime.catalog.tables import checkpoint_files, commit_log, deletion_ledger, stores
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 

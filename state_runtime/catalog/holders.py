@@ -6,7 +6,8 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import store_ids, upsert
+from state_runtime.catalog.inventory import store_ids
+from state_runtime.catalog.statements import upsert
 from state_runtime.catalog.tables import store_holders
 from state_runtime.identity import CheckpointRef, StoreId
 

@@ -9,26 +9,31 @@ file records therefore see each other's effects whole, never interleaved.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.records import FileRecord, StoreKey
-from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, key_of, store_id_of, store_key
+from state_runtime.catalog.records import StoreKey, StoreRecord
+from state_runtime.catalog.roots import validate_root
+from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, key_of, store_id_of
+from state_runtime.catalog.statements import chunks, insert_ignoring
 from state_runtime.catalog.tables import (
     FileState,
-    Verification,
+    batch_metrics,
+    batch_watermarks,
     checkpoint_files,
     commit_log,
+    operator_schemas,
     stores,
 )
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import (
+    EMPTY,
+    CheckpointRef,
     FileKind,
     StoreId,
     parse_file_name,
@@ -38,33 +43,6 @@ from state_runtime.identity import (
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
 _CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
-CHUNK = 400  # rows per IN list: far below SQLite's bound-parameter limit
-T = TypeVar("T")
-
-
-def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def validate_root(root: str) -> str:
-    """A checkpoint root as the catalog keys it: a non-empty path or URI without control
-    characters. Roots are compared as given, so callers pass one canonical spelling."""
-    if not isinstance(root, str) or not root or len(root) > 4096:
-        raise InvalidArgument(f"invalid checkpoint root {root!r}: expected 1-4096 characters")
-    if any(ord(ch) < 32 for ch in root):
-        raise InvalidArgument(f"invalid checkpoint root {root!r}: control characters")
-    return root
-
-
-def upsert(connection: Connection, table: sa.Table) -> Any:
-    """The connection's dialect's ``INSERT`` that takes ``ON CONFLICT`` clauses."""
-    return (postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert)(table)
-
-
-def insert_ignoring(connection: Connection, table: sa.Table) -> Any:
-    """``INSERT ... ON CONFLICT DO NOTHING`` for the connection's dialect."""
-    return upsert(connection, table).on_conflict_do_nothing()
 
 
 def committed_ids_at(
@@ -362,80 +340,6 @@ def _files_by_path(connection: Connection, wanted: set[tuple[int, int, str]]) ->
     return dict(_rows_at(connection, wanted, (*columns, f.claimed_by_run)))
 
 
-_KINDS = {kind.value: kind for kind in FileKind}
-_VERIFICATIONS = {v.value: v for v in Verification}
-
-
-def file_record(row: AnyRow) -> FileRecord:
-    """A FileRecord from a row that starts with FILE_COLUMNS (positional: this runs once per
-    file in answers of hundreds of thousands of rows)."""
-    (
-        root,
-        operator_id,
-        partition_id,
-        store_name,
-        _file_id,
-        _store_id,
-        path,
-        kind,
-        version,
-        checkpoint_id,
-        base_checkpoint_id,
-        size_bytes,
-        rows,
-        file_rows,
-        checksum,
-        created_at,
-        state,
-        state_reason,
-        verification,
-        verified_at,
-        verification_note,
-    ) = row[:21]
-    return FileRecord(
-        key=store_key(root, operator_id, partition_id, store_name),
-        path=path,
-        kind=_KINDS[kind],
-        version=version,
-        checkpoint_id=checkpoint_id,
-        base_checkpoint_id=base_checkpoint_id,
-        size_bytes=size_bytes,
-        rows=rows,
-        file_rows=file_rows,
-        checksum=checksum,
-        created_at=created_at,
-        state=state,
-        state_reason=state_reason,
-        verification=_VERIFICATIONS[verification],
-        verified_at=verified_at,
-        verification_note=verification_note,
-    )
-
-
-# The columns file_record reads, in its order; queries may append columns after them.
-FILE_COLUMNS = (
-    *STORE_KEY_COLUMNS,
-    checkpoint_files.c.file_id,
-    checkpoint_files.c.store_id,
-    checkpoint_files.c.path,
-    checkpoint_files.c.kind,
-    checkpoint_files.c.version,
-    checkpoint_files.c.checkpoint_id,
-    checkpoint_files.c.base_checkpoint_id,
-    checkpoint_files.c.size_bytes,
-    checkpoint_files.c.rows,
-    checkpoint_files.c.file_rows,
-    checkpoint_files.c.checksum,
-    checkpoint_files.c.created_at,
-    checkpoint_files.c.state,
-    checkpoint_files.c.state_reason,
-    checkpoint_files.c.verification,
-    checkpoint_files.c.verified_at,
-    checkpoint_files.c.verification_note,
-    checkpoint_files.c.claimed_by_run,
-)
-
-
 def claimed_stores(connection: Connection, root: str | None) -> set[StoreKey]:
     """Stores with files claimed for deletion but not yet recorded deleted."""
     s, f = stores.c, checkpoint_files.c
@@ -459,3 +363,68 @@ def known_paths(connection: Connection, root: str) -> dict[str, str]:
         .where(s.checkpoint_root == root)
     )
     return {r.path: r.state for r in rows}
+
+
+def register_store(
+    connection: Connection,
+    root: str,
+    store: StoreId,
+    key_schema: Any,
+    value_schema: Any,
+    now: datetime,
+) -> None:
+    """Record a store (if new) and its key and value schemas."""
+    ensure_stores(connection, root, [store], now)
+    s = stores.c
+    connection.execute(
+        stores.update()
+        .where(
+            s.checkpoint_root == root,
+            s.operator_id == store.operator_id,
+            s.partition_id == store.partition_id,
+            s.store_name == store.store_name,
+        )
+        .values(key_schema=key_schema, value_schema=value_schema)
+    )
+
+
+def roots(connection: Connection) -> list[str]:
+    """Every checkpoint root below which the catalog knows a store."""
+    return sorted(connection.execute(sa.select(stores.c.checkpoint_root).distinct()).scalars())
+
+
+def relocate_root(connection: Connection, old: str, new: str) -> int:
+    """Point every record below root ``old`` at ``new``; the number of stores moved."""
+    known = set(roots(connection))
+    if old not in known:
+        raise InvalidArgument(f"the catalog records no store below {old}")
+    if new in known:
+        raise InvalidArgument(f"the catalog already records stores below {new}")
+    moved = connection.execute(
+        stores.update().where(stores.c.checkpoint_root == old).values(checkpoint_root=new)
+    ).rowcount
+    for table in (batch_metrics, batch_watermarks, operator_schemas):
+        connection.execute(
+            table.update().where(table.c.checkpoint_root == old).values(checkpoint_root=new)
+        )
+    return int(moved)
+
+
+def store_records(connection: Connection, root: str | None) -> list[StoreRecord]:
+    """Every store the catalog knows (below ``root``, if given)."""
+    query = stores.select().order_by(*STORE_KEY_COLUMNS)
+    if root is not None:
+        query = query.where(stores.c.checkpoint_root == root)
+    return [
+        StoreRecord(
+            key=key_of(r),
+            key_schema=r.key_schema,
+            value_schema=r.value_schema,
+            created_at=r.created_at,
+            latest=CheckpointRef(r.latest_version, r.latest_checkpoint_id)
+            if r.latest_version
+            else EMPTY,
+            last_committed_at=r.last_committed_at,
+        )
+        for r in connection.execute(query)
+    ]

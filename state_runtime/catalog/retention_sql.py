@@ -1,15 +1,18 @@
-"""The retention rule of :mod:`state_runtime.retention`, translated to SQL, and the deletions.
+"""The retention rule of :mod:`state_runtime.retention` translated to SQL: retained versions,
+needed files and each file's verdict.
 
 The rule (what a retained version needs, the floor, the verdicts and their order, the reasons)
 lives in ``state_runtime/retention.py``; this module only says how each of its facts reads in
 SQL (:func:`fact_sql`) and builds the verdict from :data:`~state_runtime.retention.RULES`, so
-that plans over thousands of stores stay a few set-based queries. Claims, deletions, lost
-files and ``explain`` are recorded here too.
+that plans over thousands of stores stay a few set-based queries. The deletions it allows are
+claimed and recorded in :mod:`~state_runtime.catalog.deletions`; ``explain`` is
+:mod:`~state_runtime.catalog.explanations`; the operators' views render the same queries
+(:mod:`~state_runtime.catalog.views`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,38 +22,26 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from state_runtime import retention as rule
-from state_runtime.catalog.inventory import (
-    FILE_COLUMNS,
-    chunks,
-    file_record,
-    files_at,
-    lock_stores,
-    mark_maintained,
-    store_ids,
-)
+from state_runtime.catalog.inventory import store_ids
 from state_runtime.catalog.records import (
-    Deletion,
-    Explanation,
     FileRecord,
     FileVerdict,
     RetainedVersion,
     StoreKey,
 )
-from state_runtime.catalog.rows import AnyRow, key_of, store_id_of
+from state_runtime.catalog.rows import FILE_COLUMNS, AnyRow, file_record
 from state_runtime.catalog.tables import (
     LIVE_STATES,
     FileState,
     Verification,
     checkpoint_files,
     commit_log,
-    deletion_ledger,
     store_problems,
     stores,
 )
-from state_runtime.errors import CatalogError, InvalidArgument
+from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import Fact, RetentionPolicy, Verdict
-from state_runtime.store.file_verification import MISSING
 
 
 @dataclass(frozen=True)
@@ -81,7 +72,33 @@ def _verified_snapshot(f: Any) -> ColumnElement[bool]:
     )
 
 
-def retained_bases(retain_versions: int, scope: Scope) -> sa.CTE:
+@dataclass(frozen=True)
+class PolicySql:
+    """A retention policy as the SQL reads it: the offsets ``k`` of the retained versions
+    (``latest - k``; a FROM clause with the column ``k``) and the two cutoffs (values, or SQL
+    such as ``now() - retention`` in the operators' functions)."""
+
+    offsets: sa.FromClause
+    committed_cutoff: Any
+    uncommitted_cutoff: Any
+
+    @staticmethod
+    def of(policy: RetentionPolicy, now: datetime) -> PolicySql:
+        return PolicySql(
+            offsets(policy.retain_versions),
+            policy.committed_cutoff(now),
+            policy.uncommitted_cutoff(now),
+        )
+
+
+def offsets(retain_versions: int) -> sa.FromClause:
+    """``k`` for ``k < retain_versions``, as literal rows (the planner sees each one)."""
+    return sa.union_all(
+        *(sa.select(sa.literal(k, sa.BigInteger()).label("k")) for k in range(retain_versions))
+    ).subquery("back")
+
+
+def retained_bases(back: sa.FromClause, scope: Scope) -> sa.CTE:
     """(store_id, retained_version, base_version): each retained version and the verified
     snapshot it loads from (0: none).
 
@@ -94,9 +111,6 @@ def retained_bases(retain_versions: int, scope: Scope) -> sa.CTE:
     then re-hashes the inventory at every step of the walk).
     """
     s = stores.c
-    back = sa.union_all(
-        *(sa.select(sa.literal(k, sa.BigInteger()).label("k")) for k in range(retain_versions))
-    ).subquery("back")
     version = s.latest_version - back.c.k
     snap = checkpoint_files.alias("snap")
     base_version = (
@@ -117,7 +131,7 @@ def retained_bases(retain_versions: int, scope: Scope) -> sa.CTE:
     )
 
 
-def _needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
+def needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
     f = checkpoint_files.alias("needed_file")
     r = retained.c
     snapshots = (
@@ -145,7 +159,7 @@ def _needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
 
 def needed_files(retain_versions: int, scope: Scope) -> sa.CompoundSelect[Any]:
     """(file_id, store_id, retained_version): each file a retained version loads through."""
-    return _needed_from(retained_bases(retain_versions, scope))
+    return needed_from(retained_bases(offsets(retain_versions), scope))
 
 
 def fact_sql(
@@ -153,8 +167,7 @@ def fact_sql(
     needed: ColumnElement[bool],
     floor: ColumnElement[int],
     held: ColumnElement[bool],
-    policy: RetentionPolicy,
-    now: datetime,
+    policy: PolicySql,
 ) -> Mapping[Fact, ColumnElement[bool]]:
     """Each fact of the rule about a ``checkpoint_files`` row, in SQL (``needed``, ``floor``
     and ``held`` come from the joins :func:`verdicts` makes)."""
@@ -169,8 +182,8 @@ def fact_sql(
         Fact.UNVERIFIED: sa.and_(snapshot, f.verification == Verification.UNVERIFIED.value),
         Fact.ABOVE_FLOOR: sa.and_(floor.is_not(None), f.version >= floor),
         Fact.STORE_HELD: held,
-        Fact.PAST_WINDOW: f.created_at <= policy.committed_cutoff(now),
-        Fact.PAST_GRACE: f.created_at <= policy.uncommitted_cutoff(now),
+        Fact.PAST_WINDOW: f.created_at <= policy.committed_cutoff,
+        Fact.PAST_GRACE: f.created_at <= policy.uncommitted_cutoff,
     }
 
 
@@ -187,13 +200,21 @@ def _verdict(facts: Mapping[Fact, ColumnElement[bool]]) -> Any:
 
 
 def verdicts(
-    policy: RetentionPolicy, scope: Scope, now: datetime, *, only_deletable: bool
+    policy: RetentionPolicy | PolicySql,
+    scope: Scope,
+    now: datetime | None = None,
+    *,
+    only_deletable: bool,
 ) -> sa.Select[Any]:
     """Every live or claimed file in scope with its verdict and the retained versions needing
     it (``needed_from``, ``needed_to``); or only the deletable files, which skips working out
     which versions need what (an anti-join is enough)."""
-    retained = retained_bases(policy.retain_versions, scope)
-    nf = _needed_from(retained).subquery("nf")
+    if isinstance(policy, RetentionPolicy):
+        if now is None:
+            raise InvalidArgument("verdicts under a RetentionPolicy need the time they are for")
+        policy = PolicySql.of(policy, now)
+    retained = retained_bases(policy.offsets, scope)
+    nf = needed_from(retained).subquery("nf")
     floors = (
         sa.select(retained.c.store_id, sa.func.min(retained.c.base_version).label("floor"))
         .group_by(retained.c.store_id)
@@ -210,9 +231,7 @@ def verdicts(
     f = checkpoint_files.c
     if only_deletable:
         unknown = sa.null().cast(sa.BigInteger())
-        facts = fact_sql(
-            needed=sa.false(), floor=floors.c.floor, held=is_held, policy=policy, now=now
-        )
+        facts = fact_sql(needed=sa.false(), floor=floors.c.floor, held=is_held, policy=policy)
         verdict = _verdict(facts)
         return (
             sa.select(
@@ -246,7 +265,6 @@ def verdicts(
         floor=floors.c.floor,
         held=is_held,
         policy=policy,
-        now=now,
     )
     return (
         sa.select(
@@ -292,7 +310,7 @@ def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
     return FileVerdict(record, verdict, text, needed_by)
 
 
-def _verdict_rows(
+def verdict_rows(
     connection: Connection,
     policy: RetentionPolicy,
     scope: Scope,
@@ -318,299 +336,8 @@ def file_verdicts(
     only_deletable: bool = False,
 ) -> list[FileVerdict]:
     """The verdict on each live or claimed file in ``scope`` (or only the deletable ones)."""
-    rows = _verdict_rows(connection, policy, scope, now, only_deletable=only_deletable)
+    rows = verdict_rows(connection, policy, scope, now, only_deletable=only_deletable)
     return [verdict for _, verdict in rows]
-
-
-def claim_deletions(
-    connection: Connection,
-    run_id: int,
-    policy: RetentionPolicy,
-    root: str,
-    wanted: Sequence[StoreId] | None,
-    now: datetime,
-    limit: int | None = None,
-) -> list[FileVerdict]:
-    """Lock the stores, compute their deletable files and mark them 'deleting' for ``run_id``
-    (at most ``limit`` new claims, oldest versions first, so a run can work in slices).
-
-    Files an interrupted run had claimed are handed out again: once claimed a file is never
-    needed again, because a commit refuses to name a claimed file. The caller deletes the
-    files from storage, then calls ``record_deletions``. A commit waiting on the same store
-    lock sees the claims, so cleanup never deletes a file a concurrent commit references; a
-    validation that opens a problem on the store waits too, so a held store is never claimed.
-    """
-    s, f = stores.c, checkpoint_files.c
-    if wanted is None:
-        ids = sorted(
-            connection.execute(sa.select(s.store_id).where(s.checkpoint_root == root)).scalars()
-        )
-    else:
-        ids = sorted(store_ids(connection, root, wanted).values())
-    claimed: list[FileVerdict] = []
-    for part in chunks(ids):
-        lock_stores(connection, part)
-        scope = Scope(store_ids=tuple(part))
-        fresh = _verdict_rows(connection, policy, scope, now, only_deletable=True)
-        if limit is not None:
-            fresh = fresh[: max(0, limit - sum(v.verdict.deletable for v in claimed))]
-        by_reason: dict[str, list[int]] = {}
-        for fid, verdict in fresh:
-            by_reason.setdefault(verdict.reason, []).append(fid)
-        for why, file_ids in by_reason.items():
-            for some in chunks(file_ids):
-                connection.execute(
-                    sa.update(checkpoint_files)
-                    .where(f.file_id.in_(some))
-                    .values(
-                        state=FileState.DELETING.value,
-                        state_changed_at=now,
-                        state_reason=why,
-                        claimed_by_run=run_id,
-                    )
-                )
-        fresh_ids = {fid for fid, _ in fresh}
-        earlier = connection.execute(
-            sa.select(*FILE_COLUMNS)
-            .join(stores, s.store_id == f.store_id)
-            .where(f.state == FileState.DELETING.value, f.store_id.in_(part))
-            .order_by(f.store_id, f.version)
-        ).all()
-        resumed = [row for row in earlier if row.file_id not in fresh_ids]
-        for some in chunks([row.file_id for row in resumed]):
-            connection.execute(
-                sa.update(checkpoint_files).where(f.file_id.in_(some)).values(claimed_by_run=run_id)
-            )
-        mark_maintained(connection, part, run_id)
-        claimed += [v for _, v in fresh]
-        claimed += [
-            FileVerdict(file_record(row), Verdict.DELETING, str(row.state_reason), None)
-            for row in resumed
-        ]
-    return claimed
-
-
-def record_deletions(
-    connection: Connection, run_id: int, root: str, paths: Sequence[str], now: datetime
-) -> int:
-    """Mark claimed files deleted and write their ledger entries (reason: the claim's).
-
-    Paths already recorded as deleted are skipped, so a resumed run may report them again.
-    Returns the number of files newly recorded. A path that is not claimed for deletion is
-    an error: only claimed files may be deleted.
-    """
-    f = checkpoint_files.c
-    rows = files_at(connection, root, paths, f.file_id, f.store_id, f.path, f.state, f.state_reason)
-    unknown = sorted(set(paths) - {row.path for row in rows})
-    if unknown:
-        raise CatalogError(
-            f"cannot record deletion of untracked file(s) {unknown[:5]}", path=unknown[0]
-        )
-    pending = [row for row in rows if row.state != FileState.DELETED.value]
-    wrong = [row.path for row in pending if row.state != FileState.DELETING.value]
-    if wrong:
-        raise CatalogError(
-            f"file(s) {wrong[:5]} are not claimed for deletion; claim them with "
-            "claim_deletions first",
-            path=wrong[0],
-        )
-    if not pending:
-        return 0
-    lock_stores(connection, {row.store_id for row in pending})
-    connection.execute(
-        sa.insert(deletion_ledger),
-        [
-            {
-                "file_id": row.file_id,
-                "run_id": run_id,
-                "reason": row.state_reason,
-                "deleted_at": now,
-            }
-            for row in pending
-        ],
-    )
-    for some in chunks([row.file_id for row in pending]):
-        connection.execute(
-            sa.update(checkpoint_files)
-            .where(f.file_id.in_(some))
-            .values(state=FileState.DELETED.value, state_changed_at=now)
-        )
-    return len(pending)
-
-
-def record_lost(
-    connection: Connection,
-    run_id: int,
-    root: str,
-    paths: Sequence[str],
-    reason: str,
-    now: datetime,
-) -> int:
-    """Record tracked files that validation found missing or corrupt in storage as deleted,
-    with ledger reason ``lost: <reason>``. The catalog then stops counting on them: a version
-    whose snapshot is lost is loaded from the older snapshot and deltas again (seed 001,
-    example 3), and cleanup keeps those. Returns the number of files newly recorded."""
-    if not reason:
-        raise InvalidArgument("say why the files are lost (missing, checksum mismatch, ...)")
-    f = checkpoint_files.c
-    rows = files_at(connection, root, paths, f.file_id, f.store_id, f.path, f.state)
-    unknown = sorted(set(paths) - {row.path for row in rows})
-    if unknown:
-        raise CatalogError(
-            f"cannot record untracked file(s) {unknown[:5]} as lost", path=unknown[0]
-        )
-    pending = [row for row in rows if row.state != FileState.DELETED.value]
-    if not pending:
-        return 0
-    touched = {row.store_id for row in pending}
-    lock_stores(connection, touched)
-    mark_maintained(connection, touched, run_id)
-    connection.execute(
-        sa.insert(deletion_ledger),
-        [
-            {
-                "file_id": row.file_id,
-                "run_id": run_id,
-                "reason": f"lost: {reason}",
-                "deleted_at": now,
-            }
-            for row in pending
-        ],
-    )
-    for some in chunks([row.file_id for row in pending]):
-        connection.execute(
-            sa.update(checkpoint_files)
-            .where(f.file_id.in_(some))
-            .values(
-                state=FileState.DELETED.value, state_changed_at=now, state_reason=f"lost: {reason}"
-            )
-        )
-    return len(pending)
-
-
-def deletion_history(
-    connection: Connection, root: str | None, since: datetime | None, limit: int
-) -> list[Deletion]:
-    """Ledger entries, newest first."""
-    s, f, d = stores.c, checkpoint_files.c, deletion_ledger.c
-    query = (
-        sa.select(
-            s.checkpoint_root,
-            s.operator_id,
-            s.partition_id,
-            s.store_name,
-            f.path,
-            f.size_bytes,
-            d.run_id,
-            d.reason,
-            d.deleted_at,
-        )
-        .select_from(deletion_ledger)
-        .join(checkpoint_files, f.file_id == d.file_id)
-        .join(stores, s.store_id == f.store_id)
-        .order_by(d.deleted_at.desc(), d.deletion_id.desc())
-        .limit(limit)
-    )
-    if root is not None:
-        query = query.where(s.checkpoint_root == root)
-    if since is not None:
-        query = query.where(d.deleted_at >= since)
-    return [_deletion(row) for row in connection.execute(query)]
-
-
-def _deletion(row: AnyRow) -> Deletion:
-    return Deletion(
-        key=key_of(row),
-        path=row.path,
-        size_bytes=row.size_bytes,
-        run_id=row.run_id,
-        reason=row.reason,
-        deleted_at=row.deleted_at,
-    )
-
-
-def explain(
-    connection: Connection,
-    root: str,
-    path: str,
-    policy: RetentionPolicy,
-    now: datetime,
-    *,
-    absent: bool = False,
-) -> Explanation:
-    """Why the file at ``path`` (relative to ``root``) is kept, or why it may be deleted.
-
-    A file whose last verification failed, or that the caller found ``absent`` from storage,
-    is never called needed: the answer says what is lost without it and what still loads.
-    """
-    s, f, d = stores.c, checkpoint_files.c, deletion_ledger.c
-    matches = files_at(connection, root, [path], f.file_id, f.store_id, f.state)
-    found = matches[0] if matches else None
-    if found is None:
-        return Explanation(
-            root,
-            path,
-            Verdict.UNTRACKED,
-            "the catalog has no record of this file; a reconciliation sweep records it as an "
-            "orphan",
-        )
-    if found.state == FileState.DELETED.value:
-        row = connection.execute(
-            sa.select(*FILE_COLUMNS, d.run_id, d.reason.label("ledger_reason"), d.deleted_at)
-            .select_from(checkpoint_files)
-            .join(stores, s.store_id == f.store_id)
-            .join(deletion_ledger, d.file_id == f.file_id)
-            .where(f.file_id == found.file_id)
-        ).one()
-        deletion = Deletion(
-            key=StoreKey(root, store_id_of(row)),
-            path=path,
-            size_bytes=row.size_bytes,
-            run_id=row.run_id,
-            reason=row.ledger_reason,
-            deleted_at=row.deleted_at,
-        )
-        return Explanation(
-            root,
-            path,
-            Verdict.DELETED,
-            f"deleted at {deletion.deleted_at.isoformat()} by cleanup run {deletion.run_id}: "
-            f"{deletion.reason}",
-            file=file_record(row),
-            deletion=deletion,
-        )
-    rows = _verdict_rows(
-        connection, policy, Scope(store_ids=(found.store_id,)), now, only_deletable=False, path=path
-    )
-    verdict = rows[0][1]
-    record = verdict.file
-    if absent:
-        note = MISSING
-    elif record.verification is Verification.FAILED:
-        note = record.verification_note or "its last verification failed"
-    else:
-        return Explanation(
-            root,
-            path,
-            verdict.verdict,
-            verdict.reason,
-            file=record,
-            needed_by=verdict.needed_by,
-        )
-    latest = connection.execute(
-        sa.select(s.latest_version).where(s.store_id == found.store_id)
-    ).scalar_one()
-    holds = rule.still_intact(
-        [r.facts() for r in live_files(connection, found.store_id)], latest, policy, path
-    )
-    return Explanation(
-        root,
-        path,
-        Verdict.MISSING if note == MISSING else Verdict.DAMAGED,
-        rule.damage_reason(record.kind, note, holds),
-        file=record,
-        needed_by=verdict.needed_by,
-    )
 
 
 def live_files(connection: Connection, store_id: int) -> list[FileRecord]:

@@ -16,6 +16,8 @@ from urllib.parse import unquote, urlsplit
 
 from sqlalchemy.engine import Dialect, Engine
 
+from state_runtime.errors import InvalidArgument
+
 RELATIVE = "./"
 _FOLDERS: weakref.WeakKeyDictionary[Dialect, Path] = weakref.WeakKeyDictionary()
 
@@ -48,3 +50,13 @@ def resolved_root(stored: str, folder: Path | None) -> str:
     if folder is None or not (stored == "." or stored.startswith(RELATIVE)):
         return stored
     return (folder / PurePosixPath(stored)).as_uri()
+
+
+def validate_root(root: str) -> str:
+    """A checkpoint root as the catalog keys it: a non-empty path or URI without control
+    characters. Roots are compared as given, so callers pass one canonical spelling."""
+    if not isinstance(root, str) or not root or len(root) > 4096:
+        raise InvalidArgument(f"invalid checkpoint root {root!r}: expected 1-4096 characters")
+    if any(ord(ch) < 32 for ch in root):
+        raise InvalidArgument(f"invalid checkpoint root {root!r}: control characters")
+    return root

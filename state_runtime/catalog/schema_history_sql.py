@@ -9,7 +9,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import validate_root
+from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.tables import operator_schemas, state_schemas, stores
 from state_runtime.errors import CommitConflict
 from state_runtime.store.schema_evolution import SchemaChange

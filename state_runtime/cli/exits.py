@@ -9,13 +9,16 @@
   database or schema missing, its schema newer than this code, credentials refused.
 - 5: an unexpected internal error (a bug: please report it with the command line).
 
-No error shows a traceback, and every message is masked of secrets
+Every library error names its stable code (``[STATE_...] message``); with ``--json`` the error
+is also printed on stdout as ``{"error": {"code": ..., "message": ..., ...}}``. No error
+shows a traceback, and every message is masked of secrets
 (:mod:`state_runtime.redaction`). The library's warnings go to stderr as ``warning: ...``
 lines (with ``-q``, only errors).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from typing import Any, NoReturn
@@ -70,7 +73,9 @@ def fail(code: int, message: str) -> NoReturn:
     sys.exit(code)
 
 
-def fail_with(error: StateStoreError) -> NoReturn:
+def fail_with(error: StateStoreError, *, as_json: bool = False) -> NoReturn:
+    if as_json:
+        click.echo(json.dumps({"error": error.details()}, indent=2))
     prefix = "refused: " if isinstance(error, MaintenanceRefused) else ""
     fail(exit_code(error), f"{prefix}{error}")
 
@@ -81,6 +86,8 @@ class StatestoreGroup(click.Group):
 
     def main(self, *args: Any, **kwargs: Any) -> NoReturn:
         kwargs["standalone_mode"] = False
+        argv = kwargs.get("args", args[0] if args else None)
+        as_json = "--json" in (sys.argv[1:] if argv is None else list(argv))
         try:
             result = super().main(*args, **kwargs)
         except click.UsageError as exc:
@@ -91,7 +98,7 @@ class StatestoreGroup(click.Group):
         except click.Abort:
             fail(EXIT_PROBLEMS, "aborted")
         except StateStoreError as exc:
-            fail_with(exc)
+            fail_with(exc, as_json=as_json)
         except Exception as exc:  # a bug: say so in one line, never a traceback
             fail(
                 EXIT_INTERNAL,

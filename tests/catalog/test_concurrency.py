@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from state_runtime.catalog import Catalog, FileState, RetentionPolicy, commits, retention_sql
+from state_runtime.catalog import Catalog, FileState, RetentionPolicy, commits, deletions
 from state_runtime.catalog.tables import checkpoint_files, commit_log
 from state_runtime.errors import CommitConflict
 from state_runtime.identity import StoreId
@@ -150,7 +150,7 @@ def test_a_commit_waits_for_cleanup_and_refuses_a_claimed_file(
     driver, cleaner = drivers
     stream, attempt = _store_with_old_attempt(catalog)
     gate = Gate()
-    monkeypatch.setattr(retention_sql, "_verdict_rows", gate.wrap(retention_sql._verdict_rows))
+    monkeypatch.setattr(deletions, "verdict_rows", gate.wrap(deletions.verdict_rows))
     run = cleaner.start_run("cleanup", "race")
     with ThreadPoolExecutor(2) as pool:
         cleaning = pool.submit(cleaner.claim_deletions, run, NO_WAIT, ROOT)

@@ -1,13 +1,18 @@
 """The catalog's SQL is a faithful translation of the retention rule: on random store histories
 (snapshots verified, unverified or damaged, orphans, attempts in flight, claims, held stores,
 any policy and clock), ``Catalog.file_verdicts`` gives every file the verdict, reason and
-needing versions that ``state_runtime.retention.judge_store`` gives it in Python."""
+needing versions that ``state_runtime.retention.judge_store`` gives it in Python; and so do
+the operators' views rendered from the rule (``state_cleanup_preview`` on both dialects at the
+default policy, ``state_file_verdicts`` on PostgreSQL under any policy), read at the
+database's own clock."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,10 +47,10 @@ def histories(draw: st.DrawFn) -> dict[str, object]:
     }
 
 
-def build(catalog: Catalog, h: dict[str, object]) -> str:
+def build(catalog: Catalog, h: dict[str, object], start: datetime = LONG_AGO) -> str:
     name = uuid.uuid4().hex
     root = f"/rule/{name}"
-    stream = Stream(catalog, [STORE], root=root, query=name)
+    stream = Stream(catalog, [STORE], root=root, query=name, clock=start)
     snapshots: dict[int, str] = h["snapshots"]  # type: ignore[assignment]
     for version in range(1, int(h["versions"]) + 1):  # type: ignore[call-overload]
         stream.commit()
@@ -61,7 +66,9 @@ def build(catalog: Catalog, h: dict[str, object]) -> str:
         catalog.record_files(root, [stream.delta(STORE)])
     if h["claimed"]:
         run = catalog.start_run("cleanup", "tests")
-        catalog.claim_deletions(run, RetentionPolicy(window=timedelta(0)), root, limit=1)
+        catalog.claim_deletions(
+            run, RetentionPolicy(window=timedelta(0)), root, limit=1, now=stream.clock
+        )
     if h["held"]:
         catalog.add_problems(StoreKey(root, STORE), [FoundProblem("file is missing")])
     return root
@@ -98,3 +105,72 @@ def test_sql_verdicts_are_the_python_rule(catalog: Catalog, h: dict[str, object]
         assert (verdict.verdict, verdict.needed_by) == (judged.verdict, judged.needed_by), path
         if verdict.verdict.value != "deleting":  # a claim keeps the reason it was claimed for
             assert verdict.reason == judged.reason, path
+
+
+def python_verdicts(
+    catalog: Catalog, root: str, policy: RetentionPolicy, now: datetime
+) -> dict[str, tuple[str, int | None, int | None, str]]:
+    """Each live or claimed file of ``root``'s store: verdict, needing versions and reason, as
+    ``judge_store`` says (a claimed file keeps the reason it was claimed for)."""
+    catalog_verdicts = {v.file.path: v for v in catalog.file_verdicts(policy, root=root, now=now)}
+    claimed = [v.file for v in catalog_verdicts.values() if v.file.state == FileState.DELETING]
+    files = [r.facts() for r in catalog.store_files(root, STORE) + claimed]
+    (record,) = catalog.stores(root)
+    held = bool(catalog.problems(root=root))
+    judged = judge_store(files, record.latest.version, policy, now, held=held)
+    return {
+        j.file.path: (
+            j.verdict.value,
+            *(j.needed_by or (None, None)),
+            # judge_store does not know the claiming run; the catalog's reason names it
+            catalog_verdicts[j.file.path].reason if j.verdict.value == "deleting" else j.reason,
+        )
+        for j in judged
+    }
+
+
+def view_verdicts(
+    catalog: Catalog, root: str, sql: str, parameters: dict[str, Any]
+) -> tuple[datetime, dict[str, tuple[str, int | None, int | None, str]]]:
+    """The database's clock and each file of ``root`` as the view or function gives it."""
+    clock = "now()" if catalog.dialect == "postgresql" else "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+    with catalog.engine.connect() as connection:
+        rows = connection.execute(
+            sa.text(f"SELECT {clock} AS clock, v.* FROM ({sql}) v WHERE checkpoint_root = :root"),
+            {**parameters, "root": root},
+        ).all()
+        now = connection.execute(sa.text(f"SELECT {clock}")).scalar_one()
+    now = rows[0].clock if rows else now
+    now = now if isinstance(now, datetime) else datetime.fromisoformat(now).replace(tzinfo=UTC)
+    found = {r.path: (r.verdict, r.needed_from, r.needed_to, r.reason) for r in rows}
+    return now, found
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(h=histories(), ago=st.sampled_from([0, 50, 58, 70, 600]))
+def test_the_rendered_views_give_the_python_verdicts(
+    catalog: Catalog, h: dict[str, object], ago: int
+) -> None:
+    """The history ends ``ago`` minutes before the database's clock; the default policy keeps
+    files for an hour, so the views' time facts fall on both sides."""
+    root = build(catalog, h, datetime.now(UTC) - timedelta(minutes=ago + 12))
+    now, view = view_verdicts(catalog, root, "SELECT * FROM state_cleanup_preview", {})
+    assert view == python_verdicts(catalog, root, RetentionPolicy(), now)
+    if catalog.dialect != "postgresql":
+        return
+    policy = RetentionPolicy(
+        retain_versions=int(h["retain"]),  # type: ignore[call-overload]
+        window=timedelta(minutes=int(h["window"])),  # type: ignore[call-overload]
+        orphan_grace=timedelta(minutes=int(h["grace"])),  # type: ignore[call-overload]
+    )
+    now, function = view_verdicts(
+        catalog,
+        root,
+        "SELECT * FROM state_file_verdicts(:retain, :window, :grace)",
+        {"retain": policy.retain_versions, "window": policy.window, "grace": policy.orphan_grace},
+    )
+    assert function == python_verdicts(catalog, root, policy, now)

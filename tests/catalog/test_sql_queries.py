@@ -234,7 +234,9 @@ def test_cleanup_preview_matches_the_python_cleanup(known: Known) -> None:
 def test_explain_file(known: Known) -> None:
     (needed,) = psql(known, "explain_file.sql", root=ROOT, path=known.files["00:s10"].path)
     assert (needed["verdict"], needed["needed_from"], needed["needed_to"]) == ("needed", "11", "12")
-    assert needed["reason"] == "needed to load retained versions 11..12"
+    assert needed["reason"] == "needed to load retained versions 11..12 (the last 2 committed)"
+    library = {v.file.path: v.reason for v in known.catalog.file_verdicts(RetentionPolicy())}
+    assert needed["reason"] == library[known.files["00:s10"].path]  # the same rule, rendered
     (young,) = psql(known, "explain_file.sql", root=ROOT, path=known.in_flight.path)
     assert young["verdict"] == "in_flight"
     (gone,) = psql(known, "explain_file.sql", root=ROOT, path=known.deleted[0])

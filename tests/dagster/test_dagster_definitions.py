@@ -180,8 +180,9 @@ def test_cleanup_refuses_an_unsafe_window(
     )
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type is DagsterEventType.STEP_FAILURE]
-    assert "cleanup refused: retention window 1m is shorter than the configured minimum" in str(
-        failure.step_failure_data.error
+    assert (
+        "cleanup refused: [STATE_MAINTENANCE_REFUSED] retention window 1m is shorter than the "
+        "configured minimum" in str(failure.step_failure_data.error)
     )
 
 

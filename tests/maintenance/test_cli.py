@@ -66,8 +66,9 @@ def test_maintain_is_a_dry_run_unless_executed(stream: StoreStream) -> None:
 def test_maintain_refuses_an_unsafe_retention(stream: StoreStream) -> None:
     result = statestore(stream, "maintain", "--execute", "--window", "1m")
     assert result.exit_code == 3
-    assert "refused: retention window 1m is shorter than the configured minimum of 10m" in (
-        result.stderr
+    assert (
+        "refused: [STATE_MAINTENANCE_REFUSED] retention window 1m is shorter than the configured "
+        "minimum of 10m" in result.stderr
     )
     floor = statestore(stream, "maintain", "--execute", "--retain-versions", "1")
     assert floor.exit_code == 3 and "below the safety floor of 2" in floor.stderr
@@ -120,7 +121,10 @@ def test_bad_input_gives_clear_errors(stream: StoreStream, tmp_path: Path) -> No
     down = runner.invoke(
         main, ["--catalog-url", "postgresql+psycopg2://nobody@127.0.0.1:1/none", "health"]
     )
-    assert down.exit_code == 4 and "error: cannot connect to the catalog" in down.stderr
+    assert (
+        down.exit_code == 4
+        and "error: [STATE_CATALOG_UNAVAILABLE] cannot connect to the catalog" in down.stderr
+    )
     empty = runner.invoke(main, ["--catalog-url", f"sqlite:///{tmp_path}/new.db", "health"])
     assert empty.exit_code == 4 and "upgrade" in empty.stderr
     bad_window = statestore(stream, "maintain", "--window", "soon")

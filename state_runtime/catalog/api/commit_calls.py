@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import batch_metrics, commits, holders, inventory
+from state_runtime.catalog import batch_metrics, commits, holders, inventory, roots
 from state_runtime.catalog.api.transactions import CatalogBase, conflict, utcnow
 from state_runtime.catalog.records import (
     BatchCommit,
@@ -15,7 +15,6 @@ from state_runtime.catalog.records import (
     CommitEntry,
     RecordedBatchMetrics,
 )
-from state_runtime.catalog.tables import stores
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
@@ -27,21 +26,10 @@ class CommitCalls(CatalogBase):
         self, root: str, store: StoreId, key_schema: Any = None, value_schema: Any = None
     ) -> None:
         """Record a store and its key and value schemas (JSON-able: a DDL string or a dict)."""
-        inventory.validate_root(root)
+        roots.validate_root(root)
 
         def work(connection: Connection) -> None:
-            now = utcnow()
-            inventory.ensure_stores(connection, root, [store], now)
-            connection.execute(
-                stores.update()
-                .where(
-                    stores.c.checkpoint_root == root,
-                    stores.c.operator_id == store.operator_id,
-                    stores.c.partition_id == store.partition_id,
-                    stores.c.store_name == store.store_name,
-                )
-                .values(key_schema=key_schema, value_schema=value_schema)
-            )
+            inventory.register_store(connection, root, store, key_schema, value_schema, utcnow())
 
         self._run("register store", work)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog import findings, inventory, retention_sql
@@ -18,16 +17,8 @@ from state_runtime.catalog.records import (
     StoreProblem,
     StoreRecord,
 )
-from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
-from state_runtime.catalog.tables import (
-    batch_metrics,
-    batch_watermarks,
-    checkpoint_files,
-    operator_schemas,
-    stores,
-)
 from state_runtime.errors import InvalidArgument
-from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
+from state_runtime.identity import FileKind, StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
 
@@ -36,58 +27,20 @@ class InventoryCalls(CatalogBase):
 
     def roots(self) -> list[str]:
         """Every checkpoint root below which the catalog knows a store."""
-        return self._run(
-            "list roots",
-            lambda c: sorted(c.execute(sa.select(stores.c.checkpoint_root).distinct()).scalars()),
-        )
+        return self._run("list roots", inventory.roots)
 
     def relocate_root(self, old: str, new: str) -> int:
         """Point every record below checkpoint root ``old`` at ``new`` (stores, batch metrics,
-        recorded watermarks) in one transaction, after the files were moved or copied there
-        (file paths are stored relative to their root, so only the root changes). Returns the
-        number of stores moved."""
+        recorded watermarks, operator schema histories) in one transaction, after the files
+        were moved or copied there (file paths are stored relative to their root, so only the
+        root changes). Returns the number of stores moved."""
 
-        def work(connection: Connection) -> int:
-            roots = sa.select(stores.c.checkpoint_root).distinct()
-            known = set(connection.execute(roots).scalars())
-            if old not in known:
-                raise InvalidArgument(f"the catalog records no store below {old}")
-            if new in known:
-                raise InvalidArgument(f"the catalog already records stores below {new}")
-            moved = connection.execute(
-                stores.update().where(stores.c.checkpoint_root == old).values(checkpoint_root=new)
-            ).rowcount
-            for table in (batch_metrics, batch_watermarks, operator_schemas):
-                connection.execute(
-                    table.update().where(table.c.checkpoint_root == old).values(checkpoint_root=new)
-                )
-            return int(moved)
-
-        return self._run("relocate a root", work)
+        return self._run("relocate a root", lambda c: inventory.relocate_root(c, old, new))
 
     def stores(self, root: str | None = None) -> list[StoreRecord]:
         """Every store the catalog knows (below ``root``, if given)."""
 
-        def work(connection: Connection) -> list[StoreRecord]:
-            s = stores.c
-            query = stores.select().order_by(*STORE_KEY_COLUMNS)
-            if root is not None:
-                query = query.where(s.checkpoint_root == root)
-            return [
-                StoreRecord(
-                    key=key_of(r),
-                    key_schema=r.key_schema,
-                    value_schema=r.value_schema,
-                    created_at=r.created_at,
-                    latest=CheckpointRef(r.latest_version, r.latest_checkpoint_id)
-                    if r.latest_version
-                    else EMPTY,
-                    last_committed_at=r.last_committed_at,
-                )
-                for r in connection.execute(query)
-            ]
-
-        return self._run("list stores", work)
+        return self._run("list stores", lambda c: inventory.store_records(c, root))
 
     def store_files(self, root: str, store: StoreId) -> list[FileRecord]:
         """The live files of one store, oldest versions first (with their verification)."""
@@ -118,29 +71,11 @@ class InventoryCalls(CatalogBase):
         if info.kind is not FileKind.SNAPSHOT:
             raise InvalidArgument(f"record_snapshot got a {info.kind.value} file", path=info.path)
 
-        def work(connection: Connection) -> str | None:
-            now = utcnow()
-            found = problem
-            f = checkpoint_files.c
-            recorded = inventory.files_at(connection, root, [info.path], f.checksum, f.size_bytes)
-            if recorded and (recorded[0].checksum, recorded[0].size_bytes) != (
-                info.checksum,
-                info.bytes_written,
-            ):
-                found = found or (
-                    f"the file ({info.bytes_written} bytes) differs from its record "
-                    f"({recorded[0].size_bytes} bytes, another checksum)"
-                )
-            else:
-                inventory.record_files(connection, root, [info], now, run_id=run_id)
-            if verified or found is not None:
-                findings.record_verifications(connection, root, {info.path: found}, now)
-            if found is not None:
-                opened = [FoundProblem(found, info.path, info.version)]
-                findings.add_problems(connection, root, info.store, opened, run_id, now)
-            return found
-
-        return self._run("record snapshot", work, conflict)
+        return self._run(
+            "record snapshot",
+            lambda c: findings.record_snapshot(c, root, info, run_id, verified, problem, utcnow()),
+            conflict,
+        )
 
     def record_verifications(self, root: str, results: Mapping[str, str | None]) -> None:
         """Record what verifying files found: None (intact) or the problem, per path."""

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import inventory, retention_sql
+from state_runtime.catalog import deletions, explanations, inventory, retention_sql
 from state_runtime.catalog.api.transactions import CatalogBase, utcnow
 from state_runtime.catalog.records import (
     Deletion,
@@ -83,7 +83,7 @@ class RetentionCalls(CatalogBase):
         the answer says what is lost and what still loads."""
         return self._run(
             "explain file",
-            lambda c: retention_sql.explain(c, root, path, policy, now or utcnow(), absent=absent),
+            lambda c: explanations.explain(c, root, path, policy, now or utcnow(), absent=absent),
         )
 
     def claim_deletions(
@@ -104,7 +104,7 @@ class RetentionCalls(CatalogBase):
             raise InvalidArgument(f"limit must be at least 1, got {limit}")
         return self._run(
             "claim deletions",
-            lambda c: retention_sql.claim_deletions(
+            lambda c: deletions.claim_deletions(
                 c, run_id, policy, root, only_stores, now or utcnow(), limit
             ),
         )
@@ -113,7 +113,7 @@ class RetentionCalls(CatalogBase):
         """Record claimed files as deleted from storage, each with its reason, in the ledger."""
         return self._run(
             "record deletions",
-            lambda c: retention_sql.record_deletions(c, run_id, root, paths, utcnow()),
+            lambda c: deletions.record_deletions(c, run_id, root, paths, utcnow()),
         )
 
     def record_lost(self, run_id: int, root: str, paths: Sequence[str], reason: str) -> int:
@@ -121,7 +121,7 @@ class RetentionCalls(CatalogBase):
         so that retention stops counting on them and keeps what loads their versions instead."""
         return self._run(
             "record lost files",
-            lambda c: retention_sql.record_lost(c, run_id, root, paths, reason, utcnow()),
+            lambda c: deletions.record_lost(c, run_id, root, paths, reason, utcnow()),
         )
 
     def deletion_history(
@@ -129,5 +129,5 @@ class RetentionCalls(CatalogBase):
     ) -> list[Deletion]:
         return self._run(
             "read deletion history",
-            lambda c: retention_sql.deletion_history(c, root, since, limit),
+            lambda c: deletions.deletion_history(c, root, since, limit),
         )

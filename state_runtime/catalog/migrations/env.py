@@ -1,18 +1,33 @@
-"""Alembic environment: run migrations on the connection we are given, or on the catalog URL."""
+"""Alembic environment: run migrations on the connection we are given, or on the catalog URL.
+
+Migrations hold tables only. The views and functions (:mod:`state_runtime.catalog.views`,
+rendered from the rules) are dropped before any migration runs and created again once the
+schema is at head, in the same transaction: every upgrade leaves exactly the rendered views,
+like Flyway's repeatable migrations.
+"""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from state_runtime.catalog import views
 from state_runtime.catalog.connection_settings import catalog_url
 from state_runtime.catalog.engine import create_catalog_engine
+
+# One upgrade at a time per PostgreSQL database: concurrent ones would drop each other's views.
+_UPGRADE_LOCK = 0x5157A7E
 
 
 def _run(connection: Connection) -> None:
     context.configure(connection=connection, target_metadata=None)
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_UPGRADE_LOCK})")
+        views.drop(connection)
         context.run_migrations()
+        if context.get_context().get_current_revision() == context.script.get_current_head():
+            views.create(connection)
 
 
 def run_migrations_online() -> None:

@@ -1,0 +1,231 @@
+"""The operators' views are rendered from the rules and recreated by every upgrade: a database
+ends an upgrade with exactly the rendered views and functions, whatever an older version left
+under those names; and on generated fleets the status the views give is the Python rule's."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from state_runtime.catalog import Catalog, FoundProblem, RetentionPolicy, StoreKey, views
+from state_runtime.catalog.engine import create_catalog_engine
+from state_runtime.catalog.revision import alembic_config, upgrade
+from state_runtime.identity import StoreId
+from state_runtime.status import DEFAULT_LIMITS, store_status
+from tests.catalog.conftest import DIALECTS
+from tests.catalog.factory import Stream, info
+
+
+@pytest.fixture(params=DIALECTS)
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'catalog.db'}"
+    return str(request.getfixturevalue("pg_schema"))
+
+
+def present(connection: sa.Connection) -> dict[str, str]:
+    """Every view and function in the catalog's schema: name -> its SQL (SQLite: the CREATE
+    statement; PostgreSQL: a function's body, a view's definition)."""
+    if connection.dialect.name == "sqlite":
+        rows = connection.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'view'")
+        return {name: sql for name, sql in rows}
+    functions = connection.exec_driver_sql(
+        "SELECT proname, prosrc FROM pg_proc WHERE pronamespace = current_schema()::regnamespace"
+    )
+    found = {name: body for name, body in functions}
+    viewdefs = connection.exec_driver_sql(
+        "SELECT viewname, definition FROM pg_views WHERE schemaname = current_schema()"
+    )
+    return found | {name: definition for name, definition in viewdefs}
+
+
+def rendered_bodies(dialect: str) -> dict[str, str]:
+    """What each rendered object should hold, as :func:`present` reads it back (PostgreSQL
+    keeps a function's body verbatim; a view's definition is its own normal form)."""
+    bodies = {}
+    for derived in views.rendered(dialect):
+        create = derived.statements[0]
+        if dialect == "sqlite":
+            bodies[derived.name] = create.strip()
+        elif derived.kind == "FUNCTION":
+            bodies[derived.name] = create.split("$$")[1]
+    return bodies
+
+
+def downgrade(connection: sa.Connection, revision: str) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.downgrade(config, revision)
+
+
+def assert_exactly_rendered(url: str) -> None:
+    engine = create_catalog_engine(url)
+    with engine.connect() as connection:
+        found = present(connection)
+    engine.dispose()
+    dialect = engine.dialect.name
+    assert set(found) == {d.name for d in views.rendered(dialect)}
+    for name, body in rendered_bodies(dialect).items():
+        assert found[name].strip() == body.strip(), name
+
+
+def test_an_upgrade_leaves_exactly_the_rendered_views(empty_url: str) -> None:
+    upgrade(create_catalog_engine(empty_url))
+    assert_exactly_rendered(empty_url)
+
+
+def test_migrations_hold_no_view_sql() -> None:
+    """Only the renderer creates views: no migration carries CREATE VIEW or CREATE FUNCTION."""
+    migrations = Path(views.__file__).with_name("migrations") / "versions"
+    for path in migrations.glob("*.py"):
+        text = path.read_text().upper()
+        assert "CREATE VIEW" not in text and "CREATE FUNCTION" not in text, path.name
+
+
+def test_an_old_database_upgrades_to_exactly_the_rendered_views(empty_url: str) -> None:
+    """A catalog whose views an older version wrote by hand (same names, other definitions,
+    some of the other kind or signature), with data in it: the upgrade replaces every one of
+    them with the rendered views and keeps every row. Then from an intermediate revision
+    (which has no views at all) to head, the same."""
+    engine = create_catalog_engine(empty_url)
+    upgrade(engine)
+    catalog = Catalog.open(empty_url)
+    Stream(catalog, [StoreId(0, 0)], root="/old").run(3)
+    catalog.close()
+    postgres = engine.dialect.name == "postgresql"
+    with engine.begin() as connection:
+        views.drop(connection)
+        for derived in views.rendered(engine.dialect.name):
+            if postgres and derived.kind == "VIEW":  # once a function, hard-coding 20 and 100
+                connection.exec_driver_sql(
+                    f"CREATE FUNCTION {derived.name}(integer) RETURNS integer"
+                    " LANGUAGE sql AS 'SELECT 20 + 100'"
+                )
+            elif postgres:
+                connection.exec_driver_sql(f"CREATE VIEW {derived.name} AS SELECT 20 AS lag_warn")
+            else:
+                connection.exec_driver_sql(
+                    f"CREATE VIEW {derived.name} AS SELECT 20 AS lag_warn, 100 AS orphan_warn"
+                )
+        before = connection.exec_driver_sql("SELECT count(*) FROM checkpoint_files").scalar_one()
+    upgrade(engine)
+    assert_exactly_rendered(empty_url)
+    with engine.begin() as connection:
+        after = connection.exec_driver_sql("SELECT count(*) FROM checkpoint_files").scalar_one()
+        assert after == before == 3
+        downgrade(connection, "0007_views_everywhere")
+        assert present(connection) == {}
+    upgrade(engine)
+    assert_exactly_rendered(empty_url)
+    with engine.connect() as connection:
+        (row,) = connection.exec_driver_sql("SELECT status FROM state_store_health").all()
+    assert row[0] == "unknown"
+    engine.dispose()
+
+
+def test_a_downgrade_drops_the_views_and_the_upgrade_brings_them_back(empty_url: str) -> None:
+    engine = create_catalog_engine(empty_url)
+    upgrade(engine)
+    with engine.begin() as connection:
+        downgrade(connection, "0005_run_ownership")
+        assert present(connection) == {}
+    upgrade(engine)
+    engine.dispose()
+    assert_exactly_rendered(empty_url)
+
+
+# --- the status rule, rendered, on generated fleets -----------------------------------------
+
+store_facts = st.fixed_dictionaries(
+    {
+        "commits": st.integers(1, 24),
+        "snapshot": st.one_of(st.none(), st.integers(1, 24)),
+        "orphans": st.integers(0, 3),
+        "problems": st.lists(st.booleans(), max_size=2),  # each: still open?
+        "validated": st.booleans(),
+    }
+)
+
+
+def build_store(catalog: Catalog, root: str, store: StoreId, facts: dict[str, Any]) -> None:
+    stream = Stream(catalog, [store], root=root, query=uuid.uuid4().hex)
+    for version in range(1, facts["commits"] + 1):
+        stream.commit()
+        if facts["snapshot"] == version:
+            stream.snapshot(store)
+    for _ in range(facts["orphans"]):  # attempts at version 1 that lost: orphans
+        catalog.record_files(root, [info(store, 1, None, created_at=stream.clock)])
+    key = StoreKey(root, store)
+    for still_open in facts["problems"]:
+        run = catalog.start_run("validate", "tests")
+        catalog.record_validation(run, key, {}, [FoundProblem("file is missing", "x", 1)])
+        catalog.finish_run(run, "succeeded")
+        if not still_open:
+            run = catalog.start_run("validate", "tests")
+            catalog.record_validation(run, key, {}, [])
+            catalog.finish_run(run, "succeeded")
+    if facts["validated"]:
+        run = catalog.start_run("validate", "tests")
+        found = [FoundProblem("file is missing", "x", 1)] if any(facts["problems"]) else []
+        catalog.record_validation(run, key, {}, found)
+        catalog.finish_run(run, "succeeded")
+
+
+def when(value: object) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value.astimezone(UTC) if isinstance(value, datetime) else None
+    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    fleet=st.lists(store_facts, min_size=1, max_size=4),
+    lag=st.integers(1, 25),
+    orphans=st.integers(1, 4),
+)
+def test_the_rendered_status_is_the_python_rule(
+    catalog: Catalog, fleet: list[dict[str, Any]], lag: int, orphans: int
+) -> None:
+    root = f"/status/{uuid.uuid4().hex}"
+    for i, facts in enumerate(fleet):
+        build_store(catalog, root, StoreId(i, 0), facts)
+    health = catalog.store_health(RetentionPolicy(), root=root)
+
+    def python(lag: int, orphans: int) -> dict[int, tuple[object, ...]]:
+        return {
+            h.key.store.operator_id: (s.status.value, s.reason, s.since)
+            for h in health
+            for s in [store_status(h, lag_warn_deltas=lag, orphan_warn_files=orphans)]
+        }
+
+    def sql(query: str, **parameters: object) -> dict[int, tuple[object, ...]]:
+        with catalog.engine.connect() as connection:
+            rows = connection.execute(sa.text(query), {**parameters, "root": root}).all()
+        return {r[0]: (r[1], r[2], when(r[3])) for r in rows}
+
+    view = sql(
+        "SELECT operator_id, status, status_reason, status_since FROM state_store_health"
+        " WHERE checkpoint_root = :root"
+    )
+    assert view == python(DEFAULT_LIMITS["lag_warn_deltas"], DEFAULT_LIMITS["orphan_warn_files"])
+    if catalog.dialect == "postgresql":
+        function = sql(
+            "SELECT s.operator_id, st.status, st.status_reason, st.status_since"
+            " FROM state_store_status(:lag, :orphans) st JOIN stores s USING (store_id)"
+            " WHERE s.checkpoint_root = :root",
+            lag=lag,
+            orphans=orphans,
+        )
+        assert function == python(lag, orphans)
