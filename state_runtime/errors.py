@@ -100,6 +100,8 @@ class QueryRefused(InvalidArgument):
     an output mode Spark refuses for that shape. The message names the column, the operator
     and the rule."""
 
+    code: ClassVar[str] = "STATE_QUERY_REFUSED"
+
 
 class MissingExtra(InvalidArgument):
     """A feature needs an optional part of the install that is missing; the message names the
