@@ -6,8 +6,8 @@ STAMP   = $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: help check-python check-java install test lint format demo demo-maintain dagster \
-        bench-store bench-catalog bench-catalog-calls bench-s3 bench-e2e bench-maintenance \
-        bench-eviction bench-schema fuzz-spark clean
+        bench-store bench-catalog bench-catalog-calls bench-s3 bench-e2e bench-e2e-connect \
+        bench-maintenance bench-eviction bench-schema fuzz-spark clean
 
 help:
 	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
@@ -16,7 +16,7 @@ help:
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
 	@echo "make bench-store / bench-catalog / bench-catalog-calls / bench-s3 / bench-e2e / bench-maintenance"
-	@echo "make bench-eviction / bench-schema"
+	@echo "make bench-eviction / bench-schema / bench-e2e-connect"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
 
 check-python:
@@ -46,8 +46,11 @@ $(STAMP): pyproject.toml | check-python
 
 install: $(STAMP)
 
+# Two passes: every test on classic Spark, then the suites marked `connect` on a Spark Connect
+# session (pyspark picks classic or Connect per process; one local Connect server per pass).
 test: $(STAMP) check-java
 	$(PY) -m pytest $(PYTEST_ARGS)
+	SPARK_REMOTE=local $(PY) -m pytest -m connect $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check state_runtime dagster_project demo tests benchmarks
@@ -81,6 +84,11 @@ bench-store: $(STAMP)
 bench-e2e: $(STAMP) check-java
 	$(PY) benchmarks/bench_e2e.py --engines state_runtime,spark-rocksdb --rounds 2
 	$(PY) benchmarks/bench_e2e.py --keys 100000 --batches 6 --plot docs/bench-e2e-python.png
+
+# The runtime on Spark Connect against classic Spark, alternating, in one run.
+bench-e2e-connect: $(STAMP) check-java
+	$(PY) benchmarks/bench_e2e.py --engines state_runtime,state_runtime-connect --rounds 2 \
+	  --plot docs/bench-e2e-connect.png
 
 bench-catalog: $(STAMP)
 	$(PY) benchmarks/bench_catalog.py

@@ -5,6 +5,9 @@ state), then ``--batches`` files of ``--updates`` random keys each; a file-sourc
 one file per micro-batch and keeps a running count per key. Engines, all with a ``noop`` sink:
 
 - ``state_runtime``: foreachBatch + StatefulQuery with a running count;
+- ``state_runtime-connect`` (not run by default): the same on a Spark Connect session (a local
+  Connect server in the engine's process, ``spark_session(remote="local")``): the driver logic
+  runs in the server's foreachBatch worker; compared with ``state_runtime``'s median and p90;
 - ``spark-rocksdb``: ``groupBy(k).count()`` with RocksDB and changelog checkpointing (the
   baseline: Spark's fastest built-in choice);
 - ``applyInPandasWithState`` and ``transformWithStateInPandas``: Spark's Python stateful APIs
@@ -40,6 +43,8 @@ from typing import Any
 BASELINE = "spark-rocksdb"
 PANDAS = "applyInPandasWithState"
 ENGINES = ["state_runtime", BASELINE, PANDAS, "transformWithStateInPandas"]
+CONNECT = "state_runtime-connect"
+OURS = ("state_runtime", CONNECT)
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
@@ -95,13 +100,17 @@ def run_engine(engine: str, work: Path, inputs: Path, partitions: int) -> dict[s
     from state_runtime.runtime.session import spark_session
 
     conf = {"spark.sql.streaming.stateStore.maintenanceInterval": "600s"}
-    if engine != "spark-hdfs" and engine != "state_runtime":
+    if engine != "spark-hdfs" and engine not in OURS:
         conf |= {
             "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         }
     spark = spark_session(
-        "local[2]", app_name=f"bench-{engine}", shuffle_partitions=partitions, extra=conf
+        "local[2]",
+        app_name=f"bench-{engine}",
+        shuffle_partitions=partitions,
+        extra=conf,
+        remote="local" if engine == CONNECT else None,
     )
     source = (
         spark.readStream.schema("k bigint")
@@ -112,7 +121,7 @@ def run_engine(engine: str, work: Path, inputs: Path, partitions: int) -> dict[s
     checkpoint = work / "spark-checkpoint"
     state_dir = checkpoint / "state"
     query = None
-    if engine == "state_runtime":
+    if engine in OURS:
         root = work / "state"
         op = running_aggregation(0, ["k"], "k bigint", [Agg("count", "count")], partitions)
         url = f"sqlite:///{work / 'catalog.db'}"
@@ -140,14 +149,15 @@ def run_engine(engine: str, work: Path, inputs: Path, partitions: int) -> dict[s
     seen = -1
     while stream.isActive:
         progress = stream.lastProgress
-        if progress and progress["batchId"] != seen:
-            seen = progress["batchId"]
+        if progress and progress.batchId != seen:
+            seen = progress.batchId
             sizes[seen] = folder_bytes(state_dir) if state_dir.exists() else 0
         time.sleep(0.05)
     stream.awaitTermination()
-    progress = [p for p in stream.recentProgress if p["numInputRows"] > 0]
+    # attributes, not keys: a Connect client's progress objects only have the attributes
+    progress = [p for p in stream.recentProgress if p.numInputRows > 0]
     spark.stop()
-    latencies = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
+    latencies = [p.durationMs["triggerExecution"] / 1000 for p in progress]
     result = {"latencies": latencies, "final_bytes": folder_bytes(state_dir), "sizes": sizes}
     if query is not None:
         with Catalog.open(query.catalog_url) as catalog:
@@ -284,6 +294,13 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
             f"| {f['bytes'] / 1024:.1f} KiB | {ratio} |"
         )
     ours = rows.get("state_runtime")
+    connect = rows.get(CONNECT)
+    if ours is not None and connect is not None:
+        median, p90 = connect["median"] / ours["median"], connect["p90"] / ours["p90"]
+        print(
+            f"\n{CONNECT} vs state_runtime (classic) in this run: median {median:.2f}x, "
+            f"p90 {p90:.2f}x; target median <= 1.2x -> {'met' if median <= 1.2 else 'NOT met'}"
+        )
     if ours is not None:
         print("\ntargets (issue 12), state_runtime in this run:")
         if base is not None:

@@ -124,7 +124,6 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
     )
     query = StatefulQuery(QUERY_ID, root, [op], catalog_url=url)
     started = time.perf_counter()
-    done: list[int] = []
     counted: dict[int, int] = {}
 
     def sink(updated: DataFrame, batch_id: int) -> None:
@@ -134,7 +133,6 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
         t0 = time.perf_counter()
         result = query.run_batch(df, batch_id, sink=sink)
         result.release()
-        done.append(batch_id)
         m = result.metrics
         print(
             f"batch {batch_id:>3}: {m.rows_in:>7,} events, {m.keys_updated:>6,} users updated, "
@@ -157,6 +155,9 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
     stream.awaitTermination()
     if stream.exception():
         raise SystemExit(f"the streaming query failed: {stream.exception()}")
+    # From Spark's progress, not from ``process``: on Spark Connect ``process`` runs in the
+    # server's foreachBatch worker (its lines are printed there), not in this process.
+    done = sorted({p.batchId for p in stream.recentProgress if p.numInputRows})
 
     state = read_state(spark, root, 0, catalog_url=url)
     top = state.orderBy(F.col("value.clicks").desc()).limit(3).collect()

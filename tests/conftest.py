@@ -33,7 +33,12 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One Spark session for the whole test run, with two real executor JVMs, so that state
-    partitions really move between executors and their Python workers."""
+    partitions really move between executors and their Python workers.
+
+    With ``SPARK_REMOTE=local`` it is a Spark Connect client of a server this process starts
+    (one per test session). pyspark picks its classic or Connect classes per process, so a
+    test run is one kind or the other: ``make test`` runs the suites marked ``connect`` a
+    second time that way."""
     from pyspark import cloudpickle
 
     import tests

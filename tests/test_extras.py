@@ -15,7 +15,19 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OPTIONAL = ("boto3", "botocore", "psycopg2", "dagster", "click", "rich", "matplotlib", "moto")
+OPTIONAL = (
+    "boto3",
+    "botocore",
+    "psycopg2",
+    "dagster",
+    "click",
+    "rich",
+    "matplotlib",
+    "moto",
+    "grpc",
+    "grpc_status",
+    "zstandard",
+)
 
 BLOCK_OPTIONAL = f"""
 import importlib.abc, sys
@@ -44,18 +56,22 @@ def test_the_base_dependencies_leave_the_optional_parts_to_extras() -> None:
     base = " ".join(project["dependencies"])
     assert not [name for name in OPTIONAL if name in base]
     extras = project["optional-dependencies"]
-    assert {"postgres", "s3", "cli", "dagster", "dev"} <= set(extras)
+    assert {"postgres", "s3", "cli", "connect", "dagster", "dev"} <= set(extras)
+    assert any(r.startswith("grpcio-status") for r in extras["connect"])
     assert any("psycopg2" in r for r in extras["postgres"])
     assert any("boto3" in r for r in extras["s3"])
     assert any("click" in r for r in extras["cli"]) and any("rich" in r for r in extras["cli"])
     assert any(r.startswith("dagster>") for r in extras["dagster"])
-    assert "state-runtime[postgres,s3,cli,dagster]" in extras["dev"]  # make install: everything
+    assert (
+        "state-runtime[postgres,s3,cli,connect,dagster]" in extras["dev"]
+    )  # make install: everything
 
 
 def test_store_catalog_and_runtime_work_without_the_extras(tmp_path: Path) -> None:
     out = run_without_extras(
         """
         import state_runtime.runtime, state_runtime.maintenance  # the modules executors load
+        import state_runtime.runtime.datasource, state_runtime.maintenance.spark
         from state_runtime import StateStoreProvider, StoreConfig
         from state_runtime.catalog import Catalog
         from state_runtime.maintenance import MaintenancePolicy
@@ -98,6 +114,11 @@ def test_optional_parts_name_their_extra(tmp_path: Path) -> None:
                 attempt()
             except StateStoreError as exc:
                 print(type(exc).__name__, exc)
+        from state_runtime.runtime.session import spark_session
+        try:
+            spark_session(remote="sc://localhost:1")
+        except StateStoreError as exc:
+            print(type(exc).__name__, exc)
         from state_runtime.cli import entry
         try:
             entry()
@@ -113,6 +134,8 @@ def test_optional_parts_name_their_extra(tmp_path: Path) -> None:
     assert "pip install 'state-runtime[s3]'" in lines[0]
     assert lines[1].startswith("InvalidCatalogUrl ")
     assert "pip install 'state-runtime[postgres]'" in lines[1]
-    assert lines[2] == "exit 2"
+    assert "Spark Connect (remote='sc://localhost:1') needs the connect extra" in lines[2]
+    assert "pip install 'state-runtime[connect]'" in lines[2]
+    assert lines[3] == "exit 2"
     assert "error: statestore needs the cli extra" in out
     assert "pip install 'state-runtime[cli]'" in out

@@ -19,6 +19,7 @@ from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.retention import LIVE_STATES
 from state_runtime.runtime import worker
 from state_runtime.runtime.reader import store_history
+from state_runtime.runtime.spark_kind import default_parallelism
 from state_runtime.storage import Storage, open_storage
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.schema_history import SchemaHistory
@@ -33,6 +34,32 @@ _SOURCES = StructType(
 )
 
 
+def load_changes(
+    storage: Storage,
+    operator_id: int,
+    store_name: str,
+    history: SchemaHistory,
+    source: tuple[int, int, int, str | None],
+) -> Iterator[pa.RecordBatch]:
+    """One batch's changes to one partition: ``(batch, partition, version, checkpoint id)``
+    of its delta (runs in a task)."""
+    batch_id, partition, version, checkpoint_id = source
+    store_id = StoreId(operator_id, partition, store_name)
+    provider = worker.provider_for(storage, store_id, history, StoreConfig())
+    delta = provider.read_delta(CheckpointRef(version, checkpoint_id))
+    n = delta.num_rows
+    removed = delta.column("value").is_null()
+    yield from pa.table(
+        {
+            "batch_id": pa.array([batch_id] * n, type=pa.int64()),
+            "change_type": pc.if_else(removed, "delete", "update"),
+            "key": delta.column("key"),
+            "value": delta.column("value"),
+            "partition_id": pa.array([partition] * n, type=pa.int32()),
+        }
+    ).to_batches()
+
+
 def _read_deltas(
     storage: Storage,
     operator_id: int,
@@ -41,23 +68,8 @@ def _read_deltas(
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     for batch in batches:
-        for batch_id, partition, version, checkpoint_id in zip(
-            *batch.to_pydict().values(), strict=True
-        ):
-            store_id = StoreId(operator_id, partition, store_name)
-            provider = worker.provider_for(storage, store_id, history, StoreConfig())
-            delta = provider.read_delta(CheckpointRef(version, checkpoint_id))
-            n = delta.num_rows
-            removed = delta.column("value").is_null()
-            yield from pa.table(
-                {
-                    "batch_id": pa.array([batch_id] * n, type=pa.int64()),
-                    "change_type": pc.if_else(removed, "delete", "update"),
-                    "key": delta.column("key"),
-                    "value": delta.column("value"),
-                    "partition_id": pa.array([partition] * n, type=pa.int32()),
-                }
-            ).to_batches()
+        for source in zip(*batch.to_pydict().values(), strict=True):
+            yield from load_changes(storage, operator_id, store_name, history, source)
 
 
 def _check(deltas: list[CommittedDelta], start: int, end: int, operator_id: int) -> None:
@@ -80,29 +92,21 @@ def _check(deltas: list[CommittedDelta], start: int, end: int, operator_id: int)
         )
 
 
-def read_state_changes(
-    spark: SparkSession,
-    checkpoint_root: str | Storage,
+def changes_plan(
+    storage: Storage,
     operator_id: int,
     start_batch_id: int,
     end_batch_id: int,
     *,
-    store_name: str = "default",
-    query_id: str | None = None,
-    catalog_url: str | None = None,
-) -> DataFrame:
-    """Every change batches ``start_batch_id..end_batch_id`` (inclusive) made to an
-    operator's state: ``batch_id``, ``change_type`` ('update' or 'delete'), ``key``,
-    ``value`` (null for a delete) and ``partition_id``.
-
-    Raises ChangesCleanedUp when maintenance has deleted a requested batch's deltas, and
-    InvalidArgument when a batch in the range is not committed.
-    """
+    store_name: str,
+    query_id: str | None,
+    catalog_url: str | None,
+) -> tuple[SchemaHistory, list[tuple[int, int, int, str | None]], StructType]:
+    """What reading the change feed needs (read on the driver): the store's schema history,
+    every committed delta of the range as ``(batch, partition, version, checkpoint id)`` and
+    the rows' schema."""
     if end_batch_id < start_batch_id:
         raise InvalidArgument(f"end batch {end_batch_id} is before start batch {start_batch_id}")
-    storage = (
-        checkpoint_root if isinstance(checkpoint_root, Storage) else open_storage(checkpoint_root)
-    )
     root = storage.uri
     with Catalog.open(catalog_url or default_catalog_url()) as catalog:
         deltas = catalog.committed_deltas(
@@ -121,8 +125,41 @@ def read_state_changes(
             StructField("partition_id", IntegerType(), False),
         ]
     )
+    return history, rows, out
+
+
+def read_state_changes(
+    spark: SparkSession,
+    checkpoint_root: str | Storage,
+    operator_id: int,
+    start_batch_id: int,
+    end_batch_id: int,
+    *,
+    store_name: str = "default",
+    query_id: str | None = None,
+    catalog_url: str | None = None,
+) -> DataFrame:
+    """Every change batches ``start_batch_id..end_batch_id`` (inclusive) made to an
+    operator's state: ``batch_id``, ``change_type`` ('update' or 'delete'), ``key``,
+    ``value`` (null for a delete) and ``partition_id``.
+
+    Raises ChangesCleanedUp when maintenance has deleted a requested batch's deltas, and
+    InvalidArgument when a batch in the range is not committed.
+    """
+    storage = (
+        checkpoint_root if isinstance(checkpoint_root, Storage) else open_storage(checkpoint_root)
+    )
+    history, rows, out = changes_plan(
+        storage,
+        operator_id,
+        start_batch_id,
+        end_batch_id,
+        store_name=store_name,
+        query_id=query_id,
+        catalog_url=catalog_url,
+    )
     return (
         spark.createDataFrame(rows, _SOURCES)
-        .repartition(min(len(rows), spark.sparkContext.defaultParallelism))
+        .repartition(min(len(rows), default_parallelism(spark)))
         .mapInArrow(partial(_read_deltas, storage, operator_id, store_name, history), out)
     )

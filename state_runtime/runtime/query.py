@@ -3,15 +3,19 @@
 For batch ``b`` the driver checks the batch against the catalog (schemas, order), reads batch
 ``b - 1``'s committed checkpoint ids and ships them to the tasks; each task opens its
 partitions' stores at exactly those checkpoints, applies the batch, commits new deltas and
-reports them through an accumulator. The driver commits all partitions of all operators in one
-catalog transaction. A replayed batch recomputes from ``b - 1``'s ids, so every store's lineage
-stays linear.
+reports them as rows of the stage's output. The driver commits all partitions of all operators
+in one catalog transaction. A replayed batch recomputes from ``b - 1``'s ids, so every store's
+lineage stays linear.
 
 On the normal path a batch is one Spark job: the sink's action runs the stateful stage, whose
-output feeds the sink directly (no cache, no second action for the reports). A sink that runs
-several actions says so with ``cache_output=True``; otherwise each action recomputes the stage
-and writes duplicate deltas, which the commit ignores (it picks one checkpoint per partition;
-the rest are orphans that cleanup removes).
+output (report rows filtered out) feeds the sink directly, and an observation of the stage
+collects the reports on the way (no cache, no second action). When the observation is
+missing or incomplete (the sink ran no action, took a few rows, or ran an action whose
+metrics do not come back), one more job reads the reports from the stage's data. A sink that
+runs several actions says so with ``cache_output=True``; otherwise each action recomputes the
+stage and writes duplicate deltas, which the commit ignores (it picks one checkpoint per
+partition; the rest are orphans that cleanup removes). The same code runs on a classic and a
+Spark Connect session (``spark_kind.py`` holds the few differences).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
+from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField, StructType
 
 from state_runtime.catalog import BatchMetrics, Catalog, CatalogTimeouts
 from state_runtime.catalog import catalog_url as default_catalog_url
@@ -38,11 +42,16 @@ from state_runtime.identity import CheckpointRef, StoreId, validate_name
 from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.runtime.query_check import check_query
+from state_runtime.runtime.spark_kind import (
+    default_parallelism,
+    observation,
+    observed,
+    same_session,
+)
 from state_runtime.runtime.tasks import (
     HEARTBEAT_COLUMN,
     PARTITION_COLUMN,
-    REPORT_PARAM,
-    Reports,
+    REPORT_COLUMN,
     TaskReport,
     TaskSpec,
     base_refs,
@@ -130,7 +139,7 @@ class StatefulQuery:
         self.operators = list(operators)
         self.event_time = EventTimeClock.of(watermark, self.operators)
         self.catalog_url = catalog_url or default_catalog_url()
-        self.catalog = Catalog.open(self.catalog_url, upgrade=True)
+        self._catalog: Catalog | None = Catalog.open(self.catalog_url, upgrade=True)
         self.adaptive = adaptive
         if parallelism is not None and (
             isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1
@@ -139,8 +148,21 @@ class StatefulQuery:
         self.parallelism = parallelism
         self._registered = False
         self._histories: dict[tuple[int, str], SchemaHistory] = {}
-        self._reports: Reports | None = None
-        self._beats: dict[int, tuple[Any, DataFrame]] = {}
+        self._beats: dict[int, tuple[SparkSession, DataFrame]] = {}
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog, opened in the process that runs the driver logic: the one that built
+        the query, or the one its ``foreach_batch`` function was shipped to (on Spark Connect,
+        the server's foreachBatch worker), which must reach the catalog too."""
+        if self._catalog is None:
+            self._catalog = Catalog.open(self.catalog_url, upgrade=True)
+        return self._catalog
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (``foreach_batch`` travels to a Connect server's Python worker): the
+        catalog's engine and the session-bound plans stay behind and are rebuilt there."""
+        return {**self.__dict__, "_catalog": None, "_beats": {}, "_registered": False}
 
     # --- query start --------------------------------------------------------------------
 
@@ -260,22 +282,20 @@ class StatefulQuery:
 
     def _heartbeats(self, spark: SparkSession, op: StatefulOperator) -> DataFrame:
         """One row per state partition of ``op``, built once per Spark session and partition
-        count. ``foreachBatch`` hands every batch a new Python ``SparkSession`` over the same
-        JVM session, so the JVM sessions are compared (one Py4J call)."""
-        session = spark._jsparkSession
+        count (see ``spark_kind.same_session``)."""
         cached = self._beats.get(op.num_partitions)
-        if cached is not None and cached[0].equals(session):
+        if cached is not None and same_session(cached[0], spark):
             return cached[1]
         beats = spark.range(0, op.num_partitions, 1, 1).selectExpr(
             f"CAST(id AS INT) AS {PARTITION_COLUMN}", f"true AS {HEARTBEAT_COLUMN}"
         )
-        self._beats[op.num_partitions] = (session, beats)
+        self._beats[op.num_partitions] = (spark, beats)
         return beats
 
     def _tasks(self, spark: SparkSession, op: StatefulOperator) -> int:
         """Spark tasks for an operator's state partitions: ``parallelism``, or the session's
         default parallelism (its cores), never more than the partitions."""
-        slots = self.parallelism or spark.sparkContext.defaultParallelism
+        slots = self.parallelism or default_parallelism(spark)
         return max(1, min(op.num_partitions, slots))
 
     def _stage(
@@ -286,10 +306,11 @@ class StatefulQuery:
         run: str,
         committed: dict[StoreId, CheckpointRef],
         batch_time_ms: int,
-        reports: Reports,
         watermarks: BatchWatermarks | None,
     ) -> DataFrame:
         schema = df.schema  # one analysis of the input (each .schema call is one)
+        if op is self.operators[0] and REPORT_COLUMN in schema.names:
+            raise InvalidArgument(f"input column name {REPORT_COLUMN!r} is reserved")
         routed = self._routed(df, schema.names, op, self._tasks(df.sparkSession, op))
         input_schema = StructType(
             [
@@ -314,13 +335,8 @@ class StatefulQuery:
             event_time=self.event_time.spec(watermarks, first=op is self.operators[0]),
             time_zone=df.sparkSession.conf.get(SESSION_TIME_ZONE_CONF) or "UTC",
         )
-        return routed.mapInArrow(partial(run_partitions, spec, reports), op.output_nullable())
-
-    def _accumulator(self, spark: SparkSession) -> Reports:
-        """The query's report channel (one per query: pyspark never frees accumulators)."""
-        if self._reports is None:
-            self._reports = spark.sparkContext.accumulator([], REPORT_PARAM)
-        return self._reports
+        out = op.output_nullable().add(StructField(REPORT_COLUMN, StringType(), True))
+        return routed.mapInArrow(partial(run_partitions, spec), out)
 
     @contextmanager
     def _adaptive(self, spark: SparkSession) -> Iterator[None]:
@@ -363,25 +379,26 @@ class StatefulQuery:
         committed = self._committed_before(batch_id)
         watermarks = self.event_time.watermark_for(self.catalog, self.root, self.query_id, batch_id)
         spark = df.sparkSession
-        reports = self._accumulator(spark)
-        reports.value = []
         run = uuid.uuid4().hex
-        output = df
+        staged = df
         for op in self.operators:
-            output = self._stage(
-                output, op, batch_id, run, committed, batch_time, reports, watermarks
-            )
-        cached = [output.persist(StorageLevel.MEMORY_AND_DISK)] if cache_output or not sink else []
+            staged = self._stage(staged, op, batch_id, run, committed, batch_time, watermarks)
+        channel = observation()
+        staged = staged.observe(channel, F.collect_list(REPORT_COLUMN).alias("reports"))
+        cached = [staged.persist(StorageLevel.MEMORY_AND_DISK)] if cache_output or not sink else []
+        output = staged.filter(F.col(REPORT_COLUMN).isNull()).drop(REPORT_COLUMN)
         try:
             with self._adaptive(spark):
                 if sink is not None:
                     sink(output, batch_id)
-                chosen = self._choose(run, reports)
-                if chosen is None:  # the sink left partitions uncomputed (or there is none)
-                    output.write.format("noop").mode("overwrite").save()
-                    chosen = self._choose(run, reports)
+                reports = self._mine(run, observed(channel).get("reports") or [])
+                chosen = self._choose(reports)
+                if chosen is None:  # no sink, or its actions did not bring every report back
+                    notes = staged.filter(F.col(REPORT_COLUMN).isNotNull()).select(REPORT_COLUMN)
+                    reports += self._mine(run, [row[0] for row in notes.collect()])
+                    chosen = self._choose(reports)
             if chosen is None:
-                raise CommitConflict(self._incomplete(run, reports))
+                raise CommitConflict(self._incomplete(reports))
             self.event_time.record(self.catalog, self.root, self.query_id, batch_id, chosen)
             infos = [r.info for r in chosen]
             commit_started = time.perf_counter()
@@ -391,7 +408,7 @@ class StatefulQuery:
             for df_cached in cached:
                 df_cached.unpersist()
             raise
-        duplicates = sum(1 for r in self._mine(run, reports)) - len(chosen)
+        duplicates = len(reports) - len(chosen)
         metrics = self._metrics(chosen, duplicates, commit_ms, (time.perf_counter() - started))
         metrics.extra.update(event_time_metrics(chosen, watermarks))
         self.catalog.record_batch_metrics(self.root, self.query_id, batch_id, metrics)
@@ -411,14 +428,17 @@ class StatefulQuery:
         return BatchResult(batch_id, output, infos, metrics, chosen, cached)
 
     @staticmethod
-    def _mine(run: str, reports: Reports) -> list[TaskReport]:
-        return [TaskReport.from_dict(d) for d in reports.value if d["run"] == run]
+    def _mine(run: str, notes: Sequence[str]) -> list[TaskReport]:
+        """This ``run_batch`` call's reports among the report column's values."""
+        reports = [TaskReport.from_json(n) for n in notes]
+        return [r for r in reports if r.run == run]
 
-    def _choose(self, run: str, reports: Reports) -> list[TaskReport] | None:
-        """One report per store (the first to arrive; later ones are duplicate attempts whose
-        files stay uncommitted), or None while a partition of an operator has none."""
+    def _choose(self, reports: list[TaskReport]) -> list[TaskReport] | None:
+        """One report per store (the first; the others are duplicate attempts or
+        recomputations, whose files stay uncommitted), or None while a partition of an
+        operator has none."""
         first: dict[StoreId, TaskReport] = {}
-        for report in self._mine(run, reports):
+        for report in reports:
             first.setdefault(report.info.store, report)
         expected = {
             StoreId(op.operator_id, p, op.store_name)
@@ -429,8 +449,8 @@ class StatefulQuery:
             return None
         return [first[s] for s in sorted(expected, key=lambda s: (s.operator_id, s.partition_id))]
 
-    def _incomplete(self, run: str, reports: Reports) -> str:
-        got = {r.info.store for r in self._mine(run, reports)}
+    def _incomplete(self, reports: list[TaskReport]) -> str:
+        got = {r.info.store for r in reports}
         lines = []
         for op in self.operators:
             partitions = sorted(

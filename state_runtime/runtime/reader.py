@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import partial
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -32,6 +33,24 @@ _REFS = StructType(
 )
 
 
+def load_state(
+    storage: Storage,
+    operator_id: int,
+    store_name: str,
+    history: SchemaHistory,
+    ref: tuple[int, int, str | None],
+) -> Iterator[pa.RecordBatch]:
+    """One partition's rows at ``(partition, version, checkpoint id)`` (runs in a task)."""
+    partition, version, checkpoint_id = ref
+    store_id = StoreId(operator_id, partition, store_name)
+    provider = worker.provider_for(storage, store_id, history, StoreConfig())
+    table = provider.get_read_store(version, checkpoint_id).to_arrow()
+    ids = pa.array([partition] * table.num_rows, type=pa.int32())
+    yield from pa.table(
+        {"partition_id": ids, "key": table.column("key"), "value": table.column("value")}
+    ).to_batches()
+
+
 def _load_partitions(
     storage: Storage,
     operator_id: int,
@@ -40,14 +59,8 @@ def _load_partitions(
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     for batch in batches:
-        for partition, version, checkpoint_id in zip(*batch.to_pydict().values(), strict=True):
-            store_id = StoreId(operator_id, partition, store_name)
-            provider = worker.provider_for(storage, store_id, history, StoreConfig())
-            table = provider.get_read_store(version, checkpoint_id).to_arrow()
-            ids = pa.array([partition] * table.num_rows, type=pa.int32())
-            yield from pa.table(
-                {"partition_id": ids, "key": table.column("key"), "value": table.column("value")}
-            ).to_batches()
+        for ref in zip(*batch.to_pydict().values(), strict=True):
+            yield from load_state(storage, operator_id, store_name, history, ref)
 
 
 def store_history(catalog: Catalog, root: str, operator_id: int, store_name: str) -> SchemaHistory:
@@ -104,6 +117,40 @@ def _refs(
     return refs
 
 
+def state_plan(
+    storage: Storage,
+    operator_id: int,
+    store_name: str,
+    *,
+    batch_id: int | None,
+    query_id: str | None,
+    version: int | None,
+    catalog_url: str | None,
+    as_written: bool = False,
+) -> tuple[SchemaHistory, list[tuple[int, int, str | None]], StructType]:
+    """What reading an operator's state needs (read on the driver): the schema history to
+    read under, each partition's ``(partition, version, checkpoint id)``, the rows' schema.
+    Rows read under the store's newest schema (older files through the planned projection),
+    or with ``as_written`` under the schema the version was committed with."""
+    root = storage.uri
+    with Catalog.open(catalog_url or default_catalog_url()) as catalog:
+        refs = _refs(catalog, root, operator_id, store_name, query_id, batch_id, version)
+        history = store_history(catalog, root, operator_id, store_name)
+    if as_written:
+        written = max(refs.values(), key=lambda r: r.version).version
+        history = history.up_to(history.at_batch(max(written - 1, 0)).schema_id)
+    schema = history.newest.schema
+    rows = [(s.partition_id, r.version, r.checkpoint_id) for s, r in sorted(refs.items())]
+    out = StructType(
+        [
+            StructField("partition_id", IntegerType(), False),
+            StructField("key", schema.key, True),
+            StructField("value", schema.value, True),
+        ]
+    )
+    return history, rows, out
+
+
 def read_state(
     spark: SparkSession,
     checkpoint_root: str | Storage,
@@ -123,21 +170,15 @@ def read_state(
     storage = (
         checkpoint_root if isinstance(checkpoint_root, Storage) else open_storage(checkpoint_root)
     )
-    root = storage.uri
-    with Catalog.open(catalog_url or default_catalog_url()) as catalog:
-        refs = _refs(catalog, root, operator_id, store_name, query_id, batch_id, version)
-        history = store_history(catalog, root, operator_id, store_name)
-    if as_written:
-        written = max(refs.values(), key=lambda r: r.version).version
-        history = history.up_to(history.at_batch(max(written - 1, 0)).schema_id)
-    schema = history.newest.schema
-    rows = [(s.partition_id, r.version, r.checkpoint_id) for s, r in sorted(refs.items())]
-    out = StructType(
-        [
-            StructField("partition_id", IntegerType(), False),
-            StructField("key", schema.key, True),
-            StructField("value", schema.value, True),
-        ]
+    history, rows, out = state_plan(
+        storage,
+        operator_id,
+        store_name,
+        batch_id=batch_id,
+        query_id=query_id,
+        version=version,
+        catalog_url=catalog_url,
+        as_written=as_written,
     )
     return (
         spark.createDataFrame(rows, _REFS)
@@ -156,9 +197,20 @@ def read_state_metadata(
         if isinstance(checkpoint_root, Storage)
         else open_storage(checkpoint_root).uri
     )
+    return spark.createDataFrame(metadata_rows(root, catalog_url), METADATA_SCHEMA)
+
+
+METADATA_SCHEMA = (
+    "operator_id int, partition_id int, store_name string, version bigint, "
+    "checkpoint_id string, committed_at timestamp"
+)
+
+
+def metadata_rows(root: str, catalog_url: str | None) -> list[tuple[Any, ...]]:
+    """One row per store below ``root`` (:data:`METADATA_SCHEMA`), read from the catalog."""
     with Catalog.open(catalog_url or default_catalog_url()) as catalog:
         records = catalog.stores(root)
-    rows = [
+    return [
         (
             r.key.store.operator_id,
             r.key.store.partition_id,
@@ -169,8 +221,3 @@ def read_state_metadata(
         )
         for r in records
     ]
-    return spark.createDataFrame(
-        rows,
-        "operator_id int, partition_id int, store_name string, version bigint, "
-        "checkpoint_id string, committed_at timestamp",
-    )

@@ -1,11 +1,81 @@
-"""A SparkSession set up for the runtime: executors use this interpreter, quiet logs."""
+"""A SparkSession set up for the runtime: executors use this interpreter, quiet logs.
+
+``spark_session()`` is a classic session; ``spark_session(remote=...)`` (or the environment
+variable ``SPARK_REMOTE``, as with pyspark) a Spark Connect client (needs the ``connect``
+extra), to a server at ``sc://host:port`` or to one started in this process
+(``remote="local"`` on ``master``, or ``remote="local[N]"``).
+"""
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
+import uuid
+from typing import cast
 
 from pyspark.sql import SparkSession
+
+from state_runtime.errors import MissingExtra
+from state_runtime.runtime.spark_kind import quiet
+
+_CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _settings(app_name: str, shuffle_partitions: int) -> dict[str, str]:
+    return {
+        "spark.app.name": app_name,
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Python workers talk to the JVM over Unix domain sockets (Spark 4.1+): each
+        # mapInArrow task costs less (see docs/runtime.md, "Where a batch's time goes").
+        "spark.python.unix.domain.socket.enabled": "true",
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.pyspark.python": sys.executable,
+    }
+
+
+def _classic(master: str, conf: dict[str, str]) -> SparkSession:
+    builder = SparkSession.builder.master(master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    quiet(spark)
+    return spark
+
+
+def _local_connect_server(master: str, conf: dict[str, str]) -> str:
+    """Start a Spark Connect server in this process, on a free port with a fresh token (so
+    that servers of other processes on the machine are never reached by mistake), and return
+    its ``sc://`` URL. Its JVM runs ``master``; from then on this process is a Connect client
+    (pyspark's process-wide switch), as with ``SparkSession.builder.remote("local[N]")``."""
+    port = _free_port()
+    token = os.environ.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", uuid.uuid4().hex)
+    remote = os.environ.pop("SPARK_REMOTE", None)  # else pyspark's builder makes a client
+    try:
+        _classic(
+            master,
+            {
+                **conf,
+                "spark.plugins": _CONNECT_PLUGIN,
+                "spark.connect.grpc.binding.address": "127.0.0.1",
+                "spark.connect.grpc.binding.port": str(port),
+                "spark.connect.authenticate.token": token,
+            },
+        )
+    finally:
+        if remote is not None:
+            os.environ["SPARK_REMOTE"] = remote
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    return f"sc://localhost:{port}"  # "localhost": pyspark sends the token without TLS
 
 
 def spark_session(
@@ -14,29 +84,35 @@ def spark_session(
     app_name: str = "state-runtime",
     shuffle_partitions: int = 4,
     extra: dict[str, str] | None = None,
+    remote: str | None = None,
 ) -> SparkSession:
     """A SparkSession whose Python workers run this interpreter (so they see this package).
 
     ``master`` may be ``local[N]``, ``local-cluster[2,1,1024]`` (two executor JVMs) or a
     cluster URL; on a real cluster ship the package with ``--py-files`` or a wheel instead.
+    ``remote`` (default: the ``SPARK_REMOTE`` environment variable) makes it a Spark Connect
+    session: ``"sc://host:port"`` connects to a running server (its settings are the
+    server's; ``extra`` runtime settings still apply), and ``"local"`` (or ``"local[N]"``)
+    first starts a server in this process on ``master`` (or ``local[N]``) with the settings
+    above.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        # Python workers talk to the JVM over Unix domain sockets (Spark 4.1+): each
-        # mapInArrow task costs less (see docs/runtime.md, "Where a batch's time goes").
-        .config("spark.python.unix.domain.socket.enabled", "true")
-        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-        .config("spark.pyspark.python", sys.executable)
-    )
+    conf = {**_settings(app_name, shuffle_partitions), **(extra or {})}
+    remote = remote or os.environ.get("SPARK_REMOTE") or None
+    if remote is None:
+        return _classic(master, conf)
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+    except ImportError:
+        client = "grpcio, grpcio-status, googleapis-common-protos or zstandard"
+        raise MissingExtra(f"Spark Connect (remote={remote!r})", "connect", client) from None
+
+    if remote.startswith("local"):
+        url = _local_connect_server(master if remote == "local" else remote, conf)
+    else:
+        url = remote
+    builder = ConnectSession.builder.remote(url)
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return cast(SparkSession, builder.getOrCreate())  # the Connect class stands in for it

@@ -7,13 +7,17 @@ partition in :data:`PARTITION_COLUMN`, and the driver adds one heartbeat row per
 partition, so every partition is processed in every batch, whatever the input (empty,
 filtered to nothing, one key) and however Spark coalesced the shuffle. For each state
 partition among its rows the task opens the store at exactly the shipped checkpoint, runs the
-update function, commits a new delta, records the file in the catalog as written, and sends a
-:class:`TaskReport` to the driver through an accumulator: Spark merges the updates of
-successful task attempts only, and the channel costs no Spark job.
+update function, commits a new delta, records the file in the catalog as written, and emits a
+:class:`TaskReport` as one row of its output (:data:`REPORT_COLUMN`, JSON; null on the
+operator's own rows). Reports of earlier operators in a chain pass through the later ones'
+tasks untouched, so the last stage's output carries every report of the batch: the driver
+reads them from an observation of that output, or, when the observation is lost, from the
+data itself (see ``query.py``). Nothing needs ``sparkContext``: the same on Connect.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,7 +26,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
-from pyspark.accumulators import Accumulator, AccumulatorParam
 
 from state_runtime.catalog import CatalogTimeouts
 from state_runtime.errors import InvalidArgument
@@ -42,6 +45,8 @@ PARTITION_COLUMN = "__state_partition"
 """The state partition of a row: ``pmod(hash(keys), n)``, or the heartbeat's own partition."""
 HEARTBEAT_COLUMN = "__state_heartbeat"
 """True on the one row per state partition that makes every partition run every batch."""
+REPORT_COLUMN = "__state_report"
+"""A task's report (JSON) on a row of its own; null on the operator's output rows."""
 
 
 @dataclass(frozen=True)
@@ -93,30 +98,36 @@ class TaskReport:
         return self.load_source != LoadSource.FILES.value
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict (what travels through the accumulator)."""
+        """A JSON-safe dict."""
         return {**asdict(self), "info": self.info.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TaskReport:
         return cls(**{**d, "info": CheckpointInfo.from_dict(d["info"])})
 
+    def to_json(self) -> str:
+        """What travels in the report column."""
+        return json.dumps(self.to_dict(), separators=(",", ":"))
 
-class _ReportList(AccumulatorParam[list[dict[str, Any]]]):
-    """Accumulates task reports (as dicts) into one list."""
-
-    def zero(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return []
-
-    def addInPlace(
-        self, value1: list[dict[str, Any]], value2: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
-        value1.extend(value2)
-        return value1
+    @classmethod
+    def from_json(cls, text: str) -> TaskReport:
+        return cls.from_dict(json.loads(text))
 
 
-REPORT_PARAM = _ReportList()
+def stage_arrow_schema(operator: StatefulOperator) -> pa.Schema:
+    """A stateful stage's output: the operator's output columns and the report column."""
+    return operator.output_arrow_schema().append(pa.field(REPORT_COLUMN, pa.string()))
 
-Reports = Accumulator[list[dict[str, Any]]]
+
+def _with_reports(output: pa.Table, reports: pa.Array, schema: pa.Schema) -> pa.Table:
+    """Output rows (report null) followed by report rows (output columns null)."""
+    n = len(reports)
+    rows = output.append_column(schema.field(REPORT_COLUMN), pa.nulls(output.num_rows, pa.string()))
+    notes = pa.Table.from_arrays(
+        [pa.nulls(n, f.type) for f in schema if f.name != REPORT_COLUMN] + [reports],
+        schema=schema,
+    )
+    return pa.concat_tables([rows, notes])
 
 
 def _output_table(out: pa.Table | Iterable[tuple[Any, ...]] | None, schema: pa.Schema) -> pa.Table:
@@ -142,21 +153,32 @@ def _output_table(out: pa.Table | Iterable[tuple[Any, ...]] | None, schema: pa.S
     )
 
 
-def run_partitions(
-    spec: TaskSpec, reports: Reports, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """The stateful stage's ``mapInArrow`` function: every state partition among the rows."""
+def run_partitions(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The stateful stage's ``mapInArrow`` function: every state partition among the rows,
+    each followed by its report row; earlier operators' report rows pass through."""
     received = list(batches)  # nullability flags may differ from the planned schema's
     table = pa.Table.from_batches(received) if received else spec.input_schema.empty_table()
+    schema = stage_arrow_schema(spec.operator)
+    internal = [PARTITION_COLUMN, HEARTBEAT_COLUMN]
+    if REPORT_COLUMN in table.column_names:  # a later operator in a chain
+        carried = table.column(REPORT_COLUMN)
+        passing = pc.is_valid(carried)
+        yield from _with_reports(
+            schema.empty_table().drop_columns([REPORT_COLUMN]),
+            carried.filter(passing).combine_chunks(),
+            schema,
+        ).to_batches()
+        table = table.filter(pc.invert(passing))
+        internal.append(REPORT_COLUMN)
     route = table.column(PARTITION_COLUMN)
     data = table.filter(pc.invert(pc.fill_null(table.column(HEARTBEAT_COLUMN), False)))
     data_route = data.column(PARTITION_COLUMN)
-    rows = data.drop_columns([PARTITION_COLUMN, HEARTBEAT_COLUMN])
+    rows = data.drop_columns(internal)
     for partition in sorted(pc.unique(route).to_pylist()):
         mine = rows.filter(pc.equal(data_route, partition))
         output, report = _run_partition(spec, int(partition), mine)
-        reports.add([report.to_dict()])
-        yield from output.to_batches()
+        note = pa.array([report.to_json()], type=pa.string())
+        yield from _with_reports(output, note, schema).to_batches()
     worker.settle()
 
 

@@ -185,6 +185,7 @@ def test_maintenance_beside_a_running_stream(
         assert {ref.version for ref in latest.values()} == {8}
 
 
+@pytest.mark.connect
 def test_the_snapshot_pass_spread_over_spark_tasks(
     spark: SparkSession, make_stream: Any, sqlite_catalog: Catalog
 ) -> None:

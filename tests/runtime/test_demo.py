@@ -44,6 +44,7 @@ def _twice(spark: SparkSession, output: Path, url: str, capsys: pytest.CaptureFi
         assert len(catalog.roots()) == 2
 
 
+@pytest.mark.connect
 def test_demo_twice_on_sqlite(
     spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,7 +26,7 @@ from state_runtime.runtime import (
 
 from .reference import SessionTimeoutReference, WindowedCountReference, assert_lineage_linear
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.connect]
 
 S = 1_000_000  # microseconds per second
 EVENTS = "user string, ts timestamp, amount bigint"

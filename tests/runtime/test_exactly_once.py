@@ -5,6 +5,7 @@ In every case the state equals a plain-Python reference and every committed line
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from state_runtime.store.state_store import StateStore
 
 from .reference import assert_lineage_linear, running_totals
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.connect]
 PARTITIONS = 3
 
 
@@ -196,14 +197,17 @@ def test_structured_streaming_restart_from_checkpoint(
                 str(source / f"part-{i}")
             )
 
-    sunk: list[int] = []
+    # The sink may run in another process (on Connect: the server's foreachBatch worker), so
+    # it records the batches it saw as files.
+    sunk_dir = tmp_path / "sunk"
+    sunk_dir.mkdir()
 
     def run(fail_at: int | None) -> None:
         def sink(df: DataFrame, batch_id: int) -> None:
             if batch_id == fail_at:
                 raise RuntimeError("injected sink failure")
             df.count()
-            sunk.append(batch_id)
+            (sunk_dir / f"{time.time_ns()}-{batch_id}").touch()
 
         query = StatefulQuery("stream", root, [op], catalog_url=sqlite_catalog_url)
         stream = (
@@ -228,6 +232,7 @@ def test_structured_streaming_restart_from_checkpoint(
     run(fail_at=1)  # batch 1's state commits, then its sink fails and the query stops
     write_files(3, 2)
     run(fail_at=None)  # restart: Spark replays batch 1, then runs the rest
+    sunk = [int(p.name.split("-")[1]) for p in sorted(sunk_dir.iterdir())]
     assert sunk[0] == 0 and sorted(set(sunk)) == list(range(5))
     assert _state(spark, root, sqlite_catalog_url) == running_totals(all_events)
     with Catalog.open(sqlite_catalog_url) as catalog:

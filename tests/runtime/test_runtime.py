@@ -26,7 +26,7 @@ from state_runtime.store.state_store import StateStore
 
 from .reference import assert_lineage_linear, running_totals
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.connect]
 
 PARTITIONS = 3
 

@@ -24,7 +24,7 @@ from state_runtime.runtime import (
 
 from .test_event_time import _batch_events, _df, _windowed
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.connect]
 
 Key = tuple[Any, ...]
 
