@@ -94,6 +94,15 @@ class InvalidArgument(StateStoreError, ValueError):
     code: ClassVar[str] = "STATE_INVALID_ARGUMENT"
 
 
+class QueryRefused(InvalidArgument):
+    """A query that cannot run on its input, found on the driver before any Spark job: a
+    column an operator, a window or the watermark names is missing or of the wrong type, or
+    an output mode Spark refuses for that shape. The message names the column, the operator
+    and the rule."""
+
+    code: ClassVar[str] = "STATE_QUERY_REFUSED"
+
+
 class MissingExtra(InvalidArgument):
     """A feature needs an optional part of the install that is missing; the message names the
     extra that provides it."""

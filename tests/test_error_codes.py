@@ -25,6 +25,7 @@ CODES = {
     "InvalidArgument": "STATE_INVALID_ARGUMENT",
     "MissingExtra": "STATE_MISSING_EXTRA",
     "SchemaMismatch": "STATE_SCHEMA_MISMATCH",
+    "QueryRefused": "STATE_QUERY_REFUSED",
     "StoreClosed": "STATE_STORE_CLOSED",
     "CannotLoadState": "STATE_CANNOT_LOAD",
     "CheckpointFileMissing": "STATE_CHECKPOINT_FILE_MISSING",
