@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 
 .PHONY: help check-python check-java install test lint format demo demo-maintain dagster \
         bench-store bench-catalog bench-catalog-calls bench-s3 bench-e2e bench-e2e-connect \
-        bench-maintenance bench-eviction bench-schema clean
+        bench-maintenance bench-eviction bench-schema fuzz-spark clean
 
 help:
 	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
@@ -17,6 +17,7 @@ help:
 	@echo "make dagster     start the Dagster UI on the demo's stores"
 	@echo "make bench-store / bench-catalog / bench-catalog-calls / bench-s3 / bench-e2e / bench-maintenance"
 	@echo "make bench-eviction / bench-schema / bench-e2e-connect"
+	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
 
 check-python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { \
@@ -113,6 +114,12 @@ bench-maintenance: $(STAMP)
 
 bench-eviction: $(STAMP)
 	$(PY) benchmarks/bench_eviction.py
+
+# Thousands of generated streams against Spark's streaming engine; diverging streams are
+# saved as JSON in fuzz-counterexamples/ (turn each into a fixed example test).
+fuzz-spark: $(STAMP) check-java
+	DIFF_STREAMS=$${DIFF_STREAMS:-2000} DIFF_SAVE=$${DIFF_SAVE:-fuzz-counterexamples} \
+	  $(PY) -m pytest tests/runtime/test_differential_vs_spark.py $(PYTEST_ARGS)
 
 bench-schema: $(STAMP)
 	$(PY) benchmarks/bench_schema_evolution.py

@@ -106,7 +106,8 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
     output: Path = args.output
     output.mkdir(parents=True, exist_ok=True)
     url = args.catalog_url or catalog_url(output)
-    with Catalog.open(url, upgrade=True) as catalog:
+    # Creates an embedded SQLite catalog; a PostgreSQL one is created by its owner (no DDL here)
+    with Catalog.open(url, upgrade="sqlite") as catalog:
         folder, resumed = choose_run(output, catalog)
     root = str((folder / "checkpoint").absolute())
     print(

@@ -94,6 +94,15 @@ class InvalidArgument(StateStoreError, ValueError):
     code: ClassVar[str] = "STATE_INVALID_ARGUMENT"
 
 
+class QueryRefused(InvalidArgument):
+    """A query that cannot run on its input, found on the driver before any Spark job: a
+    column an operator, a window or the watermark names is missing or of the wrong type, or
+    an output mode Spark refuses for that shape. The message names the column, the operator
+    and the rule."""
+
+    code: ClassVar[str] = "STATE_QUERY_REFUSED"
+
+
 class MissingExtra(InvalidArgument):
     """A feature needs an optional part of the install that is missing; the message names the
     extra that provides it."""
@@ -250,6 +259,25 @@ class InvalidCatalogUrl(CatalogMisconfigured, InvalidArgument):
     """The catalog URL is malformed or names a database or driver this library cannot use."""
 
     code: ClassVar[str] = "STATE_CATALOG_URL_INVALID"
+
+
+class CatalogPermissionDenied(CatalogError):
+    """The catalog's role lacks a right an operation needs (PostgreSQL SQLSTATE 42501): the
+    message names the role, the right and the operation. Nothing was changed (the operation's
+    one transaction rolled back); grant the right, or run the operation as the role meant
+    for it (docs/running-for-real.md)."""
+
+    code: ClassVar[str] = "STATE_CATALOG_PERMISSION_DENIED"
+
+
+class CatalogReadOnly(CatalogError):
+    """The catalog refuses writes (SQLSTATE 25006: a standby after a failover, or
+    ``default_transaction_read_only``). Nothing was changed and the call was not retried;
+    the same call succeeds once the database accepts writes again (every catalog call is
+    safe to repeat)."""
+
+    code: ClassVar[str] = "STATE_CATALOG_READ_ONLY"
+    retryable = True
 
 
 class CatalogSchemaOutdated(CatalogError):

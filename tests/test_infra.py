@@ -118,13 +118,21 @@ def test_catalog_database_matches_postgres_and_its_init_script(
     services: dict[str, Any], app_env: dict[str, str]
 ) -> None:
     url = make_url(app_env["STATE_CATALOG_URL"])
-    assert url.drivername == "postgresql+psycopg2"
+    owner = make_url(app_env["CATALOG_OWNER_URL"])
+    assert url.drivername == owner.drivername == "postgresql+psycopg2"
     assert url.host == "postgres" and url.port in published(services["postgres"])
+    assert (owner.host, owner.port, owner.database) == (url.host, url.port, url.database)
     init = (INFRA / "postgres" / "init.sql").read_text()
     mount = "./postgres/init.sql:/docker-entrypoint-initdb.d/"
     assert any(str(v).startswith(mount) for v in services["postgres"]["volumes"])
-    assert f"CREATE DATABASE {url.database} OWNER {url.username}" in init
-    assert f"CREATE ROLE {url.username} LOGIN PASSWORD ''{url.password}''" in init
+    assert f"CREATE DATABASE {url.database} OWNER {owner.username}" in init
+    # Dagster maintains as the maintenance role, not the owner; the owner migrates and grants
+    assert url.username == "state_maintenance" != owner.username
+    for role in (owner, url):
+        assert f"CREATE ROLE {role.username} LOGIN PASSWORD ''{role.password}''" in init
+    migrate = " ".join(services["catalog-migrate"]["command"])
+    assert 'upgrade --url "$$CATALOG_OWNER_URL"' in migrate
+    assert 'grants --apply --url "$$CATALOG_OWNER_URL"' in migrate
 
 
 def test_dagster_storage_is_postgres_in_its_own_database(
@@ -197,7 +205,8 @@ def test_dagster_commands_use_the_image_layout(
     assert int(web[web.index("-p") + 1]) in published(services["dagster-webserver"])
     daemon = services["dagster-daemon"]["command"]
     assert daemon[:2] == ["dagster-daemon", "run"] and daemon[daemon.index("-w") + 1] == workspace
-    assert services["catalog-migrate"]["command"][-2:] == ["state_runtime.catalog", "upgrade"]
+    migrate = services["catalog-migrate"]["command"]
+    assert migrate[:2] == ["sh", "-c"] and "python -m state_runtime.catalog upgrade" in migrate[2]
 
 
 def test_local_settings_mirror_compose_on_loopback(

@@ -2,7 +2,8 @@
 # PostgreSQL for the state catalog and Dagster, without docker. Uses the machine's server if
 # one answers on 127.0.0.1:$DAGSTER_PG_PORT (as the superuser $PGSUPERUSER, default postgres;
 # set PGPASSWORD if it needs one), else starts a cluster of its own in .local/postgres. Then
-# creates both databases (infra/postgres/init.sql) and upgrades the catalog schema.
+# creates both databases (infra/postgres/init.sql), upgrades the catalog schema and grants the
+# roles their rights, as the catalog's owner.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 set -a; . infra/local/state.env; set +a
@@ -37,4 +38,6 @@ psql -v ON_ERROR_STOP=1 -q -h "$host" -p "$port" -U "$superuser" -d postgres \
 echo "databases ready: state_catalog (STATE_CATALOG_URL) and $DAGSTER_PG_DB (Dagster)"
 
 python=${PYTHON:-.venv/bin/python}
-"$python" -m state_runtime.catalog upgrade
+# as the owner: the schema, then the least-privilege roles' rights
+"$python" -m state_runtime.catalog upgrade --url "$CATALOG_OWNER_URL"
+"$python" -m state_runtime.catalog grants --apply --url "$CATALOG_OWNER_URL" >/dev/null

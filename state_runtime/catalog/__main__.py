@@ -1,5 +1,7 @@
-"""Catalog administration: ``python -m state_runtime.catalog upgrade|current [--url URL]``.
+"""Catalog administration: ``python -m state_runtime.catalog upgrade|current|grants [--url URL]``.
 
+``grants`` prints the SQL that creates the runtime, maintenance and reader roles and grants
+their rights (:mod:`state_runtime.catalog.grants`); with ``--apply`` it runs it, as the owner.
 Exit codes: 0 done; 1 any error, printed as one line (``current`` never creates a catalog).
 """
 
@@ -16,6 +18,7 @@ from state_runtime.catalog.engine import (
     run_transaction,
     sqlite_file,
 )
+from state_runtime.catalog.grants import catalog_grants
 from state_runtime.catalog.revision import current_revision, head_revision, upgrade
 from state_runtime.errors import CatalogSchemaOutdated, StateStoreError
 
@@ -25,15 +28,33 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m state_runtime.catalog",
         description="Create or upgrade the state catalog's schema.",
     )
-    parser.add_argument("command", choices=["upgrade", "current"])
+    parser.add_argument("command", choices=["upgrade", "current", "grants"])
     parser.add_argument(
         "--url", help=f"catalog URL (default: ${URL_ENV}, else the embedded SQLite file)"
     )
     parser.add_argument("--revision", default="head", help="target revision for upgrade")
+    parser.add_argument("--apply", action="store_true", help="grants: run the SQL (as owner)")
+    for role in ("owner", "runtime", "maintenance", "reader"):
+        parser.add_argument(
+            f"--{role}-role",
+            help=f"grants: the {role} role's name"
+            + (" (default: the URL's role)" if role == "owner" else f" (default: state_{role})"),
+        )
     args = parser.parse_args(argv)
     try:
         engine = create_catalog_engine(args.url or catalog_url())
         try:
+            if args.command == "grants":
+                statements = catalog_grants(
+                    engine,
+                    owner=args.owner_role,
+                    runtime=args.runtime_role,
+                    maintenance=args.maintenance_role,
+                    reader=args.reader_role,
+                    apply=args.apply,
+                )
+                print("\n".join(f"{statement};" for statement in statements))
+                return 0
             if args.command == "upgrade":
                 upgrade(engine, args.revision)
             missing = sqlite_file(engine.url)

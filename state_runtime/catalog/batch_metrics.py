@@ -9,6 +9,7 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import BatchMetrics, RecordedBatchMetrics
 from state_runtime.catalog.roots import validate_root
+from state_runtime.catalog.statements import upsert
 from state_runtime.catalog.tables import batch_metrics
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import validate_name, validate_non_negative
@@ -36,26 +37,24 @@ def record_batch_metrics(
     )
     if min(counts) < 0 or metrics.commit_ms < 0:
         raise InvalidArgument(f"negative figure in batch metrics {metrics}")
-    m = batch_metrics.c
-    connection.execute(
-        sa.delete(batch_metrics).where(
-            m.checkpoint_root == root, m.query_id == query_id, m.batch_id == batch_id
-        )
+    figures = {
+        "rows_in": metrics.rows_in,
+        "keys_updated": metrics.keys_updated,
+        "state_rows": metrics.state_rows,
+        "bytes_written": metrics.bytes_written,
+        "commit_ms": float(metrics.commit_ms),
+        "cache_hits": metrics.cache_hits,
+        "cache_misses": metrics.cache_misses,
+        "extra": dict(metrics.extra),
+        "recorded_at": now,
+    }
+    # An upsert, not delete-then-insert: the runtime's role has no DELETE.
+    insert = upsert(connection, batch_metrics).values(
+        checkpoint_root=root, query_id=query_id, batch_id=batch_id, **figures
     )
     connection.execute(
-        sa.insert(batch_metrics).values(
-            checkpoint_root=root,
-            query_id=query_id,
-            batch_id=batch_id,
-            rows_in=metrics.rows_in,
-            keys_updated=metrics.keys_updated,
-            state_rows=metrics.state_rows,
-            bytes_written=metrics.bytes_written,
-            commit_ms=float(metrics.commit_ms),
-            cache_hits=metrics.cache_hits,
-            cache_misses=metrics.cache_misses,
-            extra=dict(metrics.extra),
-            recorded_at=now,
+        insert.on_conflict_do_update(
+            index_elements=["checkpoint_root", "query_id", "batch_id"], set_=figures
         )
     )
 

@@ -165,30 +165,47 @@ def _apply(
     """Write the commit: replace entries, insert new ones, move file states, bump latest.
 
     Set-based statements (a few per 400 stores), so a batch of many partitions costs a
-    handful of round trips rather than several per store.
+    handful of round trips rather than several per store. A replayed entry is updated in
+    place (same batch, store and version; a new id): the runtime's role has no DELETE.
     """
     c = commit_log.c
     if changed:
         connection.execute(
-            sa.delete(commit_log).where(c.commit_id.in_([e["commit_id"] for e in changed.values()]))
+            sa.update(commit_log)
+            .where(c.commit_id == sa.bindparam("entry"))
+            .values(
+                checkpoint_id=sa.bindparam("new_id"),
+                file_id=sa.bindparam("new_file"),
+                committed_at=now,
+            ),
+            [
+                {
+                    "entry": entry["commit_id"],
+                    "new_id": new[sid].checkpoint_id,
+                    "new_file": files[new[sid].path].file_id,
+                }
+                for sid, entry in changed.items()
+            ],
         )
     if not new:
         return 0
-    connection.execute(
-        sa.insert(commit_log),
-        [
-            {
-                "query_id": query_id,
-                "batch_id": batch_id,
-                "store_id": sid,
-                "version": info.version,
-                "checkpoint_id": info.checkpoint_id,
-                "file_id": files[info.path].file_id,
-                "committed_at": now,
-            }
-            for sid, info in new.items()
-        ],
-    )
+    added = [(sid, info) for sid, info in new.items() if sid not in changed]
+    if added:
+        connection.execute(
+            sa.insert(commit_log),
+            [
+                {
+                    "query_id": query_id,
+                    "batch_id": batch_id,
+                    "store_id": sid,
+                    "version": info.version,
+                    "checkpoint_id": info.checkpoint_id,
+                    "file_id": files[info.path].file_id,
+                    "committed_at": now,
+                }
+                for sid, info in added
+            ],
+        )
     replaced = {(sid, e["version"], e["checkpoint_id"]) for sid, e in changed.items()}
     committed = {(sid, i.version, i.checkpoint_id) for sid, i in new.items()}
     at_versions = _files_at_versions(connection, {(sid, v) for sid, v, _ in committed | replaced})

@@ -32,6 +32,8 @@ from state_runtime.catalog.watchdog import WATCHDOG, Alarm
 from state_runtime.errors import (
     CatalogError,
     CatalogMisconfigured,
+    CatalogPermissionDenied,
+    CatalogReadOnly,
     CatalogTimeout,
     CatalogUnavailable,
     InvalidArgument,
@@ -51,12 +53,16 @@ _RETRY_SQLSTATES = frozenset(
 )
 _TIMEOUT_SQLSTATES = frozenset({"55P03", "57014"})
 _OUT_OF_RANGE = "22003"
+_INSUFFICIENT_PRIVILEGE = "42501"
+_READ_ONLY = "25006"
+_WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|TRUNCATE)\b")
 _SQLITE_BUSY = ("database is locked", "database is busy", "database table is locked")
 # Connection failures that no retry can fix: the URL names a database, role or password the
-# server refuses (libpq reports them without a SQLSTATE).
+# server refuses, or TLS settings that cannot work (libpq reports them without a SQLSTATE).
 _PERMANENT_CONNECT = re.compile(
     r"does not exist|authentication failed|no pg_hba\.conf entry|no password supplied|"
-    r"permission denied|unable to open database file|invalid (?:dsn|connection option)",
+    r"permission denied|unable to open database file|invalid (?:dsn|connection option)|"
+    r"does not support SSL|root certificate file|certificate verify failed|invalid sslmode",
     re.IGNORECASE,
 )
 ATTEMPT_TIMEOUT_OPTION = "state_runtime_attempt_timeout"
@@ -345,8 +351,17 @@ def run_transaction(
                 ) from None
             _sleep(retry, attempt, what, reason)
             continue
-        if getattr(failure.orig, "pgcode", None) == _OUT_OF_RANGE:
+        code = getattr(failure.orig, "pgcode", None)
+        if code == _OUT_OF_RANGE:
             raise _out_of_range(what, _reason(failure)) from None
+        if code == _INSUFFICIENT_PRIVILEGE:
+            raise _permission_denied(url, what, failure) from None
+        if code == _READ_ONLY:
+            raise CatalogReadOnly(
+                f"the catalog at {display_url(url)} refuses writes ({what}): {_reason(failure)}; "
+                "nothing was changed (a standby, or default_transaction_read_only); the same "
+                "call succeeds once it accepts writes again"
+            ) from None
         translated = translate(failure) if translate is not None else None
         if translated is not None:
             raise translated from failure
@@ -387,6 +402,24 @@ def _exhausted_error(exc: DBAPIError, timed_out: bool) -> type[CatalogUnavailabl
     if timed_out or busy or getattr(exc.orig, "pgcode", None) in _TIMEOUT_SQLSTATES:
         return CatalogTimeout
     return CatalogUnavailable
+
+
+def _permission_denied(url: URL, what: str, failure: DBAPIError) -> CatalogPermissionDenied:
+    """The typed refusal of a right the role lacks: which role, which right, what for."""
+    statement = str(failure.statement or "").strip()
+    words = statement.split(None, 1)
+    right = words[0].upper() if words else "the right"
+    if right in {"SELECT", "WITH"}:  # a write inside a CTE, or a row lock, needs the write
+        written = _WRITES.search(statement.upper())
+        right = written.group(1) if written else right
+        if right in {"SELECT", "WITH"} and "FOR UPDATE" in statement.upper():
+            right = "UPDATE (for SELECT ... FOR UPDATE)"
+    role = url.username or "the connecting role"
+    return CatalogPermissionDenied(
+        f"role {role!r} lacks {right} for the catalog {what} at {display_url(url)} "
+        f"({_reason(failure)}); nothing was changed. Run it as the role meant for it, or "
+        "grant the right: python -m state_runtime.catalog grants (docs/running-for-real.md)"
+    )
 
 
 def _out_of_range(what: str, detail: str) -> InvalidArgument:

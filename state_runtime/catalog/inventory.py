@@ -40,6 +40,7 @@ from state_runtime.identity import (
     validate_checkpoint_id,
     validate_non_negative,
 )
+from state_runtime.storage.root_rule import parse_root
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
 _CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -107,6 +108,7 @@ def ensure_stores(
     missing = [x for x in ordered if x not in found]
     if not missing:
         return found
+    parse_root(root)  # storage's own rule: the catalog records no root storage refuses
     schemas = schemas or {}
     # ON CONFLICT: a concurrent transaction may be creating the same store right now.
     connection.execute(

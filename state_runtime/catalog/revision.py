@@ -89,7 +89,7 @@ def check_schema(engine: Engine, *, retry: RetryPolicy | None = None) -> str:
     (older or empty: run the upgrade) or CatalogSchemaTooNew (upgrade the code). A SQLite
     catalog whose file does not exist is reported as having no schema, and is not created."""
     expected = head_revision()
-    how = f"run: {upgrade_command(engine)}"
+    how = f"run, as the catalog's owner (the role that runs migrations): {upgrade_command(engine)}"
     path = sqlite_file(engine.url)
     if path is not None and not path.is_file():
         raise CatalogSchemaOutdated(

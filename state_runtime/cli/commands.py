@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
@@ -61,6 +61,7 @@ from state_runtime.maintenance import (
 )
 from state_runtime.maintenance.health import StoreReport
 from state_runtime.maintenance.policy import PRESETS, MaintenancePolicy
+from state_runtime.redaction import redact
 from state_runtime.settings import MAINTENANCE, Setting
 from state_runtime.status import StoreStatus
 from state_runtime.storage import check_relative_path
@@ -91,9 +92,11 @@ class Settings:
 
 
 @contextmanager
-def _fleet(settings: Settings) -> Iterator[Fleet]:
+def _fleet(settings: Settings, *, storage: bool = False) -> Iterator[Fleet]:
     """Open the catalog (read-only until a command writes) and check the roots asked for:
-    a root below which the catalog records nothing is bad input, not an empty answer."""
+    a root below which the catalog records nothing is bad input, not an empty answer. With
+    ``storage``, open each root's storage too; a root that cannot be opened is set aside
+    (the others are maintained, and :func:`_exit` names it)."""
     catalog = Catalog.open(settings.url)
     try:
         if settings.roots is not None:
@@ -107,9 +110,22 @@ def _fleet(settings: Settings) -> Iterator[Fleet]:
                     + (f": {', '.join(sorted(known)[:5])}" if known else "")
                     + ")",
                 )
-        yield Fleet(catalog, roots=settings.roots)
+        fleet = Fleet(catalog, roots=settings.roots)
+        if storage:
+            fleet.open_roots()
+        yield fleet
     finally:
         catalog.close()
+
+
+def _exit(fleet: Fleet, failed: bool) -> NoReturn:
+    """Exit 1 if some work ``failed`` or a root was set aside (each named on stderr: some
+    work failed, the other roots were maintained), else 0."""
+    for root, why in sorted(fleet.failed_roots.items()):
+        click.echo(
+            redact(f"error: root {root} was not maintained (some work failed): {why}"), err=True
+        )
+    sys.exit(EXIT_PROBLEMS if failed or fleet.failed_roots else 0)
 
 
 def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> timedelta | None:
@@ -277,7 +293,7 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
     policy, as_json = _policy(settings, kw), kw["as_json"]
     done: dict[str, Any] = {}
     failed = False
-    with _fleet(settings) as fleet:
+    with _fleet(settings, storage=True) as fleet:
         only = _stores(fleet, kw["stores"])
         if kw["cleanup"]:
             policy.check_retention()  # refuse before doing anything
@@ -303,8 +319,9 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
                 output.print_cleanup(settings.console, report)
             failed |= bool(report.failed)
     if as_json:
+        done["failed_roots"] = fleet.failed_roots
         echo_json({"policy": policy.parameters(), "dry_run": kw["dry_run"]} | done)
-    sys.exit(EXIT_PROBLEMS if failed else 0)
+    _exit(fleet, failed)
 
 
 @main.command()
@@ -316,7 +333,7 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
 def validate(settings: Settings, /, **kw: Any) -> None:
     """Check that every retained version loads: files, sizes, checksums, lineage, commit log."""
     policy = _policy(settings, kw)
-    with _fleet(settings) as fleet:
+    with _fleet(settings, storage=True) as fleet:
         only = _stores(fleet, kw["stores"])
         report = run_checks(
             fleet, policy, only=only, progress=settings.progress, workers=kw["workers"]
@@ -325,7 +342,7 @@ def validate(settings: Settings, /, **kw: Any) -> None:
         echo_json(output.checks_json(report))
     else:
         output.print_checks(settings.console, report)
-    sys.exit(0 if report.ok else EXIT_PROBLEMS)
+    _exit(fleet, not report.ok)
 
 
 @main.command()
@@ -486,7 +503,7 @@ def repair(settings: Settings, /, **kw: Any) -> None:
     new one is written, read back and verified, and only then replaces the deltas.
     """
     policy = _policy(settings, kw)
-    with _fleet(settings) as fleet:
+    with _fleet(settings, storage=True) as fleet:
         only = _stores(fleet, kw["stores"])
         done: dict[str, Any] = {"dry_run": kw["dry_run"]}
         if kw["dry_run"]:
@@ -504,7 +521,7 @@ def repair(settings: Settings, /, **kw: Any) -> None:
             output.print_repairs(settings.console, done["report"])
         output.print_beyond_repair(settings.console, left, queries)
     failed = not kw["dry_run"] and bool(done["report"].failed)
-    sys.exit(EXIT_PROBLEMS if failed or left else 0)
+    _exit(fleet, failed or bool(left))
 
 
 @main.command()
@@ -619,7 +636,7 @@ def metrics(settings: Settings, /, root: str, **kw: Any) -> None:
 def reconcile_command(settings: Settings, /, **kw: Any) -> None:
     """List storage and record the files the catalog does not know (a rare sweep)."""
     policy = _policy(settings, kw)
-    with _fleet(settings) as fleet:
+    with _fleet(settings, storage=True) as fleet:
         report = reconcile(
             fleet,
             policy,
@@ -631,7 +648,7 @@ def reconcile_command(settings: Settings, /, **kw: Any) -> None:
         echo_json(report)
     else:
         output.print_reconcile(settings.console, report)
-    sys.exit(EXIT_PROBLEMS if report.unreadable else 0)
+    _exit(fleet, bool(report.unreadable))
 
 
 @main.command()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -127,7 +127,7 @@ def retention_check(
         policy.check_retention()
     except MaintenanceRefused as exc:
         return CheckOutcome(CheckName.RETENTION, False, Severity.ERROR, exc.reason)
-    now = now or datetime.now(UTC)
+    now = now or fleet.catalog.now()  # the database's clock, as cleanup's
     retention = policy.retention
     overdue: dict[StoreKey, list[str]] = {}
     for verdict in plan_cleanup(fleet, policy, only=only, now=now):

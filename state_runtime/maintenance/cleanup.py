@@ -10,7 +10,8 @@ lock, so a problem recorded meanwhile holds the store), deletes them from storag
 and records each deletion with its reason in the ledger. A run that stops anywhere leaves
 claims behind that the next run resumes; deleting a file that is already gone is fine.
 It also removes the stores' unfinished writes (temporary files of killed writers) older than
-the grace (``leftovers``), held stores included: no version references them.
+the grace and no live writer's (``leftovers``), held stores included: no version references
+them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ from typing import TypeVar
 from state_runtime.catalog import FileVerdict, RetentionPolicy, RunKind, StoreKey, StoreProblem
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
-from state_runtime.maintenance.leftovers import LeftoverReport, store_folders, sweep_leftovers
+from state_runtime.maintenance.leftovers import (
+    LeftoverReport,
+    partial_write_cutoff,
+    store_folders,
+    sweep_leftovers,
+)
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
@@ -128,7 +134,7 @@ def cleanup_pass(
     planned = plan_cleanup(fleet, policy, only=only, now=now)
     report = CleanupReport(not execute, policy.retention, planned, held_stores(fleet, only))
     folders = store_folders(fleet, only)
-    leftovers_before = policy.retention.uncommitted_cutoff(now or datetime.now(UTC))
+    leftovers_before = partial_write_cutoff(policy.retention, now or datetime.now(UTC))
     if not execute:
         report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, execute=False)
         return report

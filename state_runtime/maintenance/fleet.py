@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from state_runtime.catalog import Catalog, FileRecord, StoreKey, StoreRecord
-from state_runtime.errors import InvalidArgument
+from state_runtime.errors import CatalogError, InvalidArgument, StateStoreError
 from state_runtime.identity import StoreId
 from state_runtime.maintenance.listing import CatalogListedStorage, StagedWrites
 from state_runtime.storage import Storage, open_storage
@@ -63,6 +63,8 @@ class Fleet:
     roots: Sequence[str] | None = None
     open_storage: StorageOpener = open_storage
     owner: str = field(default_factory=default_owner)
+    failed_roots: dict[str, str] = field(default_factory=dict)
+    """Roots set aside because their storage failed (root -> why): see :meth:`set_aside`."""
     _storages: dict[str, Storage] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -103,6 +105,23 @@ class Fleet:
             if found is None:
                 found = self._storages[root] = self.open_storage(root)
             return found
+
+    def open_roots(self) -> None:
+        """Open the storage of every root in scope; set aside each that cannot be opened (a
+        root recorded by older code that storage refuses, a missing extra), so that one bad
+        root stops the maintenance of no other."""
+        for root in self.root_names():
+            try:
+                self.storage(root)
+            except StateStoreError as exc:
+                if isinstance(exc, CatalogError):
+                    raise
+                self.set_aside(root, exc)
+
+    def set_aside(self, root: str, error: StateStoreError) -> None:
+        """Leave ``root`` out of the rest of this fleet's work, noting why."""
+        self.failed_roots[root] = str(error)
+        self.roots = [r for r in self.root_names() if r != root]
 
     def provider(
         self,

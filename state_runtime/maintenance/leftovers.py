@@ -7,17 +7,35 @@ each root, and both remove those older than the grace for never-committed files:
 retention's uncommitted cutoff, ``max(window, orphan_grace)`` (a younger one may be a write
 still running). Neither lists a checkpoint file for it: the local storage scans the folders
 for temporary files, S3 lists the bucket's incomplete uploads (one request per 1,000).
+
+A sweep never touches a write a live writer may still own, whatever the settings (window
+and grace may both be 0, and the sweep runs without the store's lease): a local writer
+holds a lock on its temporary file until it is linked (:class:`LocalStorage`), so a locked
+one is left alone at any age, and no unfinished write younger than
+:data:`MIN_PARTIAL_WRITE_AGE` is removed: that floor, not a setting, covers the instant
+between creating a temporary file and locking it, and S3, whose uploads carry no liveness.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from state_runtime.catalog import StoreKey
+from state_runtime.errors import StorageError
 from state_runtime.maintenance.fleet import Fleet
+from state_runtime.retention import RetentionPolicy
 from state_runtime.storage import PartialWrite
+
+MIN_PARTIAL_WRITE_AGE = timedelta(hours=1)
+"""No unfinished write younger than this is removed, whatever the retention settings."""
+
+
+def partial_write_cutoff(retention: RetentionPolicy, now: datetime) -> datetime:
+    """Unfinished writes started before this may be removed (unless a live writer holds
+    them): the retention's grace for never-committed files, at least the floor."""
+    return min(retention.uncommitted_cutoff(now), now - MIN_PARTIAL_WRITE_AGE)
 
 
 @dataclass
@@ -54,15 +72,22 @@ def sweep_leftovers(
     execute: bool,
 ) -> LeftoverReport:
     """Find the unfinished writes below ``folders`` (root -> folders relative to it); with
-    ``execute`` remove those started before ``older_than`` (a dry run reports them in
-    ``removed`` as what would go)."""
+    ``execute`` remove those started before ``older_than`` (:func:`partial_write_cutoff`)
+    that no live writer holds (a dry run reports them in ``removed`` as what would go)."""
     report = LeftoverReport()
     for root, below in sorted(folders.items()):
+        if root in fleet.failed_roots:
+            continue
         storage = fleet.storage(root)
         stale: list[PartialWrite] = []
-        for write in storage.partial_writes(below):
+        try:
+            found = list(storage.partial_writes(below))
+        except StorageError as exc:  # this root only: the others are still swept
+            fleet.set_aside(root, exc)
+            continue
+        for write in found:
             report.found.append(write)
-            if write.started < older_than:
+            if write.started < older_than and not write.live:
                 stale.append(write)
             else:
                 report.young.append(f"{root}/{write.path}")

@@ -20,7 +20,11 @@ from state_runtime.catalog import FileState, RunKind
 from state_runtime.errors import CannotLoadState, InvalidArgument, StorageError
 from state_runtime.identity import StoreId, parse_file_name
 from state_runtime.maintenance.fleet import Fleet
-from state_runtime.maintenance.leftovers import LeftoverReport, sweep_leftovers
+from state_runtime.maintenance.leftovers import (
+    LeftoverReport,
+    partial_write_cutoff,
+    sweep_leftovers,
+)
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
@@ -108,11 +112,14 @@ def reconcile(
         report.run_id = run.run_id
         roots = fleet.root_names()
         for root in roots:
-            _sweep_root(fleet, root, report, execute, now - min_age, progress)
+            try:
+                _sweep_root(fleet, root, report, execute, now - min_age, progress)
+            except StorageError as exc:  # this root only: the others are still swept
+                fleet.set_aside(root, exc)
         report.leftovers = sweep_leftovers(
             fleet,
             {root: ["state"] for root in roots},
-            policy.retention.uncommitted_cutoff(now),
+            partial_write_cutoff(policy.retention, now),
             execute=execute,
         )
         run.counts = report.counts()

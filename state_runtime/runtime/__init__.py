@@ -3,6 +3,7 @@
 from state_runtime.runtime.aggregation import Agg, running_aggregation
 from state_runtime.runtime.changes import read_state_changes
 from state_runtime.runtime.context import BatchContext, current_batch
+from state_runtime.runtime.dedup import drop_duplicates
 from state_runtime.runtime.groups import GroupState, map_groups_with_state
 from state_runtime.runtime.operator import StatefulOperator, UpdateFunction
 from state_runtime.runtime.query import BatchResult, StatefulQuery
@@ -23,6 +24,7 @@ __all__ = [
     "Window",
     "UpdateFunction",
     "current_batch",
+    "drop_duplicates",
     "map_groups_with_state",
     "read_state",
     "read_state_changes",

@@ -12,7 +12,7 @@ from pyspark.sql.types import StructType
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
-from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.runtime.operator import ColumnKind, ColumnUse, StatefulOperator
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.schema_evolution import SchemaChange
 from state_runtime.store.state_schema import parse_schema
@@ -20,6 +20,7 @@ from state_runtime.store.state_store import StateStore
 
 AggFunction = Literal["count", "sum", "min", "max"]
 _ARROW_AGG = {"count": "count_all", "sum": "sum", "min": "min", "max": "max"}
+_KIND: dict[str, ColumnKind] = {"sum": "numeric", "min": "orderable", "max": "orderable"}
 
 
 @dataclass(frozen=True)
@@ -117,5 +118,11 @@ def running_aggregation(
         num_partitions=num_partitions,
         store_name=store_name,
         config=config or StoreConfig(),
+        kind="running aggregation",
+        reads=tuple(
+            ColumnUse(a.column, f"aggregate {a.name!r} ({a.function}) column", _KIND[a.function])
+            for a in aggs
+            if a.function != "count" and a.column is not None
+        ),
         schema_change=schema_change or SchemaChange(),
     )

@@ -20,6 +20,8 @@ class BatchContext:
     None without a watermark."""
     late_rows_watermark_ms: int | None = None
     """The previous batch's watermark (ms): input rows at or before it are late (Spark)."""
+    time_zone: str = "UTC"
+    """The Spark session's time zone: naive datetimes are wall-clock times there."""
     event_time: EventTimeStats = field(default_factory=EventTimeStats)
     """Late rows dropped and state evicted by event time in this task, for the metrics."""
 

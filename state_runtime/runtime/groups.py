@@ -25,7 +25,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
 from state_runtime.runtime.context import BatchContext, current_batch
-from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.runtime.operator import ColumnUse, StatefulOperator
+from state_runtime.runtime.times import datetime_ms, duration_ms
 from state_runtime.store.arrow_rows import struct_rows
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.schema_evolution import SchemaChange
@@ -52,8 +53,10 @@ class GroupState:
         *,
         timeout: TimeoutKind = "processing_time",
         watermark_ms: int | None = None,
+        time_zone: str = "UTC",
     ) -> None:
         self._value = value
+        self._time_zone = time_zone
         self._timeout = timeout
         self.watermark_ms = watermark_ms
         """The batch's event-time watermark (ms), as Spark's ``getCurrentWatermarkMs``."""
@@ -80,20 +83,23 @@ class GroupState:
         self._removed = True
 
     def set_timeout_duration(self, duration: timedelta | int) -> None:
-        """Time the key out ``duration`` (or that many ms) after this batch's time."""
+        """Time the key out ``duration`` (or that many ms; a timedelta is floored to whole
+        ms) after this batch's time."""
         if self._timeout != "processing_time":
             raise InvalidArgument("set_timeout_duration needs timeout='processing_time'")
-        ms = int(duration.total_seconds() * 1000) if isinstance(duration, timedelta) else duration
+        ms = duration_ms(duration) if isinstance(duration, timedelta) else duration
         if ms <= 0:
             raise InvalidArgument(f"timeout duration must be positive, got {duration!r}")
         self.timeout_at_ms = self.batch_time_ms + ms
 
     def set_timeout_timestamp(self, timestamp: datetime | int) -> None:
-        """Time the key out once the watermark passes ``timestamp`` (a datetime, or ms since
-        the epoch); not earlier than the current watermark, as in Spark."""
+        """Time the key out once the watermark passes ``timestamp`` (a datetime, naive ones
+        read in the session time zone, or ms since the epoch); not earlier than the current
+        watermark, as in Spark."""
         if self._timeout != "event_time":
             raise InvalidArgument("set_timeout_timestamp needs timeout='event_time'")
-        ms = int(timestamp.timestamp() * 1000) if isinstance(timestamp, datetime) else timestamp
+        zone = self._time_zone
+        ms = datetime_ms(timestamp, zone) if isinstance(timestamp, datetime) else timestamp
         if self.watermark_ms is not None and ms < self.watermark_ms:
             raise InvalidArgument(
                 f"timeout timestamp {ms} ms is earlier than the current watermark "
@@ -164,6 +170,7 @@ class _GroupsWithState:
             timed_out,
             timeout=self.timeout,
             watermark_ms=batch.watermark_ms,
+            time_zone=batch.time_zone,
         )
         if stored is not None and not timed_out:
             state.timeout_at_ms = stored[-1]
@@ -214,7 +221,7 @@ def map_groups_with_state(
     if TIMEOUT_FIELD in state_struct.names:
         raise InvalidArgument(f"state field name {TIMEOUT_FIELD!r} is reserved")
     stored = StructType([*state_struct.fields, StructField(TIMEOUT_FIELD, LongType(), True)])
-    ttl_ms = None if ttl is None else int(ttl.total_seconds() * 1000)
+    ttl_ms = None if ttl is None else duration_ms(ttl)
     if ttl_ms is not None and ttl_ms <= 0:
         raise InvalidArgument(f"ttl must be positive, got {ttl}")
     return StatefulOperator(
@@ -229,5 +236,9 @@ def map_groups_with_state(
         config=config or StoreConfig(),
         late_column=event_time_column,
         uses_event_time=timeout == "event_time",
+        kind="map_groups_with_state",
+        reads=()
+        if event_time_column is None
+        else (ColumnUse(event_time_column, "event_time_column", "timestamp"),),
         schema_change=schema_change or SchemaChange(),
     )

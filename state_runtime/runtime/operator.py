@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -23,6 +23,18 @@ UpdateFunction = Callable[[StateStore, pa.Table], "pa.Table | Iterable[tuple[Any
 ``rows`` is an Arrow table of the partition's input rows. The output is an Arrow table or an
 iterable of tuples matching the operator's output schema (or None for no output).
 """
+
+ColumnKind = Literal["timestamp", "numeric", "orderable"]
+
+
+@dataclass(frozen=True)
+class ColumnUse:
+    """An input column an operator reads beyond its keys, for the driver's query check:
+    ``ColumnUse("amount", "aggregate 'total' (sum)", "numeric")``."""
+
+    column: str
+    role: str
+    kind: ColumnKind
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,14 @@ class StatefulOperator:
     derived_key_fields: int = 0
     """Trailing key fields the update function derives from the rows (a window's start),
     beyond the key columns that route rows to partitions."""
+    kind: str = "custom operator"
+    """What the operator is, for error messages (``windowed aggregation``, ...)."""
+    reads: tuple[ColumnUse, ...] = ()
+    """Input columns read beyond the keys, checked on the driver before any job."""
+    window_column: str | None = None
+    """The event-time column of the operator's windows: in append mode it must be the
+    watermark's, as Spark (nothing else can finalize a window)."""
+    output_mode: Literal["update", "append"] = "update"
     schema_change: SchemaChange = field(default_factory=SchemaChange)
     """Renames, drops and defaults that turn the state schema the catalog recorded last into
     this operator's (checked by the driver before the first batch; see
@@ -70,6 +90,10 @@ class StatefulOperator:
             )
         object.__setattr__(self, "key_columns", tuple(self.key_columns))
         object.__setattr__(self, "output_schema", parse_schema(self.output_schema))
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind} (operator {self.operator_id})"
 
     @property
     def needs_watermark(self) -> bool:

@@ -48,6 +48,7 @@ from state_runtime.identity import CheckpointRef, StoreId, validate_name
 from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
 from state_runtime.runtime.loss import lost_state
 from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.runtime.query_check import check_query
 from state_runtime.runtime.spark_kind import (
     default_parallelism,
     observation,
@@ -63,6 +64,7 @@ from state_runtime.runtime.tasks import (
     base_refs,
     run_partitions,
 )
+from state_runtime.runtime.times import SESSION_TIME_ZONE_CONF
 from state_runtime.runtime.watermark import BatchWatermarks, Watermark
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage, open_storage
@@ -144,7 +146,7 @@ class StatefulQuery:
         self.operators = list(operators)
         self.event_time = EventTimeClock.of(watermark, self.operators)
         self.catalog_url = catalog_url or default_catalog_url()
-        self._catalog: Catalog | None = Catalog.open(self.catalog_url, upgrade=True)
+        self._catalog: Catalog | None = Catalog.open(self.catalog_url, upgrade="sqlite")
         self.adaptive = adaptive
         if parallelism is not None and (
             isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1
@@ -161,7 +163,7 @@ class StatefulQuery:
         the query, or the one its ``foreach_batch`` function was shipped to (on Spark Connect,
         the server's foreachBatch worker), which must reach the catalog too."""
         if self._catalog is None:
-            self._catalog = Catalog.open(self.catalog_url, upgrade=True)
+            self._catalog = Catalog.open(self.catalog_url, upgrade="sqlite")
         return self._catalog
 
     def __getstate__(self) -> dict[str, Any]:
@@ -338,6 +340,7 @@ class StatefulQuery:
             worker_settings=WorkerSettings.from_env(),
             catalog_timeouts=CatalogTimeouts.from_env(),
             event_time=self.event_time.spec(watermarks, first=op is self.operators[0]),
+            time_zone=df.sparkSession.conf.get(SESSION_TIME_ZONE_CONF) or "UTC",
         )
         out = op.output_nullable().add(StructField(REPORT_COLUMN, StringType(), True))
         return routed.mapInArrow(partial(run_partitions, spec), out)
@@ -376,6 +379,7 @@ class StatefulQuery:
         the batch's clock for timeouts, the same in every task.
         """
         started = time.perf_counter()
+        check_query(self.operators, self.event_time.watermark, df.schema)
         batch_time = int(time.time() * 1000) if batch_time_ms is None else batch_time_ms
         if not self._registered:
             self._register(batch_id)

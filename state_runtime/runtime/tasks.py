@@ -68,6 +68,8 @@ class TaskSpec:
     worker_settings: WorkerSettings
     catalog_timeouts: CatalogTimeouts
     event_time: EventTimeSpec | None = None
+    time_zone: str = "UTC"
+    """The driver's ``spark.sql.session.timeZone``, for naive datetimes."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.T
         partition,
         None if spec.event_time is None else spec.event_time.watermarks.eviction_ms,
         None if spec.event_time is None else spec.event_time.watermarks.late_rows_ms,
+        spec.time_zone,
     )
     rows_in = rows.num_rows
     token = _current.set(batch)

@@ -8,7 +8,8 @@ saw, recorded with the batch for the next one. As in Spark since 3.4 (the waterm
 propagation of SPARK-40925 / SPARK-42376), batch ``b`` evicts state with its own watermark but
 judges input rows late against batch ``b - 1``'s: a row is late when its event time is at or
 before that one. Late rows are dropped before the stateful stage and counted.
-Times are microseconds (Spark's timestamp unit) inside a batch, milliseconds in the catalog.
+Times are microseconds (Spark's timestamp unit) inside a batch, milliseconds in the catalog;
+:mod:`state_runtime.runtime.times` owns the conversions.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from state_runtime.errors import InvalidArgument
-
-MICROS_PER_MS = 1000
+from state_runtime.runtime.times import MICROS_PER_MS, duration_ms, event_micros, null_times
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Watermark:
 
     @property
     def delay_ms(self) -> int:
-        return self.delay // timedelta(milliseconds=1)
+        return duration_ms(self.delay)
 
     def advance(self, watermark_ms: int, max_event_ms: int | None) -> int:
         """The next batch's watermark after a batch that saw ``max_event_ms`` (None: no rows)."""
@@ -68,24 +68,6 @@ class EventTimeStats:
     evict_ms: float = 0.0
 
 
-def event_micros(column: pa.Array | pa.ChunkedArray, name: str) -> np.ndarray:
-    """A timestamp column as int64 microseconds since the epoch (nulls as INT64 minimum)."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if not pa.types.is_timestamp(column.type):
-        raise InvalidArgument(f"event-time column {name!r} must be a timestamp, not {column.type}")
-    unit = column.type.unit
-    raw = np.asarray(
-        column.cast(pa.int64()).fill_null(np.iinfo(np.int64).min).to_numpy(), dtype=np.int64
-    )
-    if unit == "us":
-        return raw
-    if unit == "ns":
-        return raw // 1000
-    scale = {"s": 1_000_000, "ms": 1000}[unit]
-    return np.where(raw == np.iinfo(np.int64).min, raw, raw * scale)
-
-
 def max_event_ms(rows: pa.Table, column: str) -> int | None:
     """The largest event time of ``rows`` in milliseconds (floored, as Spark), or None."""
     if column not in rows.column_names:
@@ -99,12 +81,15 @@ def max_event_ms(rows: pa.Table, column: str) -> int | None:
 
 
 def is_late(micros: np.ndarray, watermark_ms: int) -> np.ndarray:
-    """Which event times (microseconds) are at or before the watermark: Spark's rule."""
-    return micros <= watermark_ms * MICROS_PER_MS
+    """Which event times (microseconds) are at or before the watermark: Spark's rule. A null
+    time (:func:`null_times`) is not late: Spark's predicate ``eventTime <= watermark`` is
+    null for it, and the filter keeps it."""
+    late: np.ndarray = (micros <= watermark_ms * MICROS_PER_MS) & ~null_times(micros)
+    return late
 
 
 def drop_late(rows: pa.Table, column: str, watermark_ms: int) -> tuple[pa.Table, int]:
-    """``rows`` without the late ones (a null event time is late too), and how many went."""
+    """``rows`` without the late ones (rows with a null event time stay), and how many went."""
     if column not in rows.column_names:
         raise InvalidArgument(
             f"event-time column {column!r} is not in the input: {rows.column_names}"

@@ -26,8 +26,9 @@ from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
 from state_runtime.runtime.aggregation import Agg, running_aggregation
 from state_runtime.runtime.context import current_batch
-from state_runtime.runtime.operator import StatefulOperator, UpdateFunction
-from state_runtime.runtime.watermark import MICROS_PER_MS, event_micros, is_late
+from state_runtime.runtime.operator import ColumnUse, StatefulOperator, UpdateFunction
+from state_runtime.runtime.times import MICROS_PER_MS, duration_micros, event_micros, null_times
+from state_runtime.runtime.watermark import is_late
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.schema_evolution import SchemaChange
 from state_runtime.store.state_schema import parse_schema
@@ -38,10 +39,6 @@ WINDOW_START = "window_start"
 """The key field holding a window's start (the state key is the group keys plus this)."""
 WINDOW_COLUMN = "window"
 """The output column: ``struct<start: timestamp, end: timestamp>``, as Spark's ``window``."""
-
-
-def _micros(d: timedelta) -> int:
-    return d // timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)
@@ -69,11 +66,11 @@ class Window:
         """For event times in microseconds: (row index, window start) of every window each
         row falls in, row by row. Rows with a null time (INT64 minimum) get none."""
         size, slide, offset = (
-            _micros(self.size),
-            _micros(self.slide_or_size),
-            _micros(self.offset),
+            duration_micros(self.size),
+            duration_micros(self.slide_or_size),
+            duration_micros(self.offset),
         )
-        valid = np.flatnonzero(micros != np.iinfo(np.int64).min)
+        valid = np.flatnonzero(~null_times(micros))
         t = micros[valid]
         last = t - np.mod(t - offset, slide)  # the latest start at or before t
         overlapping = -(-size // slide)
@@ -100,7 +97,7 @@ class _WindowedAggregate:
                 f"event-time column {self.time_column!r} is not in the input: {rows.column_names}"
             )
         batch = current_batch()
-        size = _micros(self.window.size)
+        size = duration_micros(self.window.size)
         indices, starts = self.window.starts(
             event_micros(rows.column(self.time_column), self.time_column)
         )
@@ -123,7 +120,7 @@ class _WindowedAggregate:
         if watermark_ms is None:
             return None
         started = time.perf_counter()
-        bound = watermark_ms * MICROS_PER_MS - _micros(self.window.size)
+        bound = watermark_ms * MICROS_PER_MS - duration_micros(self.window.size)
         evicted = store.remove_matching(
             lambda keys, _values: pc.less_equal(
                 pc.struct_field(keys, WINDOW_START).cast(pa.int64()), bound
@@ -146,7 +143,7 @@ class _WindowedAggregate:
             return None
         n = len(self.group_columns)
         start = table.column(n).combine_chunks()
-        end = pc.add(start.cast(pa.int64()), _micros(self.window.size)).cast(start.type)
+        end = pc.add(start.cast(pa.int64()), duration_micros(self.window.size)).cast(start.type)
         window = pa.StructArray.from_arrays([start, end], names=["start", "end"])
         return pa.Table.from_arrays(
             [*table.columns[:n], window, *table.columns[n + 1 :]],
@@ -204,5 +201,9 @@ def windowed_aggregation(
         config=config or StoreConfig(),
         uses_event_time=True,
         derived_key_fields=1,
+        kind="windowed aggregation",
+        reads=(ColumnUse(time_column, "window time column", "timestamp"), *merge.reads),
+        window_column=time_column,
+        output_mode=output_mode,
         schema_change=schema_change or SchemaChange(),
     )

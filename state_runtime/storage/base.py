@@ -52,6 +52,8 @@ class PartialWrite:
     started: datetime
     size: int
     handle: str = ""
+    live: bool = False
+    """A writer still holds it (local: the writer's lock): it is never removed."""
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,7 @@ from state_runtime.storage.base import (
     Storage,
     check_relative_path,
 )
+from state_runtime.storage.root_rule import check_local_root
 
 TEMP_PREFIX, TEMP_SUFFIX = ".tmp-", ".part"
 """A write's temporary file, ``.tmp-<random>.part``, next to the file it becomes."""
@@ -34,16 +36,15 @@ class LocalStorage(Storage):
     the final name: ``link`` fails if the name exists, so nothing is ever replaced, and a
     reader never sees a partial file. The folder is fsynced so the new name survives a crash.
     A writer killed in between leaves its temporary file: ``list`` hides it,
-    ``partial_writes`` finds it (maintenance removes it once old enough).
+    ``partial_writes`` finds it (maintenance removes it once old enough). A writer holds an
+    exclusive ``flock`` on its temporary file from creation until the file is linked and its
+    temporary name removed, so a sweep can tell a live write (``PartialWrite.live``) from a
+    dead writer's leftover, whatever its age; the kernel drops the lock when a writer dies.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         super().__init__()
-        raw = os.fspath(root)
-        if not raw:
-            raise InvalidArgument("invalid checkpoint root '': empty")
-        if ".." in Path(raw).parts:
-            raise InvalidArgument(f"invalid checkpoint root {raw!r}: '..' is not allowed")
+        raw = check_local_root(os.fspath(root))
         self.root = Path(raw).expanduser().absolute()
 
     @property
@@ -74,19 +75,24 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot create temporary file: {e.strerror}", path=path) from e
         try:
             with os.fdopen(fd, "wb") as f:
+                # The writer's lock marks its temporary file as live until the file is linked
+                # and its name gone: the sweep (partial_writes) leaves a locked file alone,
+                # and the kernel drops the lock when the writer dies, however it dies.
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            try:
-                os.link(tmp, target)
-            except FileExistsError as e:
-                raise FileAlreadyExists("file already exists; not replaced", path=path) from e
-            except OSError as e:
-                if e.errno not in {errno.EPERM, errno.ENOTSUP, errno.EXDEV}:
-                    raise
-                # Filesystems without hard links: rename without replacing.
-                os.rename(tmp, target) if not target.exists() else _raise_exists(path)
-            self._fsync_dir(target.parent)
+                try:
+                    os.link(tmp, target)
+                except FileExistsError as e:
+                    raise FileAlreadyExists("file already exists; not replaced", path=path) from e
+                except OSError as e:
+                    if e.errno not in {errno.EPERM, errno.ENOTSUP, errno.EXDEV}:
+                        raise
+                    # Filesystems without hard links: rename without replacing.
+                    os.rename(tmp, target) if not target.exists() else _raise_exists(path)
+                Path(tmp).unlink(missing_ok=True)
+                self._fsync_dir(target.parent)
         except OSError as e:
             raise StorageError(f"cannot write: {e.strerror}", path=path) from e
         finally:
@@ -120,13 +126,35 @@ class LocalStorage(Storage):
         for folder in dict.fromkeys(folders):
             self.requests.add("partial_writes")
             for info in self._walk(folder, temporary=True):
-                yield PartialWrite(info.path, info.modified, info.size)
+                live = _locked(self._abs(info.path))
+                yield PartialWrite(info.path, info.modified, info.size, live=live)
 
     def abort_partial_writes(self, writes: Sequence[PartialWrite]) -> DeleteResult:
         for write in writes:
             if not _is_temporary(write.path.rsplit("/", 1)[-1]):
                 raise InvalidArgument(f"not a temporary file: {write.path!r}", path=write.path)
-        return self.delete([write.path for write in writes])
+        result = DeleteResult()
+        for write in writes:
+            full = self._abs(write.path)
+            try:
+                fd = os.open(full, os.O_RDONLY)
+            except FileNotFoundError:
+                result.deleted.append(write.path)
+                continue
+            except OSError as e:
+                result.failed[write.path] = e.strerror or str(e)
+                continue
+            try:  # remove it only while holding the writer's lock: no live writer owns it
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                full.unlink(missing_ok=True)
+                result.deleted.append(write.path)
+            except BlockingIOError:
+                result.failed[write.path] = "a live writer holds it"
+            except OSError as e:
+                result.failed[write.path] = e.strerror or str(e)
+            finally:
+                os.close(fd)
+        return result
 
     def _walk(self, prefix: str, *, temporary: bool) -> Iterator[FileInfo]:
         """Files below ``prefix``: the temporary ones of unfinished writes, or the others."""
@@ -158,6 +186,21 @@ class LocalStorage(Storage):
             except OSError as e:
                 result.failed[path] = e.strerror or str(e)
         return result
+
+
+def _locked(path: Path) -> bool:
+    """Whether a live writer holds ``path``'s lock (a missing file is held by nobody)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the shared lock, if taken
 
 
 def _is_temporary(name: str) -> bool:

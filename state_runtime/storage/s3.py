@@ -21,7 +21,6 @@ Spark executor) uses the process's shared client for those settings.
 from __future__ import annotations
 
 import posixpath
-import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -29,7 +28,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import urlparse
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -47,6 +45,7 @@ from state_runtime.storage.base import (
     Storage,
     check_relative_path,
 )
+from state_runtime.storage.root_rule import check_bucket, parse_root
 from state_runtime.storage.s3_client import CallRecord, instrument, recording, shared_client
 from state_runtime.storage.s3_errors import (
     error_code,
@@ -69,7 +68,6 @@ MAX_PARTS: Final = 10_000
 WRITE_TOKEN: Final = "state-runtime-write"
 """User metadata key (``x-amz-meta-state-runtime-write``) holding each write's unique token."""
 
-_BUCKET_RE: Final = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 _S3Failure = ClientError | BotoCoreError
 
 
@@ -94,11 +92,7 @@ class S3Storage(Storage):
         super().__init__()
         if settings is not None and options:
             raise InvalidArgument("pass S3 settings or options, not both")
-        if not _BUCKET_RE.match(bucket) or ".." in bucket:
-            raise InvalidArgument(f"invalid S3 bucket name {bucket!r}")
-        prefix = prefix.strip("/")
-        if prefix:
-            check_relative_path(prefix)
+        prefix = check_bucket(bucket, prefix)
         self.bucket = bucket
         self.prefix = prefix
         self.settings = settings if settings is not None else S3Settings.resolve(options)
@@ -110,14 +104,12 @@ class S3Storage(Storage):
     @classmethod
     def from_uri(cls, uri: str, *, client: S3Client | None = None, **options: object) -> S3Storage:
         """Storage for ``s3://bucket/prefix`` (``s3a://`` accepted, as Hadoop writes it)."""
-        parsed = urlparse(uri)
-        if parsed.scheme not in {"s3", "s3a"}:
+        location = parse_root(uri)
+        if location.scheme != "s3":
             raise InvalidArgument(f"invalid S3 URI {uri!r}: expected s3://bucket/prefix")
-        if "@" in parsed.netloc:
-            raise InvalidArgument("invalid S3 URI: must not contain credentials")
-        if parsed.query or parsed.fragment or parsed.params or ":" in parsed.netloc:
-            raise InvalidArgument(f"invalid S3 URI {uri!r}: no port, query or fragment allowed")
-        return cls(parsed.netloc, parsed.path, settings=S3Settings.resolve(options), client=client)
+        return cls(
+            location.bucket, location.path, settings=S3Settings.resolve(options), client=client
+        )
 
     def __reduce__(self) -> tuple[Callable[..., S3Storage], tuple[Any, ...]]:
         return _restore, (self.bucket, self.prefix, self.settings)

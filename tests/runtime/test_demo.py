@@ -55,6 +55,7 @@ def test_demo_twice_on_sqlite(
 def test_demo_twice_on_postgresql(
     spark: SparkSession, tmp_path: Path, pg_schema: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    Catalog.open(pg_schema, upgrade=True).close()  # the owner creates it; the demo runs no DDL
     _twice(spark, tmp_path / "demo-output", pg_schema, capsys)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog import batch_metrics, commits, holders, inventory, rewind, roots
-from state_runtime.catalog.api.transactions import CatalogBase, conflict, utcnow
+from state_runtime.catalog.api.transactions import CatalogBase, conflict
 from state_runtime.catalog.records import (
     BatchCommit,
     BatchMetrics,
@@ -29,7 +29,7 @@ class CommitCalls(CatalogBase):
         roots.validate_root(root)
 
         def work(connection: Connection) -> None:
-            inventory.register_store(connection, root, store, key_schema, value_schema, utcnow())
+            inventory.register_store(connection, root, store, key_schema, value_schema, self.now())
 
         self._run("register store", work)
 
@@ -41,7 +41,7 @@ class CommitCalls(CatalogBase):
         sweep for files it found. A file's state follows the commit log."""
 
         def work(connection: Connection) -> None:
-            inventory.record_files(connection, root, infos, utcnow(), run_id=run_id)
+            inventory.record_files(connection, root, infos, self.now(), run_id=run_id)
 
         self._run("record files", work, conflict)
 
@@ -65,7 +65,7 @@ class CommitCalls(CatalogBase):
 
         def work(connection: Connection) -> BatchCommit:
             return commits.commit_batch(
-                connection, root, query_id, batch_id, infos, utcnow(), replace=replace
+                connection, root, query_id, batch_id, infos, self.now(), replace=replace
             )
 
         return self._run("commit batch", work, conflict)
@@ -86,7 +86,7 @@ class CommitCalls(CatalogBase):
         return self._run(
             "rewind query",
             lambda c: rewind.rewind_query(
-                c, root, query_id, batch_id, expected, restart, reason, run_id, utcnow()
+                c, root, query_id, batch_id, expected, restart, reason, run_id, self.now()
             ),
             conflict,
         )
@@ -124,7 +124,7 @@ class CommitCalls(CatalogBase):
         self._run(
             "record batch metrics",
             lambda c: batch_metrics.record_batch_metrics(
-                c, root, query_id, batch_id, figures, utcnow()
+                c, root, query_id, batch_id, figures, self.now()
             ),
         )
 
@@ -142,5 +142,5 @@ class CommitCalls(CatalogBase):
         """Record ``worker`` as the holder of ``store`` at ``ref``."""
         self._run(
             "record store holder",
-            lambda c: holders.record_holder(c, root, store, worker, ref, utcnow()),
+            lambda c: holders.record_holder(c, root, store, worker, ref, self.now()),
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from state_runtime.catalog import committed_deltas, watermarks
-from state_runtime.catalog.api.transactions import CatalogBase, utcnow
+from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import BatchWatermark, CommittedDelta
 
 
@@ -17,7 +17,9 @@ class EventTimeCalls(CatalogBase):
         recorded yet, else the recorded one (a replay or restart reuses it)."""
         return self._run(
             "fix batch watermark",
-            lambda c: watermarks.fix_watermark(c, root, query_id, batch_id, watermark_ms, utcnow()),
+            lambda c: watermarks.fix_watermark(
+                c, root, query_id, batch_id, watermark_ms, self.now()
+            ),
         )
 
     def batch_watermark(self, root: str, query_id: str, batch_id: int) -> BatchWatermark | None:

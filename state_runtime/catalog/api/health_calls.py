@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from state_runtime.catalog import health_queries
-from state_runtime.catalog.api.transactions import CatalogBase, utcnow
+from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
 from state_runtime.errors import InvalidArgument
 from state_runtime.retention import RetentionPolicy
@@ -30,7 +30,7 @@ class HealthCalls(CatalogBase):
     ) -> list[StoreHealth]:
         return self._run(
             "read store health",
-            lambda c: health_queries.store_health(c, policy, root, now or utcnow()),
+            lambda c: health_queries.store_health(c, policy, root, now or self.now()),
         )
 
     def recovery_costs(self, root: str | None = None) -> dict[StoreKey, RecoveryCost]:

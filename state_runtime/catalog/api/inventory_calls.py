@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog import findings, inventory, retention_sql
-from state_runtime.catalog.api.transactions import CatalogBase, conflict, utcnow
+from state_runtime.catalog.api.transactions import CatalogBase, conflict
 from state_runtime.catalog.records import (
     FileRecord,
     FoundProblem,
@@ -19,6 +19,7 @@ from state_runtime.catalog.records import (
 )
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import FileKind, StoreId
+from state_runtime.storage.root_rule import parse_root
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
 
@@ -34,6 +35,7 @@ class InventoryCalls(CatalogBase):
         recorded watermarks, operator schema histories) in one transaction, after the files
         were moved or copied there (file paths are stored relative to their root, so only the
         root changes). Returns the number of stores moved."""
+        parse_root(new)  # storage's own rule, as for every root first recorded
 
         return self._run("relocate a root", lambda c: inventory.relocate_root(c, old, new))
 
@@ -73,7 +75,9 @@ class InventoryCalls(CatalogBase):
 
         return self._run(
             "record snapshot",
-            lambda c: findings.record_snapshot(c, root, info, run_id, verified, problem, utcnow()),
+            lambda c: findings.record_snapshot(
+                c, root, info, run_id, verified, problem, self.now()
+            ),
             conflict,
         )
 
@@ -81,7 +85,7 @@ class InventoryCalls(CatalogBase):
         """Record what verifying files found: None (intact) or the problem, per path."""
         self._run(
             "record verifications",
-            lambda c: findings.record_verifications(c, root, results, utcnow()),
+            lambda c: findings.record_verifications(c, root, results, self.now()),
         )
 
     def record_validation(
@@ -99,7 +103,7 @@ class InventoryCalls(CatalogBase):
         self._run(
             "record validation",
             lambda c: findings.record_validation(
-                c, key.root, key.store, checked, found, run_id, utcnow(), started_at
+                c, key.root, key.store, checked, found, run_id, self.now(), started_at
             ),
         )
 
@@ -109,7 +113,7 @@ class InventoryCalls(CatalogBase):
         """Open problems on a store (those already open are kept as they are)."""
         return self._run(
             "record problems",
-            lambda c: findings.add_problems(c, key.root, key.store, found, run_id, utcnow()),
+            lambda c: findings.add_problems(c, key.root, key.store, found, run_id, self.now()),
         )
 
     def problems(
@@ -142,7 +146,7 @@ class InventoryCalls(CatalogBase):
         return self._run(
             "resolve problems",
             lambda c: findings.resolve_problems(
-                c, key.root, key.store, resolution, run_id, utcnow(), path=path
+                c, key.root, key.store, resolution, run_id, self.now(), path=path
             ),
         )
 
@@ -152,20 +156,20 @@ class InventoryCalls(CatalogBase):
         """Record a damaged snapshot (as found; None if gone) before it is replaced."""
         return self._run(
             "record repair",
-            lambda c: findings.begin_repair(c, run_id, root, path, problem, damaged, utcnow()),
+            lambda c: findings.begin_repair(c, run_id, root, path, problem, damaged, self.now()),
         )
 
     def repair_removed(self, repair_id: int) -> None:
         self._run(
             "record repair step",
-            lambda c: findings.repair_removed(c, repair_id, utcnow()),
+            lambda c: findings.repair_removed(c, repair_id, self.now()),
         )
 
     def finish_repair(self, repair_id: int, root: str, info: CheckpointInfo) -> None:
         """The rebuilt snapshot ``info`` is written and verified: it replaces the record."""
         self._run(
             "finish repair",
-            lambda c: findings.finish_repair(c, repair_id, root, info, utcnow()),
+            lambda c: findings.finish_repair(c, repair_id, root, info, self.now()),
         )
 
     def repairs(self, root: str | None = None) -> list[Repair]:

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog import deletions, explanations, inventory, retention_sql
-from state_runtime.catalog.api.transactions import CatalogBase, utcnow
+from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import (
     Deletion,
     Explanation,
@@ -55,7 +55,7 @@ class RetentionCalls(CatalogBase):
                     return []
                 scope = Scope(store_ids=(found[store],))
             return retention_sql.file_verdicts(
-                connection, policy, scope, now or utcnow(), only_deletable=True
+                connection, policy, scope, now or self.now(), only_deletable=True
             )
 
         return self._run("find deletable files", work)
@@ -66,7 +66,7 @@ class RetentionCalls(CatalogBase):
         """The verdict on every live or claimed file: needed, kept, or deletable, and why."""
         return self._run(
             "judge files",
-            lambda c: retention_sql.file_verdicts(c, policy, Scope(root=root), now or utcnow()),
+            lambda c: retention_sql.file_verdicts(c, policy, Scope(root=root), now or self.now()),
         )
 
     def explain(
@@ -83,7 +83,7 @@ class RetentionCalls(CatalogBase):
         the answer says what is lost and what still loads."""
         return self._run(
             "explain file",
-            lambda c: explanations.explain(c, root, path, policy, now or utcnow(), absent=absent),
+            lambda c: explanations.explain(c, root, path, policy, now or self.now(), absent=absent),
         )
 
     def claim_deletions(
@@ -105,7 +105,7 @@ class RetentionCalls(CatalogBase):
         return self._run(
             "claim deletions",
             lambda c: deletions.claim_deletions(
-                c, run_id, policy, root, only_stores, now or utcnow(), limit
+                c, run_id, policy, root, only_stores, now or self.now(), limit
             ),
         )
 
@@ -113,7 +113,7 @@ class RetentionCalls(CatalogBase):
         """Record claimed files as deleted from storage, each with its reason, in the ledger."""
         return self._run(
             "record deletions",
-            lambda c: deletions.record_deletions(c, run_id, root, paths, utcnow()),
+            lambda c: deletions.record_deletions(c, run_id, root, paths, self.now()),
         )
 
     def record_lost(self, run_id: int, root: str, paths: Sequence[str], reason: str) -> int:
@@ -121,7 +121,7 @@ class RetentionCalls(CatalogBase):
         so that retention stops counting on them and keeps what loads their versions instead."""
         return self._run(
             "record lost files",
-            lambda c: deletions.record_lost(c, run_id, root, paths, reason, utcnow()),
+            lambda c: deletions.record_lost(c, run_id, root, paths, reason, self.now()),
         )
 
     def deletion_history(

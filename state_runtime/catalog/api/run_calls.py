@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog import runs_and_leases
-from state_runtime.catalog.api.transactions import CatalogBase, utcnow
+from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
 from state_runtime.catalog.tables import RunKind
 from state_runtime.errors import MaintenanceRefused
@@ -27,7 +27,7 @@ class RunCalls(CatalogBase):
         return self._run(
             "start maintenance run",
             lambda c: runs_and_leases.start_run(
-                c, kind, owner, dict(parameters or {}), token, utcnow()
+                c, kind, owner, dict(parameters or {}), token, self.now()
             ),
         )
 
@@ -43,20 +43,22 @@ class RunCalls(CatalogBase):
         self._run(
             "finish maintenance run",
             lambda c: runs_and_leases.finish_run(
-                c, run_id, outcome, dict(counts or {}), error, utcnow()
+                c, run_id, outcome, dict(counts or {}), error, self.now()
             ),
         )
 
     def heartbeat(self, run_id: int) -> bool:
         """Show that a running run is alive; False if it is no longer running."""
-        return self._run("run heartbeat", lambda c: runs_and_leases.heartbeat(c, run_id, utcnow()))
+        return self._run(
+            "run heartbeat", lambda c: runs_and_leases.heartbeat(c, run_id, self.now())
+        )
 
     def close_abandoned_runs(self, *, now: datetime | None = None) -> list[MaintenanceRun]:
         """Close as 'abandoned' the runs left running by a process that died (see
         ``catalog.runs``); return them."""
         return self._run(
             "close abandoned runs",
-            lambda c: runs_and_leases.close_abandoned_runs(c, now or utcnow()),
+            lambda c: runs_and_leases.close_abandoned_runs(c, now or self.now()),
         )
 
     def run(self, run_id: int) -> MaintenanceRun | None:
@@ -73,7 +75,7 @@ class RunCalls(CatalogBase):
         return self._run(
             "acquire lease",
             lambda c: runs_and_leases.try_acquire_lease(
-                c, key, owner, ttl, run_id, token, utcnow()
+                c, key, owner, ttl, run_id, token, self.now()
             ),
         )
 
@@ -81,7 +83,7 @@ class RunCalls(CatalogBase):
         return self._run(
             "renew lease",
             lambda c: runs_and_leases.renew_lease(
-                c, runs_and_leases.known_store_id(c, lease.key), lease, ttl, utcnow()
+                c, runs_and_leases.known_store_id(c, lease.key), lease, ttl, self.now()
             ),
         )
 
@@ -133,7 +135,7 @@ class RunCalls(CatalogBase):
         tokens = [new_checkpoint_id() for _ in keys]
 
         def work(connection: Connection) -> list[Lease | None]:
-            now = utcnow()
+            now = self.now()
             return [
                 runs_and_leases.try_acquire_lease(connection, key, owner, ttl, run_id, token, now)
                 for key, token in zip(keys, tokens, strict=True)

@@ -4,7 +4,7 @@ what readers and maintenance open stores with."""
 from __future__ import annotations
 
 from state_runtime.catalog import schema_history_sql
-from state_runtime.catalog.api.transactions import CatalogBase, conflict, utcnow
+from state_runtime.catalog.api.transactions import CatalogBase, conflict
 from state_runtime.catalog.schema_history_sql import OperatorStore
 from state_runtime.store.schema_history import SchemaHistory
 
@@ -32,7 +32,7 @@ class SchemaHistoryCalls(CatalogBase):
         self._run(
             "record schema history",
             lambda c: schema_history_sql.record_history(
-                c, root, operator_id, store_name, history, utcnow()
+                c, root, operator_id, store_name, history, self.now()
             ),
             conflict,
         )

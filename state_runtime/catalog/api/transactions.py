@@ -4,13 +4,14 @@ transaction per call."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Self, TypeVar
+from datetime import datetime
+from typing import Literal, Self, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from state_runtime.catalog import revision
+from state_runtime.catalog.clock import DatabaseClock
 from state_runtime.catalog.connection_settings import CatalogTimeouts, catalog_url
 from state_runtime.catalog.engine import (
     RetryPolicy,
@@ -21,10 +22,6 @@ from state_runtime.catalog.engine import (
 from state_runtime.errors import CommitConflict
 
 T = TypeVar("T")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def conflict(exc: DBAPIError) -> Exception | None:
@@ -40,20 +37,28 @@ class CatalogBase:
     def __init__(self, engine: Engine, *, retry: RetryPolicy | None = None) -> None:
         self.engine = engine
         self.retry = retry or RetryPolicy()
+        self.clock = DatabaseClock(engine, self.retry)
+
+    def now(self) -> datetime:
+        """The time by the database's clock (:mod:`state_runtime.catalog.clock`): what leases,
+        run records, file records and the retention window go by."""
+        return self.clock.now()
 
     @classmethod
     def open(
         cls,
         url: str | None = None,
         *,
-        upgrade: bool = False,
+        upgrade: bool | Literal["sqlite"] = False,
         retry: RetryPolicy | None = None,
         timeouts: CatalogTimeouts | None = None,
     ) -> Self:
         """Connect to the catalog at ``url`` (default: ``catalog_url()``) and check its schema.
 
         With ``upgrade`` the schema is first migrated to the head revision (what the embedded
-        demo wants; a SQLite file and its folder are created); otherwise nothing is created,
+        demo wants; a SQLite file and its folder are created); with ``upgrade="sqlite"`` only
+        a SQLite catalog is (a single-user file: the streaming job's default), never
+        PostgreSQL's, whose DDL only its owner runs; otherwise nothing is created,
         and a missing SQLite file or an older schema raises CatalogSchemaOutdated naming the
         command that upgrades it. A schema newer than this code raises CatalogSchemaTooNew;
         a malformed URL InvalidCatalogUrl; an unreachable database CatalogUnavailable.
@@ -62,7 +67,7 @@ class CatalogBase:
         engine = create_catalog_engine(url or catalog_url(), timeouts)
         policy = retry or RetryPolicy()
         try:
-            if upgrade:
+            if upgrade is True or (upgrade == "sqlite" and engine.dialect.name == "sqlite"):
                 revision.upgrade(engine, retry=policy)
             revision.check_schema(engine, retry=policy)
         except BaseException:
@@ -94,4 +99,5 @@ class CatalogBase:
         work: Callable[[Connection], T],
         translate: Callable[[DBAPIError], Exception | None] | None = None,
     ) -> T:
+        self.clock.sync()  # measured (when due) before the transaction, never inside it
         return run_transaction(self.engine, work, retry=self.retry, what=what, translate=translate)

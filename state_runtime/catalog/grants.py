@@ -1,0 +1,145 @@
+"""Least privilege on PostgreSQL: the catalog's four roles and the SQL that grants their rights.
+
+- owner: owns the schema; the only role that runs DDL (``python -m state_runtime.catalog
+  upgrade``) and these grants.
+- runtime: what a streaming job does: register stores and their schema histories, record
+  files, commit batches, record holders, batch metrics and watermarks. SELECT, INSERT and
+  UPDATE on those tables, SELECT on the rest; no DELETE, no DDL.
+- maintenance: the runtime's rights plus what snapshots, cleanup, validation, repair and
+  leases need: INSERT, UPDATE and DELETE on every table but the schema's revision; no DDL.
+- reader: SELECT only (the operators' views and the tables ``statestore``'s read commands
+  read: nothing secret is stored in them).
+
+Default privileges make every table or view the owner creates later readable by the three
+roles and writable by maintenance, so the views an upgrade recreates keep their grants; the
+runtime's writes are per table, so run ``grants --apply`` again after an upgrade that adds a
+table. Rendered as SQL (printed, or applied as the owner in one transaction), never built
+from unchecked input: role names are checked identifiers, quoted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from state_runtime.catalog.engine import RetryPolicy, run_transaction
+from state_runtime.catalog.tables import (
+    batch_metrics,
+    batch_watermarks,
+    checkpoint_files,
+    commit_log,
+    operator_schemas,
+    state_schemas,
+    store_holders,
+    stores,
+)
+from state_runtime.errors import InvalidArgument
+
+RUNTIME_WRITES = tuple(
+    t.name
+    for t in (
+        stores,
+        checkpoint_files,
+        commit_log,
+        batch_metrics,
+        store_holders,
+        batch_watermarks,
+        state_schemas,
+        operator_schemas,
+    )
+)
+"""The tables a streaming job inserts into and updates (never deletes from)."""
+REVISION_TABLE = "alembic_version"
+_ROLE_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def _ident(name: str) -> str:
+    if not _ROLE_RE.match(name):
+        raise InvalidArgument(
+            f"invalid role or schema name {name!r}: expected 1-63 lower-case letters, digits "
+            "or underscores, not starting with a digit"
+        )
+    return f'"{name}"'
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The names of the catalog's roles (overridable: one set per catalog, say)."""
+
+    owner: str
+    runtime: str = "state_runtime"
+    maintenance: str = "state_maintenance"
+    reader: str = "state_reader"
+
+    def __post_init__(self) -> None:
+        names = [self.owner, self.runtime, self.maintenance, self.reader]
+        for name in names:
+            _ident(name)
+        if len(set(names)) != len(names):
+            raise InvalidArgument(f"the four catalog roles need four distinct names: {names}")
+
+
+def grants_sql(roles: Roles, schema: str) -> list[str]:
+    """The statements that create the three roles (NOLOGIN, if missing) and grant their
+    rights in ``schema``; run as ``roles.owner``. Safe to run again."""
+    s = _ident(schema)
+    owner, runtime = _ident(roles.owner), _ident(roles.runtime)
+    maintenance, reader = _ident(roles.maintenance), _ident(roles.reader)
+    users = f"{runtime}, {maintenance}, {reader}"
+    statements = [
+        f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{name}') THEN "
+        f'CREATE ROLE "{name}" NOLOGIN; END IF; END $$'
+        for name in (roles.runtime, roles.maintenance, roles.reader)
+    ]
+    written = ", ".join(f"{s}.{_ident(t)}" for t in RUNTIME_WRITES)
+    statements += [
+        f"REVOKE CREATE ON SCHEMA {s} FROM {users}",
+        f"GRANT USAGE ON SCHEMA {s} TO {users}",
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {users}",
+        f"GRANT INSERT, UPDATE ON {written} TO {runtime}",
+        f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {maintenance}",
+        f"REVOKE INSERT, UPDATE, DELETE ON {s}.{_ident(REVISION_TABLE)} FROM {maintenance}",
+        f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {s} TO {runtime}, {maintenance}",
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {s} GRANT SELECT ON TABLES "
+        f"TO {users}",
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {s} GRANT INSERT, UPDATE, DELETE "
+        f"ON TABLES TO {maintenance}",
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {s} GRANT USAGE, SELECT ON "
+        f"SEQUENCES TO {runtime}, {maintenance}",
+    ]
+    return statements
+
+
+def catalog_grants(
+    engine: Engine,
+    *,
+    runtime: str | None = None,
+    maintenance: str | None = None,
+    reader: str | None = None,
+    owner: str | None = None,
+    apply: bool = False,
+) -> list[str]:
+    """The grants for the catalog at ``engine`` (its current schema; the owner defaults to
+    the connecting role); with ``apply``, run them there in one transaction."""
+    if engine.dialect.name != "postgresql":
+        raise InvalidArgument(
+            "roles and grants are for a PostgreSQL catalog: a SQLite catalog is a single-user "
+            "file, protected by its file permissions"
+        )
+
+    def work(connection: Connection) -> list[str]:
+        found = connection.execute(sa.text("SELECT current_user, current_schema()")).one()
+        names = {"runtime": runtime, "maintenance": maintenance, "reader": reader}
+        roles = Roles(owner or found[0], **{k: v for k, v in names.items() if v is not None})
+        statements = grants_sql(roles, found[1])
+        if apply:
+            for statement in statements:
+                connection.exec_driver_sql(statement)
+        return statements
+
+    return run_transaction(
+        engine, work, retry=RetryPolicy(), what="apply grants" if apply else "render grants"
+    )

@@ -1,0 +1,393 @@
+"""The differential harness: one generated event stream through our operators and through
+Spark's own streaming engine, compared batch by batch (see /work/shared/spark-oracle.md).
+
+Each batch is one JSON file in an inbox; Spark reads the inbox with ``maxFilesPerTrigger=1``
+and ``foreachBatch`` collects each batch's rows; our query runs the same file as the same batch
+id. Times are written as naive wall-clock strings, so both sides parse them in the session
+time zone the stream was generated with. Extra no-data batches are off on Spark's side (ours
+has none). A stream may stop and restart both sides at a batch: Spark from its checkpoint, ours
+as a new query object on the same checkpoint root and catalog.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from hypothesis import strategies as st
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from state_runtime.runtime import (
+    Agg,
+    GroupState,
+    StatefulOperator,
+    StatefulQuery,
+    Watermark,
+    Window,
+    drop_duplicates,
+    map_groups_with_state,
+    running_aggregation,
+    windowed_aggregation,
+)
+from state_runtime.runtime.times import datetime_ms
+
+EVENTS = "part int, user string, ts timestamp, amount bigint"
+EPOCH_S = 1_700_000_000  # the streams' times start here (2023-11-14)
+ZONES = ("UTC", "America/Los_Angeles", "Asia/Kolkata", "Europe/Paris")
+GAP_MS = 3000  # the timeout operator's session gap
+Event = tuple[int, str | None, int | None, int]
+"""(part, user, event time in ms since the epoch or None, amount): ``part`` tells apart the
+independent streams packed into one query where Spark's semantics allow it (no watermark)."""
+Rows = list[tuple[Any, ...]]
+TIMES: dict[str, float] = {"ours": 0.0, "spark": 0.0}
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One generated case: the batches, the operator's variant and the restart point."""
+
+    batches: list[list[Event]]
+    zone: str
+    delay_s: int
+    size_s: int
+    slide_s: int
+    mode: str
+    restart_at: int | None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> Stream:
+    """Out-of-order, late and duplicated rows, null times and keys, rows exactly at the
+    watermark, empty batches, watermark jumps, several zones, restarts anywhere."""
+    delay_s = draw(st.sampled_from([0, 2, 5]))
+    size_s = draw(st.sampled_from([4, 10]))
+    batches: list[list[Event]] = []
+    high = 0  # the largest time so far (ms after EPOCH_S)
+    for _ in range(draw(st.integers(1, 6))):
+        events: list[Event] = []
+        for _ in range(draw(st.integers(0, 6))):
+            user = draw(st.sampled_from(["a", "b", "c", None]))
+            kind = draw(st.sampled_from(["near", "near", "near", "late", "edge", "null", "jump"]))
+            if kind == "null":
+                at = None
+            elif kind == "jump":
+                at = high + draw(st.integers(10, 60)) * 1000
+            elif kind == "edge":  # exactly at the watermark, or a window's end
+                at = max(0, high - delay_s * 1000 - draw(st.sampled_from([0, 1])))
+            elif kind == "late":
+                at = max(0, high - draw(st.integers(5, 30)) * 1000)
+            else:
+                at = max(0, high + draw(st.integers(-4000, 4000)))
+            amount = draw(st.integers(0, 9))
+            events.append((0, user, None if at is None else EPOCH_S * 1000 + at, amount))
+            if at is not None:
+                high = max(high, at)
+        if events and draw(st.booleans()):
+            events.append(draw(st.sampled_from(events)))  # a duplicate row
+        batches.append(events)
+    restart = draw(st.none() | st.integers(1, max(1, len(batches) - 1)))
+    return Stream(
+        batches,
+        draw(st.sampled_from(ZONES)),
+        delay_s,
+        size_s,
+        draw(st.sampled_from([size_s, size_s // 2])),
+        draw(st.sampled_from(["update", "append"])),
+        restart if restart is not None and restart < len(batches) else None,
+    )
+
+
+def packed(count: int) -> st.SearchStrategy[Stream]:
+    """``count`` independent streams as one (batch ``i`` of each in batch ``i``, ``part`` set),
+    for operators whose streams cannot interact: keyed by ``part`` and without a watermark."""
+
+    def pack(parts: list[Stream]) -> Stream:
+        length = max(len(p.batches) for p in parts)
+        batches = [
+            [(k, *e[1:]) for k, p in enumerate(parts) if i < len(p.batches) for e in p.batches[i]]
+            for i in range(length)
+        ]
+        restart = parts[0].restart_at
+        return replace(parts[0], batches=batches, restart_at=restart)
+
+    return st.lists(streams(), min_size=count, max_size=count).map(pack)
+
+
+def _line(event: Event, zone: str) -> str:
+    part, user, at, amount = event
+    ts = None
+    if at is not None:
+        local = datetime.fromtimestamp(at // 1000, tz=UTC).astimezone(ZoneInfo(zone))
+        ts = local.replace(tzinfo=None).isoformat() + f".{at % 1000:03d}"
+    return json.dumps({"part": part, "user": user, "ts": ts, "amount": amount})
+
+
+# --- the operators, each as (our operators, Spark's plan on the stream, output rows) -------
+
+
+def _window(s: Stream) -> Window:
+    return Window(timedelta(seconds=s.size_s), timedelta(seconds=s.slide_s))
+
+
+def _window_rows(rows: list[Any]) -> Rows:
+    return sorted(((r.user, r.window.start, r.window.end, r.n, r.total) for r in rows), key=repr)
+
+
+def _agg_rows(rows: list[Any]) -> Rows:
+    return sorted(((r.part, r.user, r.n, r.total) for r in rows), key=repr)
+
+
+def _timeout_rows(rows: list[Any]) -> Rows:
+    return sorted(((r.user, r.n, r.last, r.closed) for r in rows), key=repr)
+
+
+def _session_step(n: int, last: int, times_ms: list[int | None]) -> tuple[int, int]:
+    """The timeout operator's function, shared by both sides: rows seen and the latest
+    non-null event time (ms; -1 before any)."""
+    seen = [t for t in times_ms if t is not None]
+    return n + len(times_ms), max([last, *seen])
+
+
+def _ours_timeouts(key: tuple[Any, ...], rows: list[tuple[Any, ...]], state: GroupState) -> Any:
+    if state.has_timed_out:
+        n, last = state.get() or (0, -1)
+        return [(key[0], n, last, True)]
+    n, last = state.get() or (0, -1)
+    times = [None if r[2] is None else datetime_ms(r[2], "UTC") for r in rows]
+    n, last = _session_step(n, last, times)
+    state.update((n, last))
+    if last >= 0:
+        at = max(last + GAP_MS, state.watermark_ms or 0)
+        state.set_timeout_timestamp(datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=at))
+    return [(key[0], n, last, False)]
+
+
+def _spark_timeouts(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+    import pandas as pd
+
+    if state.hasTimedOut:
+        n, last = state.get
+        state.remove()
+        yield pd.DataFrame({"user": [key[0]], "n": [n], "last": [last], "closed": [True]})
+        return
+    n, last = state.get if state.exists else (0, -1)
+    for frame in frames:
+        # pandas sees naive wall times of the session zone; the plan adds exact epoch ms.
+        times = [None if pd.isna(t) else int(t) for t in frame["ts_ms"]]
+        n, last = _session_step(n, last, times)
+    state.update((n, last))
+    if last >= 0:
+        state.setTimeoutTimestamp(max(last + GAP_MS, state.getCurrentWatermarkMs()))
+    yield pd.DataFrame({"user": [key[0]], "n": [n], "last": [last], "closed": [False]})
+
+
+@dataclass(frozen=True)
+class Operator:
+    """Our operators for a stream, Spark's plan on the stream, the output as comparable rows,
+    and how many independent streams one query may carry."""
+
+    name: str
+    ours: Callable[[Stream], tuple[list[StatefulOperator], Watermark | None]]
+    spark: Callable[[DataFrame, Stream], tuple[DataFrame, str]]
+    rows: Callable[[list[Any]], Rows]
+    pack: int = 1
+
+
+def _ours_windows(s: Stream) -> tuple[list[StatefulOperator], Watermark | None]:
+    aggs = [Agg("n", "count"), Agg("total", "sum", "amount")]
+    op = windowed_aggregation(
+        0, ["user"], "user string", "ts", _window(s), aggs, 2,
+        output_mode=s.mode,  # type: ignore[arg-type]
+    )  # fmt: skip
+    return [op], Watermark("ts", timedelta(seconds=s.delay_s))
+
+
+def _spark_windows(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
+    out = (
+        df.withWatermark("ts", f"{s.delay_s} seconds")
+        .groupBy("user", F.window("ts", f"{s.size_s} seconds", f"{s.slide_s} seconds"))
+        .agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
+    )
+    return out, s.mode
+
+
+def _ours_running(s: Stream) -> tuple[list[StatefulOperator], Watermark | None]:
+    aggs = [Agg("n", "count"), Agg("total", "sum", "amount")]
+    return [running_aggregation(0, ["part", "user"], "part int, user string", aggs, 2)], None
+
+
+def _spark_running(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
+    out = df.groupBy("part", "user").agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
+    return out, "update"
+
+
+def _ours_sessions(s: Stream) -> tuple[list[StatefulOperator], Watermark | None]:
+    op = map_groups_with_state(
+        0, ["user"], "user string", "n bigint, last bigint",
+        "user string, n bigint, last bigint, closed boolean", _ours_timeouts, 2,
+        timeout="event_time", event_time_column="ts",
+    )  # fmt: skip
+    return [op], Watermark("ts", timedelta(seconds=s.delay_s))
+
+
+def _spark_sessions(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    out = (
+        df.withWatermark("ts", f"{s.delay_s} seconds")
+        .withColumn("ts_ms", F.unix_millis("ts"))
+        .groupBy("user")
+        .applyInPandasWithState(
+            _spark_timeouts,
+            "user string, n long, last long, closed boolean",
+            "n long, last long",
+            "update",
+            GroupStateTimeout.EventTimeTimeout,
+        )
+    )
+    return out, "update"
+
+
+def _ours_dedup(within: bool) -> Callable[[Stream], tuple[list[StatefulOperator], Watermark]]:
+    def build(s: Stream) -> tuple[list[StatefulOperator], Watermark]:
+        mark = Watermark("ts", timedelta(seconds=s.delay_s))
+        columns = ["user"] if within else ["user", "ts"]
+        op = drop_duplicates(0, columns, EVENTS, mark, 2, within_watermark=within)
+        return [op], mark
+
+    return build
+
+
+def _spark_dedup(within: bool) -> Callable[[DataFrame, Stream], tuple[DataFrame, str]]:
+    def plan(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
+        marked = df.withWatermark("ts", f"{s.delay_s} seconds")
+        if within:
+            return marked.dropDuplicatesWithinWatermark(["user"]), "append"
+        return marked.dropDuplicates(["user", "ts"]), "append"
+
+    return plan
+
+
+def _dedup_rows(columns: tuple[str, ...]) -> Callable[[list[Any]], Rows]:
+    """The rows that passed, by their key columns (which of a batch's rows of one key passes
+    is the engine's row order, not part of the contract)."""
+    return lambda rows: sorted((tuple(r[c] for c in columns) for r in rows), key=repr)
+
+
+OPERATORS = {
+    "running_aggregation": Operator(
+        "running_aggregation", _ours_running, _spark_running, _agg_rows, pack=10
+    ),
+    "windowed_aggregation": Operator(
+        "windowed_aggregation", _ours_windows, _spark_windows, _window_rows
+    ),
+    "event_time_timeouts": Operator(
+        "event_time_timeouts", _ours_sessions, _spark_sessions, _timeout_rows
+    ),
+    "drop_duplicates": Operator(
+        "drop_duplicates", _ours_dedup(False), _spark_dedup(False), _dedup_rows(("user", "ts"))
+    ),
+    "drop_duplicates_within_watermark": Operator(
+        "drop_duplicates_within_watermark",
+        _ours_dedup(True),
+        _spark_dedup(True),
+        _dedup_rows(("user",)),
+    ),
+}
+
+
+# --- running one stream through both ---------------------------------------------------
+
+
+@dataclass
+class Divergence(AssertionError):
+    operator: str
+    batch_id: int
+    stream: Stream
+    ours: Rows
+    theirs: Rows
+
+    def __str__(self) -> str:
+        return (
+            f"{self.operator} diverges from Spark at batch {self.batch_id}\n"
+            f"  ours:   {self.ours}\n  spark:  {self.theirs}\n  stream: {self.stream.to_json()}"
+        )
+
+
+def run_stream(
+    spark: SparkSession, operator: Operator, stream: Stream, folder: Path, catalog_url: str
+) -> int:
+    """Run ``stream`` through both engines; raise :class:`Divergence` at the first batch whose
+    outputs differ. Returns the number of batches compared."""
+    oracle = spark.newSession()
+    for conf, value in (
+        ("spark.sql.streaming.noDataMicroBatches.enabled", "false"),
+        ("spark.sql.shuffle.partitions", "2"),
+        ("spark.sql.session.timeZone", stream.zone),
+    ):
+        oracle.conf.set(conf, value)
+    inbox, root = folder / "in", folder / "ckpt"
+    inbox.mkdir(parents=True)
+    files = [inbox / f"{batch_id:04d}.json" for batch_id in range(len(stream.batches))]
+    base = time.time() - 1000
+    theirs: dict[int, Rows] = {}
+
+    def collect(df: DataFrame, batch_id: int) -> None:
+        theirs[batch_id] = operator.rows(df.collect())
+
+    def start_spark() -> Any:
+        source = oracle.readStream.schema(EVENTS).option("maxFilesPerTrigger", 1).json(str(inbox))
+        plan, mode = operator.spark(source, stream)
+        return (
+            plan.writeStream.outputMode(mode)
+            .foreachBatch(collect)
+            .option("checkpointLocation", str(folder / "spark-ckpt"))
+            .start()
+        )
+
+    def start_ours() -> StatefulQuery:
+        ops, watermark = operator.ours(stream)
+        return StatefulQuery(
+            "diff", str(root), ops, catalog_url=catalog_url, watermark=watermark, parallelism=2
+        )
+
+    ours_out: dict[int, Rows] = {}
+    stops = [stream.restart_at] if stream.restart_at is not None else []
+    segments = zip([0, *stops], [*stops, len(files)], strict=True)
+    for first, end in segments:
+        for batch_id in range(first, end):  # the file source orders by modification time
+            path = files[batch_id]
+            path.write_text("".join(_line(e, stream.zone) + "\n" for e in stream.batches[batch_id]))
+            os.utime(path, (base + batch_id, base + batch_id))
+        started = time.perf_counter()
+        query = start_ours()
+        for batch_id in range(first, end):
+            df = oracle.read.schema(EVENTS).json(str(files[batch_id]))
+            result = query.run_batch(df, batch_id)
+            ours_out[batch_id] = operator.rows(result.output.collect())
+            result.release()
+        TIMES["ours"] += time.perf_counter() - started
+        started = time.perf_counter()
+        running = start_spark()
+        try:
+            running.processAllAvailable()
+        finally:
+            running.stop()
+        TIMES["spark"] += time.perf_counter() - started
+    for batch_id in range(len(files)):
+        if ours_out[batch_id] != theirs.get(batch_id):
+            raise Divergence(
+                operator.name, batch_id, stream, ours_out[batch_id], theirs.get(batch_id, [])
+            )
+    return len(files)

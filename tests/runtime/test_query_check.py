@@ -1,0 +1,125 @@
+"""A wrong query is refused on the driver, before any Spark job and before the catalog knows
+its stores, with a typed error naming the column, the operator and the rule; the append-mode
+rule is checked against Spark's own streaming planner."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from state_runtime.catalog import Catalog
+from state_runtime.errors import QueryRefused
+from state_runtime.runtime import (
+    Agg,
+    StatefulOperator,
+    StatefulQuery,
+    Watermark,
+    Window,
+    map_groups_with_state,
+    running_aggregation,
+    windowed_aggregation,
+)
+
+pytestmark = pytest.mark.spark
+
+INPUT = "user string, ts timestamp, other timestamp, label string, flag boolean, amount bigint"
+ROW = ("u", datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 1, tzinfo=UTC), "x", True, 1)
+
+
+def _windows(column: str, mode: str = "append", aggs: Sequence[Agg] = ()) -> StatefulOperator:
+    return windowed_aggregation(
+        0, ["user"], "user string", column, Window(timedelta(seconds=10)),
+        [Agg("n", "count"), *aggs], 2, output_mode=mode,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _groups(event_time_column: str) -> StatefulOperator:
+    return map_groups_with_state(
+        0, ["user"], "user string", "n bigint", "user string, n bigint",
+        lambda key, rows, state: None, 2,
+        timeout="event_time", event_time_column=event_time_column,
+    )  # fmt: skip
+
+
+CASES: list[tuple[str, Callable[[], list[StatefulOperator]], str | None, str]] = [
+    ("missing watermark column", lambda: [_windows("ts")], "nope",
+     r"the query's watermark: event-time column 'nope' is not in its input"),
+    ("string watermark column", lambda: [_windows("ts")], "label",
+     r"event-time column 'label' is string, not a timestamp"),
+    ("append windows off the watermark", lambda: [_windows("other")], "ts",
+     r"windowed aggregation \(operator 0\): windows over column 'other', but the watermark is "
+     r"on 'ts' in append mode \(rule: Spark refuses an append-mode aggregation"),
+    ("update windows off the watermark", lambda: [_windows("other", "update")], "ts",
+     r"must be over the watermark's column"),
+    ("string window column", lambda: [_windows("label", "update")], "ts",
+     r"window time column 'label' is string, not a timestamp"),
+    ("sum of a boolean", lambda: [_windows("ts", "update", [Agg("s", "sum", "flag")])], "ts",
+     r"aggregate 's' \(sum\) column 'flag' is boolean, not a numeric"),
+    ("missing key", lambda: [running_aggregation(0, ["who"], "who string",
+                                                 [Agg("n", "count")], 2)], None,
+     r"running aggregation \(operator 0\): key column 'who' is not in its input"),
+    ("string event_time_column", lambda: [_groups("label")], "ts",
+     r"map_groups_with_state \(operator 0\): event_time_column 'label' is string"),
+    ("chained: a column the first operator drops", lambda: [
+        running_aggregation(0, ["user"], "user string", [Agg("n", "count")], 2),
+        running_aggregation(1, ["user"], "user string", [Agg("t", "sum", "amount")], 2)], None,
+     r"running aggregation \(operator 1\): aggregate 't' \(sum\) column 'amount' is not in its "
+     r"input <struct<user:string,n:bigint>>"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "ops", "column", "message"), CASES, ids=[c[0] for c in CASES])
+def test_a_wrong_query_is_refused_on_the_driver_before_any_job(
+    spark: SparkSession,
+    tmp_path: Path,
+    sqlite_catalog_url: str,
+    name: str,
+    ops: Callable[[], list[StatefulOperator]],
+    column: str | None,
+    message: str,
+) -> None:
+    watermark = None if column is None else Watermark(column, timedelta(seconds=5))
+    query = StatefulQuery(
+        "refused", str(tmp_path / "ckpt"), ops(), catalog_url=sqlite_catalog_url,
+        watermark=watermark,
+    )  # fmt: skip
+    df = spark.createDataFrame([ROW], INPUT)
+    group = f"query-check-{tmp_path.name}"
+    spark.sparkContext.setJobGroup(group, name)
+    try:
+        with pytest.raises(QueryRefused, match=message):
+            query.run_batch(df, 0)
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup(group) == []
+    assert Catalog.open(sqlite_catalog_url).stores(query.root) == []
+
+
+def _spark_query(session: SparkSession, inbox: Path, window_column: str, mode: str) -> Any:
+    stream: DataFrame = (
+        session.readStream.schema(INPUT)
+        .json(str(inbox))
+        .withWatermark("ts", "5 seconds")
+        .groupBy("user", F.window(window_column, "10 seconds"))
+        .count()
+    )
+    return stream.writeStream.outputMode(mode).format("noop").start()
+
+
+def test_sparks_planner_agrees_on_append_mode_windows(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark refuses append-mode windows over a column other than the watermark's, and accepts
+    them over the watermark's column: the rule our check applies."""
+    session = spark.newSession()
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    refused = r"STREAMING_OUTPUT_MODE\.UNSUPPORTED_OPERATION.*append"
+    with pytest.raises(AnalysisException, match=refused):
+        _spark_query(session, inbox, "other", "append")
+    _spark_query(session, inbox, "ts", "append").stop()
