@@ -170,6 +170,13 @@ class UnknownCheckpointId(CannotLoadState):
     code: ClassVar[str] = "STATE_UNKNOWN_CHECKPOINT_ID"
 
 
+class StateLost(CannotLoadState):
+    """A file the catalog recorded for a committed version is gone from storage: the state
+    it held is lost until the file comes back or the query is restored."""
+
+    code: ClassVar[str] = "STATE_LOST"
+
+
 class ChangesCleanedUp(CannotLoadState):
     """A batch's changes were asked for, but maintenance has deleted its delta files."""
 

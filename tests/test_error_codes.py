@@ -33,6 +33,7 @@ CODES = {
     "UnexpectedVersion": "STATE_CHECKPOINT_FILE_MISLABELLED",
     "LineageBroken": "STATE_LINEAGE_BROKEN",
     "UnknownCheckpointId": "STATE_UNKNOWN_CHECKPOINT_ID",
+    "StateLost": "STATE_LOST",
     "ChangesCleanedUp": "STATE_CHANGES_CLEANED_UP",
     "CannotCommit": "STATE_CANNOT_COMMIT",
     "StorageError": "STATE_STORAGE_FAILED",
@@ -88,13 +89,15 @@ def test_a_real_corrupt_file_names_its_code(tmp_path: Path) -> None:
 def test_json_output_carries_the_code(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'absent.db'}"
     runner = CliRunner(env={"STATE_CATALOG_URL": None})
-    result = runner.invoke(main, ["--catalog-url", url, "health", "--json"])
+    result = runner.invoke(main, ["--catalog-url", url, "history", "--json"])
     assert result.exit_code == 4
     shown = json.loads(result.stdout)["error"]
     assert shown["code"] == "STATE_CATALOG_SCHEMA_OUTDATED" and "no schema yet" in shown["message"]
     assert "error: [STATE_CATALOG_SCHEMA_OUTDATED] " in result.stderr
-    plain = runner.invoke(main, ["--catalog-url", url, "health"])
+    plain = runner.invoke(main, ["--catalog-url", url, "history"])
     assert plain.exit_code == 4 and plain.stdout == ""
+    monitor = runner.invoke(main, ["--catalog-url", url, "health"])
+    assert monitor.exit_code == 3 and "STATE_CATALOG_SCHEMA_OUTDATED" in monitor.stderr
 
 
 def test_a_refusal_names_the_value_and_the_limit() -> None:

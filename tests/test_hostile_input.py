@@ -25,7 +25,7 @@ from state_runtime.catalog import Catalog
 from state_runtime.catalog.engine import create_catalog_engine
 from state_runtime.catalog.revision import upgrade
 from state_runtime.cli import main
-from state_runtime.cli.exits import EXIT_FAILED, EXIT_REFUSED, EXIT_USAGE
+from state_runtime.cli.exits import EXIT_FAILED, EXIT_REFUSED, EXIT_USAGE, MONITOR_UNKNOWN
 from state_runtime.identity import StoreId
 from tests.catalog.conftest import PG_HOST, PG_PORT, PG_USER, pg_database  # noqa: F401
 from tests.catalog.factory import Stream, info
@@ -108,141 +108,141 @@ def row(
 
 ROWS = [
     # --- roots ------------------------------------------------------------------------------
-    row("ftp root", "--root ftp://host/x health", EXIT_USAGE, "unsupported checkpoint root"),
+    row("ftp root", "--root ftp://host/x validate", EXIT_USAGE, "unsupported checkpoint root"),
     row(
         "s3 root with keys",
-        f"--root s3://{AWS_KEY_ID}:{AWS_SECRET}@bucket/p health",
+        f"--root s3://{AWS_KEY_ID}:{AWS_SECRET}@bucket/p validate",
         EXIT_USAGE,
         "must not contain credentials",
         secrets=(AWS_SECRET, AWS_KEY_ID),
     ),
     row(
         "file root with password",
-        "--root file://admin:hunter2-pass@host/x health",
+        "--root file://admin:hunter2-pass@host/x validate",
         EXIT_USAGE,
         "holds no credentials",
         secrets=("hunter2-pass",),
     ),
-    row("file root of another host", "--root file://host/x health", EXIT_USAGE, "no host"),
-    row("dot-dot root", "--root ../escape health", EXIT_USAGE, "'..' is not allowed"),
-    row("root with a query", "--root s3://bucket/p?x=1 health", EXIT_USAGE, "no port, query"),
-    row("control characters", "--root '/tmp/a\nb' health", EXIT_USAGE, "control characters"),
+    row("file root of another host", "--root file://host/x validate", EXIT_USAGE, "no host"),
+    row("dot-dot root", "--root ../escape validate", EXIT_USAGE, "'..' is not allowed"),
+    row("root with a query", "--root s3://bucket/p?x=1 validate", EXIT_USAGE, "no port, query"),
+    row("control characters", "--root '/tmp/a\nb' validate", EXIT_USAGE, "control characters"),
     row(
         "root with nothing recorded",
-        "--root {base}/does-not-exist health",
+        "--root {base}/does-not-exist validate",
         EXIT_USAGE,
         "nothing is recorded below file://",
     ),
     # --- names and ids ----------------------------------------------------------------------
-    row("store traversal", "health --store {root}#0/0/../../etc", EXIT_USAGE, "invalid store"),
+    row("store traversal", "validate --store {root}#0/0/../../etc", EXIT_USAGE, "invalid store"),
     row(
         "operator id past INTEGER",
-        "health --store {root}#2147483648/0/default",
+        "validate --store {root}#2147483648/0/default",
         EXIT_USAGE,
         "catalog's integer range",
     ),
     row(
         "partition id past BIGINT",
-        "health --store {root}#0/99999999999999999999999/default",
+        "validate --store {root}#0/99999999999999999999999/default",
         EXIT_USAGE,
         "catalog's integer range",
     ),
-    row("store name with a slash", "health --store {root}#0/0/a/b", EXIT_USAGE, "invalid store"),
+    row("store name with a slash", "validate --store {root}#0/0/a/b", EXIT_USAGE, "invalid store"),
     row("explain traversal", "--root {root} explain ../../etc/passwd", EXIT_USAGE, "'..'"),
     # --- catalog URLs -----------------------------------------------------------------------
     row(
         "plain postgresql URL",
-        "--catalog-url postgresql://postgres:sekret-plain@127.0.0.1/x health",
+        "--catalog-url postgresql://postgres:sekret-plain@127.0.0.1/x validate",
         EXIT_USAGE,
         "use postgresql+psycopg2://",
         secrets=("sekret-plain",),
     ),
     row(
         "postgres scheme",
-        "--catalog-url postgres://postgres@127.0.0.1/x health",
+        "--catalog-url postgres://postgres@127.0.0.1/x validate",
         EXIT_USAGE,
         "postgresql+psycopg2://",
     ),
     row(
         "unescaped @ in the password",
-        "--catalog-url postgresql+psycopg2://u:p@ss-w0rd@127.0.0.1/x health",
+        "--catalog-url postgresql+psycopg2://u:p@ss-w0rd@127.0.0.1/x validate",
         EXIT_USAGE,
         "percent-encode it as %40",
         secrets=("ss-w0rd",),
     ),
     row(
         "non-numeric port",
-        "--catalog-url postgresql+psycopg2://u:sekret-port@127.0.0.1:abc/x health",
+        "--catalog-url postgresql+psycopg2://u:sekret-port@127.0.0.1:abc/x validate",
         EXIT_USAGE,
         "the port must be a number",
         secrets=("sekret-port",),
     ),
     row(
         "unsupported database",
-        "--catalog-url mysql://u:sekret-my@h/db health",
+        "--catalog-url mysql://u:sekret-my@h/db validate",
         EXIT_USAGE,
         "unsupported database 'mysql'",
         secrets=("sekret-my",),
     ),
-    row("not a URL", "--catalog-url not-a-url health", EXIT_USAGE, "not a valid SQLAlchemy URL"),
+    row("not a URL", "--catalog-url not-a-url validate", EXIT_USAGE, "not a valid SQLAlchemy URL"),
     row(
         "password in the query, server down",
-        "--catalog-url postgresql+psycopg2://postgres@127.0.0.1:{port}/x?password=sekret-q health",
+        "--catalog-url postgresql+psycopg2://postgres@127.0.0.1:{port}/x?password=sekret-q history",
         EXIT_FAILED,
         "cannot connect to the catalog",
         secrets=("sekret-q",),
     ),
     row(
         "missing SQLite folder",
-        "--catalog-url sqlite:///{base}/nowhere/catalog.db health",
+        "--catalog-url sqlite:///{base}/nowhere/catalog.db validate",
         EXIT_FAILED,
         "has no schema yet",
     ),
     row(
         "newer schema",
-        "--catalog-url sqlite:///{base}/catalog/newer.db health",
+        "--catalog-url sqlite:///{base}/catalog/newer.db validate",
         EXIT_FAILED,
         "9999_future, which this version of state_runtime does not know",
     ),
     # --- settings from the environment ------------------------------------------------------
     row(
         "garbage duration variable",
-        "health",
+        "validate",
         EXIT_USAGE,
         "STATE_MAINTENANCE_WINDOW='soon'",
         env={"STATE_MAINTENANCE_WINDOW": "soon"},
     ),
     row(
         "variable below the floor",
-        "health",
+        "validate",
         EXIT_REFUSED,
         "STATE_MAINTENANCE_RETAIN_VERSIONS='1': retaining 1 version(s) is below the safety floor",
         env={"STATE_MAINTENANCE_RETAIN_VERSIONS": "1"},
     ),
     row(
         "misspelt variable",
-        "health",
+        "validate",
         EXIT_USAGE,
         "unknown setting(s) STATE_MAINTENANCE_RETAIN",
         env={"STATE_MAINTENANCE_RETAIN": "5"},
     ),
     row(
         "huge number variable",
-        "health",
+        "validate",
         EXIT_USAGE,
         "is out of range",
         env={"STATE_MAINTENANCE_LAG_WARN_DELTAS": "99999999999999999999"},
     ),
     row(
         "garbage catalog timeout",
-        "health",
+        "validate",
         EXIT_USAGE,
         "STATE_CATALOG_STATEMENT_TIMEOUT='forever'",
         env={"STATE_CATALOG_STATEMENT_TIMEOUT": "forever"},
     ),
     row(
         "plain URL in the environment",
-        "health",
+        "validate",
         EXIT_USAGE,
         "names no driver",
         env={"STATE_CATALOG_URL": "postgresql://app:sekret-env@db/state"},
@@ -250,7 +250,7 @@ ROWS = [
     ),
     row(
         "S3 endpoint with credentials",
-        "--root s3://bucket/p health",
+        "--root s3://bucket/p validate",
         EXIT_USAGE,
         "must not contain credentials",
         env={"STATE_S3_ENDPOINT_URL": f"http://{AWS_KEY_ID}:{AWS_SECRET}@minio:9000"},
@@ -270,15 +270,15 @@ ROWS = [
     row("century window", "maintain --window 9999999w", EXIT_USAGE, "longer than 100 years"),
     row("negative window", "maintain --window -5m", EXIT_USAGE, "invalid duration '-5m'"),
     row("zero deltas", "maintain --min-deltas 0", EXIT_USAGE, "--min-deltas"),
-    row("zero limit", "health --limit 0", EXIT_USAGE, "--limit"),
-    row("unknown sort", "health --sort rows", EXIT_USAGE, "--sort"),
+    row("zero limit", "history --limit 0", EXIT_USAGE, "--limit"),
+    row("unknown sort", "health --sort rows", MONITOR_UNKNOWN, "--sort"),  # monitors: 3
     row("unknown command", "vacuum", EXIT_USAGE, "No such command 'vacuum'"),
 ]
 POSTGRES_ROWS = [
     row(
         "database does not exist",
         f"--catalog-url postgresql+psycopg2://{PG_USER}:sekret-db@{PG_HOST}:{PG_PORT}/"
-        f"no_such_db_{uuid.uuid4().hex[:8]} health",
+        f"no_such_db_{uuid.uuid4().hex[:8]} validate",
         EXIT_FAILED,
         "does not exist",
         secrets=("sekret-db",),

@@ -65,6 +65,7 @@ class RunKind(StrEnum):
     CLEANUP = "cleanup"
     VALIDATE = "validate"
     RECONCILE = "reconcile"
+    RESTORE = "restore"
 
 
 class RunOutcome(StrEnum):

@@ -530,11 +530,45 @@ $$
 """
 
 
+BATCH_FIGURES = (
+    "batch_ms",
+    "cache_hit_rate",
+    "max_task_ms",
+    "max_load_ms",
+    "deltas_applied",
+    "duplicate_attempts",
+    "watermark_ms",
+    "late_rows",
+    "evicted",
+)
+"""The figures of ``batch_metrics.extra`` (written by ``StatefulQuery._metrics`` and
+``event_time_metrics``) that ``state_batch_metrics`` shows as columns (NULL when absent)."""
+
+
+def batch_metrics_view(dialect: str) -> str:
+    """``state_batch_metrics``: one row per recorded micro-batch, its figures as columns."""
+
+    def figure(name: str) -> str:
+        if dialect == "postgresql":
+            return f"(m.extra ->> {quote(name)})::double precision AS {name}"
+        return f"json_extract(m.extra, {quote('$.' + name)}) AS {name}"
+
+    return (
+        "CREATE VIEW state_batch_metrics AS\n"
+        "SELECT m.checkpoint_root, m.query_id, m.batch_id, m.recorded_at, m.rows_in,\n"
+        "       m.keys_updated, m.state_rows, m.bytes_written, m.commit_ms, m.cache_hits,\n"
+        "       m.cache_misses,\n       "
+        + ",\n       ".join(figure(name) for name in BATCH_FIGURES)
+        + "\nFROM batch_metrics m\n"
+    )
+
+
 def _plain(dialect: str) -> list[Derived]:
     derived = [
         Derived("state_version_history", "VIEW", (VERSION_HISTORY,)),
         Derived("state_lineage", "VIEW", (LINEAGE,)),
         Derived("state_deletions", "VIEW", (DELETIONS,)),
+        Derived("state_batch_metrics", "VIEW", (batch_metrics_view(dialect),)),
     ]
     if dialect == "postgresql":
         comment = (

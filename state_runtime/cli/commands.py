@@ -1,5 +1,5 @@
 """The ``statestore`` commands: maintain, validate, health, history, explain, repair, resolve,
-reconcile, relocate, schema-check.
+restore, reconcile, relocate, schema-check.
 
 Every command takes ``--json`` (the whole report, see :mod:`state_runtime.cli.jsonable`).
 Exit codes and error output: see :mod:`state_runtime.cli.exits` (and docs/maintenance.md).
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -24,17 +24,23 @@ from state_runtime.cli import output
 from state_runtime.cli.exits import (
     EXIT_PROBLEMS,
     EXIT_USAGE,
+    MONITOR_BROKEN,
+    MONITOR_DEGRADED,
+    MONITOR_HEALTHY,
+    MONITOR_UNKNOWN,
     StatestoreGroup,
     fail,
+    fail_with,
     show_warnings,
 )
 from state_runtime.cli.jsonable import echo_json
 from state_runtime.cli.progress_bars import RichProgress
-from state_runtime.errors import InvalidArgument
+from state_runtime.errors import InvalidArgument, StateStoreError
 from state_runtime.maintenance import (
     SILENT,
     Fleet,
     Progress,
+    beyond_repair,
     canonical_root,
     check_schema_change,
     cleanup_pass,
@@ -43,17 +49,21 @@ from state_runtime.maintenance import (
     explain_file,
     parse_duration,
     parse_store_key,
+    plan_restore,
     reconcile,
     relocate_root,
     repair_pass,
+    restore_query,
     run_checks,
     schema_changes,
     snapshot_pass,
     store_reports,
 )
+from state_runtime.maintenance.health import StoreReport
 from state_runtime.maintenance.policy import PRESETS, MaintenancePolicy
 from state_runtime.redaction import redact
 from state_runtime.settings import MAINTENANCE, Setting
+from state_runtime.status import StoreStatus
 from state_runtime.storage import check_relative_path
 from state_runtime.store.schema_evolution import SchemaChange
 
@@ -147,12 +157,22 @@ POLICY_OPTIONS = [setting for setting in MAINTENANCE if setting.option]
 """The maintenance settings the command line overrides, as declared in MAINTENANCE."""
 
 
-def policy_options(command: F) -> F:
-    """Options overriding the maintenance policy (defaults: STATE_MAINTENANCE_* or built-in).
-    Zero is a value: ``--orphan-grace 0s`` means no grace."""
-    for setting in reversed(POLICY_OPTIONS):
-        command = _policy_option(setting, str(setting.option))(command)
-    return command
+RETENTION = ("retain_versions", "window", "orphan_grace")
+"""The settings of the retention rule: what a command judging files by it uses."""
+
+
+def policy_options(*used: str) -> Callable[[F], F]:
+    """Options overriding the settings ``used`` by the command (all when none is named), so
+    that its help lists only those (defaults: STATE_MAINTENANCE_* or built-in). Zero is a
+    value: ``--orphan-grace 0s`` means no grace."""
+
+    def decorate(command: F) -> F:
+        for setting in reversed(POLICY_OPTIONS):
+            if not used or setting.name in used:
+                command = _policy_option(setting, str(setting.option))(command)
+        return command
+
+    return decorate
 
 
 def _policy(settings: Settings, options: dict[str, Any]) -> MaintenancePolicy:
@@ -266,7 +286,7 @@ def main(ctx: click.Context, /, **kw: Any) -> None:
 @click.option("--workers", type=click.IntRange(min=1), default=1, help="Stores in parallel.")
 @json_option
 @store_option
-@policy_options
+@policy_options()
 @click.pass_obj
 def maintain(settings: Settings, /, **kw: Any) -> None:
     """Write due snapshots, then clean up (a dry run unless --execute)."""
@@ -308,7 +328,7 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
 @click.option("--workers", type=click.IntRange(min=1), default=1, help="Stores in parallel.")
 @json_option
 @store_option
-@policy_options
+@policy_options(*RETENTION, "min_window")
 @click.pass_obj
 def validate(settings: Settings, /, **kw: Any) -> None:
     """Check that every retained version loads: files, sizes, checksums, lineage, commit log."""
@@ -335,20 +355,45 @@ def validate(settings: Settings, /, **kw: Any) -> None:
 )
 @click.option("--limit", type=click.IntRange(min=1), help="Show only the first N rows.")
 @store_option
-@policy_options
+@policy_options(*RETENTION)
 @click.pass_obj
 def health(settings: Settings, /, **kw: Any) -> None:
     """Each store's status (healthy, degraded, broken, unknown: why, since when) and figures,
-    from the catalog (no storage access)."""
-    policy = _policy(settings, kw)
-    with _fleet(settings) as fleet:
-        only = _stores(fleet, kw["stores"])
-        reports = output.sorted_reports(store_reports(fleet, policy, only=only), kw["sort"])
+    from the catalog (no storage access). Exit code for monitors: 0 healthy, 1 degraded,
+    2 broken, 3 unknown (or the command failed). 'status' is the same command."""
+    try:
+        policy = _policy(settings, kw)
+        with _fleet(settings) as fleet:
+            only = _stores(fleet, kw["stores"])
+            reports = output.sorted_reports(store_reports(fleet, policy, only=only), kw["sort"])
+    except StateStoreError as exc:
+        fail_with(exc, as_json=kw["as_json"], code=MONITOR_UNKNOWN)
+    except SystemExit as exc:  # bad input (an unknown root or store), already printed
+        sys.exit(MONITOR_UNKNOWN if exc.code else exc.code)
+    code = monitor_code(reports)
     reports = reports[: kw["limit"]] if kw["limit"] else reports
     if kw["as_json"]:
         echo_json([output.health_json(r) for r in reports])
     else:
         output.print_health(settings.console, reports)
+    sys.exit(code)
+
+
+main.add_command(health, name="status")
+
+
+def monitor_code(reports: Sequence[StoreReport]) -> int:
+    """The monitoring-plugin exit code of the stores' statuses: the worst of broken (2),
+    degraded (1), unknown (3), healthy (0), in that order; no store at all is unknown."""
+    found = {r.status.status for r in reports}
+    for status, code in (
+        (StoreStatus.BROKEN, MONITOR_BROKEN),
+        (StoreStatus.DEGRADED, MONITOR_DEGRADED),
+        (StoreStatus.UNKNOWN, MONITOR_UNKNOWN),
+    ):
+        if status in found:
+            return code
+    return MONITOR_HEALTHY if found else MONITOR_UNKNOWN
 
 
 @main.command()
@@ -357,7 +402,12 @@ def health(settings: Settings, /, **kw: Any) -> None:
 @click.option(
     "--schemas", is_flag=True, help="Each operator store's schema changes, with their batch."
 )
-@click.option("--limit", type=click.IntRange(min=1), default=50, help="Newest versions, per root.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=50,
+    help="Newest versions per root; with --by-batch, newest whole micro-batches per root.",
+)
 @json_option
 @store_option
 @click.pass_obj
@@ -384,16 +434,14 @@ def history(settings: Settings, /, **kw: Any) -> None:
                 f"--query {query!r}: no such query committed below {', '.join(roots)} "
                 f"(known: {', '.join(known[:10]) or 'none'})",
             )
-        entries = [
-            entry
-            for root in roots
-            for entry in fleet.catalog.version_history(
-                root,
-                stores=None if only is None else [k.store for k in only if k.root == root],
-                query_id=query,
-                limit=kw["limit"],
-            )
-        ]
+        entries = []
+        for root in roots:
+            wanted = None if only is None else [k.store for k in only if k.root == root]
+            # A batch commits at most one version per store: N batches fit in N x stores rows.
+            per_batch = len(wanted) if wanted is not None else len(fleet.catalog.stores(root))
+            rows = kw["limit"] * max(per_batch, 1) if kw["by_batch"] else kw["limit"]
+            found = fleet.catalog.version_history(root, stores=wanted, query_id=query, limit=rows)
+            entries += output.newest_batches(found, kw["limit"]) if kw["by_batch"] else found
     if kw["by_batch"]:
         batches = output.batch_history(entries)
         if kw["as_json"]:
@@ -409,7 +457,7 @@ def history(settings: Settings, /, **kw: Any) -> None:
 @main.command()
 @click.argument("file")
 @json_option
-@policy_options
+@policy_options(*RETENTION)
 @click.pass_obj
 def explain(settings: Settings, /, file: str, **kw: Any) -> None:
     """Why FILE is kept, or why cleanup may delete it, and its store's status.
@@ -446,7 +494,7 @@ def _locate(fleet: Fleet, file: str) -> tuple[str, str]:
 @click.option("--dry-run/--execute", default=True, help="Only list the damaged snapshots.")
 @json_option
 @store_option
-@policy_options
+@policy_options(*RETENTION)
 @click.pass_obj
 def repair(settings: Settings, /, **kw: Any) -> None:
     """Rebuild damaged snapshots from their intact deltas (a dry run unless --execute).
@@ -457,19 +505,23 @@ def repair(settings: Settings, /, **kw: Any) -> None:
     policy = _policy(settings, kw)
     with _fleet(settings, storage=True) as fleet:
         only = _stores(fleet, kw["stores"])
+        done: dict[str, Any] = {"dry_run": kw["dry_run"]}
         if kw["dry_run"]:
-            damaged = damaged_snapshots(fleet, policy, only)
-            if kw["as_json"]:
-                echo_json({"dry_run": True, "damaged": damaged})
-            else:
-                output.print_damaged(settings.console, damaged)
-            return
-        report = repair_pass(fleet, policy, only=only, progress=settings.progress)
+            done["damaged"] = damaged_snapshots(fleet, policy, only)
+        else:
+            done["report"] = repair_pass(fleet, policy, only=only, progress=settings.progress)
+        left = done["beyond_repair"] = beyond_repair(fleet, policy, only)
+        queries = {root: fleet.catalog.query_ids(root) for root in {p.key.root for p in left}}
     if kw["as_json"]:
-        echo_json({"dry_run": False, "report": report})
+        echo_json(done)
     else:
-        output.print_repairs(settings.console, report)
-    _exit(fleet, bool(report.failed))
+        if kw["dry_run"]:
+            output.print_damaged(settings.console, done["damaged"])
+        else:
+            output.print_repairs(settings.console, done["report"])
+        output.print_beyond_repair(settings.console, left, queries)
+    failed = not kw["dry_run"] and bool(done["report"].failed)
+    _exit(fleet, failed or bool(left))
 
 
 @main.command()
@@ -491,13 +543,95 @@ def resolve(settings: Settings, /, **kw: Any) -> None:
         echo_json({"resolved": resolved, "reason": kw["reason"]})
 
 
+@main.command()
+@click.argument("root")
+@click.option("--query", "query_id", required=True, help="The query whose stores to restore.")
+@click.option(
+    "--to-batch",
+    "batch_id",
+    type=click.IntRange(min=0),
+    required=True,
+    help="The committed batch to return to; the query resumes at the next one.",
+)
+@click.option(
+    "--spark-checkpoint",
+    metavar="DIR",
+    help="The query's Spark checkpoint folder: its offsets and commits after the batch are "
+    "moved aside, so that Spark resumes at the same batch.",
+)
+@click.option(
+    "--no-spark-checkpoint", is_flag=True, help="The query runs without a Spark checkpoint."
+)
+@click.option(
+    "--allow-lost-state",
+    is_flag=True,
+    help="Accept the loss of stores whose state at the batch does not load: they start "
+    "again from empty (named in the plan).",
+)
+@click.option("--dry-run/--execute", default=True, help="Only check and show the plan.")
+@json_option
+@click.pass_obj
+def restore(settings: Settings, /, root: str, **kw: Any) -> None:
+    """Return a query's stores to an earlier, intact batch (a dry run unless --execute).
+
+    Every store's files at the batch are read and verified first; later versions stay in the
+    inventory as orphans that cleanup deletes (the ledger names the restore). Stop the query
+    first; restart it afterwards: it resumes at the next batch.
+    """
+    if kw["spark_checkpoint"] and kw["no_spark_checkpoint"]:
+        fail(EXIT_USAGE, "--spark-checkpoint and --no-spark-checkpoint exclude each other")
+    spark = "" if kw["no_spark_checkpoint"] else kw["spark_checkpoint"]
+    settings.roots = [canonical_root(root)]
+    with _fleet(settings) as fleet:
+        plan = plan_restore(
+            fleet,
+            settings.roots[0],
+            kw["query_id"],
+            kw["batch_id"],
+            spark_checkpoint=spark,
+            allow_lost_state=kw["allow_lost_state"],
+        )
+        if not kw["dry_run"]:
+            plan = restore_query(fleet, plan, _policy(settings, {}))
+    if kw["as_json"]:
+        echo_json(plan)
+    else:
+        output.print_restore(settings.console, plan)
+
+
+@main.command()
+@click.argument("root")
+@click.option("--query", "query_id", required=True, help="The query whose batches to show.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, help="Newest batches.")
+@json_option
+@click.pass_obj
+def metrics(settings: Settings, /, root: str, **kw: Any) -> None:
+    """Each micro-batch's figures as the runtime recorded them, newest first: rows in, keys
+    updated, state rows, bytes written, commit time, batch time, load time, cache hits (the
+    view state_batch_metrics holds the same)."""
+    settings.roots = [canonical_root(root)]
+    with _fleet(settings) as fleet:
+        known = fleet.catalog.query_ids(settings.roots[0])
+        if kw["query_id"] not in known:
+            fail(
+                EXIT_USAGE,
+                f"--query {kw['query_id']!r}: no such query committed below {settings.roots[0]} "
+                f"(known: {', '.join(known[:10]) or 'none'})",
+            )
+        batches = fleet.catalog.batch_metrics(settings.roots[0], kw["query_id"], limit=kw["limit"])
+    if kw["as_json"]:
+        echo_json([output.metrics_json(b) for b in batches])
+    else:
+        output.print_metrics(settings.console, kw["query_id"], batches)
+
+
 @main.command(name="reconcile")
 @click.option("--dry-run/--record", default=False, help="Only report unknown files.")
 @click.option(
     "--min-age", callback=_duration, help="Skip younger files.", show_default="--min-window"
 )
 @json_option
-@policy_options
+@policy_options(*RETENTION, "min_window")
 @click.pass_obj
 def reconcile_command(settings: Settings, /, **kw: Any) -> None:
     """List storage and record the files the catalog does not know (a rare sweep)."""

@@ -9,6 +9,12 @@
   database or schema missing, its schema newer than this code, credentials refused.
 - 5: an unexpected internal error (a bug: please report it with the command line).
 
+``health`` and its alias ``status`` follow the monitoring-plugin convention instead, so that a
+monitor can act on the code alone: 0 every store healthy, 1 degraded (a warning), 2 broken
+(critical), 3 unknown (a store never validated, or the command could not tell: any error,
+bad input included). A closed pipe (``statestore ... | head -1``) ends the command quietly
+with 1 (click's own handling of EPIPE; no traceback).
+
 Every library error names its stable code (``[STATE_...] message``); with ``--json`` the error
 is also printed on stdout as ``{"error": {"code": ..., "message": ..., ...}}``. No error
 shows a traceback, and every message is masked of secrets
@@ -18,6 +24,7 @@ lines (with ``-q``, only errors).
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import sys
@@ -29,6 +36,9 @@ from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStore
 from state_runtime.redaction import RedactingFilter, redact
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_FAILED, EXIT_INTERNAL = 0, 1, 2, 3, 4, 5
+MONITOR_COMMANDS = frozenset({"health", "status"})
+"""Commands whose exit codes follow the monitoring-plugin convention (0/1/2/3)."""
+MONITOR_HEALTHY, MONITOR_DEGRADED, MONITOR_BROKEN, MONITOR_UNKNOWN = 0, 1, 2, 3
 
 
 class _Warnings(logging.Handler):
@@ -73,16 +83,30 @@ def fail(code: int, message: str) -> NoReturn:
     sys.exit(code)
 
 
-def fail_with(error: StateStoreError, *, as_json: bool = False) -> NoReturn:
+def fail_with(
+    error: StateStoreError, *, as_json: bool = False, code: int | None = None
+) -> NoReturn:
     if as_json:
         click.echo(json.dumps({"error": error.details()}, indent=2))
     prefix = "refused: " if isinstance(error, MaintenanceRefused) else ""
-    fail(exit_code(error), f"{prefix}{error}")
+    fail(exit_code(error) if code is None else code, f"{prefix}{error}")
 
 
 class StatestoreGroup(click.Group):
     """A click group whose every failure, its own usage errors included, ends as one line
     and a documented exit code."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """Like click's, with a "did you mean" for an unknown command (click suggests
+        options, not commands)."""
+        name = args[0] if args else ""
+        if args and self.get_command(ctx, name) is None and not name.startswith("-"):
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.5)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
 
     def main(self, *args: Any, **kwargs: Any) -> NoReturn:
         kwargs["standalone_mode"] = False
@@ -92,7 +116,8 @@ class StatestoreGroup(click.Group):
             result = super().main(*args, **kwargs)
         except click.UsageError as exc:
             where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            fail(EXIT_USAGE, exc.format_message() + where)
+            monitor = exc.ctx is not None and exc.ctx.info_name in MONITOR_COMMANDS
+            fail(MONITOR_UNKNOWN if monitor else EXIT_USAGE, exc.format_message() + where)
         except click.ClickException as exc:
             fail(exc.exit_code, exc.format_message())
         except click.Abort:

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from state_runtime.catalog import FileVerdict, VersionHistory
+from state_runtime.catalog import FileVerdict, RecordedBatchMetrics, StoreProblem, VersionHistory
 from state_runtime.cli.jsonable import jsonable
 from state_runtime.maintenance import (
     ChecksReport,
@@ -21,6 +21,7 @@ from state_runtime.maintenance import (
     ReconcileReport,
     RelocationReport,
     RepairReport,
+    RestorePlan,
     SchemaChangeRow,
     SchemaCheck,
     SnapshotReport,
@@ -203,6 +204,21 @@ def print_history(console: Console, entries: Sequence[VersionHistory]) -> None:
                     f"{f.deleted_at:%Y-%m-%d %H:%M:%S} by run {f.deletion_run}: "
                     f"{f.deletion_reason}"
                 )
+
+
+def newest_batches(entries: Sequence[VersionHistory], limit: int) -> list[VersionHistory]:
+    """The versions of the ``limit`` newest micro-batches among ``entries`` (newest first,
+    as the catalog returns them: a batch's versions share its commit time), whole."""
+    kept: set[tuple[str, int]] = set()
+    chosen = []
+    for e in entries:
+        batch = (e.query_id, e.batch_id)
+        if batch not in kept:
+            if len(kept) == limit:
+                continue
+            kept.add(batch)
+        chosen.append(e)
+    return chosen
 
 
 def batch_history(entries: Sequence[VersionHistory]) -> list[dict[str, Any]]:
@@ -397,6 +413,33 @@ def print_damaged(console: Console, damaged: Sequence[FileVerdict]) -> None:
         console.print("Run with --execute to rebuild them.")
 
 
+def print_beyond_repair(
+    console: Console, problems: Sequence[StoreProblem], queries: dict[str, list[str]]
+) -> None:
+    """What repair cannot fix, and the command that can."""
+    if not problems:
+        return
+    console.print(
+        f"cannot repair: {len(problems)} open problem(s) are not damaged snapshots (repair "
+        "rebuilds snapshots from intact deltas; a lost delta has no copy to rebuild from)",
+        soft_wrap=True,
+    )
+    for p in problems[:SHOWN]:
+        where = f" (file {p.path})" if p.path else ""
+        console.print(f"  {p.key}: {p.problem}{where}", soft_wrap=True)
+    if len(problems) > SHOWN:
+        console.print(f"  ... and {len(problems) - SHOWN} more")
+    for root in sorted({p.key.root for p in problems}):
+        query = " or ".join(queries.get(root, [])) or "Q"
+        console.print(
+            f"Put the lost files back in storage, or return the query to an intact batch: "
+            f"`statestore restore {root} --query {query} --to-batch B --spark-checkpoint DIR` "
+            "(its dry run names the newest intact batch; --allow-lost-state restarts a lost "
+            "store from empty)",
+            soft_wrap=True,
+        )
+
+
 def print_repairs(console: Console, report: RepairReport) -> None:
     c = report.counts()
     console.print(
@@ -487,3 +530,88 @@ def print_schema_check(console: Console, check: SchemaCheck) -> None:
     console.print(f"[green]allowed[/green] from batch {check.from_batch}:", markup=True)
     for action in check.actions:
         console.print(f"  - {action}", highlight=False)
+
+
+def print_restore(console: Console, plan: RestorePlan) -> None:
+    """What a restore did, or (a dry run) will do."""
+    done = plan.executed
+    head = f"restore (run {plan.run_id})" if done else "restore (dry run: --execute to restore)"
+    console.print(
+        f"{head}: query {plan.query_id} below {plan.root} "
+        f"{'returned' if done else 'returns'} to batch {plan.batch_id} "
+        f"(last committed batch was {plan.last_batch}); {len(plan.targets)} store(s)",
+        soft_wrap=True,
+    )
+    batches = sorted({e.batch_id for e in plan.superseded if e.batch_id > plan.batch_id})
+    if batches:
+        console.print(
+            f"  superseded: batch(es) {batches[0]}-{batches[-1]}, "
+            f"{len(plan.superseded)} committed version(s); their files become orphans that "
+            "cleanup deletes after the grace period (the ledger names this restore)",
+            soft_wrap=True,
+        )
+    for lost in plan.lost:
+        console.print(
+            f"  lost, starts again from empty (--allow-lost-state): {lost.key} "
+            f"version {lost.version}: {lost.problem}",
+            soft_wrap=True,
+        )
+    if plan.spark is None:
+        console.print("  Spark checkpoint: none (--no-spark-checkpoint)")
+    else:
+        moved = plan.moved_spark_files if done else plan.spark.later_files
+        console.print(
+            f"  Spark checkpoint {plan.spark.folder}: {len(moved)} file(s) after batch "
+            f"{plan.batch_id} {'moved to' if done else 'to move to'} "
+            f"restored-by-run-{plan.run_id if done else '<run>'}/",
+            soft_wrap=True,
+        )
+    if done:
+        console.print(f"  the query resumes at batch {plan.batch_id + 1}: restart it")
+
+
+def metrics_json(recorded: RecordedBatchMetrics) -> dict[str, Any]:
+    """One batch's figures, flat: the recorded columns, then the runtime's extra figures."""
+    m = recorded.metrics
+    return {
+        "root": recorded.root,
+        "query_id": recorded.query_id,
+        "batch_id": recorded.batch_id,
+        "recorded_at": jsonable(recorded.recorded_at),
+        "rows_in": m.rows_in,
+        "keys_updated": m.keys_updated,
+        "state_rows": m.state_rows,
+        "bytes_written": m.bytes_written,
+        "commit_ms": m.commit_ms,
+        "cache_hits": m.cache_hits,
+        "cache_misses": m.cache_misses,
+    } | {key: jsonable(value) for key, value in m.extra.items()}
+
+
+def _ms(value: object) -> str:
+    return "-" if not isinstance(value, int | float) else f"{value:,.0f} ms"
+
+
+def print_metrics(console: Console, query_id: str, batches: Sequence[RecordedBatchMetrics]) -> None:
+    """One row per batch, newest first."""
+    table = Table(title=f"Batch metrics of query {query_id} ({len(batches)} batches, newest first)")
+    for name in ("batch", "recorded", "rows in", "keys updated", "state rows", "written"):
+        table.add_column(name, justify="left" if name == "recorded" else "right")
+    for name in ("commit", "batch time", "max load", "cache hits"):
+        table.add_column(name, justify="right")
+    for b in batches:
+        m, extra = b.metrics, b.metrics.extra
+        looked = m.cache_hits + m.cache_misses
+        table.add_row(
+            str(b.batch_id),
+            b.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
+            f"{m.rows_in:,}",
+            f"{m.keys_updated:,}",
+            f"{m.state_rows:,}",
+            size(m.bytes_written),
+            _ms(m.commit_ms),
+            _ms(extra.get("batch_ms")),
+            _ms(extra.get("max_load_ms")),
+            f"{m.cache_hits}/{looked}" if looked else "-",
+        )
+    console.print(table)

@@ -43,9 +43,11 @@ from state_runtime.maintenance.repair import (
     RepairOutcome,
     RepairReport,
     RepairStatus,
+    beyond_repair,
     damaged_snapshots,
     repair_pass,
 )
+from state_runtime.maintenance.restore import RestorePlan, plan_restore, restore_query
 from state_runtime.maintenance.schema_changes import (
     SchemaChangeRow,
     SchemaCheck,
@@ -123,6 +125,10 @@ __all__ = [
     "reconcile",
     "relocate_root",
     "repair_pass",
+    "beyond_repair",
+    "RestorePlan",
+    "plan_restore",
+    "restore_query",
     "retention_check",
     "run_checks",
     "snapshot_lag_check",

@@ -32,7 +32,15 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from enum import StrEnum
 
-from state_runtime.catalog import FileRecord, FileVerdict, FoundProblem, RunKind, StoreKey, Verdict
+from state_runtime.catalog import (
+    FileRecord,
+    FileVerdict,
+    FoundProblem,
+    RunKind,
+    StoreKey,
+    StoreProblem,
+    Verdict,
+)
 from state_runtime.errors import (
     CannotLoadState,
     CatalogError,
@@ -97,6 +105,21 @@ def damaged_snapshots(
         for root in fleet.query_roots(only)
         for verdict in fleet.catalog.file_verdicts(policy.retention, root=root)
         if verdict.verdict is Verdict.DAMAGED and fleet.in_scope(verdict.file.key, only)
+    ]
+
+
+def beyond_repair(
+    fleet: Fleet, policy: MaintenancePolicy, only: Collection[StoreKey] | None = None
+) -> list[StoreProblem]:
+    """The open problems in scope that repair does not fix: every one that is not about a
+    damaged snapshot it rebuilds (a missing or damaged delta, a broken commit log). Their
+    remedy is the lost file back in storage, or ``statestore restore``."""
+    rebuilt = {(v.file.key, v.file.path) for v in damaged_snapshots(fleet, policy, only)}
+    return [
+        p
+        for root in fleet.query_roots(only)
+        for p in fleet.catalog.problems(root=root)
+        if fleet.in_scope(p.key, only) and (p.key, p.path) not in rebuilt
     ]
 
 

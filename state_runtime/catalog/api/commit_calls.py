@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import batch_metrics, commits, holders, inventory, roots
+from state_runtime.catalog import batch_metrics, commits, holders, inventory, rewind, roots
 from state_runtime.catalog.api.transactions import CatalogBase, conflict
 from state_runtime.catalog.records import (
     BatchCommit,
@@ -69,6 +69,27 @@ class CommitCalls(CatalogBase):
             )
 
         return self._run("commit batch", work, conflict)
+
+    def rewind_query(
+        self,
+        root: str,
+        query_id: str,
+        batch_id: int,
+        expected: Mapping[StoreId, CheckpointRef],
+        *,
+        restart: Collection[StoreId] = (),
+        reason: str,
+        run_id: int | None = None,
+    ) -> rewind.Rewind:
+        """Make ``batch_id`` the query's last committed batch, in one transaction (see
+        ``rewind.rewind_query``); ``restart``: stores that start again from version 0."""
+        return self._run(
+            "rewind query",
+            lambda c: rewind.rewind_query(
+                c, root, query_id, batch_id, expected, restart, reason, run_id, self.now()
+            ),
+            conflict,
+        )
 
     def committed_ids(
         self, root: str, query_id: str, batch_id: int

@@ -14,6 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from state_runtime.catalog.check_constraints import swap_runs_check
+
 revision = "0005_run_ownership"
 down_revision: str | None = "0004_store_holders"
 branch_labels: str | None = None
@@ -25,30 +27,7 @@ RUNNING = "outcome = 'running'"
 
 
 def _swap_outcome_check(before: str, after: str) -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        op.drop_constraint("ck_runs_outcome", "maintenance_runs", type_="check")
-        op.create_check_constraint("ck_runs_outcome", "maintenance_runs", after)
-        return
-    # SQLite cannot alter a CHECK, and rebuilding the table would fail the foreign keys of
-    # its children inside this transaction. Its documented procedure for loosening a
-    # constraint edits the table's definition in place (sqlite.org/lang_altertable.html,
-    # "Making Other Kinds Of Table Schema Changes"); widening an IN list keeps every row valid.
-    bind = op.get_bind()
-    sql = bind.exec_driver_sql(
-        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'maintenance_runs'"
-    ).scalar_one()
-    if sql.count(before) != 1:
-        raise RuntimeError(f"maintenance_runs has no CHECK ({before}) to change: {sql}")
-    version = bind.exec_driver_sql("PRAGMA schema_version").scalar_one()
-    bind.exec_driver_sql("PRAGMA writable_schema = ON")
-    bind.exec_driver_sql(
-        "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'maintenance_runs'",
-        (sql.replace(before, after),),
-    )
-    bind.exec_driver_sql(f"PRAGMA schema_version = {int(version) + 1}")
-    bind.exec_driver_sql("PRAGMA writable_schema = OFF")
-    if bind.exec_driver_sql("PRAGMA quick_check").scalar_one() != "ok":
-        raise RuntimeError("SQLite reports damage after changing the runs' CHECK")
+    swap_runs_check("ck_runs_outcome", before, after)
 
 
 def upgrade() -> None:

@@ -1,0 +1,310 @@
+"""Restore: return a query's stores to an earlier, intact batch, so the query resumes there.
+
+``plan_restore`` checks, without changing anything, that every store batch ``B`` committed
+still loads: its chain of files is complete in the catalog and each file is in storage with
+its recorded size and checksum (read and verified). A store whose version at ``B`` does not
+load is *lost*: the plan refuses, names its files and the newest earlier batch that is intact,
+unless the user accepts the loss (``allow_lost_state``, after Flink's
+``--allowNonRestoredState``): such a store then starts again from empty, and the plan says so.
+
+``restore_query`` carries a plan out, under the stores' leases, as one recorded run (kind
+``restore``): one catalog transaction makes ``B`` the query's last committed batch (the
+runtime's next batch ``B + 1`` builds on it; the later commit-log entries are listed in the
+run's counts, their files become orphans whose reason names the run, and cleanup deletes them
+under the usual grace, the ledger keeping that reason); then Spark's own checkpoint is rewound
+the way a Spark user does it: its ``offsets/N`` and ``commits/N`` files (and ``.N.crc``) for
+``N > B`` are moved into ``restored-by-run-<id>/`` inside the checkpoint (kept, not deleted).
+Run again after a crash in between, the same command finishes the Spark side. The query must
+be stopped while it runs.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from state_runtime.catalog import CommitEntry, RunKind, StoreKey
+from state_runtime.errors import InvalidArgument, MaintenanceRefused
+from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.leases import leased
+from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.maintenance.runs import recorded_run
+from state_runtime.retention import intact, loading_files
+from state_runtime.store.file_verification import MISSING, verify_file
+
+SPARK_LOGS = ("offsets", "commits")
+
+
+@dataclass(frozen=True)
+class LostStore:
+    """A store whose version at the target batch does not load, and why."""
+
+    key: StoreKey
+    version: int
+    problem: str
+
+
+@dataclass(frozen=True)
+class SparkRewind:
+    """Spark's checkpoint: its last committed batch and the files after the target batch."""
+
+    folder: str
+    last_committed: int | None
+    later_files: list[str]
+
+
+@dataclass
+class RestorePlan:
+    """What a restore will do (a dry run prints it; ``restore_query`` carries it out)."""
+
+    root: str
+    query_id: str
+    batch_id: int
+    last_batch: int
+    targets: dict[StoreId, CheckpointRef]
+    superseded: list[CommitEntry]
+    lost: list[LostStore]
+    restarted: list[StoreKey]
+    spark: SparkRewind | None
+    executed: bool = False
+    run_id: int | None = None
+    orphaned_files: int = 0
+    moved_spark_files: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "stores": len(self.targets),
+            "superseded_versions": len(self.superseded),
+            "restarted_stores": len(self.restarted),
+            "orphaned_files": self.orphaned_files,
+            "spark_files_moved": len(self.moved_spark_files),
+        }
+
+
+def plan_restore(
+    fleet: Fleet,
+    root: str,
+    query_id: str,
+    batch_id: int,
+    *,
+    spark_checkpoint: str | None,
+    allow_lost_state: bool = False,
+) -> RestorePlan:
+    """Check that ``batch_id`` of ``query_id`` can be restored and say what restoring does.
+
+    ``spark_checkpoint``: the query's Spark checkpoint folder, or ``""`` when the query runs
+    without one (batches driven by ``run_batch``); None is refused with what to pass, since a
+    Spark checkpoint left ahead of the catalog makes the next batch fail. Raises
+    MaintenanceRefused naming what to do when the restore cannot leave them in agreement.
+    """
+    catalog = fleet.catalog
+    if query_id not in catalog.query_ids(root):
+        raise InvalidArgument(
+            f"no query {query_id!r} committed below {root} "
+            f"(known: {', '.join(catalog.query_ids(root)) or 'none'})"
+        )
+    history = catalog.commit_history(root, query_id=query_id, limit=1_000_000_000)
+    batches = sorted({e.batch_id for e in history})
+    targets = {e.key.store: e.ref for e in history if e.batch_id == batch_id}
+    if not targets:
+        raise InvalidArgument(
+            f"batch {batch_id} of query {query_id} is not committed below {root} (its committed "
+            f"batches: {_ranges(batches)})"
+        )
+    spark = _spark_side(spark_checkpoint, query_id, batch_id)
+    lost = _lost(fleet, root, targets)
+    if lost and not allow_lost_state:
+        earlier = _newest_intact(fleet, root, history, batch_id)
+        raise MaintenanceRefused(
+            f"cannot restore query {query_id} to batch {batch_id}: "
+            + "; ".join(f"{x.key} version {x.version}: {x.problem}" for x in lost)
+            + ". "
+            + (
+                f"Restore an earlier batch whose stores are intact (--to-batch {earlier}), "
+                if earlier is not None
+                else "No earlier committed batch has all its stores intact. "
+            )
+            + "or accept the loss of these stores with --allow-lost-state: they start again "
+            "from empty while the others return to batch "
+            f"{batch_id}"
+        )
+    restarted = [x.key for x in lost]
+    lost_ids = {k.store for k in restarted}
+    superseded = [e for e in history if e.batch_id > batch_id or e.key.store in lost_ids]
+    return RestorePlan(
+        root=root,
+        query_id=query_id,
+        batch_id=batch_id,
+        last_batch=batches[-1],
+        targets=targets,
+        superseded=sorted(superseded, key=lambda e: (e.batch_id, str(e.key))),
+        lost=lost,
+        restarted=restarted,
+        spark=spark,
+    )
+
+
+def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) -> RestorePlan:
+    """Carry ``plan`` out (see the module): one recorded run, the stores leased throughout."""
+    catalog = fleet.catalog
+    keys = [StoreKey(plan.root, store) for store in plan.targets] + [e.key for e in plan.superseded]
+    parameters = {
+        "query_id": plan.query_id,
+        "to_batch": plan.batch_id,
+        "allow_lost_state": bool(plan.restarted),
+        "spark_checkpoint": plan.spark.folder if plan.spark else None,
+    }
+    with recorded_run(catalog, RunKind.RESTORE, fleet.owner, parameters) as run:
+        plan.run_id = run.run_id
+        with leased(
+            catalog, sorted(set(keys), key=str), fleet.owner, policy.lease_ttl, run.run_id
+        ) as held:
+            if held.busy:
+                raise MaintenanceRefused(
+                    f"{len(held.busy)} store(s) of query {plan.query_id} are leased by another "
+                    f"maintenance run (e.g. {held.busy[0]}); run the restore again when it ends"
+                )
+            why = (
+                f"superseded: query {plan.query_id} restored to batch {plan.batch_id} by run "
+                f"{run.run_id}"
+            )
+            rewound = catalog.rewind_query(
+                plan.root,
+                plan.query_id,
+                plan.batch_id,
+                plan.targets,
+                restart=[k.store for k in plan.restarted],
+                reason=why,
+                run_id=run.run_id,
+            )
+            plan.superseded = rewound.superseded
+            plan.orphaned_files = rewound.orphaned_files
+        if plan.spark is not None:
+            plan.moved_spark_files = _move_spark_files(plan.spark, run.run_id)
+        plan.executed = True
+        run.counts = plan.counts() | {
+            "superseded": [
+                {"store": str(e.key), "batch": e.batch_id, "checkpoint": str(e.ref)}
+                for e in plan.superseded
+            ]
+        }
+    return plan
+
+
+def _lost(fleet: Fleet, root: str, targets: dict[StoreId, CheckpointRef]) -> list[LostStore]:
+    """The stores whose version at the target batch does not load from the files kept."""
+    lost = []
+    for store, ref in sorted(targets.items()):
+        key = StoreKey(root, store)
+        problem = _problem(fleet, key, ref)
+        if problem is not None:
+            lost.append(LostStore(key, ref.version, problem))
+    return lost
+
+
+def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef) -> str | None:
+    files = fleet.catalog.store_files(key.root, key.store)
+    facts = [f.facts() for f in files]
+    if ref.version == 0:
+        return None
+    if not intact(facts, ref.version):
+        return "the catalog has no complete chain of files for it (deleted or failed files)"
+    by_path = {f.path: f for f in files}
+    for fact in loading_files(facts, ref.version):
+        record = by_path[fact.path]
+        problem, _ = verify_file(fleet.storage(key.root), record.expected())
+        if problem is not None:
+            return (
+                f"the catalog recorded {record.path} for version {record.version}, and "
+                f"storage {'no longer has it' if problem == MISSING else 'has: ' + problem}"
+            )
+    return None
+
+
+def _newest_intact(
+    fleet: Fleet, root: str, history: Sequence[CommitEntry], below: int
+) -> int | None:
+    """The newest batch before ``below`` at which every store of the query loads."""
+    by_batch: dict[int, dict[StoreId, CheckpointRef]] = {}
+    for e in history:
+        if e.batch_id < below:
+            by_batch.setdefault(e.batch_id, {})[e.key.store] = e.ref
+    for batch in sorted(by_batch, reverse=True):
+        if not _lost(fleet, root, by_batch[batch]):
+            return batch
+    return None
+
+
+def _spark_side(folder: str | None, query_id: str, batch_id: int) -> SparkRewind | None:
+    if folder is None:
+        raise MaintenanceRefused(
+            f"say where query {query_id} keeps its Spark checkpoint: --spark-checkpoint DIR "
+            f"(its offsets and commits after batch {batch_id} are moved aside, so that Spark "
+            "resumes at the same batch as the catalog), or --no-spark-checkpoint if the query "
+            "runs without one; stop the query first"
+        )
+    if not folder:
+        return None
+    path = Path(folder)
+    if not (path / "offsets").is_dir():
+        raise InvalidArgument(f"{folder} is not a Spark checkpoint: it has no offsets/ folder")
+    logs = {name: _batches(path / name) for name in SPARK_LOGS}
+    last = max(logs["commits"], default=None)
+    if batch_id not in logs["offsets"] or batch_id not in logs["commits"]:
+        raise MaintenanceRefused(
+            f"Spark's checkpoint {folder} has no committed batch {batch_id} (its offsets: "
+            f"{_ranges(sorted(logs['offsets']))}; commits: {_ranges(sorted(logs['commits']))}): "
+            "Spark cannot resume there; restore a batch that both Spark and the catalog kept"
+        )
+    later = sorted(
+        str(f.relative_to(path))
+        for name, found in logs.items()
+        for n in found
+        if n > batch_id
+        for f in (path / name / str(n), path / name / f".{n}.crc")
+        if f.exists()
+    )
+    return SparkRewind(str(path), last, later)
+
+
+def _batches(folder: Path) -> set[int]:
+    return {int(f.name) for f in folder.iterdir() if f.name.isdigit()} if folder.is_dir() else set()
+
+
+def _move_spark_files(spark: SparkRewind, run_id: int) -> list[str]:
+    """Move Spark's offsets and commits after the target batch aside (newest first, so an
+    interrupted move leaves Spark's logs a prefix); return what moved."""
+    root = Path(spark.folder)
+    aside = root / f"restored-by-run-{run_id}"
+    moved = []
+    for name in sorted(spark.later_files, key=_spark_order, reverse=True):
+        source = root / name
+        if source.exists():
+            target = aside / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(source, target)
+            moved.append(name)
+    return moved
+
+
+def _spark_order(name: str) -> tuple[int, bool]:
+    """Batch number, then commits before offsets (moved first in reverse order)."""
+    return int(Path(name).name.strip(".").removesuffix(".crc")), name.startswith("commits")
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    """``0-4, 7, 9-10``: consecutive numbers as ranges."""
+    if not numbers:
+        return "none"
+    parts, start, prev = [], numbers[0], numbers[0]
+    for n in [*numbers[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    return ", ".join(parts)
