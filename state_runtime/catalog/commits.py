@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from state_runtime.catalog.inventory import RecordedFile, committed_ids_at, record_files
 from state_runtime.catalog.records import BatchCommit, CommitEntry
 from state_runtime.catalog.roots import validate_root
-from state_runtime.catalog.rows import key_of, store_id_of
+from state_runtime.catalog.rows import is_store, key_of, store_id_of
 from state_runtime.catalog.statements import chunks
 from state_runtime.catalog.tables import FileState, checkpoint_files, commit_log, stores
 from state_runtime.errors import CommitConflict, InvalidArgument
@@ -366,11 +366,7 @@ def commit_history(
     if query_id is not None:
         query = query.where(c.query_id == query_id)
     if store is not None:
-        query = query.where(
-            s.operator_id == store.operator_id,
-            s.partition_id == store.partition_id,
-            s.store_name == store.store_name,
-        )
+        query = query.where(is_store(store))
     return [
         CommitEntry(
             key=key_of(r),

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.inventory import files_at, lock_stores, record_files, store_ids
 from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
-from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, key_of
+from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, is_store, key_of
 from state_runtime.catalog.statements import chunks
 from state_runtime.catalog.tables import (
     Verification,
@@ -212,11 +212,7 @@ def problems(
     if root is not None:
         query = query.where(s.checkpoint_root == root)
     if store is not None:
-        query = query.where(
-            s.operator_id == store.operator_id,
-            s.partition_id == store.partition_id,
-            s.store_name == store.store_name,
-        )
+        query = query.where(is_store(store))
     return [
         StoreProblem(
             problem_id=row.problem_id,

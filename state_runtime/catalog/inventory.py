@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import StoreKey, StoreRecord
 from state_runtime.catalog.roots import validate_root
-from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, key_of, store_id_of
+from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, is_store, key_of, store_id_of
 from state_runtime.catalog.statements import chunks, insert_ignoring
 from state_runtime.catalog.tables import (
     FileState,
@@ -382,9 +382,7 @@ def register_store(
         stores.update()
         .where(
             s.checkpoint_root == root,
-            s.operator_id == store.operator_id,
-            s.partition_id == store.partition_id,
-            s.store_name == store.store_name,
+            is_store(store),
         )
         .values(key_schema=key_schema, value_schema=value_schema)
     )

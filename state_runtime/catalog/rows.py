@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Any, TypeAlias
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Row
 
 from state_runtime.catalog.records import FileRecord, StoreKey
@@ -33,6 +34,16 @@ def store_key(root: str, operator_id: int, partition_id: int, store_name: str) -
 @functools.lru_cache(maxsize=65536)
 def store_id(operator_id: int, partition_id: int, store_name: str) -> StoreId:
     return StoreId(operator_id, partition_id, store_name)
+
+
+def is_store(store: StoreId) -> sa.ColumnElement[bool]:
+    """The WHERE clause that picks ``store`` (any root) from the stores table."""
+    s = stores.c
+    return sa.and_(
+        s.operator_id == store.operator_id,
+        s.partition_id == store.partition_id,
+        s.store_name == store.store_name,
+    )
 
 
 def key_of(row: Any) -> StoreKey:

@@ -17,7 +17,6 @@ from typing import cast
 from pyspark.sql import SparkSession
 
 from state_runtime.errors import MissingExtra
-from state_runtime.runtime.spark_kind import quiet
 
 _CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 
@@ -34,6 +33,8 @@ def _settings(app_name: str, shuffle_partitions: int) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # the JVM's log level, set when its SparkContext starts (no sparkContext call needed)
+        "spark.log.level": "ERROR",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Python workers talk to the JVM over Unix domain sockets (Spark 4.1+): each
         # mapInArrow task costs less (see docs/runtime.md, "Where a batch's time goes").
@@ -47,9 +48,7 @@ def _classic(master: str, conf: dict[str, str]) -> SparkSession:
     builder = SparkSession.builder.master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    quiet(spark)
-    return spark
+    return builder.getOrCreate()
 
 
 def _local_connect_server(master: str, conf: dict[str, str]) -> str:

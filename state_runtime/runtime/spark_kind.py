@@ -72,9 +72,3 @@ def observed(obs: Observation) -> dict[str, Any]:
     if promise is None or not promise.future().isCompleted():
         return {}
     return dict(obs.get)
-
-
-def quiet(spark: SparkSession, level: str = "ERROR") -> None:
-    """Set the log level of a classic session's JVM; a Connect server keeps its own."""
-    if not is_connect(spark):
-        spark.sparkContext.setLogLevel(level)
