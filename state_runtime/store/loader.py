@@ -70,12 +70,14 @@ class VersionLoader:
         indexer: KeyIndexer,
         cached: Callable[[CheckpointRef], Version | None],
         known_snapshots: set[CheckpointRef],
+        cached_refs: Callable[[], list[CheckpointRef]] = list,
     ) -> None:
         self.target = target
         self.store = target.store
         self.schema = target.schema
         self.indexer = indexer
         self._cached = cached
+        self._cached_refs = cached_refs
         self._known_snapshots = known_snapshots
 
     def empty(self) -> Version:
@@ -119,19 +121,27 @@ class VersionLoader:
         raise AssertionError("unreachable")
 
     def _roll_forward(self, target: CheckpointFile, metrics: LoadMetrics) -> Version | None:
-        """Apply the deltas a cached ancestor on ``target``'s lineage missed, if there is one."""
-        lineage = target.header.lineage
-        for depth, ancestor in enumerate(lineage):
-            base = self._cached(ancestor)
-            if base is None:
-                continue
-            chain = [target] + [
-                self._need_delta(r, child, metrics)
-                for r, child in zip(lineage[:depth], (target.ref, *lineage), strict=False)
-            ]
-            metrics.source = LoadSource.ROLL_FORWARD
-            return self.apply(base, chain, metrics)
-        return None
+        """Apply the deltas a cached ancestor on ``target``'s lineage missed, if there is one.
+
+        The walk goes parent by parent (a format 3 delta names only its parent), reading
+        deltas only when a cached version lies within the lineage's depth."""
+        depth = target.header.depth
+        lowest = target.ref.version - depth
+        if not any(lowest <= r.version < target.ref.version for r in self._cached_refs()):
+            return None
+        chain = [target]
+        while True:
+            cur = chain[-1]
+            parent = cur.header.lineage[0] if cur.header.lineage else EMPTY
+            base = self._cached(parent)
+            if base is not None:
+                metrics.source = LoadSource.ROLL_FORWARD
+                return self.apply(base, chain, metrics)
+            if parent.version <= lowest:
+                return None
+            delta = self._need_delta(parent, cur, metrics)
+            self._check_chain(cur, delta)
+            chain.append(delta)
 
     def _load_from_files(
         self, ref: CheckpointRef, target: CheckpointFile | None, metrics: LoadMetrics
@@ -252,7 +262,7 @@ class VersionLoader:
             metrics.deltas_applied += 1
         changes = squash(self.indexer, [delta.run for delta in chain])
         target = chain[0]
-        return base.derive(changes, target.ref, target.header.lineage, rows)
+        return base.derive(changes, target.ref, _lineage(chain, base), rows)
 
     # --- files --------------------------------------------------------------------------
 
@@ -285,8 +295,19 @@ class VersionLoader:
             ) from None
         metrics.files_read += 1
         metrics.bytes_read += len(data)
-        header, table = decode(data, path, self.store, ref)
+        try:
+            header, table = decode(data, path, self.store, ref, self.target.schema_of)
+        except SchemaMismatch as e:
+            newest = self.target.history.newest.schema.describe()
+            raise SchemaMismatch(
+                f"{e.reason}; the store's schema is <{newest}>",
+                store=self.store,
+                version=ref.version,
+                checkpoint_id=ref.checkpoint_id,
+                path=path,
+            ) from None
         check_identity(header, self.store, ref, kind, path)
+        assert header.schema is not None
         try:
             projection = self.target.history.projection(header.schema_id, header.schema)
         except SchemaMismatch as e:
@@ -333,12 +354,27 @@ class VersionLoader:
         )
 
     def _check_chain(self, child: CheckpointFile, parent: CheckpointFile) -> None:
-        """The child's lineage past its parent must be a prefix of the parent's lineage."""
+        """The child's lineage past its parent must be a prefix of the parent's lineage (as
+        far as the parent records it: a format 3 delta records only its own parent)."""
         rest = child.header.lineage[1:]
-        if parent.header.lineage[: len(rest)] != rest:
+        known = parent.header.lineage
+        if parent.header.lineage_depth is not None:
+            rest = rest[: len(known)]
+        if known[: len(rest)] != rest:
             raise self._fault(
                 LineageBroken,
                 f"lineage of {child.path} disagrees with the lineage in its parent",
                 parent.ref,
                 parent.path,
             )
+
+
+def _lineage(chain: list[CheckpointFile], base: Version) -> tuple[CheckpointRef, ...]:
+    """The full lineage of ``chain[0]`` (applied on ``base``): as its file records it, or, for
+    a format 3 delta (which records its parent and depth), the chain's versions below it and
+    the base's own lineage, as deep as the writer's was."""
+    header = chain[0].header
+    if header.lineage_depth is None:
+        return header.lineage
+    below = [d.ref for d in chain[1:]] + ([] if base.ref == EMPTY else [base.ref])
+    return tuple([*below, *base.lineage][: header.depth])

@@ -95,6 +95,7 @@ class StateStoreProvider:
             self.indexer,
             lambda ref: CACHE.get(owner, ref),
             self._known_snapshots,
+            lambda: CACHE.refs(owner),
         )
 
     def __repr__(self) -> str:
@@ -150,6 +151,7 @@ class StateStoreProvider:
         if found is None:
             found = self._loader.read(ref, FileKind.SNAPSHOT, LoadMetrics(), missing_ok=False)
         assert found is not None
+        assert found.header.schema is not None
         entry = self.history.entry_of(found.header.schema_id, found.header.schema)
         if entry is None:
             raise SchemaMismatch(

@@ -17,6 +17,7 @@ from state_runtime.storage import Storage
 from state_runtime.store.checkpoint_format import FileHeader, checksum, encode, now
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
+from state_runtime.store.schema_files import fetch, publish
 from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.state_schema import StateSchema
 
@@ -34,6 +35,11 @@ class CheckpointTarget:
     @property
     def schema(self) -> StateSchema:
         return self.history.newest.schema
+
+    def schema_of(self, schema_id: str) -> StateSchema | None:
+        """The schema a file names by id: from the history, else as published on storage
+        (:mod:`state_runtime.store.schema_files`)."""
+        return self.history.schema_of(schema_id) or fetch(self.storage, schema_id)
 
 
 def write_checkpoint(
@@ -76,6 +82,8 @@ def write_checkpoint(
         target.config.compression_level,
         in_key_order=in_key_order,
     )
+    if kind is FileKind.DELTA:
+        publish(target.storage, target.history.newest)  # before any file names it
     try:
         target.storage.write_if_absent(path, data)
         written = len(data)
