@@ -14,6 +14,7 @@ and delete the deltas it replaces; a load that finds a file gone re-lists and wa
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -28,7 +29,7 @@ from state_runtime.errors import (
     UnexpectedVersion,
     UnknownCheckpointId,
 )
-from state_runtime.identity import EMPTY, CheckpointRef, FileKind
+from state_runtime.identity import EMPTY, CheckpointRef, FileKind, parse_file_name
 from state_runtime.store.checkpoint_format import FileHeader, check_identity, decode
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run
@@ -93,6 +94,10 @@ class VersionLoader:
         one is on its lineage, else from files."""
         target = None
         if warm:
+            same = self._cached_unchanged(ref)
+            if same is not None:  # a version without a file, on top of a cached one
+                metrics.source = LoadSource.ROLL_FORWARD
+                return self._relabel(same, ref)
             target = self.read(ref, FileKind.DELTA, metrics, missing_ok=True)
         if target is not None:
             try:
@@ -124,24 +129,48 @@ class VersionLoader:
         """Apply the deltas a cached ancestor on ``target``'s lineage missed, if there is one.
 
         The walk goes parent by parent (a format 3 delta names only its parent), reading
-        deltas only when a cached version lies within the lineage's depth."""
+        deltas only when a cached version lies within the lineage's depth. A parent without a
+        delta may be a version that changed nothing: the walk goes on below it with the same
+        id and accepts it only on reaching that id at a lower version (a cached copy or a
+        delta), which proves it (a commit that writes a file takes a fresh id)."""
         depth = target.header.depth
         lowest = target.ref.version - depth
         if not any(lowest <= r.version < target.ref.version for r in self._cached_refs()):
             return None
         chain = [target]
+        parent = _parent(target)
         while True:
-            cur = chain[-1]
-            parent = cur.header.lineage[0] if cur.header.lineage else EMPTY
-            base = self._cached(parent)
+            base = self._cached(parent) or self._cached_unchanged(parent)
             if base is not None:
                 metrics.source = LoadSource.ROLL_FORWARD
-                return self.apply(base, chain, metrics)
+                return self.apply(self._relabel(base, parent), chain, metrics)
             if parent.version <= lowest:
                 return None
-            delta = self._need_delta(parent, cur, metrics)
-            self._check_chain(cur, delta)
+            delta = self.read(parent, FileKind.DELTA, metrics, missing_ok=True)
+            if delta is None:
+                parent = CheckpointRef(parent.version - 1, parent.checkpoint_id)
+                continue
+            self._check_chain(chain[-1], delta)
             chain.append(delta)
+            parent = _parent(delta)
+
+    def _cached_unchanged(self, ref: CheckpointRef) -> Version | None:
+        """A cached version with ``ref``'s id at a lower version: ``ref`` changed nothing
+        since (ids of versions with files are fresh), so its state is that one."""
+        same = [r for r in self._cached_refs() if r.checkpoint_id == ref.checkpoint_id]
+        below = [r for r in same if r.version < ref.version]
+        return self._cached(max(below)) if below else None
+
+    def _relabel(self, version: Version, ref: CheckpointRef) -> Version:
+        """``version`` as ``ref``, a later version without a file (same id, same state)."""
+        if version.ref == ref:
+            return version
+        hops = [
+            CheckpointRef(v, ref.checkpoint_id)
+            for v in range(ref.version - 1, version.ref.version - 1, -1)
+        ]
+        lineage = (*hops, *version.lineage)[: self.target.config.min_deltas_for_snapshot]
+        return dataclasses.replace(version, ref=ref, lineage=lineage)
 
     def _load_from_files(
         self, ref: CheckpointRef, target: CheckpointFile | None, metrics: LoadMetrics
@@ -156,9 +185,12 @@ class VersionLoader:
             while True:
                 base = self._base_for(cur, names, metrics, ignored)
                 if base is not None:
-                    return self.apply(base, chain, metrics)
+                    return self._relabel(self.apply(base, chain, metrics), ref)
                 if cur == ref and target is not None:
                     delta = target
+                elif unchanged(cur, names):  # no file: its state is its parent's
+                    cur = CheckpointRef(cur.version - 1, cur.checkpoint_id)
+                    continue
                 elif f"{cur}.{FileKind.DELTA.value}" in names:
                     delta = self._need_delta(cur, child, metrics)
                 elif child is None:
@@ -174,7 +206,7 @@ class VersionLoader:
                     self._check_chain(child, delta)
                 chain.append(delta)
                 child = delta
-                cur = delta.header.lineage[0] if delta.header.lineage else EMPTY
+                cur = _parent(delta)
                 if cur.version != delta.ref.version - 1:
                     raise self._fault(
                         LineageBroken,
@@ -354,9 +386,10 @@ class VersionLoader:
         )
 
     def _check_chain(self, child: CheckpointFile, parent: CheckpointFile) -> None:
-        """The child's lineage past its parent must be a prefix of the parent's lineage (as
-        far as the parent records it: a format 3 delta records only its own parent)."""
-        rest = child.header.lineage[1:]
+        """The child's lineage past its parent (and the versions without a file between them)
+        must be a prefix of the parent's lineage, as far as the parent records it: a format 3
+        delta records only its own parent."""
+        rest = child.header.lineage[child.ref.version - parent.ref.version :]
         known = parent.header.lineage
         if parent.header.lineage_depth is not None:
             rest = rest[: len(known)]
@@ -369,12 +402,42 @@ class VersionLoader:
             )
 
 
+def _parent(delta: CheckpointFile) -> CheckpointRef:
+    return delta.header.lineage[0] if delta.header.lineage else EMPTY
+
+
+def unchanged(ref: CheckpointRef, names: set[str]) -> bool:
+    """Whether ``ref`` is a version without a file, going by the store's file ``names``: its
+    id is that of a file at a lower version (a commit that changed nothing keeps its parent's
+    id; one that writes a file takes a fresh one, so this cannot mistake a lost file)."""
+    if ref.version < 2:
+        return False
+    for name in names:
+        parsed = parse_file_name(name)
+        if (
+            parsed is not None
+            and parsed.checkpoint_id == ref.checkpoint_id
+            and parsed.version < ref.version
+        ):
+            return True
+    return False
+
+
 def _lineage(chain: list[CheckpointFile], base: Version) -> tuple[CheckpointRef, ...]:
     """The full lineage of ``chain[0]`` (applied on ``base``): as its file records it, or, for
-    a format 3 delta (which records its parent and depth), the chain's versions below it and
-    the base's own lineage, as deep as the writer's was."""
+    a format 3 delta (which records its parent and depth), each chain file's parent down to
+    the next file (the versions between changed nothing and share its id) and the base's own
+    lineage, as deep as the writer's was."""
     header = chain[0].header
     if header.lineage_depth is None:
         return header.lineage
-    below = [d.ref for d in chain[1:]] + ([] if base.ref == EMPTY else [base.ref])
-    return tuple([*below, *base.lineage][: header.depth])
+    refs: list[CheckpointRef] = []
+    for i, delta in enumerate(chain):
+        parent = _parent(delta)
+        stop = chain[i + 1].ref.version if i + 1 < len(chain) else base.ref.version
+        refs += [
+            CheckpointRef(v, parent.checkpoint_id)
+            for v in range(parent.version, stop - 1, -1)
+            if v >= 1
+        ]
+    return tuple([*refs, *base.lineage][: header.depth])

@@ -15,7 +15,7 @@ from state_runtime.errors import FileAlreadyExists
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.storage import Storage
 from state_runtime.store.checkpoint_format import FileHeader, checksum, encode, now
-from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.checkpoint_info import NO_FILE_CHECKSUM, CheckpointInfo
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.schema_files import fetch, publish
 from state_runtime.store.schema_history import SchemaHistory
@@ -106,4 +106,31 @@ def write_checkpoint(
         checksum=checksum(data),
         created_at=header.created_at,
         timings_ms={kind.value: (time.perf_counter() - started) * 1000},
+    )
+
+
+def unchanged(
+    target: CheckpointTarget,
+    parent: CheckpointRef,
+    lineage: tuple[CheckpointRef, ...],
+    state_rows: int,
+) -> CheckpointInfo:
+    """The record of version ``parent.version + 1`` when a batch changed nothing: it keeps the
+    parent's checkpoint id and writes no file (docs/checkpoint-format.md, "Versions without a
+    file"). The id stays unambiguous: a commit that writes a file always takes a fresh one."""
+    assert parent.checkpoint_id is not None and parent.version >= 1
+    version = parent.version + 1
+    return CheckpointInfo(
+        store=target.store,
+        version=version,
+        checkpoint_id=parent.checkpoint_id,
+        base_checkpoint_id=parent.checkpoint_id,
+        lineage=lineage,
+        kind=FileKind.DELTA,
+        path=target.store.file_path(version, parent.checkpoint_id, FileKind.DELTA),
+        rows=state_rows,
+        file_rows=0,
+        bytes_written=0,
+        checksum=NO_FILE_CHECKSUM,
+        created_at=now(),
     )
