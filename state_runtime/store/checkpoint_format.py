@@ -19,6 +19,7 @@ import json
 import struct
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -69,6 +70,18 @@ def encode(
         return compact_format.encode(
             MAGIC, header, table, encodings, compression, compression_level
         )
+    return encode_json_format(header, table, encodings, compression, compression_level)
+
+
+def encode_json_format(
+    header: FileHeader,
+    table: pa.Table,
+    encodings: dict[str, Any],
+    compression: Compression = "zstd",
+    compression_level: int | None = None,
+) -> bytes:
+    """Format 2: the 52-byte envelope and an Arrow IPC stream with the JSON header (rows as
+    :func:`encode_table` stored them)."""
     metadata = {HEADER_KEY: header.to_json()}
     if encodings:
         metadata[ENCODINGS_KEY] = json.dumps(encodings, separators=(",", ":")).encode()
