@@ -78,3 +78,21 @@ def test_a_lost_delta_is_not_taken_for_an_idle_version(storage: Storage) -> None
     with pytest.raises(CannotLoadState) as err:
         provider_for(storage).get_read_store(4, v4.checkpoint_id)
     assert err.value.version == 4
+
+
+def test_roll_forward_walks_over_a_version_without_a_file(storage: Storage) -> None:
+    """Cached at version 1; version 3 changed nothing on 2: loading 4 reads deltas 4 and 2
+    only (the missing delta 3 is proved idle by delta 2's id) and applies them."""
+    writer = provider_for(storage)
+    v1 = commit_rows(writer, None, {"a": 1})
+    v2 = commit_rows(writer, v1, {"b": 2})
+    v3 = commit_rows(writer, v2, {})
+    v4 = commit_rows(writer, v3, {"c": 3})
+    behind = provider_for(storage)
+    state_of(behind, v1)
+    store = behind.get_read_store(4, v4.checkpoint_id)
+    assert store.metrics.load.source.value == "roll_forward"
+    assert store.metrics.load.deltas_applied == 2
+    assert {k[0] for k, _ in store.items()} == {"a", "b", "c"}
+    v5 = commit_rows(behind, v4, {"d": 4})
+    assert v5.lineage == (v4.ref, v3.ref, v2.ref, v1.ref)

@@ -139,17 +139,22 @@ class VersionLoader:
             return None
         chain = [target]
         parent = _parent(target)
+        missing: CheckpointRef | None = None  # a delta not found: unchanged, or cleaned up
         while True:
             base = self._cached(parent) or self._cached_unchanged(parent)
             if base is not None:
                 metrics.source = LoadSource.ROLL_FORWARD
                 return self.apply(self._relabel(base, parent), chain, metrics)
             if parent.version <= lowest:
+                if missing is not None:
+                    raise self._missing(missing, chain[-1])
                 return None
             delta = self.read(parent, FileKind.DELTA, metrics, missing_ok=True)
             if delta is None:
+                missing = missing or parent
                 parent = CheckpointRef(parent.version - 1, parent.checkpoint_id)
                 continue
+            missing = None  # the same id at a lower version: the versions above changed nothing
             self._check_chain(chain[-1], delta)
             chain.append(delta)
             parent = _parent(delta)
