@@ -4,10 +4,18 @@ handle a version without a file (SQLite and PostgreSQL catalogs; local storage).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from state_runtime.maintenance import MaintenancePolicy, cleanup_pass, run_checks, snapshot_pass
+from state_runtime.maintenance import (
+    MaintenancePolicy,
+    cleanup_pass,
+    relocate_root,
+    run_checks,
+    snapshot_pass,
+)
 from state_runtime.runtime.changes import load_changes
 from state_runtime.store.checkpoint_info import NO_FILE_CHECKSUM
 from tests.maintenance.streams import StoreStream
@@ -89,3 +97,15 @@ def test_the_change_feed_of_an_idle_batch_is_empty(
             )
         )
         assert (rows == 0) is (batch in IDLE)
+
+
+def test_a_root_copied_elsewhere_relocates_without_the_files_that_never_were(
+    make_stream: Callable[..., StoreStream], tmp_path: Path
+) -> None:
+    stream = _stream(make_stream)
+    copy = tmp_path / "moved"
+    shutil.copytree(stream.storage.root, copy)
+    report = relocate_root(stream.catalog, stream.root, str(copy), execute=True)
+    assert report.executed and report.missing == []
+    idle_records = sum(1 for s in stream.stores for i in stream.committed[s] if not i.has_file)
+    assert report.files_checked == sum(len(c) for c in stream.committed.values()) - idle_records
