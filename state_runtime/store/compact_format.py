@@ -38,6 +38,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
 COMPRESS_FROM = 256
 """Bodies shorter than this are stored raw: a codec's frame costs more than it saves."""
+MAX_BODY = 2**31 - 1
+"""The largest row body a reader decompresses (a crafted length must not exhaust memory)."""
 
 
 def fits(table: pa.Table) -> bool:
@@ -160,6 +162,8 @@ class Parsed:
         )
         if codec:
             raw_size = reader.varint()
+            if raw_size > MAX_BODY:
+                raise ValueError(f"body of {raw_size} bytes, more than the {MAX_BODY} allowed")
             self.body = pa.Codec(_CODECS[codec]).decompress(
                 bytes(reader.take(reader.remaining)), raw_size, asbytes=True
             )

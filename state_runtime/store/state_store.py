@@ -33,7 +33,7 @@ from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.store_metrics import LoadMetrics, StoreMetrics
 from state_runtime.store.versions import Version, get, lookup, row_change, squash
-from state_runtime.store.writer import CheckpointTarget, unchanged, write_checkpoint
+from state_runtime.store.writer import CheckpointTarget, record_unchanged, write_checkpoint
 
 
 class _Absent:
@@ -520,7 +520,7 @@ class StateStore(ReadStateStore):
             rows = base.rows + row_change(self._indexer, base.runs, changes)
             if not len(changes) and base.ref.version >= 1:
                 # Nothing changed: the version keeps its parent's id and writes no file.
-                info = unchanged(host.checkpoints, base.ref, lineage, rows)
+                info = record_unchanged(host.checkpoints, base.ref, lineage, rows)
             else:
                 info = write_checkpoint(
                     host.checkpoints,

@@ -109,7 +109,7 @@ def write_checkpoint(
     )
 
 
-def unchanged(
+def record_unchanged(
     target: CheckpointTarget,
     parent: CheckpointRef,
     lineage: tuple[CheckpointRef, ...],
