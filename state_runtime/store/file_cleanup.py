@@ -76,7 +76,11 @@ def _trace(
                 return
             except CannotLoadState:
                 lineage.snapshots[cur] = Verification.FAILED  # its deltas are still needed
-        cur = _parent(provider, cur, names)
+        if f"{cur}.{FileKind.DELTA.value}" not in names and unchanged(cur, names):
+            cur = CheckpointRef(cur.version - 1, cur.checkpoint_id)  # changed nothing: no file
+            continue
+        header = provider.read_header(cur, FileKind.DELTA)
+        cur = header.lineage[0] if header.lineage else EMPTY
 
 
 def _parent(provider: StateStoreProvider, ref: CheckpointRef, names: set[str]) -> CheckpointRef:

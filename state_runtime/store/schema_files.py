@@ -33,7 +33,8 @@ def schema_path(schema_id: str) -> str:
 
 
 def publish(storage: Storage, entry: SchemaEntry) -> None:
-    """Make sure ``schemas/<id>.json`` of ``entry`` exists on ``storage`` (once per process)."""
+    """Make sure ``schemas/<id>.json`` of ``entry`` exists on ``storage`` (checked once per
+    process and root)."""
     key = (storage.uri, entry.schema_id)
     with _lock:
         if _known.get(key) is not None:
@@ -49,8 +50,10 @@ def publish(storage: Storage, entry: SchemaEntry) -> None:
         },
         separators=(",", ":"),
     ).encode()
-    with contextlib.suppress(FileAlreadyExists):  # content-addressed: the same bytes
-        storage.write_if_absent(schema_path(entry.schema_id), data)
+    path = schema_path(entry.schema_id)
+    if not storage.exists(path):  # a HEAD, not a PUT that fails, in most new processes
+        with contextlib.suppress(FileAlreadyExists):  # content-addressed: the same bytes
+            storage.write_if_absent(path, data)
     with _lock:
         _known[key] = entry
 
