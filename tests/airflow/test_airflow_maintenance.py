@@ -35,8 +35,7 @@ def stream(
     moto: MotoS3 | None = None
     if request.param == "s3":
         moto = request.getfixturevalue("moto_s3")
-        made = make_stream()
-        made = StoreStream(made.catalog, moto.storage(), list(STORES))
+        made = StoreStream(request.getfixturevalue("catalog"), moto.storage(), list(STORES))
     else:
         made = make_stream()
     for name, value in {**connection_env(made.catalog, moto), **POLICY}.items():
