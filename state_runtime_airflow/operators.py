@@ -267,6 +267,7 @@ class StateRestoreOperator(StateMaintenanceOperator):
         "query_id",
         "batch_id",
         "spark_checkpoint",
+        "allow_lost_state",
         "apply_changes",
     )
 
@@ -277,7 +278,7 @@ class StateRestoreOperator(StateMaintenanceOperator):
         query_id: str,
         batch_id: int | str,
         spark_checkpoint: str | None = None,
-        allow_lost_state: bool = False,
+        allow_lost_state: bool | str = False,
         apply_changes: bool | str = False,
         **kwargs: Any,
     ) -> None:
@@ -298,7 +299,7 @@ class StateRestoreOperator(StateMaintenanceOperator):
                 self.query_id,
                 int(self.batch_id),
                 spark_checkpoint=self.spark_checkpoint,
-                allow_lost_state=self.allow_lost_state,
+                allow_lost_state=_as_bool(self.allow_lost_state, "allow_lost_state"),
             )
             if not dry_run:
                 plan = restore_query(work.fleet, plan, work.policy)

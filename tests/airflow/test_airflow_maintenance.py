@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from state_runtime.identity import FileKind
-from tests.airflow.conftest import BOTH_CATALOGS, connection_env
+from tests.airflow.conftest import BOTH_CATALOGS, DAGS, connection_env
 from tests.maintenance.conftest import STORES
 from tests.maintenance.streams import StoreStream
 from tests.s3_fixtures import MotoS3
@@ -43,16 +43,20 @@ def stream(
     return made
 
 
-def run_dag(cleanup_dry_run: bool = True) -> tuple[dict[str, str], dict[str, Any]]:
-    """One ``dag.test()`` run: each task's state and XCom value (``task[map index]``). The
-    conf is always given whole: ``dag.test()`` keeps one run's conf in the DAG object's
-    params for the next run in the same process."""
+def run_dag(
+    cleanup_dry_run: bool = True, *, dag_id: str = "state_store_maintenance", **conf: Any
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """One ``dag.test()`` run of a provider DAG: each task's state and XCom value
+    (``task[map index]``). The maintenance DAG's conf is always given whole: ``dag.test()``
+    keeps one run's conf in the DAG object's params for the next run in the same process."""
+    from airflow.dag_processing.dagbag import DagBag
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
-    from state_runtime_airflow.dags.state_maintenance import dag
-
-    run = dag.test(run_conf={"cleanup_dry_run": cleanup_dry_run})
+    dag = DagBag(dag_folder=str(DAGS)).dags[dag_id]
+    if dag_id == "state_store_maintenance":
+        conf["cleanup_dry_run"] = cleanup_dry_run
+    run = dag.test(run_conf=conf)
     states: dict[str, str] = {}
     values: dict[str, Any] = {}
     with create_session() as session:
@@ -172,3 +176,44 @@ def test_a_corrupt_snapshot_blocks_cleanup_and_fails_health_naming_the_store(
     statuses = {row["store"]: row for row in health["stores"]}
     assert statuses[name]["status"] == "broken" and path in statuses[name]["status_reason"]
     assert all(row["status"] == "healthy" for store, row in statuses.items() if store != name)
+
+    # The repair DAG: a dry run lists the damaged snapshot; applied, it rebuilds it, and the
+    # next maintenance run validates, cleans within retention and finds every store healthy.
+    states, values = run_dag(dag_id="state_store_repair", roots=[], apply_changes=False)
+    assert values["repair"]["stores"] == [
+        {"store": name, "path": path, "detail": values["repair"]["stores"][0]["detail"]}
+    ]
+    assert states["health"] == "failed"
+    states, values = run_dag(dag_id="state_store_repair", roots=[], apply_changes=True)
+    assert set(states.values()) == {"success"}, states
+    assert values["repair"]["counts"]["repaired"] == 1
+    states, _ = run_dag(cleanup_dry_run=False)
+    assert set(states.values()) == {"success", "skipped"}, states
+    deleted = {d.path for d in stream.catalog.deletion_history(root=stream.root)}
+    assert deleted == {i.path for s in stream.stores for i in stream.committed[s][:6]}
+    for store in stream.stores:
+        assert stream.loaded(store, 8) == stream.expected(store, 8)
+
+
+def test_the_restore_dag_plans_then_returns_the_query_to_a_batch(stream: StoreStream) -> None:
+    stream.run(5)
+    conf = {"root": stream.root, "query_id": stream.query, "batch_id": 2, "spark_checkpoint": ""}
+    states, values = run_dag(dag_id="state_store_restore", **conf, apply_changes=False)
+    assert set(states.values()) == {"success"}, states
+    plan = values["restore"]
+    assert plan["counts"]["dry_run"] is True and plan["run_id"] is None
+    assert {row["version"] for row in plan["stores"]} == {3}
+    assert (
+        max(e.batch_id for e in stream.catalog.commit_history(stream.root, query_id="query-1")) == 4
+    )
+
+    states, values = run_dag(dag_id="state_store_restore", **conf, apply_changes=True)
+    assert set(states.values()) == {"success"}, states
+    done = values["restore"]
+    assert done["counts"]["superseded_versions"] == 2 * len(stream.stores)
+    [run] = [r for r in stream.catalog.recent_runs() if r.kind == "restore"]
+    assert run.run_id == done["run_id"] and run.owner.startswith(
+        "airflow:state_store_restore.restore/"
+    )
+    newest = max(e.batch_id for e in stream.catalog.commit_history(stream.root, query_id="query-1"))
+    assert newest == 2
