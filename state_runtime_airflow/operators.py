@@ -282,7 +282,7 @@ class StateRestoreOperator(StateMaintenanceOperator):
         apply_changes: bool | str = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(checkpoint_checkpoint_roots=root, **kwargs)
+        super().__init__(checkpoint_roots=root, **kwargs)
         self.query_id = query_id
         self.batch_id = batch_id
         self.spark_checkpoint = spark_checkpoint
