@@ -1,5 +1,5 @@
 """What Airflow's providers manager reads about this provider (the ``apache_airflow_provider``
-entry point): its connection types and the modules of its hooks, operators and sensors."""
+entry point): its connection type and the modules of its hook and operators."""
 
 from __future__ import annotations
 
@@ -28,12 +28,6 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "State Runtime",
                 "python-modules": ["state_runtime_airflow.operators"],
-            }
-        ],
-        "sensors": [
-            {
-                "integration-name": "State Runtime",
-                "python-modules": ["state_runtime_airflow.health_sensor"],
             }
         ],
         "connection-types": [

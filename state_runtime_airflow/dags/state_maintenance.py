@@ -13,7 +13,8 @@ unless a run is triggered with `cleanup_dry_run: false`, or the Airflow Variable
 `state_runtime_cleanup` is `execute` (then scheduled runs delete what retention allows).
 The catalog and the storage come from the connections `state_catalog_default` and
 `state_storage_default`; the policy from the workers' `STATE_MAINTENANCE_*` environment.
-Every pass is recorded in the catalog (`statestore history --runs`). See docs/airflow.md.
+Every pass is recorded in the catalog as a maintenance run (`sql/maintenance_runs.sql`).
+See docs/airflow.md.
 """
 
 from __future__ import annotations
