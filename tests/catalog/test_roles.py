@@ -243,13 +243,102 @@ def test_each_role_does_its_work_and_is_refused_outside_it(roles: Roles, tmp_pat
     before = counts(roles.owner)
     written = cli(roles.reader, "maintain", "--execute")
     assert written.exit_code == 4, written.output
-    assert f"role '{names['reader']}' lacks INSERT" in written.stderr
+    assert f"role '{names['reader']}' lacks " in written.stderr
     with (
         Catalog.open(roles.reader) as reader,
         pytest.raises(CatalogPermissionDenied, match="lacks INSERT for the catalog register store"),
     ):
         reader.register_store(stream.root, StoreId(9, 9), "k string", "v bigint")
     assert counts(roles.owner) == before
+
+
+def privileges(owner: str, role: str, kind: str) -> dict[str, set[str]]:
+    """The rights ``role`` holds on each relation of ``kind`` ('BASE TABLE' or 'VIEW') of
+    the catalog's schema."""
+    found = rows(
+        owner,
+        "SELECT t.table_name, p.privilege FROM information_schema.tables t "
+        "CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) "
+        "AS p(privilege) WHERE t.table_schema = current_schema() "
+        f"AND t.table_type = '{kind}' AND has_table_privilege('{role}', "
+        "quote_ident(t.table_schema) || '.' || quote_ident(t.table_name), p.privilege)",
+    )
+    held: dict[str, set[str]] = {}
+    for table, privilege in found:
+        held.setdefault(str(table), set()).add(str(privilege))
+    return held
+
+
+def test_the_reader_reads_the_views_only(roles: Roles, tmp_path: Path) -> None:
+    """The reader holds SELECT on the views and nothing on any table; every read command of
+    ``statestore`` works as the reader (through the views); every write is refused, typed,
+    and changes nothing. No role may write through a view."""
+    stream = runtime_stream(roles, tmp_path)
+    stream.catalog.close()
+    reader, owner, names = roles.reader, roles.owner, roles.names
+    assert privileges(owner, names["reader"], "BASE TABLE") == {}
+    views = privileges(owner, names["reader"], "VIEW")
+    assert views and all(held == {"SELECT"} for held in views.values()), views
+    assert {"state_store_health", "read_checkpoint_files", "read_schema_revision"} <= set(views)
+    for role in names.values():  # a view reads with its owner's rights: nobody writes one
+        for view, held in privileges(owner, role, "VIEW").items():
+            assert held <= {"SELECT"}, (role, view, held)
+    for table in ("stores", "store_leases", "store_holders", "alembic_version", "catalog_roles"):
+        assert f"permission denied for table {table}" in refused(reader, f"SELECT * FROM {table}")
+    assert "permission denied for view read_stores" in refused(reader, "DELETE FROM read_stores")
+    # the functions the views call read the reading views: the reader may call them too
+    assert rows(reader, "SELECT count(*) FROM state_file_verdicts(2, '1 hour', '1 hour')")[0][0]
+
+    store, latest = "0/0/default", stream.committed[STORES[0]][-1]
+    reads = [
+        ("health",),
+        ("status", "--json"),
+        ("health", "--store", store, "--sort", "reclaimable"),
+        ("history",),
+        ("history", "--by-batch", "--json"),
+        ("history", "--schemas"),
+        ("history", "--query", stream.query, "--store", store),
+        ("--root", stream.root, "explain", latest.path),
+        ("metrics", stream.root, "--query", stream.query),
+        ("maintain",),  # a dry run: it plans, reading only
+        ("repair",),  # a dry run too
+    ]
+    for args in reads:
+        result = cli(reader, *args)
+        assert result.exit_code in (0, 3) and not result.stderr, (args, result.stderr)
+        assert "PERMISSION" not in result.output, args
+    checked = cli(
+        reader,
+        "schema-check",
+        stream.root,
+        "--query",
+        stream.query,
+        "--operator",
+        "0",
+        "--value-schema",
+        "v bigint, w string",
+    )
+    assert checked.exit_code in (0, 1) and "PERMISSION" not in checked.output, checked.output
+
+    before = counts(owner)
+    for args in (
+        ("maintain", "--execute"),
+        ("validate",),
+        ("reconcile",),
+        ("repair", "--execute"),
+        ("resolve", "--store", store, "--reason", "by hand"),
+    ):
+        result = cli(reader, *args)
+        assert result.exit_code == 4, (args, result.output)
+        assert f"[STATE_CATALOG_PERMISSION_DENIED] role '{names['reader']}' lacks" in (
+            result.stderr
+        ), args
+    with Catalog.open(reader) as catalog:
+        with pytest.raises(CatalogPermissionDenied, match="register store"):
+            catalog.register_store(stream.root, StoreId(9, 9), "k string", "v bigint")
+        with pytest.raises(CatalogPermissionDenied, match="commit batch"):
+            catalog.commit_batch(stream.root, stream.query, 99, [latest])
+    assert counts(owner) == before
 
 
 def test_dagster_jobs_run_as_maintenance(roles: Roles, tmp_path: Path) -> None:
