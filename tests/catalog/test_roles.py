@@ -8,6 +8,7 @@ The roles are cluster-wide objects, so each test run creates uniquely named ones
 from __future__ import annotations
 
 import logging
+import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from click.testing import CliRunner, Result
 from pyspark.sql import SparkSession
 from sqlalchemy.engine import make_url
@@ -24,7 +26,14 @@ from state_runtime.catalog import BatchMetrics, Catalog
 from state_runtime.catalog.__main__ import main as catalog_main
 from state_runtime.catalog.engine import create_catalog_engine
 from state_runtime.catalog.grants import Roles as GrantRoles
-from state_runtime.catalog.revision import current_revision, head_revision, upgrade
+from state_runtime.catalog.grants import reader_views
+from state_runtime.catalog.revision import (
+    MIGRATIONS,
+    alembic_config,
+    current_revision,
+    head_revision,
+    upgrade,
+)
 from state_runtime.cli import main as statestore
 from state_runtime.errors import (
     CatalogMisconfigured,
@@ -339,6 +348,89 @@ def test_the_reader_reads_the_views_only(roles: Roles, tmp_path: Path) -> None:
         with pytest.raises(CatalogPermissionDenied, match="commit batch"):
             catalog.commit_batch(stream.root, stream.query, 99, [latest])
     assert counts(owner) == before
+
+
+EXTRA_MIGRATION = """
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0099_extra_facts"
+down_revision = "{head}"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "extra_facts",
+        sa.Column("fact_id", sa.BigInteger(), sa.Identity(), primary_key=True),
+        sa.Column("fact", sa.Text(), nullable=False),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("extra_facts")
+"""
+
+
+def write(url: str, sql: str) -> None:
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(sa.text(sql))
+    finally:
+        engine.dispose()
+
+
+def test_an_upgrade_grants_the_tables_it_adds_and_the_views_it_recreates(
+    roles: Roles, tmp_path: Path
+) -> None:
+    """A real migration that adds a table (the packaged ones plus one more, in a copy of the
+    script folder), run as the owner after ``grants --apply``: without any manual step,
+    maintenance writes the new table, the runtime reads it, the reader still sees the views
+    alone (recreated by the upgrade) and every role keeps its rights on the old tables."""
+    scripts = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    extra = EXTRA_MIGRATION.format(head=head_revision())
+    (scripts / "versions" / "0099_extra_facts.py").write_text(extra)
+    config = alembic_config()
+    config.set_main_option("script_location", str(scripts))
+    engine = create_catalog_engine(roles.owner)
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+        assert current_revision(connection) == "0099_extra_facts"
+    engine.dispose()
+    names = roles.names
+
+    write(roles.maintenance, "INSERT INTO extra_facts (fact) VALUES ('kept')")
+    write(roles.maintenance, "UPDATE extra_facts SET fact = 'changed'")
+    assert rows(roles.runtime, "SELECT fact FROM extra_facts") == [("changed",)]
+    assert "permission denied for table extra_facts" in refused(
+        roles.runtime, "INSERT INTO extra_facts (fact) VALUES ('x')"
+    )
+    assert "permission denied for table extra_facts" in refused(
+        roles.reader, "SELECT * FROM extra_facts"
+    )
+    assert privileges(roles.owner, names["reader"], "BASE TABLE") == {}
+    views = privileges(roles.owner, names["reader"], "VIEW")
+    assert set(views) == set(reader_views()) and all(v == {"SELECT"} for v in views.values())
+    for role in names.values():
+        for view, held in privileges(roles.owner, role, "VIEW").items():
+            assert held <= {"SELECT"}, (role, view, held)
+    assert rows(roles.reader, "SELECT count(*) FROM state_store_health") == [(0,)]
+    write(
+        roles.runtime,
+        "INSERT INTO stores (checkpoint_root, operator_id, partition_id, store_name, "
+        "latest_version, created_at) VALUES ('file:///x', 0, 0, 'default', 0, now())",
+    )
+    write(roles.maintenance, "DELETE FROM extra_facts")
+    assert "permission denied for table alembic_version" in refused(
+        roles.maintenance, "UPDATE alembic_version SET version_num = 'x'"
+    )
+    assert "permission denied for table catalog_roles" in refused(
+        roles.maintenance, "UPDATE catalog_roles SET role_name = 'x'"
+    )
 
 
 def test_dagster_jobs_run_as_maintenance(roles: Roles, tmp_path: Path) -> None:
