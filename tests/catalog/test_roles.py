@@ -655,3 +655,15 @@ def test_a_right_missing_midway_leaves_nothing_half_written(roles: Roles, tmp_pa
     assert "permission denied for table commit_log" in str(denied.value)
     assert counts(roles.owner) == before  # no store, no file row: nothing half-written
     catalog.close()
+
+
+def test_a_reading_view_plans_as_its_table(pg_schema: str) -> None:
+    """The reads go through the reading views at no cost: PostgreSQL inlines the projection,
+    and a lookup plans as the same index scan on the table."""
+    upgrade(create_catalog_engine(pg_schema))
+    where = "WHERE store_id = 1 AND version = 2"
+    plans = [
+        rows(pg_schema, f"EXPLAIN SELECT path FROM {name} {where}")
+        for name in ("read_checkpoint_files", "checkpoint_files")
+    ]
+    assert plans[0] == plans[1] and "Index Scan" in str(plans[0][0][0])
