@@ -84,7 +84,18 @@ def _check(
         run_stream(spark, OPERATORS[name], stream, folder, catalog_url).check()
     except Divergence as divergence:
         _diverged(name, stream)
+        _tally(name, packed, diverged=True)
         raise AssertionError(str(divergence)) from None
+    _tally(name, packed, diverged=False)
+
+
+def _tally(name: str, streams: int, *, diverged: bool) -> None:
+    """With ``DIFF_SAVE``, one line per query in ``runs.txt`` (a long run's figures survive
+    an interrupted session)."""
+    if SAVE:
+        Path(SAVE).mkdir(parents=True, exist_ok=True)
+        with (Path(SAVE) / "runs.txt").open("a") as runs:
+            runs.write(f"{name} {streams} {'diverged' if diverged else 'same'}\n")
 
 
 def _diverged(name: str, stream: Stream) -> None:
@@ -239,3 +250,36 @@ and a watermark jump, with a restart: every operator's nulls as Spark's."""
 @pytest.mark.parametrize("name", sorted(OPERATORS))
 def test_null_times_and_keys_equal_sparks(spark: SparkSession, catalog_url: str, name: str) -> None:
     _check(spark, catalog_url, name, NULLS)
+
+
+BRIDGE = Stream(
+    batches=[
+        [(0, "a", T0, 1), (0, "a", T0 + 8000, 2)],
+        [(0, "a", T0 + 4000, 3)],
+        [(0, "b", T0 + 40_000, 4)],
+        [(0, "a", T0 + 1000, 5), (0, "a", T0 + 2000, 6)],
+    ],
+    zone="Asia/Kolkata",
+    delay_s=2,
+    size_s=5,
+    slide_s=5,
+    mode="append",
+    restart_at=2,
+)
+"""Session windows: ``a``'s sessions [0, 5) and [8, 13) (s after ``T0``); a row at 4 s, not
+late, merges them into [0, 13); a jump to 40 s; then a row at 1 s is late (its session ends at
+6 s, the watermark) and one at 2 s is not: it joins the stored [0, 13), which closes in the
+same batch with 4 rows."""
+
+
+def test_a_late_row_merges_two_sessions_as_sparks(spark: SparkSession, catalog_url: str) -> None:
+    outcome = run_stream(
+        spark,
+        OPERATORS["session_windows"],
+        BRIDGE,
+        Path(tempfile.mkdtemp(prefix="diff-bridge-")),
+        catalog_url,
+    )
+    outcome.check()
+    [(_part, user, start, end, n, *_)] = outcome.ours[3]
+    assert (user, n, (end - start).total_seconds()) == ("a", 4, 13)
