@@ -197,7 +197,8 @@ class _SessionAggregate:
         pass: a key's first session ends first) and emit them."""
         found = store.matching(
             lambda _keys, values: pc.less_equal(
-                _micros(pc.struct_field(pc.list_element(pc.struct_field(values, 0), 0), 1)), bound
+                pc.struct_field(pc.list_element(pc.struct_field(values, 0), 0), 1).cast(pa.int64()),
+                bound,
             )
         )
         keys = found.column("key").combine_chunks()

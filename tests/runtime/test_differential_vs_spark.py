@@ -207,9 +207,11 @@ def test_a_restart_in_a_new_driver_process_gives_sparks_output(
     work = Path(tempfile.mkdtemp(prefix="diff-resume-"))
     (work / "jobs.pkl").write_bytes(pickle.dumps(jobs))
     started = time.perf_counter()
+    root = str(Path(__file__).resolve().parents[2])  # this checkout, for its Python workers too
     subprocess.run(
         [sys.executable, "-m", "tests.runtime.resume", str(work / "jobs.pkl"), str(work / "out")],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
         check=True,
         timeout=900,
     )
