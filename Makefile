@@ -11,7 +11,8 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
 
 .PHONY: help check-python check-java install install-airflow test test-dagster test-airflow \
         lint format demo demo-maintain dagster airflow \
-        bench-store bench-catalog bench-catalog-calls bench-s3 bench-e2e bench-e2e-connect \
+        bench-store bench-delta-bytes bench-catalog bench-catalog-calls bench-s3 bench-e2e \
+        bench-e2e-connect \
         bench-maintenance bench-eviction bench-schema fuzz-spark clean
 
 help:
@@ -22,7 +23,7 @@ help:
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
 	@echo "make bench-store / bench-catalog / bench-catalog-calls / bench-s3 / bench-e2e / bench-maintenance"
-	@echo "make bench-eviction / bench-schema / bench-e2e-connect"
+	@echo "make bench-eviction / bench-schema / bench-e2e-connect / bench-delta-bytes"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
 
 check-python:
@@ -102,6 +103,9 @@ demo-maintain: $(STAMP)
 
 bench-store: $(STAMP)
 	$(PY) benchmarks/bench_store.py
+
+bench-delta-bytes: $(STAMP)
+	$(PY) benchmarks/bench_delta_bytes.py
 
 # 1M keys against Spark's RocksDB aggregation, then all four engines at 100k keys (Spark's
 # Python stateful APIs need minutes per 100k-key batch: 1M keys would take hours).

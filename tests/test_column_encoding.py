@@ -192,7 +192,7 @@ def test_version_1_files_still_load(tmp_path: Path) -> None:
     store.put((5,), (51,))
     info = store.commit()
     raw = storage.read(info.path)
-    assert _ENVELOPE.unpack_from(raw)[1] == 2  # new files are version 2
+    assert _ENVELOPE.unpack_from(raw)[1] == 3  # new deltas are format 3
     fresh = _provider(tmp_path).get_read_store(info.version, info.checkpoint_id)
     assert dict(fresh.items()) == {(1,): (10,), (5,): (51,), (9,): (90,)}
 

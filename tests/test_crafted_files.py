@@ -83,8 +83,9 @@ CRAFTED: dict[str, Craft] = {
 
 @pytest.mark.parametrize("case", sorted(CRAFTED))
 def test_crafted_payload_with_a_right_checksum_is_corrupt(storage: Storage, case: str) -> None:
-    v1 = commit_rows(provider_for(storage), None, {"a": 1})
-    header, table = decode(storage.read(v1.path), v1.path)
+    provider = provider_for(storage)
+    v1 = commit_rows(provider, None, {"a": 1})
+    header, table = decode(storage.read(v1.path), v1.path, schemas=provider.history.schema_of)
     payload = CRAFTED[case](header, table)
     storage.delete([v1.path])
     storage.write_if_absent(v1.path, envelope(payload))

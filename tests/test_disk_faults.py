@@ -31,6 +31,7 @@ from state_runtime.errors import CannotCommit
 from state_runtime.identity import StoreId
 from state_runtime.storage import LocalStorage
 from state_runtime.store.checkpoint_format import decode
+from state_runtime.store.schema_files import fetch
 from tests.catalog.conftest import sqlite_catalog  # noqa: F401  (fixture)
 from tests.faults.shims import build_shim
 from tests.maintenance.streams import KEY, VALUE, StoreStream
@@ -102,7 +103,8 @@ def assert_nothing_half_done(stream: StoreStream, version: int) -> None:
     assert list(storage.partial_writes(["state"])) == []
     for info in storage.list("state"):
         if info.path.rsplit("/", 1)[-1].startswith(f"{version}_"):
-            decode(storage.read(info.path), info.path)  # raises on a torn file
+            # raises on a torn file (a delta's schema id resolves through schemas/)
+            decode(storage.read(info.path), info.path, schemas=lambda i: fetch(storage, i))
             assert info.path not in catalog.known_paths(stream.root)
 
 

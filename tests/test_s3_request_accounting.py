@@ -26,9 +26,13 @@ def committed(provider: StateStoreProvider, batches: int) -> list[CheckpointInfo
 
 
 def test_a_commit_is_one_put(storage: S3Storage) -> None:
+    """One PUT per commit; the first delta under a schema also publishes the schema (a HEAD
+    and a PUT, once per root and process: schemas/<id>.json, see
+    state_runtime/store/schema_files.py)."""
     provider = provider_for(storage)
     info = commit_rows(provider, None, {"a": 1, "b": 2})
-    assert storage.requests.counts == {"put": 1}
+    assert storage.requests.counts == {"head": 1, "put": 2}
+    assert storage.exists(f"schemas/{provider.history.newest.schema_id}.json")
     for i in range(3):
         storage.requests.reset()
         info = commit_rows(provider, info, {f"k{i}": i})

@@ -13,8 +13,9 @@ from state_runtime.errors import CatalogError, InvalidArgument, StateStoreError
 from state_runtime.identity import StoreId
 from state_runtime.maintenance.listing import CatalogListedStorage, StagedWrites
 from state_runtime.storage import Storage, open_storage
-from state_runtime.store.checkpoint_format import decode
+from state_runtime.store.checkpoint_format import read_header
 from state_runtime.store.provider import StateStoreProvider
+from state_runtime.store.schema_files import fetch
 from state_runtime.store.schema_history import SchemaHistory
 
 StorageOpener = Callable[[str], Storage]
@@ -143,8 +144,12 @@ class Fleet:
         history = self.catalog.schema_history(record.key.root, store.operator_id, store.store_name)
         if history is None and files:
             newest = max(files, key=lambda f: f.version)
-            header, _ = decode(storage.read(newest.path), newest.path)
-            history = SchemaHistory.of(header.schema)
+            header = read_header(storage.read(newest.path), newest.path)
+            schema = header.schema
+            if schema is None and header.schema_id is not None:
+                schema = fetch(storage, header.schema_id)  # a format 3 delta names it by id
+            if schema is not None:
+                history = SchemaHistory.of(schema)
         if history is None:
             raise InvalidArgument(f"store {record.key} has no schemas in the catalog or files")
         base: Storage = storage if listed else CatalogListedStorage(storage, files)

@@ -29,7 +29,7 @@ from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.storage import FileInfo, Storage
-from state_runtime.store.checkpoint_format import check_identity, checksum, decode
+from state_runtime.store.checkpoint_format import check_identity, checksum, read_header
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
 RECORD_BATCH = 500
@@ -76,7 +76,7 @@ def _describe(storage: Storage, path: str, store: StoreId) -> CheckpointInfo:
     parsed = parse_file_name(path.rsplit("/", 1)[-1])
     assert parsed is not None
     data = storage.read(path)
-    header, _ = decode(data, path, store, parsed.ref)
+    header = read_header(data, path, store, parsed.ref)
     check_identity(header, store, parsed.ref, parsed.kind, path)
     return CheckpointInfo(
         store=store,

@@ -1,12 +1,15 @@
-"""Reading and writing checkpoint files (format version 2; see docs/checkpoint-format.md).
+"""Reading and writing checkpoint files (formats 1 to 3; see docs/checkpoint-format.md).
 
-A file is a fixed 52-byte envelope (magic, format version, payload length, SHA-256 of the
-payload) followed by an Arrow IPC stream. The stream's schema metadata holds a JSON header:
-kind, store identity, version, checkpoint id, lineage, key/value schemas and row counts. Rows
-are a ``key`` struct column and a ``value`` struct column; in a delta a null value removes
-the key. Version 2 stores integer fields narrow (:mod:`state_runtime.store.column_encoding`);
-version 1 files (every field as its schema says) are still read. Nothing is ever unpickled:
-parsing a file cannot execute code.
+Deltas are written in format 3 (:mod:`state_runtime.store.compact_format`): a 14-byte
+envelope with a CRC-32 over every later byte, binary header fields, the schema named by its id
+in the store's schema history, the rows as bare Arrow buffers. Snapshots, which carry the
+schema for everyone, are written in format 2: a 52-byte envelope (magic, format version,
+payload length, SHA-256 of the payload) followed by an Arrow IPC stream whose schema metadata
+holds a JSON header (kind, store identity, version, checkpoint id, lineage, key/value schemas
+and row counts). Rows are a ``key`` struct column and a ``value`` struct column; in a delta a
+null value removes the key. Formats 2 and 3 store integer fields narrow
+(:mod:`state_runtime.store.column_encoding`); format 1 files are still read, as are format 2
+deltas. Nothing is ever unpickled: parsing a file cannot execute code.
 """
 
 from __future__ import annotations
@@ -14,88 +17,37 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_runtime.errors import CheckpointFileCorrupt, UnexpectedVersion
+from state_runtime import errors
+from state_runtime.errors import CheckpointFileCorrupt, InvalidArgument, UnexpectedVersion
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
+from state_runtime.store import compact_format
 from state_runtime.store.column_encoding import ENCODINGS_KEY, decode_table, encode_table
 from state_runtime.store.config import Compression
-from state_runtime.store.state_schema import StateSchema, schema_from_json
+from state_runtime.store.file_header import JSON_FORMAT_VERSION, FileHeader
+from state_runtime.store.file_header import now as now
+from state_runtime.store.state_schema import StateSchema
 
 MAGIC = b"STRTCKPT"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = JSON_FORMAT_VERSION
+"""The format snapshots are written in (and deltas of rows format 3 cannot hold)."""
+DELTA_FORMAT_VERSION = compact_format.COMPACT_FORMAT_VERSION
+READABLE_VERSIONS = (1, 2, 3)
 _ENVELOPE = struct.Struct("<8sHHQ32s")  # magic, format version, reserved, length, sha256
 ENVELOPE_SIZE = _ENVELOPE.size
 HEADER_KEY = b"state_runtime.header"
 
+SchemaLookup = Callable[[str], StateSchema | None]
+"""Maps a schema id to its schema (e.g. :meth:`SchemaHistory.schema_of`): how a format 3
+delta's rows find the schema it names. None where the caller has no history."""
 
-@dataclass(frozen=True)
-class FileHeader:
-    """What a checkpoint file says about itself."""
-
-    kind: FileKind
-    store: StoreId
-    version: int
-    checkpoint_id: str
-    lineage: tuple[CheckpointRef, ...]
-    schema: StateSchema
-    file_rows: int
-    state_rows: int
-    created_at: datetime
-    schema_id: str | None = None
-    """The schema history entry the file was written under (None in files written before
-    schema ids existed); see :mod:`state_runtime.store.schema_history`."""
-
-    @property
-    def ref(self) -> CheckpointRef:
-        return CheckpointRef(self.version, self.checkpoint_id)
-
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "format_version": FORMAT_VERSION,
-                "kind": self.kind.value,
-                "operator_id": self.store.operator_id,
-                "partition_id": self.store.partition_id,
-                "store_name": self.store.store_name,
-                "version": self.version,
-                "checkpoint_id": self.checkpoint_id,
-                "lineage": [[r.version, r.checkpoint_id] for r in self.lineage],
-                "key_schema": json.loads(self.schema.key.json()),
-                "value_schema": json.loads(self.schema.value.json()),
-                "schema_id": self.schema_id,
-                "file_rows": self.file_rows,
-                "state_rows": self.state_rows,
-                "created_at": self.created_at.isoformat(),
-            },
-            separators=(",", ":"),
-        ).encode()
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> FileHeader:
-        d = json.loads(raw)
-        if d.get("format_version") not in READABLE_VERSIONS:
-            raise ValueError(f"unsupported header format_version {d.get('format_version')!r}")
-        return cls(
-            kind=FileKind(d["kind"]),
-            store=StoreId(int(d["operator_id"]), int(d["partition_id"]), str(d["store_name"])),
-            version=int(d["version"]),
-            checkpoint_id=str(d["checkpoint_id"]),
-            lineage=tuple(CheckpointRef(int(v), str(i)) for v, i in d["lineage"]),
-            schema=StateSchema(
-                schema_from_json(json.dumps(d["key_schema"])),
-                schema_from_json(json.dumps(d["value_schema"])),
-            ),
-            file_rows=int(d["file_rows"]),
-            state_rows=int(d["state_rows"]),
-            created_at=datetime.fromisoformat(d["created_at"]),
-            schema_id=None if d.get("schema_id") is None else str(d["schema_id"]),
-        )
+__all__ = ["FileHeader", "now"]
 
 
 def encode(
@@ -108,11 +60,28 @@ def encode(
     in_key_order: bool = False,
 ) -> bytes:
     """Serialize rows into a checkpoint file, sorted by key unless ``in_key_order`` says they
-    are already (or the key type has no order), integer fields stored narrow."""
+    are already (or the key type has no order), integer fields stored narrow: a delta in
+    format 3 (when its types fit), a snapshot in format 2."""
     table = pa.table({"key": keys, "value": values})
     if not in_key_order:
         table, in_key_order = _sorted_by_key(table)
     table, encodings = encode_table(table, in_key_order=in_key_order)
+    if header.kind is FileKind.DELTA and header.schema_id and compact_format.fits(table):
+        return compact_format.encode(
+            MAGIC, header, table, encodings, compression, compression_level
+        )
+    return encode_json_format(header, table, encodings, compression, compression_level)
+
+
+def encode_json_format(
+    header: FileHeader,
+    table: pa.Table,
+    encodings: dict[str, Any],
+    compression: Compression = "zstd",
+    compression_level: int | None = None,
+) -> bytes:
+    """Format 2: the 52-byte envelope and an Arrow IPC stream with the JSON header (rows as
+    :func:`encode_table` stored them)."""
     metadata = {HEADER_KEY: header.to_json()}
     if encodings:
         metadata[ENCODINGS_KEY] = json.dumps(encodings, separators=(",", ":")).encode()
@@ -145,15 +114,90 @@ def _sorted_by_key(table: pa.Table) -> tuple[pa.Table, bool]:
 
 
 def checksum(data: bytes) -> str:
-    """The SHA-256 of a file's payload as hex: what the catalog records."""
+    """What the catalog records as a file's checksum (SHA-256 as hex): of the payload in
+    formats 1 and 2 (the envelope holds it), of the whole file in format 3."""
+    if _format_of(data) == DELTA_FORMAT_VERSION:
+        return hashlib.sha256(data).hexdigest()
     return data[20:ENVELOPE_SIZE].hex() if len(data) >= ENVELOPE_SIZE else ""
 
 
-def decode(
-    data: bytes, path: str, store: object | None = None, ref: CheckpointRef | None = None
-) -> tuple[FileHeader, pa.Table]:
-    """Verify and parse a checkpoint file. Raises CheckpointFileCorrupt naming ``path``."""
+def _format_of(data: bytes) -> int | None:
+    """The format version a file's first 10 bytes claim, if it has our magic."""
+    if len(data) < 10 or data[:8] != MAGIC:
+        return None
+    version: int = struct.unpack_from("<H", data, 8)[0]
+    return version
 
+
+def decode(
+    data: bytes,
+    path: str,
+    store: object | None = None,
+    ref: CheckpointRef | None = None,
+    schemas: SchemaLookup | None = None,
+) -> tuple[FileHeader, pa.Table]:
+    """Verify and parse a checkpoint file. Raises CheckpointFileCorrupt naming ``path``, or
+    SchemaMismatch for a format 3 delta whose schema id ``schemas`` does not know."""
+    corrupt = _corrupt(path, store, ref)
+    if _format_of(data) == DELTA_FORMAT_VERSION:
+        parsed = _parse_compact(data, corrupt)
+        header = parsed.header
+        schema = None if schemas is None or header.schema_id is None else schemas(header.schema_id)
+        if schema is None:
+            raise errors.SchemaMismatch(
+                f"the file names schema {header.schema_id}, which neither this store's schema "
+                "history nor the checkpoint root's schemas/ folder holds",
+                store=store,
+                path=path,
+                version=None if ref is None else ref.version,
+                checkpoint_id=None if ref is None else ref.checkpoint_id,
+            )
+        header = replace(header, schema=schema)
+        try:
+            table = parsed.rows(schema.key_arrow, schema.value_arrow)
+            table = decode_table(table, parsed.encodings, schema.key_arrow, schema.value_arrow)
+        except _PARSE_ERRORS as e:
+            raise corrupt(
+                f"rows do not parse under schema {header.schema_id} (<{schema.describe()}>): {e}"
+            ) from e
+    else:
+        header, table = _decode_json_format(data, corrupt)
+    assert header.schema is not None
+    problem = _layout_problem(table, header.schema.key_arrow, header.schema.value_arrow)
+    if problem:
+        raise corrupt(problem)
+    if table.num_rows != header.file_rows:
+        raise corrupt(f"has {table.num_rows} rows, its header says {header.file_rows}")
+    return header, table
+
+
+def read_header(
+    data: bytes, path: str, store: object | None = None, ref: CheckpointRef | None = None
+) -> FileHeader:
+    """Verify a checkpoint file's bytes and parse what it says about itself, without needing
+    its schema: a format 3 delta's rows are not parsed (its ``schema`` is None), an older
+    file is decoded whole. Raises CheckpointFileCorrupt naming ``path``."""
+    if _format_of(data) == DELTA_FORMAT_VERSION:
+        return _parse_compact(data, _corrupt(path, store, ref)).header
+    return decode(data, path, store, ref)[0]
+
+
+_PARSE_ERRORS = (
+    RecursionError,  # deeply nested JSON in a crafted header or encodings
+    OverflowError,  # a crafted timestamp out of range
+    pa.ArrowException,
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    IndexError,
+)
+
+
+def _corrupt(
+    path: str, store: object | None, ref: CheckpointRef | None
+) -> Callable[[str], CheckpointFileCorrupt]:
     def corrupt(reason: str) -> CheckpointFileCorrupt:
         return CheckpointFileCorrupt(
             f"corrupt checkpoint file: {reason}",
@@ -163,6 +207,25 @@ def decode(
             checkpoint_id=None if ref is None else ref.checkpoint_id,
         )
 
+    return corrupt
+
+
+def _parse_compact(
+    data: bytes, corrupt: Callable[[str], CheckpointFileCorrupt]
+) -> compact_format.Parsed:
+    problem = compact_format.check_envelope(data)
+    if problem:
+        raise corrupt(problem)
+    try:
+        return compact_format.Parsed(data)
+    except (*_PARSE_ERRORS, InvalidArgument) as e:
+        raise corrupt(f"unparsable header: {e}") from e
+
+
+def _decode_json_format(
+    data: bytes, corrupt: Callable[[str], CheckpointFileCorrupt]
+) -> tuple[FileHeader, pa.Table]:
+    """Formats 1 and 2: the 52-byte envelope and an Arrow IPC stream with a JSON header."""
     if len(data) < ENVELOPE_SIZE:
         raise corrupt(f"truncated: {len(data)} bytes, shorter than the {ENVELOPE_SIZE}-byte header")
     magic, fmt, reserved, length, digest = _ENVELOPE.unpack_from(data)
@@ -187,28 +250,15 @@ def decode(
         raw = metadata.get(HEADER_KEY)
         if raw is None:
             raise ValueError("no state_runtime header in the Arrow schema metadata")
-        header = FileHeader.from_json(raw)
+        header = FileHeader.from_json(raw, fmt)
+        assert header.schema is not None
         key_type, value_type = header.schema.key_arrow, header.schema.value_arrow
         encodings = metadata.get(ENCODINGS_KEY)
         if encodings is not None and fmt < 2:
             raise ValueError(f"column encodings in a format version {fmt} file")
         table = decode_table(table, encodings, key_type, value_type)
-    except (
-        RecursionError,  # deeply nested JSON in a crafted header or encodings
-        pa.ArrowException,
-        OSError,
-        ValueError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        IndexError,
-    ) as e:
+    except (*_PARSE_ERRORS, InvalidArgument) as e:
         raise corrupt(f"unparsable content: {e}") from e
-    problem = _layout_problem(table, key_type, value_type)
-    if problem:
-        raise corrupt(problem)
-    if table.num_rows != header.file_rows:
-        raise corrupt(f"has {table.num_rows} rows, its header says {header.file_rows}")
     return header, table
 
 
@@ -240,7 +290,3 @@ def check_identity(
             checkpoint_id=ref.checkpoint_id,
             path=path,
         )
-
-
-def now() -> datetime:
-    return datetime.now(UTC)

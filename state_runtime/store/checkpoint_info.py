@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
+
+NO_FILE_CHECKSUM = hashlib.sha256(b"").hexdigest()
+"""The checksum recorded for a version that changed nothing: it has no file (0 bytes)."""
 
 
 @dataclass(frozen=True)
@@ -17,6 +21,8 @@ class CheckpointInfo:
     last snapshot (or version 1, when the chain reaches the empty version 0). ``path`` is
     relative to the checkpoint root. ``rows`` is the state's row count at ``version``;
     ``file_rows`` the rows in the file (changes for a delta, the whole state for a snapshot).
+    A delta whose ``checkpoint_id`` is its ``base_checkpoint_id`` has no file (see
+    :attr:`has_file`).
     """
 
     store: StoreId
@@ -36,6 +42,12 @@ class CheckpointInfo:
     @property
     def ref(self) -> CheckpointRef:
         return CheckpointRef(self.version, self.checkpoint_id)
+
+    @property
+    def has_file(self) -> bool:
+        """False for a version that changed nothing: it keeps its parent's checkpoint id and
+        nothing is written (``path`` names a file that never exists; 0 bytes)."""
+        return self.kind is FileKind.SNAPSHOT or self.checkpoint_id != self.base_checkpoint_id
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (for shipping from Spark tasks to the driver)."""

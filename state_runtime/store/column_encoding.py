@@ -93,13 +93,17 @@ def _with_children(struct: pa.StructArray, children: list[pa.Array]) -> pa.Struc
 
 
 def decode_table(
-    table: pa.Table, raw: bytes | None, key_type: pa.StructType, value_type: pa.StructType
+    table: pa.Table,
+    raw: bytes | dict[str, Any] | None,
+    key_type: pa.StructType,
+    value_type: pa.StructType,
 ) -> pa.Table:
-    """The inverse of :func:`encode_table`. Raises ValueError on encodings that do not fit the
-    table or the schemas (the caller reports the file as corrupt)."""
+    """The inverse of :func:`encode_table`, given the encodings as JSON (format 2) or parsed
+    (format 3). Raises ValueError on encodings that do not fit the table or the schemas (the
+    caller reports the file as corrupt)."""
     if raw is None:
         return table
-    encodings = json.loads(raw)
+    encodings = dict(raw) if isinstance(raw, dict) else json.loads(raw)
     if not isinstance(encodings, dict):
         raise ValueError("encodings are not a JSON object")
     if table.column_names != ["key", "value"]:

@@ -25,6 +25,7 @@ from state_runtime.retention import (
     judge_store,
 )
 from state_runtime.storage import FileInfo
+from state_runtime.store.loader import unchanged
 from state_runtime.store.provider import StateStoreProvider
 
 
@@ -75,11 +76,18 @@ def _trace(
                 return
             except CannotLoadState:
                 lineage.snapshots[cur] = Verification.FAILED  # its deltas are still needed
+        if f"{cur}.{FileKind.DELTA.value}" not in names and unchanged(cur, names):
+            cur = CheckpointRef(cur.version - 1, cur.checkpoint_id)  # changed nothing: no file
+            continue
         header = provider.read_header(cur, FileKind.DELTA)
         cur = header.lineage[0] if header.lineage else EMPTY
 
 
 def _parent(provider: StateStoreProvider, ref: CheckpointRef, names: set[str]) -> CheckpointRef:
+    """The version ``ref`` builds on (its delta's lineage; the one below with the same id for
+    a version that changed nothing and has no file)."""
+    if f"{ref}.{FileKind.DELTA.value}" not in names and unchanged(ref, names):
+        return CheckpointRef(ref.version - 1, ref.checkpoint_id)
     kind = FileKind.DELTA if f"{ref}.delta" in names else FileKind.SNAPSHOT
     lineage = provider.read_header(ref, kind).lineage
     return lineage[0] if lineage else EMPTY

@@ -14,6 +14,7 @@ and delete the deltas it replaces; a load that finds a file gone re-lists and wa
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -28,7 +29,7 @@ from state_runtime.errors import (
     UnexpectedVersion,
     UnknownCheckpointId,
 )
-from state_runtime.identity import EMPTY, CheckpointRef, FileKind
+from state_runtime.identity import EMPTY, CheckpointRef, FileKind, parse_file_name
 from state_runtime.store.checkpoint_format import FileHeader, check_identity, decode
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run
@@ -70,12 +71,14 @@ class VersionLoader:
         indexer: KeyIndexer,
         cached: Callable[[CheckpointRef], Version | None],
         known_snapshots: set[CheckpointRef],
+        cached_refs: Callable[[], list[CheckpointRef]] = list,
     ) -> None:
         self.target = target
         self.store = target.store
         self.schema = target.schema
         self.indexer = indexer
         self._cached = cached
+        self._cached_refs = cached_refs
         self._known_snapshots = known_snapshots
 
     def empty(self) -> Version:
@@ -91,6 +94,10 @@ class VersionLoader:
         one is on its lineage, else from files."""
         target = None
         if warm:
+            same = self._cached_unchanged(ref)
+            if same is not None:  # a version without a file, on top of a cached one
+                metrics.source = LoadSource.ROLL_FORWARD
+                return self._relabel(same, ref)
             target = self.read(ref, FileKind.DELTA, metrics, missing_ok=True)
         if target is not None:
             try:
@@ -119,19 +126,56 @@ class VersionLoader:
         raise AssertionError("unreachable")
 
     def _roll_forward(self, target: CheckpointFile, metrics: LoadMetrics) -> Version | None:
-        """Apply the deltas a cached ancestor on ``target``'s lineage missed, if there is one."""
-        lineage = target.header.lineage
-        for depth, ancestor in enumerate(lineage):
-            base = self._cached(ancestor)
-            if base is None:
+        """Apply the deltas a cached ancestor on ``target``'s lineage missed, if there is one.
+
+        The walk goes parent by parent (a format 3 delta names only its parent), reading
+        deltas only when a cached version lies within the lineage's depth. A parent without a
+        delta may be a version that changed nothing: the walk goes on below it with the same
+        id and accepts it only on reaching that id at a lower version (a cached copy or a
+        delta), which proves it (a commit that writes a file takes a fresh id)."""
+        depth = target.header.depth
+        lowest = target.ref.version - depth
+        if not any(lowest <= r.version < target.ref.version for r in self._cached_refs()):
+            return None
+        chain = [target]
+        parent = _parent(target)
+        missing: CheckpointRef | None = None  # a delta not found: unchanged, or cleaned up
+        while True:
+            base = self._cached(parent) or self._cached_unchanged(parent)
+            if base is not None:
+                metrics.source = LoadSource.ROLL_FORWARD
+                return self.apply(self._relabel(base, parent), chain, metrics)
+            if parent.version <= lowest:
+                if missing is not None:
+                    raise self._missing(missing, chain[-1])
+                return None
+            delta = self.read(parent, FileKind.DELTA, metrics, missing_ok=True)
+            if delta is None:
+                missing = missing or parent
+                parent = CheckpointRef(parent.version - 1, parent.checkpoint_id)
                 continue
-            chain = [target] + [
-                self._need_delta(r, child, metrics)
-                for r, child in zip(lineage[:depth], (target.ref, *lineage), strict=False)
-            ]
-            metrics.source = LoadSource.ROLL_FORWARD
-            return self.apply(base, chain, metrics)
-        return None
+            missing = None  # the same id at a lower version: the versions above changed nothing
+            self._check_chain(chain[-1], delta)
+            chain.append(delta)
+            parent = _parent(delta)
+
+    def _cached_unchanged(self, ref: CheckpointRef) -> Version | None:
+        """A cached version with ``ref``'s id at a lower version: ``ref`` changed nothing
+        since (ids of versions with files are fresh), so its state is that one."""
+        same = [r for r in self._cached_refs() if r.checkpoint_id == ref.checkpoint_id]
+        below = [r for r in same if r.version < ref.version]
+        return self._cached(max(below)) if below else None
+
+    def _relabel(self, version: Version, ref: CheckpointRef) -> Version:
+        """``version`` as ``ref``, a later version without a file (same id, same state)."""
+        if version.ref == ref:
+            return version
+        hops = [
+            CheckpointRef(v, ref.checkpoint_id)
+            for v in range(ref.version - 1, version.ref.version - 1, -1)
+        ]
+        lineage = (*hops, *version.lineage)[: self.target.config.min_deltas_for_snapshot]
+        return dataclasses.replace(version, ref=ref, lineage=lineage)
 
     def _load_from_files(
         self, ref: CheckpointRef, target: CheckpointFile | None, metrics: LoadMetrics
@@ -146,9 +190,12 @@ class VersionLoader:
             while True:
                 base = self._base_for(cur, names, metrics, ignored)
                 if base is not None:
-                    return self.apply(base, chain, metrics)
+                    return self._relabel(self.apply(base, chain, metrics), ref)
                 if cur == ref and target is not None:
                     delta = target
+                elif unchanged(cur, names):  # no file: its state is its parent's
+                    cur = CheckpointRef(cur.version - 1, cur.checkpoint_id)
+                    continue
                 elif f"{cur}.{FileKind.DELTA.value}" in names:
                     delta = self._need_delta(cur, child, metrics)
                 elif child is None:
@@ -164,7 +211,7 @@ class VersionLoader:
                     self._check_chain(child, delta)
                 chain.append(delta)
                 child = delta
-                cur = delta.header.lineage[0] if delta.header.lineage else EMPTY
+                cur = _parent(delta)
                 if cur.version != delta.ref.version - 1:
                     raise self._fault(
                         LineageBroken,
@@ -252,7 +299,7 @@ class VersionLoader:
             metrics.deltas_applied += 1
         changes = squash(self.indexer, [delta.run for delta in chain])
         target = chain[0]
-        return base.derive(changes, target.ref, target.header.lineage, rows)
+        return base.derive(changes, target.ref, _lineage(chain, base), rows)
 
     # --- files --------------------------------------------------------------------------
 
@@ -285,8 +332,19 @@ class VersionLoader:
             ) from None
         metrics.files_read += 1
         metrics.bytes_read += len(data)
-        header, table = decode(data, path, self.store, ref)
+        try:
+            header, table = decode(data, path, self.store, ref, self.target.schema_of)
+        except SchemaMismatch as e:
+            newest = self.target.history.newest.schema.describe()
+            raise SchemaMismatch(
+                f"{e.reason}; the store's schema is <{newest}>",
+                store=self.store,
+                version=ref.version,
+                checkpoint_id=ref.checkpoint_id,
+                path=path,
+            ) from None
         check_identity(header, self.store, ref, kind, path)
+        assert header.schema is not None
         try:
             projection = self.target.history.projection(header.schema_id, header.schema)
         except SchemaMismatch as e:
@@ -333,12 +391,58 @@ class VersionLoader:
         )
 
     def _check_chain(self, child: CheckpointFile, parent: CheckpointFile) -> None:
-        """The child's lineage past its parent must be a prefix of the parent's lineage."""
-        rest = child.header.lineage[1:]
-        if parent.header.lineage[: len(rest)] != rest:
+        """The child's lineage past its parent (and the versions without a file between them)
+        must be a prefix of the parent's lineage, as far as the parent records it: a format 3
+        delta records only its own parent."""
+        rest = child.header.lineage[child.ref.version - parent.ref.version :]
+        known = parent.header.lineage
+        if parent.header.lineage_depth is not None:
+            rest = rest[: len(known)]
+        if known[: len(rest)] != rest:
             raise self._fault(
                 LineageBroken,
                 f"lineage of {child.path} disagrees with the lineage in its parent",
                 parent.ref,
                 parent.path,
             )
+
+
+def _parent(delta: CheckpointFile) -> CheckpointRef:
+    return delta.header.lineage[0] if delta.header.lineage else EMPTY
+
+
+def unchanged(ref: CheckpointRef, names: set[str]) -> bool:
+    """Whether ``ref`` is a version without a file, going by the store's file ``names``: its
+    id is that of a file at a lower version (a commit that changed nothing keeps its parent's
+    id; one that writes a file takes a fresh one, so this cannot mistake a lost file)."""
+    if ref.version < 2:
+        return False
+    for name in names:
+        parsed = parse_file_name(name)
+        if (
+            parsed is not None
+            and parsed.checkpoint_id == ref.checkpoint_id
+            and parsed.version < ref.version
+        ):
+            return True
+    return False
+
+
+def _lineage(chain: list[CheckpointFile], base: Version) -> tuple[CheckpointRef, ...]:
+    """The full lineage of ``chain[0]`` (applied on ``base``): as its file records it, or, for
+    a format 3 delta (which records its parent and depth), each chain file's parent down to
+    the next file (the versions between changed nothing and share its id) and the base's own
+    lineage, as deep as the writer's was."""
+    header = chain[0].header
+    if header.lineage_depth is None:
+        return header.lineage
+    refs: list[CheckpointRef] = []
+    for i, delta in enumerate(chain):
+        parent = _parent(delta)
+        stop = chain[i + 1].ref.version if i + 1 < len(chain) else base.ref.version
+        refs += [
+            CheckpointRef(v, parent.checkpoint_id)
+            for v in range(parent.version, stop - 1, -1)
+            if v >= 1
+        ]
+    return tuple([*refs, *base.lineage][: header.depth])

@@ -31,8 +31,9 @@ from state_runtime.store.checkpoint_format import FileHeader
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.keys import KeyIndexer
-from state_runtime.store.loader import VersionLoader
+from state_runtime.store.loader import VersionLoader, unchanged
 from state_runtime.store.schema_history import SchemaHistory
+from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.state_store import ReadStateStore, StateStore
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
@@ -95,6 +96,7 @@ class StateStoreProvider:
             self.indexer,
             lambda ref: CACHE.get(owner, ref),
             self._known_snapshots,
+            lambda: CACHE.refs(owner),
         )
 
     def __repr__(self) -> str:
@@ -148,8 +150,13 @@ class StateStoreProvider:
         it (a history older than the files: reopen with the catalog's)."""
         found = self._loader.read(ref, FileKind.DELTA, LoadMetrics(), missing_ok=True)
         if found is None:
+            found = self._loader.read(ref, FileKind.SNAPSHOT, LoadMetrics(), missing_ok=True)
+        if found is None and self.unchanged(ref):
+            return self.written_schema(CheckpointRef(ref.version - 1, ref.checkpoint_id))
+        if found is None:
             found = self._loader.read(ref, FileKind.SNAPSHOT, LoadMetrics(), missing_ok=False)
         assert found is not None
+        assert found.header.schema is not None
         entry = self.history.entry_of(found.header.schema_id, found.header.schema)
         if entry is None:
             raise SchemaMismatch(
@@ -185,9 +192,21 @@ class StateStoreProvider:
     def read_delta(self, ref: CheckpointRef) -> pa.Table:
         """The changes committed version ``ref`` made, read from its delta file: a ``key`` and
         a ``value`` column, the value null where the key was removed."""
-        found = self._loader.read(ref, FileKind.DELTA, LoadMetrics(), missing_ok=False)
+        found = self._loader.read(ref, FileKind.DELTA, LoadMetrics(), missing_ok=True)
+        if found is None and self.unchanged(ref):
+            empty = Run.empty(self.schema.key_arrow, self.schema.value_arrow)
+            return pa.table({"key": empty.keys, "value": empty.values})
+        if found is None:
+            found = self._loader.read(ref, FileKind.DELTA, LoadMetrics(), missing_ok=False)
         assert found is not None
         return pa.table({"key": found.run.keys, "value": found.run.values})
+
+    def unchanged(self, ref: CheckpointRef) -> bool:
+        """Whether version ``ref`` changed nothing and so has no file (one listing)."""
+        names = {
+            info.path.rsplit("/", 1)[-1] for info in self.storage.list(self.store_id.directory)
+        }
+        return unchanged(ref, names)
 
     def drop_cache(self) -> None:
         """Forget every in-memory version (the next load reads files)."""

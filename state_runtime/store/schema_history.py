@@ -101,6 +101,11 @@ class SchemaHistory:
     def ids(self) -> list[str]:
         return [e.schema_id for e in self.entries]
 
+    def schema_of(self, schema_id: str) -> StateSchema | None:
+        """The schema of entry ``schema_id``, or None if this history has no such entry: how a
+        format 3 delta, which names its schema by id only, finds it."""
+        return next((e.schema for e in self.entries if e.schema_id == schema_id), None)
+
     def up_to(self, schema_id: str) -> SchemaHistory:
         """The history as it was when ``schema_id`` was the newest."""
         if schema_id not in self.ids:

@@ -33,7 +33,7 @@ from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.store_metrics import LoadMetrics, StoreMetrics
 from state_runtime.store.versions import Version, get, lookup, row_change, squash
-from state_runtime.store.writer import CheckpointTarget, write_checkpoint
+from state_runtime.store.writer import CheckpointTarget, record_unchanged, write_checkpoint
 
 
 class _Absent:
@@ -504,7 +504,9 @@ class StateStore(ReadStateStore):
     def commit(self) -> CheckpointInfo:
         """Write ``<version+1>_<new id>.delta`` and make the new version current.
 
-        Never overwrites a file; a concurrent attempt at the same version gets its own id.
+        Never overwrites a file; a concurrent attempt at the same version gets its own id. A
+        store that changed nothing (after version 0) writes no file: its version keeps the
+        parent's checkpoint id (``CheckpointInfo.has_file`` is False).
         On failure nothing becomes visible, the store is aborted and CannotCommit is raised.
         """
         self._check_open()
@@ -516,16 +518,20 @@ class StateStore(ReadStateStore):
         try:
             changes = self._changes()
             rows = base.rows + row_change(self._indexer, base.runs, changes)
-            info = write_checkpoint(
-                host.checkpoints,
-                FileKind.DELTA,
-                ref,
-                lineage,
-                changes.keys,
-                changes.values,
-                rows,
-                in_key_order=self._indexer.exact,
-            )
+            if not len(changes) and base.ref.version >= 1:
+                # Nothing changed: the version keeps its parent's id and writes no file.
+                info = record_unchanged(host.checkpoints, base.ref, lineage, rows)
+            else:
+                info = write_checkpoint(
+                    host.checkpoints,
+                    FileKind.DELTA,
+                    ref,
+                    lineage,
+                    changes.keys,
+                    changes.values,
+                    rows,
+                    in_key_order=self._indexer.exact,
+                )
         except (pa.ArrowException, TypeError, ValueError, OverflowError, StorageError) as e:
             self._status = _State.ABORTED
             raise CannotCommit(
@@ -535,7 +541,7 @@ class StateStore(ReadStateStore):
                 checkpoint_id=ref.checkpoint_id,
                 path=self.store_id.file_path(ref.version, ref.checkpoint_id, FileKind.DELTA),
             ) from e
-        self._version = base.derive(changes, ref, lineage, rows)
+        self._version = base.derive(changes, info.ref, lineage, rows)
         host.install(self._version)
         self._pending = []
         self._status = _State.COMMITTED

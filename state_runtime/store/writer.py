@@ -15,8 +15,9 @@ from state_runtime.errors import FileAlreadyExists
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.storage import Storage
 from state_runtime.store.checkpoint_format import FileHeader, checksum, encode, now
-from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.checkpoint_info import NO_FILE_CHECKSUM, CheckpointInfo
 from state_runtime.store.config import StoreConfig
+from state_runtime.store.schema_files import fetch, publish
 from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.state_schema import StateSchema
 
@@ -34,6 +35,11 @@ class CheckpointTarget:
     @property
     def schema(self) -> StateSchema:
         return self.history.newest.schema
+
+    def schema_of(self, schema_id: str) -> StateSchema | None:
+        """The schema a file names by id: from the history, else as published on storage
+        (:mod:`state_runtime.store.schema_files`)."""
+        return self.history.schema_of(schema_id) or fetch(self.storage, schema_id)
 
 
 def write_checkpoint(
@@ -76,6 +82,8 @@ def write_checkpoint(
         target.config.compression_level,
         in_key_order=in_key_order,
     )
+    if kind is FileKind.DELTA:
+        publish(target.storage, target.history.newest)  # before any file names it
     try:
         target.storage.write_if_absent(path, data)
         written = len(data)
@@ -98,4 +106,31 @@ def write_checkpoint(
         checksum=checksum(data),
         created_at=header.created_at,
         timings_ms={kind.value: (time.perf_counter() - started) * 1000},
+    )
+
+
+def record_unchanged(
+    target: CheckpointTarget,
+    parent: CheckpointRef,
+    lineage: tuple[CheckpointRef, ...],
+    state_rows: int,
+) -> CheckpointInfo:
+    """The record of version ``parent.version + 1`` when a batch changed nothing: it keeps the
+    parent's checkpoint id and writes no file (docs/checkpoint-format.md, "Versions without a
+    file"). The id stays unambiguous: a commit that writes a file always takes a fresh one."""
+    assert parent.checkpoint_id is not None and parent.version >= 1
+    version = parent.version + 1
+    return CheckpointInfo(
+        store=target.store,
+        version=version,
+        checkpoint_id=parent.checkpoint_id,
+        base_checkpoint_id=parent.checkpoint_id,
+        lineage=lineage,
+        kind=FileKind.DELTA,
+        path=target.store.file_path(version, parent.checkpoint_id, FileKind.DELTA),
+        rows=state_rows,
+        file_rows=0,
+        bytes_written=0,
+        checksum=NO_FILE_CHECKSUM,
+        created_at=now(),
     )

@@ -89,7 +89,8 @@ def test_recovery_cost_makes_a_short_chain_due(make_stream: Callable[..., StoreS
     stream = make_stream()
     stream.run(3)
     assert snapshot_pass(fleet_on(stream), POLICY).outcomes == []
-    costly = MaintenancePolicy(snapshot_min_deltas=50, snapshot_max_recovery_bytes=1000)
+    chains = [sum(i.bytes_written for i in infos) for infos in stream.committed.values()]
+    costly = MaintenancePolicy(snapshot_min_deltas=50, snapshot_max_recovery_bytes=min(chains) - 1)
     report = snapshot_pass(fleet_on(stream), costly)
     assert report.count(SnapshotStatus.WRITTEN) == len(stream.stores)
     assert {o.deltas_since_snapshot for o in report.outcomes} == {3}
