@@ -29,27 +29,9 @@ from state_runtime.maintenance import (
     StoreReport,
     StoreStatus,
 )
+from state_runtime.units import age, millis, size
 
 SHOWN = 20  # rows of detail before "... and N more"
-
-
-def size(n: float) -> str:
-    """Bytes for people: 1.2 MB."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError
-
-
-def age(value: timedelta | None) -> str:
-    if value is None:
-        return "-"
-    seconds = int(value.total_seconds())
-    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= length:
-            return f"{seconds // length}{unit}"
-    return f"{seconds}s"
 
 
 def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
@@ -588,10 +570,6 @@ def metrics_json(recorded: RecordedBatchMetrics) -> dict[str, Any]:
     } | {key: jsonable(value) for key, value in m.extra.items()}
 
 
-def _ms(value: object) -> str:
-    return "-" if not isinstance(value, int | float) else f"{value:,.0f} ms"
-
-
 def print_metrics(console: Console, query_id: str, batches: Sequence[RecordedBatchMetrics]) -> None:
     """One row per batch, newest first."""
     table = Table(title=f"Batch metrics of query {query_id} ({len(batches)} batches, newest first)")
@@ -609,9 +587,9 @@ def print_metrics(console: Console, query_id: str, batches: Sequence[RecordedBat
             f"{m.keys_updated:,}",
             f"{m.state_rows:,}",
             size(m.bytes_written),
-            _ms(m.commit_ms),
-            _ms(extra.get("batch_ms")),
-            _ms(extra.get("max_load_ms")),
+            millis(m.commit_ms),
+            millis(extra.get("batch_ms")),
+            millis(extra.get("max_load_ms")),
             f"{m.cache_hits}/{looked}" if looked else "-",
         )
     console.print(table)
