@@ -10,7 +10,8 @@ evaluations of the fleet-wide checks it recorded, then each store's state on its
 the per-store checks and the fleet's totals (``store_events.py``). A run, not runless events:
 Dagster 1.13 keeps a single runless evaluation per check and partition (a unique index on
 run id and partition), so per-store checks could be reported only once. The first tick reports
-every store's current state and the latest validation, so that the stores no validation has
+every store's current state and the latest validation (and so does a tick that finds the
+number of store partitions changed: new stores get theirs), so that the stores no validation has
 checked show *unknown* (a warning) from the start, never a green tick.
 
 The sensor also reports each batch the runtime recorded (a cursor on the metrics' id, at most
@@ -86,10 +87,12 @@ state_batch_metrics = AssetSpec(
 
 @dataclass(frozen=True)
 class Cursor:
-    """The last run and batch metrics reported; ``run`` is None before the first tick."""
+    """The last run and batch metrics reported (``run`` is None before the first tick), and
+    how many store partitions there were (new stores get their state reported)."""
 
     run: int | None = None
     metrics: int = 0
+    partitions: int = 0
 
     @classmethod
     def parse(cls, text: str | None) -> "Cursor":
@@ -222,7 +225,7 @@ def report_catalog_runs(
         catalog = fleet.catalog
         found = catalog.runs_after(config.after, limit=max(config.until - config.after, 0))
         runs = [r for r in found if r.run_id <= config.until and not _in_dagster(r)]
-        about = "; ".join(_by(r) for r in runs) or "the catalog as Dagster first read it"
+        about = "; ".join(_by(r) for r in runs) or "the stores' state in the catalog"
         names = StoreNames.of(catalog, fleet.root_names())
         reports = store_reports(fleet, policy)
         events: list[AssetMaterialization | AssetCheckEvaluation] = []
@@ -259,6 +262,7 @@ def catalog_events_sensor(
     context: SensorEvaluationContext, maintenance: MaintenanceResource
 ) -> SensorResult:
     cursor = Cursor.parse(context.cursor)
+    partitions = len(context.instance.get_dynamic_partitions(state_stores.name or ""))
     with maintenance.fleet("dagster:catalog-events") as fleet:
         catalog = fleet.catalog
         if cursor.run is None:  # the first tick: the stores' state now, and the latest checks
@@ -270,17 +274,17 @@ def catalog_events_sensor(
         else:
             outside, last = finished_outside(catalog.runs_after(cursor.run, limit=RUNS))
             after, until = cursor.run, cursor.run if last is None else last
-            new = bool(outside)
+            new = bool(outside) or partitions != cursor.partitions
         batches = catalog.batch_metrics_after(cursor.metrics, limit=BATCHES)
         names = StoreNames.of(catalog, {b.root for _, b in batches})
     events = [batch_event(recorded, names) for _, recorded in batches]
-    next_cursor = Cursor(until, batches[-1][0] if batches else cursor.metrics).text()
+    next_cursor = Cursor(until, batches[-1][0] if batches else cursor.metrics, partitions).text()
     requests = []
     if new:
         config = ReportConfig(after=after, until=until)
         requests.append(
             RunRequest(
-                run_key=f"catalog-runs-{after}-{until}",
+                run_key=f"catalog-runs-{after}-{until}-{partitions}",
                 run_config=RunConfig(ops={"report_catalog_runs": config}),
             )
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -34,12 +34,47 @@ from state_runtime.units import age, millis, size
 SHOWN = 20  # rows of detail before "... and N more"
 
 
+def show(console: Console, table: Table) -> None:
+    """Print a table that wraps rather than cuts: at any width (``COLUMNS``, a terminal) a
+    cell too wide for its column folds onto the next line, digits included, never ``4,…``."""
+    for column in table.columns:
+        column.overflow = "fold"
+        column.no_wrap = False
+    console.print(table)
+
+
+def root_prefix(roots: Collection[str]) -> str:
+    """What to print once above rows of stores: the root when there is one, else the folder
+    the roots share (empty if none); each row then shows only the rest (:func:`below`)."""
+    unique = sorted(set(roots))
+    if len(unique) == 1:
+        return unique[0]
+    first, last = (unique[0], unique[-1]) if unique else ("", "")
+    shared = 0
+    while shared < min(len(first), len(last)) and first[shared] == last[shared]:
+        shared += 1
+    return first[: first.rfind("/", 0, shared) + 1] if shared else ""
+
+
+def below(prefix: str, root: str, rest: str = "") -> str:
+    """A root (and what follows it, ``#store``) as a row shows it below ``prefix``."""
+    if root == prefix:
+        return rest.removeprefix("#") or "."
+    return root.removeprefix(prefix) + rest
+
+
+def print_prefix(console: Console, prefix: str, roots: Collection[str]) -> None:
+    if prefix:
+        label = "root" if len(set(roots)) == 1 else "roots below"
+        console.print(f"{label}: {prefix}", soft_wrap=True)
+
+
 def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
-    """One row per store; with a single root, the root is printed once above the table."""
+    """One row per store; the root (or the folder the roots share) is printed once above the
+    table, each row shows the rest."""
     roots = {r.key.root for r in reports}
-    single = roots.pop() if len(roots) == 1 else None
-    if single is not None:
-        console.print(f"root: {single}", soft_wrap=True)
+    prefix = root_prefix(roots)
+    print_prefix(console, prefix, roots)
     title = f"State store health ({len(reports)} stores)"
     table = Table(
         title=title,
@@ -65,7 +100,7 @@ def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
         h = r.health
         run = f"{h.last_run_kind} {h.last_run_outcome}" if h.last_run_kind else "-"
         table.add_row(
-            str(h.key.store) if single is not None else str(h.key),
+            below(prefix, h.key.root, f"#{h.key.store}"),
             status_label(r.status),
             r.status.reason,
             str(h.latest.version),
@@ -78,7 +113,7 @@ def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
             size(h.reclaimable_bytes),
             run,
         )
-    console.print(table)
+    show(console, table)
 
 
 _COLOURS = {
@@ -153,14 +188,17 @@ def health_json(report: StoreReport) -> dict[str, Any]:
 
 def print_history(console: Console, entries: Sequence[VersionHistory]) -> None:
     """One line per committed version, newest first, then each version's later events."""
+    roots = {e.key.root for e in entries}
+    prefix = root_prefix(roots)
+    print_prefix(console, prefix, roots)
     table = Table(title=f"History ({len(entries)} committed versions, newest first)")
     for name in ("store", "version", "batch", "query", "checkpoint id", "committed"):
-        table.add_column(name, no_wrap=name != "store")
+        table.add_column(name)
     for name in ("rows", "bytes", "files", "snapshots", "deleted"):
         table.add_column(name, justify="right")
     for e in entries:
         table.add_row(
-            str(e.key),
+            below(prefix, e.key.root, f"#{e.key.store}"),
             str(e.ref.version),
             str(e.batch_id),
             e.query_id,
@@ -172,7 +210,7 @@ def print_history(console: Console, entries: Sequence[VersionHistory]) -> None:
             ", ".join(f"{s.verification}" for s in e.snapshots) or "-",
             str(len(e.deleted)) or "-",
         )
-    console.print(table)
+    show(console, table)
     for e in entries:
         for f in e.files:
             if f.kind.value == "snapshot":
@@ -230,15 +268,18 @@ def batch_history(entries: Sequence[VersionHistory]) -> list[dict[str, Any]]:
 
 
 def print_batch_history(console: Console, batches: Sequence[dict[str, Any]]) -> None:
+    roots = {b["root"] for b in batches}
+    prefix = root_prefix(roots)
+    print_prefix(console, prefix, roots)
     table = Table(title=f"History ({len(batches)} micro-batches, newest first)")
     for name in ("root", "query", "batch", "committed", "stores", "versions"):
-        table.add_column(name, no_wrap=name != "root")
+        table.add_column(name)
     for name in ("rows", "bytes", "files", "snapshots", "deleted"):
         table.add_column(name, justify="right")
     for b in batches:
         versions = b["versions"]
         table.add_row(
-            b["root"],
+            below(prefix, b["root"]),
             b["query_id"],
             str(b["batch_id"]),
             b["committed_at"],
@@ -250,7 +291,7 @@ def print_batch_history(console: Console, batches: Sequence[dict[str, Any]]) -> 
             str(b["snapshots"]),
             str(b["deleted_files"]),
         )
-    console.print(table)
+    show(console, table)
 
 
 def print_due_snapshots(console: Console, due: Sequence[DueStore]) -> None:
@@ -344,7 +385,7 @@ def print_checks(console: Console, report: ChecksReport) -> None:
             else ("[red]ERROR[/red]" if o.severity.value == "error" else "[yellow]WARN[/yellow]")
         )
         table.add_row(o.name.value, result, o.summary)
-    console.print(table)
+    show(console, table)
     for o in report.outcomes:
         for finding in o.findings[:SHOWN]:
             console.print(f"  {finding.severity.value}: {finding}")
@@ -499,7 +540,7 @@ def print_schema_changes(console: Console, rows: Sequence[SchemaChangeRow]) -> N
             r.value_schema,
             "; ".join(r.actions),
         )
-    console.print(table)
+    show(console, table)
 
 
 def print_schema_check(console: Console, check: SchemaCheck) -> None:
@@ -592,4 +633,4 @@ def print_metrics(console: Console, query_id: str, batches: Sequence[RecordedBat
             millis(extra.get("max_load_ms")),
             f"{m.cache_hits}/{looked}" if looked else "-",
         )
-    console.print(table)
+    show(console, table)

@@ -68,6 +68,7 @@ def test_the_code_location_loads_with_the_demo_defaults() -> None:
         "state_snapshot_repair",
         "state_store_health",
         "state_reconciliation",
+        "state_batch_metrics",
     }
     assert {c.name for c in repo.asset_graph.asset_check_keys} == {
         "lineage_valid",
@@ -83,7 +84,11 @@ def test_the_code_location_loads_with_the_demo_defaults() -> None:
         "state_cleanup_daily",
         "state_reconcile_weekly",
     }
-    assert {s.name for s in repo.sensor_defs} == {"state_store_discovery", "state_snapshot_due"}
+    assert {s.name for s in repo.sensor_defs} == {
+        "state_store_discovery",
+        "state_snapshot_due",
+        "state_catalog_events",
+    }
     assert MaintenanceResource().resolved_url() == catalog_url()
 
 

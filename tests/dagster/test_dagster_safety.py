@@ -42,9 +42,11 @@ def test_nothing_that_writes_or_deletes_starts_on_its_own() -> None:
         "state_cleanup_daily": "STOPPED",
         "state_reconcile_weekly": "STOPPED",
     }
-    # Discovery only adds Dagster partitions for the stores it finds: it observes.
+    # Discovery only adds Dagster partitions for the stores it finds, and the catalog events
+    # sensor only reads the catalog and reports to Dagster: they observe.
     assert {s.name: s.default_status.value for s in repo.sensor_defs} == {
         "state_store_discovery": "RUNNING",
+        "state_catalog_events": "RUNNING",
         "state_snapshot_due": "STOPPED",
     }
 
@@ -66,7 +68,12 @@ def test_production_turns_them_on_by_name_or_all() -> None:
     chosen = _statuses("state_cleanup_daily, state_snapshot_due")
     assert chosen.returncode == 0, chosen.stderr
     running = {name for name, s in json.loads(chosen.stdout).items() if s == "RUNNING"}
-    assert running == {"state_cleanup_daily", "state_snapshot_due", "state_store_discovery"}
+    assert running == {
+        "state_cleanup_daily",
+        "state_snapshot_due",
+        "state_store_discovery",
+        "state_catalog_events",
+    }
     everything = _statuses("all")
     assert set(json.loads(everything.stdout).values()) == {"RUNNING"}
     typo = _statuses("state_cleanup_dayly")
