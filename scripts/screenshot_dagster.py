@@ -157,7 +157,7 @@ def main() -> None:
     )
     with Catalog.open(url) as catalog:
         records = catalog.stores()
-        names = StoreNames.of(catalog, {r.key.root for r in records})
+        names = StoreNames.of(catalog)
     env = {"STATE_CATALOG_URL": url} | DEMO_POLICY
     try:
         with DagsterDev(work / "dagster_home", env, make=True) as server:

@@ -226,7 +226,7 @@ def report_catalog_runs(
         found = catalog.runs_after(config.after, limit=max(config.until - config.after, 0))
         runs = [r for r in found if r.run_id <= config.until and not _in_dagster(r)]
         about = "; ".join(_by(r) for r in runs) or "the stores' state in the catalog"
-        names = StoreNames.of(catalog, fleet.root_names())
+        names = StoreNames.of(catalog)
         reports = store_reports(fleet, policy)
         events: list[AssetMaterialization | AssetCheckEvaluation] = []
         for run in runs:
@@ -276,7 +276,7 @@ def catalog_events_sensor(
             after, until = cursor.run, cursor.run if last is None else last
             new = bool(outside) or partitions != cursor.partitions
         batches = catalog.batch_metrics_after(cursor.metrics, limit=BATCHES)
-        names = StoreNames.of(catalog, {b.root for _, b in batches})
+        names = StoreNames.of(catalog)
     events = [batch_event(recorded, names) for _, recorded in batches]
     next_cursor = Cursor(until, batches[-1][0] if batches else cursor.metrics, partitions).text()
     requests = []

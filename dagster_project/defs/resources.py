@@ -127,7 +127,7 @@ class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
         log = context.log
         progress = CallbackProgress(lambda what, done, total: log.info(f"{what}: {done}/{total}"))
         with self.fleet(f"dagster:{context.run.run_id}") as fleet:
-            names = StoreNames.of(fleet.catalog, fleet.root_names())
+            names = StoreNames.of(fleet.catalog)
             yield MaintenanceRun(fleet, policy, progress, self.workers, names)
 
 

@@ -38,7 +38,7 @@ def store_discovery_sensor(
 ) -> SensorResult | SkipReason:
     with maintenance.fleet("dagster:discovery") as fleet:
         records = fleet.stores()
-        names = StoreNames.of(fleet.catalog, {r.key.root for r in records})
+        names = StoreNames.of(fleet.catalog)
         stores = {names.name(record.key) for record in records}
     known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     added, gone = sorted(stores - known), sorted(known - stores)
@@ -66,9 +66,9 @@ def snapshot_due_sensor(
     policy = maintenance.policy()
     with maintenance.fleet("dagster:snapshot-sensor") as fleet:
         due = due_for_snapshot(fleet, policy)
-        names = StoreNames.of(fleet.catalog, {d.record.key.root for d in due})
-    if not due:
-        return SkipReason("no store is due for a snapshot")
+        if not due:
+            return SkipReason("no store is due for a snapshot")
+        names = StoreNames.of(fleet.catalog)
     stores = sorted(names.name(d.record.key) for d in due)
     # one run per set of (store, latest version): the same chains never trigger twice
     state = ",".join(f"{d.record.key}@{d.record.latest.version}" for d in due)

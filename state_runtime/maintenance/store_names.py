@@ -12,7 +12,7 @@ label changes only when another root with its query appears.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from state_runtime.catalog import Catalog, StoreKey
@@ -68,9 +68,10 @@ class StoreNames:
     """root -> label"""
 
     @classmethod
-    def of(cls, catalog: Catalog, roots: Iterable[str]) -> StoreNames:
-        """The labels of ``roots`` (one catalog query per root)."""
-        return cls(root_labels({root: catalog.query_ids(root) for root in sorted(set(roots))}))
+    def of(cls, catalog: Catalog) -> StoreNames:
+        """The labels of every root the catalog knows (one query per root): over all of them,
+        so that a store has one name whatever scope a pass works on."""
+        return cls(root_labels({root: catalog.query_ids(root) for root in catalog.roots()}))
 
     def name(self, key: StoreKey) -> str:
         """``<label>/<operator>/<partition>/<store>`` (the full key for a root not listed)."""

@@ -131,8 +131,11 @@ def test_figures_reach_an_otlp_endpoint_and_a_loss_reaches_the_user_once(
         0, ["user"], "user string", [Agg("n", "count"), Agg("total", "sum", "amount")], PARTITIONS
     )
 
+    exports: list[OtelExport] = []
+
     def query(operator: StatefulOperator = op) -> StatefulQuery:
         export = OtelExport(receiver.endpoint)
+        exports.append(export)
         return StatefulQuery(
             "clicks", str(root), [operator], catalog_url=sqlite_catalog_url, telemetry=export
         )
@@ -176,3 +179,5 @@ def test_figures_reach_an_otlp_endpoint_and_a_loss_reaches_the_user_once(
     assert loss_paragraph("some other failure") is None
     status = receiver.metric("state_runtime.store.status")
     assert {dict(a)["state.partition"]: v for a, v in status.items()} == {0: 0, 1: 2, 2: 0}
+    for export in exports:  # before the endpoint goes: no retries at exit
+        export.close()
