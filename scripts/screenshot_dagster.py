@@ -1,17 +1,18 @@
-"""Screenshots of the Dagster UI for the docs, from a real ``make dagster`` on demo stores.
+"""Screenshots of the Dagster UI for the docs, from a real ``dagster dev`` on demo stores.
 
     .venv/bin/python scripts/screenshot_dagster.py      # writes docs/dagster-*.png
 
 Runs the demo (``python -m demo``) into a temporary folder with its own catalog (your
-``demo-output`` is left alone: the script breaks a store), then ``make dagster`` on that
-catalog (its own process group, a temporary DAGSTER_HOME, a free port) with the demo policy in
+``demo-output`` is left alone: the script breaks a store), then Dagster on that
+catalog (``dagster dev -w workspace.yaml`` in its own process group, a temporary DAGSTER_HOME,
+a free port) with the demo policy in
 the environment (``STATE_MAINTENANCE_*``: no retention window, snapshots after 2 deltas). It
 waits until the discovery sensor has added a partition per store, runs a few rounds of
 maintenance jobs through GraphQL (validation; snapshots; cleanup with ``dry_run: false``) so
 that each store's partition has a history, waits for the catalog sensor's batch metrics, then
 deletes one delta of one store and validates again: the broken store's truth. Headless
-Chromium, driven over the DevTools protocol, captures the pages; the process group of ``make
-dagster`` is stopped at the end. Needs ``chromium`` on PATH (Debian: ``apt-get install
+Chromium, driven over the DevTools protocol, captures the pages; the process group of
+``dagster dev`` is stopped at the end. Needs ``chromium`` on PATH (Debian: ``apt-get install
 chromium``).
 """
 
@@ -160,7 +161,7 @@ def main() -> None:
         names = StoreNames.of(catalog)
     env = {"STATE_CATALOG_URL": url} | DEMO_POLICY
     try:
-        with DagsterDev(work / "dagster_home", env, make=True) as server:
+        with DagsterDev(work / "dagster_home", env) as server:
             server.wait_loaded()
             server.graphql("mutation { setNuxSeen }")  # no "join the community" dialog
             keys = server.wait_partitions(len(records))

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from state_runtime.catalog import FileVerdict, RecordedBatchMetrics, StoreProblem, VersionHistory
 from state_runtime.cli.jsonable import jsonable
@@ -35,12 +36,39 @@ SHOWN = 20  # rows of detail before "... and N more"
 
 
 def show(console: Console, table: Table) -> None:
-    """Print a table that wraps rather than cuts: at any width (``COLUMNS``, a terminal) a
-    cell too wide for its column folds onto the next line, digits included, never ``4,…``."""
+    """Print a table, never cutting a value, at any width (``COLUMNS``, a terminal): when
+    every figure fits whole and every word of text fits its column, as a table (a path too
+    long for its column folds onto the next line); when the width cannot hold that (80
+    columns, a dozen columns), one block per row, a ``column: value`` line each, like psql's
+    expanded display."""
     for column in table.columns:
         column.overflow = "fold"
         column.no_wrap = False
-    console.print(table)
+    if _narrowest(table) <= console.width:
+        console.print(table)
+        return
+    headers = [str(column.header) for column in table.columns]
+    width = max(len(h) for h in headers)
+    if table.title:
+        console.print(str(table.title))
+    for row in range(table.row_count):
+        console.print()
+        for header, column in zip(headers, table.columns, strict=True):
+            console.print(f"{header:>{width}}: {list(column.cells)[row]}")
+    if table.caption:
+        console.print(f"\n{table.caption}")
+
+
+def _narrowest(table: Table) -> int:
+    """The width a table needs with whole figures and whole words of text."""
+    needed = 1
+    for column in table.columns:
+        cells = [Text.from_markup(str(c)).plain for c in (column.header, *column.cells)]
+        if column.justify == "right":
+            needed += max(len(c) for c in cells) + 3
+        else:
+            needed += min(max(len(w) for c in cells for w in c.split() or [""]), 24) + 3
+    return needed
 
 
 def root_prefix(roots: Collection[str]) -> str:
@@ -212,15 +240,16 @@ def print_history(console: Console, entries: Sequence[VersionHistory]) -> None:
         )
     show(console, table)
     for e in entries:
+        shown = below(prefix, e.key.root, f"#{e.key.store}")
         for f in e.files:
             if f.kind.value == "snapshot":
                 console.print(
-                    f"  {e.key} v{e.ref.version}: snapshot {f.path} written "
+                    f"  {shown} v{e.ref.version}: snapshot {f.path} written "
                     f"{f.created_at:%Y-%m-%d %H:%M:%S}, {size(f.size_bytes)}, {f.verification}"
                 )
             if f.deleted_at is not None:
                 console.print(
-                    f"  {e.key} v{e.ref.version}: deleted {f.path} at "
+                    f"  {shown} v{e.ref.version}: deleted {f.path} at "
                     f"{f.deleted_at:%Y-%m-%d %H:%M:%S} by run {f.deletion_run}: "
                     f"{f.deletion_reason}"
                 )
