@@ -37,7 +37,7 @@ def catalog(request: pytest.FixtureRequest) -> Catalog:
 
 def store_name(stream: StoreStream, store: StoreId) -> str:
     """A store's partition key, as the discovery sensor names it (over every root)."""
-    return StoreNames.of(stream.catalog)
+    return StoreNames.of(stream.catalog).name(stream.key(store))
 
 
 def resources_for(catalog: Catalog, policy: MaintenancePolicy | None = None) -> dict[str, Any]:
