@@ -60,7 +60,9 @@ def test_history_per_store_shows_versions_snapshots_and_deletions(
     table = statestore(maintained, "history", "--store", str(store), "--limit", "4")
     assert table.exit_code == 0, table.output
     assert "History (4 committed versions, newest first)" in table.output
-    assert f"{maintained.key(store)} v15: snapshot state/0/0/default/15_" in table.output
+    assert f"root: {maintained.root}" in table.output  # once; each line names the store
+    assert "  0/0/default v15: snapshot state/0/0/default/15_" in table.output
+    assert table.output.count(maintained.root) == 1
 
 
 def test_history_by_batch_of_a_query(maintained: StoreStream) -> None:
