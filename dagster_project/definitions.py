@@ -11,7 +11,6 @@ from dagster import Definitions
 
 from dagster_project.defs.asset_checks import state_checkpoint_checks
 from dagster_project.defs.assets import (
-    state_checkpoints,
     state_reconciliation,
     state_retention_cleanup,
     state_snapshot_repair,
@@ -19,6 +18,8 @@ from dagster_project.defs.assets import (
     state_store_health,
 )
 from dagster_project.defs.automation import check_autostart
+from dagster_project.defs.catalog_events import catalog_report_job, state_batch_metrics
+from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.jobs import jobs, schedules
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import sensors
@@ -41,9 +42,10 @@ defs = Definitions(
         state_snapshot_repair,
         state_store_health,
         state_reconciliation,
+        state_batch_metrics,
     ],
     asset_checks=[state_checkpoint_checks],
-    jobs=jobs,
+    jobs=[*jobs, catalog_report_job],
     schedules=schedules,
     sensors=sensors,
     resources=resources(),

@@ -19,6 +19,8 @@ progress line; the end prints a summary and what to open next.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,14 +28,33 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from state_runtime.catalog import Catalog, catalog_url
-from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
+from state_runtime.runtime import (
+    Agg,
+    StatefulQuery,
+    loss_paragraph,
+    read_state,
+    running_aggregation,
+)
 from state_runtime.runtime.session import spark_session
 
 QUERY_ID = "clicks_per_user"
+
+
+def say(*parts: object) -> None:
+    """Print a line; once stdout is a closed pipe (``make demo | head``), print nothing more
+    and go on: a batch must not fail, nor Python end with a traceback, because a reader
+    stopped reading."""
+    try:
+        print(*parts, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def choose_run(output: Path, catalog: Catalog) -> tuple[Path, bool]:
@@ -110,10 +131,9 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
     with Catalog.open(url, upgrade="sqlite") as catalog:
         folder, resumed = choose_run(output, catalog)
     root = str((folder / "checkpoint").absolute())
-    print(
+    say(
         f"{'resuming' if resumed else 'new run'}: {folder}\n"
-        f"checkpoint root: {root}\ncatalog:         {url}",
-        flush=True,
+        f"checkpoint root: {root}\ncatalog:         {url}"
     )
     op = running_aggregation(
         0,
@@ -135,12 +155,11 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
         result = query.run_batch(df, batch_id, sink=sink)
         result.release()
         m = result.metrics
-        print(
+        say(
             f"batch {batch_id:>3}: {m.rows_in:>7,} events, {m.keys_updated:>6,} users updated, "
             f"{m.state_rows:>7,} users in state, {m.bytes_written / 1024:>6.1f} KiB written, "
             f"cache {m.cache_hits}/{m.cache_hits + m.cache_misses} hits, "
-            f"{time.perf_counter() - t0:.2f} s",
-            flush=True,
+            f"{time.perf_counter() - t0:.2f} s"
         )
 
     write_events(folder / "events", args.batches, args.events_per_batch, args.users)
@@ -153,9 +172,11 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
         .trigger(availableNow=True)
         .start()
     )
-    stream.awaitTermination()
-    if stream.exception():
-        raise SystemExit(f"the streaming query failed: {stream.exception()}")
+    try:
+        stream.awaitTermination()
+    except StreamingQueryException as exc:
+        # a lost file: its one paragraph, not Spark's hundreds of lines around it
+        raise SystemExit(loss_paragraph(exc) or f"the streaming query failed: {exc}") from None
     # From Spark's progress, not from ``process``: on Spark Connect ``process`` runs in the
     # server's foreachBatch worker (its lines are printed there), not in this process.
     done = sorted({p.batchId for p in stream.recentProgress if p.numInputRows})
@@ -165,14 +186,14 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
     files = list((folder / "checkpoint").rglob("*.delta"))
     with Catalog.open(url) as catalog:
         latest = catalog.latest_committed(query.root)
-    print(
+    say(
         f"\ndone: {len(done)} batches in {time.perf_counter() - started:.0f} s; "
         f"{state.count():,} users in state across {len(latest)} stores, "
         f"versions {sorted({r.version for r in latest.values()})}, "
         f"{len(files)} delta files, {sum(f.stat().st_size for f in files) / 1024:.0f} KiB"
     )
-    print("top users:", ", ".join(f"{r.key.user}={r.value.clicks}" for r in top))
-    print(
+    say("top users:", ", ".join(f"{r.key.user}={r.value.clicks}" for r in top))
+    say(
         "\nnext:\n"
         "  make demo                         run again: resumes this run\n"
         "  make demo-maintain                snapshots, cleanup and validation on these stores\n"

@@ -31,6 +31,12 @@ LAUNCH = """mutation($params: ExecutionParams!) { launchRun(executionParams: $pa
     __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
     ... on RunConfigValidationInvalid { errors { message } } } }"""
 RUN = """query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"""
+PARTITIONS = """query($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) {
+    ... on AssetNode { partitionKeys } } }"""
+JOB_RUNS = """query($job: String!) { runsOrError(filter: {pipelineName: $job}) {
+    ... on Runs { results { runId status } } } }"""
+MATERIALIZED = """query($key: AssetKeyInput!) { assetOrError(assetKey: $key) {
+    ... on Asset { assetMaterializations(limit: 1) { timestamp } } } }"""
 
 
 def free_port() -> int:
@@ -172,6 +178,32 @@ class DagsterDev:
                 return status
             time.sleep(1)
         raise TimeoutError(f"run {run_id} did not finish in {timeout_s} s:\n{self.tail()}")
+
+    def wait_partitions(self, count: int, timeout_s: float = 240) -> list[str]:
+        """The store partitions, once the discovery sensor has added ``count`` of them."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            node = self.graphql(PARTITIONS, key={"path": ["state_checkpoints"]})
+            keys: list[str] = node["assetNodeOrError"].get("partitionKeys") or []
+            if len(keys) >= count:
+                return keys
+            time.sleep(3)
+        raise TimeoutError(f"the discovery sensor added no partitions:\n{self.tail()}")
+
+    def wait_materialized(self, asset: str, timeout_s: float = 240) -> None:
+        """Until ``asset`` has a materialization (a sensor's report, say)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = self.graphql(MATERIALIZED, key={"path": [asset]})["assetOrError"]
+            if found.get("assetMaterializations"):
+                return
+            time.sleep(3)
+        raise TimeoutError(f"{asset} was not materialized:\n{self.tail()}")
+
+    def job_runs(self, job: str) -> list[dict[str, str]]:
+        """The runs of ``job``, newest first (runId, status)."""
+        runs: list[dict[str, str]] = self.graphql(JOB_RUNS, job=job)["runsOrError"]["results"]
+        return runs
 
     def stop(self) -> list[int]:
         """Stop the whole process group; the processes still alive afterwards (none, normally)."""

@@ -1,16 +1,19 @@
-"""Screenshots of the Dagster UI for the docs, from a real ``make dagster`` on the demo's stores.
+"""Screenshots of the Dagster UI for the docs, from a real ``dagster dev`` on demo stores.
 
-    make demo                                           # the demo's stores and catalog
     .venv/bin/python scripts/screenshot_dagster.py      # writes docs/dagster-*.png
 
-Runs ``make dagster`` (in its own process group, with a temporary DAGSTER_HOME and a free
-port) on the demo's catalog, with the demo policy in the environment (``STATE_MAINTENANCE_*``:
-no retention window, snapshots after 2 deltas), waits until the discovery sensor has added a
-partition per store, then runs a few rounds of maintenance jobs through GraphQL (validation:
-health and checks; snapshots; cleanup with ``dry_run: false``) so that each store's partition
-has a history. Headless Chromium, driven over the DevTools protocol, captures the pages; the
-process group of ``make dagster`` is stopped at the end. Needs ``chromium`` on PATH (Debian:
-``apt-get install chromium``) and ``make demo`` first (``--demo`` runs it).
+Runs the demo (``python -m demo``) into a temporary folder with its own catalog (your
+``demo-output`` is left alone: the script breaks a store), then Dagster on that
+catalog (``dagster dev -w workspace.yaml`` in its own process group, a temporary DAGSTER_HOME,
+a free port) with the demo policy in
+the environment (``STATE_MAINTENANCE_*``: no retention window, snapshots after 2 deltas). It
+waits until the discovery sensor has added a partition per store, runs a few rounds of
+maintenance jobs through GraphQL (validation; snapshots; cleanup with ``dry_run: false``) so
+that each store's partition has a history, waits for the catalog sensor's batch metrics, then
+deletes one delta of one store and validates again: the broken store's truth. Headless
+Chromium, driven over the DevTools protocol, captures the pages; the process group of
+``dagster dev`` is stopped at the end. Needs ``chromium`` on PATH (Debian: ``apt-get install
+chromium``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.dagster_dev import REPO, DagsterDev
 from state_runtime.catalog import Catalog
+from state_runtime.maintenance import StoreNames
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -134,44 +139,32 @@ DEMO_POLICY = {
     "STATE_MAINTENANCE_ORPHAN_GRACE": "0s",
     "STATE_MAINTENANCE_MIN_WINDOW": "0s",
 }
-PARTITIONS = """query($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) {
-    ... on AssetNode { partitionKeys } } }"""
 CLEANUP = {"ops": {"state_retention_cleanup": {"config": {"dry_run": False}}}}
-
-
-def wait_partitions(server: DagsterDev, count: int, timeout_s: float = 240) -> list[str]:
-    """The store partitions, once the discovery sensor has added ``count`` of them."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        node = server.graphql(PARTITIONS, key={"path": ["state_checkpoints"]})
-        keys: list[str] = node["assetNodeOrError"].get("partitionKeys") or []
-        if len(keys) >= count:
-            return keys
-        time.sleep(3)
-    raise TimeoutError(f"the discovery sensor added no partitions:\n{server.tail()}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=REPO / "docs")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--demo", action="store_true", help="run `make demo` first")
     args = parser.parse_args()
-    if args.demo:
-        subprocess.run(["make", "demo"], cwd=REPO, check=True)
-    database = REPO / "demo-output" / "catalog.db"
-    if not database.exists():
-        raise SystemExit(f"no demo catalog at {database}: run `make demo` first (or --demo)")
-    url = f"sqlite:///{database}"
-    with Catalog.open(url) as catalog:
-        stores = len(catalog.stores())
     work = Path(tempfile.mkdtemp(prefix="dagster-screenshots-"))
+    demo = work / "demo-output"
+    url = f"sqlite:///{demo / 'catalog.db'}"
+    subprocess.run(
+        [sys.executable, "-m", "demo", "--output", str(demo), "--batches", "8"],
+        cwd=REPO,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("STATE_")},
+    )
+    with Catalog.open(url) as catalog:
+        records = catalog.stores()
+        names = StoreNames.of(catalog)
     env = {"STATE_CATALOG_URL": url} | DEMO_POLICY
     try:
-        with DagsterDev(work / "dagster_home", env, make=True) as server:
+        with DagsterDev(work / "dagster_home", env) as server:
             server.wait_loaded()
             server.graphql("mutation { setNuxSeen }")  # no "join the community" dialog
-            keys = wait_partitions(server, stores)
+            keys = server.wait_partitions(len(records))
             rounds = [["state_validation_job", "state_snapshot_job"]]
             rounds += [["state_validation_job", "state_cleanup_job"]]
             rounds += [["state_validation_job"]] * max(1, args.rounds - 2)
@@ -183,10 +176,26 @@ def main() -> None:
                     if status != "SUCCESS":
                         raise SystemExit(f"{job} ended {status}:\n{server.tail(6000)}")
                 time.sleep(5)  # the next health run sees a longer commit lag
+            server.wait_materialized("state_batch_metrics")  # the catalog sensor's report
+            victim = records[-1]
+            with Catalog.open(url) as catalog:
+                files = catalog.store_files(victim.key.root, victim.key.store)
+            newest = max((f for f in files if f.kind.value == "delta"), key=lambda f: f.version)
+            (Path(victim.key.root.removeprefix("file://")) / newest.path).unlink()
+            status = server.wait_run(server.launch("state_validation_job"))
+            print(f"broke {names.name(victim.key)}: state_validation_job {status}", flush=True)
             browser = Chromium(work / "chromium-profile")
             store = quote(sorted(keys)[0], safe="")
+            broken = quote(names.name(victim.key), safe="")
             pages = [
                 ("/asset-groups/state_maintenance", "dagster-asset-graph.png", None, None),
+                (
+                    f"/assets/state_checkpoints?view=partitions&partition={broken}",
+                    "dagster-broken-store.png",
+                    None,
+                    None,
+                ),
+                ("/assets/state_batch_metrics", "dagster-batch-metrics.png", "Plots", "Metadata"),
                 ("/assets/state_store_health", "dagster-health-plot.png", "Plots", "Metadata"),
                 ("/assets/state_checkpoints?view=checks", "dagster-checks.png", None, None),
                 (

@@ -27,6 +27,7 @@ OPTIONAL = (
     "grpc",
     "grpc_status",
     "zstandard",
+    "opentelemetry",
     "airflow",
 )
 
@@ -63,8 +64,9 @@ def test_the_base_dependencies_leave_the_optional_parts_to_extras() -> None:
     assert any("boto3" in r for r in extras["s3"])
     assert any("click" in r for r in extras["cli"]) and any("rich" in r for r in extras["cli"])
     assert any(r.startswith("dagster>") for r in extras["dagster"])
+    assert any(r.startswith("opentelemetry-exporter-otlp-proto-http") for r in extras["otel"])
     # make install: everything but Airflow, which has its own environment (make install-airflow)
-    assert "state-runtime[postgres,s3,cli,connect,dagster,test,typing]" in extras["dev"]
+    assert "state-runtime[postgres,s3,cli,connect,dagster,otel,test,typing]" in extras["dev"]
     assert any(r.startswith("apache-airflow>=3") for r in extras["airflow"])
     assert "state-runtime[airflow,test,typing]" in extras["airflow-dev"]
     assert not [r for r in extras["airflow"] + extras["airflow-dev"] if "dagster" in r]
@@ -142,3 +144,22 @@ def test_optional_parts_name_their_extra(tmp_path: Path) -> None:
     assert lines[3] == "exit 2"
     assert "error: statestore needs the cli extra" in out
     assert "pip install 'state-runtime[cli]'" in out
+
+
+def test_the_otel_export_names_its_extra(tmp_path: Path) -> None:
+    out = run_without_extras(
+        """
+        from state_runtime.catalog import BatchMetrics
+        from state_runtime.errors import MissingExtra
+        from state_runtime.runtime.telemetry import OtelExport
+
+        try:
+            figures = BatchMetrics(1, 1, 1, 1, 1.0, 0, 1)
+            OtelExport("http://127.0.0.1:1").batch("file:///r", "q", figures, [])
+        except MissingExtra as exc:
+            print(exc)
+        """,
+        tmp_path,
+    )
+    assert "exporting figures over OpenTelemetry needs the otel extra" in out
+    assert "pip install 'state-runtime[otel]'" in out

@@ -3,7 +3,8 @@
 Fleet-wide: lineage validity (blocking: a failure stops the cleanup of the same run),
 retention within policy, snapshot lag and orphan growth, each naming the stores that fail.
 Per store, one evaluation per partition of ``state_checkpoints`` (one partition per store,
-so each store's page shows its own): ``store_status``, failing with ERROR for a broken store
+so each store's page shows its own; the worst store last, see ``store_events.py``):
+``store_status``, failing with ERROR for a broken store
 and WARN for a degraded or unknown one, and ``commit_lag``, the store's freshness, failing with
 WARN when its stream has not committed for ``commit_lag_warn``; each with the store, its
 status, the reason and since when, and its commit lag in the metadata.
@@ -15,24 +16,21 @@ from collections.abc import Iterator
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckExecutionContext,
-    AssetCheckSeverity,
     AssetCheckSpec,
     PreviewWarning,
     multi_asset_check,
 )
 
-from dagster_project.defs.assets import POOL, state_checkpoints
-from dagster_project.defs.metadata import check_metadata, status_metadata
+from dagster_project.defs.checkpoints import POOL, state_checkpoints
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
-from state_runtime.maintenance import (
-    CHECKS,
-    CheckInfo,
-    MaintenancePolicy,
-    Severity,
-    StoreReport,
-    run_checks,
+from dagster_project.defs.store_events import (
+    fleet_evaluation,
+    fleet_materialization,
+    store_evaluations,
+    store_materializations,
 )
+from state_runtime.maintenance import CHECKS, CheckInfo, run_checks
 
 
 def _spec(check: CheckInfo) -> AssetCheckSpec:
@@ -60,50 +58,19 @@ def state_checkpoint_checks(
     context: AssetCheckExecutionContext, maintenance: MaintenanceResource
 ) -> Iterator[AssetCheckEvaluation]:
     """One validation pass (recorded in the catalog) evaluates every check of the registry;
-    the ones selected are reported."""
+    the ones selected are reported. Each store's state and the fleet's totals are recorded
+    here too, before any check is reported: a failing blocking check stops what comes
+    downstream, never the report of the failure."""
+    selected = {key.name for key in context.selected_asset_check_keys}
+    partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     with maintenance.run(context) as run:
         report = run_checks(run.fleet, run.policy, progress=run.progress, workers=run.workers)
-    selected = {key.name for key in context.selected_asset_check_keys}
-    known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
-    for check in CHECKS:
-        if check.per_store and check.name.value in selected:
-            for store in report.health:
-                if str(store.key) in known:
-                    yield store_evaluation(check, store, run.policy)
-    blocking = {check.name for check in CHECKS if check.blocking}
-    for outcome in report.outcomes:
-        if outcome.name.value not in selected:
-            continue
-        # An evaluation, not an AssetCheckResult: a result looks up the target's latest
-        # materialization, which fails in an unpartitioned run once the stores' partitions
-        # have materializations (Dagster 1.13); blocking is carried by the evaluation itself.
-        yield AssetCheckEvaluation(
-            asset_key=state_checkpoints.key,
-            check_name=outcome.name.value,
-            passed=outcome.passed,
-            severity=_severity(outcome.severity),
-            description=outcome.summary,
-            metadata=check_metadata(outcome),
-            blocking=outcome.name in blocking,
+        materializations = store_materializations(
+            run.fleet.catalog, report.health, run.names, partitions
         )
-
-
-def _severity(severity: Severity) -> AssetCheckSeverity:
-    return AssetCheckSeverity.ERROR if severity is Severity.ERROR else AssetCheckSeverity.WARN
-
-
-def store_evaluation(
-    check: CheckInfo, report: StoreReport, policy: MaintenancePolicy
-) -> AssetCheckEvaluation:
-    """A per-store check's evaluation of one store, on its partition."""
-    assert check.judge is not None
-    verdict = check.judge(report, policy)
-    return AssetCheckEvaluation(
-        asset_key=state_checkpoints.key,
-        check_name=check.name.value,
-        partition=str(report.key),
-        passed=verdict.passed,
-        severity=_severity(verdict.severity),
-        description=verdict.summary,
-        metadata=status_metadata(report),
-    )
+    for event in [*materializations, fleet_materialization(report.health, run.names)]:
+        context.op_execution_context.log_event(event)
+    yield from store_evaluations(report.health, run.names, run.policy, partitions, selected)
+    for outcome in report.outcomes:
+        if outcome.name.value in selected:
+            yield fleet_evaluation(outcome, run.names)

@@ -1,16 +1,14 @@
 """Assets: the checkpoint files (written by the streams) and the maintenance that keeps them.
 
 ``state_checkpoints`` stands for the files the streaming queries write, one partition per
-store; Dagster never writes it, but every health run records each store's state as a
-materialization of its partition (status and figures as metadata), so each store's partition
-shows its latest state and its history. The maintenance assets each run one pass of
-``state_runtime.maintenance``.
+store (defined in ``checkpoints.py``); Dagster never writes it, but every validation or
+health run records each store's state as a materialization of its partition (status and
+figures as metadata), so each store's partition shows its latest state and its history.
+The maintenance assets each run one pass of ``state_runtime.maintenance``.
 """
 
 from dagster import (
     AssetExecutionContext,
-    AssetMaterialization,
-    AssetSpec,
     Config,
     Failure,
     MaterializeResult,
@@ -18,59 +16,42 @@ from dagster import (
 )
 from pydantic import Field
 
+from dagster_project.defs.checkpoints import GROUP, POOL, state_checkpoints
 from dagster_project.defs.metadata import (
     cleanup_metadata,
     damaged_metadata,
     reconcile_metadata,
     repair_metadata,
-    schema_metadata,
     snapshot_metadata,
-    store_figures,
-    store_table,
-    totals_metadata,
 )
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
+from dagster_project.defs.store_events import fleet_metadata, store_materializations
 from state_runtime.catalog import StoreKey
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance import (
-    FleetTotals,
-    SchemaChangeRow,
+    StoreNames,
     cleanup_pass,
     damaged_snapshots,
-    parse_store_key,
     reconcile,
     repair_pass,
-    schema_changes,
     snapshot_pass,
     store_reports,
 )
 
-GROUP = "state_maintenance"
-POOL = "state_maintenance"
-
-state_checkpoints = AssetSpec(
-    key="state_checkpoints",
-    description=(
-        "Checkpoint files of the state stores (deltas and snapshots), written by the streaming "
-        "queries. One partition per store; each health run records the store's status and "
-        "figures as a materialization of its partition."
-    ),
-    partitions_def=state_stores,
-    group_name=GROUP,
-    kinds={"arrow"},
-)
-
 
 class StoresConfig(Config):
-    """``stores``: only these stores (``<root>#<op>/<partition>/<name>``); empty: all."""
+    """``stores``: only these stores (their partition keys, ``<query>/<op>/<partition>/<name>``,
+    or full keys ``<root>#<op>/<partition>/<name>``); empty: all."""
 
     stores: list[str] = Field(
-        default=[], description="Only these stores (<root>#<op>/<partition>/<name>); empty: all."
+        default=[],
+        description="Only these stores (<query>/<op>/<partition>/<name> as the partitions "
+        "name them, or <root>#<op>/<partition>/<name>); empty: all.",
     )
 
-    def only(self) -> list[StoreKey] | None:
-        return [parse_store_key(s) for s in self.stores] or None
+    def only(self, names: StoreNames) -> list[StoreKey] | None:
+        return [names.key(s) for s in self.stores] or None
 
 
 class CleanupConfig(StoresConfig):
@@ -105,13 +86,13 @@ def state_snapshots(
         report = snapshot_pass(
             run.fleet,
             run.policy,
-            only=config.only(),
+            only=config.only(run.names),
             progress=run.progress,
             workers=run.workers,
         )
     for failed in report.failed:
         context.log.error(f"snapshot of {failed.key} failed: {failed.error}")
-    return MaterializeResult(metadata=snapshot_metadata(report))
+    return MaterializeResult(metadata=snapshot_metadata(report, run.names))
 
 
 @asset(group_name=GROUP, deps=[state_checkpoints], pool=POOL, kinds={"python"})
@@ -127,14 +108,14 @@ def state_retention_cleanup(
                 run.fleet,
                 run.policy,
                 execute=not config.dry_run,
-                only=config.only(),
+                only=config.only(run.names),
                 progress=run.progress,
             )
     except MaintenanceRefused as exc:
         raise Failure(description=f"cleanup refused: {exc}") from exc
     for path, error in report.failed.items():
         context.log.warning(f"could not delete {path}: {error} (the next run retries)")
-    return MaterializeResult(metadata=cleanup_metadata(report, run.policy.parameters()))
+    return MaterializeResult(metadata=cleanup_metadata(report, run.policy.parameters(), run.names))
 
 
 @asset(group_name=GROUP, deps=[state_checkpoints], pool=POOL, kinds={"python"})
@@ -146,12 +127,14 @@ def state_snapshot_repair(
     and replaces the deltas only once written and verified again."""
     with maintenance.run(context) as run:
         if config.dry_run:
-            damaged = damaged_snapshots(run.fleet, run.policy, config.only())
+            damaged = damaged_snapshots(run.fleet, run.policy, config.only(run.names))
             return MaterializeResult(metadata=damaged_metadata(damaged))
-        report = repair_pass(run.fleet, run.policy, only=config.only(), progress=run.progress)
+        report = repair_pass(
+            run.fleet, run.policy, only=config.only(run.names), progress=run.progress
+        )
     for failed in report.failed:
         context.log.error(f"repair of {failed.key}/{failed.path} {failed.status}: {failed.detail}")
-    return MaterializeResult(metadata=repair_metadata(report))
+    return MaterializeResult(metadata=repair_metadata(report, run.names))
 
 
 @asset(group_name=GROUP, deps=[state_checkpoints], kinds={"python"})
@@ -159,40 +142,16 @@ def state_store_health(
     context: AssetExecutionContext, config: HealthConfig, maintenance: MaintenanceResource
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Every store's status and figures from the catalog: fleet totals here (broken, degraded
-    and unknown stores among them), each store's status, figures and schema history on its
-    ``state_checkpoints`` partition (one materialization per store and run: its history), and a
-    table of the stores."""
+    and unknown stores among them) with a table of the stores, and each store's status,
+    figures and schema history on its ``state_checkpoints`` partition (one materialization
+    per store and run: its history). The validation job records the same after validating."""
     with maintenance.run(context) as run:
         reports = store_reports(run.fleet, run.policy)
-        schemas: dict[tuple[str, int, str], list[SchemaChangeRow]] = {}
-        for change in schema_changes(run.fleet.catalog, run.fleet.root_names()):
-            key = (change.root, change.operator_id, change.store_name)
-            schemas.setdefault(key, []).append(change)
-    if config.observe_stores:
-        known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
-        for report in reports:
-            if str(report.key) in known:
-                context.log_event(
-                    AssetMaterialization(
-                        state_checkpoints.key,
-                        partition=str(report.key),
-                        description=str(report.status),
-                        metadata=store_figures(report)
-                        | schema_metadata(
-                            schemas.get(
-                                (
-                                    report.key.root,
-                                    report.key.store.operator_id,
-                                    report.key.store.store_name,
-                                ),
-                                [],
-                            )
-                        ),
-                    )
-                )
-    return MaterializeResult(
-        metadata={**totals_metadata(FleetTotals.of(reports)), "stores_table": store_table(reports)}
-    )
+        if config.observe_stores:
+            partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
+            for event in store_materializations(run.fleet.catalog, reports, run.names, partitions):
+                context.log_event(event)
+    return MaterializeResult(metadata=fleet_metadata(reports, run.names))
 
 
 @asset(group_name=GROUP, deps=[state_checkpoints], pool=POOL, kinds={"python"})

@@ -5,7 +5,9 @@ a ``state_runtime/maintenance`` tag: with the run queue's tag concurrency limit
 (``dagster_project/dagster.yaml``) two runs of one kind never overlap; the catalog leases keep
 two runs off the same store even if they do. The cleanup job validates first: a failing
 ``lineage_valid`` check (blocking) stops the run before anything is deleted; the library's
-cleanup also holds every store with an open problem on its own.
+cleanup also holds every store with an open problem on its own. The validation job selects the
+checks alone: their step records each store's health and the fleet's (``store_events.py``),
+so a failing blocking check never leaves a step that should report it skipped.
 """
 
 from __future__ import annotations
@@ -20,14 +22,13 @@ from dagster import (
 
 from dagster_project.defs.assets import (
     CleanupConfig,
-    state_checkpoints,
     state_reconciliation,
     state_retention_cleanup,
     state_snapshot_repair,
     state_snapshots,
-    state_store_health,
 )
 from dagster_project.defs.automation import schedule_status
+from dagster_project.defs.checkpoints import state_checkpoints
 from state_runtime.maintenance import CheckName
 
 KIND_TAG = "state_runtime/maintenance"
@@ -40,9 +41,11 @@ snapshot_job = define_asset_job(
 )
 validation_job = define_asset_job(
     "state_validation_job",
-    selection=AssetSelection.assets(state_store_health)
-    | AssetSelection.checks_for_assets(state_checkpoints.key),
-    description="Read every store's health and run the lineage, retention, lag and orphan checks.",
+    selection=AssetSelection.checks_for_assets(state_checkpoints.key),
+    description=(
+        "Validate every store, record each store's health on its partition and the fleet's on "
+        "state_store_health, and run the lineage, retention, lag and orphan checks."
+    ),
     tags={KIND_TAG: "validate"},
 )
 cleanup_job = define_asset_job(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any, TypeAlias
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
@@ -17,8 +18,10 @@ from state_runtime.maintenance import (
     RepairReport,
     SchemaChangeRow,
     SnapshotReport,
+    StoreNames,
     StoreReport,
 )
+from state_runtime.units import age, size
 
 Meta: TypeAlias = MetadataValue[Any]
 MetadataMap: TypeAlias = dict[str, Meta]
@@ -29,16 +32,17 @@ MD_ROWS = 50
 STORE_COLUMNS = (
     "status",
     "latest_version",
-    "commit_lag_seconds",
+    "commit_lag",
     "deltas_since_snapshot",
     "recovery_files",
-    "recovery_bytes",
+    "recovery_size",
     "state_rows",
     "live_files",
-    "live_bytes",
+    "live_size",
     "orphan_files",
-    "reclaimable_bytes",
+    "reclaimable_size",
 )
+TEXT_COLUMNS = {"status", "commit_lag", "recovery_size", "live_size", "reclaimable_size"}
 
 
 def _cells(values: Sequence[Sequence[object]], header: Sequence[str]) -> str:
@@ -51,31 +55,44 @@ def _more(total: int, shown: int) -> str:
     return f"\n\n... and {total - shown} more" if total > shown else ""
 
 
-def store_table(reports: Sequence[StoreReport]) -> Meta:
-    """The stores with the longest delta chains first, as a table."""
+def store_table(reports: Sequence[StoreReport], names: StoreNames) -> Meta:
+    """The stores with the longest delta chains first, as a table (sizes and lags in units)."""
     ordered = sorted(reports, key=lambda r: (-r.health.deltas_since_snapshot, str(r.key)))
     schema = TableSchema(
-        columns=[TableColumn("store", "string")]
-        + [
-            TableColumn(
-                name,
-                "string" if name == "status" else "float" if name.endswith("seconds") else "int",
-            )
-            for name in STORE_COLUMNS
-        ]
+        columns=[TableColumn("store", "string"), TableColumn("root", "string")]
+        + [TableColumn(name, "string" if name in TEXT_COLUMNS else "int") for name in STORE_COLUMNS]
     )
     records = [
         TableRecord(
-            {"store": str(r.key)}
-            | {k: (r.figures() | {"status": r.status.status.value})[k] for k in STORE_COLUMNS}
+            {"store": names.name(r.key), "root": r.key.root}
+            | {k: v for k, v in _shown(r).items() if k in STORE_COLUMNS}
         )
         for r in ordered[:TABLE_ROWS]
     ]
     return MetadataValue.table(records, schema)
 
 
+def _shown(report: StoreReport) -> dict[str, str | int]:
+    """A store's figures as the table shows them: counts as numbers, sizes and the lag in
+    units (``live_bytes`` as ``live_size``, ``commit_lag_seconds`` as ``commit_lag``)."""
+    shown: dict[str, str | int] = {"status": report.status.status.value}
+    for name, value in report.figures().items():
+        if name.endswith("_bytes"):
+            shown[name.removesuffix("_bytes") + "_size"] = size(value)
+        elif name.endswith("_seconds"):
+            shown[name.removesuffix("_seconds")] = _lag(value)
+        else:
+            shown[name] = int(value)
+    return shown
+
+
+def _lag(seconds: float) -> str:
+    return "never" if seconds < 0 else age(timedelta(seconds=seconds))
+
+
 def totals_metadata(totals: FleetTotals) -> MetadataMap:
-    """Fleet figures (plotted over time on the asset's page)."""
+    """Fleet figures (plotted over time on the asset's page: numbers, with the unit in the
+    name), and the sizes and lag in units to read."""
     return {
         "stores": MetadataValue.int(totals.stores),
         "broken_stores": MetadataValue.int(totals.broken_stores),
@@ -83,37 +100,60 @@ def totals_metadata(totals: FleetTotals) -> MetadataMap:
         "unknown_stores": MetadataValue.int(totals.unknown_stores),
         "state_rows": MetadataValue.int(totals.state_rows),
         "live_bytes": MetadataValue.int(totals.live_bytes),
+        "live_size": MetadataValue.text(size(totals.live_bytes)),
         "orphan_files": MetadataValue.int(totals.orphan_files),
         "orphan_bytes": MetadataValue.int(totals.orphan_bytes),
         "reclaimable_bytes": MetadataValue.int(totals.reclaimable_bytes),
+        "reclaimable_size": MetadataValue.text(size(totals.reclaimable_bytes)),
         "max_deltas_since_snapshot": MetadataValue.int(totals.max_deltas_since_snapshot),
         "max_recovery_bytes": MetadataValue.int(totals.max_recovery_bytes),
-        "max_commit_lag_seconds": MetadataValue.float(totals.max_commit_lag_seconds),
+        "max_recovery_size": MetadataValue.text(size(totals.max_recovery_bytes)),
+        "max_commit_lag_seconds": MetadataValue.float(round(totals.max_commit_lag_seconds, 1)),
+        "max_commit_lag": MetadataValue.text(_lag(totals.max_commit_lag_seconds)),
     }
 
 
-def store_figures(report: StoreReport) -> MetadataMap:
-    """A store's status and figures (the metadata of its partition's materialization)."""
-    return status_metadata(report) | {
-        name: MetadataValue.float(value) if isinstance(value, float) else MetadataValue.int(value)
-        for name, value in report.figures().items()
+def store_figures(report: StoreReport, names: StoreNames) -> MetadataMap:
+    """A store's status and figures (the metadata of its partition's materialization): each
+    figure as a number (plotted across the stores) and the sizes also in units."""
+    figures: MetadataMap = {}
+    for name, value in report.figures().items():
+        if isinstance(value, float):
+            figures[name] = MetadataValue.float(round(value, 1))
+        else:
+            figures[name] = MetadataValue.int(value)
+        if name.endswith("_bytes"):
+            figures[name.removesuffix("_bytes") + "_size"] = MetadataValue.text(size(value))
+    return status_metadata(report, names) | figures
+
+
+def status_metadata(report: StoreReport, names: StoreNames) -> MetadataMap:
+    """The store (its name, its root), its status, why and since when (as ``statestore
+    health`` and SQL show it), and its commit lag."""
+    metadata: MetadataMap = {
+        "store": MetadataValue.text(names.name(report.key)),
+        "root": MetadataValue.path(report.key.root),
+        "status": MetadataValue.text(report.status.status.value),
+        "status_reason": MetadataValue.text(report.status.reason),
     }
-
-
-def status_metadata(report: StoreReport) -> MetadataMap:
-    """The store, its status, why and since when (as ``statestore health`` and SQL show it),
-    and its commit lag."""
-    metadata: MetadataMap = {"store": MetadataValue.text(str(report.key))}
-    for name, value in report.status_fields().items():
-        metadata[name] = MetadataValue.text(value or "")
-    lag = report.figures()["commit_lag_seconds"]
-    metadata["commit_lag_seconds"] = MetadataValue.float(float(lag))
+    if report.status.since is not None:
+        metadata["status_since"] = MetadataValue.timestamp(report.status.since)
+    lag = float(report.figures()["commit_lag_seconds"])
+    metadata["commit_lag_seconds"] = MetadataValue.float(round(lag, 1))
+    metadata["commit_lag"] = MetadataValue.text(_lag(lag))
     return metadata
 
 
-def snapshot_metadata(report: SnapshotReport) -> MetadataMap:
+def snapshot_metadata(report: SnapshotReport, names: StoreNames) -> MetadataMap:
     rows = [
-        (str(o.key), o.status.value, o.version, o.deltas_since_snapshot, o.bytes, o.error or "")
+        (
+            names.name(o.key),
+            o.status.value,
+            o.version,
+            o.deltas_since_snapshot,
+            size(o.bytes),
+            o.error or "",
+        )
         for o in report.outcomes[:MD_ROWS]
     ]
     header = ("store", "status", "version", "deltas", "bytes", "error")
@@ -133,10 +173,12 @@ def _files_md(verdicts: Sequence[FileVerdict]) -> Meta:
     return MetadataValue.md(table + _more(len(verdicts), MD_ROWS))
 
 
-def cleanup_metadata(report: CleanupReport, parameters: Mapping[str, object]) -> MetadataMap:
+def cleanup_metadata(
+    report: CleanupReport, parameters: Mapping[str, object], names: StoreNames
+) -> MetadataMap:
     counts = report.counts()
     held = [
-        (str(h.key), h.since.isoformat(timespec="seconds"), h.problems, h.reason)
+        (names.name(h.key), h.since.isoformat(timespec="seconds"), h.problems, h.reason)
         for h in report.held[:MD_ROWS]
     ]
     return {
@@ -154,21 +196,23 @@ def cleanup_metadata(report: CleanupReport, parameters: Mapping[str, object]) ->
     }
 
 
-def findings_md(findings: Sequence[Finding]) -> Meta:
-    rows = [(str(f.key), f.severity.value, f.path or "", f.problem) for f in findings[:MD_ROWS]]
+def findings_md(findings: Sequence[Finding], names: StoreNames) -> Meta:
+    rows = [
+        (names.name(f.key), f.severity.value, f.path or "", f.problem) for f in findings[:MD_ROWS]
+    ]
     return MetadataValue.md(
         _cells(rows, ("store", "severity", "file", "problem")) + _more(len(findings), MD_ROWS)
     )
 
 
-def check_metadata(outcome: CheckOutcome) -> MetadataMap:
+def check_metadata(outcome: CheckOutcome, names: StoreNames) -> MetadataMap:
     metadata: MetadataMap = {
         name: MetadataValue.float(float(value)) for name, value in outcome.figures.items()
     }
     if outcome.findings:
-        failing = sorted({str(f.key) for f in outcome.findings})
+        failing = sorted({names.name(f.key) for f in outcome.findings})
         metadata["failing_stores"] = MetadataValue.json(failing)
-        metadata["findings"] = findings_md(outcome.findings)
+        metadata["findings"] = findings_md(outcome.findings, names)
         first = next((f.path for f in outcome.findings if f.path), None)
         if first is not None:
             metadata["first_file"] = MetadataValue.path(first)
@@ -187,8 +231,10 @@ def reconcile_metadata(report: ReconcileReport) -> MetadataMap:
     }
 
 
-def repair_metadata(report: RepairReport) -> MetadataMap:
-    rows = [(str(o.key), o.path, o.status.value, o.detail) for o in report.outcomes[:MD_ROWS]]
+def repair_metadata(report: RepairReport, names: StoreNames) -> MetadataMap:
+    rows = [
+        (names.name(o.key), o.path, o.status.value, o.detail) for o in report.outcomes[:MD_ROWS]
+    ]
     return {
         **{name: MetadataValue.int(n) for name, n in report.counts().items()},
         "catalog_run_id": MetadataValue.int(report.run_id),

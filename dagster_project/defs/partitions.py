@@ -1,4 +1,8 @@
-"""One dynamic partition per state store, named ``<root>#<operator>/<partition>/<store>``."""
+"""One dynamic partition per state store, named ``<query>/<operator>/<partition>/<store>``.
+
+The names come from :class:`state_runtime.maintenance.StoreNames` (the root shown once, not
+in every key); the discovery sensor keeps the partitions in step with the catalog.
+"""
 
 from __future__ import annotations
 

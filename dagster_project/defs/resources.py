@@ -27,6 +27,7 @@ from state_runtime.maintenance import (
     Fleet,
     MaintenancePolicy,
     Progress,
+    StoreNames,
     canonical_root,
 )
 from state_runtime.settings import MAINTENANCE, Setting
@@ -59,6 +60,8 @@ class MaintenanceRun:
     policy: MaintenancePolicy
     progress: Progress
     workers: int
+    names: StoreNames
+    """The stores' readable names (their Dagster partition keys), read when the run starts."""
 
 
 class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
@@ -118,7 +121,8 @@ class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
         log = context.log
         progress = CallbackProgress(lambda what, done, total: log.info(f"{what}: {done}/{total}"))
         with self.fleet(f"dagster:{context.run.run_id}") as fleet:
-            yield MaintenanceRun(fleet, policy, progress, self.workers)
+            names = StoreNames.of(fleet.catalog)
+            yield MaintenanceRun(fleet, policy, progress, self.workers, names)
 
 
 def _config_value(setting: Setting, value: int | timedelta | None) -> int | str | None:

@@ -1,5 +1,6 @@
 """Sensors: one partition per store (discovered from the catalog; it only observes, so it runs
-from the start), and snapshots on demand (it writes: STOPPED until turned on, see
+from the start), what happened outside Dagster (``catalog_events.py``; it only reports, so it
+runs from the start), and snapshots on demand (it writes: STOPPED until turned on, see
 ``automation.py``)."""
 
 import hashlib
@@ -16,23 +17,29 @@ from dagster import (
 
 from dagster_project.defs.assets import StoresConfig
 from dagster_project.defs.automation import sensor_status
+from dagster_project.defs.catalog_events import catalog_events_sensor
 from dagster_project.defs.jobs import snapshot_job
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
-from state_runtime.maintenance import due_for_snapshot
+from state_runtime.maintenance import StoreNames, due_for_snapshot
 
 
 @sensor(
     name="state_store_discovery",
     minimum_interval_seconds=60,
     default_status=DefaultSensorStatus.RUNNING,
-    description="Adds a state_stores partition for each store in the catalog, drops gone ones.",
+    description=(
+        "Adds a state_stores partition for each store in the catalog (named "
+        "<query>/<operator>/<partition>/<store>), drops gone ones and those of an older naming."
+    ),
 )
 def store_discovery_sensor(
     context: SensorEvaluationContext, maintenance: MaintenanceResource
 ) -> SensorResult | SkipReason:
     with maintenance.fleet("dagster:discovery") as fleet:
-        stores = {str(record.key) for record in fleet.stores()}
+        records = fleet.stores()
+        names = StoreNames.of(fleet.catalog)
+        stores = {names.name(record.key) for record in records}
     known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     added, gone = sorted(stores - known), sorted(known - stores)
     if not added and not gone:
@@ -59,9 +66,10 @@ def snapshot_due_sensor(
     policy = maintenance.policy()
     with maintenance.fleet("dagster:snapshot-sensor") as fleet:
         due = due_for_snapshot(fleet, policy)
-    if not due:
-        return SkipReason("no store is due for a snapshot")
-    stores = sorted(str(d.record.key) for d in due)
+        if not due:
+            return SkipReason("no store is due for a snapshot")
+        names = StoreNames.of(fleet.catalog)
+    stores = sorted(names.name(d.record.key) for d in due)
     # one run per set of (store, latest version): the same chains never trigger twice
     state = ",".join(f"{d.record.key}@{d.record.latest.version}" for d in due)
     return RunRequest(
@@ -71,4 +79,4 @@ def snapshot_due_sensor(
     )
 
 
-sensors = [store_discovery_sensor, snapshot_due_sensor]
+sensors = [store_discovery_sensor, snapshot_due_sensor, catalog_events_sensor]

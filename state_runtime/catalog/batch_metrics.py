@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -71,22 +72,36 @@ def batch_metrics_history(
         .order_by(m.batch_id.desc())
         .limit(limit)
     )
-    return [
-        RecordedBatchMetrics(
-            root=r.checkpoint_root,
-            query_id=r.query_id,
-            batch_id=r.batch_id,
-            metrics=BatchMetrics(
-                rows_in=r.rows_in,
-                keys_updated=r.keys_updated,
-                state_rows=r.state_rows,
-                bytes_written=r.bytes_written,
-                commit_ms=r.commit_ms,
-                cache_hits=r.cache_hits,
-                cache_misses=r.cache_misses,
-                extra=r.extra,
-            ),
-            recorded_at=r.recorded_at,
-        )
-        for r in rows
-    ]
+    return [_recorded(r) for r in rows]
+
+
+def metrics_after(
+    connection: Connection, after_id: int, limit: int
+) -> list[tuple[int, RecordedBatchMetrics]]:
+    """Up to ``limit`` batches recorded with an id above ``after_id`` (any root and query),
+    oldest first, each with its id: a reader's cursor. A replayed batch keeps its id."""
+    validate_non_negative(limit, "limit")
+    m = batch_metrics.c
+    rows = connection.execute(
+        sa.select(batch_metrics).where(m.metrics_id > after_id).order_by(m.metrics_id).limit(limit)
+    )
+    return [(r.metrics_id, _recorded(r)) for r in rows]
+
+
+def _recorded(r: sa.Row[Any]) -> RecordedBatchMetrics:
+    return RecordedBatchMetrics(
+        root=r.checkpoint_root,
+        query_id=r.query_id,
+        batch_id=r.batch_id,
+        metrics=BatchMetrics(
+            rows_in=r.rows_in,
+            keys_updated=r.keys_updated,
+            state_rows=r.state_rows,
+            bytes_written=r.bytes_written,
+            commit_ms=r.commit_ms,
+            cache_hits=r.cache_hits,
+            cache_misses=r.cache_misses,
+            extra=r.extra,
+        ),
+        recorded_at=r.recorded_at,
+    )

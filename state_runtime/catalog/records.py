@@ -265,6 +265,26 @@ class BatchMetrics:
     cache_misses: int
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def figures(self) -> dict[str, float]:
+        """The numbers a monitor plots (Dagster, OpenTelemetry): the recorded figures and the
+        runtime's numeric extras (``batch_ms``, ``max_load_ms``, ``cache_hit_rate``, ...)."""
+        figures: dict[str, float] = {
+            "rows_in": self.rows_in,
+            "keys_updated": self.keys_updated,
+            "state_rows": self.state_rows,
+            "bytes_written": self.bytes_written,
+            "commit_ms": self.commit_ms,
+            "cache_hits": self.cache_hits,
+            "cache_misses": self.cache_misses,
+        }
+        looked = self.cache_hits + self.cache_misses
+        if looked:
+            figures["cache_hit_rate"] = self.cache_hits / looked
+        for name, value in self.extra.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                figures[name] = value
+        return figures
+
 
 @dataclass(frozen=True, slots=True)
 class RecordedBatchMetrics:

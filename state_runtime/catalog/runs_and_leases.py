@@ -198,6 +198,14 @@ def recent_runs(connection: Connection, limit: int) -> list[MaintenanceRun]:
     return [_run(row) for row in rows]
 
 
+def runs_after(connection: Connection, after_id: int, limit: int) -> list[MaintenanceRun]:
+    """Up to ``limit`` runs with an id above ``after_id``, oldest first (a reader's cursor)."""
+    validate_non_negative(limit, "limit")
+    r = maintenance_runs.c
+    query = sa.select(maintenance_runs).where(r.run_id > after_id).order_by(r.run_id).limit(limit)
+    return [_run(row) for row in connection.execute(query)]
+
+
 def _run(row: AnyRow) -> MaintenanceRun:
     return MaintenanceRun(
         run_id=row.run_id,

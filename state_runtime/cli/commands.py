@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -71,9 +72,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def make_console() -> Console:
-    """Rich output fitted to a terminal; on a pipe or a file (CI logs, ``| cat``) no width
-    limit, so no value is cut or wrapped: every row is one line, whole."""
-    return Console() if sys.stdout.isatty() else Console(width=1_000_000)
+    """Rich output fitted to the width ``COLUMNS`` gives, else to the terminal; on a pipe or a
+    file without ``COLUMNS`` (CI logs, ``| cat``) no width limit, so every row is one line,
+    whole. Tables wrap what does not fit, never cut it (:func:`output.show`)."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").strip().isdigit():
+        return Console()
+    return Console(width=1_000_000)
 
 
 @dataclasses.dataclass

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from state_runtime.catalog import FileVerdict, RecordedBatchMetrics, StoreProblem, VersionHistory
 from state_runtime.cli.jsonable import jsonable
@@ -29,35 +30,79 @@ from state_runtime.maintenance import (
     StoreReport,
     StoreStatus,
 )
+from state_runtime.units import age, millis, size
 
 SHOWN = 20  # rows of detail before "... and N more"
 
 
-def size(n: float) -> str:
-    """Bytes for people: 1.2 MB."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError
+def show(console: Console, table: Table) -> None:
+    """Print a table, never cutting a value, at any width (``COLUMNS``, a terminal): when
+    every figure fits whole and every word of text fits its column, as a table (a path too
+    long for its column folds onto the next line); when the width cannot hold that (80
+    columns, a dozen columns), one block per row, a ``column: value`` line each, like psql's
+    expanded display."""
+    for column in table.columns:
+        column.overflow = "fold"
+        column.no_wrap = False
+    if _narrowest(table) <= console.width:
+        console.print(table)
+        return
+    headers = [str(column.header) for column in table.columns]
+    width = max(len(h) for h in headers)
+    if table.title:
+        console.print(str(table.title))
+    for row in range(table.row_count):
+        console.print()
+        for header, column in zip(headers, table.columns, strict=True):
+            console.print(f"{header:>{width}}: {list(column.cells)[row]}")
+    if table.caption:
+        console.print(f"\n{table.caption}")
 
 
-def age(value: timedelta | None) -> str:
-    if value is None:
-        return "-"
-    seconds = int(value.total_seconds())
-    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= length:
-            return f"{seconds // length}{unit}"
-    return f"{seconds}s"
+def _narrowest(table: Table) -> int:
+    """The width a table needs with whole figures and whole words of text."""
+    needed = 1
+    for column in table.columns:
+        cells = [Text.from_markup(str(c)).plain for c in (column.header, *column.cells)]
+        if column.justify == "right":
+            needed += max(len(c) for c in cells) + 3
+        else:
+            needed += min(max(len(w) for c in cells for w in c.split() or [""]), 24) + 3
+    return needed
+
+
+def root_prefix(roots: Collection[str]) -> str:
+    """What to print once above rows of stores: the root when there is one, else the folder
+    the roots share (empty if none); each row then shows only the rest (:func:`below`)."""
+    unique = sorted(set(roots))
+    if len(unique) == 1:
+        return unique[0]
+    first, last = (unique[0], unique[-1]) if unique else ("", "")
+    shared = 0
+    while shared < min(len(first), len(last)) and first[shared] == last[shared]:
+        shared += 1
+    return first[: first.rfind("/", 0, shared) + 1] if shared else ""
+
+
+def below(prefix: str, root: str, rest: str = "") -> str:
+    """A root (and what follows it, ``#store``) as a row shows it below ``prefix``."""
+    if root == prefix:
+        return rest.removeprefix("#") or "."
+    return root.removeprefix(prefix) + rest
+
+
+def print_prefix(console: Console, prefix: str, roots: Collection[str]) -> None:
+    if prefix:
+        label = "root" if len(set(roots)) == 1 else "roots below"
+        console.print(f"{label}: {prefix}", soft_wrap=True)
 
 
 def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
-    """One row per store; with a single root, the root is printed once above the table."""
+    """One row per store; the root (or the folder the roots share) is printed once above the
+    table, each row shows the rest."""
     roots = {r.key.root for r in reports}
-    single = roots.pop() if len(roots) == 1 else None
-    if single is not None:
-        console.print(f"root: {single}", soft_wrap=True)
+    prefix = root_prefix(roots)
+    print_prefix(console, prefix, roots)
     title = f"State store health ({len(reports)} stores)"
     table = Table(
         title=title,
@@ -83,7 +128,7 @@ def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
         h = r.health
         run = f"{h.last_run_kind} {h.last_run_outcome}" if h.last_run_kind else "-"
         table.add_row(
-            str(h.key.store) if single is not None else str(h.key),
+            below(prefix, h.key.root, f"#{h.key.store}"),
             status_label(r.status),
             r.status.reason,
             str(h.latest.version),
@@ -96,7 +141,7 @@ def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
             size(h.reclaimable_bytes),
             run,
         )
-    console.print(table)
+    show(console, table)
 
 
 _COLOURS = {
@@ -171,14 +216,17 @@ def health_json(report: StoreReport) -> dict[str, Any]:
 
 def print_history(console: Console, entries: Sequence[VersionHistory]) -> None:
     """One line per committed version, newest first, then each version's later events."""
+    roots = {e.key.root for e in entries}
+    prefix = root_prefix(roots)
+    print_prefix(console, prefix, roots)
     table = Table(title=f"History ({len(entries)} committed versions, newest first)")
     for name in ("store", "version", "batch", "query", "checkpoint id", "committed"):
-        table.add_column(name, no_wrap=name != "store")
+        table.add_column(name)
     for name in ("rows", "bytes", "files", "snapshots", "deleted"):
         table.add_column(name, justify="right")
     for e in entries:
         table.add_row(
-            str(e.key),
+            below(prefix, e.key.root, f"#{e.key.store}"),
             str(e.ref.version),
             str(e.batch_id),
             e.query_id,
@@ -190,17 +238,18 @@ def print_history(console: Console, entries: Sequence[VersionHistory]) -> None:
             ", ".join(f"{s.verification}" for s in e.snapshots) or "-",
             str(len(e.deleted)) or "-",
         )
-    console.print(table)
+    show(console, table)
     for e in entries:
+        shown = below(prefix, e.key.root, f"#{e.key.store}")
         for f in e.files:
             if f.kind.value == "snapshot":
                 console.print(
-                    f"  {e.key} v{e.ref.version}: snapshot {f.path} written "
+                    f"  {shown} v{e.ref.version}: snapshot {f.path} written "
                     f"{f.created_at:%Y-%m-%d %H:%M:%S}, {size(f.size_bytes)}, {f.verification}"
                 )
             if f.deleted_at is not None:
                 console.print(
-                    f"  {e.key} v{e.ref.version}: deleted {f.path} at "
+                    f"  {shown} v{e.ref.version}: deleted {f.path} at "
                     f"{f.deleted_at:%Y-%m-%d %H:%M:%S} by run {f.deletion_run}: "
                     f"{f.deletion_reason}"
                 )
@@ -248,15 +297,18 @@ def batch_history(entries: Sequence[VersionHistory]) -> list[dict[str, Any]]:
 
 
 def print_batch_history(console: Console, batches: Sequence[dict[str, Any]]) -> None:
+    roots = {b["root"] for b in batches}
+    prefix = root_prefix(roots)
+    print_prefix(console, prefix, roots)
     table = Table(title=f"History ({len(batches)} micro-batches, newest first)")
     for name in ("root", "query", "batch", "committed", "stores", "versions"):
-        table.add_column(name, no_wrap=name != "root")
+        table.add_column(name)
     for name in ("rows", "bytes", "files", "snapshots", "deleted"):
         table.add_column(name, justify="right")
     for b in batches:
         versions = b["versions"]
         table.add_row(
-            b["root"],
+            below(prefix, b["root"]),
             b["query_id"],
             str(b["batch_id"]),
             b["committed_at"],
@@ -268,7 +320,7 @@ def print_batch_history(console: Console, batches: Sequence[dict[str, Any]]) -> 
             str(b["snapshots"]),
             str(b["deleted_files"]),
         )
-    console.print(table)
+    show(console, table)
 
 
 def print_due_snapshots(console: Console, due: Sequence[DueStore]) -> None:
@@ -362,7 +414,7 @@ def print_checks(console: Console, report: ChecksReport) -> None:
             else ("[red]ERROR[/red]" if o.severity.value == "error" else "[yellow]WARN[/yellow]")
         )
         table.add_row(o.name.value, result, o.summary)
-    console.print(table)
+    show(console, table)
     for o in report.outcomes:
         for finding in o.findings[:SHOWN]:
             console.print(f"  {finding.severity.value}: {finding}")
@@ -517,7 +569,7 @@ def print_schema_changes(console: Console, rows: Sequence[SchemaChangeRow]) -> N
             r.value_schema,
             "; ".join(r.actions),
         )
-    console.print(table)
+    show(console, table)
 
 
 def print_schema_check(console: Console, check: SchemaCheck) -> None:
@@ -588,10 +640,6 @@ def metrics_json(recorded: RecordedBatchMetrics) -> dict[str, Any]:
     } | {key: jsonable(value) for key, value in m.extra.items()}
 
 
-def _ms(value: object) -> str:
-    return "-" if not isinstance(value, int | float) else f"{value:,.0f} ms"
-
-
 def print_metrics(console: Console, query_id: str, batches: Sequence[RecordedBatchMetrics]) -> None:
     """One row per batch, newest first."""
     table = Table(title=f"Batch metrics of query {query_id} ({len(batches)} batches, newest first)")
@@ -609,9 +657,9 @@ def print_metrics(console: Console, query_id: str, batches: Sequence[RecordedBat
             f"{m.keys_updated:,}",
             f"{m.state_rows:,}",
             size(m.bytes_written),
-            _ms(m.commit_ms),
-            _ms(extra.get("batch_ms")),
-            _ms(extra.get("max_load_ms")),
+            millis(m.commit_ms),
+            millis(extra.get("batch_ms")),
+            millis(extra.get("max_load_ms")),
             f"{m.cache_hits}/{looked}" if looked else "-",
         )
-    console.print(table)
+    show(console, table)

@@ -62,6 +62,7 @@ from state_runtime.maintenance.snapshots import (
     due_for_snapshot,
     snapshot_pass,
 )
+from state_runtime.maintenance.store_names import StoreNames
 from state_runtime.maintenance.validation import (
     Finding,
     Severity,
@@ -106,6 +107,7 @@ __all__ = [
     "Status",
     "StoreStatus",
     "StoreReport",
+    "StoreNames",
     "StoreValidation",
     "ValidationReport",
     "canonical_root",

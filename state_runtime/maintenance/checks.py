@@ -289,6 +289,18 @@ def scope_of(fleet: Fleet, only: Collection[StoreKey] | None) -> str:
     return "all" if fleet.roots is None else "roots:" + ",".join(sorted(fleet.roots))
 
 
+def outcome_record(outcome: CheckOutcome) -> dict[str, Any]:
+    """A check's verdict as a run's counts keep it (JSON): passed, severity, summary, figures
+    and the stores that fail."""
+    return {
+        "passed": outcome.passed,
+        "severity": outcome.severity.value,
+        "summary": outcome.summary,
+        "figures": dict(outcome.figures),
+        "failing_stores": sorted({str(f.key) for f in outcome.findings}),
+    }
+
+
 def run_checks(
     fleet: Fleet,
     policy: MaintenancePolicy,
@@ -315,5 +327,7 @@ def run_checks(
             "orphan_files": totals.orphan_files,
             "orphan_bytes": totals.orphan_bytes,
             "failed_checks": [o.name.value for o in outcomes if not o.passed],
+            # each check's verdict, for readers of the run (Dagster's catalog sensor)
+            "checks": {o.name.value: outcome_record(o) for o in outcomes},
         }
     return ChecksReport(run.run_id, validation, health, outcomes)

@@ -7,9 +7,15 @@ inventory, one existence check per file: this runs only after a failure). If one
 batch fails with :class:`StateLost`, one paragraph naming the file, the version, the store and
 the commands to run next, and the loss is recorded as a problem on the store, so that
 ``statestore health`` calls it broken at once.
+
+Through ``foreachBatch`` the paragraph reaches the driver inside Spark's own error (the
+Python traceback of the batch function, wrapped in a ``StreamingQueryException``, often more
+than once): :func:`loss_paragraph` finds it there, for the one line to show the user.
 """
 
 from __future__ import annotations
+
+import re
 
 from state_runtime.catalog import Catalog, FoundProblem, StoreKey
 from state_runtime.errors import StateLost
@@ -40,7 +46,7 @@ def lost_state(
                 f"{key}, and storage no longer has it"
             )
             catalog.add_problems(key, [FoundProblem(problem, record.path, record.version)])
-            return StateLost(
+            lost = StateLost(
                 f"batch {batch_id} of query {query_id} cannot load its state: {problem}; run "
                 f"`statestore --root {root} validate`, then `statestore restore {root} "
                 f"--query {query_id} --to-batch {max(batch_id - 1, 0)} --spark-checkpoint DIR` "
@@ -48,4 +54,17 @@ def lost_state(
                 "command names the newest one that is), or add --allow-lost-state to start "
                 "that store again from empty"
             )
+            lost.store = key  # for callers (details(), telemetry); the message names it already
+            return lost
     return None
+
+
+_LOSS = re.compile(r"\[" + StateLost.code + r"\][^\n]*")
+
+
+def loss_paragraph(error: BaseException | str) -> str | None:
+    """The loss paragraph (``[STATE_LOST] batch B of query Q cannot load its state: ...``)
+    inside an error, such as the ``StreamingQueryException`` of a stream whose foreachBatch
+    raised :class:`StateLost`; None if the error is no loss."""
+    found = _LOSS.search(str(error))
+    return found.group(0).rstrip() if found else None

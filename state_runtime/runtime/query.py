@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField, StructType
 
-from state_runtime.catalog import BatchMetrics, Catalog, CatalogTimeouts
+from state_runtime.catalog import BatchMetrics, Catalog, CatalogTimeouts, StoreKey
 from state_runtime.catalog import catalog_url as default_catalog_url
 from state_runtime.errors import (
     BatchOutOfOrder,
@@ -64,6 +64,7 @@ from state_runtime.runtime.tasks import (
     base_refs,
     run_partitions,
 )
+from state_runtime.runtime.telemetry import OtelExport, StoreFigures
 from state_runtime.runtime.times import SESSION_TIME_ZONE_CONF
 from state_runtime.runtime.watermark import BatchWatermarks, Watermark
 from state_runtime.settings import WorkerSettings
@@ -130,6 +131,7 @@ class StatefulQuery:
         adaptive: bool | None = False,
         watermark: Watermark | None = None,
         parallelism: int | None = None,
+        telemetry: OtelExport | None = None,
     ) -> None:
         self.query_id = validate_name(query_id, "query id")
         if not operators:
@@ -153,6 +155,7 @@ class StatefulQuery:
         ):
             raise InvalidArgument(f"parallelism={parallelism!r}: expected a positive number")
         self.parallelism = parallelism
+        self.telemetry = telemetry
         self._registered = False
         self._histories: dict[tuple[int, str], SchemaHistory] = {}
         self._beats: dict[int, tuple[SparkSession, DataFrame]] = {}
@@ -417,12 +420,16 @@ class StatefulQuery:
             if isinstance(exc, Exception) and not isinstance(exc, CatalogError) and committed:
                 lost = lost_state(self.catalog, self.storage, self.query_id, batch_id, committed)
                 if lost is not None:
+                    if self.telemetry is not None and isinstance(lost.store, StoreKey):
+                        self.telemetry.lost(self.query_id, lost.store)
                     raise lost from None
             raise
         duplicates = len(reports) - len(chosen)
         metrics = self._metrics(chosen, duplicates, commit_ms, (time.perf_counter() - started))
         metrics.extra.update(event_time_metrics(chosen, watermarks))
         self.catalog.record_batch_metrics(self.root, self.query_id, batch_id, metrics)
+        if self.telemetry is not None:
+            self.telemetry.batch(self.root, self.query_id, metrics, self._store_figures(chosen))
         log.info(
             "query %s batch %d committed: %d rows in, %d keys updated, %d state rows, "
             "%d bytes written, commit %.1f ms, cache %d hits / %d misses",
@@ -475,6 +482,18 @@ class StatefulQuery:
                     f"{partitions}, expected exactly 0..{op.num_partitions - 1}"
                 )
         return f"query {self.query_id}: " + "; ".join(lines)
+
+    def _store_figures(self, reports: list[TaskReport]) -> list[StoreFigures]:
+        return [
+            StoreFigures(
+                StoreKey(self.root, r.info.store),
+                r.info.rows,
+                r.keys_updated,
+                r.info.bytes_written,
+                r.load_ms,
+            )
+            for r in reports
+        ]
 
     @staticmethod
     def _metrics(

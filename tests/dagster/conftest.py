@@ -10,13 +10,15 @@ from dagster import DagsterInstance, instance_for_test
 
 from dagster_project.defs.resources import MaintenanceResource
 from state_runtime.catalog import Catalog
-from state_runtime.maintenance import MaintenancePolicy
+from state_runtime.identity import StoreId
+from state_runtime.maintenance import MaintenancePolicy, StoreNames
 from tests.maintenance.conftest import (  # noqa: F401  (fixtures)
     make_stream,
     pg_catalog,
     pg_database,
     sqlite_catalog,
 )
+from tests.maintenance.streams import StoreStream
 
 BOTH_CATALOGS = pytest.mark.parametrize(
     "catalog", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
@@ -31,6 +33,11 @@ def catalog(request: pytest.FixtureRequest) -> Catalog:
     fixture = "sqlite_catalog" if dialect == "sqlite" else "pg_catalog"
     found: Catalog = request.getfixturevalue(fixture)
     return found
+
+
+def store_name(stream: StoreStream, store: StoreId) -> str:
+    """A store's partition key, as the discovery sensor names it (over every root)."""
+    return StoreNames.of(stream.catalog).name(stream.key(store))
 
 
 def resources_for(catalog: Catalog, policy: MaintenancePolicy | None = None) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance import CHECKS, MaintenancePolicy
 from state_runtime.settings import MAINTENANCE
 from state_runtime.store.state_schema import StateSchema
-from tests.dagster.conftest import resources_for
+from tests.dagster.conftest import resources_for, store_name
 from tests.maintenance.streams import KEY, StoreStream
 
 # snapshots after 5 deltas; superseded files may go at once (the tests cannot wait an hour)
@@ -68,6 +68,7 @@ def test_the_code_location_loads_with_the_demo_defaults() -> None:
         "state_snapshot_repair",
         "state_store_health",
         "state_reconciliation",
+        "state_batch_metrics",
     }
     assert {c.name for c in repo.asset_graph.asset_check_keys} == {
         "lineage_valid",
@@ -83,7 +84,11 @@ def test_the_code_location_loads_with_the_demo_defaults() -> None:
         "state_cleanup_daily",
         "state_reconcile_weekly",
     }
-    assert {s.name for s in repo.sensor_defs} == {"state_store_discovery", "state_snapshot_due"}
+    assert {s.name for s in repo.sensor_defs} == {
+        "state_store_discovery",
+        "state_snapshot_due",
+        "state_catalog_events",
+    }
     assert MaintenanceResource().resolved_url() == catalog_url()
 
 
@@ -118,7 +123,7 @@ def test_snapshot_cleanup_and_health_assets(
     snap = materialize([state_snapshots], resources=resources, instance=instance)
     figures = metadata(snap, "state_snapshots")
     assert figures["written"] == 3 and figures["failed"] == 0
-    assert str(stream.key(stream.stores[0])) in figures["outcomes"]
+    assert store_name(stream, stream.stores[0]) in figures["outcomes"]
     stream.run(2)
 
     dry = materialize([state_retention_cleanup], resources=resources, instance=instance)
@@ -137,7 +142,7 @@ def test_snapshot_cleanup_and_health_assets(
     for store in stream.stores:
         assert stream.loaded(store, 9) == stream.expected(store, 9)
 
-    partitions = [str(stream.key(s)) for s in stream.stores]
+    partitions = [store_name(stream, s) for s in stream.stores]
     instance.add_dynamic_partitions("state_stores", partitions)
     recorded = stream.catalog.schema_history(stream.root, 0, "default")
     assert recorded is not None  # operator 0 gains a field from batch 9
@@ -158,8 +163,10 @@ def test_snapshot_cleanup_and_health_assets(
     assert {m["versions_retained"].value for m in by_partition.values()} == {3}  # 7, 8, 9
     assert {m["status"].value for m in by_partition.values()} == {"unknown"}
     versions = {p: m["schema_versions"].value for p, m in by_partition.items()}
-    assert versions == {str(stream.key(s)): 2 if s.operator_id == 0 else 1 for s in stream.stores}
-    changed = by_partition[str(stream.key(stream.stores[0]))]["schema_history"].value
+    assert versions == {
+        store_name(stream, s): 2 if s.operator_id == 0 else 1 for s in stream.stores
+    }
+    changed = by_partition[store_name(stream, stream.stores[0])]["schema_history"].value
     assert "| 9 |" in changed and "add value field best int (null for older rows)" in changed
     # every store's partition now shows as materialized, with its latest figures
     status = instance.get_status_by_partition(state_checkpoints.key, partitions, state_stores)
@@ -272,7 +279,7 @@ def test_sensors_discover_stores_and_request_snapshots(
     found = store_discovery_sensor(context)
     assert isinstance(found, SensorResult)
     [request] = found.dynamic_partitions_requests
-    assert sorted(request.partition_keys) == sorted(str(stream.key(s)) for s in stream.stores)
+    assert sorted(request.partition_keys) == sorted(store_name(stream, s) for s in stream.stores)
     instance.add_dynamic_partitions("state_stores", list(request.partition_keys))
     again = store_discovery_sensor(build_sensor_context(instance=instance, resources=resources))
     assert isinstance(again, SkipReason)
@@ -282,7 +289,7 @@ def test_sensors_discover_stores_and_request_snapshots(
     due = snapshot_due_sensor(build_sensor_context(instance=instance, resources=resources))
     assert isinstance(due, RunRequest) and due.run_key
     stores = due.run_config["ops"]["state_snapshots"]["config"]["stores"]
-    assert sorted(stores) == sorted(str(stream.key(s)) for s in stream.stores)
+    assert sorted(stores) == sorted(store_name(stream, s) for s in stream.stores)
     same = snapshot_due_sensor(build_sensor_context(instance=instance, resources=resources))
     assert isinstance(same, RunRequest) and same.run_key == due.run_key
     run = materialize(
@@ -333,17 +340,17 @@ def test_commit_lag_is_checked_per_store_on_its_partition(
             .values(last_committed_at=datetime.now(UTC) - timedelta(hours=1))
         )
     policy = replace(FAST, commit_lag_warn=timedelta(minutes=15))
-    partitions = [str(s.key(store)) for s in (stale, fresh) for store in s.stores]
+    partitions = [store_name(s, store) for s in (stale, fresh) for store in s.stores]
     instance.add_dynamic_partitions("state_stores", partitions)
     result = run_checks(resources_for(stale.catalog, policy), instance, "commit_lag")
     evaluations = {e.partition: e for e in result.get_asset_check_evaluations()}
     assert set(evaluations) == set(partitions)
     for store in stale.stores:
-        late = evaluations[str(stale.key(store))]
+        late = evaluations[store_name(stale, store)]
         assert not late.passed and late.severity.value == "WARN"
         assert "has its stream stopped?" in (late.description or "")
         assert late.metadata["commit_lag_seconds"].value >= 3600
-    assert all(evaluations[str(fresh.key(s))].passed for s in fresh.stores)
+    assert all(evaluations[store_name(fresh, s)].passed for s in fresh.stores)
 
 
 def test_checks_run_after_the_stores_partitions_were_materialized(
@@ -355,7 +362,7 @@ def test_checks_run_after_the_stores_partitions_were_materialized(
     stream = make_stream()
     stream.run(3)
     resources = resources_for(stream.catalog, FAST)
-    instance.add_dynamic_partitions("state_stores", [str(stream.key(s)) for s in stream.stores])
+    instance.add_dynamic_partitions("state_stores", [store_name(stream, s) for s in stream.stores])
     for _ in range(2):
         materialize([state_store_health], resources=resources, instance=instance)
         result = run_checks(resources, instance)

@@ -10,17 +10,24 @@ it to succeed, then stops the whole process group and checks that no process is 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from scripts.dagster_dev import DagsterDev, group_members
+from scripts.dagster_dev import REPO, DagsterDev, group_members
 from state_runtime.catalog import Catalog
 from state_runtime.identity import StoreId
 from state_runtime.storage import LocalStorage
 from tests.maintenance.streams import StoreStream
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+STATESTORE = "import sys; from state_runtime.cli import entry; sys.argv[0] = 'statestore'; entry()"
 
 ASSETS = """{ assetNodes { assetKey { path } assetChecksOrError {
     ... on AssetChecks { checks { name } } } } }"""
@@ -47,6 +54,7 @@ def test_dagster_dev_lists_the_definitions_and_runs_a_job(tmp_path: Path, dg: bo
                 "state_snapshot_repair",
                 "state_store_health",
                 "state_reconciliation",
+                "state_batch_metrics",
             }
             checks = assets["state_checkpoints"]["assetChecksOrError"]["checks"]
             assert {c["name"] for c in checks} == {
@@ -65,3 +73,130 @@ def test_dagster_dev_lists_the_definitions_and_runs_a_job(tmp_path: Path, dg: bo
         runs = [r for r in catalog.recent_runs() if r.kind == "validate"]
         assert runs and runs[0].outcome == "succeeded" and runs[0].owner == f"dagster:{run_id}"
         assert runs[0].counts["stores"] == 3 and runs[0].counts["errors"] == 0
+
+
+MATERIALIZATIONS = """query($key: AssetKeyInput!) { assetOrError(assetKey: $key) { ... on Asset {
+    assetMaterializations(limit: 200) { partition runId timestamp description metadataEntries {
+    label ... on TextMetadataEntry { text } ... on IntMetadataEntry { intValue } } } } } }"""
+CHECK_EXECUTIONS = """query($key: AssetKeyInput!, $name: String!) {
+    assetCheckExecutions(assetKey: $key, checkName: $name, limit: 100) {
+    runId partition status evaluation { success severity description } } }"""
+REPORT_JOB = "state_catalog_report_job"
+
+
+def _latest(server: DagsterDev, asset: str) -> dict[str | None, dict[str, Any]]:
+    """Each partition's latest materialization (None: unpartitioned): run id, description and
+    its text and int metadata, through GraphQL."""
+    found = server.graphql(MATERIALIZATIONS, key={"path": [asset]})["assetOrError"]
+    latest: dict[str | None, dict[str, Any]] = {}
+    for event in sorted(found["assetMaterializations"], key=lambda e: float(e["timestamp"])):
+        entries = {e["label"]: e.get("text", e.get("intValue")) for e in event["metadataEntries"]}
+        latest[event["partition"]] = entries | {
+            "run": event["runId"],
+            "description": event["description"],
+        }
+    return latest
+
+
+def _statuses(server: DagsterDev) -> dict[str | None, str]:
+    return {p: m["status"] for p, m in _latest(server, "state_checkpoints").items()}
+
+
+def _eventually(condition: Callable[[], bool], server: DagsterDev, timeout_s: float = 300) -> None:
+    """Until ``condition`` holds (the sensors tick every 30 to 60 s)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not reached in {timeout_s} s:\n{server.tail()}")
+        time.sleep(3)
+
+
+def _executions(server: DagsterDev, check: str) -> list[dict[str, Any]]:
+    """The check's executions, newest first: the first is what the check's page shows."""
+    found: list[dict[str, Any]] = server.graphql(
+        CHECK_EXECUTIONS, key={"path": ["state_checkpoints"]}, name=check
+    )["assetCheckExecutions"]
+    return found
+
+
+def _evaluated(server: DagsterDev, check: str) -> list[dict[str, Any]]:
+    """The check's evaluations, newest first (without the executions a run planned for a
+    partitioned check as a whole, which carry no evaluation)."""
+    return [e for e in _executions(server, check) if e["evaluation"] is not None]
+
+
+def test_dagster_dev_tells_the_truth_about_a_broken_store_whoever_validates(
+    tmp_path: Path,
+) -> None:
+    """Before anything ran, the stores are unknown (warnings, no green); after a validation
+    from the CLI, reported by the catalog sensor, exactly the broken store is broken on its
+    partition and its check, the others healthy; the validation job in Dagster, whose blocking
+    check fails, records the same, the fleet's totals included."""
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    storage = LocalStorage(tmp_path / "checkpoint")
+    with Catalog.open(url, upgrade=True) as catalog:
+        stores = [StoreId(0, p) for p in range(3)]
+        stream = StoreStream(catalog, storage, stores)
+        stream.run(4)
+        names = {s: f"query-1/{s}" for s in stores}
+        broken = stores[1]
+        env = {"STATE_CATALOG_URL": url}
+        with DagsterDev(tmp_path / "dagster_home", env) as server:
+            server.wait_loaded()
+            assert sorted(server.wait_partitions(3)) == sorted(names.values())
+            # the catalog sensor's report of the stores' state (a run per report)
+            unknown = dict.fromkeys(names.values(), "unknown")
+            _eventually(lambda: _statuses(server) == unknown, server)
+            status = _evaluated(server, "store_status")
+            assert {e["partition"] for e in status} == set(names.values())
+            assert not any(e["evaluation"]["success"] for e in status)  # no green before
+
+            lost = stream.committed[broken][2]
+            (storage.root / lost.path).unlink()
+            cli = subprocess.run(
+                [sys.executable, "-c", STATESTORE, "--catalog-url", url, "-q", "validate"],
+                capture_output=True,
+                text=True,
+                cwd=REPO,  # this checkout's code, as dagster dev runs it
+                env={k: v for k, v in os.environ.items() if not k.startswith("STATE_")},
+            )
+            assert cli.returncode != 0 and lost.path in cli.stdout + cli.stderr
+            [cli_run] = [r for r in catalog.recent_runs() if r.kind == "validate"]
+            truth = {names[s]: "broken" if s == broken else "healthy" for s in stores}
+            by_cli = f"validate run {cli_run.run_id} by {cli_run.owner}"
+
+            def reported() -> bool:  # the report of the CLI's run (an earlier one may read
+                latest = _latest(server, "state_checkpoints")  # the same state undescribed)
+                return {p: m["status"] for p, m in latest.items()} == truth and all(
+                    by_cli in m["description"] for m in latest.values()
+                )
+
+            _eventually(reported, server)
+            assert not [r for r in server.job_runs(REPORT_JOB) if r["status"] == "FAILURE"]
+            [lineage, *_] = _evaluated(server, "lineage_valid")
+            assert not lineage["evaluation"]["success"]
+            assert lineage["evaluation"]["severity"] == "ERROR"
+            assert lost.path in lineage["evaluation"]["description"]
+            [latest_status, *_] = _evaluated(server, "store_status")
+            assert _executions(server, "store_status")[0]["status"] != "SUCCEEDED"
+            assert latest_status["partition"] == names[broken]  # the check's headline
+            assert latest_status["evaluation"]["severity"] == "ERROR"
+
+            run_id = server.launch("state_validation_job")
+            assert server.wait_run(run_id) == "FAILURE"  # the blocking check failed its step
+            in_dagster = _latest(server, "state_checkpoints")
+            assert {p: (m["status"], m["run"]) for p, m in in_dagster.items()} == {
+                names[s]: ("broken" if s == broken else "healthy", run_id) for s in stores
+            }
+            assert in_dagster[names[broken]]["live_size"].endswith("B")
+            fleet = _latest(server, "state_store_health")[None]
+            assert fleet["run"] == run_id and fleet["broken_stores"] == 1
+            by_partition: dict[str, dict[str, Any]] = {}
+            for execution in reversed(_evaluated(server, "store_status")):
+                by_partition[execution["partition"]] = execution
+            assert {p: e["evaluation"]["success"] for p, e in by_partition.items()} == {
+                names[s]: s != broken for s in stores
+            }
+            assert {e["runId"] for e in by_partition.values()} == {run_id}
+            leftover = server.stop()
+        assert not leftover

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ from dagster_project.defs.assets import (
     state_snapshots,
     state_store_health,
 )
+from dagster_project.defs.store_events import HEALTH_KEY
 from state_runtime.cli import main as statestore
-from tests.dagster.conftest import BOTH_CATALOGS, resources_for
+from tests.dagster.conftest import BOTH_CATALOGS, resources_for, store_name
 from tests.dagster.test_dagster_definitions import FAST, check_results, metadata, run_checks
 from tests.maintenance.streams import StoreStream
 
@@ -40,9 +42,11 @@ def test_nothing_that_writes_or_deletes_starts_on_its_own() -> None:
         "state_cleanup_daily": "STOPPED",
         "state_reconcile_weekly": "STOPPED",
     }
-    # Discovery only adds Dagster partitions for the stores it finds: it observes.
+    # Discovery only adds Dagster partitions for the stores it finds, and the catalog events
+    # sensor only reads the catalog and reports to Dagster: they observe.
     assert {s.name: s.default_status.value for s in repo.sensor_defs} == {
         "state_store_discovery": "RUNNING",
+        "state_catalog_events": "RUNNING",
         "state_snapshot_due": "STOPPED",
     }
 
@@ -64,7 +68,12 @@ def test_production_turns_them_on_by_name_or_all() -> None:
     chosen = _statuses("state_cleanup_daily, state_snapshot_due")
     assert chosen.returncode == 0, chosen.stderr
     running = {name for name, s in json.loads(chosen.stdout).items() if s == "RUNNING"}
-    assert running == {"state_cleanup_daily", "state_snapshot_due", "state_store_discovery"}
+    assert running == {
+        "state_cleanup_daily",
+        "state_snapshot_due",
+        "state_store_discovery",
+        "state_catalog_events",
+    }
     everything = _statuses("all")
     assert set(json.loads(everything.stdout).values()) == {"RUNNING"}
     typo = _statuses("state_cleanup_dayly")
@@ -111,34 +120,59 @@ def test_a_corrupt_snapshot_is_broken_everywhere_blocks_cleanup_and_is_repaired(
     resources = resources_for(stream.catalog, FAST)
     materialize([state_snapshots], resources=resources, instance=instance)
     stream.run(2)
-    instance.add_dynamic_partitions("state_stores", [str(stream.key(s)) for s in stream.stores])
+    instance.add_dynamic_partitions("state_stores", [store_name(stream, s) for s in stream.stores])
     assert all(e.passed for e in check_results(run_checks(resources, instance)).values())
 
     store = stream.stores[0]
     [snapshot] = (stream.storage.root / store.directory).glob("*.snapshot")
     snapshot.write_bytes(snapshot.read_bytes()[:-7] + b"corrupt")
     relative = snapshot.relative_to(stream.storage.root).as_posix()
-    name = str(stream.key(store))
+    name = store_name(stream, store)
 
     result = run_checks(resources, instance)
     evaluations = result.get_asset_check_evaluations()
     lineage = next(e for e in evaluations if e.check_name == "lineage_valid")
     assert not lineage.passed and lineage.metadata["failing_stores"].value == [name]
     per_store = {e.partition: e for e in evaluations if e.check_name == "store_status"}
-    assert set(per_store) == {str(stream.key(s)) for s in stream.stores}
+    assert set(per_store) == {store_name(stream, s) for s in stream.stores}
     broken = per_store[name]
     assert not broken.passed and broken.severity.value == "ERROR"
     assert broken.metadata["store"].value == name
     assert broken.metadata["status"].value == "broken"
-    assert all(per_store[str(stream.key(s))].passed for s in stream.stores[1:])
+    assert all(per_store[store_name(stream, s)].passed for s in stream.stores[1:])
+
+    # The validation job tells the same truth although its blocking check fails: the broken
+    # store's partition is materialized broken, the others healthy, the fleet counts one
+    # broken store, and the store_status check's latest evaluation is the broken store's.
+    validation = defs.resolve_job_def("state_validation_job").execute_in_process(
+        instance=instance, resources=resources, raise_on_error=False
+    )
+    assert not validation.success  # the blocking lineage_valid failed the step
+    statuses = {p: m["status"] for p, m in _observed(instance).items()}
+    assert statuses == {
+        store_name(stream, s): "broken" if s == store else "healthy" for s in stream.stores
+    }
+    [fleet] = [
+        e for e in validation.get_asset_materialization_events() if e.asset_key == HEALTH_KEY
+    ]
+    fleet_figures = fleet.materialization.metadata
+    assert fleet_figures["broken_stores"].value == 1 and fleet_figures["stores"].value == 3
+    status_check = AssetCheckKey(state_checkpoints.key, "store_status")
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key([status_check])
+    evaluation = latest[status_check].event
+    assert evaluation is not None and evaluation.asset_check_evaluation is not None
+    assert evaluation.asset_check_evaluation.partition == name
+    assert not evaluation.asset_check_evaluation.passed
 
     materialize([state_store_health], resources=resources, instance=instance)
     observed = _observed(instance)[name]
-    cli = _cli_health(stream)[name]
-    fields = ("status", "status_reason", "status_since")
-    assert {f: observed[f] for f in fields} == {f: cli[f] for f in fields}
-    assert {f: broken.metadata[f].value for f in fields} == {f: cli[f] for f in fields}
+    cli = _cli_health(stream)[str(stream.key(store))]
+    assert observed["status"] == cli["status"] and observed["status_reason"] == cli["status_reason"]
+    since = datetime.fromisoformat(cli["status_since"]).timestamp()
+    assert observed["status_since"] == broken.metadata["status_since"].value == since
+    assert broken.metadata["status_reason"].value == cli["status_reason"]
     assert cli["status"] == "broken" and relative in cli["status_reason"]
+    fields = ("status", "status_reason", "status_since")
     if stream.catalog.dialect == "postgresql":
         with stream.catalog.engine.connect() as connection:
             row = connection.execute(
@@ -175,7 +209,7 @@ def test_a_corrupt_snapshot_is_broken_everywhere_blocks_cleanup_and_is_repaired(
         [state_snapshot_repair], resources=resources, instance=instance, run_config=repair_config
     )
     assert metadata(repaired, "state_snapshot_repair")["repaired"] == 1
-    assert _cli_health(stream)[name]["status"] == "healthy"
+    assert _cli_health(stream)[str(stream.key(store))]["status"] == "healthy"
     done = cleanup.execute_in_process(instance=instance, run_config=run_config, resources=resources)
     assert done.success
     assert metadata(done, "state_retention_cleanup")["deleted_files"] >= 6

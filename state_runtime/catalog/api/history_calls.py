@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from state_runtime.catalog import history
+from state_runtime.catalog import batch_metrics, history
 from state_runtime.catalog.api.transactions import CatalogBase
-from state_runtime.catalog.records import VersionHistory
+from state_runtime.catalog.records import RecordedBatchMetrics, VersionHistory
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId
 
@@ -35,3 +35,12 @@ class HistoryCalls(CatalogBase):
     def query_ids(self, root: str) -> list[str]:
         """The queries that committed below ``root``."""
         return self._run("list queries", lambda c: history.query_ids(c, root))
+
+    def batch_metrics_after(
+        self, after_id: int, *, limit: int = 200
+    ) -> list[tuple[int, RecordedBatchMetrics]]:
+        """Batch metrics recorded with an id above ``after_id`` (every root and query), oldest
+        first, with their ids: what a reader such as Dagster's sensor has not seen yet."""
+        return self._run(
+            "read batch metrics", lambda c: batch_metrics.metrics_after(c, after_id, limit)
+        )

@@ -67,6 +67,12 @@ class RunCalls(CatalogBase):
     def recent_runs(self, limit: int = 50) -> list[MaintenanceRun]:
         return self._run("read maintenance runs", lambda c: runs_and_leases.recent_runs(c, limit))
 
+    def runs_after(self, after_id: int, *, limit: int = 50) -> list[MaintenanceRun]:
+        """Runs with an id above ``after_id``, oldest first: what a reader has not seen yet."""
+        return self._run(
+            "read maintenance runs", lambda c: runs_and_leases.runs_after(c, after_id, limit)
+        )
+
     def try_acquire_lease(
         self, key: StoreKey, owner: str, ttl: timedelta, *, run_id: int | None = None
     ) -> Lease | None:

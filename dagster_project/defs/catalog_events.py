@@ -1,0 +1,294 @@
+"""What happened outside Dagster, reported to Dagster: maintenance runs and batch metrics.
+
+Maintenance runs from the CLI, the library or a Spark job are recorded in the catalog like
+Dagster's own. The ``state_catalog_events`` sensor reads the runs it has not seen (a cursor on
+the run id, at most ``RUNS`` a tick, never past a run still running) and, when some were not
+started by Dagster, requests a ``state_catalog_report_job`` run for them (its run key names the
+range: a range is reported once). That run logs the same events a run in Dagster records: a
+snapshot, cleanup or reconcile run as a materialization of its asset, a validation as the
+evaluations of the fleet-wide checks it recorded, then each store's state on its partition,
+the per-store checks and the fleet's totals (``store_events.py``). A run, not runless events:
+Dagster 1.13 keeps a single runless evaluation per check and partition (a unique index on
+run id and partition), so per-store checks could be reported only once. The first tick reports
+every store's current state and the latest validation (and so does a tick that finds the
+number of store partitions changed: new stores get theirs), so that the stores no validation has
+checked show *unknown* (a warning) from the start, never a green tick.
+
+The sensor also reports each batch the runtime recorded (a cursor on the metrics' id, at most
+``BATCHES`` a tick) as a runless materialization of ``state_batch_metrics`` whose metadata
+names the query: ``<query>/commit_ms``, ``<query>/rows_in``, ... Dagster plots each numeric
+metadata key over time, so each query's figures form their own lines, batch by batch.
+
+It only reads the catalog and reports: it runs from the start.
+"""
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckSeverity,
+    AssetKey,
+    AssetMaterialization,
+    AssetSpec,
+    Config,
+    DefaultSensorStatus,
+    MetadataValue,
+    OpExecutionContext,
+    RunConfig,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    job,
+    op,
+    sensor,
+)
+from pydantic import Field
+
+from dagster_project.defs.checkpoints import GROUP, state_checkpoints
+from dagster_project.defs.jobs import KIND_TAG
+from dagster_project.defs.metadata import MetadataMap
+from dagster_project.defs.partitions import state_stores
+from dagster_project.defs.resources import MaintenanceResource
+from dagster_project.defs.store_events import (
+    BLOCKING,
+    fleet_materialization,
+    store_evaluations,
+    store_materializations,
+)
+from state_runtime.catalog import MaintenanceRun, RecordedBatchMetrics, RunKind, RunOutcome
+from state_runtime.maintenance import CHECKS, StoreNames, store_reports
+from state_runtime.units import millis, size
+
+RUNS = 50
+BATCHES = 200
+RUN_ASSETS = {
+    RunKind.SNAPSHOT.value: AssetKey("state_snapshots"),
+    RunKind.CLEANUP.value: AssetKey("state_retention_cleanup"),
+    RunKind.RECONCILE.value: AssetKey("state_reconciliation"),
+}
+PER_STORE = {check.name.value for check in CHECKS if check.per_store}
+
+state_batch_metrics = AssetSpec(
+    key="state_batch_metrics",
+    description=(
+        "Each committed micro-batch's figures (rows in, keys updated, bytes written, commit "
+        "and batch time, cache hit rate), one materialization per batch reported by the "
+        "state_catalog_events sensor; metadata keys name the query (<query>/commit_ms), so "
+        "the Plots tab draws each query's figures over time."
+    ),
+    group_name=GROUP,
+    kinds={"spark"},
+)
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The last run and batch metrics reported (``run`` is None before the first tick), and
+    how many store partitions there were (new stores get their state reported)."""
+
+    run: int | None = None
+    metrics: int = 0
+    partitions: int = 0
+
+    @classmethod
+    def parse(cls, text: str | None) -> "Cursor":
+        return cls(**json.loads(text)) if text else cls()
+
+    def text(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def _by(run: MaintenanceRun) -> str:
+    return f"{run.kind} run {run.run_id} by {run.owner}"
+
+
+def _in_dagster(run: MaintenanceRun) -> bool:
+    return run.owner.startswith("dagster:")
+
+
+def finished_outside(runs: Sequence[MaintenanceRun]) -> tuple[list[MaintenanceRun], int | None]:
+    """The runs up to the first one still running (the cursor stops before it), the ones not
+    started by Dagster among them, and the id to continue after."""
+    done: list[MaintenanceRun] = []
+    for run in runs:
+        if run.outcome == RunOutcome.RUNNING.value:
+            break
+        done.append(run)
+    last = done[-1].run_id if done else None
+    return [r for r in done if not _in_dagster(r)], last
+
+
+def run_events(run: MaintenanceRun) -> list[AssetMaterialization | AssetCheckEvaluation]:
+    """A finished run's own events: its asset's materialization, or a validation's checks."""
+    about = f"{_by(run)}, {run.outcome}"
+    if run.outcome != RunOutcome.SUCCEEDED.value:
+        return []
+    if run.kind == RunKind.VALIDATE.value:
+        return [
+            AssetCheckEvaluation(
+                asset_key=state_checkpoints.key,
+                check_name=name,
+                passed=bool(verdict["passed"]),
+                severity=AssetCheckSeverity.ERROR
+                if verdict["severity"] == "error"
+                else AssetCheckSeverity.WARN,
+                description=f"{about}: {verdict['summary']}",
+                metadata=_verdict_metadata(run, verdict),
+                blocking=name in {b.value for b in BLOCKING},
+            )
+            for name, verdict in sorted(run.counts.get("checks", {}).items())
+        ]
+    asset = RUN_ASSETS.get(run.kind)
+    if asset is None:
+        return []
+    return [AssetMaterialization(asset, description=about, metadata=_run_metadata(run))]
+
+
+def _run_metadata(run: MaintenanceRun) -> MetadataMap:
+    metadata: MetadataMap = {
+        "catalog_run_id": MetadataValue.int(run.run_id),
+        "run_by": MetadataValue.text(run.owner),
+    }
+    for name, value in run.counts.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            metadata[name] = MetadataValue.int(value)
+            if name.endswith("_bytes"):
+                metadata[name.removesuffix("_bytes") + "_size"] = MetadataValue.text(size(value))
+    if run.ended_at is not None:
+        metadata["duration_s"] = MetadataValue.float(
+            round((run.ended_at - run.started_at).total_seconds(), 1)
+        )
+    return metadata
+
+
+def _verdict_metadata(run: MaintenanceRun, verdict: dict[str, Any]) -> MetadataMap:
+    metadata: MetadataMap = {
+        name: MetadataValue.float(float(value))
+        for name, value in verdict.get("figures", {}).items()
+    }
+    metadata["catalog_run_id"] = MetadataValue.int(run.run_id)
+    metadata["run_by"] = MetadataValue.text(run.owner)
+    if verdict.get("failing_stores"):
+        metadata["failing_stores"] = MetadataValue.json(verdict["failing_stores"])
+    return metadata
+
+
+def batch_event(recorded: RecordedBatchMetrics, names: StoreNames) -> AssetMaterialization:
+    """One batch's figures, each under ``<query>/<figure>`` (the query's label, see
+    ``StoreNames``), so each query's figures plot as their own lines."""
+    label = names.labels.get(recorded.root, recorded.query_id)
+    figures = recorded.metrics.figures()
+    metadata: MetadataMap = {
+        "query": MetadataValue.text(label),
+        "batch": MetadataValue.int(recorded.batch_id),
+        "root": MetadataValue.path(recorded.root),
+    }
+    for name, value in figures.items():
+        rounded = round(float(value), 3)
+        metadata[f"{label}/{name}"] = (
+            MetadataValue.int(value) if isinstance(value, int) else MetadataValue.float(rounded)
+        )
+    m = recorded.metrics
+    return AssetMaterialization(
+        state_batch_metrics.key,
+        description=(
+            f"{label} batch {recorded.batch_id}: {m.rows_in:,} rows in, {m.keys_updated:,} keys "
+            f"updated, {size(m.bytes_written)} written, commit {millis(m.commit_ms)}, batch "
+            f"{millis(m.extra.get('batch_ms'))}"
+        ),
+        metadata=metadata,
+    )
+
+
+class ReportConfig(Config):
+    """The catalog runs to report: ids above ``after`` up to ``until``; ``first``: also when
+    none (the first report of the stores' state)."""
+
+    after: int = Field(description="Report the runs with an id above this one...")
+    until: int = Field(description="...up to this one.")
+
+
+@op(description="Reports maintenance runs from outside Dagster and the stores' state after them.")
+def report_catalog_runs(
+    context: OpExecutionContext, config: ReportConfig, maintenance: MaintenanceResource
+) -> None:
+    """Each run's own events, then every store's state, per-store checks and the fleet's
+    totals, logged in this Dagster run (its id tells each per-store check evaluation apart:
+    Dagster 1.13 keeps one runless evaluation per check and partition only)."""
+    policy = maintenance.policy()
+    partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
+    with maintenance.fleet(f"dagster:{context.run.run_id}") as fleet:
+        catalog = fleet.catalog
+        found = catalog.runs_after(config.after, limit=max(config.until - config.after, 0))
+        runs = [r for r in found if r.run_id <= config.until and not _in_dagster(r)]
+        about = "; ".join(_by(r) for r in runs) or "the stores' state in the catalog"
+        names = StoreNames.of(catalog)
+        reports = store_reports(fleet, policy)
+        events: list[AssetMaterialization | AssetCheckEvaluation] = []
+        for run in runs:
+            events += run_events(run)
+        events += store_materializations(catalog, reports, names, partitions, f"{about}: ")
+        events.append(fleet_materialization(reports, names, about))
+        events += store_evaluations(reports, names, policy, partitions, PER_STORE, f"{about}: ")
+    for event in events:
+        # log_event takes check evaluations too (Dagster 1.13); its annotation omits them
+        context.log_event(event)  # type: ignore[arg-type]
+
+
+@job(
+    name="state_catalog_report_job",
+    description="Reports maintenance run outside Dagster (requested by state_catalog_events).",
+    tags={KIND_TAG: "report"},
+)
+def catalog_report_job() -> None:
+    report_catalog_runs()
+
+
+@sensor(
+    name="state_catalog_events",
+    job=catalog_report_job,
+    minimum_interval_seconds=30,
+    default_status=DefaultSensorStatus.RUNNING,
+    description=(
+        "Reports maintenance run outside Dagster (CLI, library, Spark) and each batch's "
+        "metrics from the catalog as asset events, so the UI is current whoever ran it."
+    ),
+)
+def catalog_events_sensor(
+    context: SensorEvaluationContext, maintenance: MaintenanceResource
+) -> SensorResult:
+    cursor = Cursor.parse(context.cursor)
+    partitions = len(context.instance.get_dynamic_partitions(state_stores.name or ""))
+    with maintenance.fleet("dagster:catalog-events") as fleet:
+        catalog = fleet.catalog
+        if cursor.run is None:  # the first tick: the stores' state now, and the latest checks
+            recent = catalog.recent_runs(limit=RUNS)
+            until = max((r.run_id for r in recent), default=0)
+            validated = [r.run_id for r in recent if r.kind == RunKind.VALIDATE.value]
+            after = validated[0] - 1 if validated else until
+            new = True
+        else:
+            outside, last = finished_outside(catalog.runs_after(cursor.run, limit=RUNS))
+            after, until = cursor.run, cursor.run if last is None else last
+            new = bool(outside) or partitions != cursor.partitions
+        batches = catalog.batch_metrics_after(cursor.metrics, limit=BATCHES)
+        names = StoreNames.of(catalog)
+    events = [batch_event(recorded, names) for _, recorded in batches]
+    next_cursor = Cursor(until, batches[-1][0] if batches else cursor.metrics, partitions).text()
+    requests = []
+    if new:
+        config = ReportConfig(after=after, until=until)
+        requests.append(
+            RunRequest(
+                run_key=f"catalog-runs-{after}-{until}-{partitions}",
+                run_config=RunConfig(ops={"report_catalog_runs": config}),
+            )
+        )
+    if not events and not requests:
+        skip = SkipReason(f"nothing new in the catalog after run {until}")
+        return SensorResult(skip_reason=skip, cursor=next_cursor)
+    return SensorResult(run_requests=requests, asset_events=events, cursor=next_cursor)

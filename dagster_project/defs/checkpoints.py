@@ -1,0 +1,25 @@
+"""``state_checkpoints``: the checkpoint files the streams write, one partition per store.
+
+Its own module because the assets, the checks and the events that report each store's state
+all name it.
+"""
+
+from dagster import AssetSpec
+
+from dagster_project.defs.partitions import state_stores
+
+GROUP = "state_maintenance"
+POOL = "state_maintenance"
+
+state_checkpoints = AssetSpec(
+    key="state_checkpoints",
+    description=(
+        "Checkpoint files of the state stores (deltas and snapshots), written by the streaming "
+        "queries. One partition per store (<query>/<operator>/<partition>/<store>); each "
+        "validation or health run, in Dagster or outside it, records the store's status and "
+        "figures as a materialization of its partition."
+    ),
+    partitions_def=state_stores,
+    group_name=GROUP,
+    kinds={"arrow"},
+)

@@ -1,0 +1,167 @@
+"""The events that tell Dagster what the catalog knows about each store, whoever asked.
+
+One set of events for every path: a validation run in Dagster (the checks' step logs them,
+so a failing blocking check cannot hide them), the health asset run alone, and maintenance run
+outside Dagster (the catalog sensor reports them without a run). For each store, a
+materialization of its ``state_checkpoints`` partition (status, figures, schema history) and
+its per-store check evaluations; for the fleet, a materialization of ``state_store_health``
+(totals, a table of the stores).
+
+A partitioned check's page shows the latest evaluation as the check's state, so the
+evaluations of one pass come healthy first and the worst store last: the check's headline is
+the worst store, never a healthy one that happened to be evaluated after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from dagster import AssetCheckEvaluation, AssetCheckSeverity, AssetKey, AssetMaterialization
+
+from dagster_project.defs.checkpoints import state_checkpoints
+from dagster_project.defs.metadata import (
+    MetadataMap,
+    check_metadata,
+    schema_metadata,
+    status_metadata,
+    store_figures,
+    store_table,
+    totals_metadata,
+)
+from state_runtime.catalog import Catalog
+from state_runtime.maintenance import (
+    CHECKS,
+    CheckOutcome,
+    FleetTotals,
+    MaintenancePolicy,
+    SchemaChangeRow,
+    Severity,
+    StoreNames,
+    StoreReport,
+    StoreStatus,
+    schema_changes,
+)
+from state_runtime.units import age, size
+
+HEALTH_KEY = AssetKey("state_store_health")
+BLOCKING = {check.name for check in CHECKS if check.blocking}
+WORST_LAST = {
+    StoreStatus.HEALTHY: 0,
+    StoreStatus.UNKNOWN: 1,
+    StoreStatus.DEGRADED: 2,
+    StoreStatus.BROKEN: 3,
+}
+
+
+def severity(value: Severity) -> AssetCheckSeverity:
+    return AssetCheckSeverity.ERROR if value is Severity.ERROR else AssetCheckSeverity.WARN
+
+
+def worst_last(reports: Sequence[StoreReport]) -> list[StoreReport]:
+    return sorted(reports, key=lambda r: (WORST_LAST[r.status.status], str(r.key)))
+
+
+def summary(report: StoreReport) -> str:
+    """One line a person reads first: status, why, size and the last commit."""
+    h = report.health
+    lag = "nothing committed" if h.commit_lag is None else f"last commit {age(h.commit_lag)} ago"
+    return (
+        f"{report.status.status.value}: {report.status.reason} · version {h.latest.version}, "
+        f"{size(h.live_bytes)} live in {h.live_files} files · {lag}"
+    )
+
+
+def store_materializations(
+    catalog: Catalog,
+    reports: Sequence[StoreReport],
+    names: StoreNames,
+    partitions: Collection[str],
+    description: str = "",
+) -> list[AssetMaterialization]:
+    """Each store's state on its partition (stores without a partition yet are skipped: the
+    discovery sensor adds it, and the next pass records it)."""
+    schemas: dict[tuple[str, int, str], list[SchemaChangeRow]] = {}
+    for change in schema_changes(catalog, sorted({r.key.root for r in reports})):
+        schemas.setdefault((change.root, change.operator_id, change.store_name), []).append(change)
+    events = []
+    for report in worst_last(reports):
+        name = names.name(report.key)
+        if name not in partitions:
+            continue
+        store = report.key.store
+        history = schemas.get((report.key.root, store.operator_id, store.store_name), [])
+        events.append(
+            AssetMaterialization(
+                state_checkpoints.key,
+                partition=name,
+                description=(description + summary(report)),
+                metadata=store_figures(report, names) | schema_metadata(history),
+            )
+        )
+    return events
+
+
+def fleet_materialization(
+    reports: Sequence[StoreReport], names: StoreNames, description: str = ""
+) -> AssetMaterialization:
+    """The fleet's totals and table as a materialization of ``state_store_health``."""
+    return AssetMaterialization(
+        HEALTH_KEY, description=description or None, metadata=fleet_metadata(reports, names)
+    )
+
+
+def fleet_metadata(reports: Sequence[StoreReport], names: StoreNames) -> MetadataMap:
+    return {
+        **totals_metadata(FleetTotals.of(reports)),
+        "stores_table": store_table(reports, names),
+    }
+
+
+def store_evaluations(
+    reports: Sequence[StoreReport],
+    names: StoreNames,
+    policy: MaintenancePolicy,
+    partitions: Collection[str],
+    selected: Collection[str],
+    description: str = "",
+) -> list[AssetCheckEvaluation]:
+    """The per-store checks (those ``selected``) on each store's partition, worst last."""
+    evaluations = []
+    for check in CHECKS:
+        if check.judge is None or check.name.value not in selected:
+            continue
+        for report in worst_last(reports):
+            name = names.name(report.key)
+            if name not in partitions:
+                continue
+            verdict = check.judge(report, policy)
+            evaluations.append(
+                AssetCheckEvaluation(
+                    asset_key=state_checkpoints.key,
+                    check_name=check.name.value,
+                    partition=name,
+                    passed=verdict.passed,
+                    severity=severity(verdict.severity),
+                    description=description + verdict.summary,
+                    metadata=status_metadata(report, names),
+                )
+            )
+    return evaluations
+
+
+def fleet_evaluation(
+    outcome: CheckOutcome, names: StoreNames, description: str = ""
+) -> AssetCheckEvaluation:
+    """A fleet-wide check's evaluation. An evaluation, not an AssetCheckResult: a result
+    looks up the target's latest materialization, which fails in an unpartitioned run once
+    the stores' partitions have materializations (Dagster 1.13); blocking is carried by the
+    evaluation itself."""
+    return AssetCheckEvaluation(
+        asset_key=state_checkpoints.key,
+        check_name=outcome.name.value,
+        passed=outcome.passed,
+        severity=severity(outcome.severity),
+        description=description + outcome.summary,
+        metadata=check_metadata(outcome, names),
+        blocking=outcome.name in BLOCKING,
+    )

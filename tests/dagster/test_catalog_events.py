@@ -1,0 +1,184 @@
+"""Maintenance run outside Dagster reaches Dagster: the catalog sensor's events, in process.
+
+The sensor reads real runs recorded by the library (as the CLI records them) in a real
+catalog; each tick's events are reported to the instance the way the daemon reports them
+(``report_runless_asset_event``), and the instance then shows the stores' truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pytest
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetKey,
+    AssetMaterialization,
+    DagsterInstance,
+    SensorResult,
+    build_sensor_context,
+)
+
+from dagster_project.defs.catalog_events import Cursor, catalog_events_sensor, catalog_report_job
+from dagster_project.defs.checkpoints import state_checkpoints
+from dagster_project.defs.store_events import HEALTH_KEY
+from state_runtime.catalog import BatchMetrics, StoreKey
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import StoreId
+from state_runtime.maintenance import Fleet, StoreNames, run_checks, snapshot_pass
+from state_runtime.maintenance.store_names import distinct_tails, root_labels
+from tests.dagster.conftest import resources_for, store_name
+from tests.dagster.test_dagster_definitions import FAST
+from tests.maintenance.streams import StoreStream
+
+Event = AssetMaterialization | AssetCheckEvaluation
+
+
+@dataclass
+class Tick:
+    """A sensor tick, as the daemon carries it out: its runless events reported, the run it
+    requests executed; ``events`` holds both."""
+
+    result: SensorResult
+    events: list[Event]
+
+    @property
+    def cursor(self) -> str | None:
+        return self.result.cursor
+
+
+def tick(stream: StoreStream, instance: DagsterInstance, cursor: str | None) -> Tick:
+    resources = resources_for(stream.catalog, FAST)
+    context = build_sensor_context(instance=instance, cursor=cursor, resources=resources)
+    result = catalog_events_sensor(context)
+    events: list[Event] = []
+    for event in result.asset_events:
+        instance.report_runless_asset_event(event)
+        events.append(event)
+    for request in result.run_requests:
+        run = catalog_report_job.execute_in_process(
+            run_config=request.run_config, instance=instance, resources=resources
+        )
+        assert run.success
+        events += [e.materialization for e in run.get_asset_materialization_events()]
+        events += run.get_asset_check_evaluations()
+    return Tick(result, events)
+
+
+def checks(events: Sequence[Event], name: str) -> dict[str | None, AssetCheckEvaluation]:
+    return {
+        e.partition: e
+        for e in events
+        if isinstance(e, AssetCheckEvaluation) and e.check_name == name
+    }
+
+
+def latest_status(instance: DagsterInstance) -> dict[str, str]:
+    records = instance.fetch_materializations(state_checkpoints.key, limit=200).records
+    latest: dict[str, str] = {}
+    for record in sorted(records, key=lambda r: r.storage_id):
+        event = record.asset_materialization
+        assert event is not None and record.partition_key is not None
+        latest[record.partition_key] = str(event.metadata["status"].value)
+    return latest
+
+
+def test_runs_outside_dagster_become_the_same_asset_events(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    stream = make_stream()
+    stream.run(6)
+    names = {s: store_name(stream, s) for s in stream.stores}
+    assert set(names.values()) == {"query-1/0/0/default", "query-1/0/1/default"} | {
+        "query-1/1/0/sessions"
+    }
+    instance.add_dynamic_partitions("state_stores", list(names.values()))
+    for batch in range(3):
+        figures = BatchMetrics(100 + batch, 10, 50, 4096, 12.5, 2, 1, {"batch_ms": 250.0})
+        stream.catalog.record_batch_metrics(stream.root, "query-1", batch, figures)
+
+    # Before anything ran: every store is unknown, a warning on its partition, never green.
+    first = tick(stream, instance, None)
+    assert Cursor.parse(first.cursor).run == 0
+    status = checks(first.events, "store_status")
+    assert set(status) == set(names.values())
+    assert all(not e.passed and e.severity.value == "WARN" for e in status.values())
+    assert set(latest_status(instance).values()) == {"unknown"}
+    batches = [e for e in first.events if e.asset_key == AssetKey("state_batch_metrics")]
+    assert [b.metadata["batch"].value for b in batches] == [0, 1, 2]
+    assert batches[2].metadata["query-1/rows_in"].value == 102
+    assert batches[2].metadata["query-1/batch_ms"].value == 250.0
+    assert batches[2].metadata["query-1/cache_hit_rate"].value == 0.667
+
+    # The CLI's validation (the library, recorded as a 'validate' run) finds a lost file.
+    broken = stream.stores[1]
+    lost = stream.committed[broken][4]
+    (stream.storage.root / lost.path).unlink()
+    cli = Fleet(stream.catalog, owner="ops-laptop:4242")
+    report = run_checks(cli, FAST)
+    second = tick(stream, instance, first.cursor)
+    lineage = checks(second.events, "lineage_valid")[None]
+    assert not lineage.passed and lineage.severity.value == "ERROR" and lineage.blocking
+    assert f"validate run {report.run_id} by ops-laptop:4242" in (lineage.description or "")
+    assert lost.path in (lineage.description or "")
+    assert lineage.metadata["failing_stores"].value == [str(stream.key(broken))]
+    assert latest_status(instance) == {
+        name: "broken" if store == broken else "healthy" for store, name in names.items()
+    }
+    status_events = [
+        e
+        for e in second.events
+        if isinstance(e, AssetCheckEvaluation) and e.check_name == "store_status"
+    ]
+    assert status_events[-1].partition == names[broken]  # the worst store is the check's latest
+    key = AssetCheckKey(state_checkpoints.key, "store_status")
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+    assert latest.event is not None and latest.event.asset_check_evaluation is not None
+    assert latest.event.asset_check_evaluation.partition == names[broken]
+    [fleet] = [e for e in second.events if e.asset_key == HEALTH_KEY]
+    assert fleet.metadata["broken_stores"].value == 1 and fleet.metadata["stores"].value == 3
+    assert fleet.metadata["live_size"].value.endswith(("KB", "B"))
+
+    # A snapshot pass from outside: a materialization of state_snapshots; a run that Dagster
+    # started is not reported twice; nothing new, nothing reported.
+    snapshots = snapshot_pass(cli, FAST, only=[stream.key(stream.stores[0])])
+    snapshot_pass(Fleet(stream.catalog, owner="dagster:0123"), FAST)
+    third = tick(stream, instance, second.cursor)
+    [snap] = [e for e in third.events if e.asset_key == AssetKey("state_snapshots")]
+    assert snap.metadata["catalog_run_id"].value == snapshots.run_id
+    assert snap.metadata["written"].value == 1
+    assert snap.metadata["run_by"].value == "ops-laptop:4242"
+    assert Cursor.parse(third.cursor).run == snapshots.run_id + 1
+    quiet = tick(stream, instance, third.cursor)
+    assert not quiet.events and quiet.result.skip_reason is not None
+    assert quiet.cursor == third.cursor
+
+
+def test_root_labels_are_the_query_or_the_shortest_telling_tail() -> None:
+    one = {"file:///data/a/checkpoint": ["clicks"], "s3://b/x/checkpoint": ["views"]}
+    assert root_labels(one) == {
+        "file:///data/a/checkpoint": "clicks",
+        "s3://b/x/checkpoint": "views",
+    }
+    moved = {"file:///d/runs/1/checkpoint": ["clicks"], "file:///d/runs/2/checkpoint": ["clicks"]}
+    assert root_labels(moved) == {
+        "file:///d/runs/1/checkpoint": "clicks@1/checkpoint",
+        "file:///d/runs/2/checkpoint": "clicks@2/checkpoint",
+    }
+    shared = {"file:///d/shared": ["a", "b"], "file:///e/empty": []}
+    assert root_labels(shared) == {"file:///d/shared": "shared", "file:///e/empty": "empty"}
+    assert distinct_tails(["s3://b/p/ckpt", "file:///q/p/ckpt"]) == {
+        "s3://b/p/ckpt": "b/p/ckpt",
+        "file:///q/p/ckpt": "q/p/ckpt",
+    }
+
+
+def test_a_store_name_leads_back_to_its_store() -> None:
+    names = StoreNames(root_labels({"file:///d/runs/1/ckpt": ["clicks"], "s3://b/v": ["views"]}))
+    key = StoreKey("file:///d/runs/1/ckpt", StoreId(2, 7, "default"))
+    assert names.name(key) == "clicks/2/7/default"
+    assert names.key("clicks/2/7/default") == key == names.key(str(key))
+    with pytest.raises(InvalidArgument, match="labels: clicks, views"):
+        names.key("nope/2/7/default")
