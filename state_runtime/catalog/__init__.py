@@ -9,8 +9,10 @@ from state_runtime.catalog.catalog import Catalog
 from state_runtime.catalog.connection_settings import URL_ENV, CatalogTimeouts, catalog_url
 from state_runtime.catalog.engine import RetryPolicy
 from state_runtime.catalog.records import (
+    AttemptSweep,
     BatchCommit,
     BatchMetrics,
+    BatchStart,
     BatchWatermark,
     CommitEntry,
     CommittedDelta,
@@ -44,8 +46,10 @@ __all__ = [
     "HEARTBEAT_INTERVAL",
     "MIN_RETAINED_VERSIONS",
     "URL_ENV",
+    "AttemptSweep",
     "BatchCommit",
     "BatchMetrics",
+    "BatchStart",
     "BatchWatermark",
     "Catalog",
     "CatalogTimeouts",
