@@ -350,7 +350,7 @@ def main() -> None:
     write_inputs(spark, inputs, args.keys, args.batches, args.updates)
     spark.stop()
     engines = args.engines.split(",")
-    if args.baseline_tree:
+    if args.baseline_tree and "state_runtime@baseline" not in engines:
         engines.append("state_runtime@baseline")
     trees = {"state_runtime@baseline": args.baseline_tree}
     counts = [int(n) for n in str(args.partitions).split(",")]
