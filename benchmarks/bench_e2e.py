@@ -138,23 +138,33 @@ class CatalogProbe:
         import psycopg2
 
         connection = psycopg2.connect(f"postgresql://{self.pg}/postgres")
-        connection.autocommit = True
+        connection.autocommit = True  # no transaction block: CREATE and DROP DATABASE
         return connection
 
+    def _sql(self, statement: str) -> None:
+        admin = self._admin()
+        try:
+            with admin.cursor() as cursor:
+                cursor.execute(statement)
+        finally:
+            admin.close()
+
     def _xact(self) -> int:
-        with self._admin() as admin, admin.cursor() as cursor:
+        admin = self._admin()
+        with admin.cursor() as cursor:
             cursor.execute("SELECT pg_stat_clear_snapshot()")
             cursor.execute(
                 "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (self.database,)
             )
-            return int(cursor.fetchone()[0])
+            found = int(cursor.fetchone()[0])
+        admin.close()
+        return found
 
     def start(self) -> None:
         from state_runtime.catalog import Catalog
 
         if self.kind == "postgresql":
-            with self._admin() as admin, admin.cursor() as cursor:
-                cursor.execute(f'CREATE DATABASE "{self.database}"')
+            self._sql(f'CREATE DATABASE "{self.database}"')
         Catalog.open(self.url, upgrade=True).close()
         if self.kind == "postgresql":
             time.sleep(1.5)  # the migration's backend has flushed its statistics
@@ -205,8 +215,7 @@ class CatalogProbe:
             time.sleep(1.5)  # every backend of the run has exited and flushed its statistics
             out["pg_xact_per_batch"] = (self._xact() - self._xact_start) / max(1, batches)
             out["pg_peak_connections"] = self.peak
-            with self._admin() as admin, admin.cursor() as cursor:
-                cursor.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+            self._sql(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
         return out
 
 

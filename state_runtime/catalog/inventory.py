@@ -22,7 +22,8 @@ from state_runtime.catalog.lookups import (
 )
 from state_runtime.catalog.records import StoreKey, StoreRecord
 from state_runtime.catalog.roots import validate_root
-from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, is_store, key_of
+from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, key_of
+from state_runtime.catalog.statements import chunks
 from state_runtime.catalog.tables import (
     FileState,
     batch_metrics,
@@ -209,25 +210,24 @@ def known_paths(connection: Connection, root: str) -> dict[str, str]:
     return {r.path: r.state for r in rows}
 
 
-def register_store(
+def register_stores(
     connection: Connection,
     root: str,
-    store: StoreId,
+    wanted: Sequence[StoreId],
     key_schema: Any,
     value_schema: Any,
     now: datetime,
 ) -> None:
-    """Record a store (if new) and its key and value schemas."""
-    ensure_stores(connection, root, [store], now)
-    s = stores.c
-    connection.execute(
-        stores.update()
-        .where(
-            s.checkpoint_root == root,
-            is_store(store),
+    """Record stores (those new) sharing key and value schemas, and set those schemas: a
+    few set-based statements per 400 stores, whatever their number."""
+    schemas = {store: (key_schema, value_schema) for store in wanted}
+    ids = ensure_stores(connection, root, wanted, now, schemas)
+    for part in chunks(sorted(ids.values())):
+        connection.execute(
+            stores.update()
+            .where(stores.c.store_id.in_(part))
+            .values(key_schema=key_schema, value_schema=value_schema)
         )
-        .values(key_schema=key_schema, value_schema=value_schema)
-    )
 
 
 def roots(connection: Connection) -> list[str]:

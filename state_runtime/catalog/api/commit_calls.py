@@ -41,7 +41,9 @@ class CommitCalls(CatalogBase):
         roots.validate_root(root)
 
         def work(connection: Connection) -> None:
-            inventory.register_store(connection, root, store, key_schema, value_schema, self.now())
+            inventory.register_stores(
+                connection, root, [store], key_schema, value_schema, self.now()
+            )
 
         self._run("register store", work)
 
@@ -53,8 +55,7 @@ class CommitCalls(CatalogBase):
 
         def work(connection: Connection) -> None:
             now = self.now()
-            for store in wanted:
-                inventory.register_store(connection, root, store, key_schema, value_schema, now)
+            inventory.register_stores(connection, root, wanted, key_schema, value_schema, now)
 
         self._run("register stores", work)
 
