@@ -378,7 +378,7 @@ def main() -> None:
             proc = subprocess.run(
                 [
                     sys.executable,
-                    __file__,
+                    str(Path(__file__).resolve()),
                     "--engine",
                     engine,
                     "--work",
@@ -394,6 +394,7 @@ def main() -> None:
                 ],
                 capture_output=True,
                 text=True,
+                cwd=tree,  # local Python workers put their working folder first on sys.path
                 env=os.environ | {"PYTHONUNBUFFERED": "1", "PYTHONPATH": tree},
             )
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
