@@ -12,7 +12,7 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
 .PHONY: help check-python check-java install install-airflow test test-dagster test-airflow \
         lint format demo demo-maintain dagster airflow \
         bench-store bench-delta-bytes bench-catalog bench-catalog-calls bench-s3 bench-e2e \
-        bench-e2e-connect \
+        bench-e2e-connect bench-e2e-partitions \
         bench-maintenance bench-eviction bench-schema fuzz-spark clean
 
 help:
@@ -23,7 +23,7 @@ help:
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
 	@echo "make bench-store / bench-catalog / bench-catalog-calls / bench-s3 / bench-e2e / bench-maintenance"
-	@echo "make bench-eviction / bench-schema / bench-e2e-connect / bench-delta-bytes"
+	@echo "make bench-eviction / bench-schema / bench-e2e-connect / bench-e2e-partitions / bench-delta-bytes"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
 
 check-python:
@@ -117,6 +117,13 @@ bench-e2e: $(STAMP) check-java
 bench-e2e-connect: $(STAMP) check-java
 	$(PY) benchmarks/bench_e2e.py --engines state_runtime,state_runtime-connect --rounds 2 \
 	  --plot docs/bench-e2e-connect.png
+
+# Spark's default 200 partitions and beyond, on SQLite and PostgreSQL catalogs: batch time,
+# bytes, catalog transactions per batch and peak catalog connections against RocksDB.
+bench-e2e-partitions: $(STAMP) check-java
+	$(PY) benchmarks/bench_e2e.py --keys 100000 --updates 2000 --batches 8 \
+	  --partitions 4,200,1000 --engines state_runtime,spark-rocksdb \
+	  --catalogs sqlite,postgresql --plot docs/bench-e2e-catalog.png
 
 bench-catalog: $(STAMP)
 	$(PY) benchmarks/bench_catalog.py

@@ -14,8 +14,10 @@ from state_runtime.catalog.connection_settings import (
 )
 from state_runtime.catalog.engine import RetryPolicy
 from state_runtime.catalog.records import (
+    AttemptSweep,
     BatchCommit,
     BatchMetrics,
+    BatchStart,
     BatchWatermark,
     CommitEntry,
     CommittedDelta,
@@ -49,8 +51,10 @@ __all__ = [
     "HEARTBEAT_INTERVAL",
     "MIN_RETAINED_VERSIONS",
     "URL_ENV",
+    "AttemptSweep",
     "BatchCommit",
     "BatchMetrics",
+    "BatchStart",
     "BatchWatermark",
     "Catalog",
     "CatalogTimeouts",

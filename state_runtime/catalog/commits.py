@@ -16,7 +16,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import RecordedFile, committed_ids_at, record_files
+from state_runtime.catalog.inventory import RecordedFile, record_files
+from state_runtime.catalog.lookups import committed_ids_at
 from state_runtime.catalog.reading import read_commits, read_stores
 from state_runtime.catalog.records import BatchCommit, CommitEntry
 from state_runtime.catalog.roots import validate_root
@@ -42,8 +43,12 @@ def commit_batch(
     now: datetime,
     *,
     replace: bool,
+    duplicates: Sequence[CheckpointInfo] = (),
 ) -> BatchCommit:
     """Commit batch ``batch_id`` of ``query_id``: one checkpoint per store, atomically.
+
+    ``duplicates``: other attempts' checkpoints the driver saw for this batch (duplicate
+    reports); they are recorded too, and turn orphan with the commit.
 
     Raises CommitConflict, leaving the catalog untouched, when a named file is being deleted,
     the batch is already committed with other ids and ``replace`` is False, a replay leaves
@@ -61,7 +66,9 @@ def commit_batch(
             raise InvalidArgument(f"batch {batch_id} names store {info.store} twice")
         seen.add(info.store)
 
-    files = record_files(connection, root, infos, now)
+    chosen = {info.path for info in infos}
+    extra = {d.path: d for d in duplicates if d.path not in chosen}
+    files = record_files(connection, root, [*infos, *extra.values()], now)
     for info in infos:
         recorded = files[info.path]
         if recorded.state in (FileState.DELETING, FileState.DELETED):
@@ -324,6 +331,19 @@ def committed_ids(
         .where(s.checkpoint_root == root, c.query_id == query_id, c.batch_id == batch_id)
     )
     return {store_id_of(r): CheckpointRef(r.version, r.checkpoint_id) for r in rows}
+
+
+def latest_entry(connection: Connection, root: str, query_id: str) -> tuple[int, StoreId] | None:
+    """The query's last committed batch below ``root`` and one of its stores; None if none."""
+    c, s = commit_log.c, stores.c
+    row = connection.execute(
+        sa.select(c.batch_id, s.operator_id, s.partition_id, s.store_name)
+        .join(stores, s.store_id == c.store_id)
+        .where(s.checkpoint_root == root, c.query_id == query_id)
+        .order_by(c.batch_id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else (row.batch_id, store_id_of(row))
 
 
 def latest_committed(connection: Connection, root: str) -> dict[StoreId, CheckpointRef]:

@@ -9,7 +9,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import files_at, lock_stores, mark_maintained, store_ids
+from state_runtime.catalog.lookups import files_at, lock_stores, mark_maintained, store_ids
 from state_runtime.catalog.records import (
     Deletion,
     FileVerdict,

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime import retention as rule
-from state_runtime.catalog.inventory import files_at
+from state_runtime.catalog.lookups import files_at
 from state_runtime.catalog.reading import read_deletions, read_files, read_stores
 from state_runtime.catalog.records import (
     Deletion,

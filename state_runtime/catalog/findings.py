@@ -16,7 +16,8 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import files_at, lock_stores, record_files, store_ids
+from state_runtime.catalog.inventory import record_files
+from state_runtime.catalog.lookups import files_at, lock_stores, store_ids
 from state_runtime.catalog.reading import read_files, read_problems, read_repairs, read_stores
 from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
 from state_runtime.catalog.rows import (

@@ -3,7 +3,7 @@
 - owner: owns the schema; the only role that runs DDL (``python -m state_runtime.catalog
   upgrade``) and these grants.
 - runtime: what a streaming job does: register stores and their schema histories, record
-  files, commit batches, record holders, batch metrics and watermarks. SELECT, INSERT and
+  batch intents, files, commits, holders, batch metrics and watermarks. SELECT, INSERT and
   UPDATE on those tables, SELECT on the rest; no DELETE, no DDL.
 - maintenance: the runtime's rights plus what snapshots, cleanup, validation, repair and
   leases need: INSERT, UPDATE and DELETE on every table but the owner's (the schema's
@@ -32,6 +32,7 @@ from sqlalchemy.engine import Connection, Engine
 from state_runtime.catalog import views
 from state_runtime.catalog.engine import RetryPolicy, run_transaction
 from state_runtime.catalog.tables import (
+    batch_intents,
     batch_metrics,
     batch_watermarks,
     catalog_roles,
@@ -53,6 +54,7 @@ RUNTIME_WRITES = tuple(
         batch_metrics,
         store_holders,
         batch_watermarks,
+        batch_intents,
         state_schemas,
         operator_schemas,
     )

@@ -1,36 +1,58 @@
-"""The coordinator's table: which Python worker holds the current copy of each store."""
+"""The coordinator's table: which Python worker holds the current copy of each store.
+
+The driver records the holders from its tasks' reports in the batch's commit transaction
+(one statement for all partitions); no task writes to the catalog.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import store_ids
+from state_runtime.catalog.lookups import store_ids
+from state_runtime.catalog.rows import store_id_of
 from state_runtime.catalog.statements import upsert
-from state_runtime.catalog.tables import store_holders
+from state_runtime.catalog.tables import store_holders as store_holders_table
+from state_runtime.catalog.tables import stores
 from state_runtime.identity import CheckpointRef, StoreId
 
 
-def record_holder(
+def record_holders(
     connection: Connection,
     root: str,
-    store: StoreId,
-    worker: str,
-    ref: CheckpointRef,
+    holders: Mapping[StoreId, tuple[str, CheckpointRef]],
     now: datetime,
 ) -> None:
-    """``worker`` holds ``store`` at ``ref`` (a store the catalog does not know: nothing)."""
-    found = store_ids(connection, root, [store])
-    if store not in found:
+    """Each store's (worker, checkpoint) holder; stores the catalog does not know: nothing."""
+    found = store_ids(connection, root, holders)
+    rows = [
+        {
+            "store_id": found[store],
+            "worker": worker,
+            "version": ref.version,
+            "checkpoint_id": ref.checkpoint_id,
+            "updated_at": now,
+        }
+        for store, (worker, ref) in sorted(holders.items())
+        if store in found
+    ]
+    if not rows:
         return
-    values = {
-        "store_id": found[store],
-        "worker": worker,
-        "version": ref.version,
-        "checkpoint_id": ref.checkpoint_id,
-        "updated_at": now,
-    }
-    insert = upsert(connection, store_holders).values(**values)
+    insert = upsert(connection, store_holders_table)
     changed = {k: insert.excluded[k] for k in ("worker", "version", "checkpoint_id", "updated_at")}
-    connection.execute(insert.on_conflict_do_update(index_elements=["store_id"], set_=changed))
+    statement = insert.on_conflict_do_update(index_elements=["store_id"], set_=changed)
+    connection.execute(statement, rows)
+
+
+def store_holders(connection: Connection, root: str) -> dict[StoreId, tuple[str, CheckpointRef]]:
+    """Each store's recorded holder below ``root``: (worker, checkpoint)."""
+    h, s = store_holders_table.c, stores.c
+    rows = connection.execute(
+        sa.select(s.operator_id, s.partition_id, s.store_name, h.worker, h.version, h.checkpoint_id)
+        .join(stores, s.store_id == h.store_id)
+        .where(s.checkpoint_root == root)
+    )
+    return {store_id_of(r): (r.worker, CheckpointRef(r.version, r.checkpoint_id)) for r in rows}

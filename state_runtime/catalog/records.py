@@ -392,3 +392,27 @@ class VersionHistory:
     @property
     def deleted(self) -> tuple[HistoryFile, ...]:
         return tuple(f for f in self.files if f.deleted_at is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStart:
+    """What the driver reads as a batch starts (in the transaction that records its intent):
+    the query's last committed batch (with one of its stores), and the checkpoint each store
+    committed in the previous batch."""
+
+    last_batch: int | None
+    last_store: StoreId | None
+    previous: dict[StoreId, CheckpointRef]
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSweep:
+    """A settled batch intent whose stores may hold files the driver never recorded: the
+    store folders to list and the version whose unrecorded files belong to the run's attempts."""
+
+    run: str
+    root: str
+    query_id: str
+    batch_id: int
+    committed: bool
+    targets: dict[StoreId, int]

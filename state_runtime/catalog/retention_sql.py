@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from state_runtime import retention as rule
-from state_runtime.catalog.inventory import store_ids
+from state_runtime.catalog.lookups import store_ids
 from state_runtime.catalog.reading import read_commits, read_files, read_problems, read_stores
 from state_runtime.catalog.records import (
     FileRecord,

@@ -20,7 +20,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import lock_stores
+from state_runtime.catalog.lookups import lock_stores
 from state_runtime.catalog.records import CommitEntry
 from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.rows import key_of

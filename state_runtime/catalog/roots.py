@@ -55,7 +55,7 @@ def resolved_root(stored: str, folder: Path | None) -> str:
 def validate_root(root: str) -> str:
     """A checkpoint root as the catalog looks it up: a non-empty path or URI without control
     characters. Roots are compared as given, so callers pass one canonical spelling. A root
-    is recorded only if storage could open it (``inventory.ensure_stores``), so this looser
+    is recorded only if storage could open it (``lookups.ensure_stores``), so this looser
     check serves lookups, and a root recorded by older code can still be reported on."""
     if not isinstance(root, str) or not root or len(root) > 4096:
         raise InvalidArgument(f"invalid checkpoint root {root!r}: expected 1-4096 characters")

@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import mark_maintained, store_ids
+from state_runtime.catalog.lookups import mark_maintained, store_ids
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
 from state_runtime.catalog.rows import AnyRow
 from state_runtime.catalog.statements import insert_ignoring

@@ -316,6 +316,21 @@ store_holders = sa.Table(
     sa.Column("updated_at", UtcDateTime(), nullable=False),
 )
 
+batch_intents = sa.Table(
+    "batch_intents",
+    metadata,
+    sa.Column("run", sa.String(32), primary_key=True),
+    sa.Column("checkpoint_root", CheckpointRoot(), nullable=False),
+    sa.Column("query_id", sa.String(128), nullable=False),
+    sa.Column("batch_id", sa.BigInteger(), nullable=False),
+    sa.Column("operators", _json_type(), nullable=False),
+    sa.Column("started_at", UtcDateTime(), nullable=False),
+    sa.Column("committed_at", UtcDateTime(), nullable=True),
+    sa.Column("suspects", _json_type(), nullable=True),
+    sa.Column("swept_at", UtcDateTime(), nullable=True),
+    sa.Index("ix_batch_intents_open", "swept_at", "started_at"),
+)
+
 store_problems = sa.Table(
     "store_problems",
     metadata,

@@ -6,6 +6,7 @@ from the catalog's inventory and lists no storage, except the rare reconciliatio
 """
 
 from state_runtime.catalog import RecoveryCost
+from state_runtime.maintenance.attempts import AttemptSweepReport, sweep_attempts
 from state_runtime.maintenance.checks import (
     CHECKS,
     CheckInfo,
@@ -73,6 +74,7 @@ from state_runtime.maintenance.validation import (
 from state_runtime.status import Status, StoreStatus, store_status
 
 __all__ = [
+    "AttemptSweepReport",
     "CHECKS",
     "SILENT",
     "SchemaChangeRow",
@@ -125,6 +127,7 @@ __all__ = [
     "parse_store_key",
     "plan_cleanup",
     "reconcile",
+    "sweep_attempts",
     "relocate_root",
     "repair_pass",
     "beyond_repair",

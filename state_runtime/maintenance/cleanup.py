@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from state_runtime.catalog import FileVerdict, RetentionPolicy, RunKind, StoreKey, StoreProblem
+from state_runtime.maintenance.attempts import AttemptSweepReport, sweep_attempts
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.leftovers import (
@@ -62,6 +63,7 @@ class CleanupReport:
     busy: list[StoreKey] = field(default_factory=list)
     run_id: int | None = None
     leftovers: LeftoverReport = field(default_factory=LeftoverReport)
+    attempts: AttemptSweepReport = field(default_factory=lambda: AttemptSweepReport(True))
 
     @property
     def planned_bytes(self) -> int:
@@ -72,15 +74,19 @@ class CleanupReport:
         return sum(v.file.size_bytes for v in self.deleted)
 
     def counts(self) -> dict[str, int]:
-        return {
-            "planned_files": len(self.planned),
-            "planned_bytes": self.planned_bytes,
-            "deleted_files": len(self.deleted),
-            "deleted_bytes": self.deleted_bytes,
-            "failed_files": len(self.failed),
-            "busy_stores": len(self.busy),
-            "held_stores": len(self.held),
-        } | self.leftovers.counts()
+        return (
+            {
+                "planned_files": len(self.planned),
+                "planned_bytes": self.planned_bytes,
+                "deleted_files": len(self.deleted),
+                "deleted_bytes": self.deleted_bytes,
+                "failed_files": len(self.failed),
+                "busy_stores": len(self.busy),
+                "held_stores": len(self.held),
+            }
+            | self.leftovers.counts()
+            | self.attempts.counts()
+        )
 
 
 def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:
@@ -131,8 +137,10 @@ def cleanup_pass(
     Raises MaintenanceRefused, touching nothing, if the retention is below the safety floor.
     """
     policy.check_retention()
+    attempts = sweep_attempts(fleet, policy, execute=execute, now=now)
     planned = plan_cleanup(fleet, policy, only=only, now=now)
     report = CleanupReport(not execute, policy.retention, planned, held_stores(fleet, only))
+    report.attempts = attempts
     folders = store_folders(fleet, only)
     leftovers_before = partial_write_cutoff(policy.retention, now or fleet.catalog.now())
     if not execute:

@@ -71,7 +71,7 @@ def _store_of(path: str) -> StoreId | None:
         return None
 
 
-def _describe(storage: Storage, path: str, store: StoreId) -> CheckpointInfo:
+def describe_file(storage: Storage, path: str, store: StoreId) -> CheckpointInfo:
     """Read and verify an untracked file; its record as the writer would have made it."""
     parsed = parse_file_name(path.rsplit("/", 1)[-1])
     assert parsed is not None
@@ -157,7 +157,7 @@ def _sweep_root(
                 report.in_flight.append(info.path)
                 continue
             try:
-                found.append(_describe(storage, info.path, store))
+                found.append(describe_file(storage, info.path, store))
             except (CannotLoadState, StorageError) as exc:
                 report.unreadable[info.path] = exc.reason
     if not execute or not found:

@@ -1,28 +1,22 @@
 """The coordinator of seed 000: which Python worker holds the current copy of each store.
 
-After a task commits a store it records itself as the store's holder (an upsert in the
-catalog's ``store_holders`` table), so operators see where each store's copy lives. Copies
-are unloaded by the process's memory budget (:mod:`state_runtime.store.cache`, least recently used
-first), never by how far behind they are: a copy many versions behind still rolls forward in
-O(changes), far cheaper than a reload. No load or commit depends on the coordinator, and its
-failures are only logged.
+Each task report names the worker that wrote the store's new checkpoint, and so holds its
+warm copy; the driver records those holders in the batch's commit transaction (the
+catalog's ``store_holders`` table), so operators see where each store's copy lives without
+a task ever writing to the catalog. Copies are unloaded by the process's memory budget
+(:mod:`state_runtime.store.cache`, least recently used first), never by how far behind they
+are: a copy many versions behind still rolls forward in O(changes), far cheaper than a
+reload. No load or commit depends on the coordinator.
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Sequence
 
-from state_runtime.catalog import Catalog
-from state_runtime.errors import StateStoreError
-from state_runtime.identity import CheckpointRef, StoreId
-
-log = logging.getLogger("state_runtime.runtime.coordinator")
+from state_runtime.identity import StoreId
+from state_runtime.runtime.tasks import TaskReport
 
 
-def report(catalog: Catalog, root: str, store: StoreId, worker: str, ref: CheckpointRef) -> None:
-    """Record ``worker`` as the holder of ``store`` at ``ref`` (best effort)."""
-    assert ref.checkpoint_id is not None
-    try:
-        catalog.record_holder(root, store, worker, ref)
-    except StateStoreError as e:
-        log.warning("coordinator: cannot record the holder of %s: %s", store, e)
+def holders(reports: Sequence[TaskReport]) -> dict[StoreId, str]:
+    """The worker holding each store's copy after the batch: the writer of its chosen report."""
+    return {report.info.store: report.worker for report in reports}

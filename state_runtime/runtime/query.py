@@ -4,8 +4,12 @@ For batch ``b`` the driver checks the batch against the catalog (schemas, order)
 ``b - 1``'s committed checkpoint ids and ships them to the tasks; each task opens its
 partitions' stores at exactly those checkpoints, applies the batch, commits new deltas and
 reports them as rows of the stage's output. The driver commits all partitions of all operators
-in one catalog transaction. A replayed batch recomputes from ``b - 1``'s ids, so every store's
-lineage stays linear.
+in one catalog transaction, from the task reports: the files, the holders, the commit and the
+batch's metrics (tasks open no catalog connection). A batch costs the catalog two
+transactions whatever its partitions: ``begin_batch`` (reads ``b - 1``'s ids and records the
+batch's intent before any task runs) and ``commit_batch``. The intent lets maintenance find
+files of attempts the driver never heard of (``catalog/batch_intents.py``). A replayed batch
+recomputes from ``b - 1``'s ids, so every store's lineage stays linear.
 
 On the normal path a batch is one Spark job: the sink's action runs the stateful stage, whose
 output (report rows filtered out) feeds the sink directly, and an observation of the stage
@@ -14,7 +18,8 @@ missing or incomplete (the sink ran no action, took a few rows, or ran an action
 metrics do not come back), one more job reads the reports from the stage's data. A sink that
 runs several actions says so with ``cache_output=True``; otherwise each action recomputes the
 stage and writes duplicate deltas, which the commit ignores (it picks one checkpoint per
-partition; the rest are orphans that cleanup removes). The same code runs on a classic and a
+partition; the duplicates it saw are recorded as orphans, the ones it did not see are found by
+the reconciliation sweep). The same code runs on a classic and a
 Spark Connect session (``spark_kind.py`` holds the few differences).
 """
 
@@ -25,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -35,8 +40,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField, StructType
 
-from state_runtime.catalog import BatchMetrics, Catalog, CatalogTimeouts, StoreKey
+from state_runtime.catalog import BatchMetrics, BatchStart, Catalog, StoreKey
 from state_runtime.catalog import catalog_url as default_catalog_url
+from state_runtime.catalog.batch_intents import Suspects
 from state_runtime.errors import (
     BatchOutOfOrder,
     CatalogError,
@@ -45,6 +51,7 @@ from state_runtime.errors import (
     SchemaMismatch,
 )
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
+from state_runtime.runtime.coordinator import holders
 from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
 from state_runtime.runtime.loss import lost_state
 from state_runtime.runtime.operator import StatefulOperator
@@ -54,6 +61,7 @@ from state_runtime.runtime.spark_kind import (
     observation,
     observed,
     same_session,
+    speculating,
 )
 from state_runtime.runtime.tasks import (
     HEARTBEAT_COLUMN,
@@ -159,6 +167,7 @@ class StatefulQuery:
         self._registered = False
         self._histories: dict[tuple[int, str], SchemaHistory] = {}
         self._beats: dict[int, tuple[SparkSession, DataFrame]] = {}
+        self._speculation: bool | None = None
 
     @property
     def catalog(self) -> Catalog:
@@ -198,10 +207,11 @@ class StatefulQuery:
         histories = self._planned_histories(batch_id)
         for op in self.operators:
             key = (op.operator_id, op.store_name)
-            for partition in sorted(set(range(op.num_partitions)) - existing.get(key, set())):
-                self.catalog.register_store(
+            new = sorted(set(range(op.num_partitions)) - existing.get(key, set()))
+            if new:
+                self.catalog.register_stores(
                     self.root,
-                    StoreId(op.operator_id, partition, op.store_name),
+                    [StoreId(op.operator_id, p, op.store_name) for p in new],
                     op.schema.key.jsonValue(),
                     op.schema.value.jsonValue(),
                 )
@@ -233,21 +243,17 @@ class StatefulQuery:
                 ) from None
         return planned
 
-    def _committed_before(self, batch_id: int) -> dict[StoreId, CheckpointRef]:
-        """Batch ``batch_id - 1``'s committed ids; refuse a batch out of order (older than the
-        last committed one, or after a gap) before any task runs."""
-        last = self.catalog.commit_history(self.root, query_id=self.query_id, limit=1)
-        if last and batch_id < last[0].batch_id:
+    def _committed_before(self, batch_id: int, start: BatchStart) -> dict[StoreId, CheckpointRef]:
+        """Batch ``batch_id - 1``'s committed ids (read by ``begin_batch``); refuse a batch out
+        of order (older than the last committed one, or after a gap) before any task runs."""
+        if start.last_batch is not None and batch_id < start.last_batch:
             raise BatchOutOfOrder(
                 f"batch {batch_id} of query {self.query_id} is older than its last committed "
-                f"batch {last[0].batch_id}: only the last batch may run again (a replay)",
-                store=last[0].key.store,
+                f"batch {start.last_batch}: only the last batch may run again (a replay)",
+                store=start.last_store,
             )
-        if batch_id == 0:
-            return {}
-        previous = self.catalog.committed_ids(self.root, self.query_id, batch_id - 1)
-        if previous:
-            return previous
+        if batch_id == 0 or start.previous:
+            return start.previous
         ours = {
             store: ref
             for store, ref in self.catalog.latest_committed(self.root).items()
@@ -257,7 +263,7 @@ class StatefulQuery:
             raise BatchOutOfOrder(
                 f"batch {batch_id - 1} of query {self.query_id} is not committed in the catalog, "
                 f"but its stores already have committed versions (e.g. {next(iter(ours.items()))})"
-                f"; last committed batch: {last[0].batch_id if last else None}. The query's "
+                f"; last committed batch: {start.last_batch}. The query's "
                 "Spark checkpoint and the state catalog disagree"
             )
         return {}
@@ -331,7 +337,6 @@ class StatefulQuery:
         )
         spec = TaskSpec(
             storage=self.storage,
-            catalog_url=self.catalog_url,
             query_id=self.query_id,
             batch_id=batch_id,
             run=run,
@@ -341,7 +346,6 @@ class StatefulQuery:
             input_schema=to_arrow_schema(input_schema, timezone="UTC"),
             batch_time_ms=batch_time_ms,
             worker_settings=WorkerSettings.from_env(),
-            catalog_timeouts=CatalogTimeouts.from_env(),
             event_time=self.event_time.spec(watermarks, first=op is self.operators[0]),
             time_zone=df.sparkSession.conf.get(SESSION_TIME_ZONE_CONF) or "UTC",
         )
@@ -386,10 +390,12 @@ class StatefulQuery:
         batch_time = int(time.time() * 1000) if batch_time_ms is None else batch_time_ms
         if not self._registered:
             self._register(batch_id)
-        committed = self._committed_before(batch_id)
+        run = uuid.uuid4().hex
+        operators = [(op.operator_id, op.store_name, op.num_partitions) for op in self.operators]
+        start = self.catalog.begin_batch(self.root, self.query_id, batch_id, run, operators)
+        committed = self._committed_before(batch_id, start)
         watermarks = self.event_time.watermark_for(self.catalog, self.root, self.query_id, batch_id)
         spark = df.sparkSession
-        run = uuid.uuid4().hex
         staged = df
         for op in self.operators:
             staged = self._stage(staged, op, batch_id, run, committed, batch_time, watermarks)
@@ -411,8 +417,21 @@ class StatefulQuery:
                 raise CommitConflict(self._incomplete(reports))
             self.event_time.record(self.catalog, self.root, self.query_id, batch_id, chosen)
             infos = [r.info for r in chosen]
+            duplicates = self._duplicates(reports, chosen)
+            metrics = self._metrics(chosen, len(duplicates), 0.0, time.perf_counter() - started)
+            metrics.extra.update(event_time_metrics(chosen, watermarks))
             commit_started = time.perf_counter()
-            self.catalog.commit_batch(self.root, self.query_id, batch_id, infos)
+            self.catalog.commit_batch(
+                self.root,
+                self.query_id,
+                batch_id,
+                infos,
+                run=run,
+                duplicates=[r.info for r in duplicates],
+                holders=holders(chosen),
+                suspects=self._suspects(spark, chosen, duplicates),
+                metrics=metrics,
+            )
             commit_ms = (time.perf_counter() - commit_started) * 1000
         except BaseException as exc:
             for df_cached in cached:
@@ -424,10 +443,7 @@ class StatefulQuery:
                         self.telemetry.lost(self.query_id, lost.store)
                     raise lost from None
             raise
-        duplicates = len(reports) - len(chosen)
-        metrics = self._metrics(chosen, duplicates, commit_ms, (time.perf_counter() - started))
-        metrics.extra.update(event_time_metrics(chosen, watermarks))
-        self.catalog.record_batch_metrics(self.root, self.query_id, batch_id, metrics)
+        metrics = replace(metrics, commit_ms=commit_ms)
         if self.telemetry is not None:
             self.telemetry.batch(self.root, self.query_id, metrics, self._store_figures(chosen))
         log.info(
@@ -444,6 +460,25 @@ class StatefulQuery:
             metrics.cache_misses,
         )
         return BatchResult(batch_id, output, infos, metrics, chosen, cached)
+
+    @staticmethod
+    def _duplicates(reports: list[TaskReport], chosen: list[TaskReport]) -> list[TaskReport]:
+        """The reports the commit does not take: other attempts at the batch's stores."""
+        taken = {r.info.path for r in chosen}
+        return [r for r in reports if r.info.path not in taken]
+
+    def _suspects(
+        self, spark: SparkSession, chosen: list[TaskReport], duplicates: list[TaskReport]
+    ) -> Suspects:
+        """The stores whose folders may hold files of attempts the driver did not hear of:
+        those a retried task committed, those with duplicate reports; every store
+        when Spark may run speculative copies (any task may have a loser)."""
+        if self._speculation is None:
+            self._speculation = speculating(spark)
+        if self._speculation:
+            return "all"
+        retried = {r.info.store for r in chosen if r.attempt > 0}
+        return retried | {r.info.store for r in duplicates}
 
     @staticmethod
     def _mine(run: str, notes: Sequence[str]) -> list[TaskReport]:

@@ -72,3 +72,8 @@ def observed(obs: Observation) -> dict[str, Any]:
     if promise is None or not promise.future().isCompleted():
         return {}
     return dict(obs.get)
+
+
+def speculating(spark: SparkSession) -> bool:
+    """Whether Spark may launch speculative copies of tasks (``spark.speculation``)."""
+    return (spark.conf.get("spark.speculation", "false") or "false").strip().lower() == "true"

@@ -1,18 +1,19 @@
 """What one Spark task does for the state partitions of one batch (runs on executors).
 
 The driver builds a :class:`TaskSpec` of plain data (the operator, the committed
-``(version, id)`` of every partition, the catalog URL, the worker settings and catalog
-timeouts it read) that Spark ships with the task. Every input row carries its state
+``(version, id)`` of every partition, the worker settings it read) that Spark ships with the
+task. Every input row carries its state
 partition in :data:`PARTITION_COLUMN`, and the driver adds one heartbeat row per state
 partition, so every partition is processed in every batch, whatever the input (empty,
 filtered to nothing, one key) and however Spark coalesced the shuffle. For each state
 partition among its rows the task opens the store at exactly the shipped checkpoint, runs the
-update function, commits a new delta, records the file in the catalog as written, and emits a
-:class:`TaskReport` as one row of its output (:data:`REPORT_COLUMN`, JSON; null on the
+update function, commits a new delta, and emits a :class:`TaskReport` as one row of its
+output (:data:`REPORT_COLUMN`, JSON; null on the
 operator's own rows). Reports of earlier operators in a chain pass through the later ones'
 tasks untouched, so the last stage's output carries every report of the batch: the driver
 reads them from an observation of that output, or, when the observation is lost, from the
-data itself (see ``query.py``). Nothing needs ``sparkContext``: the same on Connect.
+data itself (see ``query.py``), and records files, holders and commit in one transaction: a
+task opens no catalog connection. Nothing needs ``sparkContext``: the same on Connect.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
 
-from state_runtime.catalog import CatalogTimeouts
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
-from state_runtime.runtime import coordinator, worker
+from state_runtime.runtime import worker
 from state_runtime.runtime.context import BatchContext, _current
 from state_runtime.runtime.event_time import EventTimeSpec, event_time_report, prepare_rows
 from state_runtime.runtime.operator import StatefulOperator
@@ -55,7 +55,6 @@ class TaskSpec:
     call, so that reports of an earlier call (a late speculative attempt) are told apart."""
 
     storage: Storage
-    catalog_url: str
     query_id: str
     batch_id: int
     run: str
@@ -66,7 +65,6 @@ class TaskSpec:
     input_schema: pa.Schema
     batch_time_ms: int
     worker_settings: WorkerSettings
-    catalog_timeouts: CatalogTimeouts
     event_time: EventTimeSpec | None = None
     time_zone: str = "UTC"
     """The driver's ``spark.sql.session.timeZone``, for naive datetimes."""
@@ -187,8 +185,7 @@ def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.T
     context = TaskContext.get()
     op = spec.operator
     store_id = StoreId(op.operator_id, partition, op.store_name)
-    root, me = spec.storage.uri, worker.worker_id()
-    catalog = worker.catalog_for(spec.catalog_url, spec.catalog_timeouts)
+    me = worker.worker_id()
     if CACHE.budget != spec.worker_settings.cache_bytes:
         set_budget(spec.worker_settings.cache_bytes)
     provider = worker.provider_for(spec.storage, store_id, spec.schema_history, op.config)
@@ -214,8 +211,6 @@ def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.T
         raise
     finally:
         _current.reset(token)
-    catalog.record_files(root, [info])
-    coordinator.report(catalog, root, store_id, me, info.ref)
     load = store.metrics.load
     report = TaskReport(
         run=spec.run,

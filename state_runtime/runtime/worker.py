@@ -16,7 +16,6 @@ import socket
 import threading
 from typing import Any
 
-from state_runtime.catalog import Catalog, CatalogTimeouts
 from state_runtime.identity import StoreId
 from state_runtime.storage import Storage
 from state_runtime.store.config import StoreConfig
@@ -25,21 +24,12 @@ from state_runtime.store.schema_history import SchemaHistory
 
 _lock = threading.Lock()
 _providers: dict[tuple[Any, ...], StateStoreProvider] = {}
-_catalogs: dict[tuple[str, CatalogTimeouts], Catalog] = {}
 _settled = False
 
 
 def worker_id() -> str:
     """This Python worker process, as the coordinator names it."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def catalog_for(url: str, timeouts: CatalogTimeouts) -> Catalog:
-    """This worker's catalog at ``url`` with the ``timeouts`` the driver read."""
-    with _lock:
-        if (url, timeouts) not in _catalogs:
-            _catalogs[url, timeouts] = Catalog.open(url, timeouts=timeouts)
-        return _catalogs[url, timeouts]
 
 
 def provider_for(
@@ -70,8 +60,8 @@ def provider_for(
 
 
 def settle() -> None:
-    """After this worker's first task: move every object alive now (the imported modules,
-    the catalog engine) out of the cyclic garbage collector's sight, once.
+    """After this worker's first task: move every object alive now (the imported modules)
+    out of the cyclic garbage collector's sight, once.
 
     PySpark's daemon runs a full ``gc.collect()`` after every task of a reused worker, and a
     full collection walks every tracked object: with pyarrow, pandas, SQLAlchemy and pyspark

@@ -156,7 +156,16 @@ def runtime_stream(roles: Roles, tmp_path: Path) -> StoreStream:
         stream.states[store].pop()
     replayed = {store: stream.write(store) for store in STORES}
     infos = [info for info, _ in replayed.values()]
-    catalog.commit_batch(stream.root, stream.query, stream.batch - 1, infos)
+    catalog.begin_batch(stream.root, stream.query, stream.batch - 1, "replay9", [(0, "default", 1)])
+    catalog.commit_batch(
+        stream.root,
+        stream.query,
+        stream.batch - 1,
+        infos,
+        run="replay9",
+        holders={infos[0].store: "worker-1"},
+        suspects=[infos[0].store],
+    )
     for store, (info, state) in replayed.items():
         stream.committed[store].append(info)
         stream.states[store].append(state)
@@ -164,7 +173,6 @@ def runtime_stream(roles: Roles, tmp_path: Path) -> StoreStream:
         catalog.record_batch_metrics(
             stream.root, stream.query, 9, BatchMetrics(5, 5, 5, 5, 1.0, 0, 1)
         )
-    catalog.record_holder(stream.root, STORES[0], "worker-1", infos[0].ref)
     catalog.fix_watermark(stream.root, stream.query, 9, 1000)
     catalog.record_max_event_time(stream.root, stream.query, 9, 2000)
     return stream

@@ -1,59 +1,63 @@
-"""The coordinator's records in a real catalog: which worker holds each store's copy."""
+"""The coordinator's records in a real catalog: which worker holds each store's copy, as the
+driver records it from the task reports in the batch's commit transaction."""
 
 from __future__ import annotations
 
-import logging
-
-import pytest
-import sqlalchemy as sa
-
 from state_runtime.catalog import Catalog
-from state_runtime.catalog.engine import RetryPolicy, create_catalog_engine
-from state_runtime.catalog.tables import store_holders, stores
-from state_runtime.identity import CheckpointRef, StoreId, new_checkpoint_id
+from state_runtime.identity import StoreId
 from state_runtime.runtime import coordinator
+from state_runtime.runtime.tasks import TaskReport
+from tests.catalog.factory import Stream
 
-ROOT = "file:///tmp/coordinator-root"
+A, B = StoreId(0, 0), StoreId(0, 1)
 
 
-def _holders(catalog: Catalog) -> dict[int, tuple[str, int]]:
-    query = sa.select(stores.c.partition_id, store_holders.c.worker, store_holders.c.version).join(
-        stores, stores.c.store_id == store_holders.c.store_id
+def _report(stream: Stream, store: StoreId, worker: str) -> TaskReport:
+    return TaskReport(
+        run="r",
+        info=stream.delta(store),
+        rows_in=1,
+        keys_updated=1,
+        load_source="memory",
+        deltas_applied=0,
+        load_ms=0.0,
+        task_ms=1.0,
+        attempt=0,
+        worker=worker,
     )
-    with catalog.engine.connect() as connection:
-        return {p: (w, v) for p, w, v in connection.execute(query)}
 
 
-def test_the_latest_report_names_the_holder(sqlite_catalog_url: str) -> None:
-    with Catalog.open(sqlite_catalog_url, upgrade=True) as catalog:
-        a, b = StoreId(0, 0), StoreId(0, 1)
-        for store in (a, b):
-            catalog.register_store(ROOT, store, "k string", "v bigint")
-        coordinator.report(catalog, ROOT, a, "host:1", CheckpointRef(12, new_checkpoint_id()))
-        coordinator.report(catalog, ROOT, b, "host:1", CheckpointRef(3, new_checkpoint_id()))
-        assert _holders(catalog) == {0: ("host:1", 12), 1: ("host:1", 3)}
-        # Worker 2 takes store a over.
-        coordinator.report(catalog, ROOT, a, "host:2", CheckpointRef(13, new_checkpoint_id()))
-        assert _holders(catalog) == {0: ("host:2", 13), 1: ("host:1", 3)}
+def _commit(stream: Stream, reports: list[TaskReport]) -> None:
+    infos = [r.info for r in reports]
+    stream.catalog.commit_batch(
+        stream.root, stream.query, stream.batch, infos, holders=coordinator.holders(reports)
+    )
+    for info in infos:
+        stream.committed.setdefault(info.store, []).append(info)
+    stream.batch += 1
 
 
-def test_an_unknown_store_or_a_down_catalog_is_only_logged(
-    sqlite_catalog_url: str, caplog: pytest.LogCaptureFixture
+def test_the_commit_records_the_writer_of_each_store_as_its_holder(
+    sqlite_catalog_url: str,
 ) -> None:
     with Catalog.open(sqlite_catalog_url, upgrade=True) as catalog:
-        coordinator.report(
-            catalog, ROOT, StoreId(9, 9), "host:1", CheckpointRef(1, new_checkpoint_id())
-        )
-        assert _holders(catalog) == {}
-    # Nothing listens on port 1: the coordinator logs and carries on.
-    down = Catalog(
-        create_catalog_engine("postgresql+psycopg2://postgres@127.0.0.1:1/test"),
-        retry=RetryPolicy(attempts=1),
-    )
-    with caplog.at_level(logging.WARNING, logger="state_runtime.runtime.coordinator"):
-        coordinator.report(
-            down, ROOT, StoreId(0, 0), "host:2", CheckpointRef(1, new_checkpoint_id())
-        )
-    assert [r.message.split(":")[1].strip() for r in caplog.records] == [
-        "cannot record the holder of 0/0/default",
-    ]
+        stream = Stream(catalog, [A, B])
+        first = [_report(stream, A, "host:1"), _report(stream, B, "host:1")]
+        _commit(stream, first)
+        assert catalog.store_holders(stream.root) == {
+            A: ("host:1", first[0].info.ref),
+            B: ("host:1", first[1].info.ref),
+        }
+        # Worker 2 writes store a's next version: it holds a's copy now; b stays with worker 1.
+        second = [_report(stream, A, "host:2"), _report(stream, B, "host:1")]
+        _commit(stream, second)
+        assert catalog.store_holders(stream.root) == {
+            A: ("host:2", second[0].info.ref),
+            B: ("host:1", second[1].info.ref),
+        }
+        # A commit without holders (a replay through the API) leaves them as they were.
+        stream.commit()
+        assert {s: w for s, (w, _) in catalog.store_holders(stream.root).items()} == {
+            A: "host:2",
+            B: "host:1",
+        }

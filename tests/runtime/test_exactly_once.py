@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from state_runtime.catalog import Catalog
 from state_runtime.catalog.records import Verdict
 from state_runtime.catalog.retention_sql import RetentionPolicy
 from state_runtime.errors import CatalogUnavailable
+from state_runtime.maintenance import Fleet, MaintenancePolicy, sweep_attempts
 from state_runtime.runtime import (
     Agg,
     StatefulOperator,
@@ -109,6 +111,14 @@ def test_failed_and_duplicate_task_attempts(
     assert len(deltas) == 3 * PARTITIONS + 3 * 2  # every batch: 2 uncommitted duplicates
     with Catalog.open(sqlite_catalog_url) as catalog:
         assert assert_lineage_linear(catalog, query.storage) == 3 * PARTITIONS
+        # The duplicates are found by listing only the retried stores of each batch.
+        sweep = sweep_attempts(
+            Fleet(catalog, owner="tests"), MaintenancePolicy(), execute=True, min_age=timedelta(0)
+        )
+        assert sweep.intents == 3 and sweep.listed_stores == 3 * 2
+        assert len(sweep.recorded) == 3 * 2
+        states = catalog.known_paths(query.root)
+        assert {states[p] for p in sweep.recorded} == {"orphan"}
 
 
 def test_driver_dies_after_tasks_committed_before_the_catalog_commit(
@@ -140,6 +150,14 @@ def test_driver_dies_after_tasks_committed_before_the_catalog_commit(
     assert len(list((tmp_path / "ckpt").rglob("2_*.delta"))) == 2 * PARTITIONS
     with Catalog.open(sqlite_catalog_url) as catalog:
         assert assert_lineage_linear(catalog, restarted.storage) == 2 * PARTITIONS
+        # The driver recorded only what it committed; the dead driver's intent never settled,
+        # so the attempt sweep lists each store of that batch once and records its deltas.
+        assert len(catalog.known_paths(restarted.root)) == 2 * PARTITIONS
+        sweep = sweep_attempts(
+            Fleet(catalog, owner="tests"), MaintenancePolicy(), execute=True, min_age=timedelta(0)
+        )
+        assert sweep.intents == 1 and sweep.listed_stores == PARTITIONS
+        assert len(sweep.recorded) == PARTITIONS
         # The abandoned attempt's deltas are in the inventory: never committed, awaiting cleanup.
         verdicts = {
             v.file.path: v.verdict

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace as with_fields
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import batch_metrics, commits, holders, inventory, rewind, roots
+from state_runtime.catalog import (
+    batch_intents,
+    batch_metrics,
+    commits,
+    inventory,
+    rewind,
+    roots,
+)
+from state_runtime.catalog import holders as holders_sql
 from state_runtime.catalog.api.transactions import CatalogBase, conflict
+from state_runtime.catalog.batch_intents import Suspects
 from state_runtime.catalog.records import (
     BatchCommit,
     BatchMetrics,
+    BatchStart,
     CommitEntry,
     RecordedBatchMetrics,
 )
@@ -29,9 +41,42 @@ class CommitCalls(CatalogBase):
         roots.validate_root(root)
 
         def work(connection: Connection) -> None:
-            inventory.register_store(connection, root, store, key_schema, value_schema, self.now())
+            inventory.register_stores(
+                connection, root, [store], key_schema, value_schema, self.now()
+            )
 
         self._run("register store", work)
+
+    def register_stores(
+        self, root: str, wanted: Sequence[StoreId], key_schema: Any = None, value_schema: Any = None
+    ) -> None:
+        """Record stores that share their key and value schemas (an operator's partitions)."""
+        roots.validate_root(root)
+
+        def work(connection: Connection) -> None:
+            now = self.now()
+            inventory.register_stores(connection, root, wanted, key_schema, value_schema, now)
+
+        self._run("register stores", work)
+
+    def begin_batch(
+        self,
+        root: str,
+        query_id: str,
+        batch_id: int,
+        run: str,
+        operators: Sequence[tuple[int, str, int]],
+    ) -> BatchStart:
+        """Record the intent of ``run`` to run batch ``batch_id`` (its operators as (operator
+        id, store name, state partitions)) before any task runs, and read what the batch starts
+        from: the query's last committed batch and batch ``batch_id - 1``'s checkpoints. One
+        transaction; see :mod:`state_runtime.catalog.batch_intents`."""
+        return self._run(
+            "begin batch",
+            lambda c: batch_intents.begin_batch(
+                c, root, query_id, batch_id, run, operators, self.now()
+            ),
+        )
 
     def record_files(
         self, root: str, infos: Sequence[CheckpointInfo], *, run_id: int | None = None
@@ -53,8 +98,17 @@ class CommitCalls(CatalogBase):
         infos: Sequence[CheckpointInfo],
         *,
         replace: bool = True,
+        run: str | None = None,
+        duplicates: Sequence[CheckpointInfo] = (),
+        holders: Mapping[StoreId, str] | None = None,
+        suspects: Suspects = (),
+        metrics: BatchMetrics | None = None,
     ) -> BatchCommit:
-        """Commit a micro-batch: every store's new checkpoint, in one transaction.
+        """Commit a micro-batch from its task reports, in one transaction: every store's new
+        checkpoint file (recorded here: tasks record nothing), the ``duplicates`` the driver
+        saw (recorded, orphaned), each store's holder (the worker that wrote its checkpoint),
+        the settled intent of ``run`` with its ``suspects``, and the batch's ``metrics``
+        (their ``commit_ms``: the commit's work in this transaction).
 
         Re-committing a batch (a replay) replaces its entries and orphans the files they named;
         with ``replace=False`` it raises CommitConflict instead. Two drivers committing the same
@@ -64,9 +118,30 @@ class CommitCalls(CatalogBase):
         """
 
         def work(connection: Connection) -> BatchCommit:
-            return commits.commit_batch(
-                connection, root, query_id, batch_id, infos, self.now(), replace=replace
+            started = time.perf_counter()
+            now = self.now()
+            done = commits.commit_batch(
+                connection,
+                root,
+                query_id,
+                batch_id,
+                infos,
+                now,
+                replace=replace,
+                duplicates=duplicates,
             )
+            if holders:
+                refs = {info.store: info.ref for info in infos}
+                located = {s: (w, refs[s]) for s, w in holders.items() if s in refs}
+                holders_sql.record_holders(connection, root, located, now)
+            if run is not None:
+                batch_intents.settle(connection, run, suspects, now)
+            if metrics is not None:
+                took = (time.perf_counter() - started) * 1000
+                batch_metrics.record_batch_metrics(
+                    connection, root, query_id, batch_id, with_fields(metrics, commit_ms=took), now
+                )
+            return done
 
         return self._run("commit batch", work, conflict)
 
@@ -136,11 +211,9 @@ class CommitCalls(CatalogBase):
             lambda c: batch_metrics.batch_metrics_history(c, root, query_id, limit),
         )
 
-    # --- the coordinator (an optimisation: callers treat failures as best effort) ---------
+    # --- the coordinator's records (written by commit_batch) -------------------------------
 
-    def record_holder(self, root: str, store: StoreId, worker: str, ref: CheckpointRef) -> None:
-        """Record ``worker`` as the holder of ``store`` at ``ref``."""
-        self._run(
-            "record store holder",
-            lambda c: holders.record_holder(c, root, store, worker, ref, self.now()),
-        )
+    def store_holders(self, root: str) -> dict[StoreId, tuple[str, CheckpointRef]]:
+        """Each store's holder below ``root``: the worker that wrote its last committed
+        checkpoint, and that checkpoint (where its warm copy lives)."""
+        return self._run("read store holders", lambda c: holders_sql.store_holders(c, root))

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import findings, inventory, retention_sql
+from state_runtime.catalog import batch_intents, findings, inventory, lookups, retention_sql
 from state_runtime.catalog.api.transactions import CatalogBase, conflict
 from state_runtime.catalog.records import (
+    AttemptSweep,
     FileRecord,
     FoundProblem,
     Repair,
@@ -48,7 +49,7 @@ class InventoryCalls(CatalogBase):
         """The live files of one store, oldest versions first (with their verification)."""
 
         def work(connection: Connection) -> list[FileRecord]:
-            found = inventory.store_ids(connection, root, [store])
+            found = lookups.store_ids(connection, root, [store])
             return [] if store not in found else retention_sql.live_files(connection, found[store])
 
         return self._run("read store files", work)
@@ -180,6 +181,27 @@ class InventoryCalls(CatalogBase):
         between claim and record); cleanup resumes them."""
         return self._run("find claimed stores", lambda c: inventory.claimed_stores(c, root))
 
+    def recorded_paths(self, root: str, paths: Collection[str]) -> set[str]:
+        """Those of ``paths`` (below ``root``) the catalog has a record of, by index probes."""
+        return self._run("find recorded paths", lambda c: lookups.recorded_paths(c, root, paths))
+
     def known_paths(self, root: str) -> dict[str, str]:
         """Every path the catalog has a record of below ``root``, with its state."""
         return self._run("read known paths", lambda c: inventory.known_paths(c, root))
+
+    def attempt_sweeps(self, started_before: datetime, limit: int = 100) -> list[AttemptSweep]:
+        """Batch intents whose attempts may have left files the catalog lacks (settled with
+        suspect stores, or never settled), started before ``started_before``, oldest first,
+        each with the store folders and versions to look at."""
+        return self._run(
+            "read attempt sweeps",
+            lambda c: batch_intents.open_sweeps(c, started_before, limit),
+        )
+
+    def finish_attempt_sweeps(self, runs: Collection[str], forget_before: datetime) -> int:
+        """Mark the intents of ``runs`` swept, and forget intents swept before
+        ``forget_before``; the number forgotten."""
+        return self._run(
+            "finish attempt sweeps",
+            lambda c: batch_intents.finish_sweeps(c, runs, self.now(), forget_before),
+        )

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import deletions, explanations, inventory, retention_sql
+from state_runtime.catalog import deletions, explanations, lookups, retention_sql
 from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import (
     Deletion,
@@ -50,7 +50,7 @@ class RetentionCalls(CatalogBase):
         def work(connection: Connection) -> list[FileVerdict]:
             scope = Scope(root=root)
             if store is not None and root is not None:
-                found = inventory.store_ids(connection, root, [store])
+                found = lookups.store_ids(connection, root, [store])
                 if store not in found:
                     return []
                 scope = Scope(store_ids=(found[store],))

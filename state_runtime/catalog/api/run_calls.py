@@ -105,13 +105,23 @@ class RunCalls(CatalogBase):
     def store_lease(
         self, key: StoreKey, owner: str, ttl: timedelta, *, run_id: int | None = None
     ) -> Iterator[Lease]:
-        """Hold the store's maintenance lease for a block; MaintenanceRefused if it is taken."""
-        lease = self.try_acquire_lease(key, owner, ttl, run_id=run_id)
-        if lease is None:
-            holder = self._run(
-                "read lease",
-                lambda c: runs_and_leases.lease_holder(c, runs_and_leases.known_store_id(c, key)),
+        """Hold the store's maintenance lease for a block; MaintenanceRefused if it is taken.
+        Two transactions, as a lease held across a block must be: one takes the lease (or
+        reads who holds it), one gives it back."""
+        token = new_checkpoint_id()
+
+        def take(connection: Connection) -> tuple[Lease | None, Any]:
+            now = self.now()
+            lease = runs_and_leases.try_acquire_lease(
+                connection, key, owner, ttl, run_id, token, now
             )
+            if lease is not None:
+                return lease, None
+            store_id = runs_and_leases.known_store_id(connection, key)
+            return None, runs_and_leases.lease_holder(connection, store_id)
+
+        lease, holder = self._run("acquire lease", take)
+        if lease is None:
             who = "another run" if holder is None else f"{holder.owner} (run {holder.run_id})"
             until = "" if holder is None else f" until {holder.expires_at.isoformat()}"
             raise MaintenanceRefused(

@@ -1,0 +1,129 @@
+"""Each public Catalog method is one retried transaction: read from the code, and counted on
+a real engine for the driver's two calls per batch at hundreds of stores."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+import state_runtime.catalog.api as api
+from state_runtime.catalog import BatchMetrics, Catalog, FileState, StoreKey
+from state_runtime.errors import MaintenanceRefused
+from state_runtime.identity import StoreId
+from tests.catalog.factory import QUERY, ROOT, Stream
+
+LEASE_BLOCK = {"store_lease"}
+"""Context managers that hold something across a block: one transaction to take, one to
+give back."""
+
+
+def _public_methods() -> Iterator[tuple[str, ast.FunctionDef]]:
+    for path in sorted(Path(api.__file__).parent.glob("*_calls.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and not item.name.startswith("_"):
+                        yield f"{path.stem}.{item.name}", item
+
+
+def _self_calls(function: ast.FunctionDef) -> list[tuple[str, bool]]:
+    """(name, inside a loop) of every ``self.<name>(...)`` call in the method."""
+    found: list[tuple[str, bool]] = []
+
+    def walk(node: ast.AST, looping: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            loop = looping or isinstance(child, ast.For | ast.While | ast.comprehension)
+            if (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Attribute)
+                and isinstance(child.func.value, ast.Name)
+                and child.func.value.id == "self"
+            ):
+                found.append((child.func.attr, loop))
+            walk(child, loop)
+
+    walk(function, False)
+    return found
+
+
+def test_every_public_method_runs_one_transaction() -> None:
+    methods = dict(_public_methods())
+    assert len(methods) > 50
+    for name, function in methods.items():
+        calls = _self_calls(function)
+        runs = [looping for called, looping in calls if called == "_run"]
+        others = {called for called, _ in calls if called not in ("_run", "now")}
+        if function.name in LEASE_BLOCK:
+            assert runs == [False] and others == {"release_lease"}, name
+            continue
+        assert runs == [False], f"{name}: {len(runs)} transactions (in a loop: {any(runs)})"
+        assert not others, f"{name} calls other catalog methods: {others}"
+
+
+@contextmanager
+def _transactions(catalog: Catalog) -> Iterator[list[str]]:
+    begun: list[str] = []
+
+    def count(connection: sa.engine.Connection) -> None:
+        begun.append("begin")
+
+    catalog.now()  # the database clock is measured outside (PostgreSQL, once per 5 minutes)
+    sa.event.listen(catalog.engine, "begin", count)
+    try:
+        yield begun
+    finally:
+        sa.event.remove(catalog.engine, "begin", count)
+
+
+@pytest.mark.parametrize("partitions", [4, 600])
+def test_a_batch_is_two_transactions_at_any_partition_count(
+    catalog: Catalog, partitions: int
+) -> None:
+    stores = [StoreId(0, p) for p in range(partitions)]
+    stream = Stream(catalog, stores)
+    stream.commit()
+    operators = [(0, "default", partitions)]
+    with _transactions(catalog) as begun:
+        start = catalog.begin_batch(ROOT, QUERY, 1, "run1", operators)
+        infos = [stream.delta(s) for s in stores]
+        duplicates = [stream.delta(s) for s in stores[:3]]
+        catalog.commit_batch(
+            ROOT,
+            QUERY,
+            1,
+            infos,
+            run="run1",
+            duplicates=duplicates,
+            holders={s: f"host:{s.partition_id % 2}" for s in stores},
+            suspects=[d.store for d in duplicates],
+            metrics=BatchMetrics(10, 10, 10, 10, 0.0, 1, 0),
+        )
+    assert len(begun) == 2
+    assert start.last_batch == 0 and len(start.previous) == partitions
+    files = catalog.known_paths(ROOT)
+    assert sum(1 for s in files.values() if s == FileState.COMMITTED) == 2 * partitions
+    assert [files[d.path] for d in duplicates] == [FileState.ORPHAN] * 3
+    assert len(catalog.store_holders(ROOT)) == partitions
+    [metrics] = [m for m in catalog.batch_metrics(ROOT, QUERY) if m.batch_id == 1]
+    assert metrics.metrics.commit_ms > 0
+    [sweep] = catalog.attempt_sweeps(catalog.now() + timedelta(seconds=1))
+    assert sweep.committed and sweep.targets == {d.store: 2 for d in duplicates}
+
+
+def test_a_refused_lease_is_one_transaction(catalog: Catalog) -> None:
+    Stream(catalog, [StoreId(0, 0)]).commit()
+    key = StoreKey(ROOT, StoreId(0, 0))
+    with catalog.store_lease(key, "first", timedelta(minutes=5)):
+        with (
+            _transactions(catalog) as begun,
+            pytest.raises(MaintenanceRefused, match="first"),
+            catalog.store_lease(key, "second", timedelta(minutes=5)),
+        ):
+            pass
+        assert len(begun) == 1
