@@ -31,6 +31,7 @@ from state_runtime.catalog.tables import (
     batch_watermarks,
     checkpoint_files,
     commit_log,
+    operator_layouts,
     operator_schemas,
     state_schemas,
     store_holders,
@@ -49,6 +50,7 @@ RUNTIME_WRITES = tuple(
         batch_watermarks,
         state_schemas,
         operator_schemas,
+        operator_layouts,
     )
 )
 """The tables a streaming job inserts into and updates (never deletes from)."""

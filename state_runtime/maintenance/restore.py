@@ -251,7 +251,7 @@ def _spark_side(folder: str | None, query_id: str, batch_id: int) -> SparkRewind
     path = Path(folder)
     if not (path / "offsets").is_dir():
         raise InvalidArgument(f"{folder} is not a Spark checkpoint: it has no offsets/ folder")
-    logs = {name: _batches(path / name) for name in SPARK_LOGS}
+    logs = {name: spark_batches(path / name) for name in SPARK_LOGS}
     last = max(logs["commits"], default=None)
     if batch_id not in logs["offsets"] or batch_id not in logs["commits"]:
         raise MaintenanceRefused(
@@ -270,7 +270,8 @@ def _spark_side(folder: str | None, query_id: str, batch_id: int) -> SparkRewind
     return SparkRewind(str(path), last, later)
 
 
-def _batches(folder: Path) -> set[int]:
+def spark_batches(folder: Path) -> set[int]:
+    """The batch numbers logged in a Spark checkpoint's ``offsets`` or ``commits`` folder."""
     return {int(f.name) for f in folder.iterdir() if f.name.isdigit()} if folder.is_dir() else set()
 
 
