@@ -22,7 +22,6 @@ removes); after it, the new one. Run again, it plans from whichever layout is cu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -393,20 +392,3 @@ def _check_spark(folder: str | None, query_id: str, batch_id: int) -> None:
             f"{query_id}: on restart Spark would replay it on the old layout. Restart the "
             "query until Spark commits it, stop it, then repartition"
         )
-
-
-def layout_changes(fleet: Fleet, root: str) -> Sequence[str]:
-    """The repartitions recorded below ``root``, in words (for ``history``)."""
-    found = []
-    previous: dict[tuple[int, str], int] = {}
-    for layout in fleet.catalog.layout_history(root):
-        key = (layout.operator_id, layout.store_name)
-        if layout.run_id is not None:
-            found.append(
-                f"operator {layout.operator_id} ({layout.store_name}) of query "
-                f"{layout.query_id}: {previous.get(key, '?')} -> {layout.num_partitions} "
-                f"partitions from batch {layout.from_batch} (version {layout.from_version}), "
-                f"repartition run {layout.run_id} at {layout.recorded_at:%Y-%m-%d %H:%M:%S}"
-            )
-        previous[key] = layout.num_partitions
-    return found

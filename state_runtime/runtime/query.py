@@ -210,8 +210,8 @@ class StatefulQuery:
                     op.schema.value.jsonValue(),
                 )
             if key not in layouts and routing is not None:
-                layout = NewLayout(op.operator_id, op.store_name, op.num_partitions, routing)
-                self.catalog.record_layout(self.root, self.query_id, layout, batch_id)
+                first = NewLayout(op.operator_id, op.store_name, op.num_partitions, routing)
+                self.catalog.record_layout(self.root, self.query_id, first, batch_id)
             self.catalog.record_schema_history(
                 self.root, op.operator_id, op.store_name, histories[key]
             )
