@@ -20,6 +20,7 @@ from dagster_project.defs.assets import (
 )
 from dagster_project.defs.automation import check_autostart
 from dagster_project.defs.jobs import jobs, schedules
+from dagster_project.defs.repartition import state_repartition_job
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import sensors
 
@@ -43,7 +44,7 @@ defs = Definitions(
         state_reconciliation,
     ],
     asset_checks=[state_checkpoint_checks],
-    jobs=jobs,
+    jobs=[*jobs, state_repartition_job],
     schedules=schedules,
     sensors=sensors,
     resources=resources(),

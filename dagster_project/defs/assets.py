@@ -21,6 +21,7 @@ from pydantic import Field
 from dagster_project.defs.metadata import (
     cleanup_metadata,
     damaged_metadata,
+    layout_metadata,
     reconcile_metadata,
     repair_metadata,
     schema_metadata,
@@ -31,7 +32,7 @@ from dagster_project.defs.metadata import (
 )
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
-from state_runtime.catalog import StoreKey
+from state_runtime.catalog import Layout, StoreKey
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance import (
     FleetTotals,
@@ -164,6 +165,11 @@ def state_store_health(
     table of the stores."""
     with maintenance.run(context) as run:
         reports = store_reports(run.fleet, run.policy)
+        layouts: dict[tuple[str, int, str], list[Layout]] = {}
+        for root in run.fleet.root_names():
+            for layout in run.fleet.catalog.layout_history(root):
+                key = (layout.root, layout.operator_id, layout.store_name)
+                layouts.setdefault(key, []).append(layout)
         schemas: dict[tuple[str, int, str], list[SchemaChangeRow]] = {}
         for change in schema_changes(run.fleet.catalog, run.fleet.root_names()):
             key = (change.root, change.operator_id, change.store_name)
@@ -178,16 +184,8 @@ def state_store_health(
                         partition=str(report.key),
                         description=str(report.status),
                         metadata=store_figures(report)
-                        | schema_metadata(
-                            schemas.get(
-                                (
-                                    report.key.root,
-                                    report.key.store.operator_id,
-                                    report.key.store.store_name,
-                                ),
-                                [],
-                            )
-                        ),
+                        | schema_metadata(schemas.get(_operator(report.key), []))
+                        | layout_metadata(layouts.get(_operator(report.key), [])),
                     )
                 )
     return MaterializeResult(
@@ -203,3 +201,8 @@ def state_reconciliation(
     with maintenance.run(context) as run:
         report = reconcile(run.fleet, run.policy, execute=not config.dry_run, progress=run.progress)
     return MaterializeResult(metadata=reconcile_metadata(report))
+
+
+def _operator(key: StoreKey) -> tuple[str, int, str]:
+    """A store's operator store: (root, operator id, store name)."""
+    return (key.root, key.store.operator_id, key.store.store_name)
