@@ -114,6 +114,17 @@ def plan_restore(
             f"batch {batch_id} of query {query_id} is not committed below {root} (its committed "
             f"batches: {_ranges(batches)})"
         )
+    moved = [
+        x
+        for x in catalog.layouts(root).values()
+        if x.run_id is not None and x.query_id == query_id and batch_id < x.from_batch - 1
+    ]
+    if moved:
+        raise MaintenanceRefused(
+            f"query {query_id} was repartitioned at batch {moved[0].from_batch - 1} (run "
+            f"{moved[0].run_id}): its stores before that batch are of another layout; restore "
+            f"batch {moved[0].from_batch - 1} or later"
+        )
     spark = _spark_side(spark_checkpoint, query_id, batch_id)
     lost = _lost(fleet, root, targets)
     if lost and not allow_lost_state:

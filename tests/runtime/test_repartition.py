@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -20,13 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from state_runtime.catalog import Catalog, FileState
-from state_runtime.cli import main
-from state_runtime.errors import InvalidArgument, MaintenanceRefused
+from state_runtime.catalog import Catalog, FileState, FoundProblem, StoreKey
+from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStoreError
+from state_runtime.identity import StoreId
 from state_runtime.maintenance import Fleet, MaintenancePolicy, run_checks
 from state_runtime.maintenance.repartition import execute_repartition, plan_repartition, repartition
 from state_runtime.runtime import (
@@ -41,8 +40,7 @@ from state_runtime.runtime import (
     running_aggregation,
     windowed_aggregation,
 )
-from state_runtime.storage import Storage, open_storage
-from tests.catalog.conftest import pg_url
+from state_runtime.storage import Storage
 
 pytestmark = pytest.mark.spark
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -191,3 +189,158 @@ def test_repartitioned_query_equals_one_that_never_changed(
     spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str, name: str
 ) -> None:
     _scenario(spark, CASES[name], tmp_path, sqlite_catalog_url, str(tmp_path / "ckpt"))
+
+
+# --- refusals and crashes ---------------------------------------------------------------------
+
+
+def _layout(url: str, root: str) -> tuple[int, dict[Any, Any]]:
+    """The operator's partition count and batch 9's commit entries (what a switch changes)."""
+    with Catalog.open(url) as catalog:
+        root = catalog.roots()[0] if root not in catalog.roots() else root
+        layouts = catalog.layouts(root)
+        return layouts[0, "default"].num_partitions, catalog.committed_ids(root, "q", 9)
+
+
+@pytest.fixture
+def ten_batches(spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str) -> Runner:
+    """A running aggregation, 10 batches committed on 4 partitions."""
+    runner = Runner(spark, CASES["running_aggregation"], str(tmp_path / "ckpt"), sqlite_catalog_url)
+    runner.run("q", 4, range(0, 10))
+    return runner
+
+
+def _finish_and_compare(spark: SparkSession, runner: Runner, tmp_path: Path, n: int) -> None:
+    """Two more batches on ``n`` partitions; outputs and state equal a query that never
+    changed."""
+    runner.run("q", n, range(10, 12))
+    same = Runner(spark, runner.case, str(tmp_path / "unchanged"), runner.url)
+    same.run("same", 4, range(0, 12))
+    assert runner.outputs == same.outputs
+    ops = runner.case.build(n)
+    assert _state(spark, str(runner.root), runner.url, ops) == _state(
+        spark, str(tmp_path / "unchanged"), runner.url, ops
+    )
+
+
+def test_refusals_write_nothing(spark: SparkSession, ten_batches: Runner, tmp_path: Path) -> None:
+    """A query that just committed, an open validation problem, a lease held by another run,
+    a Spark checkpoint behind the catalog: each refused with MaintenanceRefused, nothing
+    written (no file, the layout and batch 9's entries unchanged)."""
+    url, root = ten_batches.url, str(ten_batches.root)
+    before = _layout(url, root)
+    files = sorted(p.name for p in (tmp_path / "ckpt").rglob("*") if p.is_file())
+    with Catalog.open(url) as catalog:
+        fleet = Fleet(catalog, owner="tests")
+        canonical = catalog.roots()[0]
+        with pytest.raises(MaintenanceRefused, match="looks running"):
+            plan_repartition(fleet, root, "q", 7, spark_checkpoint="")
+        with pytest.raises(MaintenanceRefused, match="--spark-checkpoint DIR"):
+            plan_repartition(fleet, root, "q", 7, spark_checkpoint=None, idle=NOW)
+        spark_dir = tmp_path / "spark"
+        for name, batches in (("offsets", range(10)), ("commits", range(9))):
+            (spark_dir / name).mkdir(parents=True)
+            for b in batches:
+                (spark_dir / name / str(b)).write_text("v1")
+        with pytest.raises(MaintenanceRefused, match="has not committed batch 9"):
+            plan_repartition(fleet, root, "q", 7, spark_checkpoint=str(spark_dir), idle=NOW)
+        store = next(iter(before[1]))
+        catalog.add_problems(StoreKey(canonical, store), [FoundProblem("damaged by hand")])
+        with pytest.raises(MaintenanceRefused, match="open validation problem"):
+            plan_repartition(fleet, root, "q", 7, spark_checkpoint="", idle=NOW)
+        catalog.resolve_problems(StoreKey(canonical, store), "test")
+        plan = plan_repartition(fleet, root, "q", 7, spark_checkpoint="", idle=NOW)
+        lease = catalog.try_acquire_lease(StoreKey(canonical, store), "other", timedelta(hours=1))
+        assert lease is not None
+        with pytest.raises(MaintenanceRefused, match="leased by another maintenance run"):
+            execute_repartition(spark, fleet, plan, MaintenancePolicy())
+        catalog.release_lease(lease)
+        with pytest.raises(InvalidArgument, match="already runs on 4"):
+            plan_repartition(fleet, root, "q", 4, spark_checkpoint="", idle=NOW)
+    assert _layout(url, root) == before
+    assert sorted(p.name for p in (tmp_path / "ckpt").rglob("*") if p.is_file()) == files
+
+
+def test_failed_catalog_transaction_then_rerun(
+    spark: SparkSession, ten_batches: Runner, tmp_path: Path
+) -> None:
+    """The switch transaction fails (a real database error from a trigger): the old layout
+    stays whole, the snapshots written are recorded as uncommitted files; the rerun switches
+    and the query continues on 7 partitions."""
+    url, root = ten_batches.url, str(ten_batches.root)
+    before = _layout(url, root)
+    with sqlite3.connect(tmp_path / "catalog.db") as db:
+        db.execute(
+            "CREATE TRIGGER fail_switch BEFORE INSERT ON operator_layouts "
+            "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+        )
+    with pytest.raises(StateStoreError, match="injected failure"):
+        _repartition(url, root, 7, spark)
+    assert _layout(url, root) == before
+    with Catalog.open(url) as catalog:
+        canonical = catalog.roots()[0]
+        written = [
+            f
+            for p in range(7)
+            for f in catalog.store_files(canonical, StoreId(0, p))
+            if f.kind.value == "snapshot"
+        ]
+        assert len(written) == 7 and {f.state for f in written} == {FileState.WRITTEN}
+    with sqlite3.connect(tmp_path / "catalog.db") as db:
+        db.execute("DROP TRIGGER fail_switch")
+    _repartition(url, root, 7, spark)
+    assert _layout(url, root)[0] == 7
+    _finish_and_compare(spark, ten_batches, tmp_path, 7)
+
+
+def test_failed_task_then_rerun(spark: SparkSession, ten_batches: Runner, tmp_path: Path) -> None:
+    """A task cannot write its partition's snapshot (a file stands where the store's folder
+    must go): the job fails, the old layout stays; the rerun finishes."""
+    url, root = ten_batches.url, str(ten_batches.root)
+    before = _layout(url, root)
+    blocker = tmp_path / "ckpt" / "state" / "0" / "5"
+    blocker.write_text("not a folder")
+    with pytest.raises(Exception, match="5"):
+        _repartition(url, root, 7, spark)
+    assert _layout(url, root) == before
+    blocker.unlink()
+    _repartition(url, root, 7, spark)
+    _finish_and_compare(spark, ten_batches, tmp_path, 7)
+
+
+@pytest.mark.parametrize("when", ["snapshots written", "early"])
+def test_killed_process_then_rerun(
+    spark: SparkSession, ten_batches: Runner, tmp_path: Path, when: str
+) -> None:
+    """``statestore repartition --execute`` in a real process, killed (SIGKILL) early or once
+    the new snapshots are in storage: the catalog shows the old layout or the new one, never
+    a mix; run again, the command finishes (or finds the work done) and the query continues."""
+    url, root = ten_batches.url, str(ten_batches.root)
+    before = _layout(url, root)
+    args = [
+        sys.executable, "-c", "from state_runtime.cli import entry; entry()",
+        "--catalog-url", url, "-q", "repartition", root, "--query", "q", "--partitions", "7",
+        "--no-spark-checkpoint", "--idle", "0s", "--execute",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    process = subprocess.Popen(args, env=env, start_new_session=True)
+    try:
+        started = time.monotonic()
+        while time.monotonic() < started + 300 and process.poll() is None:
+            if when == "early" and time.monotonic() > started + 10:
+                break
+            if when != "early" and list((tmp_path / "ckpt" / "state").rglob("11_*.snapshot")):
+                break
+            time.sleep(0.05)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    count, entries = _layout(url, root)
+    if count == 4:
+        assert entries == before[1]
+    else:
+        assert count == 7 and {r.version for r in entries.values()} == {11}
+        assert len(entries) == 7
+    if count == 4:
+        _repartition(url, root, 7, spark)
+    _finish_and_compare(spark, ten_batches, tmp_path, 7)
