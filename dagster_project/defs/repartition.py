@@ -8,7 +8,6 @@ repartition then shows on each store's ``state_checkpoints`` partition through t
 asset's ``layout`` metadata.
 """
 
-from __future__ import annotations
 
 from datetime import timedelta
 

@@ -234,9 +234,9 @@ def test_dry_run_and_cli_figures(
         assert catalog.layouts(catalog.roots()[0])[0, "default"].num_partitions == 4
     assert [f.partition for f in plan.figures] == list(range(7))
     assert sum(f.rows for f in plan.figures) == 23 and not plan.executed
-    expected = {}
+    expected: dict[int, int] = {}
     for user in {f"u{(i * 7) % 23}" for i in range(120)}:
-        p = spark.range(1).select(F.pmod(F.hash(F.lit(user)), F.lit(7))).first()[0]
+        (p,) = spark.range(1).select(F.pmod(F.hash(F.lit(user)), F.lit(7))).collect()[0]
         expected[p] = expected.get(p, 0) + 1
     assert {f.partition: f.rows for f in plan.figures if f.rows} == expected
     skew = plan.skew(0, "default")
@@ -249,6 +249,22 @@ def test_dry_run_and_cli_figures(
     assert shown.exit_code == 0, shown.output
     assert "dry run: --execute to repartition" in shown.output
     assert f"skew {skew:.2f}" in shown.output and "4 -> 7" in shown.output
+    from dagster_project.defs.repartition import state_repartition_job
+    from dagster_project.defs.resources import MaintenanceResource
+
+    config = {"root": str(tmp_path / "ckpt"), "query_id": "q", "partitions": 7, "idle_seconds": 0}
+    job = state_repartition_job.execute_in_process(
+        run_config={"ops": {"state_repartition": {"config": config}}},
+        resources={"maintenance": MaintenanceResource(catalog_url=sqlite_catalog_url)},
+    )
+    assert job.success
+    shown_in_dagster = [
+        e.event_specific_data.metadata  # type: ignore[union-attr]
+        for e in job.all_events
+        if e.event_type_value == "STEP_OUTPUT"
+    ]
+    assert shown_in_dagster and shown_in_dagster[0]["executed"].value is False
+    assert shown_in_dagster[0]["skew_operator_0_default"].value == pytest.approx(skew)
 
 
 # --- refusals and crashes ---------------------------------------------------------------------
