@@ -1,8 +1,8 @@
 """Operator layouts: each operator's partition count and routing rule over time, and
 maintenance runs of kind 'repartition' (``statestore repartition``, issue 27).
 
-Revision ID: 0011_operator_layouts
-Revises: 0010_restore_runs
+Revision ID: 0012_operator_layouts
+Revises: 0011_catalog_roles
 Create Date: 2026-11-26
 """
 
@@ -16,8 +16,8 @@ from sqlalchemy.dialects import postgresql
 
 from state_runtime.catalog.check_constraints import swap_runs_check
 
-revision = "0011_operator_layouts"
-down_revision: str | None = "0010_restore_runs"
+revision = "0012_operator_layouts"
+down_revision: str | None = "0011_catalog_roles"
 branch_labels: str | None = None
 depends_on: str | None = None
 
