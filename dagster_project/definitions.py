@@ -20,7 +20,7 @@ from dagster_project.defs.assets import (
 )
 from dagster_project.defs.automation import check_autostart
 from dagster_project.defs.jobs import jobs, schedules
-from dagster_project.defs.repartition import state_repartition_job
+from dagster_project.defs.repartition_job import state_repartition_job
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import sensors
 

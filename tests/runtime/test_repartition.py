@@ -249,7 +249,7 @@ def test_dry_run_and_cli_figures(
     assert shown.exit_code == 0, shown.output
     assert "dry run: --execute to repartition" in shown.output
     assert f"skew {skew:.2f}" in shown.output and "4 -> 7" in shown.output
-    from dagster_project.defs.repartition import state_repartition_job
+    from dagster_project.defs.repartition_job import state_repartition_job
     from dagster_project.defs.resources import MaintenanceResource
 
     config = {"root": str(tmp_path / "ckpt"), "query_id": "q", "partitions": 7, "idle_seconds": 0}

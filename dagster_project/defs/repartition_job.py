@@ -8,7 +8,6 @@ repartition then shows on each store's ``state_checkpoints`` partition through t
 asset's ``layout`` metadata.
 """
 
-
 from datetime import timedelta
 
 from dagster import Config, OpExecutionContext, Output, job, op
