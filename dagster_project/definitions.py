@@ -21,6 +21,7 @@ from dagster_project.defs.automation import check_autostart
 from dagster_project.defs.catalog_events import catalog_report_job, state_batch_metrics
 from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.jobs import jobs, schedules
+from dagster_project.defs.repartition_job import state_repartition_job
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import sensors
 
@@ -45,7 +46,7 @@ defs = Definitions(
         state_batch_metrics,
     ],
     asset_checks=[state_checkpoint_checks],
-    jobs=[*jobs, catalog_report_job],
+    jobs=[*jobs, catalog_report_job, state_repartition_job],
     schedules=schedules,
     sensors=sensors,
     resources=resources(),

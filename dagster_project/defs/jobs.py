@@ -1,6 +1,8 @@
 """Jobs and schedules: snapshots often, validation hourly, cleanup daily, reconciliation weekly.
 
-Every schedule is STOPPED until an operator turns it on (``automation.py``). Each job carries
+``state_repartition_job`` has no schedule: an operator launches it, and it is a dry run unless
+configured to execute. Every schedule is STOPPED until an operator turns it on
+(``automation.py``). Each job carries
 a ``state_runtime/maintenance`` tag: with the run queue's tag concurrency limit
 (``dagster_project/dagster.yaml``) two runs of one kind never overlap; the catalog leases keep
 two runs off the same store even if they do. The cleanup job validates first: a failing

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from state_runtime.catalog import FileVerdict
+from state_runtime.catalog import FileVerdict, Layout
 from state_runtime.maintenance import (
     CheckOutcome,
     CleanupReport,
@@ -22,6 +22,9 @@ from state_runtime.maintenance import (
     StoreReport,
 )
 from state_runtime.units import age, size
+
+if TYPE_CHECKING:
+    from state_runtime.maintenance.repartition import RepartitionPlan
 
 Meta: TypeAlias = MetadataValue[Any]
 MetadataMap: TypeAlias = dict[str, Meta]
@@ -262,4 +265,44 @@ def schema_metadata(changes: Sequence[SchemaChangeRow]) -> MetadataMap:
         "schema_history": MetadataValue.md(
             _cells(rows, ("from batch", "schema id", "value schema", "change"))
         ),
+    }
+
+
+def repartition_metadata(plan: RepartitionPlan) -> MetadataMap:
+    """A repartition's plan or outcome: rows and bytes per new partition, the skew."""
+    rows = [
+        [f"{f.operator_id} ({f.store_name})", f.partition, f.rows, f.bytes] for f in plan.figures
+    ]
+    metadata: MetadataMap = {
+        "query": MetadataValue.text(f"{plan.root} {plan.query_id}"),
+        "batch": MetadataValue.int(plan.batch_id),
+        "partitions": MetadataValue.int(plan.num_partitions),
+        "executed": MetadataValue.bool(plan.executed),
+        "new_partitions": MetadataValue.md(
+            _cells(rows, ["operator", "partition", "rows", "bytes"])
+        ),
+    }
+    for move in plan.moves:
+        skew = plan.skew(move.operator_id, move.store_name)
+        if skew is not None:
+            metadata[f"skew_operator_{move.operator_id}_{move.store_name}"] = MetadataValue.float(
+                skew
+            )
+    if plan.run_id is not None:
+        metadata["run_id"] = MetadataValue.int(plan.run_id)
+    return metadata
+
+
+def layout_metadata(layouts: Sequence[Layout]) -> MetadataMap:
+    """An operator store's layout and its repartitions (the store view's ``layout``)."""
+    if not layouts:
+        return {}
+    steps = [
+        f"{x.num_partitions} partitions from batch {x.from_batch}"
+        + ("" if x.run_id is None else f" (repartition run {x.run_id})")
+        for x in layouts
+    ]
+    return {
+        "layout": MetadataValue.text("; ".join(steps)),
+        "num_partitions": MetadataValue.int(layouts[-1].num_partitions),
     }

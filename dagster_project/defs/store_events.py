@@ -22,13 +22,14 @@ from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.metadata import (
     MetadataMap,
     check_metadata,
+    layout_metadata,
     schema_metadata,
     status_metadata,
     store_figures,
     store_table,
     totals_metadata,
 )
-from state_runtime.catalog import Catalog
+from state_runtime.catalog import Catalog, Layout
 from state_runtime.maintenance import (
     CHECKS,
     CheckOutcome,
@@ -79,23 +80,33 @@ def store_materializations(
     description: str = "",
 ) -> list[AssetMaterialization]:
     """Each store's state on its partition (stores without a partition yet are skipped: the
-    discovery sensor adds it, and the next pass records it)."""
+    discovery sensor adds it, and the next pass records it), with its operator's schema
+    history and partition layouts (repartitions)."""
+    roots = sorted({r.key.root for r in reports})
     schemas: dict[tuple[str, int, str], list[SchemaChangeRow]] = {}
-    for change in schema_changes(catalog, sorted({r.key.root for r in reports})):
+    for change in schema_changes(catalog, roots):
         schemas.setdefault((change.root, change.operator_id, change.store_name), []).append(change)
+    layouts: dict[tuple[str, int, str], list[Layout]] = {}
+    for root in roots:
+        for layout in catalog.layout_history(root):
+            layouts.setdefault((layout.root, layout.operator_id, layout.store_name), []).append(
+                layout
+            )
     events = []
     for report in worst_last(reports):
         name = names.name(report.key)
         if name not in partitions:
             continue
         store = report.key.store
-        history = schemas.get((report.key.root, store.operator_id, store.store_name), [])
+        operator = (report.key.root, store.operator_id, store.store_name)
         events.append(
             AssetMaterialization(
                 state_checkpoints.key,
                 partition=name,
                 description=(description + summary(report)),
-                metadata=store_figures(report, names) | schema_metadata(history),
+                metadata=store_figures(report, names)
+                | schema_metadata(schemas.get(operator, []))
+                | layout_metadata(layouts.get(operator, [])),
             )
         )
     return events

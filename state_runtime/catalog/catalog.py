@@ -7,6 +7,7 @@ from state_runtime.catalog.api.event_time_calls import EventTimeCalls
 from state_runtime.catalog.api.health_calls import HealthCalls
 from state_runtime.catalog.api.history_calls import HistoryCalls
 from state_runtime.catalog.api.inventory_calls import InventoryCalls
+from state_runtime.catalog.api.layout_calls import LayoutCalls
 from state_runtime.catalog.api.retention_calls import RetentionCalls
 from state_runtime.catalog.api.run_calls import RunCalls
 from state_runtime.catalog.api.schema_history_calls import SchemaHistoryCalls
@@ -21,6 +22,7 @@ class Catalog(
     HistoryCalls,
     EventTimeCalls,
     SchemaHistoryCalls,
+    LayoutCalls,
 ):
     """The SQL catalog of stores, checkpoint files, commits and maintenance.
 

@@ -38,6 +38,7 @@ from state_runtime.catalog.tables import (
     catalog_roles,
     checkpoint_files,
     commit_log,
+    operator_layouts,
     operator_schemas,
     state_schemas,
     store_holders,
@@ -57,6 +58,7 @@ RUNTIME_WRITES = tuple(
         batch_intents,
         state_schemas,
         operator_schemas,
+        operator_layouts,
     )
 )
 """The tables a streaming job inserts into and updates (never deletes from)."""

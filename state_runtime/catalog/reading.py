@@ -25,6 +25,7 @@ from state_runtime.catalog.tables import (
     deletion_ledger,
     file_repairs,
     maintenance_runs,
+    operator_layouts,
     operator_schemas,
     state_schemas,
     store_problems,
@@ -46,6 +47,7 @@ READABLE: Final = (
     batch_watermarks,
     state_schemas,
     operator_schemas,
+    operator_layouts,
 )
 """The tables with a reading view, in creation order."""
 
@@ -66,3 +68,4 @@ read_batch_metrics = view_of(batch_metrics)
 read_watermarks = view_of(batch_watermarks)
 read_state_schemas = view_of(state_schemas)
 read_operator_schemas = view_of(operator_schemas)
+read_operator_layouts = view_of(operator_layouts)

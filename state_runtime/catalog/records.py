@@ -416,3 +416,34 @@ class AttemptSweep:
     batch_id: int
     committed: bool
     targets: dict[StoreId, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """An operator's partition layout from batch ``from_batch`` on: its partition count and
+    how rows route (``routing``: the key columns' names and Spark types, as the runtime saw
+    them in the input; a row goes to ``pmod(hash(columns), num_partitions)``). A layout set
+    by a repartition starts at ``from_version`` (a snapshot of every partition) and names its
+    run; the first layout of an operator names no run."""
+
+    root: str
+    operator_id: int
+    store_name: str
+    seq: int
+    query_id: str
+    num_partitions: int
+    routing: list[dict[str, Any]]
+    from_batch: int
+    from_version: int
+    run_id: int | None
+    recorded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NewLayout:
+    """An operator's layout to record: its partition count and routing (see :class:`Layout`)."""
+
+    operator_id: int
+    store_name: str
+    num_partitions: int
+    routing: list[dict[str, Any]]

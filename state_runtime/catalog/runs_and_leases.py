@@ -141,10 +141,12 @@ def close_abandoned_runs(connection: Connection, now: datetime) -> list[Maintena
     ).all()
     host = this_host()
     closed: list[int] = []
+    gone: list[int] = []
     for run in running:
         beat = run.heartbeat_at or run.started_at
         if run.host == host and run.pid is not None and not _alive(run.pid):
             why = f"abandoned: its process {run.pid} on {run.host} is gone"
+            gone.append(run.run_id)
         elif now - beat > ABANDON_AFTER:
             why = f"abandoned: no heartbeat since {beat.isoformat()} (more than {ABANDON_AFTER})"
         else:
@@ -162,6 +164,11 @@ def close_abandoned_runs(connection: Connection, now: datetime) -> list[Maintena
             closed.append(run.run_id)
     if not closed:
         return []
+    # A run whose process is known dead holds nothing any more: its leases go with it (a run
+    # only silent may still be working somewhere; its leases run out by themselves).
+    dead = [run_id for run_id in closed if run_id in gone]
+    if dead:
+        connection.execute(sa.delete(store_leases).where(store_leases.c.run_id.in_(dead)))
     rows = connection.execute(sa.select(maintenance_runs).where(r.run_id.in_(closed)))
     return [_run(row) for row in rows]
 

@@ -66,6 +66,7 @@ class RunKind(StrEnum):
     VALIDATE = "validate"
     RECONCILE = "reconcile"
     RESTORE = "restore"
+    REPARTITION = "repartition"
 
 
 class RunOutcome(StrEnum):
@@ -430,6 +431,27 @@ operator_schemas = sa.Table(
         nullable=False,
     ),
     sa.Column("from_batch", sa.BigInteger(), nullable=False),
+    sa.Column("recorded_at", UtcDateTime(), nullable=False),
+)
+
+operator_layouts = sa.Table(
+    "operator_layouts",
+    metadata,
+    sa.Column("checkpoint_root", CheckpointRoot(), primary_key=True),
+    sa.Column("operator_id", sa.Integer(), primary_key=True),
+    sa.Column("store_name", sa.String(128), primary_key=True),
+    sa.Column("seq", sa.Integer(), primary_key=True),
+    sa.Column("query_id", sa.String(128), nullable=False),
+    sa.Column("num_partitions", sa.Integer(), nullable=False),
+    sa.Column("routing", _json_type(), nullable=False),
+    sa.Column("from_batch", sa.BigInteger(), nullable=False),
+    sa.Column("from_version", sa.BigInteger(), nullable=False),
+    sa.Column(
+        "run_id",
+        _id_type(),
+        sa.ForeignKey("maintenance_runs.run_id", name="fk_operator_layouts_run_id"),
+        nullable=True,
+    ),
     sa.Column("recorded_at", UtcDateTime(), nullable=False),
 )
 

@@ -1,5 +1,5 @@
 """The ``statestore`` commands: maintain, validate, health, history, explain, repair, resolve,
-restore, reconcile, relocate, schema-check.
+restore, repartition, reconcile, relocate, schema-check.
 
 Every command takes ``--json`` (the whole report, see :mod:`state_runtime.cli.jsonable`).
 Exit codes and error output: see :mod:`state_runtime.cli.exits` (and docs/maintenance.md).
@@ -439,6 +439,7 @@ def history(settings: Settings, /, **kw: Any) -> None:
                 f"(known: {', '.join(known[:10]) or 'none'})",
             )
         entries = []
+        layouts = [x for root in roots for x in fleet.catalog.layout_history(root)]
         for root in roots:
             wanted = None if only is None else [k.store for k in only if k.root == root]
             # A batch commits at most one version per store: N batches fit in N x stores rows.
@@ -456,6 +457,8 @@ def history(settings: Settings, /, **kw: Any) -> None:
         echo_json(entries)
     else:
         output.print_history(settings.console, entries)
+    if not kw["as_json"]:
+        output.print_layout_changes(settings.console, layouts)
 
 
 @main.command()
@@ -601,6 +604,77 @@ def restore(settings: Settings, /, root: str, **kw: Any) -> None:
         echo_json(plan)
     else:
         output.print_restore(settings.console, plan)
+
+
+@main.command()
+@click.argument("root")
+@click.option("--query", "query_id", required=True, help="The query to repartition.")
+@click.option(
+    "--operator",
+    "operator_id",
+    type=click.IntRange(min=0),
+    help="Only this operator (all its stores); default: every operator of the query.",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1, max=100_000),
+    required=True,
+    help="The new number of state partitions.",
+)
+@click.option(
+    "--spark-checkpoint",
+    metavar="DIR",
+    help="The query's Spark checkpoint folder: it must have committed the catalog's last batch.",
+)
+@click.option(
+    "--no-spark-checkpoint", is_flag=True, help="The query runs without a Spark checkpoint."
+)
+@click.option(
+    "--idle",
+    default="60s",
+    callback=_duration,
+    help="Refuse while the query committed a batch more recently than this (default 60s).",
+)
+@click.option(
+    "--master",
+    default="local[2]",
+    help="Spark master for the job (SPARK_REMOTE, when set, makes it a Spark Connect client).",
+)
+@click.option("--dry-run/--execute", default=True, help="Only route the keys and show the plan.")
+@json_option
+@click.pass_obj
+def repartition(settings: Settings, /, root: str, **kw: Any) -> None:
+    """Change a stopped query's number of state partitions (a dry run unless --execute).
+
+    A Spark job routes every key with the runtime's rule and writes one snapshot per new
+    partition; one catalog transaction switches the layout, so that the query restarts with
+    num_partitions=N. The dry run shows rows and bytes per new partition and the skew.
+    """
+    from state_runtime.maintenance.repartition import repartition as run_repartition
+    from state_runtime.runtime.session import spark_session
+
+    if kw["spark_checkpoint"] and kw["no_spark_checkpoint"]:
+        fail(EXIT_USAGE, "--spark-checkpoint and --no-spark-checkpoint exclude each other")
+    settings.roots = [canonical_root(root)]
+    with _fleet(settings, storage=True) as fleet:
+        spark = spark_session(kw["master"], app_name="statestore-repartition")
+        plan = run_repartition(
+            spark,
+            fleet,
+            settings.roots[0],
+            kw["query_id"],
+            kw["partitions"],
+            operator_id=kw["operator_id"],
+            spark_checkpoint="" if kw["no_spark_checkpoint"] else kw["spark_checkpoint"],
+            execute=not kw["dry_run"],
+            policy=_policy(settings, {}),
+            idle=kw["idle"],
+            progress=settings.progress,
+        )
+    if kw["as_json"]:
+        echo_json(plan)
+    else:
+        output.print_repartition(settings.console, plan)
 
 
 @main.command()

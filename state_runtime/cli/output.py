@@ -5,13 +5,19 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from state_runtime.catalog import FileVerdict, RecordedBatchMetrics, StoreProblem, VersionHistory
+from state_runtime.catalog import (
+    FileVerdict,
+    Layout,
+    RecordedBatchMetrics,
+    StoreProblem,
+    VersionHistory,
+)
 from state_runtime.cli.jsonable import jsonable
 from state_runtime.maintenance import (
     ChecksReport,
@@ -31,6 +37,9 @@ from state_runtime.maintenance import (
     StoreStatus,
 )
 from state_runtime.units import age, millis, size
+
+if TYPE_CHECKING:
+    from state_runtime.maintenance.repartition import RepartitionPlan
 
 SHOWN = 20  # rows of detail before "... and N more"
 
@@ -620,6 +629,66 @@ def print_restore(console: Console, plan: RestorePlan) -> None:
         )
     if done:
         console.print(f"  the query resumes at batch {plan.batch_id + 1}: restart it")
+
+
+def print_layout_changes(console: Console, layouts: Sequence[Layout]) -> None:
+    """The repartitions among ``layouts`` (oldest first per operator), one line each."""
+    previous: dict[tuple[str, int, str], int] = {}
+    for x in layouts:
+        key = (x.root, x.operator_id, x.store_name)
+        if x.run_id is not None:
+            console.print(
+                f"repartition: {x.root} operator {x.operator_id} ({x.store_name}) of query "
+                f"{x.query_id}: {previous.get(key, '?')} -> {x.num_partitions} partitions from "
+                f"batch {x.from_batch} (snapshots at version {x.from_version}), run {x.run_id} "
+                f"at {x.recorded_at:%Y-%m-%d %H:%M:%S}",
+                soft_wrap=True,
+                highlight=False,
+            )
+        previous[key] = x.num_partitions
+
+
+def print_repartition(console: Console, plan: RepartitionPlan) -> None:
+    """What a repartition did, or (a dry run) will do: rows and bytes per new partition."""
+    done = plan.executed
+    head = (
+        f"repartition (run {plan.run_id})"
+        if done
+        else "repartition (dry run: --execute to repartition)"
+    )
+    console.print(
+        f"{head}: query {plan.query_id} below {plan.root} at batch {plan.batch_id}: "
+        + ", ".join(
+            f"operator {m.operator_id} ({m.store_name}) {m.old_partitions} -> {m.new_partitions}"
+            for m in plan.moves
+        )
+        + f"; new snapshots at version {plan.version}",
+        soft_wrap=True,
+    )
+    for move in plan.moves:
+        table = Table("partition", "rows", "bytes", box=None)
+        mine = [
+            f
+            for f in plan.figures
+            if (f.operator_id, f.store_name) == (move.operator_id, move.store_name)
+        ]
+        for f in mine:
+            table.add_row(str(f.partition), f"{f.rows:,}", f"{f.bytes:,}")
+        console.print(table)
+        skew = plan.skew(move.operator_id, move.store_name)
+        console.print(
+            f"  operator {move.operator_id} ({move.store_name}): {sum(f.rows for f in mine):,} "
+            f"rows, skew {'n/a' if skew is None else f'{skew:.2f}'} (largest partition over the "
+            f"mean); bytes {'as written, compressed' if done else 'in Arrow, uncompressed'}",
+            soft_wrap=True,
+        )
+    if done:
+        console.print(
+            f"  switched in one transaction; old files are superseded and go by retention "
+            f"(the ledger names run {plan.run_id}). Restart the query with "
+            f"num_partitions={plan.num_partitions}: it resumes at batch {plan.batch_id + 1}",
+            soft_wrap=True,
+        )
 
 
 def metrics_json(recorded: RecordedBatchMetrics) -> dict[str, Any]:

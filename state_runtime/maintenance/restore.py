@@ -114,6 +114,17 @@ def plan_restore(
             f"batch {batch_id} of query {query_id} is not committed below {root} (its committed "
             f"batches: {_ranges(batches)})"
         )
+    moved = [
+        x
+        for x in catalog.layouts(root).values()
+        if x.run_id is not None and x.query_id == query_id and batch_id < x.from_batch - 1
+    ]
+    if moved:
+        raise MaintenanceRefused(
+            f"query {query_id} was repartitioned at batch {moved[0].from_batch - 1} (run "
+            f"{moved[0].run_id}): its stores before that batch are of another layout; restore "
+            f"batch {moved[0].from_batch - 1} or later"
+        )
     spark = _spark_side(spark_checkpoint, query_id, batch_id)
     lost = _lost(fleet, root, targets)
     if lost and not allow_lost_state:
@@ -251,7 +262,7 @@ def _spark_side(folder: str | None, query_id: str, batch_id: int) -> SparkRewind
     path = Path(folder)
     if not (path / "offsets").is_dir():
         raise InvalidArgument(f"{folder} is not a Spark checkpoint: it has no offsets/ folder")
-    logs = {name: _batches(path / name) for name in SPARK_LOGS}
+    logs = {name: spark_batches(path / name) for name in SPARK_LOGS}
     last = max(logs["commits"], default=None)
     if batch_id not in logs["offsets"] or batch_id not in logs["commits"]:
         raise MaintenanceRefused(
@@ -270,7 +281,8 @@ def _spark_side(folder: str | None, query_id: str, batch_id: int) -> SparkRewind
     return SparkRewind(str(path), last, later)
 
 
-def _batches(folder: Path) -> set[int]:
+def spark_batches(folder: Path) -> set[int]:
+    """The batch numbers logged in a Spark checkpoint's ``offsets`` or ``commits`` folder."""
     return {int(f.name) for f in folder.iterdir() if f.name.isdigit()} if folder.is_dir() else set()
 
 

@@ -180,15 +180,18 @@ def _check_chains(
     retain = policy.retention.retain_versions
     retained = fleet.catalog.retained_versions(key.root, key.store, retain)
     result.versions = len(retained)
-    expected = list(range(latest, max(0, latest - retain), -1))
-    found = [r.ref.version for r in retained]
+    # A store's chain may begin at a snapshot without lineage (a repartition's): the
+    # versions below it belong to another layout.
+    start = max((r.ref.version for r in retained if _starts_chain(r)), default=1)
+    expected = list(range(latest, max(start - 1, latest - retain), -1))
+    found = [r.ref.version for r in retained if r.ref.version >= start]
     if found != expected:
         error(
             f"commit log is not linear: retained versions {found}, expected {expected}", None, None
         )
     by_version = {r.ref.version: r for r in retained}
     files: dict[str, FileRecord] = {}
-    for version in retained:
+    for version in (r for r in retained if r.ref.version >= start):
         top = next((f for f in reversed(version.files) if f.version == version.ref.version), None)
         below = by_version.get(version.ref.version - 1)
         if (
@@ -214,6 +217,17 @@ def _check_chains(
         files.update({f.path: f for f in version.files})
     for file in sorted(files.values(), key=lambda f: (f.version, f.kind)):
         check(file)
+
+
+def _starts_chain(version: RetainedVersion) -> bool:
+    """The version loads from a snapshot of its own that records no ancestor."""
+    first = version.files[0] if version.files else None
+    return (
+        first is not None
+        and first.kind is FileKind.SNAPSHOT
+        and first.version == version.ref.version
+        and first.base_checkpoint_id is None
+    )
 
 
 def _gap(version: RetainedVersion) -> tuple[int, str]:

@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField, StructType
 
-from state_runtime.catalog import BatchMetrics, BatchStart, Catalog, StoreKey
+from state_runtime.catalog import BatchMetrics, BatchStart, Catalog, NewLayout, StoreKey
 from state_runtime.catalog import catalog_url as default_catalog_url
 from state_runtime.catalog.batch_intents import Suspects
 from state_runtime.errors import (
@@ -185,10 +185,12 @@ class StatefulQuery:
 
     # --- query start --------------------------------------------------------------------
 
-    def _register(self, batch_id: int) -> None:
-        """Register every store and record each operator's schema history; refuse a changed
-        partition count or a schema change the planner refuses (before any task runs)."""
+    def _register(self, batch_id: int, schema: StructType) -> None:
+        """Register every store, record each operator's layout (partition count and routing)
+        and schema history; refuse a partition count other than the catalog's layout, or a
+        schema change the planner refuses (before any task runs)."""
         known = self.catalog.stores(self.root)
+        layouts = self.catalog.layouts(self.root)
         existing: dict[tuple[int, str], set[int]] = {}
         for record in known:
             store = record.key.store
@@ -196,16 +198,21 @@ class StatefulQuery:
                 store.partition_id
             )
         for op in self.operators:
-            found = existing.get((op.operator_id, op.store_name), set())
+            key = (op.operator_id, op.store_name)
+            layout = layouts.get(key)
+            count = layout.num_partitions if layout else len(existing.get(key, set()))
+            found = set(range(count)) if layout else existing.get(key, set())
             if found and found != set(range(op.num_partitions)):
                 raise InvalidArgument(
                     f"operator {op.operator_id} (store {op.store_name}) of query {self.query_id} "
-                    f"has {len(found)} state partitions in the catalog; it cannot run with "
-                    f"{op.num_partitions}. Keep num_partitions={len(found)}, or start a new "
-                    "query with a new checkpoint root"
+                    f"has {count} state partitions in the catalog; it cannot run with "
+                    f"{op.num_partitions}. Keep num_partitions={count}, or change it with "
+                    f"`statestore repartition {self.root} --query {self.query_id} --operator "
+                    f"{op.operator_id} --partitions {op.num_partitions}` while the query is "
+                    "stopped (docs/repartition.md)"
                 )
         histories = self._planned_histories(batch_id)
-        for op in self.operators:
+        for op, routing in zip(self.operators, self._routings(schema), strict=True):
             key = (op.operator_id, op.store_name)
             new = sorted(set(range(op.num_partitions)) - existing.get(key, set()))
             if new:
@@ -215,11 +222,29 @@ class StatefulQuery:
                     op.schema.key.jsonValue(),
                     op.schema.value.jsonValue(),
                 )
+            if key not in layouts and routing is not None:
+                first = NewLayout(op.operator_id, op.store_name, op.num_partitions, routing)
+                self.catalog.record_layout(self.root, self.query_id, first, batch_id)
             self.catalog.record_schema_history(
                 self.root, op.operator_id, op.store_name, histories[key]
             )
             self._histories[key] = histories[key]
         self._registered = True
+
+    def _routings(self, schema: StructType) -> list[list[dict[str, Any]] | None]:
+        """Each operator's routing: its key columns and their Spark types in its input (the
+        batch's input for the first, the previous operator's output for the others); None
+        when a key column is missing (the batch then fails on it before any task runs)."""
+        routings: list[list[dict[str, Any]] | None] = []
+        for op in self.operators:
+            types = {f.name: f.dataType for f in schema.fields}
+            routings.append(
+                [{"column": c, "type": types[c].simpleString()} for c in op.key_columns]
+                if all(c in types for c in op.key_columns)
+                else None
+            )
+            schema = op.output_struct
+        return routings
 
     def _planned_histories(self, batch_id: int) -> dict[tuple[int, str], SchemaHistory]:
         """Each operator's schema history with its declared schema as the newest, planned
@@ -386,10 +411,11 @@ class StatefulQuery:
         the batch's clock for timeouts, the same in every task.
         """
         started = time.perf_counter()
-        check_query(self.operators, self.event_time.watermark, df.schema)
+        schema = df.schema
+        check_query(self.operators, self.event_time.watermark, schema)
         batch_time = int(time.time() * 1000) if batch_time_ms is None else batch_time_ms
         if not self._registered:
-            self._register(batch_id)
+            self._register(batch_id, schema)
         run = uuid.uuid4().hex
         operators = [(op.operator_id, op.store_name, op.num_partitions) for op in self.operators]
         start = self.catalog.begin_batch(self.root, self.query_id, batch_id, run, operators)

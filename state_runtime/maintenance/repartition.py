@@ -1,0 +1,394 @@
+"""Repartition: change a stopped query's number of state partitions, offline.
+
+``plan_repartition`` reads the catalog and changes nothing: the query's last committed batch
+``B``, each operator's current layout (partition count and routing, recorded when the query
+started) and the stores' checkpoints at ``B``. It refuses, with MaintenanceRefused naming what
+to do, when the query looks running (a batch committed within ``idle``), when a store of the
+query has an open validation problem, when the operator's layout is unknown (a query started
+before layouts were recorded: run one batch first), or when Spark's checkpoint has not
+committed batch ``B`` (Spark would replay it on the old layout).
+
+``estimate_partitions`` (the dry run) routes every key in Spark and counts rows and bytes per
+new partition. ``execute_repartition`` carries the plan out as one recorded run (kind
+``repartition``) under the leases of every store involved: a Spark job writes one verified
+snapshot per new partition at version ``V`` (the next version) with fresh checkpoint ids
+(:mod:`state_runtime.maintenance.rerouting`), the files are recorded as written, and one
+catalog transaction switches the layout (:mod:`state_runtime.catalog.layouts`): batch ``B``
+then names the new snapshots, so the query's next batch opens the new stores, and the
+operator's layout says ``N``, so ``StatefulQuery(num_partitions=N)`` is accepted. A crash
+before that transaction leaves the old layout (the files written are orphans that cleanup
+removes); after it, the new one. Run again, it plans from whichever layout is current.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from state_runtime.catalog import CommitEntry, NewLayout, RunKind, StoreKey
+from state_runtime.errors import InvalidArgument, MaintenanceRefused
+from state_runtime.identity import CheckpointRef, StoreId, new_checkpoint_id
+from state_runtime.maintenance.fleet import Fleet, canonical_root
+from state_runtime.maintenance.leases import leased
+from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.maintenance.progress import SILENT, Progress
+from state_runtime.maintenance.rerouting import Rerouting, figures, routed, write_partitions
+from state_runtime.maintenance.restore import spark_batches
+from state_runtime.maintenance.runs import recorded_run
+
+DEFAULT_IDLE = timedelta(seconds=60)
+"""How long the query must have committed nothing before a repartition runs."""
+
+
+@dataclass(frozen=True)
+class OperatorMove:
+    """One operator store's layout change: its checkpoints at the batch and its routing."""
+
+    operator_id: int
+    store_name: str
+    old_partitions: int
+    new_partitions: int
+    sources: dict[int, CheckpointRef]
+    routing: list[dict[str, object]]
+
+
+@dataclass(frozen=True)
+class PartitionFigure:
+    """Rows and bytes (Arrow, before compression) one new partition receives."""
+
+    operator_id: int
+    store_name: str
+    partition: int
+    rows: int
+    bytes: int
+
+
+@dataclass
+class RepartitionPlan:
+    """What a repartition will do (a dry run prints it; ``execute_repartition`` does it)."""
+
+    root: str
+    query_id: str
+    batch_id: int
+    num_partitions: int
+    version: int
+    moves: list[OperatorMove]
+    spark_checkpoint: str | None
+    figures: list[PartitionFigure] = field(default_factory=list)
+    executed: bool = False
+    run_id: int | None = None
+    switched: dict[str, int] = field(default_factory=dict)
+
+    def skew(self, operator_id: int, store_name: str) -> float | None:
+        """The largest new partition's rows over the mean (1.0: even); None before figures."""
+        rows = [
+            f.rows
+            for f in self.figures
+            if (f.operator_id, f.store_name) == (operator_id, store_name)
+        ]
+        if not rows or not sum(rows):
+            return None
+        return max(rows) / (sum(rows) / len(rows))
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "operators": len(self.moves),
+            "old_stores": sum(m.old_partitions for m in self.moves),
+            "new_stores": sum(m.new_partitions for m in self.moves),
+            "rows": sum(f.rows for f in self.figures),
+            "bytes": sum(f.bytes for f in self.figures),
+        } | self.switched
+
+
+def plan_repartition(
+    fleet: Fleet,
+    root: str,
+    query_id: str,
+    num_partitions: int,
+    *,
+    operator_id: int | None = None,
+    spark_checkpoint: str | None,
+    idle: timedelta = DEFAULT_IDLE,
+) -> RepartitionPlan:
+    """Check that ``query_id`` can move to ``num_partitions`` partitions, and say how.
+
+    ``operator_id`` narrows it to one operator (all its stores); by default every operator of
+    the query moves. ``spark_checkpoint``: the query's Spark checkpoint folder, or ``""`` when
+    the query runs without one; None is refused with what to pass.
+    """
+    catalog = fleet.catalog
+    root = canonical_root(root)
+    if isinstance(num_partitions, bool) or not 1 <= num_partitions <= 100_000:
+        raise InvalidArgument(f"--partitions {num_partitions}: expected 1..100000")
+    if query_id not in catalog.query_ids(root):
+        raise InvalidArgument(
+            f"no query {query_id!r} committed below {root} "
+            f"(known: {', '.join(catalog.query_ids(root)) or 'none'})"
+        )
+    last = catalog.commit_history(root, query_id=query_id, limit=1)[0]
+    batch_id = last.batch_id
+    committed = catalog.committed_ids(root, query_id, batch_id)
+    operators = sorted(
+        {(s.operator_id, s.store_name) for s in committed}
+        if operator_id is None
+        else {(s.operator_id, s.store_name) for s in committed if s.operator_id == operator_id}
+    )
+    if not operators:
+        raise InvalidArgument(
+            f"query {query_id} has no operator {operator_id} below {root} (its operators: "
+            f"{sorted({s.operator_id for s in committed})})"
+        )
+    _check_idle(fleet, query_id, last, idle)
+    _check_spark(spark_checkpoint, query_id, batch_id)
+    layouts = catalog.layouts(root)
+    moves = []
+    for key in operators:
+        layout = layouts.get(key)
+        if layout is None:
+            raise MaintenanceRefused(
+                f"operator {key[0]} (store {key[1]}) of query {query_id} has no layout in the "
+                "catalog (the query started before layouts were recorded): run one batch with "
+                "this version, stop the query, then repartition"
+            )
+        sources = {
+            s.partition_id: ref
+            for s, ref in committed.items()
+            if (s.operator_id, s.store_name) == key
+        }
+        moves.append(
+            OperatorMove(
+                key[0], key[1], layout.num_partitions, num_partitions, sources, layout.routing
+            )
+        )
+    if all(m.old_partitions == num_partitions for m in moves):
+        raise InvalidArgument(
+            f"query {query_id} already runs on {num_partitions} partition(s)"
+            + ("" if operator_id is None else f" for operator {operator_id}")
+        )
+    involved = {
+        StoreKey(root, StoreId(m.operator_id, p, m.store_name)) for m in moves for p in m.sources
+    }
+    problems = [p for p in catalog.problems(root=root) if p.key in involved]
+    if problems:
+        raise MaintenanceRefused(
+            f"{len(problems)} open validation problem(s) on the stores of query {query_id} "
+            f"(e.g. {problems[0]}): repair or resolve them first (`statestore validate`, "
+            "`statestore repair`), then repartition"
+        )
+    version = max(ref.version for m in moves for ref in m.sources.values()) + 1
+    return RepartitionPlan(
+        root=root,
+        query_id=query_id,
+        batch_id=batch_id,
+        num_partitions=num_partitions,
+        version=version,
+        moves=moves,
+        spark_checkpoint=spark_checkpoint,
+    )
+
+
+def estimate_partitions(
+    spark: SparkSession, fleet: Fleet, plan: RepartitionPlan, *, progress: Progress = SILENT
+) -> RepartitionPlan:
+    """Route every key in Spark and fill in the plan's rows and bytes per new partition."""
+    found: list[PartitionFigure] = []
+    with progress.stage("routing keys", len(plan.moves)) as advance:
+        for move in plan.moves:
+            counted = figures(routed(spark, _rerouting(fleet, plan, move)))
+            for partition in range(move.new_partitions):
+                rows, size = counted.get(partition, (0, 0))
+                found.append(
+                    PartitionFigure(move.operator_id, move.store_name, partition, rows, size)
+                )
+            advance(1)
+    plan.figures = found
+    return plan
+
+
+def execute_repartition(
+    spark: SparkSession,
+    fleet: Fleet,
+    plan: RepartitionPlan,
+    policy: MaintenancePolicy,
+    *,
+    progress: Progress = SILENT,
+) -> RepartitionPlan:
+    """Carry ``plan`` out (see the module): one recorded run, every store leased throughout."""
+    catalog = fleet.catalog
+    parameters = {
+        "query_id": plan.query_id,
+        "batch_id": plan.batch_id,
+        "partitions": plan.num_partitions,
+        "operators": [[m.operator_id, m.store_name] for m in plan.moves],
+        "spark_checkpoint": plan.spark_checkpoint,
+    }
+    with recorded_run(catalog, RunKind.REPARTITION, fleet.owner, parameters) as run:
+        plan.run_id = run.run_id
+        schemas = {
+            (r.key.store.operator_id, r.key.store.store_name): r
+            for r in catalog.stores(plan.root)
+            if r.key_schema is not None
+        }
+        keys = set()
+        for move in plan.moves:
+            record = schemas[move.operator_id, move.store_name]
+            for p in range(move.new_partitions):
+                store = StoreId(move.operator_id, p, move.store_name)
+                if p >= move.old_partitions:
+                    catalog.register_store(plan.root, store, record.key_schema, record.value_schema)
+                keys.add(StoreKey(plan.root, store))
+            keys.update(
+                StoreKey(plan.root, StoreId(move.operator_id, p, move.store_name))
+                for p in move.sources
+            )
+        with leased(
+            catalog, sorted(keys, key=str), fleet.owner, policy.lease_ttl, run.run_id
+        ) as held:
+            if held.busy:
+                raise MaintenanceRefused(
+                    f"{len(held.busy)} store(s) of query {plan.query_id} are leased by another "
+                    f"maintenance run (e.g. {held.busy[0]}); run the repartition again when "
+                    "it ends"
+                )
+            snapshots = []
+            with progress.stage("writing new partitions", len(plan.moves)) as advance:
+                for move in plan.moves:
+                    written = write_partitions(spark, _rerouting(fleet, plan, move))
+                    bad = {p: w.problem for p, w in written.items() if w.problem is not None}
+                    if bad or set(written) != set(range(move.new_partitions)):
+                        raise MaintenanceRefused(
+                            f"operator {move.operator_id} (store {move.store_name}): new "
+                            f"snapshots missing or failing verification: {bad or 'missing'}; "
+                            "nothing was switched, run the repartition again"
+                        )
+                    infos = [written[p].info for p in sorted(written)]
+                    catalog.record_files(plan.root, infos, run_id=run.run_id)
+                    snapshots += infos
+                    plan.figures += [
+                        PartitionFigure(
+                            move.operator_id, move.store_name, p, w.info.rows, w.info.bytes_written
+                        )
+                        for p, w in sorted(written.items())
+                    ]
+                    advance(1)
+            switch = catalog.switch_layout(
+                plan.root,
+                plan.query_id,
+                plan.batch_id,
+                {
+                    StoreId(m.operator_id, p, m.store_name): ref
+                    for m in plan.moves
+                    for p, ref in m.sources.items()
+                },
+                snapshots,
+                [
+                    NewLayout(m.operator_id, m.store_name, m.new_partitions, m.routing)
+                    for m in plan.moves
+                ],
+                reason=_reason(plan, run.run_id),
+                run_id=run.run_id,
+            )
+        plan.switched = {
+            "entries_replaced": switch.replaced,
+            "entries_removed": switch.removed,
+            "entries_added": switch.added,
+            "orphaned_files": switch.orphaned_files,
+        }
+        plan.executed = True
+        run.counts = plan.counts()
+    return plan
+
+
+def repartition(
+    spark: SparkSession,
+    fleet: Fleet,
+    root: str,
+    query_id: str,
+    num_partitions: int,
+    *,
+    operator_id: int | None = None,
+    spark_checkpoint: str | None,
+    execute: bool = False,
+    policy: MaintenancePolicy | None = None,
+    idle: timedelta = DEFAULT_IDLE,
+    progress: Progress = SILENT,
+) -> RepartitionPlan:
+    """Plan a repartition and estimate it (``execute=False``, the dry run) or carry it out."""
+    plan = plan_repartition(
+        fleet,
+        root,
+        query_id,
+        num_partitions,
+        operator_id=operator_id,
+        spark_checkpoint=spark_checkpoint,
+        idle=idle,
+    )
+    if not execute:
+        return estimate_partitions(spark, fleet, plan, progress=progress)
+    return execute_repartition(spark, fleet, plan, policy or MaintenancePolicy(), progress=progress)
+
+
+def _reason(plan: RepartitionPlan, run_id: int) -> str:
+    moves = ", ".join(
+        f"operator {m.operator_id} ({m.store_name}) {m.old_partitions} -> {m.new_partitions}"
+        for m in plan.moves
+    )
+    return (
+        f"superseded: query {plan.query_id} repartitioned at batch {plan.batch_id} by run "
+        f"{run_id} ({moves})"
+    )
+
+
+def _rerouting(fleet: Fleet, plan: RepartitionPlan, move: OperatorMove) -> Rerouting:
+    history = fleet.catalog.schema_history(plan.root, move.operator_id, move.store_name)
+    if history is None:
+        raise InvalidArgument(
+            f"the catalog records no schema for operator {move.operator_id}, store "
+            f"{move.store_name} below {plan.root}"
+        )
+    return Rerouting(
+        storage=fleet.storage(plan.root),
+        operator_id=move.operator_id,
+        store_name=move.store_name,
+        history=history,
+        sources=move.sources,
+        routing=move.routing,
+        num_partitions=move.new_partitions,
+        version=plan.version,
+        checkpoint_ids={p: new_checkpoint_id() for p in range(move.new_partitions)},
+    )
+
+
+def _check_idle(fleet: Fleet, query_id: str, last: CommitEntry, idle: timedelta) -> None:
+    quiet = fleet.catalog.now() - last.committed_at
+    if quiet < idle:
+        raise MaintenanceRefused(
+            f"query {query_id} committed batch {last.batch_id} {quiet.total_seconds():.0f} s "
+            f"ago: it looks running. Stop it and repartition once it has committed nothing for "
+            f"{idle.total_seconds():.0f} s"
+        )
+
+
+def _check_spark(folder: str | None, query_id: str, batch_id: int) -> None:
+    if folder is None:
+        raise MaintenanceRefused(
+            f"say where query {query_id} keeps its Spark checkpoint: --spark-checkpoint DIR "
+            "(it must have committed the catalog's last batch, or Spark replays that batch on "
+            "the old layout), or --no-spark-checkpoint if the query runs without one"
+        )
+    if not folder:
+        return
+    path = Path(folder)
+    if not (path / "offsets").is_dir():
+        raise InvalidArgument(f"{folder} is not a Spark checkpoint: it has no offsets/ folder")
+    commits = spark_batches(path / "commits")
+    if batch_id not in commits or max(commits) != batch_id:
+        raise MaintenanceRefused(
+            f"Spark's checkpoint {folder} has not committed batch {batch_id} as its last batch "
+            f"(its commits: {sorted(commits)[-5:] or 'none'}), the catalog's last for query "
+            f"{query_id}: on restart Spark would replay it on the old layout. Restart the "
+            "query until Spark commits it, stop it, then repartition"
+        )
