@@ -53,8 +53,9 @@ from state_runtime.runtime.spark_kind import (
     default_parallelism,
     observation,
     observed,
-    same_session,
+    session_mark,
 )
+from state_runtime.runtime.spark_progress import publish
 from state_runtime.runtime.tasks import (
     HEARTBEAT_COLUMN,
     PARTITION_COLUMN,
@@ -117,7 +118,10 @@ class StatefulQuery:
     docs/runtime.md); None leaves the session's setting alone. ``parallelism`` is how many
     Spark tasks run an operator's state partitions in a batch (each task handles its share of
     them one after another): by default the session's default parallelism (its cores), never
-    more than the partitions, so that a batch runs in one wave of tasks.
+    more than the partitions, so that a batch runs in one wave of tasks. ``progress=True``
+    shows each committed batch's figures in the streaming query's progress when the stream
+    was observed with :func:`with_state_progress` (one more small job per batch; see
+    ``spark_progress.py``).
     """
 
     def __init__(
@@ -130,6 +134,7 @@ class StatefulQuery:
         adaptive: bool | None = False,
         watermark: Watermark | None = None,
         parallelism: int | None = None,
+        progress: bool = False,
     ) -> None:
         self.query_id = validate_name(query_id, "query id")
         if not operators:
@@ -153,9 +158,10 @@ class StatefulQuery:
         ):
             raise InvalidArgument(f"parallelism={parallelism!r}: expected a positive number")
         self.parallelism = parallelism
+        self.progress = progress
         self._registered = False
         self._histories: dict[tuple[int, str], SchemaHistory] = {}
-        self._beats: dict[int, tuple[SparkSession, DataFrame]] = {}
+        self._beats: dict[int, tuple[str, DataFrame]] = {}
 
     @property
     def catalog(self) -> Catalog:
@@ -289,14 +295,15 @@ class StatefulQuery:
 
     def _heartbeats(self, spark: SparkSession, op: StatefulOperator) -> DataFrame:
         """One row per state partition of ``op``, built once per Spark session and partition
-        count (see ``spark_kind.same_session``)."""
+        count (see ``spark_kind.session_mark``)."""
+        mark = session_mark(spark)
         cached = self._beats.get(op.num_partitions)
-        if cached is not None and same_session(cached[0], spark):
+        if cached is not None and cached[0] == mark:
             return cached[1]
         beats = spark.range(0, op.num_partitions, 1, 1).selectExpr(
             f"CAST(id AS INT) AS {PARTITION_COLUMN}", f"true AS {HEARTBEAT_COLUMN}"
         )
-        self._beats[op.num_partitions] = (spark, beats)
+        self._beats[op.num_partitions] = (mark, beats)
         return beats
 
     def _tasks(self, spark: SparkSession, op: StatefulOperator) -> int:
@@ -308,14 +315,17 @@ class StatefulQuery:
     def _stage(
         self,
         df: DataFrame,
+        schema: StructType,
         op: StatefulOperator,
         batch_id: int,
         run: str,
         committed: dict[StoreId, CheckpointRef],
         batch_time_ms: int,
         watermarks: BatchWatermarks | None,
-    ) -> DataFrame:
-        schema = df.schema  # one analysis of the input (each .schema call is one)
+    ) -> tuple[DataFrame, StructType]:
+        """``op``'s stateful stage over ``df`` (whose schema is ``schema``: each ``.schema``
+        call is one analysis of the plan, so the batch's input is analysed once) and its
+        output schema, the next operator's input schema."""
         if op is self.operators[0] and REPORT_COLUMN in schema.names:
             raise InvalidArgument(f"input column name {REPORT_COLUMN!r} is reserved")
         routed = self._routed(df, schema.names, op, self._tasks(df.sparkSession, op))
@@ -343,7 +353,7 @@ class StatefulQuery:
             time_zone=df.sparkSession.conf.get(SESSION_TIME_ZONE_CONF) or "UTC",
         )
         out = op.output_nullable().add(StructField(REPORT_COLUMN, StringType(), True))
-        return routed.mapInArrow(partial(run_partitions, spec), out)
+        return routed.mapInArrow(partial(run_partitions, spec), out), out
 
     @contextmanager
     def _adaptive(self, spark: SparkSession) -> Iterator[None]:
@@ -379,7 +389,8 @@ class StatefulQuery:
         the batch's clock for timeouts, the same in every task.
         """
         started = time.perf_counter()
-        check_query(self.operators, self.event_time.watermark, df.schema)
+        schema = df.schema  # the batch's one analysis of its input
+        check_query(self.operators, self.event_time.watermark, schema)
         batch_time = int(time.time() * 1000) if batch_time_ms is None else batch_time_ms
         if not self._registered:
             self._register(batch_id)
@@ -389,7 +400,9 @@ class StatefulQuery:
         run = uuid.uuid4().hex
         staged = df
         for op in self.operators:
-            staged = self._stage(staged, op, batch_id, run, committed, batch_time, watermarks)
+            staged, schema = self._stage(
+                staged, schema, op, batch_id, run, committed, batch_time, watermarks
+            )
         channel = observation()
         staged = staged.observe(channel, F.collect_list(REPORT_COLUMN).alias("reports"))
         cached = [staged.persist(StorageLevel.MEMORY_AND_DISK)] if cache_output or not sink else []
@@ -423,6 +436,8 @@ class StatefulQuery:
         metrics = self._metrics(chosen, duplicates, commit_ms, (time.perf_counter() - started))
         metrics.extra.update(event_time_metrics(chosen, watermarks))
         self.catalog.record_batch_metrics(self.root, self.query_id, batch_id, metrics)
+        if self.progress:
+            publish(df, batch_id, metrics)
         log.info(
             "query %s batch %d committed: %d rows in, %d keys updated, %d state rows, "
             "%d bytes written, commit %.1f ms, cache %d hits / %d misses",
