@@ -109,6 +109,6 @@ def test_each_progress_shows_its_batch_state_figures(
         assert shown["commit_ms"] == pytest.approx(metrics.commit_ms)
         assert shown["cache_hits"] + shown["cache_misses"] == 3
         assert shown["watermark_ms"] is None and shown["late_rows"] is None  # no watermark
-    assert last is not None
-    assert last["batchId"] == BATCHES - 1
-    assert last["observedMetrics"][OBSERVATION]["state_rows"] == recorded[BATCHES - 1].state_rows
+    assert last is not None  # (attributes: a Connect client's progress has no keys)
+    assert last.batchId == BATCHES - 1
+    assert last.observedMetrics[OBSERVATION]["state_rows"] == recorded[BATCHES - 1].state_rows
