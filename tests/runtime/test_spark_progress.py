@@ -95,7 +95,7 @@ def test_each_progress_shows_its_batch_state_figures(
     finally:
         spark.streams.removeListener(listener)
     with Catalog.open(sqlite_catalog_url) as catalog:
-        recorded = {r.batch_id: r.metrics for r in catalog.batch_metrics(root, "watched")}
+        recorded = {r.batch_id: r.metrics for r in catalog.batch_metrics(query.root, "watched")}
     assert sorted(recorded) == list(range(BATCHES))
     assert sorted(listener.figures) == list(range(BATCHES))
     for batch_id, metrics in recorded.items():
