@@ -4,15 +4,21 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 PYTEST_ARGS ?=
+# The Airflow provider's environment: Airflow without Dagster (their pins can conflict).
+AIRFLOW_VENV  ?= .venv-airflow
+AIRFLOW_PY     = $(AIRFLOW_VENV)/bin/python
+AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
 
-.PHONY: help check-python check-java install test lint format demo demo-maintain dagster \
+.PHONY: help check-python check-java install install-airflow test test-dagster test-airflow \
+        lint format demo demo-maintain dagster airflow \
         bench-store bench-catalog bench-catalog-calls bench-s3 bench-e2e bench-e2e-connect \
         bench-maintenance bench-eviction bench-schema fuzz-spark clean
 
 help:
 	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
 	@echo "make demo-maintain  then snapshots, cleanup (executed) and validation on its stores"
-	@echo "make test        run every test"
+	@echo "make test        run every test (the Dagster environment's, then the Airflow one's)"
+	@echo "make install-airflow  the Airflow environment ($(AIRFLOW_VENV)); make test-airflow its tests"
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
 	@echo "make bench-store / bench-catalog / bench-catalog-calls / bench-s3 / bench-e2e / bench-maintenance"
@@ -46,20 +52,38 @@ $(STAMP): pyproject.toml | check-python
 
 install: $(STAMP)
 
+# Airflow and its provider (state_runtime_airflow) with the test tools, in their own venv.
+$(AIRFLOW_STAMP): pyproject.toml | check-python
+	$(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_PY) -m pip install --quiet --upgrade pip
+	$(AIRFLOW_PY) -m pip install --quiet -e '.[airflow-dev]'
+	@touch $(AIRFLOW_STAMP)
+
+install-airflow: $(AIRFLOW_STAMP)
+
+# Every test: the Dagster environment's passes, then the Airflow environment's.
+test: test-dagster test-airflow
+
 # Two passes: every test on classic Spark, then the suites marked `connect` on a Spark Connect
 # session (pyspark picks classic or Connect per process; one local Connect server per pass).
-test: $(STAMP) check-java
+# tests/airflow is left out here (no Airflow in this environment): test-airflow runs it.
+test-dagster: $(STAMP) check-java
 	$(PY) -m pytest $(PYTEST_ARGS)
 	SPARK_REMOTE=local $(PY) -m pytest -m connect $(PYTEST_ARGS)
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check state_runtime dagster_project demo tests benchmarks
-	$(VENV)/bin/ruff format --check state_runtime dagster_project demo tests benchmarks
+# The provider's tests (DAG integrity, dag.test() end to end) in the Airflow environment.
+test-airflow: $(AIRFLOW_STAMP)
+	$(AIRFLOW_PY) -m pytest tests/airflow $(PYTEST_ARGS)
+
+lint: $(STAMP) $(AIRFLOW_STAMP)
+	$(VENV)/bin/ruff check state_runtime dagster_project state_runtime_airflow demo tests benchmarks
+	$(VENV)/bin/ruff format --check state_runtime dagster_project state_runtime_airflow demo tests benchmarks
 	$(VENV)/bin/mypy
+	$(AIRFLOW_VENV)/bin/mypy -p state_runtime_airflow
 
 format: $(STAMP)
-	$(VENV)/bin/ruff check --fix state_runtime dagster_project demo tests benchmarks
-	$(VENV)/bin/ruff format state_runtime dagster_project demo tests benchmarks
+	$(VENV)/bin/ruff check --fix state_runtime dagster_project state_runtime_airflow demo tests benchmarks
+	$(VENV)/bin/ruff format state_runtime dagster_project state_runtime_airflow demo tests benchmarks
 
 demo: $(STAMP) check-java
 	$(PY) -m demo
@@ -125,4 +149,4 @@ bench-schema: $(STAMP)
 	$(PY) benchmarks/bench_schema_evolution.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output
+	rm -rf $(VENV) $(AIRFLOW_VENV) .pytest_cache .mypy_cache .ruff_cache demo-output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +15,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytest_plugins = ["tests.s3_fixtures"]
+
+# tests/airflow runs in the Airflow environment (`make test-airflow`); the Dagster one has no
+# Airflow to import.
+collect_ignore = [] if importlib.util.find_spec("airflow") else ["airflow"]
 
 BACKENDS = ["local", "s3"]
 _BACKEND_MARKS = {"s3": pytest.mark.s3}

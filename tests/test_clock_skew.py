@@ -3,9 +3,10 @@
 Maintenance hosts whose wall clock is off run as real processes (``tests/faults/clock_shim.c``
 shifts ``clock_gettime``, ``gettimeofday`` and ``time`` by LD_PRELOAD). One 15 minutes ahead
 does not see a live 10-minute lease as expired; one 2 hours ahead does not see files of the
-last hour as past a 1-hour window; a writer 2 hours behind writes files that look old, and
-still no needed file goes. Before the catalog used the database's clock, the first two took
-the lease and deleted the files.
+last hour as past a 1-hour window, nor a fresh unfinished write (temporary file) or an
+untracked new file as old, in cleanup or reconciliation; a writer 2 hours behind writes files
+that look old, and still no needed file goes. Before the catalog used the database's clock,
+the first ones took the lease and deleted the files.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -46,7 +48,7 @@ import json, sys
 from datetime import UTC, datetime, timedelta
 from state_runtime.catalog import Catalog, StoreKey
 from state_runtime.identity import StoreId
-from state_runtime.maintenance import Fleet, MaintenancePolicy, cleanup_pass
+from state_runtime.maintenance import Fleet, MaintenancePolicy, cleanup_pass, reconcile
 from state_runtime.retention import RetentionPolicy
 from state_runtime.storage import LocalStorage
 
@@ -61,10 +63,15 @@ with Catalog.open(spec["url"]) as catalog:
     else:
         policy = MaintenancePolicy(retention=RetentionPolicy(
             window=timedelta(hours=1), orphan_grace=timedelta(hours=1)))
-        storage = LocalStorage(spec["root"])
+        storage = LocalStorage(spec["path"])
         fleet = Fleet(catalog, open_storage=lambda root: storage, owner="skewed-host")
-        report = cleanup_pass(fleet, policy, execute=True)
-        answer["deleted"] = len(report.deleted)
+        if spec["do"] == "clean":
+            report = cleanup_pass(fleet, policy, execute=True)
+            answer["deleted"] = len(report.deleted)
+        else:
+            report = reconcile(fleet, policy, execute=True)
+            answer["in_flight"] = report.in_flight
+        answer["leftovers_removed"] = len(report.leftovers.removed)
 print(json.dumps(answer), flush=True)
 """
 
@@ -77,7 +84,11 @@ def clock_shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def on_skewed_host(
     clock_shim: Path, skew: timedelta, catalog: Catalog, root: str, do: str
 ) -> dict[str, object]:
-    spec = {"url": catalog.engine.url.render_as_string(hide_password=False), "root": root}
+    spec = {
+        "url": catalog.engine.url.render_as_string(hide_password=False),
+        "root": root,
+        "path": unquote(urlsplit(root).path),  # the folder (LocalStorage takes a path)
+    }
     done = subprocess.run(
         [sys.executable, "-c", SKEWED_HOST, json.dumps(spec | {"do": do})],
         cwd=REPO,
@@ -138,6 +149,28 @@ def test_a_host_ahead_deletes_nothing_inside_the_window(
     for store in STORES:
         for version in (13, 14):
             assert stream.loaded(store, version) == stream.expected(store, version)
+
+
+def test_a_host_ahead_sweeps_no_fresh_write(stream: StoreStream, clock_shim: Path) -> None:
+    """A temporary file a writer left a minute ago (unlocked: a killed writer's, or one in
+    the instant before its lock) and a new file the catalog has not recorded yet: to a
+    maintenance host two hours ahead both are young, by the database's clock; its cleanup
+    and its reconciliation leave them. Two hours on by the database, both may go."""
+    folder = stream.storage.root / STORES[0].directory  # type: ignore[attr-defined]
+    temporary = folder / ".tmp-skewtest.part"
+    temporary.write_bytes(b"half a file")
+    fresh = stream.write(STORES[0])[0].path  # written, not recorded: a batch in flight
+    for do in ("clean", "reconcile"):
+        answer = on_skewed_host(clock_shim, timedelta(hours=2), stream.catalog, stream.root, do)
+        assert answer["leftovers_removed"] == 0 and temporary.exists(), do
+    assert answer["in_flight"] == [fresh], answer  # seen, too young to record as an orphan
+    later = cleanup_pass(
+        Fleet(stream.catalog, open_storage=lambda root: stream.storage),
+        HOUR_WINDOW,
+        execute=True,
+        now=stream.catalog.now() + timedelta(hours=2),
+    )
+    assert later.leftovers.removed and not temporary.exists()
 
 
 WRITER_BEHIND = """

@@ -27,6 +27,7 @@ OPTIONAL = (
     "grpc",
     "grpc_status",
     "zstandard",
+    "airflow",
 )
 
 BLOCK_OPTIONAL = f"""
@@ -62,9 +63,11 @@ def test_the_base_dependencies_leave_the_optional_parts_to_extras() -> None:
     assert any("boto3" in r for r in extras["s3"])
     assert any("click" in r for r in extras["cli"]) and any("rich" in r for r in extras["cli"])
     assert any(r.startswith("dagster>") for r in extras["dagster"])
-    assert (
-        "state-runtime[postgres,s3,cli,connect,dagster]" in extras["dev"]
-    )  # make install: everything
+    # make install: everything but Airflow, which has its own environment (make install-airflow)
+    assert "state-runtime[postgres,s3,cli,connect,dagster,test,typing]" in extras["dev"]
+    assert any(r.startswith("apache-airflow>=3") for r in extras["airflow"])
+    assert "state-runtime[airflow,test,typing]" in extras["airflow-dev"]
+    assert not [r for r in extras["airflow"] + extras["airflow-dev"] if "dagster" in r]
 
 
 def test_store_catalog_and_runtime_work_without_the_extras(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import state_runtime
 PACKAGE = Path(state_runtime.__file__).parent
 REPO = PACKAGE.parent
 DAGSTER = REPO / "dagster_project"
+AIRFLOW = REPO / "state_runtime_airflow"
 FRONTS = [REPO / "benchmarks", REPO / "scripts", REPO / "demo"]
 CATALOG = PACKAGE / "catalog"
 SQL_LIBRARIES = ("sqlalchemy", "alembic", "psycopg2")
@@ -107,7 +108,7 @@ def test_state_runtime_has_no_import_cycle() -> None:
 def _outside_catalog() -> list[Path]:
     """Every module that must reach SQL through ``Catalog`` (the benchmarks measure the
     catalog's own queries, so they may import its modules: public names only, see below)."""
-    roots = [PACKAGE, DAGSTER, REPO / "scripts", REPO / "demo"]
+    roots = [PACKAGE, DAGSTER, AIRFLOW, REPO / "scripts", REPO / "demo"]
     return [p for root in roots for p in root.rglob("*.py") if CATALOG not in p.parents]
 
 
@@ -191,7 +192,7 @@ def test_the_catalog_calls_hold_no_sql() -> None:
 
 def test_every_module_says_why_at_the_top() -> None:
     """Each module opens with a docstring: what it is for, in a line or a paragraph."""
-    roots = [PACKAGE, DAGSTER, *FRONTS]
+    roots = [PACKAGE, DAGSTER, AIRFLOW, *FRONTS]
     missing = [
         str(p.relative_to(REPO))
         for root in roots
@@ -205,9 +206,28 @@ def test_no_two_modules_share_a_name() -> None:
     """A module's name says which room it is in: no basename repeats (package markers and
     entry points aside; migrations are named by revision)."""
     seen: dict[str, list[str]] = {}
-    for root in [PACKAGE, DAGSTER, *FRONTS, REPO / "tests"]:
+    for root in [PACKAGE, DAGSTER, AIRFLOW, *FRONTS, REPO / "tests"]:
         for p in root.rglob("*.py"):
             if p.name in ("__init__.py", "__main__.py", "conftest.py") or "versions" in p.parts:
                 continue
             seen.setdefault(p.name, []).append(str(p.relative_to(REPO)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def test_each_orchestrator_is_a_layer_over_the_library_alone() -> None:
+    """The library imports neither orchestrator; the Airflow provider never imports Dagster
+    (nor the Dagster project), and the Dagster project never imports Airflow: each runs in an
+    environment without the other."""
+    forbidden = {
+        PACKAGE: {"dagster", "dagster_project", "airflow", "state_runtime_airflow"},
+        DAGSTER: {"airflow", "state_runtime_airflow"},
+        AIRFLOW: {"dagster", "dagster_project"},
+    }
+    offenders = {
+        str(path.relative_to(REPO)): sorted(bad)
+        for root, names in forbidden.items()
+        for path in root.rglob("*.py")
+        if (bad := {n for n in external_imports(path) if n.split(".")[0] in names})
+    }
+    assert not offenders, offenders
+    assert "airflow.sdk" in external_imports(AIRFLOW / "operators.py")

@@ -92,14 +92,8 @@ class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
     def policy(self) -> MaintenancePolicy:
         """The environment's policy with this resource's fields over it; an invalid field
         raises the library's error naming it (MaintenanceRefused below the safety floor)."""
-        values: dict[str, object] = {}
-        labels: dict[str, str] = {}
-        for setting in MAINTENANCE:
-            raw = getattr(self, setting.name)
-            if raw is not None:
-                labels[setting.name] = f"maintenance resource {setting.name}={raw!r}"
-                values[setting.name] = setting.parse(str(raw), labels[setting.name])
-        return MaintenancePolicy.from_env().with_overrides(values, labels)
+        fields = {setting.name: getattr(self, setting.name) for setting in MAINTENANCE}
+        return MaintenancePolicy.from_env().with_settings(fields, "maintenance resource")
 
     @contextmanager
     def catalog(self) -> Iterator[Catalog]:

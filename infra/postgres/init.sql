@@ -13,7 +13,7 @@ WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'dagster')\gexec
 -- The catalog's least-privilege roles (docs/running-for-real.md): streaming jobs log in as
 -- state_runtime, Dagster and statestore's maintenance as state_maintenance, people reading
 -- as state_reader. Their rights come from the owner (state) running
--- `python -m state_runtime.catalog grants --apply` after every upgrade.
+-- `python -m state_runtime.catalog grants --apply` once; every later upgrade re-applies them.
 SELECT 'CREATE ROLE state_runtime LOGIN PASSWORD ''state_runtime'''
 WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'state_runtime')\gexec
 SELECT 'CREATE ROLE state_maintenance LOGIN PASSWORD ''state_maintenance'''

@@ -6,7 +6,12 @@ PostgreSQL in production, SQLite as the embedded default; the URL comes from
 """
 
 from state_runtime.catalog.catalog import Catalog
-from state_runtime.catalog.connection_settings import URL_ENV, CatalogTimeouts, catalog_url
+from state_runtime.catalog.connection_settings import (
+    URL_ENV,
+    CatalogTimeouts,
+    catalog_url,
+    catalog_url_of,
+)
 from state_runtime.catalog.engine import RetryPolicy
 from state_runtime.catalog.records import (
     BatchCommit,
@@ -77,6 +82,7 @@ __all__ = [
     "Verification",
     "VersionHistory",
     "catalog_url",
+    "catalog_url_of",
     "head_revision",
     "upgrade",
 ]

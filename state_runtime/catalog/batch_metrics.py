@@ -7,6 +7,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from state_runtime.catalog.reading import read_batch_metrics
 from state_runtime.catalog.records import BatchMetrics, RecordedBatchMetrics
 from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.statements import upsert
@@ -63,9 +64,9 @@ def batch_metrics_history(
     connection: Connection, root: str, query_id: str, limit: int
 ) -> list[RecordedBatchMetrics]:
     """A query's recorded batch metrics, newest batch first."""
-    m = batch_metrics.c
+    m = read_batch_metrics.c
     rows = connection.execute(
-        sa.select(batch_metrics)
+        sa.select(read_batch_metrics)
         .where(m.checkpoint_root == root, m.query_id == query_id)
         .order_by(m.batch_id.desc())
         .limit(limit)

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.inventory import RecordedFile, committed_ids_at, record_files
+from state_runtime.catalog.reading import read_commits, read_stores
 from state_runtime.catalog.records import BatchCommit, CommitEntry
 from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.rows import is_store, key_of, store_id_of
@@ -345,7 +346,7 @@ def commit_history(
     limit: int = 100,
 ) -> list[CommitEntry]:
     """Commit-log entries below ``root``, newest batch first."""
-    c, s = commit_log.c, stores.c
+    c, s = read_commits.c, read_stores.c
     query = (
         sa.select(
             s.checkpoint_root,
@@ -358,7 +359,7 @@ def commit_history(
             c.checkpoint_id,
             c.committed_at,
         )
-        .join(stores, s.store_id == c.store_id)
+        .join(read_stores, s.store_id == c.store_id)
         .where(s.checkpoint_root == root)
         .order_by(c.batch_id.desc(), s.operator_id, s.partition_id, s.store_name)
         .limit(limit)
@@ -366,7 +367,7 @@ def commit_history(
     if query_id is not None:
         query = query.where(c.query_id == query_id)
     if store is not None:
-        query = query.where(is_store(store))
+        query = query.where(is_store(store, read_stores))
     return [
         CommitEntry(
             key=key_of(r),

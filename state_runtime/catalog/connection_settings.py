@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from state_runtime.durations import format_duration
 from state_runtime.errors import InvalidArgument
 from state_runtime.settings import CATALOG_TIMEOUTS, default_of
@@ -31,6 +33,32 @@ def catalog_url(base_dir: str | os.PathLike[str] | None = None) -> str:
         return configured
     directory = Path(base_dir) if base_dir is not None else Path.cwd() / DEFAULT_DIR
     return f"sqlite:///{(directory / DEFAULT_FILE).resolve()}"
+
+
+def catalog_url_of(
+    drivername: str,
+    *,
+    database: str | None,
+    host: str | None = None,
+    port: int | None = None,
+    username: str | None = None,
+    password: str | None = None,
+    query: Mapping[str, str] | None = None,
+) -> str:
+    """The catalog's URL from its parts, each quoted as needed (how an orchestrator's
+    connection record, with its login and password in separate fields, becomes one)."""
+    if not database:
+        raise InvalidArgument(f"a {drivername} catalog needs a database (or file) name")
+    url = sa.URL.create(
+        drivername,
+        username=username or None,
+        password=password or None,
+        host=host or None,
+        port=port,
+        database=database,
+        query=dict(query or {}),
+    )
+    return url.render_as_string(hide_password=False)
 
 
 @dataclass(frozen=True)

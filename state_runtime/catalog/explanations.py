@@ -10,20 +10,15 @@ from sqlalchemy.engine import Connection
 
 from state_runtime import retention as rule
 from state_runtime.catalog.inventory import files_at
+from state_runtime.catalog.reading import read_deletions, read_files, read_stores
 from state_runtime.catalog.records import (
     Deletion,
     Explanation,
     StoreKey,
 )
 from state_runtime.catalog.retention_sql import Scope, live_files, verdict_rows
-from state_runtime.catalog.rows import FILE_COLUMNS, file_record, store_id_of
-from state_runtime.catalog.tables import (
-    FileState,
-    Verification,
-    checkpoint_files,
-    deletion_ledger,
-    stores,
-)
+from state_runtime.catalog.rows import READ_FILE_COLUMNS, file_record, store_id_of
+from state_runtime.catalog.tables import FileState, Verification
 from state_runtime.retention import RetentionPolicy, Verdict
 from state_runtime.store.file_verification import MISSING
 
@@ -42,8 +37,8 @@ def explain(
     A file whose last verification failed, or that the caller found ``absent`` from storage,
     is never called needed: the answer says what is lost without it and what still loads.
     """
-    s, f, d = stores.c, checkpoint_files.c, deletion_ledger.c
-    matches = files_at(connection, root, [path], f.file_id, f.store_id, f.state)
+    s, f, d = read_stores.c, read_files.c, read_deletions.c
+    matches = files_at(connection, root, [path], f.file_id, f.store_id, f.state, files=read_files)
     found = matches[0] if matches else None
     if found is None:
         return Explanation(
@@ -55,10 +50,10 @@ def explain(
         )
     if found.state == FileState.DELETED.value:
         row = connection.execute(
-            sa.select(*FILE_COLUMNS, d.run_id, d.reason.label("ledger_reason"), d.deleted_at)
-            .select_from(checkpoint_files)
-            .join(stores, s.store_id == f.store_id)
-            .join(deletion_ledger, d.file_id == f.file_id)
+            sa.select(*READ_FILE_COLUMNS, d.run_id, d.reason.label("ledger_reason"), d.deleted_at)
+            .select_from(read_files)
+            .join(read_stores, s.store_id == f.store_id)
+            .join(read_deletions, d.file_id == f.file_id)
             .where(f.file_id == found.file_id)
         ).one()
         deletion = Deletion(

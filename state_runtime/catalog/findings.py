@@ -17,8 +17,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.inventory import files_at, lock_stores, record_files, store_ids
+from state_runtime.catalog.reading import read_files, read_problems, read_repairs, read_stores
 from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
-from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, is_store, key_of
+from state_runtime.catalog.rows import (
+    READ_STORE_KEY_COLUMNS,
+    AnyRow,
+    is_store,
+    key_of,
+)
 from state_runtime.catalog.statements import chunks
 from state_runtime.catalog.tables import (
     Verification,
@@ -191,10 +197,10 @@ def problems(
     connection: Connection, root: str | None, store: StoreId | None, *, only_open: bool = True
 ) -> list[StoreProblem]:
     """Store problems (open ones by default), oldest first."""
-    s, p = stores.c, store_problems.c
+    s, p = read_stores.c, read_problems.c
     query = (
         sa.select(
-            *STORE_KEY_COLUMNS,
+            *READ_STORE_KEY_COLUMNS,
             p.problem_id,
             p.problem,
             p.path,
@@ -204,7 +210,7 @@ def problems(
             p.resolved_at,
             p.resolution,
         )
-        .join(stores, s.store_id == p.store_id)
+        .join(read_stores, s.store_id == p.store_id)
         .order_by(p.detected_at, p.problem_id)
     )
     if only_open:
@@ -212,7 +218,7 @@ def problems(
     if root is not None:
         query = query.where(s.checkpoint_root == root)
     if store is not None:
-        query = query.where(is_store(store))
+        query = query.where(is_store(store, read_stores))
     return [
         StoreProblem(
             problem_id=row.problem_id,
@@ -330,10 +336,10 @@ def finish_repair(
 
 def repairs(connection: Connection, root: str | None) -> list[Repair]:
     """Every repair, newest first."""
-    s, f, r = stores.c, checkpoint_files.c, file_repairs.c
+    s, f, r = read_stores.c, read_files.c, read_repairs.c
     query = (
         sa.select(
-            *STORE_KEY_COLUMNS,
+            *READ_STORE_KEY_COLUMNS,
             f.path,
             r.run_id,
             r.problem,
@@ -345,8 +351,8 @@ def repairs(connection: Connection, root: str | None) -> list[Repair]:
             r.removed_at,
             r.finished_at,
         )
-        .join(checkpoint_files, f.file_id == r.file_id)
-        .join(stores, s.store_id == f.store_id)
+        .join(read_files, f.file_id == r.file_id)
+        .join(read_stores, s.store_id == f.store_id)
         .order_by(r.repair_id.desc())
     )
     if root is not None:

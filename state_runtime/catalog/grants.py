@@ -6,15 +6,19 @@
   files, commit batches, record holders, batch metrics and watermarks. SELECT, INSERT and
   UPDATE on those tables, SELECT on the rest; no DELETE, no DDL.
 - maintenance: the runtime's rights plus what snapshots, cleanup, validation, repair and
-  leases need: INSERT, UPDATE and DELETE on every table but the schema's revision; no DDL.
-- reader: SELECT only (the operators' views and the tables ``statestore``'s read commands
-  read: nothing secret is stored in them).
+  leases need: INSERT, UPDATE and DELETE on every table but the owner's (the schema's
+  revision and the role names); no DDL.
+- reader: SELECT on the operators' views only (:mod:`~state_runtime.catalog.views`, the
+  reading views of :mod:`~state_runtime.catalog.reading` included), no table: on PostgreSQL
+  a view reads its tables with its owner's rights. No view is writable by any role.
 
-Default privileges make every table or view the owner creates later readable by the three
-roles and writable by maintenance, so the views an upgrade recreates keep their grants; the
-runtime's writes are per table, so run ``grants --apply`` again after an upgrade that adds a
-table. Rendered as SQL (printed, or applied as the owner in one transaction), never built
-from unchecked input: role names are checked identifiers, quoted.
+``grants --apply`` records the role names in ``catalog_roles``; every upgrade then applies
+the same grants again, as its last step in its transaction (``migrations/env.py``), so the
+tables a migration adds and the views it recreates carry their rights without a manual step.
+Default privileges cover a table the owner creates outside a migration (readable by the
+runtime and maintenance, writable by maintenance). Rendered as SQL (printed, or applied as
+the owner in one transaction), never built from unchecked input: role names are checked
+identifiers, quoted.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from state_runtime.catalog import views
 from state_runtime.catalog.engine import RetryPolicy, run_transaction
 from state_runtime.catalog.tables import (
     batch_metrics,
     batch_watermarks,
+    catalog_roles,
     checkpoint_files,
     commit_log,
     operator_schemas,
@@ -52,7 +58,8 @@ RUNTIME_WRITES = tuple(
     )
 )
 """The tables a streaming job inserts into and updates (never deletes from)."""
-REVISION_TABLE = "alembic_version"
+OWNER_TABLES = ("alembic_version", catalog_roles.name)
+"""The tables only the owner writes: the schema's revision and the role names."""
 _ROLE_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -82,9 +89,14 @@ class Roles:
             raise InvalidArgument(f"the four catalog roles need four distinct names: {names}")
 
 
+def reader_views() -> list[str]:
+    """The views the reader may select from: every view the catalog renders on PostgreSQL."""
+    return [d.name for d in views.rendered("postgresql") if d.kind == "VIEW"]
+
+
 def grants_sql(roles: Roles, schema: str) -> list[str]:
-    """The statements that create the three roles (NOLOGIN, if missing) and grant their
-    rights in ``schema``; run as ``roles.owner``. Safe to run again."""
+    """The statements that create the three roles (NOLOGIN, if missing), grant their rights
+    in ``schema`` and record the four names; run as ``roles.owner``. Safe to run again."""
     s = _ident(schema)
     owner, runtime = _ident(roles.owner), _ident(roles.runtime)
     maintenance, reader = _ident(roles.maintenance), _ident(roles.reader)
@@ -95,22 +107,54 @@ def grants_sql(roles: Roles, schema: str) -> list[str]:
         for name in (roles.runtime, roles.maintenance, roles.reader)
     ]
     written = ", ".join(f"{s}.{_ident(t)}" for t in RUNTIME_WRITES)
+    owners = ", ".join(f"{s}.{_ident(t)}" for t in OWNER_TABLES)
+    read = ", ".join(f"{s}.{_ident(v)}" for v in reader_views())
+    default = f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {s}"
     statements += [
         f"REVOKE CREATE ON SCHEMA {s} FROM {users}",
         f"GRANT USAGE ON SCHEMA {s} TO {users}",
-        f"GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {users}",
+        f"REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM {reader}",
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {runtime}, {maintenance}",
         f"GRANT INSERT, UPDATE ON {written} TO {runtime}",
         f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {maintenance}",
-        f"REVOKE INSERT, UPDATE, DELETE ON {s}.{_ident(REVISION_TABLE)} FROM {maintenance}",
+        f"REVOKE INSERT, UPDATE, DELETE ON {owners} FROM {maintenance}",
+        f"REVOKE INSERT, UPDATE, DELETE ON {read} FROM {runtime}, {maintenance}",
+        f"GRANT SELECT ON {read} TO {reader}",
         f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {s} TO {runtime}, {maintenance}",
-        f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {s} GRANT SELECT ON TABLES "
-        f"TO {users}",
-        f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {s} GRANT INSERT, UPDATE, DELETE "
-        f"ON TABLES TO {maintenance}",
-        f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {s} GRANT USAGE, SELECT ON "
-        f"SEQUENCES TO {runtime}, {maintenance}",
+        f"{default} REVOKE SELECT ON TABLES FROM {reader}",
+        f"{default} GRANT SELECT ON TABLES TO {runtime}, {maintenance}",
+        f"{default} GRANT INSERT, UPDATE, DELETE ON TABLES TO {maintenance}",
+        f"{default} GRANT USAGE, SELECT ON SEQUENCES TO {runtime}, {maintenance}",
+        f"DELETE FROM {s}.{_ident(catalog_roles.name)}",
+        f"INSERT INTO {s}.{_ident(catalog_roles.name)} (kind, role_name) VALUES "
+        + ", ".join(
+            f"('{kind}', '{name}')"
+            for kind, name in (
+                ("owner", roles.owner),
+                ("runtime", roles.runtime),
+                ("maintenance", roles.maintenance),
+                ("reader", roles.reader),
+            )
+        ),
     ]
     return statements
+
+
+def reapply_grants(connection: Connection) -> bool:
+    """Apply the grants again to the roles ``grants --apply`` recorded (the last step of an
+    upgrade, as the owner, in its transaction); False if none were recorded (or SQLite)."""
+    if connection.dialect.name != "postgresql":
+        return False
+    recorded = dict(
+        connection.execute(sa.select(catalog_roles.c.kind, catalog_roles.c.role_name)).all()
+    )
+    if not recorded:
+        return False
+    schema = connection.execute(sa.text("SELECT current_schema()")).scalar_one()
+    roles = Roles(recorded.pop("owner"), **recorded)
+    for statement in grants_sql(roles, schema):
+        connection.exec_driver_sql(statement)
+    return True
 
 
 def catalog_grants(

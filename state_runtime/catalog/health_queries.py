@@ -9,6 +9,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from state_runtime.catalog.reading import (
+    read_commits,
+    read_files,
+    read_problems,
+    read_runs,
+    read_stores,
+)
 from state_runtime.catalog.records import (
     RecoveryCost,
     SnapshotCandidate,
@@ -17,17 +24,9 @@ from state_runtime.catalog.records import (
     problem_text,
 )
 from state_runtime.catalog.retention_sql import Scope, needed_files, verdicts
-from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
+from state_runtime.catalog.rows import READ_STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.statements import chunks
-from state_runtime.catalog.tables import (
-    FileState,
-    Verification,
-    checkpoint_files,
-    commit_log,
-    maintenance_runs,
-    store_problems,
-    stores,
-)
+from state_runtime.catalog.tables import FileState, Verification
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind
 from state_runtime.retention import RetentionPolicy
 
@@ -40,7 +39,7 @@ def _last_snapshots(scope: Scope) -> sa.Subquery:
     committed versions form one linear chain, so that snapshot lies on the latest version's
     lineage.
     """
-    f = checkpoint_files.c
+    f = read_files.c
     return (
         sa.select(
             f.store_id,
@@ -62,7 +61,7 @@ def _loadable_versions(scope: Scope) -> sa.Subquery:
     """Per store, how many committed versions still load from the files kept: version ``v``
     loads when no committed delta at or below it is gone, or a verified committed snapshot
     lies between the newest gone one and ``v`` (the loader's walk, counted in SQL)."""
-    c, f = commit_log.c, checkpoint_files.c
+    c, f = read_commits.c, read_files.c
     live = [state.value for state in (FileState.WRITTEN, FileState.COMMITTED, FileState.ORPHAN)]
     gone = sa.case((f.state.not_in(live), c.version), else_=0)
     steps = (
@@ -73,11 +72,11 @@ def _loadable_versions(scope: Scope) -> sa.Subquery:
             .over(partition_by=c.store_id, order_by=c.version, rows=(None, 0))
             .label("gone_below"),
         )
-        .join(checkpoint_files, f.file_id == c.file_id)
+        .join(read_files, f.file_id == c.file_id)
         .where(scope.filter(c.store_id))
         .subquery("steps")
     )
-    snap = checkpoint_files.alias("base")
+    snap = read_files.alias("base")
     bridged = (
         sa.select(snap.c.file_id)
         .where(
@@ -101,7 +100,7 @@ def _loadable_versions(scope: Scope) -> sa.Subquery:
 def snapshot_candidates_query(min_deltas: int, root: str | None) -> sa.Select[Any]:
     """Stores with at least ``min_deltas`` committed deltas since their last snapshot,
     longest chains first."""
-    s = stores.c
+    s = read_stores.c
     snap = _last_snapshots(Scope(root=root))
     since = sa.func.coalesce(snap.c.snapshot_version, 0)
     deltas = (s.latest_version - since).label("deltas")
@@ -141,7 +140,7 @@ def store_health(
     connection: Connection, policy: RetentionPolicy, root: str | None, now: datetime
 ) -> list[StoreHealth]:
     """Each store's figures; ``reclaimable_*`` are what cleanup under ``policy`` frees now."""
-    s, f, c, r = stores.c, checkpoint_files.c, commit_log.c, maintenance_runs.c
+    s, f, c, r = read_stores.c, read_files.c, read_commits.c, read_runs.c
     scope = Scope(root=root)
     live = [state.value for state in (FileState.WRITTEN, FileState.COMMITTED, FileState.ORPHAN)]
     files = (
@@ -180,8 +179,8 @@ def store_health(
         .group_by(s.checkpoint_root)
         .subquery("newest")
     )
-    latest_file = checkpoint_files.alias("latest_file")
-    chain = commit_log.alias("chain")
+    latest_file = read_files.alias("latest_file")
+    chain = read_commits.alias("chain")
     problems = _problems(scope)
     query = (
         sa.select(
@@ -217,15 +216,15 @@ def store_health(
             chain.c.committed_at.label("chain_since"),
             files.c.oldest_orphan_at,
         )
-        .select_from(stores)
+        .select_from(read_stores)
         .join(newest, newest.c.checkpoint_root == s.checkpoint_root)
         .outerjoin(snap, snap.c.store_id == s.store_id)
         .outerjoin(loadable, loadable.c.store_id == s.store_id)
-        .outerjoin(commit_log, sa.and_(c.store_id == s.store_id, c.version == s.latest_version))
+        .outerjoin(read_commits, sa.and_(c.store_id == s.store_id, c.version == s.latest_version))
         .outerjoin(latest_file, latest_file.c.file_id == c.file_id)
         .outerjoin(files, files.c.store_id == s.store_id)
         .outerjoin(reclaim, reclaim.c.store_id == s.store_id)
-        .outerjoin(maintenance_runs, r.run_id == s.last_run_id)
+        .outerjoin(read_runs, r.run_id == s.last_run_id)
         .outerjoin(
             chain,
             sa.and_(
@@ -235,7 +234,7 @@ def store_health(
         )
         .outerjoin(problems, problems.c.store_id == s.store_id)
         .where(scope.filter(s.store_id))
-        .order_by(*STORE_KEY_COLUMNS)
+        .order_by(*READ_STORE_KEY_COLUMNS)
     )
     rows = connection.execute(query).all()
     first = _first_problems(connection, [row.store_id for row in rows if row.open_problems])
@@ -244,7 +243,7 @@ def store_health(
 
 def _problems(scope: Scope) -> sa.Subquery:
     """Per store: open problems, since when, and when a problem was last resolved."""
-    p = store_problems.c
+    p = read_problems.c
     is_open = p.resolved_at.is_(None)
     return (
         sa.select(
@@ -261,7 +260,7 @@ def _problems(scope: Scope) -> sa.Subquery:
 
 def _first_problems(connection: Connection, ids: list[int]) -> dict[int, str]:
     """The oldest open problem of each store in ``ids``, naming its file."""
-    p = store_problems.c
+    p = read_problems.c
     first: dict[int, str] = {}
     for part in chunks(sorted(ids)):
         rows = connection.execute(
@@ -315,16 +314,16 @@ def recovery_costs(connection: Connection, root: str | None) -> dict[StoreKey, R
     """Per store (of ``root``, or all), the files and bytes loading its latest committed
     version reads: the "files needed by the retained versions" walk, newest version only."""
     nf = needed_files(1, Scope(root=root)).subquery("nf")
-    f = checkpoint_files.c
+    f = read_files.c
     query = (
         sa.select(
-            *STORE_KEY_COLUMNS,
+            *READ_STORE_KEY_COLUMNS,
             sa.func.count().label("files"),
             sa.func.sum(f.size_bytes).label("bytes"),
         )
         .select_from(nf)
-        .join(checkpoint_files, f.file_id == nf.c.file_id)
-        .join(stores, stores.c.store_id == nf.c.store_id)
-        .group_by(*STORE_KEY_COLUMNS)
+        .join(read_files, f.file_id == nf.c.file_id)
+        .join(read_stores, read_stores.c.store_id == nf.c.store_id)
+        .group_by(*READ_STORE_KEY_COLUMNS)
     )
     return {key_of(r): RecoveryCost(int(r.files), int(r.bytes)) for r in connection.execute(query)}

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from state_runtime.catalog.reading import read_commits, read_deletions, read_files, read_stores
 from state_runtime.catalog.records import HistoryFile, VersionHistory
-from state_runtime.catalog.rows import STORE_KEY_COLUMNS, key_of
+from state_runtime.catalog.rows import READ_STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.statements import chunks
-from state_runtime.catalog.tables import checkpoint_files, commit_log, deletion_ledger, stores
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 
 
@@ -25,18 +25,18 @@ def version_history(
 ) -> list[VersionHistory]:
     """The ``limit`` newest committed versions below ``root`` (of the stores in ``only``, of
     the query ``query_id``), newest commit first; each with the files of its checkpoint id."""
-    s, c = stores.c, commit_log.c
+    s, c = read_stores.c, read_commits.c
     query = (
         sa.select(
             c.store_id,
-            *STORE_KEY_COLUMNS,
+            *READ_STORE_KEY_COLUMNS,
             c.version,
             c.checkpoint_id,
             c.query_id,
             c.batch_id,
             c.committed_at,
         )
-        .join(stores, s.store_id == c.store_id)
+        .join(read_stores, s.store_id == c.store_id)
         .where(s.checkpoint_root == root)
         .order_by(c.committed_at.desc(), c.batch_id.desc(), s.operator_id, s.partition_id)
         .limit(limit)
@@ -81,7 +81,7 @@ def _files(
 ) -> dict[tuple[int, int, str], list[tuple[int, HistoryFile]]]:
     """The files of each (store id, version, checkpoint id), with the state rows at that
     version (every file of a version records them)."""
-    f, d = checkpoint_files.c, deletion_ledger.c
+    f, d = read_files.c, read_deletions.c
     keys = set(wanted)
     found: dict[tuple[int, int, str], list[tuple[int, HistoryFile]]] = defaultdict(list)
     for part in chunks(sorted(keys)):
@@ -102,7 +102,7 @@ def _files(
                 d.run_id,
                 d.reason,
             )
-            .outerjoin(deletion_ledger, d.file_id == f.file_id)
+            .outerjoin(read_deletions, d.file_id == f.file_id)
             .where(
                 f.store_id.in_({k[0] for k in part}),
                 f.version.in_({k[1] for k in part}),
@@ -135,11 +135,11 @@ def _files(
 
 def query_ids(connection: Connection, root: str) -> list[str]:
     """The queries that committed below ``root``."""
-    s, c = stores.c, commit_log.c
+    s, c = read_stores.c, read_commits.c
     query = (
         sa.select(c.query_id)
         .distinct()
-        .join(stores, s.store_id == c.store_id)
+        .join(read_stores, s.store_id == c.store_id)
         .where(s.checkpoint_root == root)
         .order_by(c.query_id)
     )

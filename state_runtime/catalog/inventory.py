@@ -17,9 +17,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from state_runtime.catalog.reading import read_stores
 from state_runtime.catalog.records import StoreKey, StoreRecord
 from state_runtime.catalog.roots import validate_root
-from state_runtime.catalog.rows import STORE_KEY_COLUMNS, AnyRow, is_store, key_of, store_id_of
+from state_runtime.catalog.rows import (
+    READ_STORE_KEY_COLUMNS,
+    STORE_KEY_COLUMNS,
+    AnyRow,
+    is_store,
+    key_of,
+    store_id_of,
+)
 from state_runtime.catalog.statements import chunks, insert_ignoring
 from state_runtime.catalog.tables import (
     FileState,
@@ -75,7 +83,7 @@ def committed_ids_at(
 
 def store_ids(connection: Connection, root: str, wanted: Iterable[StoreId]) -> dict[StoreId, int]:
     """The ids of the stores in ``wanted`` that the catalog knows (no insert)."""
-    s = stores.c
+    s = read_stores.c
     wanted = set(wanted)
     found: dict[StoreId, int] = {}
     for part in chunks(sorted(wanted)):
@@ -161,25 +169,33 @@ def _located(path: str) -> tuple[StoreId, int] | None:
 
 
 def files_at(
-    connection: Connection, root: str, paths: Iterable[str], *columns: Any
+    connection: Connection,
+    root: str,
+    paths: Iterable[str],
+    *columns: Any,
+    files: sa.TableClause = checkpoint_files,
 ) -> list[AnyRow]:
-    """``columns`` of the recorded files at ``paths`` below ``root`` (paths the catalog does
-    not know are left out). Looks files up through the index, never by scanning paths, so
-    that a cleanup recording 100,000 deletions costs index probes, not table scans."""
+    """``columns`` of ``files`` (the table, or its reading view) at ``paths`` below ``root``
+    (paths the catalog does not know are left out). Looks files up through the index, never
+    by scanning paths, so that a cleanup recording 100,000 deletions costs index probes, not
+    table scans."""
     located = {path: where for path in set(paths) if (where := _located(path)) is not None}
     ids = store_ids(connection, root, {store for store, _ in located.values()})
     wanted = {
         (ids[store], version, path) for path, (store, version) in located.items() if store in ids
     }
-    return [row for _, row in _rows_at(connection, wanted, columns)]
+    return [row for _, row in _rows_at(connection, wanted, columns, files)]
 
 
 def _rows_at(
-    connection: Connection, wanted: set[tuple[int, int, str]], columns: Sequence[Any]
+    connection: Connection,
+    wanted: set[tuple[int, int, str]],
+    columns: Sequence[Any],
+    files: sa.TableClause = checkpoint_files,
 ) -> list[tuple[str, AnyRow]]:
     """(path, row) for the files at the given (store id, version, path) triples. Per-column
     IN lists on (store_id, version) let the checkpoint index serve; exact paths are kept."""
-    f = checkpoint_files.c
+    f = files.c
     found: list[tuple[str, AnyRow]] = []
     for part in chunks(sorted(wanted)):
         # Match each chunk against its own files only: a file of another chunk may fall in
@@ -390,7 +406,8 @@ def register_store(
 
 def roots(connection: Connection) -> list[str]:
     """Every checkpoint root below which the catalog knows a store."""
-    return sorted(connection.execute(sa.select(stores.c.checkpoint_root).distinct()).scalars())
+    query = sa.select(read_stores.c.checkpoint_root).distinct()
+    return sorted(connection.execute(query).scalars())
 
 
 def relocate_root(connection: Connection, old: str, new: str) -> int:
@@ -412,9 +429,9 @@ def relocate_root(connection: Connection, old: str, new: str) -> int:
 
 def store_records(connection: Connection, root: str | None) -> list[StoreRecord]:
     """Every store the catalog knows (below ``root``, if given)."""
-    query = stores.select().order_by(*STORE_KEY_COLUMNS)
+    query = read_stores.select().order_by(*READ_STORE_KEY_COLUMNS)
     if root is not None:
-        query = query.where(stores.c.checkpoint_root == root)
+        query = query.where(read_stores.c.checkpoint_root == root)
     return [
         StoreRecord(
             key=key_of(r),

@@ -23,22 +23,15 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from state_runtime import retention as rule
 from state_runtime.catalog.inventory import store_ids
+from state_runtime.catalog.reading import read_commits, read_files, read_problems, read_stores
 from state_runtime.catalog.records import (
     FileRecord,
     FileVerdict,
     RetainedVersion,
     StoreKey,
 )
-from state_runtime.catalog.rows import FILE_COLUMNS, AnyRow, file_record
-from state_runtime.catalog.tables import (
-    LIVE_STATES,
-    FileState,
-    Verification,
-    checkpoint_files,
-    commit_log,
-    store_problems,
-    stores,
-)
+from state_runtime.catalog.rows import READ_FILE_COLUMNS, AnyRow, file_record
+from state_runtime.catalog.tables import LIVE_STATES, FileState, Verification
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import Fact, RetentionPolicy, Verdict
@@ -58,7 +51,9 @@ class Scope:
         if self.root is not None:
             conditions.append(
                 store_id.in_(
-                    sa.select(stores.c.store_id).where(stores.c.checkpoint_root == self.root)
+                    sa.select(read_stores.c.store_id).where(
+                        read_stores.c.checkpoint_root == self.root
+                    )
                 )
             )
         return sa.and_(sa.true(), *conditions)
@@ -110,9 +105,9 @@ def retained_bases(back: sa.FromClause, scope: Scope) -> sa.CTE:
     grow with history (a recursive CTE over base ids is blind to PostgreSQL's planner, which
     then re-hashes the inventory at every step of the walk).
     """
-    s = stores.c
+    s = read_stores.c
     version = s.latest_version - back.c.k
-    snap = checkpoint_files.alias("snap")
+    snap = read_files.alias("snap")
     base_version = (
         sa.select(sa.func.max(snap.c.version))
         .where(snap.c.store_id == s.store_id, _verified_snapshot(snap.c), snap.c.version <= version)
@@ -124,7 +119,7 @@ def retained_bases(back: sa.FromClause, scope: Scope) -> sa.CTE:
             version.label("retained_version"),
             sa.func.coalesce(base_version, 0).label("base_version"),
         )
-        .select_from(stores)
+        .select_from(read_stores)
         .join(back, sa.true())
         .where(version >= 1, scope.filter(s.store_id))
         .cte("retained")
@@ -132,7 +127,7 @@ def retained_bases(back: sa.FromClause, scope: Scope) -> sa.CTE:
 
 
 def needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
-    f = checkpoint_files.alias("needed_file")
+    f = read_files.alias("needed_file")
     r = retained.c
     snapshots = (
         sa.select(f.c.file_id, f.c.store_id, r.retained_version)
@@ -171,7 +166,7 @@ def fact_sql(
 ) -> Mapping[Fact, ColumnElement[bool]]:
     """Each fact of the rule about a ``checkpoint_files`` row, in SQL (``needed``, ``floor``
     and ``held`` come from the joins :func:`verdicts` makes)."""
-    f = checkpoint_files.c
+    f = read_files.c
     snapshot = f.kind == FileKind.SNAPSHOT.value
     return {
         Fact.NEEDED: needed,
@@ -220,7 +215,7 @@ def verdicts(
         .group_by(retained.c.store_id)
         .subquery("floors")
     )
-    p = store_problems.c
+    p = read_problems.c
     held = (
         sa.select(p.store_id)
         .where(p.resolved_at.is_(None), scope.filter(p.store_id))
@@ -228,20 +223,20 @@ def verdicts(
         .subquery("held")
     )
     is_held = held.c.store_id.is_not(None)
-    f = checkpoint_files.c
+    f = read_files.c
     if only_deletable:
         unknown = sa.null().cast(sa.BigInteger())
         facts = fact_sql(needed=sa.false(), floor=floors.c.floor, held=is_held, policy=policy)
         verdict = _verdict(facts)
         return (
             sa.select(
-                *FILE_COLUMNS,
+                *READ_FILE_COLUMNS,
                 verdict.label("verdict"),
                 unknown.label("needed_from"),
                 unknown.label("needed_to"),
                 facts[Fact.ABOVE_FLOOR].label("above_floor"),
             )
-            .join(stores, stores.c.store_id == f.store_id)
+            .join(read_stores, read_stores.c.store_id == f.store_id)
             .outerjoin(floors, floors.c.store_id == f.store_id)
             .outerjoin(held, held.c.store_id == f.store_id)
             .where(
@@ -268,14 +263,14 @@ def verdicts(
     )
     return (
         sa.select(
-            *FILE_COLUMNS,
+            *READ_FILE_COLUMNS,
             _verdict(facts).label("verdict"),
             needed.c.needed_from,
             needed.c.needed_to,
             facts[Fact.ABOVE_FLOOR].label("above_floor"),
         )
-        .select_from(checkpoint_files)
-        .join(stores, stores.c.store_id == f.store_id)
+        .select_from(read_files)
+        .join(read_stores, read_stores.c.store_id == f.store_id)
         .outerjoin(needed, needed.c.file_id == f.file_id)
         .outerjoin(floors, floors.c.store_id == f.store_id)
         .outerjoin(held, held.c.store_id == f.store_id)
@@ -287,7 +282,7 @@ def verdicts(
 
 
 _VERDICTS = {verdict.value: verdict for verdict in Verdict}
-_AFTER_FILE = len(FILE_COLUMNS)
+_AFTER_FILE = len(READ_FILE_COLUMNS)
 
 
 def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
@@ -321,8 +316,8 @@ def verdict_rows(
 ) -> list[tuple[int, FileVerdict]]:
     query = verdicts(policy, scope, now, only_deletable=only_deletable)
     if path is not None:
-        query = query.where(checkpoint_files.c.path == path)
-    f = checkpoint_files.c
+        query = query.where(read_files.c.path == path)
+    f = read_files.c
     query = query.order_by(f.version, f.store_id, f.kind, f.file_id)
     return [(row.file_id, _file_verdict(row, policy)) for row in connection.execute(query).all()]
 
@@ -342,10 +337,10 @@ def file_verdicts(
 
 def live_files(connection: Connection, store_id: int) -> list[FileRecord]:
     """The live files of one store, oldest versions first."""
-    f = checkpoint_files.c
+    f = read_files.c
     rows = connection.execute(
-        sa.select(*FILE_COLUMNS)
-        .join(stores, stores.c.store_id == f.store_id)
+        sa.select(*READ_FILE_COLUMNS)
+        .join(read_stores, read_stores.c.store_id == f.store_id)
         .where(f.store_id == store_id, f.state.in_([s.value for s in LIVE_STATES]))
         .order_by(f.version, f.kind, f.file_id)
     )
@@ -362,12 +357,12 @@ def retained_versions(
     store_id = ids[store]
     scope = Scope(store_ids=(store_id,))
     nf = needed_files(retain_versions, scope).subquery("nf")
-    f, c = checkpoint_files.c, commit_log.c
+    f, c = read_files.c, read_commits.c
     rows = connection.execute(
-        sa.select(*FILE_COLUMNS, nf.c.retained_version)
+        sa.select(*READ_FILE_COLUMNS, nf.c.retained_version)
         .select_from(nf)
-        .join(checkpoint_files, f.file_id == nf.c.file_id)
-        .join(stores, stores.c.store_id == f.store_id)
+        .join(read_files, f.file_id == nf.c.file_id)
+        .join(read_stores, read_stores.c.store_id == f.store_id)
         .order_by(nf.c.retained_version.desc(), f.version)
     ).all()
     by_version: dict[int, list[FileRecord]] = {}
@@ -375,8 +370,8 @@ def retained_versions(
         by_version.setdefault(row.retained_version, []).append(file_record(row))
     retained = connection.execute(
         sa.select(c.version, c.checkpoint_id)
-        .join(stores, stores.c.store_id == c.store_id)
-        .where(c.store_id == store_id, c.version > stores.c.latest_version - retain_versions)
+        .join(read_stores, read_stores.c.store_id == c.store_id)
+        .where(c.store_id == store_id, c.version > read_stores.c.latest_version - retain_versions)
         .order_by(c.version.desc())
     ).all()
     key = StoreKey(root, store)

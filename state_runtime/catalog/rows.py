@@ -1,5 +1,6 @@
 """Rows back to names and records: the store-column select, row -> StoreId/StoreKey, and the
-file columns every answer about files selects (row -> FileRecord)."""
+file columns every answer about files selects (row -> FileRecord); each for the tables (what
+writes select) and for their reading views (what reads select: :mod:`.reading`)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,24 @@ from typing import Any, TypeAlias
 import sqlalchemy as sa
 from sqlalchemy.engine import Row
 
+from state_runtime.catalog.reading import read_files, read_stores
 from state_runtime.catalog.records import FileRecord, StoreKey
 from state_runtime.catalog.tables import Verification, checkpoint_files, stores
 from state_runtime.identity import FileKind, StoreId
 
 AnyRow: TypeAlias = Row[*tuple[Any, ...]]
 
-STORE_KEY_COLUMNS = (
-    stores.c.checkpoint_root,
-    stores.c.operator_id,
-    stores.c.partition_id,
-    stores.c.store_name,
-)
-"""The columns that name a store; :func:`key_of` reads them back from a row (and
-:func:`store_id_of` the last three)."""
+Columns = tuple[sa.ColumnElement[Any], ...]
+
+
+def store_key_columns(s: sa.TableClause) -> Columns:
+    """The columns of ``s`` (the stores table or its view) that name a store; :func:`key_of`
+    reads them back from a row (and :func:`store_id_of` the last three)."""
+    return (s.c.checkpoint_root, s.c.operator_id, s.c.partition_id, s.c.store_name)
+
+
+STORE_KEY_COLUMNS = store_key_columns(stores)
+READ_STORE_KEY_COLUMNS = store_key_columns(read_stores)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -36,9 +41,9 @@ def store_id(operator_id: int, partition_id: int, store_name: str) -> StoreId:
     return StoreId(operator_id, partition_id, store_name)
 
 
-def is_store(store: StoreId) -> sa.ColumnElement[bool]:
-    """The WHERE clause that picks ``store`` (any root) from the stores table."""
-    s = stores.c
+def is_store(store: StoreId, table: sa.TableClause = stores) -> sa.ColumnElement[bool]:
+    """The WHERE clause that picks ``store`` (any root) from ``table`` (stores or its view)."""
+    s = table.c
     return sa.and_(
         s.operator_id == store.operator_id,
         s.partition_id == store.partition_id,
@@ -106,25 +111,16 @@ def file_record(row: AnyRow) -> FileRecord:
     )
 
 
-# The columns file_record reads, in its order; queries may append columns after them.
-FILE_COLUMNS = (
-    *STORE_KEY_COLUMNS,
-    checkpoint_files.c.file_id,
-    checkpoint_files.c.store_id,
-    checkpoint_files.c.path,
-    checkpoint_files.c.kind,
-    checkpoint_files.c.version,
-    checkpoint_files.c.checkpoint_id,
-    checkpoint_files.c.base_checkpoint_id,
-    checkpoint_files.c.size_bytes,
-    checkpoint_files.c.rows,
-    checkpoint_files.c.file_rows,
-    checkpoint_files.c.checksum,
-    checkpoint_files.c.created_at,
-    checkpoint_files.c.state,
-    checkpoint_files.c.state_reason,
-    checkpoint_files.c.verification,
-    checkpoint_files.c.verified_at,
-    checkpoint_files.c.verification_note,
-    checkpoint_files.c.claimed_by_run,
-)
+def file_columns(f: sa.TableClause, s: sa.TableClause) -> Columns:
+    """The columns :func:`file_record` reads, in its order, of ``f`` (checkpoint_files or
+    its view) and ``s`` (stores or its view); queries may append columns after them."""
+    names = (
+        "file_id store_id path kind version checkpoint_id base_checkpoint_id size_bytes rows "
+        "file_rows checksum created_at state state_reason verification verified_at "
+        "verification_note claimed_by_run"
+    )
+    return (*store_key_columns(s), *(f.c[name] for name in names.split()))
+
+
+FILE_COLUMNS = file_columns(checkpoint_files, stores)
+READ_FILE_COLUMNS = file_columns(read_files, read_stores)

@@ -9,6 +9,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from state_runtime.catalog.reading import read_operator_schemas, read_state_schemas, read_stores
 from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.tables import operator_schemas, state_schemas, stores
 from state_runtime.errors import CommitConflict
@@ -27,7 +28,7 @@ def histories(
     registered before histories existed gets its registered schemas as a one-entry history
     (not recorded yet)."""
     validate_root(root)
-    o, s, st = operator_schemas.c, state_schemas.c, stores.c
+    o, s, st = read_operator_schemas.c, read_state_schemas.c, read_stores.c
     where, registered_where = [o.checkpoint_root == root], [st.checkpoint_root == root]
     if only is not None:
         where += [o.operator_id == only[0], o.store_name == only[1]]
@@ -43,7 +44,7 @@ def histories(
             s.value_schema,
             s.change,
         )
-        .join(state_schemas, s.schema_id == o.schema_id)
+        .join(read_state_schemas, s.schema_id == o.schema_id)
         .where(*where)
         .order_by(o.operator_id, o.store_name, o.seq)
     ).all()

@@ -417,3 +417,11 @@ operator_schemas = sa.Table(
     sa.Column("from_batch", sa.BigInteger(), nullable=False),
     sa.Column("recorded_at", UtcDateTime(), nullable=False),
 )
+
+catalog_roles = sa.Table(
+    "catalog_roles",
+    metadata,
+    sa.Column("kind", sa.String(16), primary_key=True),
+    sa.Column("role_name", sa.String(63), nullable=False),
+)
+"""The role names ``grants --apply`` granted (PostgreSQL): each upgrade grants to them again."""

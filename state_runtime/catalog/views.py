@@ -11,7 +11,9 @@ from what this module renders for the database's dialect, so they always follow 
   from :data:`state_runtime.retention.REASONS`;
 - each store's status (``state_store_health``; on PostgreSQL also ``state_store_status``) is
   rendered from the rule of :mod:`state_runtime.status`, its default thresholds included;
-- history, lineage, deletions and the facts a status is derived from are plain SQL, here.
+- history, lineage, deletions and the facts a status is derived from are plain SQL, here;
+- the reading views (``read_<table>``, :mod:`~state_runtime.catalog.reading`), created first,
+  are what every read query and the functions above select from.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sqlalchemy.engine import Connection, Dialect
 
 from state_runtime import retention as rule
 from state_runtime import status as status_rule
+from state_runtime.catalog import reading
 from state_runtime.catalog.retention_sql import (
     PolicySql,
     Scope,
@@ -579,6 +582,26 @@ def _plain(dialect: str) -> list[Derived]:
     return derived
 
 
+# --- the reading views -------------------------------------------------------------------
+
+
+def _reading() -> list[Derived]:
+    """``read_<table>`` for each readable table, and the schema's revision."""
+    derived = [
+        Derived(
+            reading.PREFIX + table.name,
+            "VIEW",
+            (
+                f"CREATE VIEW {reading.PREFIX}{table.name} AS\n"
+                f"SELECT {', '.join(c.name for c in table.c)} FROM {table.name}",
+            ),
+        )
+        for table in reading.READABLE
+    ]
+    revision = f"CREATE VIEW {reading.REVISION_VIEW} AS SELECT version_num FROM alembic_version"
+    return [*derived, Derived(reading.REVISION_VIEW, "VIEW", (revision,))]
+
+
 # --- all of them --------------------------------------------------------------------------
 
 
@@ -588,7 +611,7 @@ def rendered(dialect: str) -> list[Derived]:
         raise CatalogError(f"the catalog's views are not rendered for {dialect!r}")
     compiler = _DIALECTS[dialect]()
     retention = _retention_pg(compiler) if dialect == "postgresql" else _retention_sqlite(compiler)
-    return [*_plain(dialect), *retention, *_status(dialect)]
+    return [*_reading(), *_plain(dialect), *retention, *_status(dialect)]
 
 
 def names() -> list[str]:

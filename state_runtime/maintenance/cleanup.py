@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TypeVar
 
 from state_runtime.catalog import FileVerdict, RetentionPolicy, RunKind, StoreKey, StoreProblem
@@ -134,7 +134,7 @@ def cleanup_pass(
     planned = plan_cleanup(fleet, policy, only=only, now=now)
     report = CleanupReport(not execute, policy.retention, planned, held_stores(fleet, only))
     folders = store_folders(fleet, only)
-    leftovers_before = partial_write_cutoff(policy.retention, now or datetime.now(UTC))
+    leftovers_before = partial_write_cutoff(policy.retention, now or fleet.catalog.now())
     if not execute:
         report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, execute=False)
         return report

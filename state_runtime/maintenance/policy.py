@@ -114,6 +114,23 @@ class MaintenancePolicy:
                 raise type(exc)(f"{labels.get(name, name)}: {exc.reason}") from None
         return policy
 
+    def with_settings(self, raw: Mapping[str, object], source: str) -> MaintenancePolicy:
+        """This policy with settings as an orchestrator's configuration gives them: by name,
+        each a number or text (a duration as ``"15m"``, ``"2d"``), ``None`` for unset.
+
+        Errors are :meth:`with_overrides`'s, naming ``source`` and the setting (e.g.
+        ``maintenance resource window='soon'``); an unknown name is refused likewise.
+        """
+        values: dict[str, object] = {}
+        labels: dict[str, str] = {}
+        for name, value in raw.items():
+            labels[name] = f"{source} {name}={value!r}"
+            if value is not None and name in MAINTENANCE.by_name:
+                values[name] = MAINTENANCE[name].parse(str(value), labels[name])
+            elif value is not None:
+                values[name] = value
+        return self.with_overrides(values, labels)
+
     @classmethod
     def from_env(
         cls, environ: Mapping[str, str] | None = None, *, preset: str = "default"

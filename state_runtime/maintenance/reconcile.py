@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from state_runtime.catalog import FileState, RunKind
 from state_runtime.errors import CannotLoadState, InvalidArgument, StorageError
@@ -105,7 +105,7 @@ def reconcile(
 ) -> ReconcileReport:
     """Sweep every root in scope; with ``execute`` record what the catalog lacks."""
     min_age = policy.min_window if min_age is None else min_age
-    now = now or datetime.now(UTC)
+    now = now or fleet.catalog.now()  # the database's clock, as cleanup's
     report = ReconcileReport(dry_run=not execute)
     parameters = policy.parameters() | {"min_age_s": min_age.total_seconds(), "execute": execute}
     with recorded_run(fleet.catalog, RunKind.RECONCILE, fleet.owner, parameters) as run:

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 
 from state_runtime.catalog import (
@@ -140,7 +139,7 @@ def _validate_store(
     run_id: int | None,
 ) -> StoreValidation:
     key, catalog = record.key, fleet.catalog
-    started = datetime.now(UTC)
+    started = catalog.now()
     result = StoreValidation(key)
     checked: dict[str, str | None] = {}
     storage = fleet.storage(key.root)

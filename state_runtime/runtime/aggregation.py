@@ -86,6 +86,20 @@ class _RunningAggregate:
         )
 
 
+def aggregate_schema(aggs: Sequence[Agg]) -> StructType:
+    """The aggregates as fields, in order (``name type``)."""
+    return parse_schema(", ".join(f"{a.name} {a.type}" for a in aggs))
+
+
+def aggregate_reads(aggs: Sequence[Agg]) -> tuple[ColumnUse, ...]:
+    """The input columns the aggregates read, for the driver's query check."""
+    return tuple(
+        ColumnUse(a.column, f"aggregate {a.name!r} ({a.function}) column", _KIND[a.function])
+        for a in aggs
+        if a.function != "count" and a.column is not None
+    )
+
+
 def running_aggregation(
     operator_id: int,
     key_columns: Sequence[str],
@@ -106,7 +120,7 @@ def running_aggregation(
     if not aggs:
         raise InvalidArgument("running_aggregation needs at least one aggregate")
     key_struct = parse_schema(key_schema)
-    value_struct = parse_schema(", ".join(f"{a.name} {a.type}" for a in aggs))
+    value_struct = aggregate_schema(aggs)
     output = StructType([*key_struct.fields, *value_struct.fields])
     return StatefulOperator(
         operator_id=operator_id,
@@ -119,10 +133,6 @@ def running_aggregation(
         store_name=store_name,
         config=config or StoreConfig(),
         kind="running aggregation",
-        reads=tuple(
-            ColumnUse(a.column, f"aggregate {a.name!r} ({a.function}) column", _KIND[a.function])
-            for a in aggs
-            if a.function != "count" and a.column is not None
-        ),
+        reads=aggregate_reads(aggs),
         schema_change=schema_change or SchemaChange(),
     )

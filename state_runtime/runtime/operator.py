@@ -24,7 +24,7 @@ UpdateFunction = Callable[[StateStore, pa.Table], "pa.Table | Iterable[tuple[Any
 iterable of tuples matching the operator's output schema (or None for no output).
 """
 
-ColumnKind = Literal["timestamp", "numeric", "orderable"]
+ColumnKind = Literal["timestamp", "numeric", "orderable", "string"]
 
 
 @dataclass(frozen=True)

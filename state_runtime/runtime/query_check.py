@@ -20,6 +20,7 @@ from pyspark.sql.types import (
     DataType,
     MapType,
     NumericType,
+    StringType,
     StructType,
     TimestampNTZType,
     TimestampType,
@@ -33,6 +34,8 @@ from state_runtime.runtime.watermark import Watermark
 def _usable(kind: ColumnKind, data_type: DataType) -> bool:
     if kind == "timestamp":
         return isinstance(data_type, TimestampType | TimestampNTZType)
+    if kind == "string":
+        return isinstance(data_type, StringType)
     if kind == "numeric":
         return isinstance(data_type, NumericType)
     return not _has_map(data_type)  # orderable: Spark orders anything without a map

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from decimal import Decimal
 from functools import cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -87,3 +88,51 @@ def null_times(micros: np.ndarray) -> np.ndarray:
     """Which values of :func:`event_micros` were null."""
     nulls: np.ndarray = micros == _NULL
     return nulls
+
+
+_DAY_TIME_UNITS = {
+    "microsecond": 1,
+    "millisecond": 1000,
+    "second": 1_000_000,
+    "minute": 60_000_000,
+    "hour": 3_600_000_000,
+}
+_DAY_UNITS = {"day": 1, "week": 7}
+_NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
+
+
+def interval(text: str) -> tuple[int, int] | None:
+    """A Spark interval string (``'5 seconds'``, ``'interval 1 hour 30 minutes'``,
+    ``'1.5 seconds'``) as ``(days, microseconds)``, or None where Spark's cast to an interval
+    gives null (not an interval). Months and years have no fixed length: refused."""
+    words = text.lower().split()
+    if words and words[0] == "interval":
+        words = words[1:]
+    if not words or len(words) % 2:
+        return None
+    days = micros = 0
+    for value, name in zip(words[::2], words[1::2], strict=True):
+        unit = name.removesuffix("s")
+        if _NUMBER.match(value) is None or ("." in value and unit != "second"):
+            return None
+        if unit in ("month", "year"):
+            raise InvalidArgument(f"interval {text!r}: months and years are not supported")
+        if unit in _DAY_UNITS:
+            days += int(value) * _DAY_UNITS[unit]
+        elif unit in _DAY_TIME_UNITS:
+            micros += int(Decimal(value) * _DAY_TIME_UNITS[unit])
+        else:
+            return None
+    return days, micros
+
+
+def plus_days(micros: int, days: int, zone: str) -> int:
+    """``micros`` plus ``days`` calendar days in ``zone``, as Spark's ``timestampAddInterval``
+    (Java's ``ZonedDateTime.plusDays``: the same wall time, keeping the offset in an overlap
+    when it is still valid, moved forward by a gap)."""
+    tz = time_zone(zone)
+    local = (_EPOCH + timedelta(microseconds=micros)).astimezone(tz)
+    wall = local.replace(tzinfo=None) + timedelta(days=days)
+    earlier, later = wall.replace(tzinfo=tz, fold=0), wall.replace(tzinfo=tz, fold=1)
+    keep = later.utcoffset() == local.utcoffset() != earlier.utcoffset()
+    return ((later if keep else earlier) - _EPOCH) // timedelta(microseconds=1)

@@ -8,6 +8,7 @@ The roles are cluster-wide objects, so each test run creates uniquely named ones
 from __future__ import annotations
 
 import logging
+import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from click.testing import CliRunner, Result
 from pyspark.sql import SparkSession
 from sqlalchemy.engine import make_url
@@ -24,7 +26,14 @@ from state_runtime.catalog import BatchMetrics, Catalog
 from state_runtime.catalog.__main__ import main as catalog_main
 from state_runtime.catalog.engine import create_catalog_engine
 from state_runtime.catalog.grants import Roles as GrantRoles
-from state_runtime.catalog.revision import current_revision, head_revision, upgrade
+from state_runtime.catalog.grants import reader_views
+from state_runtime.catalog.revision import (
+    MIGRATIONS,
+    alembic_config,
+    current_revision,
+    head_revision,
+    upgrade,
+)
 from state_runtime.cli import main as statestore
 from state_runtime.errors import (
     CatalogMisconfigured,
@@ -243,13 +252,185 @@ def test_each_role_does_its_work_and_is_refused_outside_it(roles: Roles, tmp_pat
     before = counts(roles.owner)
     written = cli(roles.reader, "maintain", "--execute")
     assert written.exit_code == 4, written.output
-    assert f"role '{names['reader']}' lacks INSERT" in written.stderr
+    assert f"role '{names['reader']}' lacks " in written.stderr
     with (
         Catalog.open(roles.reader) as reader,
         pytest.raises(CatalogPermissionDenied, match="lacks INSERT for the catalog register store"),
     ):
         reader.register_store(stream.root, StoreId(9, 9), "k string", "v bigint")
     assert counts(roles.owner) == before
+
+
+def privileges(owner: str, role: str, kind: str) -> dict[str, set[str]]:
+    """The rights ``role`` holds on each relation of ``kind`` ('BASE TABLE' or 'VIEW') of
+    the catalog's schema."""
+    found = rows(
+        owner,
+        "SELECT t.table_name, p.privilege FROM information_schema.tables t "
+        "CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) "
+        "AS p(privilege) WHERE t.table_schema = current_schema() "
+        f"AND t.table_type = '{kind}' AND has_table_privilege('{role}', "
+        "quote_ident(t.table_schema) || '.' || quote_ident(t.table_name), p.privilege)",
+    )
+    held: dict[str, set[str]] = {}
+    for table, privilege in found:
+        held.setdefault(str(table), set()).add(str(privilege))
+    return held
+
+
+def test_the_reader_reads_the_views_only(roles: Roles, tmp_path: Path) -> None:
+    """The reader holds SELECT on the views and nothing on any table; every read command of
+    ``statestore`` works as the reader (through the views); every write is refused, typed,
+    and changes nothing. No role may write through a view."""
+    stream = runtime_stream(roles, tmp_path)
+    stream.catalog.close()
+    reader, owner, names = roles.reader, roles.owner, roles.names
+    assert privileges(owner, names["reader"], "BASE TABLE") == {}
+    views = privileges(owner, names["reader"], "VIEW")
+    assert views and all(held == {"SELECT"} for held in views.values()), views
+    assert {"state_store_health", "read_checkpoint_files", "read_schema_revision"} <= set(views)
+    for role in names.values():  # a view reads with its owner's rights: nobody writes one
+        for view, held in privileges(owner, role, "VIEW").items():
+            assert held <= {"SELECT"}, (role, view, held)
+    for table in ("stores", "store_leases", "store_holders", "alembic_version", "catalog_roles"):
+        assert f"permission denied for table {table}" in refused(reader, f"SELECT * FROM {table}")
+    assert "permission denied for view read_stores" in refused(reader, "DELETE FROM read_stores")
+    # the functions the views call read the reading views: the reader may call them too
+    assert rows(reader, "SELECT count(*) FROM state_file_verdicts(2, '1 hour', '1 hour')")[0][0]
+
+    store, latest = "0/0/default", stream.committed[STORES[0]][-1]
+    reads = [
+        ("health",),
+        ("status", "--json"),
+        ("health", "--store", store, "--sort", "reclaimable"),
+        ("history",),
+        ("history", "--by-batch", "--json"),
+        ("history", "--schemas"),
+        ("history", "--query", stream.query, "--store", store),
+        ("--root", stream.root, "explain", latest.path),
+        ("metrics", stream.root, "--query", stream.query),
+        ("maintain",),  # a dry run: it plans, reading only
+        ("repair",),  # a dry run too
+    ]
+    for args in reads:
+        result = cli(reader, *args)
+        assert result.exit_code in (0, 3) and not result.stderr, (args, result.stderr)
+        assert "PERMISSION" not in result.output, args
+    checked = cli(
+        reader,
+        "schema-check",
+        stream.root,
+        "--query",
+        stream.query,
+        "--operator",
+        "0",
+        "--value-schema",
+        "v bigint, w string",
+    )
+    assert checked.exit_code in (0, 1) and "PERMISSION" not in checked.output, checked.output
+
+    before = counts(owner)
+    for args in (
+        ("maintain", "--execute"),
+        ("validate",),
+        ("reconcile",),
+        ("repair", "--execute"),
+        ("resolve", "--store", store, "--reason", "by hand"),
+    ):
+        result = cli(reader, *args)
+        assert result.exit_code == 4, (args, result.output)
+        assert f"[STATE_CATALOG_PERMISSION_DENIED] role '{names['reader']}' lacks" in (
+            result.stderr
+        ), args
+    with Catalog.open(reader) as catalog:
+        with pytest.raises(CatalogPermissionDenied, match="register store"):
+            catalog.register_store(stream.root, StoreId(9, 9), "k string", "v bigint")
+        with pytest.raises(CatalogPermissionDenied, match="commit batch"):
+            catalog.commit_batch(stream.root, stream.query, 99, [latest])
+    assert counts(owner) == before
+
+
+EXTRA_MIGRATION = """
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0099_extra_facts"
+down_revision = "{head}"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "extra_facts",
+        sa.Column("fact_id", sa.BigInteger(), sa.Identity(), primary_key=True),
+        sa.Column("fact", sa.Text(), nullable=False),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("extra_facts")
+"""
+
+
+def write(url: str, sql: str) -> None:
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(sa.text(sql))
+    finally:
+        engine.dispose()
+
+
+def test_an_upgrade_grants_the_tables_it_adds_and_the_views_it_recreates(
+    roles: Roles, tmp_path: Path
+) -> None:
+    """A real migration that adds a table (the packaged ones plus one more, in a copy of the
+    script folder), run as the owner after ``grants --apply``: without any manual step,
+    maintenance writes the new table, the runtime reads it, the reader still sees the views
+    alone (recreated by the upgrade) and every role keeps its rights on the old tables."""
+    scripts = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    extra = EXTRA_MIGRATION.format(head=head_revision())
+    (scripts / "versions" / "0099_extra_facts.py").write_text(extra)
+    config = alembic_config()
+    config.set_main_option("script_location", str(scripts))
+    engine = create_catalog_engine(roles.owner)
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+        assert current_revision(connection) == "0099_extra_facts"
+    engine.dispose()
+    names = roles.names
+
+    write(roles.maintenance, "INSERT INTO extra_facts (fact) VALUES ('kept')")
+    write(roles.maintenance, "UPDATE extra_facts SET fact = 'changed'")
+    assert rows(roles.runtime, "SELECT fact FROM extra_facts") == [("changed",)]
+    assert "permission denied for table extra_facts" in refused(
+        roles.runtime, "INSERT INTO extra_facts (fact) VALUES ('x')"
+    )
+    assert "permission denied for table extra_facts" in refused(
+        roles.reader, "SELECT * FROM extra_facts"
+    )
+    assert privileges(roles.owner, names["reader"], "BASE TABLE") == {}
+    views = privileges(roles.owner, names["reader"], "VIEW")
+    assert set(views) == set(reader_views()) and all(v == {"SELECT"} for v in views.values())
+    for role in names.values():
+        for view, held in privileges(roles.owner, role, "VIEW").items():
+            assert held <= {"SELECT"}, (role, view, held)
+    assert rows(roles.reader, "SELECT count(*) FROM state_store_health") == [(0,)]
+    write(
+        roles.runtime,
+        "INSERT INTO stores (checkpoint_root, operator_id, partition_id, store_name, "
+        "latest_version, created_at) VALUES ('file:///x', 0, 0, 'default', 0, now())",
+    )
+    write(roles.maintenance, "DELETE FROM extra_facts")
+    assert "permission denied for table alembic_version" in refused(
+        roles.maintenance, "UPDATE alembic_version SET version_num = 'x'"
+    )
+    assert "permission denied for table catalog_roles" in refused(
+        roles.maintenance, "UPDATE catalog_roles SET role_name = 'x'"
+    )
 
 
 def test_dagster_jobs_run_as_maintenance(roles: Roles, tmp_path: Path) -> None:
@@ -421,7 +602,7 @@ def test_no_password_is_stored_or_logged_after_a_full_run(
         ]:
             result = cli(url, *args)
             seen += [result.stdout, result.stderr]
-        assert "lacks INSERT" in seen[-3]
+        assert "lacks SELECT" in seen[-3]  # the reader reads no table
         resources = {"maintenance": MaintenanceResource.of(FAST, catalog_url=runtime.maintenance)}
         failing = {"maintenance": MaintenanceResource.of(FAST, catalog_url=runtime.reader)}
         with instance_for_test() as instance:
@@ -474,3 +655,15 @@ def test_a_right_missing_midway_leaves_nothing_half_written(roles: Roles, tmp_pa
     assert "permission denied for table commit_log" in str(denied.value)
     assert counts(roles.owner) == before  # no store, no file row: nothing half-written
     catalog.close()
+
+
+def test_a_reading_view_plans_as_its_table(pg_schema: str) -> None:
+    """The reads go through the reading views at no cost: PostgreSQL inlines the projection,
+    and a lookup plans as the same index scan on the table."""
+    upgrade(create_catalog_engine(pg_schema))
+    where = "WHERE store_id = 1 AND version = 2"
+    plans = [
+        rows(pg_schema, f"EXPLAIN SELECT path FROM {name} {where}")
+        for name in ("read_checkpoint_files", "checkpoint_files")
+    ]
+    assert plans[0] == plans[1] and "Index Scan" in str(plans[0][0][0])

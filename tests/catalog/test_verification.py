@@ -3,7 +3,7 @@ on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -71,7 +71,7 @@ def test_validation_sets_the_open_problems(catalog: Catalog) -> None:
 
     # A validation that started before a problem was recorded leaves it open.
     later = catalog.start_run("validate", "tests")
-    started = datetime.now(UTC)
+    started = catalog.now()  # the database's clock, as every catalog time
     catalog.add_problems(KEY, [FoundProblem("snapshot failed verification", "s", 8)])
     catalog.record_validation(later, KEY, {first: None}, [], started_at=started)
     [left] = catalog.problems(store=KEY)

@@ -73,3 +73,19 @@ def test_callback_progress_reports_start_and_end() -> None:
         for _ in range(3):
             advance(1)
     assert seen == [("work", 0, 3), ("work", 3, 3)]
+
+
+def test_settings_from_an_orchestrator_are_parsed_and_named_in_errors() -> None:
+    """What Dagster's resource fields and Airflow's task ``policy`` give: text or numbers."""
+    policy = MaintenancePolicy().with_settings(
+        {"window": "2d", "retain_versions": 3, "snapshot_min_deltas": None}, "task t policy"
+    )
+    assert policy.retention.window == timedelta(days=2)
+    assert policy.retention.retain_versions == 3
+    assert policy.snapshot_min_deltas == MaintenancePolicy().snapshot_min_deltas
+    with pytest.raises(MaintenanceRefused, match=r"task t policy retain_versions=1"):
+        MaintenancePolicy().with_settings({"retain_versions": 1}, "task t policy")
+    with pytest.raises(InvalidArgument, match=r"task t policy window='soon'"):
+        MaintenancePolicy().with_settings({"window": "soon"}, "task t policy")
+    with pytest.raises(InvalidArgument, match="unknown maintenance setting"):
+        MaintenancePolicy().with_settings({"windw": "1h"}, "task t policy")

@@ -6,7 +6,9 @@ and ``foreachBatch`` collects each batch's rows; our query runs the same file as
 id. Times are written as naive wall-clock strings, so both sides parse them in the session
 time zone the stream was generated with. Extra no-data batches are off on Spark's side (ours
 has none). A stream may stop and restart both sides at a batch: Spark from its checkpoint, ours
-as a new query object on the same checkpoint root and catalog.
+as a new query object on the same checkpoint root and catalog, in this driver process or
+(``ours_until`` and :mod:`.resume`) in a new one. Several generated streams run as one query,
+told apart by a ``part`` key column (:func:`packed`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from pyspark.sql import functions as F
 from state_runtime.runtime import (
     Agg,
     GroupState,
+    SessionWindow,
     StatefulOperator,
     StatefulQuery,
     Watermark,
@@ -35,6 +38,7 @@ from state_runtime.runtime import (
     drop_duplicates,
     map_groups_with_state,
     running_aggregation,
+    session_window_aggregation,
     windowed_aggregation,
 )
 from state_runtime.runtime.times import datetime_ms
@@ -43,11 +47,17 @@ EVENTS = "part int, user string, ts timestamp, amount bigint"
 EPOCH_S = 1_700_000_000  # the streams' times start here (2023-11-14)
 ZONES = ("UTC", "America/Los_Angeles", "Asia/Kolkata", "Europe/Paris")
 GAP_MS = 3000  # the timeout operator's session gap
+ROW_GAP = (
+    "CASE WHEN amount = 0 THEN NULL WHEN amount = 9 THEN 'interval 1 minute 0.5 seconds' "
+    "ELSE concat(amount % 4 * 2, ' seconds') END"
+)
+"""The per-row session gap of a stream with ``row_gaps`` (a string, as Spark's examples):
+0, 2, 4, 6 or 60.5 s, or null."""
 Event = tuple[int, str | None, int | None, int]
 """(part, user, event time in ms since the epoch or None, amount): ``part`` tells apart the
 independent streams packed into one query where Spark's semantics allow it (no watermark)."""
 Rows = list[tuple[Any, ...]]
-TIMES: dict[str, float] = {"ours": 0.0, "spark": 0.0}
+TIMES: dict[str, float] = {"ours": 0.0, "spark": 0.0, "resume": 0.0}
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,8 @@ class Stream:
     slide_s: int
     mode: str
     restart_at: int | None
+    row_gaps: bool = False
+    """Session windows: each row's gap from :data:`ROW_GAP` (else a static ``size_s``)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -105,12 +117,16 @@ def streams(draw: st.DrawFn) -> Stream:
         draw(st.sampled_from([size_s, size_s // 2])),
         draw(st.sampled_from(["update", "append"])),
         restart if restart is not None and restart < len(batches) else None,
+        draw(st.booleans()),
     )
 
 
 def packed(count: int) -> st.SearchStrategy[Stream]:
-    """``count`` independent streams as one (batch ``i`` of each in batch ``i``, ``part`` set),
-    for operators whose streams cannot interact: keyed by ``part`` and without a watermark."""
+    """``count`` streams as one query (batch ``i`` of each in batch ``i``, ``part`` set and
+    among every operator's keys), with the first one's zone, delay, window, mode and restart:
+    one Spark query and one of ours for ``count`` streams, since starting a query and running
+    a batch cost far more than rows do. Without a watermark (the running aggregation) the
+    streams are independent; with one they share it, as keys of one stream do."""
 
     def pack(parts: list[Stream]) -> Stream:
         length = max(len(p.batches) for p in parts)
@@ -141,7 +157,16 @@ def _window(s: Stream) -> Window:
 
 
 def _window_rows(rows: list[Any]) -> Rows:
-    return sorted(((r.user, r.window.start, r.window.end, r.n, r.total) for r in rows), key=repr)
+    return sorted(
+        ((r.part, r.user, r.window.start, r.window.end, r.n, r.total) for r in rows), key=repr
+    )
+
+
+def _session_rows(rows: list[Any]) -> Rows:
+    return sorted(
+        ((r.part, r.user, *r.session_window, r.n, r.total, r.low, r.high) for r in rows),
+        key=repr,
+    )
 
 
 def _agg_rows(rows: list[Any]) -> Rows:
@@ -149,7 +174,7 @@ def _agg_rows(rows: list[Any]) -> Rows:
 
 
 def _timeout_rows(rows: list[Any]) -> Rows:
-    return sorted(((r.user, r.n, r.last, r.closed) for r in rows), key=repr)
+    return sorted(((r.part, r.user, r.n, r.last, r.closed) for r in rows), key=repr)
 
 
 def _session_step(n: int, last: int, times_ms: list[int | None]) -> tuple[int, int]:
@@ -162,7 +187,7 @@ def _session_step(n: int, last: int, times_ms: list[int | None]) -> tuple[int, i
 def _ours_timeouts(key: tuple[Any, ...], rows: list[tuple[Any, ...]], state: GroupState) -> Any:
     if state.has_timed_out:
         n, last = state.get() or (0, -1)
-        return [(key[0], n, last, True)]
+        return [(*key, n, last, True)]
     n, last = state.get() or (0, -1)
     times = [None if r[2] is None else datetime_ms(r[2], "UTC") for r in rows]
     n, last = _session_step(n, last, times)
@@ -170,7 +195,15 @@ def _ours_timeouts(key: tuple[Any, ...], rows: list[tuple[Any, ...]], state: Gro
     if last >= 0:
         at = max(last + GAP_MS, state.watermark_ms or 0)
         state.set_timeout_timestamp(datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=at))
-    return [(key[0], n, last, False)]
+    return [(*key, n, last, False)]
+
+
+def _timeout_frame(key: tuple[Any, ...], n: int, last: int, closed: bool) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame(
+        {"part": [key[0]], "user": [key[1]], "n": [n], "last": [last], "closed": [closed]}
+    )
 
 
 def _spark_timeouts(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
@@ -179,7 +212,7 @@ def _spark_timeouts(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> 
     if state.hasTimedOut:
         n, last = state.get
         state.remove()
-        yield pd.DataFrame({"user": [key[0]], "n": [n], "last": [last], "closed": [True]})
+        yield _timeout_frame(key, n, last, True)
         return
     n, last = state.get if state.exists else (0, -1)
     for frame in frames:
@@ -189,7 +222,7 @@ def _spark_timeouts(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> 
     state.update((n, last))
     if last >= 0:
         state.setTimeoutTimestamp(max(last + GAP_MS, state.getCurrentWatermarkMs()))
-    yield pd.DataFrame({"user": [key[0]], "n": [n], "last": [last], "closed": [False]})
+    yield _timeout_frame(key, n, last, False)
 
 
 @dataclass(frozen=True)
@@ -202,12 +235,14 @@ class Operator:
     spark: Callable[[DataFrame, Stream], tuple[DataFrame, str]]
     rows: Callable[[list[Any]], Rows]
     pack: int = 1
+    prepare: Callable[[DataFrame, Stream], DataFrame] = lambda df, _s: df
+    """The input as both engines get it (columns the operator needs, derived the same way)."""
 
 
 def _ours_windows(s: Stream) -> tuple[list[StatefulOperator], Watermark | None]:
     aggs = [Agg("n", "count"), Agg("total", "sum", "amount")]
     op = windowed_aggregation(
-        0, ["user"], "user string", "ts", _window(s), aggs, 2,
+        0, ["part", "user"], "part int, user string", "ts", _window(s), aggs, 2,
         output_mode=s.mode,  # type: ignore[arg-type]
     )  # fmt: skip
     return [op], Watermark("ts", timedelta(seconds=s.delay_s))
@@ -216,10 +251,46 @@ def _ours_windows(s: Stream) -> tuple[list[StatefulOperator], Watermark | None]:
 def _spark_windows(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
     out = (
         df.withWatermark("ts", f"{s.delay_s} seconds")
-        .groupBy("user", F.window("ts", f"{s.size_s} seconds", f"{s.slide_s} seconds"))
+        .groupBy("part", "user", F.window("ts", f"{s.size_s} seconds", f"{s.slide_s} seconds"))
         .agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
     )
     return out, s.mode
+
+
+def _session_input(df: DataFrame, s: Stream) -> DataFrame:
+    return df.withColumn("gap", F.expr(ROW_GAP)) if s.row_gaps else df
+
+
+def _session_aggs() -> list[Agg]:
+    return [
+        Agg("n", "count"),
+        Agg("total", "sum", "amount"),
+        Agg("low", "min", "user", "string"),
+        Agg("high", "max", "amount"),
+    ]
+
+
+def _ours_session_windows(s: Stream) -> tuple[list[StatefulOperator], Watermark | None]:
+    gap = SessionWindow("gap" if s.row_gaps else timedelta(seconds=s.size_s))
+    op = session_window_aggregation(
+        0, ["part", "user"], "part int, user string", "ts", gap, _session_aggs(), 2
+    )
+    return [op], Watermark("ts", timedelta(seconds=s.delay_s))
+
+
+def _spark_session_windows(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
+    gap = F.col("gap") if s.row_gaps else f"{s.size_s} seconds"
+    out = (
+        df.withWatermark("ts", f"{s.delay_s} seconds")
+        .groupBy("part", "user", F.session_window("ts", gap))
+        .agg(
+            F.count("*").alias("n"),
+            F.sum("amount").alias("total"),
+            F.min("user").alias("low"),
+            F.max("amount").alias("high"),
+        )
+    )
+    return out, "append"
 
 
 def _ours_running(s: Stream) -> tuple[list[StatefulOperator], Watermark | None]:
@@ -234,8 +305,8 @@ def _spark_running(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
 
 def _ours_sessions(s: Stream) -> tuple[list[StatefulOperator], Watermark | None]:
     op = map_groups_with_state(
-        0, ["user"], "user string", "n bigint, last bigint",
-        "user string, n bigint, last bigint, closed boolean", _ours_timeouts, 2,
+        0, ["part", "user"], "part int, user string", "n bigint, last bigint",
+        "part int, user string, n bigint, last bigint, closed boolean", _ours_timeouts, 2,
         timeout="event_time", event_time_column="ts",
     )  # fmt: skip
     return [op], Watermark("ts", timedelta(seconds=s.delay_s))
@@ -247,10 +318,10 @@ def _spark_sessions(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
     out = (
         df.withWatermark("ts", f"{s.delay_s} seconds")
         .withColumn("ts_ms", F.unix_millis("ts"))
-        .groupBy("user")
+        .groupBy("part", "user")
         .applyInPandasWithState(
             _spark_timeouts,
-            "user string, n long, last long, closed boolean",
+            "part int, user string, n long, last long, closed boolean",
             "n long, last long",
             "update",
             GroupStateTimeout.EventTimeTimeout,
@@ -262,7 +333,7 @@ def _spark_sessions(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
 def _ours_dedup(within: bool) -> Callable[[Stream], tuple[list[StatefulOperator], Watermark]]:
     def build(s: Stream) -> tuple[list[StatefulOperator], Watermark]:
         mark = Watermark("ts", timedelta(seconds=s.delay_s))
-        columns = ["user"] if within else ["user", "ts"]
+        columns = ["part", "user"] if within else ["part", "user", "ts"]
         op = drop_duplicates(0, columns, EVENTS, mark, 2, within_watermark=within)
         return [op], mark
 
@@ -273,8 +344,8 @@ def _spark_dedup(within: bool) -> Callable[[DataFrame, Stream], tuple[DataFrame,
     def plan(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
         marked = df.withWatermark("ts", f"{s.delay_s} seconds")
         if within:
-            return marked.dropDuplicatesWithinWatermark(["user"]), "append"
-        return marked.dropDuplicates(["user", "ts"]), "append"
+            return marked.dropDuplicatesWithinWatermark(["part", "user"]), "append"
+        return marked.dropDuplicates(["part", "user", "ts"]), "append"
 
     return plan
 
@@ -285,24 +356,39 @@ def _dedup_rows(columns: tuple[str, ...]) -> Callable[[list[Any]], Rows]:
     return lambda rows: sorted((tuple(r[c] for c in columns) for r in rows), key=repr)
 
 
+PACK = 5
+"""Streams per query for the operators with a watermark (they share the query's watermark)."""
 OPERATORS = {
     "running_aggregation": Operator(
         "running_aggregation", _ours_running, _spark_running, _agg_rows, pack=10
     ),
     "windowed_aggregation": Operator(
-        "windowed_aggregation", _ours_windows, _spark_windows, _window_rows
+        "windowed_aggregation", _ours_windows, _spark_windows, _window_rows, pack=PACK
+    ),
+    "session_windows": Operator(
+        "session_windows",
+        _ours_session_windows,
+        _spark_session_windows,
+        _session_rows,
+        pack=PACK,
+        prepare=_session_input,
     ),
     "event_time_timeouts": Operator(
-        "event_time_timeouts", _ours_sessions, _spark_sessions, _timeout_rows
+        "event_time_timeouts", _ours_sessions, _spark_sessions, _timeout_rows, pack=PACK
     ),
     "drop_duplicates": Operator(
-        "drop_duplicates", _ours_dedup(False), _spark_dedup(False), _dedup_rows(("user", "ts"))
+        "drop_duplicates",
+        _ours_dedup(False),
+        _spark_dedup(False),
+        _dedup_rows(("part", "user", "ts")),
+        pack=PACK,
     ),
     "drop_duplicates_within_watermark": Operator(
         "drop_duplicates_within_watermark",
         _ours_dedup(True),
         _spark_dedup(True),
-        _dedup_rows(("user",)),
+        _dedup_rows(("part", "user")),
+        pack=PACK,
     ),
 }
 
@@ -325,69 +411,116 @@ class Divergence(AssertionError):
         )
 
 
-def run_stream(
-    spark: SparkSession, operator: Operator, stream: Stream, folder: Path, catalog_url: str
-) -> int:
-    """Run ``stream`` through both engines; raise :class:`Divergence` at the first batch whose
-    outputs differ. Returns the number of batches compared."""
-    oracle = spark.newSession()
+@dataclass
+class Outcome:
+    """Each engine's output rows per batch of one stream."""
+
+    operator: Operator
+    stream: Stream
+    ours: dict[int, Rows] = field(default_factory=dict)
+    theirs: dict[int, Rows] = field(default_factory=dict)
+
+    def check(self) -> int:
+        """Raise :class:`Divergence` at the first batch whose outputs differ; the number of
+        batches compared."""
+        for batch_id in range(len(self.stream.batches)):
+            ours, theirs = self.ours.get(batch_id), self.theirs.get(batch_id)
+            if ours != theirs:
+                raise Divergence(
+                    self.operator.name, batch_id, self.stream, ours or [], theirs or []
+                )
+        return len(self.stream.batches)
+
+
+def session_for(spark: SparkSession, stream: Stream) -> SparkSession:
+    """A session of the stream's time zone, without Spark's extra no-data batches."""
+    session = spark.newSession()
     for conf, value in (
         ("spark.sql.streaming.noDataMicroBatches.enabled", "false"),
         ("spark.sql.shuffle.partitions", "2"),
         ("spark.sql.session.timeZone", stream.zone),
     ):
-        oracle.conf.set(conf, value)
-    inbox, root = folder / "in", folder / "ckpt"
-    inbox.mkdir(parents=True)
-    files = [inbox / f"{batch_id:04d}.json" for batch_id in range(len(stream.batches))]
+        session.conf.set(conf, value)
+    return session
+
+
+def _file(folder: Path, batch_id: int) -> Path:
+    return folder / "in" / f"{batch_id:04d}.json"
+
+
+def run_ours(
+    session: SparkSession,
+    operator: Operator,
+    stream: Stream,
+    folder: Path,
+    catalog_url: str,
+    batches: range,
+) -> dict[int, Rows]:
+    """Our query, a new object on the stream's checkpoint root and catalog, on ``batches``
+    (their files exist)."""
+    started = time.perf_counter()
+    ops, watermark = operator.ours(stream)
+    query = StatefulQuery(
+        "diff", str(folder / "ckpt"), ops, catalog_url=catalog_url, watermark=watermark,
+        parallelism=2,
+    )  # fmt: skip
+    out: dict[int, Rows] = {}
+    for batch_id in batches:
+        df = session.read.schema(EVENTS).json(str(_file(folder, batch_id)))
+        result = query.run_batch(operator.prepare(df, stream), batch_id)
+        out[batch_id] = operator.rows(result.output.collect())
+        result.release()
+    TIMES["ours"] += time.perf_counter() - started
+    return out
+
+
+def run_stream(
+    spark: SparkSession,
+    operator: Operator,
+    stream: Stream,
+    folder: Path,
+    catalog_url: str,
+    *,
+    ours_until: int | None = None,
+) -> Outcome:
+    """Run ``stream`` through both engines, stopping and restarting both at its restart
+    point: Spark from its checkpoint, ours as a new query object. With ``ours_until``, our
+    side stops before that batch (another driver process runs the rest: :mod:`.resume`)."""
+    session = session_for(spark, stream)
+    (folder / "in").mkdir(parents=True)
     base = time.time() - 1000
-    theirs: dict[int, Rows] = {}
+    outcome = Outcome(operator, stream)
 
     def collect(df: DataFrame, batch_id: int) -> None:
-        theirs[batch_id] = operator.rows(df.collect())
+        outcome.theirs[batch_id] = operator.rows(df.collect())
 
-    def start_spark() -> Any:
-        source = oracle.readStream.schema(EVENTS).option("maxFilesPerTrigger", 1).json(str(inbox))
-        plan, mode = operator.spark(source, stream)
-        return (
+    def run_spark() -> None:
+        started = time.perf_counter()
+        source = session.readStream.schema(EVENTS).option("maxFilesPerTrigger", 1)
+        plan, mode = operator.spark(
+            operator.prepare(source.json(str(folder / "in")), stream), stream
+        )
+        running = (
             plan.writeStream.outputMode(mode)
             .foreachBatch(collect)
             .option("checkpointLocation", str(folder / "spark-ckpt"))
             .start()
         )
-
-    def start_ours() -> StatefulQuery:
-        ops, watermark = operator.ours(stream)
-        return StatefulQuery(
-            "diff", str(root), ops, catalog_url=catalog_url, watermark=watermark, parallelism=2
-        )
-
-    ours_out: dict[int, Rows] = {}
-    stops = [stream.restart_at] if stream.restart_at is not None else []
-    segments = zip([0, *stops], [*stops, len(files)], strict=True)
-    for first, end in segments:
-        for batch_id in range(first, end):  # the file source orders by modification time
-            path = files[batch_id]
-            path.write_text("".join(_line(e, stream.zone) + "\n" for e in stream.batches[batch_id]))
-            os.utime(path, (base + batch_id, base + batch_id))
-        started = time.perf_counter()
-        query = start_ours()
-        for batch_id in range(first, end):
-            df = oracle.read.schema(EVENTS).json(str(files[batch_id]))
-            result = query.run_batch(df, batch_id)
-            ours_out[batch_id] = operator.rows(result.output.collect())
-            result.release()
-        TIMES["ours"] += time.perf_counter() - started
-        started = time.perf_counter()
-        running = start_spark()
         try:
             running.processAllAvailable()
         finally:
             running.stop()
         TIMES["spark"] += time.perf_counter() - started
-    for batch_id in range(len(files)):
-        if ours_out[batch_id] != theirs.get(batch_id):
-            raise Divergence(
-                operator.name, batch_id, stream, ours_out[batch_id], theirs.get(batch_id, [])
-            )
-    return len(files)
+
+    stops = [stream.restart_at] if stream.restart_at is not None else []
+    for first, end in zip([0, *stops], [*stops, len(stream.batches)], strict=True):
+        for batch_id in range(first, end):  # the file source orders by modification time
+            path = _file(folder, batch_id)
+            lines = (_line(e, stream.zone) + "\n" for e in stream.batches[batch_id])
+            path.write_text("".join(lines))
+            os.utime(path, (base + batch_id, base + batch_id))
+        mine = range(first, end if ours_until is None else min(end, ours_until))
+        if mine:
+            outcome.ours.update(run_ours(session, operator, stream, folder, catalog_url, mine))
+        run_spark()
+    return outcome

@@ -18,12 +18,14 @@ from state_runtime.catalog import Catalog
 from state_runtime.errors import QueryRefused
 from state_runtime.runtime import (
     Agg,
+    SessionWindow,
     StatefulOperator,
     StatefulQuery,
     Watermark,
     Window,
     map_groups_with_state,
     running_aggregation,
+    session_window_aggregation,
     windowed_aggregation,
 )
 
@@ -38,6 +40,12 @@ def _windows(column: str, mode: str = "append", aggs: Sequence[Agg] = ()) -> Sta
         0, ["user"], "user string", column, Window(timedelta(seconds=10)),
         [Agg("n", "count"), *aggs], 2, output_mode=mode,  # type: ignore[arg-type]
     )  # fmt: skip
+
+
+def _sessions(column: str, gap: timedelta | str = timedelta(seconds=5)) -> StatefulOperator:
+    return session_window_aggregation(
+        0, ["user"], "user string", column, SessionWindow(gap), [Agg("n", "count")], 2
+    )
 
 
 def _groups(event_time_column: str) -> StatefulOperator:
@@ -62,6 +70,13 @@ CASES: list[tuple[str, Callable[[], list[StatefulOperator]], str | None, str]] =
      r"window time column 'label' is string, not a timestamp"),
     ("sum of a boolean", lambda: [_windows("ts", "update", [Agg("s", "sum", "flag")])], "ts",
      r"aggregate 's' \(sum\) column 'flag' is boolean, not a numeric"),
+    ("sessions off the watermark", lambda: [_sessions("other")], "ts",
+     r"session window aggregation \(operator 0\): windows over column 'other', but the "
+     r"watermark is on 'ts' in append mode"),
+    ("numeric session gap column", lambda: [_sessions("ts", "amount")], "ts",
+     r"session gap column 'amount' is bigint, not a string"),
+    ("missing session gap column", lambda: [_sessions("ts", "gap")], "ts",
+     r"session gap column 'gap' is not in its input"),
     ("missing key", lambda: [running_aggregation(0, ["who"], "who string",
                                                  [Agg("n", "count")], 2)], None,
      r"running aggregation \(operator 0\): key column 'who' is not in its input"),
@@ -123,3 +138,32 @@ def test_sparks_planner_agrees_on_append_mode_windows(spark: SparkSession, tmp_p
     with pytest.raises(AnalysisException, match=refused):
         _spark_query(session, inbox, "other", "append")
     _spark_query(session, inbox, "ts", "append").stop()
+
+
+def test_session_windows_in_update_mode_are_refused_as_by_sparks_planner(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark's planner refuses update mode for session windows and accepts append mode; the
+    operator is refused on the driver, when it is built, with the rule."""
+    with pytest.raises(QueryRefused, match=r"output mode 'update' \(rule: Spark supports only"):
+        session_window_aggregation(
+            0, ["user"], "user string", "ts", SessionWindow(timedelta(seconds=5)),
+            [Agg("n", "count")], 2, output_mode="update",
+        )  # fmt: skip
+    session = spark.newSession()
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+
+    def start(mode: str) -> Any:
+        stream = (
+            session.readStream.schema(INPUT)
+            .json(str(inbox))
+            .withWatermark("ts", "5 seconds")
+            .groupBy("user", F.session_window("ts", "5 seconds"))
+            .count()
+        )
+        return stream.writeStream.outputMode(mode).format("noop").start()
+
+    with pytest.raises(AnalysisException, match=r"UNSUPPORTED_OPERATION.*session window"):
+        start("update")
+    start("append").stop()

@@ -18,7 +18,9 @@ from state_runtime.runtime.times import (
     datetime_ms,
     duration_ms,
     event_micros,
+    interval,
     null_times,
+    plus_days,
     time_zone,
 )
 from state_runtime.runtime.watermark import Watermark, drop_late
@@ -98,3 +100,47 @@ def test_naive_datetimes_convert_as_sparks_session_time_zone(
     )
     theirs = {r.i: r.micros for r in rows}
     assert [datetime_micros(v, zone) for v in values] == [theirs[i] for i in range(len(values))]
+
+
+GAPS = [
+    "5 seconds", "1 second", "interval 1 minute 0.5 seconds", "2 hours 3 minutes", "1.25 seconds",
+    "1 day", "2 days 1 hour", "1 week", "10 milliseconds", "7 microseconds", "-5 seconds",
+]  # fmt: skip
+
+
+def test_interval_strings_parse_as_spark_casts_them() -> None:
+    assert interval("interval 1 minute 0.5 seconds") == (0, 60_500_000)
+    assert interval("2 DAYS 1 hour") == (2, 3_600_000_000)
+    assert interval("-5 seconds") == (0, -5_000_000)
+    assert interval("five seconds") is None and interval("5") is None and interval("") is None
+    with pytest.raises(InvalidArgument, match="months and years are not supported"):
+        interval("1 month")
+
+
+@pytest.mark.spark
+@settings(max_examples=4, deadline=None)
+@given(st.lists(naive_times, min_size=10, max_size=30), st.sampled_from(ZONES))
+def test_session_gaps_add_as_sparks_timestamp_plus_interval(
+    spark: SparkSession, values: list[datetime], zone: str
+) -> None:
+    """A gap string added to a time, days in the session zone (DST included), as Spark's
+    ``timestamp + CAST(gap AS INTERVAL)``."""
+    values += [datetime(2024, 3, 9, 2, 30), datetime(2024, 11, 2, 1, 30), datetime(2024, 3, 30, 2)]
+    session = spark.newSession()
+    session.conf.set("spark.sql.session.timeZone", zone)
+    cases = [(v.isoformat(sep=" "), gap) for v in values for gap in GAPS]
+    rows = (
+        session.createDataFrame(
+            [(i, t, g) for i, (t, g) in enumerate(cases)], "i int, t string, g string"
+        )
+        .selectExpr(
+            "i",
+            "unix_micros(to_timestamp(t)) AS start",
+            "unix_micros(to_timestamp(t) + CAST(g AS INTERVAL)) AS end",
+        )
+        .collect()
+    )
+    for row in rows:
+        days, micros = interval(cases[row.i][1]) or (0, 0)
+        ours = (plus_days(row.start, days, zone) if days else row.start) + micros
+        assert ours == row.end, (cases[row.i], zone)

@@ -3,7 +3,9 @@
 Migrations hold tables only. The views and functions (:mod:`state_runtime.catalog.views`,
 rendered from the rules) are dropped before any migration runs and created again once the
 schema is at head, in the same transaction: every upgrade leaves exactly the rendered views,
-like Flyway's repeatable migrations.
+like Flyway's repeatable migrations. On PostgreSQL the grants ``grants --apply`` recorded are
+then applied again (:func:`~state_runtime.catalog.grants.reapply_grants`): the tables a
+migration added and the views just created carry the roles' rights when the upgrade commits.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import views
+from state_runtime.catalog import grants, views
 from state_runtime.catalog.connection_settings import catalog_url
 from state_runtime.catalog.engine import create_catalog_engine
 
@@ -28,6 +30,7 @@ def _run(connection: Connection) -> None:
         context.run_migrations()
         if context.get_context().get_current_revision() == context.script.get_current_head():
             views.create(connection)
+            grants.reapply_grants(connection)
 
 
 def run_migrations_online() -> None:

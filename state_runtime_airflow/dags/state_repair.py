@@ -1,0 +1,54 @@
+"""
+### State store repair
+
+Run by hand (no schedule; paused when created): **repair** rebuilds the damaged snapshots
+from their intact deltas (a dry run listing them unless the run's conf says
+`{"apply_changes": true}`), then **validate** and **health** say whether the stores are
+whole again. A problem repair cannot fix (a lost delta) needs `statestore restore` or the
+`state_store_restore` DAG. See docs/airflow.md.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG, Param
+
+from state_runtime_airflow.operators import (
+    StateHealthCheckOperator,
+    StateRepairOperator,
+    StateValidationOperator,
+)
+
+with DAG(
+    dag_id="state_store_repair",
+    description="Rebuild damaged snapshots from their deltas, then validate",
+    doc_md=__doc__,
+    schedule=None,
+    start_date=datetime(2025, 1, 1),
+    catchup=False,
+    is_paused_upon_creation=True,
+    max_active_runs=1,
+    render_template_as_native_obj=True,
+    tags=["state_runtime", "maintenance"],
+    params={
+        "roots": Param([], type="array", description="Only these checkpoint roots; [] for all."),
+        "apply_changes": Param(
+            False, type="boolean", description="Rebuild; false lists what would be rebuilt."
+        ),
+    },
+) as dag:
+    scope = "{{ params.roots }}"
+    repair = StateRepairOperator(
+        task_id="repair",
+        checkpoint_roots=scope,
+        apply_changes="{{ params.apply_changes }}",
+        map_index_template=None,
+    )
+    validate = StateValidationOperator(
+        task_id="validate", checkpoint_roots=scope, trigger_rule="all_done", map_index_template=None
+    )
+    health = StateHealthCheckOperator(
+        task_id="health", checkpoint_roots=scope, trigger_rule="all_done", map_index_template=None
+    )
+    repair >> validate >> health

@@ -1,0 +1,369 @@
+"""Operators: one maintenance pass of ``state_runtime.maintenance`` each, as the CLI runs it.
+
+Each opens the catalog and storage through
+:class:`~state_runtime_airflow.hooks.StateCatalogHook` (Airflow connections), takes the policy
+from the worker's ``STATE_MAINTENANCE_*`` environment with the task's ``policy`` settings over
+it, works on ``checkpoint_roots`` (default: every root in the catalog) or the ``stores``
+named, and records its run in the catalog like any maintenance run (owner
+``airflow:<dag>.<task>[<map index>]/<run id>``). Its XCom value and its log give the outcome
+per store in words (:mod:`state_runtime_airflow.results`). What deletes or rewrites (cleanup,
+repair, restore) is a dry run unless ``apply_changes=True``. A task fails, naming the stores,
+when a store's pass failed, a blocking check failed or a store is broken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException
+
+from state_runtime.catalog import StoreKey
+from state_runtime.maintenance import (
+    CHECKS,
+    CallbackProgress,
+    Fleet,
+    MaintenancePolicy,
+    StoreStatus,
+    cleanup_pass,
+    damaged_snapshots,
+    due_for_snapshot,
+    parse_store_key,
+    plan_restore,
+    repair_pass,
+    restore_query,
+    run_checks,
+    snapshot_pass,
+    store_reports,
+)
+from state_runtime_airflow.hooks import DEFAULT_CATALOG_CONN, DEFAULT_STORAGE_CONN, StateCatalogHook
+from state_runtime_airflow.results import (
+    Result,
+    checks_result,
+    cleanup_result,
+    damaged_result,
+    health_result,
+    log_lines,
+    repair_result,
+    restore_result,
+    snapshot_result,
+)
+from state_runtime_airflow.store_assets import MAINTAINED, root_asset
+
+SCOPE_TEMPLATE = "{{ state_scope }}"
+"""The ``map_index_template`` of a mapped maintenance task: the roots or stores it covers."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one task maintains: the stores (``only`` narrows them), the policy, progress."""
+
+    fleet: Fleet
+    policy: MaintenancePolicy
+    only: list[StoreKey] | None
+    progress: CallbackProgress
+    workers: int
+
+
+def owner_of(context: Context) -> str:
+    """Who runs the pass, in the catalog's run records and leases."""
+    ti = context["ti"]
+    index = "" if ti.map_index is None or ti.map_index < 0 else f"[{ti.map_index}]"
+    return f"airflow:{ti.dag_id}.{ti.task_id}{index}/{ti.run_id}"
+
+
+def _as_list(value: str | Sequence[str] | None, name: str) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value] if value else None
+    if not all(isinstance(v, str) for v in value):
+        raise AirflowException(f"{name} must be a string or a list of strings, got {value!r}")
+    return list(value) or None
+
+
+def _as_bool(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise AirflowException(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+class StateMaintenanceOperator(BaseOperator):
+    """The shared part of the maintenance operators (see the module docstring).
+
+    :param checkpoint_roots: checkpoint roots (paths or URIs) to maintain; default every root.
+    :param stores: only these stores (``<root>#<operator>/<partition>/<store name>``).
+    :param policy: maintenance settings over the environment's (``{"window": "2d"}``).
+    :param workers: stores worked on in parallel (snapshots, validation).
+    """
+
+    template_fields: Sequence[str] = ("checkpoint_roots", "stores", "policy")
+    ui_color = "#d6eaf8"
+
+    def __init__(
+        self,
+        *,
+        checkpoint_roots: str | Sequence[str] | None = None,
+        stores: Sequence[str] | None = None,
+        policy: Mapping[str, object] | None = None,
+        workers: int = 1,
+        state_catalog_conn_id: str = DEFAULT_CATALOG_CONN,
+        storage_conn_id: str | None = DEFAULT_STORAGE_CONN,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("map_index_template", SCOPE_TEMPLATE)
+        super().__init__(**kwargs)
+        self.checkpoint_roots = checkpoint_roots
+        self.stores = stores
+        self.policy = policy
+        self.workers = workers
+        self.state_catalog_conn_id = state_catalog_conn_id
+        self.storage_conn_id = storage_conn_id
+
+    def hook(self) -> StateCatalogHook:
+        return StateCatalogHook(self.state_catalog_conn_id, self.storage_conn_id)
+
+    @contextmanager
+    def work(self, context: Context) -> Iterator[Work]:
+        """The policy first (a bad setting opens nothing), then the catalog and storage."""
+        policy = MaintenancePolicy.from_env().with_settings(
+            dict(self.policy or {}), f"task {self.task_id} policy"
+        )
+        stores = _as_list(self.stores, "stores")
+        only = [parse_store_key(s) for s in stores] if stores else None
+        roots = _as_list(self.checkpoint_roots, "checkpoint_roots")
+        context["state_scope"] = ", ".join(stores or roots or ["every root"])  # type: ignore[typeddict-unknown-key]
+        progress = CallbackProgress(
+            lambda what, done, total: self.log.info("%s: %d/%d", what, done, total)
+        )
+        with self.hook().fleet(owner_of(context), roots) as fleet:
+            yield Work(fleet, policy, only, progress, self.workers)
+
+    def report(self, context: Context, found: Result, failure: str | None = None) -> Result:
+        """Log ``found`` per store and return it as the XCom value; with ``failure``, push
+        it all the same and fail the task with that message."""
+        for line in log_lines(found):
+            self.log.info("%s", line)
+        if failure is not None:
+            context["ti"].xcom_push("return_value", found)
+            raise AirflowException(failure)
+        return found
+
+
+class StateSnapshotOperator(StateMaintenanceOperator):
+    """Snapshots every store in scope whose delta chain passed the threshold (verified before
+    they replace deltas); fails naming each store whose snapshot failed."""
+
+    def execute(self, context: Context) -> Result:
+        with self.work(context) as work:
+            report = snapshot_pass(
+                work.fleet,
+                work.policy,
+                only=work.only,
+                progress=work.progress,
+                workers=work.workers,
+            )
+        failed = "; ".join(f"{o.key}: {o.error}" for o in report.failed)
+        return self.report(
+            context,
+            snapshot_result(report),
+            f"snapshot failed for {len(report.failed)} store(s): {failed}" if failed else None,
+        )
+
+
+class StateValidationOperator(StateMaintenanceOperator):
+    """Validates the stores in scope and evaluates the platform's checks (one recorded
+    'validate' run); fails when a blocking check (``lineage_valid``) fails, naming the
+    stores, so that a cleanup downstream of it does not run."""
+
+    def execute(self, context: Context) -> Result:
+        with self.work(context) as work:
+            report = run_checks(
+                work.fleet,
+                work.policy,
+                only=work.only,
+                progress=work.progress,
+                workers=work.workers,
+            )
+        blocking = {c.name for c in CHECKS if c.blocking}
+        failed = [o for o in report.outcomes if o.name in blocking and not o.passed]
+        for outcome in report.outcomes:
+            if not outcome.passed:
+                self.log.warning("check %s failed: %s", outcome.name.value, outcome.summary)
+        message = "; ".join(
+            f"{o.name.value} failed for {', '.join(sorted({str(f.key) for f in o.findings}))}: "
+            f"{o.summary}"
+            for o in failed
+        )
+        return self.report(context, checks_result(report), message or None)
+
+
+class StateCleanupOperator(StateMaintenanceOperator):
+    """Deletes what retention allows, each deletion recorded with its reason; a dry run
+    (the plan, per store) unless ``apply_changes=True``. Stores with open problems are held."""
+
+    template_fields: Sequence[str] = (*StateMaintenanceOperator.template_fields, "apply_changes")
+
+    def __init__(self, *, apply_changes: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.apply_changes = apply_changes
+
+    def execute(self, context: Context) -> Result:
+        dry_run = not _as_bool(self.apply_changes, "apply_changes")
+        with self.work(context) as work:
+            report = cleanup_pass(
+                work.fleet, work.policy, execute=not dry_run, only=work.only, progress=work.progress
+            )
+        failed = "; ".join(f"{path}: {error}" for path, error in report.failed.items())
+        return self.report(
+            context,
+            cleanup_result(report),
+            f"could not delete {len(report.failed)} file(s): {failed}" if failed else None,
+        )
+
+
+class StateRepairOperator(StateMaintenanceOperator):
+    """Rebuilds damaged snapshots from their intact deltas; a dry run (the damaged snapshots)
+    unless ``apply_changes=True``. Fails naming each snapshot it could not repair."""
+
+    template_fields: Sequence[str] = (*StateMaintenanceOperator.template_fields, "apply_changes")
+
+    def __init__(self, *, apply_changes: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.apply_changes = apply_changes
+
+    def execute(self, context: Context) -> Result:
+        dry_run = not _as_bool(self.apply_changes, "apply_changes")
+        with self.work(context) as work:
+            if dry_run:
+                return self.report(
+                    context, damaged_result(damaged_snapshots(work.fleet, work.policy, work.only))
+                )
+            report = repair_pass(work.fleet, work.policy, only=work.only, progress=work.progress)
+        failed = "; ".join(f"{o.key} {o.path}: {o.status.value}: {o.detail}" for o in report.failed)
+        return self.report(
+            context,
+            repair_result(report),
+            f"repair failed for {len(report.failed)} snapshot(s): {failed}" if failed else None,
+        )
+
+
+class StateRestoreOperator(StateMaintenanceOperator):
+    """Returns a stopped query's stores (below one root) to an earlier, intact batch; a dry
+    run (the plan: each store's version, what is superseded) unless ``apply_changes=True``.
+
+    :param root: the query's checkpoint root.
+    :param query_id: the query.
+    :param batch_id: the batch to return to.
+    :param spark_checkpoint: the query's Spark checkpoint folder (``""``: none).
+    :param allow_lost_state: accept that stores whose version does not load start again empty.
+    """
+
+    template_fields: Sequence[str] = (
+        *StateMaintenanceOperator.template_fields,
+        "query_id",
+        "batch_id",
+        "spark_checkpoint",
+        "allow_lost_state",
+        "apply_changes",
+    )
+
+    def __init__(
+        self,
+        *,
+        root: str,
+        query_id: str,
+        batch_id: int | str,
+        spark_checkpoint: str | None = None,
+        allow_lost_state: bool | str = False,
+        apply_changes: bool | str = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(checkpoint_roots=root, **kwargs)
+        self.query_id = query_id
+        self.batch_id = batch_id
+        self.spark_checkpoint = spark_checkpoint
+        self.allow_lost_state = allow_lost_state
+        self.apply_changes = apply_changes
+
+    def execute(self, context: Context) -> Result:
+        dry_run = not _as_bool(self.apply_changes, "apply_changes")
+        with self.work(context) as work:
+            [root] = work.fleet.root_names()
+            plan = plan_restore(
+                work.fleet,
+                root,
+                self.query_id,
+                int(self.batch_id),
+                spark_checkpoint=self.spark_checkpoint,
+                allow_lost_state=_as_bool(self.allow_lost_state, "allow_lost_state"),
+            )
+            if not dry_run:
+                plan = restore_query(work.fleet, plan, work.policy)
+        return self.report(context, restore_result(plan))
+
+
+class StateHealthCheckOperator(StateMaintenanceOperator):
+    """Each store's status from the catalog (healthy, degraded, broken, unknown); fails naming
+    every broken store and why. When no store is broken, records an event on the asset of
+    each root in scope (through the ``state_runtime_maintained`` alias, which this task must
+    have among its outlets): downstream DAGs scheduled on :func:`root_asset` run then."""
+
+    def execute(self, context: Context) -> Result:
+        with self.work(context) as work:
+            reports = store_reports(work.fleet, work.policy, only=work.only)
+            roots = work.fleet.root_names(work.only)
+        found = health_result(reports)
+        broken = [r for r in reports if r.status.status is StoreStatus.BROKEN]
+        if broken:
+            names = "; ".join(f"{r.key}: {r.status}" for r in broken)
+            return self.report(context, found, f"{len(broken)} broken store(s): {names}")
+        if any(outlet == MAINTAINED for outlet in self.outlets):
+            for root in roots:
+                stores = [r for r in reports if r.key.root == root]
+                context["outlet_events"][MAINTAINED].add(
+                    root_asset(root),
+                    extra={
+                        "stores": len(stores),
+                        "statuses": ", ".join(sorted({r.status.status.value for r in stores})),
+                    },
+                )
+        return self.report(context, found)
+
+
+class StateDueStoresOperator(StateMaintenanceOperator):
+    """The stores due for a snapshot (from the catalog alone), in groups of at most
+    ``stores_per_task``: what the maintenance DAG maps its snapshot task over."""
+
+    template_fields: Sequence[str] = (*StateMaintenanceOperator.template_fields, "stores_per_task")
+
+    def __init__(self, *, stores_per_task: int | str = 200, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stores_per_task = stores_per_task
+
+    def execute(self, context: Context) -> list[list[str]]:
+        size = int(self.stores_per_task)
+        if size < 1:
+            raise AirflowException(f"stores_per_task must be at least 1, got {size}")
+        with self.work(context) as work:
+            due = due_for_snapshot(work.fleet, work.policy, work.only)
+        keys = sorted(str(d.record.key) for d in due)
+        groups = [keys[i : i + size] for i in range(0, len(keys), size)]
+        self.log.info("%d store(s) due for a snapshot, in %d group(s)", len(keys), len(groups))
+        for key in keys:
+            self.log.info("  %s", key)
+        return groups
+
+
+class StateRootsOperator(StateMaintenanceOperator):
+    """The checkpoint roots in scope: what the maintenance DAG maps its per-root validation,
+    cleanup and health over."""
+
+    def execute(self, context: Context) -> list[str]:
+        with self.work(context) as work:
+            roots = work.fleet.root_names(work.only)
+        self.log.info("%d root(s): %s", len(roots), ", ".join(roots))
+        return roots
