@@ -219,6 +219,19 @@ class CatalogProbe:
         return out
 
 
+def start(writer: Any, attempts: int = 5) -> Any:
+    """Start the stream; on Connect, again when the server's foreachBatch worker missed
+    Spark's fixed 10 s window to connect back (it does on a loaded machine: nothing ran)."""
+    for attempt in range(1, attempts):
+        try:
+            return writer.start()
+        except Exception as e:
+            if "connect back" not in str(e):
+                raise
+            print(f"foreachBatch worker did not connect back (attempt {attempt})", flush=True)
+    return writer.start()
+
+
 def run_engine(
     engine: str, work: Path, inputs: Path, partitions: int, catalog: str = "sqlite", pg: str = ""
 ) -> dict[str, Any]:
@@ -277,7 +290,7 @@ def run_engine(
         writer = counted.writeStream.outputMode("update").format("noop")
     else:
         writer = source.groupBy("k").count().writeStream.outputMode("update").format("noop")
-    stream = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    stream = start(writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True))
     sizes: dict[int, int] = {}
     seen = -1
     while stream.isActive:

@@ -60,9 +60,10 @@ from state_runtime.runtime.spark_kind import (
     default_parallelism,
     observation,
     observed,
-    same_session,
+    session_mark,
     speculating,
 )
+from state_runtime.runtime.spark_progress import publish
 from state_runtime.runtime.tasks import (
     HEARTBEAT_COLUMN,
     PARTITION_COLUMN,
@@ -126,7 +127,10 @@ class StatefulQuery:
     docs/runtime.md); None leaves the session's setting alone. ``parallelism`` is how many
     Spark tasks run an operator's state partitions in a batch (each task handles its share of
     them one after another): by default the session's default parallelism (its cores), never
-    more than the partitions, so that a batch runs in one wave of tasks.
+    more than the partitions, so that a batch runs in one wave of tasks. ``progress=True``
+    shows each committed batch's figures in the streaming query's progress when the stream
+    was observed with :func:`with_state_progress` (one more small job per batch; see
+    ``spark_progress.py``).
     """
 
     def __init__(
@@ -140,6 +144,7 @@ class StatefulQuery:
         watermark: Watermark | None = None,
         parallelism: int | None = None,
         telemetry: OtelExport | None = None,
+        progress: bool = False,
     ) -> None:
         self.query_id = validate_name(query_id, "query id")
         if not operators:
@@ -164,9 +169,10 @@ class StatefulQuery:
             raise InvalidArgument(f"parallelism={parallelism!r}: expected a positive number")
         self.parallelism = parallelism
         self.telemetry = telemetry
+        self.progress = progress
         self._registered = False
         self._histories: dict[tuple[int, str], SchemaHistory] = {}
-        self._beats: dict[int, tuple[SparkSession, DataFrame]] = {}
+        self._beats: dict[int, tuple[str, DataFrame]] = {}
         self._speculation: bool | None = None
 
     @property
@@ -323,14 +329,15 @@ class StatefulQuery:
 
     def _heartbeats(self, spark: SparkSession, op: StatefulOperator) -> DataFrame:
         """One row per state partition of ``op``, built once per Spark session and partition
-        count (see ``spark_kind.same_session``)."""
+        count (see ``spark_kind.session_mark``)."""
+        mark = session_mark(spark)
         cached = self._beats.get(op.num_partitions)
-        if cached is not None and same_session(cached[0], spark):
+        if cached is not None and cached[0] == mark:
             return cached[1]
         beats = spark.range(0, op.num_partitions, 1, 1).selectExpr(
             f"CAST(id AS INT) AS {PARTITION_COLUMN}", f"true AS {HEARTBEAT_COLUMN}"
         )
-        self._beats[op.num_partitions] = (spark, beats)
+        self._beats[op.num_partitions] = (mark, beats)
         return beats
 
     def _tasks(self, spark: SparkSession, op: StatefulOperator) -> int:
@@ -342,14 +349,17 @@ class StatefulQuery:
     def _stage(
         self,
         df: DataFrame,
+        schema: StructType,
         op: StatefulOperator,
         batch_id: int,
         run: str,
         committed: dict[StoreId, CheckpointRef],
         batch_time_ms: int,
         watermarks: BatchWatermarks | None,
-    ) -> DataFrame:
-        schema = df.schema  # one analysis of the input (each .schema call is one)
+    ) -> tuple[DataFrame, StructType]:
+        """``op``'s stateful stage over ``df`` (whose schema is ``schema``: each ``.schema``
+        call is one analysis of the plan, so the batch's input is analysed once) and its
+        output schema, the next operator's input schema."""
         if op is self.operators[0] and REPORT_COLUMN in schema.names:
             raise InvalidArgument(f"input column name {REPORT_COLUMN!r} is reserved")
         routed = self._routed(df, schema.names, op, self._tasks(df.sparkSession, op))
@@ -375,7 +385,7 @@ class StatefulQuery:
             time_zone=df.sparkSession.conf.get(SESSION_TIME_ZONE_CONF) or "UTC",
         )
         out = op.output_nullable().add(StructField(REPORT_COLUMN, StringType(), True))
-        return routed.mapInArrow(partial(run_partitions, spec), out)
+        return routed.mapInArrow(partial(run_partitions, spec), out), out
 
     @contextmanager
     def _adaptive(self, spark: SparkSession) -> Iterator[None]:
@@ -411,7 +421,7 @@ class StatefulQuery:
         the batch's clock for timeouts, the same in every task.
         """
         started = time.perf_counter()
-        schema = df.schema
+        schema = df.schema  # the batch's one analysis of its input
         check_query(self.operators, self.event_time.watermark, schema)
         batch_time = int(time.time() * 1000) if batch_time_ms is None else batch_time_ms
         if not self._registered:
@@ -424,7 +434,9 @@ class StatefulQuery:
         spark = df.sparkSession
         staged = df
         for op in self.operators:
-            staged = self._stage(staged, op, batch_id, run, committed, batch_time, watermarks)
+            staged, schema = self._stage(
+                staged, schema, op, batch_id, run, committed, batch_time, watermarks
+            )
         channel = observation()
         staged = staged.observe(channel, F.collect_list(REPORT_COLUMN).alias("reports"))
         cached = [staged.persist(StorageLevel.MEMORY_AND_DISK)] if cache_output or not sink else []
@@ -472,6 +484,8 @@ class StatefulQuery:
         metrics = replace(metrics, commit_ms=commit_ms)
         if self.telemetry is not None:
             self.telemetry.batch(self.root, self.query_id, metrics, self._store_figures(chosen))
+        if self.progress:
+            publish(df, batch_id, metrics)
         log.info(
             "query %s batch %d committed: %d rows in, %d keys updated, %d state rows, "
             "%d bytes written, commit %.1f ms, cache %d hits / %d misses",

@@ -2,7 +2,9 @@
 
 Everything else in the runtime, the readers and the maintenance jobs is written once, with
 DataFrames, ``mapInArrow`` and observations, and runs on either kind of session. The kind is
-known from the session object at run time; nothing is configured.
+known from the session object at run time; nothing is configured. Nothing here touches the
+JVM (no ``sparkContext``, ``_jsparkSession`` or an observation's JVM object): what a classic
+session knows is read through the same public API as on Connect.
 
 pyspark chooses its classic or Connect classes (columns, functions, observations) by a
 process-wide switch (``SPARK_CONNECT_MODE_ENABLED``), so one Python process uses one kind of
@@ -12,12 +14,20 @@ client: a Connect client process may host the Connect server's JVM (``spark_sess
 
 from __future__ import annotations
 
+import os
+import re
+import threading
+import uuid
 from typing import Any
 
 from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 
 _PROBE_ROWS = 1 << 16
+_LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?")
+_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]")
+_SESSION_MARK = "state_runtime.session"
+_OBSERVATION_WAIT_S = 1.0
 _parallelism: dict[str, int] = {}
 
 
@@ -27,32 +37,45 @@ def is_connect(spark: SparkSession) -> bool:
 
 
 def default_parallelism(spark: SparkSession) -> int:
-    """The session's default parallelism (its cores on ``local[N]``).
-
-    Classic sessions ask their SparkContext. A Connect client has none: it reads
-    ``spark.default.parallelism`` when set, otherwise it counts the partitions Spark gives a
-    ``range`` without a partition count (Spark's default parallelism, by definition), once per
-    session."""
-    if not is_connect(spark):
-        return int(spark.sparkContext.defaultParallelism)
-    key: str = spark.session_id  # type: ignore[attr-defined]
+    """The application's default parallelism (its cores on ``local[N]``), known once per
+    application (``spark.app.id``): ``spark.default.parallelism`` when set; else the cores of
+    a ``local[N]`` / ``local[*]`` / ``local-cluster[N,C,M]`` master (as Spark's schedulers
+    count them); else (a cluster) the partitions Spark gives a ``range`` without a partition
+    count (Spark's default parallelism, by definition): one small job per application, never
+    one per batch."""
+    key = spark.conf.get("spark.app.id", None) or ""
     if key not in _parallelism:
-        configured = spark.conf.get("spark.default.parallelism", None)
-        if configured:
-            _parallelism[key] = int(configured)
-        else:
-            probe = spark.range(_PROBE_ROWS).select(F.spark_partition_id().alias("p"))
-            _parallelism[key] = int(probe.agg(F.max("p")).first()[0]) + 1  # type: ignore[index]
+        _parallelism[key] = _probe_parallelism(spark)
     return _parallelism[key]
 
 
-def same_session(a: SparkSession, b: SparkSession) -> bool:
-    """Whether DataFrames of ``a`` can be used in plans of ``b``. ``foreachBatch`` hands every
-    batch a new classic Python session over the same JVM session; a Connect DataFrame is bound
-    to its client object."""
-    if is_connect(a) or is_connect(b):
-        return a is b
-    return bool(a._jsparkSession.equals(b._jsparkSession))
+def _probe_parallelism(spark: SparkSession) -> int:
+    configured = spark.conf.get("spark.default.parallelism", None)
+    if configured:
+        return int(configured)
+    master = spark.conf.get("spark.master", None) or ""
+    cluster = _LOCAL_CLUSTER.fullmatch(master)
+    if cluster is not None:
+        return max(int(cluster.group(1)) * int(cluster.group(2)), 2)
+    local = _LOCAL_MASTER.fullmatch(master)
+    if local is not None:
+        cores = local.group(1)
+        if cores is None:
+            return 1
+        return (os.cpu_count() or 1) if cores == "*" else int(cores)
+    probe = spark.range(_PROBE_ROWS).select(F.spark_partition_id().alias("p"))
+    return int(probe.agg(F.max("p")).first()[0]) + 1  # type: ignore[index]
+
+
+def session_mark(spark: SparkSession) -> str:
+    """An id of the Spark session behind ``spark`` (set once in its runtime configuration):
+    ``foreachBatch`` hands every batch a new Python session object over the same session, and
+    a Connect DataFrame can only be used in plans of its own server session."""
+    mark = spark.conf.get(_SESSION_MARK, None)
+    if not mark:
+        mark = uuid.uuid4().hex
+        spark.conf.set(_SESSION_MARK, mark)
+    return str(mark)
 
 
 def observation() -> Observation:
@@ -61,17 +84,25 @@ def observation() -> Observation:
 
 
 def observed(obs: Observation) -> dict[str, Any]:
-    """The observation's metrics if an action has filled them, else ``{}``; never waits.
+    """The observation's metrics if an action has filled them, else ``{}``; never waits long.
 
-    A classic observation's ``get`` blocks until an action ran its plan (forever if none
-    will), so its promise is checked first. A Connect observation holds the metrics of the
-    last action that returned them (each action overwrites the previous values)."""
+    A Connect observation holds the metrics of the last action that returned them (each
+    action overwrites the previous values). A classic observation is filled when an action
+    over its plan finishes (synchronously, before the action returns) and its ``get`` blocks
+    until then, forever if no such action runs: it is read in a daemon thread, for at most
+    ``_OBSERVATION_WAIT_S``. A thread still waiting ends when a later action (the runtime's
+    fallback read of the reports, which runs the observed plan) fills the observation."""
     if type(obs).__module__.startswith("pyspark.sql.connect"):
         return dict(obs.get)
-    promise = obs._jo  # the classic observation's JVM object, set by DataFrame.observe
-    if promise is None or not promise.future().isCompleted():
-        return {}
-    return dict(obs.get)
+    result: dict[str, Any] = {}
+
+    def read() -> None:
+        result.update(obs.get)
+
+    reader = threading.Thread(target=read, name="state-runtime-observation", daemon=True)
+    reader.start()
+    reader.join(_OBSERVATION_WAIT_S)
+    return dict(result) if not reader.is_alive() else {}
 
 
 def speculating(spark: SparkSession) -> bool:

@@ -1,0 +1,125 @@
+"""A stateful query's per-batch figures in Spark's own ``StreamingQueryProgress``.
+
+Spark builds a micro-batch's progress from the streaming plan only: ``stateOperators`` from
+its JVM state-store operators, sink metrics from a JVM sink implementing
+``ReportsSinkMetrics`` (neither ``foreachBatch``'s sink nor a Python data source's), and
+``observedMetrics`` from the streaming plan's ``observe`` nodes, whose values are the last
+computation of each of that plan's partitions. The stateful stage runs in the
+``foreachBatch`` function, outside that plan, so its figures reach the progress the one way
+left: :func:`with_state_progress` adds an observation to the user's stream whose values come
+from a column that is empty while the batch runs; once the batch is committed,
+:func:`publish` recomputes one partition of the batch's input in a job tagged with the
+figures (job tags reach the tasks on classic and Connect sessions alike), the column reads
+them there, and the observation's value for that partition becomes the batch's figures. A
+``StreamingQueryListener``, ``query.lastProgress`` (also on a Connect client) and the
+progress events of the Spark UI's query pages then carry them under
+``observedMetrics["state_runtime"]``. See docs/runtime.md, "Spark's monitoring".
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.functions import arrow_udf
+
+from state_runtime.catalog import BatchMetrics
+
+log = logging.getLogger("state_runtime.runtime")
+
+OBSERVATION = "state_runtime"
+_TAG = "state_runtime-figures-"
+_COLUMN = "__state_runtime_figures"
+# The figures, in the order Spark shows them; batch_id first (it picks the newest figures).
+FIELDS: tuple[tuple[str, str], ...] = (
+    ("batch_id", "bigint"),
+    ("rows_in", "bigint"),
+    ("state_rows", "bigint"),
+    ("keys_updated", "bigint"),
+    ("bytes_written", "bigint"),
+    ("commit_ms", "double"),
+    ("cache_hits", "bigint"),
+    ("cache_misses", "bigint"),
+    ("watermark_ms", "bigint"),
+    ("late_rows", "bigint"),
+)
+_STRUCT = "struct<" + ", ".join(f"{name}: {kind}" for name, kind in FIELDS) + ">"
+_ARROW_STRUCT = pa.struct(
+    [(name, pa.float64() if kind == "double" else pa.int64()) for name, kind in FIELDS]
+)
+
+
+def figures(batch_id: int, metrics: BatchMetrics) -> dict[str, Any]:
+    """A committed batch's figures, as the observation shows them."""
+    return {
+        "batch_id": batch_id,
+        "rows_in": metrics.rows_in,
+        "state_rows": metrics.state_rows,
+        "keys_updated": metrics.keys_updated,
+        "bytes_written": metrics.bytes_written,
+        "commit_ms": metrics.commit_ms,
+        "cache_hits": metrics.cache_hits,
+        "cache_misses": metrics.cache_misses,
+        "watermark_ms": metrics.extra.get("watermark_ms"),
+        "late_rows": metrics.extra.get("late_rows"),
+    }
+
+
+def _tag(values: dict[str, Any]) -> str:
+    """A job tag carrying ``values`` (tags may not hold commas: base64 of the JSON)."""
+    return _TAG + base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
+
+
+def _tagged(tags: str | None) -> dict[str, Any] | None:
+    """The figures in a task's job tags (``spark.job.tags``: Spark prefixes each tag with
+    its session or Connect operation), or None."""
+    for tag in (tags or "").split(","):
+        at = tag.find(_TAG)
+        if at >= 0:
+            data = tag[at + len(_TAG) :]
+            return dict(json.loads(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))))
+    return None
+
+
+def _read_figures(ids: pa.Array) -> pa.Array:
+    """The figures column for one Arrow batch of rows (executor side): the figures of the
+    job's tag, or nulls in a job without one (the batch's own run)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    values = _tagged(context.getLocalProperty("spark.job.tags") if context else None)
+    row = values or {name: None for name, _ in FIELDS}
+    return pa.array([row] * len(ids), type=_ARROW_STRUCT)
+
+
+def with_state_progress(stream: DataFrame, name: str = OBSERVATION) -> DataFrame:
+    """``stream`` observed as ``name``: each progress of the streaming query that runs a
+    :class:`StatefulQuery` made with ``progress=True`` in ``foreachBatch`` shows that batch's
+    figures (:data:`FIELDS`) under ``observedMetrics[name]``. The stream's rows and columns
+    are unchanged; each input row passes once more through a Python column (Arrow batches)."""
+    read = arrow_udf(_read_figures, _STRUCT)  # type: ignore[call-overload]  # stubs: no struct
+    column = F.col(_COLUMN)
+    metrics = [F.max_by(column[field], column["batch_id"]).alias(field) for field, _ in FIELDS]
+    observed = stream.withColumn(_COLUMN, read(F.lit(0))).observe(name, *metrics)
+    return observed.drop(_COLUMN)
+
+
+def publish(df: DataFrame, batch_id: int, metrics: BatchMetrics) -> None:
+    """After batch ``batch_id``'s commit: recompute one partition of its input ``df`` (the
+    ``foreachBatch`` DataFrame of a stream made by :func:`with_state_progress`) in a job
+    tagged with the figures, so that the streaming query's progress shows them. A failure is
+    logged, never raised: the batch is committed."""
+    spark = df.sparkSession
+    tag = _tag(figures(batch_id, metrics))
+    spark.addTag(tag)
+    try:
+        df.limit(1).collect()
+    except Exception:
+        log.warning("batch %d: its figures did not reach Spark's progress", batch_id, exc_info=True)
+    finally:
+        spark.removeTag(tag)
