@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.commits import committed_ids, latest_entry
+from state_runtime.catalog.reading import read_batch_intents
 from state_runtime.catalog.records import AttemptSweep, BatchStart
 from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.statements import chunks
@@ -93,9 +94,9 @@ def settle(connection: Connection, run: str, suspects: Suspects, now: datetime) 
 def open_sweeps(connection: Connection, started_before: datetime, limit: int) -> list[AttemptSweep]:
     """Intents to sweep, oldest first: settled with suspects, or never settled, and started
     before ``started_before`` (a younger one may still have attempts running)."""
-    i = batch_intents.c
+    i = read_batch_intents.c
     rows = connection.execute(
-        sa.select(batch_intents)
+        sa.select(read_batch_intents)
         .where(i.swept_at.is_(None), i.started_at < started_before)
         .order_by(i.started_at)
         .limit(limit)

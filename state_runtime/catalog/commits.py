@@ -324,10 +324,10 @@ def committed_ids(
 ) -> dict[StoreId, CheckpointRef]:
     """The (version, checkpoint id) batch ``batch_id`` committed for each store; {} if none."""
     validate_non_negative(batch_id, "batch id")
-    c, s = commit_log.c, stores.c
+    c, s = read_commits.c, read_stores.c
     rows = connection.execute(
         sa.select(s.operator_id, s.partition_id, s.store_name, c.version, c.checkpoint_id)
-        .join(stores, s.store_id == c.store_id)
+        .join(read_stores, s.store_id == c.store_id)
         .where(s.checkpoint_root == root, c.query_id == query_id, c.batch_id == batch_id)
     )
     return {store_id_of(r): CheckpointRef(r.version, r.checkpoint_id) for r in rows}

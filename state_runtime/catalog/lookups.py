@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.reading import read_stores
+from state_runtime.catalog.reading import read_files, read_stores
 from state_runtime.catalog.rows import AnyRow, store_id_of
 from state_runtime.catalog.statements import chunks, insert_ignoring
 from state_runtime.catalog.tables import checkpoint_files, commit_log, stores
@@ -161,8 +161,9 @@ def files_at(
 
 
 def recorded_paths(connection: Connection, root: str, paths: Iterable[str]) -> set[str]:
-    """Those of ``paths`` below ``root`` that the catalog has a record of."""
-    return {row[0] for row in files_at(connection, root, paths)}
+    """Those of ``paths`` below ``root`` that the catalog has a record of (read through the
+    reading view: a dry run as the reader asks it too)."""
+    return {row[0] for row in files_at(connection, root, paths, files=read_files)}
 
 
 def rows_at(

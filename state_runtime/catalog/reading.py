@@ -18,6 +18,7 @@ from typing import Final
 import sqlalchemy as sa
 
 from state_runtime.catalog.tables import (
+    batch_intents,
     batch_metrics,
     batch_watermarks,
     checkpoint_files,
@@ -48,6 +49,7 @@ READABLE: Final = (
     state_schemas,
     operator_schemas,
     operator_layouts,
+    batch_intents,
 )
 """The tables with a reading view, in creation order."""
 
@@ -69,3 +71,4 @@ read_watermarks = view_of(batch_watermarks)
 read_state_schemas = view_of(state_schemas)
 read_operator_schemas = view_of(operator_schemas)
 read_operator_layouts = view_of(operator_layouts)
+read_batch_intents = view_of(batch_intents)
