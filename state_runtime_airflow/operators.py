@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
@@ -48,6 +49,7 @@ from state_runtime_airflow.results import (
     health_result,
     log_lines,
     repair_result,
+    repartition_result,
     restore_result,
     snapshot_result,
 )
@@ -304,6 +306,80 @@ class StateRestoreOperator(StateMaintenanceOperator):
             if not dry_run:
                 plan = restore_query(work.fleet, plan, work.policy)
         return self.report(context, restore_result(plan))
+
+
+class StateRepartitionOperator(StateMaintenanceOperator):
+    """Changes a stopped query's number of state partitions (``statestore repartition``): a
+    Spark job routes every key with the runtime's rule and writes one snapshot per new
+    partition, and one catalog transaction switches the layout. A dry run (rows and bytes per
+    new partition, the skew) unless ``apply_changes=True``.
+
+    :param root: the query's checkpoint root.
+    :param query_id: the query.
+    :param num_partitions: the new number of state partitions.
+    :param operator_id: only this operator (default: every operator of the query).
+    :param spark_checkpoint: the query's Spark checkpoint folder (``""``: none); its last
+        committed batch must be the catalog's.
+    :param master: the Spark master of the job (``SPARK_REMOTE``, when set, makes the session
+        a Spark Connect client).
+    :param idle_seconds: refuse while the query committed a batch this recently (it may run).
+    """
+
+    template_fields: Sequence[str] = (
+        *StateMaintenanceOperator.template_fields,
+        "query_id",
+        "num_partitions",
+        "operator_id",
+        "spark_checkpoint",
+        "master",
+        "idle_seconds",
+        "apply_changes",
+    )
+
+    def __init__(
+        self,
+        *,
+        root: str,
+        query_id: str,
+        num_partitions: int | str,
+        operator_id: int | str | None = None,
+        spark_checkpoint: str | None = None,
+        master: str = "local[2]",
+        idle_seconds: int | str = 60,
+        apply_changes: bool | str = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(checkpoint_roots=root, **kwargs)
+        self.query_id = query_id
+        self.num_partitions = num_partitions
+        self.idle_seconds = idle_seconds
+        self.operator_id = operator_id
+        self.spark_checkpoint = spark_checkpoint
+        self.master = master
+        self.apply_changes = apply_changes
+
+    def execute(self, context: Context) -> Result:
+        from state_runtime.maintenance.repartition import repartition
+        from state_runtime.runtime.session import spark_session
+
+        execute = _as_bool(self.apply_changes, "apply_changes")
+        operator = None if self.operator_id in (None, "") else int(str(self.operator_id))
+        with self.work(context) as work:
+            [root] = work.fleet.root_names()
+            plan = repartition(
+                spark_session(self.master, app_name=f"airflow-{self.task_id}"),
+                work.fleet,
+                root,
+                self.query_id,
+                int(str(self.num_partitions)),
+                operator_id=operator,
+                spark_checkpoint=self.spark_checkpoint,
+                execute=execute,
+                policy=work.policy,
+                idle=timedelta(seconds=int(str(self.idle_seconds))),
+                progress=work.progress,
+            )
+        return self.report(context, repartition_result(plan))
 
 
 class StateHealthCheckOperator(StateMaintenanceOperator):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from state_runtime.catalog import FileVerdict
 from state_runtime.maintenance import (
@@ -16,6 +16,10 @@ from state_runtime.maintenance import (
     SnapshotReport,
     StoreReport,
 )
+from state_runtime.units import size
+
+if TYPE_CHECKING:  # pyspark stays out of the DAG processor's imports
+    from state_runtime.maintenance.repartition import RepartitionPlan
 
 Result = dict[str, Any]
 """A task's XCom value: ``summary``, ``run_id``, ``counts`` and ``stores`` (rows with a
@@ -188,3 +192,29 @@ def health_result(reports: Sequence[StoreReport]) -> Result:
         ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none"
     )
     return result(summary, None, dict(counts), rows)
+
+
+def repartition_result(plan: RepartitionPlan) -> Result:
+    """One row per new store: the rows and bytes it receives, and its operator's skew."""
+    rows = []
+    for figure in sorted(plan.figures, key=lambda f: (f.operator_id, f.store_name, f.partition)):
+        skew = plan.skew(figure.operator_id, figure.store_name)
+        rows.append(
+            {
+                "store": f"{plan.root}#{figure.operator_id}/{figure.partition}/{figure.store_name}",
+                "rows": figure.rows,
+                "bytes": figure.bytes,
+                "detail": f"{figure.rows} rows, {size(figure.bytes)}"
+                + ("" if skew is None else f" (operator skew {skew:.2f})"),
+            }
+        )
+    moves = ", ".join(
+        f"operator {m.operator_id} ({m.store_name}) {m.old_partitions} -> {m.new_partitions}"
+        for m in plan.moves
+    )
+    what = f"repartitioned by run {plan.run_id}" if plan.executed else "would be repartitioned"
+    summary = (
+        f"query {plan.query_id} below {plan.root} at batch {plan.batch_id}: {moves} {what}"
+        + ("" if plan.executed else " (dry run)")
+    )
+    return result(summary, plan.run_id, plan.counts() | {"dry_run": not plan.executed}, rows)

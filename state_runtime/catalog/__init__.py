@@ -40,6 +40,7 @@ from state_runtime.catalog.records import (
     StoreKey,
     StoreProblem,
     StoreRecord,
+    Suspects,
     Verdict,
     VersionHistory,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "StoreKey",
     "StoreProblem",
     "StoreRecord",
+    "Suspects",
     "Verdict",
     "Verification",
     "VersionHistory",

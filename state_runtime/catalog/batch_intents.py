@@ -15,22 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.commits import committed_ids, latest_entry
 from state_runtime.catalog.reading import read_batch_intents
-from state_runtime.catalog.records import AttemptSweep, BatchStart
+from state_runtime.catalog.records import AttemptSweep, BatchStart, Suspects
 from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.statements import chunks
 from state_runtime.catalog.tables import batch_intents
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId, validate_name, validate_non_negative
-
-Suspects = Collection[StoreId] | Literal["all"]
-"""The stores of a batch that may hold unrecorded attempt files ("all": every store)."""
 
 
 def begin_batch(

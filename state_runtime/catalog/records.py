@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import FileState, StoreFile, Verification
@@ -392,6 +393,10 @@ class VersionHistory:
     @property
     def deleted(self) -> tuple[HistoryFile, ...]:
         return tuple(f for f in self.files if f.deleted_at is not None)
+
+
+Suspects = Collection[StoreId] | Literal["all"]
+"""The stores of a batch that may hold unrecorded attempt files ("all": every store)."""
 
 
 @dataclass(frozen=True, slots=True)

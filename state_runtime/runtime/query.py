@@ -40,9 +40,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField, StructType
 
-from state_runtime.catalog import BatchMetrics, BatchStart, Catalog, NewLayout, StoreKey
+from state_runtime.catalog import BatchMetrics, BatchStart, Catalog, NewLayout, StoreKey, Suspects
 from state_runtime.catalog import catalog_url as default_catalog_url
-from state_runtime.catalog.batch_intents import Suspects
 from state_runtime.errors import (
     BatchOutOfOrder,
     CatalogError,

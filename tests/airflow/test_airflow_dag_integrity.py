@@ -18,11 +18,16 @@ def test_the_dag_folder_parses_without_import_errors() -> None:
 
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
-    assert set(bag.dags) == {DAG_ID, "state_store_repair", "state_store_restore"}
+    assert set(bag.dags) == {
+        DAG_ID,
+        "state_store_repair",
+        "state_store_restore",
+        "state_store_repartition",
+    }
     # Nothing runs until an operator unpauses a DAG; what rewrites or deletes is a dry run
     # unless a run says otherwise; repair and restore run only when triggered.
     assert all(d.is_paused_upon_creation for d in bag.dags.values())
-    for name in ("state_store_repair", "state_store_restore"):
+    for name in ("state_store_repair", "state_store_restore", "state_store_repartition"):
         assert bag.dags[name].schedule is None
         assert bag.dags[name].params["apply_changes"] is False
     dag = bag.dags[DAG_ID]

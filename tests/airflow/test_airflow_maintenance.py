@@ -217,3 +217,66 @@ def test_the_restore_dag_plans_then_returns_the_query_to_a_batch(stream: StoreSt
     )
     newest = max(e.batch_id for e in stream.catalog.commit_history(stream.root, query_id="query-1"))
     assert newest == 2
+
+
+@pytest.mark.spark
+def test_the_repartition_dag_plans_then_changes_the_partitions(
+    spark: Any,
+    catalog: Any,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    connections: None,
+    airflow_db: object,
+) -> None:
+    """A running count on 4 partitions is planned onto 3 (nothing written), then moved: the
+    run is recorded as the task's, and the query resumes on 3 partitions with every count
+    it had (the counts equal a query that never changed)."""
+    from state_runtime.maintenance import canonical_root
+    from state_runtime.runtime import Agg, StatefulQuery, running_aggregation
+
+    for name, value in connection_env(catalog).items():
+        monkeypatch.setenv(name, value)
+    url = catalog.engine.url.render_as_string(hide_password=False)
+    aggs = [Agg("n", "count")]
+
+    def run(root: str, partitions: int, batches: range) -> list[tuple[str, int]]:
+        op = running_aggregation(0, ["user"], "user string", aggs, partitions)
+        query = StatefulQuery("counts", root, [op], catalog_url=url)
+        rows: list[tuple[str, int]] = []
+        for b in batches:
+            events = spark.range(b * 30, b * 30 + 30).selectExpr(
+                "concat('u', cast((id * 7) % 13 as string)) AS user"
+            )
+            result = query.run_batch(events, b)
+            rows = sorted((r["user"], r["n"]) for r in result.output.collect())
+            result.release()
+        return rows
+
+    root = str(tmp_path / "moved")
+    run(root, 4, range(0, 3))
+    conf = {
+        "root": root,
+        "query_id": "counts",
+        "num_partitions": 3,
+        "spark_checkpoint": "",
+        "idle_seconds": 0,
+    }
+    states, values = run_dag(dag_id="state_store_repartition", **conf, apply_changes=False)
+    assert set(states.values()) == {"success"}, states
+    plan = values["repartition"]
+    assert plan["counts"]["dry_run"] is True and plan["run_id"] is None
+    assert len(plan["stores"]) == 3 and sum(row["rows"] for row in plan["stores"]) == 13
+    layouts = catalog.layout_history(canonical_root(root))
+    assert [layout.num_partitions for layout in layouts] == [4]
+
+    states, values = run_dag(dag_id="state_store_repartition", **conf, apply_changes=True)
+    assert set(states.values()) == {"success"}, states
+    done = values["repartition"]
+    [record] = [r for r in catalog.recent_runs() if r.kind == "repartition"]
+    assert record.run_id == done["run_id"] and record.owner.startswith(
+        "airflow:state_store_repartition.repartition/"
+    )
+    assert catalog.layout_history(canonical_root(root))[-1].num_partitions == 3
+
+    moved = run(root, 3, range(3, 5))
+    assert moved == run(str(tmp_path / "unchanged"), 4, range(0, 5))

@@ -19,13 +19,13 @@ from state_runtime.catalog import (
 )
 from state_runtime.catalog import holders as holders_sql
 from state_runtime.catalog.api.transactions import CatalogBase, conflict
-from state_runtime.catalog.batch_intents import Suspects
 from state_runtime.catalog.records import (
     BatchCommit,
     BatchMetrics,
     BatchStart,
     CommitEntry,
     RecordedBatchMetrics,
+    Suspects,
 )
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
