@@ -19,10 +19,9 @@ See docs/airflow.md.
 
 from __future__ import annotations
 
-from datetime import datetime
+from airflow.sdk import Param, task_group
 
-from airflow.sdk import DAG, Param, task_group
-
+from state_runtime_airflow.dag_settings import maintenance_dag
 from state_runtime_airflow.operators import (
     StateCleanupOperator,
     StateDueStoresOperator,
@@ -35,17 +34,11 @@ from state_runtime_airflow.store_assets import MAINTAINED
 
 DAG_ID = "state_store_maintenance"
 
-with DAG(
-    dag_id=DAG_ID,
-    description="Snapshots, validation, cleanup gated on validation, health of the state stores",
-    doc_md=__doc__,
+with maintenance_dag(
+    DAG_ID,
+    "Snapshots, validation, cleanup gated on validation, health of the state stores",
+    __doc__,
     schedule="15 * * * *",
-    start_date=datetime(2025, 1, 1),
-    catchup=False,
-    is_paused_upon_creation=True,
-    max_active_runs=1,
-    render_template_as_native_obj=True,
-    tags=["state_runtime", "maintenance"],
     params={
         "roots": Param([], type="array", description="Only these checkpoint roots; [] for all."),
         "cleanup_dry_run": Param(

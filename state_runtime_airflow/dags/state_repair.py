@@ -10,27 +10,20 @@ whole again. A problem repair cannot fix (a lost delta) needs `statestore restor
 
 from __future__ import annotations
 
-from datetime import datetime
+from airflow.sdk import Param
 
-from airflow.sdk import DAG, Param
-
+from state_runtime_airflow.dag_settings import maintenance_dag
 from state_runtime_airflow.operators import (
     StateHealthCheckOperator,
     StateRepairOperator,
     StateValidationOperator,
 )
 
-with DAG(
-    dag_id="state_store_repair",
-    description="Rebuild damaged snapshots from their deltas, then validate",
-    doc_md=__doc__,
+with maintenance_dag(
+    "state_store_repair",
+    "Rebuild damaged snapshots from their deltas, then validate",
+    __doc__,
     schedule=None,
-    start_date=datetime(2025, 1, 1),
-    catchup=False,
-    is_paused_upon_creation=True,
-    max_active_runs=1,
-    render_template_as_native_obj=True,
-    tags=["state_runtime", "maintenance"],
     params={
         "roots": Param([], type="array", description="Only these checkpoint roots; [] for all."),
         "apply_changes": Param(

@@ -14,23 +14,16 @@ Then **health**. See docs/repartition.md and docs/airflow.md.
 
 from __future__ import annotations
 
-from datetime import datetime
+from airflow.sdk import Param
 
-from airflow.sdk import DAG, Param
-
+from state_runtime_airflow.dag_settings import maintenance_dag
 from state_runtime_airflow.operators import StateHealthCheckOperator, StateRepartitionOperator
 
-with DAG(
-    dag_id="state_store_repartition",
-    description="Change a stopped query's number of state partitions",
-    doc_md=__doc__,
+with maintenance_dag(
+    "state_store_repartition",
+    "Change a stopped query's number of state partitions",
+    __doc__,
     schedule=None,
-    start_date=datetime(2025, 1, 1),
-    catchup=False,
-    is_paused_upon_creation=True,
-    max_active_runs=1,
-    render_template_as_native_obj=True,
-    tags=["state_runtime", "maintenance"],
     params={
         "root": Param("", type="string", minLength=1, description="The query's checkpoint root."),
         "query_id": Param("", type="string", minLength=1, description="The query."),

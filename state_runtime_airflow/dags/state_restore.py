@@ -11,23 +11,16 @@ See docs/airflow.md.
 
 from __future__ import annotations
 
-from datetime import datetime
+from airflow.sdk import Param
 
-from airflow.sdk import DAG, Param
-
+from state_runtime_airflow.dag_settings import maintenance_dag
 from state_runtime_airflow.operators import StateHealthCheckOperator, StateRestoreOperator
 
-with DAG(
-    dag_id="state_store_restore",
-    description="Return a stopped query's stores to an earlier, intact batch",
-    doc_md=__doc__,
+with maintenance_dag(
+    "state_store_restore",
+    "Return a stopped query's stores to an earlier, intact batch",
+    __doc__,
     schedule=None,
-    start_date=datetime(2025, 1, 1),
-    catchup=False,
-    is_paused_upon_creation=True,
-    max_active_runs=1,
-    render_template_as_native_obj=True,
-    tags=["state_runtime", "maintenance"],
     params={
         "root": Param("", type="string", minLength=1, description="The query's checkpoint root."),
         "query_id": Param("", type="string", minLength=1, description="The query."),
