@@ -43,9 +43,19 @@ def assert_lineage_linear(catalog: Catalog, storage: Storage) -> int:
         assert versions == list(range(1, len(history) + 1)), (store, versions)
         previous = None
         for entry in history:
-            header = provider.read_header(entry.ref, FileKind.DELTA)
-            parent = header.lineage[0] if header.lineage else None
-            assert parent == previous, (store, entry.ref, parent, previous)
+            if previous is not None and entry.ref.checkpoint_id == previous.checkpoint_id:
+                # changed nothing: no file, the parent's id (docs/checkpoint-format.md)
+                assert provider.unchanged(entry.ref), (store, entry.ref)
+            else:
+                header = provider.read_header(entry.ref, FileKind.DELTA)
+                parent = header.lineage[0] if header.lineage else None
+                assert parent is not None or previous is None, (store, entry.ref)
+                assert parent is None or parent.checkpoint_id == previous.checkpoint_id, (
+                    store,
+                    entry.ref,
+                    parent,
+                    previous,
+                )
             previous = entry.ref
             checked += 1
         if history:
