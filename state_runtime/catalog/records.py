@@ -97,6 +97,8 @@ class BatchCommit:
     committed: dict[StoreId, CheckpointRef]
     replaced: dict[StoreId, CheckpointRef]
     orphaned_files: int
+    commit_ms: float = 0.0
+    """The commit's work in its transaction (what the batch's metrics record as commit time)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -457,8 +457,7 @@ class StatefulQuery:
             duplicates = self._duplicates(reports, chosen)
             metrics = self._metrics(chosen, len(duplicates), 0.0, time.perf_counter() - started)
             metrics.extra.update(event_time_metrics(chosen, watermarks))
-            commit_started = time.perf_counter()
-            self.catalog.commit_batch(
+            commit = self.catalog.commit_batch(
                 self.root,
                 self.query_id,
                 batch_id,
@@ -469,7 +468,6 @@ class StatefulQuery:
                 suspects=self._suspects(spark, chosen, duplicates),
                 metrics=metrics,
             )
-            commit_ms = (time.perf_counter() - commit_started) * 1000
         except BaseException as exc:
             for df_cached in cached:
                 df_cached.unpersist()
@@ -480,7 +478,7 @@ class StatefulQuery:
                         self.telemetry.lost(self.query_id, lost.store)
                     raise lost from None
             raise
-        metrics = replace(metrics, commit_ms=commit_ms)
+        metrics = replace(metrics, commit_ms=commit.commit_ms)  # as the catalog recorded it
         if self.telemetry is not None:
             self.telemetry.batch(self.root, self.query_id, metrics, self._store_figures(chosen))
         if self.progress:

@@ -136,12 +136,12 @@ class CommitCalls(CatalogBase):
                 holders_sql.record_holders(connection, root, located, now)
             if run is not None:
                 batch_intents.settle(connection, run, suspects, now)
+            took = (time.perf_counter() - started) * 1000
             if metrics is not None:
-                took = (time.perf_counter() - started) * 1000
                 batch_metrics.record_batch_metrics(
                     connection, root, query_id, batch_id, with_fields(metrics, commit_ms=took), now
                 )
-            return done
+            return with_fields(done, commit_ms=took)
 
         return self._run("commit batch", work, conflict)
 
