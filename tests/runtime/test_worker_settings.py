@@ -1,5 +1,5 @@
-"""Worker settings and catalog timeouts are read on the driver when a batch starts and shipped
-to its tasks."""
+"""Worker settings are read on the driver when a batch starts and shipped to its tasks; catalog
+timeouts are read on the driver when the catalog is opened."""
 
 from __future__ import annotations
 
@@ -28,9 +28,11 @@ def test_a_bad_worker_setting_fails_the_batch_on_the_driver_before_any_task(
     monkeypatch.setenv("STATE_CACHE_BYTES", "1GiB")
     query.run_batch(df, 0).release()
     assert len(list(root.rglob("*.delta"))) == 2
+    # Tasks never open the catalog: its timeouts are read where it is opened, on the driver,
+    # when the query is made (and again when a foreach_batch copy reopens it).
     monkeypatch.setenv("STATE_CATALOG_ATTEMPT_TIMEOUT", "1s")  # below statement and lock
     with pytest.raises(InvalidArgument, match="STATE_CATALOG_ATTEMPT_TIMEOUT"):
-        query.run_batch(df, 1)
+        StatefulQuery("settings", str(root), [op], catalog_url=sqlite_catalog_url)
     assert len(list(root.rglob("*.delta"))) == 2
 
 
