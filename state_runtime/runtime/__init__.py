@@ -10,7 +10,7 @@ from state_runtime.runtime.operator import StatefulOperator, UpdateFunction
 from state_runtime.runtime.query import BatchResult, StatefulQuery
 from state_runtime.runtime.reader import read_state, read_state_metadata
 from state_runtime.runtime.sessions import SessionWindow, session_window_aggregation
-from state_runtime.runtime.spark_progress import with_state_progress
+from state_runtime.runtime.spark_progress import state_figures, with_state_progress
 from state_runtime.runtime.watermark import Watermark
 from state_runtime.runtime.windows import Window, windowed_aggregation
 from state_runtime.store.schema_evolution import SchemaChange
@@ -36,6 +36,7 @@ __all__ = [
     "read_state_metadata",
     "running_aggregation",
     "session_window_aggregation",
+    "state_figures",
     "windowed_aggregation",
     "with_state_progress",
 ]

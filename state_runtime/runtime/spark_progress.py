@@ -24,9 +24,10 @@ import logging
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.functions import arrow_udf
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from state_runtime.catalog import BatchMetrics
 
@@ -123,3 +124,24 @@ def publish(df: DataFrame, batch_id: int, metrics: BatchMetrics) -> None:
         log.warning("batch %d: its figures did not reach Spark's progress", batch_id, exc_info=True)
     finally:
         spark.removeTag(tag)
+
+
+def state_figures(
+    progress: StreamingQueryProgress, name: str = OBSERVATION
+) -> dict[str, Any] | None:
+    """The state figures a streaming progress carries under ``observedMetrics[name]`` as a
+    dict keyed by :data:`FIELDS`, or None when it carries none (a batch whose figures were
+    not published, or a stream not made by :func:`with_state_progress`).
+
+    Reads every progress the same way: a listener's event and a classic ``lastProgress`` hold
+    a Row of the figures, while a Connect client's ``lastProgress``/``recentProgress`` (parsed
+    from the server's JSON, pyspark 4.x) hold a Row of two fields, ``values`` and the
+    ``schema`` that names them."""
+    row: Row | None = progress.observedMetrics.get(name)
+    if row is None:
+        return None
+    shown = row.asDict()
+    if set(shown) == {"values", "schema"} and isinstance(shown["schema"], dict):
+        names = [field["name"] for field in shown["schema"]["fields"]]
+        return dict(zip(names, shown["values"], strict=True))
+    return dict(shown)
