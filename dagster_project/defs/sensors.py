@@ -96,6 +96,8 @@ def snapshot_due_sensor(
 def store_failure_sensor(
     context: SensorEvaluationContext, maintenance: MaintenanceResource
 ) -> SensorResult | SkipReason:
+    """The stores the catalog says are broken (as ``statestore health`` does) against their
+    partitions' status in Dagster: a run for each one not Failed yet (``store_events.py``)."""
     partitions = context.instance.get_dynamic_partitions(state_stores.name or "")
     statuses = context.instance.get_status_by_partition(
         state_checkpoints.key, partitions, state_stores

@@ -80,10 +80,6 @@ EVENT = """partition runId timestamp description metadataEntries {
 RECORDED = f"""query($key: AssetKeyInput!) {{ assetOrError(assetKey: $key) {{ ... on Asset {{
     assetMaterializations(limit: 200) {{ {EVENT} }} assetObservations(limit: 200) {{ {EVENT} }}
     }} }} }}"""
-PARTITION_STATUS = """query($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) {
-    ... on AssetNode { partitionStats { numMaterialized numFailed }
-    assetPartitionStatuses { ... on DefaultPartitionStatuses {
-    materializedPartitions failedPartitions } } } } }"""
 CHECK_EXECUTIONS = """query($key: AssetKeyInput!, $name: String!) {
     assetCheckExecutions(assetKey: $key, checkName: $name, limit: 100) {
     runId partition status evaluation { success severity description } } }"""
@@ -108,18 +104,6 @@ def _latest(server: DagsterDev, asset: str) -> dict[str | None, dict[str, Any]]:
 
 def _statuses(server: DagsterDev) -> dict[str | None, str]:
     return {p: m["status"] for p, m in _latest(server, "state_checkpoints").items()}
-
-
-def _partitions(server: DagsterDev) -> dict[str, str]:
-    """Each store partition's status as the partition view shows it (its Failed filter
-    counts ``numFailed``)."""
-    node = server.graphql(PARTITION_STATUS, key={"path": ["state_checkpoints"]})
-    found = node["assetNodeOrError"]
-    shown = found["assetPartitionStatuses"]
-    statuses = dict.fromkeys(shown["materializedPartitions"], "materialized")
-    statuses |= dict.fromkeys(shown["failedPartitions"], "failed")
-    assert found["partitionStats"]["numFailed"] == len(shown["failedPartitions"])
-    return statuses
 
 
 def _eventually(condition: Callable[[], bool], server: DagsterDev, timeout_s: float = 300) -> None:
@@ -196,7 +180,7 @@ def test_dagster_dev_tells_the_truth_about_a_broken_store_whoever_validates(
             assert not [r for r in server.job_runs(REPORT_JOB) if r["status"] == "FAILURE"]
             # the state_store_failures sensor fails exactly the broken store's partition
             failed = {names[s]: "failed" if s == broken else "materialized" for s in stores}
-            _eventually(lambda: _partitions(server) == failed, server)
+            _eventually(lambda: server.partition_statuses("state_checkpoints") == failed, server)
             [lineage, *_] = _evaluated(server, "lineage_valid")
             assert not lineage["evaluation"]["success"]
             assert lineage["evaluation"]["severity"] == "ERROR"
@@ -222,6 +206,6 @@ def test_dagster_dev_tells_the_truth_about_a_broken_store_whoever_validates(
                 names[s]: s != broken for s in stores
             }
             assert {e["runId"] for e in by_partition.values()} == {run_id}
-            assert _partitions(server) == failed  # observed broken again: still Failed
+            assert server.partition_statuses("state_checkpoints") == failed  # still Failed
             leftover = server.stop()
         assert not leftover
