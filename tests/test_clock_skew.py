@@ -3,11 +3,12 @@
 Maintenance hosts whose wall clock is off run as real processes (``tests/faults/clock_shim.c``
 shifts ``clock_gettime``, ``gettimeofday`` and ``time`` by LD_PRELOAD). One 15 minutes ahead
 does not see a live 10-minute lease as expired; one 2 hours ahead does not see files of the
-last hour as past a 1-hour window, nor a fresh unfinished write (temporary file) or an
-untracked new file as old, in cleanup or reconciliation. Before the catalog used the
-database's clock, those took the lease and deleted the files. A writer 2 hours behind stamps
-its files 2 hours old: they age from when the catalog recorded them, so a cleanup with a
-1-hour window keeps them (before, it deleted them the moment they were superseded).
+last hour as past a 1-hour window, nor a fresh unfinished write (temporary file), an
+untracked new file or a batch just begun as old, in cleanup or reconciliation. Before the
+catalog used the database's clock, those took the lease, deleted the files and closed the
+batch's intent. A writer 2 hours behind stamps its files 2 hours old: they age from when the
+catalog recorded them, so a cleanup with a 1-hour window keeps them (before, it deleted them
+the moment they were superseded).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ with Catalog.open(spec["url"]) as catalog:
         if spec["do"] == "clean":
             report = cleanup_pass(fleet, policy, execute=True)
             answer["deleted"] = len(report.deleted)
+            answer["attempt_intents"] = report.attempts.intents
         else:
             report = reconcile(fleet, policy, execute=True)
             answer["in_flight"] = report.in_flight
@@ -153,9 +155,15 @@ def test_a_host_ahead_cannot_steal_a_live_lease(stream: StoreStream, clock_shim:
 def test_a_host_ahead_deletes_nothing_inside_the_window(
     stream: StoreStream, clock_shim: Path
 ) -> None:
+    """Nor does its attempt sweep take the intent of a batch that began a moment ago (its
+    tasks may still be writing) as one to sweep and close."""
     before = files(stream)
+    stream.catalog.begin_batch(
+        stream.root, stream.query, stream.batch, "inflight", [(0, "default", 2)]
+    )
     answer = on_skewed_host(clock_shim, timedelta(hours=2), stream.catalog, stream.root, "clean")
     assert answer["deleted"] == 0 and files(stream) == before
+    assert answer["attempt_intents"] == 0
     # with the real clock two hours on, the same files are past the window and may go
     later = cleanup_pass(
         Fleet(stream.catalog, open_storage=lambda root: stream.storage),
@@ -164,6 +172,7 @@ def test_a_host_ahead_deletes_nothing_inside_the_window(
         now=stream.catalog.now() + timedelta(hours=2),
     )
     assert later.deleted and files(stream) < before
+    assert later.attempts.intents == 1
     for store in STORES:
         for version in (13, 14):
             assert stream.loaded(store, version) == stream.expected(store, version)
