@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -30,6 +31,7 @@ from state_runtime.maintenance import (
     MaintenancePolicy,
     SnapshotStatus,
     cleanup_pass,
+    retention_check,
     snapshot_pass,
 )
 from state_runtime.retention import RetentionPolicy, Verdict
@@ -261,8 +263,8 @@ def test_a_writer_behind_loses_no_file_inside_the_window(
     the driver (right clock) commits the two batches and records the attempt, a snapshot
     at 16 supersedes the deltas, the driver commits 17. The writer's files claim to be two
     hours old, but the catalog recorded them a moment ago: cleanup with a 1-hour window and
-    grace deletes none of them, and a reader still on version 15 loads it. Two hours on by
-    the database's clock, they go."""
+    grace deletes none of them, a reader still on version 15 loads it, and the retention
+    check does not call them overdue. Two hours on by the database's clock, they go."""
     stream = snapshotted(catalog, tmp_path / "checkpoint")
     batches, lost = write_behind(clock_shim, stream, timedelta(hours=2))
     for infos in batches:
@@ -292,6 +294,11 @@ def test_a_writer_behind_loses_no_file_inside_the_window(
     for store in STORES:
         assert stream.loaded(store, 15) == stream.expected(store, 15)
 
+    # 80 minutes on they are deletable, 20 minutes past the window: not yet overdue
+    watch = replace(HOUR_WINDOW, overdue_after=timedelta(minutes=30))
+    check = retention_check(fleet, watch, now=now + timedelta(minutes=80))
+    assert check.passed, check.summary
+    assert not retention_check(fleet, watch, now=now + timedelta(minutes=91)).passed
     later = cleanup_pass(fleet, HOUR_WINDOW, execute=True, now=now + timedelta(hours=2))
     assert {info.path for info in behind} <= {v.file.path for v in later.deleted}
     assert not files(stream) & {info.path for info in behind}
