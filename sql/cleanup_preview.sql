@@ -5,7 +5,9 @@
 --
 -- retain: committed versions kept per store (values below 2 count as 2, the safety floor);
 -- retention: no file younger than this is deleted; grace: a never-committed file (written
--- or orphan) must also be older than this. Same rules as the Python cleanup.
+-- or orphan) must also be older than this. Same rules as the Python cleanup: a file's age
+-- is by the database's clock, from the later of created_at (its writer's clock) and
+-- recorded_at (when the catalog recorded it).
 \if :{?retain}
 \else
 \set retain 2
@@ -23,7 +25,7 @@
 \set root ''
 \endif
 SELECT checkpoint_root, operator_id, partition_id, store_name, path, kind, version, state,
-       size_bytes, created_at, verdict, reason
+       size_bytes, created_at, recorded_at, verdict, reason
 FROM state_file_verdicts(:'retain'::int, :'retention'::interval, :'grace'::interval)
 WHERE verdict LIKE 'deletable%'
   AND (:'root' = '' OR checkpoint_root IN (:'root', state_root_uri(:'root')))

@@ -33,7 +33,7 @@ DO $$ BEGIN RAISE EXCEPTION 'sql/explain_file.sql needs -v path=...: the file pa
 \set grace '1 hour'
 \endif
 SELECT v.path, v.kind, v.version, v.checkpoint_id, v.state, v.verification, v.size_bytes,
-       v.created_at,
+       v.created_at, v.recorded_at,
        CASE WHEN f.verification <> 'failed' THEN v.verdict
             WHEN f.verification_note = 'file is missing from storage' THEN 'missing'
             ELSE 'damaged' END AS verdict,
@@ -50,7 +50,7 @@ JOIN checkpoint_files f ON f.file_id = v.file_id
 WHERE v.checkpoint_root IN (:'root', state_root_uri(:'root')) AND v.path = :'path'
 UNION ALL
 SELECT f.path, f.kind, f.version, f.checkpoint_id, f.state, f.verification, f.size_bytes,
-       f.created_at, 'deleted', NULL, NULL,
+       f.created_at, f.recorded_at, 'deleted', NULL, NULL,
        'deleted at ' || d.deleted_at || ' by cleanup run ' || d.run_id || ': ' || d.reason
 FROM checkpoint_files f
 JOIN stores s ON s.store_id = f.store_id

@@ -16,6 +16,11 @@ This module is the one home of the rule; it holds no SQL. Change retention here.
   version references, may still go.
 - Otherwise a committed file goes once it is older than the retention window, and a file that
   was never committed once it is older than the orphan grace period as well.
+- A file's age is measured by the database's clock: from the later of the time its writer
+  stamped (``created_at``, the writer host's clock) and the time the catalog recorded it
+  (``recorded_at``, the database's clock), to the database's ``now``. A writer whose clock
+  runs slow stamps its files older than they are; the catalog's time keeps them young until
+  they really are old. One running fast only makes its files stay longer, which is safe.
 
 Who applies it: the catalog translates the facts and :data:`RULES` into SQL
 (``state_runtime/catalog/retention_sql.py``); store-level cleanup
@@ -120,8 +125,8 @@ class Fact(StrEnum):
     UNVERIFIED = "unverified"  # a snapshot not yet verified
     ABOVE_FLOOR = "above_floor"  # version at or above the store's floor
     STORE_HELD = "store_held"  # the store has an open validation failure
-    PAST_WINDOW = "past_window"  # created at or before now - window
-    PAST_GRACE = "past_grace"  # created at or before now - max(window, orphan grace)
+    PAST_WINDOW = "past_window"  # aged from at or before now - window (StoreFile.aged_from)
+    PAST_GRACE = "past_grace"  # aged from at or before now - max(window, orphan grace)
 
 
 class Verdict(StrEnum):
@@ -283,11 +288,23 @@ class StoreFile:
     kind: FileKind
     version: int
     state: FileState
-    created_at: datetime
+    created_at: datetime  # stamped by the writer, by its host's clock
     verification: Verification = Verification.UNVERIFIED
     size: int = 0
     state_reason: str | None = None
     note: str | None = None  # what verification found wrong
+    # When the catalog recorded the file, by the database's clock. None only where no catalog
+    # is asked (store-level cleanup judges the files it listed): there ``created_at`` is the
+    # storage's modification time, and the clocks are that storage's and this host's.
+    recorded_at: datetime | None = None
+
+    @property
+    def aged_from(self) -> datetime:
+        """When the file's age starts: the later of ``created_at`` and ``recorded_at``, so a
+        writer's slow clock cannot make a file old before the database's clock says so."""
+        if self.recorded_at is None:
+            return self.created_at
+        return max(self.created_at, self.recorded_at)
 
 
 @dataclass(frozen=True)
@@ -384,8 +401,8 @@ def facts_of(
         Fact.UNVERIFIED: snapshot and f.verification is Verification.UNVERIFIED,
         Fact.ABOVE_FLOOR: floor is not None and f.version >= floor,
         Fact.STORE_HELD: held,
-        Fact.PAST_WINDOW: f.created_at <= policy.committed_cutoff(now),
-        Fact.PAST_GRACE: f.created_at <= policy.uncommitted_cutoff(now),
+        Fact.PAST_WINDOW: f.aged_from <= policy.committed_cutoff(now),
+        Fact.PAST_GRACE: f.aged_from <= policy.uncommitted_cutoff(now),
     }
     return {fact for fact, holds in facts.items() if holds}
 

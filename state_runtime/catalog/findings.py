@@ -308,6 +308,7 @@ def finish_repair(
             rows=info.rows,
             file_rows=info.file_rows,
             created_at=info.created_at,
+            recorded_at=now,  # new bytes: their age starts again, as for a new file
             verification=Verification.VERIFIED.value,
             verified_at=now,
             verification_note=None,

@@ -50,7 +50,8 @@ class FileRecord:
     rows: int
     file_rows: int
     checksum: str
-    created_at: datetime
+    created_at: datetime  # the writer's stamp, by its host's clock
+    recorded_at: datetime  # when the catalog recorded the file, by the database's clock
     state: str
     state_reason: str | None
     verification: Verification = Verification.UNVERIFIED
@@ -73,6 +74,7 @@ class FileRecord:
             size=self.size_bytes,
             state_reason=self.state_reason,
             note=self.verification_note,
+            recorded_at=self.recorded_at,
         )
 
     def expected(self) -> Expected:

@@ -70,8 +70,8 @@ def _verified_snapshot(f: Any) -> ColumnElement[bool]:
 @dataclass(frozen=True)
 class PolicySql:
     """A retention policy as the SQL reads it: the offsets ``k`` of the retained versions
-    (``latest - k``; a FROM clause with the column ``k``) and the two cutoffs (values, or SQL
-    such as ``now() - retention`` in the operators' functions)."""
+    (``latest - k``; a FROM clause with the column ``k``) and the two cutoffs (values from the
+    database's clock, or SQL such as ``now() - retention`` in the operators' functions)."""
 
     offsets: sa.FromClause
     committed_cutoff: Any
@@ -177,9 +177,17 @@ def fact_sql(
         Fact.UNVERIFIED: sa.and_(snapshot, f.verification == Verification.UNVERIFIED.value),
         Fact.ABOVE_FLOOR: sa.and_(floor.is_not(None), f.version >= floor),
         Fact.STORE_HELD: held,
-        Fact.PAST_WINDOW: f.created_at <= policy.committed_cutoff,
-        Fact.PAST_GRACE: f.created_at <= policy.uncommitted_cutoff,
+        Fact.PAST_WINDOW: _aged_by(policy.committed_cutoff),
+        Fact.PAST_GRACE: _aged_by(policy.uncommitted_cutoff),
     }
+
+
+def _aged_by(cutoff: Any) -> ColumnElement[bool]:
+    """The file's age starts at or before ``cutoff``: the later of its writer's ``created_at``
+    and the catalog's ``recorded_at`` (:attr:`~state_runtime.retention.StoreFile.aged_from`),
+    written as both being at or before it (no dialect's greatest/max needed)."""
+    f = read_files.c
+    return sa.and_(f.created_at <= cutoff, f.recorded_at <= cutoff)
 
 
 def _verdict(facts: Mapping[Fact, ColumnElement[bool]]) -> Any:

@@ -85,12 +85,13 @@ def file_record(row: AnyRow) -> FileRecord:
         file_rows,
         checksum,
         created_at,
+        recorded_at,
         state,
         state_reason,
         verification,
         verified_at,
         verification_note,
-    ) = row[:21]
+    ) = row[:22]
     return FileRecord(
         key=store_key(root, operator_id, partition_id, store_name),
         path=path,
@@ -103,6 +104,7 @@ def file_record(row: AnyRow) -> FileRecord:
         file_rows=file_rows,
         checksum=checksum,
         created_at=created_at,
+        recorded_at=recorded_at,
         state=state,
         state_reason=state_reason,
         verification=_VERIFICATIONS[verification],
@@ -116,7 +118,7 @@ def file_columns(f: sa.TableClause, s: sa.TableClause) -> Columns:
     its view) and ``s`` (stores or its view); queries may append columns after them."""
     names = (
         "file_id store_id path kind version checkpoint_id base_checkpoint_id size_bytes rows "
-        "file_rows checksum created_at state state_reason verification verified_at "
+        "file_rows checksum created_at recorded_at state state_reason verification verified_at "
         "verification_note claimed_by_run"
     )
     return (*store_key_columns(s), *(f.c[name] for name in names.split()))

@@ -107,7 +107,8 @@ _DIALECTS: Mapping[str, Callable[[], Dialect]] = {
 
 VERDICT_COLUMNS = (
     "file_id, store_id, checkpoint_root, operator_id, partition_id, store_name, path, kind, "
-    "version, checkpoint_id, state, verification, size_bytes, created_at, needed_from, needed_to"
+    "version, checkpoint_id, state, verification, size_bytes, created_at, recorded_at, "
+    "needed_from, needed_to"
 )
 
 
@@ -246,8 +247,8 @@ def _retention_pg(dialect: Dialect) -> list[Derived]:
                 "    file_id bigint, store_id bigint, checkpoint_root text, operator_id integer,\n"
                 "    partition_id integer, store_name varchar, path text, kind varchar,\n"
                 "    version bigint, checkpoint_id varchar, state varchar, verification varchar,\n"
-                "    size_bytes bigint, created_at timestamptz, needed_from bigint,\n"
-                "    needed_to bigint, verdict text, reason text)\n"
+                "    size_bytes bigint, created_at timestamptz, recorded_at timestamptz,\n"
+                "    needed_from bigint, needed_to bigint, verdict text, reason text)\n"
                 f"LANGUAGE sql STABLE AS $$\n{verdicts_sql(function_policy, text, dialect)}\n$$",
                 "COMMENT ON FUNCTION state_file_verdicts(integer, interval, interval) IS "
                 "'Every live or claimed file: why it is kept or why cleanup may delete it.'",

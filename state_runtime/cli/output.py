@@ -534,7 +534,8 @@ def print_explanation(console: Console, explained: FileExplanation) -> None:
         console.print(
             f"file: {f.kind.value} of store {f.key.store}, version {f.version}, checkpoint id "
             f"{f.checkpoint_id}, {size(f.size_bytes)}, {f.file_rows} rows in the file, state "
-            f"{f.state}, written {f.created_at.isoformat()}"
+            f"{f.state}, written {f.created_at.isoformat()} (writer's clock), recorded "
+            f"{f.recorded_at.isoformat()} (its age counts from the later)"
         )
     if e.needed_by is not None and e.verdict.value == "needed":
         lo, hi = e.needed_by

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from state_runtime.errors import CannotLoadState, StorageError
 from state_runtime.identity import StoreId, parse_file_name
@@ -58,7 +58,7 @@ def sweep_attempts(
     """Sweep the batch intents that may have left files behind (see the module docstring);
     with ``execute`` record the files found and mark the intents swept."""
     min_age = policy.min_window if min_age is None else min_age
-    cutoff = (now or datetime.now(UTC)) - min_age
+    cutoff = (now or fleet.catalog.now()) - min_age  # the database's clock, as the intents'
     report = AttemptSweepReport(dry_run=not execute)
     roots = set(fleet.root_names())
     while True:

@@ -133,7 +133,7 @@ def retention_check(
     for verdict in plan_cleanup(fleet, policy, only=only, now=now):
         committed = verdict.verdict is Verdict.DELETABLE_SUPERSEDED
         cutoff = retention.committed_cutoff(now) if committed else retention.uncommitted_cutoff(now)
-        if verdict.file.created_at < cutoff - policy.overdue_after:
+        if verdict.file.facts().aged_from < cutoff - policy.overdue_after:
             overdue.setdefault(verdict.file.key, []).append(verdict.file.path)
     findings = [
         Finding(

@@ -153,6 +153,9 @@ def _sweep_root(
                 report.foreign.append(info.path)
                 continue
             report.untracked.append(info.path)
+            # Not in the catalog, so no recorded time: the storage's modification time is the
+            # file's only age (the storage's stamp, not its writer's); once recorded, it ages
+            # from its recording as every catalogued file does.
             if info.modified > young_after:
                 report.in_flight.append(info.path)
                 continue

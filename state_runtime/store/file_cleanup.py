@@ -112,6 +112,8 @@ def _facts(info: FileInfo, latest: CheckpointRef, lineage: _Lineage) -> StoreFil
         kind=parsed.kind,
         version=parsed.version,
         state=state,
+        # No catalog here, so no recorded time and no database clock: the age is the storage's
+        # modification time against this host's clock, as it always was for this cleanup.
         created_at=info.modified,
         verification=verified,
         size=info.size,

@@ -1,13 +1,23 @@
-"""Builds realistic CheckpointInfo histories for catalog tests, the way the runtime would."""
+"""Builds realistic CheckpointInfo histories for catalog tests, the way the runtime would.
+
+The histories happen in the past (from :data:`LONG_AGO`, a minute a batch): the catalog's
+record of each file is dated as a catalog running then would have dated it
+(:func:`recorded_when_written`): at its ``created_at``, or later by ``writers_behind`` when the
+writers' clocks run behind the database's.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import sqlalchemy as sa
+
 from state_runtime.catalog import Catalog
+from state_runtime.catalog.tables import checkpoint_files
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
@@ -46,6 +56,22 @@ def info(
     )
 
 
+def recorded_when_written(
+    catalog: Catalog, infos: Iterable[CheckpointInfo], behind: timedelta = timedelta(0)
+) -> None:
+    """Date the catalog's record of each file (``recorded_at``: the catalog stamps it by the
+    database's clock, i.e. today) back to when a past history wrote it: ``behind`` after its
+    ``created_at``, the writer's clock running that far behind the database's (paths are
+    unique: each names its checkpoint id)."""
+    with catalog.engine.begin() as connection:
+        for i in infos:
+            connection.execute(
+                sa.update(checkpoint_files)
+                .where(checkpoint_files.c.path == i.path)
+                .values(recorded_at=i.created_at + behind)
+            )
+
+
 @dataclass
 class Stream:
     """A query's stores committing batch after batch, like the Spark driver does.
@@ -62,6 +88,8 @@ class Stream:
     snapshots: dict[StoreId, set[int]] = field(default_factory=dict)
     batch: int = 0
     clock: datetime = LONG_AGO
+    writers_behind: timedelta = timedelta(0)
+    """How far the writers' clocks (``clock``) run behind the catalog's."""
 
     def delta(self, store: StoreId, **kw: object) -> CheckpointInfo:
         """The next version's delta for ``store`` on top of its committed chain."""
@@ -82,11 +110,17 @@ class Stream:
         """Commit the next batch (fresh deltas for every store unless ``infos`` is given)."""
         infos = infos or [self.delta(s, **kw) for s in self.stores]
         self.catalog.commit_batch(self.root, self.query, self.batch, infos)
+        recorded_when_written(self.catalog, infos, self.writers_behind)
         for i in infos:
             self.committed.setdefault(i.store, []).append(i)
         self.batch += 1
         self.clock += timedelta(minutes=1)
         return infos
+
+    def record(self, infos: list[CheckpointInfo]) -> None:
+        """Record files written but not committed (an attempt in flight, or one that lost)."""
+        self.catalog.record_files(self.root, infos)
+        recorded_when_written(self.catalog, infos, self.writers_behind)
 
     def run(self, batches: int, **kw: object) -> None:
         for _ in range(batches):
@@ -109,6 +143,7 @@ class Stream:
             created_at=self.clock,
         )
         self.catalog.record_snapshot(self.root, snap, verified=verified)
+        recorded_when_written(self.catalog, [snap], self.writers_behind)
         if verified:
             self.snapshots.setdefault(store, set()).add(target.version)
         return snap

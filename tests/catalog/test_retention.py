@@ -113,7 +113,7 @@ def test_window_and_grace_protect_young_files(catalog: Catalog) -> None:
     assert verdicts[files["d1"].path] is Verdict.DELETABLE_SUPERSEDED
 
     in_flight = stream.delta(A)  # version 13, written, not committed
-    catalog.record_files(ROOT, [in_flight])
+    stream.record([in_flight])
     replay = info(B, 12, stream.committed[B][10].checkpoint_id, created_at=young)
     catalog.commit_batch(ROOT, QUERY, 11, [stream.committed[A][11], replay])
     orphan = stream.committed[B][11]
@@ -204,7 +204,7 @@ def test_store_health_figures(catalog: Catalog) -> None:
     run = catalog.start_run("snapshot", "test")
     catalog.record_snapshot(ROOT, stream.snapshot(B), run_id=run)
     catalog.finish_run(run, "succeeded", {"snapshots": 1})
-    catalog.record_files(ROOT, [info(A, 12, files["d11"].checkpoint_id)])  # orphan attempt
+    stream.record([info(A, 12, files["d11"].checkpoint_id)])  # orphan attempt
     health = {h.key.store: h for h in catalog.store_health(POLICY, root=ROOT, now=NOW)}
     a, b = health[A], health[B]
     assert (a.latest.version, a.last_snapshot_version, a.deltas_since_snapshot) == (12, 10, 2)

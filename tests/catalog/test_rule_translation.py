@@ -1,7 +1,8 @@
 """The catalog's SQL is a faithful translation of the retention rule: on random store histories
 (snapshots verified, unverified or damaged, orphans, attempts in flight, claims, held stores,
-any policy and clock), ``Catalog.file_verdicts`` gives every file the verdict, reason and
-needing versions that ``state_runtime.retention.judge_store`` gives it in Python; and so do
+writers' clocks behind the database's, any policy and clock), ``Catalog.file_verdicts``
+gives every file the verdict, reason and needing versions that
+``state_runtime.retention.judge_store`` gives it in Python; and so do
 the operators' views rendered from the rule (``state_cleanup_preview`` on both dialects at the
 default policy, ``state_file_verdicts`` on PostgreSQL under any policy), read at the
 database's own clock."""
@@ -44,13 +45,19 @@ def histories(draw: st.DrawFn) -> dict[str, object]:
         "window": draw(st.sampled_from([0, 5, 60])),
         "grace": draw(st.sampled_from([0, 30, 600])),
         "now": draw(st.integers(0, 40)),
+        "behind": draw(st.sampled_from([0, 3, 30])),  # the writers' clocks, in minutes
     }
 
 
 def build(catalog: Catalog, h: dict[str, object], start: datetime = LONG_AGO) -> str:
+    """The history's catalog records start at ``start``; its writers stamp their files
+    ``behind`` minutes earlier."""
     name = uuid.uuid4().hex
     root = f"/rule/{name}"
-    stream = Stream(catalog, [STORE], root=root, query=name, clock=start)
+    behind = timedelta(minutes=int(h["behind"]))  # type: ignore[call-overload]
+    stream = Stream(
+        catalog, [STORE], root=root, query=name, clock=start - behind, writers_behind=behind
+    )
     snapshots: dict[int, str] = h["snapshots"]  # type: ignore[assignment]
     for version in range(1, int(h["versions"]) + 1):  # type: ignore[call-overload]
         stream.commit()
@@ -61,9 +68,9 @@ def build(catalog: Catalog, h: dict[str, object], start: datetime = LONG_AGO) ->
                 catalog.record_verifications(root, {snap.path: "checksum differs"})
     for version in h["orphans"]:  # type: ignore[attr-defined]
         base = stream.committed[STORE][version - 2].checkpoint_id if version > 1 else None
-        catalog.record_files(root, [info(STORE, version, base, created_at=stream.clock)])
+        stream.record([info(STORE, version, base, created_at=stream.clock)])
     if h["in_flight"]:
-        catalog.record_files(root, [stream.delta(STORE)])
+        stream.record([stream.delta(STORE)])
     if h["claimed"]:
         run = catalog.start_run("cleanup", "tests")
         catalog.claim_deletions(

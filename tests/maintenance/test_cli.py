@@ -96,6 +96,8 @@ def test_explain_names_why_a_file_is_kept(stream: StoreStream) -> None:
     assert by_path.exit_code == 0, by_path.output
     assert "verdict: needed" in by_path.output
     assert "needed to load retained version 12" in by_path.output
+    said = " ".join(by_path.output.split())  # as one line, however the console wrapped it
+    assert f"written {latest.created_at.isoformat()} (writer's clock), recorded 20" in said
     relative = statestore(stream, "--root", str(stream.storage.root), "explain", latest.path)
     assert "verdict: needed" in relative.output
     unknown = statestore(stream, "explain", f"{stream.root}/state/0/0/default/x.delta")
