@@ -19,11 +19,11 @@ from dagster_project.defs.assets import (
 )
 from dagster_project.defs.automation import check_autostart
 from dagster_project.defs.catalog_events import catalog_report_job, state_batch_metrics
-from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.jobs import jobs, schedules
 from dagster_project.defs.repartition_job import state_repartition_job
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import sensors
+from dagster_project.defs.store_events import record_store_state
 
 
 def resources() -> dict[str, object]:
@@ -37,7 +37,7 @@ check_autostart([s.name for s in schedules] + [s.name for s in sensors])
 
 defs = Definitions(
     assets=[
-        state_checkpoints,
+        record_store_state,
         state_snapshots,
         state_retention_cleanup,
         state_snapshot_repair,

@@ -37,6 +37,10 @@ JOB_RUNS = """query($job: String!) { runsOrError(filter: {pipelineName: $job}) {
     ... on Runs { results { runId status } } } }"""
 MATERIALIZED = """query($key: AssetKeyInput!) { assetOrError(assetKey: $key) {
     ... on Asset { assetMaterializations(limit: 1) { timestamp } } } }"""
+PARTITION_STATUS = """query($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) {
+    ... on AssetNode { partitionStats { numMaterialized numFailed }
+    assetPartitionStatuses { ... on DefaultPartitionStatuses {
+    materializedPartitions failedPartitions } } } } }"""
 
 
 def free_port() -> int:
@@ -199,6 +203,27 @@ class DagsterDev:
                 return
             time.sleep(3)
         raise TimeoutError(f"{asset} was not materialized:\n{self.tail()}")
+
+    def partition_statuses(self, asset: str) -> dict[str, str]:
+        """Each partition's status as the partition view shows it, ``materialized`` or
+        ``failed`` (its Failed filter counts ``numFailed``); partitions without either are
+        left out."""
+        found = self.graphql(PARTITION_STATUS, key={"path": [asset]})["assetNodeOrError"]
+        shown = found["assetPartitionStatuses"]
+        statuses = dict.fromkeys(shown["materializedPartitions"], "materialized")
+        statuses |= dict.fromkeys(shown["failedPartitions"], "failed")
+        if found["partitionStats"]["numFailed"] != len(shown["failedPartitions"]):
+            raise AssertionError(f"{asset}: the Failed count disagrees with the partitions")
+        return statuses
+
+    def wait_failed(self, asset: str, partition: str, timeout_s: float = 240) -> None:
+        """Until ``partition`` of ``asset`` shows Failed (the store failures sensor's run)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.partition_statuses(asset).get(partition) == "failed":
+                return
+            time.sleep(3)
+        raise TimeoutError(f"{asset} {partition} did not fail:\n{self.tail()}")
 
     def job_runs(self, job: str) -> list[dict[str, str]]:
         """The runs of ``job``, newest first (runId, status)."""

@@ -10,7 +10,8 @@ the environment (``STATE_MAINTENANCE_*``: no retention window, snapshots after 2
 waits until the discovery sensor has added a partition per store, runs a few rounds of
 maintenance jobs through GraphQL (validation; snapshots; cleanup with ``dry_run: false``) so
 that each store's partition has a history, waits for the catalog sensor's batch metrics, then
-deletes one delta of one store and validates again: the broken store's truth. Headless
+deletes one delta of one store and validates again, and waits until the store failures
+sensor has failed its partition: the broken store's truth. Headless
 Chromium, driven over the DevTools protocol, captures the pages; the process group of
 ``dagster dev`` is stopped at the end. Needs ``chromium`` on PATH (Debian: ``apt-get install
 chromium``).
@@ -184,6 +185,7 @@ def main() -> None:
             (Path(victim.key.root.removeprefix("file://")) / newest.path).unlink()
             status = server.wait_run(server.launch("state_validation_job"))
             print(f"broke {names.name(victim.key)}: state_validation_job {status}", flush=True)
+            server.wait_failed("state_checkpoints", names.name(victim.key))  # the sensor's run
             browser = Chromium(work / "chromium-profile")
             store = quote(sorted(keys)[0], safe="")
             broken = quote(names.name(victim.key), safe="")

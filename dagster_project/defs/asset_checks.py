@@ -28,7 +28,7 @@ from dagster_project.defs.store_events import (
     fleet_evaluation,
     fleet_materialization,
     store_evaluations,
-    store_materializations,
+    store_states,
 )
 from state_runtime.maintenance import CHECKS, CheckInfo, run_checks
 
@@ -65,10 +65,8 @@ def state_checkpoint_checks(
     partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     with maintenance.run(context) as run:
         report = run_checks(run.fleet, run.policy, progress=run.progress, workers=run.workers)
-        materializations = store_materializations(
-            run.fleet.catalog, report.health, run.names, partitions
-        )
-    for event in [*materializations, fleet_materialization(report.health, run.names)]:
+        states = store_states(run.fleet.catalog, report.health, run.names, partitions)
+    for event in [*states, fleet_materialization(report.health, run.names)]:
         context.op_execution_context.log_event(event)
     yield from store_evaluations(report.health, run.names, run.policy, partitions, selected)
     for outcome in report.outcomes:

@@ -26,7 +26,7 @@ from dagster_project.defs.metadata import (
 )
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
-from dagster_project.defs.store_events import fleet_metadata, store_materializations
+from dagster_project.defs.store_events import fleet_metadata, store_states
 from state_runtime.catalog import StoreKey
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance import (
@@ -149,7 +149,7 @@ def state_store_health(
         reports = store_reports(run.fleet, run.policy)
         if config.observe_stores:
             partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
-            for event in store_materializations(run.fleet.catalog, reports, run.names, partitions):
+            for event in store_states(run.fleet.catalog, reports, run.names, partitions):
                 context.log_event(event)
     return MaterializeResult(metadata=fleet_metadata(reports, run.names))
 

@@ -32,6 +32,7 @@ from dagster import (
     AssetCheckSeverity,
     AssetKey,
     AssetMaterialization,
+    AssetObservation,
     AssetSpec,
     Config,
     DefaultSensorStatus,
@@ -57,7 +58,7 @@ from dagster_project.defs.store_events import (
     BLOCKING,
     fleet_materialization,
     store_evaluations,
-    store_materializations,
+    store_states,
 )
 from state_runtime.catalog import MaintenanceRun, RecordedBatchMetrics, RunKind, RunOutcome
 from state_runtime.maintenance import CHECKS, StoreNames, store_reports
@@ -228,10 +229,10 @@ def report_catalog_runs(
         about = "; ".join(_by(r) for r in runs) or "the stores' state in the catalog"
         names = StoreNames.of(catalog)
         reports = store_reports(fleet, policy)
-        events: list[AssetMaterialization | AssetCheckEvaluation] = []
+        events: list[AssetMaterialization | AssetObservation | AssetCheckEvaluation] = []
         for run in runs:
             events += run_events(run)
-        events += store_materializations(catalog, reports, names, partitions, f"{about}: ")
+        events += store_states(catalog, reports, names, partitions, f"{about}: ")
         events.append(fleet_materialization(reports, names, about))
         events += store_evaluations(reports, names, policy, partitions, PER_STORE, f"{about}: ")
     for event in events:

@@ -66,6 +66,15 @@ repair_job = define_asset_job(
     description="Rebuild damaged snapshots from their deltas (dry run unless configured).",
     tags={KIND_TAG: "snapshot"},
 )
+store_record_job = define_asset_job(
+    "state_store_record_job",
+    selection=AssetSelection.assets(state_checkpoints.key).without_checks(),
+    description=(
+        "Record one store's state from the catalog on its partition (reads only); fails for a "
+        "broken store, so its partition shows Failed (requested by state_store_failures)."
+    ),
+    tags={KIND_TAG: "report"},
+)
 reconcile_job = define_asset_job(
     "state_reconcile_job",
     selection=AssetSelection.assets(state_reconciliation),
@@ -99,5 +108,5 @@ reconcile_schedule = ScheduleDefinition(
     default_status=schedule_status("state_reconcile_weekly"),
 )
 
-jobs = [snapshot_job, validation_job, cleanup_job, repair_job, reconcile_job]
+jobs = [snapshot_job, validation_job, cleanup_job, repair_job, reconcile_job, store_record_job]
 schedules = [snapshot_schedule, validation_schedule, cleanup_schedule, reconcile_schedule]

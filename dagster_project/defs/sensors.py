@@ -1,5 +1,6 @@
 """Sensors: one partition per store (discovered from the catalog; it only observes, so it runs
 from the start), what happened outside Dagster (``catalog_events.py``; it only reports, so it
+runs from the start), the broken stores' partitions failed (it only reads the catalog, so it
 runs from the start), and snapshots on demand (it writes: STOPPED until turned on, see
 ``automation.py``)."""
 
@@ -18,10 +19,12 @@ from dagster import (
 from dagster_project.defs.assets import StoresConfig
 from dagster_project.defs.automation import sensor_status
 from dagster_project.defs.catalog_events import catalog_events_sensor
-from dagster_project.defs.jobs import snapshot_job
+from dagster_project.defs.checkpoints import state_checkpoints
+from dagster_project.defs.jobs import snapshot_job, store_record_job
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
-from state_runtime.maintenance import StoreNames, due_for_snapshot
+from dagster_project.defs.store_events import unfailed_broken
+from state_runtime.maintenance import StoreNames, due_for_snapshot, store_reports
 
 
 @sensor(
@@ -79,4 +82,39 @@ def snapshot_due_sensor(
     )
 
 
-sensors = [store_discovery_sensor, snapshot_due_sensor, catalog_events_sensor]
+@sensor(
+    name="state_store_failures",
+    job=store_record_job,
+    minimum_interval_seconds=30,
+    default_status=DefaultSensorStatus.RUNNING,
+    description=(
+        "Fails the partition of each store the catalog says is broken (a state_store_record_job "
+        "run on it, which fails), whoever validated: the partition shows Failed until a "
+        "validation finds the store sound again."
+    ),
+)
+def store_failure_sensor(
+    context: SensorEvaluationContext, maintenance: MaintenanceResource
+) -> SensorResult | SkipReason:
+    """The stores the catalog says are broken (as ``statestore health`` does) against their
+    partitions' status in Dagster: a run for each one not Failed yet (``store_events.py``)."""
+    partitions = context.instance.get_dynamic_partitions(state_stores.name or "")
+    statuses = context.instance.get_status_by_partition(
+        state_checkpoints.key, partitions, state_stores
+    ) or dict.fromkeys(partitions)
+    with maintenance.fleet("dagster:store-failures") as fleet:
+        reports = store_reports(fleet, maintenance.policy())
+        names = StoreNames.of(fleet.catalog)
+    failing = unfailed_broken(reports, names, statuses)
+    if not failing:
+        return SkipReason("every broken store's partition shows Failed")
+    return SensorResult(
+        run_requests=[
+            # one run per store and spell of problems: the same breakage is failed once
+            RunRequest(run_key=f"{name}@{report.status.since}", partition_key=name)
+            for name, report in failing
+        ]
+    )
+
+
+sensors = [store_discovery_sensor, snapshot_due_sensor, catalog_events_sensor, store_failure_sensor]

@@ -2,21 +2,40 @@
 
 One set of events for every path: a validation run in Dagster (the checks' step logs them,
 so a failing blocking check cannot hide them), the health asset run alone, and maintenance run
-outside Dagster (the catalog sensor reports them without a run). For each store, a
-materialization of its ``state_checkpoints`` partition (status, figures, schema history) and
-its per-store check evaluations; for the fleet, a materialization of ``state_store_health``
-(totals, a table of the stores).
+outside Dagster (the catalog sensor reports them without a run). For each store, its state on
+its ``state_checkpoints`` partition (status, figures, schema history) and its per-store check
+evaluations; for the fleet, a materialization of ``state_store_health`` (totals, a table of
+the stores).
+
+A sound store's state is a materialization of its partition; a broken store's is an
+observation, and its partition shows *Failed*. Dagster 1.13 marks a partition failed only when
+a run that targeted it ends failed without materializing it (no event reports a failure: the
+partition status cache reads the planned materializations of failed runs), so the failure is
+such a run: ``record_store_state``, the executable ``state_checkpoints``, records one store's
+state from the catalog and fails for a broken store. The ``state_store_failures`` sensor
+requests it for each broken store whose partition does not show *Failed* yet
+(:func:`unfailed_broken`), whoever validated. An observation never clears *Failed*; the
+materialization of the next validation that finds the store sound does.
 
 A partitioned check's page shows the latest evaluation as the check's state, so the
 evaluations of one pass come healthy first and the worst store last: the check's headline is
 the worst store, never a healthy one that happened to be evaluated after it.
 """
 
-from __future__ import annotations
+from collections.abc import Collection, Mapping, Sequence
 
-from collections.abc import Collection, Sequence
-
-from dagster import AssetCheckEvaluation, AssetCheckSeverity, AssetKey, AssetMaterialization
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    AssetKey,
+    AssetMaterialization,
+    AssetObservation,
+    AssetPartitionStatus,
+    Failure,
+    MaterializeResult,
+    multi_asset,
+)
 
 from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.metadata import (
@@ -29,6 +48,7 @@ from dagster_project.defs.metadata import (
     store_table,
     totals_metadata,
 )
+from dagster_project.defs.resources import MaintenanceResource
 from state_runtime.catalog import Catalog, Layout
 from state_runtime.maintenance import (
     CHECKS,
@@ -41,6 +61,7 @@ from state_runtime.maintenance import (
     StoreReport,
     StoreStatus,
     schema_changes,
+    store_reports,
 )
 from state_runtime.units import age, size
 
@@ -72,16 +93,17 @@ def summary(report: StoreReport) -> str:
     )
 
 
-def store_materializations(
+def store_states(
     catalog: Catalog,
     reports: Sequence[StoreReport],
     names: StoreNames,
     partitions: Collection[str],
     description: str = "",
-) -> list[AssetMaterialization]:
+) -> list[AssetMaterialization | AssetObservation]:
     """Each store's state on its partition (stores without a partition yet are skipped: the
     discovery sensor adds it, and the next pass records it), with its operator's schema
-    history and partition layouts (repartitions)."""
+    history and partition layouts (repartitions): a materialization, or an observation for a
+    broken store (its partition shows *Failed*, see the module's docstring)."""
     roots = sorted({r.key.root for r in reports})
     schemas: dict[tuple[str, int, str], list[SchemaChangeRow]] = {}
     for change in schema_changes(catalog, roots):
@@ -92,15 +114,18 @@ def store_materializations(
             layouts.setdefault((layout.root, layout.operator_id, layout.store_name), []).append(
                 layout
             )
-    events = []
+    events: list[AssetMaterialization | AssetObservation] = []
     for report in worst_last(reports):
         name = names.name(report.key)
         if name not in partitions:
             continue
         store = report.key.store
         operator = (report.key.root, store.operator_id, store.store_name)
+        kind = (
+            AssetObservation if report.status.status is StoreStatus.BROKEN else AssetMaterialization
+        )
         events.append(
-            AssetMaterialization(
+            kind(
                 state_checkpoints.key,
                 partition=name,
                 description=(description + summary(report)),
@@ -110,6 +135,39 @@ def store_materializations(
             )
         )
     return events
+
+
+@multi_asset(specs=[state_checkpoints])
+def record_store_state(
+    context: AssetExecutionContext, maintenance: MaintenanceResource
+) -> MaterializeResult:  # type: ignore[type-arg]
+    """Records one store's state from the catalog on its partition (it reads, never writes):
+    materialized with its status and figures, or failed for a broken store, with its reason."""
+    name = context.partition_key
+    with maintenance.run(context) as run:
+        reports = store_reports(run.fleet, run.policy, only=[run.names.key(name)])
+        events = store_states(run.fleet.catalog, reports, run.names, {name})
+    if not events:
+        raise Failure(description=f"no store {name} in the catalog")
+    [event] = events
+    if isinstance(event, AssetObservation):
+        raise Failure(description=event.description, metadata=event.metadata)
+    return MaterializeResult(metadata=event.metadata)
+
+
+def unfailed_broken(
+    reports: Sequence[StoreReport],
+    names: StoreNames,
+    statuses: Mapping[str, AssetPartitionStatus | None],
+) -> list[tuple[str, StoreReport]]:
+    """The broken stores (by partition) whose partition shows neither *Failed* nor a run in
+    progress: each needs a run of ``record_store_state`` on it, which fails."""
+    settled = {AssetPartitionStatus.FAILED, AssetPartitionStatus.IN_PROGRESS}
+    found = ((names.name(r.key), r) for r in reports if r.status.status is StoreStatus.BROKEN)
+    return sorted(
+        ((n, r) for n, r in found if n in statuses and statuses[n] not in settled),
+        key=lambda found: found[0],
+    )
 
 
 def fleet_materialization(

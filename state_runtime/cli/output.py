@@ -101,9 +101,17 @@ def below(prefix: str, root: str, rest: str = "") -> str:
 
 
 def print_prefix(console: Console, prefix: str, roots: Collection[str]) -> None:
+    """``root: <root>`` on one line when it fits the width; else the label, then the root on
+    lines of its own, folded at the width (``COLUMNS``, a terminal; never on a pipe without
+    ``COLUMNS``)."""
     if prefix:
         label = "root" if len(set(roots)) == 1 else "roots below"
-        console.print(f"{label}: {prefix}", soft_wrap=True)
+        line = f"{label}: {prefix}"
+        if len(line) <= console.width:
+            console.print(line, markup=False)
+        else:
+            console.print(f"{label}:")
+            console.print(prefix, markup=False, overflow="fold")
 
 
 def print_health(console: Console, reports: Sequence[StoreReport]) -> None:

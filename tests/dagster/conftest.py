@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from dagster import DagsterInstance, instance_for_test
 
+from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.resources import MaintenanceResource
 from state_runtime.catalog import Catalog
 from state_runtime.identity import StoreId
@@ -36,3 +37,19 @@ def resources_for(catalog: Catalog, policy: MaintenancePolicy | None = None) -> 
 def instance() -> Iterator[DagsterInstance]:
     with instance_for_test() as instance:
         yield instance
+
+
+def latest_states(instance: DagsterInstance) -> dict[str, dict[str, Any]]:
+    """Each store's latest recorded state: its partition's latest materialization or
+    observation (a broken store's), as metadata values."""
+    key = state_checkpoints.key
+    records = [
+        *instance.fetch_materializations(key, limit=500).records,
+        *instance.fetch_observations(key, limit=500).records,
+    ]
+    latest: dict[str, dict[str, Any]] = {}
+    for record in sorted(records, key=lambda r: r.storage_id):
+        event = record.asset_event
+        assert event is not None and record.partition_key is not None
+        latest[record.partition_key] = {k: v.value for k, v in event.metadata.items()}
+    return latest

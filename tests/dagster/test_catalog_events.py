@@ -29,7 +29,7 @@ from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import Fleet, StoreNames, run_checks, snapshot_pass
 from state_runtime.maintenance.store_names import distinct_tails, root_labels
-from tests.dagster.conftest import resources_for, store_name
+from tests.dagster.conftest import latest_states, resources_for, store_name
 from tests.dagster.test_dagster_definitions import FAST
 from tests.maintenance.streams import StoreStream
 
@@ -76,13 +76,7 @@ def checks(events: Sequence[Event], name: str) -> dict[str | None, AssetCheckEva
 
 
 def latest_status(instance: DagsterInstance) -> dict[str, str]:
-    records = instance.fetch_materializations(state_checkpoints.key, limit=200).records
-    latest: dict[str, str] = {}
-    for record in sorted(records, key=lambda r: r.storage_id):
-        event = record.asset_materialization
-        assert event is not None and record.partition_key is not None
-        latest[record.partition_key] = str(event.metadata["status"].value)
-    return latest
+    return {p: state["status"] for p, state in latest_states(instance).items()}
 
 
 def test_runs_outside_dagster_become_the_same_asset_events(

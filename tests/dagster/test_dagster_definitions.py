@@ -88,6 +88,7 @@ def test_the_code_location_loads_with_the_demo_defaults() -> None:
         "state_store_discovery",
         "state_snapshot_due",
         "state_catalog_events",
+        "state_store_failures",
     }
     assert MaintenanceResource().resolved_url() == catalog_url()
 

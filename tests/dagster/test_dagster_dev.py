@@ -75,9 +75,11 @@ def test_dagster_dev_lists_the_definitions_and_runs_a_job(tmp_path: Path, dg: bo
         assert runs[0].counts["stores"] == 3 and runs[0].counts["errors"] == 0
 
 
-MATERIALIZATIONS = """query($key: AssetKeyInput!) { assetOrError(assetKey: $key) { ... on Asset {
-    assetMaterializations(limit: 200) { partition runId timestamp description metadataEntries {
-    label ... on TextMetadataEntry { text } ... on IntMetadataEntry { intValue } } } } } }"""
+EVENT = """partition runId timestamp description metadataEntries {
+    label ... on TextMetadataEntry { text } ... on IntMetadataEntry { intValue } }"""
+RECORDED = f"""query($key: AssetKeyInput!) {{ assetOrError(assetKey: $key) {{ ... on Asset {{
+    assetMaterializations(limit: 200) {{ {EVENT} }} assetObservations(limit: 200) {{ {EVENT} }}
+    }} }} }}"""
 CHECK_EXECUTIONS = """query($key: AssetKeyInput!, $name: String!) {
     assetCheckExecutions(assetKey: $key, checkName: $name, limit: 100) {
     runId partition status evaluation { success severity description } } }"""
@@ -85,11 +87,13 @@ REPORT_JOB = "state_catalog_report_job"
 
 
 def _latest(server: DagsterDev, asset: str) -> dict[str | None, dict[str, Any]]:
-    """Each partition's latest materialization (None: unpartitioned): run id, description and
-    its text and int metadata, through GraphQL."""
-    found = server.graphql(MATERIALIZATIONS, key={"path": [asset]})["assetOrError"]
+    """Each partition's latest recorded state (None: unpartitioned), a materialization or an
+    observation (a broken store's): run id, description and its text and int metadata,
+    through GraphQL."""
+    found = server.graphql(RECORDED, key={"path": [asset]})["assetOrError"]
+    events = found["assetMaterializations"] + found["assetObservations"]
     latest: dict[str | None, dict[str, Any]] = {}
-    for event in sorted(found["assetMaterializations"], key=lambda e: float(e["timestamp"])):
+    for event in sorted(events, key=lambda e: float(e["timestamp"])):
         entries = {e["label"]: e.get("text", e.get("intValue")) for e in event["metadataEntries"]}
         latest[event["partition"]] = entries | {
             "run": event["runId"],
@@ -130,8 +134,9 @@ def test_dagster_dev_tells_the_truth_about_a_broken_store_whoever_validates(
 ) -> None:
     """Before anything ran, the stores are unknown (warnings, no green); after a validation
     from the CLI, reported by the catalog sensor, exactly the broken store is broken on its
-    partition and its check, the others healthy; the validation job in Dagster, whose blocking
-    check fails, records the same, the fleet's totals included."""
+    partition and its check, the others healthy, and exactly its partition shows Failed; the
+    validation job in Dagster, whose blocking check fails, records the same, the fleet's totals
+    included."""
     url = f"sqlite:///{tmp_path / 'catalog.db'}"
     storage = LocalStorage(tmp_path / "checkpoint")
     with Catalog.open(url, upgrade=True) as catalog:
@@ -173,6 +178,9 @@ def test_dagster_dev_tells_the_truth_about_a_broken_store_whoever_validates(
 
             _eventually(reported, server)
             assert not [r for r in server.job_runs(REPORT_JOB) if r["status"] == "FAILURE"]
+            # the state_store_failures sensor fails exactly the broken store's partition
+            failed = {names[s]: "failed" if s == broken else "materialized" for s in stores}
+            _eventually(lambda: server.partition_statuses("state_checkpoints") == failed, server)
             [lineage, *_] = _evaluated(server, "lineage_valid")
             assert not lineage["evaluation"]["success"]
             assert lineage["evaluation"]["severity"] == "ERROR"
@@ -198,5 +206,6 @@ def test_dagster_dev_tells_the_truth_about_a_broken_store_whoever_validates(
                 names[s]: s != broken for s in stores
             }
             assert {e["runId"] for e in by_partition.values()} == {run_id}
+            assert server.partition_statuses("state_checkpoints") == failed  # still Failed
             leftover = server.stop()
         assert not leftover

@@ -27,7 +27,7 @@ from dagster_project.defs.assets import (
 )
 from dagster_project.defs.store_events import HEALTH_KEY
 from state_runtime.cli import main as statestore
-from tests.dagster.conftest import BOTH_CATALOGS, resources_for, store_name
+from tests.dagster.conftest import BOTH_CATALOGS, latest_states, resources_for, store_name
 from tests.dagster.test_dagster_definitions import FAST, check_results, metadata, run_checks
 from tests.maintenance.streams import StoreStream
 
@@ -43,10 +43,11 @@ def test_nothing_that_writes_or_deletes_starts_on_its_own() -> None:
         "state_reconcile_weekly": "STOPPED",
     }
     # Discovery only adds Dagster partitions for the stores it finds, and the catalog events
-    # sensor only reads the catalog and reports to Dagster: they observe.
+    # and store failures sensors only read the catalog and report to Dagster: they observe.
     assert {s.name: s.default_status.value for s in repo.sensor_defs} == {
         "state_store_discovery": "RUNNING",
         "state_catalog_events": "RUNNING",
+        "state_store_failures": "RUNNING",
         "state_snapshot_due": "STOPPED",
     }
 
@@ -73,6 +74,7 @@ def test_production_turns_them_on_by_name_or_all() -> None:
         "state_snapshot_due",
         "state_store_discovery",
         "state_catalog_events",
+        "state_store_failures",
     }
     everything = _statuses("all")
     assert set(json.loads(everything.stdout).values()) == {"RUNNING"}
@@ -98,17 +100,6 @@ def _cli_health(stream: StoreStream) -> dict[str, dict[str, Any]]:
     )
     assert result.exit_code == expected, result.output  # the monitoring-plugin exit code
     return rows
-
-
-def _observed(instance: DagsterInstance) -> dict[str, dict[str, Any]]:
-    """Each store's latest recorded state: its partition's latest materialization."""
-    records = instance.fetch_materializations(state_checkpoints.key, limit=100).records
-    latest: dict[str, dict[str, Any]] = {}
-    for record in sorted(records, key=lambda r: r.storage_id):
-        event = record.asset_materialization
-        assert event is not None and record.partition_key is not None
-        latest[record.partition_key] = {k: v.value for k, v in event.metadata.items()}
-    return latest
 
 
 @BOTH_CATALOGS
@@ -142,13 +133,13 @@ def test_a_corrupt_snapshot_is_broken_everywhere_blocks_cleanup_and_is_repaired(
     assert all(per_store[store_name(stream, s)].passed for s in stream.stores[1:])
 
     # The validation job tells the same truth although its blocking check fails: the broken
-    # store's partition is materialized broken, the others healthy, the fleet counts one
+    # store's partition records it broken (an observation), the others healthy, the fleet counts one
     # broken store, and the store_status check's latest evaluation is the broken store's.
     validation = defs.resolve_job_def("state_validation_job").execute_in_process(
         instance=instance, resources=resources, raise_on_error=False
     )
     assert not validation.success  # the blocking lineage_valid failed the step
-    statuses = {p: m["status"] for p, m in _observed(instance).items()}
+    statuses = {p: m["status"] for p, m in latest_states(instance).items()}
     assert statuses == {
         store_name(stream, s): "broken" if s == store else "healthy" for s in stream.stores
     }
@@ -165,7 +156,7 @@ def test_a_corrupt_snapshot_is_broken_everywhere_blocks_cleanup_and_is_repaired(
     assert not evaluation.asset_check_evaluation.passed
 
     materialize([state_store_health], resources=resources, instance=instance)
-    observed = _observed(instance)[name]
+    observed = latest_states(instance)[name]
     cli = _cli_health(stream)[str(stream.key(store))]
     assert observed["status"] == cli["status"] and observed["status_reason"] == cli["status_reason"]
     since = datetime.fromisoformat(cli["status_since"]).timestamp()
