@@ -1,5 +1,6 @@
 """What every provider DAG shares: paused when created, one run at a time, no catchup, native
-template rendering (so a conf's booleans and numbers reach the operators as such)."""
+template rendering (so a conf's booleans and numbers reach the operators as such); and the
+shape of the DAGs run by hand on one stopped query."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from airflow.sdk import DAG, Param
+
+from state_runtime_airflow.operators import StateHealthCheckOperator, StateQueryOperator
 
 
 def maintenance_dag(
@@ -34,3 +37,42 @@ def maintenance_dag(
         params=dict(params),
         **settings,
     )
+
+
+def query_dag(
+    dag_id: str,
+    description: str,
+    doc_md: str | None,
+    *,
+    task_id: str,
+    operator: type[StateQueryOperator],
+    params: Mapping[str, Param],
+    apply_changes: str,
+) -> DAG:
+    """A DAG run only when triggered, on one stopped query: task ``task_id`` (``operator``,
+    each param passed as its argument of the same name; a dry run unless the conf says
+    ``"apply_changes": true``), then **health** on the query's root.
+
+    Its params: ``root``, ``query_id``, ``spark_checkpoint``, then ``params`` (the
+    operator's own), then ``apply_changes`` (described by ``apply_changes``).
+    """
+    every = {
+        "root": Param("", type="string", minLength=1, description="The query's checkpoint root."),
+        "query_id": Param("", type="string", minLength=1, description="The query."),
+        "spark_checkpoint": Param(
+            "", type="string", description="The query's Spark checkpoint folder; '' for none."
+        ),
+        **params,
+        "apply_changes": Param(False, type="boolean", description=apply_changes),
+    }
+    with maintenance_dag(dag_id, description, doc_md, every) as dag:
+        work = operator(
+            task_id=task_id,
+            map_index_template=None,
+            **{name: f"{{{{ params.{name} }}}}" for name in every},
+        )
+        health = StateHealthCheckOperator(
+            task_id="health", checkpoint_roots="{{ params.root }}", map_index_template=None
+        )
+        work >> health
+    return dag

@@ -7,8 +7,8 @@ it, works on ``checkpoint_roots`` (default: every root in the catalog) or the ``
 named, and records its run in the catalog like any maintenance run (owner
 ``airflow:<dag>.<task>[<map index>]/<run id>``). Its XCom value and its log give the outcome
 per store in words (:mod:`state_runtime_airflow.results`). What deletes or rewrites (cleanup,
-repair, restore) is a dry run unless ``apply_changes=True``. A task fails, naming the stores,
-when a store's pass failed, a blocking check failed or a store is broken.
+repair, restore, repartition) is a dry run unless ``apply_changes=True``. A task fails, naming
+the stores, when a store's pass failed, a blocking check failed or a store is broken.
 """
 
 from __future__ import annotations
@@ -203,9 +203,12 @@ class StateValidationOperator(StateMaintenanceOperator):
         return self.report(context, checks_result(report), message or None)
 
 
-class StateCleanupOperator(StateMaintenanceOperator):
-    """Deletes what retention allows, each deletion recorded with its reason; a dry run
-    (the plan, per store) unless ``apply_changes=True``. Stores with open problems are held."""
+class StateWritingOperator(StateMaintenanceOperator):
+    """The shared part of the operators whose pass rewrites or deletes: a dry run (the plan)
+    unless ``apply_changes=True``.
+
+    :param apply_changes: carry the pass out; false only plans it.
+    """
 
     template_fields: Sequence[str] = (*StateMaintenanceOperator.template_fields, "apply_changes")
 
@@ -213,11 +216,42 @@ class StateCleanupOperator(StateMaintenanceOperator):
         super().__init__(**kwargs)
         self.apply_changes = apply_changes
 
+    def applies(self) -> bool:
+        """Whether this run carries the pass out (``apply_changes`` as rendered)."""
+        return _as_bool(self.apply_changes, "apply_changes")
+
+
+class StateQueryOperator(StateWritingOperator):
+    """The shared part of the operators that work on one stopped query below one root.
+
+    :param root: the query's checkpoint root.
+    :param query_id: the query.
+    :param spark_checkpoint: the query's Spark checkpoint folder (``""``: none).
+    """
+
+    template_fields: Sequence[str] = (
+        *StateWritingOperator.template_fields,
+        "query_id",
+        "spark_checkpoint",
+    )
+
+    def __init__(
+        self, *, root: str, query_id: str, spark_checkpoint: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(checkpoint_roots=root, **kwargs)
+        self.query_id = query_id
+        self.spark_checkpoint = spark_checkpoint
+
+
+class StateCleanupOperator(StateWritingOperator):
+    """Deletes what retention allows, each deletion recorded with its reason; a dry run
+    (the plan, per store) unless ``apply_changes=True``. Stores with open problems are held."""
+
     def execute(self, context: Context) -> Result:
-        dry_run = not _as_bool(self.apply_changes, "apply_changes")
+        execute = self.applies()
         with self.work(context) as work:
             report = cleanup_pass(
-                work.fleet, work.policy, execute=not dry_run, only=work.only, progress=work.progress
+                work.fleet, work.policy, execute=execute, only=work.only, progress=work.progress
             )
         failed = "; ".join(f"{path}: {error}" for path, error in report.failed.items())
         return self.report(
@@ -227,18 +261,12 @@ class StateCleanupOperator(StateMaintenanceOperator):
         )
 
 
-class StateRepairOperator(StateMaintenanceOperator):
+class StateRepairOperator(StateWritingOperator):
     """Rebuilds damaged snapshots from their intact deltas; a dry run (the damaged snapshots)
     unless ``apply_changes=True``. Fails naming each snapshot it could not repair."""
 
-    template_fields: Sequence[str] = (*StateMaintenanceOperator.template_fields, "apply_changes")
-
-    def __init__(self, *, apply_changes: bool | str = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.apply_changes = apply_changes
-
     def execute(self, context: Context) -> Result:
-        dry_run = not _as_bool(self.apply_changes, "apply_changes")
+        dry_run = not self.applies()
         with self.work(context) as work:
             if dry_run:
                 return self.report(
@@ -253,46 +281,29 @@ class StateRepairOperator(StateMaintenanceOperator):
         )
 
 
-class StateRestoreOperator(StateMaintenanceOperator):
+class StateRestoreOperator(StateQueryOperator):
     """Returns a stopped query's stores (below one root) to an earlier, intact batch; a dry
     run (the plan: each store's version, what is superseded) unless ``apply_changes=True``.
 
-    :param root: the query's checkpoint root.
-    :param query_id: the query.
     :param batch_id: the batch to return to.
-    :param spark_checkpoint: the query's Spark checkpoint folder (``""``: none).
     :param allow_lost_state: accept that stores whose version does not load start again empty.
     """
 
     template_fields: Sequence[str] = (
-        *StateMaintenanceOperator.template_fields,
-        "query_id",
+        *StateQueryOperator.template_fields,
         "batch_id",
-        "spark_checkpoint",
         "allow_lost_state",
-        "apply_changes",
     )
 
     def __init__(
-        self,
-        *,
-        root: str,
-        query_id: str,
-        batch_id: int | str,
-        spark_checkpoint: str | None = None,
-        allow_lost_state: bool | str = False,
-        apply_changes: bool | str = False,
-        **kwargs: Any,
+        self, *, batch_id: int | str, allow_lost_state: bool | str = False, **kwargs: Any
     ) -> None:
-        super().__init__(checkpoint_roots=root, **kwargs)
-        self.query_id = query_id
+        super().__init__(**kwargs)
         self.batch_id = batch_id
-        self.spark_checkpoint = spark_checkpoint
         self.allow_lost_state = allow_lost_state
-        self.apply_changes = apply_changes
 
     def execute(self, context: Context) -> Result:
-        dry_run = not _as_bool(self.apply_changes, "apply_changes")
+        dry_run = not self.applies()
         with self.work(context) as work:
             [root] = work.fleet.root_names()
             plan = plan_restore(
@@ -308,61 +319,48 @@ class StateRestoreOperator(StateMaintenanceOperator):
         return self.report(context, restore_result(plan))
 
 
-class StateRepartitionOperator(StateMaintenanceOperator):
+class StateRepartitionOperator(StateQueryOperator):
     """Changes a stopped query's number of state partitions (``statestore repartition``): a
     Spark job routes every key with the runtime's rule and writes one snapshot per new
     partition, and one catalog transaction switches the layout. A dry run (rows and bytes per
-    new partition, the skew) unless ``apply_changes=True``.
+    new partition, the skew) unless ``apply_changes=True``. Its ``spark_checkpoint``'s last
+    committed batch must be the catalog's.
 
-    :param root: the query's checkpoint root.
-    :param query_id: the query.
     :param num_partitions: the new number of state partitions.
     :param operator_id: only this operator (default: every operator of the query).
-    :param spark_checkpoint: the query's Spark checkpoint folder (``""``: none); its last
-        committed batch must be the catalog's.
     :param master: the Spark master of the job (``SPARK_REMOTE``, when set, makes the session
         a Spark Connect client).
     :param idle_seconds: refuse while the query committed a batch this recently (it may run).
     """
 
     template_fields: Sequence[str] = (
-        *StateMaintenanceOperator.template_fields,
-        "query_id",
+        *StateQueryOperator.template_fields,
         "num_partitions",
         "operator_id",
-        "spark_checkpoint",
         "master",
         "idle_seconds",
-        "apply_changes",
     )
 
     def __init__(
         self,
         *,
-        root: str,
-        query_id: str,
         num_partitions: int | str,
         operator_id: int | str | None = None,
-        spark_checkpoint: str | None = None,
         master: str = "local[2]",
         idle_seconds: int | str = 60,
-        apply_changes: bool | str = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(checkpoint_roots=root, **kwargs)
-        self.query_id = query_id
+        super().__init__(**kwargs)
         self.num_partitions = num_partitions
-        self.idle_seconds = idle_seconds
         self.operator_id = operator_id
-        self.spark_checkpoint = spark_checkpoint
         self.master = master
-        self.apply_changes = apply_changes
+        self.idle_seconds = idle_seconds
 
     def execute(self, context: Context) -> Result:
         from state_runtime.maintenance.repartition import repartition
         from state_runtime.runtime.session import spark_session
 
-        execute = _as_bool(self.apply_changes, "apply_changes")
+        execute = self.applies()
         operator = None if self.operator_id in (None, "") else int(str(self.operator_id))
         with self.work(context) as work:
             [root] = work.fleet.root_names()

@@ -208,13 +208,9 @@ def repartition_result(plan: RepartitionPlan) -> Result:
                 + ("" if skew is None else f" (operator skew {skew:.2f})"),
             }
         )
-    moves = ", ".join(
-        f"operator {m.operator_id} ({m.store_name}) {m.old_partitions} -> {m.new_partitions}"
-        for m in plan.moves
-    )
     what = f"repartitioned by run {plan.run_id}" if plan.executed else "would be repartitioned"
     summary = (
-        f"query {plan.query_id} below {plan.root} at batch {plan.batch_id}: {moves} {what}"
-        + ("" if plan.executed else " (dry run)")
+        f"query {plan.query_id} below {plan.root} at batch {plan.batch_id}: "
+        f"{plan.layout_change()} {what}" + ("" if plan.executed else " (dry run)")
     )
     return result(summary, plan.run_id, plan.counts() | {"dry_run": not plan.executed}, rows)

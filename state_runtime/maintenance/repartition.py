@@ -93,6 +93,13 @@ class RepartitionPlan:
             return None
         return max(rows) / (sum(rows) / len(rows))
 
+    def layout_change(self) -> str:
+        """Each operator store's change in words: ``operator 0 (default) 4 -> 16, ...``."""
+        return ", ".join(
+            f"operator {m.operator_id} ({m.store_name}) {m.old_partitions} -> {m.new_partitions}"
+            for m in self.moves
+        )
+
     def counts(self) -> dict[str, int]:
         return {
             "operators": len(self.moves),
@@ -332,13 +339,9 @@ def repartition(
 
 
 def _reason(plan: RepartitionPlan, run_id: int) -> str:
-    moves = ", ".join(
-        f"operator {m.operator_id} ({m.store_name}) {m.old_partitions} -> {m.new_partitions}"
-        for m in plan.moves
-    )
     return (
         f"superseded: query {plan.query_id} repartitioned at batch {plan.batch_id} by run "
-        f"{run_id} ({moves})"
+        f"{run_id} ({plan.layout_change()})"
     )
 
 

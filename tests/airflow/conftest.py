@@ -36,21 +36,8 @@ from tests.maintenance.conftest import (  # noqa: E402, F401  (fixtures)
     pg_database,
     sqlite_catalog,
 )
+from tests.orchestrator_catalog import BOTH_CATALOGS, catalog  # noqa: E402, F401  (fixture)
 from tests.s3_fixtures import CREDENTIALS, REGION, MotoS3  # noqa: E402
-
-BOTH_CATALOGS = pytest.mark.parametrize(
-    "catalog", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
-)
-
-
-@pytest.fixture
-def catalog(request: pytest.FixtureRequest) -> Catalog:
-    """SQLite unless a test asks for both (``@BOTH_CATALOGS``)."""
-    dialect = getattr(request, "param", "sqlite")
-    found: Catalog = request.getfixturevalue(
-        "sqlite_catalog" if dialect == "sqlite" else "pg_catalog"
-    )
-    return found
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +49,7 @@ def airflow_db() -> Path:
     return HOME / "airflow.db"
 
 
-def connection_env(catalog: Catalog, moto: MotoS3 | None = None) -> dict[str, str]:
+def connection_env(catalog: Catalog, moto: MotoS3 | None = None) -> dict[str, str]:  # noqa: F811
     """``AIRFLOW_CONN_*`` variables: the catalog's URL split into a connection's fields, and
     the S3 endpoint and credentials as an ``aws`` connection (how a deployment defines them)."""
     url = catalog.engine.url

@@ -20,20 +20,7 @@ from tests.maintenance.conftest import (  # noqa: F401  (fixtures)
     sqlite_catalog,
 )
 from tests.maintenance.streams import StoreStream
-
-BOTH_CATALOGS = pytest.mark.parametrize(
-    "catalog", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
-)
-
-
-@pytest.fixture
-def catalog(request: pytest.FixtureRequest) -> Catalog:
-    """SQLite unless a test asks for both (``@BOTH_CATALOGS``): the Dagster layer is the same
-    on either; the library's tests cover both dialects."""
-    dialect = getattr(request, "param", "sqlite")
-    fixture = "sqlite_catalog" if dialect == "sqlite" else "pg_catalog"
-    found: Catalog = request.getfixturevalue(fixture)
-    return found
+from tests.orchestrator_catalog import BOTH_CATALOGS, catalog  # noqa: F401  (fixture)
 
 
 def store_name(stream: StoreStream, store: StoreId) -> str:
@@ -41,7 +28,7 @@ def store_name(stream: StoreStream, store: StoreId) -> str:
     return StoreNames.of(stream.catalog).name(stream.key(store))
 
 
-def resources_for(catalog: Catalog, policy: MaintenancePolicy | None = None) -> dict[str, Any]:
+def resources_for(catalog: Catalog, policy: MaintenancePolicy | None = None) -> dict[str, Any]:  # noqa: F811
     url = catalog.engine.url.render_as_string(hide_password=False)
     return {"maintenance": MaintenanceResource.of(policy or MaintenancePolicy(), catalog_url=url)}
 
