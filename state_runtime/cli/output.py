@@ -667,11 +667,7 @@ def print_repartition(console: Console, plan: RepartitionPlan) -> None:
     )
     console.print(
         f"{head}: query {plan.query_id} below {plan.root} at batch {plan.batch_id}: "
-        + ", ".join(
-            f"operator {m.operator_id} ({m.store_name}) {m.old_partitions} -> {m.new_partitions}"
-            for m in plan.moves
-        )
-        + f"; new snapshots at version {plan.version}",
+        f"{plan.layout_change()}; new snapshots at version {plan.version}",
         soft_wrap=True,
     )
     for move in plan.moves:
