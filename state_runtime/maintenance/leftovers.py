@@ -10,10 +10,11 @@ for temporary files, S3 lists the bucket's incomplete uploads (one request per 1
 
 A sweep never touches a write a live writer may still own, whatever the settings (window
 and grace may both be 0, and the sweep runs without the store's lease): a local writer
-holds a lock on its temporary file until it is linked (:class:`LocalStorage`), so a locked
-one is left alone at any age, and no unfinished write younger than
-:data:`MIN_PARTIAL_WRITE_AGE` is removed: that floor, not a setting, covers the instant
-between creating a temporary file and locking it, and S3, whose uploads carry no liveness.
+holds a lock on its temporary file until it is linked (:class:`LocalStorage`), and the sweep
+removes one only while holding that lock, so a locked one is left alone at any age (and a
+writer whose new file was swept before it could lock it starts over with another). No
+unfinished write younger than :data:`MIN_PARTIAL_WRITE_AGE` is removed: that floor, not a
+setting, covers S3, whose uploads carry no liveness.
 """
 
 from __future__ import annotations
@@ -99,4 +100,6 @@ def sweep_leftovers(
         result = storage.abort_partial_writes(stale)
         report.removed += [f"{root}/{path}" for path in result.deleted]
         report.failed.update({f"{root}/{path}": why for path, why in result.failed.items()})
+        settled = {*result.deleted, *result.failed}
+        report.young += [f"{root}/{w.path}" for w in stale if w.path not in settled]
     return report

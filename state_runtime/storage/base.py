@@ -132,7 +132,8 @@ class Storage(ABC):
     @abstractmethod
     def abort_partial_writes(self, writes: Sequence[PartialWrite]) -> DeleteResult:
         """Remove unfinished writes (their ``path`` in the result); one already gone counts
-        as removed. Never touches a finished file."""
+        as removed, one a live writer turns out to hold is left alone and in neither list.
+        Never touches a finished file."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"

@@ -70,15 +70,11 @@ class LocalStorage(Storage):
         target = self._abs(path)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
+            fd, tmp = _locked_temporary(target.parent, path)
         except OSError as e:
             raise StorageError(f"cannot create temporary file: {e.strerror}", path=path) from e
         try:
             with os.fdopen(fd, "wb") as f:
-                # The writer's lock marks its temporary file as live until the file is linked
-                # and its name gone: the sweep (partial_writes) leaves a locked file alone,
-                # and the kernel drops the lock when the writer dies, however it dies.
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
@@ -149,7 +145,7 @@ class LocalStorage(Storage):
                 full.unlink(missing_ok=True)
                 result.deleted.append(write.path)
             except BlockingIOError:
-                result.failed[write.path] = "a live writer holds it"
+                pass  # a live writer locked it since it was listed: not a leftover
             except OSError as e:
                 result.failed[write.path] = e.strerror or str(e)
             finally:
@@ -186,6 +182,34 @@ class LocalStorage(Storage):
             except OSError as e:
                 result.failed[path] = e.strerror or str(e)
         return result
+
+
+def _locked_temporary(folder: Path, path: str, attempts: int = 5) -> tuple[int, str]:
+    """A new temporary file in ``folder`` and its descriptor, holding the writer's lock.
+
+    The lock marks the file as live until it is linked and its name gone: a sweep
+    (``abort_partial_writes``) removes a temporary file only while holding that lock, and the
+    kernel drops it when the writer dies, however it dies. Between creating the file and
+    locking it a sweep may take the lock and remove the name; the writer then finds its name
+    gone (or another file's) once it holds the lock, and starts over with a new file."""
+    for _ in range(attempts):
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            mine = os.fstat(fd)
+            named = os.stat(tmp)
+            if (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino):
+                return fd, tmp
+        except FileNotFoundError:
+            pass  # a sweep removed it before we locked it
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise StorageError(
+        f"cannot create temporary file: swept before it could be locked {attempts} times",
+        path=path,
+    )
 
 
 def _locked(path: Path) -> bool:

@@ -14,11 +14,17 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from state_runtime.maintenance import MaintenancePolicy, cleanup_pass, reconcile
 from state_runtime.retention import RetentionPolicy
+from state_runtime.storage import LocalStorage, local
 from tests.maintenance.streams import KEY, VALUE, StoreStream
 from tests.maintenance.test_leftovers import REPO, A, leftovers, local_stream  # noqa: F401
 from tests.maintenance.test_snapshots import fleet_on
@@ -160,3 +166,30 @@ def test_a_writer_racing_zero_grace_sweeps_commits_every_version(
     assert seen_live > 0, f"{sweeps} sweeps never met a write in flight: no race was run"
     store = local_stream.provider(A).get_store(2 + count)
     assert [store.get((f"k{n}",)) for n in range(count)] == [(n,) for n in range(count)]
+
+
+def test_a_sweep_between_creating_and_locking_a_temporary_file_costs_the_writer_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one instant the lock cannot cover, forced: right after the writer creates its
+    temporary file, before it locks it, a real sweep takes the lock and removes the file.
+    The writer sees its name gone once it holds the lock and starts over with a new file
+    (before, it wrote and fsynced into the removed file and failed at the link)."""
+    storage = LocalStorage(tmp_path / "root")
+    create = tempfile.mkstemp
+    swept: list[str] = []
+
+    def create_then_sweep(**kwargs: Any) -> tuple[int, str]:
+        fd, name = create(**kwargs)
+        if not swept:  # the first file only: the writer's second one is left alone
+            path = Path(name).relative_to(storage.root).as_posix()
+            (unlocked,) = storage.partial_writes([str(Path(path).parent)])
+            assert not unlocked.live
+            swept.extend(storage.abort_partial_writes([unlocked]).deleted)
+        return fd, name
+
+    monkeypatch.setattr(local.tempfile, "mkstemp", create_then_sweep)
+    storage.write_if_absent("state/0/0/default/1.delta", b"committed bytes")
+    assert len(swept) == 1 and not (storage.root / swept[0]).exists()
+    assert storage.read("state/0/0/default/1.delta") == b"committed bytes"
+    assert list(storage.partial_writes(["state/0/0/default"])) == []
