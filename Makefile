@@ -4,6 +4,9 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 PYTEST_ARGS ?=
+# Processes for the classic pass (pytest-xdist; whole test files per process, each with its
+# own Spark session). The Connect pass stays in one process: each would start a Connect server.
+TEST_WORKERS ?= 2
 # The Airflow provider's environment: Airflow without Dagster (their pins can conflict).
 AIRFLOW_VENV  ?= .venv-airflow
 AIRFLOW_PY     = $(AIRFLOW_VENV)/bin/python
@@ -65,11 +68,12 @@ install-airflow: $(AIRFLOW_STAMP)
 # Every test: the Dagster environment's passes, then the Airflow environment's.
 test: test-dagster test-airflow
 
-# Two passes: every test on classic Spark, then the suites marked `connect` on a Spark Connect
-# session (pyspark picks classic or Connect per process; one local Connect server per pass).
-# tests/airflow is left out here (no Airflow in this environment): test-airflow runs it.
+# Two passes: every test on classic Spark (in TEST_WORKERS processes), then the suites marked
+# `connect` on a Spark Connect session (pyspark picks classic or Connect per process; one local
+# Connect server per pass). tests/airflow is left out here (no Airflow in this environment):
+# test-airflow runs it.
 test-dagster: $(STAMP) check-java
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 	SPARK_REMOTE=local $(PY) -m pytest -m connect $(PYTEST_ARGS)
 
 # The provider's tests (DAG integrity, dag.test() end to end) in the Airflow environment.
