@@ -57,12 +57,14 @@ def info(
 
 
 def recorded_when_written(
-    catalog: Catalog, infos: Iterable[CheckpointInfo], behind: timedelta = timedelta(0)
+    catalog: Catalog, infos: Iterable[CheckpointInfo], behind: timedelta | None = timedelta(0)
 ) -> None:
     """Date the catalog's record of each file (``recorded_at``: the catalog stamps it by the
     database's clock, i.e. today) back to when a past history wrote it: ``behind`` after its
     ``created_at``, the writer's clock running that far behind the database's (paths are
-    unique: each names its checkpoint id)."""
+    unique: each names its checkpoint id). ``behind`` None leaves the stamps as they are."""
+    if behind is None:
+        return
     with catalog.engine.begin() as connection:
         for i in infos:
             connection.execute(
@@ -88,8 +90,9 @@ class Stream:
     snapshots: dict[StoreId, set[int]] = field(default_factory=dict)
     batch: int = 0
     clock: datetime = LONG_AGO
-    writers_behind: timedelta = timedelta(0)
-    """How far the writers' clocks (``clock``) run behind the catalog's."""
+    writers_behind: timedelta | None = timedelta(0)
+    """How far the writers' clocks (``clock``) run behind the catalog's; None keeps the
+    catalog's own stamps (a catalog behind a fault proxy: only its own statements pass)."""
 
     def delta(self, store: StoreId, **kw: object) -> CheckpointInfo:
         """The next version's delta for ``store`` on top of its committed chain."""
