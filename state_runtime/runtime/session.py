@@ -51,11 +51,20 @@ def _classic(master: str, conf: dict[str, str]) -> SparkSession:
     return builder.getOrCreate()
 
 
+_LOCAL_SERVER: str | None = None
+"""The ``sc://`` URL of the Connect server this process started, once it has."""
+
+
 def _local_connect_server(master: str, conf: dict[str, str]) -> str:
     """Start a Spark Connect server in this process, on a free port with a fresh token (so
     that servers of other processes on the machine are never reached by mistake), and return
     its ``sc://`` URL. Its JVM runs ``master``; from then on this process is a Connect client
-    (pyspark's process-wide switch), as with ``SparkSession.builder.remote("local[N]")``."""
+    (pyspark's process-wide switch), as with ``SparkSession.builder.remote("local[N]")``.
+    A process holds one JVM, so later calls return the server the first one started (a CLI
+    command or a Dagster op run in a process that already has one connects to it)."""
+    global _LOCAL_SERVER
+    if _LOCAL_SERVER is not None:
+        return _LOCAL_SERVER
     port = _free_port()
     token = os.environ.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", uuid.uuid4().hex)
     remote = os.environ.pop("SPARK_REMOTE", None)  # else pyspark's builder makes a client
@@ -74,7 +83,8 @@ def _local_connect_server(master: str, conf: dict[str, str]) -> str:
         if remote is not None:
             os.environ["SPARK_REMOTE"] = remote
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    return f"sc://localhost:{port}"  # "localhost": pyspark sends the token without TLS
+    _LOCAL_SERVER = f"sc://localhost:{port}"  # "localhost": pyspark sends the token without TLS
+    return _LOCAL_SERVER
 
 
 def spark_session(
