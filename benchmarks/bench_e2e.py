@@ -453,6 +453,15 @@ def figures(rounds: list[dict[str, Any]], batches: int) -> dict[str, float]:
     return found
 
 
+def _empty_delta_bytes() -> int:
+    """The bytes of a format 3 delta holding no row: the fixed cost of one file."""
+    import numpy as np
+    from bench_delta_bytes import sizes
+
+    empty = np.array([], dtype=np.int64)
+    return sizes(0, empty, empty)[1]
+
+
 def _catalog_cells(f: dict[str, float]) -> str:
     txns = f"{f['txns']:.0f} (max {f['txns_max']:.0f})" if "txns" in f else ""
     xact = f"{f['pg_xact']:.1f}" if "pg_xact" in f else ""
@@ -509,6 +518,13 @@ def report(
                 ("bytes <= 1/3 of RocksDB's", f["bytes"] / base["bytes"], 1 / 3),
             ):
                 print(f"  {what}: {value:.2f}x -> {'met' if value <= goal else 'NOT met'}")
+            stores = min(partitions, args.updates)  # each changed store writes one delta
+            floor = stores * _empty_delta_bytes()
+            print(
+                f"  (one delta per changed store: {stores} files x {_empty_delta_bytes()} B "
+                f"before any row = {floor / 1024:.1f} KiB; 1/3 of RocksDB's is "
+                f"{base['bytes'] / 3 / 1024:.1f} KiB)"
+            )
         if "txns" in f:
             print(
                 f"  catalog transactions per batch <= 3: {f['txns_max']:.0f} -> "
