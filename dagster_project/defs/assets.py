@@ -1,9 +1,10 @@
 """Assets: the checkpoint files (written by the streams) and the maintenance that keeps them.
 
 ``state_checkpoints`` stands for the files the streaming queries write, one partition per
-store (defined in ``checkpoints.py``); Dagster never writes it, but every validation or
-health run records each store's state as a materialization of its partition (status and
-figures as metadata), so each store's partition shows its latest state and its history.
+store (defined in ``checkpoints.py``); Dagster never writes the files, but every validation
+or health run records each store's state on its partition (status and figures as metadata:
+a materialization for a sound store, an observation for a broken one, whose partition
+``state_store_record_job`` fails), so each partition shows its latest state and history.
 The maintenance assets each run one pass of ``state_runtime.maintenance``.
 """
 
@@ -67,8 +68,8 @@ class RepairConfig(StoresConfig):
 
 
 class HealthConfig(Config):
-    """``observe_stores``: record each store's status and figures as a materialization of its
-    ``state_checkpoints`` partition."""
+    """``observe_stores``: record each store's status and figures on its
+    ``state_checkpoints`` partition (a materialization, or an observation when broken)."""
 
     observe_stores: bool = True
 
@@ -143,8 +144,9 @@ def state_store_health(
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Every store's status and figures from the catalog: fleet totals here (broken, degraded
     and unknown stores among them) with a table of the stores, and each store's status,
-    figures and schema history on its ``state_checkpoints`` partition (one materialization
-    per store and run: its history). The validation job records the same after validating."""
+    figures and schema history on its ``state_checkpoints`` partition (one event per store
+    and run, a materialization or, broken, an observation: its history). The validation job
+    records the same after validating."""
     with maintenance.run(context) as run:
         reports = store_reports(run.fleet, run.policy)
         if config.observe_stores:

@@ -73,7 +73,7 @@ store_record_job = define_asset_job(
         "Record one store's state from the catalog on its partition (reads only); fails for a "
         "broken store, so its partition shows Failed (requested by state_store_failures)."
     ),
-    tags={KIND_TAG: "report"},
+    tags={KIND_TAG: "record"},  # its own kind: a queue of these never holds up the reports
 )
 reconcile_job = define_asset_job(
     "state_reconcile_job",

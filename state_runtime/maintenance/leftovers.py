@@ -46,6 +46,7 @@ class LeftoverReport:
     found: list[PartialWrite] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     young: list[str] = field(default_factory=list)
+    """Left alone: started after the cutoff, or held by a live writer."""
     failed: dict[str, str] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:

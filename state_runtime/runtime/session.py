@@ -8,9 +8,11 @@ extra), to a server at ``sc://host:port`` or to one started in this process
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
+import threading
 import uuid
 from typing import cast
 
@@ -51,8 +53,11 @@ def _classic(master: str, conf: dict[str, str]) -> SparkSession:
     return builder.getOrCreate()
 
 
-_LOCAL_SERVER: str | None = None
-"""The ``sc://`` URL of the Connect server this process started, once it has."""
+log = logging.getLogger("state_runtime.runtime")
+
+_LOCAL_SERVER: tuple[str, str] | None = None
+"""The ``sc://`` URL of the Connect server this process started, and its master."""
+_LOCAL_SERVER_LOCK = threading.Lock()
 
 
 def _local_connect_server(master: str, conf: dict[str, str]) -> str:
@@ -62,9 +67,22 @@ def _local_connect_server(master: str, conf: dict[str, str]) -> str:
     (pyspark's process-wide switch), as with ``SparkSession.builder.remote("local[N]")``.
     A process holds one JVM, so later calls return the server the first one started (a CLI
     command or a Dagster op run in a process that already has one connects to it)."""
+    with _LOCAL_SERVER_LOCK:
+        if _LOCAL_SERVER is None:
+            _start_local_connect_server(master, conf)
+        assert _LOCAL_SERVER is not None
+        url, running = _LOCAL_SERVER
+    if running != master:
+        log.warning(
+            "this process's Spark Connect server already runs on %s; %s is not used",
+            running,
+            master,
+        )
+    return url
+
+
+def _start_local_connect_server(master: str, conf: dict[str, str]) -> None:
     global _LOCAL_SERVER
-    if _LOCAL_SERVER is not None:
-        return _LOCAL_SERVER
     port = _free_port()
     token = os.environ.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", uuid.uuid4().hex)
     remote = os.environ.pop("SPARK_REMOTE", None)  # else pyspark's builder makes a client
@@ -83,8 +101,8 @@ def _local_connect_server(master: str, conf: dict[str, str]) -> str:
         if remote is not None:
             os.environ["SPARK_REMOTE"] = remote
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    _LOCAL_SERVER = f"sc://localhost:{port}"  # "localhost": pyspark sends the token without TLS
-    return _LOCAL_SERVER
+    # "localhost": pyspark sends the token without TLS
+    _LOCAL_SERVER = (f"sc://localhost:{port}", master)
 
 
 def spark_session(

@@ -127,17 +127,19 @@ def publish(df: DataFrame, batch_id: int, metrics: BatchMetrics) -> None:
 
 
 def state_figures(
-    progress: StreamingQueryProgress, name: str = OBSERVATION
+    progress: StreamingQueryProgress | None, name: str = OBSERVATION
 ) -> dict[str, Any] | None:
     """The state figures a streaming progress carries under ``observedMetrics[name]`` as a
-    dict keyed by :data:`FIELDS`, or None when it carries none (a batch whose figures were
-    not published, or a stream not made by :func:`with_state_progress`).
+    dict keyed by :data:`FIELDS`, or None when it carries none (no progress yet, as
+    ``lastProgress`` before the first batch; a batch whose figures were not published; a
+    stream not made by :func:`with_state_progress`).
 
     Reads every progress the same way: a listener's event and a classic ``lastProgress`` hold
     a Row of the figures, while a Connect client's ``lastProgress``/``recentProgress`` (parsed
     from the server's JSON, pyspark 4.x) hold a Row of two fields, ``values`` and the
-    ``schema`` that names them."""
-    row: Row | None = progress.observedMetrics.get(name)
+    ``schema`` that names them (an observation of exactly those two fields is read as that
+    shape)."""
+    row: Row | None = None if progress is None else progress.observedMetrics.get(name)
     if row is None:
         return None
     shown = row.asDict()

@@ -204,6 +204,7 @@ def _locked_temporary(folder: Path, path: str, attempts: int = 5) -> tuple[int, 
             pass  # a sweep removed it before we locked it
         except BaseException:
             os.close(fd)
+            Path(tmp).unlink(missing_ok=True)
             raise
         os.close(fd)
     raise StorageError(
