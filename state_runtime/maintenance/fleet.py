@@ -109,11 +109,15 @@ class Fleet:
 
     def open_roots(self) -> None:
         """Open the storage of every root in scope; set aside each that cannot be opened (a
-        root recorded by older code that storage refuses, a missing extra), so that one bad
-        root stops the maintenance of no other."""
+        root recorded by older code that storage refuses, a missing extra) or whose folder
+        is gone though the catalog records committed versions below it, so that one bad
+        root stops the maintenance of no other, and none is "maintained" as an empty one."""
+        committed = {r.key.root for r in self.stores() if r.latest.version > 0}
         for root in self.root_names():
             try:
-                self.storage(root)
+                storage = self.storage(root)
+                if root in committed:
+                    storage.check_present()
             except StateStoreError as exc:
                 if isinstance(exc, CatalogError):
                     raise
