@@ -126,7 +126,7 @@ def _catalog_module(name: str) -> bool:
 
 def test_only_the_catalog_touches_sql() -> None:
     """SQL (the tables, the engine, transactions) stays behind the Catalog's methods."""
-    assert _catalog_module("state_runtime.catalog.tables") and _catalog_module(
+    assert _catalog_module("state_runtime.catalog.schema.tables") and _catalog_module(
         "state_runtime.catalog.api.run_calls"
     )
     assert not _catalog_module("state_runtime.catalog.Catalog")
@@ -173,7 +173,7 @@ def test_the_catalog_calls_hold_no_sql() -> None:
     call lives in the catalog module of its concern: no statement, no table here."""
     import sqlalchemy as sa
 
-    from state_runtime.catalog import tables
+    from state_runtime.catalog.schema import tables
 
     for path in (CATALOG / "api").glob("*.py"):
         if path.name in ("__init__.py", "transactions.py"):  # the engine and the retry policy
@@ -184,7 +184,7 @@ def test_the_catalog_calls_hold_no_sql() -> None:
             "sqlalchemy.engine.Connection",
         }, path.name
         for name in names:
-            if name.startswith("state_runtime.catalog.tables."):
+            if name.startswith("state_runtime.catalog.schema.tables."):
                 value = getattr(tables, name.rsplit(".", 1)[1])
                 assert not isinstance(value, sa.Table), (path.name, name)
         assert ".execute(" not in path.read_text(), path.name

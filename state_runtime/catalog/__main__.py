@@ -1,8 +1,8 @@
 """Catalog administration: ``python -m state_runtime.catalog upgrade|current|grants [--url URL]``.
 
 ``grants`` prints the SQL that creates the runtime, maintenance and reader roles and grants
-their rights (:mod:`state_runtime.catalog.grants`); with ``--apply`` it runs it, as the owner.
-Exit codes: 0 done; 1 any error, printed as one line (``current`` never creates a catalog).
+their rights (:mod:`state_runtime.catalog.schema.grants`); with ``--apply`` it runs it, as the
+owner. Exit codes: 0 done; 1 any error, printed as one line (``current`` never creates a catalog).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from state_runtime.catalog.engine import (
     run_transaction,
     sqlite_file,
 )
-from state_runtime.catalog.grants import catalog_grants
-from state_runtime.catalog.revision import current_revision, head_revision, upgrade
+from state_runtime.catalog.schema.grants import catalog_grants
+from state_runtime.catalog.schema.revision import current_revision, head_revision, upgrade
 from state_runtime.errors import CatalogSchemaOutdated, StateStoreError
 
 

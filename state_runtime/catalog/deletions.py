@@ -16,13 +16,13 @@ from state_runtime.catalog.records import (
 )
 from state_runtime.catalog.retention_sql import Scope, verdict_rows
 from state_runtime.catalog.rows import FILE_COLUMNS, AnyRow, file_record, key_of
-from state_runtime.catalog.statements import chunks
-from state_runtime.catalog.tables import (
+from state_runtime.catalog.schema.tables import (
     FileState,
     checkpoint_files,
     deletion_ledger,
     stores,
 )
+from state_runtime.catalog.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import StoreId
 from state_runtime.retention import RetentionPolicy, Verdict

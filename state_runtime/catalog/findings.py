@@ -18,7 +18,6 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.inventory import record_files
 from state_runtime.catalog.lookups import files_at, lock_stores, store_ids
-from state_runtime.catalog.reading import read_files, read_problems, read_repairs, read_stores
 from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
 from state_runtime.catalog.rows import (
     READ_STORE_KEY_COLUMNS,
@@ -26,14 +25,20 @@ from state_runtime.catalog.rows import (
     is_store,
     key_of,
 )
-from state_runtime.catalog.statements import chunks
-from state_runtime.catalog.tables import (
+from state_runtime.catalog.schema.reading_views import (
+    read_files,
+    read_problems,
+    read_repairs,
+    read_stores,
+)
+from state_runtime.catalog.schema.tables import (
     Verification,
     checkpoint_files,
     file_repairs,
     store_problems,
     stores,
 )
+from state_runtime.catalog.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo

@@ -9,13 +9,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.reading import (
-    read_commits,
-    read_files,
-    read_problems,
-    read_runs,
-    read_stores,
-)
 from state_runtime.catalog.records import (
     RecoveryCost,
     SnapshotCandidate,
@@ -25,8 +18,15 @@ from state_runtime.catalog.records import (
 )
 from state_runtime.catalog.retention_sql import Scope, needed_files, verdicts
 from state_runtime.catalog.rows import READ_STORE_KEY_COLUMNS, key_of
+from state_runtime.catalog.schema.reading_views import (
+    read_commits,
+    read_files,
+    read_problems,
+    read_runs,
+    read_stores,
+)
+from state_runtime.catalog.schema.tables import FileState, Verification
 from state_runtime.catalog.statements import chunks
-from state_runtime.catalog.tables import FileState, Verification
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind
 from state_runtime.retention import RetentionPolicy
 

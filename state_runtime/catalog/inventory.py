@@ -20,12 +20,11 @@ from state_runtime.catalog.lookups import (
     mark_maintained,
     rows_at,
 )
-from state_runtime.catalog.reading import read_stores
 from state_runtime.catalog.records import StoreKey, StoreRecord
 from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.rows import READ_STORE_KEY_COLUMNS, STORE_KEY_COLUMNS, AnyRow, key_of
-from state_runtime.catalog.statements import chunks
-from state_runtime.catalog.tables import (
+from state_runtime.catalog.schema.reading_views import read_stores
+from state_runtime.catalog.schema.tables import (
     FileState,
     batch_metrics,
     batch_watermarks,
@@ -33,6 +32,7 @@ from state_runtime.catalog.tables import (
     operator_schemas,
     stores,
 )
+from state_runtime.catalog.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import (
     EMPTY,

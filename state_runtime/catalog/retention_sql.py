@@ -7,7 +7,7 @@ SQL (:func:`fact_sql`) and builds the verdict from :data:`~state_runtime.retenti
 that plans over thousands of stores stay a few set-based queries. The deletions it allows are
 claimed and recorded in :mod:`~state_runtime.catalog.deletions`; ``explain`` is
 :mod:`~state_runtime.catalog.explanations`; the operators' views render the same queries
-(:mod:`~state_runtime.catalog.views`).
+(:mod:`~state_runtime.catalog.schema.operator_views`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from state_runtime import retention as rule
 from state_runtime.catalog.lookups import store_ids
-from state_runtime.catalog.reading import read_commits, read_files, read_problems, read_stores
 from state_runtime.catalog.records import (
     FileRecord,
     FileVerdict,
@@ -31,7 +30,13 @@ from state_runtime.catalog.records import (
     StoreKey,
 )
 from state_runtime.catalog.rows import READ_FILE_COLUMNS, AnyRow, file_record
-from state_runtime.catalog.tables import LIVE_STATES, FileState, Verification
+from state_runtime.catalog.schema.reading_views import (
+    read_commits,
+    read_files,
+    read_problems,
+    read_stores,
+)
+from state_runtime.catalog.schema.tables import LIVE_STATES, FileState, Verification
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import Fact, RetentionPolicy, Verdict

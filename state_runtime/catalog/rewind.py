@@ -24,8 +24,7 @@ from state_runtime.catalog.lookups import lock_stores
 from state_runtime.catalog.records import CommitEntry
 from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.rows import key_of
-from state_runtime.catalog.statements import chunks
-from state_runtime.catalog.tables import (
+from state_runtime.catalog.schema.tables import (
     FileState,
     batch_metrics,
     batch_watermarks,
@@ -34,6 +33,7 @@ from state_runtime.catalog.tables import (
     store_problems,
     stores,
 )
+from state_runtime.catalog.statements import chunks
 from state_runtime.errors import CommitConflict
 from state_runtime.identity import CheckpointRef, StoreId, validate_name, validate_non_negative
 

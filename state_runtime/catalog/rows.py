@@ -10,9 +10,9 @@ from typing import Any, TypeAlias
 import sqlalchemy as sa
 from sqlalchemy.engine import Row
 
-from state_runtime.catalog.reading import read_files, read_stores
 from state_runtime.catalog.records import FileRecord, StoreKey
-from state_runtime.catalog.tables import Verification, checkpoint_files, stores
+from state_runtime.catalog.schema.reading_views import read_files, read_stores
+from state_runtime.catalog.schema.tables import Verification, checkpoint_files, stores
 from state_runtime.identity import FileKind, StoreId
 
 AnyRow: TypeAlias = Row[*tuple[Any, ...]]

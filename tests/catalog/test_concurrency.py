@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, FileState, RetentionPolicy, commits, deletions
-from state_runtime.catalog.tables import checkpoint_files, commit_log
+from state_runtime.catalog.schema.tables import checkpoint_files, commit_log
 from state_runtime.errors import CommitConflict
 from state_runtime.identity import StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo

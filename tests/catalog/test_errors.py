@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, commits
-from state_runtime.catalog.tables import checkpoint_files, commit_log
+from state_runtime.catalog.schema.tables import checkpoint_files, commit_log
 from state_runtime.errors import CatalogError, CatalogUnavailable, InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId, parse_file_name
 from tests.catalog.conftest import FAST_RETRY, PG_HOST, PG_PORT, PG_USER

@@ -11,7 +11,7 @@ from alembic import command
 
 from state_runtime.catalog import Catalog, upgrade
 from state_runtime.catalog.engine import create_catalog_engine
-from state_runtime.catalog.revision import alembic_config
+from state_runtime.catalog.schema.revision import alembic_config
 from state_runtime.maintenance import Fleet, MaintenancePolicy, run_checks, snapshot_pass
 from state_runtime.storage import LocalStorage
 from tests.maintenance.conftest import STORES

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 from state_runtime.catalog import runs_and_leases
 from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
-from state_runtime.catalog.tables import RunKind
+from state_runtime.catalog.schema.tables import RunKind
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.identity import new_checkpoint_id
 

@@ -10,7 +10,6 @@ from typing import Literal, Self, TypeVar
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from state_runtime.catalog import revision
 from state_runtime.catalog.clock import DatabaseClock
 from state_runtime.catalog.connection_settings import CatalogTimeouts, catalog_url
 from state_runtime.catalog.engine import (
@@ -19,6 +18,7 @@ from state_runtime.catalog.engine import (
     display_url,
     run_transaction,
 )
+from state_runtime.catalog.schema import revision
 from state_runtime.errors import CommitConflict
 
 T = TypeVar("T")

@@ -1,10 +1,10 @@
 """The reading views: what every read of the catalog selects from, so a reader needs no table.
 
 Each table a read needs has a view ``read_<table>`` of exactly its columns (rendered by
-:mod:`state_runtime.catalog.views`, recreated by every upgrade). The read queries (health,
-history, explanations, the retention verdicts, metrics, schema histories, the schema's
+:mod:`state_runtime.catalog.schema.operator_views`, recreated by every upgrade). The read queries
+(health, history, explanations, the retention verdicts, metrics, schema histories, the schema's
 revision) select from these views, so the reader role is granted SELECT on the views alone
-(:mod:`state_runtime.catalog.grants`): on PostgreSQL a view reads its tables with its
+(:mod:`state_runtime.catalog.schema.grants`): on PostgreSQL a view reads its tables with its
 owner's rights. A plain projection is inlined by both planners: the same plans as the table.
 
 The leases (their tokens) and the store holders (workers' names) have no reading view: no
@@ -17,7 +17,7 @@ from typing import Final
 
 import sqlalchemy as sa
 
-from state_runtime.catalog.tables import (
+from state_runtime.catalog.schema.tables import (
     batch_intents,
     batch_metrics,
     batch_watermarks,

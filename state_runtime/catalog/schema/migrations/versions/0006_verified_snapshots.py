@@ -11,7 +11,7 @@
   damaged copy was removed, and the record it replaced.
 - The operators' views that follow these rules (verified snapshots only, damaged,
   unverified and held verdicts, the store status) are rendered from the rules by
-  ``state_runtime/catalog/views.py`` after every upgrade, not written here.
+  ``state_runtime/catalog/schema/operator_views.py`` after every upgrade, not written here.
 
 Revision ID: 0006_verified_snapshots
 Revises: 0005_run_ownership

@@ -2,8 +2,8 @@
 
 This revision once created ``state_needed_files``, ``state_file_verdicts`` and
 ``state_store_health`` by hand. Views are no longer part of the migrations: they are rendered
-from the rules by ``state_runtime/catalog/views.py`` and recreated after every upgrade (see
-``migrations/env.py``). The revision stays so that the chain of revisions is unchanged.
+from the rules by ``state_runtime/catalog/schema/operator_views.py`` and recreated after every
+upgrade (see ``migrations/env.py``). The revision stays so that the chain of revisions is unchanged.
 
 Revision ID: 0003_operator_views
 Revises: 0002_batch_metrics

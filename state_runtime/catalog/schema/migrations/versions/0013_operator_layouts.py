@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from state_runtime.catalog.check_constraints import swap_runs_check
+from state_runtime.catalog.schema.check_constraints import swap_runs_check
 
 revision = "0013_operator_layouts"
 down_revision: str | None = "0012_batch_intents"

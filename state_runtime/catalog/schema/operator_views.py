@@ -12,8 +12,9 @@ from what this module renders for the database's dialect, so they always follow 
 - each store's status (``state_store_health``; on PostgreSQL also ``state_store_status``) is
   rendered from the rule of :mod:`state_runtime.status`, its default thresholds included;
 - history, lineage, deletions and the facts a status is derived from are plain SQL, here;
-- the reading views (``read_<table>``, :mod:`~state_runtime.catalog.reading`), created first,
-  are what every read query and the functions above select from.
+- the reading views (``read_<table>``,
+  :mod:`~state_runtime.catalog.schema.reading_views`), created first, are what every read
+  query and the functions above select from.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from sqlalchemy.engine import Connection, Dialect
 
 from state_runtime import retention as rule
 from state_runtime import status as status_rule
-from state_runtime.catalog import reading
 from state_runtime.catalog.retention_sql import (
     PolicySql,
     Scope,
@@ -39,6 +39,7 @@ from state_runtime.catalog.retention_sql import (
     retained_bases,
     verdicts,
 )
+from state_runtime.catalog.schema import reading_views as reading
 from state_runtime.errors import CatalogError
 from state_runtime.settings import MIN_RETAINED_VERSIONS
 

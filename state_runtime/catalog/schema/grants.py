@@ -8,9 +8,10 @@
 - maintenance: the runtime's rights plus what snapshots, cleanup, validation, repair and
   leases need: INSERT, UPDATE and DELETE on every table but the owner's (the schema's
   revision and the role names); no DDL.
-- reader: SELECT on the operators' views only (:mod:`~state_runtime.catalog.views`, the
-  reading views of :mod:`~state_runtime.catalog.reading` included), no table: on PostgreSQL
-  a view reads its tables with its owner's rights. No view is writable by any role.
+- reader: SELECT on the operators' views only
+  (:mod:`~state_runtime.catalog.schema.operator_views`, the reading views of
+  :mod:`~state_runtime.catalog.schema.reading_views` included), no table: on PostgreSQL a
+  view reads its tables with its owner's rights. No view is writable by any role.
 
 ``grants --apply`` records the role names in ``catalog_roles``; every upgrade then applies
 the same grants again, as its last step in its transaction (``migrations/env.py``), so the
@@ -29,9 +30,9 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from state_runtime.catalog import views
 from state_runtime.catalog.engine import RetryPolicy, run_transaction
-from state_runtime.catalog.tables import (
+from state_runtime.catalog.schema import operator_views as views
+from state_runtime.catalog.schema.tables import (
     batch_intents,
     batch_metrics,
     batch_watermarks,

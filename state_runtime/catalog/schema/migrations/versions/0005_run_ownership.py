@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from state_runtime.catalog.check_constraints import swap_runs_check
+from state_runtime.catalog.schema.check_constraints import swap_runs_check
 
 revision = "0005_run_ownership"
 down_revision: str | None = "0004_store_holders"

@@ -1,11 +1,12 @@
 """Alembic environment: run migrations on the connection we are given, or on the catalog URL.
 
-Migrations hold tables only. The views and functions (:mod:`state_runtime.catalog.views`,
-rendered from the rules) are dropped before any migration runs and created again once the
-schema is at head, in the same transaction: every upgrade leaves exactly the rendered views,
-like Flyway's repeatable migrations. On PostgreSQL the grants ``grants --apply`` recorded are
-then applied again (:func:`~state_runtime.catalog.grants.reapply_grants`): the tables a
-migration added and the views just created carry the roles' rights when the upgrade commits.
+Migrations hold tables only. The views and functions
+(:mod:`state_runtime.catalog.schema.operator_views`, rendered from the rules) are dropped
+before any migration runs and created again once the schema is at head, in the same
+transaction: every upgrade leaves exactly the rendered views, like Flyway's repeatable
+migrations. On PostgreSQL the grants ``grants --apply`` recorded are then applied again
+(:func:`~state_runtime.catalog.schema.grants.reapply_grants`): the tables a migration added and
+the views just created carry the roles' rights when the upgrade commits.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import grants, views
 from state_runtime.catalog.connection_settings import catalog_url
 from state_runtime.catalog.engine import create_catalog_engine
+from state_runtime.catalog.schema import grants
+from state_runtime.catalog.schema import operator_views as views
 
 # One upgrade at a time per PostgreSQL database: concurrent ones would drop each other's views.
 _UPGRADE_LOCK = 0x5157A7E

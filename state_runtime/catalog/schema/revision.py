@@ -12,7 +12,6 @@ from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy.engine import Connection, Engine
 
-from state_runtime.catalog import reading
 from state_runtime.catalog.engine import (
     RetryPolicy,
     create_sqlite_folder,
@@ -20,6 +19,7 @@ from state_runtime.catalog.engine import (
     run_transaction,
     sqlite_file,
 )
+from state_runtime.catalog.schema import reading_views as reading
 from state_runtime.errors import CatalogError, CatalogSchemaOutdated, CatalogSchemaTooNew
 
 MIGRATIONS = Path(__file__).with_name("migrations")

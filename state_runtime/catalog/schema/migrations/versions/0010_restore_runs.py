@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from state_runtime.catalog.check_constraints import swap_runs_check
+from state_runtime.catalog.schema.check_constraints import swap_runs_check
 
 revision = "0010_restore_runs"
 down_revision: str | None = "0009_schema_history"

@@ -1,6 +1,7 @@
 """Roots relative to a SQLite catalog's folder (this revision once also created the operators'
-views on SQLite; views are now rendered from the rules by ``state_runtime/catalog/views.py``
-and recreated after every upgrade, on both dialects).
+views on SQLite; views are now rendered from the rules by
+``state_runtime/catalog/schema/operator_views.py`` and recreated after every upgrade, on both
+dialects).
 
 Roots: a SQLite catalog file stores the local roots inside its folder relative to it
 (``./checkpoint``; see ``state_runtime/catalog/roots.py``), so the folder can be moved or

@@ -1,6 +1,6 @@
 """The catalog's role names (PostgreSQL), recorded by ``grants --apply``, so that every later
 upgrade grants the tables and views it creates to those roles (see
-:mod:`state_runtime.catalog.grants`).
+:mod:`state_runtime.catalog.schema.grants`).
 
 Revision ID: 0011_catalog_roles
 Revises: 0010_restore_runs
