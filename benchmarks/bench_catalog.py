@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from state_runtime.catalog import Catalog, RetentionPolicy
-from state_runtime.catalog.engine import create_catalog_engine
+from state_runtime.catalog.connection.engine import create_catalog_engine
 from state_runtime.catalog.health_queries import snapshot_candidates_query
 from state_runtime.catalog.retention_sql import Scope, verdicts
 from state_runtime.catalog.schema.revision import upgrade

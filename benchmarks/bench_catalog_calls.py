@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg2
 
 from state_runtime.catalog import Catalog
-from state_runtime.catalog.engine import ATTEMPT_TIMEOUT_OPTION
+from state_runtime.catalog.connection.engine import ATTEMPT_TIMEOUT_OPTION
 from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpoint_id
 from state_runtime.store.checkpoint_info import CheckpointInfo
 

@@ -6,13 +6,13 @@ PostgreSQL in production, SQLite as the embedded default; the URL comes from
 """
 
 from state_runtime.catalog.catalog import Catalog
-from state_runtime.catalog.connection_settings import (
+from state_runtime.catalog.connection.engine import RetryPolicy
+from state_runtime.catalog.connection.settings import (
     URL_ENV,
     CatalogTimeouts,
     catalog_url,
     catalog_url_of,
 )
-from state_runtime.catalog.engine import RetryPolicy
 from state_runtime.catalog.records import (
     AttemptSweep,
     BatchCommit,

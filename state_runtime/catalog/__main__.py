@@ -10,14 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from state_runtime.catalog.connection_settings import URL_ENV, catalog_url
-from state_runtime.catalog.engine import (
+from state_runtime.catalog.connection.engine import (
     RetryPolicy,
     create_catalog_engine,
     display_url,
     run_transaction,
     sqlite_file,
 )
+from state_runtime.catalog.connection.settings import URL_ENV, catalog_url
 from state_runtime.catalog.schema.grants import catalog_grants
 from state_runtime.catalog.schema.revision import current_revision, head_revision, upgrade
 from state_runtime.errors import CatalogSchemaOutdated, StateStoreError

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, RetryPolicy
-from state_runtime.catalog.engine import create_catalog_engine
+from state_runtime.catalog.connection.engine import create_catalog_engine
 from state_runtime.catalog.schema.revision import upgrade
 from state_runtime.catalog.schema.tables import metadata
 from tests.services import service_missing

@@ -16,7 +16,7 @@ from alembic.runtime.migration import MigrationContext
 
 from state_runtime.catalog import Catalog, RetentionPolicy, head_revision
 from state_runtime.catalog.__main__ import main as catalog_main
-from state_runtime.catalog.engine import create_catalog_engine
+from state_runtime.catalog.connection.engine import create_catalog_engine
 from state_runtime.catalog.schema.revision import (
     ALEMBIC_INI,
     alembic_config,

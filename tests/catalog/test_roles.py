@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from demo.clicks import parse_args, run
 from state_runtime.catalog import BatchMetrics, Catalog
 from state_runtime.catalog.__main__ import main as catalog_main
-from state_runtime.catalog.engine import create_catalog_engine
+from state_runtime.catalog.connection.engine import create_catalog_engine
 from state_runtime.catalog.schema.grants import Roles as GrantRoles
 from state_runtime.catalog.schema.grants import reader_views
 from state_runtime.catalog.schema.revision import (

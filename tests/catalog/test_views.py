@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from state_runtime.catalog import Catalog, FoundProblem, RetentionPolicy, StoreKey
-from state_runtime.catalog.engine import create_catalog_engine
+from state_runtime.catalog.connection.engine import create_catalog_engine
 from state_runtime.catalog.schema import operator_views as views
 from state_runtime.catalog.schema.revision import alembic_config, upgrade
 from state_runtime.identity import StoreId

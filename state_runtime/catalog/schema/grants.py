@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from state_runtime.catalog.engine import RetryPolicy, run_transaction
+from state_runtime.catalog.connection.engine import RetryPolicy, run_transaction
 from state_runtime.catalog.schema import operator_views as views
 from state_runtime.catalog.schema.tables import (
     batch_intents,

@@ -12,7 +12,7 @@ from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy.engine import Connection, Engine
 
-from state_runtime.catalog.engine import (
+from state_runtime.catalog.connection.engine import (
     RetryPolicy,
     create_sqlite_folder,
     display_url,

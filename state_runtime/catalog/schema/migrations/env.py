@@ -14,8 +14,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.connection_settings import catalog_url
-from state_runtime.catalog.engine import create_catalog_engine
+from state_runtime.catalog.connection.engine import create_catalog_engine
+from state_runtime.catalog.connection.settings import catalog_url
 from state_runtime.catalog.schema import grants
 from state_runtime.catalog.schema import operator_views as views
 

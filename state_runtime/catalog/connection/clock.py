@@ -19,7 +19,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from state_runtime.catalog.engine import RetryPolicy, run_transaction
+from state_runtime.catalog.connection.engine import RetryPolicy, run_transaction
 
 REMEASURE_S: Final = 300.0
 

@@ -26,9 +26,9 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from state_runtime.catalog.connection_settings import CatalogTimeouts
+from state_runtime.catalog.connection.settings import CatalogTimeouts
+from state_runtime.catalog.connection.watchdog import WATCHDOG, Alarm
 from state_runtime.catalog.roots import anchor_roots
-from state_runtime.catalog.watchdog import WATCHDOG, Alarm
 from state_runtime.errors import (
     CatalogError,
     CatalogMisconfigured,
