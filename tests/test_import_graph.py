@@ -130,7 +130,7 @@ def test_only_the_catalog_touches_sql() -> None:
         "state_runtime.catalog.api.run_calls"
     )
     assert not _catalog_module("state_runtime.catalog.Catalog")
-    assert "sqlalchemy" in external_imports(CATALOG / "inventory.py")
+    assert "sqlalchemy" in external_imports(CATALOG / "sql" / "inventory.py")
     offenders = {}
     for path in _outside_catalog():
         bad = {

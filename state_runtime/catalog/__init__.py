@@ -44,9 +44,9 @@ from state_runtime.catalog.records import (
     Verdict,
     VersionHistory,
 )
-from state_runtime.catalog.runs_and_leases import HEARTBEAT_INTERVAL
 from state_runtime.catalog.schema.revision import head_revision, upgrade
 from state_runtime.catalog.schema.tables import FileState, RunKind, RunOutcome, Verification
+from state_runtime.catalog.sql.runs_and_leases import HEARTBEAT_INTERVAL
 from state_runtime.retention import RetentionPolicy
 from state_runtime.settings import MIN_RETAINED_VERSIONS
 

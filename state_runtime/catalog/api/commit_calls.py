@@ -9,15 +9,6 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import (
-    batch_intents,
-    batch_metrics,
-    commits,
-    inventory,
-    rewind,
-    roots,
-)
-from state_runtime.catalog import holders as holders_sql
 from state_runtime.catalog.api.transactions import CatalogBase, conflict
 from state_runtime.catalog.records import (
     BatchCommit,
@@ -27,6 +18,15 @@ from state_runtime.catalog.records import (
     RecordedBatchMetrics,
     Suspects,
 )
+from state_runtime.catalog.sql import (
+    batch_intents,
+    batch_metrics,
+    commits,
+    inventory,
+    rewind,
+    roots,
+)
+from state_runtime.catalog.sql import holders as holders_sql
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
@@ -70,7 +70,7 @@ class CommitCalls(CatalogBase):
         """Record the intent of ``run`` to run batch ``batch_id`` (its operators as (operator
         id, store name, state partitions)) before any task runs, and read what the batch starts
         from: the query's last committed batch and batch ``batch_id - 1``'s checkpoints. One
-        transaction; see :mod:`state_runtime.catalog.batch_intents`."""
+        transaction; see :mod:`state_runtime.catalog.sql.batch_intents`."""
         return self._run(
             "begin batch",
             lambda c: batch_intents.begin_batch(

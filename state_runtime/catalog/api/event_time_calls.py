@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from state_runtime.catalog import committed_deltas, watermarks
 from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import BatchWatermark, CommittedDelta
+from state_runtime.catalog.sql import committed_deltas, watermarks
 
 
 class EventTimeCalls(CatalogBase):

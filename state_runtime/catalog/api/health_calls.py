@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from state_runtime.catalog import health_queries
 from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
+from state_runtime.catalog.sql import health as health_queries
 from state_runtime.errors import InvalidArgument
 from state_runtime.retention import RetentionPolicy
 

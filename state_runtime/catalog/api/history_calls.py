@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from state_runtime.catalog import batch_metrics, history
 from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import RecordedBatchMetrics, VersionHistory
+from state_runtime.catalog.sql import batch_metrics, history
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId
 

@@ -7,7 +7,6 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import batch_intents, findings, inventory, lookups, retention_sql
 from state_runtime.catalog.api.transactions import CatalogBase, conflict
 from state_runtime.catalog.records import (
     AttemptSweep,
@@ -18,6 +17,8 @@ from state_runtime.catalog.records import (
     StoreProblem,
     StoreRecord,
 )
+from state_runtime.catalog.sql import batch_intents, findings, inventory, lookups
+from state_runtime.catalog.sql import retention as retention_sql
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import FileKind, StoreId
 from state_runtime.storage.root_rule import parse_root

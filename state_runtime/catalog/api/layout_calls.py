@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from state_runtime.catalog import layouts
 from state_runtime.catalog.api.transactions import CatalogBase, conflict
-from state_runtime.catalog.layouts import Switch
 from state_runtime.catalog.records import Layout, NewLayout
-from state_runtime.catalog.schema_history_sql import OperatorStore
+from state_runtime.catalog.sql import layouts
+from state_runtime.catalog.sql.layouts import Switch
+from state_runtime.catalog.sql.schema_history import OperatorStore
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
 
 class LayoutCalls(CatalogBase):
-    """Each operator's partition layout (see :mod:`state_runtime.catalog.layouts`)."""
+    """Each operator's partition layout (see :mod:`state_runtime.catalog.sql.layouts`)."""
 
     def layouts(self, root: str) -> dict[OperatorStore, Layout]:
         """Each operator's current layout below ``root``, by (operator id, store name)."""

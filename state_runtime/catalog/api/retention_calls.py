@@ -7,7 +7,6 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import deletions, explanations, lookups, retention_sql
 from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import (
     Deletion,
@@ -15,7 +14,9 @@ from state_runtime.catalog.records import (
     FileVerdict,
     RetainedVersion,
 )
-from state_runtime.catalog.retention_sql import Scope
+from state_runtime.catalog.sql import deletions, explanations, lookups
+from state_runtime.catalog.sql import retention as retention_sql
+from state_runtime.catalog.sql.retention import Scope
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId
 from state_runtime.retention import RetentionPolicy

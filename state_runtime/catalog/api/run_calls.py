@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog import runs_and_leases
 from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
 from state_runtime.catalog.schema.tables import RunKind
+from state_runtime.catalog.sql import runs_and_leases
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.identity import new_checkpoint_id
 

@@ -3,9 +3,9 @@ what readers and maintenance open stores with."""
 
 from __future__ import annotations
 
-from state_runtime.catalog import schema_history_sql
 from state_runtime.catalog.api.transactions import CatalogBase, conflict
-from state_runtime.catalog.schema_history_sql import OperatorStore
+from state_runtime.catalog.sql import schema_history as schema_history_sql
+from state_runtime.catalog.sql.schema_history import OperatorStore
 from state_runtime.store.schema_history import SchemaHistory
 
 

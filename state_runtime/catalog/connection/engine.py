@@ -28,7 +28,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from state_runtime.catalog.connection.settings import CatalogTimeouts
 from state_runtime.catalog.connection.watchdog import WATCHDOG, Alarm
-from state_runtime.catalog.roots import anchor_roots
+from state_runtime.catalog.sql.roots import anchor_roots
 from state_runtime.errors import (
     CatalogError,
     CatalogMisconfigured,

@@ -6,7 +6,7 @@ from what this module renders for the database's dialect, so they always follow 
 
 - the retention verdicts (``state_cleanup_preview``; on PostgreSQL also the functions
   ``state_retained_versions``, ``state_needed_files`` and ``state_file_verdicts``) are the
-  catalog's own verdict query (:mod:`~state_runtime.catalog.retention_sql`, built from
+  catalog's own verdict query (:mod:`~state_runtime.catalog.sql.retention`, built from
   :data:`state_runtime.retention.RULES`) compiled for the dialect, with the reasons rendered
   from :data:`state_runtime.retention.REASONS`;
 - each store's status (``state_store_health``; on PostgreSQL also ``state_store_status``) is
@@ -31,7 +31,8 @@ from sqlalchemy.engine import Connection, Dialect
 
 from state_runtime import retention as rule
 from state_runtime import status as status_rule
-from state_runtime.catalog.retention_sql import (
+from state_runtime.catalog.schema import reading_views as reading
+from state_runtime.catalog.sql.retention import (
     PolicySql,
     Scope,
     needed_from,
@@ -39,7 +40,6 @@ from state_runtime.catalog.retention_sql import (
     retained_bases,
     verdicts,
 )
-from state_runtime.catalog.schema import reading_views as reading
 from state_runtime.errors import CatalogError
 from state_runtime.settings import MIN_RETAINED_VERSIONS
 
@@ -124,7 +124,7 @@ class PolicyText:
 
 def reason_sql(policy: PolicyText, j: str = "j") -> str:
     """:data:`state_runtime.retention.REASONS` as a CASE over the verdict of row ``j`` (a row
-    of :func:`~state_runtime.catalog.retention_sql.verdicts`)."""
+    of :func:`~state_runtime.catalog.sql.retention.verdicts`)."""
     low, high = text_of(f"{j}.needed_from"), text_of(f"{j}.needed_to")
     needed_by = (
         f"CASE WHEN {j}.needed_from = {j}.needed_to "

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
-from state_runtime.catalog.roots import folder_of, resolved_root, stored_root
+from state_runtime.catalog.sql.roots import folder_of, resolved_root, stored_root
 
 # The file life cycle and verification states belong to the retention rule; re-exported here.
 from state_runtime.retention import LIVE_STATES as LIVE_STATES
@@ -48,7 +48,7 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
 
 class CheckpointRoot(sa.TypeDecorator[str]):
     """A checkpoint root: stored relative to a SQLite catalog file's folder when inside it
-    (see :mod:`state_runtime.catalog.roots`), always read back as its URI."""
+    (see :mod:`state_runtime.catalog.sql.roots`), always read back as its URI."""
 
     impl = sa.Text
     cache_ok = True

@@ -4,7 +4,7 @@ views on SQLite; views are now rendered from the rules by
 dialects).
 
 Roots: a SQLite catalog file stores the local roots inside its folder relative to it
-(``./checkpoint``; see ``state_runtime/catalog/roots.py``), so the folder can be moved or
+(``./checkpoint``; see ``state_runtime/catalog/sql/roots.py``), so the folder can be moved or
 copied whole. This revision converts the existing rows.
 
 Revision ID: 0007_views_everywhere
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from alembic import op
 
-from state_runtime.catalog.roots import resolved_root, stored_root
+from state_runtime.catalog.sql.roots import resolved_root, stored_root
 
 revision = "0007_views_everywhere"
 down_revision: str | None = "0006_verified_snapshots"

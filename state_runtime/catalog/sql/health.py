@@ -16,8 +16,6 @@ from state_runtime.catalog.records import (
     StoreKey,
     problem_text,
 )
-from state_runtime.catalog.retention_sql import Scope, needed_files, verdicts
-from state_runtime.catalog.rows import READ_STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.schema.reading_views import (
     read_commits,
     read_files,
@@ -26,7 +24,9 @@ from state_runtime.catalog.schema.reading_views import (
     read_stores,
 )
 from state_runtime.catalog.schema.tables import FileState, Verification
-from state_runtime.catalog.statements import chunks
+from state_runtime.catalog.sql.retention import Scope, needed_files, verdicts
+from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, key_of
+from state_runtime.catalog.sql.statements import chunks
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind
 from state_runtime.retention import RetentionPolicy
 

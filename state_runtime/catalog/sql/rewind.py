@@ -20,10 +20,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.lookups import lock_stores
 from state_runtime.catalog.records import CommitEntry
-from state_runtime.catalog.roots import validate_root
-from state_runtime.catalog.rows import key_of
 from state_runtime.catalog.schema.tables import (
     FileState,
     batch_metrics,
@@ -33,7 +30,10 @@ from state_runtime.catalog.schema.tables import (
     store_problems,
     stores,
 )
-from state_runtime.catalog.statements import chunks
+from state_runtime.catalog.sql.lookups import lock_stores
+from state_runtime.catalog.sql.roots import validate_root
+from state_runtime.catalog.sql.rows import key_of
+from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CommitConflict
 from state_runtime.identity import CheckpointRef, StoreId, validate_name, validate_non_negative
 

@@ -9,13 +9,13 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.schema.reading_views import (
     read_operator_schemas,
     read_state_schemas,
     read_stores,
 )
 from state_runtime.catalog.schema.tables import operator_schemas, state_schemas, stores
+from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.errors import CommitConflict
 from state_runtime.store.schema_evolution import SchemaChange
 from state_runtime.store.schema_history import SchemaEntry, SchemaHistory

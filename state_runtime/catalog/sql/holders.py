@@ -12,11 +12,11 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.lookups import store_ids
-from state_runtime.catalog.rows import store_id_of
 from state_runtime.catalog.schema.tables import store_holders as store_holders_table
 from state_runtime.catalog.schema.tables import stores
-from state_runtime.catalog.statements import upsert
+from state_runtime.catalog.sql.lookups import store_ids
+from state_runtime.catalog.sql.rows import store_id_of
+from state_runtime.catalog.sql.statements import upsert
 from state_runtime.identity import CheckpointRef, StoreId
 
 

@@ -16,15 +16,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import record_files
-from state_runtime.catalog.lookups import files_at, lock_stores, store_ids
 from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
-from state_runtime.catalog.rows import (
-    READ_STORE_KEY_COLUMNS,
-    AnyRow,
-    is_store,
-    key_of,
-)
 from state_runtime.catalog.schema.reading_views import (
     read_files,
     read_problems,
@@ -38,7 +30,15 @@ from state_runtime.catalog.schema.tables import (
     store_problems,
     stores,
 )
-from state_runtime.catalog.statements import chunks
+from state_runtime.catalog.sql.inventory import record_files
+from state_runtime.catalog.sql.lookups import files_at, lock_stores, store_ids
+from state_runtime.catalog.sql.rows import (
+    READ_STORE_KEY_COLUMNS,
+    AnyRow,
+    is_store,
+    key_of,
+)
+from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo

@@ -20,12 +20,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.commits import committed_ids, latest_entry
 from state_runtime.catalog.records import AttemptSweep, BatchStart, Suspects
-from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.schema.reading_views import read_batch_intents
 from state_runtime.catalog.schema.tables import batch_intents
-from state_runtime.catalog.statements import chunks
+from state_runtime.catalog.sql.commits import committed_ids, latest_entry
+from state_runtime.catalog.sql.roots import validate_root
+from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId, validate_name, validate_non_negative
 

@@ -9,10 +9,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import BatchMetrics, RecordedBatchMetrics
-from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.schema.reading_views import read_batch_metrics
 from state_runtime.catalog.schema.tables import batch_metrics
-from state_runtime.catalog.statements import upsert
+from state_runtime.catalog.sql.roots import validate_root
+from state_runtime.catalog.sql.statements import upsert
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import validate_name, validate_non_negative
 

@@ -18,10 +18,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.rows import AnyRow, store_id_of
 from state_runtime.catalog.schema.reading_views import read_files, read_stores
 from state_runtime.catalog.schema.tables import checkpoint_files, commit_log, stores
-from state_runtime.catalog.statements import chunks, insert_ignoring
+from state_runtime.catalog.sql.rows import AnyRow, store_id_of
+from state_runtime.catalog.sql.statements import chunks, insert_ignoring
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId, parse_file_name
 from state_runtime.storage.root_rule import parse_root

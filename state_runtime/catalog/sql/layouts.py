@@ -20,12 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.findings import record_verifications
-from state_runtime.catalog.inventory import record_files
-from state_runtime.catalog.lookups import ensure_stores, lock_stores
 from state_runtime.catalog.records import Layout, NewLayout
-from state_runtime.catalog.roots import validate_root
-from state_runtime.catalog.rows import key_of
 from state_runtime.catalog.schema.reading_views import read_operator_layouts
 from state_runtime.catalog.schema.tables import (
     FileState,
@@ -34,8 +29,13 @@ from state_runtime.catalog.schema.tables import (
     operator_layouts,
     stores,
 )
-from state_runtime.catalog.schema_history_sql import OperatorStore
-from state_runtime.catalog.statements import chunks
+from state_runtime.catalog.sql.findings import record_verifications
+from state_runtime.catalog.sql.inventory import record_files
+from state_runtime.catalog.sql.lookups import ensure_stores, lock_stores
+from state_runtime.catalog.sql.roots import validate_root
+from state_runtime.catalog.sql.rows import key_of
+from state_runtime.catalog.sql.schema_history import OperatorStore
+from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CommitConflict, InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
 from state_runtime.store.checkpoint_info import CheckpointInfo

@@ -5,8 +5,8 @@ The rule (what a retained version needs, the floor, the verdicts and their order
 lives in ``state_runtime/retention.py``; this module only says how each of its facts reads in
 SQL (:func:`fact_sql`) and builds the verdict from :data:`~state_runtime.retention.RULES`, so
 that plans over thousands of stores stay a few set-based queries. The deletions it allows are
-claimed and recorded in :mod:`~state_runtime.catalog.deletions`; ``explain`` is
-:mod:`~state_runtime.catalog.explanations`; the operators' views render the same queries
+claimed and recorded in :mod:`~state_runtime.catalog.sql.deletions`; ``explain`` is
+:mod:`~state_runtime.catalog.sql.explanations`; the operators' views render the same queries
 (:mod:`~state_runtime.catalog.schema.operator_views`).
 """
 
@@ -22,14 +22,12 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from state_runtime import retention as rule
-from state_runtime.catalog.lookups import store_ids
 from state_runtime.catalog.records import (
     FileRecord,
     FileVerdict,
     RetainedVersion,
     StoreKey,
 )
-from state_runtime.catalog.rows import READ_FILE_COLUMNS, AnyRow, file_record
 from state_runtime.catalog.schema.reading_views import (
     read_commits,
     read_files,
@@ -37,6 +35,8 @@ from state_runtime.catalog.schema.reading_views import (
     read_stores,
 )
 from state_runtime.catalog.schema.tables import LIVE_STATES, FileState, Verification
+from state_runtime.catalog.sql.lookups import store_ids
+from state_runtime.catalog.sql.rows import READ_FILE_COLUMNS, AnyRow, file_record
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import Fact, RetentionPolicy, Verdict

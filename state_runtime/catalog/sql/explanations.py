@@ -9,16 +9,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime import retention as rule
-from state_runtime.catalog.lookups import files_at
 from state_runtime.catalog.records import (
     Deletion,
     Explanation,
     StoreKey,
 )
-from state_runtime.catalog.retention_sql import Scope, live_files, verdict_rows
-from state_runtime.catalog.rows import READ_FILE_COLUMNS, file_record, store_id_of
 from state_runtime.catalog.schema.reading_views import read_deletions, read_files, read_stores
 from state_runtime.catalog.schema.tables import FileState, Verification
+from state_runtime.catalog.sql.lookups import files_at
+from state_runtime.catalog.sql.retention import Scope, live_files, verdict_rows
+from state_runtime.catalog.sql.rows import READ_FILE_COLUMNS, file_record, store_id_of
 from state_runtime.retention import RetentionPolicy, Verdict
 from state_runtime.store.file_verification import MISSING
 

@@ -10,14 +10,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import HistoryFile, VersionHistory
-from state_runtime.catalog.rows import READ_STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.schema.reading_views import (
     read_commits,
     read_deletions,
     read_files,
     read_stores,
 )
-from state_runtime.catalog.statements import chunks
+from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, key_of
+from state_runtime.catalog.sql.statements import chunks
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 
 

@@ -1,6 +1,6 @@
 """Stores and the file inventory: registering stores, recording files as written, listing
 what the catalog knows below a root, moving a root. Files are recorded under the store locks
-of :mod:`state_runtime.catalog.lookups`, by the driver's batch commit and by maintenance."""
+of :mod:`state_runtime.catalog.sql.lookups`, by the driver's batch commit and by maintenance."""
 
 from __future__ import annotations
 
@@ -13,16 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.lookups import (
-    committed_ids_at,
-    ensure_stores,
-    lock_stores,
-    mark_maintained,
-    rows_at,
-)
 from state_runtime.catalog.records import StoreKey, StoreRecord
-from state_runtime.catalog.roots import validate_root
-from state_runtime.catalog.rows import READ_STORE_KEY_COLUMNS, STORE_KEY_COLUMNS, AnyRow, key_of
 from state_runtime.catalog.schema.reading_views import read_stores
 from state_runtime.catalog.schema.tables import (
     FileState,
@@ -32,7 +23,16 @@ from state_runtime.catalog.schema.tables import (
     operator_schemas,
     stores,
 )
-from state_runtime.catalog.statements import chunks
+from state_runtime.catalog.sql.lookups import (
+    committed_ids_at,
+    ensure_stores,
+    lock_stores,
+    mark_maintained,
+    rows_at,
+)
+from state_runtime.catalog.sql.roots import validate_root
+from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, STORE_KEY_COLUMNS, AnyRow, key_of
+from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import (
     EMPTY,

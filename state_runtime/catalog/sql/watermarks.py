@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import BatchWatermark
-from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.schema.tables import batch_watermarks
+from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.identity import validate_name, validate_non_negative
 
 

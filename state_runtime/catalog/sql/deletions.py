@@ -9,20 +9,20 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.lookups import files_at, lock_stores, mark_maintained, store_ids
 from state_runtime.catalog.records import (
     Deletion,
     FileVerdict,
 )
-from state_runtime.catalog.retention_sql import Scope, verdict_rows
-from state_runtime.catalog.rows import FILE_COLUMNS, AnyRow, file_record, key_of
 from state_runtime.catalog.schema.tables import (
     FileState,
     checkpoint_files,
     deletion_ledger,
     stores,
 )
-from state_runtime.catalog.statements import chunks
+from state_runtime.catalog.sql.lookups import files_at, lock_stores, mark_maintained, store_ids
+from state_runtime.catalog.sql.retention import Scope, verdict_rows
+from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_record, key_of
+from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import StoreId
 from state_runtime.retention import RetentionPolicy, Verdict

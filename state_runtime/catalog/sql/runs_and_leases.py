@@ -24,11 +24,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.lookups import mark_maintained, store_ids
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
-from state_runtime.catalog.rows import AnyRow
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance_runs, store_leases
-from state_runtime.catalog.statements import insert_ignoring
+from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
+from state_runtime.catalog.sql.rows import AnyRow
+from state_runtime.catalog.sql.statements import insert_ignoring
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import validate_non_negative
 

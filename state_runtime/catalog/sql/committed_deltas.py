@@ -6,8 +6,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import CommittedDelta
-from state_runtime.catalog.roots import validate_root
 from state_runtime.catalog.schema.tables import checkpoint_files, commit_log, stores
+from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.identity import CheckpointRef, StoreId, validate_name, validate_non_negative
 
 

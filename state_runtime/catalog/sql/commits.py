@@ -16,14 +16,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.inventory import RecordedFile, record_files
-from state_runtime.catalog.lookups import committed_ids_at
 from state_runtime.catalog.records import BatchCommit, CommitEntry
-from state_runtime.catalog.roots import validate_root
-from state_runtime.catalog.rows import is_store, key_of, store_id_of
 from state_runtime.catalog.schema.reading_views import read_commits, read_stores
 from state_runtime.catalog.schema.tables import FileState, checkpoint_files, commit_log, stores
-from state_runtime.catalog.statements import chunks
+from state_runtime.catalog.sql.inventory import RecordedFile, record_files
+from state_runtime.catalog.sql.lookups import committed_ids_at
+from state_runtime.catalog.sql.roots import validate_root
+from state_runtime.catalog.sql.rows import is_store, key_of, store_id_of
+from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CommitConflict, InvalidArgument
 from state_runtime.identity import (
     CheckpointRef,
