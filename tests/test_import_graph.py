@@ -127,7 +127,7 @@ def _catalog_module(name: str) -> bool:
 def test_only_the_catalog_touches_sql() -> None:
     """SQL (the tables, the engine, transactions) stays behind the Catalog's methods."""
     assert _catalog_module("state_runtime.catalog.schema.tables") and _catalog_module(
-        "state_runtime.catalog.api.run_calls"
+        "state_runtime.catalog.api.runs_and_leases"
     )
     assert not _catalog_module("state_runtime.catalog.Catalog")
     assert "sqlalchemy" in external_imports(CATALOG / "sql" / "inventory.py")
