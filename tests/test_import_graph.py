@@ -202,9 +202,38 @@ def test_every_module_says_why_at_the_top() -> None:
     assert not missing, missing
 
 
-def test_test_modules_have_unique_names() -> None:
-    """Test modules, named for what they test, stay unique across the test tree (a code
-    module's name may repeat across packages: the package names the room)."""
+KIND_SUFFIXES = ("_sql", "_queries", "_calls", "_utils", "_helpers")
+
+
+def _name_faults(paths: list[Path]) -> list[str]:
+    """Modules whose name does not say what they hold: a kind suffix (the package says the
+    kind: ``catalog/sql/retention.py``, not ``catalog/retention_sql.py``), or two names in one
+    package that differ only by a plural ``s`` (``session.py`` beside ``sessions.py``)."""
+    faults = [str(p) for p in paths if p.stem.endswith(KIND_SUFFIXES)]
+    for p in paths:
+        if p.stem.endswith("s") and p.with_name(p.stem[:-1] + ".py") in paths:
+            faults.append(f"{p.with_name(p.stem[:-1] + '.py')} beside {p}")
+    return faults
+
+
+def test_module_names_say_what_they_hold() -> None:
+    """A module is named for its concern; its package names the room (``catalog/api``: the
+    calls, ``catalog/sql``: their SQL, ``catalog/schema``, ``catalog/connection``), so one
+    concern may have a module of the same name in each room, but no name carries a kind
+    suffix and no package holds two names a plural apart (migrations are named by revision).
+    Test modules, named for what they test, stay unique across the test tree."""
+    assert _name_faults([Path("a/b_sql.py"), Path("a/run.py"), Path("a/runs.py")]) == [
+        "a/b_sql.py",
+        "a/run.py beside a/runs.py",
+    ]
+    assert _name_faults([Path("a/run.py"), Path("b/runs.py")]) == []
+    code = [
+        p.relative_to(REPO)
+        for root in [PACKAGE, DAGSTER, AIRFLOW, *FRONTS]
+        for p in root.rglob("*.py")
+        if "versions" not in p.parts
+    ]
+    assert _name_faults(code) == []
     seen: dict[str, list[str]] = {}
     for p in (REPO / "tests").rglob("*.py"):
         if p.name not in ("__init__.py", "conftest.py"):

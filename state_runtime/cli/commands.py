@@ -651,7 +651,7 @@ def repartition(settings: Settings, /, root: str, **kw: Any) -> None:
     num_partitions=N. The dry run shows rows and bytes per new partition and the skew.
     """
     from state_runtime.maintenance.repartition import repartition as run_repartition
-    from state_runtime.runtime.session import spark_session
+    from state_runtime.runtime.spark_session import spark_session
 
     if kw["spark_checkpoint"] and kw["no_spark_checkpoint"]:
         fail(EXIT_USAGE, "--spark-checkpoint and --no-spark-checkpoint exclude each other")

@@ -6,7 +6,7 @@ calls (a batch commit of 4 stores, a read of committed ids, a maintenance run st
 finished) on one engine with the watchdog on and off, call by call, on PostgreSQL and SQLite,
 and prints the medians and their ratio.
 
-    make bench-catalog-calls        # PostgreSQL at 127.0.0.1:5432 (STATE_BENCH_PG to change)
+    make bench-watchdog        # PostgreSQL at 127.0.0.1:5432 (STATE_BENCH_PG to change)
 """
 
 from __future__ import annotations
