@@ -44,6 +44,11 @@ from state_runtime.catalog.records import (
     Verdict,
     VersionHistory,
 )
+from state_runtime.catalog.schema.administration import (
+    grant_statements,
+    revision_line,
+    upgrade_catalog,
+)
 from state_runtime.catalog.schema.revision import head_revision, upgrade
 from state_runtime.catalog.schema.tables import FileState, RunKind, RunOutcome, Verification
 from state_runtime.catalog.sql.runs_and_leases import HEARTBEAT_INTERVAL
@@ -93,6 +98,9 @@ __all__ = [
     "VersionHistory",
     "catalog_url",
     "catalog_url_of",
+    "grant_statements",
     "head_revision",
+    "revision_line",
     "upgrade",
+    "upgrade_catalog",
 ]
