@@ -1,0 +1,84 @@
+"""The catalog database's clock: the one clock leases, run records and retention go by.
+
+Writers, maintenance hosts and the database each have a clock, and hosts drift. Every time the
+catalog records (a lease's expiry, a run's start, a file's recording, the cutoff of the
+retention window) is the database's. One ``SELECT clock_timestamp()`` reads it when first
+needed and again every :data:`REMEASURE_S` seconds; in between, the clock advances by this
+host's ``time.monotonic``, which no one sets: a host minutes off therefore neither steals a
+live lease (it would see it expired) nor deletes a file inside the window (it would see it
+old), and a wall-clock step on a long-running process (an NTP step, a VM resume) moves the
+catalog's clock not at all. Each reading also compares the host's wall clock with the
+monotonic one; when they part by more than :data:`STEP_TOLERANCE_S` (a step, or a suspend the
+monotonic clock slept through) the database is read again at once. SQLite is one file on one
+host: its clock is that host's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from state_runtime.catalog.connection.engine import RetryPolicy, run_transaction
+
+REMEASURE_S: Final = 300.0
+STEP_TOLERANCE_S: Final = 1.0
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """The database's time at one instant, with this host's monotonic and wall clocks then."""
+
+    database: datetime
+    monotonic: float
+    wall: float
+
+    def stale(self) -> bool:
+        elapsed = time.monotonic() - self.monotonic
+        stepped = abs(time.time() - self.wall - elapsed) > STEP_TOLERANCE_S
+        return elapsed > REMEASURE_S or stepped
+
+    def now(self) -> datetime:
+        return self.database + timedelta(seconds=time.monotonic() - self.monotonic)
+
+
+class DatabaseClock:
+    """``now()`` by the database's clock (see the module docstring)."""
+
+    def __init__(self, engine: Engine, retry: RetryPolicy) -> None:
+        self.engine = engine
+        self.retry = retry
+        self._reading: _Reading | None = None
+        self._lock = threading.Lock()
+
+    def _current(self) -> _Reading | None:
+        """The reading to go by, read again if missing, old or outrun by a step
+        (PostgreSQL; None for SQLite)."""
+        if self.engine.dialect.name != "postgresql":
+            return None
+        with self._lock:
+            if self._reading is None or self._reading.stale():
+                self._reading = run_transaction(
+                    self.engine, _measure, retry=self.retry, what="read the database clock"
+                )
+            return self._reading
+
+    def sync(self) -> None:
+        """Read the database's clock now if due (so that no transaction waits on it)."""
+        self._current()
+
+    def now(self) -> datetime:
+        reading = self._current()
+        return datetime.now(UTC) if reading is None else reading.now()
+
+
+def _measure(connection: Connection) -> _Reading:
+    before, wall_before = time.monotonic(), time.time()
+    found: datetime = connection.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+    after, wall_after = time.monotonic(), time.time()
+    return _Reading(found.astimezone(UTC), (before + after) / 2, (wall_before + wall_after) / 2)
