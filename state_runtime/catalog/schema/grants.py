@@ -10,7 +10,8 @@
   file's state, a replayed commit's checkpoint) and a trigger (:data:`GUARD_SQL`) that
   refuses, for any role without DELETE, every other change of those columns: a file moves to
   ``committed`` only when the commit log names its checkpoint, to ``orphan`` only when it no
-  longer does; a commit entry names only a recorded file of its own store and version; a
+  longer does; a commit entry names only a recorded file of its own store and version (or,
+  for a version that changed nothing, no file and its previous version's checkpoint); a
   store's latest version is one the commit log holds. So one statement (``UPDATE
   checkpoint_files SET state = 'orphan'``) cannot doom the committed files of a store.
 - maintenance: the runtime's rights plus what snapshots, cleanup, validation, repair and
@@ -88,6 +89,7 @@ CREATE OR REPLACE FUNCTION {s}.state_protocol_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
   committed boolean;
+  named boolean;
 BEGIN
   IF has_table_privilege(TG_RELID, 'DELETE') THEN
     RETURN NEW;  -- the owner and maintenance: restore, repair and cleanup move history
@@ -106,9 +108,16 @@ BEGIN
       END IF;
     END IF;
   ELSIF TG_TABLE_NAME = 'commit_log' THEN
-    IF NOT EXISTS (SELECT 1 FROM {s}.checkpoint_files f WHERE f.file_id = NEW.file_id
+    named := CASE WHEN NEW.file_id IS NULL THEN  -- a version that changed nothing
+      NOT EXISTS (SELECT 1 FROM {s}.checkpoint_files f WHERE f.store_id = NEW.store_id
+        AND f.version = NEW.version AND f.checkpoint_id = NEW.checkpoint_id)
+      AND (NEW.version = 1 OR EXISTS (SELECT 1 FROM {s}.commit_log c
+        WHERE c.store_id = NEW.store_id AND c.version = NEW.version - 1
+        AND c.checkpoint_id = NEW.checkpoint_id))
+    ELSE EXISTS (SELECT 1 FROM {s}.checkpoint_files f WHERE f.file_id = NEW.file_id
         AND f.store_id = NEW.store_id AND f.version = NEW.version
-        AND f.checkpoint_id = NEW.checkpoint_id) THEN
+        AND f.checkpoint_id = NEW.checkpoint_id) END;
+    IF NOT named THEN
       RAISE EXCEPTION 'permission denied: the commit of store %, version % may name only a '
         'recorded file of that version (not file %, checkpoint %)', NEW.store_id,
         NEW.version, NEW.file_id, NEW.checkpoint_id USING ERRCODE = 'insufficient_privilege';
