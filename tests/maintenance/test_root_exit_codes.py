@@ -9,10 +9,22 @@ error naming the folder (exit 1), and its catalog rows are left alone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 
+from state_runtime.errors import RootMissing
+from state_runtime.maintenance import (
+    Fleet,
+    MaintenancePolicy,
+    SnapshotStatus,
+    cleanup_pass,
+    reconcile,
+    snapshot_pass,
+)
+from state_runtime.retention import RetentionPolicy
 from tests.maintenance.streams import StoreStream
 from tests.maintenance.test_cli import statestore
 
@@ -59,3 +71,26 @@ def test_a_root_registered_before_its_first_file_is_not_missing(
     for command in (("maintain", "--execute"), ("reconcile",), ("validate",)):
         result = statestore(stream, *command)
         assert result.exit_code == 0, result.output
+
+
+def test_the_passes_themselves_refuse_a_root_whose_folder_is_gone(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """As Dagster and Airflow call them, with no command to set the root aside: cleanup
+    refuses the root rather than record the absent folder's files as deleted, and
+    reconciliation sets it aside by name."""
+    stream = make_stream()
+    stream.run(12)
+    fleet = Fleet(stream.catalog, owner="tests")
+    snapshots = snapshot_pass(fleet, MaintenancePolicy(snapshot_min_deltas=5))
+    assert snapshots.count(SnapshotStatus.WRITTEN) == len(stream.stores)  # deltas superseded
+    folder = stream.storage.root
+    folder.rename(folder.with_name("moved"))
+    fleet = Fleet(stream.catalog, owner="tests")
+    zero = RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0))
+    policy = MaintenancePolicy(retention=zero, min_window=timedelta(0))
+    with pytest.raises(RootMissing, match=rf"folder {re.escape(str(folder))} does not exist"):
+        cleanup_pass(fleet, policy, execute=True)
+    reconciled = reconcile(fleet, policy, execute=True)  # it sweeps root by root
+    assert "[STATE_ROOT_MISSING]" in fleet.failed_roots[stream.root]
+    assert reconciled.recorded == {} and stream.catalog.deletion_history() == []
