@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
+from state_runtime.errors import InvalidArgument
 from state_runtime.storage import LocalStorage, open_storage
 from tests.maintenance.streams import StoreStream
 from tests.maintenance.test_cli import files, statestore
@@ -65,3 +66,11 @@ def test_an_encoded_root_is_validated_cleaned_and_reconciled_in_its_folder(
     for s in stream.stores:  # the retained versions still load from the real folder
         assert stream.loaded(s, 12) == stream.expected(s, 12)
     assert statestore(stream, "validate").exit_code == 0
+
+
+@pytest.mark.parametrize("prefix", ["with space", "100%", "c#sharp", "caf\u00e9"])
+def test_an_s3_prefix_needing_encoding_is_refused_not_misplaced(prefix: str) -> None:
+    """S3 roots are used as written (never decoded), and a prefix segment outside the key
+    rule is refused by name when the root is first recorded, so none is maintained elsewhere."""
+    with pytest.raises(InvalidArgument, match=r"invalid (storage path|S3 URI|checkpoint root)"):
+        open_storage(f"s3://bucket-x/{prefix}/ckpt")
