@@ -270,6 +270,9 @@ def report_catalog_runs(
     name="state_catalog_report_job",
     description="Reports maintenance run outside Dagster (requested by state_catalog_events).",
     tags={KIND_TAG: "report"},
+    # its resource bound here: Dagster 1.13 rebinds a sensor's job whose resources come from
+    # the Definitions, and warns (BetaWarning: owners) on every load of the code location
+    resource_defs={"maintenance": MaintenanceResource()},
 )
 def catalog_report_job() -> None:
     report_catalog_runs()
