@@ -12,8 +12,6 @@ with a fresh materialization.
 from __future__ import annotations
 
 import shutil
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -63,14 +61,6 @@ def partition_page(server: DagsterDev, partition: str) -> dict[str, Any]:
     }
 
 
-def _eventually(condition: Callable[[], bool], server: DagsterDev, timeout_s: float = 240) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not reached in {timeout_s} s:\n{server.tail()}")
-        time.sleep(3)
-
-
 def test_the_broken_partition_page_says_why_and_clears_once_sound(tmp_path: Path) -> None:
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         service_missing("chromium", "apt-get install chromium")
@@ -112,8 +102,8 @@ def test_the_broken_partition_page_says_why_and_clears_once_sound(tmp_path: Path
                 # sound again: the sensor's run on the partition materializes it
                 (storage.root / lost.path).write_bytes(content)
                 assert server.wait_run(server.launch("state_validation_job")) == "SUCCESS"
-                _eventually(
-                    lambda: partition_page(server, broken)["run"]["status"] == "SUCCESS", server
+                server.wait_until(
+                    lambda: partition_page(server, broken)["run"]["status"] == "SUCCESS"
                 )
                 assert server.partition_statuses("state_checkpoints")[broken] == "materialized"
                 shown = browser.screenshot(address + quote(broken, safe=""), tmp_path / "s.png")
