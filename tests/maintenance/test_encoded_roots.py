@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
+from state_runtime.catalog import Catalog
 from state_runtime.errors import InvalidArgument
 from state_runtime.storage import LocalStorage, open_storage
 from tests.maintenance.streams import StoreStream
@@ -74,3 +77,20 @@ def test_an_s3_prefix_needing_encoding_is_refused_not_misplaced(prefix: str) -> 
     rule is refused by name when the root is first recorded, so none is maintained elsewhere."""
     with pytest.raises(InvalidArgument, match=r"invalid (storage path|S3 URI|checkpoint root)"):
         open_storage(f"s3://bucket-x/{prefix}/ckpt")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_the_sql_helper_spells_a_root_as_the_runtime_records_it(
+    pg_catalog: Catalog,
+    tmp_path: Path,
+    folder: str,
+) -> None:
+    """``state_root_uri`` (the psql queries in ``sql/`` match a root given as a path with
+    it) percent-encodes as ``Path.as_uri`` does: once, it encoded only ``%`` and a space."""
+    storage = LocalStorage(tmp_path / folder)
+    with pg_catalog.engine.connect() as connection:
+        found = connection.execute(
+            sa.text("SELECT state_root_uri(:path)"), {"path": f"{storage.root}/"}
+        ).scalar_one()
+    assert found == storage.uri
