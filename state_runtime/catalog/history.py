@@ -61,11 +61,9 @@ def version_history(
     files = _files(connection, [(r.store_id, r.version, r.checkpoint_id) for r in commits])
     history: list[VersionHistory] = []
     for r in commits:
-        found = files.get((r.store_id, r.version, r.checkpoint_id), [])
-        if not found:  # the version changed nothing: no file, its parent's checkpoint and rows
-            found = [
-                (rows, None) for rows, _ in _older(files, r.store_id, r.version, r.checkpoint_id)
-            ]
+        own = files.get((r.store_id, r.version, r.checkpoint_id), [])
+        # a version that changed nothing has no file: its rows are its parent's checkpoint's
+        found = own or _older(files, r.store_id, r.version, r.checkpoint_id)
         history.append(
             VersionHistory(
                 key=key_of(r),
@@ -74,7 +72,7 @@ def version_history(
                 batch_id=r.batch_id,
                 committed_at=r.committed_at,
                 rows=found[0][0] if found else 0,
-                files=tuple(f for _, f in found if f is not None),
+                files=tuple(f for _, f in own),
             )
         )
     return history
