@@ -8,7 +8,11 @@ This module is the one home of the rule; it holds no SQL. Change retention here.
   ``r`` (version ``s``; 0 when there is none) plus the committed deltas ``s+1..r``. Those files
   are **needed**. A snapshot counts only once its bytes were verified after it was written
   (checksum, size, header naming the right store, version and id): an unverified or damaged
-  snapshot supersedes nothing, so the deltas it would replace stay needed.
+  snapshot supersedes nothing, so the deltas it would replace stay needed. *Committed* is the
+  commit log's word, not a file row's state: the catalog takes the needed files from the
+  commit-log entries (a delta an entry names, a snapshot of a committed (version, id)), so a
+  file a retained commit needs is never deletable whatever its state says. A version that
+  changed nothing is a commit without a file (its parent's checkpoint): it adds no file.
 - The store's **floor** is the lowest base any retained version loads from. A damaged or
   unverified snapshot at or above the floor is kept (to be repaired, or verified).
 - A store with an open validation failure is **held**: none of its committed files is deleted
