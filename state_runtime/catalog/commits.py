@@ -5,6 +5,9 @@ stateful operators together. The commit log then names exactly those ids; their 
 committed; other attempts at the same versions turn orphan. Re-committing a batch (a replay)
 replaces its entries in the same transaction and orphans the files it replaced. Each store's
 committed versions stay a linear chain: version ``v`` must build on the committed ``v - 1``.
+A version that changed nothing is a commit of its parent's checkpoint: its entry has the
+parent's id and no file (``file_id`` NULL), and nothing is recorded for it, so its replay or
+retry always commits.
 """
 
 from __future__ import annotations
