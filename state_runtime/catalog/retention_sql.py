@@ -155,22 +155,15 @@ def needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
         sa.select(f.c.file_id, f.c.store_id, r.retained_version)
         .select_from(retained)
         .join(
-            f,
+            c,
             sa.and_(
-                f.c.store_id == r.store_id,
-                f.c.version > r.base_version,
-                f.c.version <= r.retained_version,
-                f.c.kind == FileKind.DELTA.value,
-                f.c.state.in_(_LIVE),  # the live partial index serves the range
+                c.c.store_id == r.store_id,
+                c.c.version > r.base_version,
+                c.c.version <= r.retained_version,
             ),
         )
-        .where(
-            sa.exists().where(
-                c.c.store_id == f.c.store_id,
-                c.c.version == f.c.version,
-                c.c.file_id == f.c.file_id,
-            )
-        )
+        .join(f, f.c.file_id == c.c.file_id)
+        .where(f.c.kind == FileKind.DELTA.value, f.c.state.in_(_LIVE))
     )
     return sa.union_all(snapshots, deltas)
 
