@@ -39,13 +39,14 @@ from state_runtime.cli.progress_bars import RichProgress
 from state_runtime.errors import InvalidArgument, StateStoreError
 from state_runtime.maintenance import (
     SILENT,
+    Fate,
     Fleet,
     Progress,
     beyond_repair,
     canonical_root,
     check_schema_change,
     cleanup_pass,
-    damaged_snapshots,
+    damaged_files,
     due_for_snapshot,
     explain_file,
     parse_duration,
@@ -514,21 +515,24 @@ def repair(settings: Settings, /, **kw: Any) -> None:
         only = _stores(fleet, kw["stores"])
         done: dict[str, Any] = {"dry_run": kw["dry_run"]}
         if kw["dry_run"]:
-            done["damaged"] = damaged_snapshots(fleet, policy, only)
+            found = damaged_files(fleet, policy, only)
+            rebuild = found.of(Fate.REPAIRABLE)
+            left = found.beyond_repair()
+            done["rebuild"] = [d.details() for d in rebuild]
         else:
             done["report"] = repair_pass(fleet, policy, only=only, progress=settings.progress)
-        left = done["beyond_repair"] = beyond_repair(fleet, policy, only)
-        queries = {root: fleet.catalog.query_ids(root) for root in {p.key.root for p in left}}
+            left = beyond_repair(fleet, policy, only)
+        done["beyond_repair"] = [d.details() for d in left.damages] + left.other
     if kw["as_json"]:
         echo_json(done)
     else:
         if kw["dry_run"]:
-            output.print_damaged(settings.console, done["damaged"])
+            output.print_damaged(settings.console, rebuild)
         else:
             output.print_repairs(settings.console, done["report"])
-        output.print_beyond_repair(settings.console, left, queries)
+        output.print_beyond_repair(settings.console, left)
     failed = not kw["dry_run"] and bool(done["report"].failed)
-    _exit(fleet, failed or bool(left))
+    _exit(fleet, failed or bool(left.damages or left.other))
 
 
 @main.command()

@@ -12,16 +12,16 @@ from rich.table import Table
 from rich.text import Text
 
 from state_runtime.catalog import (
-    FileVerdict,
     Layout,
     RecordedBatchMetrics,
-    StoreProblem,
     VersionHistory,
 )
 from state_runtime.cli.jsonable import jsonable
 from state_runtime.maintenance import (
     ChecksReport,
     CleanupReport,
+    Damage,
+    DamageReport,
     DueStore,
     FileExplanation,
     LeftoverReport,
@@ -434,7 +434,7 @@ def print_checks(console: Console, report: ChecksReport) -> None:
     show(console, table)
     for o in report.outcomes:
         for finding in o.findings[:SHOWN]:
-            console.print(f"  {finding.severity.value}: {finding}")
+            console.print(f"  {finding.severity.value}: {finding}", soft_wrap=True)
         if len(o.findings) > SHOWN:
             console.print(f"  ... and {len(o.findings) - SHOWN} more ({o.name.value})")
 
@@ -472,41 +472,33 @@ def print_relocation(console: Console, report: RelocationReport) -> None:
         console.print("Run with --execute to record the new root.")
 
 
-def print_damaged(console: Console, damaged: Sequence[FileVerdict]) -> None:
-    console.print(f"repair (dry run): {len(damaged)} damaged snapshot(s) to rebuild")
-    for verdict in damaged[:SHOWN]:
-        console.print(f"  {verdict.file.key.root}/{verdict.file.path}: {verdict.reason}")
-    if len(damaged) > SHOWN:
-        console.print(f"  ... and {len(damaged) - SHOWN} more")
-    if damaged:
-        console.print("Run with --execute to rebuild them.")
+def print_damaged(console: Console, rebuild: Sequence[Damage]) -> None:
+    """A repair's dry run: each damaged snapshot it rebuilds, one paragraph each."""
+    if rebuild:
+        console.print(f"repair (dry run): {len(rebuild)} damaged snapshot(s) to rebuild")
+    for damage in rebuild[:SHOWN]:
+        console.print(damage.paragraph(), soft_wrap=True, markup=False)
+    if len(rebuild) > SHOWN:
+        console.print(f"... and {len(rebuild) - SHOWN} more")
 
 
-def print_beyond_repair(
-    console: Console, problems: Sequence[StoreProblem], queries: dict[str, list[str]]
-) -> None:
-    """What repair cannot fix, and the command that can."""
-    if not problems:
-        return
-    console.print(
-        f"cannot repair: {len(problems)} open problem(s) are not damaged snapshots (repair "
-        "rebuilds snapshots from intact deltas; a lost delta has no copy to rebuild from)",
-        soft_wrap=True,
-    )
-    for p in problems[:SHOWN]:
+def print_beyond_repair(console: Console, left: DamageReport) -> None:
+    """What repair cannot fix: each damaged file with its fate and next command, then the
+    problems that name no damaged file."""
+    for damage in left.damages[:SHOWN]:
+        console.print(f"cannot repair: {damage.paragraph()}", soft_wrap=True, markup=False)
+    for p in left.other[:SHOWN]:
         where = f" (file {p.path})" if p.path else ""
-        console.print(f"  {p.key}: {p.problem}{where}", soft_wrap=True)
-    if len(problems) > SHOWN:
-        console.print(f"  ... and {len(problems) - SHOWN} more")
-    for root in sorted({p.key.root for p in problems}):
-        query = " or ".join(queries.get(root, [])) or "Q"
         console.print(
-            f"Put the lost files back in storage, or return the query to an intact batch: "
-            f"`statestore restore {root} --query {query} --to-batch B --spark-checkpoint DIR` "
-            "(its dry run names the newest intact batch; --allow-lost-state restarts a lost "
-            "store from empty)",
+            f"cannot repair: store {p.key}: {p.problem}{where}; repair rebuilds only damaged "
+            "snapshots: `statestore restore` returns the query to an intact batch (its dry run "
+            "names the newest one)",
             soft_wrap=True,
+            markup=False,
         )
+    hidden = max(len(left.damages) - SHOWN, 0) + max(len(left.other) - SHOWN, 0)
+    if hidden:
+        console.print(f"... and {hidden} more")
 
 
 def print_repairs(console: Console, report: RepairReport) -> None:
@@ -540,8 +532,11 @@ def print_explanation(console: Console, explained: FileExplanation) -> None:
     if e.needed_by is not None and e.verdict.value == "needed":
         lo, hi = e.needed_by
         console.print(f"needed by retained versions {lo}..{hi}")
-    if explained.status is not None:
-        console.print(f"store status: {status_label(explained.status)}: {explained.status.reason}")
+    if explained.status is not None:  # a damaged file's advice below says what its reason says
+        why = "" if explained.damage else f": {explained.status.reason}"
+        console.print(f"store status: {status_label(explained.status)}{why}")
+    if explained.damage is not None:
+        console.print(f"next: {explained.damage.advice}", soft_wrap=True, markup=False)
 
 
 def checks_json(report: ChecksReport) -> dict[str, Any]:
@@ -562,6 +557,8 @@ def checks_json(report: ChecksReport) -> dict[str, Any]:
                         "problem": f.problem,
                         "path": f.path,
                         "version": f.version,
+                        "fate": None if f.damage is None else f.damage.fate.value,
+                        "command": None if f.damage is None else f.damage.command,
                     }
                     for f in o.findings
                 ],

@@ -2,7 +2,9 @@
 
 The catalog answers from its inventory; a file it counts on is also looked up in storage (one
 request), so that a file that is gone is never called "needed": the answer says what is lost
-and what still loads without it.
+and what still loads without it. A missing or damaged committed file is classified as every
+tool does (:func:`state_runtime.maintenance.damage.classify`): its fate and the next command;
+a missing one is recorded as a problem on its store.
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from state_runtime.catalog import Explanation, FileState
+from state_runtime.catalog import Explanation, FileState, FoundProblem, Verdict
+from state_runtime.maintenance.damage import Damage, classify
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.health import store_reports
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.status import Status
+from state_runtime.store.file_verification import MISSING
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,7 @@ class FileExplanation:
 
     explanation: Explanation
     status: Status | None
+    damage: Damage | None = None
 
 
 def explain_file(
@@ -35,7 +40,15 @@ def explain_file(
     if record is None:
         return FileExplanation(found, None)
     live = record.state in {s.value for s in (FileState.WRITTEN, FileState.COMMITTED)}
+    committed = record.state == FileState.COMMITTED
     if live and not fleet.storage(root).exists(path):
         found = catalog.explain(root, path, policy.retention, now=now, absent=True)
+    damage = None
+    if committed and found.verdict in (Verdict.MISSING, Verdict.DAMAGED):
+        cause = MISSING if found.verdict is Verdict.MISSING else record.verification_note
+        damage = classify(fleet, record, cause or "its last verification failed")
+        if found.verdict is Verdict.MISSING:  # a fact, for health and repair
+            lost = FoundProblem(damage.paragraph(store=False), path, record.version)
+            catalog.add_problems(record.key, [lost])
     reports = store_reports(fleet, policy, only=[record.key], now=now)
-    return FileExplanation(found, reports[0].status if reports else None)
+    return FileExplanation(found, reports[0].status if reports else None, damage)
