@@ -470,13 +470,14 @@ def history(settings: Settings, /, **kw: Any) -> None:
 def explain(settings: Settings, /, file: str, **kw: Any) -> None:
     """Why FILE is kept, or why cleanup may delete it, and its store's status.
 
-    FILE is a path relative to its checkpoint root (with --root), an absolute path, or a URI.
-    A file the catalog counts on is looked up in storage too: a missing one is never called
-    needed; the answer says what is lost and what still loads.
+    FILE is a URI, an absolute path, or a path relative to the current folder or to its
+    checkpoint root; one that could name files below several roots is refused. A file the
+    catalog counts on is looked up in storage too: a missing one is never called needed; a
+    missing or damaged one gets its fate and the next command, as repair and validate say.
     """
     policy = _policy(settings, kw)
     with _fleet(settings) as fleet:
-        root, path = _locate(fleet, file)
+        root, path = _locate(fleet, file, policy)
         explained = explain_file(fleet, root, path, policy)
     if kw["as_json"]:
         echo_json(explained)
@@ -484,18 +485,42 @@ def explain(settings: Settings, /, file: str, **kw: Any) -> None:
         output.print_explanation(settings.console, explained)
 
 
-def _locate(fleet: Fleet, file: str) -> tuple[str, str]:
-    """The (root, relative path) of ``file`` among the catalog's roots."""
+def _locate(fleet: Fleet, file: str, policy: MaintenancePolicy) -> tuple[str, str]:
+    """The (root, relative path) that ``file`` names: a URI, an absolute path, a path
+    relative to the current folder (as the shell completes it) or to a root. Refused when it
+    is below no root, or when several readings name files the catalog or storage knows."""
     roots = fleet.root_names()
-    if "://" not in file and not Path(file).is_absolute():
-        if len(roots) != 1:
-            fail(EXIT_USAGE, f"{file!r} is relative: name its root with --root (known: {roots})")
-        return roots[0], check_relative_path(file)
-    uri = file if "://" in file else Path(file).resolve().as_uri()
-    for root in sorted(roots, key=len, reverse=True):
-        if uri.startswith(root.rstrip("/") + "/"):
-            return root, check_relative_path(uri[len(root.rstrip("/")) + 1 :])
-    fail(EXIT_USAGE, f"{file!r} is below none of the catalog's roots: {roots}")
+    if "://" in file or Path(file).is_absolute():
+        uris = [file if "://" in file else Path(os.path.abspath(file)).as_uri()]
+    else:
+        uris = [Path(os.path.abspath(file)).as_uri()]
+        uris += [f"{root.rstrip('/')}/{file}" for root in roots]
+    readings = sorted(
+        {
+            (root, uri[len(root.rstrip("/")) + 1 :])
+            for uri in uris
+            for root in roots
+            if uri.startswith(root.rstrip("/") + "/")
+        }
+    )
+    if not readings:
+        fail(EXIT_USAGE, f"{file!r} is below none of the catalog's roots: {', '.join(roots)}")
+    known = [r for r in readings if _names_a_file(fleet, policy, *r)]
+    if len(known) > 1 or (not known and len(readings) > 1):
+        named = "; ".join(f"{path} below {root}" for root, path in known or readings)
+        fail(EXIT_USAGE, f"{file!r} is ambiguous: it names {named}; give its absolute path")
+    root, path = (known or readings)[0]
+    return root, check_relative_path(path)
+
+
+def _names_a_file(fleet: Fleet, policy: MaintenancePolicy, root: str, path: str) -> bool:
+    """Whether the catalog records ``path`` below ``root`` or storage has it there."""
+    try:
+        relative = check_relative_path(path)
+    except InvalidArgument:
+        return False
+    explained = fleet.catalog.explain(root, relative, policy.retention)
+    return explained.file is not None or fleet.storage(root).exists(relative)
 
 
 @main.command()

@@ -9,16 +9,17 @@ a missing one is recorded as a problem on its store.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 
-from state_runtime.catalog import Explanation, FileState, FoundProblem, Verdict
+from state_runtime.catalog import Explanation, FileRecord, FileState, FoundProblem, Verdict
 from state_runtime.maintenance.damage import Damage, classify
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.health import store_reports
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.status import Status
-from state_runtime.store.file_verification import MISSING
+from state_runtime.store.file_verification import MISSING, verify_file
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,29 @@ def explain_file(
     committed = record.state == FileState.COMMITTED
     if live and not fleet.storage(root).exists(path):
         found = catalog.explain(root, path, policy.retention, now=now, absent=True)
-    damage = None
-    if committed and found.verdict in (Verdict.MISSING, Verdict.DAMAGED):
-        cause = MISSING if found.verdict is Verdict.MISSING else record.verification_note
-        damage = classify(fleet, record, cause or "its last verification failed")
+    cause = _damage_found(fleet, record, found) if committed else None
+    damage = None if cause is None else classify(fleet, record, cause)
+    if damage is not None and found.verdict is not Verdict.DAMAGED:
         if found.verdict is Verdict.MISSING:  # a fact, for health and repair
             lost = FoundProblem(damage.paragraph(store=False), path, record.version)
             catalog.add_problems(record.key, [lost])
+        else:  # an open problem named the file, and reading it shows the damage
+            found = dataclasses.replace(
+                found, verdict=Verdict.DAMAGED, reason=f"{record.kind.value} {cause}"
+            )
     reports = store_reports(fleet, policy, only=[record.key], now=now)
     return FileExplanation(found, reports[0].status if reports else None, damage)
+
+
+def _damage_found(fleet: Fleet, record: FileRecord, found: Explanation) -> str | None:
+    """What is wrong with the committed file ``record``: missing, its failed verification,
+    or, when an open problem of its store names it (the runtime found it damaged), what
+    reading it shows now; None if nothing is known to be wrong."""
+    if found.verdict is Verdict.MISSING:
+        return MISSING
+    if found.verdict is Verdict.DAMAGED:
+        return record.verification_note or "its last verification failed"
+    if not any(p.path == record.path for p in fleet.catalog.problems(store=record.key)):
+        return None
+    problem, _ = verify_file(fleet.storage(record.key.root), record.expected())
+    return problem
