@@ -111,9 +111,9 @@ def explain(settings: Settings, /, file: str, **kw: Any) -> None:
     """Why FILE is kept, or why cleanup may delete it, and its store's status.
 
     FILE is a URI, an absolute path, or a path relative to the current folder or to its
-    checkpoint root; one that could name files below several roots is refused. A file the
-    catalog counts on is looked up in storage too: a missing one is never called needed; a
-    missing or damaged one gets its fate and the next command, as repair and validate say.
+    checkpoint root; one that names no known file, or files below several roots, is refused.
+    A file the catalog counts on is looked up in storage too: a missing one is never called
+    needed; a missing or damaged one gets its fate and the next command, as repair says.
     """
     policy = policy_of(settings, kw)
     with open_fleet(settings) as fleet:
@@ -125,7 +125,8 @@ def explain(settings: Settings, /, file: str, **kw: Any) -> None:
 def _locate(fleet: Fleet, file: str, policy: MaintenancePolicy) -> tuple[str, str]:
     """The (root, relative path) that ``file`` names: a URI, an absolute path, a path
     relative to the current folder (as the shell completes it) or to a root. Refused when it
-    is below no root, or when several readings name files the catalog or storage knows."""
+    is below no root, or when no reading, or several, names a file the catalog or storage
+    knows."""
     roots = fleet.root_names()
     if "://" in file or Path(file).is_absolute():
         uris = [file if "://" in file else Path(os.path.abspath(file)).as_uri()]
@@ -143,10 +144,13 @@ def _locate(fleet: Fleet, file: str, policy: MaintenancePolicy) -> tuple[str, st
     if not readings:
         fail(EXIT_USAGE, f"{file!r} is below none of the catalog's roots: {', '.join(roots)}")
     known = [r for r in readings if _names_a_file(fleet, policy, *r)]
-    if len(known) > 1 or (not known and len(readings) > 1):
-        named = "; ".join(f"{path} below {root}" for root, path in known or readings)
+    if not known:
+        where = "; ".join(f"{path} below {root}" for root, path in readings)
+        fail(EXIT_USAGE, f"{file!r} names no file the catalog records or storage holds ({where})")
+    if len(known) > 1:
+        named = "; ".join(f"{path} below {root}" for root, path in known)
         fail(EXIT_USAGE, f"{file!r} is ambiguous: it names {named}; give its absolute path")
-    root, path = (known or readings)[0]
+    root, path = known[0]
     return root, check_relative_path(path)
 
 

@@ -9,11 +9,13 @@ a missing one is recorded as a problem on its store.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 
 from state_runtime.catalog import Explanation, FileRecord, FileState, FoundProblem, Verdict
+from state_runtime.errors import CatalogPermissionDenied
 from state_runtime.maintenance.damage import Damage, classify
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.health import store_reports
@@ -49,7 +51,8 @@ def explain_file(
     if damage is not None and found.verdict is not Verdict.DAMAGED:
         if found.verdict is Verdict.MISSING:  # a fact, for health and repair
             lost = FoundProblem(damage.paragraph(store=False), path, record.version)
-            catalog.add_problems(record.key, [lost])
+            with contextlib.suppress(CatalogPermissionDenied):  # a reader: validate records it
+                catalog.add_problems(record.key, [lost])
         else:  # an open problem named the file, and reading it shows the damage
             found = dataclasses.replace(
                 found, verdict=Verdict.DAMAGED, reason=f"{record.kind.value} {cause}"

@@ -102,7 +102,10 @@ def test_explain_names_why_a_file_is_kept(stream: StoreStream) -> None:
     relative = statestore(stream, "--root", str(stream.storage.root), "explain", latest.path)
     assert "verdict: needed" in relative.output
     unknown = statestore(stream, "explain", f"{stream.root}/state/0/0/default/x.delta")
-    assert "verdict: untracked" in unknown.output
+    assert unknown.exit_code == 2 and "names no file the catalog records" in unknown.stderr
+    (stream.storage.root / "state/0/0/default/x.delta").write_bytes(b"left by hand")
+    untracked = statestore(stream, "explain", f"{stream.root}/state/0/0/default/x.delta")
+    assert "verdict: untracked" in untracked.output
     outside = statestore(stream, "explain", "/elsewhere/file.delta")
     assert outside.exit_code == 2 and "below none of the catalog's roots" in outside.stderr
 
