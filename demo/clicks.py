@@ -143,7 +143,8 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
         + ([Agg("max_amount", "max", "amount")] if args.max_amount else []),
         args.partitions,
     )
-    query = StatefulQuery(QUERY_ID, root, [op], catalog_url=url)
+    spark_checkpoint = str((folder / "spark-checkpoint").absolute())
+    query = StatefulQuery(QUERY_ID, root, [op], catalog_url=url, spark_checkpoint=spark_checkpoint)
     started = time.perf_counter()
     counted: dict[int, int] = {}
 
@@ -168,7 +169,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
         .option("maxFilesPerTrigger", 1)
         .parquet(str(folder / "events"))
         .writeStream.foreachBatch(process)
-        .option("checkpointLocation", str(folder / "spark-checkpoint"))
+        .option("checkpointLocation", spark_checkpoint)
         .trigger(availableNow=True)
         .start()
     )

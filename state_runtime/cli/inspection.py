@@ -4,6 +4,7 @@ with their printers (the history commands are in :mod:`state_runtime.cli.history
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -41,6 +42,7 @@ from state_runtime.errors import InvalidArgument, StateStoreError
 from state_runtime.maintenance import (
     FileExplanation,
     Fleet,
+    MaintenancePolicy,
     SchemaCheck,
     Status,
     StoreReport,
@@ -108,29 +110,58 @@ def monitor_code(reports: Sequence[StoreReport]) -> int:
 def explain(settings: Settings, /, file: str, **kw: Any) -> None:
     """Why FILE is kept, or why cleanup may delete it, and its store's status.
 
-    FILE is a path relative to its checkpoint root (with --root), an absolute path, or a URI.
+    FILE is a URI, an absolute path, or a path relative to the current folder or to its
+    checkpoint root; one that names no known file, or files below several roots, is refused.
     A file the catalog counts on is looked up in storage too: a missing one is never called
-    needed; the answer says what is lost and what still loads.
+    needed; a missing or damaged one gets its fate and the next command, as repair says.
     """
     policy = policy_of(settings, kw)
     with open_fleet(settings) as fleet:
-        root, path = _locate(fleet, file)
+        root, path = _locate(fleet, file, policy)
         explained = explain_file(fleet, root, path, policy)
     emit(explained, print_explanation)
 
 
-def _locate(fleet: Fleet, file: str) -> tuple[str, str]:
-    """The (root, relative path) of ``file`` among the catalog's roots."""
+def _locate(fleet: Fleet, file: str, policy: MaintenancePolicy) -> tuple[str, str]:
+    """The (root, relative path) that ``file`` names: a URI, an absolute path, a path
+    relative to the current folder (as the shell completes it) or to a root. Refused when it
+    is below no root, or when no reading, or several, names a file the catalog or storage
+    knows."""
     roots = fleet.root_names()
-    if "://" not in file and not Path(file).is_absolute():
-        if len(roots) != 1:
-            fail(EXIT_USAGE, f"{file!r} is relative: name its root with --root (known: {roots})")
-        return roots[0], check_relative_path(file)
-    uri = file if "://" in file else Path(file).resolve().as_uri()
-    for root in sorted(roots, key=len, reverse=True):
-        if uri.startswith(root.rstrip("/") + "/"):
-            return root, check_relative_path(uri[len(root.rstrip("/")) + 1 :])
-    fail(EXIT_USAGE, f"{file!r} is below none of the catalog's roots: {roots}")
+    if "://" in file or Path(file).is_absolute():
+        uris = [file if "://" in file else Path(os.path.abspath(file)).as_uri()]
+    else:
+        uris = [Path(os.path.abspath(file)).as_uri()]
+        uris += [f"{root.rstrip('/')}/{file}" for root in roots]
+    readings = sorted(
+        {
+            (root, uri[len(root.rstrip("/")) + 1 :])
+            for uri in uris
+            for root in roots
+            if uri.startswith(root.rstrip("/") + "/")
+        }
+    )
+    if not readings:
+        fail(EXIT_USAGE, f"{file!r} is below none of the catalog's roots: {', '.join(roots)}")
+    known = [r for r in readings if _names_a_file(fleet, policy, *r)]
+    if not known:
+        where = "; ".join(f"{path} below {root}" for root, path in readings)
+        fail(EXIT_USAGE, f"{file!r} names no file the catalog records or storage holds ({where})")
+    if len(known) > 1:
+        named = "; ".join(f"{path} below {root}" for root, path in known)
+        fail(EXIT_USAGE, f"{file!r} is ambiguous: it names {named}; give its absolute path")
+    root, path = known[0]
+    return root, check_relative_path(path)
+
+
+def _names_a_file(fleet: Fleet, policy: MaintenancePolicy, root: str, path: str) -> bool:
+    """Whether the catalog records ``path`` below ``root`` or storage has it there."""
+    try:
+        relative = check_relative_path(path)
+    except InvalidArgument:
+        return False
+    explained = fleet.catalog.explain(root, relative, policy.retention)
+    return explained.file is not None or fleet.storage(root).exists(relative)
 
 
 def _pairs(option: str, values: tuple[str, ...], parse: Callable[[str], Any]) -> dict[str, Any]:
@@ -322,8 +353,11 @@ def print_explanation(console: Console, explained: FileExplanation) -> None:
     if e.needed_by is not None and e.verdict.value == "needed":
         lo, hi = e.needed_by
         console.print(f"needed by retained versions {lo}..{hi}")
-    if explained.status is not None:
-        console.print(f"store status: {status_label(explained.status)}: {explained.status.reason}")
+    if explained.status is not None:  # a damaged file's advice below says what its reason says
+        why = "" if explained.damage else f": {explained.status.reason}"
+        console.print(f"store status: {status_label(explained.status)}{why}")
+    if explained.damage is not None:
+        console.print(f"next: {explained.damage.advice}", soft_wrap=True, markup=False)
 
 
 def print_schema_check(console: Console, check: SchemaCheck) -> None:

@@ -137,7 +137,12 @@ def test_figures_reach_an_otlp_endpoint_and_a_loss_reaches_the_user_once(
         export = OtelExport(receiver.endpoint)
         exports.append(export)
         return StatefulQuery(
-            "clicks", str(root), [operator], catalog_url=sqlite_catalog_url, telemetry=export
+            "clicks",
+            str(root),
+            [operator],
+            catalog_url=sqlite_catalog_url,
+            telemetry=export,
+            spark_checkpoint=str(checkpoint),
         )
 
     for batch in range(2):
@@ -174,8 +179,11 @@ def test_figures_reach_an_otlp_endpoint_and_a_loss_reaches_the_user_once(
         _stream(spark, query(restarted), events, checkpoint)
     paragraph = loss_paragraph(failed.value)
     assert paragraph is not None and paragraph.startswith("[STATE_LOST] batch 2 of query clicks")
-    assert paragraph.count("storage no longer has it") == 1
-    assert "statestore restore" in paragraph and "--to-batch 1" in paragraph
+    assert paragraph.count("is missing from storage") == 1
+    assert (  # the stream's own checkpoint, as the driver was told it
+        f"`statestore restore {first.root} --query clicks --to-batch 1 --spark-checkpoint "
+        f"{checkpoint} --allow-lost-state --execute`"
+    ) in paragraph
     assert loss_paragraph("some other failure") is None
     status = receiver.metric("state_runtime.store.status")
     assert {dict(a)["state.partition"]: v for a, v in status.items()} == {0: 0, 1: 2, 2: 0}
