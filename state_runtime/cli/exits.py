@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 import click
 
 from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStoreError
+from state_runtime.failures import error_line, log_failure, typed_error
 from state_runtime.redaction import RedactingFilter, redact
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_FAILED, EXIT_INTERNAL = 0, 1, 2, 3, 4, 5
@@ -88,8 +89,7 @@ def fail_with(
 ) -> NoReturn:
     if as_json:
         click.echo(json.dumps({"error": error.details()}, indent=2))
-    prefix = "refused: " if isinstance(error, MaintenanceRefused) else ""
-    fail(exit_code(error) if code is None else code, f"{prefix}{error}")
+    fail(exit_code(error) if code is None else code, error_line(error))
 
 
 class StatestoreGroup(click.Group):
@@ -122,12 +122,16 @@ class StatestoreGroup(click.Group):
             fail(exc.exit_code, exc.format_message())
         except click.Abort:
             fail(EXIT_PROBLEMS, "aborted")
-        except StateStoreError as exc:
-            fail_with(exc, as_json=as_json)
-        except Exception as exc:  # a bug: say so in one line, never a traceback
+        except Exception as exc:
+            log = log_failure(exc)
+            typed = typed_error(exc)  # also one raised in a Spark task, wrapped by Spark
+            if typed is not None:
+                fail_with(typed, as_json=as_json)
+            # a bug: say so in one line, never a traceback
+            first = next((s for s in str(exc).splitlines() if s.strip()), "")
             fail(
                 EXIT_INTERNAL,
-                f"unexpected {type(exc).__name__}: {exc} (a bug in statestore: please report "
-                "it with the command line)",
+                f"unexpected {type(exc).__name__}: {first} (a bug in statestore: please report "
+                f"it with the command line and the trace in {log})",
             )
         sys.exit(result if isinstance(result, int) else EXIT_OK)

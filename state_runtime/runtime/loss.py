@@ -8,14 +8,12 @@ batch fails with :class:`StateLost`, one paragraph naming the file, the version,
 the commands to run next, and the loss is recorded as a problem on the store, so that
 ``statestore health`` calls it broken at once.
 
-Through ``foreachBatch`` the paragraph reaches the driver inside Spark's own error (the
-Python traceback of the batch function, wrapped in a ``StreamingQueryException``, often more
-than once): :func:`loss_paragraph` finds it there, for the one line to show the user.
+Through ``foreachBatch`` the paragraph reaches the driver inside Spark's own error (a
+``StreamingQueryException``): :func:`state_runtime.failures.failure_paragraph` finds it there,
+as any of our errors, for the one paragraph to show the user.
 """
 
 from __future__ import annotations
-
-import re
 
 from state_runtime.catalog import Catalog, FoundProblem, StoreKey
 from state_runtime.errors import StateLost
@@ -57,14 +55,3 @@ def lost_state(
             lost.store = key  # for callers (details(), telemetry); the message names it already
             return lost
     return None
-
-
-_LOSS = re.compile(r"\[" + StateLost.code + r"\][^\n]*")
-
-
-def loss_paragraph(error: BaseException | str) -> str | None:
-    """The loss paragraph (``[STATE_LOST] batch B of query Q cannot load its state: ...``)
-    inside an error, such as the ``StreamingQueryException`` of a stream whose foreachBatch
-    raised :class:`StateLost`; None if the error is no loss."""
-    found = _LOSS.search(str(error))
-    return found.group(0).rstrip() if found else None
