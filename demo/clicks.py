@@ -119,8 +119,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """The demo, ending a failure with its one paragraph (exit code 1), the trace in the log."""
+def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> None:
+    """The demo, ending a failure with its one paragraph (exit code 1), the trace in the log.
+    ``spark``: a running session to use (and leave running); by default the demo starts its
+    own and stops it at the end."""
     args = parse_args(argv)
     args.output.mkdir(parents=True, exist_ok=True)
     log = (args.output / "demo.log").absolute()
@@ -129,16 +131,19 @@ def main(argv: list[str] | None = None) -> None:
         # Creates an embedded SQLite catalog (a PostgreSQL one is created by its owner: no
         # DDL here); opened before Spark starts, so a bad URL or a database down fails at once
         Catalog.open(args.catalog_url or catalog_url(args.output), upgrade="sqlite").close()
-        spark = spark_session(
+        if spark is not None:
+            run(spark, args)
+            return
+        own = spark_session(
             "local[2]",
             app_name="state-runtime-demo",
             shuffle_partitions=args.partitions,
             log_file=Path("/dev/stderr") if args.verbose else log,
         )
         try:
-            run(spark, args)
+            run(own, args)
         finally:
-            spark.stop()
+            own.stop()
     except Exception as exc:
         log_failure(exc, log)
         if args.verbose:

@@ -365,7 +365,7 @@ class StateRepartitionOperator(StateQueryOperator):
         with self.work(context) as work:
             [root] = work.fleet.root_names()
             plan = repartition(
-                spark_session(self.master, app_name=f"airflow-{self.task_id}"),
+                lambda: spark_session(self.master, app_name=f"airflow-{self.task_id}"),
                 work.fleet,
                 root,
                 self.query_id,
