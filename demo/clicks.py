@@ -43,7 +43,7 @@ from state_runtime.catalog import Catalog, catalog_url
 from state_runtime.failures import failure_paragraph, log_failure
 from state_runtime.redaction import RedactingFilter
 from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
-from state_runtime.runtime.session import spark_session
+from state_runtime.runtime.spark_session import spark_session
 
 QUERY_ID = "clicks_per_user"
 
