@@ -11,7 +11,8 @@ error around that, a ``StreamingQueryException`` around the ``foreachBatch`` fun
 traceback. :func:`typed_error` is the one place that finds our error again, by its code,
 whatever wrapped it. :func:`log_failure` appends the full trace to the log file
 (:func:`log_file`: ``$STATE_LOG_FILE``, else ``state-runtime-<uid>.log`` in the temporary
-folder), where :func:`state_runtime.runtime.spark_session.spark_session` also sends the JVM's output.
+folder), where :func:`~state_runtime.runtime.spark_session.spark_session` also sends the
+JVM's output.
 """
 
 from __future__ import annotations

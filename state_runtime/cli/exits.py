@@ -17,7 +17,10 @@ with 1 (click's own handling of EPIPE; no traceback).
 
 Every library error names its stable code (``[STATE_...] message``); with ``--json`` the error
 is also printed on stdout as ``{"error": {"code": ..., "message": ..., ...}}``. No error
-shows a traceback, and every message is masked of secrets
+shows a traceback: the full trace goes to the log file (``$STATE_LOG_FILE``, else
+``state-runtime-<uid>.log`` in the temporary folder: :mod:`state_runtime.failures`), and with
+``--verbose`` to stderr as well, before the line. An error of ours raised in a Spark task
+(wrapped by Spark) is shown as itself. Every message is masked of secrets
 (:mod:`state_runtime.redaction`). The library's warnings go to stderr as ``warning: ...``
 lines (with ``-q``, only errors).
 """
@@ -28,6 +31,7 @@ import difflib
 import json
 import logging
 import sys
+import traceback
 from typing import Any, NoReturn
 
 import click
@@ -111,7 +115,8 @@ class StatestoreGroup(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> NoReturn:
         kwargs["standalone_mode"] = False
         argv = kwargs.get("args", args[0] if args else None)
-        as_json = "--json" in (sys.argv[1:] if argv is None else list(argv))
+        words = sys.argv[1:] if argv is None else list(argv)
+        as_json, verbose = "--json" in words, "--verbose" in words
         try:
             result = super().main(*args, **kwargs)
         except click.UsageError as exc:
@@ -124,6 +129,8 @@ class StatestoreGroup(click.Group):
             fail(EXIT_PROBLEMS, "aborted")
         except Exception as exc:
             log = log_failure(exc)
+            if verbose:
+                click.echo(redact("".join(traceback.format_exception(exc))), err=True)
             typed = typed_error(exc)  # also one raised in a Spark task, wrapped by Spark
             if typed is not None:
                 fail_with(typed, as_json=as_json)
