@@ -39,10 +39,11 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state_runtime.catalog import Catalog, catalog_url
+from state_runtime.catalog import BatchMetrics, Catalog, catalog_url
 from state_runtime.failures import failure_paragraph, log_failure
 from state_runtime.redaction import RedactingFilter
 from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
+from state_runtime.runtime.spark_kind import is_connect
 from state_runtime.runtime.spark_session import spark_session
 
 QUERY_ID = "clicks_per_user"
@@ -152,6 +153,14 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> No
         sys.exit(1)
 
 
+def batch_line(batch_id: int, m: BatchMetrics, seconds: float) -> str:
+    return (
+        f"batch {batch_id:>3}: {m.rows_in:>7,} events, {m.keys_updated:>6,} users updated, "
+        f"{m.state_rows:>7,} users in state, {m.bytes_written / 1024:>6.1f} KiB written, "
+        f"cache {m.cache_hits}/{m.cache_hits + m.cache_misses} hits, {seconds:.2f} s"
+    )
+
+
 def _log_to(log: Path, verbose: bool) -> None:
     """Every logger's warnings (a retried catalog call, py4j's at shutdown) to ``log``, masked;
     also to the terminal with ``verbose``."""
@@ -198,13 +207,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
         t0 = time.perf_counter()
         result = query.run_batch(df, batch_id, sink=sink)
         result.release()
-        m = result.metrics
-        say(
-            f"batch {batch_id:>3}: {m.rows_in:>7,} events, {m.keys_updated:>6,} users updated, "
-            f"{m.state_rows:>7,} users in state, {m.bytes_written / 1024:>6.1f} KiB written, "
-            f"cache {m.cache_hits}/{m.cache_hits + m.cache_misses} hits, "
-            f"{time.perf_counter() - t0:.2f} s"
-        )
+        say(batch_line(batch_id, result.metrics, time.perf_counter() - t0))
 
     write_events(folder / "events", args.batches, args.events_per_batch, args.users)
     stream = (
@@ -218,8 +221,14 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
     )
     stream.awaitTermination()  # a failure: main shows its one paragraph
     # From Spark's progress, not from ``process``: on Spark Connect ``process`` runs in the
-    # server's foreachBatch worker (its lines are printed there), not in this process.
+    # server's foreachBatch worker, whose lines go to the server's log, not this terminal:
+    # the catalog's figures of those batches stand in for them.
     done = sorted({p.batchId for p in stream.recentProgress if p.numInputRows})
+    if is_connect(spark) and done:
+        with Catalog.open(url) as catalog:
+            recorded = catalog.batch_metrics(query.root, QUERY_ID, limit=len(done))
+        for r in sorted(recorded, key=lambda r: r.batch_id):
+            say(batch_line(r.batch_id, r.metrics, float(r.metrics.extra.get("batch_ms", 0)) / 1000))
 
     state = read_state(spark, root, 0, catalog_url=url)
     top = state.orderBy(F.col("value.clicks").desc()).limit(3).collect()
