@@ -3,8 +3,8 @@
 Every asset, check and sensor opens its work with :meth:`MaintenanceResource.run` (or
 :meth:`~MaintenanceResource.fleet`), so that each body is a few lines; an error of ours raised
 in either (Spark's wrappers included) fails the step as a :class:`dagster.Failure` whose
-description is the one paragraph ``statestore`` prints, the full trace in the step's captured
-output and the library's log file (:mod:`state_runtime.failures`). Everything defaults to
+description is the one paragraph ``statestore`` prints, the full trace in the library's log
+file (:mod:`state_runtime.failures`). Everything defaults to
 what ``make demo`` produces, and the platform's environment applies when set, read when a run
 starts (never when the code location loads): ``STATE_CATALOG_URL``, ``STATE_CHECKPOINT_ROOT``
 and ``STATE_MAINTENANCE_*``. The policy fields are derived from the settings' declaration
@@ -15,8 +15,6 @@ applies; set, the field overrides it (durations as ``"15m"``, ``"1h"``, ``"2d"``
 from __future__ import annotations
 
 import os
-import sys
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,8 +57,8 @@ _PolicyFields = create_model(  # type: ignore[call-overload]
 
 @contextmanager
 def shown_as_paragraph() -> Iterator[None]:
-    """Our error, raised inside, as a Failure whose description is its one paragraph (the
-    trace on stderr, which Dagster captures per step, and in the log file)."""
+    """Our error, raised inside, as a Failure whose description is its one paragraph and the
+    log file holding its trace (no trace in the step's or the daemon's output)."""
     try:
         yield
     except Failure:
@@ -69,9 +67,9 @@ def shown_as_paragraph() -> Iterator[None]:
         error = typed_error(exc)
         if error is None:
             raise
-        traceback.print_exception(exc, file=sys.stderr)
-        log_failure(exc)
-        raise Failure(description=failure_paragraph(error), metadata={"code": error.code}) from None
+        log = log_failure(exc)
+        paragraph = failure_paragraph(error, log=log)
+        raise Failure(description=paragraph, metadata={"code": error.code}) from None
 
 
 @dataclass(frozen=True)

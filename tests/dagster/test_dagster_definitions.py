@@ -214,7 +214,8 @@ def test_catalog_down_fails_the_step_with_one_paragraph(instance: DagsterInstanc
     assert data.error is not None and data.error.cause is None
     description = data.user_failure_data.description
     assert description.startswith("error: [STATE_CATALOG_UNAVAILABLE] cannot connect")
-    assert "`pg_isready -h 127.0.0.1 -p 9`" in description and "\n" not in description
+    assert "`pg_isready -h 127.0.0.1 -p 9`" in description
+    assert description.splitlines()[1].startswith("full trace: ") and description.count("\n") == 1
 
 
 def run_checks(resources: dict[str, Any], instance: DagsterInstance, *names: str) -> Any:
