@@ -100,6 +100,9 @@ class StatestoreGroup(click.Group):
     """A click group whose every failure, its own usage errors included, ends as one line
     and a documented exit code."""
 
+    monitor = False
+    """Whether the command invoked is a monitor command (``health``, ``status``)."""
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
@@ -110,6 +113,7 @@ class StatestoreGroup(click.Group):
             close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.5)
             hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             ctx.fail(f"No such command {name!r}.{hint}")
+        self.monitor = name in MONITOR_COMMANDS
         return super().resolve_command(ctx, args)
 
     def main(self, *args: Any, **kwargs: Any) -> NoReturn:
@@ -117,6 +121,9 @@ class StatestoreGroup(click.Group):
         argv = kwargs.get("args", args[0] if args else None)
         words = sys.argv[1:] if argv is None else list(argv)
         as_json, verbose = "--json" in words, "--verbose" in words
+        # Set once the command is known, before the group's options are resolved: an error
+        # in them (a malformed --root) then ends a monitor command as unknown (3).
+        self.monitor = False
         try:
             result = super().main(*args, **kwargs)
         except click.UsageError as exc:
@@ -133,11 +140,11 @@ class StatestoreGroup(click.Group):
                 click.echo(redact("".join(traceback.format_exception(exc))), err=True)
             typed = typed_error(exc)  # also one raised in a Spark task, wrapped by Spark
             if typed is not None:
-                fail_with(typed, as_json=as_json)
+                fail_with(typed, as_json=as_json, code=MONITOR_UNKNOWN if self.monitor else None)
             # a bug: say so in one line, never a traceback
             first = next((s for s in str(exc).splitlines() if s.strip()), "")
             fail(
-                EXIT_INTERNAL,
+                MONITOR_UNKNOWN if self.monitor else EXIT_INTERNAL,
                 f"unexpected {type(exc).__name__}: {first} (a bug in statestore: please report "
                 f"it with the command line and the trace in {log})",
             )

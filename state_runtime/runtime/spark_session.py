@@ -31,6 +31,8 @@ from state_runtime.errors import MissingExtra
 from state_runtime.failures import log_file as default_log_file
 
 _CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
+"""pyspark's process-wide switch to its Connect classes (see ``spark_kind``)."""
 
 
 def _free_port() -> int:
@@ -75,6 +77,11 @@ def _stderr_to(path: Path) -> Iterator[None]:
 
 
 def _classic(master: str, conf: dict[str, str], log_file: Path) -> SparkSession:
+    if _LOCAL_SERVER is None and os.environ.pop(_CONNECT_MODE, None) is not None:
+        # inherited from a parent process that hosted a local Connect server (pyspark's
+        # process-wide switch): this process never became a Connect client, and with the
+        # switch set pyspark's classic builder refuses to start (CONNECT_URL_NOT_SET)
+        log.info("ignoring %s inherited from the parent process", _CONNECT_MODE)
     builder = SparkSession.builder.master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -130,7 +137,7 @@ def _start_local_connect_server(master: str, conf: dict[str, str], log_file: Pat
     finally:
         if remote is not None:
             os.environ["SPARK_REMOTE"] = remote
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    os.environ[_CONNECT_MODE] = "1"
     # "localhost": pyspark sends the token without TLS
     _LOCAL_SERVER = (f"sc://localhost:{port}", master)
 
@@ -162,6 +169,8 @@ def spark_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     conf = {**_settings(app_name, shuffle_partitions), **(extra or {})}
     remote = remote or os.environ.get("SPARK_REMOTE") or None
+    if remote is None and _LOCAL_SERVER is not None:
+        remote = "local"  # this process is a Connect client now: classic cannot start here
     if remote is None:
         return _classic(master, conf, log_file)
     try:
