@@ -131,3 +131,13 @@ def log_failure(exc: BaseException, path: Path | None = None) -> Path:
         out.write(f"--- {datetime.now(UTC).isoformat(timespec='seconds')} pid {os.getpid()}\n")
         out.write(trace)
     return path
+
+
+def reported(exc: BaseException) -> tuple[StateStoreError, str] | None:
+    """For a task that fails with ``exc`` (a Dagster step, an Airflow task): our error behind it
+    and the paragraph to fail with, naming the log file where its trace was appended; None if
+    ``exc`` holds no error of ours (let it fail as it is)."""
+    error = typed_error(exc)
+    if error is None:
+        return None
+    return error, failure_paragraph(error, log=log_failure(exc))

@@ -26,7 +26,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 
 from state_runtime.catalog import StoreKey
-from state_runtime.failures import failure_paragraph, log_failure, typed_error
+from state_runtime.failures import reported
 from state_runtime.maintenance import (
     CHECKS,
     CallbackProgress,
@@ -152,11 +152,10 @@ class StateMaintenanceOperator(BaseOperator):
         except AirflowException:
             raise
         except Exception as exc:
-            error = typed_error(exc)
-            if error is None:
+            found = reported(exc)
+            if found is None:
                 raise
-            log = log_failure(exc)
-            raise AirflowException(failure_paragraph(error, log=log)) from None
+            raise AirflowException(found[1]) from None
 
     def report(self, context: Context, found: Result, failure: str | None = None) -> Result:
         """Log ``found`` per store and return it as the XCom value; with ``failure``, push

@@ -25,7 +25,7 @@ from dagster import AssetCheckExecutionContext, AssetExecutionContext, Configura
 from pydantic import Field, create_model
 
 from state_runtime.catalog import Catalog, catalog_url
-from state_runtime.failures import failure_paragraph, log_failure, typed_error
+from state_runtime.failures import reported
 from state_runtime.maintenance import (
     CallbackProgress,
     Fleet,
@@ -64,11 +64,10 @@ def shown_as_paragraph() -> Iterator[None]:
     except Failure:
         raise
     except Exception as exc:
-        error = typed_error(exc)
-        if error is None:
+        found = reported(exc)
+        if found is None:
             raise
-        log = log_failure(exc)
-        paragraph = failure_paragraph(error, log=log)
+        error, paragraph = found
         raise Failure(description=paragraph, metadata={"code": error.code}) from None
 
 
