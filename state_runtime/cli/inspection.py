@@ -14,6 +14,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from state_runtime.cli.exits import (
     EXIT_PROBLEMS,
@@ -56,6 +57,9 @@ from state_runtime.storage import check_relative_path
 from state_runtime.store.schema_evolution import SchemaChange
 from state_runtime.units import age, size
 
+BRIEF_BELOW = 120
+"""Below this width ``health`` prints one line per store unless ``--table`` asks."""
+
 
 @click.command()
 @json_option
@@ -66,6 +70,12 @@ from state_runtime.units import age, size
     help="Order of the rows.",
 )
 @click.option("--limit", type=click.IntRange(min=1), help="Show only the first N rows.")
+@click.option(
+    "--brief/--table",
+    default=None,
+    help="One line per store (store, status, since, why), or the table of figures.",
+    show_default=f"brief below {BRIEF_BELOW} columns, else the table",
+)
 @store_option
 @policy_options(*RETENTION)
 @click.pass_obj
@@ -73,6 +83,7 @@ def health(settings: Settings, /, **kw: Any) -> None:
     """Each store's status (healthy, degraded, broken, unknown: why, since when) and figures,
     from the catalog (no storage access). Exit code for monitors: 0 healthy, 1 degraded,
     2 broken, 3 unknown (or the command failed). 'status' is the same command."""
+    brief = kw["brief"] if kw["brief"] is not None else settings.console.width < BRIEF_BELOW
     try:
         policy = policy_of(settings, kw)
         with open_fleet(settings) as fleet:
@@ -84,7 +95,8 @@ def health(settings: Settings, /, **kw: Any) -> None:
         sys.exit(MONITOR_UNKNOWN if exc.code else exc.code)
     code = monitor_code(reports)
     reports = reports[: kw["limit"]] if kw["limit"] else reports
-    emit(reports, print_health, as_json=lambda shown: [health_json(r) for r in shown])
+    printer = print_health_brief if brief else print_health
+    emit(reports, printer, as_json=lambda shown: [health_json(r) for r in shown])
     sys.exit(code)
 
 
@@ -264,6 +276,26 @@ def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
             run,
         )
     show(console, table)
+
+
+def print_health_brief(console: Console, reports: Sequence[StoreReport]) -> None:
+    """One line per store: its name below the root printed once, its status, since when and
+    why (a reason longer than the line wraps below it, never cut)."""
+    roots = {r.key.root for r in reports}
+    prefix = root_prefix(roots)
+    print_prefix(console, prefix, roots)
+    names = [below(prefix, r.key.root, f"#{r.key.store}") for r in reports]
+    statuses = [r.status.status.value for r in reports]
+    sinces = [
+        "-" if r.status.since is None else f"{r.status.since:%Y-%m-%d %H:%M}" for r in reports
+    ]
+    wide = [max(map(len, column), default=0) for column in (names, statuses, sinces)]
+    for r, name, status, since in zip(reports, names, statuses, sinces, strict=True):
+        colour = _COLOURS[r.status.status]
+        line = Text(f"{name:<{wide[0]}}  ")
+        line.append(f"{status:<{wide[1]}}", style=colour)
+        line.append(f"  since {since:<{wide[2]}}  {r.status.reason}")
+        console.print(line, overflow="fold")
 
 
 _COLOURS = {

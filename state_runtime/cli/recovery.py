@@ -201,9 +201,8 @@ def repartition(settings: Settings, /, root: str, **kw: Any) -> None:
         fail(EXIT_USAGE, "--spark-checkpoint and --no-spark-checkpoint exclude each other")
     settings.roots = [canonical_root(root)]
     with open_fleet(settings, storage=True) as fleet:
-        spark = spark_session(kw["master"], app_name="statestore-repartition")
-        plan = run_repartition(
-            spark,
+        plan = run_repartition(  # Spark starts once the catalog-only checks pass
+            lambda: spark_session(kw["master"], app_name="statestore-repartition"),
             fleet,
             settings.roots[0],
             kw["query_id"],

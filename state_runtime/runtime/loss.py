@@ -12,14 +12,12 @@ computes it, the Spark checkpoint the driver was given), and the loss is recorde
 problem on the store, so that ``statestore health`` calls it broken at once and says the
 same.
 
-Through ``foreachBatch`` the paragraph reaches the driver inside Spark's own error (the
-Python traceback of the batch function, wrapped in a ``StreamingQueryException``, often more
-than once): :func:`loss_paragraph` finds it there, for the one line to show the user.
+Through ``foreachBatch`` the paragraph reaches the driver inside Spark's own error (a
+``StreamingQueryException``): :func:`state_runtime.failures.failure_paragraph` finds it there,
+as any of our errors, for the one paragraph to show the user.
 """
 
 from __future__ import annotations
-
-import re
 
 from state_runtime.catalog import Catalog, FoundProblem, StoreKey
 from state_runtime.errors import CannotLoadState, StateLost
@@ -87,14 +85,3 @@ def _lost(damage: Damage, query_id: str, batch_id: int) -> StateLost:
 def _loading_codes(error: type[CannotLoadState]) -> set[str]:
     """The codes of ``error`` and of every error that derives from it."""
     return {error.code}.union(*(_loading_codes(sub) for sub in error.__subclasses__()))
-
-
-_LOSS = re.compile(r"\[" + StateLost.code + r"\][^\n]*")
-
-
-def loss_paragraph(error: BaseException | str) -> str | None:
-    """The loss paragraph (``[STATE_LOST] batch B of query Q cannot load its state: ...``)
-    inside an error, such as the ``StreamingQueryException`` of a stream whose foreachBatch
-    raised :class:`StateLost`; None if the error is no loss."""
-    found = _LOSS.search(str(error))
-    return found.group(0).rstrip() if found else None

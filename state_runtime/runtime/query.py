@@ -49,6 +49,7 @@ from state_runtime.errors import (
     InvalidArgument,
     SchemaMismatch,
 )
+from state_runtime.failures import log_failure, typed_error
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
 from state_runtime.maintenance.damage import SPARK_CHECKPOINT
 from state_runtime.runtime.coordinator import holders
@@ -492,6 +493,9 @@ class StatefulQuery:
                     if self.telemetry is not None and isinstance(lost.store, StoreKey):
                         self.telemetry.lost(self.query_id, lost.store)
                     raise lost from None
+            typed = typed_error(exc) if isinstance(exc, Exception) else None
+            if typed is not None and typed is not exc:  # raised in a task, wrapped by Spark
+                raise typed from exc
             raise
         metrics = replace(metrics, commit_ms=commit.commit_ms)  # as the catalog recorded it
         if self.telemetry is not None:
@@ -617,9 +621,18 @@ class StatefulQuery:
     ) -> Callable[[DataFrame, int], None]:
         """A ``foreachBatch`` function: run the batch, hand its output to
         ``sink(output_df, batch_id)`` (one Spark job; ``cache_output=True`` if the sink runs
-        several actions), commit."""
+        several actions), commit. A batch that fails with our error raises it alone, its
+        full trace appended to the log file (``state_runtime.failures``): the streaming
+        query's error then carries the one paragraph, not the tasks' tracebacks."""
 
         def process(df: DataFrame, batch_id: int) -> None:
-            self.run_batch(df, batch_id, sink=sink, cache_output=cache_output).release()
+            try:
+                self.run_batch(df, batch_id, sink=sink, cache_output=cache_output).release()
+            except Exception as exc:
+                typed = typed_error(exc)
+                if typed is None:
+                    raise
+                log_failure(exc)
+                raise typed from None
 
         return process
