@@ -10,10 +10,12 @@
   file's state, a replayed commit's checkpoint) and a trigger (:data:`GUARD_SQL`) that
   refuses, for any role without DELETE, every other change of those columns: a file moves to
   ``committed`` only when the commit log names its checkpoint, to ``orphan`` only when it no
-  longer does; a commit entry names only a recorded file of its own store and version (or,
-  for a version that changed nothing, no file and its previous version's checkpoint); a
-  store's latest version is one the commit log holds. So one statement (``UPDATE
-  checkpoint_files SET state = 'orphan'``) cannot doom the committed files of a store.
+  longer does; a commit entry changes only at its store's latest version (a replay replaces
+  a version with no successor) and names only a recorded file of its own store and version
+  (or, for a version that changed nothing, no file and its previous version's checkpoint); a
+  store's latest version never moves back and is one the commit log holds. So one statement
+  (``UPDATE checkpoint_files SET state = 'orphan'``) cannot doom the committed files of a
+  store.
 - maintenance: the runtime's rights plus what snapshots, cleanup, validation, repair and
   leases need: INSERT, UPDATE and DELETE on every table but the owner's (the schema's
   revision and the role names); no DDL.
@@ -90,6 +92,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
   committed boolean;
   named boolean;
+  latest boolean;
 BEGIN
   IF has_table_privilege(TG_RELID, 'DELETE') THEN
     RETURN NEW;  -- the owner and maintenance: restore, repair and cleanup move history
@@ -122,6 +125,13 @@ BEGIN
         'recorded file of that version (not file %, checkpoint %)', NEW.store_id,
         NEW.version, NEW.file_id, NEW.checkpoint_id USING ERRCODE = 'insufficient_privilege';
     END IF;
+    latest := EXISTS (SELECT 1 FROM {s}.stores s WHERE s.store_id = OLD.store_id
+      AND s.latest_version = OLD.version);
+    IF NOT latest THEN  -- a replay replaces only a version with no successor
+      RAISE EXCEPTION 'permission denied: the commit of store %, version % is not its '
+        'latest: a committed version below the latest is history', OLD.store_id, OLD.version
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
   ELSIF (NEW.latest_version, NEW.latest_checkpoint_id)
       IS DISTINCT FROM (OLD.latest_version, OLD.latest_checkpoint_id)
     AND NOT EXISTS (SELECT 1 FROM {s}.commit_log c WHERE c.store_id = NEW.store_id
@@ -129,6 +139,10 @@ BEGIN
     RAISE EXCEPTION 'permission denied: store % may not name version % (%) as its latest: '
       'the commit log does not hold it', NEW.store_id, NEW.latest_version,
       NEW.latest_checkpoint_id USING ERRCODE = 'insufficient_privilege';
+  ELSIF NEW.latest_version < OLD.latest_version THEN
+    RAISE EXCEPTION 'permission denied: store % may not move back from version % to %',
+      NEW.store_id, OLD.latest_version, NEW.latest_version
+      USING ERRCODE = 'insufficient_privilege';
   END IF;
   RETURN NEW;
 END $$
