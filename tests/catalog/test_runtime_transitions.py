@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from state_runtime.errors import StateLost
+from state_runtime.identity import CheckpointRef
+from state_runtime.runtime.loss import lost_state
+from state_runtime.storage import LocalStorage
 from tests.catalog.test_roles import (  # noqa: F401  (the roles fixture)
     STORES,
     Roles,
@@ -103,3 +107,33 @@ def test_a_commit_below_the_latest_is_history_to_the_runtime(
     )
     assert "version 10 is not its latest" in why
     assert rows(roles.owner, "SELECT * FROM commit_log ORDER BY commit_id") == log
+
+
+def test_the_runtime_records_the_loss_behind_a_batch_it_cannot_load(
+    roles: Roles,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A failed batch whose base file is gone raises StateLost and records the problem, so
+    that ``health`` calls the store broken. As the runtime role, recording it was refused
+    (no INSERT on ``store_problems``): the driver raised CatalogPermissionDenied instead of
+    the loss. It may open a problem, and still resolve none."""
+    stream = runtime_stream(roles, tmp_path)
+    assert isinstance(stream.storage, LocalStorage)
+    store = STORES[0]
+    latest = stream.committed[store][-1]
+    (stream.storage.root / latest.path).unlink()
+    lost = lost_state(
+        stream.catalog,
+        stream.storage,
+        stream.query,
+        stream.batch,
+        {store: CheckpointRef(latest.version, latest.checkpoint_id)},
+    )
+    stream.catalog.close()
+    assert isinstance(lost, StateLost) and latest.path in str(lost)
+    assert rows(roles.owner, "SELECT path FROM store_problems WHERE resolved_at IS NULL") == [
+        (latest.path,)
+    ]
+    assert "permission denied for table store_problems" in refused(
+        roles.runtime, "UPDATE store_problems SET resolved_at = now()"
+    )

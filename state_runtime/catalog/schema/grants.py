@@ -4,7 +4,8 @@
   upgrade``) and these grants.
 - runtime: what a streaming job does: register stores and their schema histories, record
   batch intents, files, commits, holders, batch metrics and watermarks. SELECT, INSERT and
-  UPDATE on those tables, SELECT on the rest; no DELETE, no DDL. On the three tables that
+  UPDATE on those tables, INSERT on ``store_problems`` (the loss behind a batch it cannot
+  load), SELECT on the rest; no DELETE, no DDL. On the three tables that
   hold history (``stores``, ``checkpoint_files``, ``commit_log``) its UPDATE is narrowed to
   the protocol's own transitions: column grants (a store's latest version and schemas, a
   file's state, a replayed commit's checkpoint) and a trigger (:data:`GUARD_SQL`) that
@@ -54,6 +55,7 @@ from state_runtime.catalog.schema.tables import (
     operator_schemas,
     state_schemas,
     store_holders,
+    store_problems,
     stores,
 )
 from state_runtime.errors import InvalidArgument
@@ -74,6 +76,10 @@ RUNTIME_WRITES = tuple(
     )
 )
 """The tables a streaming job inserts into and updates (never deletes from)."""
+RUNTIME_INSERTS = (store_problems.name,)
+"""The tables a streaming job only inserts into: the problem behind a batch it cannot load
+(``runtime/loss.py``), so that ``health`` calls the store broken; resolving one is
+maintenance's (a validation, a restore)."""
 GUARDED_UPDATES: dict[str, tuple[str, ...]] = {
     stores.name: (
         "key_schema",
@@ -222,6 +228,7 @@ def grants_sql(roles: Roles, schema: str) -> list[str]:
         f"REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM {reader}",
         f"GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {runtime}, {maintenance}",
         f"GRANT INSERT, UPDATE ON {written} TO {runtime}",
+        f"GRANT INSERT ON {', '.join(f'{s}.{_ident(t)}' for t in RUNTIME_INSERTS)} TO {runtime}",
         f"REVOKE UPDATE ON {guarded} FROM {runtime}",  # its column grants go with it
         *(
             f"GRANT UPDATE ({', '.join(columns)}) ON {s}.{_ident(table)} TO {runtime}"
