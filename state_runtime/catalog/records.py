@@ -199,6 +199,7 @@ class StoreHealth:
     first_problem: str | None  # the oldest open problem, naming its file
     problems_since: datetime | None  # when the oldest open problem was found
     last_resolved_at: datetime | None
+    last_restored_at: datetime | None  # the last problem a restore resolved (not a validation)
     first_validated_at: datetime | None
     last_validated_at: datetime | None
     chain_since: datetime | None  # commit time of the first delta after the last snapshot
@@ -338,14 +339,15 @@ class BatchWatermark:
 
 @dataclass(frozen=True, slots=True)
 class CommittedDelta:
-    """The delta file one batch committed for one store, with its inventory state."""
+    """The delta file one batch committed for one store, with its inventory state; ``path``
+    and ``state`` are None when the batch changed nothing in the store (no file, no changes)."""
 
     store: StoreId
     query_id: str
     batch_id: int
     ref: CheckpointRef
-    path: str
-    state: str
+    path: str | None
+    state: str | None
 
 
 @dataclass(frozen=True, slots=True)
