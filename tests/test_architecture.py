@@ -11,7 +11,7 @@ from tests.test_import_graph import PACKAGE, REPO, import_graph
 MAX_LINES = 600
 SIZED = [PACKAGE, REPO / "dagster_project", REPO / "state_runtime_airflow", REPO / "benchmarks"]
 PENDING_CUTS = {
-    "state_runtime/catalog/schema/operator_views.py": "status-data's rewrite (591 lines there)",
+    "state_runtime/catalog/schema/operator_views.py": "status-data's rewrite (599 lines there)",
 }
 """Modules over the limit whose cut is another branch's; remove the entry when it lands."""
 DIAGRAM = REPO / "docs" / "architecture.md"
