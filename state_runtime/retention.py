@@ -63,7 +63,10 @@ def check_retained_versions(
     try:
         setting.check(value)
     except MaintenanceRefused as exc:
-        raise refusal((f"{what}={value}: " if named else "") + exc.reason) from None
+        message = (f"{what}={value}: " if named else "") + exc.reason
+        if issubclass(refusal, MaintenanceRefused):
+            raise refusal(message, setting=what, value=exc.value, limit=exc.limit) from None
+        raise refusal(message) from None
     except InvalidArgument:
         raise InvalidArgument(f"{what} must be an int, got {value!r}") from None
     return value

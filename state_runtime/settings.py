@@ -122,7 +122,12 @@ class Setting:
             raise InvalidArgument(f"{self.name} must be a {self.kind}, got {value!r}")
         if value < self.floor:  # type: ignore[operator]
             if self.refusal is not None:
-                raise MaintenanceRefused(self.refusal.format(value=value, floor=self.floor))
+                raise MaintenanceRefused(
+                    self.refusal.format(value=value, floor=self.floor),
+                    setting=self.name,
+                    value=value,
+                    limit=self.floor,
+                )
             raise InvalidArgument(
                 f"{self.name} must be at least {self.text(self.floor)}, got {self.text(value)}"
             )
@@ -329,4 +334,4 @@ class WorkerSettings:
             return cls(**values)  # type: ignore[arg-type]
         except StateStoreError as exc:
             label = ", ".join(labels.values())
-            raise type(exc)(f"{label}: {exc.reason}") from None
+            raise exc.labelled(label) from None

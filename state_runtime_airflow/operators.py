@@ -7,7 +7,7 @@ it, works on ``checkpoint_roots`` (default: every root in the catalog) or the ``
 named, and records its run in the catalog like any maintenance run (owner
 ``airflow:<dag>.<task>[<map index>]/<run id>``). Its XCom value and its log give the outcome
 per store in words (:mod:`state_runtime_airflow.results`). What deletes or rewrites (cleanup,
-repair, restore, repartition) is a dry run unless ``apply_changes=True``. A task fails, naming
+repair, restore, repartition) is a dry run unless ``dry_run=False``. A task fails, naming
 the stores, when a store's pass failed, a blocking check failed or a store is broken; an
 error of ours (a refusal, the catalog down, Spark's wrappers included) fails it with the one
 paragraph ``statestore`` prints, its full trace in the library's log file
@@ -218,20 +218,25 @@ class StateValidationOperator(StateMaintenanceOperator):
 
 class StateWritingOperator(StateMaintenanceOperator):
     """The shared part of the operators whose pass rewrites or deletes: a dry run (the plan)
-    unless ``apply_changes=True``.
+    unless ``dry_run=False``.
 
-    :param apply_changes: carry the pass out; false only plans it.
+    :param dry_run: only plan the pass (the default); false carries it out. Kept as
+        ``dry_run_setting`` (rendered there from a template): ``dry_run`` is Airflow's own
+        method of every operator.
     """
 
-    template_fields: Sequence[str] = (*StateMaintenanceOperator.template_fields, "apply_changes")
+    template_fields: Sequence[str] = (
+        *StateMaintenanceOperator.template_fields,
+        "dry_run_setting",
+    )
 
-    def __init__(self, *, apply_changes: bool | str = False, **kwargs: Any) -> None:
+    def __init__(self, *, dry_run: bool | str = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.apply_changes = apply_changes
+        self.dry_run_setting = dry_run
 
-    def applies(self) -> bool:
-        """Whether this run carries the pass out (``apply_changes`` as rendered)."""
-        return _as_bool(self.apply_changes, "apply_changes")
+    def plans_only(self) -> bool:
+        """Whether this run only plans (``dry_run`` as rendered)."""
+        return _as_bool(self.dry_run_setting, "dry_run")
 
 
 class StateQueryOperator(StateWritingOperator):
@@ -258,13 +263,13 @@ class StateQueryOperator(StateWritingOperator):
 
 class StateCleanupOperator(StateWritingOperator):
     """Deletes what retention allows, each deletion recorded with its reason; a dry run
-    (the plan, per store) unless ``apply_changes=True``. Stores with open problems are held."""
+    (the plan, per store) unless ``dry_run=False``. Stores with open problems are held."""
 
     def execute(self, context: Context) -> Result:
-        execute = self.applies()
+        dry_run = self.plans_only()
         with self.work(context) as work:
             report = cleanup_pass(
-                work.fleet, work.policy, execute=execute, only=work.only, progress=work.progress
+                work.fleet, work.policy, dry_run=dry_run, only=work.only, progress=work.progress
             )
         failed = "; ".join(f"{path}: {error}" for path, error in report.failed.items())
         return self.report(
@@ -276,10 +281,10 @@ class StateCleanupOperator(StateWritingOperator):
 
 class StateRepairOperator(StateWritingOperator):
     """Rebuilds damaged snapshots from their intact deltas; a dry run (the damaged snapshots)
-    unless ``apply_changes=True``. Fails naming each snapshot it could not repair."""
+    unless ``dry_run=False``. Fails naming each snapshot it could not repair."""
 
     def execute(self, context: Context) -> Result:
-        dry_run = not self.applies()
+        dry_run = self.plans_only()
         with self.work(context) as work:
             if dry_run:
                 return self.report(
@@ -296,7 +301,7 @@ class StateRepairOperator(StateWritingOperator):
 
 class StateRestoreOperator(StateQueryOperator):
     """Returns a stopped query's stores (below one root) to an earlier, intact batch; a dry
-    run (the plan: each store's version, what is superseded) unless ``apply_changes=True``.
+    run (the plan: each store's version, what is superseded) unless ``dry_run=False``.
 
     :param batch_id: the batch to return to.
     :param allow_lost_state: accept that stores whose version does not load start again empty.
@@ -316,7 +321,7 @@ class StateRestoreOperator(StateQueryOperator):
         self.allow_lost_state = allow_lost_state
 
     def execute(self, context: Context) -> Result:
-        dry_run = not self.applies()
+        dry_run = self.plans_only()
         with self.work(context) as work:
             [root] = work.fleet.root_names()
             plan = plan_restore(
@@ -336,7 +341,7 @@ class StateRepartitionOperator(StateQueryOperator):
     """Changes a stopped query's number of state partitions (``statestore repartition``): a
     Spark job routes every key with the runtime's rule and writes one snapshot per new
     partition, and one catalog transaction switches the layout. A dry run (rows and bytes per
-    new partition, the skew) unless ``apply_changes=True``. Its ``spark_checkpoint``'s last
+    new partition, the skew) unless ``dry_run=False``. Its ``spark_checkpoint``'s last
     committed batch must be the catalog's.
 
     :param num_partitions: the new number of state partitions.
@@ -373,7 +378,7 @@ class StateRepartitionOperator(StateQueryOperator):
         from state_runtime.maintenance.repartition import repartition
         from state_runtime.runtime.spark_session import spark_session
 
-        execute = self.applies()
+        dry_run = self.plans_only()
         operator = None if self.operator_id in (None, "") else int(str(self.operator_id))
         with self.work(context) as work:
             [root] = work.fleet.root_names()
@@ -385,7 +390,7 @@ class StateRepartitionOperator(StateQueryOperator):
                 int(str(self.num_partitions)),
                 operator_id=operator,
                 spark_checkpoint=self.spark_checkpoint,
-                execute=execute,
+                dry_run=dry_run,
                 policy=work.policy,
                 idle=timedelta(seconds=int(str(self.idle_seconds))),
                 progress=work.progress,

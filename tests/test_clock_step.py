@@ -65,8 +65,8 @@ with Catalog.open(spec["url"]) as catalog:
     before, host_before = catalog.now(), datetime.now(UTC)  # measured: the clock is right
     os.environ["STATE_CLOCK_SKEW_S"] = str(spec["step_s"])  # the host's clock steps
     host_after, after = datetime.now(UTC), catalog.now()
-    cleaned = cleanup_pass(fleet, policy, execute=True)
-    reconciled = reconcile(fleet, policy, execute=True)
+    cleaned = cleanup_pass(fleet, policy, dry_run=False)
+    reconciled = reconcile(fleet, policy, dry_run=False)
     print(json.dumps({
         "host_jump_s": (host_after - host_before).total_seconds(),
         "catalog_jump_s": (after - before).total_seconds(),

@@ -105,7 +105,7 @@ def state_retention_cleanup(
         report = cleanup_pass(
             run.fleet,
             run.policy,
-            execute=not config.dry_run,
+            dry_run=config.dry_run,
             only=config.only(run.names),
             progress=run.progress,
         )
@@ -157,5 +157,5 @@ def state_reconciliation(
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """The rare sweep that lists storage and records files the catalog does not know."""
     with maintenance.run(context) as run:
-        report = reconcile(run.fleet, run.policy, execute=not config.dry_run, progress=run.progress)
+        report = reconcile(run.fleet, run.policy, dry_run=config.dry_run, progress=run.progress)
     return MaterializeResult(metadata=reconcile_metadata(report))

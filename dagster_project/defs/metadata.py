@@ -161,6 +161,7 @@ def snapshot_metadata(report: SnapshotReport, names: StoreNames) -> MetadataMap:
     ]
     header = ("store", "status", "version", "deltas", "bytes", "error")
     return {
+        "summary": MetadataValue.text(report.summary()),
         **{name: MetadataValue.int(n) for name, n in report.counts().items()},
         "catalog_run_id": MetadataValue.int(report.run_id),
         "outcomes": MetadataValue.md(_cells(rows, header) + _more(len(report.outcomes), MD_ROWS)),
@@ -185,6 +186,7 @@ def cleanup_metadata(
         for h in report.held[:MD_ROWS]
     ]
     return {
+        "summary": MetadataValue.text(report.summary()),
         "held": MetadataValue.md(
             _cells(held, ("store", "since", "problems", "reason"))
             + _more(len(report.held), MD_ROWS)
@@ -237,6 +239,7 @@ def repair_metadata(report: RepairReport, names: StoreNames) -> MetadataMap:
         (names.name(o.key), o.path, o.status.value, o.detail) for o in report.outcomes[:MD_ROWS]
     ]
     return {
+        "summary": MetadataValue.text(report.summary()),
         **{name: MetadataValue.int(n) for name, n in report.counts().items()},
         "catalog_run_id": MetadataValue.int(report.run_id),
         "outcomes": MetadataValue.md(
@@ -272,6 +275,7 @@ def repartition_metadata(plan: RepartitionPlan) -> MetadataMap:
         [f"{f.operator_id} ({f.store_name})", f.partition, f.rows, f.bytes] for f in plan.figures
     ]
     metadata: MetadataMap = {
+        "summary": MetadataValue.text(plan.summary()),
         "query": MetadataValue.text(f"{plan.root} {plan.query_id}"),
         "batch": MetadataValue.int(plan.batch_id),
         "partitions": MetadataValue.int(plan.num_partitions),

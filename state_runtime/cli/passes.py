@@ -69,7 +69,7 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
             emit_part(due, print_due_snapshots)
         if kw["cleanup"]:
             report = cleanup_pass(
-                fleet, policy, execute=not kw["dry_run"], only=only, progress=settings.progress
+                fleet, policy, dry_run=kw["dry_run"], only=only, progress=settings.progress
             )
             done["cleanup"] = report
             emit_part(report, print_cleanup)

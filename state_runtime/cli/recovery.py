@@ -209,7 +209,7 @@ def repartition(settings: Settings, /, root: str, **kw: Any) -> None:
             kw["partitions"],
             operator_id=kw["operator_id"],
             spark_checkpoint="" if kw["no_spark_checkpoint"] else kw["spark_checkpoint"],
-            execute=not kw["dry_run"],
+            dry_run=kw["dry_run"],
             policy=policy_of(settings, {}),
             idle=kw["idle"],
             progress=settings.progress,
@@ -232,7 +232,7 @@ def reconcile_command(settings: Settings, /, **kw: Any) -> None:
         report = reconcile(
             fleet,
             policy,
-            execute=not kw["dry_run"],
+            dry_run=kw["dry_run"],
             min_age=kw["min_age"],
             progress=settings.progress,
         )
@@ -252,7 +252,7 @@ def relocate(settings: Settings, /, old: str, new: str, **kw: Any) -> None:
     Every committed file the catalog knows below OLD must be at NEW first."""
     settings.roots = [canonical_root(old)]
     with open_fleet(settings) as fleet:
-        report = relocate_root(fleet.catalog, settings.roots[0], new, execute=not kw["dry_run"])
+        report = relocate_root(fleet.catalog, settings.roots[0], new, dry_run=kw["dry_run"])
     emit(report, print_relocation)
     sys.exit(EXIT_PROBLEMS if report.missing else 0)
 

@@ -275,6 +275,35 @@ class ChecksReport:
     health: list[StoreReport]
     outcomes: list[CheckOutcome]
 
+    def summary(self) -> str:
+        """The run in one line: the stores validated and the checks that failed."""
+        failed = [o.name.value for o in self.outcomes if not o.passed]
+        return f"validation run {self.run_id}: {len(self.health)} store(s); " + (
+            f"failed checks: {', '.join(failed)}" if failed else "every check passed"
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per store: its status, its validation errors and ``detail`` in words."""
+        problems: dict[str, list[str]] = {}
+        for finding in self.validation.errors:
+            problems.setdefault(str(finding.key), []).append(str(finding))
+        return [
+            {
+                "store": str(r.key),
+                "status": r.status.status.value,
+                "problems": problems.get(str(r.key), []),
+                "detail": str(r.status),
+            }
+            for r in self.health
+        ]
+
+    def check_rows(self) -> list[dict[str, Any]]:
+        """One row per check: passed, severity, its summary and the stores that fail it."""
+        return [
+            {"check": o.name.value} | {k: v for k, v in outcome_record(o).items() if k != "figures"}
+            for o in self.outcomes
+        ]
+
     def outcome(self, name: CheckName) -> CheckOutcome:
         return next(o for o in self.outcomes if o.name is name)
 

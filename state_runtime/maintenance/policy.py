@@ -66,7 +66,10 @@ class MaintenancePolicy:
                 f"retention window {format_duration(retention.window)} is shorter than the "
                 f"configured minimum of {format_duration(self.min_window)}: files that young may "
                 "belong to a batch still in flight. Use a longer window or lower min_window "
-                f"({MAINTENANCE['min_window'].env}) deliberately."
+                f"({MAINTENANCE['min_window'].env}) deliberately.",
+                setting="window",
+                value=retention.window,
+                limit=self.min_window,
             )
 
     def value(self, name: str) -> int | timedelta | None:
@@ -111,7 +114,7 @@ class MaintenancePolicy:
                 else:
                     policy = replace(policy, **change)
             except StateStoreError as exc:
-                raise type(exc)(f"{labels.get(name, name)}: {exc.reason}") from None
+                raise exc.labelled(labels.get(name, name)) from None
         return policy
 
     def with_settings(self, raw: Mapping[str, object], source: str) -> MaintenancePolicy:

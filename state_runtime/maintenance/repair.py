@@ -31,6 +31,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from state_runtime.catalog import (
     FileRecord,
@@ -91,6 +92,26 @@ class RepairReport:
     def failed(self) -> list[RepairOutcome]:
         bad = (RepairStatus.FAILED, RepairStatus.UNREPAIRABLE)
         return [o for o in self.outcomes if o.status in bad]
+
+    def summary(self) -> str:
+        """The pass in one line: repaired, adopted, failed or unrepairable."""
+        c = self.counts()
+        return (
+            f"repair run {self.run_id}: {c['repaired']} repaired, {c['adopted']} adopted, "
+            f"{len(self.failed)} failed or unrepairable"
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per snapshot looked at: its outcome and ``detail`` in words."""
+        return [
+            {
+                "store": str(o.key),
+                "path": o.path,
+                "status": o.status.value,
+                "detail": f"{o.status.value} {o.path} (version {o.version}): {o.detail}",
+            }
+            for o in self.outcomes
+        ]
 
     def counts(self) -> dict[str, int]:
         return {s.value: self.count(s) for s in RepairStatus}

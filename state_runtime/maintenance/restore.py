@@ -24,6 +24,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from state_runtime.catalog import CommitEntry, FileRecord, RunKind, StoreKey
 from state_runtime.errors import InvalidArgument, MaintenanceRefused
@@ -73,6 +74,26 @@ class RestorePlan:
     run_id: int | None = None
     orphaned_files: int = 0
     moved_spark_files: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """The restore in one line: the batches, done or planned, and what it supersedes."""
+        what = f"restored by run {self.run_id}" if self.executed else "would be restored (dry run)"
+        return (
+            f"query {self.query_id} below {self.root}: batch {self.last_batch} -> "
+            f"{self.batch_id} {what}; {len(self.superseded)} later commit(s) superseded"
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per store: the version it returns to, and whether its state is lost."""
+        lost = {str(x.key): x for x in self.lost}
+        rows = []
+        for store, ref in sorted(self.targets.items(), key=lambda kv: str(kv[0])):
+            name = f"{self.root}#{store}"
+            words = f"returns to version {ref.version}"
+            if name in lost:
+                words += f"; LOST, starts again from empty: {lost[name].problem}"
+            rows.append({"store": name, "version": ref.version, "detail": words})
+        return rows
 
     def counts(self) -> dict[str, int]:
         return {

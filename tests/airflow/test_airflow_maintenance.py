@@ -180,12 +180,12 @@ def test_a_corrupt_snapshot_blocks_cleanup_and_fails_health_naming_the_store(
 
     # The repair DAG: a dry run lists the damaged snapshot; applied, it rebuilds it, and the
     # next maintenance run validates, cleans within retention and finds every store healthy.
-    states, values = run_dag(dag_id="state_store_repair", roots=[], apply_changes=False)
+    states, values = run_dag(dag_id="state_store_repair", roots=[], dry_run=True)
     assert values["repair"]["stores"] == [
         {"store": name, "path": path, "detail": values["repair"]["stores"][0]["detail"]}
     ]
     assert states["health"] == "failed"
-    states, values = run_dag(dag_id="state_store_repair", roots=[], apply_changes=True)
+    states, values = run_dag(dag_id="state_store_repair", roots=[], dry_run=False)
     assert set(states.values()) == {"success"}, states
     assert values["repair"]["counts"]["repaired"] == 1
     states, _ = run_dag(cleanup_dry_run=False)
@@ -199,7 +199,7 @@ def test_a_corrupt_snapshot_blocks_cleanup_and_fails_health_naming_the_store(
 def test_the_restore_dag_plans_then_returns_the_query_to_a_batch(stream: StoreStream) -> None:
     stream.run(5)
     conf = {"root": stream.root, "query_id": stream.query, "batch_id": 2, "spark_checkpoint": ""}
-    states, values = run_dag(dag_id="state_store_restore", **conf, apply_changes=False)
+    states, values = run_dag(dag_id="state_store_restore", **conf, dry_run=True)
     assert set(states.values()) == {"success"}, states
     plan = values["restore"]
     assert plan["counts"]["dry_run"] is True and plan["run_id"] is None
@@ -208,7 +208,7 @@ def test_the_restore_dag_plans_then_returns_the_query_to_a_batch(stream: StoreSt
         max(e.batch_id for e in stream.catalog.commit_history(stream.root, query_id="query-1")) == 4
     )
 
-    states, values = run_dag(dag_id="state_store_restore", **conf, apply_changes=True)
+    states, values = run_dag(dag_id="state_store_restore", **conf, dry_run=False)
     assert set(states.values()) == {"success"}, states
     done = values["restore"]
     assert done["counts"]["superseded_versions"] == 2 * len(stream.stores)
@@ -262,7 +262,7 @@ def test_the_repartition_dag_plans_then_changes_the_partitions(
         "spark_checkpoint": "",
         "idle_seconds": 0,
     }
-    states, values = run_dag(dag_id="state_store_repartition", **conf, apply_changes=False)
+    states, values = run_dag(dag_id="state_store_repartition", **conf, dry_run=True)
     assert set(states.values()) == {"success"}, states
     plan = values["repartition"]
     assert plan["counts"]["dry_run"] is True and plan["run_id"] is None
@@ -272,7 +272,7 @@ def test_the_repartition_dag_plans_then_changes_the_partitions(
     layouts = catalog.layout_history(canonical_root(root))
     assert [layout.num_partitions for layout in layouts] == [4]
 
-    states, values = run_dag(dag_id="state_store_repartition", **conf, apply_changes=True)
+    states, values = run_dag(dag_id="state_store_repartition", **conf, dry_run=False)
     assert set(states.values()) == {"success"}, states
     done = values["repartition"]
     [record] = [r for r in catalog.recent_runs() if r.kind == "repartition"]

@@ -125,7 +125,7 @@ def test_restore_to_an_intact_batch_after_a_later_file_was_lost(stream: StoreStr
     assert run_checks(fleet, MaintenancePolicy.from_env(preset="demo")).ok
 
     # Cleanup deletes the superseded files like any orphan; the ledger says why.
-    report_cleanup = cleanup_pass(fleet, MaintenancePolicy.from_env(preset="demo"), execute=True)
+    report_cleanup = cleanup_pass(fleet, MaintenancePolicy.from_env(preset="demo"), dry_run=False)
     assert not report_cleanup.failed
     reasons = {d.file.path: d.reason for d in report_cleanup.deleted}
     assert all(

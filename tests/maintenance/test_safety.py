@@ -117,7 +117,7 @@ def test_a_corrupt_latest_snapshot_keeps_its_deltas_until_repaired(
     assert found.damage.command == command
     assert f"run `{command}`" in report.status.reason  # as validate said
 
-    cleanup_pass(fleet, POLICY, now=LATER, execute=True)
+    cleanup_pass(fleet, POLICY, now=LATER, dry_run=False)
     assert set(deltas) <= on_disk(stream) and snap.exists()
     assert_retained_versions_load(stream)
 
@@ -134,7 +134,7 @@ def test_a_corrupt_latest_snapshot_keeps_its_deltas_until_repaired(
     assert statuses(stream)[store] is StoreStatus.HEALTHY
     assert not stream.catalog.problems(root=stream.root)
 
-    done = cleanup_pass(fleet, POLICY, now=LATER, execute=True)
+    done = cleanup_pass(fleet, POLICY, now=LATER, dry_run=False)
     assert set(deltas[:6]) <= {v.file.path for v in done.deleted}
     assert not done.held
     assert_retained_versions_load(stream)
@@ -241,7 +241,7 @@ def test_a_truncated_delta_holds_the_store_until_a_validation_passes(
     [resolved] = stream.catalog.problems(root=stream.root, only_open=False)
     assert resolved.path == newest.path and resolved.resolved_at is not None
     assert (resolved.resolution or "").startswith("no longer found by validation run")
-    done = cleanup_pass(fleet_on(stream), POLICY, now=LATER, execute=True)
+    done = cleanup_pass(fleet_on(stream), POLICY, now=LATER, dry_run=False)
     assert stream.committed[store][0].path in {v.file.path for v in done.deleted}
     assert_retained_versions_load(stream)
 
