@@ -10,15 +10,15 @@
 -- recorded_at (when the catalog recorded it).
 \if :{?retain}
 \else
-\set retain 2
+SELECT retain_versions AS retain FROM state_policy_defaults \gset
 \endif
 \if :{?retention}
 \else
-\set retention '1 hour'
+SELECT "window" AS retention FROM state_policy_defaults \gset
 \endif
 \if :{?grace}
 \else
-\set grace '1 hour'
+SELECT orphan_grace AS grace FROM state_policy_defaults \gset
 \endif
 \if :{?root}
 \else

@@ -22,15 +22,15 @@ DO $$ BEGIN RAISE EXCEPTION 'sql/explain_file.sql needs -v path=...: the file pa
 \endif
 \if :{?retain}
 \else
-\set retain 2
+SELECT retain_versions AS retain FROM state_policy_defaults \gset
 \endif
 \if :{?retention}
 \else
-\set retention '1 hour'
+SELECT "window" AS retention FROM state_policy_defaults \gset
 \endif
 \if :{?grace}
 \else
-\set grace '1 hour'
+SELECT orphan_grace AS grace FROM state_policy_defaults \gset
 \endif
 SELECT v.path, v.kind, v.version, v.checkpoint_id, v.state, v.verification, v.size_bytes,
        v.created_at, v.recorded_at,

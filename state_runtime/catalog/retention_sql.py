@@ -23,6 +23,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from state_runtime import retention as rule
 from state_runtime.catalog.lookups import store_ids
+from state_runtime.catalog.predicates import is_live, is_verified_snapshot
 from state_runtime.catalog.reading import read_commits, read_files, read_problems, read_stores
 from state_runtime.catalog.records import (
     FileRecord,
@@ -31,7 +32,7 @@ from state_runtime.catalog.records import (
     StoreKey,
 )
 from state_runtime.catalog.rows import READ_FILE_COLUMNS, AnyRow, file_record
-from state_runtime.catalog.tables import LIVE_STATES, FileState, Verification
+from state_runtime.catalog.tables import FileState, Verification
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import Fact, RetentionPolicy, Verdict
@@ -57,14 +58,6 @@ class Scope:
                 )
             )
         return sa.and_(sa.true(), *conditions)
-
-
-def _verified_snapshot(f: Any) -> ColumnElement[bool]:
-    return sa.and_(
-        f.kind == FileKind.SNAPSHOT.value,
-        f.state == FileState.COMMITTED.value,
-        f.verification == Verification.VERIFIED.value,
-    )
 
 
 @dataclass(frozen=True)
@@ -110,7 +103,9 @@ def retained_bases(back: sa.FromClause, scope: Scope) -> sa.CTE:
     snap = read_files.alias("snap")
     base_version = (
         sa.select(sa.func.max(snap.c.version))
-        .where(snap.c.store_id == s.store_id, _verified_snapshot(snap.c), snap.c.version <= version)
+        .where(
+            snap.c.store_id == s.store_id, is_verified_snapshot(snap.c), snap.c.version <= version
+        )
         .scalar_subquery()
     )
     return (
@@ -133,7 +128,7 @@ def needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
         sa.select(f.c.file_id, f.c.store_id, r.retained_version)
         .select_from(retained)
         .join(f, sa.and_(f.c.store_id == r.store_id, f.c.version == r.base_version))
-        .where(_verified_snapshot(f.c))
+        .where(is_verified_snapshot(f.c))
     )
     deltas = (
         sa.select(f.c.file_id, f.c.store_id, r.retained_version)
@@ -249,7 +244,7 @@ def verdicts(
             .outerjoin(held, held.c.store_id == f.store_id)
             .where(
                 scope.filter(f.store_id),
-                f.state.in_([s.value for s in LIVE_STATES]),  # lets the live partial index serve
+                is_live(f),  # lets the live partial index serve
                 ~sa.exists().where(nf.c.file_id == f.file_id),
                 verdict.in_([v.value for v in rule.DELETABLE]),
             )
@@ -284,7 +279,7 @@ def verdicts(
         .outerjoin(held, held.c.store_id == f.store_id)
         .where(
             scope.filter(f.store_id),
-            f.state.in_([*(s.value for s in LIVE_STATES), FileState.DELETING.value]),
+            sa.or_(is_live(f), f.state == FileState.DELETING.value),
         )
     )
 
@@ -349,7 +344,7 @@ def live_files(connection: Connection, store_id: int) -> list[FileRecord]:
     rows = connection.execute(
         sa.select(*READ_FILE_COLUMNS)
         .join(read_stores, read_stores.c.store_id == f.store_id)
-        .where(f.store_id == store_id, f.state.in_([s.value for s in LIVE_STATES]))
+        .where(f.store_id == store_id, is_live(f))
         .order_by(f.version, f.kind, f.file_id)
     )
     return [file_record(row) for row in rows]

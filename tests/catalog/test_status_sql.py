@@ -138,9 +138,7 @@ def test_every_status_agrees_with_the_python_rule(fleet: Fleet) -> None:
 
 def test_store_health_sql_shows_the_status(fleet: Fleet) -> None:
     defaults = MaintenancePolicy()
-    python = python_status(
-        fleet.catalog, defaults.lag_warn_deltas, defaults.orphan_growth_warn_files
-    )
+    python = python_status(fleet.catalog, defaults.lag_warn_deltas, defaults.orphan_warn_files)
     rows = run_psql(fleet.catalog, "store_health.sql")
     shown = {
         StoreId(int(r["operator_id"]), int(r["partition_id"]), r["store_name"]): (
