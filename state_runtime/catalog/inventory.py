@@ -20,10 +20,10 @@ from state_runtime.catalog.lookups import (
     mark_maintained,
     rows_at,
 )
-from state_runtime.catalog.reading import read_stores
+from state_runtime.catalog.reading import read_files, read_stores
 from state_runtime.catalog.records import StoreKey, StoreRecord
 from state_runtime.catalog.roots import validate_root
-from state_runtime.catalog.rows import READ_STORE_KEY_COLUMNS, STORE_KEY_COLUMNS, AnyRow, key_of
+from state_runtime.catalog.rows import READ_STORE_KEY_COLUMNS, AnyRow, key_of
 from state_runtime.catalog.statements import chunks
 from state_runtime.catalog.tables import (
     FileState,
@@ -188,11 +188,11 @@ def _files_by_path(connection: Connection, wanted: set[tuple[int, int, str]]) ->
 
 def claimed_stores(connection: Connection, root: str | None) -> set[StoreKey]:
     """Stores with files claimed for deletion but not yet recorded deleted."""
-    s, f = stores.c, checkpoint_files.c
+    s, f = read_stores.c, read_files.c
     query = (
-        sa.select(*STORE_KEY_COLUMNS)
+        sa.select(*READ_STORE_KEY_COLUMNS)
         .distinct()
-        .join(checkpoint_files, f.store_id == s.store_id)
+        .join(read_files, f.store_id == s.store_id)
         .where(f.state == FileState.DELETING.value)
     )
     if root is not None:
@@ -202,10 +202,10 @@ def claimed_stores(connection: Connection, root: str | None) -> set[StoreKey]:
 
 def known_paths(connection: Connection, root: str) -> dict[str, str]:
     """Every path the catalog has a record of below ``root``, with its state."""
-    s, f = stores.c, checkpoint_files.c
+    s, f = read_stores.c, read_files.c
     rows = connection.execute(
         sa.select(f.path, f.state)
-        .join(stores, s.store_id == f.store_id)
+        .join(read_stores, s.store_id == f.store_id)
         .where(s.checkpoint_root == root)
     )
     return {r.path: r.state for r in rows}
