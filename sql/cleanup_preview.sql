@@ -8,18 +8,7 @@
 -- or orphan) must also be older than this. Same rules as the Python cleanup: a file's age
 -- is by the database's clock, from the later of created_at (its writer's clock) and
 -- recorded_at (when the catalog recorded it).
-\if :{?retain}
-\else
-SELECT retain_versions AS retain FROM state_policy_defaults \gset
-\endif
-\if :{?retention}
-\else
-SELECT "window" AS retention FROM state_policy_defaults \gset
-\endif
-\if :{?grace}
-\else
-SELECT orphan_grace AS grace FROM state_policy_defaults \gset
-\endif
+\ir include/retention_defaults.psql
 \if :{?root}
 \else
 \set root ''

@@ -20,18 +20,7 @@ DO $$ BEGIN RAISE EXCEPTION 'sql/explain_file.sql needs -v root=...: the checkpo
 \set VERBOSITY terse
 DO $$ BEGIN RAISE EXCEPTION 'sql/explain_file.sql needs -v path=...: the file path relative to the root'; END $$;
 \endif
-\if :{?retain}
-\else
-SELECT retain_versions AS retain FROM state_policy_defaults \gset
-\endif
-\if :{?retention}
-\else
-SELECT "window" AS retention FROM state_policy_defaults \gset
-\endif
-\if :{?grace}
-\else
-SELECT orphan_grace AS grace FROM state_policy_defaults \gset
-\endif
+\ir include/retention_defaults.psql
 SELECT v.path, v.kind, v.version, v.checkpoint_id, v.state, v.verification, v.size_bytes,
        v.created_at, v.recorded_at,
        CASE WHEN f.verification <> 'failed' THEN v.verdict

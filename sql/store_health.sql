@@ -18,18 +18,7 @@
 \else
 \set root ''
 \endif
-\if :{?retain}
-\else
-SELECT retain_versions AS retain FROM state_policy_defaults \gset
-\endif
-\if :{?retention}
-\else
-SELECT "window" AS retention FROM state_policy_defaults \gset
-\endif
-\if :{?grace}
-\else
-SELECT orphan_grace AS grace FROM state_policy_defaults \gset
-\endif
+\ir include/retention_defaults.psql
 \if :{?lag_warn}
 \else
 SELECT lag_warn_deltas AS lag_warn FROM state_policy_defaults \gset

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Connection, Dialect
 from state_runtime import retention as rule
 from state_runtime import status as status_rule
 from state_runtime.catalog import reading
-from state_runtime.catalog.predicates import is_verified_snapshot, render
+from state_runtime.catalog.predicates import is_live, is_verified_snapshot, render
 from state_runtime.catalog.retention_sql import (
     PolicySql,
     Scope,
@@ -507,6 +507,11 @@ def _plain(dialect: str) -> list[Derived]:
             "records it: a plain path becomes its file:// URI.'"
         )
         derived.append(Derived("state_root_uri", "FUNCTION", (PG_ROOT_URI, comment)))
+        live = (  # the predicate of catalog/predicates.py, for the psql scripts
+            "CREATE FUNCTION state_is_live(state text) RETURNS boolean LANGUAGE sql IMMUTABLE "
+            f"AS $$ SELECT {render(is_live)} $$"
+        )
+        derived.append(Derived("state_is_live", "FUNCTION", (live,)))
     return derived
 
 
