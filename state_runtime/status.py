@@ -13,7 +13,7 @@ This module is the one home of the rule; it holds no SQL. :data:`RULES` is the o
 data: the first rule one of whose conditions holds gives the status, the reason joins the
 texts of its conditions that hold, and since is the earliest of theirs (each condition's own
 since is the latest of its facts). :func:`store_status` applies it in Python; the catalog
-renders the same table as SQL for both dialects (``state_runtime/catalog/status_sql.py``:
+renders the same table as SQL for both dialects (``state_runtime/catalog/sql/status.py``:
 the views ``state_store_health``, ``state_store_facts`` and, on PostgreSQL, the functions
 ``state_store_status`` and ``state_store_health_at``). ``tests/catalog/test_views.py`` checks
 on random catalogs that the SQL gives what :func:`store_status` gives.

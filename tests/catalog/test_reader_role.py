@@ -97,7 +97,7 @@ NOT_READS = frozenset(
         "renew_lease",
         "release_lease",
         "release_leases",
-        # the workers' holders: the runtime's own, with no reading view (catalog/reading.py)
+        # the workers' holders: the runtime's own, no reading view (schema/reading_views.py)
         "store_holders",
         # not a catalog call
         "open",
