@@ -3,7 +3,9 @@ estimated recovery cost of each store."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
@@ -67,41 +69,27 @@ def store_health(
     return [_health(row, now) for row in rows]
 
 
+_DERIVED = ("key", "latest", "commit_lag")
+_FACTS = tuple(f.name for f in dataclasses.fields(StoreHealth) if f.name not in _DERIVED)
+"""The fields of StoreHealth that are columns of ``store_facts`` under the same name."""
+
+
 def _health(row: Any, now: datetime) -> StoreHealth:
     latest = (
         CheckpointRef(row.latest_version, row.latest_checkpoint_id) if row.latest_version else EMPTY
     )
+    facts: dict[str, Any] = {name: _value(getattr(row, name)) for name in _FACTS}
     return StoreHealth(
         key=key_of(row),
         latest=latest,
-        last_committed_at=row.last_committed_at,
         commit_lag=None if row.last_committed_at is None else now - row.last_committed_at,
-        versions_behind=row.versions_behind,
-        last_snapshot_version=row.last_snapshot_version,
-        last_snapshot_at=row.last_snapshot_at,
-        versions_loadable=row.versions_loadable,
-        deltas_since_snapshot=row.deltas_since_snapshot,
-        state_rows=row.state_rows,
-        live_files=row.live_files,
-        live_bytes=int(row.live_bytes),
-        orphan_files=int(row.orphan_files),
-        orphan_bytes=int(row.orphan_bytes),
-        reclaimable_files=row.reclaimable_files,
-        reclaimable_bytes=int(row.reclaimable_bytes),
-        last_run_id=row.last_run_id,
-        last_run_kind=row.last_run_kind,
-        last_run_outcome=row.last_run_outcome,
-        last_run_ended_at=row.last_run_ended_at,
-        created_at=row.created_at,
-        open_problems=int(row.open_problems),
-        first_problem=row.first_problem,
-        problems_since=row.problems_since,
-        last_resolved_at=row.last_resolved_at,
-        first_validated_at=row.first_validated_at,
-        last_validated_at=row.last_validated_at,
-        chain_since=row.chain_since,
-        oldest_orphan_at=row.oldest_orphan_at,
+        **facts,
     )
+
+
+def _value(value: Any) -> Any:
+    """PostgreSQL sums bigints as numeric: a byte count comes back as a Decimal."""
+    return int(value) if isinstance(value, Decimal) else value
 
 
 def recovery_costs(connection: Connection, root: str | None) -> dict[StoreKey, RecoveryCost]:
