@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from state_runtime.catalog import Catalog, RetentionPolicy, StoreHealth
 from state_runtime.identity import StoreId
+from state_runtime.settings import MAINTENANCE
 from state_runtime.status import DEFAULT_LIMITS, store_status
 from tests.catalog.test_views import build_store, store_facts, when
 
@@ -133,3 +134,15 @@ def test_the_rendered_facts_and_status_are_store_health_and_the_python_rule(
             orphans=orphans,
         )
         assert function == python(policy, lag, orphans)
+
+
+def test_the_policy_defaults_view_is_the_settings(catalog: Catalog) -> None:
+    """``state_policy_defaults`` (what the psql scripts fall back on) holds each maintenance
+    setting's declared default: PostgreSQL as intervals, SQLite as Python's duration text."""
+    with catalog.engine.connect() as connection:
+        row = connection.execute(sa.text("SELECT * FROM state_policy_defaults")).mappings().one()
+    declared = {s.name: s.default for s in MAINTENANCE if s.default is not None}
+    if catalog.dialect == "sqlite":
+        declared = {k: str(v) if isinstance(v, timedelta) else v for k, v in declared.items()}
+    assert dict(row) == declared
+    assert row["retain_versions"] == RetentionPolicy().retain_versions
