@@ -3,16 +3,24 @@
 - **broken**: the store has an open problem (a validation, the snapshot pass or a repair found
   a missing, corrupt or mislabelled file, or a broken lineage or commit log). Reason: the
   problem (the oldest, and how many); since: when it was found. Cleanup holds the store.
-- **unknown**: no validation has ever checked the store. Since: the store's registration.
+- **unknown**: no validation has ever checked the store (since: its registration), or a
+  restore resolved its problems and no validation has checked it since (since: the restore): a
+  restore is not a validation.
 - **degraded**: validated and nothing broken, but ``lag_warn_deltas`` or more deltas follow
   the last verified snapshot (since: the commit of the first of them), or
-  ``orphan_warn_files`` or more orphan files wait for cleanup (since: the oldest).
+  ``orphan_warn_files`` or more orphan files wait for cleanup (since: the oldest); never
+  since before the store was validated or its last problem resolved.
 - **healthy**: otherwise. Since: the first validation or the last resolved problem.
+
+"Since" is when the status last changed, as far as the facts tell: a store that was degraded
+before its last snapshot reads healthy since its first validation or last resolved problem
+(the catalog keeps no history of statuses).
 
 This module is the one home of the rule; it holds no SQL. :data:`RULES` is the order above as
 data: the first rule one of whose conditions holds gives the status, the reason joins the
 texts of its conditions that hold, and since is the earliest of theirs (each condition's own
-since is the latest of its facts). :func:`store_status` applies it in Python; the catalog
+since is the latest of its facts), never before the rule's ``not_before`` facts.
+:func:`store_status` applies it in Python; the catalog
 renders the same table as SQL for both dialects (``state_runtime/catalog/sql/status.py``:
 the views ``state_store_health``, ``state_store_facts`` and, on PostgreSQL, the functions
 ``state_store_status`` and ``state_store_health_at``). ``tests/catalog/test_views.py`` checks
@@ -53,7 +61,11 @@ class StoreFacts(Protocol):
     @property
     def last_resolved_at(self) -> datetime | None: ...
     @property
+    def last_restored_at(self) -> datetime | None: ...
+    @property
     def first_validated_at(self) -> datetime | None: ...
+    @property
+    def last_validated_at(self) -> datetime | None: ...
     @property
     def deltas_since_snapshot(self) -> int: ...
     @property
@@ -69,6 +81,7 @@ class Test(StrEnum):
 
     AT_LEAST = "at_least"  # fact >= bound (a limit's name, or a number)
     MISSING = "missing"  # fact is null
+    LATER = "later"  # fact is set and later than the fact named by bound (or that one is null)
     ALWAYS = "always"  # holds whatever the facts
 
 
@@ -90,10 +103,12 @@ class Condition:
 
 @dataclass(frozen=True)
 class Rule:
-    """A status and the conditions any one of which gives it."""
+    """A status, the conditions any one of which gives it, and the facts its since is never
+    before (the status cannot have started before them)."""
 
     status: StoreStatus
     conditions: tuple[Condition, ...]
+    not_before: tuple[str, ...] = ()
 
 
 SEPARATOR = "; "
@@ -124,6 +139,18 @@ RULES: tuple[Rule, ...] = (
         (Condition(Test.MISSING, "first_validated_at", None, "never validated", ("created_at",)),),
     ),
     Rule(
+        StoreStatus.UNKNOWN,
+        (
+            Condition(
+                Test.LATER,
+                "last_restored_at",
+                "last_validated_at",
+                "restored; not validated since",
+                ("last_restored_at",),
+            ),
+        ),
+    ),
+    Rule(
         StoreStatus.DEGRADED,
         (
             Condition(
@@ -142,6 +169,7 @@ RULES: tuple[Rule, ...] = (
                 ("oldest_orphan_at",),
             ),
         ),
+        not_before=("first_validated_at", "last_resolved_at"),
     ),
     Rule(
         StoreStatus.HEALTHY,
@@ -159,7 +187,12 @@ RULES: tuple[Rule, ...] = (
 """The status order: the first rule with a condition that holds gives the store's status."""
 
 LIMITS: tuple[str, ...] = tuple(
-    dict.fromkeys(c.bound for rule in RULES for c in rule.conditions if isinstance(c.bound, str))
+    dict.fromkeys(
+        c.bound
+        for rule in RULES
+        for c in rule.conditions
+        if c.test is Test.AT_LEAST and isinstance(c.bound, str)
+    )
 )
 """The limits the rules compare with, each a maintenance setting of the same name."""
 
@@ -203,6 +236,9 @@ def _holds(condition: Condition, facts: StoreFacts, limits: Mapping[str, int]) -
     value = getattr(facts, condition.fact)
     if condition.test is Test.MISSING:
         return value is None
+    if condition.test is Test.LATER:
+        other = getattr(facts, str(condition.bound))
+        return value is not None and (other is None or value > other)
     bound = limits[condition.bound] if isinstance(condition.bound, str) else condition.bound
     return bool(value >= bound)
 
@@ -226,5 +262,7 @@ def store_status(health: StoreFacts, *, lag_warn_deltas: int, orphan_warn_files:
         if held:
             reason = SEPARATOR.join(_text(c, health, limits) for c in held)
             since = [t for t in (_since(c, health) for c in held) if t is not None]
-            return Status(rule.status, reason, min(since, default=None))
+            floor = [getattr(health, name) for name in rule.not_before]
+            started = [t for t in (min(since, default=None), *floor) if t is not None]
+            return Status(rule.status, reason, max(started, default=None))
     raise AssertionError("the last of RULES must always hold")

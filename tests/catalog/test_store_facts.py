@@ -41,6 +41,7 @@ TIMES = (
     "oldest_orphan_at",
     "problems_since",
     "last_resolved_at",
+    "last_restored_at",
     "first_validated_at",
     "last_validated_at",
 )

@@ -53,6 +53,9 @@ class StatusSql:
         if condition.test is Test.MISSING:
             missing: ColumnElement[bool] = value.is_(None)
             return missing
+        if condition.test is Test.LATER:
+            other = self.f[str(condition.bound)]
+            return sa.and_(value.is_not(None), sa.or_(other.is_(None), value > other))
         bound = condition.bound
         reached: ColumnElement[bool] = value >= (
             self.limits[bound] if isinstance(bound, str) else bound
@@ -95,12 +98,16 @@ class StatusSql:
         return sa.func.substr(joined, len(rule.SEPARATOR) + 1)
 
     def rule_since(self, r: rule.Rule) -> Any:
-        """The earliest since of the rule's conditions that hold."""
+        """The earliest since of the rule's conditions that hold, never before the rule's
+        ``not_before`` facts."""
         if len(r.conditions) == 1:
-            return self.since(r.conditions[0])
-        return _earliest(
-            self.dialect, [sa.case((self.holds(c), self.since(c))) for c in r.conditions]
-        )
+            since = self.since(r.conditions[0])
+        else:
+            since = _earliest(
+                self.dialect, [sa.case((self.holds(c), self.since(c))) for c in r.conditions]
+            )
+        floor = [self.f[name] for name in r.not_before]
+        return _earliest(self.dialect, [since, *floor], latest=True) if floor else since
 
     def columns(self) -> tuple[Any, Any, Any]:
         """``status``, ``status_reason`` and ``status_since``: the first rule that holds."""

@@ -22,6 +22,7 @@ from state_runtime.catalog.schema.reading_views import (
     read_runs,
     read_stores,
 )
+from state_runtime.catalog.schema.tables import RunKind
 from state_runtime.catalog.sql.retention import PolicySql, Scope, verdicts
 
 
@@ -117,15 +118,19 @@ def _reclaimable(policy: PolicySql, scope: Scope) -> sa.Subquery:
 
 
 def _problems(scope: Scope) -> sa.Subquery:
-    """Per store: open problems, since when, and when a problem was last resolved."""
+    """Per store: open problems, since when, and when a problem was last resolved (by anything,
+    and by a restore: a restore is not a validation)."""
     p = read_problems.c
     is_open = p.resolved_at.is_(None)
+    restores = sa.select(read_runs.c.run_id).where(read_runs.c.kind == RunKind.RESTORE.value)
+    by_restore = p.resolved_by_run.in_(restores.scalar_subquery())
     return (
         sa.select(
             p.store_id,
             sa.func.sum(sa.case((is_open, 1), else_=0)).label("open"),
             sa.func.min(sa.case((is_open, p.detected_at), else_=None)).label("since"),
             sa.func.max(p.resolved_at).label("last_resolved_at"),
+            sa.func.max(sa.case((by_restore, p.resolved_at), else_=None)).label("last_restored_at"),
         )
         .where(scope.filter(p.store_id))
         .group_by(p.store_id)
@@ -190,6 +195,7 @@ def store_facts(policy: PolicySql, scope: Scope) -> sa.Select[Any]:
             sa.case((open_problems > 0, _first_problem(s.store_id))).label("first_problem"),
             problems.c.since.label("problems_since"),
             problems.c.last_resolved_at,
+            problems.c.last_restored_at,
             s.first_validated_at,
             s.last_validated_at,
             s.last_run_id,
