@@ -454,8 +454,15 @@ PG_ROOT_URI = """
 CREATE FUNCTION state_root_uri(root text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE
-      WHEN root LIKE '/%' THEN
-        'file://' || replace(replace(rtrim(root, '/'), '%', '%25'), ' ', '%20')
+      WHEN root LIKE '/%' THEN 'file://' || coalesce((
+        -- percent-encoded byte by byte, as Path.as_uri (how the runtime records a root)
+        SELECT string_agg(CASE
+            WHEN b BETWEEN 48 AND 57 OR b BETWEEN 65 AND 90 OR b BETWEEN 97 AND 122
+              OR b IN (45, 46, 47, 95, 126) THEN chr(b)
+            ELSE '%' || upper(lpad(to_hex(b), 2, '0')) END, '' ORDER BY i)
+        FROM (SELECT i, get_byte(convert_to(rtrim(root, '/'), 'UTF8'), i) AS b
+              FROM generate_series(0, octet_length(convert_to(rtrim(root, '/'), 'UTF8')) - 1)
+                AS i) AS bytes), '')
       ELSE regexp_replace(rtrim(root, '/'), '^s3a://', 's3://')
     END
 $$
