@@ -43,6 +43,24 @@ def is_verified_snapshot(f: Any) -> ColumnElement[bool]:
     )
 
 
+def is_named_verified_snapshot(f: Any, commits: Any) -> ColumnElement[bool]:
+    """A live, verified snapshot of a committed version: one the commit log (``commits``: the
+    table, its reading view or an alias) names by store, version and checkpoint id, whatever
+    the file row's state says. What a retained version loads from (the retention rule); it
+    needs the commit log, so no index can hold it: its partial index is
+    :func:`is_verified_snapshot`'s."""
+    return sa.and_(
+        f.kind == FileKind.SNAPSHOT.value,
+        is_live(f),
+        f.verification == Verification.VERIFIED.value,
+        sa.exists().where(
+            commits.c.store_id == f.store_id,
+            commits.c.version == f.version,
+            commits.c.checkpoint_id == f.checkpoint_id,
+        ),
+    )
+
+
 FILE_COLUMNS = ("state", "kind", "verification")
 
 
