@@ -25,6 +25,7 @@ READS: dict[str, Read] = {
     "roots": lambda c, s: c.roots(),
     "stores": lambda c, s: c.stores(s.root),
     "store_files": lambda c, s: c.store_files(s.root, STORE),
+    "idle_versions": lambda c, s: c.idle_versions(s.root, STORE),
     "latest_committed": lambda c, s: c.latest_committed(s.root),
     "committed_ids": lambda c, s: c.committed_ids(s.root, s.query, 3),
     "commit_history": lambda c, s: c.commit_history(s.root, store=STORE),
