@@ -467,19 +467,16 @@ def _versions(versions: Sequence[int]) -> str:
 def damage_reason(kind: FileKind, note: str, holds: Mapping[int, bool]) -> str:
     """What a missing or damaged file means for the retained versions (``holds``: whether each
     still loads from intact files without it): never "needed", but what is lost and what
-    still holds."""
+    still holds. The next step is the file's classification's (maintenance/damage.py)."""
     lost = sorted(v for v, ok in holds.items() if not ok)
     kept = sorted(v for v, ok in holds.items() if ok)
     parts = [f"{kind.value} {note}"]
     if lost:
         parts.append(
-            f"lost: retained {_versions(lost)} cannot be loaded from intact files without it "
-            "(restore the file from a backup)"
+            f"lost: retained {_versions(lost)} cannot be loaded from intact files without it"
         )
     else:
         parts.append("no retained version is lost")
     if kept:
         parts.append(f"still loadable from intact files: retained {_versions(kept)}")
-    if kind is FileKind.SNAPSHOT and not lost:
-        parts.append("`statestore repair` rebuilds the snapshot from its deltas")
     return "; ".join(parts)

@@ -8,7 +8,10 @@ named, and records its run in the catalog like any maintenance run (owner
 ``airflow:<dag>.<task>[<map index>]/<run id>``). Its XCom value and its log give the outcome
 per store in words (:mod:`state_runtime_airflow.results`). What deletes or rewrites (cleanup,
 repair, restore, repartition) is a dry run unless ``apply_changes=True``. A task fails, naming
-the stores, when a store's pass failed, a blocking check failed or a store is broken.
+the stores, when a store's pass failed, a blocking check failed or a store is broken; an
+error of ours (a refusal, the catalog down, Spark's wrappers included) fails it with the one
+paragraph ``statestore`` prints, its full trace in the library's log file
+(:mod:`state_runtime.failures`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 
 from state_runtime.catalog import StoreKey
+from state_runtime.failures import reported
 from state_runtime.maintenance import (
     CHECKS,
     CallbackProgress,
@@ -130,19 +134,28 @@ class StateMaintenanceOperator(BaseOperator):
 
     @contextmanager
     def work(self, context: Context) -> Iterator[Work]:
-        """The policy first (a bad setting opens nothing), then the catalog and storage."""
-        policy = MaintenancePolicy.from_env().with_settings(
-            dict(self.policy or {}), f"task {self.task_id} policy"
-        )
-        stores = _as_list(self.stores, "stores")
-        only = [parse_store_key(s) for s in stores] if stores else None
-        roots = _as_list(self.checkpoint_roots, "checkpoint_roots")
-        context["state_scope"] = ", ".join(stores or roots or ["every root"])  # type: ignore[typeddict-unknown-key]
-        progress = CallbackProgress(
-            lambda what, done, total: self.log.info("%s: %d/%d", what, done, total)
-        )
-        with self.hook().fleet(owner_of(context), roots) as fleet:
-            yield Work(fleet, policy, only, progress, self.workers)
+        """The policy first (a bad setting opens nothing), then the catalog and storage; our
+        error raised meanwhile fails the task with its one paragraph."""
+        try:
+            policy = MaintenancePolicy.from_env().with_settings(
+                dict(self.policy or {}), f"task {self.task_id} policy"
+            )
+            stores = _as_list(self.stores, "stores")
+            only = [parse_store_key(s) for s in stores] if stores else None
+            roots = _as_list(self.checkpoint_roots, "checkpoint_roots")
+            context["state_scope"] = ", ".join(stores or roots or ["every root"])  # type: ignore[typeddict-unknown-key]
+            progress = CallbackProgress(
+                lambda what, done, total: self.log.info("%s: %d/%d", what, done, total)
+            )
+            with self.hook().fleet(owner_of(context), roots) as fleet:
+                yield Work(fleet, policy, only, progress, self.workers)
+        except AirflowException:
+            raise
+        except Exception as exc:
+            found = reported(exc)
+            if found is None:
+                raise
+            raise AirflowException(found[1]) from None
 
     def report(self, context: Context, found: Result, failure: str | None = None) -> Result:
         """Log ``found`` per store and return it as the XCom value; with ``failure``, push
@@ -365,7 +378,7 @@ class StateRepartitionOperator(StateQueryOperator):
         with self.work(context) as work:
             [root] = work.fleet.root_names()
             plan = repartition(
-                spark_session(self.master, app_name=f"airflow-{self.task_id}"),
+                lambda: spark_session(self.master, app_name=f"airflow-{self.task_id}"),
                 work.fleet,
                 root,
                 self.query_id,

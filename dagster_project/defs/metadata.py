@@ -200,9 +200,7 @@ def cleanup_metadata(
 
 
 def findings_md(findings: Sequence[Finding], names: StoreNames) -> Meta:
-    rows = [
-        (names.name(f.key), f.severity.value, f.path or "", f.problem) for f in findings[:MD_ROWS]
-    ]
+    rows = [(names.name(f.key), f.severity.value, f.path or "", f.said) for f in findings[:MD_ROWS]]
     return MetadataValue.md(
         _cells(rows, ("store", "severity", "file", "problem")) + _more(len(findings), MD_ROWS)
     )

@@ -43,10 +43,9 @@ def state_repartition(
     """Plan, estimate or carry out a repartition (see the module)."""
     log = context.log
     progress = CallbackProgress(lambda what, done, total: log.info(f"{what}: {done}/{total}"))
-    spark = spark_session(config.spark_master, app_name="dagster-repartition")
     with maintenance.fleet(f"dagster:{context.run.run_id}") as fleet:
         plan = repartition(
-            spark,
+            lambda: spark_session(config.spark_master, app_name="dagster-repartition"),
             fleet,
             config.root,
             config.query_id,

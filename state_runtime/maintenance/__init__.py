@@ -26,6 +26,13 @@ from state_runtime.maintenance.cleanup import (
     held_stores,
     plan_cleanup,
 )
+from state_runtime.maintenance.damage import (
+    Damage,
+    DamageReport,
+    Fate,
+    classify,
+    damaged_files,
+)
 from state_runtime.maintenance.explain import FileExplanation, explain_file
 from state_runtime.maintenance.fleet import (
     Fleet,
@@ -48,7 +55,12 @@ from state_runtime.maintenance.repair import (
     damaged_snapshots,
     repair_pass,
 )
-from state_runtime.maintenance.restore import RestorePlan, plan_restore, restore_query
+from state_runtime.maintenance.restore import (
+    RestorePlan,
+    newest_intact_batch,
+    plan_restore,
+    restore_query,
+)
 from state_runtime.maintenance.schema_changes import (
     SchemaChangeRow,
     SchemaCheck,
@@ -87,7 +99,10 @@ __all__ = [
     "CheckOutcome",
     "ChecksReport",
     "CleanupReport",
+    "Damage",
+    "DamageReport",
     "DueStore",
+    "Fate",
     "FileExplanation",
     "Finding",
     "Fleet",
@@ -114,6 +129,8 @@ __all__ = [
     "ValidationReport",
     "canonical_root",
     "cleanup_pass",
+    "classify",
+    "damaged_files",
     "damaged_snapshots",
     "default_owner",
     "due_for_snapshot",
@@ -132,6 +149,7 @@ __all__ = [
     "repair_pass",
     "beyond_repair",
     "RestorePlan",
+    "newest_intact_batch",
     "plan_restore",
     "restore_query",
     "retention_check",

@@ -22,6 +22,7 @@ removes); after it, the new one. Run again, it plans from whichever layout is cu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -310,7 +311,7 @@ def execute_repartition(
 
 
 def repartition(
-    spark: SparkSession,
+    spark: SparkSession | Callable[[], SparkSession],
     fleet: Fleet,
     root: str,
     query_id: str,
@@ -323,7 +324,12 @@ def repartition(
     idle: timedelta = DEFAULT_IDLE,
     progress: Progress = SILENT,
 ) -> RepartitionPlan:
-    """Plan a repartition and estimate it (``execute=False``, the dry run) or carry it out."""
+    """Plan a repartition and estimate it (``execute=False``, the dry run) or carry it out.
+
+    ``spark`` is the session, or a function that starts one: called only once the plan has
+    passed every check that needs only the catalog and the Spark checkpoint folder (an unknown
+    query, a folder that is no Spark checkpoint, a batch too recent), so that a refusal costs
+    no JVM start."""
     plan = plan_repartition(
         fleet,
         root,
@@ -333,9 +339,12 @@ def repartition(
         spark_checkpoint=spark_checkpoint,
         idle=idle,
     )
+    session = spark() if callable(spark) else spark
     if not execute:
-        return estimate_partitions(spark, fleet, plan, progress=progress)
-    return execute_repartition(spark, fleet, plan, policy or MaintenancePolicy(), progress=progress)
+        return estimate_partitions(session, fleet, plan, progress=progress)
+    return execute_repartition(
+        session, fleet, plan, policy or MaintenancePolicy(), progress=progress
+    )
 
 
 def _reason(plan: RepartitionPlan, run_id: int) -> str:

@@ -49,7 +49,9 @@ from state_runtime.errors import (
     InvalidArgument,
     SchemaMismatch,
 )
+from state_runtime.failures import log_failure, typed_error
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
+from state_runtime.maintenance.damage import SPARK_CHECKPOINT
 from state_runtime.runtime.coordinator import holders
 from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
 from state_runtime.runtime.loss import lost_state
@@ -129,7 +131,9 @@ class StatefulQuery:
     more than the partitions, so that a batch runs in one wave of tasks. ``progress=True``
     shows each committed batch's figures in the streaming query's progress when the stream
     was observed with :func:`with_state_progress` (one more small job per batch; see
-    ``spark_progress.py``).
+    ``spark_progress.py``). ``spark_checkpoint``: the stream's ``checkpointLocation`` (""
+    when batches run without one), recorded with each batch and named in the command a loss
+    advises (see ``loss.py``).
     """
 
     def __init__(
@@ -144,6 +148,7 @@ class StatefulQuery:
         parallelism: int | None = None,
         telemetry: OtelExport | None = None,
         progress: bool = False,
+        spark_checkpoint: str | None = None,
     ) -> None:
         self.query_id = validate_name(query_id, "query id")
         if not operators:
@@ -169,6 +174,7 @@ class StatefulQuery:
         self.parallelism = parallelism
         self.telemetry = telemetry
         self.progress = progress
+        self.spark_checkpoint = spark_checkpoint
         self._registered = False
         self._histories: dict[tuple[int, str], SchemaHistory] = {}
         self._beats: dict[int, tuple[str, DataFrame]] = {}
@@ -457,6 +463,8 @@ class StatefulQuery:
             duplicates = self._duplicates(reports, chosen)
             metrics = self._metrics(chosen, len(duplicates), 0.0, time.perf_counter() - started)
             metrics.extra.update(event_time_metrics(chosen, watermarks))
+            if self.spark_checkpoint is not None:
+                metrics.extra[SPARK_CHECKPOINT] = self.spark_checkpoint
             commit = self.catalog.commit_batch(
                 self.root,
                 self.query_id,
@@ -472,11 +480,22 @@ class StatefulQuery:
             for df_cached in cached:
                 df_cached.unpersist()
             if isinstance(exc, Exception) and not isinstance(exc, CatalogError) and committed:
-                lost = lost_state(self.catalog, self.storage, self.query_id, batch_id, committed)
+                lost = lost_state(
+                    self.catalog,
+                    self.storage,
+                    self.query_id,
+                    batch_id,
+                    committed,
+                    exc,
+                    self.spark_checkpoint,
+                )
                 if lost is not None:
                     if self.telemetry is not None and isinstance(lost.store, StoreKey):
                         self.telemetry.lost(self.query_id, lost.store)
                     raise lost from None
+            typed = typed_error(exc) if isinstance(exc, Exception) else None
+            if typed is not None and typed is not exc:  # raised in a task, wrapped by Spark
+                raise typed from exc
             raise
         metrics = replace(metrics, commit_ms=commit.commit_ms)  # as the catalog recorded it
         if self.telemetry is not None:
@@ -602,9 +621,18 @@ class StatefulQuery:
     ) -> Callable[[DataFrame, int], None]:
         """A ``foreachBatch`` function: run the batch, hand its output to
         ``sink(output_df, batch_id)`` (one Spark job; ``cache_output=True`` if the sink runs
-        several actions), commit."""
+        several actions), commit. A batch that fails with our error raises it alone, its
+        full trace appended to the log file (``state_runtime.failures``): the streaming
+        query's error then carries the one paragraph, not the tasks' tracebacks."""
 
         def process(df: DataFrame, batch_id: int) -> None:
-            self.run_batch(df, batch_id, sink=sink, cache_output=cache_output).release()
+            try:
+                self.run_batch(df, batch_id, sink=sink, cache_output=cache_output).release()
+            except Exception as exc:
+                typed = typed_error(exc)
+                if typed is None:
+                    raise
+                log_failure(exc)
+                raise typed from None
 
         return process

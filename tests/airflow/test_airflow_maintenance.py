@@ -4,6 +4,7 @@ the catalog and storage reached through Airflow connections only."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -283,3 +284,29 @@ def test_the_repartition_dag_plans_then_changes_the_partitions(
 
     moved = run(root, 3, range(3, 5))
     assert moved == run(str(tmp_path / "unchanged"), 4, range(0, 5))
+
+
+def test_a_task_fails_with_the_paragraph_the_cli_prints(
+    connections: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog's PostgreSQL down (nothing listens on its port) and a bad policy: the
+    task fails with the one paragraph ``statestore`` prints, no chained trace."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowException
+
+    from state_runtime_airflow.operators import StateCleanupOperator, StateHealthCheckOperator
+
+    down = {"conn_type": "postgres", "host": "127.0.0.1", "port": 9, "login": "postgres"}
+    monkeypatch.setenv("AIRFLOW_CONN_STATE_CATALOG_DEFAULT", json.dumps({**down, "schema": "x"}))
+    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1)
+    with pytest.raises(AirflowException) as failed:
+        StateHealthCheckOperator(task_id="health").execute({"ti": ti})  # type: ignore[arg-type]
+    message = str(failed.value)
+    assert message.startswith("error: [STATE_CATALOG_UNAVAILABLE] cannot connect to the catalog")
+    assert "`pg_isready -h 127.0.0.1 -p 9`" in message and "Traceback" not in message
+    assert message.splitlines()[-1].startswith("full trace: ") and len(message.splitlines()) == 2
+    assert failed.value.__cause__ is None and failed.value.__suppress_context__
+    bad = StateCleanupOperator(task_id="cleanup", policy={"window": "soon"})
+    with pytest.raises(AirflowException, match=r"^error: \[STATE_INVALID_ARGUMENT\] .*soon"):
+        bad.execute({"ti": ti})  # type: ignore[arg-type]
