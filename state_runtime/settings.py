@@ -259,6 +259,13 @@ MAINTENANCE = SettingGroup(
             floor=0,
         ),
         Setting(
+            "orphan_warn_files",
+            "int",
+            100,
+            "Orphan files waiting for cleanup that degrade a store's status.",
+            floor=1,
+        ),
+        Setting(
             "commit_lag_warn",
             "duration",
             timedelta(minutes=15),

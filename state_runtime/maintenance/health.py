@@ -76,7 +76,7 @@ def store_reports(
                 status = store_status(
                     health,
                     lag_warn_deltas=policy.lag_warn_deltas,
-                    orphan_warn_files=policy.orphan_growth_warn_files,
+                    orphan_warn_files=policy.orphan_warn_files,
                 )
                 cost = costs.get(health.key, RecoveryCost(0, 0))
                 reports.append(StoreReport(health, cost, status))
