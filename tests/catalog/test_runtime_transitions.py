@@ -128,6 +128,7 @@ def test_the_runtime_records_the_loss_behind_a_batch_it_cannot_load(
         stream.query,
         stream.batch,
         {store: CheckpointRef(latest.version, latest.checkpoint_id)},
+        RuntimeError("a task of the batch failed"),
     )
     stream.catalog.close()
     assert isinstance(lost, StateLost) and latest.path in str(lost)
