@@ -155,6 +155,14 @@ def _locate(fleet: Fleet, file: str, policy: MaintenancePolicy) -> tuple[str, st
     )
     if not readings:
         fail(EXIT_USAGE, f"{file!r} is below none of the catalog's roots: {', '.join(roots)}")
+    refusals = []
+    for root, path in readings:
+        try:
+            check_relative_path(path)
+        except InvalidArgument as exc:  # a path that climbs out of its root: refused as such
+            refusals.append(str(exc))
+    if len(refusals) == len(readings):
+        fail(EXIT_USAGE, refusals[0])
     known = [r for r in readings if _names_a_file(fleet, policy, *r)]
     if not known:
         where = "; ".join(f"{path} below {root}" for root, path in readings)
