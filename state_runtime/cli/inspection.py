@@ -156,7 +156,7 @@ def _locate(fleet: Fleet, file: str, policy: MaintenancePolicy) -> tuple[str, st
     if not readings:
         fail(EXIT_USAGE, f"{file!r} is below none of the catalog's roots: {', '.join(roots)}")
     refusals = []
-    for root, path in readings:
+    for _root, path in readings:
         try:
             check_relative_path(path)
         except InvalidArgument as exc:  # a path that climbs out of its root: refused as such
