@@ -161,12 +161,19 @@ def classify(
 
 
 def _spark_option(fleet: Fleet, root: str, query_id: str, known: str | None) -> str:
-    """``--spark-checkpoint DIR`` or ``--no-spark-checkpoint``, as the driver knows or
-    recorded it; a placeholder naming what to fill in when neither says."""
+    """The Spark checkpoint option as the driver knows it, or as it recorded it with the
+    query's last batch."""
     if known is None:
         recorded = fleet.catalog.batch_metrics(root, query_id, limit=1)
         found = recorded[0].metrics.extra.get(SPARK_CHECKPOINT) if recorded else None
         known = found if isinstance(found, str) else None
+    return spark_checkpoint_option(known)
+
+
+def spark_checkpoint_option(known: str | None) -> str:
+    """``--spark-checkpoint DIR``, or ``--no-spark-checkpoint`` for a query that runs without
+    one (""), for a command that rewrites a query (restore, repartition); a placeholder naming
+    what to fill in when the folder is not known (None)."""
     if known is None:
         return "--spark-checkpoint <the query's checkpointLocation>"
     return f"--spark-checkpoint {shlex.quote(known)}" if known else "--no-spark-checkpoint"

@@ -51,7 +51,7 @@ from state_runtime.errors import (
 )
 from state_runtime.failures import log_failure, typed_error
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
-from state_runtime.maintenance.damage import SPARK_CHECKPOINT
+from state_runtime.maintenance.damage import SPARK_CHECKPOINT, spark_checkpoint_option
 from state_runtime.runtime.batch_reports import (
     batch_metrics,
     choose,
@@ -227,8 +227,9 @@ class StatefulQuery:
                     f"has {count} state partitions in the catalog; it cannot run with "
                     f"{op.num_partitions}. Keep num_partitions={count}, or change it with "
                     f"`statestore repartition {self.root} --query {self.query_id} --operator "
-                    f"{op.operator_id} --partitions {op.num_partitions}` while the query is "
-                    "stopped (docs/repartition.md)"
+                    f"{op.operator_id} --partitions {op.num_partitions} "
+                    f"{spark_checkpoint_option(self.spark_checkpoint)}` (a dry run; then with "
+                    "--execute) while the query is stopped (docs/repartition.md)"
                 )
         histories = self._planned_histories(batch_id)
         for op, routing in zip(self.operators, self._routings(schema), strict=True):

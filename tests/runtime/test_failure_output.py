@@ -73,6 +73,8 @@ def test_stream_failures_are_one_paragraph(
     lines = _paragraph(_demo([*argv, "--max-amount", "--partitions", "3"], capfd, spark))
     assert "[STATE_INVALID_ARGUMENT]" in lines[0] and "has 2 state partitions" in lines[0]
     assert f"statestore repartition {root} --query clicks_per_user" in lines[0], lines
+    spark_checkpoint = (run / "spark-checkpoint").absolute()
+    assert f"--partitions 3 --spark-checkpoint {spark_checkpoint}`" in lines[0], lines
 
 
 def _subprocess_demo(argv: list[str]) -> subprocess.CompletedProcess[str]:
