@@ -3,7 +3,8 @@ batch with idle stores commits again whatever maintenance did in between (restor
 past the grace or at zero grace, a snapshot superseding it), and a byte-identical retry of a
 commit stays a no-op. The commit log, not a file row's state, decides what cleanup keeps.
 A damaged file's classification (repair, explain, validate, restore's batch) passes over the
-idle versions of a chain as the loader does. SQLite and PostgreSQL catalogs; real files on local storage."""
+idle versions of a chain as the loader does. SQLite and PostgreSQL catalogs; real files on
+local storage."""
 
 from __future__ import annotations
 
@@ -195,18 +196,20 @@ def test_cleanup_never_deletes_what_the_commit_log_needs_whatever_the_state_says
     assert_retained_versions_load(stream)
 
 
-def test_a_damaged_snapshot_above_idle_versions_is_repairable_by_every_tool(
-    make_stream: Callable[..., StoreStream],
+@pytest.mark.parametrize("idle", [frozenset({5, 6}), frozenset({6, 7})], ids=["below", "at"])
+def test_a_damaged_snapshot_over_idle_versions_is_repairable_by_every_tool(
+    make_stream: Callable[..., StoreStream], idle: frozenset[int]
 ) -> None:
-    """Versions 6 and 7 changed nothing; the snapshot at 8 is bit-flipped. Its version still
-    loads from deltas 1..5 and 8 (the idle versions need no file): validate, explain and
-    repair's dry run call it repairable, and repair rebuilds it."""
-    stream = make_stream(idle=frozenset({5, 6}))
+    """Versions 6 and 7 (or 7 and 8, the snapshot's own) changed nothing; the snapshot at 8 is
+    bit-flipped. Its version still loads from the deltas below it (the idle versions need no
+    file): validate, explain and repair's dry run call it repairable, and repair rebuilds it."""
+    stream = make_stream(idle=idle)
     stream.run(8)
     fleet = fleet_on(stream)
     snapshot_pass(fleet, POLICY)
     store = stream.stores[0]
     [snap] = (stream.storage.root / store.directory).glob("*.snapshot")
+    assert snap.name.startswith("8_")
     damage(snap)
     path = relative(stream, snap)
 
