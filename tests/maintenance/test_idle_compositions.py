@@ -2,7 +2,9 @@
 batch with idle stores commits again whatever maintenance did in between (restore, cleanup
 past the grace or at zero grace, a snapshot superseding it), and a byte-identical retry of a
 commit stays a no-op. The commit log, not a file row's state, decides what cleanup keeps.
-SQLite and PostgreSQL catalogs; real files on local storage."""
+A damaged file's classification (repair, explain, validate, restore's batch) passes over the
+idle versions of a chain as the loader does. SQLite and PostgreSQL catalogs; real files on
+local storage."""
 
 from __future__ import annotations
 
@@ -16,15 +18,23 @@ from state_runtime import CheckpointInfo
 from state_runtime.catalog import RetentionPolicy
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import (
+    Fate,
     MaintenancePolicy,
+    RepairStatus,
+    classify,
     cleanup_pass,
+    damaged_files,
+    explain_file,
     plan_restore,
+    repair_pass,
     restore_query,
     run_checks,
     snapshot_pass,
 )
+from state_runtime.store.file_verification import MISSING
 from tests.maintenance.streams import StoreStream
 from tests.maintenance.test_cleanup import assert_retained_versions_load, on_disk
+from tests.maintenance.test_safety import damage, relative
 from tests.maintenance.test_snapshots import fleet_on
 
 POLICY = MaintenancePolicy(snapshot_min_deltas=3)
@@ -184,3 +194,52 @@ def test_cleanup_never_deletes_what_the_commit_log_needs_whatever_the_state_says
     assert not deleted & (kept | {snapshot})
     assert kept | {snapshot} <= on_disk(stream)
     assert_retained_versions_load(stream)
+
+
+@pytest.mark.parametrize("idle", [frozenset({5, 6}), frozenset({6, 7})], ids=["below", "at"])
+def test_a_damaged_snapshot_over_idle_versions_is_repairable_by_every_tool(
+    make_stream: Callable[..., StoreStream], idle: frozenset[int]
+) -> None:
+    """Versions 6 and 7 (or 7 and 8, the snapshot's own) changed nothing; the snapshot at 8 is
+    bit-flipped. Its version still loads from the deltas below it (the idle versions need no
+    file): validate, explain and repair's dry run call it repairable, and repair rebuilds it."""
+    stream = make_stream(idle=idle)
+    stream.run(8)
+    fleet = fleet_on(stream)
+    snapshot_pass(fleet, POLICY)
+    store = stream.stores[0]
+    [snap] = (stream.storage.root / store.directory).glob("*.snapshot")
+    assert snap.name.startswith("8_")
+    damage(snap)
+    path = relative(stream, snap)
+
+    [finding] = run_checks(fleet_on(stream), POLICY).validation.errors
+    assert finding.damage is not None and finding.damage.fate is Fate.REPAIRABLE, finding
+    explained = explain_file(fleet_on(stream), stream.root, path, POLICY)
+    assert explained.damage is not None and explained.damage.fate is Fate.REPAIRABLE
+    assert [d.file.path for d in damaged_files(fleet, POLICY).of(Fate.REPAIRABLE)] == [path]
+
+    [outcome] = repair_pass(fleet_on(stream), POLICY).outcomes
+    assert outcome.status is RepairStatus.REPAIRED, outcome
+    assert run_checks(fleet_on(stream), POLICY).ok
+    assert stream.loaded(store, 8) == stream.expected(store, 8)
+
+
+def test_a_lost_delta_below_idle_versions_names_the_newest_intact_batch(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """Versions 5 and 6 changed nothing and version 7 did; version 7's delta goes. Batch 5
+    (version 6, idle) is the newest batch whose stores all load: the classification names
+    it, as restore computes it, and restore accepts it."""
+    stream = make_stream(idle=frozenset({4, 5}))
+    stream.run(7)
+    store = stream.stores[0]
+    gone = stream.committed[store][6]
+    (stream.storage.root / gone.path).unlink()
+    fleet = fleet_on(stream)
+    record = next(f for f in stream.catalog.store_files(stream.root, store) if f.path == gone.path)
+    damage_found = classify(fleet, record, MISSING, spark_checkpoint="")
+    assert (damage_found.fate, damage_found.batch) == (Fate.RESTORABLE, 5), damage_found
+    assert "--to-batch 5 --no-spark-checkpoint --execute" in damage_found.command
+    plan = plan_restore(fleet, stream.root, stream.query, 5, spark_checkpoint="")
+    assert not plan.lost
