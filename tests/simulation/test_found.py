@@ -1,0 +1,98 @@
+"""What the simulation found, each shrunk counterexample kept as a fixed sequence of steps
+(tests/simulation/steps.py replays it with every invariant checked after each step).
+
+The ones marked ``xfail(strict=True)`` are defects of issue 34 that another branch fixes:
+they fail today, and the mark turns into a failure when the fix lands, to be removed then.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from tests.simulation.steps import Step, replay
+
+IDLE_FILE_ROWS = pytest.mark.xfail(
+    strict=True,
+    reason="issue 34: a version that changed nothing is recorded as a file row whose path "
+    "never existed, fixed on branch idle-commits",
+)
+
+
+def run(
+    changes: dict[int, dict[str, int | None]], *, step: int = 0, fail: str | None = None
+) -> Step:
+    return ("run", {"step": step, "changes": changes, "fail": fail, "fail_at": 0})
+
+
+ONLY_THE_FIRST_STORE = {0: {"a": 1}}
+"""A batch in which store 1 changes nothing (an idle version)."""
+
+
+@IDLE_FILE_ROWS
+@pytest.mark.parametrize("failure", ["sink", "task"])
+def test_a_failed_batch_after_an_idle_version_is_no_loss(failure: str) -> None:
+    """Found: the sink (or the update function) fails in a batch after one whose store 1
+    changed nothing; the loss check looked for the idle version's phantom path, raised
+    StateLost instead of the failure and marked store 1 broken."""
+    replay([run(ONLY_THE_FIRST_STORE), run(ONLY_THE_FIRST_STORE, fail=failure)])
+
+
+@IDLE_FILE_ROWS
+def test_a_real_loss_is_not_blamed_on_an_idle_store() -> None:
+    """Found: store 1's delta is lost while store 0 was idle; the loss check named store 0's
+    phantom path first and marked the intact store 0 broken."""
+    replay(
+        [
+            run({1: {"b": 1}}),
+            ("damage", {"pick": 2, "corrupt": False}),  # store 1's version 2 delta
+            ("restart_driver", {}),
+            run({1: {"b": 1}}),
+        ]
+    )
+
+
+@IDLE_FILE_ROWS
+def test_a_no_change_replay_commits_after_restore_and_cleanup() -> None:
+    """Found: restore to the batch before, cleanup at zero grace, then batch 2 again with
+    store 1 idle: CommitConflict on every replay (the idle record's path was swept)."""
+    replay(
+        [
+            run(ONLY_THE_FIRST_STORE),
+            run(ONLY_THE_FIRST_STORE),
+            ("restore", {"back": 1, "allow_lost_state": False, "zero": True}),
+            ("cleanup", {"zero": True}),
+            run(ONLY_THE_FIRST_STORE),
+        ]
+    )
+
+
+@IDLE_FILE_ROWS
+def test_a_no_change_replay_commits_after_a_snapshot_and_cleanup() -> None:
+    """Found: a snapshot supersedes the idle version, cleanup sweeps its record, and the
+    replay of the last batch (store 1 idle again) conflicts forever."""
+    replay(
+        [
+            run(ONLY_THE_FIRST_STORE),
+            run(ONLY_THE_FIRST_STORE),
+            ("snapshot", {"zero": True}),
+            ("cleanup", {"zero": True}),
+            run(ONLY_THE_FIRST_STORE, step=-1),
+        ]
+    )
+
+
+def test_a_replay_after_the_driver_died_and_the_grace_passed() -> None:
+    """Not a defect: the driver dies after its tasks wrote (store 1 idle), a new driver runs
+    after the grace and cleanup: the batch commits."""
+    replay(
+        [
+            run(ONLY_THE_FIRST_STORE),
+            run(ONLY_THE_FIRST_STORE, fail="driver"),
+            ("restart_driver", {}),
+            ("clock_step", {"step": timedelta(days=8)}),
+            ("cleanup", {"zero": False}),
+            run(ONLY_THE_FIRST_STORE),
+        ]
+    )
