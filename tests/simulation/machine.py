@@ -68,6 +68,8 @@ changes_of_a_store = st.dictionaries(
 batches = st.dictionaries(st.integers(0, PARTITIONS - 1), changes_of_a_store, max_size=PARTITIONS)
 """A batch's input: every store, some or none of them changing."""
 failures = st.sampled_from([None, None, None, None, "task", "sink", "driver"])
+STEPS = 0
+"""Steps checked in this process (the soak's count)."""
 clock_steps = st.sampled_from(
     [timedelta(minutes=-30), timedelta(minutes=10), timedelta(hours=2), timedelta(days=8)]
 )
@@ -76,10 +78,13 @@ clock_steps = st.sampled_from(
 class PlatformMachine(RuleBasedStateMachine):
     """One query on the platform; the model holds what its state must be."""
 
+    platform_type: type[Platform] = Platform
+    """The platform driven: without Spark, or through the Spark runtime (spark_platform.py)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.folder = Path(tempfile.mkdtemp(prefix="simulation-"))
-        self.platform = Platform(self.folder, partitions=PARTITIONS)
+        self.platform = self.platform_type(self.folder, partitions=PARTITIONS)
         self.model = Model(PARTITIONS)
         self.damaged = False
         self.validated = False
@@ -152,12 +157,24 @@ class PlatformMachine(RuleBasedStateMachine):
         return all(self.platform.loads(store, ref) for store, ref in refs.items())
 
     @rule()
-    def new_query(self) -> None:
-        self.platform.new_query()
+    def retry_commit(self) -> None:
+        """The driver sends its last batch's commit again, byte for byte (it did not see the
+        outcome): a no-op (docs/catalog.md)."""
+        p, last = self.platform, self.platform.last_commit
+        if last is None or last[0] != self.model.last:
+            return
+        before = p.committed_refs()
+        p.catalog.commit_batch(p.root, QUERY, last[0], last[1])
+        assert p.committed_refs() == before
 
-    @rule()
-    def restart_driver(self) -> None:
-        self.platform.restart_driver()
+    @rule(driver=st.booleans())
+    def restart(self, driver: bool) -> None:
+        """A new driver process (fresh catalog connection and worker caches), or a new query
+        object in the same one."""
+        if driver:
+            self.platform.restart_driver()
+        else:
+            self.platform.new_query()
 
     @precondition(lambda self: self.platform.generation == 0)
     @rule()
@@ -308,6 +325,8 @@ class PlatformMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_last_batch_is_committed(self) -> None:
+        global STEPS
+        STEPS += 1
         latest = self.platform.committed_refs()
         if latest:  # none when a restore restarted every store
             assert max(latest) == self.model.last

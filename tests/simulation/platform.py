@@ -51,6 +51,7 @@ from state_runtime.runtime.tasks import (
 )
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import LocalStorage
+from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.provider import StateStoreProvider
 
 QUERY = "simulated"
@@ -192,6 +193,9 @@ class Platform:
     """The generation whose schema the catalog's history ends with (a query records it)."""
 
     def __post_init__(self) -> None:
+        self.last_commit: tuple[int, list[CheckpointInfo]] | None = None
+        """The last batch this platform committed and its checkpoints (a driver retrying its
+        commit sends exactly these again)."""
         self.storage = LocalStorage(self.folder / "root")
         self.root = self.storage.uri
         self.catalog_url = self.catalog_url or f"sqlite:///{self.folder / 'catalog.db'}"
@@ -261,6 +265,7 @@ class Platform:
                 suspects={r.info.store for r in duplicates},
                 metrics=query._metrics(chosen, len(duplicates), 0.0, 0.0),
             )
+            self.last_commit = (batch_id, [r.info for r in chosen])
             return chosen
         except Exception as exc:  # run_batch's loss check, as the runtime runs it
             if not isinstance(exc, CatalogError) and committed:

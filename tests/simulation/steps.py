@@ -9,10 +9,12 @@ from tests.simulation.machine import PlatformMachine
 Step = tuple[str, dict[str, Any]]
 
 
-def replay(steps: list[Step]) -> PlatformMachine:
+def replay(
+    steps: list[Step], machine_type: type[PlatformMachine] = PlatformMachine
+) -> PlatformMachine:
     """Run ``steps`` (rule name, arguments) after the first batch, checking every invariant
     after each, then the machine's teardown (the query must go on)."""
-    machine = PlatformMachine()
+    machine = machine_type()
     try:
         machine.first_batch()
         machine.check()

@@ -47,7 +47,7 @@ def test_a_real_loss_is_not_blamed_on_an_idle_store() -> None:
         [
             run({1: {"b": 1}}),
             ("damage", {"pick": 2, "corrupt": False}),  # store 1's version 2 delta
-            ("restart_driver", {}),
+            ("restart", {"driver": True}),
             run({1: {"b": 1}}),
         ]
     )
@@ -90,9 +90,23 @@ def test_a_replay_after_the_driver_died_and_the_grace_passed() -> None:
         [
             run(ONLY_THE_FIRST_STORE),
             run(ONLY_THE_FIRST_STORE, fail="driver"),
-            ("restart_driver", {}),
+            ("restart", {"driver": True}),
             ("clock_step", {"step": timedelta(days=8)}),
             ("cleanup", {"zero": False}),
             run(ONLY_THE_FIRST_STORE),
+        ]
+    )
+
+
+@IDLE_FILE_ROWS
+def test_a_byte_identical_commit_retry_after_a_snapshot_and_cleanup() -> None:
+    """Found: store 1 idle in batch 1; a snapshot of that version and cleanup at zero grace
+    sweep the idle record, and the driver's retry of batch 1's very commit conflicts."""
+    replay(
+        [
+            run(ONLY_THE_FIRST_STORE),
+            ("snapshot", {"zero": True}),
+            ("cleanup", {"zero": True}),
+            ("retry_commit", {}),
         ]
     )
