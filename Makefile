@@ -14,7 +14,7 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
 
 .PHONY: help check-python check-java install install-airflow test test-dagster test-airflow \
         lint format demo demo-maintain dagster airflow \
-        bench-store bench-delta-bytes bench-catalog bench-catalog-calls bench-s3 bench-e2e \
+        bench-store bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
         bench-maintenance bench-eviction bench-schema fuzz-spark soak clean
 
@@ -25,7 +25,7 @@ help:
 	@echo "make install-airflow  the Airflow environment ($(AIRFLOW_VENV)); make test-airflow its tests"
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
-	@echo "make bench-store / bench-catalog / bench-catalog-calls / bench-s3 / bench-e2e / bench-maintenance"
+	@echo "make bench-store / bench-catalog / bench-watchdog / bench-s3 / bench-e2e / bench-maintenance"
 	@echo "make bench-eviction / bench-schema / bench-e2e-connect / bench-e2e-partitions / bench-delta-bytes"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
 	@echo "make soak        the platform simulation for SOAK_MINUTES (default 60; docs/simulation.md)"
@@ -133,8 +133,8 @@ bench-e2e-partitions: $(STAMP) check-java
 bench-catalog: $(STAMP)
 	$(PY) benchmarks/bench_catalog.py
 
-bench-catalog-calls: $(STAMP)
-	$(PY) benchmarks/bench_catalog_calls.py
+bench-watchdog: $(STAMP)
+	$(PY) benchmarks/bench_watchdog.py
 
 bench-s3: $(STAMP)
 	$(PY) benchmarks/bench_s3.py

@@ -33,10 +33,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from state_runtime.catalog import Catalog, RetentionPolicy
-from state_runtime.catalog.engine import create_catalog_engine
-from state_runtime.catalog.health_queries import snapshot_candidates_query
-from state_runtime.catalog.retention_sql import Scope, verdicts
-from state_runtime.catalog.revision import upgrade
+from state_runtime.catalog.connection.engine import create_catalog_engine
+from state_runtime.catalog.schema.revision import upgrade
+from state_runtime.catalog.sql.health import snapshot_candidates_query
+from state_runtime.catalog.sql.retention import Scope, verdicts
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
 

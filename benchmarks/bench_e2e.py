@@ -239,7 +239,7 @@ def run_engine(
 
     from state_runtime.catalog import Catalog
     from state_runtime.runtime import Agg, StatefulQuery, running_aggregation
-    from state_runtime.runtime.session import spark_session
+    from state_runtime.runtime.spark_session import spark_session
 
     conf = {"spark.sql.streaming.stateStore.maintenanceInterval": "600s"}
     if engine != "spark-hdfs" and not ours(engine):
@@ -364,7 +364,7 @@ def main() -> None:
         child(args)
         return
 
-    from state_runtime.runtime.session import spark_session
+    from state_runtime.runtime.spark_session import spark_session
 
     base = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     inputs = base / "inputs"

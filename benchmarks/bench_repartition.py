@@ -31,7 +31,7 @@ from state_runtime.maintenance.repartition import (
     plan_repartition,
 )
 from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
-from state_runtime.runtime.session import spark_session
+from state_runtime.runtime.spark_session import spark_session
 
 
 def run(keys: int, to: int, work: Path, master: str) -> dict[str, float]:

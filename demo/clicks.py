@@ -40,7 +40,7 @@ from state_runtime.runtime import (
     read_state,
     running_aggregation,
 )
-from state_runtime.runtime.session import spark_session
+from state_runtime.runtime.spark_session import spark_session
 
 QUERY_ID = "clicks_per_user"
 

@@ -23,7 +23,7 @@ This module is the one home of the rule; it holds no SQL. Change retention here.
   they really are old. One running fast only makes its files stay longer, which is safe.
 
 Who applies it: the catalog translates the facts and :data:`RULES` into SQL
-(``state_runtime/catalog/retention_sql.py``); store-level cleanup
+(``state_runtime/catalog/sql/retention.py``); store-level cleanup
 (``state_runtime/store/file_cleanup.py``) evaluates it on the files it listed; the PL/pgSQL
 functions of the catalog migrations mirror it for ``psql`` users.
 ``tests/catalog/test_rule_translation.py`` checks the catalog's SQL against :func:`judge_store`

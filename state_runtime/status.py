@@ -11,7 +11,8 @@
 
 The rule is declared here once (the order above, :data:`WARNINGS` with their limits, the
 texts); :func:`store_status` applies it in Python and the catalog's views render it as SQL
-(``state_store_status``, ``state_store_health``; ``state_runtime/catalog/views.py``). The CLI
+(``state_store_status``, ``state_store_health``;
+``state_runtime/catalog/schema/operator_views.py``). The CLI
 (``health``, ``explain``), Dagster and the operators' SQL all show this status; a test checks
 that the SQL agrees.
 """

@@ -358,7 +358,7 @@ class StateRepartitionOperator(StateQueryOperator):
 
     def execute(self, context: Context) -> Result:
         from state_runtime.maintenance.repartition import repartition
-        from state_runtime.runtime.session import spark_session
+        from state_runtime.runtime.spark_session import spark_session
 
         execute = self.applies()
         operator = None if self.operator_id in (None, "") else int(str(self.operator_id))

@@ -47,7 +47,7 @@ def spark() -> Iterator[SparkSession]:
     from pyspark import cloudpickle
 
     import tests
-    from state_runtime.runtime.session import spark_session
+    from state_runtime.runtime.spark_session import spark_session
 
     # Update functions defined in test modules travel by value: executors cannot import tests.
     cloudpickle.register_pickle_by_value(tests)

@@ -119,7 +119,7 @@ def test_optional_parts_name_their_extra(tmp_path: Path) -> None:
                 attempt()
             except StateStoreError as exc:
                 print(type(exc).__name__, exc)
-        from state_runtime.runtime.session import spark_session
+        from state_runtime.runtime.spark_session import spark_session
         try:
             spark_session(remote="sc://localhost:1")
         except StateStoreError as exc:

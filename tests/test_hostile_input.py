@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from state_runtime.catalog import Catalog
-from state_runtime.catalog.engine import create_catalog_engine
-from state_runtime.catalog.revision import upgrade
+from state_runtime.catalog.connection.engine import create_catalog_engine
+from state_runtime.catalog.schema.revision import upgrade
 from state_runtime.cli import main
 from state_runtime.cli.exits import EXIT_FAILED, EXIT_REFUSED, EXIT_USAGE, MONITOR_UNKNOWN
 from state_runtime.identity import StoreId

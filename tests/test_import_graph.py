@@ -126,11 +126,11 @@ def _catalog_module(name: str) -> bool:
 
 def test_only_the_catalog_touches_sql() -> None:
     """SQL (the tables, the engine, transactions) stays behind the Catalog's methods."""
-    assert _catalog_module("state_runtime.catalog.tables") and _catalog_module(
-        "state_runtime.catalog.api.run_calls"
+    assert _catalog_module("state_runtime.catalog.schema.tables") and _catalog_module(
+        "state_runtime.catalog.api.runs_and_leases"
     )
     assert not _catalog_module("state_runtime.catalog.Catalog")
-    assert "sqlalchemy" in external_imports(CATALOG / "inventory.py")
+    assert "sqlalchemy" in external_imports(CATALOG / "sql" / "inventory.py")
     offenders = {}
     for path in _outside_catalog():
         bad = {
@@ -152,7 +152,7 @@ def _private(name: str) -> bool:
 
 
 def test_benchmarks_scripts_and_demo_use_only_public_names() -> None:
-    assert _private("state_runtime.catalog.engine._ATTEMPT_TIMEOUT")
+    assert _private("state_runtime.catalog.connection.engine._ATTEMPT_TIMEOUT")
     assert not _private("state_runtime.catalog.__main__") and not _private("state_runtime.Storage")
     files = [p for front in FRONTS for p in front.rglob("*.py")]
     assert {p.parent.name for p in files} == {"benchmarks", "scripts", "demo"}
@@ -173,7 +173,7 @@ def test_the_catalog_calls_hold_no_sql() -> None:
     call lives in the catalog module of its concern: no statement, no table here."""
     import sqlalchemy as sa
 
-    from state_runtime.catalog import tables
+    from state_runtime.catalog.schema import tables
 
     for path in (CATALOG / "api").glob("*.py"):
         if path.name in ("__init__.py", "transactions.py"):  # the engine and the retry policy
@@ -184,7 +184,7 @@ def test_the_catalog_calls_hold_no_sql() -> None:
             "sqlalchemy.engine.Connection",
         }, path.name
         for name in names:
-            if name.startswith("state_runtime.catalog.tables."):
+            if name.startswith("state_runtime.catalog.schema.tables."):
                 value = getattr(tables, name.rsplit(".", 1)[1])
                 assert not isinstance(value, sa.Table), (path.name, name)
         assert ".execute(" not in path.read_text(), path.name
@@ -202,14 +202,41 @@ def test_every_module_says_why_at_the_top() -> None:
     assert not missing, missing
 
 
-def test_no_two_modules_share_a_name() -> None:
-    """A module's name says which room it is in: no basename repeats (package markers and
-    entry points aside; migrations are named by revision)."""
+KIND_SUFFIXES = ("_sql", "_queries", "_calls", "_utils", "_helpers")
+
+
+def _name_faults(paths: list[Path]) -> list[str]:
+    """Modules whose name does not say what they hold: a kind suffix (the package says the
+    kind: ``catalog/sql/retention.py``, not ``catalog/retention_sql.py``), or two names in one
+    package that differ only by a plural ``s`` (``session.py`` beside ``sessions.py``)."""
+    faults = [str(p) for p in paths if p.stem.endswith(KIND_SUFFIXES)]
+    for p in paths:
+        if p.stem.endswith("s") and p.with_name(p.stem[:-1] + ".py") in paths:
+            faults.append(f"{p.with_name(p.stem[:-1] + '.py')} beside {p}")
+    return faults
+
+
+def test_module_names_say_what_they_hold() -> None:
+    """A module is named for its concern; its package names the room (``catalog/api``: the
+    calls, ``catalog/sql``: their SQL, ``catalog/schema``, ``catalog/connection``), so one
+    concern may have a module of the same name in each room, but no name carries a kind
+    suffix and no package holds two names a plural apart (migrations are named by revision).
+    Test modules, named for what they test, stay unique across the test tree."""
+    assert _name_faults([Path("a/b_sql.py"), Path("a/run.py"), Path("a/runs.py")]) == [
+        "a/b_sql.py",
+        "a/run.py beside a/runs.py",
+    ]
+    assert _name_faults([Path("a/run.py"), Path("b/runs.py")]) == []
+    code = [
+        p.relative_to(REPO)
+        for root in [PACKAGE, DAGSTER, AIRFLOW, *FRONTS]
+        for p in root.rglob("*.py")
+        if "versions" not in p.parts
+    ]
+    assert _name_faults(code) == []
     seen: dict[str, list[str]] = {}
-    for root in [PACKAGE, DAGSTER, AIRFLOW, *FRONTS, REPO / "tests"]:
-        for p in root.rglob("*.py"):
-            if p.name in ("__init__.py", "__main__.py", "conftest.py") or "versions" in p.parts:
-                continue
+    for p in (REPO / "tests").rglob("*.py"):
+        if p.name not in ("__init__.py", "conftest.py"):
             seen.setdefault(p.name, []).append(str(p.relative_to(REPO)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from state_runtime.catalog import CatalogTimeouts
-from state_runtime.cli.commands import POLICY_OPTIONS, main
+from state_runtime.cli import main
+from state_runtime.cli.group import POLICY_OPTIONS
 from state_runtime.errors import InvalidArgument, MaintenanceRefused
 from state_runtime.maintenance import MaintenancePolicy
 from state_runtime.settings import CATALOG_TIMEOUTS, MAINTENANCE, WORKER, WorkerSettings

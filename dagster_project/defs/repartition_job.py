@@ -17,7 +17,7 @@ from dagster_project.defs.metadata import repartition_metadata
 from dagster_project.defs.resources import MaintenanceResource
 from state_runtime.maintenance.progress import CallbackProgress
 from state_runtime.maintenance.repartition import repartition
-from state_runtime.runtime.session import spark_session
+from state_runtime.runtime.spark_session import spark_session
 
 
 class RepartitionConfig(Config):

@@ -6,13 +6,13 @@ PostgreSQL in production, SQLite as the embedded default; the URL comes from
 """
 
 from state_runtime.catalog.catalog import Catalog
-from state_runtime.catalog.connection_settings import (
+from state_runtime.catalog.connection.engine import RetryPolicy
+from state_runtime.catalog.connection.settings import (
     URL_ENV,
     CatalogTimeouts,
     catalog_url,
     catalog_url_of,
 )
-from state_runtime.catalog.engine import RetryPolicy
 from state_runtime.catalog.records import (
     AttemptSweep,
     BatchCommit,
@@ -44,9 +44,14 @@ from state_runtime.catalog.records import (
     Verdict,
     VersionHistory,
 )
-from state_runtime.catalog.revision import head_revision, upgrade
-from state_runtime.catalog.runs_and_leases import HEARTBEAT_INTERVAL
-from state_runtime.catalog.tables import FileState, RunKind, RunOutcome, Verification
+from state_runtime.catalog.schema.administration import (
+    grant_statements,
+    revision_line,
+    upgrade_catalog,
+)
+from state_runtime.catalog.schema.revision import head_revision, upgrade
+from state_runtime.catalog.schema.tables import FileState, RunKind, RunOutcome, Verification
+from state_runtime.catalog.sql.runs_and_leases import HEARTBEAT_INTERVAL
 from state_runtime.retention import RetentionPolicy
 from state_runtime.settings import MIN_RETAINED_VERSIONS
 
@@ -93,6 +98,9 @@ __all__ = [
     "VersionHistory",
     "catalog_url",
     "catalog_url_of",
+    "grant_statements",
     "head_revision",
+    "revision_line",
     "upgrade",
+    "upgrade_catalog",
 ]

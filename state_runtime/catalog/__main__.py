@@ -1,8 +1,8 @@
 """Catalog administration: ``python -m state_runtime.catalog upgrade|current|grants [--url URL]``.
 
 ``grants`` prints the SQL that creates the runtime, maintenance and reader roles and grants
-their rights (:mod:`state_runtime.catalog.grants`); with ``--apply`` it runs it, as the owner.
-Exit codes: 0 done; 1 any error, printed as one line (``current`` never creates a catalog).
+their rights (:mod:`state_runtime.catalog.schema.grants`); with ``--apply`` it runs it, as the
+owner. Exit codes: 0 done; 1 any error, printed as one line (``current`` never creates a catalog).
 """
 
 from __future__ import annotations
@@ -10,17 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from state_runtime.catalog.connection_settings import URL_ENV, catalog_url
-from state_runtime.catalog.engine import (
-    RetryPolicy,
-    create_catalog_engine,
-    display_url,
-    run_transaction,
-    sqlite_file,
+from state_runtime.catalog.connection.settings import URL_ENV, catalog_url
+from state_runtime.catalog.schema.administration import (
+    grant_statements,
+    revision_line,
+    upgrade_catalog,
 )
-from state_runtime.catalog.grants import catalog_grants
-from state_runtime.catalog.revision import current_revision, head_revision, upgrade
-from state_runtime.errors import CatalogSchemaOutdated, StateStoreError
+from state_runtime.errors import StateStoreError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,31 +38,21 @@ def main(argv: list[str] | None = None) -> int:
         )
     args = parser.parse_args(argv)
     try:
-        engine = create_catalog_engine(args.url or catalog_url())
-        try:
-            if args.command == "grants":
-                statements = catalog_grants(
-                    engine,
-                    owner=args.owner_role,
-                    runtime=args.runtime_role,
-                    maintenance=args.maintenance_role,
-                    reader=args.reader_role,
-                    apply=args.apply,
-                )
-                print("\n".join(f"{statement};" for statement in statements))
-                return 0
-            if args.command == "upgrade":
-                upgrade(engine, args.revision)
-            missing = sqlite_file(engine.url)
-            if missing is not None and not missing.is_file():  # reading must not create it
-                raise CatalogSchemaOutdated(f"no catalog at {str(missing)!r}: no such file")
-            found = run_transaction(
-                engine, current_revision, retry=RetryPolicy(), what="read revision"
+        url = args.url or catalog_url()
+        if args.command == "grants":
+            statements = grant_statements(
+                url,
+                owner=args.owner_role,
+                runtime=args.runtime_role,
+                maintenance=args.maintenance_role,
+                reader=args.reader_role,
+                apply=args.apply,
             )
-            shown = display_url(engine.url)
-            print(f"{shown}: revision {found or '(empty)'} (head: {head_revision()})")
-        finally:
-            engine.dispose()
+            print("\n".join(f"{statement};" for statement in statements))
+        elif args.command == "upgrade":
+            print(upgrade_catalog(url, args.revision))
+        else:
+            print(revision_line(url))
     except StateStoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from state_runtime.catalog.api.commit_calls import CommitCalls
-from state_runtime.catalog.api.event_time_calls import EventTimeCalls
-from state_runtime.catalog.api.health_calls import HealthCalls
-from state_runtime.catalog.api.history_calls import HistoryCalls
-from state_runtime.catalog.api.inventory_calls import InventoryCalls
-from state_runtime.catalog.api.layout_calls import LayoutCalls
-from state_runtime.catalog.api.retention_calls import RetentionCalls
-from state_runtime.catalog.api.run_calls import RunCalls
-from state_runtime.catalog.api.schema_history_calls import SchemaHistoryCalls
+from state_runtime.catalog.api.commits import CommitCalls
+from state_runtime.catalog.api.event_time import EventTimeCalls
+from state_runtime.catalog.api.health import HealthCalls
+from state_runtime.catalog.api.history import HistoryCalls
+from state_runtime.catalog.api.inventory import InventoryCalls
+from state_runtime.catalog.api.layouts import LayoutCalls
+from state_runtime.catalog.api.retention import RetentionCalls
+from state_runtime.catalog.api.runs_and_leases import RunCalls
+from state_runtime.catalog.api.schema_history import SchemaHistoryCalls
 
 
 class Catalog(

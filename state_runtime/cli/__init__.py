@@ -19,7 +19,7 @@ CLI_PACKAGES = ("click", "rich")
 def entry() -> None:
     """The ``statestore`` command."""
     try:
-        from state_runtime.cli.commands import main
+        from state_runtime.cli.statestore import main
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in CLI_PACKAGES:
             raise
@@ -30,7 +30,7 @@ def entry() -> None:
 
 def __getattr__(name: str) -> Any:
     if name == "main":  # imported on use: importing the package needs no extra
-        from state_runtime.cli.commands import main
+        from state_runtime.cli.statestore import main
 
         return main
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,7 @@ listing every store.
 Tasks record nothing in the catalog: the driver records the files its task reports name, in
 the batch's commit. A file written by an attempt whose report never reached the driver (a
 task killed after writing, a speculative copy that lost, a driver that died before its
-commit) is found through the batch's intent (:mod:`state_runtime.catalog.batch_intents`):
+commit) is found through the batch's intent (:mod:`state_runtime.catalog.sql.batch_intents`):
 only intents settled with suspect stores, or never settled, and older than ``min_age`` (a
 younger batch may still have attempts running), are swept; each lists just its suspect
 stores' folders and records the files of the batch's version that the catalog lacks. Those

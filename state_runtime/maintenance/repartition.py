@@ -13,7 +13,7 @@ new partition. ``execute_repartition`` carries the plan out as one recorded run 
 ``repartition``) under the leases of every store involved: a Spark job writes one verified
 snapshot per new partition at version ``V`` (the next version) with fresh checkpoint ids
 (:mod:`state_runtime.maintenance.rerouting`), the files are recorded as written, and one
-catalog transaction switches the layout (:mod:`state_runtime.catalog.layouts`): batch ``B``
+catalog transaction switches the layout (:mod:`state_runtime.catalog.sql.layouts`): batch ``B``
 then names the new snapshots, so the query's next batch opens the new stores, and the
 operator's layout says ``N``, so ``StatefulQuery(num_partitions=N)`` is accepted. A crash
 before that transaction leaves the old layout (the files written are orphans that cleanup

@@ -1,7 +1,7 @@
 """Maintenance runs as the catalog records them: started, then succeeded or failed, with counts.
 
 Before a run starts, runs left ``running`` by a process that died are closed as ``abandoned``
-(see ``state_runtime.catalog.runs_and_leases``); while it runs, a heartbeat shows it alive.
+(see ``state_runtime.catalog.sql.runs_and_leases``); while it runs, a heartbeat shows it alive.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from state_runtime.runtime.loss import loss_paragraph
 from state_runtime.runtime.operator import StatefulOperator, UpdateFunction
 from state_runtime.runtime.query import BatchResult, StatefulQuery
 from state_runtime.runtime.reader import read_state, read_state_metadata
-from state_runtime.runtime.sessions import SessionWindow, session_window_aggregation
+from state_runtime.runtime.session_windows import SessionWindow, session_window_aggregation
 from state_runtime.runtime.spark_progress import state_figures, with_state_progress
 from state_runtime.runtime.watermark import Watermark
 from state_runtime.runtime.windows import Window, windowed_aggregation

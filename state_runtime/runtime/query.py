@@ -8,7 +8,7 @@ in one catalog transaction, from the task reports: the files, the holders, the c
 batch's metrics (tasks open no catalog connection). A batch costs the catalog two
 transactions whatever its partitions: ``begin_batch`` (reads ``b - 1``'s ids and records the
 batch's intent before any task runs) and ``commit_batch``. The intent lets maintenance find
-files of attempts the driver never heard of (``catalog/batch_intents.py``). A replayed batch
+files of attempts the driver never heard of (``catalog/sql/batch_intents.py``). A replayed batch
 recomputes from ``b - 1``'s ids, so every store's lineage stays linear.
 
 On the normal path a batch is one Spark job: the sink's action runs the stateful stage, whose

@@ -17,9 +17,9 @@ import pytest
 import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, RetryPolicy
-from state_runtime.catalog.engine import create_catalog_engine
-from state_runtime.catalog.revision import upgrade
-from state_runtime.catalog.tables import metadata
+from state_runtime.catalog.connection.engine import create_catalog_engine
+from state_runtime.catalog.schema.revision import upgrade
+from state_runtime.catalog.schema.tables import metadata
 from tests.services import service_missing
 
 PG_HOST = os.environ.get("STATE_TEST_PG_HOST", "127.0.0.1")

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog
-from state_runtime.catalog.tables import checkpoint_files
+from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
 

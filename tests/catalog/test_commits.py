@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from state_runtime.catalog import BatchMetrics, Catalog, FileState
-from state_runtime.catalog.tables import checkpoint_files, commit_log
+from state_runtime.catalog.schema.tables import checkpoint_files, commit_log
 from state_runtime.errors import CatalogError, CommitConflict, InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
 from tests.catalog.factory import QUERY, ROOT, Stream, info

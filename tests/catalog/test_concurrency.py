@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from state_runtime.catalog import Catalog, FileState, RetentionPolicy, commits, deletions
-from state_runtime.catalog.tables import checkpoint_files, commit_log
+from state_runtime.catalog import Catalog, FileState, RetentionPolicy
+from state_runtime.catalog.schema.tables import checkpoint_files, commit_log
+from state_runtime.catalog.sql import commits, deletions
 from state_runtime.errors import CommitConflict
 from state_runtime.identity import StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo

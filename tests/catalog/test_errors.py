@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from state_runtime.catalog import Catalog, commits
-from state_runtime.catalog.tables import checkpoint_files, commit_log
+from state_runtime.catalog import Catalog
+from state_runtime.catalog.schema.tables import checkpoint_files, commit_log
+from state_runtime.catalog.sql import commits
 from state_runtime.errors import CatalogError, CatalogUnavailable, InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId, parse_file_name
 from tests.catalog.conftest import FAST_RETRY, PG_HOST, PG_PORT, PG_USER

@@ -16,9 +16,14 @@ from alembic.runtime.migration import MigrationContext
 
 from state_runtime.catalog import Catalog, RetentionPolicy, head_revision
 from state_runtime.catalog.__main__ import main as catalog_main
-from state_runtime.catalog.engine import create_catalog_engine
-from state_runtime.catalog.revision import ALEMBIC_INI, alembic_config, current_revision, upgrade
-from state_runtime.catalog.tables import metadata
+from state_runtime.catalog.connection.engine import create_catalog_engine
+from state_runtime.catalog.schema.revision import (
+    ALEMBIC_INI,
+    alembic_config,
+    current_revision,
+    upgrade,
+)
+from state_runtime.catalog.schema.tables import metadata
 from state_runtime.errors import CatalogError, CatalogSchemaOutdated, CatalogSchemaTooNew
 from state_runtime.identity import CheckpointRef, StoreId
 from tests.catalog.conftest import DIALECTS, FAST_RETRY

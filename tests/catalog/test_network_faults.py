@@ -29,7 +29,7 @@ from state_runtime.catalog import (
     RetryPolicy,
     StoreKey,
 )
-from state_runtime.catalog.tables import (
+from state_runtime.catalog.schema.tables import (
     batch_metrics,
     checkpoint_files,
     commit_log,

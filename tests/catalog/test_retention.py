@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, FileState, RetentionPolicy, Verdict
-from state_runtime.catalog.tables import checkpoint_files
+from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.errors import CatalogError, CommitConflict, MaintenanceRefused
 from state_runtime.identity import StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo

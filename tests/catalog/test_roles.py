@@ -24,10 +24,10 @@ from sqlalchemy.engine import make_url
 from demo.clicks import parse_args, run
 from state_runtime.catalog import BatchMetrics, Catalog
 from state_runtime.catalog.__main__ import main as catalog_main
-from state_runtime.catalog.engine import create_catalog_engine
-from state_runtime.catalog.grants import Roles as GrantRoles
-from state_runtime.catalog.grants import reader_views
-from state_runtime.catalog.revision import (
+from state_runtime.catalog.connection.engine import create_catalog_engine
+from state_runtime.catalog.schema.grants import Roles as GrantRoles
+from state_runtime.catalog.schema.grants import reader_views
+from state_runtime.catalog.schema.revision import (
     MIGRATIONS,
     alembic_config,
     current_revision,
@@ -192,6 +192,26 @@ def test_the_grants_command_prints_the_roles_sql(
     assert rows(pg_schema, "SELECT count(*) FROM pg_roles WHERE rolname = 'ops_ro'") == [(0,)]
     assert catalog_main(["grants", "--url", pg_schema, "--reader-role", "Bad-Name"]) == 1
     assert "invalid role or schema name 'Bad-Name'" in capsys.readouterr().err
+
+
+def test_statestore_catalog_answers_as_python_m_state_runtime_catalog(
+    pg_schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``statestore catalog upgrade|current|grants`` prints what ``python -m
+    state_runtime.catalog`` prints, on the group's ``--catalog-url``, and fails the same way."""
+    runner = CliRunner(env={"STATE_CATALOG_URL": None})
+    group = ["--catalog-url", pg_schema, "catalog"]
+    up = runner.invoke(statestore, [*group, "upgrade"])
+    assert up.exit_code == 0 and f"revision {head_revision()}" in up.stdout, up.output
+    assert catalog_main(["current", "--url", pg_schema]) == 0
+    assert up.stdout == capsys.readouterr().out
+    assert runner.invoke(statestore, [*group, "current"]).stdout == up.stdout
+    grants = runner.invoke(statestore, [*group, "grants", "--reader-role", "ops_ro"])
+    assert catalog_main(["grants", "--url", pg_schema, "--reader-role", "ops_ro"]) == 0
+    assert grants.exit_code == 0 and grants.stdout == capsys.readouterr().out
+    assert '"ops_ro"' in grants.stdout
+    bad = runner.invoke(statestore, [*group, "grants", "--reader-role", "Bad-Name"])
+    assert bad.exit_code != 0 and "invalid role or schema name 'Bad-Name'" in bad.stderr
 
 
 def test_sqlite_has_no_roles(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

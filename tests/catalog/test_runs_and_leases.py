@@ -135,8 +135,8 @@ def test_a_lease_retry_finds_its_own_lease_and_a_release_retry_is_success(
     with the same token: the lease is still its own, a second release is still a release."""
     from sqlalchemy.engine import Connection
 
-    from state_runtime.catalog import runs_and_leases
-    from state_runtime.catalog.engine import run_transaction
+    from state_runtime.catalog.connection.engine import run_transaction
+    from state_runtime.catalog.sql import runs_and_leases
 
     Stream(catalog, [A]).commit()
     token = "f" * 32

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from state_runtime.catalog import BatchMetrics, Catalog, RetentionPolicy
-from state_runtime.catalog.tables import checkpoint_files
+from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.identity import StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from tests.catalog.factory import QUERY, ROOT, Stream, info

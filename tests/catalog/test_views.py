@@ -15,9 +15,10 @@ from alembic import command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from state_runtime.catalog import Catalog, FoundProblem, RetentionPolicy, StoreKey, views
-from state_runtime.catalog.engine import create_catalog_engine
-from state_runtime.catalog.revision import alembic_config, upgrade
+from state_runtime.catalog import Catalog, FoundProblem, RetentionPolicy, StoreKey
+from state_runtime.catalog.connection.engine import create_catalog_engine
+from state_runtime.catalog.schema import operator_views as views
+from state_runtime.catalog.schema.revision import alembic_config, upgrade
 from state_runtime.identity import StoreId
 from state_runtime.status import DEFAULT_LIMITS, store_status
 from tests.catalog.conftest import DIALECTS

@@ -37,7 +37,7 @@ from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import snapshot_due_sensor, store_discovery_sensor
 from state_runtime.catalog import RetentionPolicy, catalog_url
-from state_runtime.catalog.tables import stores
+from state_runtime.catalog.schema.tables import stores
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance import CHECKS, MaintenancePolicy
 from state_runtime.settings import MAINTENANCE

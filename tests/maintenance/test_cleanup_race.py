@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from state_runtime import StateStoreProvider
 from state_runtime.catalog import Catalog, RetentionPolicy
-from state_runtime.catalog.tables import checkpoint_files
+from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.identity import FileKind, StoreId
 from state_runtime.maintenance import Fleet, MaintenancePolicy, cleanup_pass, snapshot_pass
 from tests.maintenance.streams import KEY, VALUE, StoreStream

@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from alembic import command
 
 from state_runtime.catalog import Catalog, upgrade
-from state_runtime.catalog.engine import create_catalog_engine
-from state_runtime.catalog.revision import alembic_config
+from state_runtime.catalog.connection.engine import create_catalog_engine
+from state_runtime.catalog.schema.revision import alembic_config
 from state_runtime.maintenance import Fleet, MaintenancePolicy, run_checks, snapshot_pass
 from state_runtime.storage import LocalStorage
 from tests.maintenance.conftest import STORES

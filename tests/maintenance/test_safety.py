@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from state_runtime.catalog import FileState, Verdict, Verification
-from state_runtime.catalog.tables import checkpoint_files
+from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.identity import FileKind, StoreId
 from state_runtime.maintenance import (
     MaintenancePolicy,

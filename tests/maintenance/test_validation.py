@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from state_runtime.catalog import RetentionPolicy
-from state_runtime.catalog.tables import checkpoint_files, deletion_ledger
+from state_runtime.catalog.schema.tables import checkpoint_files, deletion_ledger
 from state_runtime.maintenance import (
     CheckName,
     MaintenancePolicy,

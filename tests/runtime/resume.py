@@ -27,7 +27,7 @@ def main(jobs_path: str, out_path: str) -> None:
     from pyspark import cloudpickle
 
     import tests
-    from state_runtime.runtime.session import spark_session
+    from state_runtime.runtime.spark_session import spark_session
 
     cloudpickle.register_pickle_by_value(tests)  # update functions travel by value
     jobs: list[Resume] = pickle.loads(Path(jobs_path).read_bytes())

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from state_runtime.catalog import Catalog
 from state_runtime.catalog.records import Verdict
-from state_runtime.catalog.retention_sql import RetentionPolicy
+from state_runtime.catalog.sql.retention import RetentionPolicy
 from state_runtime.errors import CatalogUnavailable
 from state_runtime.maintenance import Fleet, MaintenancePolicy, sweep_attempts
 from state_runtime.runtime import (

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from pyspark.sql import DataFrame, SparkSession
 
 from state_runtime.catalog import Catalog
-from state_runtime.catalog.tables import store_holders
+from state_runtime.catalog.schema.tables import store_holders
 from state_runtime.errors import InvalidArgument
 from state_runtime.runtime import (
     Agg,

@@ -10,15 +10,15 @@ from typing import Literal, Self, TypeVar
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from state_runtime.catalog import revision
-from state_runtime.catalog.clock import DatabaseClock
-from state_runtime.catalog.connection_settings import CatalogTimeouts, catalog_url
-from state_runtime.catalog.engine import (
+from state_runtime.catalog.connection.clock import DatabaseClock
+from state_runtime.catalog.connection.engine import (
     RetryPolicy,
     create_catalog_engine,
     display_url,
     run_transaction,
 )
+from state_runtime.catalog.connection.settings import CatalogTimeouts, catalog_url
+from state_runtime.catalog.schema import revision
 from state_runtime.errors import CommitConflict
 
 T = TypeVar("T")
@@ -40,8 +40,8 @@ class CatalogBase:
         self.clock = DatabaseClock(engine, self.retry)
 
     def now(self) -> datetime:
-        """The time by the database's clock (:mod:`state_runtime.catalog.clock`): what leases,
-        run records, file records and the retention window go by."""
+        """The time by the database's clock (:mod:`state_runtime.catalog.connection.clock`):
+        what leases, run records, file records and the retention window go by."""
         return self.clock.now()
 
     @classmethod

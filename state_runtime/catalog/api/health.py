@@ -1,0 +1,41 @@
+"""Catalog calls of health: snapshot candidates and each store's figures and status."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from state_runtime.catalog.api.transactions import CatalogBase
+from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
+from state_runtime.catalog.sql import health as health_queries
+from state_runtime.errors import InvalidArgument
+from state_runtime.retention import RetentionPolicy
+
+
+class HealthCalls(CatalogBase):
+    """What health reports and the snapshot pass read."""
+
+    def snapshot_candidates(
+        self, min_deltas: int, root: str | None = None
+    ) -> list[SnapshotCandidate]:
+        """Stores whose committed deltas since the last snapshot number at least ``min_deltas``."""
+        if min_deltas < 1:
+            raise InvalidArgument(f"min_deltas must be at least 1, got {min_deltas}")
+        return self._run(
+            "find snapshot candidates",
+            lambda c: health_queries.snapshot_candidates(c, min_deltas, root),
+        )
+
+    def store_health(
+        self, policy: RetentionPolicy, *, root: str | None = None, now: datetime | None = None
+    ) -> list[StoreHealth]:
+        return self._run(
+            "read store health",
+            lambda c: health_queries.store_health(c, policy, root, now or self.now()),
+        )
+
+    def recovery_costs(self, root: str | None = None) -> dict[StoreKey, RecoveryCost]:
+        """Per store (of ``root``, or all), the files and bytes a cold load of its latest
+        committed version reads (one query; no storage request)."""
+        return self._run(
+            "estimate recovery costs", lambda c: health_queries.recovery_costs(c, root)
+        )

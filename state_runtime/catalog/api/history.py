@@ -1,0 +1,46 @@
+"""Catalog calls of the operators' history: committed versions and what became of their files."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from state_runtime.catalog.api.transactions import CatalogBase
+from state_runtime.catalog.records import RecordedBatchMetrics, VersionHistory
+from state_runtime.catalog.sql import batch_metrics, history
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import StoreId
+
+
+class HistoryCalls(CatalogBase):
+    """What ``statestore history`` asks, like Delta's DESCRIBE HISTORY."""
+
+    def version_history(
+        self,
+        root: str,
+        *,
+        stores: Sequence[StoreId] | None = None,
+        query_id: str | None = None,
+        limit: int = 100,
+    ) -> list[VersionHistory]:
+        """The ``limit`` newest committed versions below ``root`` (of ``stores``, of the query
+        ``query_id``), newest first, each with its batch, rows, and the files of its
+        checkpoint id (delta, snapshots) with their deletions."""
+        if limit < 1:
+            raise InvalidArgument(f"limit must be at least 1, got {limit}")
+        return self._run(
+            "read version history",
+            lambda c: history.version_history(c, root, stores, query_id, limit),
+        )
+
+    def query_ids(self, root: str) -> list[str]:
+        """The queries that committed below ``root``."""
+        return self._run("list queries", lambda c: history.query_ids(c, root))
+
+    def batch_metrics_after(
+        self, after_id: int, *, limit: int = 200
+    ) -> list[tuple[int, RecordedBatchMetrics]]:
+        """Batch metrics recorded with an id above ``after_id`` (every root and query), oldest
+        first, with their ids: what a reader such as Dagster's sensor has not seen yet."""
+        return self._run(
+            "read batch metrics", lambda c: batch_metrics.metrics_after(c, after_id, limit)
+        )

@@ -1,0 +1,208 @@
+"""Catalog calls about what exists: roots, stores, files, verifications, problems, repairs."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.api.transactions import CatalogBase, conflict
+from state_runtime.catalog.records import (
+    AttemptSweep,
+    FileRecord,
+    FoundProblem,
+    Repair,
+    StoreKey,
+    StoreProblem,
+    StoreRecord,
+)
+from state_runtime.catalog.sql import batch_intents, findings, inventory, lookups
+from state_runtime.catalog.sql import retention as retention_sql
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import FileKind, StoreId
+from state_runtime.storage.root_rule import parse_root
+from state_runtime.store.checkpoint_info import CheckpointInfo
+
+
+class InventoryCalls(CatalogBase):
+    """The inventory maintenance reads and validation and repair record."""
+
+    def roots(self) -> list[str]:
+        """Every checkpoint root below which the catalog knows a store."""
+        return self._run("list roots", inventory.roots)
+
+    def relocate_root(self, old: str, new: str) -> int:
+        """Point every record below checkpoint root ``old`` at ``new`` (stores, batch metrics,
+        recorded watermarks, operator schema histories) in one transaction, after the files
+        were moved or copied there (file paths are stored relative to their root, so only the
+        root changes). Returns the number of stores moved."""
+        parse_root(new)  # storage's own rule, as for every root first recorded
+
+        return self._run("relocate a root", lambda c: inventory.relocate_root(c, old, new))
+
+    def stores(self, root: str | None = None) -> list[StoreRecord]:
+        """Every store the catalog knows (below ``root``, if given)."""
+
+        return self._run("list stores", lambda c: inventory.store_records(c, root))
+
+    def store_files(self, root: str, store: StoreId) -> list[FileRecord]:
+        """The live files of one store, oldest versions first (with their verification)."""
+
+        def work(connection: Connection) -> list[FileRecord]:
+            found = lookups.store_ids(connection, root, [store])
+            return [] if store not in found else retention_sql.live_files(connection, found[store])
+
+        return self._run("read store files", work)
+
+    def record_snapshot(
+        self,
+        root: str,
+        info: CheckpointInfo,
+        *,
+        run_id: int | None = None,
+        verified: bool = False,
+        problem: str | None = None,
+    ) -> str | None:
+        """Record a snapshot written by maintenance, in one transaction with what verifying
+        its bytes after the write found: ``verified`` (it may now supersede deltas), or the
+        ``problem`` (it supersedes nothing and the store gets an open problem). Without
+        either it is recorded unverified.
+
+        A snapshot already recorded with another size or checksum (the file changed since)
+        keeps its record and is recorded as damaged. Returns the problem recorded, if any.
+        """
+        if info.kind is not FileKind.SNAPSHOT:
+            raise InvalidArgument(f"record_snapshot got a {info.kind.value} file", path=info.path)
+
+        return self._run(
+            "record snapshot",
+            lambda c: findings.record_snapshot(
+                c, root, info, run_id, verified, problem, self.now()
+            ),
+            conflict,
+        )
+
+    def record_verifications(self, root: str, results: Mapping[str, str | None]) -> None:
+        """Record what verifying files found: None (intact) or the problem, per path."""
+        self._run(
+            "record verifications",
+            lambda c: findings.record_verifications(c, root, results, self.now()),
+        )
+
+    def record_validation(
+        self,
+        run_id: int | None,
+        key: StoreKey,
+        checked: Mapping[str, str | None],
+        found: Sequence[FoundProblem],
+        *,
+        started_at: datetime | None = None,
+    ) -> None:
+        """Record one store's validation by ``run_id``, which started at ``started_at``: each
+        checked file's verification; the store's open problems become ``found`` (problems
+        recorded after the validation started are left for the next one)."""
+        self._run(
+            "record validation",
+            lambda c: findings.record_validation(
+                c, key.root, key.store, checked, found, run_id, self.now(), started_at
+            ),
+        )
+
+    def add_problems(
+        self, key: StoreKey, found: Sequence[FoundProblem], *, run_id: int | None = None
+    ) -> int:
+        """Open problems on a store (those already open are kept as they are)."""
+        return self._run(
+            "record problems",
+            lambda c: findings.add_problems(c, key.root, key.store, found, run_id, self.now()),
+        )
+
+    def problems(
+        self,
+        *,
+        root: str | None = None,
+        store: StoreKey | None = None,
+        only_open: bool = True,
+    ) -> list[StoreProblem]:
+        """Store problems, oldest first: open ones (what holds stores back), or all."""
+        if store is not None:
+            root = store.root
+        return self._run(
+            "read problems",
+            lambda c: findings.problems(
+                c, root, None if store is None else store.store, only_open=only_open
+            ),
+        )
+
+    def resolve_problems(
+        self,
+        key: StoreKey,
+        resolution: str,
+        *,
+        run_id: int | None = None,
+        path: str | None = None,
+    ) -> int:
+        """Resolve a store's open problems (an operator's decision, with why); the store is
+        cleaned again. Returns how many were open."""
+        return self._run(
+            "resolve problems",
+            lambda c: findings.resolve_problems(
+                c, key.root, key.store, resolution, run_id, self.now(), path=path
+            ),
+        )
+
+    def begin_repair(
+        self, run_id: int, root: str, path: str, problem: str, damaged: bytes | None
+    ) -> int:
+        """Record a damaged snapshot (as found; None if gone) before it is replaced."""
+        return self._run(
+            "record repair",
+            lambda c: findings.begin_repair(c, run_id, root, path, problem, damaged, self.now()),
+        )
+
+    def repair_removed(self, repair_id: int) -> None:
+        self._run(
+            "record repair step",
+            lambda c: findings.repair_removed(c, repair_id, self.now()),
+        )
+
+    def finish_repair(self, repair_id: int, root: str, info: CheckpointInfo) -> None:
+        """The rebuilt snapshot ``info`` is written and verified: it replaces the record."""
+        self._run(
+            "finish repair",
+            lambda c: findings.finish_repair(c, repair_id, root, info, self.now()),
+        )
+
+    def repairs(self, root: str | None = None) -> list[Repair]:
+        return self._run("read repairs", lambda c: findings.repairs(c, root))
+
+    def claimed_stores(self, root: str | None = None) -> set[StoreKey]:
+        """Stores with files claimed for deletion but not yet recorded deleted (a run stopped
+        between claim and record); cleanup resumes them."""
+        return self._run("find claimed stores", lambda c: inventory.claimed_stores(c, root))
+
+    def recorded_paths(self, root: str, paths: Collection[str]) -> set[str]:
+        """Those of ``paths`` (below ``root``) the catalog has a record of, by index probes."""
+        return self._run("find recorded paths", lambda c: lookups.recorded_paths(c, root, paths))
+
+    def known_paths(self, root: str) -> dict[str, str]:
+        """Every path the catalog has a record of below ``root``, with its state."""
+        return self._run("read known paths", lambda c: inventory.known_paths(c, root))
+
+    def attempt_sweeps(self, started_before: datetime, limit: int = 100) -> list[AttemptSweep]:
+        """Batch intents whose attempts may have left files the catalog lacks (settled with
+        suspect stores, or never settled), started before ``started_before``, oldest first,
+        each with the store folders and versions to look at."""
+        return self._run(
+            "read attempt sweeps",
+            lambda c: batch_intents.open_sweeps(c, started_before, limit),
+        )
+
+    def finish_attempt_sweeps(self, runs: Collection[str], forget_before: datetime) -> int:
+        """Mark the intents of ``runs`` swept, and forget intents swept before
+        ``forget_before``; the number forgotten."""
+        return self._run(
+            "finish attempt sweeps",
+            lambda c: batch_intents.finish_sweeps(c, runs, self.now(), forget_before),
+        )

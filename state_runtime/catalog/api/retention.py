@@ -1,0 +1,134 @@
+"""Catalog calls of cleanup: what retention keeps, what may go and why, deletions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.api.transactions import CatalogBase
+from state_runtime.catalog.records import (
+    Deletion,
+    Explanation,
+    FileVerdict,
+    RetainedVersion,
+)
+from state_runtime.catalog.sql import deletions, explanations, lookups
+from state_runtime.catalog.sql import retention as retention_sql
+from state_runtime.catalog.sql.retention import Scope
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import StoreId
+from state_runtime.retention import RetentionPolicy
+from state_runtime.settings import MIN_RETAINED_VERSIONS
+
+
+class RetentionCalls(CatalogBase):
+    """The retention rule applied in SQL (see state_runtime/retention.py), and the ledger."""
+
+    def retained_versions(
+        self, root: str, store: StoreId, retain_versions: int = MIN_RETAINED_VERSIONS
+    ) -> list[RetainedVersion]:
+        """The store's retained versions, newest first, with the files that load each."""
+        RetentionPolicy(retain_versions=retain_versions)
+        return self._run(
+            "read retained versions",
+            lambda c: retention_sql.retained_versions(c, root, store, retain_versions),
+        )
+
+    def deletable_files(
+        self,
+        policy: RetentionPolicy,
+        *,
+        root: str | None = None,
+        store: StoreId | None = None,
+        now: datetime | None = None,
+    ) -> list[FileVerdict]:
+        """What cleanup under ``policy`` would delete now, each with its reason (a dry run)."""
+        if store is not None and root is None:
+            raise InvalidArgument("a store is identified within a root: pass root too")
+
+        def work(connection: Connection) -> list[FileVerdict]:
+            scope = Scope(root=root)
+            if store is not None and root is not None:
+                found = lookups.store_ids(connection, root, [store])
+                if store not in found:
+                    return []
+                scope = Scope(store_ids=(found[store],))
+            return retention_sql.file_verdicts(
+                connection, policy, scope, now or self.now(), only_deletable=True
+            )
+
+        return self._run("find deletable files", work)
+
+    def file_verdicts(
+        self, policy: RetentionPolicy, *, root: str | None = None, now: datetime | None = None
+    ) -> list[FileVerdict]:
+        """The verdict on every live or claimed file: needed, kept, or deletable, and why."""
+        return self._run(
+            "judge files",
+            lambda c: retention_sql.file_verdicts(c, policy, Scope(root=root), now or self.now()),
+        )
+
+    def explain(
+        self,
+        root: str,
+        path: str,
+        policy: RetentionPolicy,
+        *,
+        now: datetime | None = None,
+        absent: bool = False,
+    ) -> Explanation:
+        """Why the file at ``path`` (relative to ``root``) is kept, or why it may be deleted.
+        A damaged file, or one the caller found ``absent`` from storage, is never "needed":
+        the answer says what is lost and what still loads."""
+        return self._run(
+            "explain file",
+            lambda c: explanations.explain(c, root, path, policy, now or self.now(), absent=absent),
+        )
+
+    def claim_deletions(
+        self,
+        run_id: int,
+        policy: RetentionPolicy,
+        root: str,
+        only_stores: Sequence[StoreId] | None = None,
+        *,
+        limit: int | None = None,
+        now: datetime | None = None,
+    ) -> list[FileVerdict]:
+        """Mark the deletable files of ``root`` (or of the given stores) as being deleted by
+        ``run_id`` and return them, at most ``limit`` new ones (oldest versions first); files
+        an interrupted run had claimed come back too. Delete them from storage, then call
+        ``record_deletions``."""
+        if limit is not None and limit < 1:
+            raise InvalidArgument(f"limit must be at least 1, got {limit}")
+        return self._run(
+            "claim deletions",
+            lambda c: deletions.claim_deletions(
+                c, run_id, policy, root, only_stores, now or self.now(), limit
+            ),
+        )
+
+    def record_deletions(self, run_id: int, root: str, paths: Sequence[str]) -> int:
+        """Record claimed files as deleted from storage, each with its reason, in the ledger."""
+        return self._run(
+            "record deletions",
+            lambda c: deletions.record_deletions(c, run_id, root, paths, self.now()),
+        )
+
+    def record_lost(self, run_id: int, root: str, paths: Sequence[str], reason: str) -> int:
+        """Record files validation found missing or corrupt as gone (ledger: ``lost: reason``),
+        so that retention stops counting on them and keeps what loads their versions instead."""
+        return self._run(
+            "record lost files",
+            lambda c: deletions.record_lost(c, run_id, root, paths, reason, self.now()),
+        )
+
+    def deletion_history(
+        self, *, root: str | None = None, since: datetime | None = None, limit: int = 1000
+    ) -> list[Deletion]:
+        return self._run(
+            "read deletion history",
+            lambda c: deletions.deletion_history(c, root, since, limit),
+        )

@@ -1,0 +1,171 @@
+"""Catalog calls about maintenance runs and the per-store leases that keep them apart."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.api.transactions import CatalogBase
+from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
+from state_runtime.catalog.schema.tables import RunKind
+from state_runtime.catalog.sql import runs_and_leases
+from state_runtime.errors import MaintenanceRefused
+from state_runtime.identity import new_checkpoint_id
+
+
+class RunCalls(CatalogBase):
+    """Runs (recorded, heartbeat, abandoned) and store leases."""
+
+    def start_run(self, kind: str, owner: str, parameters: dict[str, Any] | None = None) -> int:
+        """Record a maintenance run ('snapshot', 'cleanup', 'validate', 'reconcile') with this
+        host and process; its token, generated here, makes a retried call find its run."""
+        token = new_checkpoint_id()
+        return self._run(
+            "start maintenance run",
+            lambda c: runs_and_leases.start_run(
+                c, kind, owner, dict(parameters or {}), token, self.now()
+            ),
+        )
+
+    def finish_run(
+        self,
+        run_id: int,
+        outcome: str,
+        counts: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Close a run as 'succeeded' or 'failed' with its counts (already closed that way:
+        nothing to do)."""
+        self._run(
+            "finish maintenance run",
+            lambda c: runs_and_leases.finish_run(
+                c, run_id, outcome, dict(counts or {}), error, self.now()
+            ),
+        )
+
+    def heartbeat(self, run_id: int) -> bool:
+        """Show that a running run is alive; False if it is no longer running."""
+        return self._run(
+            "run heartbeat", lambda c: runs_and_leases.heartbeat(c, run_id, self.now())
+        )
+
+    def close_abandoned_runs(self, *, now: datetime | None = None) -> list[MaintenanceRun]:
+        """Close as 'abandoned' the runs left running by a process that died (see
+        ``catalog.runs``); return them."""
+        return self._run(
+            "close abandoned runs",
+            lambda c: runs_and_leases.close_abandoned_runs(c, now or self.now()),
+        )
+
+    def run(self, run_id: int) -> MaintenanceRun | None:
+        return self._run("read maintenance run", lambda c: runs_and_leases.get_run(c, run_id))
+
+    def recent_runs(self, limit: int = 50) -> list[MaintenanceRun]:
+        return self._run("read maintenance runs", lambda c: runs_and_leases.recent_runs(c, limit))
+
+    def runs_after(self, after_id: int, *, limit: int = 50) -> list[MaintenanceRun]:
+        """Runs with an id above ``after_id``, oldest first: what a reader has not seen yet."""
+        return self._run(
+            "read maintenance runs", lambda c: runs_and_leases.runs_after(c, after_id, limit)
+        )
+
+    def try_acquire_lease(
+        self, key: StoreKey, owner: str, ttl: timedelta, *, run_id: int | None = None
+    ) -> Lease | None:
+        """Take the store's maintenance lease, or None if another holder has it."""
+        token = new_checkpoint_id()
+        return self._run(
+            "acquire lease",
+            lambda c: runs_and_leases.try_acquire_lease(
+                c, key, owner, ttl, run_id, token, self.now()
+            ),
+        )
+
+    def renew_lease(self, lease: Lease, ttl: timedelta) -> Lease:
+        return self._run(
+            "renew lease",
+            lambda c: runs_and_leases.renew_lease(
+                c, runs_and_leases.known_store_id(c, lease.key), lease, ttl, self.now()
+            ),
+        )
+
+    def release_lease(self, lease: Lease) -> bool:
+        return self._run(
+            "release lease",
+            lambda c: runs_and_leases.release_lease(
+                c, runs_and_leases.known_store_id(c, lease.key), lease
+            ),
+        )
+
+    @contextlib.contextmanager
+    def store_lease(
+        self, key: StoreKey, owner: str, ttl: timedelta, *, run_id: int | None = None
+    ) -> Iterator[Lease]:
+        """Hold the store's maintenance lease for a block; MaintenanceRefused if it is taken.
+        Two transactions, as a lease held across a block must be: one takes the lease (or
+        reads who holds it), one gives it back."""
+        token = new_checkpoint_id()
+
+        def take(connection: Connection) -> tuple[Lease | None, Any]:
+            now = self.now()
+            lease = runs_and_leases.try_acquire_lease(
+                connection, key, owner, ttl, run_id, token, now
+            )
+            if lease is not None:
+                return lease, None
+            store_id = runs_and_leases.known_store_id(connection, key)
+            return None, runs_and_leases.lease_holder(connection, store_id)
+
+        lease, holder = self._run("acquire lease", take)
+        if lease is None:
+            who = "another run" if holder is None else f"{holder.owner} (run {holder.run_id})"
+            until = "" if holder is None else f" until {holder.expires_at.isoformat()}"
+            raise MaintenanceRefused(
+                f"store {key} is being maintained by {who}{until}", store=key.store
+            )
+        try:
+            yield lease
+        finally:
+            self.release_lease(lease)
+
+    def previous_run_counts(
+        self, kind: RunKind, scope: str, before_run_id: int
+    ) -> dict[str, Any] | None:
+        """The counts of the newest succeeded run of ``kind`` over the same ``scope`` (its
+        ``parameters["scope"]``) that started before run ``before_run_id``."""
+        return self._run(
+            "read previous run",
+            lambda c: runs_and_leases.previous_run_counts(c, kind, scope, before_run_id),
+        )
+
+    def acquire_leases(
+        self, keys: Sequence[StoreKey], owner: str, ttl: timedelta, run_id: int
+    ) -> list[Lease | None]:
+        """Take the free leases among ``keys`` in one transaction (None for a taken one), so
+        that a pass over thousands of stores does not pay a commit per store. The tokens are
+        made before the first attempt: a retry after a lost COMMIT finds the leases it took."""
+        tokens = [new_checkpoint_id() for _ in keys]
+
+        def work(connection: Connection) -> list[Lease | None]:
+            now = self.now()
+            return [
+                runs_and_leases.try_acquire_lease(connection, key, owner, ttl, run_id, token, now)
+                for key, token in zip(keys, tokens, strict=True)
+            ]
+
+        return self._run("acquire leases", work)
+
+    def release_leases(self, leases: Sequence[Lease]) -> None:
+        """Give back ``leases`` in one transaction."""
+
+        def work(connection: Connection) -> None:
+            for lease in leases:
+                runs_and_leases.release_lease(
+                    connection, runs_and_leases.known_store_id(connection, lease.key), lease
+                )
+
+        self._run("release leases", work)

@@ -1,0 +1,194 @@
+"""Least privilege on PostgreSQL: the catalog's four roles and the SQL that grants their rights.
+
+- owner: owns the schema; the only role that runs DDL (``python -m state_runtime.catalog
+  upgrade``) and these grants.
+- runtime: what a streaming job does: register stores and their schema histories, record
+  batch intents, files, commits, holders, batch metrics and watermarks. SELECT, INSERT and
+  UPDATE on those tables, SELECT on the rest; no DELETE, no DDL.
+- maintenance: the runtime's rights plus what snapshots, cleanup, validation, repair and
+  leases need: INSERT, UPDATE and DELETE on every table but the owner's (the schema's
+  revision and the role names); no DDL.
+- reader: SELECT on the operators' views only
+  (:mod:`~state_runtime.catalog.schema.operator_views`, the reading views of
+  :mod:`~state_runtime.catalog.schema.reading_views` included), no table: on PostgreSQL a
+  view reads its tables with its owner's rights. No view is writable by any role.
+
+``grants --apply`` records the role names in ``catalog_roles``; every upgrade then applies
+the same grants again, as its last step in its transaction (``migrations/env.py``), so the
+tables a migration adds and the views it recreates carry their rights without a manual step.
+Default privileges cover a table the owner creates outside a migration (readable by the
+runtime and maintenance, writable by maintenance). Rendered as SQL (printed, or applied as
+the owner in one transaction), never built from unchecked input: role names are checked
+identifiers, quoted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from state_runtime.catalog.connection.engine import RetryPolicy, run_transaction
+from state_runtime.catalog.schema import operator_views as views
+from state_runtime.catalog.schema.tables import (
+    batch_intents,
+    batch_metrics,
+    batch_watermarks,
+    catalog_roles,
+    checkpoint_files,
+    commit_log,
+    operator_layouts,
+    operator_schemas,
+    state_schemas,
+    store_holders,
+    stores,
+)
+from state_runtime.errors import InvalidArgument
+
+RUNTIME_WRITES = tuple(
+    t.name
+    for t in (
+        stores,
+        checkpoint_files,
+        commit_log,
+        batch_metrics,
+        store_holders,
+        batch_watermarks,
+        batch_intents,
+        state_schemas,
+        operator_schemas,
+        operator_layouts,
+    )
+)
+"""The tables a streaming job inserts into and updates (never deletes from)."""
+OWNER_TABLES = ("alembic_version", catalog_roles.name)
+"""The tables only the owner writes: the schema's revision and the role names."""
+_ROLE_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def _ident(name: str) -> str:
+    if not _ROLE_RE.match(name):
+        raise InvalidArgument(
+            f"invalid role or schema name {name!r}: expected 1-63 lower-case letters, digits "
+            "or underscores, not starting with a digit"
+        )
+    return f'"{name}"'
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The names of the catalog's roles (overridable: one set per catalog, say)."""
+
+    owner: str
+    runtime: str = "state_runtime"
+    maintenance: str = "state_maintenance"
+    reader: str = "state_reader"
+
+    def __post_init__(self) -> None:
+        names = [self.owner, self.runtime, self.maintenance, self.reader]
+        for name in names:
+            _ident(name)
+        if len(set(names)) != len(names):
+            raise InvalidArgument(f"the four catalog roles need four distinct names: {names}")
+
+
+def reader_views() -> list[str]:
+    """The views the reader may select from: every view the catalog renders on PostgreSQL."""
+    return [d.name for d in views.rendered("postgresql") if d.kind == "VIEW"]
+
+
+def grants_sql(roles: Roles, schema: str) -> list[str]:
+    """The statements that create the three roles (NOLOGIN, if missing), grant their rights
+    in ``schema`` and record the four names; run as ``roles.owner``. Safe to run again."""
+    s = _ident(schema)
+    owner, runtime = _ident(roles.owner), _ident(roles.runtime)
+    maintenance, reader = _ident(roles.maintenance), _ident(roles.reader)
+    users = f"{runtime}, {maintenance}, {reader}"
+    statements = [
+        f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{name}') THEN "
+        f'CREATE ROLE "{name}" NOLOGIN; END IF; END $$'
+        for name in (roles.runtime, roles.maintenance, roles.reader)
+    ]
+    written = ", ".join(f"{s}.{_ident(t)}" for t in RUNTIME_WRITES)
+    owners = ", ".join(f"{s}.{_ident(t)}" for t in OWNER_TABLES)
+    read = ", ".join(f"{s}.{_ident(v)}" for v in reader_views())
+    default = f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {s}"
+    statements += [
+        f"REVOKE CREATE ON SCHEMA {s} FROM {users}",
+        f"GRANT USAGE ON SCHEMA {s} TO {users}",
+        f"REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM {reader}",
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {runtime}, {maintenance}",
+        f"GRANT INSERT, UPDATE ON {written} TO {runtime}",
+        f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {maintenance}",
+        f"REVOKE INSERT, UPDATE, DELETE ON {owners} FROM {maintenance}",
+        f"REVOKE INSERT, UPDATE, DELETE ON {read} FROM {runtime}, {maintenance}",
+        f"GRANT SELECT ON {read} TO {reader}",
+        f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {s} TO {runtime}, {maintenance}",
+        f"{default} REVOKE SELECT ON TABLES FROM {reader}",
+        f"{default} GRANT SELECT ON TABLES TO {runtime}, {maintenance}",
+        f"{default} GRANT INSERT, UPDATE, DELETE ON TABLES TO {maintenance}",
+        f"{default} GRANT USAGE, SELECT ON SEQUENCES TO {runtime}, {maintenance}",
+        f"DELETE FROM {s}.{_ident(catalog_roles.name)}",
+        f"INSERT INTO {s}.{_ident(catalog_roles.name)} (kind, role_name) VALUES "
+        + ", ".join(
+            f"('{kind}', '{name}')"
+            for kind, name in (
+                ("owner", roles.owner),
+                ("runtime", roles.runtime),
+                ("maintenance", roles.maintenance),
+                ("reader", roles.reader),
+            )
+        ),
+    ]
+    return statements
+
+
+def reapply_grants(connection: Connection) -> bool:
+    """Apply the grants again to the roles ``grants --apply`` recorded (the last step of an
+    upgrade, as the owner, in its transaction); False if none were recorded (or SQLite)."""
+    if connection.dialect.name != "postgresql":
+        return False
+    recorded = dict(
+        connection.execute(sa.select(catalog_roles.c.kind, catalog_roles.c.role_name)).all()
+    )
+    if not recorded:
+        return False
+    schema = connection.execute(sa.text("SELECT current_schema()")).scalar_one()
+    roles = Roles(recorded.pop("owner"), **recorded)
+    for statement in grants_sql(roles, schema):
+        connection.exec_driver_sql(statement)
+    return True
+
+
+def catalog_grants(
+    engine: Engine,
+    *,
+    runtime: str | None = None,
+    maintenance: str | None = None,
+    reader: str | None = None,
+    owner: str | None = None,
+    apply: bool = False,
+) -> list[str]:
+    """The grants for the catalog at ``engine`` (its current schema; the owner defaults to
+    the connecting role); with ``apply``, run them there in one transaction."""
+    if engine.dialect.name != "postgresql":
+        raise InvalidArgument(
+            "roles and grants are for a PostgreSQL catalog: a SQLite catalog is a single-user "
+            "file, protected by its file permissions"
+        )
+
+    def work(connection: Connection) -> list[str]:
+        found = connection.execute(sa.text("SELECT current_user, current_schema()")).one()
+        names = {"runtime": runtime, "maintenance": maintenance, "reader": reader}
+        roles = Roles(owner or found[0], **{k: v for k, v in names.items() if v is not None})
+        statements = grants_sql(roles, found[1])
+        if apply:
+            for statement in statements:
+                connection.exec_driver_sql(statement)
+        return statements
+
+    return run_transaction(
+        engine, work, retry=RetryPolicy(), what="apply grants" if apply else "render grants"
+    )

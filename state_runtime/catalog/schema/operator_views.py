@@ -1,0 +1,652 @@
+"""The operators' views and functions, rendered from the rules and recreated by every upgrade.
+
+Migrations hold tables only. The views are derived objects, like Flyway's repeatable
+migrations: every schema upgrade (``migrations/env.py``) drops them all and creates them again
+from what this module renders for the database's dialect, so they always follow the code:
+
+- the retention verdicts (``state_cleanup_preview``; on PostgreSQL also the functions
+  ``state_retained_versions``, ``state_needed_files`` and ``state_file_verdicts``) are the
+  catalog's own verdict query (:mod:`~state_runtime.catalog.sql.retention`, built from
+  :data:`state_runtime.retention.RULES`) compiled for the dialect, with the reasons rendered
+  from :data:`state_runtime.retention.REASONS`;
+- each store's status (``state_store_health``; on PostgreSQL also ``state_store_status``) is
+  rendered from the rule of :mod:`state_runtime.status`, its default thresholds included;
+- history, lineage, deletions and the facts a status is derived from are plain SQL, here;
+- the reading views (``read_<table>``,
+  :mod:`~state_runtime.catalog.schema.reading_views`), created first, are what every read
+  query and the functions above select from.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Dialect
+
+from state_runtime import retention as rule
+from state_runtime import status as status_rule
+from state_runtime.catalog.schema import reading_views as reading
+from state_runtime.catalog.sql.retention import (
+    PolicySql,
+    Scope,
+    needed_from,
+    offsets,
+    retained_bases,
+    verdicts,
+)
+from state_runtime.errors import CatalogError
+from state_runtime.settings import MIN_RETAINED_VERSIONS
+
+Kind = Literal["VIEW", "FUNCTION"]
+
+
+@dataclass(frozen=True)
+class Derived:
+    """One view or function: its name and the statements that create it (with comments)."""
+
+    name: str
+    kind: Kind
+    statements: tuple[str, ...]
+
+
+# --- rendering helpers --------------------------------------------------------------------
+
+
+def quote(text: str) -> str:
+    """A SQL string literal (both dialects)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def template_sql(template: str, fields: Mapping[str, str]) -> str:
+    """A ``str.format`` template as SQL: its literal parts quoted, each field replaced by the
+    SQL expression (of type text) ``fields`` gives for it, joined with ``||``."""
+    parts: list[str] = []
+    for literal, field, spec, conversion in string.Formatter().parse(template):
+        if literal:
+            parts.append(quote(literal))
+        if field is not None:
+            if spec or conversion:
+                raise CatalogError(f"template field {{{field}}} may not carry a format: {template}")
+            parts.append(f"({fields[field]})")
+    return " || ".join(parts) or "''"
+
+
+def text_of(expression: str) -> str:
+    return f"CAST({expression} AS TEXT)"
+
+
+def _least(dialect: str, items: list[str], largest: bool = False) -> str:
+    """The smallest (or largest) non-null of ``items``: PostgreSQL's least/greatest skip nulls;
+    SQLite's min/max do not, so each argument is a coalesce starting at another item."""
+    if len(items) == 1:
+        return items[0]
+    if dialect == "postgresql":
+        return f"{'greatest' if largest else 'least'}({', '.join(items)})"
+    rotations = [", ".join(items[i:] + items[:i]) for i in range(len(items))]
+    return f"{'max' if largest else 'min'}({', '.join(f'coalesce({r})' for r in rotations)})"
+
+
+def compiled(query: Any, dialect: Dialect) -> str:
+    """A SQLAlchemy query as SQL text with its values inlined (for a view or function body)."""
+    return str(query.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+
+
+_DIALECTS: Mapping[str, Callable[[], Dialect]] = {
+    # named parameters: no %-doubling of the literals a body inlines
+    "postgresql": lambda: postgresql.dialect(paramstyle="named"),  # type: ignore[no-untyped-call]
+    "sqlite": sqlite.dialect,
+}
+
+
+# --- the retention rule -------------------------------------------------------------------
+
+VERDICT_COLUMNS = (
+    "file_id, store_id, checkpoint_root, operator_id, partition_id, store_name, path, kind, "
+    "version, checkpoint_id, state, verification, size_bytes, created_at, recorded_at, "
+    "needed_from, needed_to"
+)
+
+
+@dataclass(frozen=True)
+class PolicyText:
+    """A retention policy as the reasons print it: SQL expressions of type text."""
+
+    keep: str
+    window: str
+    grace: str
+
+
+def reason_sql(policy: PolicyText, j: str = "j") -> str:
+    """:data:`state_runtime.retention.REASONS` as a CASE over the verdict of row ``j`` (a row
+    of :func:`~state_runtime.catalog.sql.retention.verdicts`)."""
+    low, high = text_of(f"{j}.needed_from"), text_of(f"{j}.needed_to")
+    needed_by = (
+        f"CASE WHEN {j}.needed_from = {j}.needed_to "
+        f"THEN {template_sql(rule.NEEDED_ONE, {'low': low})} "
+        f"ELSE {template_sql(rule.NEEDED_RANGE, {'low': low, 'high': high})} END"
+    )
+    F = rule.ReasonField
+    fields = {
+        F.KEEP: policy.keep,
+        F.WINDOW: policy.window,
+        F.GRACE: policy.grace,
+        F.NEEDED_BY: needed_by,
+        F.RUN: f"coalesce({text_of(f'{j}.claimed_by_run')}, 'None')",
+        F.STATE_REASON: f"coalesce({j}.state_reason, 'None')",
+        F.NOTE: f"coalesce(nullif({j}.verification_note, ''), {quote(rule.NOTE_UNKNOWN)})",
+        F.REPLACED: (
+            f"CASE WHEN {j}.above_floor THEN {quote(rule.SUPERSEDED_BECAUSE[True])} "
+            f"ELSE {quote(rule.SUPERSEDED_BECAUSE[False])} END"
+        ),
+    }
+    by_name = {field.value: sql for field, sql in fields.items()}
+    cases = "\n".join(
+        f"  WHEN {quote(verdict.value)} THEN {template_sql(template, by_name)}"
+        for verdict, template in rule.REASONS.items()
+    )
+    return f"CASE {j}.verdict\n{cases}\nEND"
+
+
+def verdicts_sql(policy: PolicySql, text: PolicyText, dialect: Dialect) -> str:
+    """Every live or claimed file with its verdict and reason, as the catalog computes them."""
+    query = compiled(verdicts(policy, Scope(), only_deletable=False), dialect)
+    return (
+        f"SELECT {', '.join(f'j.{c.strip()}' for c in VERDICT_COLUMNS.split(','))},\n"
+        f"  CAST(j.verdict AS TEXT) AS verdict,\n  {reason_sql(text)} AS reason\n"
+        f"FROM ({query}) AS j"
+    )
+
+
+def duration_text(value: timedelta) -> str:
+    return quote(str(value))
+
+
+def sqlite_cutoff(age: timedelta) -> sa.ColumnElement[Any]:
+    """``now - age`` as SQLite compares it with stored timestamps (UTC text)."""
+    seconds = f"{-age.total_seconds():+g} seconds"
+    return sa.literal_column(f"strftime('%Y-%m-%d %H:%M:%f', 'now', {quote(seconds)})")
+
+
+def pg_offsets(parameter: str) -> sa.FromClause:
+    """The offsets of the retained versions for a ``retain_versions`` function parameter (never
+    fewer than the safety floor)."""
+    count = sa.func.greatest(sa.literal_column(parameter), MIN_RETAINED_VERSIONS)
+    return sa.select(sa.func.generate_series(0, count - 1).label("k")).subquery("back")
+
+
+PG_DURATION_TEXT = """
+CREATE FUNCTION state_duration_text(d interval) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    -- Python's str(timedelta): '1:00:00', '0:00:30.500000', '2 days, 3:04:05'
+    SELECT CASE WHEN days = 0 THEN '' WHEN abs(days) = 1 THEN days || ' day, '
+                ELSE days || ' days, ' END
+           || rest / 3600000000 || ':' || lpad((rest / 60000000 % 60)::text, 2, '0')
+           || ':' || lpad((rest / 1000000 % 60)::text, 2, '0')
+           || CASE WHEN rest % 1000000 = 0 THEN ''
+                   ELSE '.' || lpad((rest % 1000000)::text, 6, '0') END
+    FROM (SELECT days, micros - days * 86400000000 AS rest
+          FROM (SELECT floor(micros / 86400000000.0)::bigint AS days, micros
+                FROM (SELECT (extract(epoch FROM d) * 1000000)::bigint AS micros) m) d) r
+$$
+"""
+
+
+def _retention_pg(dialect: Dialect) -> list[Derived]:
+    back = pg_offsets("$1")
+    retained = retained_bases(back, Scope())
+    function_policy = PolicySql(
+        pg_offsets("$1"),
+        sa.literal_column("now() - $2"),
+        sa.literal_column("now() - greatest($2, $3)"),
+    )
+    text = PolicyText(
+        keep=text_of(f"greatest($1, {MIN_RETAINED_VERSIONS})"),
+        window="state_duration_text($2)",
+        grace="state_duration_text(greatest($2, $3))",
+    )
+    default = rule.RetentionPolicy()
+    return [
+        Derived("state_duration_text", "FUNCTION", (PG_DURATION_TEXT,)),
+        Derived(
+            "state_retained_versions",
+            "FUNCTION",
+            (
+                "CREATE FUNCTION state_retained_versions(retain_versions integer)\n"
+                "RETURNS TABLE (store_id bigint, retained_version bigint, base_version bigint)\n"
+                f"LANGUAGE sql STABLE AS $$\n{compiled(sa.select(retained), dialect)}\n$$",
+                "COMMENT ON FUNCTION state_retained_versions(integer) IS 'The last N committed "
+                f"versions (N >= {MIN_RETAINED_VERSIONS}) of each store and the verified "
+                "snapshot each loads from.'",
+            ),
+        ),
+        Derived(
+            "state_needed_files",
+            "FUNCTION",
+            (
+                "CREATE FUNCTION state_needed_files(retain_versions integer)\n"
+                "RETURNS TABLE (file_id bigint, store_id bigint, retained_version bigint)\n"
+                f"LANGUAGE sql STABLE AS $$\n"
+                f"{compiled(needed_from(retained_bases(pg_offsets('$1'), Scope())), dialect)}\n$$",
+                "COMMENT ON FUNCTION state_needed_files(integer) IS 'Files each of the last N "
+                f"committed versions (N >= {MIN_RETAINED_VERSIONS}) loads through (verified "
+                "snapshots only).'",
+            ),
+        ),
+        Derived(
+            "state_file_verdicts",
+            "FUNCTION",
+            (
+                "CREATE FUNCTION state_file_verdicts(\n"
+                "    retain_versions integer, retention interval, orphan_grace interval)\n"
+                "RETURNS TABLE (\n"
+                "    file_id bigint, store_id bigint, checkpoint_root text, operator_id integer,\n"
+                "    partition_id integer, store_name varchar, path text, kind varchar,\n"
+                "    version bigint, checkpoint_id varchar, state varchar, verification varchar,\n"
+                "    size_bytes bigint, created_at timestamptz, recorded_at timestamptz,\n"
+                "    needed_from bigint, needed_to bigint, verdict text, reason text)\n"
+                f"LANGUAGE sql STABLE AS $$\n{verdicts_sql(function_policy, text, dialect)}\n$$",
+                "COMMENT ON FUNCTION state_file_verdicts(integer, interval, interval) IS "
+                "'Every live or claimed file: why it is kept or why cleanup may delete it.'",
+            ),
+        ),
+        Derived(
+            "state_cleanup_preview",
+            "VIEW",
+            (
+                "CREATE VIEW state_cleanup_preview AS\nSELECT * FROM state_file_verdicts("
+                f"{default.retain_versions}, interval "
+                f"'{default.window.total_seconds():g} seconds', interval "
+                f"'{default.orphan_grace.total_seconds():g} seconds')",
+            ),
+        ),
+    ]
+
+
+def _retention_sqlite(dialect: Dialect) -> list[Derived]:
+    default = rule.RetentionPolicy()
+    policy = PolicySql(
+        offsets(default.retain_versions),
+        sqlite_cutoff(default.window),
+        sqlite_cutoff(default.grace),
+    )
+    text = PolicyText(
+        keep=quote(str(default.retain_versions)),
+        window=duration_text(default.window),
+        grace=duration_text(default.grace),
+    )
+    body = verdicts_sql(policy, text, dialect)
+    return [
+        Derived("state_cleanup_preview", "VIEW", (f"CREATE VIEW state_cleanup_preview AS\n{body}",))
+    ]
+
+
+# --- the status rule ----------------------------------------------------------------------
+
+
+def status_sql(dialect: str, limits: Mapping[str, str], f: str = "f") -> tuple[str, str, str]:
+    """The status, its reason and since when, as SQL over row ``f`` of ``state_store_facts``
+    (``limits``: each warning's limit as SQL)."""
+    s = status_rule
+    warned = {
+        w: f"{f}.{w.fact} >= {limits[w.limit]}" for w in s.WARNINGS
+    }  # each warning's condition
+    degraded = " OR ".join(f"({c})" for c in warned.values())
+    problem = {
+        "first_problem": f"coalesce({f}.first_problem, {quote(s.NO_PROBLEM_TEXT)})",
+        "open_problems": text_of(f"{f}.open_problems"),
+    }
+    separator = quote(s.WARNING_SEPARATOR)
+    texts = {
+        w: template_sql(
+            w.text, {"value": text_of(f"{f}.{w.fact}"), "limit": text_of(limits[w.limit])}
+        )
+        for w in s.WARNINGS
+    }
+    joined = " || ".join(
+        f"coalesce({separator} || CASE WHEN {condition} THEN {texts[w]} END, '')"
+        for w, condition in warned.items()
+    )
+    broken, unknown = f"{f}.open_problems > 0", f"{f}.first_validated_at IS NULL"
+    status = (
+        f"CASE WHEN {broken} THEN {quote(s.StoreStatus.BROKEN)} "
+        f"WHEN {unknown} THEN {quote(s.StoreStatus.UNKNOWN)} "
+        f"WHEN {degraded} THEN {quote(s.StoreStatus.DEGRADED)} "
+        f"ELSE {quote(s.StoreStatus.HEALTHY)} END"
+    )
+    reason = (
+        f"CASE WHEN {f}.open_problems = 1 THEN {template_sql(s.ONE_PROBLEM, problem)}\n"
+        f"  WHEN {broken} THEN {template_sql(s.SOME_PROBLEMS, problem)}\n"
+        f"  WHEN {unknown} THEN {quote(s.NEVER_VALIDATED)}\n"
+        f"  WHEN {degraded} THEN substr({joined}, {len(s.WARNING_SEPARATOR) + 1})\n"
+        f"  ELSE {quote(s.VALIDATED)} END"
+    )
+    started = [f"CASE WHEN {c} THEN {f}.{w.since} END" for w, c in warned.items()]
+    healthy = [f"{f}.first_validated_at", f"{f}.last_resolved_at"]
+    since = (
+        f"CASE WHEN {broken} THEN {f}.problems_since WHEN {unknown} THEN {f}.created_at "
+        f"WHEN {degraded} THEN {_least(dialect, started)} "
+        f"ELSE {_least(dialect, healthy, largest=True)} END"
+    )
+    return status, reason, since
+
+
+LIVE = "('written', 'committed', 'orphan')"
+VERIFIED_SNAPSHOT = "kind = 'snapshot' AND state = 'committed' AND verification = 'verified'"
+
+STORE_FACTS = f"""
+CREATE VIEW state_store_facts AS
+WITH live AS (
+    SELECT store_id, count(*) AS live_files, sum(size_bytes) AS live_bytes,
+           count(*) FILTER (WHERE state = 'orphan') AS orphan_files,
+           coalesce(sum(size_bytes) FILTER (WHERE state = 'orphan'), 0) AS orphan_bytes,
+           min(state_changed_at) FILTER (WHERE state = 'orphan') AS oldest_orphan_at
+    FROM checkpoint_files
+    WHERE state IN {LIVE}
+    GROUP BY store_id
+), snapshots AS (
+    SELECT store_id, max(version) AS version
+    FROM checkpoint_files
+    WHERE {VERIFIED_SNAPSHOT}
+    GROUP BY store_id
+), problems AS (
+    SELECT store_id, count(*) FILTER (WHERE resolved_at IS NULL) AS open_problems,
+           min(detected_at) FILTER (WHERE resolved_at IS NULL) AS problems_since,
+           max(resolved_at) AS last_resolved_at
+    FROM store_problems
+    GROUP BY store_id
+), first_problem AS (
+    SELECT p.store_id, p.problem || coalesce(' (file ' || p.path || ')', '') AS text
+    FROM store_problems p
+    WHERE p.resolved_at IS NULL AND p.problem_id = (
+        SELECT q.problem_id FROM store_problems q
+        WHERE q.store_id = p.store_id AND q.resolved_at IS NULL
+        ORDER BY q.detected_at, q.problem_id LIMIT 1)
+)
+SELECT s.store_id, s.created_at, s.latest_version,
+       coalesce(snapshots.version, 0) AS last_snapshot_version,
+       s.latest_version - coalesce(snapshots.version, 0) AS deltas_since_snapshot,
+       chain.committed_at AS chain_since,
+       coalesce(live.live_files, 0) AS live_files, coalesce(live.live_bytes, 0) AS live_bytes,
+       coalesce(live.orphan_files, 0) AS orphan_files,
+       coalesce(live.orphan_bytes, 0) AS orphan_bytes, live.oldest_orphan_at,
+       coalesce(problems.open_problems, 0) AS open_problems, problems.problems_since,
+       first_problem.text AS first_problem, problems.last_resolved_at,
+       s.first_validated_at, s.last_validated_at
+FROM stores s
+LEFT JOIN snapshots ON snapshots.store_id = s.store_id
+LEFT JOIN commit_log chain
+  ON chain.store_id = s.store_id AND chain.version = coalesce(snapshots.version, 0) + 1
+LEFT JOIN live ON live.store_id = s.store_id
+LEFT JOIN problems ON problems.store_id = s.store_id
+LEFT JOIN first_problem ON first_problem.store_id = s.store_id
+"""
+
+# what differs between the dialects in state_store_health: how the commit lag reads, and which
+# files count as reclaimable (PostgreSQL: not needed by the retention floor, whatever their
+# age; SQLite: deletable now under the default policy)
+_HEALTH_DIALECT = {
+    "postgresql": (
+        "now() - s.last_committed_at AS commit_lag",
+        f"""SELECT f.store_id, count(*) AS files, sum(f.size_bytes) AS bytes
+    FROM checkpoint_files f
+    WHERE f.state IN {LIVE} AND f.file_id NOT IN (
+        SELECT n.file_id FROM state_needed_files({MIN_RETAINED_VERSIONS}) n)
+    GROUP BY f.store_id""",
+    ),
+    "sqlite": (
+        "(julianday('now') - julianday(s.last_committed_at)) * 86400.0 AS commit_lag_seconds",
+        """SELECT store_id, count(*) AS files, sum(size_bytes) AS bytes
+    FROM state_cleanup_preview WHERE verdict LIKE 'deletable%' GROUP BY store_id""",
+    ),
+}
+
+
+def _status(dialect: str) -> list[Derived]:
+    limits = {name: str(value) for name, value in status_rule.DEFAULT_LIMITS.items()}
+    status, reason, since = status_sql(dialect, limits)
+    commit_lag, reclaimable = _HEALTH_DIALECT[dialect]
+    thresholds = ", ".join(f"{w.limit} {limits[w.limit]}" for w in status_rule.WARNINGS)
+    health = f"""
+CREATE VIEW state_store_health AS
+WITH reclaimable AS (
+    {reclaimable}
+), newest AS (
+    SELECT checkpoint_root, max(latest_version) AS version FROM stores GROUP BY checkpoint_root
+)
+SELECT s.store_id, s.checkpoint_root, s.operator_id, s.partition_id, s.store_name,
+       {status} AS status,
+       {reason} AS status_reason,
+       {since} AS status_since,
+       s.latest_version, s.latest_checkpoint_id, s.last_committed_at, {commit_lag},
+       newest.version - s.latest_version AS versions_behind,
+       f.last_snapshot_version, f.deltas_since_snapshot,
+       coalesce(latest_file.rows, 0) AS state_rows,
+       f.live_files, f.live_bytes, f.orphan_files, f.orphan_bytes,
+       coalesce(reclaimable.files, 0) AS reclaimable_files,
+       coalesce(reclaimable.bytes, 0) AS reclaimable_bytes,
+       f.open_problems, s.last_validated_at,
+       s.last_run_id, r.kind AS last_run_kind, r.outcome AS last_run_outcome,
+       r.ended_at AS last_run_ended_at
+FROM stores s
+JOIN state_store_facts f ON f.store_id = s.store_id
+JOIN newest ON newest.checkpoint_root = s.checkpoint_root
+LEFT JOIN commit_log c ON c.store_id = s.store_id AND c.version = s.latest_version
+LEFT JOIN checkpoint_files latest_file ON latest_file.file_id = c.file_id
+LEFT JOIN reclaimable ON reclaimable.store_id = s.store_id
+LEFT JOIN maintenance_runs r ON r.run_id = s.last_run_id
+"""
+    derived = [Derived("state_store_facts", "VIEW", (STORE_FACTS,))]
+    if dialect == "postgresql":
+        parameters = [w.limit for w in status_rule.WARNINGS]
+        positional = {name: f"${i}" for i, name in enumerate(parameters, 1)}
+        p_status, p_reason, p_since = status_sql(dialect, positional)
+        signature = ", ".join(f"{name} integer" for name in parameters)
+        types = ", ".join("integer" for _ in parameters)
+        derived += [
+            Derived(
+                "state_store_status",
+                "FUNCTION",
+                (
+                    f"CREATE FUNCTION state_store_status({signature})\n"
+                    "RETURNS TABLE (store_id bigint, status text, status_reason text, "
+                    "status_since timestamptz)\nLANGUAGE sql STABLE AS $$\n"
+                    f"SELECT f.store_id, {p_status}, {p_reason}, {p_since}\n"
+                    "FROM state_store_facts f\n$$",
+                    f"COMMENT ON FUNCTION state_store_status({types}) IS 'Each store''s status "
+                    "(healthy, degraded, broken, unknown), why, and since when.'",
+                    "COMMENT ON VIEW state_store_facts IS 'The catalog facts each store''s "
+                    "status is derived from (see state_store_status).'",
+                ),
+            ),
+        ]
+    comment = (
+        f"One row per store with its status at the default thresholds ({thresholds}; "
+        "state_store_status(...) for others on PostgreSQL)."
+    )
+    statements: tuple[str, ...] = (health,)
+    if dialect == "postgresql":
+        statements += (f"COMMENT ON VIEW state_store_health IS {quote(comment)}",)
+    return [*derived, Derived("state_store_health", "VIEW", statements)]
+
+
+# --- plain views ------------------------------------------------------------------------
+
+VERSION_HISTORY = """
+CREATE VIEW state_version_history AS
+SELECT s.checkpoint_root, s.operator_id, s.partition_id, s.store_name,
+       c.query_id, c.batch_id, c.version, c.checkpoint_id, c.committed_at,
+       f.rows AS state_rows, f.kind, f.path, f.size_bytes, f.file_rows, f.state,
+       f.verification, f.created_at AS written_at,
+       d.deleted_at, d.run_id AS deleted_by_run, d.reason AS deletion_reason
+FROM commit_log c
+JOIN stores s ON s.store_id = c.store_id
+JOIN checkpoint_files f
+  ON f.store_id = c.store_id AND f.version = c.version AND f.checkpoint_id = c.checkpoint_id
+LEFT JOIN deletion_ledger d ON d.file_id = f.file_id
+"""
+
+LINEAGE = f"""
+CREATE VIEW state_lineage AS
+WITH bases AS (
+    SELECT c.store_id, c.version, c.checkpoint_id,
+           coalesce((SELECT max(snap.version) FROM checkpoint_files snap
+                     WHERE snap.store_id = c.store_id AND snap.{VERIFIED_SNAPSHOT}
+                       AND snap.version <= c.version), 0) AS base_version
+    FROM commit_log c
+)
+SELECT s.checkpoint_root, s.operator_id, s.partition_id, s.store_name,
+       b.version, b.checkpoint_id, b.base_version,
+       f.version AS file_version, f.kind, f.path, f.state, f.verification, f.size_bytes
+FROM bases b
+JOIN stores s ON s.store_id = b.store_id
+JOIN checkpoint_files f ON f.store_id = b.store_id
+ AND ((f.{VERIFIED_SNAPSHOT} AND f.version = b.base_version)
+      OR f.file_id IN (SELECT step.file_id FROM commit_log step
+                       WHERE step.store_id = b.store_id AND step.version > b.base_version
+                         AND step.version <= b.version))
+"""
+
+DELETIONS = """
+CREATE VIEW state_deletions AS
+SELECT d.deleted_at, d.run_id, r.kind AS run_kind, r.owner AS run_owner,
+       s.checkpoint_root, s.operator_id, s.partition_id, s.store_name,
+       f.path, f.kind, f.version, f.checkpoint_id, f.size_bytes, d.reason
+FROM deletion_ledger d
+JOIN checkpoint_files f ON f.file_id = d.file_id
+JOIN stores s ON s.store_id = f.store_id
+JOIN maintenance_runs r ON r.run_id = d.run_id
+"""
+
+PG_ROOT_URI = """
+CREATE FUNCTION state_root_uri(root text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+      WHEN root LIKE '/%' THEN
+        'file://' || replace(replace(rtrim(root, '/'), '%', '%25'), ' ', '%20')
+      ELSE regexp_replace(rtrim(root, '/'), '^s3a://', 's3://')
+    END
+$$
+"""
+
+
+BATCH_FIGURES = (
+    "batch_ms",
+    "cache_hit_rate",
+    "max_task_ms",
+    "max_load_ms",
+    "deltas_applied",
+    "duplicate_attempts",
+    "watermark_ms",
+    "late_rows",
+    "evicted",
+)
+"""The figures of ``batch_metrics.extra`` (written by ``StatefulQuery._metrics`` and
+``event_time_metrics``) that ``state_batch_metrics`` shows as columns (NULL when absent)."""
+
+
+def batch_metrics_view(dialect: str) -> str:
+    """``state_batch_metrics``: one row per recorded micro-batch, its figures as columns."""
+
+    def figure(name: str) -> str:
+        if dialect == "postgresql":
+            return f"(m.extra ->> {quote(name)})::double precision AS {name}"
+        return f"json_extract(m.extra, {quote('$.' + name)}) AS {name}"
+
+    return (
+        "CREATE VIEW state_batch_metrics AS\n"
+        "SELECT m.checkpoint_root, m.query_id, m.batch_id, m.recorded_at, m.rows_in,\n"
+        "       m.keys_updated, m.state_rows, m.bytes_written, m.commit_ms, m.cache_hits,\n"
+        "       m.cache_misses,\n       "
+        + ",\n       ".join(figure(name) for name in BATCH_FIGURES)
+        + "\nFROM batch_metrics m\n"
+    )
+
+
+def _plain(dialect: str) -> list[Derived]:
+    derived = [
+        Derived("state_version_history", "VIEW", (VERSION_HISTORY,)),
+        Derived("state_lineage", "VIEW", (LINEAGE,)),
+        Derived("state_deletions", "VIEW", (DELETIONS,)),
+        Derived("state_batch_metrics", "VIEW", (batch_metrics_view(dialect),)),
+    ]
+    if dialect == "postgresql":
+        comment = (
+            "COMMENT ON FUNCTION state_root_uri(text) IS 'A checkpoint root as the catalog "
+            "records it: a plain path becomes its file:// URI.'"
+        )
+        derived.append(Derived("state_root_uri", "FUNCTION", (PG_ROOT_URI, comment)))
+    return derived
+
+
+# --- the reading views -------------------------------------------------------------------
+
+
+def _reading() -> list[Derived]:
+    """``read_<table>`` for each readable table, and the schema's revision."""
+    derived = [
+        Derived(
+            reading.PREFIX + table.name,
+            "VIEW",
+            (
+                f"CREATE VIEW {reading.PREFIX}{table.name} AS\n"
+                f"SELECT {', '.join(c.name for c in table.c)} FROM {table.name}",
+            ),
+        )
+        for table in reading.READABLE
+    ]
+    revision = f"CREATE VIEW {reading.REVISION_VIEW} AS SELECT version_num FROM alembic_version"
+    return [*derived, Derived(reading.REVISION_VIEW, "VIEW", (revision,))]
+
+
+# --- all of them --------------------------------------------------------------------------
+
+
+def rendered(dialect: str) -> list[Derived]:
+    """Every view and function of ``dialect`` ('postgresql' or 'sqlite'), in creation order."""
+    if dialect not in _DIALECTS:
+        raise CatalogError(f"the catalog's views are not rendered for {dialect!r}")
+    compiler = _DIALECTS[dialect]()
+    retention = _retention_pg(compiler) if dialect == "postgresql" else _retention_sqlite(compiler)
+    return [*_reading(), *_plain(dialect), *retention, *_status(dialect)]
+
+
+def names() -> list[str]:
+    """Every name this module ever creates, on any dialect (what an upgrade drops first)."""
+    seen: dict[str, Kind] = {}
+    for dialect in _DIALECTS:
+        seen.update({d.name: d.kind for d in rendered(dialect)})
+    return list(seen)
+
+
+def drop(connection: Connection) -> None:
+    """Drop every view and function this module creates, those an older version created
+    included (they carry the same names), so that migrations meet the tables alone."""
+    postgres = connection.dialect.name == "postgresql"
+    for name in reversed(names()):
+        if postgres:  # either kind: an older version may have made it the other
+            connection.exec_driver_sql(f"DROP VIEW IF EXISTS {name} CASCADE")
+            connection.exec_driver_sql(f"DROP FUNCTION IF EXISTS {name} CASCADE")
+        else:
+            connection.exec_driver_sql(f"DROP VIEW IF EXISTS {name}")
+
+
+def create(connection: Connection) -> None:
+    """Create every view and function of the connection's dialect (the schema at head)."""
+    cursor = connection.connection.cursor()  # the driver's own: no %-parameter parsing
+    try:
+        for derived in rendered(connection.dialect.name):
+            for statement in derived.statements:
+                cursor.execute(statement)
+    finally:
+        cursor.close()
+
+
+def recreate(connection: Connection) -> None:
+    drop(connection)
+    create(connection)

@@ -1,0 +1,154 @@
+"""Batch intents: the bounded record that finds files of attempts the driver never heard of.
+
+The driver writes an intent (root, query, batch, run, operators) in the transaction that
+starts a batch, before any task runs, and settles it in the batch's commit transaction,
+naming the *suspect* stores: those whose chosen report came from a retried task, and those
+with duplicate reports (all of them when Spark may speculate). A normal batch settles with
+no suspect and is never looked at again. Maintenance sweeps only intents that are settled
+with suspects, or that never settled (the driver died or the batch failed) and are older
+than the grace: it lists just those stores' folders and records the files of the batch's
+version the catalog lacks, which then follow the retention rule like any orphan. See
+docs/architecture.md, "Attempts the driver never hears of".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.records import AttemptSweep, BatchStart, Suspects
+from state_runtime.catalog.schema.reading_views import read_batch_intents
+from state_runtime.catalog.schema.tables import batch_intents
+from state_runtime.catalog.sql.commits import committed_ids, latest_entry
+from state_runtime.catalog.sql.roots import validate_root
+from state_runtime.catalog.sql.statements import chunks
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import StoreId, validate_name, validate_non_negative
+
+
+def begin_batch(
+    connection: Connection,
+    root: str,
+    query_id: str,
+    batch_id: int,
+    run: str,
+    operators: Sequence[tuple[int, str, int]],
+    now: datetime,
+) -> BatchStart:
+    """Record the intent of ``run`` (its operators as (operator id, store name, partitions))
+    and read what the batch starts from."""
+    validate_root(root)
+    validate_name(query_id, "query id")
+    validate_non_negative(batch_id, "batch id")
+    if not 1 <= len(run) <= 32 or not run.isalnum():
+        raise InvalidArgument(f"batch run id {run!r}: expected 1 to 32 letters or digits")
+    last = latest_entry(connection, root, query_id)
+    previous = committed_ids(connection, root, query_id, batch_id - 1) if batch_id else {}
+    exists = connection.execute(
+        sa.select(batch_intents.c.run).where(batch_intents.c.run == run)
+    ).first()
+    if exists is None:  # a retry after a lost COMMIT finds its own intent
+        connection.execute(
+            sa.insert(batch_intents).values(
+                run=run,
+                checkpoint_root=root,
+                query_id=query_id,
+                batch_id=batch_id,
+                operators=[list(op) for op in operators],
+                started_at=now,
+            )
+        )
+    return BatchStart(
+        last_batch=None if last is None else last[0],
+        last_store=None if last is None else last[1],
+        previous=previous,
+    )
+
+
+def settle(connection: Connection, run: str, suspects: Suspects, now: datetime) -> None:
+    """Mark ``run`` committed; with no suspect it is swept already (nothing to look for)."""
+    listed: Any = (
+        {"all": True}
+        if suspects == "all"
+        else {"stores": [[s.operator_id, s.partition_id, s.store_name] for s in sorted(suspects)]}
+    )
+    nothing = suspects != "all" and not suspects
+    connection.execute(
+        sa.update(batch_intents)
+        .where(batch_intents.c.run == run)
+        .values(
+            committed_at=now,
+            suspects=None if nothing else listed,
+            swept_at=now if nothing else None,
+        )
+    )
+
+
+def open_sweeps(connection: Connection, started_before: datetime, limit: int) -> list[AttemptSweep]:
+    """Intents to sweep, oldest first: settled with suspects, or never settled, and started
+    before ``started_before`` (a younger one may still have attempts running)."""
+    i = read_batch_intents.c
+    rows = connection.execute(
+        sa.select(read_batch_intents)
+        .where(i.swept_at.is_(None), i.started_at < started_before)
+        .order_by(i.started_at)
+        .limit(limit)
+    ).all()
+    return [_sweep_of(connection, row) for row in rows]
+
+
+def _sweep_of(connection: Connection, row: Any) -> AttemptSweep:
+    """The store folders and the version to look at for one intent.
+
+    Committed: the suspects, at the version the batch committed. Never settled: every store
+    of the intent's operators, at the version after the previous batch's (1 for a new store).
+    """
+    committed = row.committed_at is not None
+    mine = committed_ids(connection, row.checkpoint_root, row.query_id, row.batch_id)
+    if committed:
+        suspects = row.suspects or {}
+        stores = (
+            set(mine)
+            if suspects.get("all")
+            else {StoreId(op, p, name) for op, p, name in suspects.get("stores", [])}
+        )
+        targets = {s: mine[s].version for s in stores if s in mine}
+    else:
+        before = (
+            committed_ids(connection, row.checkpoint_root, row.query_id, row.batch_id - 1)
+            if row.batch_id
+            else {}
+        )
+        targets = {}
+        for op, name, partitions in row.operators:
+            for p in range(partitions):
+                store = StoreId(op, p, name)
+                ref = before.get(store)
+                targets[store] = 1 if ref is None else ref.version + 1
+                if store in mine and mine[store].version != targets[store]:
+                    targets[store] = mine[store].version  # a later run committed this batch
+    return AttemptSweep(
+        run=row.run,
+        root=row.checkpoint_root,
+        query_id=row.query_id,
+        batch_id=row.batch_id,
+        committed=committed,
+        targets=targets,
+    )
+
+
+def finish_sweeps(
+    connection: Connection, runs: Collection[str], now: datetime, forget_before: datetime
+) -> int:
+    """Mark ``runs`` swept, and forget intents swept before ``forget_before``; the number
+    forgotten."""
+    i = batch_intents.c
+    for part in chunks(sorted(runs)):
+        connection.execute(sa.update(batch_intents).where(i.run.in_(part)).values(swept_at=now))
+    return int(
+        connection.execute(sa.delete(batch_intents).where(i.swept_at < forget_before)).rowcount
+    )

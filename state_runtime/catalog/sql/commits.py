@@ -1,0 +1,400 @@
+"""The commit protocol: a micro-batch's checkpoints become committed in one transaction.
+
+Batch ``b`` of a query commits one (version, checkpoint id) per store, all partitions of all
+stateful operators together. The commit log then names exactly those ids; their files turn
+committed; other attempts at the same versions turn orphan. Re-committing a batch (a replay)
+replaces its entries in the same transaction and orphans the files it replaced. Each store's
+committed versions stay a linear chain: version ``v`` must build on the committed ``v - 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.records import BatchCommit, CommitEntry
+from state_runtime.catalog.schema.reading_views import read_commits, read_stores
+from state_runtime.catalog.schema.tables import FileState, checkpoint_files, commit_log, stores
+from state_runtime.catalog.sql.inventory import RecordedFile, record_files
+from state_runtime.catalog.sql.lookups import committed_ids_at
+from state_runtime.catalog.sql.roots import validate_root
+from state_runtime.catalog.sql.rows import is_store, key_of, store_id_of
+from state_runtime.catalog.sql.statements import chunks
+from state_runtime.errors import CommitConflict, InvalidArgument
+from state_runtime.identity import (
+    CheckpointRef,
+    StoreId,
+    validate_name,
+    validate_non_negative,
+)
+from state_runtime.store.checkpoint_info import CheckpointInfo
+
+
+def commit_batch(
+    connection: Connection,
+    root: str,
+    query_id: str,
+    batch_id: int,
+    infos: Sequence[CheckpointInfo],
+    now: datetime,
+    *,
+    replace: bool,
+    duplicates: Sequence[CheckpointInfo] = (),
+) -> BatchCommit:
+    """Commit batch ``batch_id`` of ``query_id``: one checkpoint per store, atomically.
+
+    ``duplicates``: other attempts' checkpoints the driver saw for this batch (duplicate
+    reports); they are recorded too, and turn orphan with the commit.
+
+    Raises CommitConflict, leaving the catalog untouched, when a named file is being deleted,
+    the batch is already committed with other ids and ``replace`` is False, a replay leaves
+    out a store the batch had, a replaced version already has successors, a version is not
+    the store's next one, or a base checkpoint id is not the committed id of ``version - 1``.
+    """
+    validate_root(root)
+    validate_name(query_id, "query id")
+    validate_non_negative(batch_id, "batch id")
+    if not infos:
+        raise InvalidArgument(f"batch {batch_id} of query {query_id} commits no store")
+    seen: set[StoreId] = set()
+    for info in infos:
+        if info.store in seen:
+            raise InvalidArgument(f"batch {batch_id} names store {info.store} twice")
+        seen.add(info.store)
+
+    chosen = {info.path for info in infos}
+    extra = {d.path: d for d in duplicates if d.path not in chosen}
+    files = record_files(connection, root, [*infos, *extra.values()], now)
+    for info in infos:
+        recorded = files[info.path]
+        if recorded.state in (FileState.DELETING, FileState.DELETED):
+            raise CommitConflict(
+                f"batch {batch_id} names a file that cleanup run {recorded.claimed_by_run} is "
+                f"deleting or deleted; replay the batch to write a new checkpoint",
+                store=info.store,
+                version=info.version,
+                checkpoint_id=info.checkpoint_id,
+                path=info.path,
+            )
+    by_store = {files[i.path].store_id: i for i in infos}
+    latest = _latest(connection, by_store)
+    old = _batch_entries(connection, root, query_id, batch_id)
+    missing = set(old) - set(by_store)
+    if missing:
+        raise CommitConflict(
+            f"re-commit of batch {batch_id} (query {query_id}) leaves out "
+            f"{len(missing)} store(s) the committed batch has; a replay must cover them all"
+        )
+    changed = {
+        sid: entry
+        for sid, entry in old.items()
+        if (entry["version"], entry["checkpoint_id"])
+        != (by_store[sid].version, by_store[sid].checkpoint_id)
+    }
+    if changed and not replace:
+        raise CommitConflict(
+            f"batch {batch_id} of query {query_id} is already committed with other checkpoint "
+            "ids (pass replace=True to re-commit a replayed batch)"
+        )
+    new = {sid: info for sid, info in by_store.items() if sid not in old or sid in changed}
+    parents = committed_ids_at(
+        connection, {(sid, info.version - 1) for sid, info in new.items() if info.version > 1}
+    )
+    for sid, info in new.items():
+        _check_linear(info, sid, old.get(sid), latest[sid], parents, batch_id)
+
+    replaced = {
+        by_store[sid].store: CheckpointRef(e["version"], e["checkpoint_id"])
+        for sid, e in changed.items()
+    }
+    orphaned = _apply(connection, query_id, batch_id, new, changed, files, now)
+    return BatchCommit(
+        query_id=query_id,
+        batch_id=batch_id,
+        committed={info.store: info.ref for info in infos},
+        replaced=replaced,
+        orphaned_files=orphaned,
+    )
+
+
+def _check_linear(
+    info: CheckpointInfo,
+    store_id: int,
+    old: dict[str, Any] | None,
+    latest: int,
+    parents: dict[tuple[int, int], str],
+    batch_id: int,
+) -> None:
+    where: dict[str, Any] = {
+        "store": info.store,
+        "version": info.version,
+        "checkpoint_id": info.checkpoint_id,
+    }
+    if old is not None:
+        if info.version != old["version"]:
+            raise CommitConflict(
+                f"replay of batch {batch_id} commits version {info.version}, the batch had "
+                f"committed version {old['version']}",
+                **where,
+            )
+        if latest != old["version"]:
+            raise CommitConflict(
+                f"cannot replace version {old['version']} of batch {batch_id}: version {latest} "
+                "is already committed on top of it",
+                **where,
+            )
+    elif latest and info.version != latest + 1:
+        raise CommitConflict(
+            f"version {info.version} is not the store's next version (latest committed: {latest})",
+            **where,
+        )
+    parent = parents.get((store_id, info.version - 1))
+    if parent is not None and info.base_checkpoint_id != parent:
+        raise CommitConflict(
+            f"checkpoint builds on {info.version - 1}_{info.base_checkpoint_id}, but version "
+            f"{info.version - 1} is committed as {info.version - 1}_{parent}",
+            **where,
+        )
+
+
+def _apply(
+    connection: Connection,
+    query_id: str,
+    batch_id: int,
+    new: dict[int, CheckpointInfo],
+    changed: dict[int, dict[str, Any]],
+    files: dict[str, RecordedFile],
+    now: datetime,
+) -> int:
+    """Write the commit: replace entries, insert new ones, move file states, bump latest.
+
+    Set-based statements (a few per 400 stores), so a batch of many partitions costs a
+    handful of round trips rather than several per store. A replayed entry is updated in
+    place (same batch, store and version; a new id): the runtime's role has no DELETE.
+    """
+    c = commit_log.c
+    if changed:
+        connection.execute(
+            sa.update(commit_log)
+            .where(c.commit_id == sa.bindparam("entry"))
+            .values(
+                checkpoint_id=sa.bindparam("new_id"),
+                file_id=sa.bindparam("new_file"),
+                committed_at=now,
+            ),
+            [
+                {
+                    "entry": entry["commit_id"],
+                    "new_id": new[sid].checkpoint_id,
+                    "new_file": files[new[sid].path].file_id,
+                }
+                for sid, entry in changed.items()
+            ],
+        )
+    if not new:
+        return 0
+    added = [(sid, info) for sid, info in new.items() if sid not in changed]
+    if added:
+        connection.execute(
+            sa.insert(commit_log),
+            [
+                {
+                    "query_id": query_id,
+                    "batch_id": batch_id,
+                    "store_id": sid,
+                    "version": info.version,
+                    "checkpoint_id": info.checkpoint_id,
+                    "file_id": files[info.path].file_id,
+                    "committed_at": now,
+                }
+                for sid, info in added
+            ],
+        )
+    replaced = {(sid, e["version"], e["checkpoint_id"]) for sid, e in changed.items()}
+    committed = {(sid, i.version, i.checkpoint_id) for sid, i in new.items()}
+    at_versions = _files_at_versions(connection, {(sid, v) for sid, v, _ in committed | replaced})
+    orphaned = _set_state(
+        connection,
+        [fid for fid, key, state in at_versions if key in replaced and state in _REPLACEABLE],
+        FileState.ORPHAN,
+        f"replaced by a re-commit of batch {batch_id} (query {query_id}) at {now.isoformat()}",
+        now,
+    )
+    _set_state(
+        connection,
+        [fid for fid, key, state in at_versions if key in committed and state in _COMMITTABLE],
+        FileState.COMMITTED,
+        None,
+        now,
+    )
+    orphaned += _set_state(
+        connection,
+        [
+            fid
+            for fid, key, state in at_versions
+            if key not in committed and key not in replaced and state == FileState.WRITTEN
+        ],
+        FileState.ORPHAN,
+        f"another attempt at this version was committed by batch {batch_id} (query {query_id})",
+        now,
+    )
+    for part in chunks(sorted(new)):
+        entry = sa.select(c.version).where(
+            c.store_id == stores.c.store_id, c.query_id == query_id, c.batch_id == batch_id
+        )
+        connection.execute(
+            sa.update(stores)
+            .where(stores.c.store_id.in_(part))
+            .values(
+                latest_version=entry.scalar_subquery(),
+                latest_checkpoint_id=entry.with_only_columns(c.checkpoint_id).scalar_subquery(),
+                last_committed_at=now,
+            )
+        )
+    return orphaned
+
+
+def _files_at_versions(
+    connection: Connection, pairs: set[tuple[int, int]]
+) -> list[tuple[int, tuple[int, int, str], str]]:
+    """(file id, (store id, version, checkpoint id), state) of every file at the given
+    (store id, version) pairs: per-column IN lists on the checkpoint index, exact pairs kept."""
+    f = checkpoint_files.c
+    found = []
+    for part in chunks(sorted(pairs)):
+        rows = connection.execute(
+            sa.select(f.file_id, f.store_id, f.version, f.checkpoint_id, f.state).where(
+                f.store_id.in_({sid for sid, _ in part}), f.version.in_({v for _, v in part})
+            )
+        )
+        found += [
+            (r.file_id, (r.store_id, r.version, r.checkpoint_id), r.state)
+            for r in rows
+            if (r.store_id, r.version) in pairs
+        ]
+    return found
+
+
+def _set_state(
+    connection: Connection, file_ids: list[int], state: FileState, reason: str | None, now: datetime
+) -> int:
+    """Move the files to ``state`` with ``reason``; the number of files moved."""
+    moved = 0
+    for part in chunks(file_ids):
+        moved += connection.execute(
+            sa.update(checkpoint_files)
+            .where(checkpoint_files.c.file_id.in_(part))
+            .values(state=state.value, state_changed_at=now, state_reason=reason)
+        ).rowcount
+    return moved
+
+
+_REPLACEABLE = (FileState.WRITTEN.value, FileState.COMMITTED.value)
+_COMMITTABLE = (FileState.WRITTEN.value, FileState.ORPHAN.value)
+
+
+def _latest(connection: Connection, ids: dict[int, CheckpointInfo]) -> dict[int, int]:
+    found: dict[int, int] = {}
+    for part in chunks(sorted(ids)):
+        rows = connection.execute(
+            sa.select(stores.c.store_id, stores.c.latest_version).where(stores.c.store_id.in_(part))
+        )
+        found.update({r.store_id: r.latest_version for r in rows})
+    return found
+
+
+def _batch_entries(
+    connection: Connection, root: str, query_id: str, batch_id: int
+) -> dict[int, dict[str, Any]]:
+    c = commit_log.c
+    rows = connection.execute(
+        sa.select(c.commit_id, c.store_id, c.version, c.checkpoint_id)
+        .join(stores, stores.c.store_id == c.store_id)
+        .where(c.query_id == query_id, c.batch_id == batch_id, stores.c.checkpoint_root == root)
+    )
+    return {r.store_id: dict(r._mapping) for r in rows}
+
+
+def committed_ids(
+    connection: Connection, root: str, query_id: str, batch_id: int
+) -> dict[StoreId, CheckpointRef]:
+    """The (version, checkpoint id) batch ``batch_id`` committed for each store; {} if none."""
+    validate_non_negative(batch_id, "batch id")
+    c, s = read_commits.c, read_stores.c
+    rows = connection.execute(
+        sa.select(s.operator_id, s.partition_id, s.store_name, c.version, c.checkpoint_id)
+        .join(read_stores, s.store_id == c.store_id)
+        .where(s.checkpoint_root == root, c.query_id == query_id, c.batch_id == batch_id)
+    )
+    return {store_id_of(r): CheckpointRef(r.version, r.checkpoint_id) for r in rows}
+
+
+def latest_entry(connection: Connection, root: str, query_id: str) -> tuple[int, StoreId] | None:
+    """The query's last committed batch below ``root`` and one of its stores; None if none."""
+    c, s = commit_log.c, stores.c
+    row = connection.execute(
+        sa.select(c.batch_id, s.operator_id, s.partition_id, s.store_name)
+        .join(stores, s.store_id == c.store_id)
+        .where(s.checkpoint_root == root, c.query_id == query_id)
+        .order_by(c.batch_id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else (row.batch_id, store_id_of(row))
+
+
+def latest_committed(connection: Connection, root: str) -> dict[StoreId, CheckpointRef]:
+    """Each store's latest committed (version, checkpoint id) below ``root``."""
+    s = stores.c
+    rows = connection.execute(
+        sa.select(
+            s.operator_id, s.partition_id, s.store_name, s.latest_version, s.latest_checkpoint_id
+        ).where(s.checkpoint_root == root, s.latest_version > 0)
+    )
+    return {store_id_of(r): CheckpointRef(r.latest_version, r.latest_checkpoint_id) for r in rows}
+
+
+def commit_history(
+    connection: Connection,
+    root: str,
+    *,
+    query_id: str | None = None,
+    store: StoreId | None = None,
+    limit: int = 100,
+) -> list[CommitEntry]:
+    """Commit-log entries below ``root``, newest batch first."""
+    c, s = read_commits.c, read_stores.c
+    query = (
+        sa.select(
+            s.checkpoint_root,
+            s.operator_id,
+            s.partition_id,
+            s.store_name,
+            c.query_id,
+            c.batch_id,
+            c.version,
+            c.checkpoint_id,
+            c.committed_at,
+        )
+        .join(read_stores, s.store_id == c.store_id)
+        .where(s.checkpoint_root == root)
+        .order_by(c.batch_id.desc(), s.operator_id, s.partition_id, s.store_name)
+        .limit(limit)
+    )
+    if query_id is not None:
+        query = query.where(c.query_id == query_id)
+    if store is not None:
+        query = query.where(is_store(store, read_stores))
+    return [
+        CommitEntry(
+            key=key_of(r),
+            query_id=r.query_id,
+            batch_id=r.batch_id,
+            ref=CheckpointRef(r.version, r.checkpoint_id),
+            committed_at=r.committed_at,
+        )
+        for r in connection.execute(query)
+    ]

@@ -1,0 +1,235 @@
+"""The claims-and-deletion ledger: cleanup claims the deletable files, records each deletion
+(or loss) with its reason, and the ledger answers what went when and why."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.records import (
+    Deletion,
+    FileVerdict,
+)
+from state_runtime.catalog.schema.tables import (
+    FileState,
+    checkpoint_files,
+    deletion_ledger,
+    stores,
+)
+from state_runtime.catalog.sql.lookups import files_at, lock_stores, mark_maintained, store_ids
+from state_runtime.catalog.sql.retention import Scope, verdict_rows
+from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_record, key_of
+from state_runtime.catalog.sql.statements import chunks
+from state_runtime.errors import CatalogError, InvalidArgument
+from state_runtime.identity import StoreId
+from state_runtime.retention import RetentionPolicy, Verdict
+
+
+def claim_deletions(
+    connection: Connection,
+    run_id: int,
+    policy: RetentionPolicy,
+    root: str,
+    wanted: Sequence[StoreId] | None,
+    now: datetime,
+    limit: int | None = None,
+) -> list[FileVerdict]:
+    """Lock the stores, compute their deletable files and mark them 'deleting' for ``run_id``
+    (at most ``limit`` new claims, oldest versions first, so a run can work in slices).
+
+    Files an interrupted run had claimed are handed out again: once claimed a file is never
+    needed again, because a commit refuses to name a claimed file. The caller deletes the
+    files from storage, then calls ``record_deletions``. A commit waiting on the same store
+    lock sees the claims, so cleanup never deletes a file a concurrent commit references; a
+    validation that opens a problem on the store waits too, so a held store is never claimed.
+    """
+    s, f = stores.c, checkpoint_files.c
+    if wanted is None:
+        ids = sorted(
+            connection.execute(sa.select(s.store_id).where(s.checkpoint_root == root)).scalars()
+        )
+    else:
+        ids = sorted(store_ids(connection, root, wanted).values())
+    claimed: list[FileVerdict] = []
+    for part in chunks(ids):
+        lock_stores(connection, part)
+        scope = Scope(store_ids=tuple(part))
+        fresh = verdict_rows(connection, policy, scope, now, only_deletable=True)
+        if limit is not None:
+            fresh = fresh[: max(0, limit - sum(v.verdict.deletable for v in claimed))]
+        by_reason: dict[str, list[int]] = {}
+        for fid, verdict in fresh:
+            by_reason.setdefault(verdict.reason, []).append(fid)
+        for why, file_ids in by_reason.items():
+            for some in chunks(file_ids):
+                connection.execute(
+                    sa.update(checkpoint_files)
+                    .where(f.file_id.in_(some))
+                    .values(
+                        state=FileState.DELETING.value,
+                        state_changed_at=now,
+                        state_reason=why,
+                        claimed_by_run=run_id,
+                    )
+                )
+        fresh_ids = {fid for fid, _ in fresh}
+        earlier = connection.execute(
+            sa.select(*FILE_COLUMNS)
+            .join(stores, s.store_id == f.store_id)
+            .where(f.state == FileState.DELETING.value, f.store_id.in_(part))
+            .order_by(f.store_id, f.version)
+        ).all()
+        resumed = [row for row in earlier if row.file_id not in fresh_ids]
+        for some in chunks([row.file_id for row in resumed]):
+            connection.execute(
+                sa.update(checkpoint_files).where(f.file_id.in_(some)).values(claimed_by_run=run_id)
+            )
+        mark_maintained(connection, part, run_id)
+        claimed += [v for _, v in fresh]
+        claimed += [
+            FileVerdict(file_record(row), Verdict.DELETING, str(row.state_reason), None)
+            for row in resumed
+        ]
+    return claimed
+
+
+def record_deletions(
+    connection: Connection, run_id: int, root: str, paths: Sequence[str], now: datetime
+) -> int:
+    """Mark claimed files deleted and write their ledger entries (reason: the claim's).
+
+    Paths already recorded as deleted are skipped, so a resumed run may report them again.
+    Returns the number of files newly recorded. A path that is not claimed for deletion is
+    an error: only claimed files may be deleted.
+    """
+    f = checkpoint_files.c
+    rows = files_at(connection, root, paths, f.file_id, f.store_id, f.path, f.state, f.state_reason)
+    unknown = sorted(set(paths) - {row.path for row in rows})
+    if unknown:
+        raise CatalogError(
+            f"cannot record deletion of untracked file(s) {unknown[:5]}", path=unknown[0]
+        )
+    pending = [row for row in rows if row.state != FileState.DELETED.value]
+    wrong = [row.path for row in pending if row.state != FileState.DELETING.value]
+    if wrong:
+        raise CatalogError(
+            f"file(s) {wrong[:5]} are not claimed for deletion; claim them with "
+            "claim_deletions first",
+            path=wrong[0],
+        )
+    if not pending:
+        return 0
+    lock_stores(connection, {row.store_id for row in pending})
+    connection.execute(
+        sa.insert(deletion_ledger),
+        [
+            {
+                "file_id": row.file_id,
+                "run_id": run_id,
+                "reason": row.state_reason,
+                "deleted_at": now,
+            }
+            for row in pending
+        ],
+    )
+    for some in chunks([row.file_id for row in pending]):
+        connection.execute(
+            sa.update(checkpoint_files)
+            .where(f.file_id.in_(some))
+            .values(state=FileState.DELETED.value, state_changed_at=now)
+        )
+    return len(pending)
+
+
+def record_lost(
+    connection: Connection,
+    run_id: int,
+    root: str,
+    paths: Sequence[str],
+    reason: str,
+    now: datetime,
+) -> int:
+    """Record tracked files that validation found missing or corrupt in storage as deleted,
+    with ledger reason ``lost: <reason>``. The catalog then stops counting on them: a version
+    whose snapshot is lost is loaded from the older snapshot and deltas again (seed 001,
+    example 3), and cleanup keeps those. Returns the number of files newly recorded."""
+    if not reason:
+        raise InvalidArgument("say why the files are lost (missing, checksum mismatch, ...)")
+    f = checkpoint_files.c
+    rows = files_at(connection, root, paths, f.file_id, f.store_id, f.path, f.state)
+    unknown = sorted(set(paths) - {row.path for row in rows})
+    if unknown:
+        raise CatalogError(
+            f"cannot record untracked file(s) {unknown[:5]} as lost", path=unknown[0]
+        )
+    pending = [row for row in rows if row.state != FileState.DELETED.value]
+    if not pending:
+        return 0
+    touched = {row.store_id for row in pending}
+    lock_stores(connection, touched)
+    mark_maintained(connection, touched, run_id)
+    connection.execute(
+        sa.insert(deletion_ledger),
+        [
+            {
+                "file_id": row.file_id,
+                "run_id": run_id,
+                "reason": f"lost: {reason}",
+                "deleted_at": now,
+            }
+            for row in pending
+        ],
+    )
+    for some in chunks([row.file_id for row in pending]):
+        connection.execute(
+            sa.update(checkpoint_files)
+            .where(f.file_id.in_(some))
+            .values(
+                state=FileState.DELETED.value, state_changed_at=now, state_reason=f"lost: {reason}"
+            )
+        )
+    return len(pending)
+
+
+def deletion_history(
+    connection: Connection, root: str | None, since: datetime | None, limit: int
+) -> list[Deletion]:
+    """Ledger entries, newest first."""
+    s, f, d = stores.c, checkpoint_files.c, deletion_ledger.c
+    query = (
+        sa.select(
+            s.checkpoint_root,
+            s.operator_id,
+            s.partition_id,
+            s.store_name,
+            f.path,
+            f.size_bytes,
+            d.run_id,
+            d.reason,
+            d.deleted_at,
+        )
+        .select_from(deletion_ledger)
+        .join(checkpoint_files, f.file_id == d.file_id)
+        .join(stores, s.store_id == f.store_id)
+        .order_by(d.deleted_at.desc(), d.deletion_id.desc())
+        .limit(limit)
+    )
+    if root is not None:
+        query = query.where(s.checkpoint_root == root)
+    if since is not None:
+        query = query.where(d.deleted_at >= since)
+    return [_deletion(row) for row in connection.execute(query)]
+
+
+def _deletion(row: AnyRow) -> Deletion:
+    return Deletion(
+        key=key_of(row),
+        path=row.path,
+        size_bytes=row.size_bytes,
+        run_id=row.run_id,
+        reason=row.reason,
+        deleted_at=row.deleted_at,
+    )

@@ -1,0 +1,421 @@
+"""What checks found: file verifications, store problems, validations and snapshot repairs.
+
+A file's ``verification`` says whether its bytes were found intact against its record since it
+was written (only a verified snapshot supersedes deltas). A store's open problems are what
+its last validation found wrong, plus what the snapshot pass or a repair found; while one is
+open the store is held (not cleaned) and its status is broken. Every write locks the store's
+row, so a cleanup claiming files of the store waits for it and sees the problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
+from state_runtime.catalog.schema.reading_views import (
+    read_files,
+    read_problems,
+    read_repairs,
+    read_stores,
+)
+from state_runtime.catalog.schema.tables import (
+    Verification,
+    checkpoint_files,
+    file_repairs,
+    store_problems,
+    stores,
+)
+from state_runtime.catalog.sql.inventory import record_files
+from state_runtime.catalog.sql.lookups import files_at, lock_stores, store_ids
+from state_runtime.catalog.sql.rows import (
+    READ_STORE_KEY_COLUMNS,
+    AnyRow,
+    is_store,
+    key_of,
+)
+from state_runtime.catalog.sql.statements import chunks
+from state_runtime.errors import CatalogError, InvalidArgument
+from state_runtime.identity import StoreId
+from state_runtime.store.checkpoint_info import CheckpointInfo
+
+
+def _store_id(connection: Connection, root: str, store: StoreId) -> int:
+    found = store_ids(connection, root, [store])
+    if store not in found:
+        raise CatalogError(f"the catalog has no store {root}#{store}", store=store)
+    return found[store]
+
+
+def record_verifications(
+    connection: Connection, root: str, results: Mapping[str, str | None], now: datetime
+) -> None:
+    """Record each file's verification: intact (None) or the problem found."""
+    f = checkpoint_files.c
+    rows = files_at(connection, root, results, f.file_id, f.store_id, f.path)
+    unknown = sorted(set(results) - {row.path for row in rows})
+    if unknown:
+        raise CatalogError(
+            f"cannot record the verification of untracked file(s) {unknown[:5]}", path=unknown[0]
+        )
+    lock_stores(connection, {row.store_id for row in rows})
+    by_note: dict[str | None, list[int]] = {}
+    for row in rows:
+        by_note.setdefault(results[row.path], []).append(row.file_id)
+    for note, file_ids in by_note.items():
+        state = Verification.VERIFIED if note is None else Verification.FAILED
+        for some in chunks(file_ids):
+            connection.execute(
+                sa.update(checkpoint_files)
+                .where(f.file_id.in_(some))
+                .values(verification=state.value, verified_at=now, verification_note=note)
+            )
+
+
+def _open_rows(connection: Connection, store_id: int) -> list[AnyRow]:
+    p = store_problems.c
+    return list(
+        connection.execute(
+            sa.select(p.problem_id, p.path, p.problem, p.detected_at).where(
+                p.store_id == store_id, p.resolved_at.is_(None)
+            )
+        )
+    )
+
+
+def add_problems(
+    connection: Connection,
+    root: str,
+    store: StoreId,
+    found: Sequence[FoundProblem],
+    run_id: int | None,
+    now: datetime,
+) -> int:
+    """Open the problems in ``found`` that are not open yet; returns how many were opened."""
+    store_id = _store_id(connection, root, store)
+    lock_stores(connection, [store_id])
+    known = {(row.path, row.problem) for row in _open_rows(connection, store_id)}
+    fresh = {(p.path, p.problem): p for p in found if (p.path, p.problem) not in known}
+    if fresh:
+        connection.execute(
+            sa.insert(store_problems),
+            [
+                {
+                    "store_id": store_id,
+                    "path": p.path,
+                    "version": p.version,
+                    "problem": p.problem,
+                    "run_id": run_id,
+                    "detected_at": now,
+                }
+                for p in fresh.values()
+            ],
+        )
+    return len(fresh)
+
+
+def _resolve(
+    connection: Connection,
+    problem_ids: Sequence[int],
+    resolution: str,
+    run_id: int | None,
+    now: datetime,
+) -> int:
+    if not resolution:
+        raise InvalidArgument("say how the problem was resolved")
+    p = store_problems.c
+    for some in chunks(list(problem_ids)):
+        connection.execute(
+            sa.update(store_problems)
+            .where(p.problem_id.in_(some))
+            .values(resolved_at=now, resolved_by_run=run_id, resolution=resolution)
+        )
+    return len(problem_ids)
+
+
+def record_validation(
+    connection: Connection,
+    root: str,
+    store: StoreId,
+    checked: Mapping[str, str | None],
+    found: Sequence[FoundProblem],
+    run_id: int | None,
+    now: datetime,
+    started_at: datetime | None = None,
+) -> None:
+    """Record one store's validation: each checked file's verification, and its open problems
+    become ``found``: problems found before the validation ``started_at`` that it no longer
+    finds are resolved by this run (a store with none left is no longer held); a problem
+    recorded meanwhile (by a snapshot pass) stays open for the next validation to judge."""
+    store_id = _store_id(connection, root, store)
+    lock_stores(connection, [store_id])
+    if checked:
+        record_verifications(connection, root, checked, now)
+    wanted = {(p.path, p.problem) for p in found}
+    gone = [
+        row.problem_id
+        for row in _open_rows(connection, store_id)
+        if (row.path, row.problem) not in wanted
+        and (started_at is None or row.detected_at < started_at)
+    ]
+    if gone:
+        by = "a validation" if run_id is None else f"validation run {run_id}"
+        _resolve(connection, gone, f"no longer found by {by}", run_id, now)
+    add_problems(connection, root, store, found, run_id, now)
+    s = stores.c
+    connection.execute(
+        sa.update(stores)
+        .where(s.store_id == store_id)
+        .values(
+            last_validated_at=now, first_validated_at=sa.func.coalesce(s.first_validated_at, now)
+        )
+    )
+
+
+def resolve_problems(
+    connection: Connection,
+    root: str,
+    store: StoreId,
+    resolution: str,
+    run_id: int | None,
+    now: datetime,
+    *,
+    path: str | None = None,
+) -> int:
+    """Resolve the store's open problems (only those about ``path``, if given)."""
+    if not resolution:
+        raise InvalidArgument("say how the problems were resolved")
+    store_id = _store_id(connection, root, store)
+    lock_stores(connection, [store_id])
+    ids = [
+        row.problem_id
+        for row in _open_rows(connection, store_id)
+        if path is None or row.path == path
+    ]
+    return _resolve(connection, ids, resolution, run_id, now) if ids else 0
+
+
+def problems(
+    connection: Connection, root: str | None, store: StoreId | None, *, only_open: bool = True
+) -> list[StoreProblem]:
+    """Store problems (open ones by default), oldest first."""
+    s, p = read_stores.c, read_problems.c
+    query = (
+        sa.select(
+            *READ_STORE_KEY_COLUMNS,
+            p.problem_id,
+            p.problem,
+            p.path,
+            p.version,
+            p.run_id,
+            p.detected_at,
+            p.resolved_at,
+            p.resolution,
+        )
+        .join(read_stores, s.store_id == p.store_id)
+        .order_by(p.detected_at, p.problem_id)
+    )
+    if only_open:
+        query = query.where(p.resolved_at.is_(None))
+    if root is not None:
+        query = query.where(s.checkpoint_root == root)
+    if store is not None:
+        query = query.where(is_store(store, read_stores))
+    return [
+        StoreProblem(
+            problem_id=row.problem_id,
+            key=key_of(row),
+            problem=row.problem,
+            path=row.path,
+            version=row.version,
+            run_id=row.run_id,
+            detected_at=row.detected_at,
+            resolved_at=row.resolved_at,
+            resolution=row.resolution,
+        )
+        for row in connection.execute(query)
+    ]
+
+
+def begin_repair(
+    connection: Connection,
+    run_id: int,
+    root: str,
+    path: str,
+    problem: str,
+    damaged: bytes | None,
+    now: datetime,
+) -> int:
+    """Record a damaged snapshot about to be replaced (its size and SHA-256 as found, None if
+    it is gone, and the record it had) before anything is removed; returns the repair id. An
+    unfinished repair of the same file (a run that stopped) is resumed, keeping what it
+    recorded about the damaged copy."""
+    f = checkpoint_files.c
+    rows = files_at(connection, root, [path], f.file_id, f.store_id, f.checksum, f.size_bytes)
+    if not rows:
+        raise CatalogError(f"cannot repair untracked file {path}", path=path)
+    (row,) = rows
+    lock_stores(connection, [row.store_id])
+    r = file_repairs.c
+    unfinished = connection.execute(
+        sa.select(r.repair_id).where(r.file_id == row.file_id, r.finished_at.is_(None))
+    ).scalar()
+    if unfinished is not None:  # an interrupted repair of this file: resume it
+        return int(unfinished)
+    inserted = connection.execute(
+        sa.insert(file_repairs)
+        .values(
+            file_id=row.file_id,
+            run_id=run_id,
+            problem=problem,
+            damaged_size=None if damaged is None else len(damaged),
+            damaged_sha256=None if damaged is None else hashlib.sha256(damaged).hexdigest(),
+            old_checksum=row.checksum,
+            old_size=row.size_bytes,
+            started_at=now,
+        )
+        .returning(file_repairs.c.repair_id)
+    )
+    return int(inserted.scalar_one())
+
+
+def repair_removed(connection: Connection, repair_id: int, now: datetime) -> None:
+    """Note that the damaged copy is gone from storage."""
+    connection.execute(
+        sa.update(file_repairs).where(file_repairs.c.repair_id == repair_id).values(removed_at=now)
+    )
+
+
+def finish_repair(
+    connection: Connection, repair_id: int, root: str, info: CheckpointInfo, now: datetime
+) -> None:
+    """The rebuilt snapshot is on storage and verified: its record takes the new file's size,
+    checksum and time, it counts as verified, and the problems about it are resolved."""
+    r = file_repairs.c
+    repair = connection.execute(
+        sa.select(r.file_id, r.run_id).where(r.repair_id == repair_id)
+    ).one()
+    f = checkpoint_files.c
+    store_id = connection.execute(
+        sa.select(f.store_id).where(f.file_id == repair.file_id)
+    ).scalar_one()
+    lock_stores(connection, [store_id])
+    connection.execute(
+        sa.update(checkpoint_files)
+        .where(f.file_id == repair.file_id)
+        .values(
+            size_bytes=info.bytes_written,
+            checksum=info.checksum,
+            rows=info.rows,
+            file_rows=info.file_rows,
+            created_at=info.created_at,
+            recorded_at=now,  # new bytes: their age starts again, as for a new file
+            verification=Verification.VERIFIED.value,
+            verified_at=now,
+            verification_note=None,
+        )
+    )
+    connection.execute(
+        sa.update(file_repairs).where(r.repair_id == repair_id).values(finished_at=now)
+    )
+    p = store_problems.c
+    open_ids = [
+        row.problem_id
+        for row in connection.execute(
+            sa.select(p.problem_id).where(
+                p.store_id == store_id, p.path == info.path, p.resolved_at.is_(None)
+            )
+        )
+    ]
+    if open_ids:
+        _resolve(
+            connection,
+            open_ids,
+            f"repaired by run {repair.run_id}: rebuilt from its deltas and verified",
+            repair.run_id,
+            now,
+        )
+
+
+def repairs(connection: Connection, root: str | None) -> list[Repair]:
+    """Every repair, newest first."""
+    s, f, r = read_stores.c, read_files.c, read_repairs.c
+    query = (
+        sa.select(
+            *READ_STORE_KEY_COLUMNS,
+            f.path,
+            r.run_id,
+            r.problem,
+            r.damaged_size,
+            r.damaged_sha256,
+            r.old_checksum,
+            r.old_size,
+            r.started_at,
+            r.removed_at,
+            r.finished_at,
+        )
+        .join(read_files, f.file_id == r.file_id)
+        .join(read_stores, s.store_id == f.store_id)
+        .order_by(r.repair_id.desc())
+    )
+    if root is not None:
+        query = query.where(s.checkpoint_root == root)
+    return [
+        Repair(
+            key=key_of(row),
+            path=row.path,
+            run_id=row.run_id,
+            problem=row.problem,
+            damaged_size=row.damaged_size,
+            damaged_sha256=row.damaged_sha256,
+            old_checksum=row.old_checksum,
+            old_size=row.old_size,
+            started_at=row.started_at,
+            removed_at=row.removed_at,
+            finished_at=row.finished_at,
+        )
+        for row in connection.execute(query)
+    ]
+
+
+def record_snapshot(
+    connection: Connection,
+    root: str,
+    info: CheckpointInfo,
+    run_id: int | None,
+    verified: bool,
+    problem: str | None,
+    now: datetime,
+) -> str | None:
+    """Record a snapshot maintenance wrote and what verifying it found: verified, or the
+    problem (a snapshot whose record says other bytes is damaged, its record kept). Returns
+    the problem recorded, if any."""
+    found = problem
+    f = checkpoint_files.c
+    recorded = files_at(connection, root, [info.path], f.checksum, f.size_bytes)
+    if recorded and (recorded[0].checksum, recorded[0].size_bytes) != (
+        info.checksum,
+        info.bytes_written,
+    ):
+        found = found or (
+            f"the file ({info.bytes_written} bytes) differs from its record "
+            f"({recorded[0].size_bytes} bytes, another checksum)"
+        )
+    else:
+        record_files(connection, root, [info], now, run_id=run_id)
+    if verified or found is not None:
+        record_verifications(connection, root, {info.path: found}, now)
+    if found is not None:
+        add_problems(
+            connection,
+            root,
+            info.store,
+            [FoundProblem(found, info.path, info.version)],
+            run_id,
+            now,
+        )
+    return found

@@ -1,0 +1,151 @@
+"""Each store's history, like Delta's DESCRIBE HISTORY: committed versions, newest first,
+with the batch that committed them and what became of their files (snapshots, deletions)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.records import HistoryFile, VersionHistory
+from state_runtime.catalog.schema.reading_views import (
+    read_commits,
+    read_deletions,
+    read_files,
+    read_stores,
+)
+from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, key_of
+from state_runtime.catalog.sql.statements import chunks
+from state_runtime.identity import CheckpointRef, FileKind, StoreId
+
+
+def version_history(
+    connection: Connection,
+    root: str,
+    only: Sequence[StoreId] | None,
+    query_id: str | None,
+    limit: int,
+) -> list[VersionHistory]:
+    """The ``limit`` newest committed versions below ``root`` (of the stores in ``only``, of
+    the query ``query_id``), newest commit first; each with the files of its checkpoint id."""
+    s, c = read_stores.c, read_commits.c
+    query = (
+        sa.select(
+            c.store_id,
+            *READ_STORE_KEY_COLUMNS,
+            c.version,
+            c.checkpoint_id,
+            c.query_id,
+            c.batch_id,
+            c.committed_at,
+        )
+        .join(read_stores, s.store_id == c.store_id)
+        .where(s.checkpoint_root == root)
+        .order_by(c.committed_at.desc(), c.batch_id.desc(), s.operator_id, s.partition_id)
+        .limit(limit)
+    )
+    if query_id is not None:
+        query = query.where(c.query_id == query_id)
+    if only is not None:  # exactly these stores, in SQL, so that the limit counts only theirs
+        query = query.where(
+            sa.or_(
+                sa.false(),
+                *(
+                    sa.and_(
+                        s.operator_id == x.operator_id,
+                        s.partition_id == x.partition_id,
+                        s.store_name == x.store_name,
+                    )
+                    for x in set(only)
+                ),
+            )
+        )
+    commits = list(connection.execute(query))
+    files = _files(connection, [(r.store_id, r.version, r.checkpoint_id) for r in commits])
+    history: list[VersionHistory] = []
+    for r in commits:
+        found = files.get((r.store_id, r.version, r.checkpoint_id), [])
+        history.append(
+            VersionHistory(
+                key=key_of(r),
+                ref=CheckpointRef(r.version, r.checkpoint_id),
+                query_id=r.query_id,
+                batch_id=r.batch_id,
+                committed_at=r.committed_at,
+                rows=found[0][0] if found else 0,
+                files=tuple(f for _, f in found),
+            )
+        )
+    return history
+
+
+def _files(
+    connection: Connection, wanted: Sequence[tuple[int, int, str]]
+) -> dict[tuple[int, int, str], list[tuple[int, HistoryFile]]]:
+    """The files of each (store id, version, checkpoint id), with the state rows at that
+    version (every file of a version records them)."""
+    f, d = read_files.c, read_deletions.c
+    keys = set(wanted)
+    found: dict[tuple[int, int, str], list[tuple[int, HistoryFile]]] = defaultdict(list)
+    for part in chunks(sorted(keys)):
+        rows = connection.execute(
+            sa.select(
+                f.store_id,
+                f.version,
+                f.checkpoint_id,
+                f.path,
+                f.kind,
+                f.size_bytes,
+                f.rows,
+                f.file_rows,
+                f.state,
+                f.verification,
+                f.created_at,
+                d.deleted_at,
+                d.run_id,
+                d.reason,
+            )
+            .outerjoin(read_deletions, d.file_id == f.file_id)
+            .where(
+                f.store_id.in_({k[0] for k in part}),
+                f.version.in_({k[1] for k in part}),
+                f.checkpoint_id.in_({k[2] for k in part}),
+            )
+            .order_by(f.kind, f.created_at)
+        )
+        for r in rows:
+            key = (r.store_id, r.version, r.checkpoint_id)
+            if key in keys:
+                found[key].append(
+                    (
+                        r.rows,
+                        HistoryFile(
+                            path=r.path,
+                            kind=FileKind(r.kind),
+                            size_bytes=r.size_bytes,
+                            file_rows=r.file_rows,
+                            state=r.state,
+                            verification=r.verification,
+                            created_at=r.created_at,
+                            deleted_at=r.deleted_at,
+                            deletion_run=r.run_id,
+                            deletion_reason=r.reason,
+                        ),
+                    )
+                )
+    return found
+
+
+def query_ids(connection: Connection, root: str) -> list[str]:
+    """The queries that committed below ``root``."""
+    s, c = read_stores.c, read_commits.c
+    query = (
+        sa.select(c.query_id)
+        .distinct()
+        .join(read_stores, s.store_id == c.store_id)
+        .where(s.checkpoint_root == root)
+        .order_by(c.query_id)
+    )
+    return list(connection.execute(query).scalars())

@@ -1,0 +1,58 @@
+"""The coordinator's table: which Python worker holds the current copy of each store.
+
+The driver records the holders from its tasks' reports in the batch's commit transaction
+(one statement for all partitions); no task writes to the catalog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.schema.tables import store_holders as store_holders_table
+from state_runtime.catalog.schema.tables import stores
+from state_runtime.catalog.sql.lookups import store_ids
+from state_runtime.catalog.sql.rows import store_id_of
+from state_runtime.catalog.sql.statements import upsert
+from state_runtime.identity import CheckpointRef, StoreId
+
+
+def record_holders(
+    connection: Connection,
+    root: str,
+    holders: Mapping[StoreId, tuple[str, CheckpointRef]],
+    now: datetime,
+) -> None:
+    """Each store's (worker, checkpoint) holder; stores the catalog does not know: nothing."""
+    found = store_ids(connection, root, holders)
+    rows = [
+        {
+            "store_id": found[store],
+            "worker": worker,
+            "version": ref.version,
+            "checkpoint_id": ref.checkpoint_id,
+            "updated_at": now,
+        }
+        for store, (worker, ref) in sorted(holders.items())
+        if store in found
+    ]
+    if not rows:
+        return
+    insert = upsert(connection, store_holders_table)
+    changed = {k: insert.excluded[k] for k in ("worker", "version", "checkpoint_id", "updated_at")}
+    statement = insert.on_conflict_do_update(index_elements=["store_id"], set_=changed)
+    connection.execute(statement, rows)
+
+
+def store_holders(connection: Connection, root: str) -> dict[StoreId, tuple[str, CheckpointRef]]:
+    """Each store's recorded holder below ``root``: (worker, checkpoint)."""
+    h, s = store_holders_table.c, stores.c
+    rows = connection.execute(
+        sa.select(s.operator_id, s.partition_id, s.store_name, h.worker, h.version, h.checkpoint_id)
+        .join(stores, s.store_id == h.store_id)
+        .where(s.checkpoint_root == root)
+    )
+    return {store_id_of(r): (r.worker, CheckpointRef(r.version, r.checkpoint_id)) for r in rows}

@@ -1,0 +1,274 @@
+"""Stores and the file inventory: registering stores, recording files as written, listing
+what the catalog knows below a root, moving a root. Files are recorded under the store locks
+of :mod:`state_runtime.catalog.sql.lookups`, by the driver's batch commit and by maintenance."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.records import StoreKey, StoreRecord
+from state_runtime.catalog.schema.reading_views import read_stores
+from state_runtime.catalog.schema.tables import (
+    FileState,
+    batch_metrics,
+    batch_watermarks,
+    checkpoint_files,
+    operator_schemas,
+    stores,
+)
+from state_runtime.catalog.sql.lookups import (
+    committed_ids_at,
+    ensure_stores,
+    lock_stores,
+    mark_maintained,
+    rows_at,
+)
+from state_runtime.catalog.sql.roots import validate_root
+from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, STORE_KEY_COLUMNS, AnyRow, key_of
+from state_runtime.catalog.sql.statements import chunks
+from state_runtime.errors import CatalogError, InvalidArgument
+from state_runtime.identity import (
+    EMPTY,
+    CheckpointRef,
+    FileKind,
+    StoreId,
+    validate_checkpoint_id,
+    validate_non_negative,
+)
+from state_runtime.store.checkpoint_info import CheckpointInfo
+
+_CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class RecordedFile:
+    file_id: int
+    store_id: int
+    state: str
+    claimed_by_run: int | None
+
+
+def _check_info(info: CheckpointInfo) -> None:
+    expected = info.store.file_path(info.version, info.checkpoint_id, info.kind)
+    if info.path != expected:
+        raise InvalidArgument(
+            f"checkpoint info path {info.path!r} does not match its identity (expected "
+            f"{expected!r})",
+            store=info.store,
+            version=info.version,
+            checkpoint_id=info.checkpoint_id,
+        )
+    if info.version < 1:
+        raise InvalidArgument("checkpoint files start at version 1", store=info.store)
+    validate_non_negative(info.version, "version")
+    for count, what in ((info.rows, "rows"), (info.file_rows, "file rows")):
+        validate_non_negative(count, what)
+    validate_non_negative(info.bytes_written, "size")
+    validate_checkpoint_id(info.checkpoint_id)
+    if info.base_checkpoint_id is not None:
+        validate_checkpoint_id(info.base_checkpoint_id)
+    if info.kind is FileKind.DELTA and (info.version == 1) != (info.base_checkpoint_id is None):
+        raise InvalidArgument(
+            "a delta has a base checkpoint id exactly when its version is above 1",
+            store=info.store,
+            version=info.version,
+            checkpoint_id=info.checkpoint_id,
+        )
+    if info.lineage and (
+        info.lineage[0].version != info.version - 1
+        or info.lineage[0].checkpoint_id != info.base_checkpoint_id
+    ):
+        raise InvalidArgument(
+            f"lineage starts at {info.lineage[0]}, not at the base "
+            f"{info.version - 1}_{info.base_checkpoint_id}",
+            store=info.store,
+            version=info.version,
+            checkpoint_id=info.checkpoint_id,
+        )
+    if not _CHECKSUM_RE.match(info.checksum):
+        raise InvalidArgument(f"checksum {info.checksum!r} is not sha256 hex", path=info.path)
+    if min(info.bytes_written, info.rows, info.file_rows) < 0:
+        raise InvalidArgument("negative size or row count", path=info.path)
+
+
+def record_files(
+    connection: Connection,
+    root: str,
+    infos: Sequence[CheckpointInfo],
+    now: datetime,
+    *,
+    run_id: int | None = None,
+) -> dict[str, RecordedFile]:
+    """Record files as written, idempotently, and return each path's row.
+
+    A new file's state follows the commit log: committed if its (version, id) is committed,
+    orphan if another id holds that version, else written. Recording a path again with the
+    same content is a no-op; with other content it is an error (files are immutable).
+    """
+    validate_root(root)
+    for info in infos:
+        _check_info(info)
+    ids = ensure_stores(connection, root, (i.store for i in infos), now)
+    lock_stores(connection, ids.values())
+    wanted = {(ids[i.store], i.version, i.path) for i in infos}
+    existing = _files_by_path(connection, wanted)
+    new = [i for i in infos if i.path not in existing]
+    committed = committed_ids_at(connection, {(ids[i.store], i.version) for i in new})
+    rows = []
+    for info in new:
+        store_id = ids[info.store]
+        holder = committed.get((store_id, info.version))
+        if holder == info.checkpoint_id:
+            state, reason = FileState.COMMITTED, None
+        elif holder is not None:
+            state = FileState.ORPHAN
+            reason = f"version {info.version} is committed with checkpoint id {holder}"
+        else:
+            state, reason = FileState.WRITTEN, None
+        rows.append(
+            {
+                "store_id": store_id,
+                "path": info.path,
+                "kind": info.kind.value,
+                "version": info.version,
+                "checkpoint_id": info.checkpoint_id,
+                "base_checkpoint_id": info.base_checkpoint_id,
+                "lineage": [[ref.version, ref.checkpoint_id] for ref in info.lineage],
+                "size_bytes": info.bytes_written,
+                "rows": info.rows,
+                "file_rows": info.file_rows,
+                "checksum": info.checksum,
+                "created_at": info.created_at,
+                "recorded_at": now,
+                "state": state.value,
+                "state_changed_at": now,
+                "state_reason": reason,
+            }
+        )
+    if rows:
+        # A plain INSERT (batched by the driver): the store locks make ``existing`` exact.
+        connection.execute(sa.insert(checkpoint_files), rows)
+        existing |= _files_by_path(connection, {(ids[i.store], i.version, i.path) for i in new})
+    recorded = existing
+    for info in infos:
+        row = recorded[info.path]
+        if (
+            row.checksum != info.checksum
+            or row.size_bytes != info.bytes_written
+            or row.checkpoint_id != info.checkpoint_id
+        ):
+            raise CatalogError(
+                "file already recorded with other content (checksum or size differ); "
+                "checkpoint files are immutable",
+                store=info.store,
+                version=info.version,
+                checkpoint_id=info.checkpoint_id,
+                path=info.path,
+            )
+    if run_id is not None:
+        mark_maintained(connection, ids.values(), run_id)
+    return {
+        path: RecordedFile(row.file_id, row.store_id, row.state, row.claimed_by_run)
+        for path, row in recorded.items()
+    }
+
+
+def _files_by_path(connection: Connection, wanted: set[tuple[int, int, str]]) -> dict[str, AnyRow]:
+    f = checkpoint_files.c
+    columns = (f.file_id, f.store_id, f.checkpoint_id, f.checksum, f.size_bytes, f.state)
+    return dict(rows_at(connection, wanted, (*columns, f.claimed_by_run)))
+
+
+def claimed_stores(connection: Connection, root: str | None) -> set[StoreKey]:
+    """Stores with files claimed for deletion but not yet recorded deleted."""
+    s, f = stores.c, checkpoint_files.c
+    query = (
+        sa.select(*STORE_KEY_COLUMNS)
+        .distinct()
+        .join(checkpoint_files, f.store_id == s.store_id)
+        .where(f.state == FileState.DELETING.value)
+    )
+    if root is not None:
+        query = query.where(s.checkpoint_root == root)
+    return {key_of(r) for r in connection.execute(query)}
+
+
+def known_paths(connection: Connection, root: str) -> dict[str, str]:
+    """Every path the catalog has a record of below ``root``, with its state."""
+    s, f = stores.c, checkpoint_files.c
+    rows = connection.execute(
+        sa.select(f.path, f.state)
+        .join(stores, s.store_id == f.store_id)
+        .where(s.checkpoint_root == root)
+    )
+    return {r.path: r.state for r in rows}
+
+
+def register_stores(
+    connection: Connection,
+    root: str,
+    wanted: Sequence[StoreId],
+    key_schema: Any,
+    value_schema: Any,
+    now: datetime,
+) -> None:
+    """Record stores (those new) sharing key and value schemas, and set those schemas: a
+    few set-based statements per 400 stores, whatever their number."""
+    schemas = {store: (key_schema, value_schema) for store in wanted}
+    ids = ensure_stores(connection, root, wanted, now, schemas)
+    for part in chunks(sorted(ids.values())):
+        connection.execute(
+            stores.update()
+            .where(stores.c.store_id.in_(part))
+            .values(key_schema=key_schema, value_schema=value_schema)
+        )
+
+
+def roots(connection: Connection) -> list[str]:
+    """Every checkpoint root below which the catalog knows a store."""
+    query = sa.select(read_stores.c.checkpoint_root).distinct()
+    return sorted(connection.execute(query).scalars())
+
+
+def relocate_root(connection: Connection, old: str, new: str) -> int:
+    """Point every record below root ``old`` at ``new``; the number of stores moved."""
+    known = set(roots(connection))
+    if old not in known:
+        raise InvalidArgument(f"the catalog records no store below {old}")
+    if new in known:
+        raise InvalidArgument(f"the catalog already records stores below {new}")
+    moved = connection.execute(
+        stores.update().where(stores.c.checkpoint_root == old).values(checkpoint_root=new)
+    ).rowcount
+    for table in (batch_metrics, batch_watermarks, operator_schemas):
+        connection.execute(
+            table.update().where(table.c.checkpoint_root == old).values(checkpoint_root=new)
+        )
+    return int(moved)
+
+
+def store_records(connection: Connection, root: str | None) -> list[StoreRecord]:
+    """Every store the catalog knows (below ``root``, if given)."""
+    query = read_stores.select().order_by(*READ_STORE_KEY_COLUMNS)
+    if root is not None:
+        query = query.where(read_stores.c.checkpoint_root == root)
+    return [
+        StoreRecord(
+            key=key_of(r),
+            key_schema=r.key_schema,
+            value_schema=r.value_schema,
+            created_at=r.created_at,
+            latest=CheckpointRef(r.latest_version, r.latest_checkpoint_id)
+            if r.latest_version
+            else EMPTY,
+            last_committed_at=r.last_committed_at,
+        )
+        for r in connection.execute(query)
+    ]

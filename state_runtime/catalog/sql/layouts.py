@@ -1,0 +1,292 @@
+"""The SQL of operator layouts: each operator's partition count over time, and the one
+transaction that switches a query's operators to a new layout (behind ``repartition``).
+
+``switch_layout`` replaces what batch ``B`` committed for the switched operators: each store of
+the new layout commits, at batch ``B``, a snapshot at the next version (``from_version``) with
+a fresh checkpoint id; the batch's old entries are updated in place (a store in both layouts)
+or removed (a store the new layout no longer has, whose latest version returns to 0), and the
+files they named become orphans with the repartition as reason. The earlier versions of the
+stores stay committed and leave by retention like any superseded version. Either all of it
+happens or none: a crash leaves the old layout or the new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.records import Layout, NewLayout
+from state_runtime.catalog.schema.reading_views import read_operator_layouts
+from state_runtime.catalog.schema.tables import (
+    FileState,
+    checkpoint_files,
+    commit_log,
+    operator_layouts,
+    stores,
+)
+from state_runtime.catalog.sql.findings import record_verifications
+from state_runtime.catalog.sql.inventory import record_files
+from state_runtime.catalog.sql.lookups import ensure_stores, lock_stores
+from state_runtime.catalog.sql.roots import validate_root
+from state_runtime.catalog.sql.rows import key_of
+from state_runtime.catalog.sql.schema_history import OperatorStore
+from state_runtime.catalog.sql.statements import chunks
+from state_runtime.errors import CommitConflict, InvalidArgument
+from state_runtime.identity import CheckpointRef, StoreId, validate_name
+from state_runtime.store.checkpoint_info import CheckpointInfo
+
+
+@dataclass(frozen=True)
+class Switch:
+    """What a switch changed: entries updated, removed and added, files orphaned."""
+
+    replaced: int
+    removed: int
+    added: int
+    orphaned_files: int
+
+
+def layout_history(connection: Connection, root: str) -> list[Layout]:
+    """Every layout recorded below ``root``, oldest first per operator."""
+    o = read_operator_layouts.c
+    rows = connection.execute(
+        sa.select(read_operator_layouts)
+        .where(o.checkpoint_root == root)
+        .order_by(o.operator_id, o.store_name, o.seq)
+    )
+    return [
+        Layout(
+            root=r.checkpoint_root,
+            operator_id=r.operator_id,
+            store_name=r.store_name,
+            seq=r.seq,
+            query_id=r.query_id,
+            num_partitions=r.num_partitions,
+            routing=list(r.routing),
+            from_batch=r.from_batch,
+            from_version=r.from_version,
+            run_id=r.run_id,
+            recorded_at=r.recorded_at,
+        )
+        for r in rows
+    ]
+
+
+def current_layouts(connection: Connection, root: str) -> dict[OperatorStore, Layout]:
+    """Each operator's current (newest) layout below ``root``."""
+    return {(x.operator_id, x.store_name): x for x in layout_history(connection, root)}
+
+
+def record_layout(
+    connection: Connection,
+    root: str,
+    query_id: str,
+    layout: NewLayout,
+    from_batch: int,
+    now: datetime,
+) -> None:
+    """Record an operator's first layout (the runtime, when the query starts); a no-op when
+    the operator has one."""
+    validate_root(root)
+    validate_name(query_id, "query id")
+    if (layout.operator_id, layout.store_name) in current_layouts(connection, root):
+        return
+    _insert(connection, root, query_id, layout, 0, from_batch, 0, None, now)
+
+
+def switch_layout(
+    connection: Connection,
+    root: str,
+    query_id: str,
+    batch_id: int,
+    expected: Mapping[StoreId, CheckpointRef],
+    snapshots: Sequence[CheckpointInfo],
+    layouts: Sequence[NewLayout],
+    reason: str,
+    run_id: int | None,
+    now: datetime,
+) -> Switch:
+    """Make ``layouts`` the query's layouts from batch ``batch_id + 1`` on (see the module).
+
+    ``expected`` is what batch ``batch_id`` committed for the switched operators when the
+    caller read the stores; if the catalog now says otherwise (a batch ran, or another
+    repartition won), CommitConflict is raised and nothing changes. ``snapshots`` are the new
+    stores' files, written and verified: one per partition of each new layout, all at one
+    version.
+    """
+    validate_root(root)
+    switched = {(x.operator_id, x.store_name): x for x in layouts}
+    current = current_layouts(connection, root)
+    rows = _batch_rows(connection, root, query_id, batch_id, set(switched))
+    lock_stores(connection, [r.store_id for r in rows])
+    at_batch = {key_of(r).store: CheckpointRef(r.version, r.checkpoint_id) for r in rows}
+    if at_batch != dict(expected):
+        raise CommitConflict(
+            f"batch {batch_id} of query {query_id} changed in the catalog since the stores were "
+            "read (a batch ran, or another repartition switched first): plan it again"
+        )
+    wanted = {
+        StoreId(x.operator_id, p, x.store_name) for x in layouts for p in range(x.num_partitions)
+    }
+    by_store = {info.store: info for info in snapshots}
+    versions = {info.version for info in snapshots}
+    if set(by_store) != wanted or len(versions) != 1:
+        raise InvalidArgument(
+            f"a switch needs one snapshot per new partition at one version; got {len(by_store)} "
+            f"of {len(wanted)} at versions {sorted(versions)}"
+        )
+    version = versions.pop()
+    ids = ensure_stores(connection, root, wanted, now, _schemas(connection, root, wanted))
+    lock_stores(connection, ids.values())
+    files = record_files(connection, root, snapshots, now, run_id=run_id)
+    record_verifications(connection, root, {info.path: None for info in snapshots}, now)
+    c = commit_log.c
+    kept = [r for r in rows if key_of(r).store in wanted]
+    gone = [r for r in rows if key_of(r).store not in wanted]
+    for r in kept:
+        info = by_store[key_of(r).store]
+        connection.execute(
+            sa.update(commit_log)
+            .where(c.commit_id == r.commit_id)
+            .values(
+                version=info.version,
+                checkpoint_id=info.checkpoint_id,
+                file_id=files[info.path].file_id,
+                committed_at=now,
+            )
+        )
+    for part in chunks([r.commit_id for r in gone]):
+        connection.execute(sa.delete(commit_log).where(c.commit_id.in_(part)))
+    had = {key_of(r).store for r in rows}
+    added = [info for store, info in sorted(by_store.items()) if store not in had]
+    if added:
+        connection.execute(
+            sa.insert(commit_log),
+            [
+                {
+                    "query_id": query_id,
+                    "batch_id": batch_id,
+                    "store_id": ids[info.store],
+                    "version": info.version,
+                    "checkpoint_id": info.checkpoint_id,
+                    "file_id": files[info.path].file_id,
+                    "committed_at": now,
+                }
+                for info in added
+            ],
+        )
+    f = checkpoint_files.c
+    orphaned = 0
+    for r in rows:
+        orphaned += connection.execute(
+            sa.update(checkpoint_files)
+            .where(
+                f.store_id == r.store_id,
+                f.version == r.version,
+                f.checkpoint_id == r.checkpoint_id,
+                f.state.in_([FileState.WRITTEN.value, FileState.COMMITTED.value]),
+            )
+            .values(state=FileState.ORPHAN.value, state_changed_at=now, state_reason=reason)
+        ).rowcount
+    new_ids = [files[info.path].file_id for info in snapshots]
+    for part in chunks(new_ids):
+        connection.execute(
+            sa.update(checkpoint_files)
+            .where(f.file_id.in_(part))
+            .values(state=FileState.COMMITTED.value, state_changed_at=now, state_reason=None)
+        )
+    s = stores.c
+    for info in snapshots:
+        connection.execute(
+            sa.update(stores)
+            .where(s.store_id == ids[info.store])
+            .values(
+                latest_version=info.version,
+                latest_checkpoint_id=info.checkpoint_id,
+                last_committed_at=now,
+            )
+        )
+    for part in chunks(sorted({r.store_id for r in gone})):
+        connection.execute(
+            sa.update(stores)
+            .where(s.store_id.in_(part))
+            .values(latest_version=0, latest_checkpoint_id=None)
+        )
+    for layout in layouts:
+        before = current.get((layout.operator_id, layout.store_name))
+        seq = 0 if before is None else before.seq + 1
+        _insert(connection, root, query_id, layout, seq, batch_id + 1, version, run_id, now)
+    return Switch(len(kept), len(gone), len(added), orphaned)
+
+
+def _batch_rows(
+    connection: Connection, root: str, query_id: str, batch_id: int, operators: set[OperatorStore]
+) -> list[Any]:
+    """Batch ``batch_id``'s commit-log entries for the stores of ``operators``."""
+    c, s = commit_log.c, stores.c
+    rows = connection.execute(
+        sa.select(
+            c.commit_id,
+            c.store_id,
+            c.version,
+            c.checkpoint_id,
+            s.checkpoint_root,
+            s.operator_id,
+            s.partition_id,
+            s.store_name,
+        )
+        .join(stores, s.store_id == c.store_id)
+        .where(s.checkpoint_root == root, c.query_id == query_id, c.batch_id == batch_id)
+    ).all()
+    return [r for r in rows if (r.operator_id, r.store_name) in operators]
+
+
+def _schemas(
+    connection: Connection, root: str, wanted: set[StoreId]
+) -> dict[StoreId, tuple[Any, Any]]:
+    """The registered key and value schemas of each wanted store's operator."""
+    s = stores.c
+    rows = connection.execute(
+        sa.select(s.operator_id, s.store_name, s.key_schema, s.value_schema).where(
+            s.checkpoint_root == root, s.key_schema.is_not(None)
+        )
+    ).all()
+    by_operator = {(r.operator_id, r.store_name): (r.key_schema, r.value_schema) for r in rows}
+    return {
+        x: by_operator[x.operator_id, x.store_name]
+        for x in wanted
+        if (x.operator_id, x.store_name) in by_operator
+    }
+
+
+def _insert(
+    connection: Connection,
+    root: str,
+    query_id: str,
+    layout: NewLayout,
+    seq: int,
+    from_batch: int,
+    from_version: int,
+    run_id: int | None,
+    now: datetime,
+) -> None:
+    connection.execute(
+        operator_layouts.insert().values(
+            checkpoint_root=root,
+            operator_id=layout.operator_id,
+            store_name=layout.store_name,
+            seq=seq,
+            query_id=query_id,
+            num_partitions=layout.num_partitions,
+            routing=layout.routing,
+            from_batch=from_batch,
+            from_version=from_version,
+            run_id=run_id,
+            recorded_at=now,
+        )
+    )

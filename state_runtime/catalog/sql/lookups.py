@@ -1,0 +1,198 @@
+"""Lookups every concern of the catalog stands on: store ids (registering missing stores),
+store locks, files by path, committed ids at versions, the stores' last maintenance run.
+
+Every write that touches a store's files or commit entries first locks the store's row
+(``SELECT ... FOR UPDATE`` on PostgreSQL, in store-id order so two writers never deadlock;
+on SQLite ``BEGIN IMMEDIATE`` already holds the whole database). Commits, cleanup claims and
+file records therefore see each other's effects whole, never interleaved. The modules of the
+concerns (commits, inventory, deletions, findings, holders, ...) call down to these; nothing
+here calls back up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.schema.reading_views import read_files, read_stores
+from state_runtime.catalog.schema.tables import checkpoint_files, commit_log, stores
+from state_runtime.catalog.sql.rows import AnyRow, store_id_of
+from state_runtime.catalog.sql.statements import chunks, insert_ignoring
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import StoreId, parse_file_name
+from state_runtime.storage.root_rule import parse_root
+
+
+def committed_ids_at(
+    connection: Connection, pairs: Iterable[tuple[int, int]]
+) -> dict[tuple[int, int], str]:
+    """The committed checkpoint id of each (store id, version) pair that has one.
+
+    Asks for ``store_id IN (...) AND version IN (...)`` (the commit log's unique index serves
+    it; a batch's stores mostly share one version) and keeps the exact pairs.
+    """
+    wanted = set(pairs)
+    c = commit_log.c
+    found: dict[tuple[int, int], str] = {}
+    for part in chunks(sorted(wanted)):
+        rows = connection.execute(
+            sa.select(c.store_id, c.version, c.checkpoint_id).where(
+                c.store_id.in_({sid for sid, _ in part}), c.version.in_({v for _, v in part})
+            )
+        )
+        found.update(
+            {
+                (r.store_id, r.version): r.checkpoint_id
+                for r in rows
+                if (r.store_id, r.version) in wanted
+            }
+        )
+    return found
+
+
+def store_ids(connection: Connection, root: str, wanted: Iterable[StoreId]) -> dict[StoreId, int]:
+    """The ids of the stores in ``wanted`` that the catalog knows (no insert)."""
+    s = read_stores.c
+    wanted = set(wanted)
+    found: dict[StoreId, int] = {}
+    for part in chunks(sorted(wanted)):
+        # Per-column IN lists let the identity index serve; exact pairs are kept below.
+        rows = connection.execute(
+            sa.select(s.store_id, s.operator_id, s.partition_id, s.store_name).where(
+                s.checkpoint_root == root,
+                s.operator_id.in_({x.operator_id for x in part}),
+                s.partition_id.in_({x.partition_id for x in part}),
+                s.store_name.in_({x.store_name for x in part}),
+            )
+        )
+        for row in rows:
+            store = store_id_of(row)
+            if store in wanted:
+                found[store] = row.store_id
+    return found
+
+
+def ensure_stores(
+    connection: Connection,
+    root: str,
+    wanted: Iterable[StoreId],
+    now: datetime,
+    schemas: Mapping[StoreId, tuple[Any, Any]] | None = None,
+) -> dict[StoreId, int]:
+    """Insert the stores the catalog does not know yet (in a fixed order), return all ids."""
+    ordered = sorted(set(wanted))
+    found = store_ids(connection, root, ordered)
+    missing = [x for x in ordered if x not in found]
+    if not missing:
+        return found
+    parse_root(root)  # storage's own rule: the catalog records no root storage refuses
+    schemas = schemas or {}
+    # ON CONFLICT: a concurrent transaction may be creating the same store right now.
+    connection.execute(
+        insert_ignoring(connection, stores),
+        [
+            {
+                "checkpoint_root": root,
+                "operator_id": x.operator_id,
+                "partition_id": x.partition_id,
+                "store_name": x.store_name,
+                "key_schema": schemas.get(x, (None, None))[0],
+                "value_schema": schemas.get(x, (None, None))[1],
+                "created_at": now,
+                "latest_version": 0,
+            }
+            for x in missing
+        ],
+    )
+    return found | store_ids(connection, root, missing)
+
+
+def lock_stores(connection: Connection, ids: Iterable[int]) -> None:
+    """Lock the stores' rows until the transaction ends (PostgreSQL; SQLite holds the database
+    lock from ``BEGIN IMMEDIATE``). Locks are taken in id order, so writers never deadlock."""
+    if connection.dialect.name != "postgresql":
+        return
+    ordered = sorted(set(ids))
+    for part in chunks(ordered):
+        connection.execute(
+            sa.select(stores.c.store_id)
+            .where(stores.c.store_id.in_(part))
+            .order_by(stores.c.store_id)
+            .with_for_update()
+        ).all()
+
+
+def _located(path: str) -> tuple[StoreId, int] | None:
+    """The store and version of a checkpoint file path,
+    ``state/<op>/<partition>/<name>/<version>_<id>.<kind>``; None for anything else."""
+    parts = path.split("/")
+    if len(parts) != 5 or parts[0] != "state" or not (parts[1].isdigit() and parts[2].isdigit()):
+        return None
+    parsed = parse_file_name(parts[4])
+    if parsed is None:
+        return None
+    try:
+        return StoreId(int(parts[1]), int(parts[2]), parts[3]), parsed.version
+    except InvalidArgument:
+        return None
+
+
+def files_at(
+    connection: Connection,
+    root: str,
+    paths: Iterable[str],
+    *columns: Any,
+    files: sa.TableClause = checkpoint_files,
+) -> list[AnyRow]:
+    """``columns`` of ``files`` (the table, or its reading view) at ``paths`` below ``root``
+    (paths the catalog does not know are left out). Looks files up through the index, never
+    by scanning paths, so that a cleanup recording 100,000 deletions costs index probes, not
+    table scans."""
+    located = {path: where for path in set(paths) if (where := _located(path)) is not None}
+    ids = store_ids(connection, root, {store for store, _ in located.values()})
+    wanted = {
+        (ids[store], version, path) for path, (store, version) in located.items() if store in ids
+    }
+    return [row for _, row in rows_at(connection, wanted, columns, files)]
+
+
+def recorded_paths(connection: Connection, root: str, paths: Iterable[str]) -> set[str]:
+    """Those of ``paths`` below ``root`` that the catalog has a record of (read through the
+    reading view: a dry run as the reader asks it too)."""
+    return {row[0] for row in files_at(connection, root, paths, files=read_files)}
+
+
+def rows_at(
+    connection: Connection,
+    wanted: set[tuple[int, int, str]],
+    columns: Sequence[Any],
+    files: sa.TableClause = checkpoint_files,
+) -> list[tuple[str, AnyRow]]:
+    """(path, row) for the files at the given (store id, version, path) triples. Per-column
+    IN lists on (store_id, version) let the checkpoint index serve; exact paths are kept."""
+    f = files.c
+    found: list[tuple[str, AnyRow]] = []
+    for part in chunks(sorted(wanted)):
+        # Match each chunk against its own files only: a file of another chunk may fall in
+        # this chunk's IN lists, and must not be returned twice.
+        pairs = {(sid, path) for sid, _, path in part}
+        rows = connection.execute(
+            sa.select(f.path.label("located_path"), f.store_id.label("located_in"), *columns).where(
+                f.store_id.in_({sid for sid, _, _ in part}),
+                f.version.in_({version for _, version, _ in part}),
+            )
+        )
+        found += [(row[0], row) for row in rows if (row[1], row[0]) in pairs]
+    return found
+
+
+def mark_maintained(connection: Connection, ids: Iterable[int], run_id: int) -> None:
+    """Note ``run_id`` as the stores' last maintenance run."""
+    for part in chunks(sorted(set(ids))):
+        connection.execute(
+            sa.update(stores).where(stores.c.store_id.in_(part)).values(last_run_id=run_id)
+        )

@@ -1,0 +1,415 @@
+"""The retention rule of :mod:`state_runtime.retention` translated to SQL: retained versions,
+needed files and each file's verdict.
+
+The rule (what a retained version needs, the floor, the verdicts and their order, the reasons)
+lives in ``state_runtime/retention.py``; this module only says how each of its facts reads in
+SQL (:func:`fact_sql`) and builds the verdict from :data:`~state_runtime.retention.RULES`, so
+that plans over thousands of stores stay a few set-based queries. The deletions it allows are
+claimed and recorded in :mod:`~state_runtime.catalog.sql.deletions`; ``explain`` is
+:mod:`~state_runtime.catalog.sql.explanations`; the operators' views render the same queries
+(:mod:`~state_runtime.catalog.schema.operator_views`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
+
+from state_runtime import retention as rule
+from state_runtime.catalog.records import (
+    FileRecord,
+    FileVerdict,
+    RetainedVersion,
+    StoreKey,
+)
+from state_runtime.catalog.schema.reading_views import (
+    read_commits,
+    read_files,
+    read_problems,
+    read_stores,
+)
+from state_runtime.catalog.schema.tables import LIVE_STATES, FileState, Verification
+from state_runtime.catalog.sql.lookups import store_ids
+from state_runtime.catalog.sql.rows import READ_FILE_COLUMNS, AnyRow, file_record
+from state_runtime.errors import InvalidArgument
+from state_runtime.identity import CheckpointRef, FileKind, StoreId
+from state_runtime.retention import Fact, RetentionPolicy, Verdict
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which stores a question covers: all, one root, or given store ids."""
+
+    root: str | None = None
+    store_ids: tuple[int, ...] | None = None
+
+    def filter(self, store_id: ColumnElement[int]) -> ColumnElement[bool]:
+        conditions: list[ColumnElement[bool]] = []
+        if self.store_ids is not None:
+            conditions.append(store_id.in_(self.store_ids))
+        if self.root is not None:
+            conditions.append(
+                store_id.in_(
+                    sa.select(read_stores.c.store_id).where(
+                        read_stores.c.checkpoint_root == self.root
+                    )
+                )
+            )
+        return sa.and_(sa.true(), *conditions)
+
+
+def _verified_snapshot(f: Any) -> ColumnElement[bool]:
+    return sa.and_(
+        f.kind == FileKind.SNAPSHOT.value,
+        f.state == FileState.COMMITTED.value,
+        f.verification == Verification.VERIFIED.value,
+    )
+
+
+@dataclass(frozen=True)
+class PolicySql:
+    """A retention policy as the SQL reads it: the offsets ``k`` of the retained versions
+    (``latest - k``; a FROM clause with the column ``k``) and the two cutoffs (values from the
+    database's clock, or SQL such as ``now() - retention`` in the operators' functions)."""
+
+    offsets: sa.FromClause
+    committed_cutoff: Any
+    uncommitted_cutoff: Any
+
+    @staticmethod
+    def of(policy: RetentionPolicy, now: datetime) -> PolicySql:
+        return PolicySql(
+            offsets(policy.retain_versions),
+            policy.committed_cutoff(now),
+            policy.uncommitted_cutoff(now),
+        )
+
+
+def offsets(retain_versions: int) -> sa.FromClause:
+    """``k`` for ``k < retain_versions``, as literal rows (the planner sees each one)."""
+    return sa.union_all(
+        *(sa.select(sa.literal(k, sa.BigInteger()).label("k")) for k in range(retain_versions))
+    ).subquery("back")
+
+
+def retained_bases(back: sa.FromClause, scope: Scope) -> sa.CTE:
+    """(store_id, retained_version, base_version): each retained version and the verified
+    snapshot it loads from (0: none).
+
+    Commits keep each store's committed versions one linear, gapless chain (version v builds
+    on the committed v - 1), so the retained versions are ``latest - k`` for
+    ``k < retain_versions`` and the loader's walk has a closed form: retained version r loads
+    from the newest verified committed snapshot at or below r (version s) and the committed
+    deltas s+1..r. Each part is an index lookup on the live inventory, so the cost does not
+    grow with history (a recursive CTE over base ids is blind to PostgreSQL's planner, which
+    then re-hashes the inventory at every step of the walk).
+    """
+    s = read_stores.c
+    version = s.latest_version - back.c.k
+    snap = read_files.alias("snap")
+    base_version = (
+        sa.select(sa.func.max(snap.c.version))
+        .where(snap.c.store_id == s.store_id, _verified_snapshot(snap.c), snap.c.version <= version)
+        .scalar_subquery()
+    )
+    return (
+        sa.select(
+            s.store_id,
+            version.label("retained_version"),
+            sa.func.coalesce(base_version, 0).label("base_version"),
+        )
+        .select_from(read_stores)
+        .join(back, sa.true())
+        .where(version >= 1, scope.filter(s.store_id))
+        .cte("retained")
+    )
+
+
+def needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
+    f = read_files.alias("needed_file")
+    r = retained.c
+    snapshots = (
+        sa.select(f.c.file_id, f.c.store_id, r.retained_version)
+        .select_from(retained)
+        .join(f, sa.and_(f.c.store_id == r.store_id, f.c.version == r.base_version))
+        .where(_verified_snapshot(f.c))
+    )
+    deltas = (
+        sa.select(f.c.file_id, f.c.store_id, r.retained_version)
+        .select_from(retained)
+        .join(
+            f,
+            sa.and_(
+                f.c.store_id == r.store_id,
+                f.c.version > r.base_version,
+                f.c.version <= r.retained_version,
+                f.c.kind == FileKind.DELTA.value,
+                f.c.state == FileState.COMMITTED.value,
+            ),
+        )
+    )
+    return sa.union_all(snapshots, deltas)
+
+
+def needed_files(retain_versions: int, scope: Scope) -> sa.CompoundSelect[Any]:
+    """(file_id, store_id, retained_version): each file a retained version loads through."""
+    return needed_from(retained_bases(offsets(retain_versions), scope))
+
+
+def fact_sql(
+    *,
+    needed: ColumnElement[bool],
+    floor: ColumnElement[int],
+    held: ColumnElement[bool],
+    policy: PolicySql,
+) -> Mapping[Fact, ColumnElement[bool]]:
+    """Each fact of the rule about a ``checkpoint_files`` row, in SQL (``needed``, ``floor``
+    and ``held`` come from the joins :func:`verdicts` makes)."""
+    f = read_files.c
+    snapshot = f.kind == FileKind.SNAPSHOT.value
+    return {
+        Fact.NEEDED: needed,
+        Fact.CLAIMED: f.state == FileState.DELETING.value,
+        Fact.COMMITTED: f.state == FileState.COMMITTED.value,
+        Fact.ORPHAN: f.state == FileState.ORPHAN.value,
+        Fact.DAMAGED: sa.and_(snapshot, f.verification == Verification.FAILED.value),
+        Fact.UNVERIFIED: sa.and_(snapshot, f.verification == Verification.UNVERIFIED.value),
+        Fact.ABOVE_FLOOR: sa.and_(floor.is_not(None), f.version >= floor),
+        Fact.STORE_HELD: held,
+        Fact.PAST_WINDOW: _aged_by(policy.committed_cutoff),
+        Fact.PAST_GRACE: _aged_by(policy.uncommitted_cutoff),
+    }
+
+
+def _aged_by(cutoff: Any) -> ColumnElement[bool]:
+    """The file's age starts at or before ``cutoff``: the later of its writer's ``created_at``
+    and the catalog's ``recorded_at`` (:attr:`~state_runtime.retention.StoreFile.aged_from`),
+    written as both being at or before it (no dialect's greatest/max needed)."""
+    f = read_files.c
+    return sa.and_(f.created_at <= cutoff, f.recorded_at <= cutoff)
+
+
+def _verdict(facts: Mapping[Fact, ColumnElement[bool]]) -> Any:
+    """The rule's verdict as a CASE over :data:`~state_runtime.retention.RULES`."""
+    *conditional, (last, _) = rule.RULES
+    return sa.case(
+        *(
+            (sa.and_(*(facts[fact] for fact in needs)), verdict.value)
+            for verdict, needs in conditional
+        ),
+        else_=last.value,
+    )
+
+
+def verdicts(
+    policy: RetentionPolicy | PolicySql,
+    scope: Scope,
+    now: datetime | None = None,
+    *,
+    only_deletable: bool,
+) -> sa.Select[Any]:
+    """Every live or claimed file in scope with its verdict and the retained versions needing
+    it (``needed_from``, ``needed_to``); or only the deletable files, which skips working out
+    which versions need what (an anti-join is enough)."""
+    if isinstance(policy, RetentionPolicy):
+        if now is None:
+            raise InvalidArgument("verdicts under a RetentionPolicy need the time they are for")
+        policy = PolicySql.of(policy, now)
+    retained = retained_bases(policy.offsets, scope)
+    nf = needed_from(retained).subquery("nf")
+    floors = (
+        sa.select(retained.c.store_id, sa.func.min(retained.c.base_version).label("floor"))
+        .group_by(retained.c.store_id)
+        .subquery("floors")
+    )
+    p = read_problems.c
+    held = (
+        sa.select(p.store_id)
+        .where(p.resolved_at.is_(None), scope.filter(p.store_id))
+        .distinct()
+        .subquery("held")
+    )
+    is_held = held.c.store_id.is_not(None)
+    f = read_files.c
+    if only_deletable:
+        unknown = sa.null().cast(sa.BigInteger())
+        facts = fact_sql(needed=sa.false(), floor=floors.c.floor, held=is_held, policy=policy)
+        verdict = _verdict(facts)
+        return (
+            sa.select(
+                *READ_FILE_COLUMNS,
+                verdict.label("verdict"),
+                unknown.label("needed_from"),
+                unknown.label("needed_to"),
+                facts[Fact.ABOVE_FLOOR].label("above_floor"),
+            )
+            .join(read_stores, read_stores.c.store_id == f.store_id)
+            .outerjoin(floors, floors.c.store_id == f.store_id)
+            .outerjoin(held, held.c.store_id == f.store_id)
+            .where(
+                scope.filter(f.store_id),
+                f.state.in_([s.value for s in LIVE_STATES]),  # lets the live partial index serve
+                ~sa.exists().where(nf.c.file_id == f.file_id),
+                verdict.in_([v.value for v in rule.DELETABLE]),
+            )
+        )
+    needed = (
+        sa.select(
+            nf.c.file_id,
+            sa.func.min(nf.c.retained_version).label("needed_from"),
+            sa.func.max(nf.c.retained_version).label("needed_to"),
+        )
+        .group_by(nf.c.file_id)
+        .cte("needed")
+    )
+    facts = fact_sql(
+        needed=needed.c.file_id.is_not(None),
+        floor=floors.c.floor,
+        held=is_held,
+        policy=policy,
+    )
+    return (
+        sa.select(
+            *READ_FILE_COLUMNS,
+            _verdict(facts).label("verdict"),
+            needed.c.needed_from,
+            needed.c.needed_to,
+            facts[Fact.ABOVE_FLOOR].label("above_floor"),
+        )
+        .select_from(read_files)
+        .join(read_stores, read_stores.c.store_id == f.store_id)
+        .outerjoin(needed, needed.c.file_id == f.file_id)
+        .outerjoin(floors, floors.c.store_id == f.store_id)
+        .outerjoin(held, held.c.store_id == f.store_id)
+        .where(
+            scope.filter(f.store_id),
+            f.state.in_([*(s.value for s in LIVE_STATES), FileState.DELETING.value]),
+        )
+    )
+
+
+_VERDICTS = {verdict.value: verdict for verdict in Verdict}
+_AFTER_FILE = len(READ_FILE_COLUMNS)
+
+
+def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
+    """A FileVerdict from a row of ``verdicts()``: FILE_COLUMNS, verdict, needed range, and
+    whether the file lies at or above its store's floor."""
+    record = file_record(row)
+    claimed_by_run = row[_AFTER_FILE - 1]
+    verdict_value, needed_from, needed_to, above_floor = row[_AFTER_FILE : _AFTER_FILE + 4]
+    verdict = _VERDICTS[verdict_value]
+    needed_by = None if needed_from is None else (needed_from, needed_to)
+    text = rule.reason(
+        verdict,
+        policy,
+        needed_by=needed_by,
+        claimed_by_run=claimed_by_run,
+        state_reason=record.state_reason,
+        note=record.verification_note,
+        above_floor=bool(above_floor),
+    )
+    return FileVerdict(record, verdict, text, needed_by)
+
+
+def verdict_rows(
+    connection: Connection,
+    policy: RetentionPolicy,
+    scope: Scope,
+    now: datetime,
+    *,
+    only_deletable: bool,
+    path: str | None = None,
+) -> list[tuple[int, FileVerdict]]:
+    query = verdicts(policy, scope, now, only_deletable=only_deletable)
+    if path is not None:
+        query = query.where(read_files.c.path == path)
+    f = read_files.c
+    query = query.order_by(f.version, f.store_id, f.kind, f.file_id)
+    return [(row.file_id, _file_verdict(row, policy)) for row in connection.execute(query).all()]
+
+
+def file_verdicts(
+    connection: Connection,
+    policy: RetentionPolicy,
+    scope: Scope,
+    now: datetime,
+    *,
+    only_deletable: bool = False,
+) -> list[FileVerdict]:
+    """The verdict on each live or claimed file in ``scope`` (or only the deletable ones)."""
+    rows = verdict_rows(connection, policy, scope, now, only_deletable=only_deletable)
+    return [verdict for _, verdict in rows]
+
+
+def live_files(connection: Connection, store_id: int) -> list[FileRecord]:
+    """The live files of one store, oldest versions first."""
+    f = read_files.c
+    rows = connection.execute(
+        sa.select(*READ_FILE_COLUMNS)
+        .join(read_stores, read_stores.c.store_id == f.store_id)
+        .where(f.store_id == store_id, f.state.in_([s.value for s in LIVE_STATES]))
+        .order_by(f.version, f.kind, f.file_id)
+    )
+    return [file_record(row) for row in rows]
+
+
+def retained_versions(
+    connection: Connection, root: str, store: StoreId, retain_versions: int
+) -> list[RetainedVersion]:
+    """The store's retained committed versions, newest first, each with the files that load it."""
+    ids = store_ids(connection, root, [store])
+    if store not in ids:
+        return []
+    store_id = ids[store]
+    scope = Scope(store_ids=(store_id,))
+    nf = needed_files(retain_versions, scope).subquery("nf")
+    f, c = read_files.c, read_commits.c
+    rows = connection.execute(
+        sa.select(*READ_FILE_COLUMNS, nf.c.retained_version)
+        .select_from(nf)
+        .join(read_files, f.file_id == nf.c.file_id)
+        .join(read_stores, read_stores.c.store_id == f.store_id)
+        .order_by(nf.c.retained_version.desc(), f.version)
+    ).all()
+    by_version: dict[int, list[FileRecord]] = {}
+    for row in rows:
+        by_version.setdefault(row.retained_version, []).append(file_record(row))
+    retained = connection.execute(
+        sa.select(c.version, c.checkpoint_id)
+        .join(read_stores, read_stores.c.store_id == c.store_id)
+        .where(c.store_id == store_id, c.version > read_stores.c.latest_version - retain_versions)
+        .order_by(c.version.desc())
+    ).all()
+    key = StoreKey(root, store)
+    result = []
+    for entry in retained:
+        files, complete = _chain(by_version.get(entry.version, []), entry.version)
+        ref = CheckpointRef(entry.version, entry.checkpoint_id)
+        result.append(RetainedVersion(key, ref, tuple(files), complete))
+    return result
+
+
+def _chain(files: list[FileRecord], version: int) -> tuple[list[FileRecord], bool]:
+    """The files the loader reads for ``version``, oldest first, and whether they reach a
+    snapshot or version 1: walk down from ``version`` (a snapshot ends the walk) and stop at
+    the first version without a live file, as the loader would."""
+    at: dict[int, FileRecord] = {}
+    for record in files:
+        if record.kind is FileKind.SNAPSHOT or record.version not in at:
+            at[record.version] = record
+    chain: list[FileRecord] = []
+    for current in range(version, 0, -1):
+        found = at.get(current)
+        if found is None:
+            return chain[::-1], False
+        chain.append(found)
+        if found.kind is FileKind.SNAPSHOT:
+            break
+    return chain[::-1], True

@@ -1,0 +1,338 @@
+"""Maintenance runs and per-store leases (mutual exclusion of maintenance across processes).
+
+A lease is a row in ``store_leases``: whoever inserts it (or takes over an expired one) holds
+the store until releasing it or until it expires, so a crashed run never blocks a store for
+longer than its time to live. Long runs renew their lease. Holders compare their token, so a
+run whose lease expired and was taken over cannot release or renew the new holder's lease.
+
+Every function here is safe to run twice (the transaction helper retries a COMMIT whose answer
+was lost): runs and leases carry a token the client generated before the first attempt, so a
+retry finds what its earlier attempt did, and "already in the state asked for" is success.
+
+A run records the host and process that run it and a heartbeat. A run still ``running`` whose
+process is gone (same host, no such process) or whose heartbeat is older than
+``ABANDON_AFTER`` is closed as ``abandoned``, with the reason, by the next maintenance pass.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
+from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance_runs, store_leases
+from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
+from state_runtime.catalog.sql.rows import AnyRow
+from state_runtime.catalog.sql.statements import insert_ignoring
+from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
+from state_runtime.identity import validate_non_negative
+
+HEARTBEAT_INTERVAL = timedelta(seconds=30)
+"""How often a running run refreshes its heartbeat."""
+ABANDON_AFTER = timedelta(minutes=5)
+"""A run whose heartbeat is this old is abandoned, wherever it ran."""
+_FINISHED = (RunOutcome.SUCCEEDED.value, RunOutcome.FAILED.value)
+
+
+def this_host() -> str:
+    """This machine and process namespace: a pid is meaningful only within both."""
+    try:
+        namespace = f"#pidns:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        namespace = ""
+    return f"{socket.gethostname()}{namespace}"
+
+
+def start_run(
+    connection: Connection,
+    kind: str,
+    owner: str,
+    parameters: dict[str, Any],
+    token: str,
+    now: datetime,
+) -> int:
+    """Record a maintenance run as running, or find the one ``token`` already started;
+    return its id."""
+    try:
+        kind = RunKind(kind).value
+    except ValueError:
+        raise InvalidArgument(
+            f"unknown maintenance run kind {kind!r}; one of {[k.value for k in RunKind]}"
+        ) from None
+    if not owner:
+        raise InvalidArgument("a maintenance run needs an owner (who or what runs it)")
+    r = maintenance_runs.c
+    connection.execute(
+        insert_ignoring(connection, maintenance_runs).values(
+            kind=kind,
+            owner=owner,
+            parameters=parameters,
+            started_at=now,
+            outcome=RunOutcome.RUNNING.value,
+            counts={},
+            run_token=token,
+            host=this_host(),
+            pid=os.getpid(),
+            heartbeat_at=now,
+        )
+    )
+    run_id = connection.execute(sa.select(r.run_id).where(r.run_token == token)).scalar_one()
+    return int(run_id)
+
+
+def finish_run(
+    connection: Connection,
+    run_id: int,
+    outcome: str,
+    counts: dict[str, Any],
+    error: str | None,
+    now: datetime,
+) -> None:
+    """Close a run with its outcome and counts.
+
+    A run already finished with this outcome is success (a retried call); finished with
+    another outcome, or unknown, is CatalogError. A run closed as abandoned (it looked dead)
+    that finishes after all gets its real outcome."""
+    if outcome not in _FINISHED:
+        raise InvalidArgument(f"a run finishes as 'succeeded' or 'failed', not {outcome!r}")
+    validate_non_negative(run_id, "run id")
+    r = maintenance_runs.c
+    done = connection.execute(
+        sa.update(maintenance_runs)
+        .where(
+            r.run_id == run_id,
+            r.outcome.in_([RunOutcome.RUNNING.value, RunOutcome.ABANDONED.value]),
+        )
+        .values(outcome=outcome, counts=counts, error=error, ended_at=now, heartbeat_at=now)
+    ).rowcount
+    if done == 1:
+        return
+    found = connection.execute(sa.select(r.outcome).where(r.run_id == run_id)).scalar()
+    if found == outcome:
+        return
+    if found is None:
+        raise CatalogError(f"maintenance run {run_id} is unknown")
+    raise CatalogError(f"maintenance run {run_id} is already finished: {found}")
+
+
+def heartbeat(connection: Connection, run_id: int, now: datetime) -> bool:
+    """Show that a run is alive; False if it is no longer running."""
+    r = maintenance_runs.c
+    return bool(
+        connection.execute(
+            sa.update(maintenance_runs)
+            .where(r.run_id == run_id, r.outcome == RunOutcome.RUNNING.value)
+            .values(heartbeat_at=now)
+        ).rowcount
+    )
+
+
+def close_abandoned_runs(connection: Connection, now: datetime) -> list[MaintenanceRun]:
+    """Close as ``abandoned`` every running run whose process is gone (this host) or whose
+    heartbeat is older than ABANDON_AFTER; return them as they are now."""
+    r = maintenance_runs.c
+    running = connection.execute(
+        sa.select(maintenance_runs).where(r.outcome == RunOutcome.RUNNING.value)
+    ).all()
+    host = this_host()
+    closed: list[int] = []
+    gone: list[int] = []
+    for run in running:
+        beat = run.heartbeat_at or run.started_at
+        if run.host == host and run.pid is not None and not _alive(run.pid):
+            why = f"abandoned: its process {run.pid} on {run.host} is gone"
+            gone.append(run.run_id)
+        elif now - beat > ABANDON_AFTER:
+            why = f"abandoned: no heartbeat since {beat.isoformat()} (more than {ABANDON_AFTER})"
+        else:
+            continue
+        changed = connection.execute(
+            sa.update(maintenance_runs)
+            .where(r.run_id == run.run_id, r.outcome == RunOutcome.RUNNING.value)
+            .values(
+                outcome=RunOutcome.ABANDONED.value,
+                ended_at=max(now, run.started_at),
+                error=why if not run.error else f"{why}; {run.error}",
+            )
+        ).rowcount
+        if changed:
+            closed.append(run.run_id)
+    if not closed:
+        return []
+    # A run whose process is known dead holds nothing any more: its leases go with it (a run
+    # only silent may still be working somewhere; its leases run out by themselves).
+    dead = [run_id for run_id in closed if run_id in gone]
+    if dead:
+        connection.execute(sa.delete(store_leases).where(store_leases.c.run_id.in_(dead)))
+    rows = connection.execute(sa.select(maintenance_runs).where(r.run_id.in_(closed)))
+    return [_run(row) for row in rows]
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    except OSError:
+        return True  # cannot tell: do not declare it dead
+    return True
+
+
+def get_run(connection: Connection, run_id: int) -> MaintenanceRun | None:
+    validate_non_negative(run_id, "run id")
+    row = connection.execute(
+        sa.select(maintenance_runs).where(maintenance_runs.c.run_id == run_id)
+    ).first()
+    return None if row is None else _run(row)
+
+
+def recent_runs(connection: Connection, limit: int) -> list[MaintenanceRun]:
+    validate_non_negative(limit, "limit")
+    r = maintenance_runs.c
+    rows = connection.execute(
+        sa.select(maintenance_runs).order_by(r.started_at.desc(), r.run_id.desc()).limit(limit)
+    )
+    return [_run(row) for row in rows]
+
+
+def runs_after(connection: Connection, after_id: int, limit: int) -> list[MaintenanceRun]:
+    """Up to ``limit`` runs with an id above ``after_id``, oldest first (a reader's cursor)."""
+    validate_non_negative(limit, "limit")
+    r = maintenance_runs.c
+    query = sa.select(maintenance_runs).where(r.run_id > after_id).order_by(r.run_id).limit(limit)
+    return [_run(row) for row in connection.execute(query)]
+
+
+def _run(row: AnyRow) -> MaintenanceRun:
+    return MaintenanceRun(
+        run_id=row.run_id,
+        kind=row.kind,
+        owner=row.owner,
+        parameters=row.parameters,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        outcome=row.outcome,
+        counts=row.counts,
+        error=row.error,
+        host=row.host,
+        pid=row.pid,
+        heartbeat_at=row.heartbeat_at,
+    )
+
+
+def try_acquire_lease(
+    connection: Connection,
+    key: StoreKey,
+    owner: str,
+    ttl: timedelta,
+    run_id: int | None,
+    token: str,
+    now: datetime,
+) -> Lease | None:
+    """Take the store's lease if it is free, expired, or already ours (``token``: a retry
+    after a lost COMMIT finds the lease its first attempt took); None if someone else
+    holds it."""
+    if ttl <= timedelta(0):
+        raise InvalidArgument(f"lease time to live must be positive, got {ttl}")
+    if not owner:
+        raise InvalidArgument("a lease needs an owner")
+    store_id = known_store_id(connection, key)
+    values = {
+        "token": token,
+        "owner": owner,
+        "run_id": run_id,
+        "acquired_at": now,
+        "expires_at": now + ttl,
+    }
+    connection.execute(
+        insert_ignoring(connection, store_leases).values(store_id=store_id, **values)
+    )
+    lease = store_leases.c
+    taken = connection.execute(
+        sa.update(store_leases)
+        .where(
+            lease.store_id == store_id,
+            sa.or_(lease.token == token, lease.expires_at <= now),
+        )
+        .values(**values)
+    ).rowcount
+    if taken != 1:
+        return None
+    if run_id is not None:
+        mark_maintained(connection, [store_id], run_id)
+    return Lease(key=key, token=token, owner=owner, run_id=run_id, expires_at=now + ttl)
+
+
+def known_store_id(connection: Connection, key: StoreKey) -> int:
+    """The store's id; CatalogError if the catalog has never seen the store."""
+    found = store_ids(connection, key.root, [key.store])
+    if key.store not in found:
+        raise CatalogError(f"unknown store {key}: no file of it was ever recorded", store=key.store)
+    return found[key.store]
+
+
+def lease_holder(connection: Connection, store_id: int) -> AnyRow | None:
+    lease = store_leases.c
+    return connection.execute(
+        sa.select(lease.owner, lease.run_id, lease.expires_at).where(lease.store_id == store_id)
+    ).first()
+
+
+def renew_lease(
+    connection: Connection, store_id: int, lease: Lease, ttl: timedelta, now: datetime
+) -> Lease:
+    """Extend a held lease; MaintenanceRefused if it expired and someone else took it."""
+    c = store_leases.c
+    renewed = connection.execute(
+        sa.update(store_leases)
+        .where(c.store_id == store_id, c.token == lease.token)
+        .values(expires_at=now + ttl)
+    ).rowcount
+    if renewed != 1:
+        raise MaintenanceRefused(
+            f"lease on {lease.key} was lost (expired and taken over); stop working on the store",
+            store=lease.key.store,
+        )
+    return Lease(lease.key, lease.token, lease.owner, lease.run_id, now + ttl)
+
+
+def release_lease(connection: Connection, store_id: int, lease: Lease) -> bool:
+    """Give the lease back: True once no lease of ours is held, also when an earlier attempt
+    of this call released it; False if it had expired and passed to someone else."""
+    c = store_leases.c
+    released = connection.execute(
+        sa.delete(store_leases).where(c.store_id == store_id, c.token == lease.token)
+    ).rowcount
+    return bool(released == 1) or lease_holder(connection, store_id) is None
+
+
+def previous_run_counts(
+    connection: Connection, kind: RunKind, scope: str, before_run_id: int
+) -> dict[str, Any] | None:
+    """The counts of the newest succeeded run of ``kind`` over the same ``scope`` (its
+    ``parameters["scope"]``) that started before run ``before_run_id``."""
+    r = maintenance_runs.c
+    rows = connection.execute(
+        sa.select(r.parameters, r.counts)
+        .where(
+            r.kind == kind.value,
+            r.outcome == RunOutcome.SUCCEEDED.value,
+            r.run_id < before_run_id,
+        )
+        .order_by(r.run_id.desc())
+        .limit(50)
+    )
+    for row in rows:
+        if (row.parameters or {}).get("scope") == scope:
+            return dict(row.counts)
+    return None

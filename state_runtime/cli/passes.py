@@ -1,0 +1,207 @@
+"""The maintenance passes, ``maintain`` (snapshots, then cleanup) and ``validate``, with
+their printers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from state_runtime.cli.group import (
+    RETENTION,
+    Settings,
+    emit,
+    emit_part,
+    exit_after,
+    json_option,
+    open_fleet,
+    policy_of,
+    policy_options,
+    store_option,
+    stores_of,
+)
+from state_runtime.cli.printing import SHOWN, print_leftovers, show
+from state_runtime.maintenance import (
+    ChecksReport,
+    CleanupReport,
+    DueStore,
+    SnapshotReport,
+    cleanup_pass,
+    due_for_snapshot,
+    run_checks,
+    snapshot_pass,
+)
+from state_runtime.units import size
+
+
+@click.command()
+@click.option("--dry-run/--execute", default=True, help="Only show what cleanup would delete.")
+@click.option("--snapshots/--no-snapshots", default=True, help="Write due snapshots.")
+@click.option("--cleanup/--no-cleanup", default=True, help="Delete what retention allows.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, help="Stores in parallel.")
+@json_option
+@store_option
+@policy_options()
+@click.pass_obj
+def maintain(settings: Settings, /, **kw: Any) -> None:
+    """Write due snapshots, then clean up (a dry run unless --execute)."""
+    policy = policy_of(settings, kw)
+    done: dict[str, Any] = {}
+    failed = False
+    with open_fleet(settings, storage=True) as fleet:
+        only = stores_of(fleet, kw["stores"])
+        if kw["cleanup"]:
+            policy.check_retention()  # refuse before doing anything
+        if kw["snapshots"] and not kw["dry_run"]:
+            snaps = snapshot_pass(
+                fleet, policy, only=only, progress=settings.progress, workers=kw["workers"]
+            )
+            done["snapshots"] = snaps
+            emit_part(snaps, print_snapshots)
+            failed |= bool(snaps.failed)
+        elif kw["snapshots"]:
+            due = due_for_snapshot(fleet, policy, only)
+            done["due_snapshots"] = due
+            emit_part(due, print_due_snapshots)
+        if kw["cleanup"]:
+            report = cleanup_pass(
+                fleet, policy, execute=not kw["dry_run"], only=only, progress=settings.progress
+            )
+            done["cleanup"] = report
+            emit_part(report, print_cleanup)
+            failed |= bool(report.failed)
+    done["failed_roots"] = fleet.failed_roots
+    emit({"policy": policy.parameters(), "dry_run": kw["dry_run"]} | done, None)
+    exit_after(fleet, failed)
+
+
+@click.command()
+@click.option("--workers", type=click.IntRange(min=1), default=1, help="Stores in parallel.")
+@json_option
+@store_option
+@policy_options(*RETENTION, "min_window")
+@click.pass_obj
+def validate(settings: Settings, /, **kw: Any) -> None:
+    """Check that every retained version loads: files, sizes, checksums, lineage, commit log."""
+    policy = policy_of(settings, kw)
+    with open_fleet(settings, storage=True) as fleet:
+        only = stores_of(fleet, kw["stores"])
+        report = run_checks(
+            fleet, policy, only=only, progress=settings.progress, workers=kw["workers"]
+        )
+    emit(report, print_checks, as_json=checks_json)
+    exit_after(fleet, not report.ok)
+
+
+def print_due_snapshots(console: Console, due: Sequence[DueStore]) -> None:
+    console.print(f"snapshots (dry run): {len(due)} store(s) due")
+    for store in due[:SHOWN]:
+        console.print(
+            f"  {store.record.key}: {store.deltas_since_snapshot} deltas since the last snapshot"
+        )
+    if len(due) > SHOWN:
+        console.print(f"  ... and {len(due) - SHOWN} more")
+
+
+def print_snapshots(console: Console, report: SnapshotReport) -> None:
+    c = report.counts()
+    console.print(
+        f"snapshots (run {report.run_id}): {c['written']} written ({size(c['bytes_written'])}), "
+        f"{c['recorded']} recorded, {c['up_to_date']} up to date, {c['busy']} busy, "
+        f"{c['failed']} failed"
+    )
+    for outcome in report.failed[:SHOWN]:
+        console.print(f"  [red]failed[/red] {outcome.key}: {outcome.error}")
+
+
+def _print_held(console: Console, report: CleanupReport) -> None:
+    if not report.held:
+        return
+    console.print(
+        f"held: {len(report.held)} store(s) with open validation problems; nothing they "
+        "committed is deleted until a validation passes or `statestore resolve`"
+    )
+    for held in report.held[:SHOWN]:
+        console.print(
+            f"  {held.key}: since {held.since:%Y-%m-%d %H:%M:%S}, {held.problems} problem(s); "
+            f"{held.reason}"
+        )
+    if len(report.held) > SHOWN:
+        console.print(f"  ... and {len(report.held) - SHOWN} more")
+
+
+def print_cleanup(console: Console, report: CleanupReport) -> None:
+    _print_held(console, report)
+    reasons = Counter(v.verdict.value for v in report.planned)
+    breakdown = ", ".join(f"{n} {verdict}" for verdict, n in sorted(reasons.items()))
+    if report.dry_run:
+        console.print(
+            f"cleanup (dry run): would delete {len(report.planned)} files, "
+            f"{size(report.planned_bytes)}" + (f" ({breakdown})" if breakdown else "")
+        )
+        for verdict in report.planned[:SHOWN]:
+            console.print(f"  {verdict.file.key.root}/{verdict.file.path}: {verdict.reason}")
+        if len(report.planned) > SHOWN:
+            console.print(f"  ... and {len(report.planned) - SHOWN} more")
+        print_leftovers(console, report.leftovers, dry_run=True)
+        if report.planned or report.leftovers.removed:
+            console.print("Run with --execute to delete them.")
+        return
+    console.print(
+        f"cleanup (run {report.run_id}): deleted {len(report.deleted)} files, "
+        f"{size(report.deleted_bytes)}; {len(report.failed)} failed; "
+        f"{len(report.busy)} stores busy (leased by another run)"
+    )
+    for path, error in list(report.failed.items())[:SHOWN]:
+        console.print(f"  [red]failed[/red] {path}: {error}")
+    print_leftovers(console, report.leftovers, dry_run=False)
+
+
+def print_checks(console: Console, report: ChecksReport) -> None:
+    table = Table(title=f"Validation (run {report.run_id})")
+    for name in ("check", "result", "summary"):
+        table.add_column(name)
+    for o in report.outcomes:
+        result = (
+            "[green]passed[/green]"
+            if o.passed
+            else ("[red]ERROR[/red]" if o.severity.value == "error" else "[yellow]WARN[/yellow]")
+        )
+        table.add_row(o.name.value, result, o.summary)
+    show(console, table)
+    for o in report.outcomes:
+        for finding in o.findings[:SHOWN]:
+            console.print(f"  {finding.severity.value}: {finding}")
+        if len(o.findings) > SHOWN:
+            console.print(f"  ... and {len(o.findings) - SHOWN} more ({o.name.value})")
+
+
+def checks_json(report: ChecksReport) -> dict[str, Any]:
+    return {
+        "run_id": report.run_id,
+        "ok": report.ok,
+        "checks": [
+            {
+                "name": o.name.value,
+                "passed": o.passed,
+                "severity": o.severity.value,
+                "summary": o.summary,
+                "figures": dict(o.figures),
+                "findings": [
+                    {
+                        "store": str(f.key),
+                        "severity": f.severity.value,
+                        "problem": f.problem,
+                        "path": f.path,
+                        "version": f.version,
+                    }
+                    for f in o.findings
+                ],
+            }
+            for o in report.outcomes
+        ],
+    }

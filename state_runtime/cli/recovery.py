@@ -1,0 +1,433 @@
+"""Recovery: ``repair``, ``resolve``, ``restore``, ``repartition``, ``reconcile`` and
+``relocate``, with their printers."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from state_runtime.catalog import (
+    FileVerdict,
+    StoreProblem,
+)
+from state_runtime.cli.exits import (
+    EXIT_PROBLEMS,
+    EXIT_USAGE,
+    fail,
+)
+from state_runtime.cli.group import (
+    RETENTION,
+    Settings,
+    duration,
+    emit,
+    exit_after,
+    json_option,
+    open_fleet,
+    policy_of,
+    policy_options,
+    store_option,
+    stores_of,
+)
+from state_runtime.cli.printing import SHOWN, print_leftovers
+from state_runtime.maintenance import (
+    ReconcileReport,
+    RelocationReport,
+    RepairReport,
+    RestorePlan,
+    beyond_repair,
+    canonical_root,
+    damaged_snapshots,
+    plan_restore,
+    reconcile,
+    relocate_root,
+    repair_pass,
+    restore_query,
+)
+
+if TYPE_CHECKING:
+    from state_runtime.maintenance.repartition import RepartitionPlan
+
+
+@click.command()
+@click.option("--dry-run/--execute", default=True, help="Only list the damaged snapshots.")
+@json_option
+@store_option
+@policy_options(*RETENTION)
+@click.pass_obj
+def repair(settings: Settings, /, **kw: Any) -> None:
+    """Rebuild damaged snapshots from their intact deltas (a dry run unless --execute).
+
+    Each new snapshot is verified in memory, the damaged file is recorded and removed, the
+    new one is written, read back and verified, and only then replaces the deltas.
+    """
+    policy = policy_of(settings, kw)
+    with open_fleet(settings, storage=True) as fleet:
+        only = stores_of(fleet, kw["stores"])
+        done: dict[str, Any] = {"dry_run": kw["dry_run"]}
+        if kw["dry_run"]:
+            done["damaged"] = damaged_snapshots(fleet, policy, only)
+        else:
+            done["report"] = repair_pass(fleet, policy, only=only, progress=settings.progress)
+        left = done["beyond_repair"] = beyond_repair(fleet, policy, only)
+        queries = {root: fleet.catalog.query_ids(root) for root in {p.key.root for p in left}}
+    emit(done, lambda console, shown: print_repair(console, shown, queries))
+    failed = not kw["dry_run"] and bool(done["report"].failed)
+    exit_after(fleet, failed or bool(left))
+
+
+@click.command()
+@click.option("--store", "stores", multiple=True, required=True, metavar="[ROOT#]OP/PART/NAME")
+@click.option("--reason", required=True, help="Why the problems are resolved (recorded).")
+@json_option
+@click.pass_obj
+def resolve(settings: Settings, /, **kw: Any) -> None:
+    """Resolve a store's open problems by hand (recorded with the reason): the store is
+    cleaned again. The next validation reopens whatever it still finds."""
+    resolved: dict[str, int] = {}
+    with open_fleet(settings) as fleet:
+        for key in stores_of(fleet, kw["stores"]) or []:
+            count = fleet.catalog.resolve_problems(key, f"resolved by hand: {kw['reason']}")
+            resolved[str(key)] = count
+    emit({"resolved": resolved, "reason": kw["reason"]}, print_resolved)
+
+
+@click.command()
+@click.argument("root")
+@click.option("--query", "query_id", required=True, help="The query whose stores to restore.")
+@click.option(
+    "--to-batch",
+    "batch_id",
+    type=click.IntRange(min=0),
+    required=True,
+    help="The committed batch to return to; the query resumes at the next one.",
+)
+@click.option(
+    "--spark-checkpoint",
+    metavar="DIR",
+    help="The query's Spark checkpoint folder: its offsets and commits after the batch are "
+    "moved aside, so that Spark resumes at the same batch.",
+)
+@click.option(
+    "--no-spark-checkpoint", is_flag=True, help="The query runs without a Spark checkpoint."
+)
+@click.option(
+    "--allow-lost-state",
+    is_flag=True,
+    help="Accept the loss of stores whose state at the batch does not load: they start "
+    "again from empty (named in the plan).",
+)
+@click.option("--dry-run/--execute", default=True, help="Only check and show the plan.")
+@json_option
+@click.pass_obj
+def restore(settings: Settings, /, root: str, **kw: Any) -> None:
+    """Return a query's stores to an earlier, intact batch (a dry run unless --execute).
+
+    Every store's files at the batch are read and verified first; later versions stay in the
+    inventory as orphans that cleanup deletes (the ledger names the restore). Stop the query
+    first; restart it afterwards: it resumes at the next batch.
+    """
+    if kw["spark_checkpoint"] and kw["no_spark_checkpoint"]:
+        fail(EXIT_USAGE, "--spark-checkpoint and --no-spark-checkpoint exclude each other")
+    spark = "" if kw["no_spark_checkpoint"] else kw["spark_checkpoint"]
+    settings.roots = [canonical_root(root)]
+    with open_fleet(settings) as fleet:
+        plan = plan_restore(
+            fleet,
+            settings.roots[0],
+            kw["query_id"],
+            kw["batch_id"],
+            spark_checkpoint=spark,
+            allow_lost_state=kw["allow_lost_state"],
+        )
+        if not kw["dry_run"]:
+            plan = restore_query(fleet, plan, policy_of(settings, {}))
+    emit(plan, print_restore)
+
+
+@click.command()
+@click.argument("root")
+@click.option("--query", "query_id", required=True, help="The query to repartition.")
+@click.option(
+    "--operator",
+    "operator_id",
+    type=click.IntRange(min=0),
+    help="Only this operator (all its stores); default: every operator of the query.",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1, max=100_000),
+    required=True,
+    help="The new number of state partitions.",
+)
+@click.option(
+    "--spark-checkpoint",
+    metavar="DIR",
+    help="The query's Spark checkpoint folder: it must have committed the catalog's last batch.",
+)
+@click.option(
+    "--no-spark-checkpoint", is_flag=True, help="The query runs without a Spark checkpoint."
+)
+@click.option(
+    "--idle",
+    default="60s",
+    callback=duration,
+    help="Refuse while the query committed a batch more recently than this (default 60s).",
+)
+@click.option(
+    "--master",
+    default="local[2]",
+    help="Spark master for the job (SPARK_REMOTE, when set, makes it a Spark Connect client).",
+)
+@click.option("--dry-run/--execute", default=True, help="Only route the keys and show the plan.")
+@json_option
+@click.pass_obj
+def repartition(settings: Settings, /, root: str, **kw: Any) -> None:
+    """Change a stopped query's number of state partitions (a dry run unless --execute).
+
+    A Spark job routes every key with the runtime's rule and writes one snapshot per new
+    partition; one catalog transaction switches the layout, so that the query restarts with
+    num_partitions=N. The dry run shows rows and bytes per new partition and the skew.
+    """
+    from state_runtime.maintenance.repartition import repartition as run_repartition
+    from state_runtime.runtime.spark_session import spark_session
+
+    if kw["spark_checkpoint"] and kw["no_spark_checkpoint"]:
+        fail(EXIT_USAGE, "--spark-checkpoint and --no-spark-checkpoint exclude each other")
+    settings.roots = [canonical_root(root)]
+    with open_fleet(settings, storage=True) as fleet:
+        spark = spark_session(kw["master"], app_name="statestore-repartition")
+        plan = run_repartition(
+            spark,
+            fleet,
+            settings.roots[0],
+            kw["query_id"],
+            kw["partitions"],
+            operator_id=kw["operator_id"],
+            spark_checkpoint="" if kw["no_spark_checkpoint"] else kw["spark_checkpoint"],
+            execute=not kw["dry_run"],
+            policy=policy_of(settings, {}),
+            idle=kw["idle"],
+            progress=settings.progress,
+        )
+    emit(plan, print_repartition)
+
+
+@click.command(name="reconcile")
+@click.option("--dry-run/--record", default=False, help="Only report unknown files.")
+@click.option(
+    "--min-age", callback=duration, help="Skip younger files.", show_default="--min-window"
+)
+@json_option
+@policy_options(*RETENTION, "min_window")
+@click.pass_obj
+def reconcile_command(settings: Settings, /, **kw: Any) -> None:
+    """List storage and record the files the catalog does not know (a rare sweep)."""
+    policy = policy_of(settings, kw)
+    with open_fleet(settings, storage=True) as fleet:
+        report = reconcile(
+            fleet,
+            policy,
+            execute=not kw["dry_run"],
+            min_age=kw["min_age"],
+            progress=settings.progress,
+        )
+    emit(report, print_reconcile)
+    exit_after(fleet, bool(report.unreadable))
+
+
+@click.command()
+@click.argument("old")
+@click.argument("new")
+@click.option("--dry-run/--execute", default=True, help="Only check the files at NEW.")
+@json_option
+@click.pass_obj
+def relocate(settings: Settings, /, old: str, new: str, **kw: Any) -> None:
+    """Record NEW as the root of every store below OLD, after the root's files were moved or
+    copied there (for a PostgreSQL catalog; a SQLite catalog beside its root moves with it).
+    Every committed file the catalog knows below OLD must be at NEW first."""
+    settings.roots = [canonical_root(old)]
+    with open_fleet(settings) as fleet:
+        report = relocate_root(fleet.catalog, settings.roots[0], new, execute=not kw["dry_run"])
+    emit(report, print_relocation)
+    sys.exit(EXIT_PROBLEMS if report.missing else 0)
+
+
+def print_resolved(console: Console, done: dict[str, Any]) -> None:
+    for key, count in done["resolved"].items():
+        console.print(f"{key}: {count} open problem(s) resolved")
+
+
+def print_repair(console: Console, done: dict[str, Any], queries: dict[str, list[str]]) -> None:
+    """What repair did or (a dry run) would do, then what it cannot fix."""
+    if done["dry_run"]:
+        print_damaged(console, done["damaged"])
+    else:
+        print_repairs(console, done["report"])
+    print_beyond_repair(console, done["beyond_repair"], queries)
+
+
+def print_reconcile(console: Console, report: ReconcileReport) -> None:
+    c = report.counts()
+    verb = "would record" if report.dry_run else "recorded"
+    console.print(
+        f"reconcile (run {report.run_id}): listed {c['listed']} files; {c['untracked']} unknown "
+        f"to the catalog, {verb} {c['untracked'] - c['in_flight'] - c['unreadable']}; "
+        f"{c['in_flight']} too young (maybe in flight), {c['unreadable']} unreadable, "
+        f"{c['foreign']} not checkpoint files (left alone), {c['resurrected']} recorded "
+        "deleted but present"
+    )
+    for path, state in list(report.recorded.items())[:SHOWN]:
+        console.print(f"  recorded {path} as {state}")
+    for path, error in list(report.unreadable.items())[:SHOWN]:
+        console.print(f"  [red]unreadable[/red] {path}: {error}")
+    print_leftovers(console, report.leftovers, dry_run=report.dry_run)
+
+
+def print_relocation(console: Console, report: RelocationReport) -> None:
+    found = report.files_checked - len(report.missing)
+    console.print(
+        f"relocate {report.old} -> {report.new}: {found} of {report.files_checked} committed "
+        "file(s) found at the new root"
+    )
+    for path in report.missing[:SHOWN]:
+        console.print(f"  [red]missing[/red] {path}")
+    if len(report.missing) > SHOWN:
+        console.print(f"  ... and {len(report.missing) - SHOWN} more")
+    if report.executed:
+        console.print(f"{report.stores_moved} store(s) now recorded below {report.new}")
+    elif not report.missing:
+        console.print("Run with --execute to record the new root.")
+
+
+def print_damaged(console: Console, damaged: Sequence[FileVerdict]) -> None:
+    console.print(f"repair (dry run): {len(damaged)} damaged snapshot(s) to rebuild")
+    for verdict in damaged[:SHOWN]:
+        console.print(f"  {verdict.file.key.root}/{verdict.file.path}: {verdict.reason}")
+    if len(damaged) > SHOWN:
+        console.print(f"  ... and {len(damaged) - SHOWN} more")
+    if damaged:
+        console.print("Run with --execute to rebuild them.")
+
+
+def print_beyond_repair(
+    console: Console, problems: Sequence[StoreProblem], queries: dict[str, list[str]]
+) -> None:
+    """What repair cannot fix, and the command that can."""
+    if not problems:
+        return
+    console.print(
+        f"cannot repair: {len(problems)} open problem(s) are not damaged snapshots (repair "
+        "rebuilds snapshots from intact deltas; a lost delta has no copy to rebuild from)",
+        soft_wrap=True,
+    )
+    for p in problems[:SHOWN]:
+        where = f" (file {p.path})" if p.path else ""
+        console.print(f"  {p.key}: {p.problem}{where}", soft_wrap=True)
+    if len(problems) > SHOWN:
+        console.print(f"  ... and {len(problems) - SHOWN} more")
+    for root in sorted({p.key.root for p in problems}):
+        query = " or ".join(queries.get(root, [])) or "Q"
+        console.print(
+            f"Put the lost files back in storage, or return the query to an intact batch: "
+            f"`statestore restore {root} --query {query} --to-batch B --spark-checkpoint DIR` "
+            "(its dry run names the newest intact batch; --allow-lost-state restarts a lost "
+            "store from empty)",
+            soft_wrap=True,
+        )
+
+
+def print_repairs(console: Console, report: RepairReport) -> None:
+    c = report.counts()
+    console.print(
+        f"repair (run {report.run_id}): {c['repaired']} repaired, {c['adopted']} adopted, "
+        f"{c['intact']} intact, {c['unrepairable']} unrepairable, {c['busy']} busy, "
+        f"{c['failed']} failed"
+    )
+    for outcome in report.outcomes[:SHOWN]:
+        colour = "red" if outcome in report.failed else "green"
+        console.print(
+            f"  [{colour}]{outcome.status.value}[/{colour}] {outcome.key.root}/{outcome.path}: "
+            f"{outcome.detail}"
+        )
+
+
+def print_restore(console: Console, plan: RestorePlan) -> None:
+    """What a restore did, or (a dry run) will do."""
+    done = plan.executed
+    head = f"restore (run {plan.run_id})" if done else "restore (dry run: --execute to restore)"
+    console.print(
+        f"{head}: query {plan.query_id} below {plan.root} "
+        f"{'returned' if done else 'returns'} to batch {plan.batch_id} "
+        f"(last committed batch was {plan.last_batch}); {len(plan.targets)} store(s)",
+        soft_wrap=True,
+    )
+    batches = sorted({e.batch_id for e in plan.superseded if e.batch_id > plan.batch_id})
+    if batches:
+        console.print(
+            f"  superseded: batch(es) {batches[0]}-{batches[-1]}, "
+            f"{len(plan.superseded)} committed version(s); their files become orphans that "
+            "cleanup deletes after the grace period (the ledger names this restore)",
+            soft_wrap=True,
+        )
+    for lost in plan.lost:
+        console.print(
+            f"  lost, starts again from empty (--allow-lost-state): {lost.key} "
+            f"version {lost.version}: {lost.problem}",
+            soft_wrap=True,
+        )
+    if plan.spark is None:
+        console.print("  Spark checkpoint: none (--no-spark-checkpoint)")
+    else:
+        moved = plan.moved_spark_files if done else plan.spark.later_files
+        console.print(
+            f"  Spark checkpoint {plan.spark.folder}: {len(moved)} file(s) after batch "
+            f"{plan.batch_id} {'moved to' if done else 'to move to'} "
+            f"restored-by-run-{plan.run_id if done else '<run>'}/",
+            soft_wrap=True,
+        )
+    if done:
+        console.print(f"  the query resumes at batch {plan.batch_id + 1}: restart it")
+
+
+def print_repartition(console: Console, plan: RepartitionPlan) -> None:
+    """What a repartition did, or (a dry run) will do: rows and bytes per new partition."""
+    done = plan.executed
+    head = (
+        f"repartition (run {plan.run_id})"
+        if done
+        else "repartition (dry run: --execute to repartition)"
+    )
+    console.print(
+        f"{head}: query {plan.query_id} below {plan.root} at batch {plan.batch_id}: "
+        f"{plan.layout_change()}; new snapshots at version {plan.version}",
+        soft_wrap=True,
+    )
+    for move in plan.moves:
+        table = Table("partition", "rows", "bytes", box=None)
+        mine = [
+            f
+            for f in plan.figures
+            if (f.operator_id, f.store_name) == (move.operator_id, move.store_name)
+        ]
+        for f in mine:
+            table.add_row(str(f.partition), f"{f.rows:,}", f"{f.bytes:,}")
+        console.print(table)
+        skew = plan.skew(move.operator_id, move.store_name)
+        console.print(
+            f"  operator {move.operator_id} ({move.store_name}): {sum(f.rows for f in mine):,} "
+            f"rows, skew {'n/a' if skew is None else f'{skew:.2f}'} (largest partition over the "
+            f"mean); bytes {'as written, compressed' if done else 'in Arrow, uncompressed'}",
+            soft_wrap=True,
+        )
+    if done:
+        console.print(
+            f"  switched in one transaction; old files are superseded and go by retention "
+            f"(the ledger names run {plan.run_id}). Restart the query with "
+            f"num_partitions={plan.num_partitions}: it resumes at batch {plan.batch_id + 1}",
+            soft_wrap=True,
+        )
