@@ -99,7 +99,7 @@ class PlatformMachine(RuleBasedStateMachine):
             if not self.damaged and self.model.last is not None:
                 self.the_query_goes_on()
         finally:
-            self.platform.catalog.close()
+            self.platform.close()
             shutil.rmtree(self.folder, ignore_errors=True)
 
     def the_query_goes_on(self) -> None:

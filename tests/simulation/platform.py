@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -33,7 +33,7 @@ from pyspark.sql.types import (
 )
 
 from state_runtime.catalog import Catalog
-from state_runtime.errors import CatalogError, StateStoreError
+from state_runtime.errors import CannotLoadState, CatalogError, StateStoreError
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance import Fleet, MaintenancePolicy
 from state_runtime.retention import RetentionPolicy
@@ -115,7 +115,7 @@ def _update(generation: int) -> Any:
             rows.column("drop").to_pylist(),
             strict=True,
         ):
-            if key == FAIL_KEY:
+            if key.startswith(FAIL_KEY):
                 raise TaskFailed("the update function refused a row")
             if drop:
                 store.remove((key,))
@@ -200,26 +200,34 @@ class Platform:
         self.root = self.storage.uri
         self.catalog_url = self.catalog_url or f"sqlite:///{self.folder / 'catalog.db'}"
         self.restart_driver()
+        self.catalog = Catalog.open(self.catalog_url)
+        """The maintenance process's catalog (the driver's is ``query.catalog``)."""
+        self.fleet = Fleet(self.catalog, owner="simulation")
 
     # --- processes ------------------------------------------------------------------------
 
     def new_query(self) -> None:
-        """A new query object in the same driver process (it registers and checks again)."""
+        """A new query object (with its own catalog connection: it registers and checks
+        again); the one before is done."""
+        before = getattr(self, "query", None)
         self.query = StatefulQuery(
             QUERY,
             self.storage,
             [operator(self.partitions, self.generation)],
             catalog_url=self.catalog_url,
         )
+        if before is not None:
+            before.catalog.close()
 
     def restart_driver(self) -> None:
-        """A new driver process: a fresh catalog connection, query object and worker caches."""
-        if getattr(self, "catalog", None) is not None:
-            self.catalog.close()
-        self.catalog = Catalog.open(self.catalog_url, upgrade="sqlite")
-        self.fleet = Fleet(self.catalog, owner="simulation")
+        """A new driver process: a fresh query object and catalog connection, and every
+        worker's cached copies gone."""
         worker._providers.clear()
         self.new_query()
+
+    def close(self) -> None:
+        self.query.catalog.close()
+        self.catalog.close()
 
     def change_schema(self) -> None:
         """The query restarts with an added nullable value field."""
@@ -241,7 +249,7 @@ class Platform:
             self.recorded_generation = self.generation
         op = query.operators[0]
         run = uuid.uuid4().hex
-        start = self.catalog.begin_batch(
+        start = query.catalog.begin_batch(
             self.root, QUERY, batch_id, run, [(0, op.store_name, op.num_partitions)]
         )
         committed = query._committed_before(batch_id, start)
@@ -254,7 +262,7 @@ class Platform:
             chosen = query._choose(reports)
             assert chosen is not None
             duplicates = query._duplicates(reports, chosen)
-            self.catalog.commit_batch(
+            query.catalog.commit_batch(
                 self.root,
                 QUERY,
                 batch_id,
@@ -269,7 +277,7 @@ class Platform:
             return chosen
         except Exception as exc:  # run_batch's loss check, as the runtime runs it
             if not isinstance(exc, CatalogError) and committed:
-                lost = lost_state(self.catalog, self.storage, QUERY, batch_id, committed)
+                lost = lost_state(query.catalog, self.storage, QUERY, batch_id, committed)
                 if lost is not None:
                     raise lost from None
             raise
@@ -330,13 +338,17 @@ class Platform:
         return found
 
     def load(self, store: StoreId, ref: CheckpointRef) -> State:
-        """A version's rows as a fresh process loads them from files (raises if it cannot)."""
+        """A version's rows as a fresh process loads them from files: raises if it cannot, or
+        if it could only by passing over an unusable file (a damaged snapshot: the platform
+        calls that store broken until ``repair`` rebuilds it, and so does the model)."""
         history = self.catalog.schema_history(self.root, store.operator_id, store.store_name)
         assert history is not None
         provider = StateStoreProvider(
             self.storage, store.operator_id, store.partition_id, store.store_name, history=history
         )
         read = provider.get_read_store(ref.version, ref.checkpoint_id)
+        if read.metrics.load.repairs:
+            raise CannotLoadState(f"{store} {ref} loads only by {read.metrics.load.repairs}")
         return {k[0]: tuple(v) for k, v in read.items()}
 
     def loads(self, store: StoreId, ref: CheckpointRef) -> bool:
@@ -346,11 +358,12 @@ class Platform:
             return False
         return True
 
-    def files(self) -> Iterator[Path]:
-        """The checkpoint files on disk (deltas and snapshots)."""
+    def files(self) -> list[Path]:
+        """The checkpoint files on disk (deltas and snapshots), by store, version and kind
+        (an order that does not depend on the random checkpoint ids, so that a run replays)."""
         state = self.folder / "root" / "state"
-        if state.exists():
-            yield from sorted(p for p in state.rglob("*") if p.suffix in (".delta", ".snapshot"))
+        found = [p for p in state.rglob("*") if p.suffix in (".delta", ".snapshot")]
+        return sorted(found, key=lambda p: (p.parent, int(p.name.split("_")[0]), p.suffix, p))
 
     def torn_write(self, partition: int, age: timedelta) -> Path:
         """An unfinished write a crashed writer left ``age`` ago in a store's folder."""

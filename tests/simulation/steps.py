@@ -22,7 +22,7 @@ def replay(
             getattr(machine, name)(**arguments)
             machine.check()
     except BaseException:
-        machine.platform.catalog.close()
+        machine.platform.close()
         raise
     machine.teardown()
     return machine
