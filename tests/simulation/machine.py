@@ -80,11 +80,14 @@ class PlatformMachine(RuleBasedStateMachine):
 
     platform_type: type[Platform] = Platform
     """The platform driven: without Spark, or through the Spark runtime (spark_platform.py)."""
+    catalogs: Callable[[], str] | None = None
+    """A fresh catalog's URL per run (postgres.py); None: a SQLite file in the run's folder."""
 
     def __init__(self) -> None:
         super().__init__()
         self.folder = Path(tempfile.mkdtemp(prefix="simulation-"))
-        self.platform = self.platform_type(self.folder, partitions=PARTITIONS)
+        url = self.catalogs() if self.catalogs is not None else ""
+        self.platform = self.platform_type(self.folder, partitions=PARTITIONS, catalog_url=url)
         self.model = Model(PARTITIONS)
         self.damaged = False
         self.validated = False

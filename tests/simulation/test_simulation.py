@@ -1,24 +1,54 @@
-"""The simulation in ``make test``: about a thousand steps of random interleavings (the same
-ones every run: derandomized), each checked against the model (tests/simulation/machine.py;
-``make soak`` runs fresh random ones for as long as it is given)."""
+"""The simulation in ``make test``: random interleavings (the same ones every run:
+derandomized), each step checked against the model (tests/simulation/machine.py), with a
+SQLite catalog and, fewer, with PostgreSQL; ``make soak`` runs fresh random ones for as long
+as it is given."""
 
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
 
+from tests.services import service_missing
 from tests.simulation.machine import PlatformMachine
+from tests.simulation.postgres import PostgresCatalogs
 
-PlatformMachine.TestCase.settings = settings(
-    max_examples=25,
+RUNS = settings(
+    max_examples=15,
     stateful_step_count=40,
     deadline=None,
     derandomize=True,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-TestPlatform = pytest.mark.xfail(
+IDLE_FILE_ROWS = pytest.mark.xfail(
     strict=True,
     reason="issue 34: finds the idle versions' phantom file rows (test_found.py), fixed on "
     "branch idle-commits",
-)(PlatformMachine.TestCase)
+)
+
+
+@IDLE_FILE_ROWS
+def test_the_platform_against_the_model() -> None:
+    run_state_machine_as_test(PlatformMachine, settings=RUNS)
+
+
+@IDLE_FILE_ROWS
+@pytest.mark.postgres
+def test_the_platform_against_the_model_on_postgresql() -> None:
+    try:
+        catalogs = PostgresCatalogs()
+    except sa.exc.OperationalError as exc:
+        service_missing("PostgreSQL", str(exc).strip())
+
+    class OnPostgres(PlatformMachine):
+        pass
+
+    OnPostgres.catalogs = catalogs
+    try:
+        run_state_machine_as_test(
+            OnPostgres, settings=settings(RUNS, max_examples=4, stateful_step_count=30)
+        )
+    finally:
+        catalogs.close()
