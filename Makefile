@@ -163,11 +163,13 @@ fuzz-spark: $(STAMP) check-java
 
 # The platform simulation (docs/simulation.md) for SOAK_MINUTES minutes: fresh random runs,
 # the steps run and each failure printed; the first of each kind shrunk into SOAK_OUT.
+# SOAK_ARGS=--postgresql puts the catalogs on PostgreSQL (127.0.0.1:5432).
 SOAK_MINUTES ?= 60
 SOAK_OUT     ?= soak-counterexamples
+SOAK_ARGS    ?=
 
 soak: $(STAMP)
-	$(PY) -m tests.simulation.soak --minutes $(SOAK_MINUTES) --out $(SOAK_OUT)
+	$(PY) -m tests.simulation.soak --minutes $(SOAK_MINUTES) --out $(SOAK_OUT) $(SOAK_ARGS)
 
 bench-schema: $(STAMP)
 	$(PY) benchmarks/bench_schema_evolution.py

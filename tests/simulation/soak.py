@@ -1,7 +1,7 @@
 """The simulation for hours (``make soak``): random runs of the state machine until time is up,
 printing the steps run and each failure; every new kind of failure is shrunk and saved.
 
-    python -m tests.simulation.soak --minutes 120 --out soak-counterexamples
+    python -m tests.simulation.soak --minutes 120 --out soak-counterexamples [--postgresql]
 
 Each run is ``--examples`` examples of :class:`~tests.simulation.machine.PlatformMachine` (up to
 ``--steps`` steps) with a fresh random seed. A failure is classed by its message (numbers and
@@ -26,6 +26,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from tests.simulation import machine
 from tests.simulation.machine import PlatformMachine
+from tests.simulation.postgres import PostgresCatalogs
 
 _MASK = re.compile(r"[0-9a-f]{32}|/tmp/[^ ,)']+|\d+")
 
@@ -66,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=20, help="examples per run")
     parser.add_argument("--out", type=Path, default=Path("soak-counterexamples"))
     parser.add_argument("--report-every", type=float, default=60.0, help="seconds")
+    parser.add_argument("--postgresql", action="store_true", help="catalogs on PostgreSQL")
     args = parser.parse_args(argv)
+    if args.postgresql:
+        PlatformMachine.catalogs = PostgresCatalogs()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     deadline = started + args.minutes * 60
@@ -97,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{failed} failed runs in {len(kinds)} kinds",
                 flush=True,
             )
+    if isinstance(PlatformMachine.catalogs, PostgresCatalogs):
+        PlatformMachine.catalogs.close()
     print(f"done: {runs} runs, {machine.STEPS} steps, {failed} failed runs")
     for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]):
         print(f"  {count:6d}  {kind}")
