@@ -80,6 +80,9 @@ class PlatformMachine(RuleBasedStateMachine):
 
     platform_type: type[Platform] = Platform
     """The platform driven: without Spark, or through the Spark runtime (spark_platform.py)."""
+    root_name = "check points+%#é"
+    """The root's folder: a name that needs percent-encoding in the root's URI, so that every
+    pass must find the folder the runtime writes to."""
     catalogs: Callable[[], str] | None = None
     """A fresh catalog's URL per run (postgres.py); None: a SQLite file in the run's folder."""
 
@@ -87,7 +90,9 @@ class PlatformMachine(RuleBasedStateMachine):
         super().__init__()
         self.folder = Path(tempfile.mkdtemp(prefix="simulation-"))
         url = self.catalogs() if self.catalogs is not None else ""
-        self.platform = self.platform_type(self.folder, partitions=PARTITIONS, catalog_url=url)
+        self.platform = self.platform_type(
+            self.folder, partitions=PARTITIONS, catalog_url=url, root_name=self.root_name
+        )
         self.model = Model(PARTITIONS)
         self.damaged = False
         self.validated = False

@@ -189,6 +189,9 @@ class Platform:
     catalog_url: str = ""
     offset: timedelta = timedelta(0)
     generation: int = 0
+    root_name: str = "root"
+    """The root's folder in ``folder`` (a name that needs percent-encoding in a URI tests
+    that every pass finds the folder the runtime writes to)."""
     recorded_generation: int = 0
     """The generation whose schema the catalog's history ends with (a query records it)."""
 
@@ -196,7 +199,7 @@ class Platform:
         self.last_commit: tuple[int, list[CheckpointInfo]] | None = None
         """The last batch this platform committed and its checkpoints (a driver retrying its
         commit sends exactly these again)."""
-        self.storage = LocalStorage(self.folder / "root")
+        self.storage = LocalStorage(self.folder / self.root_name)
         self.root = self.storage.uri
         self.catalog_url = self.catalog_url or f"sqlite:///{self.folder / 'catalog.db'}"
         self.restart_driver()
@@ -361,13 +364,13 @@ class Platform:
     def files(self) -> list[Path]:
         """The checkpoint files on disk (deltas and snapshots), by store, version and kind
         (an order that does not depend on the random checkpoint ids, so that a run replays)."""
-        state = self.folder / "root" / "state"
+        state = self.folder / self.root_name / "state"
         found = [p for p in state.rglob("*") if p.suffix in (".delta", ".snapshot")]
         return sorted(found, key=lambda p: (p.parent, int(p.name.split("_")[0]), p.suffix, p))
 
     def torn_write(self, partition: int, age: timedelta) -> Path:
         """An unfinished write a crashed writer left ``age`` ago in a store's folder."""
-        folder = self.folder / "root" / StoreId(0, partition).directory
+        folder = self.folder / self.root_name / StoreId(0, partition).directory
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f".tmp-{uuid.uuid4().hex[:8]}.part"
         path.write_bytes(b"half a delta")

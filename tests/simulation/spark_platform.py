@@ -99,6 +99,7 @@ class SparkPlatform(Platform):
 
 class SparkMachine(PlatformMachine):
     platform_type = SparkPlatform
+    root_name = "root"  # roots that need encoding: the library-level run
 
 
 def spark_steps(seed: int, count: int) -> list[tuple[str, dict[str, Any]]]:
