@@ -33,6 +33,7 @@ from state_runtime.catalog import RetainedVersion
 from state_runtime.errors import (
     BatchOutOfOrder,
     CannotLoadState,
+    InvalidArgument,
     MaintenanceRefused,
     StateStoreError,
 )
@@ -83,6 +84,9 @@ class PlatformMachine(RuleBasedStateMachine):
     root_name = "check points+%#é"
     """The root's folder: a name that needs percent-encoding in the root's URI, so that every
     pass must find the folder the runtime writes to."""
+    stale_problems_allowed = True
+    """Whether health may still call a store broken for a file no retained version needs
+    (see :meth:`_stale`)."""
     catalogs: Callable[[], str] | None = None
     """A fresh catalog's URL per run (postgres.py); None: a SQLite file in the run's folder."""
 
@@ -95,6 +99,9 @@ class PlatformMachine(RuleBasedStateMachine):
         )
         self.model = Model(PARTITIONS)
         self.damaged = False
+        self.damaged_stores: set[StoreId] = set()
+        """Stores with a file deleted or corrupted on purpose: health may call them broken
+        while they still load (validation reads a damaged file the loader passes over)."""
         self.validated = False
         """True from a validation until the next step that may change what loads."""
 
@@ -207,9 +214,13 @@ class PlatformMachine(RuleBasedStateMachine):
         except MaintenanceRefused:
             assert not allow_lost_state and not self._loads(target), "restore refused"
             return
+        except InvalidArgument:  # every store restarted: the query has no batch to restore
+            assert target not in p.committed_refs(), f"batch {target} refused as unknown"
+            return
         self._guarded(lambda: restore_query(p.fleet, plan, policy(zero)))
         restarted = frozenset(k.store.partition_id for k in plan.restarted)
         self.model.rewind(target, restarted)
+        p.last_commit = None  # a driver's retry would now undo the operator's restore
 
     # --- maintenance ---------------------------------------------------------------------
 
@@ -259,6 +270,7 @@ class PlatformMachine(RuleBasedStateMachine):
         self.validated = False
         self.damaged = True
         path = files[pick % len(files)]
+        self.damaged_stores.add(StoreId(0, int(path.parent.parent.name)))
         if corrupt:
             data = bytearray(path.read_bytes())
             data[len(data) // 2] ^= 0xFF
@@ -323,13 +335,25 @@ class PlatformMachine(RuleBasedStateMachine):
         p = self.platform
         reports = store_reports(p.fleet, policy(False), now=p.now())
         broken = {r.key.store for r in reports if r.status.status is StoreStatus.BROKEN}
-        false_alarms = broken - unloadable
+        false_alarms = broken - unloadable - self.damaged_stores - self._stale(broken)
         assert not false_alarms, (
             f"health calls {false_alarms} broken, all of it loads: "
             + "; ".join(str(x) for x in p.catalog.problems(root=p.root))
         )
         if self.validated:
             assert unloadable <= broken, f"validation missed {unloadable - broken}"
+
+    def _stale(self, broken: set[StoreId]) -> set[StoreId]:
+        """Stores broken only by problems about files no retained version needs any more (a
+        loss a replay has since replaced): known, and left to the next validation to close
+        (test_found.py keeps the case); empty when ``stale_problems_allowed`` is off."""
+        if not self.stale_problems_allowed:
+            return set()
+        p = self.platform
+        needed = {f.path for v in self._retained() for f in v.files}
+        problems = p.catalog.problems(root=p.root)
+        current = {x.key.store for x in problems if x.path is None or x.path in needed}
+        return broken - current
 
     @invariant()
     def the_last_batch_is_committed(self) -> None:

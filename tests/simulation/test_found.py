@@ -149,3 +149,31 @@ def test_a_root_that_needs_percent_encoding_is_validated_where_it_is() -> None:
     """Found with the root in the machine's folder ``check points+%#é``: validation looks for the
     files in another folder and calls every intact store broken."""
     replay([run({0: {"a": 1}, 1: {"b": 1}}), ("validate", {"zero": False})])
+
+
+STALE_PROBLEMS = pytest.mark.xfail(
+    strict=True,
+    reason="issue 34's simulation: a loss's problem stays open after a replay replaced the lost "
+    "version, until the next validation; not fixed on any branch",
+)
+
+
+class Strict(OnAPlainRoot):
+    stale_problems_allowed = False
+
+
+@STALE_PROBLEMS
+def test_a_replay_that_replaces_a_lost_version_closes_its_problem() -> None:
+    """Found: batch 0's deltas are lost, batch 1 fails on them (StateLost, store broken), and
+    batch 0 runs again from empty (new deltas): every retained version loads, yet health
+    calls the store broken until a validation runs."""
+    replay(
+        [
+            ("damage", {"pick": 0, "corrupt": False}),
+            ("damage", {"pick": 0, "corrupt": False}),
+            ("restart", {"driver": True}),
+            run({0: {"a": 1}}),
+            run({0: {"a": 1}}, step=-1),
+        ],
+        Strict,
+    )
