@@ -140,14 +140,15 @@ bench-s3: $(STAMP)
 	$(PY) benchmarks/bench_s3.py
 
 # The Dagster UI on the demo's stores (http://127.0.0.1:$(DAGSTER_PORT)); Dagster's own
-# instance lives in $(DAGSTER_HOME), separate from the state catalog.
+# instance lives in $(DAGSTER_HOME), separate from the state catalog. `dg dev` reads the
+# project's [tool.dg] (Dagster 1.13 warns that `dagster dev` is superseded by it).
 DAGSTER_HOME ?= $(CURDIR)/demo-output/dagster-home
 DAGSTER_PORT ?= 3000
 
 dagster: $(STAMP)
 	mkdir -p "$(DAGSTER_HOME)"
 	cp dagster_project/dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"
-	DAGSTER_HOME="$(DAGSTER_HOME)" $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
+	DAGSTER_HOME="$(DAGSTER_HOME)" $(VENV)/bin/dg dev --host 127.0.0.1 --port $(DAGSTER_PORT)
 
 bench-maintenance: $(STAMP)
 	$(PY) benchmarks/bench_maintenance.py

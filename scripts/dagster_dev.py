@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -224,6 +225,14 @@ class DagsterDev:
                 return
             time.sleep(3)
         raise TimeoutError(f"{asset} {partition} did not fail:\n{self.tail()}")
+
+    def wait_until(self, condition: Callable[[], bool], timeout_s: float = 300) -> None:
+        """Until ``condition`` holds (the sensors tick every 30 to 60 s)."""
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not reached in {timeout_s} s:\n{self.tail()}")
+            time.sleep(3)
 
     def job_runs(self, job: str) -> list[dict[str, str]]:
         """The runs of ``job``, newest first (runId, status)."""

@@ -97,13 +97,15 @@ class Chromium:
 
     def screenshot(
         self, url: str, target: Path, *, click: str | None = None, scroll_to: str | None = None
-    ) -> None:
-        asyncio.run(self._screenshot(url, target, click, scroll_to))
+    ) -> str:
+        """Captures the page at ``url`` into ``target``; the page's text (what a test reads)."""
+        text = asyncio.run(self._screenshot(url, target, click, scroll_to))
         print(f"wrote {target}")
+        return text
 
     async def _screenshot(
         self, url: str, target: Path, click: str | None, scroll_to: str | None
-    ) -> None:
+    ) -> str:
         async with websockets.connect(self.page_url, max_size=100_000_000) as ws:
             counter = 0
 
@@ -132,6 +134,8 @@ class Chromium:
                     await asyncio.sleep(3)
             shot = await call("Page.captureScreenshot", format="png")
             target.write_bytes(base64.b64decode(shot["data"]))
+            text = await call("Runtime.evaluate", expression="document.body.innerText")
+            return str(text["result"]["value"])
 
 
 DEMO_POLICY = {

@@ -213,6 +213,13 @@ class StorageFileNotFound(StorageError):
     code: ClassVar[str] = "STATE_STORAGE_FILE_NOT_FOUND"
 
 
+class RootMissing(StorageError):
+    """A checkpoint root the catalog records committed state below has no folder: moved,
+    unmounted or deleted. Maintaining it would work on nothing and report success."""
+
+    code: ClassVar[str] = "STATE_ROOT_MISSING"
+
+
 class StorageUnavailable(StorageError):
     """The storage could not be reached after retries (transient errors exhausted)."""
 

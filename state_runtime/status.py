@@ -3,11 +3,18 @@
 - **broken**: the store has an open problem (a validation, the snapshot pass or a repair found
   a missing, corrupt or mislabelled file, or a broken lineage or commit log). Reason: the
   problem (the oldest, and how many); since: when it was found. Cleanup holds the store.
-- **unknown**: no validation has ever checked the store. Since: the store's registration.
+- **unknown**: no validation has ever checked the store (since: its registration), or a
+  restore resolved its problems and no validation has checked it since (since: the restore): a
+  restore is not a validation.
 - **degraded**: validated and nothing broken, but ``lag_warn_deltas`` or more deltas follow
   the last verified snapshot (since: the commit of the first of them), or
-  ``orphan_growth_warn_files`` or more orphan files wait for cleanup (since: the oldest).
+  ``orphan_growth_warn_files`` or more orphan files wait for cleanup (since: the oldest); never
+  since before the store was validated or its last problem resolved.
 - **healthy**: otherwise. Since: the first validation or the last resolved problem.
+
+"Since" is when the status last changed, as far as the facts tell: a store that was degraded
+before its last snapshot reads healthy since its first validation or last resolved problem
+(the catalog keeps no history of statuses).
 
 The rule is declared here once (the order above, :data:`WARNINGS` with their limits, the
 texts); :func:`store_status` applies it in Python and the catalog's views render it as SQL
@@ -50,7 +57,11 @@ class StoreFacts(Protocol):
     @property
     def last_resolved_at(self) -> datetime | None: ...
     @property
+    def last_restored_at(self) -> datetime | None: ...
+    @property
     def first_validated_at(self) -> datetime | None: ...
+    @property
+    def last_validated_at(self) -> datetime | None: ...
     @property
     def deltas_since_snapshot(self) -> int: ...
     @property
@@ -99,6 +110,7 @@ ONE_PROBLEM = "{first_problem}"
 SOME_PROBLEMS = "{open_problems} open problems; first: {first_problem}"
 NO_PROBLEM_TEXT = "an open problem"  # an open problem whose text is missing
 NEVER_VALIDATED = "never validated"
+RESTORED = "restored; not validated since"
 VALIDATED = "validated, no open problems"
 
 
@@ -126,7 +138,12 @@ def store_status(health: StoreFacts, *, lag_warn_deltas: int, orphan_warn_files:
         return Status(StoreStatus.BROKEN, reason, h.problems_since)
     if h.first_validated_at is None:
         return Status(StoreStatus.UNKNOWN, NEVER_VALIDATED, h.created_at)
+    if h.last_restored_at is not None and (
+        h.last_validated_at is None or h.last_restored_at > h.last_validated_at
+    ):
+        return Status(StoreStatus.UNKNOWN, RESTORED, h.last_restored_at)
     limits = {"lag_warn_deltas": lag_warn_deltas, "orphan_warn_files": orphan_warn_files}
+    validated = max(t for t in (h.first_validated_at, h.last_resolved_at) if t is not None)
     reasons: list[str] = []
     since: list[datetime] = []
     for warning in WARNINGS:
@@ -136,8 +153,6 @@ def store_status(health: StoreFacts, *, lag_warn_deltas: int, orphan_warn_files:
             started = getattr(h, warning.since)
             since += [started] if started else []
     if reasons:
-        return Status(
-            StoreStatus.DEGRADED, WARNING_SEPARATOR.join(reasons), min(since, default=None)
-        )
-    healthy_since = max(t for t in (h.first_validated_at, h.last_resolved_at) if t is not None)
-    return Status(StoreStatus.HEALTHY, VALIDATED, healthy_since)
+        degraded = max(min(since, default=validated), validated)
+        return Status(StoreStatus.DEGRADED, WARNING_SEPARATOR.join(reasons), degraded)
+    return Status(StoreStatus.HEALTHY, VALIDATED, validated)

@@ -19,7 +19,8 @@ state_checkpoints = AssetSpec(
         "(<query>/<operator>/<partition>/<store>); each validation or health run, in Dagster "
         "or outside it, records the store's status and figures on its partition: a "
         "materialization, or for a broken store an observation, and the partition shows Failed "
-        "(a state_store_record_job run on it fails) until a validation finds the store sound. "
+        "(a state_store_record_job run on it observes the store, then fails) until the store "
+        "is sound again (a validation, and a state_store_record_job run that materializes it). "
         "Materializing a partition records the store's state from the catalog now."
     ),
     partitions_def=state_stores,

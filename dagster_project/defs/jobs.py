@@ -74,6 +74,9 @@ store_record_job = define_asset_job(
         "broken store, so its partition shows Failed (requested by state_store_failures)."
     ),
     tags={KIND_TAG: "record"},  # its own kind: a queue of these never holds up the reports
+    # its failure is expected and recorded (the run's events, the partition's page): the console
+    # of `dagster dev` prints no traceback per broken store
+    config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
 )
 reconcile_job = define_asset_job(
     "state_reconcile_job",

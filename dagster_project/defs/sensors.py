@@ -1,10 +1,11 @@
 """Sensors: one partition per store (discovered from the catalog; it only observes, so it runs
 from the start), what happened outside Dagster (``catalog_events.py``; it only reports, so it
-runs from the start), the broken stores' partitions failed (it only reads the catalog, so it
-runs from the start), and snapshots on demand (it writes: STOPPED until turned on, see
-``automation.py``)."""
+runs from the start), the broken stores' partitions failed and recorded again once sound (it
+only reads the catalog, so it runs from the start), and snapshots on demand (it writes:
+STOPPED until turned on, see ``automation.py``)."""
 
 import hashlib
+import json
 
 from dagster import (
     DefaultSensorStatus,
@@ -23,7 +24,7 @@ from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.jobs import snapshot_job, store_record_job
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
-from dagster_project.defs.store_events import unfailed_broken
+from dagster_project.defs.store_events import partition_runs
 from state_runtime.maintenance import StoreNames, due_for_snapshot, store_reports
 
 
@@ -89,15 +90,18 @@ def snapshot_due_sensor(
     default_status=DefaultSensorStatus.RUNNING,
     description=(
         "Fails the partition of each store the catalog says is broken (a state_store_record_job "
-        "run on it, which fails), whoever validated: the partition shows Failed until a "
-        "validation finds the store sound again."
+        "run on it, which fails), whoever validated, and records it again (a run that "
+        "materializes it) once the store is no longer broken: the partition shows Failed, with "
+        "the status and reason as its latest metadata, exactly while the store is broken."
     ),
 )
 def store_failure_sensor(
     context: SensorEvaluationContext, maintenance: MaintenanceResource
-) -> SensorResult | SkipReason:
+) -> SensorResult:
     """The stores the catalog says are broken (as ``statestore health`` does) against their
-    partitions' status in Dagster: a run for each one not Failed yet (``store_events.py``)."""
+    partitions' status in Dagster: a run for each one not Failed yet, and one for each failed
+    partition whose store is no longer broken (``store_events.py``). The cursor lists the
+    partitions of the stores broken at the last tick."""
     partitions = context.instance.get_dynamic_partitions(state_stores.name or "")
     statuses = context.instance.get_status_by_partition(
         state_checkpoints.key, partitions, state_stores
@@ -105,15 +109,21 @@ def store_failure_sensor(
     with maintenance.fleet("dagster:store-failures") as fleet:
         reports = store_reports(fleet, maintenance.policy())
         names = StoreNames.of(fleet.catalog)
-    failing = unfailed_broken(reports, names, statuses)
-    if not failing:
-        return SkipReason("every broken store's partition shows Failed")
+    runs = partition_runs(reports, names, statuses, json.loads(context.cursor or "[]"))
+    cursor = json.dumps(runs.failed)
+    if not runs.fail and not runs.clear:
+        skip = SkipReason("every broken store's partition shows Failed, and only theirs")
+        return SensorResult(skip_reason=skip, cursor=cursor)
     return SensorResult(
         run_requests=[
-            # one run per store and spell of problems: the same breakage is failed once
-            RunRequest(run_key=f"{name}@{report.status.since}", partition_key=name)
-            for name, report in failing
-        ]
+            # one run per store and status spell: the same breakage (or recovery) runs once
+            RunRequest(
+                run_key=f"{name}@{report.status.status.value}@{report.status.since}",
+                partition_key=name,
+            )
+            for name, report in [*runs.fail, *runs.clear]
+        ],
+        cursor=cursor,
     )
 
 

@@ -12,10 +12,14 @@ observation, and its partition shows *Failed*. Dagster 1.13 marks a partition fa
 a run that targeted it ends failed without materializing it (no event reports a failure: the
 partition status cache reads the planned materializations of failed runs), so the failure is
 such a run: ``record_store_state``, the executable ``state_checkpoints``, records one store's
-state from the catalog and fails for a broken store. The ``state_store_failures`` sensor
-requests it for each broken store whose partition does not show *Failed* yet
-(:func:`unfailed_broken`), whoever validated. An observation never clears *Failed*; the
-materialization of the next validation that finds the store sound does.
+state from the catalog (for a broken store an observation, logged before it fails: the
+partition's page shows the status and reason as its latest metadata, over its last sound
+materialization) and fails for a broken store. The ``state_store_failures`` sensor requests it
+for each broken store whose partition does not show *Failed* yet, whoever validated, and again
+for each partition it failed once the store is no longer broken (:func:`partition_runs`): that
+run materializes the partition, so the page's latest run is a success and its red "Run …
+failed" banner goes (a validation's materialization clears *Failed* but not the banner, which
+names the partition's latest run). An observation never clears *Failed*.
 
 A partitioned check's page shows the latest evaluation as the check's state, so the
 evaluations of one pass come healthy first and the worst store last: the check's headline is
@@ -23,6 +27,7 @@ the worst store, never a healthy one that happened to be evaluated after it.
 """
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from dagster import (
     AssetCheckEvaluation,
@@ -142,7 +147,8 @@ def record_store_state(
     context: AssetExecutionContext, maintenance: MaintenanceResource
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Records one store's state from the catalog on its partition (it reads, never writes):
-    materialized with its status and figures, or failed for a broken store, with its reason."""
+    materialized with its status and figures, or for a broken store observed with them, then
+    failed with its reason."""
     name = context.partition_key
     with maintenance.run(context) as run:
         reports = store_reports(run.fleet, run.policy, only=[run.names.key(name)])
@@ -151,22 +157,49 @@ def record_store_state(
         raise Failure(description=f"no store {name} in the catalog")
     [event] = events
     if isinstance(event, AssetObservation):
+        context.log_event(event)  # the partition's latest metadata: its status and reason
         raise Failure(description=event.description, metadata=event.metadata)
     return MaterializeResult(metadata=event.metadata)
 
 
-def unfailed_broken(
+@dataclass(frozen=True)
+class PartitionRuns:
+    """The ``record_store_state`` runs the partitions need: ``fail`` the broken stores'
+    partitions that show neither *Failed* nor a run in progress; ``clear`` the partitions failed
+    before (shown *Failed*, or in the sensor's list) whose store is no longer broken;
+    ``failed`` the partitions of the stores broken now (the sensor's list for its next tick)."""
+
+    fail: list[tuple[str, StoreReport]]
+    clear: list[tuple[str, StoreReport]]
+    failed: list[str]
+
+
+def partition_runs(
     reports: Sequence[StoreReport],
     names: StoreNames,
     statuses: Mapping[str, AssetPartitionStatus | None],
-) -> list[tuple[str, StoreReport]]:
-    """The broken stores (by partition) whose partition shows neither *Failed* nor a run in
-    progress: each needs a run of ``record_store_state`` on it, which fails."""
-    settled = {AssetPartitionStatus.FAILED, AssetPartitionStatus.IN_PROGRESS}
-    found = ((names.name(r.key), r) for r in reports if r.status.status is StoreStatus.BROKEN)
-    return sorted(
-        ((n, r) for n, r in found if n in statuses and statuses[n] not in settled),
+    failed_before: Collection[str],
+) -> PartitionRuns:
+    """What each store's partition needs, from the catalog's status and Dagster's."""
+    named = sorted(
+        ((names.name(r.key), r) for r in reports if names.name(r.key) in statuses),
         key=lambda found: found[0],
+    )
+    settled = {AssetPartitionStatus.FAILED, AssetPartitionStatus.IN_PROGRESS}
+    broken = [(n, r) for n, r in named if r.status.status is StoreStatus.BROKEN]
+    was_failed = set(failed_before) | {
+        n for n, s in statuses.items() if s is AssetPartitionStatus.FAILED
+    }
+    return PartitionRuns(
+        fail=[(n, r) for n, r in broken if statuses[n] not in settled],
+        clear=[
+            (n, r)
+            for n, r in named
+            if n in was_failed
+            and r.status.status is not StoreStatus.BROKEN
+            and statuses[n] is not AssetPartitionStatus.IN_PROGRESS
+        ],
+        failed=[n for n, _ in broken],
     )
 
 

@@ -199,6 +199,7 @@ class StoreHealth:
     first_problem: str | None  # the oldest open problem, naming its file
     problems_since: datetime | None  # when the oldest open problem was found
     last_resolved_at: datetime | None
+    last_restored_at: datetime | None  # the last problem a restore resolved (not a validation)
     first_validated_at: datetime | None
     last_validated_at: datetime | None
     chain_since: datetime | None  # commit time of the first delta after the last snapshot

@@ -96,6 +96,9 @@ class StatestoreGroup(click.Group):
     """A click group whose every failure, its own usage errors included, ends as one line
     and a documented exit code."""
 
+    monitor = False
+    """Whether the command invoked is a monitor command (``health``, ``status``)."""
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
@@ -106,12 +109,16 @@ class StatestoreGroup(click.Group):
             close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.5)
             hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             ctx.fail(f"No such command {name!r}.{hint}")
+        self.monitor = name in MONITOR_COMMANDS
         return super().resolve_command(ctx, args)
 
     def main(self, *args: Any, **kwargs: Any) -> NoReturn:
         kwargs["standalone_mode"] = False
         argv = kwargs.get("args", args[0] if args else None)
         as_json = "--json" in (sys.argv[1:] if argv is None else list(argv))
+        # Set once the command is known, before the group's options are resolved: an error
+        # in them (a malformed --root) then ends a monitor command as unknown (3).
+        self.monitor = False
         try:
             result = super().main(*args, **kwargs)
         except click.UsageError as exc:
@@ -123,10 +130,10 @@ class StatestoreGroup(click.Group):
         except click.Abort:
             fail(EXIT_PROBLEMS, "aborted")
         except StateStoreError as exc:
-            fail_with(exc, as_json=as_json)
+            fail_with(exc, as_json=as_json, code=MONITOR_UNKNOWN if self.monitor else None)
         except Exception as exc:  # a bug: say so in one line, never a traceback
             fail(
-                EXIT_INTERNAL,
+                MONITOR_UNKNOWN if self.monitor else EXIT_INTERNAL,
                 f"unexpected {type(exc).__name__}: {exc} (a bug in statestore: please report "
                 "it with the command line)",
             )

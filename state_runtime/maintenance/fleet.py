@@ -100,17 +100,23 @@ class Fleet:
         return self.roots is None or key.root in self.roots
 
     def storage(self, root: str) -> Storage:
-        """The storage of ``root`` (opened once, shared)."""
+        """The storage of ``root`` (opened once, shared). RootMissing if its folder is gone
+        though the catalog records committed versions below it: no pass works on an empty
+        place as if it were the root (cleanup would record its files deleted, validation
+        call every store broken, reconciliation find nothing and report success)."""
         with self._lock:
             found = self._storages.get(root)
             if found is None:
-                found = self._storages[root] = self.open_storage(root)
+                opened = self.open_storage(root)
+                if any(r.latest.version > 0 for r in self.catalog.stores(root)):
+                    opened.check_present()
+                found = self._storages[root] = opened
             return found
 
     def open_roots(self) -> None:
         """Open the storage of every root in scope; set aside each that cannot be opened (a
-        root recorded by older code that storage refuses, a missing extra), so that one bad
-        root stops the maintenance of no other."""
+        root recorded by older code that storage refuses, a missing extra, a folder gone),
+        so that one bad root stops the maintenance of no other."""
         for root in self.root_names():
             try:
                 self.storage(root)

@@ -133,6 +133,7 @@ def running_aggregation(
         store_name=store_name,
         config=config or StoreConfig(),
         kind="running aggregation",
+        passes_on="keys",
         reads=aggregate_reads(aggs),
         schema_change=schema_change or SchemaChange(),
     )

@@ -140,5 +140,6 @@ def drop_duplicates(
         late_column=watermark.column,
         uses_event_time=True,
         kind="dropDuplicatesWithinWatermark" if within_watermark else "dropDuplicates",
+        passes_on="rows",
         reads=(ColumnUse(watermark.column, "event-time column", "timestamp"),),
     )

@@ -71,6 +71,10 @@ class StatefulOperator:
     """The event-time column of the operator's windows: in append mode it must be the
     watermark's, as Spark (nothing else can finalize a window)."""
     output_mode: Literal["update", "append"] = "update"
+    passes_on: Literal["rows", "keys", "nothing"] = "nothing"
+    """Which input columns the output carries on as they were (a deduplication its rows, an
+    aggregation its key columns, a function's output nothing): as in Spark, the query's
+    watermark still marks such a column for a later operator, and no other."""
     schema_change: SchemaChange = field(default_factory=SchemaChange)
     """Renames, drops and defaults that turn the state schema the catalog recorded last into
     this operator's (checked by the driver before the first batch; see

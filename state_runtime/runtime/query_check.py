@@ -6,7 +6,10 @@ output for the others) with a usable type, and the output mode must be one Spark
 the shape: an append-mode windowed aggregation needs the watermark on the window's time
 column, since nothing else can finalize a window (Spark's
 ``STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION`` "... streaming aggregations without
-watermark"). A failure is a
+watermark"). As in Spark, the watermark marks the column of the query's input it is defined
+on and, for a later operator, only that column as an earlier operator passes it on
+(:attr:`StatefulOperator.passes_on`): a column of the same name that a
+``map_groups_with_state`` function outputs carries no watermark. A failure is a
 :class:`QueryRefused` naming the column, the operator and the rule; without this check the
 same mistakes surface inside the tasks as pyspark's untyped ``PythonException``.
 """
@@ -70,8 +73,10 @@ def check_query(
     operators: Sequence[StatefulOperator], watermark: Watermark | None, schema: StructType
 ) -> None:
     """Refuse the query if it cannot run on input of ``schema``; see the module's rules."""
+    marked: set[str] = set()
     if watermark is not None:
         _column(schema, watermark.column, "the query's watermark", "event-time column", "timestamp")
+        marked = {watermark.column}
     for op in operators:
         for key in op.key_columns:
             _column(schema, key, op.name, "key column", None)
@@ -82,19 +87,38 @@ def check_query(
                 )
         for use in op.reads:
             _column(schema, use.column, op.name, use.role, use.kind)
-        if (
-            op.window_column is not None
-            and watermark is not None
-            and op.window_column != watermark.column
-        ):
-            rule = (
-                "Spark refuses an append-mode aggregation that no watermark can finalize"
-                if op.output_mode == "append"
-                else "this runtime closes windows by the query's watermark, so the windows "
-                "must be over the watermark's column"
-            )
-            raise QueryRefused(
-                f"{op.name}: windows over column {op.window_column!r}, but the watermark is on "
-                f"{watermark.column!r} in {op.output_mode} mode (rule: {rule})"
-            )
+        if op.window_column is not None and watermark is not None:
+            _watermarked(op, op.window_column, watermark, marked)
+        marked = _passed_on(op, marked)
         schema = op.output_nullable()
+
+
+def _watermarked(op: StatefulOperator, column: str, watermark: Watermark, marked: set[str]) -> None:
+    """Refuse windows over ``column`` unless the query's watermark marks it at ``op``."""
+    if column in marked:
+        return
+    rule = (
+        "Spark refuses an append-mode aggregation that no watermark can finalize"
+        if op.output_mode == "append"
+        else "this runtime closes windows by the query's watermark, so the windows must be "
+        "over the watermark's column"
+    )
+    where = (
+        f"but the watermark is on {watermark.column!r}"
+        if column != watermark.column
+        else "which carries no watermark here: an earlier operator's output, and only a "
+        "deduplication's rows and an aggregation's keys carry the query's watermark on"
+    )
+    raise QueryRefused(
+        f"{op.name}: windows over column {column!r}, {where} in {op.output_mode} mode "
+        f"(rule: {rule})"
+    )
+
+
+def _passed_on(op: StatefulOperator, marked: set[str]) -> set[str]:
+    """The columns of ``op``'s output the watermark still marks."""
+    if op.passes_on == "rows":
+        return marked
+    if op.passes_on == "keys":
+        return marked & set(op.key_columns)
+    return set()

@@ -344,6 +344,7 @@ def session_window_aggregation(
         config=config or StoreConfig(),
         uses_event_time=True,
         kind="session window aggregation",
+        passes_on="keys",
         reads=(
             ColumnUse(time_column, "session window time column", "timestamp"),
             *gap_reads,

@@ -21,6 +21,8 @@ from pyspark.sql import SparkSession
 from state_runtime.errors import MissingExtra
 
 _CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
+"""pyspark's process-wide switch to its Connect classes (see ``spark_kind``)."""
 
 
 def _free_port() -> int:
@@ -47,6 +49,11 @@ def _settings(app_name: str, shuffle_partitions: int) -> dict[str, str]:
 
 
 def _classic(master: str, conf: dict[str, str]) -> SparkSession:
+    if _LOCAL_SERVER is None and os.environ.pop(_CONNECT_MODE, None) is not None:
+        # inherited from a parent process that hosted a local Connect server (pyspark's
+        # process-wide switch): this process never became a Connect client, and with the
+        # switch set pyspark's classic builder refuses to start (CONNECT_URL_NOT_SET)
+        log.info("ignoring %s inherited from the parent process", _CONNECT_MODE)
     builder = SparkSession.builder.master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -100,7 +107,7 @@ def _start_local_connect_server(master: str, conf: dict[str, str]) -> None:
     finally:
         if remote is not None:
             os.environ["SPARK_REMOTE"] = remote
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    os.environ[_CONNECT_MODE] = "1"
     # "localhost": pyspark sends the token without TLS
     _LOCAL_SERVER = (f"sc://localhost:{port}", master)
 
@@ -127,6 +134,8 @@ def spark_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     conf = {**_settings(app_name, shuffle_partitions), **(extra or {})}
     remote = remote or os.environ.get("SPARK_REMOTE") or None
+    if remote is None and _LOCAL_SERVER is not None:
+        remote = "local"  # this process is a Connect client now: classic cannot start here
     if remote is None:
         return _classic(master, conf)
     try:

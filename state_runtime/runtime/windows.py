@@ -202,6 +202,7 @@ def windowed_aggregation(
         uses_event_time=True,
         derived_key_fields=1,
         kind="windowed aggregation",
+        passes_on="keys",
         reads=(ColumnUse(time_column, "window time column", "timestamp"), *merge.reads),
         window_column=time_column,
         output_mode=output_mode,

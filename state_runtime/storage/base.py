@@ -97,6 +97,11 @@ class Storage(ABC):
     def uri(self) -> str:
         """The root as a URI (``file:///...`` or ``s3://bucket/prefix``), without credentials."""
 
+    def check_present(self) -> None:
+        """Raise RootMissing if the root itself is gone (a local folder moved, unmounted or
+        deleted). An S3 prefix is no object of its own: nothing to check."""
+        return
+
     @abstractmethod
     def read(self, path: str) -> bytes:
         """The whole file. Raises StorageFileNotFound if it does not exist."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from state_runtime.errors import (
     FileAlreadyExists,
     InvalidArgument,
+    RootMissing,
     StorageError,
     StorageFileNotFound,
 )
@@ -50,6 +51,13 @@ class LocalStorage(Storage):
     @property
     def uri(self) -> str:
         return self.root.as_uri()
+
+    def check_present(self) -> None:
+        if not self.root.is_dir():
+            raise RootMissing(
+                f"checkpoint root {self.uri}: folder {self.root} does not exist (moved, "
+                "unmounted or deleted?)"
+            )
 
     def _abs(self, path: str) -> Path:
         return self.root / check_relative_path(path)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.storage.base import check_relative_path
@@ -49,6 +49,19 @@ def check_local_root(raw: str) -> str:
     return raw
 
 
+def _decoded_path(raw: str, path: str) -> str:
+    """The folder a ``file://`` URI's path names: percent-decoded, as ``Path.as_uri`` (how
+    a local root is recorded) encodes it; else a root with a space, ``#`` or ``é`` would be
+    maintained at a folder spelled with ``%20``."""
+    try:
+        decoded = unquote(path, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"invalid checkpoint root {raw!r}: not UTF-8 once decoded") from None
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in decoded):
+        raise InvalidArgument(f"invalid checkpoint root {raw!r}: control characters")
+    return decoded
+
+
 def parse_root(root: str | os.PathLike[str]) -> RootLocation:
     """Where ``root`` (a local path, ``file://`` URI or ``s3://bucket/prefix``) keeps its files.
 
@@ -78,7 +91,7 @@ def parse_root(root: str | os.PathLike[str]) -> RootLocation:
                 f"invalid checkpoint root {raw!r}: use file:///absolute/path (no host, query "
                 "or fragment)"
             )
-        return RootLocation("local", check_local_root(parsed.path))
+        return RootLocation("local", check_local_root(_decoded_path(raw, parsed.path)))
     if parsed.scheme and len(parsed.scheme) > 1:
         raise InvalidArgument(
             f"unsupported checkpoint root {raw!r}: use a path, file:///path or s3://bucket/prefix"

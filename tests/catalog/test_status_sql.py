@@ -20,6 +20,7 @@ pytestmark = pytest.mark.postgres
 
 A, B, C = StoreId(0, 0), StoreId(0, 1), StoreId(1, 0, "dedup")
 D, E, F = StoreId(2, 0), StoreId(3, 0), StoreId(4, 0)
+G = StoreId(5, 0)
 
 
 @dataclass
@@ -88,6 +89,12 @@ def build_fleet(catalog: Catalog) -> Fleet:
     Stream(catalog, [F], query="f").run(3)
     validate(catalog, F, FoundProblem("file is missing from storage", "state/4/0/default/x", 2))
     validate(catalog, F)
+    g = Stream(catalog, [G], query="g")
+    g.run(4)
+    validate(catalog, G, FoundProblem("file is missing from storage", g.committed[G][3].path, 4))
+    restore = catalog.start_run("restore", "tests")  # back to batch 2 (version 3): resolved
+    catalog.rewind_query(ROOT, "g", 2, {G: g.committed[G][2].ref}, reason="r", run_id=restore)
+    catalog.finish_run(restore, "succeeded")
     expected = {
         A: StoreStatus.HEALTHY,
         B: StoreStatus.UNKNOWN,
@@ -95,6 +102,7 @@ def build_fleet(catalog: Catalog) -> Fleet:
         D: StoreStatus.DEGRADED,
         E: StoreStatus.HEALTHY,
         F: StoreStatus.HEALTHY,
+        G: StoreStatus.UNKNOWN,
     }
     return Fleet(catalog, expected, damaged.path, unverified)
 
@@ -134,6 +142,24 @@ def test_every_status_agrees_with_the_python_rule(fleet: Fleet) -> None:
     strict = python_status(catalog, 5, 2)
     assert strict[E][:2] == ("degraded", "2 orphan files (warn at 2)")
     assert strict[A][0] == "healthy"  # 2 deltas since the snapshot at 10
+
+
+def test_since_is_when_the_status_changed_and_a_restore_is_not_a_validation(
+    fleet: Fleet,
+) -> None:
+    """Degraded since its validation, not since its chain began (it was unknown before); a
+    restore that resolved a store's problem leaves it unknown since the restore, until a
+    validation finds it sound; SQL agrees at each step."""
+    catalog = fleet.catalog
+    facts = {h.key.store: h for h in catalog.store_health(RetentionPolicy())}
+    found = python_status(catalog, 20, 100)
+    assert found[D][2] == facts[D].first_validated_at > (facts[D].chain_since or found[D][2])
+    assert found[G] == ("unknown", "restored; not validated since", facts[G].last_restored_at)
+    assert facts[G].last_restored_at == facts[G].last_resolved_at
+    validate(catalog, G)
+    found = python_status(catalog, 20, 100)
+    assert found[G] == ("healthy", "validated, no open problems", facts[G].last_restored_at)
+    assert sql_status(catalog, 20, 100) == found
 
 
 def test_store_health_sql_shows_the_status(fleet: Fleet) -> None:

@@ -2,7 +2,8 @@
 
 The sensor reads real runs recorded by the library (as the CLI records them) in a real
 catalog; each tick's events are reported to the instance the way the daemon reports them
-(``report_runless_asset_event``), and the instance then shows the stores' truth.
+(the runs it requests executed; the batches it reports itself, each at the time the runtime
+recorded it), and the instance then shows the stores' truth.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dagster import (
     AssetKey,
     AssetMaterialization,
     DagsterInstance,
+    EventLogRecord,
     SensorResult,
     build_sensor_context,
 )
@@ -34,6 +36,7 @@ from tests.dagster.test_dagster_definitions import FAST
 from tests.maintenance.streams import StoreStream
 
 Event = AssetMaterialization | AssetCheckEvaluation
+BATCH_KEY = AssetKey("state_batch_metrics")
 
 
 @dataclass
@@ -49,14 +52,22 @@ class Tick:
         return self.result.cursor
 
 
+def batch_records(instance: DagsterInstance) -> list[EventLogRecord]:
+    """The batch metrics' materializations reported so far, oldest first."""
+    found = instance.fetch_materializations(BATCH_KEY, limit=1000, ascending=True)
+    return list(found.records)
+
+
 def tick(stream: StoreStream, instance: DagsterInstance, cursor: str | None) -> Tick:
     resources = resources_for(stream.catalog, FAST)
     context = build_sensor_context(instance=instance, cursor=cursor, resources=resources)
-    result = catalog_events_sensor(context)
+    before = len(batch_records(instance))
+    result = catalog_events_sensor(context)  # reports the batches itself, each at its time
+    assert not result.asset_events
     events: list[Event] = []
-    for event in result.asset_events:
-        instance.report_runless_asset_event(event)
-        events.append(event)
+    for record in batch_records(instance)[before:]:
+        assert isinstance(record.asset_event, AssetMaterialization)
+        events.append(record.asset_event)
     for request in result.run_requests:
         run = catalog_report_job.execute_in_process(
             run_config=request.run_config, instance=instance, resources=resources
@@ -100,8 +111,11 @@ def test_runs_outside_dagster_become_the_same_asset_events(
     assert set(status) == set(names.values())
     assert all(not e.passed and e.severity.value == "WARN" for e in status.values())
     assert set(latest_status(instance).values()) == {"unknown"}
-    batches = [e for e in first.events if e.asset_key == AssetKey("state_batch_metrics")]
+    batches = [e for e in first.events if e.asset_key == BATCH_KEY]
     assert [b.metadata["batch"].value for b in batches] == [0, 1, 2]
+    # each batch at the time the runtime recorded it (the Plots tab's x), not at the tick
+    recorded = [m.recorded_at.timestamp() for _, m in stream.catalog.batch_metrics_after(0)]
+    assert [r.timestamp for r in batch_records(instance)] == pytest.approx(recorded, abs=1e-3)
     assert batches[2].metadata["query-1/rows_in"].value == 102
     assert batches[2].metadata["query-1/batch_ms"].value == 250.0
     assert batches[2].metadata["query-1/cache_hit_rate"].value == 0.667

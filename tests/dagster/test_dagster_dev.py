@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,15 +104,6 @@ def _statuses(server: DagsterDev) -> dict[str | None, str]:
     return {p: m["status"] for p, m in _latest(server, "state_checkpoints").items()}
 
 
-def _eventually(condition: Callable[[], bool], server: DagsterDev, timeout_s: float = 300) -> None:
-    """Until ``condition`` holds (the sensors tick every 30 to 60 s)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not reached in {timeout_s} s:\n{server.tail()}")
-        time.sleep(3)
-
-
 def _executions(server: DagsterDev, check: str) -> list[dict[str, Any]]:
     """The check's executions, newest first: the first is what the check's page shows."""
     found: list[dict[str, Any]] = server.graphql(
@@ -151,7 +140,7 @@ def test_dagster_dev_tells_the_truth_about_a_broken_store_whoever_validates(
             assert sorted(server.wait_partitions(3)) == sorted(names.values())
             # the catalog sensor's report of the stores' state (a run per report)
             unknown = dict.fromkeys(names.values(), "unknown")
-            _eventually(lambda: _statuses(server) == unknown, server)
+            server.wait_until(lambda: _statuses(server) == unknown)
             status = _evaluated(server, "store_status")
             assert {e["partition"] for e in status} == set(names.values())
             assert not any(e["evaluation"]["success"] for e in status)  # no green before
@@ -176,11 +165,11 @@ def test_dagster_dev_tells_the_truth_about_a_broken_store_whoever_validates(
                     by_cli in m["description"] for m in latest.values()
                 )
 
-            _eventually(reported, server)
+            server.wait_until(reported)
             assert not [r for r in server.job_runs(REPORT_JOB) if r["status"] == "FAILURE"]
             # the state_store_failures sensor fails exactly the broken store's partition
             failed = {names[s]: "failed" if s == broken else "materialized" for s in stores}
-            _eventually(lambda: server.partition_statuses("state_checkpoints") == failed, server)
+            server.wait_until(lambda: server.partition_statuses("state_checkpoints") == failed)
             [lineage, *_] = _evaluated(server, "lineage_valid")
             assert not lineage["evaluation"]["success"]
             assert lineage["evaluation"]["severity"] == "ERROR"

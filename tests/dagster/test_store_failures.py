@@ -6,17 +6,21 @@ partition view and its Failed filter show)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dagster import (
     AssetPartitionStatus,
+    AssetRecordsFilter,
     DagsterEventType,
     DagsterInstance,
+    DagsterRunStatus,
+    RunsFilter,
     SensorResult,
-    SkipReason,
     build_sensor_context,
 )
+from dagster._core.storage.tags import PARTITION_NAME_TAG
 
 from dagster_project.definitions import defs
 from dagster_project.defs.checkpoints import state_checkpoints
@@ -37,30 +41,71 @@ def statuses(instance: DagsterInstance, partitions: list[str]) -> dict[str, Any]
     return dict(found)
 
 
-def fail_broken(stream: StoreStream, instance: DagsterInstance) -> list[str]:
-    """A tick of ``state_store_failures``, its runs executed as the daemon would launch them;
-    the partitions it failed (each run's failure checked)."""
-    resources = resources_for(stream.catalog, FAST)
-    context = build_sensor_context(instance=instance, resources=resources)
-    result = store_failure_sensor(context)
-    if isinstance(result, SkipReason):
-        return []
-    assert isinstance(result, SensorResult)
-    job = defs.resolve_job_def("state_store_record_job")
-    failed = []
-    for request in result.run_requests or []:
-        assert request.partition_key is not None and request.run_key
-        run = job.execute_in_process(
-            instance=instance,
-            resources=resources,
-            partition_key=request.partition_key,
-            raise_on_error=False,
+@dataclass
+class FailureSensor:
+    """Ticks of ``state_store_failures`` (its cursor kept), their runs executed as the daemon
+    would launch them."""
+
+    stream: StoreStream
+    instance: DagsterInstance
+    cursor: str | None = None
+
+    def tick(self) -> tuple[list[str], list[str]]:
+        """The partitions this tick failed, and those it recorded again (each run checked)."""
+        resources = resources_for(self.stream.catalog, FAST)
+        context = build_sensor_context(
+            instance=self.instance, resources=resources, cursor=self.cursor
         )
-        assert not run.success
-        [failure] = [e for e in run.all_events if e.event_type is DagsterEventType.STEP_FAILURE]
-        assert "broken" in str(failure.step_failure_data.user_failure_data)
-        failed.append(request.partition_key)
-    return failed
+        result = store_failure_sensor(context)
+        assert isinstance(result, SensorResult)
+        self.cursor = result.cursor
+        job = defs.resolve_job_def("state_store_record_job")
+        failed, recorded = [], []
+        for request in result.run_requests or []:
+            assert request.partition_key is not None and request.run_key
+            run = job.execute_in_process(
+                instance=self.instance,
+                resources=resources,
+                partition_key=request.partition_key,
+                raise_on_error=False,
+            )
+            if run.success:
+                recorded.append(request.partition_key)
+                continue
+            [failure] = [e for e in run.all_events if e.event_type is DagsterEventType.STEP_FAILURE]
+            assert "broken" in str(failure.step_failure_data.user_failure_data)
+            failed.append(request.partition_key)
+        return failed, recorded
+
+    def fail_broken(self) -> list[str]:
+        failed, recorded = self.tick()
+        assert not recorded
+        return failed
+
+
+def page(instance: DagsterInstance, partition: str) -> dict[str, Any]:
+    """What the partition's page shows: its latest materialization's metadata with the values
+    of the observations that followed it (the UI's "Observed in run ..."), and whether its
+    latest run (the one the red banner names) failed."""
+    key = state_checkpoints.key
+    [materialized] = instance.fetch_materializations(
+        AssetRecordsFilter(key, asset_partitions=[partition]), limit=1
+    ).records
+    observed = instance.fetch_observations(
+        AssetRecordsFilter(key, asset_partitions=[partition]), limit=50, ascending=True
+    ).records
+    shown: dict[str, Any] = {}
+    for record in [materialized, *observed]:
+        if record.timestamp >= materialized.timestamp and record.asset_event is not None:
+            shown |= {
+                k: (v.value, record.timestamp) for k, v in record.asset_event.metadata.items()
+            }
+    [run] = instance.get_runs(RunsFilter(tags={PARTITION_NAME_TAG: partition}), limit=1) or [None]
+    return {
+        "metadata": {k: value for k, (value, _) in shown.items()},
+        "stale": sorted(k for k, (_, at) in shown.items() if at == materialized.timestamp),
+        "banner": run is not None and run.status is DagsterRunStatus.FAILURE,
+    }
 
 
 def break_store(stream: StoreStream) -> tuple[Path, bytes]:
@@ -79,10 +124,11 @@ def test_a_validation_in_dagster_fails_exactly_the_broken_partition_until_it_is_
     resources = resources_for(stream.catalog, FAST)
     partitions = [store_name(stream, s) for s in stream.stores]
     instance.add_dynamic_partitions("state_stores", partitions)
+    sensor = FailureSensor(stream, instance)
     validation = defs.resolve_job_def("state_validation_job")
     assert validation.execute_in_process(instance=instance, resources=resources).success
     assert statuses(instance, partitions) == dict.fromkeys(partitions, MATERIALIZED)
-    assert fail_broken(stream, instance) == []
+    assert sensor.fail_broken() == []
 
     lost, content = break_store(stream)
     broken = store_name(stream, stream.stores[1])
@@ -92,32 +138,40 @@ def test_a_validation_in_dagster_fails_exactly_the_broken_partition_until_it_is_
     assert not failing.success  # the blocking lineage_valid failed its step
     assert latest_states(instance)[broken]["status"] == "broken"
     assert statuses(instance, partitions)[broken] == MATERIALIZED  # until the sensor's tick
-    assert fail_broken(stream, instance) == [broken]
+    assert sensor.fail_broken() == [broken]
     truth = {p: FAILED if p == broken else MATERIALIZED for p in partitions}
     assert statuses(instance, partitions) == truth
     # Failed stays failed: the next validation observes the broken store, the sensor
     # has nothing left to fail.
     validation.execute_in_process(instance=instance, resources=resources, raise_on_error=False)
-    assert fail_broken(stream, instance) == []
+    assert sensor.fail_broken() == []
     assert statuses(instance, partitions) == truth
 
-    # The file restored, the next validation finds the store sound: materialized again.
+    # The file restored, the next validation finds the store sound: materialized again, and
+    # the sensor's run on the partition clears its page's banner.
     lost.write_bytes(content)
     assert validation.execute_in_process(instance=instance, resources=resources).success
     assert latest_states(instance)[broken]["status"] == "healthy"
     assert statuses(instance, partitions) == dict.fromkeys(partitions, MATERIALIZED)
-    assert fail_broken(stream, instance) == []
+    assert sensor.tick() == ([], [broken])
+    assert not page(instance, broken)["banner"]
+    assert sensor.tick() == ([], [])
 
 
-def test_a_validation_from_the_cli_fails_the_broken_partition_too(
+def test_the_failed_partition_shows_why_and_clears_once_sound(
     make_stream: Callable[..., StoreStream], instance: DagsterInstance
 ) -> None:
-    """The same through the catalog sensor's report of CLI runs; and a run on a store's
-    partition that executes once the store is sound again records it, never fails."""
+    """Validated from the CLI, the failures sensor may tick before the catalog sensor has
+    reported the validation: the failed partition's page shows the broken status and reason as
+    its latest metadata, none of its last sound materialization's values. Sound again, the
+    catalog sensor's report materializes the partition, and the failures sensor's run clears
+    the red banner of the page (its latest run). Then a run on the sound partition records
+    it, never fails."""
     stream = make_stream()
     stream.run(6)
     partitions = [store_name(stream, s) for s in stream.stores]
     instance.add_dynamic_partitions("state_stores", partitions)
+    sensor = FailureSensor(stream, instance)
     cli = Fleet(stream.catalog, owner="ops-laptop:4242")
     run_checks(cli, FAST)
     first = tick(stream, instance, None)
@@ -126,17 +180,26 @@ def test_a_validation_from_the_cli_fails_the_broken_partition_too(
     lost, content = break_store(stream)
     broken = store_name(stream, stream.stores[1])
     run_checks(cli, FAST)
-    second = tick(stream, instance, first.cursor)
-    assert fail_broken(stream, instance) == [broken]
+    assert sensor.fail_broken() == [broken]  # before the catalog sensor's report
     assert statuses(instance, partitions) == {
         p: FAILED if p == broken else MATERIALIZED for p in partitions
     }
+    shown = page(instance, broken)
+    assert shown["banner"] and not shown["stale"]
+    assert shown["metadata"]["status"] == "broken"
+    assert lost.name in shown["metadata"]["status_reason"]
+    second = tick(stream, instance, first.cursor)
+    assert page(instance, broken)["metadata"]["status"] == "broken"
 
     lost.write_bytes(content)
     run_checks(cli, FAST)
     tick(stream, instance, second.cursor)
     assert statuses(instance, partitions) == dict.fromkeys(partitions, MATERIALIZED)
-    assert fail_broken(stream, instance) == []
+    assert page(instance, broken)["banner"]  # the partition's latest run is the failed one
+    assert sensor.tick() == ([], [broken])
+    shown = page(instance, broken)
+    assert not shown["banner"] and shown["metadata"]["status"] == "healthy"
+    assert sensor.tick() == ([], [])
 
     # Materializing a sound store's partition records its state now; it never fails.
     job = defs.resolve_job_def("state_store_record_job")

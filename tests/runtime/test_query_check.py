@@ -23,11 +23,13 @@ from state_runtime.runtime import (
     StatefulQuery,
     Watermark,
     Window,
+    drop_duplicates,
     map_groups_with_state,
     running_aggregation,
     session_window_aggregation,
     windowed_aggregation,
 )
+from state_runtime.runtime.query_check import check_query
 
 pytestmark = pytest.mark.spark
 
@@ -35,9 +37,11 @@ INPUT = "user string, ts timestamp, other timestamp, label string, flag boolean,
 ROW = ("u", datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 1, tzinfo=UTC), "x", True, 1)
 
 
-def _windows(column: str, mode: str = "append", aggs: Sequence[Agg] = ()) -> StatefulOperator:
+def _windows(
+    column: str, mode: str = "append", aggs: Sequence[Agg] = (), operator_id: int = 0
+) -> StatefulOperator:
     return windowed_aggregation(
-        0, ["user"], "user string", column, Window(timedelta(seconds=10)),
+        operator_id, ["user"], "user string", column, Window(timedelta(seconds=10)),
         [Agg("n", "count"), *aggs], 2, output_mode=mode,  # type: ignore[arg-type]
     )  # fmt: skip
 
@@ -56,6 +60,18 @@ def _groups(event_time_column: str) -> StatefulOperator:
     )  # fmt: skip
 
 
+def _passes_rows(key: str, row: Any, state: Any) -> Any:
+    return None
+
+
+def _rows_out() -> StatefulOperator:
+    """A map_groups_with_state whose function outputs a ``ts`` of its own (Spark: a new
+    attribute, which no watermark marks)."""
+    return map_groups_with_state(
+        0, ["user"], "user string", "n bigint", "user string, ts timestamp", _passes_rows, 2
+    )
+
+
 CASES: list[tuple[str, Callable[[], list[StatefulOperator]], str | None, str]] = [
     ("missing watermark column", lambda: [_windows("ts")], "nope",
      r"the query's watermark: event-time column 'nope' is not in its input"),
@@ -64,6 +80,10 @@ CASES: list[tuple[str, Callable[[], list[StatefulOperator]], str | None, str]] =
     ("append windows off the watermark", lambda: [_windows("other")], "ts",
      r"windowed aggregation \(operator 0\): windows over column 'other', but the watermark is "
      r"on 'ts' in append mode \(rule: Spark refuses an append-mode aggregation"),
+    ("append windows over a function's output of the watermark's name",
+     lambda: [_rows_out(), _windows("ts", operator_id=1)], "ts",
+     r"windowed aggregation \(operator 1\): windows over column 'ts', which carries no "
+     r"watermark here: .* in append mode \(rule: Spark refuses"),
     ("update windows off the watermark", lambda: [_windows("other", "update")], "ts",
      r"must be over the watermark's column"),
     ("string window column", lambda: [_windows("label", "update")], "ts",
@@ -128,9 +148,30 @@ def _spark_query(session: SparkSession, inbox: Path, window_column: str, mode: s
     return stream.writeStream.outputMode(mode).format("noop").start()
 
 
+def _spark_chain(session: SparkSession, inbox: Path, first: str) -> Any:
+    """``first`` (a deduplication or a function of the groups that outputs ``ts``), then an
+    append-mode aggregation over windows of ``ts``."""
+    stream = session.readStream.schema(INPUT).json(str(inbox)).withWatermark("ts", "5 seconds")
+    if first == "function":
+
+        def rows(key: Any, frames: Any, state: Any) -> Any:
+            for frame in frames:
+                yield frame[["user", "ts"]]
+
+        stream = stream.groupBy("user").applyInPandasWithState(
+            rows, "user string, ts timestamp", "n long", "append", "NoTimeout"
+        )
+    else:
+        stream = stream.dropDuplicatesWithinWatermark(["user"])
+    counted = stream.groupBy("user", F.window("ts", "10 seconds")).count()
+    return counted.writeStream.outputMode("append").format("noop").start()
+
+
 def test_sparks_planner_agrees_on_append_mode_windows(spark: SparkSession, tmp_path: Path) -> None:
     """Spark refuses append-mode windows over a column other than the watermark's, and accepts
-    them over the watermark's column: the rule our check applies."""
+    them over the watermark's column: the rule our check applies. After another stateful
+    operator, Spark's watermark marks the column still if a deduplication passed it on, and
+    not if a function of the groups output it; so does our check (no job: it runs first)."""
     session = spark.newSession()
     inbox = tmp_path / "in"
     inbox.mkdir()
@@ -138,6 +179,16 @@ def test_sparks_planner_agrees_on_append_mode_windows(spark: SparkSession, tmp_p
     with pytest.raises(AnalysisException, match=refused):
         _spark_query(session, inbox, "other", "append")
     _spark_query(session, inbox, "ts", "append").stop()
+    with pytest.raises(AnalysisException, match=refused):
+        _spark_chain(session, inbox, "function")
+    _spark_chain(session, inbox, "deduplication").stop()
+
+    schema = session.createDataFrame([ROW], INPUT).schema
+    watermark = Watermark("ts", timedelta(seconds=5))
+    with pytest.raises(QueryRefused, match=r"windows over column 'ts', which carries no"):
+        check_query([_rows_out(), _windows("ts", operator_id=1)], watermark, schema)
+    deduplicated = drop_duplicates(0, ["user"], INPUT, watermark, 2, within_watermark=True)
+    check_query([deduplicated, _windows("ts", operator_id=1)], watermark, schema)
 
 
 def test_session_windows_in_update_mode_are_refused_as_by_sparks_planner(

@@ -2,17 +2,22 @@
 
 Writers, maintenance hosts and the database each have a clock, and hosts drift. Every time the
 catalog records (a lease's expiry, a run's start, a file's recording, the cutoff of the
-retention window) is the database's: this host's clock plus the offset to the database's,
-measured by one ``SELECT clock_timestamp()`` when first needed and again every
-:data:`REMEASURE_S` seconds (no extra round trip per call). A host minutes off therefore
-neither steals a live lease (it would see it expired) nor deletes a file inside the window
-(it would see it old). SQLite is one file on one host: its clock is that host's.
+retention window) is the database's. One ``SELECT clock_timestamp()`` reads it when first
+needed and again every :data:`REMEASURE_S` seconds; in between, the clock advances by this
+host's ``time.monotonic``, which no one sets: a host minutes off therefore neither steals a
+live lease (it would see it expired) nor deletes a file inside the window (it would see it
+old), and a wall-clock step on a long-running process (an NTP step, a VM resume) moves the
+catalog's clock not at all. Each reading also compares the host's wall clock with the
+monotonic one; when they part by more than :data:`STEP_TOLERANCE_S` (a step, or a suspend the
+monotonic clock slept through) the database is read again at once. SQLite is one file on one
+host: its clock is that host's.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -22,6 +27,24 @@ from sqlalchemy.engine import Connection, Engine
 from state_runtime.catalog.connection.engine import RetryPolicy, run_transaction
 
 REMEASURE_S: Final = 300.0
+STEP_TOLERANCE_S: Final = 1.0
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """The database's time at one instant, with this host's monotonic and wall clocks then."""
+
+    database: datetime
+    monotonic: float
+    wall: float
+
+    def stale(self) -> bool:
+        elapsed = time.monotonic() - self.monotonic
+        stepped = abs(time.time() - self.wall - elapsed) > STEP_TOLERANCE_S
+        return elapsed > REMEASURE_S or stepped
+
+    def now(self) -> datetime:
+        return self.database + timedelta(seconds=time.monotonic() - self.monotonic)
 
 
 class DatabaseClock:
@@ -30,34 +53,32 @@ class DatabaseClock:
     def __init__(self, engine: Engine, retry: RetryPolicy) -> None:
         self.engine = engine
         self.retry = retry
-        self._offset: timedelta | None = None
-        self._measured = 0.0
+        self._reading: _Reading | None = None
         self._lock = threading.Lock()
 
-    def sync(self) -> None:
-        """Measure the offset if it is missing or older than REMEASURE_S (PostgreSQL)."""
+    def _current(self) -> _Reading | None:
+        """The reading to go by, read again if missing, old or outrun by a step
+        (PostgreSQL; None for SQLite)."""
         if self.engine.dialect.name != "postgresql":
-            return
+            return None
         with self._lock:
-            if self._offset is None or time.monotonic() - self._measured > REMEASURE_S:
-                self._offset = run_transaction(
+            if self._reading is None or self._reading.stale():
+                self._reading = run_transaction(
                     self.engine, _measure, retry=self.retry, what="read the database clock"
                 )
-                self._measured = time.monotonic()
+            return self._reading
 
-    @property
-    def offset(self) -> timedelta:
-        """The database's clock minus this host's (zero for SQLite)."""
-        self.sync()
-        return self._offset or timedelta(0)
+    def sync(self) -> None:
+        """Read the database's clock now if due (so that no transaction waits on it)."""
+        self._current()
 
     def now(self) -> datetime:
-        return datetime.now(UTC) + self.offset
+        reading = self._current()
+        return datetime.now(UTC) if reading is None else reading.now()
 
 
-def _measure(connection: Connection) -> timedelta:
-    before = time.time()
+def _measure(connection: Connection) -> _Reading:
+    before, wall_before = time.monotonic(), time.time()
     found: datetime = connection.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
-    after = time.time()
-    local = datetime.fromtimestamp((before + after) / 2, UTC)
-    return found.astimezone(UTC) - local
+    after, wall_after = time.monotonic(), time.time()
+    return _Reading(found.astimezone(UTC), (before + after) / 2, (wall_before + wall_after) / 2)

@@ -4,7 +4,16 @@
   upgrade``) and these grants.
 - runtime: what a streaming job does: register stores and their schema histories, record
   batch intents, files, commits, holders, batch metrics and watermarks. SELECT, INSERT and
-  UPDATE on those tables, SELECT on the rest; no DELETE, no DDL.
+  UPDATE on those tables, SELECT on the rest; no DELETE, no DDL. On the three tables that
+  hold history (``stores``, ``checkpoint_files``, ``commit_log``) its UPDATE is narrowed to
+  the protocol's own transitions: column grants (a store's latest version and schemas, a
+  file's state, a replayed commit's checkpoint) and a trigger (:data:`GUARD_SQL`) that
+  refuses, for any role without DELETE, every other change of those columns: a file moves to
+  ``committed`` only when the commit log names its checkpoint, to ``orphan`` only when it no
+  longer does; a commit entry names only a recorded file of its own store and version (or,
+  for a version that changed nothing, no file and its previous version's checkpoint); a
+  store's latest version is one the commit log holds. So one statement (``UPDATE
+  checkpoint_files SET state = 'orphan'``) cannot doom the committed files of a store.
 - maintenance: the runtime's rights plus what snapshots, cleanup, validation, repair and
   leases need: INSERT, UPDATE and DELETE on every table but the owner's (the schema's
   revision and the role names); no DDL.
@@ -63,6 +72,83 @@ RUNTIME_WRITES = tuple(
     )
 )
 """The tables a streaming job inserts into and updates (never deletes from)."""
+GUARDED_UPDATES: dict[str, tuple[str, ...]] = {
+    stores.name: (
+        "key_schema",
+        "value_schema",
+        "latest_version",
+        "latest_checkpoint_id",
+        "last_committed_at",
+    ),
+    checkpoint_files.name: ("state", "state_changed_at", "state_reason"),
+    commit_log.name: ("checkpoint_id", "file_id", "committed_at"),
+}
+"""The columns the runtime may update in the tables that hold history (and no other)."""
+GUARD_SQL = """
+CREATE OR REPLACE FUNCTION {s}.state_protocol_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  committed boolean;
+  named boolean;
+BEGIN
+  IF has_table_privilege(TG_RELID, 'DELETE') THEN
+    RETURN NEW;  -- the owner and maintenance: restore, repair and cleanup move history
+  END IF;
+  IF TG_TABLE_NAME = 'checkpoint_files' THEN
+    IF NEW.state IS DISTINCT FROM OLD.state THEN
+      committed := EXISTS (SELECT 1 FROM {s}.commit_log c WHERE c.store_id = OLD.store_id
+        AND c.version = OLD.version AND c.checkpoint_id = OLD.checkpoint_id);
+      IF NOT ((OLD.state IN ('written', 'orphan') AND NEW.state = 'committed' AND committed)
+          OR (OLD.state IN ('written', 'committed') AND NEW.state = 'orphan' AND NOT committed))
+      THEN
+        RAISE EXCEPTION 'permission denied: file % (store %, version %) may not move from % '
+          'to % (the commit log %)', OLD.path, OLD.store_id, OLD.version, OLD.state,
+          NEW.state, CASE WHEN committed THEN 'names it' ELSE 'does not name it' END
+          USING ERRCODE = 'insufficient_privilege';
+      END IF;
+    END IF;
+  ELSIF TG_TABLE_NAME = 'commit_log' THEN
+    named := CASE WHEN NEW.file_id IS NULL THEN  -- a version that changed nothing
+      NOT EXISTS (SELECT 1 FROM {s}.checkpoint_files f WHERE f.store_id = NEW.store_id
+        AND f.version = NEW.version AND f.checkpoint_id = NEW.checkpoint_id)
+      AND (NEW.version = 1 OR EXISTS (SELECT 1 FROM {s}.commit_log c
+        WHERE c.store_id = NEW.store_id AND c.version = NEW.version - 1
+        AND c.checkpoint_id = NEW.checkpoint_id))
+    ELSE EXISTS (SELECT 1 FROM {s}.checkpoint_files f WHERE f.file_id = NEW.file_id
+        AND f.store_id = NEW.store_id AND f.version = NEW.version
+        AND f.checkpoint_id = NEW.checkpoint_id) END;
+    IF NOT named THEN
+      RAISE EXCEPTION 'permission denied: the commit of store %, version % may name only a '
+        'recorded file of that version (not file %, checkpoint %)', NEW.store_id,
+        NEW.version, NEW.file_id, NEW.checkpoint_id USING ERRCODE = 'insufficient_privilege';
+    END IF;
+  ELSIF (NEW.latest_version, NEW.latest_checkpoint_id)
+      IS DISTINCT FROM (OLD.latest_version, OLD.latest_checkpoint_id)
+    AND NOT EXISTS (SELECT 1 FROM {s}.commit_log c WHERE c.store_id = NEW.store_id
+      AND c.version = NEW.latest_version AND c.checkpoint_id = NEW.latest_checkpoint_id) THEN
+    RAISE EXCEPTION 'permission denied: store % may not name version % (%) as its latest: '
+      'the commit log does not hold it', NEW.store_id, NEW.latest_version,
+      NEW.latest_checkpoint_id USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  RETURN NEW;
+END $$
+"""
+"""The trigger function that holds a role without DELETE (the runtime) to the protocol's
+transitions on the tables of :data:`GUARDED_UPDATES` (see the module docstring)."""
+
+
+def guard_sql(s: str) -> list[str]:
+    """The guard's function and its trigger on each guarded table of schema ``s`` (quoted)."""
+    statements = [GUARD_SQL.replace("{s}", s).strip()]
+    for table in GUARDED_UPDATES:
+        statements += [
+            f"DROP TRIGGER IF EXISTS state_protocol_guard ON {s}.{_ident(table)}",
+            f"CREATE TRIGGER state_protocol_guard BEFORE UPDATE ON {s}.{_ident(table)} "
+            f"FOR EACH ROW EXECUTE FUNCTION {s}.state_protocol_guard()",
+        ]
+    return statements
+
+
 OWNER_TABLES = ("alembic_version", catalog_roles.name)
 """The tables only the owner writes: the schema's revision and the role names."""
 _ROLE_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -112,6 +198,7 @@ def grants_sql(roles: Roles, schema: str) -> list[str]:
         for name in (roles.runtime, roles.maintenance, roles.reader)
     ]
     written = ", ".join(f"{s}.{_ident(t)}" for t in RUNTIME_WRITES)
+    guarded = ", ".join(f"{s}.{_ident(t)}" for t in GUARDED_UPDATES)
     owners = ", ".join(f"{s}.{_ident(t)}" for t in OWNER_TABLES)
     read = ", ".join(f"{s}.{_ident(v)}" for v in reader_views())
     default = f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {s}"
@@ -121,6 +208,12 @@ def grants_sql(roles: Roles, schema: str) -> list[str]:
         f"REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM {reader}",
         f"GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {runtime}, {maintenance}",
         f"GRANT INSERT, UPDATE ON {written} TO {runtime}",
+        f"REVOKE UPDATE ON {guarded} FROM {runtime}",  # its column grants go with it
+        *(
+            f"GRANT UPDATE ({', '.join(columns)}) ON {s}.{_ident(table)} TO {runtime}"
+            for table, columns in GUARDED_UPDATES.items()
+        ),
+        *guard_sql(s),
         f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {maintenance}",
         f"REVOKE INSERT, UPDATE, DELETE ON {owners} FROM {maintenance}",
         f"REVOKE INSERT, UPDATE, DELETE ON {read} FROM {runtime}, {maintenance}",
@@ -157,9 +250,19 @@ def reapply_grants(connection: Connection) -> bool:
         return False
     schema = connection.execute(sa.text("SELECT current_schema()")).scalar_one()
     roles = Roles(recorded.pop("owner"), **recorded)
-    for statement in grants_sql(roles, schema):
-        connection.exec_driver_sql(statement)
+    _execute(connection, grants_sql(roles, schema))
     return True
+
+
+def _execute(connection: Connection, statements: list[str]) -> None:
+    """Run ``statements`` on the driver's own cursor: no %-parameter parsing (the guard's
+    messages hold ``%``)."""
+    cursor = connection.connection.cursor()
+    try:
+        for statement in statements:
+            cursor.execute(statement)
+    finally:
+        cursor.close()
 
 
 def catalog_grants(
@@ -185,8 +288,7 @@ def catalog_grants(
         roles = Roles(owner or found[0], **{k: v for k, v in names.items() if v is not None})
         statements = grants_sql(roles, found[1])
         if apply:
-            for statement in statements:
-                connection.exec_driver_sql(statement)
+            _execute(connection, statements)
         return statements
 
     return run_transaction(

@@ -313,9 +313,13 @@ def status_sql(dialect: str, limits: Mapping[str, str], f: str = "f") -> tuple[s
         for w, condition in warned.items()
     )
     broken, unknown = f"{f}.open_problems > 0", f"{f}.first_validated_at IS NULL"
+    restored = (
+        f"{f}.last_restored_at IS NOT NULL AND "
+        f"({f}.last_validated_at IS NULL OR {f}.last_restored_at > {f}.last_validated_at)"
+    )
     status = (
         f"CASE WHEN {broken} THEN {quote(s.StoreStatus.BROKEN)} "
-        f"WHEN {unknown} THEN {quote(s.StoreStatus.UNKNOWN)} "
+        f"WHEN {unknown} OR ({restored}) THEN {quote(s.StoreStatus.UNKNOWN)} "
         f"WHEN {degraded} THEN {quote(s.StoreStatus.DEGRADED)} "
         f"ELSE {quote(s.StoreStatus.HEALTHY)} END"
     )
@@ -323,15 +327,17 @@ def status_sql(dialect: str, limits: Mapping[str, str], f: str = "f") -> tuple[s
         f"CASE WHEN {f}.open_problems = 1 THEN {template_sql(s.ONE_PROBLEM, problem)}\n"
         f"  WHEN {broken} THEN {template_sql(s.SOME_PROBLEMS, problem)}\n"
         f"  WHEN {unknown} THEN {quote(s.NEVER_VALIDATED)}\n"
+        f"  WHEN {restored} THEN {quote(s.RESTORED)}\n"
         f"  WHEN {degraded} THEN substr({joined}, {len(s.WARNING_SEPARATOR) + 1})\n"
         f"  ELSE {quote(s.VALIDATED)} END"
     )
     started = [f"CASE WHEN {c} THEN {f}.{w.since} END" for w, c in warned.items()]
-    healthy = [f"{f}.first_validated_at", f"{f}.last_resolved_at"]
+    validated = _least(dialect, [f"{f}.first_validated_at", f"{f}.last_resolved_at"], largest=True)
     since = (
         f"CASE WHEN {broken} THEN {f}.problems_since WHEN {unknown} THEN {f}.created_at "
-        f"WHEN {degraded} THEN {_least(dialect, started)} "
-        f"ELSE {_least(dialect, healthy, largest=True)} END"
+        f"WHEN {restored} THEN {f}.last_restored_at "
+        f"WHEN {degraded} THEN {_least(dialect, [_least(dialect, started), validated], True)} "
+        f"ELSE {validated} END"
     )
     return status, reason, since
 
@@ -357,7 +363,9 @@ WITH live AS (
 ), problems AS (
     SELECT store_id, count(*) FILTER (WHERE resolved_at IS NULL) AS open_problems,
            min(detected_at) FILTER (WHERE resolved_at IS NULL) AS problems_since,
-           max(resolved_at) AS last_resolved_at
+           max(resolved_at) AS last_resolved_at,
+           max(resolved_at) FILTER (WHERE resolved_by_run IN (
+               SELECT run_id FROM maintenance_runs WHERE kind = 'restore')) AS last_restored_at
     FROM store_problems
     GROUP BY store_id
 ), first_problem AS (
@@ -377,7 +385,7 @@ SELECT s.store_id, s.created_at, s.latest_version,
        coalesce(live.orphan_bytes, 0) AS orphan_bytes, live.oldest_orphan_at,
        coalesce(problems.open_problems, 0) AS open_problems, problems.problems_since,
        first_problem.text AS first_problem, problems.last_resolved_at,
-       s.first_validated_at, s.last_validated_at
+       problems.last_restored_at, s.first_validated_at, s.last_validated_at
 FROM stores s
 LEFT JOIN snapshots ON snapshots.store_id = s.store_id
 LEFT JOIN commit_log chain
@@ -527,8 +535,15 @@ PG_ROOT_URI = """
 CREATE FUNCTION state_root_uri(root text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE
-      WHEN root LIKE '/%' THEN
-        'file://' || replace(replace(rtrim(root, '/'), '%', '%25'), ' ', '%20')
+      WHEN root LIKE '/%' THEN 'file://' || coalesce((
+        -- percent-encoded byte by byte, as Path.as_uri (how the runtime records a root)
+        SELECT string_agg(CASE
+            WHEN b BETWEEN 48 AND 57 OR b BETWEEN 65 AND 90 OR b BETWEEN 97 AND 122
+              OR b IN (45, 46, 47, 95, 126) THEN chr(b)
+            ELSE '%' || upper(lpad(to_hex(b), 2, '0')) END, '' ORDER BY i)
+        FROM (SELECT i, get_byte(convert_to(rtrim(root, '/'), 'UTF8'), i) AS b
+              FROM generate_series(0, octet_length(convert_to(rtrim(root, '/'), 'UTF8')) - 1)
+                AS i) AS bytes), '')
       ELSE regexp_replace(rtrim(root, '/'), '^s3a://', 's3://')
     END
 $$

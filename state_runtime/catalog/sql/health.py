@@ -23,7 +23,7 @@ from state_runtime.catalog.schema.reading_views import (
     read_runs,
     read_stores,
 )
-from state_runtime.catalog.schema.tables import FileState, Verification
+from state_runtime.catalog.schema.tables import FileState, RunKind, Verification
 from state_runtime.catalog.sql.retention import Scope, needed_files, verdicts
 from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.sql.statements import chunks
@@ -211,6 +211,7 @@ def store_health(
             sa.func.coalesce(problems.c.open_problems, 0).label("open_problems"),
             problems.c.problems_since,
             problems.c.last_resolved_at,
+            problems.c.last_restored_at,
             s.first_validated_at,
             s.last_validated_at,
             chain.c.committed_at.label("chain_since"),
@@ -242,15 +243,19 @@ def store_health(
 
 
 def _problems(scope: Scope) -> sa.Subquery:
-    """Per store: open problems, since when, and when a problem was last resolved."""
+    """Per store: open problems, since when, and when a problem was last resolved (by anything,
+    and by a restore: a restore is not a validation)."""
     p = read_problems.c
     is_open = p.resolved_at.is_(None)
+    restores = sa.select(read_runs.c.run_id).where(read_runs.c.kind == RunKind.RESTORE.value)
+    by_restore = p.resolved_by_run.in_(restores.scalar_subquery())
     return (
         sa.select(
             p.store_id,
             sa.func.sum(sa.case((is_open, 1), else_=0)).label("open_problems"),
             sa.func.min(sa.case((is_open, p.detected_at), else_=None)).label("problems_since"),
             sa.func.max(p.resolved_at).label("last_resolved_at"),
+            sa.func.max(sa.case((by_restore, p.resolved_at), else_=None)).label("last_restored_at"),
         )
         .where(scope.filter(p.store_id))
         .group_by(p.store_id)
@@ -303,6 +308,7 @@ def _health(row: Any, now: datetime, first_problem: str | None) -> StoreHealth:
         first_problem=first_problem,
         problems_since=row.problems_since,
         last_resolved_at=row.last_resolved_at,
+        last_restored_at=row.last_restored_at,
         first_validated_at=row.first_validated_at,
         last_validated_at=row.last_validated_at,
         chain_since=row.chain_since,
