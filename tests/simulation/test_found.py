@@ -20,12 +20,6 @@ IDLE_FILE_ROWS = pytest.mark.xfail(
     "never existed, fixed on branch idle-commits",
 )
 
-ENCODED_ROOTS = pytest.mark.xfail(
-    strict=True,
-    reason="issue 34: a root whose path needs percent-encoding is maintained at another "
-    "folder, fixed on branch defects34",
-)
-
 
 class OnAPlainRoot(PlatformMachine):
     """The idle-version cases on a root whose URI needs no encoding (one defect at a time)."""
@@ -144,10 +138,9 @@ def test_a_byte_identical_commit_retry_after_cleanup_when_every_store_changed() 
     )
 
 
-@ENCODED_ROOTS
 def test_a_root_that_needs_percent_encoding_is_validated_where_it_is() -> None:
-    """Found with the root in the machine's folder ``check points+%#é``: validation looks for the
-    files in another folder and calls every intact store broken."""
+    """Found with the root in the machine's folder ``check points+%#é``: validation looked for
+    the files in another folder and called every intact store broken (fixed by defects34)."""
     replay([run({0: {"a": 1}, 1: {"b": 1}}), ("validate", {"zero": False})])
 
 
