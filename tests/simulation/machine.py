@@ -84,9 +84,11 @@ class PlatformMachine(RuleBasedStateMachine):
     root_name = "check points+%#é"
     """The root's folder: a name that needs percent-encoding in the root's URI, so that every
     pass must find the folder the runtime writes to."""
-    stale_problems_allowed = True
-    """Whether health may still call a store broken for a file no retained version needs
-    (see :meth:`_stale`)."""
+    lenient_after_damage = True
+    """Whether health may call a store broken while it loads once a file of it was damaged on
+    purpose: validation reads a damaged file the loader passes over, and a loss's problem
+    stays open after a replay replaced the lost version, until the next validation (kept
+    strict in test_found.py)."""
     catalogs: Callable[[], str] | None = None
     """A fresh catalog's URL per run (postgres.py); None: a SQLite file in the run's folder."""
 
@@ -100,8 +102,7 @@ class PlatformMachine(RuleBasedStateMachine):
         self.model = Model(PARTITIONS)
         self.damaged = False
         self.damaged_stores: set[StoreId] = set()
-        """Stores with a file deleted or corrupted on purpose: health may call them broken
-        while they still load (validation reads a damaged file the loader passes over)."""
+        """Stores with a file deleted or corrupted on purpose (see ``lenient_after_damage``)."""
         self.validated = False
         """True from a validation until the next step that may change what loads."""
 
@@ -335,25 +336,14 @@ class PlatformMachine(RuleBasedStateMachine):
         p = self.platform
         reports = store_reports(p.fleet, policy(False), now=p.now())
         broken = {r.key.store for r in reports if r.status.status is StoreStatus.BROKEN}
-        false_alarms = broken - unloadable - self.damaged_stores - self._stale(broken)
+        excused = self.damaged_stores if self.lenient_after_damage else set()
+        false_alarms = broken - unloadable - excused
         assert not false_alarms, (
             f"health calls {false_alarms} broken, all of it loads: "
             + "; ".join(str(x) for x in p.catalog.problems(root=p.root))
         )
         if self.validated:
             assert unloadable <= broken, f"validation missed {unloadable - broken}"
-
-    def _stale(self, broken: set[StoreId]) -> set[StoreId]:
-        """Stores broken only by problems about files no retained version needs any more (a
-        loss a replay has since replaced): known, and left to the next validation to close
-        (test_found.py keeps the case); empty when ``stale_problems_allowed`` is off."""
-        if not self.stale_problems_allowed:
-            return set()
-        p = self.platform
-        needed = {f.path for v in self._retained() for f in v.files}
-        problems = p.catalog.problems(root=p.root)
-        current = {x.key.store for x in problems if x.path is None or x.path in needed}
-        return broken - current
 
     @invariant()
     def the_last_batch_is_committed(self) -> None:

@@ -152,7 +152,7 @@ STALE_PROBLEMS = pytest.mark.xfail(
 
 
 class Strict(OnAPlainRoot):
-    stale_problems_allowed = False
+    lenient_after_damage = False
 
 
 @STALE_PROBLEMS
