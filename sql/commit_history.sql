@@ -18,10 +18,10 @@ SELECT c.batch_id,
        min(c.version) AS min_version,
        max(c.version) AS max_version,
        sum(f.size_bytes) AS checkpoint_bytes,
-       sum(f.rows) AS state_rows,
+       sum(f.rows) AS state_rows,  -- of the stores that changed
        m.rows_in, m.keys_updated, m.commit_ms, m.cache_hits, m.cache_misses
 FROM commit_log c
-JOIN checkpoint_files f ON f.file_id = c.file_id
+LEFT JOIN checkpoint_files f ON f.file_id = c.file_id  -- none: the store changed nothing
 JOIN stores s ON s.store_id = c.store_id
 LEFT JOIN batch_metrics m
   ON m.checkpoint_root = s.checkpoint_root AND m.query_id = c.query_id

@@ -5,7 +5,9 @@
 --
 -- Starts at the committed (version, checkpoint id) (default: the latest) and follows each
 -- delta's base checkpoint id down to a live snapshot or version 1, as the loader does. A
--- step whose snapshot and delta are both absent shows kind 'MISSING': the chain is broken.
+-- step whose snapshot and delta are both absent shows kind 'MISSING': the chain is broken;
+-- a version that changed nothing shows 'unchanged (no file)' (its commit names its parent's
+-- checkpoint) and the walk goes on at its parent.
 -- verification: whether the file's bytes were checked since it was written; cleanup counts
 -- only on verified snapshots (an unverified or failed one keeps its deltas).
 \if :{?root}
@@ -46,13 +48,19 @@ WITH RECURSIVE target AS (
 ), walk (store_id, version, checkpoint_id, depth) AS (
     SELECT store_id, version, checkpoint_id, 0 FROM target
   UNION ALL
-    SELECT d.store_id, d.version - 1, d.base_checkpoint_id, w.depth + 1
+    -- a version that changed nothing has no file: its commit names its parent's checkpoint
+    SELECT w.store_id, w.version - 1, coalesce(d.base_checkpoint_id, w.checkpoint_id),
+           w.depth + 1
     FROM walk w
-    JOIN checkpoint_files d
+    LEFT JOIN checkpoint_files d
       ON d.store_id = w.store_id AND d.version = w.version
      AND d.checkpoint_id = w.checkpoint_id AND d.kind = 'delta'
      AND d.state IN ('written', 'committed', 'orphan')
-    WHERE d.version > 1
+    LEFT JOIN commit_log idle
+      ON idle.store_id = w.store_id AND idle.version = w.version
+     AND idle.checkpoint_id = w.checkpoint_id AND idle.file_id IS NULL
+    WHERE w.version > 1
+      AND (d.file_id IS NOT NULL OR idle.commit_id IS NOT NULL)
       AND NOT EXISTS (
           SELECT 1 FROM checkpoint_files snap
           WHERE snap.store_id = w.store_id AND snap.version = w.version
@@ -62,6 +70,7 @@ WITH RECURSIVE target AS (
 SELECT w.depth, w.version, w.checkpoint_id,
        CASE WHEN snap.file_id IS NOT NULL THEN 'snapshot'
             WHEN delta.file_id IS NOT NULL THEN 'delta'
+            WHEN idle.commit_id IS NOT NULL THEN 'unchanged (no file)'
             ELSE 'MISSING' END AS kind,
        coalesce(snap.path, delta.path) AS path,
        coalesce(snap.state, delta.state) AS state,
@@ -78,4 +87,7 @@ LEFT JOIN checkpoint_files delta
   ON delta.store_id = w.store_id AND delta.version = w.version
  AND delta.checkpoint_id = w.checkpoint_id AND delta.kind = 'delta'
  AND delta.state IN ('written', 'committed', 'orphan')
+LEFT JOIN commit_log idle
+  ON idle.store_id = w.store_id AND idle.version = w.version
+ AND idle.checkpoint_id = w.checkpoint_id AND idle.file_id IS NULL
 ORDER BY w.depth;

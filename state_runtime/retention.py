@@ -8,7 +8,11 @@ This module is the one home of the rule; it holds no SQL. Change retention here.
   ``r`` (version ``s``; 0 when there is none) plus the committed deltas ``s+1..r``. Those files
   are **needed**. A snapshot counts only once its bytes were verified after it was written
   (checksum, size, header naming the right store, version and id): an unverified or damaged
-  snapshot supersedes nothing, so the deltas it would replace stay needed.
+  snapshot supersedes nothing, so the deltas it would replace stay needed. *Committed* is the
+  commit log's word, not a file row's state: the catalog takes the needed files from the
+  commit-log entries (a delta an entry names, a snapshot of a committed (version, id)), so a
+  file a retained commit needs is never deletable whatever its state says. A version that
+  changed nothing is a commit without a file (its parent's checkpoint): it adds no file.
 - The store's **floor** is the lowest base any retained version loads from. A damaged or
   unverified snapshot at or above the floor is kept (to be repaired, or verified).
 - A store with an open validation failure is **held**: none of its committed files is deleted
@@ -357,12 +361,13 @@ def loading_files(files: Sequence[StoreFile], version: int) -> list[StoreFile]:
     return sorted(chosen, key=lambda f: (f.version, f.kind is FileKind.DELTA))
 
 
-def intact(files: Sequence[StoreFile], version: int) -> bool:
+def intact(files: Sequence[StoreFile], version: int, idle: Collection[int] = ()) -> bool:
     """Whether ``version`` has a complete path of committed files none of which failed
-    verification: a verified base snapshot (or version 0) and every delta above it."""
+    verification: a verified base snapshot (or version 0) and a delta at every version above
+    it, except the versions in ``idle`` (committed without a file: they changed nothing)."""
     usable = [f for f in files if _usable(f)]
     base = base_version(usable, version)
-    present = {f.version for f in usable if f.kind is FileKind.DELTA}
+    present = {f.version for f in usable if f.kind is FileKind.DELTA} | set(idle)
     return all(v in present for v in range(base + 1, version + 1))
 
 
@@ -438,12 +443,17 @@ def judge_store(
 
 
 def still_intact(
-    files: Sequence[StoreFile], latest: int, policy: RetentionPolicy, without: str
+    files: Sequence[StoreFile],
+    latest: int,
+    policy: RetentionPolicy,
+    without: str,
+    idle: Collection[int] = (),
 ) -> Mapping[int, bool]:
     """For each retained version, whether it still loads from intact files when the file at
-    ``without`` is gone (what ``explain`` reports for a missing or damaged file)."""
+    ``without`` is gone (what ``explain`` reports for a missing or damaged file; ``idle``: the
+    versions committed without a file)."""
     rest = [f for f in files if f.path != without]
-    return {v: intact(rest, v) for v in retained_versions(latest, policy.retain_versions)}
+    return {v: intact(rest, v, idle) for v in retained_versions(latest, policy.retain_versions)}
 
 
 def _versions(versions: Sequence[int]) -> str:

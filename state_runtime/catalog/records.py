@@ -339,14 +339,15 @@ class BatchWatermark:
 
 @dataclass(frozen=True, slots=True)
 class CommittedDelta:
-    """The delta file one batch committed for one store, with its inventory state."""
+    """The delta file one batch committed for one store, with its inventory state; ``path``
+    and ``state`` are None when the batch changed nothing in the store (no file, no changes)."""
 
     store: StoreId
     query_id: str
     batch_id: int
     ref: CheckpointRef
-    path: str
-    state: str
+    path: str | None
+    state: str | None
 
 
 @dataclass(frozen=True, slots=True)

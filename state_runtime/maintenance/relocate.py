@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 
 from state_runtime.catalog import Catalog, FileState
 from state_runtime.errors import InvalidArgument, MaintenanceRefused
-from state_runtime.identity import FileKind, parse_file_name
 from state_runtime.storage import Storage, open_storage
-from state_runtime.store.loader import unchanged
 
 
 @dataclass
@@ -40,15 +38,7 @@ def relocate_root(
     if storage.uri in catalog.roots():
         raise InvalidArgument(f"the catalog already records stores below {storage.uri}")
     known = catalog.known_paths(old)
-    folders: dict[str, set[str]] = {}
-    for path in known:
-        folder, _, name = path.rpartition("/")
-        folders.setdefault(folder, set()).add(name)
-    committed = sorted(
-        path
-        for path, state in known.items()
-        if state == FileState.COMMITTED.value and not _without_file(path, folders)
-    )
+    committed = sorted(path for path, state in known.items() if state == FileState.COMMITTED.value)
     report = RelocationReport(old=old, new=storage.uri, files_checked=len(committed))
     report.missing = [path for path in committed if not storage.exists(path)]
     if not execute:
@@ -61,13 +51,3 @@ def relocate_root(
     report.stores_moved = catalog.relocate_root(old, storage.uri)
     report.executed = True
     return report
-
-
-def _without_file(path: str, folders: dict[str, set[str]]) -> bool:
-    """Whether ``path`` is the record of a version that changed nothing (it shares its id
-    with a file of the same store at a lower version; see docs/checkpoint-format.md)."""
-    folder, _, name = path.rpartition("/")
-    parsed = parse_file_name(name)
-    if parsed is None or parsed.kind is not FileKind.DELTA:
-        return False
-    return unchanged(parsed.ref, folders[folder])

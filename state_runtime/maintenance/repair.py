@@ -176,7 +176,7 @@ def _rebuild(fleet: Fleet, damaged: FileRecord, run_id: int) -> tuple[RepairStat
     storage = fleet.storage(key.root)
     files = [f for f in catalog.store_files(key.root, key.store) if f.path != damaged.path]
     facts = [f.facts() for f in files]
-    if not intact(facts, damaged.version):
+    if not intact(facts, damaged.version, catalog.idle_versions(key.root, key.store)):
         return RepairStatus.UNREPAIRABLE, (
             f"version {damaged.version} has no intact path below its snapshot: its deltas "
             "are missing or damaged (restore them, then repair)"
@@ -189,9 +189,11 @@ def _rebuild(fleet: Fleet, damaged: FileRecord, run_id: int) -> tuple[RepairStat
     info = provider.snapshot(damaged.version, damaged.checkpoint_id)
     data = staging.staged[info.path]
     problem = verify_bytes(data, expected_of(info))
-    delta = next(f for f in files if f.version == damaged.version and f.path in chain)
-    if problem is None and info.rows != delta.rows:
-        problem = f"the rebuilt state has {info.rows} rows, the commit recorded {delta.rows}"
+    # the newest file of the chain holds the version's row count (the versions above it, if
+    # any, changed nothing)
+    newest = max((f for f in files if f.path in chain), key=lambda f: f.version)
+    if problem is None and info.rows != newest.rows:
+        problem = f"the rebuilt state has {info.rows} rows, the commit recorded {newest.rows}"
     if problem is not None:
         return RepairStatus.FAILED, f"the rebuilt snapshot does not verify: {problem}"
     try:

@@ -221,7 +221,7 @@ def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef) -> str | None:
     facts = [f.facts() for f in files]
     if ref.version == 0:
         return None
-    if not intact(facts, ref.version):
+    if not intact(facts, ref.version, fleet.catalog.idle_versions(key.root, key.store)):
         return "the catalog has no complete chain of files for it (deleted or failed files)"
     by_path = {f.path: f for f in files}
     for fact in loading_files(facts, ref.version):

@@ -194,16 +194,16 @@ def _check_chains(
     for version in (r for r in retained if r.ref.version >= start):
         top = next((f for f in reversed(version.files) if f.version == version.ref.version), None)
         below = by_version.get(version.ref.version - 1)
-        if (
-            top is not None
-            and below is not None
-            and top.base_checkpoint_id != below.ref.checkpoint_id
-        ):
+        # a complete version without a file of its own changed nothing: it commits its
+        # parent's checkpoint, so it builds on its own id
+        base = top.base_checkpoint_id if top is not None else None
+        if top is None and version.complete:
+            base = version.ref.checkpoint_id
+        if base is not None and below is not None and base != below.ref.checkpoint_id:
             error(
                 f"commit log is not linear: version {version.ref.version} builds on "
-                f"{version.ref.version - 1}_{top.base_checkpoint_id}, but "
-                f"{below.ref} is committed",
-                top.path,
+                f"{version.ref.version - 1}_{base}, but {below.ref} is committed",
+                None if top is None else top.path,
                 version.ref.version,
             )
         if not version.complete:

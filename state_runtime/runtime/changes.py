@@ -73,7 +73,7 @@ def _read_deltas(
 
 
 def _check(deltas: list[CommittedDelta], start: int, end: int, operator_id: int) -> None:
-    gone = [d for d in deltas if d.state not in LIVE_STATES]
+    gone = [d for d in deltas if d.state is not None and d.state not in LIVE_STATES]
     if gone:
         first = gone[0]
         raise ChangesCleanedUp(
@@ -115,7 +115,11 @@ def changes_plan(
         _check(deltas, start_batch_id, end_batch_id, operator_id)
         history = store_history(catalog, root, operator_id, store_name)
     schema = history.newest.schema
-    rows = [(d.batch_id, d.store.partition_id, d.ref.version, d.ref.checkpoint_id) for d in deltas]
+    rows = [
+        (d.batch_id, d.store.partition_id, d.ref.version, d.ref.checkpoint_id)
+        for d in deltas
+        if d.path is not None  # a batch that changed nothing in a store has no changes to read
+    ]
     out = StructType(
         [
             StructField("batch_id", LongType(), False),

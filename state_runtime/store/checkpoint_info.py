@@ -46,7 +46,8 @@ class CheckpointInfo:
     @property
     def has_file(self) -> bool:
         """False for a version that changed nothing: it keeps its parent's checkpoint id and
-        nothing is written (``path`` names a file that never exists; 0 bytes)."""
+        nothing is written (``path`` names a file that never exists; 0 bytes). The catalog
+        records no file for it: its commit names its parent's checkpoint."""
         return self.kind is FileKind.SNAPSHOT or self.checkpoint_id != self.base_checkpoint_id
 
     def to_dict(self) -> dict[str, Any]:

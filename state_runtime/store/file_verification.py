@@ -24,7 +24,6 @@ from state_runtime.store.checkpoint_format import (
     decode,
     read_header,
 )
-from state_runtime.store.checkpoint_info import NO_FILE_CHECKSUM
 from state_runtime.store.schema_files import fetch
 
 MISSING = "file is missing from storage"
@@ -41,16 +40,6 @@ class Expected:
     size: int
     checksum: str
     base_checkpoint_id: str | None
-
-    @property
-    def has_no_file(self) -> bool:
-        """A delta recorded for a version that changed nothing (see ``CheckpointInfo.has_file``)."""
-        return (
-            self.kind is FileKind.DELTA
-            and self.size == 0
-            and self.checksum == NO_FILE_CHECKSUM
-            and self.ref.checkpoint_id == self.base_checkpoint_id
-        )
 
 
 def verify_bytes(
@@ -90,10 +79,7 @@ def verify_bytes(
 
 
 def verify_file(storage: Storage, expected: Expected) -> tuple[str | None, int]:
-    """Read the file and verify it: (problem or None, bytes read). A version that changed
-    nothing has no file to read (its record says 0 bytes, its parent's id): it is intact."""
-    if expected.has_no_file:
-        return None, 0
+    """Read the file and verify it: (problem or None, bytes read)."""
     try:
         data = storage.read(expected.path)
     except StorageFileNotFound:

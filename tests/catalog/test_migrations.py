@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -276,4 +277,85 @@ def test_upgrading_to_verified_snapshots_keeps_every_row_and_keeps_more(empty_ur
     assert [f.kind.value for f in newest.files] == ["snapshot"]
     deletable = catalog.deletable_files(policy, root="/ckpt", now=later)
     assert [v.file.path for v in deletable] == [f"state/0/3/default/2_{ID2}.delta"]
+    catalog.close()
+
+
+def test_upgrading_drops_the_records_of_versions_that_changed_nothing(empty_url: str) -> None:
+    """A catalog at 0013 recorded versions 3 and 4 (which changed nothing) as 0-byte deltas
+    whose paths never existed; a false loss was recorded against one, cleanup "deleted" the
+    other. After the upgrade their commits name no file, the records, their ledger entry and
+    the false problem are gone, and every version loads (health sees no broken store)."""
+    engine = create_catalog_engine(empty_url)
+    upgrade(engine, "0013_operator_layouts")
+    with engine.begin() as connection:
+        _fill_revision_1(connection)
+        t = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+        ts = t.replace(tzinfo=None) if connection.dialect.name == "sqlite" else t
+        idle = sa.text(
+            "INSERT INTO checkpoint_files (store_id, path, kind, version, checkpoint_id,"
+            " base_checkpoint_id, lineage, size_bytes, rows, file_rows, checksum, created_at,"
+            " recorded_at, state, state_changed_at, claimed_by_run)"
+            " VALUES (1, :path, 'delta', :v, :id, :id, :lineage, 0, 5, 0, :sum, :t, :t, :state,"
+            " :t, :run)"
+        )
+        for v, state, run in ((3, "committed", None), (4, "deleted", 1)):
+            connection.execute(
+                idle,
+                {
+                    "path": f"state/0/3/default/{v}_{ID2}.delta",
+                    "v": v,
+                    "id": ID2,
+                    "lineage": f'[[{v - 1}, "{ID2}"]]',
+                    "sum": hashlib.sha256(b"").hexdigest(),
+                    "t": ts,
+                    "state": state,
+                    "run": run,
+                },
+            )
+        for batch, v, file_id in ((2, 3, 4), (3, 4, 5)):
+            connection.execute(
+                sa.text(
+                    "INSERT INTO commit_log (query_id, batch_id, store_id, version,"
+                    " checkpoint_id, file_id, committed_at) VALUES ('q', :b, 1, :v, :id, :f, :t)"
+                ),
+                {"b": batch, "v": v, "id": ID2, "f": file_id, "t": ts},
+            )
+        connection.execute(
+            sa.text(
+                "INSERT INTO deletion_ledger (file_id, run_id, reason, deleted_at)"
+                " VALUES (5, 1, 'superseded', :t)"
+            ),
+            {"t": ts},
+        )
+        connection.execute(
+            sa.text(
+                "INSERT INTO store_problems (store_id, path, version, problem, detected_at)"
+                " VALUES (1, :path, 3, 'storage no longer has it', :t)"
+            ),
+            {"path": f"state/0/3/default/3_{ID2}.delta", "t": ts},
+        )
+        connection.execute(
+            sa.text("UPDATE stores SET latest_version = 4 WHERE store_id = 1"),
+        )
+    upgrade(engine)
+    with engine.connect() as connection:
+        paths = set(connection.execute(sa.text("SELECT path FROM checkpoint_files")).scalars())
+        entries = connection.execute(
+            sa.text("SELECT version, file_id FROM commit_log ORDER BY version")
+        ).all()
+    engine.dispose()
+    assert paths == {
+        f"state/0/3/default/{v}_{i}.delta" for v, i in ((1, ID1), (2, ID2), (2, ID2_OLD))
+    }
+    assert [tuple(e) for e in entries] == [(1, 1), (2, 2), (3, None), (4, None)]
+
+    catalog = Catalog.open(empty_url, retry=FAST_RETRY)
+    store = StoreId(0, 3)
+    assert catalog.idle_versions("/ckpt", store) == {3, 4}
+    newest, below = catalog.retained_versions("/ckpt", store)
+    assert newest.ref == CheckpointRef(4, ID2) and newest.complete and below.complete
+    assert [f.version for f in newest.files] == [1, 2]
+    assert [d.path for d in catalog.deletion_history()] == [f"state/0/3/default/2_{ID2_OLD}.delta"]
+    (health,) = catalog.store_health(RetentionPolicy())
+    assert health.open_problems == 0 and health.versions_loadable == 4
     catalog.close()

@@ -160,10 +160,13 @@ def test_cleanup_claims_deletes_and_records_with_reasons(catalog: Catalog) -> No
     assert {v.file.path for v in claimed} == expected
     assert catalog.deletable_files(POLICY, root=ROOT, store=A, now=NOW) == []
 
-    # A commit that names a claimed file is refused: its file is about to disappear.
+    # A commit that newly names a claimed file is refused: its file is about to disappear.
     claimed_delta = files["d3"]
     with pytest.raises(CommitConflict, match="deleting or deleted"):
-        catalog.commit_batch(ROOT, QUERY, 2, [claimed_delta, stream.committed[B][2]])
+        catalog.commit_batch(ROOT, QUERY, 99, [claimed_delta])
+    # Retrying the commit of the batch that committed it is a no-op (docs/catalog.md).
+    again = catalog.commit_batch(ROOT, QUERY, 2, [claimed_delta, stream.committed[B][2]])
+    assert (again.replaced, again.orphaned_files) == ({}, 0)
 
     # A crashed run's claims come back to the next run.
     rerun = catalog.start_run("cleanup", "test")

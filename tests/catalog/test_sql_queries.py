@@ -334,3 +334,33 @@ def test_a_missing_variable_is_one_clear_line(
     assert done.stdout == "" and done.returncode == 3, (done.returncode, done.stderr)
     assert f"ERROR:  sql/{name} needs -v {missing}=..." in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and "syntax error" not in done.stderr
+
+
+def test_lineage_and_commit_history_pass_over_versions_that_changed_nothing(
+    pg_catalog: Catalog,
+) -> None:
+    """Versions 2 and 3 changed nothing (commits of version 1's checkpoint, no file): the
+    lineage of version 4 walks over them to version 1, and the commit history lists them."""
+    store, root = StoreId(0, 0), "s3://bucket/idle"
+    first = info(store, 1, None)
+    chain = [first]
+    for version in (2, 3):
+        parent = chain[-1].checkpoint_id
+        chain.append(info(store, version, parent, checkpoint_id=parent, size=0))
+    chain.append(info(store, 4, first.checkpoint_id))
+    for batch, checkpoint in enumerate(chain):
+        pg_catalog.commit_batch(root, QUERY, batch, [checkpoint])
+    rows = run_psql(pg_catalog, "lineage.sql", root=root, operator=0, partition=0)
+    assert [(r["version"], r["kind"]) for r in rows] == [
+        ("4", "delta"),
+        ("3", "unchanged (no file)"),
+        ("2", "unchanged (no file)"),
+        ("1", "delta"),
+    ]
+    history = run_psql(pg_catalog, "commit_history.sql", query=QUERY)
+    assert [(r["batch_id"], r["checkpoint_bytes"]) for r in history] == [
+        ("3", "1000"),
+        ("2", ""),
+        ("1", ""),
+        ("0", "1000"),
+    ]

@@ -55,6 +55,18 @@ class InventoryCalls(CatalogBase):
 
         return self._run("read store files", work)
 
+    def idle_versions(self, root: str, store: StoreId) -> frozenset[int]:
+        """The store's committed versions that changed nothing: each is a commit of its
+        parent's checkpoint and names no file (the loading chain passes over them)."""
+
+        def work(connection: Connection) -> frozenset[int]:
+            found = lookups.store_ids(connection, root, [store])
+            if store not in found:
+                return frozenset()
+            return retention_sql.idle_versions(connection, found[store])
+
+        return self._run("read idle versions", work)
+
     def record_snapshot(
         self,
         root: str,

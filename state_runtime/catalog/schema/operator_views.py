@@ -494,7 +494,7 @@ SELECT s.checkpoint_root, s.operator_id, s.partition_id, s.store_name,
        d.deleted_at, d.run_id AS deleted_by_run, d.reason AS deletion_reason
 FROM commit_log c
 JOIN stores s ON s.store_id = c.store_id
-JOIN checkpoint_files f
+LEFT JOIN checkpoint_files f
   ON f.store_id = c.store_id AND f.version = c.version AND f.checkpoint_id = c.checkpoint_id
 LEFT JOIN deletion_ledger d ON d.file_id = f.file_id
 """

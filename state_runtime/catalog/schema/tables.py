@@ -231,7 +231,7 @@ commit_log = sa.Table(
         "file_id",
         _id_type(),
         sa.ForeignKey("checkpoint_files.file_id", name="fk_commit_log_file_id"),
-        nullable=False,
+        nullable=True,  # NULL: the version changed nothing; it commits its parent's checkpoint
     ),
     sa.Column("committed_at", UtcDateTime(), nullable=False),
     sa.UniqueConstraint("query_id", "batch_id", "store_id", name="uq_commit_log_batch_store"),

@@ -5,11 +5,14 @@ stateful operators together. The commit log then names exactly those ids; their 
 committed; other attempts at the same versions turn orphan. Re-committing a batch (a replay)
 replaces its entries in the same transaction and orphans the files it replaced. Each store's
 committed versions stay a linear chain: version ``v`` must build on the committed ``v - 1``.
+A version that changed nothing is a commit of its parent's checkpoint: its entry has the
+parent's id and no file (``file_id`` NULL), and nothing is recorded for it, so its replay or
+retry always commits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,8 +22,8 @@ from sqlalchemy.engine import Connection
 from state_runtime.catalog.records import BatchCommit, CommitEntry
 from state_runtime.catalog.schema.reading_views import read_commits, read_stores
 from state_runtime.catalog.schema.tables import FileState, checkpoint_files, commit_log, stores
-from state_runtime.catalog.sql.inventory import RecordedFile, record_files
-from state_runtime.catalog.sql.lookups import committed_ids_at
+from state_runtime.catalog.sql.inventory import RecordedFile, check_info, record_locked
+from state_runtime.catalog.sql.lookups import committed_ids_at, ensure_stores, lock_stores
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.rows import is_store, key_of, store_id_of
 from state_runtime.catalog.sql.statements import chunks
@@ -68,19 +71,13 @@ def commit_batch(
 
     chosen = {info.path for info in infos}
     extra = {d.path: d for d in duplicates if d.path not in chosen}
-    files = record_files(connection, root, [*infos, *extra.values()], now)
-    for info in infos:
-        recorded = files[info.path]
-        if recorded.state in (FileState.DELETING, FileState.DELETED):
-            raise CommitConflict(
-                f"batch {batch_id} names a file that cleanup run {recorded.claimed_by_run} is "
-                f"deleting or deleted; replay the batch to write a new checkpoint",
-                store=info.store,
-                version=info.version,
-                checkpoint_id=info.checkpoint_id,
-                path=info.path,
-            )
-    by_store = {files[i.path].store_id: i for i in infos}
+    every = [*infos, *extra.values()]
+    for info in every:
+        check_info(info)
+    ids = ensure_stores(connection, root, (i.store for i in every), now)
+    lock_stores(connection, ids.values())
+    files = record_locked(connection, ids, every, now)
+    by_store = {ids[i.store]: i for i in infos}
     latest = _latest(connection, by_store)
     old = _batch_entries(connection, root, query_id, batch_id)
     missing = set(old) - set(by_store)
@@ -101,6 +98,7 @@ def commit_batch(
             "ids (pass replace=True to re-commit a replayed batch)"
         )
     new = {sid: info for sid, info in by_store.items() if sid not in old or sid in changed}
+    _check_not_deleted(new.values(), files, batch_id)
     parents = committed_ids_at(
         connection, {(sid, info.version - 1) for sid, info in new.items() if info.version > 1}
     )
@@ -119,6 +117,25 @@ def commit_batch(
         replaced=replaced,
         orphaned_files=orphaned,
     )
+
+
+def _check_not_deleted(
+    infos: Iterable[CheckpointInfo], files: dict[str, RecordedFile], batch_id: int
+) -> None:
+    """Refuse to commit a file that cleanup is deleting or deleted. Only what the commit newly
+    names is checked: a batch already committed with the same ids is a no-op whatever
+    happened to its files since, and a version that changed nothing names no file at all."""
+    for info in infos:
+        recorded = files.get(info.path) if info.has_file else None
+        if recorded is not None and recorded.state in (FileState.DELETING, FileState.DELETED):
+            raise CommitConflict(
+                f"batch {batch_id} names a file that cleanup run {recorded.claimed_by_run} is "
+                f"deleting or deleted; replay the batch to write a new checkpoint",
+                store=info.store,
+                version=info.version,
+                checkpoint_id=info.checkpoint_id,
+                path=info.path,
+            )
 
 
 def _check_linear(
@@ -190,7 +207,7 @@ def _apply(
                 {
                     "entry": entry["commit_id"],
                     "new_id": new[sid].checkpoint_id,
-                    "new_file": files[new[sid].path].file_id,
+                    "new_file": _file_id(new[sid], files),
                 }
                 for sid, entry in changed.items()
             ],
@@ -208,7 +225,7 @@ def _apply(
                     "store_id": sid,
                     "version": info.version,
                     "checkpoint_id": info.checkpoint_id,
-                    "file_id": files[info.path].file_id,
+                    "file_id": _file_id(info, files),
                     "committed_at": now,
                 }
                 for sid, info in added
@@ -256,6 +273,12 @@ def _apply(
             )
         )
     return orphaned
+
+
+def _file_id(info: CheckpointInfo, files: dict[str, RecordedFile]) -> int | None:
+    """The file a commit-log entry names: None for a version that changed nothing (it
+    commits its parent's checkpoint, which has no file of its own at this version)."""
+    return files[info.path].file_id if info.has_file else None
 
 
 def _files_at_versions(

@@ -21,7 +21,7 @@ def committed_deltas(
     query_id: str | None,
 ) -> list[CommittedDelta]:
     """The committed delta of every partition of a store for batches in ``[start, end]``,
-    in batch then partition order."""
+    in batch then partition order (without a path where a batch changed nothing)."""
     validate_root(root)
     validate_non_negative(operator_id, "operator id")
     validate_name(store_name, "store name")
@@ -33,7 +33,7 @@ def committed_deltas(
             s.partition_id, c.query_id, c.batch_id, c.version, c.checkpoint_id, f.path, f.state
         )
         .join(stores, s.store_id == c.store_id)
-        .join(checkpoint_files, f.file_id == c.file_id)
+        .outerjoin(checkpoint_files, f.file_id == c.file_id)  # none: the batch changed nothing
         .where(
             s.checkpoint_root == root,
             s.operator_id == operator_id,

@@ -17,7 +17,7 @@ from state_runtime.catalog.records import (
 from state_runtime.catalog.schema.reading_views import read_deletions, read_files, read_stores
 from state_runtime.catalog.schema.tables import FileState, Verification
 from state_runtime.catalog.sql.lookups import files_at
-from state_runtime.catalog.sql.retention import Scope, live_files, verdict_rows
+from state_runtime.catalog.sql.retention import Scope, idle_versions, live_files, verdict_rows
 from state_runtime.catalog.sql.rows import READ_FILE_COLUMNS, file_record, store_id_of
 from state_runtime.retention import RetentionPolicy, Verdict
 from state_runtime.store.file_verification import MISSING
@@ -95,7 +95,11 @@ def explain(
         sa.select(s.latest_version).where(s.store_id == found.store_id)
     ).scalar_one()
     holds = rule.still_intact(
-        [r.facts() for r in live_files(connection, found.store_id)], latest, policy, path
+        [r.facts() for r in live_files(connection, found.store_id)],
+        latest,
+        policy,
+        path,
+        idle_versions(connection, found.store_id),
     )
     return Explanation(
         root,

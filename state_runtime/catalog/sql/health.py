@@ -72,7 +72,7 @@ def _loadable_versions(scope: Scope) -> sa.Subquery:
             .over(partition_by=c.store_id, order_by=c.version, rows=(None, 0))
             .label("gone_below"),
         )
-        .join(read_files, f.file_id == c.file_id)
+        .outerjoin(read_files, f.file_id == c.file_id)  # none: changed nothing, loads as its parent
         .where(scope.filter(c.store_id))
         .subquery("steps")
     )

@@ -66,7 +66,9 @@ def version_history(
     files = _files(connection, [(r.store_id, r.version, r.checkpoint_id) for r in commits])
     history: list[VersionHistory] = []
     for r in commits:
-        found = files.get((r.store_id, r.version, r.checkpoint_id), [])
+        own = files.get((r.store_id, r.version, r.checkpoint_id), [])
+        # a version that changed nothing has no file: its rows are its parent's checkpoint's
+        found = own or _older(files, r.store_id, r.version, r.checkpoint_id)
         history.append(
             VersionHistory(
                 key=key_of(r),
@@ -75,17 +77,30 @@ def version_history(
                 batch_id=r.batch_id,
                 committed_at=r.committed_at,
                 rows=found[0][0] if found else 0,
-                files=tuple(f for _, f in found),
+                files=tuple(f for _, f in own),
             )
         )
     return history
 
 
+def _older(
+    files: dict[tuple[int, int, str], list[tuple[int, HistoryFile]]],
+    store_id: int,
+    version: int,
+    checkpoint_id: str,
+) -> list[tuple[int, HistoryFile]]:
+    """The files of the newest lower version with the same checkpoint id: the one a version
+    that changed nothing shares its state with."""
+    below = [k for k in files if k[0] == store_id and k[2] == checkpoint_id and k[1] < version]
+    return files[max(below)] if below else []
+
+
 def _files(
     connection: Connection, wanted: Sequence[tuple[int, int, str]]
 ) -> dict[tuple[int, int, str], list[tuple[int, HistoryFile]]]:
-    """The files of each (store id, version, checkpoint id), with the state rows at that
-    version (every file of a version records them)."""
+    """The files of each (store id, checkpoint id) pair's versions, with the state rows at
+    each version (every file of a version records them): the wanted versions' own, and the
+    lower versions' a version that changed nothing shares its checkpoint with."""
     f, d = read_files.c, read_deletions.c
     keys = set(wanted)
     found: dict[tuple[int, int, str], list[tuple[int, HistoryFile]]] = defaultdict(list)
@@ -110,14 +125,14 @@ def _files(
             .outerjoin(read_deletions, d.file_id == f.file_id)
             .where(
                 f.store_id.in_({k[0] for k in part}),
-                f.version.in_({k[1] for k in part}),
                 f.checkpoint_id.in_({k[2] for k in part}),
             )
             .order_by(f.kind, f.created_at)
         )
+        pairs = {(k[0], k[2]) for k in part}
         for r in rows:
             key = (r.store_id, r.version, r.checkpoint_id)
-            if key in keys:
+            if (r.store_id, r.checkpoint_id) in pairs:
                 found[key].append(
                     (
                         r.rows,

@@ -55,7 +55,8 @@ class RecordedFile:
     claimed_by_run: int | None
 
 
-def _check_info(info: CheckpointInfo) -> None:
+def check_info(info: CheckpointInfo) -> None:
+    """Refuse an info whose fields contradict each other or its path (typed, naming it)."""
     expected = info.store.file_path(info.version, info.checkpoint_id, info.kind)
     if info.path != expected:
         raise InvalidArgument(
@@ -110,13 +111,29 @@ def record_files(
 
     A new file's state follows the commit log: committed if its (version, id) is committed,
     orphan if another id holds that version, else written. Recording a path again with the
-    same content is a no-op; with other content it is an error (files are immutable).
+    same content is a no-op; with other content it is an error (files are immutable). A
+    version that changed nothing has no file (``CheckpointInfo.has_file``): nothing is
+    recorded for it, and the catalog never holds a path that never existed.
     """
     validate_root(root)
     for info in infos:
-        _check_info(info)
+        check_info(info)
     ids = ensure_stores(connection, root, (i.store for i in infos), now)
     lock_stores(connection, ids.values())
+    return record_locked(connection, ids, infos, now, run_id=run_id)
+
+
+def record_locked(
+    connection: Connection,
+    ids: dict[StoreId, int],
+    infos: Sequence[CheckpointInfo],
+    now: datetime,
+    *,
+    run_id: int | None = None,
+) -> dict[str, RecordedFile]:
+    """:func:`record_files` for checked infos whose stores (``ids``) this transaction has
+    ensured and locked."""
+    infos = [i for i in infos if i.has_file]
     wanted = {(ids[i.store], i.version, i.path) for i in infos}
     existing = _files_by_path(connection, wanted)
     new = [i for i in infos if i.path not in existing]

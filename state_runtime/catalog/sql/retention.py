@@ -64,11 +64,22 @@ class Scope:
         return sa.and_(sa.true(), *conditions)
 
 
+_LIVE = [s.value for s in LIVE_STATES]
+
+
 def _verified_snapshot(f: Any) -> ColumnElement[bool]:
+    """A live, verified snapshot of a committed version: one the commit log names (its store,
+    version and checkpoint id are committed), whatever the file row's state says."""
+    c = read_commits.alias("naming")
     return sa.and_(
         f.kind == FileKind.SNAPSHOT.value,
-        f.state == FileState.COMMITTED.value,
+        f.state.in_(_LIVE),
         f.verification == Verification.VERIFIED.value,
+        sa.exists().where(
+            c.c.store_id == f.store_id,
+            c.c.version == f.version,
+            c.c.checkpoint_id == f.checkpoint_id,
+        ),
     )
 
 
@@ -132,7 +143,12 @@ def retained_bases(back: sa.FromClause, scope: Scope) -> sa.CTE:
 
 
 def needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
+    """(file_id, store_id, retained_version): the base snapshot of each retained version and
+    the deltas that the commit log's entries above that base name (a version that changed
+    nothing names none). The commit log decides, not the files' states: a file a retained
+    commit needs is needed whatever its row's state says, so no deletion can claim it."""
     f = read_files.alias("needed_file")
+    c = read_commits.alias("step")
     r = retained.c
     snapshots = (
         sa.select(f.c.file_id, f.c.store_id, r.retained_version)
@@ -144,15 +160,15 @@ def needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
         sa.select(f.c.file_id, f.c.store_id, r.retained_version)
         .select_from(retained)
         .join(
-            f,
+            c,
             sa.and_(
-                f.c.store_id == r.store_id,
-                f.c.version > r.base_version,
-                f.c.version <= r.retained_version,
-                f.c.kind == FileKind.DELTA.value,
-                f.c.state == FileState.COMMITTED.value,
+                c.c.store_id == r.store_id,
+                c.c.version > r.base_version,
+                c.c.version <= r.retained_version,
             ),
         )
+        .join(f, f.c.file_id == c.c.file_id)
+        .where(f.c.kind == FileKind.DELTA.value, f.c.state.in_(_LIVE))
     )
     return sa.union_all(snapshots, deltas)
 
@@ -387,19 +403,30 @@ def retained_versions(
         .where(c.store_id == store_id, c.version > read_stores.c.latest_version - retain_versions)
         .order_by(c.version.desc())
     ).all()
+    idle = idle_versions(connection, store_id)
     key = StoreKey(root, store)
     result = []
     for entry in retained:
-        files, complete = _chain(by_version.get(entry.version, []), entry.version)
+        files, complete = _chain(by_version.get(entry.version, []), entry.version, idle)
         ref = CheckpointRef(entry.version, entry.checkpoint_id)
         result.append(RetainedVersion(key, ref, tuple(files), complete))
     return result
 
 
-def _chain(files: list[FileRecord], version: int) -> tuple[list[FileRecord], bool]:
+def idle_versions(connection: Connection, store_id: int) -> frozenset[int]:
+    """The store's committed versions that changed nothing: their commits name no file."""
+    c = read_commits.c
+    query = sa.select(c.version).where(c.store_id == store_id, c.file_id.is_(None))
+    return frozenset(connection.execute(query).scalars())
+
+
+def _chain(
+    files: list[FileRecord], version: int, idle: frozenset[int]
+) -> tuple[list[FileRecord], bool]:
     """The files the loader reads for ``version``, oldest first, and whether they reach a
-    snapshot or version 1: walk down from ``version`` (a snapshot ends the walk) and stop at
-    the first version without a live file, as the loader would."""
+    snapshot or version 1: walk down from ``version`` (a snapshot ends the walk; a version
+    that changed nothing is its parent's state) and stop at the first other version without
+    a live file, as the loader would."""
     at: dict[int, FileRecord] = {}
     for record in files:
         if record.kind is FileKind.SNAPSHOT or record.version not in at:
@@ -407,6 +434,8 @@ def _chain(files: list[FileRecord], version: int) -> tuple[list[FileRecord], boo
     chain: list[FileRecord] = []
     for current in range(version, 0, -1):
         found = at.get(current)
+        if found is None and current in idle:
+            continue
         if found is None:
             return chain[::-1], False
         chain.append(found)
