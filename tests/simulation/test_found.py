@@ -1,8 +1,9 @@
 """What the simulation found, each shrunk counterexample kept as a fixed sequence of steps
 (tests/simulation/steps.py replays it with every invariant checked after each step).
 
-The ones marked ``xfail(strict=True)`` are defects of issue 34 that another branch fixes:
-they fail today, and the mark turns into a failure when the fix lands, to be removed then.
+The idle-version and encoded-root cases are issue 34's defects, fixed by the idle-commits and
+defects34 branches; each failed before its fix. The one marked ``xfail(strict=True)`` is
+fixed on no branch yet: the mark turns into a failure when a fix lands, to be removed then.
 """
 
 from __future__ import annotations
@@ -13,22 +14,6 @@ import pytest
 
 from tests.simulation.machine import PlatformMachine
 from tests.simulation.steps import Step, replay
-
-IDLE_FILE_ROWS = pytest.mark.xfail(
-    strict=True,
-    reason="issue 34: a version that changed nothing is recorded as a file row whose path "
-    "never existed, fixed on branch idle-commits",
-)
-
-
-class OnAPlainRoot(PlatformMachine):
-    """The idle-version cases on a root whose URI needs no encoding (one defect at a time)."""
-
-    root_name = "root"
-
-
-def on_a_plain_root(steps: list[Step]) -> None:
-    replay(steps, OnAPlainRoot)
 
 
 def run(
@@ -41,20 +26,18 @@ ONLY_THE_FIRST_STORE = {0: {"a": 1}}
 """A batch in which store 1 changes nothing (an idle version)."""
 
 
-@IDLE_FILE_ROWS
 @pytest.mark.parametrize("failure", ["sink", "task"])
 def test_a_failed_batch_after_an_idle_version_is_no_loss(failure: str) -> None:
     """Found: the sink (or the update function) fails in a batch after one whose store 1
     changed nothing; the loss check looked for the idle version's phantom path, raised
     StateLost instead of the failure and marked store 1 broken."""
-    on_a_plain_root([run(ONLY_THE_FIRST_STORE), run(ONLY_THE_FIRST_STORE, fail=failure)])
+    replay([run(ONLY_THE_FIRST_STORE), run(ONLY_THE_FIRST_STORE, fail=failure)])
 
 
-@IDLE_FILE_ROWS
 def test_a_real_loss_is_not_blamed_on_an_idle_store() -> None:
     """Found: store 1's delta is lost while store 0 was idle; the loss check named store 0's
     phantom path first and marked the intact store 0 broken."""
-    on_a_plain_root(
+    replay(
         [
             run({1: {"b": 1}}),
             ("damage", {"pick": 2, "corrupt": False}),  # store 1's version 2 delta
@@ -64,11 +47,10 @@ def test_a_real_loss_is_not_blamed_on_an_idle_store() -> None:
     )
 
 
-@IDLE_FILE_ROWS
 def test_a_no_change_replay_commits_after_restore_and_cleanup() -> None:
     """Found: restore to the batch before, cleanup at zero grace, then batch 2 again with
     store 1 idle: CommitConflict on every replay (the idle record's path was swept)."""
-    on_a_plain_root(
+    replay(
         [
             run(ONLY_THE_FIRST_STORE),
             run(ONLY_THE_FIRST_STORE),
@@ -79,11 +61,10 @@ def test_a_no_change_replay_commits_after_restore_and_cleanup() -> None:
     )
 
 
-@IDLE_FILE_ROWS
 def test_a_no_change_replay_commits_after_a_snapshot_and_cleanup() -> None:
     """Found: a snapshot supersedes the idle version, cleanup sweeps its record, and the
     replay of the last batch (store 1 idle again) conflicts forever."""
-    on_a_plain_root(
+    replay(
         [
             run(ONLY_THE_FIRST_STORE),
             run(ONLY_THE_FIRST_STORE),
@@ -97,7 +78,7 @@ def test_a_no_change_replay_commits_after_a_snapshot_and_cleanup() -> None:
 def test_a_replay_after_the_driver_died_and_the_grace_passed() -> None:
     """Not a defect: the driver dies after its tasks wrote (store 1 idle), a new driver runs
     after the grace and cleanup: the batch commits."""
-    on_a_plain_root(
+    replay(
         [
             run(ONLY_THE_FIRST_STORE),
             run(ONLY_THE_FIRST_STORE, fail="driver"),
@@ -109,11 +90,10 @@ def test_a_replay_after_the_driver_died_and_the_grace_passed() -> None:
     )
 
 
-@IDLE_FILE_ROWS
 def test_a_byte_identical_commit_retry_after_a_snapshot_and_cleanup() -> None:
     """Found: store 1 idle in batch 1; a snapshot of that version and cleanup at zero grace
     sweep the idle record, and the driver's retry of batch 1's very commit conflicts."""
-    on_a_plain_root(
+    replay(
         [
             run(ONLY_THE_FIRST_STORE),
             ("snapshot", {"zero": True}),
@@ -123,12 +103,11 @@ def test_a_byte_identical_commit_retry_after_a_snapshot_and_cleanup() -> None:
     )
 
 
-@IDLE_FILE_ROWS
 def test_a_byte_identical_commit_retry_after_cleanup_when_every_store_changed() -> None:
     """Found (make test's run): the same retry conflicts when every store changed in the
     batch: the snapshot of its version supersedes its delta, cleanup deletes the delta, and
     the retry names it."""
-    on_a_plain_root(
+    replay(
         [
             run({0: {"a": 1}, 1: {"b": 1}}),
             ("snapshot", {"zero": True}),
@@ -151,7 +130,7 @@ STALE_PROBLEMS = pytest.mark.xfail(
 )
 
 
-class Strict(OnAPlainRoot):
+class Strict(PlatformMachine):
     lenient_after_damage = False
 
 

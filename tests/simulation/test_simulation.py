@@ -22,19 +22,12 @@ RUNS = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-IDLE_FILE_ROWS = pytest.mark.xfail(
-    strict=True,
-    reason="issue 34: finds the idle versions' phantom file rows (test_found.py), fixed on "
-    "branch idle-commits",
-)
 
 
-@IDLE_FILE_ROWS
 def test_the_platform_against_the_model() -> None:
     run_state_machine_as_test(PlatformMachine, settings=RUNS)
 
 
-@IDLE_FILE_ROWS
 @pytest.mark.postgres
 def test_the_platform_against_the_model_on_postgresql() -> None:
     try:

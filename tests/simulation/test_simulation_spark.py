@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from tests.simulation.spark_platform import SparkMachine, SparkPlatform, spark_steps
 from tests.simulation.steps import replay
-from tests.simulation.test_found import IDLE_FILE_ROWS, ONLY_THE_FIRST_STORE, run
+from tests.simulation.test_found import ONLY_THE_FIRST_STORE, run
 
 pytestmark = pytest.mark.spark
 
@@ -29,7 +29,6 @@ def test_a_random_run_through_the_runtime(seed: int) -> None:
     replay(spark_steps(seed, 14), SparkMachine)
 
 
-@IDLE_FILE_ROWS
 @pytest.mark.usefixtures("on_spark")
 def test_a_sink_outage_after_an_idle_batch_through_the_runtime() -> None:
     """The issue's report, through the runtime: store 1 idle in batch 1, the sink down in
