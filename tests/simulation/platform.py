@@ -171,8 +171,9 @@ class Model:
     def rewind(self, batch: int, restarted: frozenset[int] = frozenset()) -> None:
         for later in [b for b in self.states if b > batch]:
             del self.states[later]
-        for p in restarted:
-            self.states[batch][p] = {}
+        for p in restarted:  # its state is lost: every batch up to here starts it from empty
+            for b in [b for b in self.states if b <= batch]:
+                self.states[b][p] = {}
         self.last = batch
 
     def expected(self, batch: int, partition: int) -> State:

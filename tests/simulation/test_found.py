@@ -149,3 +149,23 @@ def test_a_replay_that_replaces_a_lost_version_closes_its_problem() -> None:
         ],
         Strict,
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 34's simulation: after a restore restarted every store, the next batch "
+    "cannot be replayed (BatchOutOfOrder); not fixed on any branch",
+)
+def test_the_first_batch_after_every_store_restarted_can_be_replayed() -> None:
+    """Found (make soak): batch 0's deltas are lost, `restore --allow-lost-state` restarts
+    both stores, batch 1 commits their version 1; its replay (a driver that died before
+    Spark's commit) is refused forever: batch 0 has no commit and the stores have versions."""
+    replay(
+        [
+            ("damage", {"pick": 0, "corrupt": False}),
+            ("damage", {"pick": 0, "corrupt": False}),
+            ("restore", {"back": 0, "allow_lost_state": True, "zero": False}),
+            run({0: {"a": 1}}),
+            run({0: {"a": 1}}, step=-1),
+        ]
+    )
