@@ -274,7 +274,7 @@ def main() -> None:
         )
 
         def clean() -> str:
-            report = cleanup_pass(fleet, POLICY, execute=True)
+            report = cleanup_pass(fleet, POLICY, dry_run=False)
             return f"{len(report.deleted)} files deleted, {len(report.busy)} busy"
 
         timed(rows, "cleanup, executed", n, empty, clean)
@@ -298,7 +298,7 @@ def main() -> None:
             "cleanup, executed (real files)",
             REAL_STORES,
             counting,
-            lambda: f"{len(cleanup_pass(real_fleet, now, execute=True).deleted)} files deleted",
+            lambda: f"{len(cleanup_pass(real_fleet, now, dry_run=False).deleted)} files deleted",
         )
         timed(
             rows,

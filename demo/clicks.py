@@ -14,32 +14,36 @@ Running the demo again resumes the newest run (new event files, the same stores)
 catalog knows it and its Spark checkpoint is there; otherwise it starts a new run folder. It
 never reuses a checkpoint root the catalog knows with its files gone. Each batch prints a
 progress line; the end prints a summary and what to open next.
+
+A failure ends the demo with one paragraph on stderr, as ``statestore`` prints it (our error's
+code, what happened, the store and file, the next command) and exit code 1; the full trace,
+and everything Spark's JVM printed, go to ``<output>/demo.log`` (``--verbose``: to the
+terminal as well). The catalog is opened before Spark starts: a bad catalog URL or a database
+that is down is said at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
+import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state_runtime.catalog import Catalog, catalog_url
-from state_runtime.runtime import (
-    Agg,
-    StatefulQuery,
-    loss_paragraph,
-    read_state,
-    running_aggregation,
-)
+from state_runtime.catalog import BatchMetrics, Catalog, catalog_url
+from state_runtime.failures import failure_paragraph, log_failure
+from state_runtime.redaction import RedactingFilter
+from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
+from state_runtime.runtime.spark_kind import is_connect
 from state_runtime.runtime.spark_session import spark_session
 
 QUERY_ID = "clicks_per_user"
@@ -108,18 +112,68 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also keep each user's largest amount (a schema change when resuming a run "
         "without it: users not seen since read it as null)",
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print Spark's output and a failure's full trace (always in <output>/demo.log)",
+    )
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> None:
+    """The demo, ending a failure with its one paragraph (exit code 1), the trace in the log.
+    ``spark``: a running session to use (and leave running); by default the demo starts its
+    own and stops it at the end."""
     args = parse_args(argv)
-    spark = spark_session(
-        "local[2]", app_name="state-runtime-demo", shuffle_partitions=args.partitions
-    )
+    args.output.mkdir(parents=True, exist_ok=True)
+    log = (args.output / "demo.log").absolute()
+    _log_to(log, args.verbose)
     try:
-        run(spark, args)
-    finally:
-        spark.stop()
+        # Creates an embedded SQLite catalog (a PostgreSQL one is created by its owner: no
+        # DDL here); opened before Spark starts, so a bad URL or a database down fails at once
+        Catalog.open(args.catalog_url or catalog_url(args.output), upgrade="sqlite").close()
+        if spark is not None:
+            run(spark, args)
+            return
+        own = spark_session(
+            "local[2]",
+            app_name="state-runtime-demo",
+            shuffle_partitions=args.partitions,
+            log_file=Path("/dev/stderr") if args.verbose else log,
+        )
+        try:
+            run(own, args)
+        finally:
+            own.stop()
+    except Exception as exc:
+        log_failure(exc, log)
+        if args.verbose:
+            traceback.print_exception(exc)
+        print(failure_paragraph(exc, log=log), file=sys.stderr)
+        sys.exit(1)
+
+
+def batch_line(batch_id: int, m: BatchMetrics, seconds: float) -> str:
+    return (
+        f"batch {batch_id:>3}: {m.rows_in:>7,} events, {m.keys_updated:>6,} users updated, "
+        f"{m.state_rows:>7,} users in state, {m.bytes_written / 1024:>6.1f} KiB written, "
+        f"cache {m.cache_hits}/{m.cache_hits + m.cache_misses} hits, {seconds:.2f} s"
+    )
+
+
+def _log_to(log: Path, verbose: bool) -> None:
+    """Every logger's warnings (a retried catalog call, py4j's at shutdown) to ``log``, masked;
+    also to the terminal with ``verbose``."""
+    handlers: list[logging.Handler] = [logging.FileHandler(log, encoding="utf-8")]
+    if verbose:
+        handlers.append(logging.StreamHandler())
+    for handler in handlers:
+        handler.addFilter(RedactingFilter())
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=handlers,
+    )
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
@@ -127,7 +181,6 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
     output: Path = args.output
     output.mkdir(parents=True, exist_ok=True)
     url = args.catalog_url or catalog_url(output)
-    # Creates an embedded SQLite catalog; a PostgreSQL one is created by its owner (no DDL here)
     with Catalog.open(url, upgrade="sqlite") as catalog:
         folder, resumed = choose_run(output, catalog)
     root = str((folder / "checkpoint").absolute())
@@ -143,7 +196,8 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
         + ([Agg("max_amount", "max", "amount")] if args.max_amount else []),
         args.partitions,
     )
-    query = StatefulQuery(QUERY_ID, root, [op], catalog_url=url)
+    spark_checkpoint = str((folder / "spark-checkpoint").absolute())
+    query = StatefulQuery(QUERY_ID, root, [op], catalog_url=url, spark_checkpoint=spark_checkpoint)
     started = time.perf_counter()
     counted: dict[int, int] = {}
 
@@ -154,13 +208,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
         t0 = time.perf_counter()
         result = query.run_batch(df, batch_id, sink=sink)
         result.release()
-        m = result.metrics
-        say(
-            f"batch {batch_id:>3}: {m.rows_in:>7,} events, {m.keys_updated:>6,} users updated, "
-            f"{m.state_rows:>7,} users in state, {m.bytes_written / 1024:>6.1f} KiB written, "
-            f"cache {m.cache_hits}/{m.cache_hits + m.cache_misses} hits, "
-            f"{time.perf_counter() - t0:.2f} s"
-        )
+        say(batch_line(batch_id, result.metrics, time.perf_counter() - t0))
 
     write_events(folder / "events", args.batches, args.events_per_batch, args.users)
     stream = (
@@ -168,18 +216,20 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[int]:
         .option("maxFilesPerTrigger", 1)
         .parquet(str(folder / "events"))
         .writeStream.foreachBatch(process)
-        .option("checkpointLocation", str(folder / "spark-checkpoint"))
+        .option("checkpointLocation", spark_checkpoint)
         .trigger(availableNow=True)
         .start()
     )
-    try:
-        stream.awaitTermination()
-    except StreamingQueryException as exc:
-        # a lost file: its one paragraph, not Spark's hundreds of lines around it
-        raise SystemExit(loss_paragraph(exc) or f"the streaming query failed: {exc}") from None
+    stream.awaitTermination()  # a failure: main shows its one paragraph
     # From Spark's progress, not from ``process``: on Spark Connect ``process`` runs in the
-    # server's foreachBatch worker (its lines are printed there), not in this process.
+    # server's foreachBatch worker, whose lines go to the server's log, not this terminal:
+    # the catalog's figures of those batches stand in for them.
     done = sorted({p.batchId for p in stream.recentProgress if p.numInputRows})
+    if is_connect(spark) and done:
+        with Catalog.open(url) as catalog:
+            recorded = catalog.batch_metrics(query.root, QUERY_ID, limit=len(done))
+        for r in sorted(recorded, key=lambda r: r.batch_id):
+            say(batch_line(r.batch_id, r.metrics, float(r.metrics.extra.get("batch_ms", 0)) / 1000))
 
     state = read_state(spark, root, 0, catalog_url=url)
     top = state.orderBy(F.col("value.clicks").desc()).limit(3).collect()

@@ -8,18 +8,7 @@
 -- or orphan) must also be older than this. Same rules as the Python cleanup: a file's age
 -- is by the database's clock, from the later of created_at (its writer's clock) and
 -- recorded_at (when the catalog recorded it).
-\if :{?retain}
-\else
-\set retain 2
-\endif
-\if :{?retention}
-\else
-\set retention '1 hour'
-\endif
-\if :{?grace}
-\else
-\set grace '1 hour'
-\endif
+\ir include/retention_defaults.psql
 \if :{?root}
 \else
 \set root ''

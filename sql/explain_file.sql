@@ -20,18 +20,7 @@ DO $$ BEGIN RAISE EXCEPTION 'sql/explain_file.sql needs -v root=...: the checkpo
 \set VERBOSITY terse
 DO $$ BEGIN RAISE EXCEPTION 'sql/explain_file.sql needs -v path=...: the file path relative to the root'; END $$;
 \endif
-\if :{?retain}
-\else
-\set retain 2
-\endif
-\if :{?retention}
-\else
-\set retention '1 hour'
-\endif
-\if :{?grace}
-\else
-\set grace '1 hour'
-\endif
+\ir include/retention_defaults.psql
 SELECT v.path, v.kind, v.version, v.checkpoint_id, v.state, v.verification, v.size_bytes,
        v.created_at, v.recorded_at,
        CASE WHEN f.verification <> 'failed' THEN v.verdict

@@ -55,7 +55,7 @@ WITH RECURSIVE target AS (
     LEFT JOIN checkpoint_files d
       ON d.store_id = w.store_id AND d.version = w.version
      AND d.checkpoint_id = w.checkpoint_id AND d.kind = 'delta'
-     AND d.state IN ('written', 'committed', 'orphan')
+     AND state_is_live(d.state)
     LEFT JOIN commit_log idle
       ON idle.store_id = w.store_id AND idle.version = w.version
      AND idle.checkpoint_id = w.checkpoint_id AND idle.file_id IS NULL
@@ -65,7 +65,7 @@ WITH RECURSIVE target AS (
           SELECT 1 FROM checkpoint_files snap
           WHERE snap.store_id = w.store_id AND snap.version = w.version
             AND snap.checkpoint_id = w.checkpoint_id AND snap.kind = 'snapshot'
-            AND snap.state IN ('written', 'committed', 'orphan'))
+            AND state_is_live(snap.state))
 )
 SELECT w.depth, w.version, w.checkpoint_id,
        CASE WHEN snap.file_id IS NOT NULL THEN 'snapshot'
@@ -82,11 +82,11 @@ FROM walk w
 LEFT JOIN checkpoint_files snap
   ON snap.store_id = w.store_id AND snap.version = w.version
  AND snap.checkpoint_id = w.checkpoint_id AND snap.kind = 'snapshot'
- AND snap.state IN ('written', 'committed', 'orphan')
+ AND state_is_live(snap.state)
 LEFT JOIN checkpoint_files delta
   ON delta.store_id = w.store_id AND delta.version = w.version
  AND delta.checkpoint_id = w.checkpoint_id AND delta.kind = 'delta'
- AND delta.state IN ('written', 'committed', 'orphan')
+ AND state_is_live(delta.state)
 LEFT JOIN commit_log idle
   ON idle.store_id = w.store_id AND idle.version = w.version
  AND idle.checkpoint_id = w.checkpoint_id AND idle.file_id IS NULL

@@ -6,7 +6,7 @@
 -- log names its (version, checkpoint id), so it lies on the latest version's lineage.
 \if :{?min_deltas}
 \else
-\set min_deltas 10
+SELECT snapshot_min_deltas AS min_deltas FROM state_policy_defaults \gset
 \endif
 SELECT checkpoint_root, operator_id, partition_id, store_name,
        latest_version, last_snapshot_version, deltas_since_snapshot, live_bytes

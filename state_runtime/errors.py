@@ -12,6 +12,7 @@ and never a secret: every message is masked by :func:`state_runtime.redaction.re
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from state_runtime.redaction import redact
@@ -67,21 +68,23 @@ class StateStoreError(Exception):
             "file": self.path,
         }
 
+    def _fields(self) -> dict[str, Any]:
+        """The keyword arguments that rebuild this error (besides its message)."""
+        return {
+            "store": None if self.store is None else str(self.store),
+            "version": self.version,
+            "checkpoint_id": self.checkpoint_id,
+            "path": self.path,
+        }
+
+    def labelled(self, label: str) -> StateStoreError:
+        """The same error, its message prefixed by what the caller calls the value
+        (``STATE_MAINTENANCE_WINDOW='5m': ...``), every field kept."""
+        return type(self)(f"{label}: {self.reason}", **self._fields())
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Keep errors picklable so Spark can ship them from executors to the driver.
-        return (
-            _rebuild_error,
-            (
-                type(self),
-                self.reason,
-                {
-                    "store": None if self.store is None else str(self.store),
-                    "version": self.version,
-                    "checkpoint_id": self.checkpoint_id,
-                    "path": self.path,
-                },
-            ),
-        )
+        return (_rebuild_error, (type(self), self.reason, self._fields()))
 
 
 def _rebuild_error(cls: type[StateStoreError], reason: str, kw: dict[str, Any]) -> StateStoreError:
@@ -313,6 +316,44 @@ class BatchOutOfOrder(CommitConflict):
 
 
 class MaintenanceRefused(StateStoreError):
-    """A maintenance request breaks a safety rule (retention below the floor, a lock held)."""
+    """A maintenance request breaks a safety rule (retention below the floor, a lock held).
+
+    A refusal of a value carries it as fields, not only in its words: ``setting`` (what was
+    refused), ``value`` (what was asked) and ``limit`` (the bound it crossed); None when the
+    refusal is of no value (a lease held, a problem open)."""
 
     code: ClassVar[str] = "STATE_MAINTENANCE_REFUSED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        setting: str | None = None,
+        value: object = None,
+        limit: object = None,
+        **context: Any,
+    ) -> None:
+        super().__init__(message, **context)
+        self.setting = setting
+        self.value = value
+        self.limit = limit
+
+    def details(self) -> dict[str, Any]:
+        """The base fields, and the setting, value and limit refused (durations in seconds)."""
+        return super().details() | {
+            "setting": self.setting,
+            "value": _plain(self.value),
+            "limit": _plain(self.limit),
+        }
+
+    def _fields(self) -> dict[str, Any]:
+        return super()._fields() | {
+            "setting": self.setting,
+            "value": self.value,
+            "limit": self.limit,
+        }
+
+
+def _plain(value: object) -> object:
+    """A refused value as JSON holds it: a duration in seconds, a number or text as is."""
+    return value.total_seconds() if isinstance(value, timedelta) else value

@@ -63,7 +63,10 @@ def check_retained_versions(
     try:
         setting.check(value)
     except MaintenanceRefused as exc:
-        raise refusal((f"{what}={value}: " if named else "") + exc.reason) from None
+        message = (f"{what}={value}: " if named else "") + exc.reason
+        if issubclass(refusal, MaintenanceRefused):
+            raise refusal(message, setting=what, value=exc.value, limit=exc.limit) from None
+        raise refusal(message) from None
     except InvalidArgument:
         raise InvalidArgument(f"{what} must be an int, got {value!r}") from None
     return value
@@ -467,19 +470,16 @@ def _versions(versions: Sequence[int]) -> str:
 def damage_reason(kind: FileKind, note: str, holds: Mapping[int, bool]) -> str:
     """What a missing or damaged file means for the retained versions (``holds``: whether each
     still loads from intact files without it): never "needed", but what is lost and what
-    still holds."""
+    still holds. The next step is the file's classification's (maintenance/damage.py)."""
     lost = sorted(v for v, ok in holds.items() if not ok)
     kept = sorted(v for v, ok in holds.items() if ok)
     parts = [f"{kind.value} {note}"]
     if lost:
         parts.append(
-            f"lost: retained {_versions(lost)} cannot be loaded from intact files without it "
-            "(restore the file from a backup)"
+            f"lost: retained {_versions(lost)} cannot be loaded from intact files without it"
         )
     else:
         parts.append("no retained version is lost")
     if kept:
         parts.append(f"still loadable from intact files: retained {_versions(kept)}")
-    if kind is FileKind.SNAPSHOT and not lost:
-        parts.append("`statestore repair` rebuilds the snapshot from its deltas")
     return "; ".join(parts)

@@ -122,7 +122,12 @@ class Setting:
             raise InvalidArgument(f"{self.name} must be a {self.kind}, got {value!r}")
         if value < self.floor:  # type: ignore[operator]
             if self.refusal is not None:
-                raise MaintenanceRefused(self.refusal.format(value=value, floor=self.floor))
+                raise MaintenanceRefused(
+                    self.refusal.format(value=value, floor=self.floor),
+                    setting=self.name,
+                    value=value,
+                    limit=self.floor,
+                )
             raise InvalidArgument(
                 f"{self.name} must be at least {self.text(self.floor)}, got {self.text(value)}"
             )
@@ -254,6 +259,13 @@ MAINTENANCE = SettingGroup(
             floor=0,
         ),
         Setting(
+            "orphan_warn_files",
+            "int",
+            100,
+            "Orphan files waiting for cleanup that degrade a store's status.",
+            floor=1,
+        ),
+        Setting(
             "commit_lag_warn",
             "duration",
             timedelta(minutes=15),
@@ -329,4 +341,4 @@ class WorkerSettings:
             return cls(**values)  # type: ignore[arg-type]
         except StateStoreError as exc:
             label = ", ".join(labels.values())
-            raise type(exc)(f"{label}: {exc.reason}") from None
+            raise exc.labelled(label) from None

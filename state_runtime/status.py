@@ -8,7 +8,7 @@
   restore is not a validation.
 - **degraded**: validated and nothing broken, but ``lag_warn_deltas`` or more deltas follow
   the last verified snapshot (since: the commit of the first of them), or
-  ``orphan_growth_warn_files`` or more orphan files wait for cleanup (since: the oldest); never
+  ``orphan_warn_files`` or more orphan files wait for cleanup (since: the oldest); never
   since before the store was validated or its last problem resolved.
 - **healthy**: otherwise. Since: the first validation or the last resolved problem.
 
@@ -16,16 +16,20 @@
 before its last snapshot reads healthy since its first validation or last resolved problem
 (the catalog keeps no history of statuses).
 
-The rule is declared here once (the order above, :data:`WARNINGS` with their limits, the
-texts); :func:`store_status` applies it in Python and the catalog's views render it as SQL
-(``state_store_status``, ``state_store_health``;
-``state_runtime/catalog/schema/operator_views.py``). The CLI
-(``health``, ``explain``), Dagster and the operators' SQL all show this status; a test checks
-that the SQL agrees.
+This module is the one home of the rule; it holds no SQL. :data:`RULES` is the order above as
+data: the first rule one of whose conditions holds gives the status, the reason joins the
+texts of its conditions that hold, and since is the earliest of theirs (each condition's own
+since is the latest of its facts), never before the rule's ``not_before`` facts.
+:func:`store_status` applies it in Python; the catalog
+renders the same table as SQL for both dialects (``state_runtime/catalog/sql/status.py``:
+the views ``state_store_health``, ``state_store_facts`` and, on PostgreSQL, the functions
+``state_store_status`` and ``state_store_health_at``). ``tests/catalog/test_views.py`` checks
+on random catalogs that the SQL gives what :func:`store_status` gives.
 """
 
 from __future__ import annotations
 
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,46 +76,145 @@ class StoreFacts(Protocol):
     def oldest_orphan_at(self) -> datetime | None: ...
 
 
+class Test(StrEnum):
+    """How a condition compares its fact."""
+
+    AT_LEAST = "at_least"  # fact >= bound (a limit's name, or a number)
+    MISSING = "missing"  # fact is null
+    LATER = "later"  # fact is set and later than the fact named by bound (or that one is null)
+    ALWAYS = "always"  # holds whatever the facts
+
+
 @dataclass(frozen=True)
-class Threshold:
-    """A figure that degrades a validated store once it reaches its limit."""
+class Condition:
+    """One reason for a status: when it holds, what it says, and since when.
 
-    fact: str  # the StoreFacts field compared with the limit
-    limit: str  # the limit's name (a keyword of store_status, a parameter of the SQL)
-    text: str  # the reason, with {value} and {limit}
-    since: str  # the StoreFacts field saying since when it holds
+    ``text`` is a template over the facts and the limits (``{deltas_since_snapshot}``,
+    ``{lag_warn_deltas}``); ``since`` names the facts whose latest (non-null) value says
+    since when the condition holds.
+    """
+
+    test: Test
+    fact: str | None
+    bound: str | int | None
+    text: str
+    since: tuple[str, ...]
 
 
-WARNINGS = (
-    Threshold(
-        "deltas_since_snapshot",
-        "lag_warn_deltas",
-        "{value} deltas since the last verified snapshot (warn at {limit})",
-        "chain_since",
+@dataclass(frozen=True)
+class Rule:
+    """A status, the conditions any one of which gives it, and the facts its since is never
+    before (the status cannot have started before them)."""
+
+    status: StoreStatus
+    conditions: tuple[Condition, ...]
+    not_before: tuple[str, ...] = ()
+
+
+SEPARATOR = "; "
+"""Between the texts of a rule's conditions that hold, in the order they are declared."""
+
+FACT_DEFAULTS: Mapping[str, str] = {"first_problem": "an open problem"}
+"""What a text says for a fact that is missing (an open problem whose text is missing)."""
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        StoreStatus.BROKEN,
+        (
+            Condition(
+                Test.AT_LEAST,
+                "open_problems",
+                2,
+                "{open_problems} open problems; first: {first_problem}",
+                ("problems_since",),
+            ),
+        ),
     ),
-    Threshold(
-        "orphan_files",
-        "orphan_warn_files",
-        "{value} orphan files (warn at {limit})",
-        "oldest_orphan_at",
+    Rule(
+        StoreStatus.BROKEN,
+        (Condition(Test.AT_LEAST, "open_problems", 1, "{first_problem}", ("problems_since",)),),
+    ),
+    Rule(
+        StoreStatus.UNKNOWN,
+        (Condition(Test.MISSING, "first_validated_at", None, "never validated", ("created_at",)),),
+    ),
+    Rule(
+        StoreStatus.UNKNOWN,
+        (
+            Condition(
+                Test.LATER,
+                "last_restored_at",
+                "last_validated_at",
+                "restored; not validated since",
+                ("last_restored_at",),
+            ),
+        ),
+    ),
+    Rule(
+        StoreStatus.DEGRADED,
+        (
+            Condition(
+                Test.AT_LEAST,
+                "deltas_since_snapshot",
+                "lag_warn_deltas",
+                "{deltas_since_snapshot} deltas since the last verified snapshot "
+                "(warn at {lag_warn_deltas})",
+                ("chain_since",),
+            ),
+            Condition(
+                Test.AT_LEAST,
+                "orphan_files",
+                "orphan_warn_files",
+                "{orphan_files} orphan files (warn at {orphan_warn_files})",
+                ("oldest_orphan_at",),
+            ),
+        ),
+        not_before=("first_validated_at", "last_resolved_at"),
+    ),
+    Rule(
+        StoreStatus.HEALTHY,
+        (
+            Condition(
+                Test.ALWAYS,
+                None,
+                None,
+                "validated, no open problems",
+                ("first_validated_at", "last_resolved_at"),
+            ),
+        ),
     ),
 )
-"""The warnings, in the order their reasons are joined (with :data:`WARNING_SEPARATOR`)."""
+"""The status order: the first rule with a condition that holds gives the store's status."""
 
-DEFAULT_LIMITS: Mapping[str, int] = {
-    "lag_warn_deltas": default_of(MAINTENANCE, "lag_warn_deltas", int),
-    "orphan_warn_files": default_of(MAINTENANCE, "orphan_growth_warn_files", int),
-}
-"""Each warning's limit as the maintenance settings declare it (the ``state_store_health``
-view's thresholds)."""
+LIMITS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        c.bound
+        for rule in RULES
+        for c in rule.conditions
+        if c.test is Test.AT_LEAST and isinstance(c.bound, str)
+    )
+)
+"""The limits the rules compare with, each a maintenance setting of the same name."""
 
-WARNING_SEPARATOR = "; "
-ONE_PROBLEM = "{first_problem}"
-SOME_PROBLEMS = "{open_problems} open problems; first: {first_problem}"
-NO_PROBLEM_TEXT = "an open problem"  # an open problem whose text is missing
-NEVER_VALIDATED = "never validated"
-RESTORED = "restored; not validated since"
-VALIDATED = "validated, no open problems"
+DEFAULT_LIMITS: Mapping[str, int] = {name: default_of(MAINTENANCE, name, int) for name in LIMITS}
+"""Each limit as the maintenance settings declare it (the ``state_store_health`` view's)."""
+
+
+def template_parts(template: str) -> list[tuple[str, str | None]]:
+    """A condition's text as (literal, field) pairs: what the SQL renderings concatenate."""
+    return [(literal, field) for literal, field, _, _ in string.Formatter().parse(template)]
+
+
+FACT_NAMES_IN_TEXTS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        name
+        for rule in RULES
+        for c in rule.conditions
+        for _, name in template_parts(c.text)
+        if name is not None and name not in LIMITS
+    )
+)
+"""The facts the texts show."""
 
 
 @dataclass(frozen=True)
@@ -127,32 +230,39 @@ class Status:
         return f"{self.status.value}{since}: {self.reason}"
 
 
+def _holds(condition: Condition, facts: StoreFacts, limits: Mapping[str, int]) -> bool:
+    if condition.test is Test.ALWAYS or condition.fact is None:
+        return True
+    value = getattr(facts, condition.fact)
+    if condition.test is Test.MISSING:
+        return value is None
+    if condition.test is Test.LATER:
+        other = getattr(facts, str(condition.bound))
+        return value is not None and (other is None or value > other)
+    bound = limits[condition.bound] if isinstance(condition.bound, str) else condition.bound
+    return bool(value >= bound)
+
+
+def _text(condition: Condition, facts: StoreFacts, limits: Mapping[str, int]) -> str:
+    values = {name: getattr(facts, name) for name in FACT_NAMES_IN_TEXTS}
+    values |= {k: FACT_DEFAULTS[k] for k, v in values.items() if v is None and k in FACT_DEFAULTS}
+    return condition.text.format(**values, **limits)
+
+
+def _since(condition: Condition, facts: StoreFacts) -> datetime | None:
+    found = [t for t in (getattr(facts, name) for name in condition.since) if t is not None]
+    return max(found, default=None)
+
+
 def store_status(health: StoreFacts, *, lag_warn_deltas: int, orphan_warn_files: int) -> Status:
-    """The status of the store whose catalog facts are ``health`` (see the module docstring)."""
-    h = health
-    if h.open_problems:
-        template = ONE_PROBLEM if h.open_problems == 1 else SOME_PROBLEMS
-        reason = template.format(
-            first_problem=h.first_problem or NO_PROBLEM_TEXT, open_problems=h.open_problems
-        )
-        return Status(StoreStatus.BROKEN, reason, h.problems_since)
-    if h.first_validated_at is None:
-        return Status(StoreStatus.UNKNOWN, NEVER_VALIDATED, h.created_at)
-    if h.last_restored_at is not None and (
-        h.last_validated_at is None or h.last_restored_at > h.last_validated_at
-    ):
-        return Status(StoreStatus.UNKNOWN, RESTORED, h.last_restored_at)
+    """The status of the store whose catalog facts are ``health``: :data:`RULES` applied."""
     limits = {"lag_warn_deltas": lag_warn_deltas, "orphan_warn_files": orphan_warn_files}
-    validated = max(t for t in (h.first_validated_at, h.last_resolved_at) if t is not None)
-    reasons: list[str] = []
-    since: list[datetime] = []
-    for warning in WARNINGS:
-        value, limit = getattr(h, warning.fact), limits[warning.limit]
-        if value >= limit:
-            reasons.append(warning.text.format(value=value, limit=limit))
-            started = getattr(h, warning.since)
-            since += [started] if started else []
-    if reasons:
-        degraded = max(min(since, default=validated), validated)
-        return Status(StoreStatus.DEGRADED, WARNING_SEPARATOR.join(reasons), degraded)
-    return Status(StoreStatus.HEALTHY, VALIDATED, validated)
+    for rule in RULES:
+        held = [c for c in rule.conditions if _holds(c, health, limits)]
+        if held:
+            reason = SEPARATOR.join(_text(c, health, limits) for c in held)
+            since = [t for t in (_since(c, health) for c in held) if t is not None]
+            floor = [getattr(health, name) for name in rule.not_before]
+            started = [t for t in (min(since, default=None), *floor) if t is not None]
+            return Status(rule.status, reason, max(started, default=None))
+    raise AssertionError("the last of RULES must always hold")

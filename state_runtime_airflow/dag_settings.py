@@ -47,14 +47,14 @@ def query_dag(
     task_id: str,
     operator: type[StateQueryOperator],
     params: Mapping[str, Param],
-    apply_changes: str,
+    dry_run: str,
 ) -> DAG:
     """A DAG run only when triggered, on one stopped query: task ``task_id`` (``operator``,
     each param passed as its argument of the same name; a dry run unless the conf says
-    ``"apply_changes": true``), then **health** on the query's root.
+    ``"dry_run": false``), then **health** on the query's root.
 
     Its params: ``root``, ``query_id``, ``spark_checkpoint``, then ``params`` (the
-    operator's own), then ``apply_changes`` (described by ``apply_changes``).
+    operator's own), then ``dry_run`` (described by ``dry_run``).
     """
     every = {
         "root": Param("", type="string", minLength=1, description="The query's checkpoint root."),
@@ -63,7 +63,7 @@ def query_dag(
             "", type="string", description="The query's Spark checkpoint folder; '' for none."
         ),
         **params,
-        "apply_changes": Param(False, type="boolean", description=apply_changes),
+        "dry_run": Param(True, type="boolean", description=dry_run),
     }
     with maintenance_dag(dag_id, description, doc_md, every) as dag:
         work = operator(

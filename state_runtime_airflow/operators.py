@@ -7,8 +7,11 @@ it, works on ``checkpoint_roots`` (default: every root in the catalog) or the ``
 named, and records its run in the catalog like any maintenance run (owner
 ``airflow:<dag>.<task>[<map index>]/<run id>``). Its XCom value and its log give the outcome
 per store in words (:mod:`state_runtime_airflow.results`). What deletes or rewrites (cleanup,
-repair, restore, repartition) is a dry run unless ``apply_changes=True``. A task fails, naming
-the stores, when a store's pass failed, a blocking check failed or a store is broken.
+repair, restore, repartition) is a dry run unless ``dry_run=False``. A task fails, naming
+the stores, when a store's pass failed, a blocking check failed or a store is broken; an
+error of ours (a refusal, the catalog down, Spark's wrappers included) fails it with the one
+paragraph ``statestore`` prints, its full trace in the library's log file
+(:mod:`state_runtime.failures`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 
 from state_runtime.catalog import StoreKey
+from state_runtime.failures import reported
 from state_runtime.maintenance import (
     CHECKS,
     CallbackProgress,
@@ -130,19 +134,28 @@ class StateMaintenanceOperator(BaseOperator):
 
     @contextmanager
     def work(self, context: Context) -> Iterator[Work]:
-        """The policy first (a bad setting opens nothing), then the catalog and storage."""
-        policy = MaintenancePolicy.from_env().with_settings(
-            dict(self.policy or {}), f"task {self.task_id} policy"
-        )
-        stores = _as_list(self.stores, "stores")
-        only = [parse_store_key(s) for s in stores] if stores else None
-        roots = _as_list(self.checkpoint_roots, "checkpoint_roots")
-        context["state_scope"] = ", ".join(stores or roots or ["every root"])  # type: ignore[typeddict-unknown-key]
-        progress = CallbackProgress(
-            lambda what, done, total: self.log.info("%s: %d/%d", what, done, total)
-        )
-        with self.hook().fleet(owner_of(context), roots) as fleet:
-            yield Work(fleet, policy, only, progress, self.workers)
+        """The policy first (a bad setting opens nothing), then the catalog and storage; our
+        error raised meanwhile fails the task with its one paragraph."""
+        try:
+            policy = MaintenancePolicy.from_env().with_settings(
+                dict(self.policy or {}), f"task {self.task_id} policy"
+            )
+            stores = _as_list(self.stores, "stores")
+            only = [parse_store_key(s) for s in stores] if stores else None
+            roots = _as_list(self.checkpoint_roots, "checkpoint_roots")
+            context["state_scope"] = ", ".join(stores or roots or ["every root"])  # type: ignore[typeddict-unknown-key]
+            progress = CallbackProgress(
+                lambda what, done, total: self.log.info("%s: %d/%d", what, done, total)
+            )
+            with self.hook().fleet(owner_of(context), roots) as fleet:
+                yield Work(fleet, policy, only, progress, self.workers)
+        except AirflowException:
+            raise
+        except Exception as exc:
+            found = reported(exc)
+            if found is None:
+                raise
+            raise AirflowException(found[1]) from None
 
     def report(self, context: Context, found: Result, failure: str | None = None) -> Result:
         """Log ``found`` per store and return it as the XCom value; with ``failure``, push
@@ -205,20 +218,25 @@ class StateValidationOperator(StateMaintenanceOperator):
 
 class StateWritingOperator(StateMaintenanceOperator):
     """The shared part of the operators whose pass rewrites or deletes: a dry run (the plan)
-    unless ``apply_changes=True``.
+    unless ``dry_run=False``.
 
-    :param apply_changes: carry the pass out; false only plans it.
+    :param dry_run: only plan the pass (the default); false carries it out. Kept as
+        ``dry_run_setting`` (rendered there from a template): ``dry_run`` is Airflow's own
+        method of every operator.
     """
 
-    template_fields: Sequence[str] = (*StateMaintenanceOperator.template_fields, "apply_changes")
+    template_fields: Sequence[str] = (
+        *StateMaintenanceOperator.template_fields,
+        "dry_run_setting",
+    )
 
-    def __init__(self, *, apply_changes: bool | str = False, **kwargs: Any) -> None:
+    def __init__(self, *, dry_run: bool | str = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.apply_changes = apply_changes
+        self.dry_run_setting = dry_run
 
-    def applies(self) -> bool:
-        """Whether this run carries the pass out (``apply_changes`` as rendered)."""
-        return _as_bool(self.apply_changes, "apply_changes")
+    def plans_only(self) -> bool:
+        """Whether this run only plans (``dry_run`` as rendered)."""
+        return _as_bool(self.dry_run_setting, "dry_run")
 
 
 class StateQueryOperator(StateWritingOperator):
@@ -245,13 +263,13 @@ class StateQueryOperator(StateWritingOperator):
 
 class StateCleanupOperator(StateWritingOperator):
     """Deletes what retention allows, each deletion recorded with its reason; a dry run
-    (the plan, per store) unless ``apply_changes=True``. Stores with open problems are held."""
+    (the plan, per store) unless ``dry_run=False``. Stores with open problems are held."""
 
     def execute(self, context: Context) -> Result:
-        execute = self.applies()
+        dry_run = self.plans_only()
         with self.work(context) as work:
             report = cleanup_pass(
-                work.fleet, work.policy, execute=execute, only=work.only, progress=work.progress
+                work.fleet, work.policy, dry_run=dry_run, only=work.only, progress=work.progress
             )
         failed = "; ".join(f"{path}: {error}" for path, error in report.failed.items())
         return self.report(
@@ -263,10 +281,10 @@ class StateCleanupOperator(StateWritingOperator):
 
 class StateRepairOperator(StateWritingOperator):
     """Rebuilds damaged snapshots from their intact deltas; a dry run (the damaged snapshots)
-    unless ``apply_changes=True``. Fails naming each snapshot it could not repair."""
+    unless ``dry_run=False``. Fails naming each snapshot it could not repair."""
 
     def execute(self, context: Context) -> Result:
-        dry_run = not self.applies()
+        dry_run = self.plans_only()
         with self.work(context) as work:
             if dry_run:
                 return self.report(
@@ -283,7 +301,7 @@ class StateRepairOperator(StateWritingOperator):
 
 class StateRestoreOperator(StateQueryOperator):
     """Returns a stopped query's stores (below one root) to an earlier, intact batch; a dry
-    run (the plan: each store's version, what is superseded) unless ``apply_changes=True``.
+    run (the plan: each store's version, what is superseded) unless ``dry_run=False``.
 
     :param batch_id: the batch to return to.
     :param allow_lost_state: accept that stores whose version does not load start again empty.
@@ -303,7 +321,7 @@ class StateRestoreOperator(StateQueryOperator):
         self.allow_lost_state = allow_lost_state
 
     def execute(self, context: Context) -> Result:
-        dry_run = not self.applies()
+        dry_run = self.plans_only()
         with self.work(context) as work:
             [root] = work.fleet.root_names()
             plan = plan_restore(
@@ -323,7 +341,7 @@ class StateRepartitionOperator(StateQueryOperator):
     """Changes a stopped query's number of state partitions (``statestore repartition``): a
     Spark job routes every key with the runtime's rule and writes one snapshot per new
     partition, and one catalog transaction switches the layout. A dry run (rows and bytes per
-    new partition, the skew) unless ``apply_changes=True``. Its ``spark_checkpoint``'s last
+    new partition, the skew) unless ``dry_run=False``. Its ``spark_checkpoint``'s last
     committed batch must be the catalog's.
 
     :param num_partitions: the new number of state partitions.
@@ -360,19 +378,19 @@ class StateRepartitionOperator(StateQueryOperator):
         from state_runtime.maintenance.repartition import repartition
         from state_runtime.runtime.spark_session import spark_session
 
-        execute = self.applies()
+        dry_run = self.plans_only()
         operator = None if self.operator_id in (None, "") else int(str(self.operator_id))
         with self.work(context) as work:
             [root] = work.fleet.root_names()
             plan = repartition(
-                spark_session(self.master, app_name=f"airflow-{self.task_id}"),
+                lambda: spark_session(self.master, app_name=f"airflow-{self.task_id}"),
                 work.fleet,
                 root,
                 self.query_id,
                 int(str(self.num_partitions)),
                 operator_id=operator,
                 spark_checkpoint=self.spark_checkpoint,
-                execute=execute,
+                dry_run=dry_run,
                 policy=work.policy,
                 idle=timedelta(seconds=int(str(self.idle_seconds))),
                 progress=work.progress,

@@ -75,11 +75,11 @@ with Catalog.open(spec["url"]) as catalog:
         storage = LocalStorage(spec["path"])
         fleet = Fleet(catalog, open_storage=lambda root: storage, owner="skewed-host")
         if spec["do"] == "clean":
-            report = cleanup_pass(fleet, policy, execute=True)
+            report = cleanup_pass(fleet, policy, dry_run=False)
             answer["deleted"] = len(report.deleted)
             answer["attempt_intents"] = report.attempts.intents
         else:
-            report = reconcile(fleet, policy, execute=True)
+            report = reconcile(fleet, policy, dry_run=False)
             answer["in_flight"] = report.in_flight
         answer["leftovers_removed"] = len(report.leftovers.removed)
 print(json.dumps(answer), flush=True)
@@ -170,7 +170,7 @@ def test_a_host_ahead_deletes_nothing_inside_the_window(
     later = cleanup_pass(
         Fleet(stream.catalog, open_storage=lambda root: stream.storage),
         HOUR_WINDOW,
-        execute=True,
+        dry_run=False,
         now=stream.catalog.now() + timedelta(hours=2),
     )
     assert later.deleted and files(stream) < before
@@ -197,7 +197,7 @@ def test_a_host_ahead_sweeps_no_fresh_write(stream: StoreStream, clock_shim: Pat
     later = cleanup_pass(
         Fleet(stream.catalog, open_storage=lambda root: stream.storage),
         HOUR_WINDOW,
-        execute=True,
+        dry_run=False,
         now=stream.catalog.now() + timedelta(hours=2),
     )
     assert later.leftovers.removed and not temporary.exists()
@@ -289,7 +289,7 @@ def test_a_writer_behind_loses_no_file_inside_the_window(
         Verdict.ORPHAN_IN_GRACE,  # the lost attempts (deletable_orphan by created_at)
     }
     before = files(stream)
-    report = cleanup_pass(fleet, HOUR_WINDOW, execute=True)
+    report = cleanup_pass(fleet, HOUR_WINDOW, dry_run=False)
     assert not report.deleted and files(stream) == before
     for store in STORES:
         assert stream.loaded(store, 15) == stream.expected(store, 15)
@@ -299,7 +299,7 @@ def test_a_writer_behind_loses_no_file_inside_the_window(
     check = retention_check(fleet, watch, now=now + timedelta(minutes=80))
     assert check.passed, check.summary
     assert not retention_check(fleet, watch, now=now + timedelta(minutes=91)).passed
-    later = cleanup_pass(fleet, HOUR_WINDOW, execute=True, now=now + timedelta(hours=2))
+    later = cleanup_pass(fleet, HOUR_WINDOW, dry_run=False, now=now + timedelta(hours=2))
     assert {info.path for info in behind} <= {v.file.path for v in later.deleted}
     assert not files(stream) & {info.path for info in behind}
     for store in STORES:

@@ -18,11 +18,18 @@ import json
 import os
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
 
 from state_runtime.catalog import Catalog
+from state_runtime.catalog.connection import clock as clock_module
+from state_runtime.catalog.connection.clock import DatabaseClock
+from state_runtime.catalog.connection.engine import RetryPolicy, run_transaction
 from state_runtime.storage import LocalStorage
 from tests.catalog.conftest import (  # noqa: F401  (fixtures)
     pg_catalog,
@@ -58,8 +65,8 @@ with Catalog.open(spec["url"]) as catalog:
     before, host_before = catalog.now(), datetime.now(UTC)  # measured: the clock is right
     os.environ["STATE_CLOCK_SKEW_S"] = str(spec["step_s"])  # the host's clock steps
     host_after, after = datetime.now(UTC), catalog.now()
-    cleaned = cleanup_pass(fleet, policy, execute=True)
-    reconciled = reconcile(fleet, policy, execute=True)
+    cleaned = cleanup_pass(fleet, policy, dry_run=False)
+    reconciled = reconcile(fleet, policy, dry_run=False)
     print(json.dumps({
         "host_jump_s": (host_after - host_before).total_seconds(),
         "catalog_jump_s": (after - before).total_seconds(),
@@ -110,3 +117,54 @@ def test_a_clock_step_mid_run_deletes_nothing_in_flight(
     assert attempt.path in before
     for store in STORES:
         assert stream.loaded(store, 14) == stream.expected(store, 14)
+
+
+class _SteppedTime:
+    """The ``time`` module as the clock sees it after a wall-clock step of ``step_s``."""
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s = step_s
+
+    def time(self) -> float:
+        return time.time() + self.step_s
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def test_a_step_noticed_inside_a_transaction_takes_no_second_connection(
+    pg_catalog: Catalog,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``now()`` runs inside the catalog's transactions. It once read the database again there
+    when it noticed a step: a second pooled connection, taken while holding the clock's lock,
+    which threads that each hold a connection and wait on that lock can starve. The step is
+    noticed by the next transaction's ``sync`` instead, and the clock did not move meanwhile."""
+    engine = pg_catalog.engine
+    clock = DatabaseClock(engine, RetryPolicy())
+    clock.sync()
+    held, most, taken = 0, 0, 0
+
+    def checkout(*_: object) -> None:
+        nonlocal held, most, taken
+        held, taken = held + 1, taken + 1
+        most = max(most, held)
+
+    def checkin(*_: object) -> None:
+        nonlocal held
+        held -= 1
+
+    event.listen(engine.pool, "checkout", checkout)
+    event.listen(engine.pool, "checkin", checkin)
+
+    def work(_: Connection) -> tuple[datetime, datetime]:
+        before = clock.now()
+        monkeypatch.setattr(clock_module, "time", _SteppedTime(STEP_S))
+        return before, clock.now()
+
+    before, after = run_transaction(engine, work, retry=RetryPolicy(), what="a transaction")
+    assert most == 1 and taken == 1
+    assert abs((after - before).total_seconds()) < 5
+    clock.sync()  # the next transaction's: the step is noticed, the database read again
+    assert taken == 2
+    assert abs((clock.now() - after).total_seconds()) < 5

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import pickle
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -13,8 +15,14 @@ from click.testing import CliRunner
 
 from state_runtime import errors
 from state_runtime.cli import main
-from state_runtime.errors import CheckpointFileCorrupt, InvalidArgument, StateStoreError
+from state_runtime.errors import (
+    CheckpointFileCorrupt,
+    InvalidArgument,
+    MaintenanceRefused,
+    StateStoreError,
+)
 from state_runtime.maintenance import MaintenancePolicy
+from state_runtime.retention import RetentionPolicy
 from state_runtime.storage import LocalStorage
 
 from .store_helpers import commit_rows, provider_for
@@ -105,3 +113,21 @@ def test_a_refusal_names_the_value_and_the_limit() -> None:
     with pytest.raises(InvalidArgument) as err:
         MaintenancePolicy(lag_warn_deltas=0)
     assert str(err.value) == ("[STATE_INVALID_ARGUMENT] lag_warn_deltas must be at least 1, got 0")
+
+
+def test_a_refusal_carries_the_value_and_the_limit_as_fields() -> None:
+    """A program reads what was refused without parsing words: the setting, the value and the
+    limit are fields, in ``details()`` (``--json``), kept when the error is relabelled with
+    the variable that set the value, and through pickling (an executor's error reaches the
+    driver whole)."""
+    with pytest.raises(MaintenanceRefused) as floor:
+        MaintenancePolicy.from_env({"STATE_MAINTENANCE_RETAIN_VERSIONS": "1"})
+    assert "STATE_MAINTENANCE_RETAIN_VERSIONS='1'" in str(floor.value)
+    assert (floor.value.setting, floor.value.value, floor.value.limit) == ("retain_versions", 1, 2)
+    policy = MaintenancePolicy(retention=RetentionPolicy(window=timedelta(minutes=5)))
+    with pytest.raises(MaintenanceRefused) as short:
+        policy.check_retention()
+    details = short.value.details()
+    assert (details["setting"], details["value"], details["limit"]) == ("window", 300.0, 600.0)
+    again = pickle.loads(pickle.dumps(short.value))
+    assert isinstance(again, MaintenanceRefused) and again.details() == details

@@ -363,6 +363,7 @@ def test_zero_durations_mean_zero(tmp_path: Path) -> None:
     """``--window 0s --orphan-grace 0s --min-window 0s`` mean zero, not the defaults: a
     attempt written a moment ago is an orphan cleanup may take at once."""
     url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    (tmp_path / "root").mkdir()  # a root whose folder is gone is refused (RootMissing)
     root = (tmp_path / "root").as_uri()
     store = StoreId(0, 0)
     now = datetime.now(UTC)

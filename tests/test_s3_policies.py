@@ -175,9 +175,9 @@ def test_a_stream_as_runtime_maintained_as_maintenance(
     as_maintenance = Fleet(sqlite_catalog, open_storage=lambda root: maintenance, owner="mt")
     assert not snapshot_pass(as_maintenance, FAST).failed
     stream.run(2)
-    refused = cleanup_pass(as_runtime, FAST, execute=True)  # the runtime's keys cannot delete
+    refused = cleanup_pass(as_runtime, FAST, dry_run=False)  # the runtime's keys cannot delete
     assert refused.failed and not refused.deleted
-    done = cleanup_pass(as_maintenance, FAST, execute=True)  # the claims resume, and delete
+    done = cleanup_pass(as_maintenance, FAST, dry_run=False)  # the claims resume, and delete
     assert done.deleted and not done.failed
     for store in stores:
         for version in (7, 8):

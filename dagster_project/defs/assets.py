@@ -11,7 +11,6 @@ The maintenance assets each run one pass of ``state_runtime.maintenance``.
 from dagster import (
     AssetExecutionContext,
     Config,
-    Failure,
     MaterializeResult,
     asset,
 )
@@ -29,7 +28,6 @@ from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.store_events import fleet_metadata, store_states
 from state_runtime.catalog import StoreKey
-from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance import (
     StoreNames,
     cleanup_pass,
@@ -103,17 +101,14 @@ def state_retention_cleanup(
     """Deletes what retention allows (a dry run unless ``dry_run: false``); every deletion
     goes into the catalog's ledger with its reason. Stores with open validation problems are
     held (listed in the metadata): nothing they committed is deleted."""
-    try:
-        with maintenance.run(context) as run:
-            report = cleanup_pass(
-                run.fleet,
-                run.policy,
-                execute=not config.dry_run,
-                only=config.only(run.names),
-                progress=run.progress,
-            )
-    except MaintenanceRefused as exc:
-        raise Failure(description=f"cleanup refused: {exc}") from exc
+    with maintenance.run(context) as run:  # a refusal fails the step with its paragraph
+        report = cleanup_pass(
+            run.fleet,
+            run.policy,
+            dry_run=config.dry_run,
+            only=config.only(run.names),
+            progress=run.progress,
+        )
     for path, error in report.failed.items():
         context.log.warning(f"could not delete {path}: {error} (the next run retries)")
     return MaterializeResult(metadata=cleanup_metadata(report, run.policy.parameters(), run.names))
@@ -162,5 +157,5 @@ def state_reconciliation(
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """The rare sweep that lists storage and records files the catalog does not know."""
     with maintenance.run(context) as run:
-        report = reconcile(run.fleet, run.policy, execute=not config.dry_run, progress=run.progress)
+        report = reconcile(run.fleet, run.policy, dry_run=config.dry_run, progress=run.progress)
     return MaterializeResult(metadata=reconcile_metadata(report))

@@ -161,6 +161,7 @@ def snapshot_metadata(report: SnapshotReport, names: StoreNames) -> MetadataMap:
     ]
     header = ("store", "status", "version", "deltas", "bytes", "error")
     return {
+        "summary": MetadataValue.text(report.summary()),
         **{name: MetadataValue.int(n) for name, n in report.counts().items()},
         "catalog_run_id": MetadataValue.int(report.run_id),
         "outcomes": MetadataValue.md(_cells(rows, header) + _more(len(report.outcomes), MD_ROWS)),
@@ -185,6 +186,7 @@ def cleanup_metadata(
         for h in report.held[:MD_ROWS]
     ]
     return {
+        "summary": MetadataValue.text(report.summary()),
         "held": MetadataValue.md(
             _cells(held, ("store", "since", "problems", "reason"))
             + _more(len(report.held), MD_ROWS)
@@ -200,9 +202,7 @@ def cleanup_metadata(
 
 
 def findings_md(findings: Sequence[Finding], names: StoreNames) -> Meta:
-    rows = [
-        (names.name(f.key), f.severity.value, f.path or "", f.problem) for f in findings[:MD_ROWS]
-    ]
+    rows = [(names.name(f.key), f.severity.value, f.path or "", f.said) for f in findings[:MD_ROWS]]
     return MetadataValue.md(
         _cells(rows, ("store", "severity", "file", "problem")) + _more(len(findings), MD_ROWS)
     )
@@ -239,6 +239,7 @@ def repair_metadata(report: RepairReport, names: StoreNames) -> MetadataMap:
         (names.name(o.key), o.path, o.status.value, o.detail) for o in report.outcomes[:MD_ROWS]
     ]
     return {
+        "summary": MetadataValue.text(report.summary()),
         **{name: MetadataValue.int(n) for name, n in report.counts().items()},
         "catalog_run_id": MetadataValue.int(report.run_id),
         "outcomes": MetadataValue.md(
@@ -274,6 +275,7 @@ def repartition_metadata(plan: RepartitionPlan) -> MetadataMap:
         [f"{f.operator_id} ({f.store_name})", f.partition, f.rows, f.bytes] for f in plan.figures
     ]
     metadata: MetadataMap = {
+        "summary": MetadataValue.text(plan.summary()),
         "query": MetadataValue.text(f"{plan.root} {plan.query_id}"),
         "batch": MetadataValue.int(plan.batch_id),
         "partitions": MetadataValue.int(plan.num_partitions),

@@ -1,6 +1,6 @@
 """The repartition job: change a stopped query's number of state partitions from Dagster.
 
-Launched by hand only (no schedule, no sensor) and a dry run unless ``execute`` is set, like
+Launched by hand only (no schedule, no sensor) and a dry run unless ``dry_run`` is false, like
 every writer of this code location; the work is the library's
 (:func:`state_runtime.maintenance.repartition.repartition`), run on a Spark session the op
 starts (``spark_master``, or a Spark Connect server when ``SPARK_REMOTE`` is set). The
@@ -21,7 +21,7 @@ from state_runtime.runtime.spark_session import spark_session
 
 
 class RepartitionConfig(Config):
-    """What to repartition; ``execute=False`` (default) routes the keys and reports only."""
+    """What to repartition; ``dry_run=True`` (default) routes the keys and reports only."""
 
     root: str = Field(description="The query's checkpoint root.")
     query_id: str = Field(description="The query to repartition (stopped).")
@@ -33,7 +33,7 @@ class RepartitionConfig(Config):
     )
     idle_seconds: int = Field(default=60, ge=0, description="Refuse if a batch committed since.")
     spark_master: str = Field(default="local[2]", description="Spark master for the job.")
-    execute: bool = Field(default=False, description="Switch the layout (else a dry run).")
+    dry_run: bool = Field(default=True, description="Route the keys and report; switch nothing.")
 
 
 @op(tags={"state_runtime/maintenance": "repartition"})
@@ -43,17 +43,16 @@ def state_repartition(
     """Plan, estimate or carry out a repartition (see the module)."""
     log = context.log
     progress = CallbackProgress(lambda what, done, total: log.info(f"{what}: {done}/{total}"))
-    spark = spark_session(config.spark_master, app_name="dagster-repartition")
     with maintenance.fleet(f"dagster:{context.run.run_id}") as fleet:
         plan = repartition(
-            spark,
+            lambda: spark_session(config.spark_master, app_name="dagster-repartition"),
             fleet,
             config.root,
             config.query_id,
             config.partitions,
             operator_id=config.operator_id,
             spark_checkpoint=config.spark_checkpoint,
-            execute=config.execute,
+            dry_run=config.dry_run,
             policy=maintenance.policy(),
             idle=timedelta(seconds=config.idle_seconds),
             progress=progress,

@@ -1,7 +1,10 @@
 """The maintenance resource: the state catalog, the checkpoint storage and the policy, in one.
 
 Every asset, check and sensor opens its work with :meth:`MaintenanceResource.run` (or
-:meth:`~MaintenanceResource.fleet`), so that each body is a few lines. Everything defaults to
+:meth:`~MaintenanceResource.fleet`), so that each body is a few lines; an error of ours raised
+in either (Spark's wrappers included) fails the step as a :class:`dagster.Failure` whose
+description is the one paragraph ``statestore`` prints, the full trace in the library's log
+file (:mod:`state_runtime.failures`). Everything defaults to
 what ``make demo`` produces, and the platform's environment applies when set, read when a run
 starts (never when the code location loads): ``STATE_CATALOG_URL``, ``STATE_CHECKPOINT_ROOT``
 and ``STATE_MAINTENANCE_*``. The policy fields are derived from the settings' declaration
@@ -18,10 +21,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from dagster import AssetCheckExecutionContext, AssetExecutionContext, ConfigurableResource
+from dagster import AssetCheckExecutionContext, AssetExecutionContext, ConfigurableResource, Failure
 from pydantic import Field, create_model
 
 from state_runtime.catalog import Catalog, catalog_url
+from state_runtime.failures import reported
 from state_runtime.maintenance import (
     CallbackProgress,
     Fleet,
@@ -49,6 +53,22 @@ _PolicyFields = create_model(  # type: ignore[call-overload]
     __module__=__name__,
     **{setting.name: _policy_field(setting) for setting in MAINTENANCE},
 )
+
+
+@contextmanager
+def shown_as_paragraph() -> Iterator[None]:
+    """Our error, raised inside, as a Failure whose description is its one paragraph and the
+    log file holding its trace (no trace in the step's or the daemon's output)."""
+    try:
+        yield
+    except Failure:
+        raise
+    except Exception as exc:
+        found = reported(exc)
+        if found is None:
+            raise
+        error, paragraph = found
+        raise Failure(description=paragraph, metadata={"code": error.code}) from None
 
 
 @dataclass(frozen=True)
@@ -109,7 +129,7 @@ class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
     @contextmanager
     def fleet(self, owner: str) -> Iterator[Fleet]:
         """The stores to maintain (``owner`` names the work in leases and run records)."""
-        with self.catalog() as catalog:
+        with shown_as_paragraph(), self.catalog() as catalog:
             yield Fleet(catalog, roots=self.roots(), open_storage=open_storage, owner=owner)
 
     @contextmanager
@@ -117,7 +137,8 @@ class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
         self, context: AssetExecutionContext | AssetCheckExecutionContext
     ) -> Iterator[MaintenanceRun]:
         """One run's stores and policy (the policy first: a bad setting opens nothing)."""
-        policy = self.policy()
+        with shown_as_paragraph():
+            policy = self.policy()
         log = context.log
         progress = CallbackProgress(lambda what, done, total: log.info(f"{what}: {done}/{total}"))
         with self.fleet(f"dagster:{context.run.run_id}") as fleet:

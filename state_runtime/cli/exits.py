@@ -17,7 +17,10 @@ with 1 (click's own handling of EPIPE; no traceback).
 
 Every library error names its stable code (``[STATE_...] message``); with ``--json`` the error
 is also printed on stdout as ``{"error": {"code": ..., "message": ..., ...}}``. No error
-shows a traceback, and every message is masked of secrets
+shows a traceback: the full trace goes to the log file (``$STATE_LOG_FILE``, else
+``state-runtime-<uid>.log`` in the temporary folder: :mod:`state_runtime.failures`), and with
+``--verbose`` to stderr as well, before the line. An error of ours raised in a Spark task
+(wrapped by Spark) is shown as itself. Every message is masked of secrets
 (:mod:`state_runtime.redaction`). The library's warnings go to stderr as ``warning: ...``
 lines (with ``-q``, only errors).
 """
@@ -28,11 +31,13 @@ import difflib
 import json
 import logging
 import sys
+import traceback
 from typing import Any, NoReturn
 
 import click
 
 from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStoreError
+from state_runtime.failures import error_line, log_failure, typed_error
 from state_runtime.redaction import RedactingFilter, redact
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_FAILED, EXIT_INTERNAL = 0, 1, 2, 3, 4, 5
@@ -88,8 +93,7 @@ def fail_with(
 ) -> NoReturn:
     if as_json:
         click.echo(json.dumps({"error": error.details()}, indent=2))
-    prefix = "refused: " if isinstance(error, MaintenanceRefused) else ""
-    fail(exit_code(error) if code is None else code, f"{prefix}{error}")
+    fail(exit_code(error) if code is None else code, error_line(error))
 
 
 class StatestoreGroup(click.Group):
@@ -115,7 +119,8 @@ class StatestoreGroup(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> NoReturn:
         kwargs["standalone_mode"] = False
         argv = kwargs.get("args", args[0] if args else None)
-        as_json = "--json" in (sys.argv[1:] if argv is None else list(argv))
+        words = sys.argv[1:] if argv is None else list(argv)
+        as_json, verbose = "--json" in words, "--verbose" in words
         # Set once the command is known, before the group's options are resolved: an error
         # in them (a malformed --root) then ends a monitor command as unknown (3).
         self.monitor = False
@@ -129,12 +134,18 @@ class StatestoreGroup(click.Group):
             fail(exc.exit_code, exc.format_message())
         except click.Abort:
             fail(EXIT_PROBLEMS, "aborted")
-        except StateStoreError as exc:
-            fail_with(exc, as_json=as_json, code=MONITOR_UNKNOWN if self.monitor else None)
-        except Exception as exc:  # a bug: say so in one line, never a traceback
+        except Exception as exc:
+            log = log_failure(exc)
+            if verbose:
+                click.echo(redact("".join(traceback.format_exception(exc))), err=True)
+            typed = typed_error(exc)  # also one raised in a Spark task, wrapped by Spark
+            if typed is not None:
+                fail_with(typed, as_json=as_json, code=MONITOR_UNKNOWN if self.monitor else None)
+            # a bug: say so in one line, never a traceback
+            first = next((s for s in str(exc).splitlines() if s.strip()), "")
             fail(
                 MONITOR_UNKNOWN if self.monitor else EXIT_INTERNAL,
-                f"unexpected {type(exc).__name__}: {exc} (a bug in statestore: please report "
-                "it with the command line)",
+                f"unexpected {type(exc).__name__}: {first} (a bug in statestore: please report "
+                f"it with the command line and the trace in {log})",
             )
         sys.exit(result if isinstance(result, int) else EXIT_OK)

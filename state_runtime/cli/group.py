@@ -255,6 +255,12 @@ json_option = click.option(
     "no retention window, snapshots after 2 deltas: for a finished demo stream only.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars and no warnings.")
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="On a failure, also print its full trace (always written to $STATE_LOG_FILE, else "
+    "state-runtime-<uid>.log in the temporary folder).",
+)
 @click.pass_context
 def main(ctx: click.Context, /, **kw: Any) -> None:
     """Maintain the state stores recorded in a catalog: snapshots, cleanup, validation."""

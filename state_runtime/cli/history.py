@@ -90,28 +90,47 @@ def history(settings: Settings, /, **kw: Any) -> None:
 
 
 @click.command()
-@click.argument("root")
-@click.option("--query", "query_id", required=True, help="The query whose batches to show.")
+@click.argument("root", required=False)
+@click.option(
+    "--query",
+    "query_id",
+    help="The query whose batches to show.",
+    show_default="the root's one query",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=50, help="Newest batches.")
 @json_option
 @click.pass_obj
-def metrics(settings: Settings, /, root: str, **kw: Any) -> None:
+def metrics(settings: Settings, /, root: str | None, **kw: Any) -> None:
     """Each micro-batch's figures as the runtime recorded them, newest first: rows in, keys
     updated, state rows, bytes written, commit time, batch time, load time, cache hits (the
-    view state_batch_metrics holds the same)."""
-    settings.roots = [canonical_root(root)]
+    view state_batch_metrics holds the same).
+
+    The root is ROOT or --root, or the catalog's one root; the query is --query, or the
+    root's one query."""
+    if root is not None:
+        settings.roots = [canonical_root(root)]
     with open_fleet(settings) as fleet:
-        known = fleet.catalog.query_ids(settings.roots[0])
-        if kw["query_id"] not in known:
+        roots = fleet.root_names()
+        if len(roots) != 1:
             fail(
                 EXIT_USAGE,
-                f"--query {kw['query_id']!r}: no such query committed below {settings.roots[0]} "
-                f"(known: {', '.join(known[:10]) or 'none'})",
+                f"{len(roots)} roots are in scope: name one with --root (known: "
+                f"{', '.join(roots[:10]) or 'none'})",
             )
-        batches = fleet.catalog.batch_metrics(settings.roots[0], kw["query_id"], limit=kw["limit"])
+        [scope] = roots
+        known = fleet.catalog.query_ids(scope)
+        query_id = kw["query_id"] or (known[0] if len(known) == 1 else None)
+        if query_id is None or query_id not in known:
+            given = "" if kw["query_id"] is None else f"{kw['query_id']!r}: no such query "
+            fail(
+                EXIT_USAGE,
+                f"--query {given}committed below {scope}: name one of "
+                f"{', '.join(known[:10]) or 'none'}",
+            )
+        batches = fleet.catalog.batch_metrics(scope, query_id, limit=kw["limit"])
     emit(
         batches,
-        lambda console, shown: print_metrics(console, kw["query_id"], shown),
+        lambda console, shown: print_metrics(console, query_id, shown),
         as_json=lambda shown: [metrics_json(b) for b in shown],
     )
 

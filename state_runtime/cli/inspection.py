@@ -4,6 +4,7 @@ with their printers (the history commands are in :mod:`state_runtime.cli.history
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -13,6 +14,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from state_runtime.cli.exits import (
     EXIT_PROBLEMS,
@@ -41,6 +43,7 @@ from state_runtime.errors import InvalidArgument, StateStoreError
 from state_runtime.maintenance import (
     FileExplanation,
     Fleet,
+    MaintenancePolicy,
     SchemaCheck,
     Status,
     StoreReport,
@@ -54,6 +57,9 @@ from state_runtime.storage import check_relative_path
 from state_runtime.store.schema_evolution import SchemaChange
 from state_runtime.units import age, size
 
+BRIEF_BELOW = 120
+"""Below this width ``health`` prints one line per store unless ``--table`` asks."""
+
 
 @click.command()
 @json_option
@@ -64,6 +70,12 @@ from state_runtime.units import age, size
     help="Order of the rows.",
 )
 @click.option("--limit", type=click.IntRange(min=1), help="Show only the first N rows.")
+@click.option(
+    "--brief/--table",
+    default=None,
+    help="One line per store (store, status, since, why), or the table of figures.",
+    show_default=f"brief below {BRIEF_BELOW} columns, else the table",
+)
 @store_option
 @policy_options(*RETENTION)
 @click.pass_obj
@@ -71,6 +83,7 @@ def health(settings: Settings, /, **kw: Any) -> None:
     """Each store's status (healthy, degraded, broken, unknown: why, since when) and figures,
     from the catalog (no storage access). Exit code for monitors: 0 healthy, 1 degraded,
     2 broken, 3 unknown (or the command failed). 'status' is the same command."""
+    brief = kw["brief"] if kw["brief"] is not None else settings.console.width < BRIEF_BELOW
     try:
         policy = policy_of(settings, kw)
         with open_fleet(settings) as fleet:
@@ -82,7 +95,8 @@ def health(settings: Settings, /, **kw: Any) -> None:
         sys.exit(MONITOR_UNKNOWN if exc.code else exc.code)
     code = monitor_code(reports)
     reports = reports[: kw["limit"]] if kw["limit"] else reports
-    emit(reports, print_health, as_json=lambda shown: [health_json(r) for r in shown])
+    printer = print_health_brief if brief else print_health
+    emit(reports, printer, as_json=lambda shown: [health_json(r) for r in shown])
     sys.exit(code)
 
 
@@ -108,29 +122,66 @@ def monitor_code(reports: Sequence[StoreReport]) -> int:
 def explain(settings: Settings, /, file: str, **kw: Any) -> None:
     """Why FILE is kept, or why cleanup may delete it, and its store's status.
 
-    FILE is a path relative to its checkpoint root (with --root), an absolute path, or a URI.
+    FILE is a URI, an absolute path, or a path relative to the current folder or to its
+    checkpoint root; one that names no known file, or files below several roots, is refused.
     A file the catalog counts on is looked up in storage too: a missing one is never called
-    needed; the answer says what is lost and what still loads.
+    needed; a missing or damaged one gets its fate and the next command, as repair says.
     """
     policy = policy_of(settings, kw)
     with open_fleet(settings) as fleet:
-        root, path = _locate(fleet, file)
+        root, path = _locate(fleet, file, policy)
         explained = explain_file(fleet, root, path, policy)
     emit(explained, print_explanation)
 
 
-def _locate(fleet: Fleet, file: str) -> tuple[str, str]:
-    """The (root, relative path) of ``file`` among the catalog's roots."""
+def _locate(fleet: Fleet, file: str, policy: MaintenancePolicy) -> tuple[str, str]:
+    """The (root, relative path) that ``file`` names: a URI, an absolute path, a path
+    relative to the current folder (as the shell completes it) or to a root. Refused when it
+    is below no root, or when no reading, or several, names a file the catalog or storage
+    knows."""
     roots = fleet.root_names()
-    if "://" not in file and not Path(file).is_absolute():
-        if len(roots) != 1:
-            fail(EXIT_USAGE, f"{file!r} is relative: name its root with --root (known: {roots})")
-        return roots[0], check_relative_path(file)
-    uri = file if "://" in file else Path(file).resolve().as_uri()
-    for root in sorted(roots, key=len, reverse=True):
-        if uri.startswith(root.rstrip("/") + "/"):
-            return root, check_relative_path(uri[len(root.rstrip("/")) + 1 :])
-    fail(EXIT_USAGE, f"{file!r} is below none of the catalog's roots: {roots}")
+    if "://" in file or Path(file).is_absolute():
+        uris = [file if "://" in file else Path(os.path.abspath(file)).as_uri()]
+    else:
+        uris = [Path(os.path.abspath(file)).as_uri()]
+        uris += [f"{root.rstrip('/')}/{file}" for root in roots]
+    readings = sorted(
+        {
+            (root, uri[len(root.rstrip("/")) + 1 :])
+            for uri in uris
+            for root in roots
+            if uri.startswith(root.rstrip("/") + "/")
+        }
+    )
+    if not readings:
+        fail(EXIT_USAGE, f"{file!r} is below none of the catalog's roots: {', '.join(roots)}")
+    refusals = []
+    for _root, path in readings:
+        try:
+            check_relative_path(path)
+        except InvalidArgument as exc:  # a path that climbs out of its root: refused as such
+            refusals.append(str(exc))
+    if len(refusals) == len(readings):
+        fail(EXIT_USAGE, refusals[0])
+    known = [r for r in readings if _names_a_file(fleet, policy, *r)]
+    if not known:
+        where = "; ".join(f"{path} below {root}" for root, path in readings)
+        fail(EXIT_USAGE, f"{file!r} names no file the catalog records or storage holds ({where})")
+    if len(known) > 1:
+        named = "; ".join(f"{path} below {root}" for root, path in known)
+        fail(EXIT_USAGE, f"{file!r} is ambiguous: it names {named}; give its absolute path")
+    root, path = known[0]
+    return root, check_relative_path(path)
+
+
+def _names_a_file(fleet: Fleet, policy: MaintenancePolicy, root: str, path: str) -> bool:
+    """Whether the catalog records ``path`` below ``root`` or storage has it there."""
+    try:
+        relative = check_relative_path(path)
+    except InvalidArgument:
+        return False
+    explained = fleet.catalog.explain(root, relative, policy.retention)
+    return explained.file is not None or fleet.storage(root).exists(relative)
 
 
 def _pairs(option: str, values: tuple[str, ...], parse: Callable[[str], Any]) -> dict[str, Any]:
@@ -235,6 +286,26 @@ def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
     show(console, table)
 
 
+def print_health_brief(console: Console, reports: Sequence[StoreReport]) -> None:
+    """One line per store: its name below the root printed once, its status, since when and
+    why (a reason longer than the line wraps below it, never cut)."""
+    roots = {r.key.root for r in reports}
+    prefix = root_prefix(roots)
+    print_prefix(console, prefix, roots)
+    names = [below(prefix, r.key.root, f"#{r.key.store}") for r in reports]
+    statuses = [r.status.status.value for r in reports]
+    sinces = [
+        "-" if r.status.since is None else f"{r.status.since:%Y-%m-%d %H:%M}" for r in reports
+    ]
+    wide = [max(map(len, column), default=0) for column in (names, statuses, sinces)]
+    for r, name, status, since in zip(reports, names, statuses, sinces, strict=True):
+        colour = _COLOURS[r.status.status]
+        line = Text(f"{name:<{wide[0]}}  ")
+        line.append(f"{status:<{wide[1]}}", style=colour)
+        line.append(f"  since {since:<{wide[2]}}  {r.status.reason}")
+        console.print(line, overflow="fold")
+
+
 _COLOURS = {
     StoreStatus.HEALTHY: "green",
     StoreStatus.DEGRADED: "yellow",
@@ -322,8 +393,11 @@ def print_explanation(console: Console, explained: FileExplanation) -> None:
     if e.needed_by is not None and e.verdict.value == "needed":
         lo, hi = e.needed_by
         console.print(f"needed by retained versions {lo}..{hi}")
-    if explained.status is not None:
-        console.print(f"store status: {status_label(explained.status)}: {explained.status.reason}")
+    if explained.status is not None:  # a damaged file's advice below says what its reason says
+        why = "" if explained.damage else f": {explained.status.reason}"
+        console.print(f"store status: {status_label(explained.status)}{why}")
+    if explained.damage is not None:
+        console.print(f"next: {explained.damage.advice}", soft_wrap=True, markup=False)
 
 
 def print_schema_check(console: Console, check: SchemaCheck) -> None:

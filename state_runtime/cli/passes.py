@@ -69,7 +69,7 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
             emit_part(due, print_due_snapshots)
         if kw["cleanup"]:
             report = cleanup_pass(
-                fleet, policy, execute=not kw["dry_run"], only=only, progress=settings.progress
+                fleet, policy, dry_run=kw["dry_run"], only=only, progress=settings.progress
             )
             done["cleanup"] = report
             emit_part(report, print_cleanup)
@@ -175,7 +175,7 @@ def print_checks(console: Console, report: ChecksReport) -> None:
     show(console, table)
     for o in report.outcomes:
         for finding in o.findings[:SHOWN]:
-            console.print(f"  {finding.severity.value}: {finding}")
+            console.print(f"  {finding.severity.value}: {finding}", soft_wrap=True)
         if len(o.findings) > SHOWN:
             console.print(f"  ... and {len(o.findings) - SHOWN} more ({o.name.value})")
 
@@ -198,6 +198,8 @@ def checks_json(report: ChecksReport) -> dict[str, Any]:
                         "problem": f.problem,
                         "path": f.path,
                         "version": f.version,
+                        "fate": None if f.damage is None else f.damage.fate.value,
+                        "command": None if f.damage is None else f.damage.command,
                     }
                     for f in o.findings
                 ],

@@ -11,10 +11,6 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from state_runtime.catalog import (
-    FileVerdict,
-    StoreProblem,
-)
 from state_runtime.cli.exits import (
     EXIT_PROBLEMS,
     EXIT_USAGE,
@@ -35,13 +31,16 @@ from state_runtime.cli.group import (
 )
 from state_runtime.cli.printing import SHOWN, print_leftovers
 from state_runtime.maintenance import (
+    Damage,
+    DamageReport,
+    Fate,
     ReconcileReport,
     RelocationReport,
     RepairReport,
     RestorePlan,
     beyond_repair,
     canonical_root,
-    damaged_snapshots,
+    damaged_files,
     plan_restore,
     reconcile,
     relocate_root,
@@ -70,14 +69,16 @@ def repair(settings: Settings, /, **kw: Any) -> None:
         only = stores_of(fleet, kw["stores"])
         done: dict[str, Any] = {"dry_run": kw["dry_run"]}
         if kw["dry_run"]:
-            done["damaged"] = damaged_snapshots(fleet, policy, only)
+            found = damaged_files(fleet, policy, only)
+            done["rebuild"] = found.of(Fate.REPAIRABLE)
+            done["beyond_repair"] = found.beyond_repair()
         else:
             done["report"] = repair_pass(fleet, policy, only=only, progress=settings.progress)
-        left = done["beyond_repair"] = beyond_repair(fleet, policy, only)
-        queries = {root: fleet.catalog.query_ids(root) for root in {p.key.root for p in left}}
-    emit(done, lambda console, shown: print_repair(console, shown, queries))
+            done["beyond_repair"] = beyond_repair(fleet, policy, only)
+    emit(done, print_repair, repair_json)
+    left = done["beyond_repair"]
     failed = not kw["dry_run"] and bool(done["report"].failed)
-    exit_after(fleet, failed or bool(left))
+    exit_after(fleet, failed or bool(left.damages or left.other))
 
 
 @click.command()
@@ -200,16 +201,15 @@ def repartition(settings: Settings, /, root: str, **kw: Any) -> None:
         fail(EXIT_USAGE, "--spark-checkpoint and --no-spark-checkpoint exclude each other")
     settings.roots = [canonical_root(root)]
     with open_fleet(settings, storage=True) as fleet:
-        spark = spark_session(kw["master"], app_name="statestore-repartition")
-        plan = run_repartition(
-            spark,
+        plan = run_repartition(  # Spark starts once the catalog-only checks pass
+            lambda: spark_session(kw["master"], app_name="statestore-repartition"),
             fleet,
             settings.roots[0],
             kw["query_id"],
             kw["partitions"],
             operator_id=kw["operator_id"],
             spark_checkpoint="" if kw["no_spark_checkpoint"] else kw["spark_checkpoint"],
-            execute=not kw["dry_run"],
+            dry_run=kw["dry_run"],
             policy=policy_of(settings, {}),
             idle=kw["idle"],
             progress=settings.progress,
@@ -232,7 +232,7 @@ def reconcile_command(settings: Settings, /, **kw: Any) -> None:
         report = reconcile(
             fleet,
             policy,
-            execute=not kw["dry_run"],
+            dry_run=kw["dry_run"],
             min_age=kw["min_age"],
             progress=settings.progress,
         )
@@ -252,7 +252,7 @@ def relocate(settings: Settings, /, old: str, new: str, **kw: Any) -> None:
     Every committed file the catalog knows below OLD must be at NEW first."""
     settings.roots = [canonical_root(old)]
     with open_fleet(settings) as fleet:
-        report = relocate_root(fleet.catalog, settings.roots[0], new, execute=not kw["dry_run"])
+        report = relocate_root(fleet.catalog, settings.roots[0], new, dry_run=kw["dry_run"])
     emit(report, print_relocation)
     sys.exit(EXIT_PROBLEMS if report.missing else 0)
 
@@ -262,13 +262,22 @@ def print_resolved(console: Console, done: dict[str, Any]) -> None:
         console.print(f"{key}: {count} open problem(s) resolved")
 
 
-def print_repair(console: Console, done: dict[str, Any], queries: dict[str, list[str]]) -> None:
+def print_repair(console: Console, done: dict[str, Any]) -> None:
     """What repair did or (a dry run) would do, then what it cannot fix."""
     if done["dry_run"]:
-        print_damaged(console, done["damaged"])
+        print_damaged(console, done["rebuild"])
     else:
         print_repairs(console, done["report"])
-    print_beyond_repair(console, done["beyond_repair"], queries)
+    print_beyond_repair(console, done["beyond_repair"])
+
+
+def repair_json(done: dict[str, Any]) -> dict[str, Any]:
+    """Repair's answer as JSON: each damaged file with its fate and next command."""
+    left: DamageReport = done["beyond_repair"]
+    shown = {k: v for k, v in done.items() if k not in ("rebuild", "beyond_repair")}
+    if "rebuild" in done:
+        shown["rebuild"] = [d.details() for d in done["rebuild"]]
+    return shown | {"beyond_repair": [d.details() for d in left.damages] + list(left.other)}
 
 
 def print_reconcile(console: Console, report: ReconcileReport) -> None:
@@ -304,41 +313,33 @@ def print_relocation(console: Console, report: RelocationReport) -> None:
         console.print("Run with --execute to record the new root.")
 
 
-def print_damaged(console: Console, damaged: Sequence[FileVerdict]) -> None:
-    console.print(f"repair (dry run): {len(damaged)} damaged snapshot(s) to rebuild")
-    for verdict in damaged[:SHOWN]:
-        console.print(f"  {verdict.file.key.root}/{verdict.file.path}: {verdict.reason}")
-    if len(damaged) > SHOWN:
-        console.print(f"  ... and {len(damaged) - SHOWN} more")
-    if damaged:
-        console.print("Run with --execute to rebuild them.")
+def print_damaged(console: Console, rebuild: Sequence[Damage]) -> None:
+    """A repair's dry run: each damaged snapshot it rebuilds, one paragraph each."""
+    if rebuild:
+        console.print(f"repair (dry run): {len(rebuild)} damaged snapshot(s) to rebuild")
+    for damage in rebuild[:SHOWN]:
+        console.print(damage.paragraph(), soft_wrap=True, markup=False)
+    if len(rebuild) > SHOWN:
+        console.print(f"... and {len(rebuild) - SHOWN} more")
 
 
-def print_beyond_repair(
-    console: Console, problems: Sequence[StoreProblem], queries: dict[str, list[str]]
-) -> None:
-    """What repair cannot fix, and the command that can."""
-    if not problems:
-        return
-    console.print(
-        f"cannot repair: {len(problems)} open problem(s) are not damaged snapshots (repair "
-        "rebuilds snapshots from intact deltas; a lost delta has no copy to rebuild from)",
-        soft_wrap=True,
-    )
-    for p in problems[:SHOWN]:
+def print_beyond_repair(console: Console, left: DamageReport) -> None:
+    """What repair cannot fix: each damaged file with its fate and next command, then the
+    problems that name no damaged file."""
+    for damage in left.damages[:SHOWN]:
+        console.print(f"cannot repair: {damage.paragraph()}", soft_wrap=True, markup=False)
+    for p in left.other[:SHOWN]:
         where = f" (file {p.path})" if p.path else ""
-        console.print(f"  {p.key}: {p.problem}{where}", soft_wrap=True)
-    if len(problems) > SHOWN:
-        console.print(f"  ... and {len(problems) - SHOWN} more")
-    for root in sorted({p.key.root for p in problems}):
-        query = " or ".join(queries.get(root, [])) or "Q"
         console.print(
-            f"Put the lost files back in storage, or return the query to an intact batch: "
-            f"`statestore restore {root} --query {query} --to-batch B --spark-checkpoint DIR` "
-            "(its dry run names the newest intact batch; --allow-lost-state restarts a lost "
-            "store from empty)",
+            f"cannot repair: store {p.key}: {p.problem}{where}; repair rebuilds only damaged "
+            "snapshots: `statestore restore` returns the query to an intact batch (its dry run "
+            "names the newest one)",
             soft_wrap=True,
+            markup=False,
         )
+    hidden = max(len(left.damages) - SHOWN, 0) + max(len(left.other) - SHOWN, 0)
+    if hidden:
+        console.print(f"... and {hidden} more")
 
 
 def print_repairs(console: Console, report: RepairReport) -> None:

@@ -26,6 +26,13 @@ from state_runtime.maintenance.cleanup import (
     held_stores,
     plan_cleanup,
 )
+from state_runtime.maintenance.damage import (
+    Damage,
+    DamageReport,
+    Fate,
+    classify,
+    damaged_files,
+)
 from state_runtime.maintenance.explain import FileExplanation, explain_file
 from state_runtime.maintenance.fleet import (
     Fleet,
@@ -34,7 +41,13 @@ from state_runtime.maintenance.fleet import (
     format_store_key,
     parse_store_key,
 )
-from state_runtime.maintenance.health import FleetTotals, StoreReport, store_reports
+from state_runtime.maintenance.health import (
+    FleetTotals,
+    StoreReport,
+    health_rows,
+    health_summary,
+    store_reports,
+)
 from state_runtime.maintenance.leftovers import LeftoverReport, sweep_leftovers
 from state_runtime.maintenance.policy import MaintenancePolicy, format_duration, parse_duration
 from state_runtime.maintenance.progress import SILENT, CallbackProgress, Progress
@@ -48,7 +61,12 @@ from state_runtime.maintenance.repair import (
     damaged_snapshots,
     repair_pass,
 )
-from state_runtime.maintenance.restore import RestorePlan, plan_restore, restore_query
+from state_runtime.maintenance.restore import (
+    RestorePlan,
+    newest_intact_batch,
+    plan_restore,
+    restore_query,
+)
 from state_runtime.maintenance.schema_changes import (
     SchemaChangeRow,
     SchemaCheck,
@@ -74,20 +92,19 @@ from state_runtime.maintenance.validation import (
 from state_runtime.status import Status, StoreStatus, store_status
 
 __all__ = [
-    "AttemptSweepReport",
     "CHECKS",
     "SILENT",
-    "SchemaChangeRow",
-    "SchemaCheck",
-    "check_schema_change",
-    "schema_changes",
+    "AttemptSweepReport",
     "CallbackProgress",
     "CheckInfo",
     "CheckName",
     "CheckOutcome",
     "ChecksReport",
     "CleanupReport",
+    "Damage",
+    "DamageReport",
     "DueStore",
+    "Fate",
     "FileExplanation",
     "Finding",
     "Fleet",
@@ -97,49 +114,58 @@ __all__ = [
     "MaintenancePolicy",
     "Progress",
     "ReconcileReport",
-    "RelocationReport",
     "RecoveryCost",
+    "RelocationReport",
     "RepairOutcome",
     "RepairReport",
     "RepairStatus",
+    "RestorePlan",
+    "SchemaChangeRow",
+    "SchemaCheck",
     "Severity",
     "SnapshotOutcome",
     "SnapshotReport",
     "SnapshotStatus",
     "Status",
-    "StoreStatus",
-    "StoreReport",
     "StoreNames",
+    "StoreReport",
+    "StoreStatus",
     "StoreValidation",
     "ValidationReport",
+    "beyond_repair",
     "canonical_root",
+    "check_schema_change",
     "cleanup_pass",
+    "classify",
+    "damaged_files",
     "damaged_snapshots",
     "default_owner",
     "due_for_snapshot",
     "explain_file",
     "format_duration",
     "format_store_key",
+    "health_rows",
+    "health_summary",
     "held_stores",
     "lineage_check",
     "orphan_growth_check",
     "parse_duration",
     "parse_store_key",
     "plan_cleanup",
+    "plan_restore",
     "reconcile",
-    "sweep_attempts",
     "relocate_root",
     "repair_pass",
-    "beyond_repair",
-    "RestorePlan",
-    "plan_restore",
+    "newest_intact_batch",
     "restore_query",
     "retention_check",
     "run_checks",
+    "schema_changes",
     "snapshot_lag_check",
     "snapshot_pass",
     "store_reports",
     "store_status",
+    "sweep_attempts",
     "sweep_leftovers",
     "validate_stores",
 ]

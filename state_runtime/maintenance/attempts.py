@@ -51,15 +51,15 @@ def sweep_attempts(
     fleet: Fleet,
     policy: MaintenancePolicy,
     *,
-    execute: bool = False,
+    dry_run: bool = True,
     min_age: timedelta | None = None,
     now: datetime | None = None,
 ) -> AttemptSweepReport:
     """Sweep the batch intents that may have left files behind (see the module docstring);
-    with ``execute`` record the files found and mark the intents swept."""
+    unless ``dry_run`` record the files found and mark the intents swept."""
     min_age = policy.min_window if min_age is None else min_age
     cutoff = (now or fleet.catalog.now()) - min_age  # the database's clock, as the intents'
-    report = AttemptSweepReport(dry_run=not execute)
+    report = AttemptSweepReport(dry_run=dry_run)
     roots = set(fleet.root_names())
     while True:
         sweeps = [
@@ -76,11 +76,11 @@ def sweep_attempts(
                 fleet.set_aside(sweep.root, exc)
                 roots.discard(sweep.root)
                 continue
-            if execute and found:
+            if not dry_run and found:
                 fleet.catalog.record_files(sweep.root, found)
                 report.recorded += [info.path for info in found]
             done.append(sweep.run)
-        if not execute:
+        if dry_run:
             return report
         fleet.catalog.finish_attempt_sweeps(done, forget_before=cutoff)
         if not done:

@@ -85,7 +85,9 @@ def lineage_check(validation: ValidationReport) -> CheckOutcome:
 
 def snapshot_lag_check(reports: Collection[StoreReport], policy: MaintenancePolicy) -> CheckOutcome:
     """Fails with WARN at ``lag_warn_deltas`` deltas since the last snapshot, ERROR at
-    ``lag_error_deltas``."""
+    ``lag_error_deltas``. A broken store is left out: its chain does not load as counted
+    (its finding is the lineage check's, with the next command)."""
+    reports = [r for r in reports if r.status.status is not StoreStatus.BROKEN]
     findings = []
     for report in sorted(reports, key=lambda r: -r.health.deltas_since_snapshot):
         lag = report.health.deltas_since_snapshot
@@ -272,6 +274,35 @@ class ChecksReport:
     validation: ValidationReport
     health: list[StoreReport]
     outcomes: list[CheckOutcome]
+
+    def summary(self) -> str:
+        """The run in one line: the stores validated and the checks that failed."""
+        failed = [o.name.value for o in self.outcomes if not o.passed]
+        return f"validation run {self.run_id}: {len(self.health)} store(s); " + (
+            f"failed checks: {', '.join(failed)}" if failed else "every check passed"
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per store: its status, its validation errors and ``detail`` in words."""
+        problems: dict[str, list[str]] = {}
+        for finding in self.validation.errors:
+            problems.setdefault(str(finding.key), []).append(str(finding))
+        return [
+            {
+                "store": str(r.key),
+                "status": r.status.status.value,
+                "problems": problems.get(str(r.key), []),
+                "detail": str(r.status),
+            }
+            for r in self.health
+        ]
+
+    def check_rows(self) -> list[dict[str, Any]]:
+        """One row per check: passed, severity, its summary and the stores that fail it."""
+        return [
+            {"check": o.name.value} | {k: v for k, v in outcome_record(o).items() if k != "figures"}
+            for o in self.outcomes
+        ]
 
     def outcome(self, name: CheckName) -> CheckOutcome:
         return next(o for o in self.outcomes if o.name is name)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from state_runtime.catalog import FileVerdict, RetentionPolicy, RunKind, StoreKey, StoreProblem
 from state_runtime.maintenance.attempts import AttemptSweepReport, sweep_attempts
@@ -72,6 +72,49 @@ class CleanupReport:
     @property
     def deleted_bytes(self) -> int:
         return sum(v.file.size_bytes for v in self.deleted)
+
+    def summary(self) -> str:
+        """The pass in one line: what it deleted (or would), the stores held and busy."""
+        c = self.counts()
+        verb = "would delete" if self.dry_run else "deleted"
+        done = c["planned_files"] if self.dry_run else c["deleted_files"]
+        return (
+            f"cleanup{' (dry run)' if self.dry_run else f' run {self.run_id}'}: {verb} "
+            f"{done} file(s); {c['held_stores']} store(s) held, {c['busy_stores']} busy"
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per store with deletable files or held: the files (the first 20 with their
+        reason), what was deleted, why it is held, and ``detail`` in words."""
+        by_store: dict[str, list[FileVerdict]] = {}
+        for verdict in self.planned:
+            by_store.setdefault(str(verdict.file.key), []).append(verdict)
+        deleted: dict[str, int] = {}
+        for verdict in self.deleted:
+            deleted[str(verdict.file.key)] = deleted.get(str(verdict.file.key), 0) + 1
+        held = {str(h.key): h for h in self.held}
+        rows = []
+        for store in sorted(set(by_store) | set(held)):
+            planned = by_store.get(store, [])
+            words = (
+                f"{len(planned)} file(s) deletable, {sum(v.file.size_bytes for v in planned)} bytes"
+            )
+            if not self.dry_run:
+                words += f"; {deleted.get(store, 0)} deleted"
+            if store in held:
+                words += f"; held since {held[store].since.isoformat(timespec='seconds')}: "
+                words += held[store].reason
+            rows.append(
+                {
+                    "store": store,
+                    "planned_files": len(planned),
+                    "deleted_files": deleted.get(store, 0),
+                    "held": held[store].reason if store in held else None,
+                    "files": [f"{v.file.path}: {v.reason}" for v in planned[:20]],
+                    "detail": words,
+                }
+            )
+        return rows
 
     def counts(self) -> dict[str, int]:
         return (
@@ -126,25 +169,25 @@ def cleanup_pass(
     fleet: Fleet,
     policy: MaintenancePolicy,
     *,
-    execute: bool = False,
+    dry_run: bool = True,
     only: Collection[StoreKey] | None = None,
     now: datetime | None = None,
     progress: Progress = SILENT,
     delete_batch: int = 1000,
 ) -> CleanupReport:
-    """Plan the cleanup and, with ``execute``, carry it out (see the module docstring).
+    """Plan the cleanup and, unless ``dry_run``, carry it out (see the module docstring).
 
     Raises MaintenanceRefused, touching nothing, if the retention is below the safety floor.
     """
     policy.check_retention()
-    attempts = sweep_attempts(fleet, policy, execute=execute, now=now)
+    attempts = sweep_attempts(fleet, policy, dry_run=dry_run, now=now)
     planned = plan_cleanup(fleet, policy, only=only, now=now)
-    report = CleanupReport(not execute, policy.retention, planned, held_stores(fleet, only))
+    report = CleanupReport(dry_run, policy.retention, planned, held_stores(fleet, only))
     report.attempts = attempts
     folders = store_folders(fleet, only)
     leftovers_before = partial_write_cutoff(policy.retention, now or fleet.catalog.now())
-    if not execute:
-        report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, execute=False)
+    if dry_run:
+        report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=True)
         return report
     work: dict[str, set[StoreKey]] = {}
     for verdict in report.planned:
@@ -163,7 +206,7 @@ def cleanup_pass(
             for part in _batches(sorted(keys, key=str), STORES_PER_CLAIM):
                 _clean_stores(fleet, policy, root, part, report, now, delete_batch)
                 advance(len(part))
-        report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, execute=True)
+        report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=False)
         run.counts = report.counts()
     return report
 

@@ -5,9 +5,11 @@ No storage I/O: everything comes from the catalog.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections import Counter
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from state_runtime.catalog import RecoveryCost, StoreHealth, StoreKey
 from state_runtime.maintenance.fleet import Fleet
@@ -74,7 +76,7 @@ def store_reports(
                 status = store_status(
                     health,
                     lag_warn_deltas=policy.lag_warn_deltas,
-                    orphan_warn_files=policy.orphan_growth_warn_files,
+                    orphan_warn_files=policy.orphan_warn_files,
                 )
                 cost = costs.get(health.key, RecoveryCost(0, 0))
                 reports.append(StoreReport(health, cost, status))
@@ -118,3 +120,19 @@ class FleetTotals:
             max_recovery_bytes=max((r.recovery.bytes for r in reports), default=0),
             max_commit_lag_seconds=max(lags, default=0.0),
         )
+
+
+def health_summary(reports: Sequence[StoreReport]) -> str:
+    """The stores' health in one line: how many of each status."""
+    counts = Counter(r.status.status.value for r in reports)
+    return f"health: {len(reports)} store(s): " + (
+        ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none"
+    )
+
+
+def health_rows(reports: Sequence[StoreReport]) -> list[dict[str, Any]]:
+    """One row per store (by name): its status fields, its figures and ``detail`` in words."""
+    return [
+        {"store": str(r.key), **r.status_fields(), **r.figures(), "detail": str(r.status)}
+        for r in sorted(reports, key=lambda r: str(r.key))
+    ]

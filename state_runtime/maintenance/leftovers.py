@@ -71,10 +71,10 @@ def sweep_leftovers(
     folders: Mapping[str, Sequence[str]],
     older_than: datetime,
     *,
-    execute: bool,
+    dry_run: bool,
 ) -> LeftoverReport:
     """Find the unfinished writes below ``folders`` (root -> folders relative to it); with
-    ``execute`` remove those started before ``older_than`` (:func:`partial_write_cutoff`)
+    ``dry_run`` is false remove those started before ``older_than`` (:func:`partial_write_cutoff`)
     that no live writer holds (a dry run reports them in ``removed`` as what would go)."""
     report = LeftoverReport()
     for root, below in sorted(folders.items()):
@@ -95,7 +95,7 @@ def sweep_leftovers(
                 report.young.append(f"{root}/{write.path}")
         if not stale:
             continue
-        if not execute:
+        if dry_run:
             report.removed += [f"{root}/{w.path}" for w in stale]
             continue
         result = storage.abort_partial_writes(stale)

@@ -33,7 +33,9 @@ class MaintenancePolicy:
       ``min_window`` is refused, as is keeping fewer than 2 versions.
     - ``lease_ttl``: how long a crashed run may block a store.
     - snapshot lag: a chain of ``lag_warn_deltas`` deltas warns, ``lag_error_deltas`` fails.
-    - orphans: growth by more than ``orphan_growth_warn_files`` files between validations warns.
+    - orphans: growth by more than ``orphan_growth_warn_files`` files between validations warns
+      (the ``orphan_growth`` check); ``orphan_warn_files`` or more orphan files waiting for
+      cleanup degrade a store's status (:mod:`state_runtime.status`). One setting per rule.
     - ``overdue_after``: deletable files older than the window by this much mean cleanup is
       not keeping up (retention is out of policy).
     - ``commit_lag_warn``: a store with no commit for this long warns (its stream stopped?).
@@ -47,6 +49,7 @@ class MaintenancePolicy:
     lag_warn_deltas: int = default_of(MAINTENANCE, "lag_warn_deltas", int)
     lag_error_deltas: int = default_of(MAINTENANCE, "lag_error_deltas", int)
     orphan_growth_warn_files: int = default_of(MAINTENANCE, "orphan_growth_warn_files", int)
+    orphan_warn_files: int = default_of(MAINTENANCE, "orphan_warn_files", int)
     overdue_after: timedelta = default_of(MAINTENANCE, "overdue_after", timedelta)
     commit_lag_warn: timedelta = default_of(MAINTENANCE, "commit_lag_warn", timedelta)
 
@@ -66,7 +69,10 @@ class MaintenancePolicy:
                 f"retention window {format_duration(retention.window)} is shorter than the "
                 f"configured minimum of {format_duration(self.min_window)}: files that young may "
                 "belong to a batch still in flight. Use a longer window or lower min_window "
-                f"({MAINTENANCE['min_window'].env}) deliberately."
+                f"({MAINTENANCE['min_window'].env}) deliberately.",
+                setting="window",
+                value=retention.window,
+                limit=self.min_window,
             )
 
     def value(self, name: str) -> int | timedelta | None:
@@ -111,7 +117,7 @@ class MaintenancePolicy:
                 else:
                     policy = replace(policy, **change)
             except StateStoreError as exc:
-                raise type(exc)(f"{labels.get(name, name)}: {exc.reason}") from None
+                raise exc.labelled(labels.get(name, name)) from None
         return policy
 
     def with_settings(self, raw: Mapping[str, object], source: str) -> MaintenancePolicy:

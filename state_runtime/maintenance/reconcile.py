@@ -98,29 +98,29 @@ def reconcile(
     fleet: Fleet,
     policy: MaintenancePolicy,
     *,
-    execute: bool = True,
+    dry_run: bool = False,
     min_age: timedelta | None = None,
     now: datetime | None = None,
     progress: Progress = SILENT,
 ) -> ReconcileReport:
-    """Sweep every root in scope; with ``execute`` record what the catalog lacks."""
+    """Sweep every root in scope; unless ``dry_run`` record what the catalog lacks."""
     min_age = policy.min_window if min_age is None else min_age
     now = now or fleet.catalog.now()  # the database's clock, as cleanup's
-    report = ReconcileReport(dry_run=not execute)
-    parameters = policy.parameters() | {"min_age_s": min_age.total_seconds(), "execute": execute}
+    report = ReconcileReport(dry_run=dry_run)
+    parameters = policy.parameters() | {"min_age_s": min_age.total_seconds(), "dry_run": dry_run}
     with recorded_run(fleet.catalog, RunKind.RECONCILE, fleet.owner, parameters) as run:
         report.run_id = run.run_id
         roots = fleet.root_names()
         for root in roots:
             try:
-                _sweep_root(fleet, root, report, execute, now - min_age, progress)
+                _sweep_root(fleet, root, report, dry_run, now - min_age, progress)
             except StorageError as exc:  # this root only: the others are still swept
                 fleet.set_aside(root, exc)
         report.leftovers = sweep_leftovers(
             fleet,
             {root: ["state"] for root in roots},
             partial_write_cutoff(policy.retention, now),
-            execute=execute,
+            dry_run=dry_run,
         )
         run.counts = report.counts()
     return report
@@ -130,7 +130,7 @@ def _sweep_root(
     fleet: Fleet,
     root: str,
     report: ReconcileReport,
-    execute: bool,
+    dry_run: bool,
     young_after: datetime,
     progress: Progress,
 ) -> None:
@@ -163,7 +163,7 @@ def _sweep_root(
                 found.append(describe_file(storage, info.path, store))
             except (CannotLoadState, StorageError) as exc:
                 report.unreadable[info.path] = exc.reason
-    if not execute or not found:
+    if dry_run or not found:
         return
     assert report.run_id is not None
     for start in range(0, len(found), RECORD_BATCH):

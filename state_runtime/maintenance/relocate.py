@@ -28,10 +28,10 @@ class RelocationReport:
 
 
 def relocate_root(
-    catalog: Catalog, old: str, new: str | Storage, *, execute: bool = False
+    catalog: Catalog, old: str, new: str | Storage, *, dry_run: bool = True
 ) -> RelocationReport:
     """Check that every committed file below root ``old`` is at ``new``, then (with
-    ``execute``) record ``new`` as those stores' root. A ``new`` the catalog already knows is
+    ``dry_run``) record ``new`` as those stores' root. A ``new`` the catalog already knows is
     bad input (:class:`InvalidArgument`). Raises :class:`MaintenanceRefused`
     when asked to execute while files are missing: the catalog is left unchanged."""
     storage = new if isinstance(new, Storage) else open_storage(new)
@@ -41,7 +41,7 @@ def relocate_root(
     committed = sorted(path for path, state in known.items() if state == FileState.COMMITTED.value)
     report = RelocationReport(old=old, new=storage.uri, files_checked=len(committed))
     report.missing = [path for path in committed if not storage.exists(path)]
-    if not execute:
+    if dry_run:
         return report
     if report.missing:
         raise MaintenanceRefused(

@@ -1,8 +1,8 @@
 """Repair: rebuild damaged snapshots from their intact deltas.
 
-A repair targets each snapshot the retention rule calls *damaged*: committed, at or above its
-store's floor, and found damaged by validation or by the snapshot pass. It supersedes nothing,
-so the deltas below it were kept. For each, under the store's lease:
+A repair targets each damaged snapshot (found by validation, the snapshot pass or the
+runtime) that :func:`state_runtime.maintenance.damage.classify` calls *repairable*: its version
+still loads from intact deltas below it. For each, under the store's lease:
 
 1. load the snapshot's version through the catalog's inventory from the verified snapshot
    and the committed deltas below it (the damaged file is not offered to the loader), and
@@ -31,6 +31,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from state_runtime.catalog import (
     FileRecord,
@@ -38,7 +39,6 @@ from state_runtime.catalog import (
     FoundProblem,
     RunKind,
     StoreKey,
-    StoreProblem,
     Verdict,
 )
 from state_runtime.errors import (
@@ -47,6 +47,7 @@ from state_runtime.errors import (
     StateStoreError,
     StorageFileNotFound,
 )
+from state_runtime.maintenance.damage import DamageReport, Fate, damaged_files
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.listing import StagedWrites
@@ -92,6 +93,26 @@ class RepairReport:
         bad = (RepairStatus.FAILED, RepairStatus.UNREPAIRABLE)
         return [o for o in self.outcomes if o.status in bad]
 
+    def summary(self) -> str:
+        """The pass in one line: repaired, adopted, failed or unrepairable."""
+        c = self.counts()
+        return (
+            f"repair run {self.run_id}: {c['repaired']} repaired, {c['adopted']} adopted, "
+            f"{len(self.failed)} failed or unrepairable"
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per snapshot looked at: its outcome and ``detail`` in words."""
+        return [
+            {
+                "store": str(o.key),
+                "path": o.path,
+                "status": o.status.value,
+                "detail": f"{o.status.value} {o.path} (version {o.version}): {o.detail}",
+            }
+            for o in self.outcomes
+        ]
+
     def counts(self) -> dict[str, int]:
         return {s.value: self.count(s) for s in RepairStatus}
 
@@ -99,28 +120,20 @@ class RepairReport:
 def damaged_snapshots(
     fleet: Fleet, policy: MaintenancePolicy, only: Collection[StoreKey] | None = None
 ) -> list[FileVerdict]:
-    """The snapshots a repair would rebuild (the rule's 'damaged' verdict), from the catalog."""
+    """The snapshots a repair rebuilds: the damaged files in scope that :func:`classify`
+    calls repairable (a dry run promises exactly what an executed repair does)."""
     return [
-        verdict
-        for root in fleet.query_roots(only)
-        for verdict in fleet.catalog.file_verdicts(policy.retention, root=root)
-        if verdict.verdict is Verdict.DAMAGED and fleet.in_scope(verdict.file.key, only)
+        FileVerdict(d.file, Verdict.DAMAGED, d.paragraph(), None)
+        for d in damaged_files(fleet, policy, only).of(Fate.REPAIRABLE)
     ]
 
 
 def beyond_repair(
     fleet: Fleet, policy: MaintenancePolicy, only: Collection[StoreKey] | None = None
-) -> list[StoreProblem]:
-    """The open problems in scope that repair does not fix: every one that is not about a
-    damaged snapshot it rebuilds (a missing or damaged delta, a broken commit log). Their
-    remedy is the lost file back in storage, or ``statestore restore``."""
-    rebuilt = {(v.file.key, v.file.path) for v in damaged_snapshots(fleet, policy, only)}
-    return [
-        p
-        for root in fleet.query_roots(only)
-        for p in fleet.catalog.problems(root=root)
-        if fleet.in_scope(p.key, only) and (p.key, p.path) not in rebuilt
-    ]
+) -> DamageReport:
+    """What repair does not fix in scope: the damaged files that are not repairable, each
+    with its fate and next command, and the open problems that name no damaged file."""
+    return damaged_files(fleet, policy, only).beyond_repair()
 
 
 def repair_pass(

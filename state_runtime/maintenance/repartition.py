@@ -22,9 +22,11 @@ removes); after it, the new one. Run again, it plans from whichever layout is cu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -38,6 +40,7 @@ from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.rerouting import Rerouting, figures, routed, write_partitions
 from state_runtime.maintenance.restore import spark_batches
 from state_runtime.maintenance.runs import recorded_run
+from state_runtime.units import size
 
 DEFAULT_IDLE = timedelta(seconds=60)
 """How long the query must have committed nothing before a repartition runs."""
@@ -99,6 +102,30 @@ class RepartitionPlan:
             f"operator {m.operator_id} ({m.store_name}) {m.old_partitions} -> {m.new_partitions}"
             for m in self.moves
         )
+
+    def summary(self) -> str:
+        """The repartition in one line: the layout change, done or planned."""
+        what = f"repartitioned by run {self.run_id}" if self.executed else "would be repartitioned"
+        return (
+            f"query {self.query_id} below {self.root} at batch {self.batch_id}: "
+            f"{self.layout_change()} {what}" + ("" if self.executed else " (dry run)")
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per new store: the rows and bytes it receives, and its operator's skew."""
+        rows = []
+        for f in sorted(self.figures, key=lambda f: (f.operator_id, f.store_name, f.partition)):
+            skew = self.skew(f.operator_id, f.store_name)
+            rows.append(
+                {
+                    "store": f"{self.root}#{f.operator_id}/{f.partition}/{f.store_name}",
+                    "rows": f.rows,
+                    "bytes": f.bytes,
+                    "detail": f"{f.rows} rows, {size(f.bytes)}"
+                    + ("" if skew is None else f" (operator skew {skew:.2f})"),
+                }
+            )
+        return rows
 
     def counts(self) -> dict[str, int]:
         return {
@@ -310,7 +337,7 @@ def execute_repartition(
 
 
 def repartition(
-    spark: SparkSession,
+    spark: SparkSession | Callable[[], SparkSession],
     fleet: Fleet,
     root: str,
     query_id: str,
@@ -318,12 +345,17 @@ def repartition(
     *,
     operator_id: int | None = None,
     spark_checkpoint: str | None,
-    execute: bool = False,
+    dry_run: bool = True,
     policy: MaintenancePolicy | None = None,
     idle: timedelta = DEFAULT_IDLE,
     progress: Progress = SILENT,
 ) -> RepartitionPlan:
-    """Plan a repartition and estimate it (``execute=False``, the dry run) or carry it out."""
+    """Plan a repartition and estimate it (``dry_run``, the default) or carry it out.
+
+    ``spark`` is the session, or a function that starts one: called only once the plan has
+    passed every check that needs only the catalog and the Spark checkpoint folder (an unknown
+    query, a folder that is no Spark checkpoint, a batch too recent), so that a refusal costs
+    no JVM start."""
     plan = plan_repartition(
         fleet,
         root,
@@ -333,9 +365,12 @@ def repartition(
         spark_checkpoint=spark_checkpoint,
         idle=idle,
     )
-    if not execute:
-        return estimate_partitions(spark, fleet, plan, progress=progress)
-    return execute_repartition(spark, fleet, plan, policy or MaintenancePolicy(), progress=progress)
+    session = spark() if callable(spark) else spark
+    if dry_run:
+        return estimate_partitions(session, fleet, plan, progress=progress)
+    return execute_repartition(
+        session, fleet, plan, policy or MaintenancePolicy(), progress=progress
+    )
 
 
 def _reason(plan: RepartitionPlan, run_id: int) -> str:
@@ -371,7 +406,10 @@ def _check_idle(fleet: Fleet, query_id: str, last: CommitEntry, idle: timedelta)
         raise MaintenanceRefused(
             f"query {query_id} committed batch {last.batch_id} {quiet.total_seconds():.0f} s "
             f"ago: it looks running. Stop it and repartition once it has committed nothing for "
-            f"{idle.total_seconds():.0f} s"
+            f"{idle.total_seconds():.0f} s",
+            setting="idle",
+            value=quiet,
+            limit=idle,
         )
 
 

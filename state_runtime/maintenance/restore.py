@@ -24,8 +24,9 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from state_runtime.catalog import CommitEntry, RunKind, StoreKey
+from state_runtime.catalog import CommitEntry, FileRecord, RunKind, StoreKey
 from state_runtime.errors import InvalidArgument, MaintenanceRefused
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance.fleet import Fleet
@@ -73,6 +74,26 @@ class RestorePlan:
     run_id: int | None = None
     orphaned_files: int = 0
     moved_spark_files: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """The restore in one line: the batches, done or planned, and what it supersedes."""
+        what = f"restored by run {self.run_id}" if self.executed else "would be restored (dry run)"
+        return (
+            f"query {self.query_id} below {self.root}: batch {self.last_batch} -> "
+            f"{self.batch_id} {what}; {len(self.superseded)} later commit(s) superseded"
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per store: the version it returns to, and whether its state is lost."""
+        lost = {str(x.key): x for x in self.lost}
+        rows = []
+        for store, ref in sorted(self.targets.items(), key=lambda kv: str(kv[0])):
+            name = f"{self.root}#{store}"
+            words = f"returns to version {ref.version}"
+            if name in lost:
+                words += f"; LOST, starts again from empty: {lost[name].problem}"
+            rows.append({"store": name, "version": ref.version, "detail": words})
+        return rows
 
     def counts(self) -> dict[str, int]:
         return {
@@ -126,21 +147,22 @@ def plan_restore(
             f"batch {moved[0].from_batch - 1} or later"
         )
     spark = _spark_side(spark_checkpoint, query_id, batch_id)
-    lost = _lost(fleet, root, targets)
+    checked = Verified()
+    lost = _lost(fleet, root, targets, checked)
     if lost and not allow_lost_state:
-        earlier = _newest_intact(fleet, root, history, batch_id)
+        earlier = _newest_intact(fleet, root, history, batch_id, checked)
         raise MaintenanceRefused(
             f"cannot restore query {query_id} to batch {batch_id}: "
-            + "; ".join(f"{x.key} version {x.version}: {x.problem}" for x in lost)
+            + "; ".join(x.problem for x in lost)
             + ". "
             + (
-                f"Restore an earlier batch whose stores are intact (--to-batch {earlier}), "
+                f"Restore batch {earlier}, the newest earlier batch whose stores are all "
+                f"intact (--to-batch {earlier}), or accept"
                 if earlier is not None
-                else "No earlier committed batch has all its stores intact. "
+                else "No earlier committed batch has all its stores intact: accept"
             )
-            + "or accept the loss of these stores with --allow-lost-state: they start again "
-            "from empty while the others return to batch "
-            f"{batch_id}"
+            + " the loss of these stores with --allow-lost-state (they start again from "
+            f"empty while the others return to batch {batch_id})"
         )
     restarted = [x.key for x in lost]
     lost_ids = {k.store for k in restarted}
@@ -205,38 +227,74 @@ def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) ->
     return plan
 
 
-def _lost(fleet: Fleet, root: str, targets: dict[StoreId, CheckpointRef]) -> list[LostStore]:
+@dataclass
+class Verified:
+    """What one plan has read: each store's file records and each file's verification
+    (path -> problem or None), so that a file shared by many batches' chains is read once."""
+
+    files: dict[StoreKey, list[FileRecord]] = field(default_factory=dict)
+    problems: dict[str, str | None] = field(default_factory=dict)
+
+    def store_files(self, fleet: Fleet, key: StoreKey) -> list[FileRecord]:
+        if key not in self.files:
+            self.files[key] = fleet.catalog.store_files(key.root, key.store)
+        return self.files[key]
+
+    def problem(self, fleet: Fleet, root: str, record: FileRecord) -> str | None:
+        if record.path not in self.problems:
+            self.problems[record.path], _ = verify_file(fleet.storage(root), record.expected())
+        return self.problems[record.path]
+
+
+def _lost(
+    fleet: Fleet, root: str, targets: dict[StoreId, CheckpointRef], checked: Verified
+) -> list[LostStore]:
     """The stores whose version at the target batch does not load from the files kept."""
     lost = []
     for store, ref in sorted(targets.items()):
         key = StoreKey(root, store)
-        problem = _problem(fleet, key, ref)
+        problem = _problem(fleet, key, ref, checked)
         if problem is not None:
             lost.append(LostStore(key, ref.version, problem))
     return lost
 
 
-def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef) -> str | None:
-    files = fleet.catalog.store_files(key.root, key.store)
+def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified) -> str | None:
+    files = checked.store_files(fleet, key)
     facts = [f.facts() for f in files]
     if ref.version == 0:
         return None
     if not intact(facts, ref.version, fleet.catalog.idle_versions(key.root, key.store)):
-        return "the catalog has no complete chain of files for it (deleted or failed files)"
+        return (
+            f"the catalog has no complete chain of files for version {ref.version} of store "
+            f"{key} (deleted or failed files)"
+        )
     by_path = {f.path: f for f in files}
     for fact in loading_files(facts, ref.version):
         record = by_path[fact.path]
-        problem, _ = verify_file(fleet.storage(key.root), record.expected())
+        problem = checked.problem(fleet, key.root, record)
         if problem is not None:
             return (
-                f"the catalog recorded {record.path} for version {record.version}, and "
-                f"storage {'no longer has it' if problem == MISSING else 'has: ' + problem}"
+                f"the catalog recorded {record.path} for version {record.version} of store "
+                f"{record.key}, and storage "
+                f"{'no longer has it' if problem == MISSING else 'has: ' + problem}"
             )
     return None
 
 
+def newest_intact_batch(
+    fleet: Fleet, root: str, query_id: str, *, checked: Verified | None = None
+) -> int | None:
+    """The newest committed batch of ``query_id`` at which every store of the query loads,
+    each file read and verified (``checked``: what is known already): the batch a restore
+    accepts. None if there is none."""
+    history = fleet.catalog.commit_history(root, query_id=query_id, limit=1_000_000_000)
+    last = max((e.batch_id for e in history), default=-1)
+    return _newest_intact(fleet, root, history, last + 1, checked or Verified())
+
+
 def _newest_intact(
-    fleet: Fleet, root: str, history: Sequence[CommitEntry], below: int
+    fleet: Fleet, root: str, history: Sequence[CommitEntry], below: int, checked: Verified
 ) -> int | None:
     """The newest batch before ``below`` at which every store of the query loads."""
     by_batch: dict[int, dict[StoreId, CheckpointRef]] = {}
@@ -244,7 +302,7 @@ def _newest_intact(
         if e.batch_id < below:
             by_batch.setdefault(e.batch_id, {})[e.key.store] = e.ref
     for batch in sorted(by_batch, reverse=True):
-        if not _lost(fleet, root, by_batch[batch]):
+        if not _lost(fleet, root, by_batch[batch], checked):
             return batch
     return None
 

@@ -18,6 +18,7 @@ from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from state_runtime.catalog import RetainedVersion, RunKind, StoreKey, StoreRecord
 from state_runtime.errors import (
@@ -71,6 +72,32 @@ class SnapshotReport:
     @property
     def failed(self) -> list[SnapshotOutcome]:
         return [o for o in self.outcomes if o.status is SnapshotStatus.FAILED]
+
+    def summary(self) -> str:
+        """The pass in one line, as every front end shows it."""
+        c = self.counts()
+        return (
+            f"snapshot run {self.run_id}: {c['written']} written, {c['failed']} failed, "
+            f"{c['busy']} busy, {c['up_to_date']} up to date"
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per store: its outcome's figures and ``detail``, the outcome in words."""
+        return [
+            {
+                "store": str(o.key),
+                "status": o.status.value,
+                "version": o.version,
+                "deltas_before": o.deltas_since_snapshot,
+                "bytes": o.bytes,
+                "detail": f"{o.status.value} at version {o.version} "
+                f"({o.deltas_since_snapshot} deltas since the last snapshot"
+                + (f", {o.bytes} bytes" if o.bytes else "")
+                + ")"
+                + (f": {o.error}" if o.error else ""),
+            }
+            for o in self.outcomes
+        ]
 
     def counts(self) -> dict[str, int]:
         return {s.value: self.count(s) for s in SnapshotStatus} | {

@@ -8,14 +8,16 @@ checks that the commit log is linear over those versions, that each chain is com
 inventory, and reads every file once: it exists, has the recorded size and checksum, parses
 and verifies, carries the identity its name says, and its lineage links to the file below it.
 
-Each problem is a finding that names the file. What validation found is recorded in the
-catalog: each file read is verified or failed, and the store's open problems become exactly
-its findings: a store with an open problem is broken and not cleaned, until a validation
-finds nothing wrong or an operator resolves the problems.
+Each problem is a finding that names the file; one about a damaged committed file says its
+fate and the next command (:func:`state_runtime.maintenance.damage.classify`). What
+validation found is recorded in the catalog: each file read is verified or failed, and the
+store's open problems become exactly its findings: a store with an open problem is broken and
+not cleaned, until a validation finds nothing wrong or an operator resolves the problems.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,15 +25,18 @@ from enum import StrEnum
 
 from state_runtime.catalog import (
     FileRecord,
+    FileState,
     FoundProblem,
     RetainedVersion,
     StoreKey,
     StoreRecord,
 )
 from state_runtime.identity import CheckpointRef, FileKind
+from state_runtime.maintenance.damage import Damage, classify
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
+from state_runtime.maintenance.restore import Verified
 from state_runtime.retention import Verdict
 from state_runtime.store.file_verification import verify_file
 
@@ -50,10 +55,17 @@ class Finding:
     problem: str
     path: str | None = None
     version: int | None = None
+    damage: Damage | None = None
+    """A damaged committed file's classification (its fate and next command)."""
+
+    @property
+    def said(self) -> str:
+        """The problem as recorded and shown: with a damaged file's fate and next command."""
+        return self.problem if self.damage is None else self.damage.paragraph(store=False)
 
     def __str__(self) -> str:
-        where = f" (file {self.path})" if self.path else ""
-        return f"{self.key}: {self.problem}{where}"
+        where = f" (file {self.path})" if self.path and self.damage is None else ""
+        return f"{self.key}: {self.said}{where}"
 
 
 @dataclass
@@ -162,9 +174,31 @@ def _validate_store(
         if confirmed:  # verified snapshots now replace deltas: the chains change
             catalog.record_verifications(key.root, confirmed)
         _check_chains(fleet, policy, record, check, error, result)
-    found = [FoundProblem(f.problem, f.path, f.version) for f in result.findings]
+        result.findings = _classified(fleet, key, result.findings, checked)
+    found = [FoundProblem(f.said, f.path, f.version) for f in result.findings]
     catalog.record_validation(run_id, key, checked, found, started_at=started)
     return result
+
+
+def _classified(
+    fleet: Fleet, key: StoreKey, findings: list[Finding], checked: dict[str, str | None]
+) -> list[Finding]:
+    """``findings``, each about a damaged committed file classified as every tool does (what
+    it says then names the file's fate and the next command)."""
+    if not any(checked.get(f.path or "") for f in findings):
+        return findings
+    records = {f.path: f for f in fleet.catalog.store_files(key.root, key.store)}
+    known = Verified(problems=dict(checked))
+    out = []
+    for finding in findings:
+        record = records.get(finding.path or "")
+        cause = checked.get(finding.path or "")
+        if record is None or cause is None or record.state != FileState.COMMITTED:
+            out.append(finding)
+            continue
+        damage = classify(fleet, record, cause, checked=known)
+        out.append(dataclasses.replace(finding, damage=damage))
+    return out
 
 
 def _check_chains(

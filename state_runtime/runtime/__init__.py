@@ -5,7 +5,6 @@ from state_runtime.runtime.changes import read_state_changes
 from state_runtime.runtime.context import BatchContext, current_batch
 from state_runtime.runtime.dedup import drop_duplicates
 from state_runtime.runtime.groups import GroupState, map_groups_with_state
-from state_runtime.runtime.loss import loss_paragraph
 from state_runtime.runtime.operator import StatefulOperator, UpdateFunction
 from state_runtime.runtime.query import BatchResult, StatefulQuery
 from state_runtime.runtime.reader import read_state, read_state_metadata
@@ -29,7 +28,6 @@ __all__ = [
     "UpdateFunction",
     "current_batch",
     "drop_duplicates",
-    "loss_paragraph",
     "map_groups_with_state",
     "read_state",
     "read_state_changes",

@@ -1,27 +1,33 @@
-"""What a failed batch says when storage lost a file the catalog recorded.
+"""What a failed batch says when storage lost or damaged a file the catalog recorded.
 
 A batch whose tasks cannot load their base version fails inside Spark, whose error is the
 whole Python traceback of a task (hundreds of lines ending in the loader's error). When a batch
 fails, the driver checks the files that load each store's base version (the catalog's
-inventory, one existence check per file: this runs only after a failure). If one is gone, the
-batch fails with :class:`StateLost`, one paragraph naming the file, the version, the store and
-the commands to run next, and the loss is recorded as a problem on the store, so that
-``statestore health`` calls it broken at once.
+inventory, one existence check per file, and a read and verification of each when the batch
+failed loading state: this runs only after a failure). If one is gone or damaged, the batch
+fails with :class:`StateLost`, one paragraph naming the store, the file and the cause, with
+the file's fate and the next command as every tool gives them
+(:func:`state_runtime.maintenance.damage.classify`: the restorable batch as ``restore``
+computes it, the Spark checkpoint the driver was given), and the loss is recorded as a
+problem on the store, so that ``statestore health`` calls it broken at once and says the
+same.
 
-Through ``foreachBatch`` the paragraph reaches the driver inside Spark's own error (the
-Python traceback of the batch function, wrapped in a ``StreamingQueryException``, often more
-than once): :func:`loss_paragraph` finds it there, for the one line to show the user.
+Through ``foreachBatch`` the paragraph reaches the driver inside Spark's own error (a
+``StreamingQueryException``): :func:`state_runtime.failures.failure_paragraph` finds it there,
+as any of our errors, for the one paragraph to show the user.
 """
 
 from __future__ import annotations
 
-import re
-
 from state_runtime.catalog import Catalog, FoundProblem, StoreKey
-from state_runtime.errors import StateLost
+from state_runtime.errors import CannotLoadState, StateLost
 from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.maintenance.damage import Damage, Fate, classify
+from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.restore import Verified
 from state_runtime.retention import loading_files
 from state_runtime.storage import Storage
+from state_runtime.store.file_verification import MISSING
 
 
 def lost_state(
@@ -30,41 +36,52 @@ def lost_state(
     query_id: str,
     batch_id: int,
     bases: dict[StoreId, CheckpointRef],
+    error: BaseException,
+    spark_checkpoint: str | None = None,
 ) -> StateLost | None:
-    """The loss behind a failed batch, recorded on its store; None if every file is there."""
+    """The loss behind a failed batch, recorded on its store; None if every file is there.
+
+    Each file that loads a store's base version is looked up in storage; when the batch
+    failed loading state (``error`` names a loading error's code), each is also read and
+    verified, for a truncated or altered file. A snapshot the deltas below it still load is
+    no loss (the loader reads the deltas); the first file that is, is classified
+    (:func:`classify`) for the paragraph's advice, with the query's ``spark_checkpoint``.
+    """
     root = storage.uri
+    fleet = Fleet(catalog, roots=[root], open_storage=lambda _: storage)
+    checked = Verified()
+    deep = any(f"[{code}]" in str(error) for code in _loading_codes(CannotLoadState))
     for store, ref in sorted(bases.items()):
-        files = catalog.store_files(root, store)
+        key = StoreKey(root, store)
+        files = checked.store_files(fleet, key)
         by_path = {f.path: f for f in files}
         for fact in loading_files([f.facts() for f in files], ref.version):
-            if storage.exists(fact.path):
-                continue
             record = by_path[fact.path]
-            key = StoreKey(root, store)
-            problem = (
-                f"the catalog recorded {record.path} for version {record.version} of store "
-                f"{key}, and storage no longer has it"
+            if deep:
+                cause = checked.problem(fleet, root, record)
+            else:
+                cause = None if storage.exists(record.path) else MISSING
+            if cause is None:
+                continue
+            damage = classify(
+                fleet, record, cause, spark_checkpoint=spark_checkpoint, checked=checked
             )
-            catalog.add_problems(key, [FoundProblem(problem, record.path, record.version)])
-            lost = StateLost(
-                f"batch {batch_id} of query {query_id} cannot load its state: {problem}; run "
-                f"`statestore --root {root} validate`, then `statestore restore {root} "
-                f"--query {query_id} --to-batch {max(batch_id - 1, 0)} --spark-checkpoint DIR` "
-                "(DIR: the query's checkpointLocation; if that batch is not intact either, the "
-                "command names the newest one that is), or add --allow-lost-state to start "
-                "that store again from empty"
-            )
-            lost.store = key  # for callers (details(), telemetry); the message names it already
-            return lost
+            problem = FoundProblem(damage.paragraph(store=False), record.path, record.version)
+            catalog.add_problems(key, [problem])
+            if damage.fate is not Fate.REPAIRABLE:
+                return _lost(damage, query_id, batch_id)
     return None
 
 
-_LOSS = re.compile(r"\[" + StateLost.code + r"\][^\n]*")
+def _lost(damage: Damage, query_id: str, batch_id: int) -> StateLost:
+    lost = StateLost(
+        f"batch {batch_id} of query {query_id} cannot load its state: {damage.paragraph()}"
+    )
+    lost.store = damage.key  # for callers (details(), telemetry); the message names it already
+    lost.path = damage.file.path
+    return lost
 
 
-def loss_paragraph(error: BaseException | str) -> str | None:
-    """The loss paragraph (``[STATE_LOST] batch B of query Q cannot load its state: ...``)
-    inside an error, such as the ``StreamingQueryException`` of a stream whose foreachBatch
-    raised :class:`StateLost`; None if the error is no loss."""
-    found = _LOSS.search(str(error))
-    return found.group(0).rstrip() if found else None
+def _loading_codes(error: type[CannotLoadState]) -> set[str]:
+    """The codes of ``error`` and of every error that derives from it."""
+    return {error.code}.union(*(_loading_codes(sub) for sub in error.__subclasses__()))

@@ -49,7 +49,17 @@ from state_runtime.errors import (
     InvalidArgument,
     SchemaMismatch,
 )
+from state_runtime.failures import log_failure, typed_error
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
+from state_runtime.maintenance.damage import SPARK_CHECKPOINT, spark_checkpoint_option
+from state_runtime.runtime.batch_reports import (
+    batch_metrics,
+    choose,
+    duplicates_of,
+    incomplete,
+    mine,
+    store_figures,
+)
 from state_runtime.runtime.coordinator import holders
 from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
 from state_runtime.runtime.loss import lost_state
@@ -72,7 +82,7 @@ from state_runtime.runtime.tasks import (
     base_refs,
     run_partitions,
 )
-from state_runtime.runtime.telemetry import OtelExport, StoreFigures
+from state_runtime.runtime.telemetry import OtelExport
 from state_runtime.runtime.times import SESSION_TIME_ZONE_CONF
 from state_runtime.runtime.watermark import BatchWatermarks, Watermark
 from state_runtime.settings import WorkerSettings
@@ -129,7 +139,9 @@ class StatefulQuery:
     more than the partitions, so that a batch runs in one wave of tasks. ``progress=True``
     shows each committed batch's figures in the streaming query's progress when the stream
     was observed with :func:`with_state_progress` (one more small job per batch; see
-    ``spark_progress.py``).
+    ``spark_progress.py``). ``spark_checkpoint``: the stream's ``checkpointLocation`` (""
+    when batches run without one), recorded with each batch and named in the command a loss
+    advises (see ``loss.py``).
     """
 
     def __init__(
@@ -144,6 +156,7 @@ class StatefulQuery:
         parallelism: int | None = None,
         telemetry: OtelExport | None = None,
         progress: bool = False,
+        spark_checkpoint: str | None = None,
     ) -> None:
         self.query_id = validate_name(query_id, "query id")
         if not operators:
@@ -169,6 +182,7 @@ class StatefulQuery:
         self.parallelism = parallelism
         self.telemetry = telemetry
         self.progress = progress
+        self.spark_checkpoint = spark_checkpoint
         self._registered = False
         self._histories: dict[tuple[int, str], SchemaHistory] = {}
         self._beats: dict[int, tuple[str, DataFrame]] = {}
@@ -213,8 +227,9 @@ class StatefulQuery:
                     f"has {count} state partitions in the catalog; it cannot run with "
                     f"{op.num_partitions}. Keep num_partitions={count}, or change it with "
                     f"`statestore repartition {self.root} --query {self.query_id} --operator "
-                    f"{op.operator_id} --partitions {op.num_partitions}` while the query is "
-                    "stopped (docs/repartition.md)"
+                    f"{op.operator_id} --partitions {op.num_partitions} "
+                    f"{spark_checkpoint_option(self.spark_checkpoint)}` (a dry run; then with "
+                    "--execute) while the query is stopped (docs/repartition.md)"
                 )
         histories = self._planned_histories(batch_id)
         for op, routing in zip(self.operators, self._routings(schema), strict=True):
@@ -444,19 +459,21 @@ class StatefulQuery:
             with self._adaptive(spark):
                 if sink is not None:
                     sink(output, batch_id)
-                reports = self._mine(run, observed(channel).get("reports") or [])
-                chosen = self._choose(reports)
+                reports = mine(run, observed(channel).get("reports") or [])
+                chosen = choose(self.operators, reports)
                 if chosen is None:  # no sink, or its actions did not bring every report back
                     notes = staged.filter(F.col(REPORT_COLUMN).isNotNull()).select(REPORT_COLUMN)
-                    reports += self._mine(run, [row[0] for row in notes.collect()])
-                    chosen = self._choose(reports)
+                    reports += mine(run, [row[0] for row in notes.collect()])
+                    chosen = choose(self.operators, reports)
             if chosen is None:
-                raise CommitConflict(self._incomplete(reports))
+                raise CommitConflict(incomplete(self.query_id, self.operators, reports))
             self.event_time.record(self.catalog, self.root, self.query_id, batch_id, chosen)
             infos = [r.info for r in chosen]
-            duplicates = self._duplicates(reports, chosen)
-            metrics = self._metrics(chosen, len(duplicates), 0.0, time.perf_counter() - started)
+            duplicates = duplicates_of(reports, chosen)
+            metrics = batch_metrics(chosen, len(duplicates), 0.0, time.perf_counter() - started)
             metrics.extra.update(event_time_metrics(chosen, watermarks))
+            if self.spark_checkpoint is not None:
+                metrics.extra[SPARK_CHECKPOINT] = self.spark_checkpoint
             commit = self.catalog.commit_batch(
                 self.root,
                 self.query_id,
@@ -472,15 +489,28 @@ class StatefulQuery:
             for df_cached in cached:
                 df_cached.unpersist()
             if isinstance(exc, Exception) and not isinstance(exc, CatalogError) and committed:
-                lost = lost_state(self.catalog, self.storage, self.query_id, batch_id, committed)
+                lost = lost_state(
+                    self.catalog,
+                    self.storage,
+                    self.query_id,
+                    batch_id,
+                    committed,
+                    exc,
+                    self.spark_checkpoint,
+                )
                 if lost is not None:
                     if self.telemetry is not None and isinstance(lost.store, StoreKey):
                         self.telemetry.lost(self.query_id, lost.store)
                     raise lost from None
+            typed = typed_error(exc) if isinstance(exc, Exception) else None
+            if typed is not None and typed is not exc:  # raised in a task, wrapped by Spark
+                raise typed from exc
             raise
         metrics = replace(metrics, commit_ms=commit.commit_ms)  # as the catalog recorded it
         if self.telemetry is not None:
-            self.telemetry.batch(self.root, self.query_id, metrics, self._store_figures(chosen))
+            self.telemetry.batch(
+                self.root, self.query_id, metrics, store_figures(self.root, chosen)
+            )
         if self.progress:
             publish(df, batch_id, metrics)
         log.info(
@@ -498,12 +528,6 @@ class StatefulQuery:
         )
         return BatchResult(batch_id, output, infos, metrics, chosen, cached)
 
-    @staticmethod
-    def _duplicates(reports: list[TaskReport], chosen: list[TaskReport]) -> list[TaskReport]:
-        """The reports the commit does not take: other attempts at the batch's stores."""
-        taken = {r.info.path for r in chosen}
-        return [r for r in reports if r.info.path not in taken]
-
     def _suspects(
         self, spark: SparkSession, chosen: list[TaskReport], duplicates: list[TaskReport]
     ) -> Suspects:
@@ -517,84 +541,6 @@ class StatefulQuery:
         retried = {r.info.store for r in chosen if r.attempt > 0}
         return retried | {r.info.store for r in duplicates}
 
-    @staticmethod
-    def _mine(run: str, notes: Sequence[str]) -> list[TaskReport]:
-        """This ``run_batch`` call's reports among the report column's values."""
-        reports = [TaskReport.from_json(n) for n in notes]
-        return [r for r in reports if r.run == run]
-
-    def _choose(self, reports: list[TaskReport]) -> list[TaskReport] | None:
-        """One report per store (the first; the others are duplicate attempts or
-        recomputations, whose files stay uncommitted), or None while a partition of an
-        operator has none."""
-        first: dict[StoreId, TaskReport] = {}
-        for report in reports:
-            first.setdefault(report.info.store, report)
-        expected = {
-            StoreId(op.operator_id, p, op.store_name)
-            for op in self.operators
-            for p in range(op.num_partitions)
-        }
-        if set(first) != expected:
-            return None
-        return [first[s] for s in sorted(expected, key=lambda s: (s.operator_id, s.partition_id))]
-
-    def _incomplete(self, reports: list[TaskReport]) -> str:
-        got = {r.info.store for r in reports}
-        lines = []
-        for op in self.operators:
-            partitions = sorted(
-                s.partition_id
-                for s in got
-                if (s.operator_id, s.store_name) == (op.operator_id, op.store_name)
-            )
-            if partitions != list(range(op.num_partitions)):
-                lines.append(
-                    f"operator {op.operator_id} returned checkpoints for partitions "
-                    f"{partitions}, expected exactly 0..{op.num_partitions - 1}"
-                )
-        return f"query {self.query_id}: " + "; ".join(lines)
-
-    def _store_figures(self, reports: list[TaskReport]) -> list[StoreFigures]:
-        return [
-            StoreFigures(
-                StoreKey(self.root, r.info.store),
-                r.info.rows,
-                r.keys_updated,
-                r.info.bytes_written,
-                r.load_ms,
-            )
-            for r in reports
-        ]
-
-    @staticmethod
-    def _metrics(
-        reports: list[TaskReport], duplicates: int, commit_ms: float, batch_s: float
-    ) -> BatchMetrics:
-        hits = sum(1 for r in reports if r.cache_hit)
-        return BatchMetrics(
-            rows_in=sum(r.rows_in for r in reports),
-            keys_updated=sum(r.keys_updated for r in reports),
-            state_rows=sum(r.info.rows for r in reports),
-            bytes_written=sum(r.info.bytes_written for r in reports),
-            commit_ms=commit_ms,
-            cache_hits=hits,
-            cache_misses=len(reports) - hits,
-            extra={
-                "batch_ms": batch_s * 1000,
-                "cache_hit_rate": hits / len(reports),
-                "load_sources": {
-                    s: sum(1 for r in reports if r.load_source == s)
-                    for s in sorted({r.load_source for r in reports})
-                },
-                "max_task_ms": max(r.task_ms for r in reports),
-                "max_load_ms": max(r.load_ms for r in reports),
-                "deltas_applied": sum(r.deltas_applied for r in reports),
-                "duplicate_attempts": duplicates,
-                "repairs": [x for r in reports for x in r.repairs],
-            },
-        )
-
     # --- Structured Streaming -----------------------------------------------------------
 
     def foreach_batch(
@@ -602,9 +548,18 @@ class StatefulQuery:
     ) -> Callable[[DataFrame, int], None]:
         """A ``foreachBatch`` function: run the batch, hand its output to
         ``sink(output_df, batch_id)`` (one Spark job; ``cache_output=True`` if the sink runs
-        several actions), commit."""
+        several actions), commit. A batch that fails with our error raises it alone, its
+        full trace appended to the log file (``state_runtime.failures``): the streaming
+        query's error then carries the one paragraph, not the tasks' tracebacks."""
 
         def process(df: DataFrame, batch_id: int) -> None:
-            self.run_batch(df, batch_id, sink=sink, cache_output=cache_output).release()
+            try:
+                self.run_batch(df, batch_id, sink=sink, cache_output=cache_output).release()
+            except Exception as exc:
+                typed = typed_error(exc)
+                if typed is None:
+                    raise
+                log_failure(exc)
+                raise typed from None
 
         return process

@@ -1,4 +1,9 @@
-"""A SparkSession set up for the runtime: executors use this interpreter, quiet logs.
+"""A SparkSession set up for the runtime: executors use this interpreter, quiet terminal.
+
+The JVM a session starts writes its output (Spark's log, the Python workers' errors and the
+JVM's own start-up notes) to the log file (:func:`state_runtime.failures.log_file`, or
+``log_file=``), not to the terminal: a failure reaches the user as the one paragraph of our
+error, and the log holds the rest. pyspark's warning about the pandas version is silenced.
 
 ``spark_session()`` is a classic session; ``spark_session(remote=...)`` (or the environment
 variable ``SPARK_REMOTE``, as with pyspark) a Spark Connect client (needs the ``connect``
@@ -14,11 +19,16 @@ import socket
 import sys
 import threading
 import uuid
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import cast
 
 from pyspark.sql import SparkSession
 
 from state_runtime.errors import MissingExtra
+from state_runtime.failures import log_file as default_log_file
 
 _CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 _CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
@@ -48,7 +58,25 @@ def _settings(app_name: str, shuffle_partitions: int) -> dict[str, str]:
     }
 
 
-def _classic(master: str, conf: dict[str, str]) -> SparkSession:
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """This process's standard error (file descriptor 2) appended to ``path`` meanwhile: a JVM
+    started meanwhile keeps it as its own for good."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
+
+
+def _classic(master: str, conf: dict[str, str], log_file: Path) -> SparkSession:
     if _LOCAL_SERVER is None and os.environ.pop(_CONNECT_MODE, None) is not None:
         # inherited from a parent process that hosted a local Connect server (pyspark's
         # process-wide switch): this process never became a Connect client, and with the
@@ -57,7 +85,8 @@ def _classic(master: str, conf: dict[str, str]) -> SparkSession:
     builder = SparkSession.builder.master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    with _stderr_to(log_file):
+        return builder.getOrCreate()
 
 
 log = logging.getLogger("state_runtime.runtime")
@@ -67,7 +96,7 @@ _LOCAL_SERVER: tuple[str, str] | None = None
 _LOCAL_SERVER_LOCK = threading.Lock()
 
 
-def _local_connect_server(master: str, conf: dict[str, str]) -> str:
+def _local_connect_server(master: str, conf: dict[str, str], log_file: Path) -> str:
     """Start a Spark Connect server in this process, on a free port with a fresh token (so
     that servers of other processes on the machine are never reached by mistake), and return
     its ``sc://`` URL. Its JVM runs ``master``; from then on this process is a Connect client
@@ -76,7 +105,7 @@ def _local_connect_server(master: str, conf: dict[str, str]) -> str:
     command or a Dagster op run in a process that already has one connects to it)."""
     with _LOCAL_SERVER_LOCK:
         if _LOCAL_SERVER is None:
-            _start_local_connect_server(master, conf)
+            _start_local_connect_server(master, conf, log_file)
         assert _LOCAL_SERVER is not None
         url, running = _LOCAL_SERVER
     if running != master:
@@ -88,7 +117,7 @@ def _local_connect_server(master: str, conf: dict[str, str]) -> str:
     return url
 
 
-def _start_local_connect_server(master: str, conf: dict[str, str]) -> None:
+def _start_local_connect_server(master: str, conf: dict[str, str], log_file: Path) -> None:
     global _LOCAL_SERVER
     port = _free_port()
     token = os.environ.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", uuid.uuid4().hex)
@@ -103,6 +132,7 @@ def _start_local_connect_server(master: str, conf: dict[str, str]) -> None:
                 "spark.connect.grpc.binding.port": str(port),
                 "spark.connect.authenticate.token": token,
             },
+            log_file,
         )
     finally:
         if remote is not None:
@@ -119,6 +149,7 @@ def spark_session(
     shuffle_partitions: int = 4,
     extra: dict[str, str] | None = None,
     remote: str | None = None,
+    log_file: Path | None = None,
 ) -> SparkSession:
     """A SparkSession whose Python workers run this interpreter (so they see this package).
 
@@ -128,8 +159,12 @@ def spark_session(
     session: ``"sc://host:port"`` connects to a running server (its settings are the
     server's; ``extra`` runtime settings still apply), and ``"local"`` (or ``"local[N]"``)
     first starts a server in this process on ``master`` (or ``local[N]``) with the settings
-    above.
+    above. The JVM's output goes to ``log_file`` (default: the library's log file).
     """
+    warnings.filterwarnings(
+        "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+    )
+    log_file = log_file or default_log_file()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     conf = {**_settings(app_name, shuffle_partitions), **(extra or {})}
@@ -137,7 +172,7 @@ def spark_session(
     if remote is None and _LOCAL_SERVER is not None:
         remote = "local"  # this process is a Connect client now: classic cannot start here
     if remote is None:
-        return _classic(master, conf)
+        return _classic(master, conf, log_file)
     try:
         from pyspark.sql.connect.session import SparkSession as ConnectSession
     except ImportError:
@@ -145,7 +180,7 @@ def spark_session(
         raise MissingExtra(f"Spark Connect (remote={remote!r})", "connect", client) from None
 
     if remote.startswith("local"):
-        url = _local_connect_server(master if remote == "local" else remote, conf)
+        url = _local_connect_server(master if remote == "local" else remote, conf, log_file)
     else:
         url = remote
     builder = ConnectSession.builder.remote(url)

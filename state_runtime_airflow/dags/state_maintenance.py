@@ -69,8 +69,8 @@ with maintenance_dag(
         cleanup = StateCleanupOperator(
             task_id="cleanup",
             checkpoint_roots=root,
-            apply_changes="{{ not params.cleanup_dry_run "
-            "or var.value.get('state_runtime_cleanup', 'dry-run') == 'execute' }}",
+            dry_run="{{ params.cleanup_dry_run "
+            "and var.value.get('state_runtime_cleanup', 'dry-run') != 'execute' }}",
         )
         health = StateHealthCheckOperator(
             task_id="health", checkpoint_roots=root, trigger_rule="all_done", outlets=[MAINTAINED]

@@ -3,7 +3,7 @@
 
 Run by hand (no schedule; paused when created): **repair** rebuilds the damaged snapshots
 from their intact deltas (a dry run listing them unless the run's conf says
-`{"apply_changes": true}`), then **validate** and **health** say whether the stores are
+`{"dry_run": false}`), then **validate** and **health** say whether the stores are
 whole again. A problem repair cannot fix (a lost delta) needs `statestore restore` or the
 `state_store_restore` DAG. See docs/airflow.md.
 """
@@ -26,8 +26,8 @@ with maintenance_dag(
     schedule=None,
     params={
         "roots": Param([], type="array", description="Only these checkpoint roots; [] for all."),
-        "apply_changes": Param(
-            False, type="boolean", description="Rebuild; false lists what would be rebuilt."
+        "dry_run": Param(
+            True, type="boolean", description="List what would be rebuilt; false rebuilds."
         ),
     },
 ) as dag:
@@ -35,7 +35,7 @@ with maintenance_dag(
     repair = StateRepairOperator(
         task_id="repair",
         checkpoint_roots=scope,
-        apply_changes="{{ params.apply_changes }}",
+        dry_run="{{ params.dry_run }}",
         map_index_template=None,
     )
     validate = StateValidationOperator(

@@ -8,7 +8,7 @@ every key with the runtime's rule and writes one snapshot per new partition, and
 transaction switches the layout, so the query restarts with `num_partitions=N`. Refused, with
 nothing written, while the query runs or a store has an open problem, or when the Spark
 checkpoint (`spark_checkpoint`; `""` when it has none) has not committed that batch. A dry run
-(rows and bytes per new partition, the skew) unless the conf says `"apply_changes": true`.
+(rows and bytes per new partition, the skew) unless the conf says `"dry_run": false`.
 Then **health**. See docs/repartition.md and docs/airflow.md.
 """
 
@@ -37,5 +37,5 @@ dag = query_dag(
             60, type="integer", minimum=0, description="Refuse if a batch committed this recently."
         ),
     },
-    apply_changes="Repartition; false plans only.",
+    dry_run="Plan only; false repartitions.",
 )

@@ -4,7 +4,7 @@
 Run by hand with the query to restore (no schedule; paused when created): **restore**
 returns a stopped query's stores below `root` to batch `batch_id` and rewinds its Spark
 checkpoint (`spark_checkpoint`; `""` when it has none). A dry run (the plan per store) unless
-the conf says `"apply_changes": true`; refused, naming the lost stores and the newest intact
+the conf says `"dry_run": false`; refused, naming the lost stores and the newest intact
 batch, when a store's version does not load (unless `allow_lost_state`). Then **health**.
 See docs/airflow.md.
 """
@@ -28,5 +28,5 @@ dag = query_dag(
             False, type="boolean", description="Restart stores that do not load from empty."
         ),
     },
-    apply_changes="Restore; false plans only.",
+    dry_run="Plan only; false restores.",
 )

@@ -29,7 +29,7 @@ def test_the_dag_folder_parses_without_import_errors() -> None:
     assert all(d.is_paused_upon_creation for d in bag.dags.values())
     for name in ("state_store_repair", "state_store_restore", "state_store_repartition"):
         assert bag.dags[name].schedule is None
-        assert bag.dags[name].params["apply_changes"] is False
+        assert bag.dags[name].params["dry_run"] is True
     dag = bag.dags[DAG_ID]
     assert dag.is_paused_upon_creation is True
     assert dag.max_active_runs == 1 and dag.catchup is False

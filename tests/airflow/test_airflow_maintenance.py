@@ -4,6 +4,7 @@ the catalog and storage reached through Airflow connections only."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -179,12 +180,12 @@ def test_a_corrupt_snapshot_blocks_cleanup_and_fails_health_naming_the_store(
 
     # The repair DAG: a dry run lists the damaged snapshot; applied, it rebuilds it, and the
     # next maintenance run validates, cleans within retention and finds every store healthy.
-    states, values = run_dag(dag_id="state_store_repair", roots=[], apply_changes=False)
+    states, values = run_dag(dag_id="state_store_repair", roots=[], dry_run=True)
     assert values["repair"]["stores"] == [
         {"store": name, "path": path, "detail": values["repair"]["stores"][0]["detail"]}
     ]
     assert states["health"] == "failed"
-    states, values = run_dag(dag_id="state_store_repair", roots=[], apply_changes=True)
+    states, values = run_dag(dag_id="state_store_repair", roots=[], dry_run=False)
     assert set(states.values()) == {"success"}, states
     assert values["repair"]["counts"]["repaired"] == 1
     states, _ = run_dag(cleanup_dry_run=False)
@@ -198,7 +199,7 @@ def test_a_corrupt_snapshot_blocks_cleanup_and_fails_health_naming_the_store(
 def test_the_restore_dag_plans_then_returns_the_query_to_a_batch(stream: StoreStream) -> None:
     stream.run(5)
     conf = {"root": stream.root, "query_id": stream.query, "batch_id": 2, "spark_checkpoint": ""}
-    states, values = run_dag(dag_id="state_store_restore", **conf, apply_changes=False)
+    states, values = run_dag(dag_id="state_store_restore", **conf, dry_run=True)
     assert set(states.values()) == {"success"}, states
     plan = values["restore"]
     assert plan["counts"]["dry_run"] is True and plan["run_id"] is None
@@ -207,7 +208,7 @@ def test_the_restore_dag_plans_then_returns_the_query_to_a_batch(stream: StoreSt
         max(e.batch_id for e in stream.catalog.commit_history(stream.root, query_id="query-1")) == 4
     )
 
-    states, values = run_dag(dag_id="state_store_restore", **conf, apply_changes=True)
+    states, values = run_dag(dag_id="state_store_restore", **conf, dry_run=False)
     assert set(states.values()) == {"success"}, states
     done = values["restore"]
     assert done["counts"]["superseded_versions"] == 2 * len(stream.stores)
@@ -261,7 +262,7 @@ def test_the_repartition_dag_plans_then_changes_the_partitions(
         "spark_checkpoint": "",
         "idle_seconds": 0,
     }
-    states, values = run_dag(dag_id="state_store_repartition", **conf, apply_changes=False)
+    states, values = run_dag(dag_id="state_store_repartition", **conf, dry_run=True)
     assert set(states.values()) == {"success"}, states
     plan = values["repartition"]
     assert plan["counts"]["dry_run"] is True and plan["run_id"] is None
@@ -271,7 +272,7 @@ def test_the_repartition_dag_plans_then_changes_the_partitions(
     layouts = catalog.layout_history(canonical_root(root))
     assert [layout.num_partitions for layout in layouts] == [4]
 
-    states, values = run_dag(dag_id="state_store_repartition", **conf, apply_changes=True)
+    states, values = run_dag(dag_id="state_store_repartition", **conf, dry_run=False)
     assert set(states.values()) == {"success"}, states
     done = values["repartition"]
     [record] = [r for r in catalog.recent_runs() if r.kind == "repartition"]
@@ -283,3 +284,29 @@ def test_the_repartition_dag_plans_then_changes_the_partitions(
 
     moved = run(root, 3, range(3, 5))
     assert moved == run(str(tmp_path / "unchanged"), 4, range(0, 5))
+
+
+def test_a_task_fails_with_the_paragraph_the_cli_prints(
+    connections: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog's PostgreSQL down (nothing listens on its port) and a bad policy: the
+    task fails with the one paragraph ``statestore`` prints, no chained trace."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowException
+
+    from state_runtime_airflow.operators import StateCleanupOperator, StateHealthCheckOperator
+
+    down = {"conn_type": "postgres", "host": "127.0.0.1", "port": 9, "login": "postgres"}
+    monkeypatch.setenv("AIRFLOW_CONN_STATE_CATALOG_DEFAULT", json.dumps({**down, "schema": "x"}))
+    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1)
+    with pytest.raises(AirflowException) as failed:
+        StateHealthCheckOperator(task_id="health").execute({"ti": ti})  # type: ignore[arg-type]
+    message = str(failed.value)
+    assert message.startswith("error: [STATE_CATALOG_UNAVAILABLE] cannot connect to the catalog")
+    assert "`pg_isready -h 127.0.0.1 -p 9`" in message and "Traceback" not in message
+    assert message.splitlines()[-1].startswith("full trace: ") and len(message.splitlines()) == 2
+    assert failed.value.__cause__ is None and failed.value.__suppress_context__
+    bad = StateCleanupOperator(task_id="cleanup", policy={"window": "soon"})
+    with pytest.raises(AirflowException, match=r"^error: \[STATE_INVALID_ARGUMENT\] .*soon"):
+        bad.execute({"ti": ti})  # type: ignore[arg-type]

@@ -234,7 +234,7 @@ def test_each_role_does_its_work_and_is_refused_outside_it(roles: Roles, tmp_pat
     assert "permission denied for schema" in refused(roles.runtime, "CREATE TABLE t (i int)")
     before = counts(roles.owner)
     with pytest.raises(CatalogPermissionDenied) as denied:
-        cleanup_pass(Fleet(runtime, owner="runtime"), MaintenancePolicy(), execute=True)
+        cleanup_pass(Fleet(runtime, owner="runtime"), MaintenancePolicy(), dry_run=False)
     message = str(denied.value)
     assert f"role '{names['runtime']}' lacks INSERT" in message
     assert (

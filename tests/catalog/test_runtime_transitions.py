@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from state_runtime.errors import StateLost
+from state_runtime.identity import CheckpointRef
+from state_runtime.runtime.loss import lost_state
+from state_runtime.storage import LocalStorage
 from tests.catalog.test_roles import (  # noqa: F401  (the roles fixture)
     STORES,
     Roles,
@@ -39,6 +43,11 @@ DESTRUCTIVE = [
     ("UPDATE commit_log SET version = version + 100", "permission denied for table"),
     ("UPDATE stores SET latest_version = 0, latest_checkpoint_id = NULL", "may not name version"),
     ("UPDATE stores SET latest_version = latest_version - 1", "may not name version"),
+    (
+        "UPDATE stores s SET latest_version = c.version, latest_checkpoint_id = c.checkpoint_id "
+        "FROM commit_log c WHERE c.store_id = s.store_id AND c.version = s.latest_version - 1",
+        "may not move back",
+    ),
     ("UPDATE stores SET checkpoint_root = '/elsewhere'", "permission denied for table"),
 ]
 
@@ -76,3 +85,56 @@ def test_after_the_refusal_maintenance_deletes_no_committed_file(
         for version in (latest - 1, latest):
             assert stream.loaded(store, version) == stream.expected(store, version)
     assert cli(roles.maintenance, "validate").exit_code == 0
+
+
+def test_a_commit_below_the_latest_is_history_to_the_runtime(
+    roles: Roles,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A replay replaces only a store's latest version. Re-pointing an older version's entry at
+    another recorded file of that version (here the originals the replay of batch 9 replaced,
+    once batch 10 committed on top) would let the runtime then orphan the file the versions
+    above build on, for cleanup to delete: refused, and nothing changes."""
+    stream = runtime_stream(roles, tmp_path)
+    stream.run(1)  # version 11 on top of the replayed version 10
+    stream.catalog.close()
+    log = rows(roles.owner, "SELECT * FROM commit_log ORDER BY commit_id")
+    why = refused(
+        roles.runtime,
+        "UPDATE commit_log c SET checkpoint_id = f.checkpoint_id, file_id = f.file_id "
+        "FROM checkpoint_files f WHERE f.store_id = c.store_id AND f.version = c.version "
+        "AND f.file_id <> c.file_id AND c.version = 10",
+    )
+    assert "version 10 is not its latest" in why
+    assert rows(roles.owner, "SELECT * FROM commit_log ORDER BY commit_id") == log
+
+
+def test_the_runtime_records_the_loss_behind_a_batch_it_cannot_load(
+    roles: Roles,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A failed batch whose base file is gone raises StateLost and records the problem, so
+    that ``health`` calls the store broken. As the runtime role, recording it was refused
+    (no INSERT on ``store_problems``): the driver raised CatalogPermissionDenied instead of
+    the loss. It may open a problem, and still resolve none."""
+    stream = runtime_stream(roles, tmp_path)
+    assert isinstance(stream.storage, LocalStorage)
+    store = STORES[0]
+    latest = stream.committed[store][-1]
+    (stream.storage.root / latest.path).unlink()
+    lost = lost_state(
+        stream.catalog,
+        stream.storage,
+        stream.query,
+        stream.batch,
+        {store: CheckpointRef(latest.version, latest.checkpoint_id)},
+        RuntimeError("a task of the batch failed"),
+    )
+    stream.catalog.close()
+    assert isinstance(lost, StateLost) and latest.path in str(lost)
+    assert rows(roles.owner, "SELECT path FROM store_problems WHERE resolved_at IS NULL") == [
+        (latest.path,)
+    ]
+    assert "permission denied for table store_problems" in refused(
+        roles.runtime, "UPDATE store_problems SET resolved_at = now()"
+    )

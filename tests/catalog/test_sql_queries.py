@@ -134,7 +134,8 @@ def test_every_sql_file_is_tested() -> None:
 
 
 def test_store_health(known: Known) -> None:
-    rows = psql(known, "store_health.sql")
+    # reclaimable: what cleanup may delete now under the policy; no window, the floor alone
+    rows = psql(known, "store_health.sql", retention="0 seconds", grace="0 seconds")
     assert len(rows) == 4
     assert rows[0]["store_name"] == "default" and rows[0]["partition_id"] == "1"  # B: 12 deltas
     health = {(r["checkpoint_root"], r["operator_id"], r["partition_id"]): r for r in rows}
@@ -287,7 +288,7 @@ def test_sql_verdicts_and_health_agree_with_python(known: Known) -> None:
         assert dict(sql) == {v.file.path: v.verdict.value for v in python}
     floor = RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0))
     python_health = {(h.key.root, h.key.store): h for h in catalog.store_health(floor)}
-    for row in psql(known, "store_health.sql"):
+    for row in psql(known, "store_health.sql", retention="0 seconds", grace="0 seconds"):
         store = StoreId(int(row["operator_id"]), int(row["partition_id"]), row["store_name"])
         h = python_health[(row["checkpoint_root"], store)]
         assert (int(row["reclaimable_files"]), int(row["reclaimable_bytes"])) == (

@@ -164,9 +164,7 @@ def test_since_is_when_the_status_changed_and_a_restore_is_not_a_validation(
 
 def test_store_health_sql_shows_the_status(fleet: Fleet) -> None:
     defaults = MaintenancePolicy()
-    python = python_status(
-        fleet.catalog, defaults.lag_warn_deltas, defaults.orphan_growth_warn_files
-    )
+    python = python_status(fleet.catalog, defaults.lag_warn_deltas, defaults.orphan_warn_files)
     rows = run_psql(fleet.catalog, "store_health.sql")
     shown = {
         StoreId(int(r["operator_id"]), int(r["partition_id"]), r["store_name"]): (

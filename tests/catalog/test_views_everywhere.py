@@ -30,7 +30,7 @@ def when(value: object) -> datetime | None:
 def test_health_view_shows_the_status_python_gives(catalog: Catalog) -> None:
     fleet = build_fleet(catalog)
     defaults = MaintenancePolicy()
-    python = python_status(catalog, defaults.lag_warn_deltas, defaults.orphan_growth_warn_files)
+    python = python_status(catalog, defaults.lag_warn_deltas, defaults.orphan_warn_files)
     view = {
         StoreId(r.operator_id, r.partition_id, r.store_name): (
             r.status,

@@ -188,10 +188,34 @@ def test_cleanup_refuses_an_unsafe_window(
     )
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type is DagsterEventType.STEP_FAILURE]
-    assert (
-        "cleanup refused: [STATE_MAINTENANCE_REFUSED] retention window 1m is shorter than the "
-        "configured minimum" in str(failure.step_failure_data.error)
+    error = failure.step_failure_data.error
+    assert error is not None and error.cause is None  # the paragraph alone, no chained trace
+    assert error.message.startswith(
+        "dagster._core.definitions.events.Failure: error: refused: [STATE_MAINTENANCE_REFUSED] "
+        "retention window 1m is shorter than the configured minimum"
     )
+    assert failure.step_failure_data.user_failure_data.metadata["code"].value == (
+        "STATE_MAINTENANCE_REFUSED"
+    )
+
+
+def test_catalog_down_fails_the_step_with_one_paragraph(instance: DagsterInstance) -> None:
+    """PostgreSQL down (nothing listens on the port): the step fails with the paragraph the
+    CLI prints, naming the next step."""
+    down = MaintenanceResource(catalog_url="postgresql+psycopg2://postgres@127.0.0.1:9/state")
+    result = materialize(
+        [state_retention_cleanup],
+        resources={"maintenance": down},
+        instance=instance,
+        raise_on_error=False,
+    )
+    [failure] = [e for e in result.all_events if e.event_type is DagsterEventType.STEP_FAILURE]
+    data = failure.step_failure_data
+    assert data.error is not None and data.error.cause is None
+    description = data.user_failure_data.description
+    assert description.startswith("error: [STATE_CATALOG_UNAVAILABLE] cannot connect")
+    assert "`pg_isready -h 127.0.0.1 -p 9`" in description
+    assert description.splitlines()[1].startswith("full trace: ") and description.count("\n") == 1
 
 
 def run_checks(resources: dict[str, Any], instance: DagsterInstance, *names: str) -> Any:

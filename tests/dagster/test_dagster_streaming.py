@@ -161,7 +161,7 @@ def test_maintenance_beside_a_running_stream(
             while not stop.is_set():
                 try:
                     snapshot_pass(fleet, FAST)
-                    cleanup_pass(fleet, FAST, execute=True)
+                    cleanup_pass(fleet, FAST, dry_run=False)
                     passes += 1
                 except BaseException as exc:
                     errors.append(exc)

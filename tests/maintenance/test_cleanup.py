@@ -72,7 +72,7 @@ def test_execute_deletes_the_plan_records_the_ledger_and_lists_nothing(
     plan = cleanup_pass(fleet_on(stream), POLICY, now=LATER)
     before = on_disk(stream)
     stream.storage.requests.reset()
-    report = cleanup_pass(fleet_on(stream), POLICY, now=LATER, execute=True)
+    report = cleanup_pass(fleet_on(stream), POLICY, now=LATER, dry_run=False)
     assert stream.storage.requests.counts.get("list", 0) == 0
     assert {v.file.path for v in report.deleted} == {v.file.path for v in plan.planned}
     assert not report.failed and not report.busy
@@ -81,13 +81,13 @@ def test_execute_deletes_the_plan_records_the_ledger_and_lists_nothing(
     assert set(ledger) == {v.file.path for v in plan.planned}
     assert all(d.run_id == report.run_id and d.reason for d in ledger.values())
     assert_retained_versions_load(stream)
-    again = cleanup_pass(fleet_on(stream), POLICY, now=LATER, execute=True)
+    again = cleanup_pass(fleet_on(stream), POLICY, now=LATER, dry_run=False)
     assert not again.planned and not again.deleted
 
 
 def test_files_younger_than_the_window_stay(make_stream: Callable[..., StoreStream]) -> None:
     stream = snapshotted(make_stream())
-    report = cleanup_pass(fleet_on(stream), POLICY, execute=True)  # now: all files are young
+    report = cleanup_pass(fleet_on(stream), POLICY, dry_run=False)  # now: all files are young
     assert report.planned == [] and report.deleted == []
 
 
@@ -113,7 +113,7 @@ def test_unsafe_retention_is_refused_before_anything_happens(
     stream = snapshotted(make_stream())
     before = on_disk(stream)
     with pytest.raises(MaintenanceRefused, match=message):
-        cleanup_pass(fleet_on(stream), policy, now=LATER, execute=True)
+        cleanup_pass(fleet_on(stream), policy, now=LATER, dry_run=False)
     assert on_disk(stream) == before
     assert all(run.kind != "cleanup" for run in stream.catalog.recent_runs())
 
@@ -132,7 +132,7 @@ def test_a_run_that_crashed_after_claiming_is_resumed(
     claimed = catalog.claim_deletions(crashed, POLICY.retention, stream.root, now=LATER)
     half = [v.file.path for v in claimed[: len(claimed) // 2]]
     stream.storage.delete(half)  # deleted from storage, never recorded: then the crash
-    report = cleanup_pass(fleet_on(stream), POLICY, now=LATER, execute=True)
+    report = cleanup_pass(fleet_on(stream), POLICY, now=LATER, dry_run=False)
     assert {v.file.path for v in report.deleted} == {v.file.path for v in claimed}
     assert not report.failed
     assert not on_disk(stream) & {v.file.path for v in claimed}
@@ -152,7 +152,7 @@ def test_two_overlapping_cleanups_delete_each_file_once(
 
     def run(owner: str) -> None:
         barrier.wait()
-        reports.append(cleanup_pass(fleet_on(stream, owner), POLICY, now=LATER, execute=True))
+        reports.append(cleanup_pass(fleet_on(stream, owner), POLICY, now=LATER, dry_run=False))
 
     threads = [threading.Thread(target=run, args=(f"run-{i}",)) for i in range(2)]
     for t in threads:
@@ -185,7 +185,7 @@ def test_maintenance_beside_a_running_stream_never_breaks_a_load(
         while not stop.is_set():
             try:
                 snapshot_pass(fleet, aggressive)
-                cleanup_pass(fleet, aggressive, execute=True)
+                cleanup_pass(fleet, aggressive, dry_run=False)
             except BaseException as exc:
                 errors.append(exc)
                 return
@@ -227,7 +227,7 @@ def test_a_large_plan_is_deleted_and_recorded_in_batches(
     stream.run(2)
     plan = cleanup_pass(fleet_on(stream), POLICY, now=LATER)
     assert len(plan.planned) > 600
-    report = cleanup_pass(fleet_on(stream), POLICY, now=LATER, execute=True)
+    report = cleanup_pass(fleet_on(stream), POLICY, now=LATER, dry_run=False)
     assert len(report.deleted) == len(plan.planned) and not report.failed
     assert len(stream.catalog.deletion_history(root=stream.root, limit=10_000)) == len(plan.planned)
     assert_retained_versions_load(stream)
@@ -250,7 +250,7 @@ def test_a_worker_cache_behind_cleanup_still_loads(make_stream: Callable[..., St
     )
     snapshot_pass(fleet_on(stream), aggressive)
     stream.run(1)
-    assert cleanup_pass(fleet_on(stream), aggressive, execute=True).deleted
+    assert cleanup_pass(fleet_on(stream), aggressive, dry_run=False).deleted
     latest = stream.committed[store][-1]
     loaded = stale.get_read_store(latest.version, latest.checkpoint_id)
     assert {k[0]: v[0] for k, v in loaded.items()} == stream.expected(store, latest.version)

@@ -83,7 +83,7 @@ def maintainer(catalog: Catalog, stop: threading.Event, errors: list[BaseExcepti
     while not stop.is_set():
         try:
             snapshot_pass(fleet, ZERO)
-            cleanup_pass(fleet, ZERO, execute=True)
+            cleanup_pass(fleet, ZERO, dry_run=False)
         except BaseException as exc:
             errors.append(exc)
             return 0

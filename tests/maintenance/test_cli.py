@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from state_runtime.cli import main
+from state_runtime.identity import StoreId
 from tests.maintenance.streams import StoreStream
 
 
@@ -101,7 +102,10 @@ def test_explain_names_why_a_file_is_kept(stream: StoreStream) -> None:
     relative = statestore(stream, "--root", str(stream.storage.root), "explain", latest.path)
     assert "verdict: needed" in relative.output
     unknown = statestore(stream, "explain", f"{stream.root}/state/0/0/default/x.delta")
-    assert "verdict: untracked" in unknown.output
+    assert unknown.exit_code == 2 and "names no file the catalog records" in unknown.stderr
+    (stream.storage.root / "state/0/0/default/x.delta").write_bytes(b"left by hand")
+    untracked = statestore(stream, "explain", f"{stream.root}/state/0/0/default/x.delta")
+    assert "verdict: untracked" in untracked.output
     outside = statestore(stream, "explain", "/elsewhere/file.delta")
     assert outside.exit_code == 2 and "below none of the catalog's roots" in outside.stderr
 
@@ -131,3 +135,40 @@ def test_bad_input_gives_clear_errors(stream: StoreStream, tmp_path: Path) -> No
     assert empty.exit_code == 4 and "upgrade" in empty.stderr
     bad_window = statestore(stream, "maintain", "--window", "soon")
     assert bad_window.exit_code == 2 and "invalid duration 'soon'" in bad_window.output
+
+
+def test_explain_takes_a_path_as_typed_and_never_guesses(
+    make_stream: Callable[..., StoreStream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A path relative to the current folder (as the shell completes it) names the file it
+    names, not that path joined onto a root; a path relative to a root works from anywhere;
+    a path that names files below two roots, or lies below none, is refused naming them."""
+    first = make_stream("a/checkpoint", stores=[StoreId(0, 0)])
+    second = make_stream("b/checkpoint", stores=[StoreId(0, 0)])
+    first.run(3)
+    second.run(3)
+    latest = first.committed[first.stores[0]][-1]
+    home = first.storage.root.parent
+
+    monkeypatch.chdir(home)  # the shell completes checkpoint/state/0/0/default/3_....delta
+    typed = statestore(first, "explain", f"checkpoint/{latest.path}")
+    assert typed.exit_code == 0, typed.output
+    assert f"{first.root}/{latest.path}" in typed.output and "verdict: needed" in typed.output
+    assert "untracked" not in typed.output
+
+    monkeypatch.chdir(home.parent)  # from elsewhere, relative to its root, with --root
+    by_root = statestore(first, "--root", first.root, "explain", latest.path)
+    assert by_root.exit_code == 0 and "verdict: needed" in by_root.output
+
+    same = statestore(first, "explain", latest.path)  # only the first root has this file
+    assert same.exit_code == 0 and f"{first.root}/{latest.path}" in same.output
+    for stream in (first, second):
+        (stream.storage.root / "notes.txt").write_text("a file both roots hold")
+    both = statestore(first, "explain", "notes.txt")
+    assert both.exit_code == 2, both.output
+    assert "is ambiguous" in both.stderr and first.root in both.stderr
+    assert second.root in both.stderr
+
+    outside = statestore(first, "explain", str(home.parent / "elsewhere" / "x.delta"))
+    assert outside.exit_code == 2
+    assert f"below none of the catalog's roots: {first.root}, {second.root}" in outside.stderr

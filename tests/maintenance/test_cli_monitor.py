@@ -125,8 +125,12 @@ def test_repair_says_what_it_cannot_repair(make_stream: Callable[..., StoreStrea
     for mode in ("--dry-run", "--execute"):
         said = statestore(stream, "repair", mode)
         assert said.exit_code == 1, said.output
-        assert "cannot repair: 1 open problem(s) are not damaged snapshots" in said.output
-        assert lost.path in said.output
-        assert f"statestore restore {stream.root} --query query-1 --to-batch B" in said.output
+        assert (
+            f"cannot repair: store {stream.key(stream.stores[1])}: delta {lost.path} (version 3) "
+            "is missing from storage; the store does not load; batch 1 is the newest batch of "
+            "query query-1 whose stores all load"
+        ) in said.output
+        assert f"statestore restore {stream.root} --query query-1 --to-batch 1 " in said.output
     data = json.loads(statestore(stream, "repair", "--json").output)
-    assert [p["path"] for p in data["beyond_repair"]] == [lost.path]
+    assert [p["file"] for p in data["beyond_repair"]] == [lost.path]
+    assert [p["fate"] for p in data["beyond_repair"]] == ["restorable"]

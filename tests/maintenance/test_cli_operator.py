@@ -174,7 +174,7 @@ def test_piped_output_is_never_cut(tmp_path: Path, make_stream: Callable[..., St
     exe = Path(sys.executable).parent / "statestore"
     env = {"PATH": "/usr/bin:/bin", "COLUMNS": "80", "HOME": str(tmp_path)}
     env |= {k: v for k, v in os.environ.items() if k == "PYTHONPATH"}  # a worktree's code
-    for command in ("health", "history", "maintain"):
+    for command in ("health", "health --table", "history", "maintain"):
         piped = subprocess.run(
             f"'{exe}' -q --catalog-url '{url}' {command} | cat",
             shell=True,
@@ -187,14 +187,18 @@ def test_piped_output_is_never_cut(tmp_path: Path, make_stream: Callable[..., St
         assert "…" not in piped.stdout, piped.stdout
         lines = piped.stdout.splitlines()
         assert all(len(line) <= 80 for line in lines), piped.stdout
-        if command in ("health", "history"):
+        if command != "maintain":
             start = lines.index("root:")
             folded = lines[start + 1 : start + 1 + -(-len(stream.root) // 80)]
             assert [len(line) for line in folded[:-1]] == [80] * (len(folded) - 1)
             assert "".join(folded) == stream.root  # the whole root, once, above the rows
             assert piped.stdout.replace("\n", "").count(stream.root) == 1
+        if command in ("health --table", "history"):
             assert "store: 0/0/default" in [line.strip() for line in lines], piped.stdout
-        if command == "health":
-            assert "unknown" in piped.stdout
+        if command == "health":  # below 120 columns: one line per store
+            stores = [line for line in lines if line.startswith(("0/", "1/"))]
+            assert len(stores) == 3 and "State store health" not in piped.stdout
+            assert stores[0].split()[:3] == ["0/0/default", "unknown", "since"], stores
+            assert stores[0].endswith("never validated"), stores
         if command == "maintain":
             assert "snapshots (dry run): 0 store(s) due" in lines

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Callable
 
 import pytest
@@ -54,10 +55,15 @@ def test_health_explain_maintain_repair_on_a_damaged_snapshot(stream: StoreStrea
 
     dry = statestore(stream, "repair")
     assert dry.exit_code == 0 and "1 damaged snapshot(s) to rebuild" in dry.output
-    assert relative in dry.output
-    done = statestore(stream, "repair", "--execute")
+    assert len(dry.output.splitlines()) <= 8 and f"#{store}: snapshot {relative}" in dry.output
+    assert "checksum" in dry.output  # the cause
+    [command] = re.findall(r"run `(statestore [^`]+)`", dry.output)
+    assert command == f"statestore --root {stream.root} repair --store {store} --execute"
+    done = statestore(stream, *shlex.split(command)[1:])  # run as printed
     assert done.exit_code == 0, done.output
     assert re.search(r"repair \(run \d+\): 1 repaired", done.output)
+    for version in (6, 7, 8):
+        assert stream.loaded(store, version) == stream.expected(store, version)
     rows = {r["store"]: r for r in json.loads(statestore(stream, "health", "--json").output)}
     assert rows[str(stream.key(store))]["status"] == "healthy"
     assert (

@@ -94,7 +94,7 @@ def test_a_byte_identical_retry_is_a_no_op_after_a_snapshot_and_cleanup(
     fleet = fleet_on(stream)
     snapshot_pass(fleet, POLICY)
     stream.run(2)
-    report = cleanup_pass(fleet, POLICY, now=LATER, execute=True)
+    report = cleanup_pass(fleet, POLICY, now=LATER, dry_run=False)
     assert report.deleted and not report.failed
     for batch in range(stream.batch):
         infos = [stream.committed[s][batch] for s in stream.stores]
@@ -115,7 +115,7 @@ def test_an_idle_batch_replays_after_a_restore_and_cleanup_past_the_grace(
         stream.committed[store].pop()
         stream.states[store].pop()
     stream.batch = 5
-    cleanup_pass(fleet, POLICY, now=LATER, execute=True)
+    cleanup_pass(fleet, POLICY, now=LATER, dry_run=False)
     replay = [_write(stream, s, {}) for s in stream.stores]
     assert not any(info.has_file for info in replay)
     _committed(stream, replay)
@@ -140,7 +140,7 @@ def test_a_batch_whose_files_were_swept_before_its_commit_replays(
     changed = stream.stores[0]
     first = _attempt(stream, changed)
     stream.catalog.record_files(stream.root, first)
-    report = cleanup_pass(fleet_on(stream), policy, now=now, execute=True)
+    report = cleanup_pass(fleet_on(stream), policy, now=now, dry_run=False)
     assert first[0].path in {v.file.path for v in report.deleted}
     replay = _attempt(stream, changed)
     assert [i.path for i in replay[1:]] == [i.path for i in first[1:]]
@@ -179,7 +179,7 @@ def test_cleanup_never_deletes_what_the_commit_log_needs_whatever_the_state_says
         for f in stream.catalog.store_files(stream.root, victim)
         if f.version == 6 and f.kind.value == "snapshot"
     )
-    report = cleanup_pass(fleet, POLICY, now=LATER, execute=True)
+    report = cleanup_pass(fleet, POLICY, now=LATER, dry_run=False)
     deleted = {v.file.path for v in report.deleted}
     assert not deleted & (kept | {snapshot})
     assert kept | {snapshot} <= on_disk(stream)

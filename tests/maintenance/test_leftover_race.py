@@ -105,9 +105,9 @@ def test_a_paused_writers_temporary_file_survives_every_sweep(
         os.utime(temporary, (old, old))
         where = f"{local_stream.root}/{left.path}"
         fleet = fleet_on(local_stream)
-        cleaned = cleanup_pass(fleet, ZERO, execute=True, now=later())
+        cleaned = cleanup_pass(fleet, ZERO, dry_run=False, now=later())
         assert cleaned.leftovers.young == [where] and not cleaned.leftovers.removed
-        swept = reconcile(fleet, ZERO, now=later(), min_age=timedelta(0), execute=False)
+        swept = reconcile(fleet, ZERO, now=later(), min_age=timedelta(0), dry_run=True)
         assert swept.leftovers.young == [where] and not swept.leftovers.removed
         assert temporary.exists()
         writer.stdin.write("go\n")
@@ -133,9 +133,9 @@ def test_a_killed_writers_lock_dies_with_it(local_stream: StoreStream) -> None: 
     (left,) = leftovers(local_stream.storage)
     assert not left.live
     fleet = fleet_on(local_stream)
-    young = cleanup_pass(fleet, ZERO, execute=True)  # zero grace, but under the floor
+    young = cleanup_pass(fleet, ZERO, dry_run=False)  # zero grace, but under the floor
     assert len(young.leftovers.young) == 1 and len(leftovers(local_stream.storage)) == 1
-    done = cleanup_pass(fleet, ZERO, execute=True, now=later())
+    done = cleanup_pass(fleet, ZERO, dry_run=False, now=later())
     assert done.leftovers.removed == [f"{local_stream.root}/{left.path}"]
     assert leftovers(local_stream.storage) == []
     for stream in (writer.stdout, writer.stderr, writer.stdin):
@@ -152,7 +152,7 @@ def test_a_writer_racing_zero_grace_sweeps_commits_every_version(
     seen_live = sweeps = 0
     try:
         while writer.poll() is None:
-            report = cleanup_pass(fleet, ZERO, execute=True, now=later())
+            report = cleanup_pass(fleet, ZERO, dry_run=False, now=later())
             seen_live += len(report.leftovers.young)
             sweeps += 1
             assert not report.leftovers.failed

@@ -163,7 +163,7 @@ def test_cleanup_removes_a_killed_writers_leftover_once_older_than_the_grace(
     fleet = fleet_on(stream)
 
     if left.started != MOTO_INITIATED:
-        young = cleanup_pass(fleet, POLICY, execute=True)
+        young = cleanup_pass(fleet, POLICY, dry_run=False)
         assert young.leftovers.young == [where] and not young.leftovers.removed
         assert leftovers(stream.storage) == [left]
 
@@ -171,7 +171,7 @@ def test_cleanup_removes_a_killed_writers_leftover_once_older_than_the_grace(
     assert dry.leftovers.removed == [where]
     assert leftovers(stream.storage) == [left]
 
-    done = cleanup_pass(fleet, POLICY, execute=True, now=LATER)
+    done = cleanup_pass(fleet, POLICY, dry_run=False, now=LATER)
     assert done.leftovers.removed == [where] and not done.leftovers.failed
     assert leftovers(stream.storage) == []
     assert done.run_id is not None
@@ -191,7 +191,7 @@ def test_reconcile_removes_a_killed_writers_leftover_once_older_than_the_grace(
     if isinstance(stream.storage, LocalStorage):  # see MOTO_INITIATED
         young = reconcile(fleet, POLICY)
         assert len(young.leftovers.young) == 1 and len(leftovers(stream.storage)) == 1
-    dry = reconcile(fleet, POLICY, now=LATER, execute=False)
+    dry = reconcile(fleet, POLICY, now=LATER, dry_run=True)
     assert len(dry.leftovers.removed) == 1 and len(leftovers(stream.storage)) == 1
     done = reconcile(fleet, POLICY, now=LATER)
     assert len(done.leftovers.removed) == 1 and leftovers(stream.storage) == []

@@ -59,4 +59,9 @@ def test_batch_metrics_view_and_command(make_stream: Callable[..., StoreStream])
     assert [d["batch_id"] for d in data] == [2, 1, 0]
     assert data[0]["batch_ms"] == 252.0 and data[0]["rows_in"] == 102
     unknown = statestore(stream, "metrics", stream.root, "--query", "nope")
-    assert unknown.exit_code == 2 and "known: query-1" in unknown.output
+    assert unknown.exit_code == 2 and "name one of query-1" in unknown.output
+    # Scoped like the other commands: --root, or the catalog's one root; its one query
+    for scope in (["--root", stream.root, "metrics"], ["metrics"]):
+        implied = statestore(stream, *scope, "--limit", "2")
+        assert implied.exit_code == 0, implied.output
+        assert implied.output == table.output

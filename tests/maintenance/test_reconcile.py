@@ -27,7 +27,7 @@ def test_untracked_files_are_recorded_and_then_cleaned(
     garbage = stream.storage.root / f"state/0/1/default/9_{'a' * 32}.delta"
     garbage.write_bytes(b"garbage")
 
-    dry = reconcile(fleet_on(stream), POLICY, execute=False, min_age=timedelta(0))
+    dry = reconcile(fleet_on(stream), POLICY, dry_run=True, min_age=timedelta(0))
     assert set(dry.untracked) == {lost.path, f"state/0/1/default/9_{'a' * 32}.delta"}
     assert dry.recorded == {}
     assert dry.foreign == [f"{store.directory}/notes.txt"]

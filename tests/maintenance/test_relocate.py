@@ -62,7 +62,7 @@ def test_relocating_onto_a_known_root_or_from_an_unknown_one_is_refused(
     second.run(2)
     catalog = first.catalog
     with pytest.raises(InvalidArgument, match="already records stores below"):
-        relocate_root(catalog, first.storage.uri, second.storage, execute=True)
+        relocate_root(catalog, first.storage.uri, second.storage, dry_run=False)
     unknown = statestore(first, "relocate", str(first.storage.root / "nowhere"), "/tmp/x")
     assert unknown.exit_code == 2, unknown.output
     assert sorted(catalog.roots()) == sorted([first.storage.uri, second.storage.uri])

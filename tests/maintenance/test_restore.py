@@ -73,7 +73,11 @@ def test_restore_to_an_intact_batch_after_a_later_file_was_lost(stream: StoreStr
         plan_restore(fleet, stream.root, stream.query, 7, spark_checkpoint="")
     message = str(refused.value)
     assert lost.path in message and "storage no longer has it" in message
-    assert "--to-batch 6" in message and "--allow-lost-state" in message
+    assert message.endswith(
+        "Restore batch 6, the newest earlier batch whose stores are all intact (--to-batch 6), "
+        "or accept the loss of these stores with --allow-lost-state (they start again from "
+        "empty while the others return to batch 7)"
+    )
 
     dry = statestore(
         stream,
@@ -121,7 +125,7 @@ def test_restore_to_an_intact_batch_after_a_later_file_was_lost(stream: StoreStr
     assert run_checks(fleet, MaintenancePolicy.from_env(preset="demo")).ok
 
     # Cleanup deletes the superseded files like any orphan; the ledger says why.
-    report_cleanup = cleanup_pass(fleet, MaintenancePolicy.from_env(preset="demo"), execute=True)
+    report_cleanup = cleanup_pass(fleet, MaintenancePolicy.from_env(preset="demo"), dry_run=False)
     assert not report_cleanup.failed
     reasons = {d.file.path: d.reason for d in report_cleanup.deleted}
     assert all(
@@ -152,7 +156,11 @@ def test_a_lost_store_restarts_from_empty_only_when_the_user_accepts(
         "--no-spark-checkpoint",
     )
     assert refused.exit_code == 3, refused.output
-    assert "No earlier committed batch has all its stores intact" in refused.output
+    assert (
+        "No earlier committed batch has all its stores intact: accept the loss of these "
+        "stores with --allow-lost-state (they start again from empty while the others return "
+        "to batch 5)"
+    ) in " ".join(refused.output.split())
     assert "--allow-lost-state" in refused.output and "0/1/default" in refused.output
 
     done = statestore(

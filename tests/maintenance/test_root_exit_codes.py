@@ -90,7 +90,7 @@ def test_the_passes_themselves_refuse_a_root_whose_folder_is_gone(
     zero = RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0))
     policy = MaintenancePolicy(retention=zero, min_window=timedelta(0))
     with pytest.raises(RootMissing, match=rf"folder {re.escape(str(folder))} does not exist"):
-        cleanup_pass(fleet, policy, execute=True)
-    reconciled = reconcile(fleet, policy, execute=True)  # it sweeps root by root
+        cleanup_pass(fleet, policy, dry_run=False)
+    reconciled = reconcile(fleet, policy, dry_run=False)  # it sweeps root by root
     assert "[STATE_ROOT_MISSING]" in fleet.failed_roots[stream.root]
     assert reconciled.recorded == {} and stream.catalog.deletion_history() == []

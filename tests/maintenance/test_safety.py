@@ -18,6 +18,7 @@ from state_runtime.catalog import FileState, Verdict, Verification
 from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.identity import FileKind, StoreId
 from state_runtime.maintenance import (
+    Fate,
     MaintenancePolicy,
     RepairStatus,
     SnapshotStatus,
@@ -107,12 +108,16 @@ def test_a_corrupt_latest_snapshot_keeps_its_deltas_until_repaired(
     assert report.status.status is StoreStatus.BROKEN
     assert relative(stream, snap) in report.status.reason and "checksum" in report.status.reason
     assert report.status.since is not None and report.health.deltas_since_snapshot == 8
-    explained = explain_file(fleet, stream.root, relative(stream, snap), POLICY).explanation
+    found = explain_file(fleet, stream.root, relative(stream, snap), POLICY)
+    explained = found.explanation
     assert explained.verdict is Verdict.DAMAGED
     assert "no retained version is lost" in explained.reason
-    assert "statestore repair" in explained.reason
+    assert found.damage is not None and found.damage.fate is Fate.REPAIRABLE
+    command = f"statestore --root {stream.root} repair --store {store} --execute"
+    assert found.damage.command == command
+    assert f"run `{command}`" in report.status.reason  # as validate said
 
-    cleanup_pass(fleet, POLICY, now=LATER, execute=True)
+    cleanup_pass(fleet, POLICY, now=LATER, dry_run=False)
     assert set(deltas) <= on_disk(stream) and snap.exists()
     assert_retained_versions_load(stream)
 
@@ -129,7 +134,7 @@ def test_a_corrupt_latest_snapshot_keeps_its_deltas_until_repaired(
     assert statuses(stream)[store] is StoreStatus.HEALTHY
     assert not stream.catalog.problems(root=stream.root)
 
-    done = cleanup_pass(fleet, POLICY, now=LATER, execute=True)
+    done = cleanup_pass(fleet, POLICY, now=LATER, dry_run=False)
     assert set(deltas[:6]) <= {v.file.path for v in done.deleted}
     assert not done.held
     assert_retained_versions_load(stream)
@@ -212,8 +217,10 @@ def test_a_truncated_delta_holds_the_store_until_a_validation_passes(
     assert not run_checks(fleet_on(stream), POLICY).ok
     [report] = [r for r in store_reports(fleet_on(stream), POLICY) if r.key.store == store]
     assert report.status.status is StoreStatus.BROKEN
-    assert report.status.reason == (
-        f"size is 100 bytes, the catalog recorded {newest.bytes_written} (file {newest.path})"
+    assert report.status.reason.startswith(
+        f"delta {newest.path} (version 8) is damaged: size is 100 bytes, the catalog recorded "
+        f"{newest.bytes_written}; the store does not load; batch 6 is the newest batch of query "
+        "query-1 whose stores all load"
     )
     plan = cleanup_pass(fleet_on(stream), POLICY, now=LATER)
     mine = {v.file.path: v.verdict for v in plan.planned if v.file.key.store == store}
@@ -234,7 +241,7 @@ def test_a_truncated_delta_holds_the_store_until_a_validation_passes(
     [resolved] = stream.catalog.problems(root=stream.root, only_open=False)
     assert resolved.path == newest.path and resolved.resolved_at is not None
     assert (resolved.resolution or "").startswith("no longer found by validation run")
-    done = cleanup_pass(fleet_on(stream), POLICY, now=LATER, execute=True)
+    done = cleanup_pass(fleet_on(stream), POLICY, now=LATER, dry_run=False)
     assert stream.committed[store][0].path in {v.file.path for v in done.deleted}
     assert_retained_versions_load(stream)
 
@@ -258,7 +265,10 @@ def test_a_missing_delta_is_never_called_needed(make_stream: Callable[..., Store
     assert recorded.verdict is Verdict.MISSING  # now the catalog knows
     [report] = [r for r in store_reports(fleet, POLICY) if r.key.store == store]
     assert report.status.status is StoreStatus.BROKEN
-    assert report.status.reason == f"file is missing from storage (file {gone.path})"
+    assert report.status.reason.startswith(
+        f"delta {gone.path} (version 5) is missing from storage; the store does not load; "
+        "batch 3 is the newest batch of query query-1 whose stores all load"
+    )
     held = cleanup_pass(fleet, POLICY, now=LATER).held
     assert [h.key.store for h in held] == [store]
 

@@ -209,7 +209,7 @@ class SchemaEvolutionModel(RuleBasedStateMachine):
 
     @rule()
     def cleanup(self) -> None:
-        report = cleanup_pass(Fleet(self.catalog, owner="props"), POLICY, execute=True)
+        report = cleanup_pass(Fleet(self.catalog, owner="props"), POLICY, dry_run=False)
         assert not report.failed, report
 
     @rule()

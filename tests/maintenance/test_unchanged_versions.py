@@ -75,12 +75,12 @@ def test_snapshots_and_cleanup_keep_every_retained_version_loadable(
     stream = _stream(make_stream)
     fleet = fleet_on(stream)
     snapshot_pass(fleet, POLICY)
-    report = cleanup_pass(fleet, POLICY, now=LATER, execute=True)
+    report = cleanup_pass(fleet, POLICY, now=LATER, dry_run=False)
     assert report.deleted == [] and not report.failed  # version 9 loads from deltas 1..8
     assert_retained_versions_load(stream)
     assert run_checks(fleet_on(stream), POLICY).ok
     stream.run(2)  # the stream goes on after maintenance: versions 11 and 12 load from 10
-    report = cleanup_pass(fleet, POLICY, now=LATER, execute=True)
+    report = cleanup_pass(fleet, POLICY, now=LATER, dry_run=False)
     below = {i.path for s in stream.stores for i in stream.committed[s][:8] if i.has_file}
     assert {v.file.path for v in report.deleted} == below and not report.failed
     assert_retained_versions_load(stream)
@@ -111,7 +111,7 @@ def test_a_root_copied_elsewhere_relocates_without_the_files_that_never_were(
     stream = _stream(make_stream)
     copy = tmp_path / "moved"
     shutil.copytree(stream.storage.root, copy)
-    report = relocate_root(stream.catalog, stream.root, str(copy), execute=True)
+    report = relocate_root(stream.catalog, stream.root, str(copy), dry_run=False)
     assert report.executed and report.missing == []
     idle_records = sum(1 for s in stream.stores for i in stream.committed[s] if not i.has_file)
     assert report.files_checked == sum(len(c) for c in stream.committed.values()) - idle_records

@@ -11,6 +11,7 @@ from state_runtime.catalog import RetentionPolicy
 from state_runtime.catalog.schema.tables import checkpoint_files, deletion_ledger
 from state_runtime.maintenance import (
     CheckName,
+    Fate,
     MaintenancePolicy,
     Severity,
     run_checks,
@@ -131,6 +132,15 @@ def test_snapshot_lag_warns_then_fails(make_stream: Callable[..., StoreStream]) 
     stream.run(2)
     lag = run_checks(fleet_on(stream), POLICY).outcome(CheckName.SNAPSHOT_LAG)
     assert lag.severity is Severity.ERROR and lag.figures["max_deltas_since_snapshot"] == 9
+
+    broken = stream.stores[0]  # its newest delta goes: the store no longer loads
+    (stream.storage.root / stream.committed[broken][-1].path).unlink()
+    report = run_checks(fleet_on(stream), POLICY)
+    lag = report.outcome(CheckName.SNAPSHOT_LAG)  # no "a cold load reads ..." for it
+    assert {f.key for f in lag.findings} == {stream.key(s) for s in stream.stores[1:]}
+    [finding] = report.outcome(CheckName.LINEAGE).findings
+    assert finding.damage is not None and finding.damage.fate is Fate.RESTORABLE
+    assert finding.damage.batch == 7 and "--to-batch 7" in str(finding)
 
 
 def test_orphan_growth_compares_with_the_previous_validation(

@@ -153,16 +153,16 @@ def test_a_killed_task_attempt_file_is_found_by_listing_one_store(
         fleet = Fleet(catalog, owner="tests")
         policy = MaintenancePolicy()
         # Inside the grace nothing is swept: the batch's attempts might still be running.
-        early = sweep_attempts(fleet, policy, execute=True)
+        early = sweep_attempts(fleet, policy, dry_run=False)
         assert early.intents == 0 and early.listed_stores == 0
-        report = sweep_attempts(fleet, policy, execute=True, min_age=NOW)
+        report = sweep_attempts(fleet, policy, dry_run=False, min_age=NOW)
         assert report.intents == 1 and report.listed_stores == 1  # partition 1 only
         assert len(report.recorded) == 1
         files = _states(catalog, query.root)
         assert files[report.recorded[0]] == FileState.ORPHAN
         assert sorted(files.values()).count(FileState.COMMITTED) == 4
         # Swept once: a later pass lists nothing.
-        again = sweep_attempts(fleet, policy, execute=True, min_age=NOW)
+        again = sweep_attempts(fleet, policy, dry_run=False, min_age=NOW)
         assert again.intents == 0 and again.listed_stores == 0
         assert assert_lineage_linear(catalog, query.storage) == 4
 
@@ -183,7 +183,7 @@ def test_a_zombie_write_after_the_commit_is_found(
             assert time.monotonic() < deadline, "the zombie never wrote"
             time.sleep(0.5)
         committed = catalog.committed_ids(query.root, "killed", 0)
-        report = sweep_attempts(fleet, MaintenancePolicy(), execute=True, min_age=NOW)
+        report = sweep_attempts(fleet, MaintenancePolicy(), dry_run=False, min_age=NOW)
         assert report.listed_stores == 1 and len(report.recorded) == 2
         files = _states(catalog, query.root)
         assert {files[p] for p in report.recorded} == {FileState.ORPHAN}

@@ -113,7 +113,7 @@ def test_failed_and_duplicate_task_attempts(
         assert assert_lineage_linear(catalog, query.storage) == 3 * PARTITIONS
         # The duplicates are found by listing only the retried stores of each batch.
         sweep = sweep_attempts(
-            Fleet(catalog, owner="tests"), MaintenancePolicy(), execute=True, min_age=timedelta(0)
+            Fleet(catalog, owner="tests"), MaintenancePolicy(), dry_run=False, min_age=timedelta(0)
         )
         assert sweep.intents == 3 and sweep.listed_stores == 3 * 2
         assert len(sweep.recorded) == 3 * 2
@@ -154,7 +154,7 @@ def test_driver_dies_after_tasks_committed_before_the_catalog_commit(
         # so the attempt sweep lists each store of that batch once and records its deltas.
         assert len(catalog.known_paths(restarted.root)) == 2 * PARTITIONS
         sweep = sweep_attempts(
-            Fleet(catalog, owner="tests"), MaintenancePolicy(), execute=True, min_age=timedelta(0)
+            Fleet(catalog, owner="tests"), MaintenancePolicy(), dry_run=False, min_age=timedelta(0)
         )
         assert sweep.intents == 1 and sweep.listed_stores == PARTITIONS
         assert len(sweep.recorded) == PARTITIONS

@@ -1,5 +1,5 @@
 """The moment of loss: a store's folder is deleted by hand between batches; the next batch
-fails with one paragraph naming the file, the version, the store and the commands to run,
+fails with one paragraph naming the store, the file, the cause and the command to run,
 the loss is recorded so that ``statestore health`` reports the store broken (exit 2), and
 ``statestore restore --allow-lost-state`` lets the query go on."""
 
@@ -44,16 +44,19 @@ def test_a_lost_store_folder_is_named_once_with_the_next_commands(
     with pytest.raises(StateLost) as lost:
         query.run_batch(_df(spark, _events(3)), 3)
     message = str(lost.value)
-    assert "\n" not in message and message.count("storage no longer has it") == 1
-    assert "the catalog recorded state/0/1/default/1_" in message
-    assert "for version 1 of store" in message and "0/1/default" in message
-    assert "statestore --root" in message and "validate" in message
-    assert f"statestore restore {query.root} --query loss --to-batch 2" in message
+    assert "\n" not in message and message.count("is missing from storage") == 1
+    assert f"store {query.root}#0/1/default: delta state/0/1/default/1_" in message
+    assert "(version 1) is missing from storage" in message
+    assert "no committed batch of query loss has all its stores intact" in message
+    assert (  # this query did not say where its Spark checkpoint is: the advice says what to fill
+        f"`statestore restore {query.root} --query loss --to-batch 2 --spark-checkpoint "
+        "<the query's checkpointLocation> --allow-lost-state --execute`"
+    ) in message
 
     cli = CliRunner(env={"COLUMNS": "200", "STATE_CATALOG_URL": None})
     health = cli.invoke(main, ["--catalog-url", sqlite_catalog_url, "-q", "status"])
     assert health.exit_code == 2, health.output  # broken, for a monitor
-    assert "broken" in health.output and "no longer has it" in health.output
+    assert "broken" in health.output and "is missing from storage" in health.output
 
     restored = cli.invoke(
         main,

@@ -173,7 +173,7 @@ def _repartition(url: str, root: str | Storage, n: int, spark: SparkSession) -> 
             fleet = Fleet(catalog, owner="tests")
         plan = repartition(
             spark, fleet, root if isinstance(root, str) else root.uri, "q", n,
-            spark_checkpoint="", execute=True, idle=NOW,
+            spark_checkpoint="", dry_run=False, idle=NOW,
         )  # fmt: skip
     assert plan.executed and plan.num_partitions == n
 

@@ -84,7 +84,7 @@ def test_change_feed_equals_the_differences_of_consecutive_versions(
 
     # Cleanup deletes the deltas the snapshot supersedes: batches 0..4 (versions 1..5).
     later = datetime.now(UTC) + timedelta(days=1)
-    assert cleanup_pass(fleet, policy, now=later, execute=True).deleted
+    assert cleanup_pass(fleet, policy, now=later, dry_run=False).deleted
     catalog.close()
     with pytest.raises(ChangesCleanedUp, match="batch 0 of operator 0") as err:
         read_state_changes(spark, root, 0, 0, batches - 1, catalog_url=url)

@@ -2,7 +2,7 @@
 ``foreachBatch``: a real Structured Streaming query exports each batch's and each store's
 figures to an OTLP/HTTP endpoint served in this test (a real HTTP server decoding the OTLP
 protobuf requests); after a store's folder is deleted, the restarted stream fails, its
-``StreamingQueryException`` carries the loss paragraph that ``loss_paragraph`` finds once, and
+``StreamingQueryException`` carries the loss paragraph that ``failure_paragraph`` shows once, and
 the store's status 2 (broken) reaches the endpoint."""
 
 from __future__ import annotations
@@ -27,13 +27,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from state_runtime.catalog import Catalog
-from state_runtime.runtime import (
-    Agg,
-    StatefulOperator,
-    StatefulQuery,
-    loss_paragraph,
-    running_aggregation,
-)
+from state_runtime.errors import StateLost
+from state_runtime.failures import failure_paragraph, typed_error
+from state_runtime.runtime import Agg, StatefulOperator, StatefulQuery, running_aggregation
 from state_runtime.runtime.telemetry import OtelExport
 from state_runtime.store.config import StoreConfig
 
@@ -137,7 +133,12 @@ def test_figures_reach_an_otlp_endpoint_and_a_loss_reaches_the_user_once(
         export = OtelExport(receiver.endpoint)
         exports.append(export)
         return StatefulQuery(
-            "clicks", str(root), [operator], catalog_url=sqlite_catalog_url, telemetry=export
+            "clicks",
+            str(root),
+            [operator],
+            catalog_url=sqlite_catalog_url,
+            telemetry=export,
+            spark_checkpoint=str(checkpoint),
         )
 
     for batch in range(2):
@@ -172,11 +173,16 @@ def test_figures_reach_an_otlp_endpoint_and_a_loss_reaches_the_user_once(
         # a restarted application: no copy of the state in its workers' memory
         restarted = dataclasses.replace(op, config=StoreConfig(min_deltas_for_snapshot=11))
         _stream(spark, query(restarted), events, checkpoint)
-    paragraph = loss_paragraph(failed.value)
-    assert paragraph is not None and paragraph.startswith("[STATE_LOST] batch 2 of query clicks")
-    assert paragraph.count("storage no longer has it") == 1
-    assert "statestore restore" in paragraph and "--to-batch 1" in paragraph
-    assert loss_paragraph("some other failure") is None
+    assert isinstance(typed_error(failed.value), StateLost)
+    paragraph = failure_paragraph(failed.value)
+    assert paragraph.startswith("error: [STATE_LOST] batch 2 of query clicks")
+    assert len(paragraph.splitlines()) == 1 and "Traceback" not in paragraph
+    assert paragraph.count("is missing from storage") == 1
+    assert (  # the stream's own checkpoint, as the driver was told it
+        f"`statestore restore {first.root} --query clicks --to-batch 1 --spark-checkpoint "
+        f"{checkpoint} --allow-lost-state --execute`"
+    ) in paragraph
+    assert typed_error(RuntimeError("some other failure")) is None
     status = receiver.metric("state_runtime.store.status")
     assert {dict(a)["state.partition"]: v for a, v in status.items()} == {0: 0, 1: 2, 2: 0}
     for export in exports:  # before the endpoint goes: no retries at exit

@@ -7,10 +7,13 @@ needed and again every :data:`REMEASURE_S` seconds; in between, the clock advanc
 host's ``time.monotonic``, which no one sets: a host minutes off therefore neither steals a
 live lease (it would see it expired) nor deletes a file inside the window (it would see it
 old), and a wall-clock step on a long-running process (an NTP step, a VM resume) moves the
-catalog's clock not at all. Each reading also compares the host's wall clock with the
-monotonic one; when they part by more than :data:`STEP_TOLERANCE_S` (a step, or a suspend the
-monotonic clock slept through) the database is read again at once. SQLite is one file on one
-host: its clock is that host's.
+catalog's clock not at all. Before each of the catalog's transactions (:meth:`DatabaseClock.sync`)
+the host's wall clock is also compared with the monotonic one; when they part by more than
+:data:`STEP_TOLERANCE_S` (a step, or a suspend the monotonic clock slept through) the database
+is read again then. ``now()`` itself reads the database only when nothing was read yet: it is
+called inside transactions, where a reading would take a second pooled connection while
+holding the clock's lock (other threads, each holding a connection, wait on that lock). SQLite
+is one file on one host: its clock is that host's.
 """
 
 from __future__ import annotations
@@ -56,24 +59,27 @@ class DatabaseClock:
         self._reading: _Reading | None = None
         self._lock = threading.Lock()
 
-    def _current(self) -> _Reading | None:
-        """The reading to go by, read again if missing, old or outrun by a step
-        (PostgreSQL; None for SQLite)."""
+    def _current(self, *, renew: bool) -> _Reading | None:
+        """The reading to go by, read if missing (and with ``renew``, if old or outrun by a
+        step); None for SQLite."""
         if self.engine.dialect.name != "postgresql":
             return None
+        reading = self._reading
+        if reading is not None and not (renew and reading.stale()):
+            return reading
         with self._lock:
-            if self._reading is None or self._reading.stale():
+            if self._reading is None or (renew and self._reading.stale()):
                 self._reading = run_transaction(
                     self.engine, _measure, retry=self.retry, what="read the database clock"
                 )
             return self._reading
 
     def sync(self) -> None:
-        """Read the database's clock now if due (so that no transaction waits on it)."""
-        self._current()
+        """Read the database's clock now if due: before a transaction, never inside it."""
+        self._current(renew=True)
 
     def now(self) -> datetime:
-        reading = self._current()
+        reading = self._current(renew=False)
         return datetime.now(UTC) if reading is None else reading.now()
 
 

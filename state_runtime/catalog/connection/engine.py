@@ -88,6 +88,15 @@ def display_url(url: URL) -> str:
     return redact(url.render_as_string(hide_password=True))
 
 
+def _reach_hint(url: URL) -> str:
+    """The next step when the catalog's database cannot be reached."""
+    check = f"`pg_isready -h {url.host or 'localhost'} -p {url.port or 5432}`"
+    return (
+        f"Check that the database is up and reachable ({check}), then run the same command "
+        "again: every catalog call is safe to repeat"
+    )
+
+
 def parse_url(url: str) -> URL:
     """Parse and check a catalog URL: InvalidCatalogUrl, never echoing a secret, for
     anything but ``postgresql+psycopg2://...`` or ``sqlite:///...``."""
@@ -334,7 +343,7 @@ def run_transaction(
             if attempt >= retry.attempts:
                 raise CatalogUnavailable(
                     f"cannot connect to the catalog at {display_url(url)} after {attempt} "
-                    f"attempts ({what}): {_reason(failure)}"
+                    f"attempts ({what}): {_reason(failure)}. {_reach_hint(url)}"
                 ) from None
             _sleep(retry, attempt, what, _reason(failure))
             continue

@@ -4,16 +4,19 @@
   upgrade``) and these grants.
 - runtime: what a streaming job does: register stores and their schema histories, record
   batch intents, files, commits, holders, batch metrics and watermarks. SELECT, INSERT and
-  UPDATE on those tables, SELECT on the rest; no DELETE, no DDL. On the three tables that
+  UPDATE on those tables, INSERT on ``store_problems`` (the loss behind a batch it cannot
+  load), SELECT on the rest; no DELETE, no DDL. On the three tables that
   hold history (``stores``, ``checkpoint_files``, ``commit_log``) its UPDATE is narrowed to
   the protocol's own transitions: column grants (a store's latest version and schemas, a
   file's state, a replayed commit's checkpoint) and a trigger (:data:`GUARD_SQL`) that
   refuses, for any role without DELETE, every other change of those columns: a file moves to
   ``committed`` only when the commit log names its checkpoint, to ``orphan`` only when it no
-  longer does; a commit entry names only a recorded file of its own store and version (or,
-  for a version that changed nothing, no file and its previous version's checkpoint); a
-  store's latest version is one the commit log holds. So one statement (``UPDATE
-  checkpoint_files SET state = 'orphan'``) cannot doom the committed files of a store.
+  longer does; a commit entry changes only at its store's latest version (a replay replaces
+  a version with no successor) and names only a recorded file of its own store and version
+  (or, for a version that changed nothing, no file and its previous version's checkpoint); a
+  store's latest version never moves back and is one the commit log holds. So one statement
+  (``UPDATE checkpoint_files SET state = 'orphan'``) cannot doom the committed files of a
+  store.
 - maintenance: the runtime's rights plus what snapshots, cleanup, validation, repair and
   leases need: INSERT, UPDATE and DELETE on every table but the owner's (the schema's
   revision and the role names); no DDL.
@@ -52,6 +55,7 @@ from state_runtime.catalog.schema.tables import (
     operator_schemas,
     state_schemas,
     store_holders,
+    store_problems,
     stores,
 )
 from state_runtime.errors import InvalidArgument
@@ -72,6 +76,10 @@ RUNTIME_WRITES = tuple(
     )
 )
 """The tables a streaming job inserts into and updates (never deletes from)."""
+RUNTIME_INSERTS = (store_problems.name,)
+"""The tables a streaming job only inserts into: the problem behind a batch it cannot load
+(``runtime/loss.py``), so that ``health`` calls the store broken; resolving one is
+maintenance's (a validation, a restore)."""
 GUARDED_UPDATES: dict[str, tuple[str, ...]] = {
     stores.name: (
         "key_schema",
@@ -90,6 +98,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
   committed boolean;
   named boolean;
+  latest boolean;
 BEGIN
   IF has_table_privilege(TG_RELID, 'DELETE') THEN
     RETURN NEW;  -- the owner and maintenance: restore, repair and cleanup move history
@@ -122,6 +131,13 @@ BEGIN
         'recorded file of that version (not file %, checkpoint %)', NEW.store_id,
         NEW.version, NEW.file_id, NEW.checkpoint_id USING ERRCODE = 'insufficient_privilege';
     END IF;
+    latest := EXISTS (SELECT 1 FROM {s}.stores s WHERE s.store_id = OLD.store_id
+      AND s.latest_version = OLD.version);
+    IF NOT latest THEN  -- a replay replaces only a version with no successor
+      RAISE EXCEPTION 'permission denied: the commit of store %, version % is not its '
+        'latest: a committed version below the latest is history', OLD.store_id, OLD.version
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
   ELSIF (NEW.latest_version, NEW.latest_checkpoint_id)
       IS DISTINCT FROM (OLD.latest_version, OLD.latest_checkpoint_id)
     AND NOT EXISTS (SELECT 1 FROM {s}.commit_log c WHERE c.store_id = NEW.store_id
@@ -129,6 +145,10 @@ BEGIN
     RAISE EXCEPTION 'permission denied: store % may not name version % (%) as its latest: '
       'the commit log does not hold it', NEW.store_id, NEW.latest_version,
       NEW.latest_checkpoint_id USING ERRCODE = 'insufficient_privilege';
+  ELSIF NEW.latest_version < OLD.latest_version THEN
+    RAISE EXCEPTION 'permission denied: store % may not move back from version % to %',
+      NEW.store_id, OLD.latest_version, NEW.latest_version
+      USING ERRCODE = 'insufficient_privilege';
   END IF;
   RETURN NEW;
 END $$
@@ -208,6 +228,7 @@ def grants_sql(roles: Roles, schema: str) -> list[str]:
         f"REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM {reader}",
         f"GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {runtime}, {maintenance}",
         f"GRANT INSERT, UPDATE ON {written} TO {runtime}",
+        f"GRANT INSERT ON {', '.join(f'{s}.{_ident(t)}' for t in RUNTIME_INSERTS)} TO {runtime}",
         f"REVOKE UPDATE ON {guarded} FROM {runtime}",  # its column grants go with it
         *(
             f"GRANT UPDATE ({', '.join(columns)}) ON {s}.{_ident(table)} TO {runtime}"

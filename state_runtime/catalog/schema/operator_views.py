@@ -32,6 +32,7 @@ from sqlalchemy.engine import Connection, Dialect
 from state_runtime import retention as rule
 from state_runtime import status as status_rule
 from state_runtime.catalog.schema import reading_views as reading
+from state_runtime.catalog.schema.predicates import is_live, is_verified_snapshot, render
 from state_runtime.catalog.sql.retention import (
     PolicySql,
     Scope,
@@ -40,8 +41,10 @@ from state_runtime.catalog.sql.retention import (
     retained_bases,
     verdicts,
 )
+from state_runtime.catalog.sql.status import health_of, status_of
+from state_runtime.catalog.sql.store_facts import store_facts
 from state_runtime.errors import CatalogError
-from state_runtime.settings import MIN_RETAINED_VERSIONS
+from state_runtime.settings import MAINTENANCE, MIN_RETAINED_VERSIONS, Setting
 
 Kind = Literal["VIEW", "FUNCTION"]
 
@@ -79,17 +82,6 @@ def template_sql(template: str, fields: Mapping[str, str]) -> str:
 
 def text_of(expression: str) -> str:
     return f"CAST({expression} AS TEXT)"
-
-
-def _least(dialect: str, items: list[str], largest: bool = False) -> str:
-    """The smallest (or largest) non-null of ``items``: PostgreSQL's least/greatest skip nulls;
-    SQLite's min/max do not, so each argument is a coalesce starting at another item."""
-    if len(items) == 1:
-        return items[0]
-    if dialect == "postgresql":
-        return f"{'greatest' if largest else 'least'}({', '.join(items)})"
-    rotations = [", ".join(items[i:] + items[:i]) for i in range(len(items))]
-    return f"{'max' if largest else 'min'}({', '.join(f'coalesce({r})' for r in rotations)})"
 
 
 def compiled(query: Any, dialect: Dialect) -> str:
@@ -197,14 +189,61 @@ $$
 """
 
 
+PG_FUNCTION_POLICY = PolicySql(
+    pg_offsets("$1"),
+    sa.literal_column("now() - $2"),
+    sa.literal_column("now() - greatest($2, $3)"),
+)
+"""The policy of a PostgreSQL function's parameters (retain_versions, retention, orphan_grace)."""
+
+
+def pg_interval(value: timedelta) -> str:
+    return f"interval '{value.total_seconds():g} seconds'"
+
+
+def default_policy(dialect: str) -> PolicySql:
+    """The default retention policy as a view reads it, by the database's clock."""
+    default = rule.RetentionPolicy()
+    if dialect == "postgresql":
+        return PolicySql(
+            offsets(default.retain_versions),
+            sa.literal_column(f"now() - {pg_interval(default.window)}"),
+            sa.literal_column(f"now() - {pg_interval(default.grace)}"),
+        )
+    return PolicySql(
+        offsets(default.retain_versions),
+        sqlite_cutoff(default.window),
+        sqlite_cutoff(default.grace),
+    )
+
+
+def _policy_defaults(dialect: str) -> Derived:
+    """``state_policy_defaults``: each maintenance setting's default, one column each (what
+    the psql scripts fall back on)."""
+
+    def value(setting: Setting) -> str:
+        if isinstance(setting.default, timedelta):
+            if dialect == "postgresql":
+                return pg_interval(setting.default)
+            return duration_text(setting.default)
+        return str(setting.default)
+
+    columns = ",\n       ".join(
+        f'{value(setting)} AS "{setting.name}"'
+        for setting in MAINTENANCE
+        if setting.default is not None
+    )
+    return Derived(
+        "state_policy_defaults",
+        "VIEW",
+        (f"CREATE VIEW state_policy_defaults AS\nSELECT {columns}",),
+    )
+
+
 def _retention_pg(dialect: Dialect) -> list[Derived]:
     back = pg_offsets("$1")
     retained = retained_bases(back, Scope())
-    function_policy = PolicySql(
-        pg_offsets("$1"),
-        sa.literal_column("now() - $2"),
-        sa.literal_column("now() - greatest($2, $3)"),
-    )
+    function_policy = PG_FUNCTION_POLICY
     text = PolicyText(
         keep=text_of(f"greatest($1, {MIN_RETAINED_VERSIONS})"),
         window="state_duration_text($2)",
@@ -260,9 +299,8 @@ def _retention_pg(dialect: Dialect) -> list[Derived]:
             "VIEW",
             (
                 "CREATE VIEW state_cleanup_preview AS\nSELECT * FROM state_file_verdicts("
-                f"{default.retain_versions}, interval "
-                f"'{default.window.total_seconds():g} seconds', interval "
-                f"'{default.orphan_grace.total_seconds():g} seconds')",
+                f"{default.retain_versions}, {pg_interval(default.window)}, "
+                f"{pg_interval(default.orphan_grace)})",
             ),
         ),
     ]
@@ -270,11 +308,7 @@ def _retention_pg(dialect: Dialect) -> list[Derived]:
 
 def _retention_sqlite(dialect: Dialect) -> list[Derived]:
     default = rule.RetentionPolicy()
-    policy = PolicySql(
-        offsets(default.retain_versions),
-        sqlite_cutoff(default.window),
-        sqlite_cutoff(default.grace),
-    )
+    policy = default_policy("sqlite")
     text = PolicyText(
         keep=quote(str(default.retain_versions)),
         window=duration_text(default.window),
@@ -289,198 +323,83 @@ def _retention_sqlite(dialect: Dialect) -> list[Derived]:
 # --- the status rule ----------------------------------------------------------------------
 
 
-def status_sql(dialect: str, limits: Mapping[str, str], f: str = "f") -> tuple[str, str, str]:
-    """The status, its reason and since when, as SQL over row ``f`` of ``state_store_facts``
-    (``limits``: each warning's limit as SQL)."""
-    s = status_rule
-    warned = {
-        w: f"{f}.{w.fact} >= {limits[w.limit]}" for w in s.WARNINGS
-    }  # each warning's condition
-    degraded = " OR ".join(f"({c})" for c in warned.values())
-    problem = {
-        "first_problem": f"coalesce({f}.first_problem, {quote(s.NO_PROBLEM_TEXT)})",
-        "open_problems": text_of(f"{f}.open_problems"),
+def _status(dialect: Dialect, default: PolicySql, function: PolicySql | None) -> list[Derived]:
+    """``state_store_facts`` (:func:`~state_runtime.catalog.sql.store_facts.store_facts` at the
+    default policy) and ``state_store_health`` (the facts with the status rule of
+    :mod:`state_runtime.status` at the default limits); on PostgreSQL also both for any policy
+    and limits (``state_store_facts_at``, ``state_store_health_at``) and ``state_store_status``."""
+    name = dialect.name
+    facts = store_facts(default, Scope())
+    columns = [c.name for c in facts.selected_columns]
+    facts_view = sa.table("state_store_facts", *map(sa.column, columns)).alias("f")
+    defaults = {limit: sa.literal(value) for limit, value in status_rule.DEFAULT_LIMITS.items()}
+    facts_sql = compiled(facts, dialect)
+    health_sql = compiled(health_of(facts_view, defaults, name), dialect)
+    thresholds = ", ".join(f"{k} {v}" for k, v in status_rule.DEFAULT_LIMITS.items())
+    derived = [
+        Derived("state_store_facts", "VIEW", (f"CREATE VIEW state_store_facts AS\n{facts_sql}",)),
+        Derived(
+            "state_store_health", "VIEW", (f"CREATE VIEW state_store_health AS\n{health_sql}",)
+        ),
+    ]
+    if function is None:
+        return derived
+    policy_args = "retain_versions integer, retention interval, orphan_grace interval"
+    limit_args = ", ".join(f"{limit} integer" for limit in status_rule.LIMITS)
+    at: dict[str, Any] = {
+        limit: sa.literal_column(f"${i}") for i, limit in enumerate(status_rule.LIMITS, 4)
     }
-    separator = quote(s.WARNING_SEPARATOR)
-    texts = {
-        w: template_sql(
-            w.text, {"value": text_of(f"{f}.{w.fact}"), "limit": text_of(limits[w.limit])}
-        )
-        for w in s.WARNINGS
+    own: dict[str, Any] = {
+        limit: sa.literal_column(f"${i}") for i, limit in enumerate(status_rule.LIMITS, 1)
     }
-    joined = " || ".join(
-        f"coalesce({separator} || CASE WHEN {condition} THEN {texts[w]} END, '')"
-        for w, condition in warned.items()
+    facts_at = (
+        sa.func.state_store_facts_at(*(sa.literal_column(f"${i}") for i in (1, 2, 3)))
+        .table_valued(*columns)
+        .alias("f")
     )
-    broken, unknown = f"{f}.open_problems > 0", f"{f}.first_validated_at IS NULL"
-    restored = (
-        f"{f}.last_restored_at IS NOT NULL AND "
-        f"({f}.last_validated_at IS NULL OR {f}.last_restored_at > {f}.last_validated_at)"
-    )
-    status = (
-        f"CASE WHEN {broken} THEN {quote(s.StoreStatus.BROKEN)} "
-        f"WHEN {unknown} OR ({restored}) THEN {quote(s.StoreStatus.UNKNOWN)} "
-        f"WHEN {degraded} THEN {quote(s.StoreStatus.DEGRADED)} "
-        f"ELSE {quote(s.StoreStatus.HEALTHY)} END"
-    )
-    reason = (
-        f"CASE WHEN {f}.open_problems = 1 THEN {template_sql(s.ONE_PROBLEM, problem)}\n"
-        f"  WHEN {broken} THEN {template_sql(s.SOME_PROBLEMS, problem)}\n"
-        f"  WHEN {unknown} THEN {quote(s.NEVER_VALIDATED)}\n"
-        f"  WHEN {restored} THEN {quote(s.RESTORED)}\n"
-        f"  WHEN {degraded} THEN substr({joined}, {len(s.WARNING_SEPARATOR) + 1})\n"
-        f"  ELSE {quote(s.VALIDATED)} END"
-    )
-    started = [f"CASE WHEN {c} THEN {f}.{w.since} END" for w, c in warned.items()]
-    validated = _least(dialect, [f"{f}.first_validated_at", f"{f}.last_resolved_at"], largest=True)
-    since = (
-        f"CASE WHEN {broken} THEN {f}.problems_since WHEN {unknown} THEN {f}.created_at "
-        f"WHEN {restored} THEN {f}.last_restored_at "
-        f"WHEN {degraded} THEN {_least(dialect, [_least(dialect, started), validated], True)} "
-        f"ELSE {validated} END"
-    )
-    return status, reason, since
-
-
-LIVE = "('written', 'committed', 'orphan')"
-VERIFIED_SNAPSHOT = "kind = 'snapshot' AND state = 'committed' AND verification = 'verified'"
-
-STORE_FACTS = f"""
-CREATE VIEW state_store_facts AS
-WITH live AS (
-    SELECT store_id, count(*) AS live_files, sum(size_bytes) AS live_bytes,
-           count(*) FILTER (WHERE state = 'orphan') AS orphan_files,
-           coalesce(sum(size_bytes) FILTER (WHERE state = 'orphan'), 0) AS orphan_bytes,
-           min(state_changed_at) FILTER (WHERE state = 'orphan') AS oldest_orphan_at
-    FROM checkpoint_files
-    WHERE state IN {LIVE}
-    GROUP BY store_id
-), snapshots AS (
-    SELECT store_id, max(version) AS version
-    FROM checkpoint_files
-    WHERE {VERIFIED_SNAPSHOT}
-    GROUP BY store_id
-), problems AS (
-    SELECT store_id, count(*) FILTER (WHERE resolved_at IS NULL) AS open_problems,
-           min(detected_at) FILTER (WHERE resolved_at IS NULL) AS problems_since,
-           max(resolved_at) AS last_resolved_at,
-           max(resolved_at) FILTER (WHERE resolved_by_run IN (
-               SELECT run_id FROM maintenance_runs WHERE kind = 'restore')) AS last_restored_at
-    FROM store_problems
-    GROUP BY store_id
-), first_problem AS (
-    SELECT p.store_id, p.problem || coalesce(' (file ' || p.path || ')', '') AS text
-    FROM store_problems p
-    WHERE p.resolved_at IS NULL AND p.problem_id = (
-        SELECT q.problem_id FROM store_problems q
-        WHERE q.store_id = p.store_id AND q.resolved_at IS NULL
-        ORDER BY q.detected_at, q.problem_id LIMIT 1)
-)
-SELECT s.store_id, s.created_at, s.latest_version,
-       coalesce(snapshots.version, 0) AS last_snapshot_version,
-       s.latest_version - coalesce(snapshots.version, 0) AS deltas_since_snapshot,
-       chain.committed_at AS chain_since,
-       coalesce(live.live_files, 0) AS live_files, coalesce(live.live_bytes, 0) AS live_bytes,
-       coalesce(live.orphan_files, 0) AS orphan_files,
-       coalesce(live.orphan_bytes, 0) AS orphan_bytes, live.oldest_orphan_at,
-       coalesce(problems.open_problems, 0) AS open_problems, problems.problems_since,
-       first_problem.text AS first_problem, problems.last_resolved_at,
-       problems.last_restored_at, s.first_validated_at, s.last_validated_at
-FROM stores s
-LEFT JOIN snapshots ON snapshots.store_id = s.store_id
-LEFT JOIN commit_log chain
-  ON chain.store_id = s.store_id AND chain.version = coalesce(snapshots.version, 0) + 1
-LEFT JOIN live ON live.store_id = s.store_id
-LEFT JOIN problems ON problems.store_id = s.store_id
-LEFT JOIN first_problem ON first_problem.store_id = s.store_id
-"""
-
-# what differs between the dialects in state_store_health: how the commit lag reads, and which
-# files count as reclaimable (PostgreSQL: not needed by the retention floor, whatever their
-# age; SQLite: deletable now under the default policy)
-_HEALTH_DIALECT = {
-    "postgresql": (
-        "now() - s.last_committed_at AS commit_lag",
-        f"""SELECT f.store_id, count(*) AS files, sum(f.size_bytes) AS bytes
-    FROM checkpoint_files f
-    WHERE f.state IN {LIVE} AND f.file_id NOT IN (
-        SELECT n.file_id FROM state_needed_files({MIN_RETAINED_VERSIONS}) n)
-    GROUP BY f.store_id""",
-    ),
-    "sqlite": (
-        "(julianday('now') - julianday(s.last_committed_at)) * 86400.0 AS commit_lag_seconds",
-        """SELECT store_id, count(*) AS files, sum(size_bytes) AS bytes
-    FROM state_cleanup_preview WHERE verdict LIKE 'deletable%' GROUP BY store_id""",
-    ),
-}
-
-
-def _status(dialect: str) -> list[Derived]:
-    limits = {name: str(value) for name, value in status_rule.DEFAULT_LIMITS.items()}
-    status, reason, since = status_sql(dialect, limits)
-    commit_lag, reclaimable = _HEALTH_DIALECT[dialect]
-    thresholds = ", ".join(f"{w.limit} {limits[w.limit]}" for w in status_rule.WARNINGS)
-    health = f"""
-CREATE VIEW state_store_health AS
-WITH reclaimable AS (
-    {reclaimable}
-), newest AS (
-    SELECT checkpoint_root, max(latest_version) AS version FROM stores GROUP BY checkpoint_root
-)
-SELECT s.store_id, s.checkpoint_root, s.operator_id, s.partition_id, s.store_name,
-       {status} AS status,
-       {reason} AS status_reason,
-       {since} AS status_since,
-       s.latest_version, s.latest_checkpoint_id, s.last_committed_at, {commit_lag},
-       newest.version - s.latest_version AS versions_behind,
-       f.last_snapshot_version, f.deltas_since_snapshot,
-       coalesce(latest_file.rows, 0) AS state_rows,
-       f.live_files, f.live_bytes, f.orphan_files, f.orphan_bytes,
-       coalesce(reclaimable.files, 0) AS reclaimable_files,
-       coalesce(reclaimable.bytes, 0) AS reclaimable_bytes,
-       f.open_problems, s.last_validated_at,
-       s.last_run_id, r.kind AS last_run_kind, r.outcome AS last_run_outcome,
-       r.ended_at AS last_run_ended_at
-FROM stores s
-JOIN state_store_facts f ON f.store_id = s.store_id
-JOIN newest ON newest.checkpoint_root = s.checkpoint_root
-LEFT JOIN commit_log c ON c.store_id = s.store_id AND c.version = s.latest_version
-LEFT JOIN checkpoint_files latest_file ON latest_file.file_id = c.file_id
-LEFT JOIN reclaimable ON reclaimable.store_id = s.store_id
-LEFT JOIN maintenance_runs r ON r.run_id = s.last_run_id
-"""
-    derived = [Derived("state_store_facts", "VIEW", (STORE_FACTS,))]
-    if dialect == "postgresql":
-        parameters = [w.limit for w in status_rule.WARNINGS]
-        positional = {name: f"${i}" for i, name in enumerate(parameters, 1)}
-        p_status, p_reason, p_since = status_sql(dialect, positional)
-        signature = ", ".join(f"{name} integer" for name in parameters)
-        types = ", ".join("integer" for _ in parameters)
-        derived += [
-            Derived(
-                "state_store_status",
-                "FUNCTION",
-                (
-                    f"CREATE FUNCTION state_store_status({signature})\n"
-                    "RETURNS TABLE (store_id bigint, status text, status_reason text, "
-                    "status_since timestamptz)\nLANGUAGE sql STABLE AS $$\n"
-                    f"SELECT f.store_id, {p_status}, {p_reason}, {p_since}\n"
-                    "FROM state_store_facts f\n$$",
-                    f"COMMENT ON FUNCTION state_store_status({types}) IS 'Each store''s status "
-                    "(healthy, degraded, broken, unknown), why, and since when.'",
-                    "COMMENT ON VIEW state_store_facts IS 'The catalog facts each store''s "
-                    "status is derived from (see state_store_status).'",
-                ),
-            ),
-        ]
+    types = ", ".join("integer" for _ in status_rule.LIMITS)
     comment = (
-        f"One row per store with its status at the default thresholds ({thresholds}; "
-        "state_store_status(...) for others on PostgreSQL)."
+        f"One row per store with its status at the default thresholds ({thresholds}) and its "
+        "reclaimable files at the default retention policy (state_store_health_at(...) for "
+        "others)."
     )
-    statements: tuple[str, ...] = (health,)
-    if dialect == "postgresql":
-        statements += (f"COMMENT ON VIEW state_store_health IS {quote(comment)}",)
-    return [*derived, Derived("state_store_health", "VIEW", statements)]
+    return [
+        *derived,
+        Derived(
+            "state_store_facts_at",
+            "FUNCTION",
+            (
+                f"CREATE FUNCTION state_store_facts_at({policy_args})\n"
+                "RETURNS SETOF state_store_facts LANGUAGE sql STABLE AS $$\n"
+                f"{compiled(store_facts(function, Scope()), dialect)}\n$$",
+                "COMMENT ON VIEW state_store_facts IS 'The catalog facts each store''s status "
+                "is derived from, reclaimable files at the default retention policy "
+                "(state_store_facts_at(...) for others).'",
+            ),
+        ),
+        Derived(
+            "state_store_health_at",
+            "FUNCTION",
+            (
+                f"CREATE FUNCTION state_store_health_at({policy_args}, {limit_args})\n"
+                "RETURNS SETOF state_store_health LANGUAGE sql STABLE AS $$\n"
+                f"{compiled(health_of(facts_at, at, name), dialect)}\n$$",
+                f"COMMENT ON VIEW state_store_health IS {quote(comment)}",
+            ),
+        ),
+        Derived(
+            "state_store_status",
+            "FUNCTION",
+            (
+                f"CREATE FUNCTION state_store_status({limit_args})\n"
+                "RETURNS TABLE (store_id bigint, status text, status_reason text, "
+                "status_since timestamptz)\nLANGUAGE sql STABLE AS $$\n"
+                f"{compiled(status_of(facts_view, own, name), dialect)}\n$$",
+                f"COMMENT ON FUNCTION state_store_status({types}) IS 'Each store''s status "
+                "(healthy, degraded, broken, unknown), why, and since when.'",
+            ),
+        ),
+    ]
 
 
 # --- plain views ------------------------------------------------------------------------
@@ -504,7 +423,7 @@ CREATE VIEW state_lineage AS
 WITH bases AS (
     SELECT c.store_id, c.version, c.checkpoint_id,
            coalesce((SELECT max(snap.version) FROM checkpoint_files snap
-                     WHERE snap.store_id = c.store_id AND snap.{VERIFIED_SNAPSHOT}
+                     WHERE snap.store_id = c.store_id AND {render(is_verified_snapshot, "snap")}
                        AND snap.version <= c.version), 0) AS base_version
     FROM commit_log c
 )
@@ -514,7 +433,7 @@ SELECT s.checkpoint_root, s.operator_id, s.partition_id, s.store_name,
 FROM bases b
 JOIN stores s ON s.store_id = b.store_id
 JOIN checkpoint_files f ON f.store_id = b.store_id
- AND ((f.{VERIFIED_SNAPSHOT} AND f.version = b.base_version)
+ AND (({render(is_verified_snapshot, "f")} AND f.version = b.base_version)
       OR f.file_id IN (SELECT step.file_id FROM commit_log step
                        WHERE step.store_id = b.store_id AND step.version > b.base_version
                          AND step.version <= b.version))
@@ -596,6 +515,11 @@ def _plain(dialect: str) -> list[Derived]:
             "records it: a plain path becomes its file:// URI.'"
         )
         derived.append(Derived("state_root_uri", "FUNCTION", (PG_ROOT_URI, comment)))
+        live = (  # the predicate of catalog/schema/predicates.py, for the psql scripts
+            "CREATE FUNCTION state_is_live(state text) RETURNS boolean LANGUAGE sql IMMUTABLE "
+            f"AS $$ SELECT {render(is_live)} $$"
+        )
+        derived.append(Derived("state_is_live", "FUNCTION", (live,)))
     return derived
 
 
@@ -627,8 +551,16 @@ def rendered(dialect: str) -> list[Derived]:
     if dialect not in _DIALECTS:
         raise CatalogError(f"the catalog's views are not rendered for {dialect!r}")
     compiler = _DIALECTS[dialect]()
-    retention = _retention_pg(compiler) if dialect == "postgresql" else _retention_sqlite(compiler)
-    return [*_reading(), *_plain(dialect), *retention, *_status(dialect)]
+    postgres = dialect == "postgresql"
+    retention = _retention_pg(compiler) if postgres else _retention_sqlite(compiler)
+    status = _status(compiler, default_policy(dialect), PG_FUNCTION_POLICY if postgres else None)
+    return [
+        *_reading(),
+        _policy_defaults(dialect),
+        *_plain(dialect),
+        *retention,
+        *status,
+    ]
 
 
 def names() -> list[str]:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
+from state_runtime.catalog.schema import predicates
 from state_runtime.catalog.sql.roots import folder_of, resolved_root, stored_root
 
 # The file life cycle and verification states belong to the retention rule; re-exported here.
@@ -86,7 +87,8 @@ def _json_type() -> sa.types.TypeEngine[Any]:
 
 
 metadata = sa.MetaData()
-_VERIFIED_SNAPSHOTS = "kind = 'snapshot' AND state = 'committed' AND verification = 'verified'"
+_LIVE = predicates.render(predicates.is_live)
+_VERIFIED_SNAPSHOTS = predicates.render(predicates.is_verified_snapshot)
 
 stores = sa.Table(
     "stores",
@@ -188,8 +190,8 @@ checkpoint_files = sa.Table(
         "ix_checkpoint_files_live",
         "store_id",
         "version",
-        postgresql_where=sa.text("state IN ('written', 'committed', 'orphan')"),
-        sqlite_where=sa.text("state IN ('written', 'committed', 'orphan')"),
+        postgresql_where=sa.text(_LIVE),
+        sqlite_where=sa.text(_LIVE),
     ),
     sa.Index(
         "ix_checkpoint_files_deleting",

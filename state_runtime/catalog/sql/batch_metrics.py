@@ -81,9 +81,12 @@ def metrics_after(
     """Up to ``limit`` batches recorded with an id above ``after_id`` (any root and query),
     oldest first, each with its id: a reader's cursor. A replayed batch keeps its id."""
     validate_non_negative(limit, "limit")
-    m = batch_metrics.c
+    m = read_batch_metrics.c
     rows = connection.execute(
-        sa.select(batch_metrics).where(m.metrics_id > after_id).order_by(m.metrics_id).limit(limit)
+        sa.select(read_batch_metrics)
+        .where(m.metrics_id > after_id)
+        .order_by(m.metrics_id)
+        .limit(limit)
     )
     return [(r.metrics_id, _recorded(r)) for r in rows]
 

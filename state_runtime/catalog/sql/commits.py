@@ -358,10 +358,10 @@ def committed_ids(
 
 def latest_entry(connection: Connection, root: str, query_id: str) -> tuple[int, StoreId] | None:
     """The query's last committed batch below ``root`` and one of its stores; None if none."""
-    c, s = commit_log.c, stores.c
+    c, s = read_commits.c, read_stores.c
     row = connection.execute(
         sa.select(c.batch_id, s.operator_id, s.partition_id, s.store_name)
-        .join(stores, s.store_id == c.store_id)
+        .join(read_stores, s.store_id == c.store_id)
         .where(s.checkpoint_root == root, c.query_id == query_id)
         .order_by(c.batch_id.desc())
         .limit(1)
@@ -371,7 +371,7 @@ def latest_entry(connection: Connection, root: str, query_id: str) -> tuple[int,
 
 def latest_committed(connection: Connection, root: str) -> dict[StoreId, CheckpointRef]:
     """Each store's latest committed (version, checkpoint id) below ``root``."""
-    s = stores.c
+    s = read_stores.c
     rows = connection.execute(
         sa.select(
             s.operator_id, s.partition_id, s.store_name, s.latest_version, s.latest_checkpoint_id

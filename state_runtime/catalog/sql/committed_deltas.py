@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import CommittedDelta
-from state_runtime.catalog.schema.tables import checkpoint_files, commit_log, stores
+from state_runtime.catalog.schema.reading_views import read_commits, read_files, read_stores
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.identity import CheckpointRef, StoreId, validate_name, validate_non_negative
 
@@ -27,13 +27,13 @@ def committed_deltas(
     validate_name(store_name, "store name")
     validate_non_negative(start_batch_id, "start batch id")
     validate_non_negative(end_batch_id, "end batch id")
-    c, s, f = commit_log.c, stores.c, checkpoint_files.c
+    c, s, f = read_commits.c, read_stores.c, read_files.c
     query = (
         sa.select(
             s.partition_id, c.query_id, c.batch_id, c.version, c.checkpoint_id, f.path, f.state
         )
-        .join(stores, s.store_id == c.store_id)
-        .outerjoin(checkpoint_files, f.file_id == c.file_id)  # none: the batch changed nothing
+        .join(read_stores, s.store_id == c.store_id)
+        .outerjoin(read_files, f.file_id == c.file_id)  # none: the batch changed nothing
         .where(
             s.checkpoint_root == root,
             s.operator_id == operator_id,

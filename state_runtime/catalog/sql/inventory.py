@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import StoreKey, StoreRecord
-from state_runtime.catalog.schema.reading_views import read_stores
+from state_runtime.catalog.schema.reading_views import read_files, read_stores
 from state_runtime.catalog.schema.tables import (
     FileState,
     batch_metrics,
@@ -31,7 +31,7 @@ from state_runtime.catalog.sql.lookups import (
     rows_at,
 )
 from state_runtime.catalog.sql.roots import validate_root
-from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, STORE_KEY_COLUMNS, AnyRow, key_of
+from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, AnyRow, key_of
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import (
@@ -205,11 +205,11 @@ def _files_by_path(connection: Connection, wanted: set[tuple[int, int, str]]) ->
 
 def claimed_stores(connection: Connection, root: str | None) -> set[StoreKey]:
     """Stores with files claimed for deletion but not yet recorded deleted."""
-    s, f = stores.c, checkpoint_files.c
+    s, f = read_stores.c, read_files.c
     query = (
-        sa.select(*STORE_KEY_COLUMNS)
+        sa.select(*READ_STORE_KEY_COLUMNS)
         .distinct()
-        .join(checkpoint_files, f.store_id == s.store_id)
+        .join(read_files, f.store_id == s.store_id)
         .where(f.state == FileState.DELETING.value)
     )
     if root is not None:
@@ -219,10 +219,10 @@ def claimed_stores(connection: Connection, root: str | None) -> set[StoreKey]:
 
 def known_paths(connection: Connection, root: str) -> dict[str, str]:
     """Every path the catalog has a record of below ``root``, with its state."""
-    s, f = stores.c, checkpoint_files.c
+    s, f = read_stores.c, read_files.c
     rows = connection.execute(
         sa.select(f.path, f.state)
-        .join(stores, s.store_id == f.store_id)
+        .join(read_stores, s.store_id == f.store_id)
         .where(s.checkpoint_root == root)
     )
     return {r.path: r.state for r in rows}

@@ -28,13 +28,14 @@ from state_runtime.catalog.records import (
     RetainedVersion,
     StoreKey,
 )
+from state_runtime.catalog.schema.predicates import is_live, is_named_verified_snapshot
 from state_runtime.catalog.schema.reading_views import (
     read_commits,
     read_files,
     read_problems,
     read_stores,
 )
-from state_runtime.catalog.schema.tables import LIVE_STATES, FileState, Verification
+from state_runtime.catalog.schema.tables import FileState, Verification
 from state_runtime.catalog.sql.lookups import store_ids
 from state_runtime.catalog.sql.rows import READ_FILE_COLUMNS, AnyRow, file_record
 from state_runtime.errors import InvalidArgument
@@ -64,23 +65,9 @@ class Scope:
         return sa.and_(sa.true(), *conditions)
 
 
-_LIVE = [s.value for s in LIVE_STATES]
-
-
 def _verified_snapshot(f: Any) -> ColumnElement[bool]:
-    """A live, verified snapshot of a committed version: one the commit log names (its store,
-    version and checkpoint id are committed), whatever the file row's state says."""
-    c = read_commits.alias("naming")
-    return sa.and_(
-        f.kind == FileKind.SNAPSHOT.value,
-        f.state.in_(_LIVE),
-        f.verification == Verification.VERIFIED.value,
-        sa.exists().where(
-            c.c.store_id == f.store_id,
-            c.c.version == f.version,
-            c.c.checkpoint_id == f.checkpoint_id,
-        ),
-    )
+    """A snapshot a retained version may load from (the commit log names it)."""
+    return is_named_verified_snapshot(f, read_commits.alias("naming"))
 
 
 @dataclass(frozen=True)
@@ -168,7 +155,7 @@ def needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
             ),
         )
         .join(f, f.c.file_id == c.c.file_id)
-        .where(f.c.kind == FileKind.DELTA.value, f.c.state.in_(_LIVE))
+        .where(f.c.kind == FileKind.DELTA.value, is_live(f.c))
     )
     return sa.union_all(snapshots, deltas)
 
@@ -270,7 +257,7 @@ def verdicts(
             .outerjoin(held, held.c.store_id == f.store_id)
             .where(
                 scope.filter(f.store_id),
-                f.state.in_([s.value for s in LIVE_STATES]),  # lets the live partial index serve
+                is_live(f),  # lets the live partial index serve
                 ~sa.exists().where(nf.c.file_id == f.file_id),
                 verdict.in_([v.value for v in rule.DELETABLE]),
             )
@@ -305,7 +292,7 @@ def verdicts(
         .outerjoin(held, held.c.store_id == f.store_id)
         .where(
             scope.filter(f.store_id),
-            f.state.in_([*(s.value for s in LIVE_STATES), FileState.DELETING.value]),
+            sa.or_(is_live(f), f.state == FileState.DELETING.value),
         )
     )
 
@@ -370,7 +357,7 @@ def live_files(connection: Connection, store_id: int) -> list[FileRecord]:
     rows = connection.execute(
         sa.select(*READ_FILE_COLUMNS)
         .join(read_stores, read_stores.c.store_id == f.store_id)
-        .where(f.store_id == store_id, f.state.in_([s.value for s in LIVE_STATES]))
+        .where(f.store_id == store_id, is_live(f))
         .order_by(f.version, f.kind, f.file_id)
     )
     return [file_record(row) for row in rows]

@@ -13,16 +13,19 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import BatchWatermark
+from state_runtime.catalog.schema.reading_views import read_watermarks
 from state_runtime.catalog.schema.tables import batch_watermarks
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.identity import validate_name, validate_non_negative
 
 
-def _where(root: str, query_id: str, batch_id: int) -> sa.ColumnElement[bool]:
+def _where(
+    root: str, query_id: str, batch_id: int, table: sa.TableClause = batch_watermarks
+) -> sa.ColumnElement[bool]:
     validate_root(root)
     validate_name(query_id, "query id")
     validate_non_negative(batch_id, "batch id")
-    w = batch_watermarks.c
+    w = table.c
     return sa.and_(w.checkpoint_root == root, w.query_id == query_id, w.batch_id == batch_id)
 
 
@@ -30,9 +33,11 @@ def batch_watermark(
     connection: Connection, root: str, query_id: str, batch_id: int
 ) -> BatchWatermark | None:
     """The recorded watermark of a batch, or None if the batch never started with one."""
-    w = batch_watermarks.c
+    w = read_watermarks.c
     row = connection.execute(
-        sa.select(w.watermark_ms, w.max_event_ms).where(_where(root, query_id, batch_id))
+        sa.select(w.watermark_ms, w.max_event_ms).where(
+            _where(root, query_id, batch_id, read_watermarks)
+        )
     ).first()
     return None if row is None else BatchWatermark(batch_id, row.watermark_ms, row.max_event_ms)
 

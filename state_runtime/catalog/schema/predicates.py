@@ -1,0 +1,78 @@
+"""The conditions on a checkpoint file that every query, view and partial index shares.
+
+Each is declared once, over any ``checkpoint_files``-shaped columns (the table's, a reading
+view's, an alias's): the partial indexes of :mod:`~state_runtime.catalog.schema.tables` take their
+WHERE clauses from them, the retention and status queries filter with them, and the
+operators' views render them as SQL (:func:`render`). Change what "live" or "verified
+snapshot" means here, and the indexes' migration with it.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.sql.elements import ColumnElement
+
+from state_runtime.identity import FileKind
+from state_runtime.retention import LIVE_STATES, FileState, Verification
+
+
+def is_live(f: Any) -> ColumnElement[bool]:
+    """The file is in storage and may still matter: written, committed or orphan (not claimed
+    by cleanup, not deleted)."""
+    live: ColumnElement[bool] = f.state.in_([state.value for state in LIVE_STATES])
+    return live
+
+
+def is_orphan(f: Any) -> ColumnElement[bool]:
+    """The file is known never to be committed."""
+    orphan: ColumnElement[bool] = f.state == FileState.ORPHAN.value
+    return orphan
+
+
+def is_verified_snapshot(f: Any) -> ColumnElement[bool]:
+    """A committed snapshot whose bytes were verified since it was written: the only snapshot
+    that replaces the deltas below it."""
+    return sa.and_(
+        f.kind == FileKind.SNAPSHOT.value,
+        f.state == FileState.COMMITTED.value,
+        f.verification == Verification.VERIFIED.value,
+    )
+
+
+def is_named_verified_snapshot(f: Any, commits: Any) -> ColumnElement[bool]:
+    """A live, verified snapshot of a committed version: one the commit log (``commits``: the
+    table, its reading view or an alias) names by store, version and checkpoint id, whatever
+    the file row's state says. What a retained version loads from (the retention rule); it
+    needs the commit log, so no index can hold it: its partial index is
+    :func:`is_verified_snapshot`'s."""
+    return sa.and_(
+        f.kind == FileKind.SNAPSHOT.value,
+        is_live(f),
+        f.verification == Verification.VERIFIED.value,
+        sa.exists().where(
+            commits.c.store_id == f.store_id,
+            commits.c.version == f.version,
+            commits.c.checkpoint_id == f.checkpoint_id,
+        ),
+    )
+
+
+FILE_COLUMNS = ("state", "kind", "verification")
+
+
+def render(predicate: Any, alias: str = "") -> str:
+    """``predicate`` as SQL text over the columns of ``alias`` (bare names when empty), values
+    inlined: what a hand-written view or an index's WHERE clause embeds."""
+    columns: Any = (
+        sa.table(alias, *(sa.column(name) for name in FILE_COLUMNS)).c
+        if alias
+        else SimpleNamespace(**{name: sa.column(name) for name in FILE_COLUMNS})
+    )
+    compiled = predicate(columns).compile(
+        dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True}
+    )
+    return str(compiled)

@@ -1,0 +1,227 @@
+"""Each store's facts as one selectable: what ``store_health`` reads and what the view
+``state_store_facts`` is.
+
+The status rule (:mod:`state_runtime.status`) is derived from these facts, in Python from the
+rows this query returns and in SQL from the view compiled from it
+(:mod:`~state_runtime.catalog.sql.status`). The conditions on files come from
+:mod:`~state_runtime.catalog.schema.predicates`; "reclaimable" is what cleanup may delete now under
+the policy, the retention rule's own verdict (``sql/retention.py``: ``verdicts``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from state_runtime.catalog.schema.predicates import is_live, is_orphan, is_verified_snapshot
+from state_runtime.catalog.schema.reading_views import (
+    read_commits,
+    read_files,
+    read_problems,
+    read_runs,
+    read_stores,
+)
+from state_runtime.catalog.schema.tables import RunKind
+from state_runtime.catalog.sql.retention import PolicySql, Scope, verdicts
+
+
+def last_snapshots(scope: Scope) -> sa.Subquery:
+    """Per store, the newest verified committed snapshot's version (an unverified snapshot
+    replaces nothing yet).
+
+    A snapshot is committed when the commit log names its (version, id); each store's
+    committed versions form one linear chain, so that snapshot lies on the latest version's
+    lineage.
+    """
+    f = read_files.c
+    return (
+        sa.select(
+            f.store_id,
+            sa.func.max(f.version).label("snapshot_version"),
+            sa.func.max(f.created_at).label("snapshot_at"),
+        )
+        .where(is_verified_snapshot(f), scope.filter(f.store_id))
+        .group_by(f.store_id)
+        .subquery("last_snapshot")
+    )
+
+
+def _loadable_versions(scope: Scope) -> sa.Subquery:
+    """Per store, how many committed versions still load from the files kept: version ``v``
+    loads when no committed delta at or below it is gone, or a verified committed snapshot
+    lies between the newest gone one and ``v`` (the loader's walk, counted in SQL)."""
+    c, f = read_commits.c, read_files.c
+    gone = sa.case((~is_live(f), c.version), else_=0)
+    steps = (
+        sa.select(
+            c.store_id,
+            c.version,
+            sa.func.max(gone)
+            .over(partition_by=c.store_id, order_by=c.version, rows=(None, 0))
+            .label("gone_below"),
+        )
+        .outerjoin(read_files, f.file_id == c.file_id)  # none: changed nothing, loads as its parent
+        .where(scope.filter(c.store_id))
+        .subquery("steps")
+    )
+    snap = read_files.alias("base")
+    bridged = (
+        sa.select(snap.c.file_id)
+        .where(
+            snap.c.store_id == steps.c.store_id,
+            snap.c.version >= steps.c.gone_below,
+            snap.c.version <= steps.c.version,
+            is_verified_snapshot(snap.c),
+        )
+        .exists()
+    )
+    return (
+        sa.select(steps.c.store_id, sa.func.count().label("versions"))
+        .where(sa.or_(steps.c.gone_below == 0, bridged))
+        .group_by(steps.c.store_id)
+        .subquery("loadable")
+    )
+
+
+def _live_files(scope: Scope) -> sa.Subquery:
+    """Per store: live files and bytes, the orphans among them and the oldest orphan."""
+    f = read_files.c
+    orphan = is_orphan(f)
+    return (
+        sa.select(
+            f.store_id,
+            sa.func.count().label("files"),
+            sa.func.sum(f.size_bytes).label("bytes"),
+            sa.func.sum(sa.case((orphan, 1), else_=0)).label("orphan_files"),
+            sa.func.sum(sa.case((orphan, f.size_bytes), else_=0)).label("orphan_bytes"),
+            sa.func.min(sa.case((orphan, f.state_changed_at), else_=None)).label("oldest_orphan"),
+        )
+        .where(is_live(f), scope.filter(f.store_id))
+        .group_by(f.store_id)
+        .subquery("live")
+    )
+
+
+def _reclaimable(policy: PolicySql, scope: Scope) -> sa.Subquery:
+    """Per store, the files and bytes cleanup under ``policy`` may delete now."""
+    deletable = verdicts(policy, scope, only_deletable=True).subquery("deletable")
+    return (
+        sa.select(
+            deletable.c.store_id,
+            sa.func.count().label("files"),
+            sa.func.sum(deletable.c.size_bytes).label("bytes"),
+        )
+        .group_by(deletable.c.store_id)
+        .subquery("reclaim")
+    )
+
+
+def _problems(scope: Scope) -> sa.Subquery:
+    """Per store: open problems, since when, and when a problem was last resolved (by anything,
+    and by a restore: a restore is not a validation)."""
+    p = read_problems.c
+    is_open = p.resolved_at.is_(None)
+    restores = sa.select(read_runs.c.run_id).where(read_runs.c.kind == RunKind.RESTORE.value)
+    by_restore = p.resolved_by_run.in_(restores.scalar_subquery())
+    return (
+        sa.select(
+            p.store_id,
+            sa.func.sum(sa.case((is_open, 1), else_=0)).label("open"),
+            sa.func.min(sa.case((is_open, p.detected_at), else_=None)).label("since"),
+            sa.func.max(p.resolved_at).label("last_resolved_at"),
+            sa.func.max(sa.case((by_restore, p.resolved_at), else_=None)).label("last_restored_at"),
+        )
+        .where(scope.filter(p.store_id))
+        .group_by(p.store_id)
+        .subquery("problems")
+    )
+
+
+def _first_problem(store_id: Any) -> sa.ScalarSelect[Any]:
+    """The oldest open problem of the store, naming its file (as ``problem_text`` words it)."""
+    q = read_problems.alias("first_problem")
+    named = sa.literal(" (file ", sa.Text()).concat(sa.func.nullif(q.c.path, "")).concat(")")
+    return (
+        sa.select(q.c.problem.concat(sa.func.coalesce(named, "")))
+        .where(q.c.store_id == store_id, q.c.resolved_at.is_(None))
+        .order_by(q.c.detected_at, q.c.problem_id)
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+def store_facts(policy: PolicySql, scope: Scope) -> sa.Select[Any]:
+    """One row per store in ``scope``: its name, latest version, snapshot chain, files,
+    reclaimable files under ``policy``, problems, validations and last maintenance run."""
+    s, r = read_stores.c, read_runs.c
+    live, reclaim, problems = _live_files(scope), _reclaimable(policy, scope), _problems(scope)
+    snap, loadable = last_snapshots(scope), _loadable_versions(scope)
+    newest = (
+        sa.select(s.checkpoint_root, sa.func.max(s.latest_version).label("version"))
+        .group_by(s.checkpoint_root)
+        .subquery("newest")
+    )
+    latest_commit, chain = read_commits.alias("latest_commit"), read_commits.alias("chain")
+    latest_file = read_files.alias("latest_file")
+    snapshot_version = sa.func.coalesce(snap.c.snapshot_version, 0)
+    open_problems = sa.func.coalesce(problems.c.open, 0)
+    return (
+        sa.select(
+            s.store_id,
+            s.checkpoint_root,
+            s.operator_id,
+            s.partition_id,
+            s.store_name,
+            s.created_at,
+            s.latest_version,
+            s.latest_checkpoint_id,
+            s.last_committed_at,
+            (newest.c.version - s.latest_version).label("versions_behind"),
+            snapshot_version.label("last_snapshot_version"),
+            snap.c.snapshot_at.label("last_snapshot_at"),
+            (s.latest_version - snapshot_version).label("deltas_since_snapshot"),
+            chain.c.committed_at.label("chain_since"),
+            sa.func.coalesce(loadable.c.versions, 0).label("versions_loadable"),
+            sa.func.coalesce(latest_file.c.rows, 0).label("state_rows"),
+            sa.func.coalesce(live.c.files, 0).label("live_files"),
+            sa.func.coalesce(live.c.bytes, 0).label("live_bytes"),
+            sa.func.coalesce(live.c.orphan_files, 0).label("orphan_files"),
+            sa.func.coalesce(live.c.orphan_bytes, 0).label("orphan_bytes"),
+            live.c.oldest_orphan.label("oldest_orphan_at"),
+            sa.func.coalesce(reclaim.c.files, 0).label("reclaimable_files"),
+            sa.func.coalesce(reclaim.c.bytes, 0).label("reclaimable_bytes"),
+            open_problems.label("open_problems"),
+            sa.case((open_problems > 0, _first_problem(s.store_id))).label("first_problem"),
+            problems.c.since.label("problems_since"),
+            problems.c.last_resolved_at,
+            problems.c.last_restored_at,
+            s.first_validated_at,
+            s.last_validated_at,
+            s.last_run_id,
+            r.kind.label("last_run_kind"),
+            r.outcome.label("last_run_outcome"),
+            r.ended_at.label("last_run_ended_at"),
+        )
+        .select_from(read_stores)
+        .join(newest, newest.c.checkpoint_root == s.checkpoint_root)
+        .outerjoin(snap, snap.c.store_id == s.store_id)
+        .outerjoin(loadable, loadable.c.store_id == s.store_id)
+        .outerjoin(
+            latest_commit,
+            sa.and_(
+                latest_commit.c.store_id == s.store_id,
+                latest_commit.c.version == s.latest_version,
+            ),
+        )
+        .outerjoin(latest_file, latest_file.c.file_id == latest_commit.c.file_id)
+        .outerjoin(live, live.c.store_id == s.store_id)
+        .outerjoin(reclaim, reclaim.c.store_id == s.store_id)
+        .outerjoin(read_runs, r.run_id == s.last_run_id)
+        .outerjoin(
+            chain,
+            sa.and_(chain.c.store_id == s.store_id, chain.c.version == snapshot_version + 1),
+        )
+        .outerjoin(problems, problems.c.store_id == s.store_id)
+        .where(scope.filter(s.store_id))
+    )
