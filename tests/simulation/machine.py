@@ -232,17 +232,17 @@ class PlatformMachine(RuleBasedStateMachine):
     @rule(zero=st.booleans())
     def cleanup(self, zero: bool) -> None:
         p = self.platform
-        self._guarded(lambda: cleanup_pass(p.fleet, policy(zero), execute=True, now=p.now()))
+        self._guarded(lambda: cleanup_pass(p.fleet, policy(zero), dry_run=False, now=p.now()))
 
     @rule(zero=st.booleans())
     def reconcile(self, zero: bool) -> None:
         p = self.platform
-        self._guarded(lambda: reconcile(p.fleet, policy(zero), execute=True, now=p.now()))
+        self._guarded(lambda: reconcile(p.fleet, policy(zero), dry_run=False, now=p.now()))
 
     @rule(zero=st.booleans())
     def sweep_attempts(self, zero: bool) -> None:
         p = self.platform
-        self._guarded(lambda: sweep_attempts(p.fleet, policy(zero), execute=True, now=p.now()))
+        self._guarded(lambda: sweep_attempts(p.fleet, policy(zero), dry_run=False, now=p.now()))
 
     @rule(zero=st.booleans())
     def repair(self, zero: bool) -> None:

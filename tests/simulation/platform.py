@@ -38,6 +38,7 @@ from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance import Fleet, MaintenancePolicy
 from state_runtime.retention import RetentionPolicy
 from state_runtime.runtime import StatefulOperator, StatefulQuery, worker
+from state_runtime.runtime.batch_reports import batch_metrics, choose, duplicates_of
 from state_runtime.runtime.coordinator import holders
 from state_runtime.runtime.loss import lost_state
 from state_runtime.runtime.tasks import (
@@ -263,9 +264,9 @@ class Platform:
                 raise SinkDown("the sink is down")
             if fail == "driver":
                 return reports
-            chosen = query._choose(reports)
+            chosen = choose(query.operators, reports)
             assert chosen is not None
-            duplicates = query._duplicates(reports, chosen)
+            duplicates = duplicates_of(reports, chosen)
             query.catalog.commit_batch(
                 self.root,
                 QUERY,
@@ -275,13 +276,13 @@ class Platform:
                 duplicates=[r.info for r in duplicates],
                 holders=holders(chosen),
                 suspects={r.info.store for r in duplicates},
-                metrics=query._metrics(chosen, len(duplicates), 0.0, 0.0),
+                metrics=batch_metrics(chosen, len(duplicates), 0.0, 0.0),
             )
             self.last_commit = (batch_id, [r.info for r in chosen])
             return chosen
         except Exception as exc:  # run_batch's loss check, as the runtime runs it
             if not isinstance(exc, CatalogError) and committed:
-                lost = lost_state(query.catalog, self.storage, QUERY, batch_id, committed)
+                lost = lost_state(query.catalog, self.storage, QUERY, batch_id, committed, exc)
                 if lost is not None:
                     raise lost from None
             raise
