@@ -16,7 +16,7 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
         lint format demo demo-maintain dagster airflow \
         bench-store bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
-        bench-maintenance bench-eviction bench-schema fuzz-spark clean
+        bench-maintenance bench-eviction bench-schema fuzz-spark soak clean
 
 help:
 	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
@@ -28,6 +28,7 @@ help:
 	@echo "make bench-store / bench-catalog / bench-watchdog / bench-s3 / bench-e2e / bench-maintenance"
 	@echo "make bench-eviction / bench-schema / bench-e2e-connect / bench-e2e-partitions / bench-delta-bytes"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
+	@echo "make soak        the platform simulation for SOAK_MINUTES (default 60; docs/simulation.md)"
 
 check-python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { \
@@ -161,8 +162,18 @@ fuzz-spark: $(STAMP) check-java
 	DIFF_STREAMS=$${DIFF_STREAMS:-2000} DIFF_SAVE=$${DIFF_SAVE:-fuzz-counterexamples} \
 	  $(PY) -m pytest tests/runtime/test_differential_vs_spark.py $(PYTEST_ARGS)
 
+# The platform simulation (docs/simulation.md) for SOAK_MINUTES minutes: fresh random runs,
+# the steps run and each failure printed; the first of each kind shrunk into SOAK_OUT.
+# SOAK_ARGS=--postgresql puts the catalogs on PostgreSQL (127.0.0.1:5432).
+SOAK_MINUTES ?= 60
+SOAK_OUT     ?= soak-counterexamples
+SOAK_ARGS    ?=
+
+soak: $(STAMP)
+	$(PY) -m tests.simulation.soak --minutes $(SOAK_MINUTES) --out $(SOAK_OUT) $(SOAK_ARGS)
+
 bench-schema: $(STAMP)
 	$(PY) benchmarks/bench_schema_evolution.py
 
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) .pytest_cache .mypy_cache .ruff_cache demo-output
+	rm -rf $(VENV) $(AIRFLOW_VENV) .pytest_cache .mypy_cache .ruff_cache demo-output soak-counterexamples

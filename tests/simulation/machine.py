@@ -1,0 +1,354 @@
+"""The simulation: random interleavings of every operation, checked against the model.
+
+:class:`PlatformMachine` is a hypothesis state machine over :class:`~.platform.Platform`: its
+rules are batches (none, some or every store changing; replays, gaps, older batches; task,
+sink and driver failures), new query objects and driver processes, a schema change, restore,
+snapshot, cleanup, reconcile, the attempt and leftover sweeps, validation, repair and health
+at zero and default windows, clock steps, torn writes, and a file deleted or corrupted. After
+every step the invariants hold:
+
+- every retained committed version that loads equals the model (a version never loads wrong);
+- every retained version loads, unless a file was deleted or damaged on purpose;
+- health calls a store broken only if a retained version of it cannot load, and after a
+  validation exactly then;
+- no maintenance pass deletes a file that a retained version needed before it ran;
+- at the end, the query can go on: a replay of its last batch and the next batch commit.
+
+Each rule's outcome is checked too: a batch in order commits (or raises its own failure,
+never a false loss), one out of order is refused before any task runs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from state_runtime.catalog import RetainedVersion
+from state_runtime.errors import (
+    BatchOutOfOrder,
+    CannotLoadState,
+    InvalidArgument,
+    MaintenanceRefused,
+    StateStoreError,
+)
+from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.maintenance import (
+    StoreStatus,
+    cleanup_pass,
+    plan_restore,
+    reconcile,
+    repair_pass,
+    restore_query,
+    run_checks,
+    snapshot_pass,
+    store_reports,
+    sweep_attempts,
+)
+from tests.simulation.platform import (
+    QUERY,
+    Batch,
+    Failure,
+    Model,
+    Platform,
+    SinkDown,
+    TaskFailed,
+    policy,
+)
+
+PARTITIONS = 2
+KEYS = ("a", "b", "c", "d")
+changes_of_a_store = st.dictionaries(
+    st.sampled_from(KEYS), st.one_of(st.none(), st.integers(-3, 5)), min_size=1, max_size=3
+)
+batches = st.dictionaries(st.integers(0, PARTITIONS - 1), changes_of_a_store, max_size=PARTITIONS)
+"""A batch's input: every store, some or none of them changing."""
+failures = st.sampled_from([None, None, None, None, "task", "sink", "driver"])
+STEPS = 0
+"""Steps checked in this process (the soak's count)."""
+clock_steps = st.sampled_from(
+    [timedelta(minutes=-30), timedelta(minutes=10), timedelta(hours=2), timedelta(days=8)]
+)
+
+
+class PlatformMachine(RuleBasedStateMachine):
+    """One query on the platform; the model holds what its state must be."""
+
+    platform_type: type[Platform] = Platform
+    """The platform driven: without Spark, or through the Spark runtime (spark_platform.py)."""
+    root_name = "check points+%#é"
+    """The root's folder: a name that needs percent-encoding in the root's URI, so that every
+    pass must find the folder the runtime writes to."""
+    lenient_after_damage = True
+    """Whether health may call a store broken while it loads once a file of it was damaged on
+    purpose: validation reads a damaged file the loader passes over, and a loss's problem
+    stays open after a replay replaced the lost version, until the next validation (kept
+    strict in test_found.py)."""
+    catalogs: Callable[[], str] | None = None
+    """A fresh catalog's URL per run (postgres.py); None: a SQLite file in the run's folder."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = Path(tempfile.mkdtemp(prefix="simulation-"))
+        url = self.catalogs() if self.catalogs is not None else ""
+        self.platform = self.platform_type(
+            self.folder, partitions=PARTITIONS, catalog_url=url, root_name=self.root_name
+        )
+        self.model = Model(PARTITIONS)
+        self.damaged = False
+        self.damaged_stores: set[StoreId] = set()
+        """Stores with a file deleted or corrupted on purpose (see ``lenient_after_damage``)."""
+        self.validated = False
+        """True from a validation until the next step that may change what loads."""
+
+    @initialize()
+    def first_batch(self) -> None:
+        self.batch(0, {0: {"a": 1}, 1: {"b": 1}}, None, 0)
+
+    def teardown(self) -> None:
+        try:
+            if not self.damaged and self.model.last is not None:
+                self.the_query_goes_on()
+        finally:
+            self.platform.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def the_query_goes_on(self) -> None:
+        """No batch stays uncommittable: the last batch replays without changes, and the
+        next one commits."""
+        last = self.model.last
+        assert last is not None
+        self.batch(last, {}, None, 0)
+        self.batch(last + 1, {}, None, 0)
+        assert self.model.last == last + 1
+
+    # --- the stream ----------------------------------------------------------------------
+
+    @rule(
+        step=st.sampled_from([0, 0, 0, 1, -1, -2]),
+        changes=batches,
+        fail=failures,
+        fail_at=st.integers(0, PARTITIONS - 1),
+    )
+    def run(self, step: int, changes: Batch, fail: Failure, fail_at: int) -> None:
+        """The next batch (step 0), a replay of the last one (-1), an older one (-2) or a gap
+        (1)."""
+        following = 0 if self.model.last is None else self.model.last + 1
+        self.batch(max(0, following + step), changes, fail, fail_at)
+
+    def batch(self, batch_id: int, changes: Batch, fail: Failure, fail_at: int) -> None:
+        self.validated = False
+        last = self.model.last
+        in_order = batch_id == 0 if last is None else last <= batch_id <= last + 1
+        bases_load = batch_id == 0 or self._loads(batch_id - 1)
+        try:
+            try:
+                self.platform.run_batch(batch_id, changes, fail=fail, fail_at=fail_at)
+            finally:
+                self.model.generation = self.platform.recorded_generation
+        except BatchOutOfOrder:
+            assert not in_order, f"batch {batch_id} refused as out of order after {last}"
+            return
+        except TaskFailed:
+            assert fail == "task" and in_order
+            return
+        except SinkDown:
+            assert fail == "sink" and in_order
+            return
+        except CannotLoadState:
+            assert not bases_load, f"batch {batch_id} ({fail=}): a false loss, every base loads"
+            return
+        assert in_order, f"batch {batch_id} ran out of order after {last}"
+        assert fail in (None, "driver"), f"batch {batch_id}: the {fail} failure was lost"
+        if fail is None:
+            self.model.commit(batch_id, changes)
+
+    def _loads(self, batch_id: int) -> bool:
+        refs = self.platform.committed_refs().get(batch_id, {})
+        return all(self.platform.loads(store, ref) for store, ref in refs.items())
+
+    @rule()
+    def retry_commit(self) -> None:
+        """The driver sends its last batch's commit again, byte for byte (it did not see the
+        outcome): a no-op (docs/catalog.md)."""
+        p, last = self.platform, self.platform.last_commit
+        if last is None or last[0] != self.model.last:
+            return
+        before = p.committed_refs()
+        p.catalog.commit_batch(p.root, QUERY, last[0], last[1])
+        assert p.committed_refs() == before
+
+    @rule(driver=st.booleans())
+    def restart(self, driver: bool) -> None:
+        """A new driver process (fresh catalog connection and worker caches), or a new query
+        object in the same one."""
+        if driver:
+            self.platform.restart_driver()
+        else:
+            self.platform.new_query()
+
+    @precondition(lambda self: self.platform.generation == 0)
+    @rule()
+    def change_schema(self) -> None:
+        self.platform.change_schema()
+
+    @rule(back=st.integers(0, 3), allow_lost_state=st.booleans(), zero=st.booleans())
+    def restore(self, back: int, allow_lost_state: bool, zero: bool) -> None:
+        last = self.model.last
+        assert last is not None
+        target = max(0, last - back)
+        p = self.platform
+        try:
+            plan = plan_restore(
+                p.fleet,
+                p.root,
+                QUERY,
+                target,
+                spark_checkpoint="",
+                allow_lost_state=allow_lost_state,
+            )
+        except MaintenanceRefused:
+            assert not allow_lost_state and not self._loads(target), "restore refused"
+            return
+        except InvalidArgument:  # every store restarted: the query has no batch to restore
+            assert target not in p.committed_refs(), f"batch {target} refused as unknown"
+            return
+        self._guarded(lambda: restore_query(p.fleet, plan, policy(zero)))
+        restarted = frozenset(k.store.partition_id for k in plan.restarted)
+        self.model.rewind(target, restarted)
+        p.last_commit = None  # a driver's retry would now undo the operator's restore
+
+    # --- maintenance ---------------------------------------------------------------------
+
+    @rule(zero=st.booleans())
+    def snapshot(self, zero: bool) -> None:
+        self._guarded(lambda: snapshot_pass(self.platform.fleet, policy(zero)))
+
+    @rule(zero=st.booleans())
+    def cleanup(self, zero: bool) -> None:
+        p = self.platform
+        self._guarded(lambda: cleanup_pass(p.fleet, policy(zero), dry_run=False, now=p.now()))
+
+    @rule(zero=st.booleans())
+    def reconcile(self, zero: bool) -> None:
+        p = self.platform
+        self._guarded(lambda: reconcile(p.fleet, policy(zero), dry_run=False, now=p.now()))
+
+    @rule(zero=st.booleans())
+    def sweep_attempts(self, zero: bool) -> None:
+        p = self.platform
+        self._guarded(lambda: sweep_attempts(p.fleet, policy(zero), dry_run=False, now=p.now()))
+
+    @rule(zero=st.booleans())
+    def repair(self, zero: bool) -> None:
+        self._guarded(lambda: repair_pass(self.platform.fleet, policy(zero)))
+
+    @rule(zero=st.booleans())
+    def validate(self, zero: bool) -> None:
+        p = self.platform
+        self._guarded(lambda: run_checks(p.fleet, policy(zero), now=p.now()))
+        self.validated = True
+
+    @rule(step=clock_steps)
+    def clock_step(self, step: timedelta) -> None:
+        self.platform.offset += step
+
+    @rule(partition=st.integers(0, PARTITIONS - 1), hours=st.sampled_from([0, 2, 48]))
+    def torn_write(self, partition: int, hours: int) -> None:
+        self.platform.torn_write(partition, timedelta(hours=hours))
+
+    @rule(pick=st.integers(0, 1000), corrupt=st.booleans())
+    def damage(self, pick: int, corrupt: bool) -> None:
+        """A checkpoint file deleted or corrupted behind the platform's back."""
+        files = list(self.platform.files())
+        if not files:
+            return
+        self.validated = False
+        self.damaged = True
+        path = files[pick % len(files)]
+        self.damaged_stores.add(StoreId(0, int(path.parent.parent.name)))
+        if corrupt:
+            data = bytearray(path.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            path.write_bytes(bytes(data))
+        else:
+            path.unlink()
+
+    def _guarded(self, step: Callable[[], object]) -> None:
+        """Run a maintenance step; no file a retained version needed before it may go."""
+        needed = {f.path for v in self._retained() for f in v.files}
+        present = {p for p in needed if self.platform.storage.exists(p)}
+        step()
+        gone = sorted(p for p in present if not self.platform.storage.exists(p))
+        assert not gone, f"maintenance deleted files retained versions need: {gone}"
+
+    # --- invariants ----------------------------------------------------------------------
+
+    def _retained(self) -> list[RetainedVersion]:
+        p = self.platform
+        return [v for store in self._stores() for v in p.catalog.retained_versions(p.root, store)]
+
+    def _stores(self) -> list[StoreId]:
+        return [StoreId(0, partition) for partition in range(PARTITIONS)]
+
+    def _batch_of(self) -> dict[tuple[StoreId, CheckpointRef], int]:
+        return {
+            (store, ref): batch
+            for batch, refs in self.platform.committed_refs().items()
+            for store, ref in refs.items()
+        }
+
+    def _unloadable(self) -> set[StoreId]:
+        """The stores with a retained version that does not load; checks every one that
+        loads against the model."""
+        p, batch_of = self.platform, self._batch_of()
+        broken: set[StoreId] = set()
+        for version in self._retained():
+            store = version.key.store
+            try:
+                state = p.load(store, version.ref)
+            except StateStoreError:
+                broken.add(store)
+                continue
+            batch = batch_of.get((store, version.ref))
+            if batch is not None and batch in self.model.states:
+                expected = self.model.expected(batch, store.partition_id)
+                assert state == expected, (
+                    f"{store} version {version.ref} (batch {batch}) loads {state}, "
+                    f"the model says {expected}"
+                )
+        return broken
+
+    def check(self) -> None:
+        """Every invariant, as hypothesis runs them after each step."""
+        self.state_and_health()
+        self.the_last_batch_is_committed()
+
+    @invariant()
+    def state_and_health(self) -> None:
+        unloadable = self._unloadable()
+        assert self.damaged or not unloadable, f"retained versions do not load: {unloadable}"
+        p = self.platform
+        reports = store_reports(p.fleet, policy(False), now=p.now())
+        broken = {r.key.store for r in reports if r.status.status is StoreStatus.BROKEN}
+        excused = self.damaged_stores if self.lenient_after_damage else set()
+        false_alarms = broken - unloadable - excused
+        assert not false_alarms, (
+            f"health calls {false_alarms} broken, all of it loads: "
+            + "; ".join(str(x) for x in p.catalog.problems(root=p.root))
+        )
+        if self.validated:
+            assert unloadable <= broken, f"validation missed {unloadable - broken}"
+
+    @invariant()
+    def the_last_batch_is_committed(self) -> None:
+        global STEPS
+        STEPS += 1
+        latest = self.platform.committed_refs()
+        if latest:  # none when a restore restarted every store
+            assert max(latest) == self.model.last

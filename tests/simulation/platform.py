@@ -1,0 +1,421 @@
+"""The platform under simulation, without Spark: one query's stores on real local files and a
+real SQLite catalog, driven through the code paths the runtime uses.
+
+A batch is what ``runtime/query.py`` does, minus Spark: ``StatefulQuery`` checks and registers
+the query (schemas, layout, order), ``Catalog.begin_batch`` records the intent, each state
+partition runs the real task body (``runtime/tasks.run_partitions``: the worker's provider,
+``StateStore`` get/put/remove/commit, the ``TaskReport``), and the driver commits the chosen
+reports with ``Catalog.commit_batch`` or, when the batch fails, runs the same loss check as
+``run_batch`` (``runtime/loss.lost_state``). Maintenance is the library's passes
+(``state_runtime.maintenance``), with the clock they are given (``now``) moved by the
+simulation. :class:`Model` is the plain-Python truth every step is checked against.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from state_runtime.catalog import Catalog
+from state_runtime.errors import CannotLoadState, CatalogError, StateStoreError
+from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.maintenance import Fleet, MaintenancePolicy
+from state_runtime.retention import RetentionPolicy
+from state_runtime.runtime import StatefulOperator, StatefulQuery, worker
+from state_runtime.runtime.batch_reports import batch_metrics, choose, duplicates_of
+from state_runtime.runtime.coordinator import holders
+from state_runtime.runtime.loss import lost_state
+from state_runtime.runtime.tasks import (
+    HEARTBEAT_COLUMN,
+    PARTITION_COLUMN,
+    REPORT_COLUMN,
+    TaskReport,
+    TaskSpec,
+    base_refs,
+    run_partitions,
+)
+from state_runtime.settings import WorkerSettings
+from state_runtime.storage import LocalStorage
+from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.provider import StateStoreProvider
+
+QUERY = "simulated"
+FAIL_KEY = "__fail__"
+"""An input row with this key makes the update function raise (a task failure)."""
+INPUT = StructType(
+    [
+        StructField("k", StringType()),
+        StructField("delta", LongType()),
+        StructField("drop", BooleanType()),
+    ]
+)
+VALUE_SCHEMAS = ("total bigint", "total bigint, hits bigint")
+"""The state's value schema by generation: the schema change adds a nullable field."""
+
+Change = int | None
+"""A key's change in a batch: add this to its total, or None: remove the key."""
+Batch = Mapping[int, Mapping[str, Change]]
+"""A batch's input: partition -> key -> change (a partition left out changes nothing)."""
+State = dict[str, tuple[Any, ...]]
+Failure = Literal["task", "sink", "driver"] | None
+
+
+class TaskFailed(RuntimeError):
+    """The user's update function refused a row (a failed task)."""
+
+
+class SinkDown(RuntimeError):
+    """The batch's sink failed after the tasks wrote their deltas."""
+
+
+def apply(state: State, changes: Mapping[str, Change], generation: int) -> State:
+    """The model of the update function: what a batch does to one store's rows."""
+    out = dict(state)
+    for key, change in sorted(changes.items()):
+        if change is None:
+            out.pop(key, None)
+            continue
+        old = out.get(key)
+        total = (old[0] if old else 0) + change
+        if generation == 0:
+            out[key] = (total,)
+        else:
+            hits = (old[1] if old and len(old) > 1 and old[1] is not None else 0) + 1
+            out[key] = (total, hits)
+    return out
+
+
+def widen(state: State, generation: int) -> State:
+    """A store's rows read under generation ``generation``'s schema (added fields are null)."""
+    width = len(VALUE_SCHEMAS[generation].split(","))
+    return {k: v + (None,) * (width - len(v)) for k, v in state.items()}
+
+
+def _update(generation: int) -> Any:
+    def update(store: Any, rows: pa.Table) -> list[tuple[Any, ...]]:
+        out = []
+        for key, delta, drop in zip(
+            rows.column("k").to_pylist(),
+            rows.column("delta").to_pylist(),
+            rows.column("drop").to_pylist(),
+            strict=True,
+        ):
+            if key.startswith(FAIL_KEY):
+                raise TaskFailed("the update function refused a row")
+            if drop:
+                store.remove((key,))
+                continue
+            old = store.get((key,))
+            total = (old[0] if old else 0) + delta
+            if generation == 0:
+                store.put((key,), (total,))
+            else:
+                hits = (old[1] if old and old[1] is not None else 0) + 1
+                store.put((key,), (total, hits))
+            out.append((key, total))
+        return out
+
+    return update
+
+
+def operator(partitions: int, generation: int) -> StatefulOperator:
+    return StatefulOperator(
+        operator_id=0,
+        key_columns=("k",),
+        key_schema="k string",
+        value_schema=VALUE_SCHEMAS[generation],
+        output_schema="k string, total bigint",
+        update=_update(generation),
+        num_partitions=partitions,
+    )
+
+
+@dataclass
+class Model:
+    """What every committed batch's state must be: ``states[b][p]`` is partition ``p``'s rows
+    after batch ``b``; ``last`` the query's last committed batch (None: none yet)."""
+
+    partitions: int
+    states: dict[int, list[State]] = field(default_factory=dict)
+    last: int | None = None
+    generation: int = 0
+
+    def before(self, batch: int) -> list[State]:
+        if batch == 0:
+            return [{} for _ in range(self.partitions)]
+        return self.states[batch - 1]
+
+    def commit(self, batch: int, changes: Batch) -> None:
+        base = self.before(batch)
+        self.states[batch] = [
+            apply(widen(base[p], self.generation), changes.get(p, {}), self.generation)
+            for p in range(self.partitions)
+        ]
+        self.rewind(batch)
+
+    def rewind(self, batch: int, restarted: frozenset[int] = frozenset()) -> None:
+        for later in [b for b in self.states if b > batch]:
+            del self.states[later]
+        for p in restarted:  # its state is lost: every batch up to here starts it from empty
+            for b in [b for b in self.states if b <= batch]:
+                self.states[b][p] = {}
+        self.last = batch
+
+    def expected(self, batch: int, partition: int) -> State:
+        return widen(self.states[batch][partition], self.generation)
+
+
+@dataclass
+class Platform:
+    """One query's stores on a local root with a SQLite catalog; ``offset`` moves the clock
+    maintenance is given (a host's clock step)."""
+
+    folder: Path
+    partitions: int = 2
+    catalog_url: str = ""
+    offset: timedelta = timedelta(0)
+    generation: int = 0
+    root_name: str = "root"
+    """The root's folder in ``folder`` (a name that needs percent-encoding in a URI tests
+    that every pass finds the folder the runtime writes to)."""
+    recorded_generation: int = 0
+    """The generation whose schema the catalog's history ends with (a query records it)."""
+
+    def __post_init__(self) -> None:
+        self.last_commit: tuple[int, list[CheckpointInfo]] | None = None
+        """The last batch this platform committed and its checkpoints (a driver retrying its
+        commit sends exactly these again)."""
+        self.storage = LocalStorage(self.folder / self.root_name)
+        self.root = self.storage.uri
+        self.catalog_url = self.catalog_url or f"sqlite:///{self.folder / 'catalog.db'}"
+        self.restart_driver()
+        self.catalog = Catalog.open(self.catalog_url)
+        """The maintenance process's catalog (the driver's is ``query.catalog``)."""
+        self.fleet = Fleet(self.catalog, owner="simulation")
+
+    # --- processes ------------------------------------------------------------------------
+
+    def new_query(self) -> None:
+        """A new query object (with its own catalog connection: it registers and checks
+        again); the one before is done."""
+        before = getattr(self, "query", None)
+        self.query = StatefulQuery(
+            QUERY,
+            self.storage,
+            [operator(self.partitions, self.generation)],
+            catalog_url=self.catalog_url,
+        )
+        if before is not None:
+            before.catalog.close()
+
+    def restart_driver(self) -> None:
+        """A new driver process: a fresh query object and catalog connection, and every
+        worker's cached copies gone."""
+        worker._providers.clear()
+        self.new_query()
+
+    def close(self) -> None:
+        self.query.catalog.close()
+        self.catalog.close()
+
+    def change_schema(self) -> None:
+        """The query restarts with an added nullable value field."""
+        self.generation = 1
+        self.new_query()
+
+    # --- the driver -----------------------------------------------------------------------
+
+    def run_batch(
+        self, batch_id: int, changes: Batch, *, fail: Failure = None, fail_at: int = 0
+    ) -> list[TaskReport]:
+        """Batch ``batch_id`` as ``StatefulQuery.run_batch`` runs it, minus Spark: raises what
+        the driver raises (``fail``: a task of partition ``fail_at`` refuses a row, the sink
+        raises, or the driver dies after the tasks wrote, raising nothing and committing
+        nothing)."""
+        query = self.query
+        if not query._registered:
+            query._register(batch_id, INPUT)
+            self.recorded_generation = self.generation
+        op = query.operators[0]
+        run = uuid.uuid4().hex
+        start = query.catalog.begin_batch(
+            self.root, QUERY, batch_id, run, [(0, op.store_name, op.num_partitions)]
+        )
+        committed = query._committed_before(batch_id, start)
+        try:
+            reports = self._tasks(query, op, batch_id, run, committed, changes, fail, fail_at)
+            if fail == "sink":
+                raise SinkDown("the sink is down")
+            if fail == "driver":
+                return reports
+            chosen = choose(query.operators, reports)
+            assert chosen is not None
+            duplicates = duplicates_of(reports, chosen)
+            query.catalog.commit_batch(
+                self.root,
+                QUERY,
+                batch_id,
+                [r.info for r in chosen],
+                run=run,
+                duplicates=[r.info for r in duplicates],
+                holders=holders(chosen),
+                suspects={r.info.store for r in duplicates},
+                metrics=batch_metrics(chosen, len(duplicates), 0.0, 0.0),
+            )
+            self.last_commit = (batch_id, [r.info for r in chosen])
+            return chosen
+        except Exception as exc:  # run_batch's loss check, as the runtime runs it
+            if not isinstance(exc, CatalogError) and committed:
+                lost = lost_state(query.catalog, self.storage, QUERY, batch_id, committed, exc)
+                if lost is not None:
+                    raise lost from None
+            raise
+
+    def _tasks(
+        self,
+        query: StatefulQuery,
+        op: StatefulOperator,
+        batch_id: int,
+        run: str,
+        committed: dict[StoreId, CheckpointRef],
+        changes: Batch,
+        fail: Failure,
+        fail_at: int,
+    ) -> list[TaskReport]:
+        """One task per state partition through the real task body; every task runs (as
+        Spark's do), then the first failure is raised."""
+        spec = TaskSpec(
+            storage=self.storage,
+            query_id=QUERY,
+            batch_id=batch_id,
+            run=run,
+            operator=op,
+            schema_history=query._histories[op.operator_id, op.store_name],
+            base=base_refs(committed, op),
+            input_schema=_input_arrow(),
+            batch_time_ms=0,
+            worker_settings=WorkerSettings.from_env(),
+        )
+        reports: list[TaskReport] = []
+        failure: Exception | None = None
+        for partition in range(op.num_partitions):
+            rows = dict(changes.get(partition, {}))
+            if fail == "task" and partition == fail_at:
+                rows[FAIL_KEY] = 0
+            try:
+                out = list(run_partitions(spec, iter(_rows(partition, rows).to_batches())))
+            except TaskFailed as exc:
+                failure = failure or exc
+                continue
+            notes = pa.Table.from_batches(out).column(REPORT_COLUMN).drop_null().to_pylist()
+            reports += [TaskReport.from_json(n) for n in notes]
+        if failure is not None:
+            raise failure
+        return reports
+
+    # --- maintenance ----------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The clock maintenance is given: the catalog's, moved by the simulated steps."""
+        return self.catalog.now() + self.offset
+
+    def committed_refs(self) -> dict[int, dict[StoreId, CheckpointRef]]:
+        """Each committed batch's checkpoint per store, from the commit log."""
+        found: dict[int, dict[StoreId, CheckpointRef]] = {}
+        for entry in self.catalog.commit_history(self.root, query_id=QUERY, limit=1_000_000):
+            found.setdefault(entry.batch_id, {})[entry.key.store] = entry.ref
+        return found
+
+    def load(self, store: StoreId, ref: CheckpointRef) -> State:
+        """A version's rows as a fresh process loads them from files: raises if it cannot, or
+        if it could only by passing over an unusable file (a damaged snapshot: the platform
+        calls that store broken until ``repair`` rebuilds it, and so does the model)."""
+        history = self.catalog.schema_history(self.root, store.operator_id, store.store_name)
+        assert history is not None
+        provider = StateStoreProvider(
+            self.storage, store.operator_id, store.partition_id, store.store_name, history=history
+        )
+        read = provider.get_read_store(ref.version, ref.checkpoint_id)
+        if read.metrics.load.repairs:
+            raise CannotLoadState(f"{store} {ref} loads only by {read.metrics.load.repairs}")
+        return {k[0]: tuple(v) for k, v in read.items()}
+
+    def loads(self, store: StoreId, ref: CheckpointRef) -> bool:
+        try:
+            self.load(store, ref)
+        except StateStoreError:
+            return False
+        return True
+
+    def files(self) -> list[Path]:
+        """The checkpoint files on disk (deltas and snapshots), by store, version and kind
+        (an order that does not depend on the random checkpoint ids, so that a run replays)."""
+        state = self.folder / self.root_name / "state"
+        found = [p for p in state.rglob("*") if p.suffix in (".delta", ".snapshot")]
+        return sorted(found, key=lambda p: (p.parent, int(p.name.split("_")[0]), p.suffix, p))
+
+    def torn_write(self, partition: int, age: timedelta) -> Path:
+        """An unfinished write a crashed writer left ``age`` ago in a store's folder."""
+        folder = self.folder / self.root_name / StoreId(0, partition).directory
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f".tmp-{uuid.uuid4().hex[:8]}.part"
+        path.write_bytes(b"half a delta")
+        stamp = (self.now() - age).timestamp()
+        os.utime(path, (stamp, stamp))
+        return path
+
+
+def policy(zero: bool, snapshot_min_deltas: int = 2) -> MaintenancePolicy:
+    """The default windows, or none at all (``zero``: every pass may act at once)."""
+    if not zero:
+        return MaintenancePolicy(snapshot_min_deltas=snapshot_min_deltas)
+    return MaintenancePolicy(
+        snapshot_min_deltas=snapshot_min_deltas,
+        retention=RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0)),
+        min_window=timedelta(0),
+    )
+
+
+def _input_arrow() -> pa.Schema:
+    return to_arrow_schema(
+        StructType(
+            [
+                *INPUT.fields,
+                StructField(PARTITION_COLUMN, IntegerType()),
+                StructField(HEARTBEAT_COLUMN, BooleanType()),
+            ]
+        ),
+        timezone="UTC",
+    )
+
+
+def _rows(partition: int, changes: Mapping[str, Change]) -> pa.Table:
+    """One state partition's input rows, routed, plus its heartbeat row."""
+    keys = sorted(changes)
+    n = len(keys)
+    return pa.Table.from_pydict(
+        {
+            "k": [*keys, None],
+            "delta": [0 if changes[k] is None else changes[k] for k in keys] + [None],
+            "drop": [changes[k] is None for k in keys] + [None],
+            PARTITION_COLUMN: [partition] * (n + 1),
+            HEARTBEAT_COLUMN: [False] * n + [True],
+        },
+        schema=_input_arrow(),
+    )

@@ -1,0 +1,189 @@
+"""What the simulation found, each shrunk counterexample kept as a fixed sequence of steps
+(tests/simulation/steps.py replays it with every invariant checked after each step).
+
+The idle-version and encoded-root cases are issue 34's defects, fixed by the idle-commits and
+defects34 branches; each failed before its fix. The one marked ``xfail(strict=True)`` is
+fixed on no branch yet: the mark turns into a failure when a fix lands, to be removed then.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from tests.simulation.machine import PlatformMachine
+from tests.simulation.steps import Step, replay
+
+
+def run(
+    changes: dict[int, dict[str, int | None]], *, step: int = 0, fail: str | None = None
+) -> Step:
+    return ("run", {"step": step, "changes": changes, "fail": fail, "fail_at": 0})
+
+
+ONLY_THE_FIRST_STORE = {0: {"a": 1}}
+"""A batch in which store 1 changes nothing (an idle version)."""
+
+
+@pytest.mark.parametrize("failure", ["sink", "task"])
+def test_a_failed_batch_after_an_idle_version_is_no_loss(failure: str) -> None:
+    """Found: the sink (or the update function) fails in a batch after one whose store 1
+    changed nothing; the loss check looked for the idle version's phantom path, raised
+    StateLost instead of the failure and marked store 1 broken."""
+    replay([run(ONLY_THE_FIRST_STORE), run(ONLY_THE_FIRST_STORE, fail=failure)])
+
+
+def test_a_real_loss_is_not_blamed_on_an_idle_store() -> None:
+    """Found: store 1's delta is lost while store 0 was idle; the loss check named store 0's
+    phantom path first and marked the intact store 0 broken."""
+    replay(
+        [
+            run({1: {"b": 1}}),
+            ("damage", {"pick": 2, "corrupt": False}),  # store 1's version 2 delta
+            ("restart", {"driver": True}),
+            run({1: {"b": 1}}),
+        ]
+    )
+
+
+def test_a_no_change_replay_commits_after_restore_and_cleanup() -> None:
+    """Found: restore to the batch before, cleanup at zero grace, then batch 2 again with
+    store 1 idle: CommitConflict on every replay (the idle record's path was swept)."""
+    replay(
+        [
+            run(ONLY_THE_FIRST_STORE),
+            run(ONLY_THE_FIRST_STORE),
+            ("restore", {"back": 1, "allow_lost_state": False, "zero": True}),
+            ("cleanup", {"zero": True}),
+            run(ONLY_THE_FIRST_STORE),
+        ]
+    )
+
+
+def test_a_no_change_replay_commits_after_a_snapshot_and_cleanup() -> None:
+    """Found: a snapshot supersedes the idle version, cleanup sweeps its record, and the
+    replay of the last batch (store 1 idle again) conflicts forever."""
+    replay(
+        [
+            run(ONLY_THE_FIRST_STORE),
+            run(ONLY_THE_FIRST_STORE),
+            ("snapshot", {"zero": True}),
+            ("cleanup", {"zero": True}),
+            run(ONLY_THE_FIRST_STORE, step=-1),
+        ]
+    )
+
+
+def test_a_replay_after_the_driver_died_and_the_grace_passed() -> None:
+    """Not a defect: the driver dies after its tasks wrote (store 1 idle), a new driver runs
+    after the grace and cleanup: the batch commits."""
+    replay(
+        [
+            run(ONLY_THE_FIRST_STORE),
+            run(ONLY_THE_FIRST_STORE, fail="driver"),
+            ("restart", {"driver": True}),
+            ("clock_step", {"step": timedelta(days=8)}),
+            ("cleanup", {"zero": False}),
+            run(ONLY_THE_FIRST_STORE),
+        ]
+    )
+
+
+def test_a_byte_identical_commit_retry_after_a_snapshot_and_cleanup() -> None:
+    """Found: store 1 idle in batch 1; a snapshot of that version and cleanup at zero grace
+    sweep the idle record, and the driver's retry of batch 1's very commit conflicts."""
+    replay(
+        [
+            run(ONLY_THE_FIRST_STORE),
+            ("snapshot", {"zero": True}),
+            ("cleanup", {"zero": True}),
+            ("retry_commit", {}),
+        ]
+    )
+
+
+def test_a_byte_identical_commit_retry_after_cleanup_when_every_store_changed() -> None:
+    """Found (make test's run): the same retry conflicts when every store changed in the
+    batch: the snapshot of its version supersedes its delta, cleanup deletes the delta, and
+    the retry names it."""
+    replay(
+        [
+            run({0: {"a": 1}, 1: {"b": 1}}),
+            ("snapshot", {"zero": True}),
+            ("cleanup", {"zero": True}),
+            ("retry_commit", {}),
+        ]
+    )
+
+
+def test_a_root_that_needs_percent_encoding_is_validated_where_it_is() -> None:
+    """Found with the root in the machine's folder ``check points+%#é``: validation looked for
+    the files in another folder and called every intact store broken (fixed by defects34)."""
+    replay([run({0: {"a": 1}, 1: {"b": 1}}), ("validate", {"zero": False})])
+
+
+STALE_PROBLEMS = pytest.mark.xfail(
+    strict=True,
+    reason="issue 34's simulation: a loss's problem stays open after a replay replaced the lost "
+    "version, until the next validation; not fixed on any branch",
+)
+
+
+class Strict(PlatformMachine):
+    lenient_after_damage = False
+
+
+@STALE_PROBLEMS
+def test_a_replay_that_replaces_a_lost_version_closes_its_problem() -> None:
+    """Found: batch 0's deltas are lost, batch 1 fails on them (StateLost, store broken), and
+    batch 0 runs again from empty (new deltas): every retained version loads, yet health
+    calls the store broken until a validation runs."""
+    replay(
+        [
+            ("damage", {"pick": 0, "corrupt": False}),
+            ("damage", {"pick": 0, "corrupt": False}),
+            ("restart", {"driver": True}),
+            run({0: {"a": 1}}),
+            run({0: {"a": 1}}, step=-1),
+        ],
+        Strict,
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 34's simulation: after a restore restarted every store, the next batch "
+    "cannot be replayed (BatchOutOfOrder); not fixed on any branch",
+)
+def test_the_first_batch_after_every_store_restarted_can_be_replayed() -> None:
+    """Found (make soak): batch 0's deltas are lost, `restore --allow-lost-state` restarts
+    both stores, batch 1 commits their version 1; its replay (a driver that died before
+    Spark's commit) is refused forever: batch 0 has no commit and the stores have versions."""
+    replay(
+        [
+            ("damage", {"pick": 0, "corrupt": False}),
+            ("damage", {"pick": 0, "corrupt": False}),
+            ("restore", {"back": 0, "allow_lost_state": True, "zero": False}),
+            run({0: {"a": 1}}),
+            run({0: {"a": 1}}, step=-1),
+        ]
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 34's simulation: after a restore restarted every store, a batch after a gap "
+    "is accepted; not fixed on any branch",
+)
+def test_a_gap_after_every_store_restarted_is_refused() -> None:
+    """Found (make soak): with every store restarted at batch 0, batch 2 runs (from empty)
+    although batch 1 never did: the query's commit log is empty, so no order is checked."""
+    replay(
+        [
+            ("damage", {"pick": 0, "corrupt": False}),
+            ("damage", {"pick": 0, "corrupt": False}),
+            ("restore", {"back": 0, "allow_lost_state": True, "zero": False}),
+            run({0: {"a": 1}}, step=1),
+        ]
+    )

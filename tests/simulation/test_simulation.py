@@ -1,0 +1,47 @@
+"""The simulation in ``make test``: random interleavings (the same ones every run:
+derandomized), each step checked against the model (tests/simulation/machine.py), with a
+SQLite catalog and, fewer, with PostgreSQL; ``make soak`` runs fresh random ones for as long
+as it is given."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from tests.services import service_missing
+from tests.simulation.machine import PlatformMachine
+from tests.simulation.postgres import PostgresCatalogs
+
+RUNS = settings(
+    max_examples=10,
+    stateful_step_count=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+def test_the_platform_against_the_model() -> None:
+    run_state_machine_as_test(PlatformMachine, settings=RUNS)
+
+
+@pytest.mark.postgres
+def test_the_platform_against_the_model_on_postgresql() -> None:
+    try:
+        catalogs = PostgresCatalogs()
+    except sa.exc.OperationalError as exc:
+        service_missing("PostgreSQL", str(exc).strip())
+
+    class OnPostgres(PlatformMachine):
+        pass
+
+    OnPostgres.catalogs = catalogs
+    try:
+        run_state_machine_as_test(
+            OnPostgres, settings=settings(RUNS, max_examples=4, stateful_step_count=30)
+        )
+    finally:
+        catalogs.close()
