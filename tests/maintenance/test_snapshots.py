@@ -132,7 +132,9 @@ def test_overlapping_runs_in_two_processes_snapshot_each_store_once(
     stream = make_stream(stores=[StoreId(0, i) for i in range(12)])
     stream.run(5)
     url = stream.catalog.engine.url.render_as_string(hide_password=False)
-    context = multiprocessing.get_context("fork")
+    # spawn, not fork: a worker of this test session may already hold a JVM gateway and the
+    # catalog's threads, and a child forked from it can die mid-task (a pool then waits forever)
+    context = multiprocessing.get_context("spawn")
     with context.Pool(2) as pool:
         results = pool.starmap(
             _snapshot_in_process, [(url, stream.root, "run-a"), (url, stream.root, "run-b")]
