@@ -206,9 +206,9 @@ class CommitCalls(CatalogBase):
     def batch_metrics(
         self, root: str, query_id: str, *, limit: int = 100
     ) -> list[RecordedBatchMetrics]:
-        return self._run(
+        return self._read(
             "read batch metrics",
-            lambda c: batch_metrics.batch_metrics_history(c, root, query_id, limit),
+            lambda c, v: batch_metrics.batch_metrics_history(c, v, root, query_id, limit),
         )
 
     # --- the coordinator's records (written by commit_batch) -------------------------------

@@ -49,9 +49,9 @@ class EventTimeCalls(CatalogBase):
     ) -> list[CommittedDelta]:
         """The delta each batch in ``[start, end]`` committed for each partition of a store,
         with the file's inventory state (a cleaned-up delta is 'deleting' or 'deleted')."""
-        return self._run(
+        return self._read(
             "read committed deltas",
-            lambda c: committed_deltas.committed_deltas(
-                c, root, operator_id, store_name, start_batch_id, end_batch_id, query_id
+            lambda c, v: committed_deltas.committed_deltas(
+                c, v, root, operator_id, store_name, start_batch_id, end_batch_id, query_id
             ),
         )

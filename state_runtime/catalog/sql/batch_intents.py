@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import AttemptSweep, BatchStart, Suspects
-from state_runtime.catalog.schema.reading_views import read_batch_intents
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.schema.tables import batch_intents
 from state_runtime.catalog.sql.commits import committed_ids, latest_entry
 from state_runtime.catalog.sql.roots import validate_root
@@ -91,9 +91,9 @@ def settle(connection: Connection, run: str, suspects: Suspects, now: datetime) 
 def open_sweeps(connection: Connection, started_before: datetime, limit: int) -> list[AttemptSweep]:
     """Intents to sweep, oldest first: settled with suspects, or never settled, and started
     before ``started_before`` (a younger one may still have attempts running)."""
-    i = read_batch_intents.c
+    i = VIEWS.batch_intents.c
     rows = connection.execute(
-        sa.select(read_batch_intents)
+        sa.select(VIEWS.batch_intents)
         .where(i.swept_at.is_(None), i.started_at < started_before)
         .order_by(i.started_at)
         .limit(limit)

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import StoreKey, StoreRecord
-from state_runtime.catalog.schema.reading_views import read_files, read_stores
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.schema.tables import (
     FileState,
     batch_metrics,
@@ -205,11 +205,11 @@ def _files_by_path(connection: Connection, wanted: set[tuple[int, int, str]]) ->
 
 def claimed_stores(connection: Connection, root: str | None) -> set[StoreKey]:
     """Stores with files claimed for deletion but not yet recorded deleted."""
-    s, f = read_stores.c, read_files.c
+    s, f = VIEWS.stores.c, VIEWS.files.c
     query = (
         sa.select(*READ_STORE_KEY_COLUMNS)
         .distinct()
-        .join(read_files, f.store_id == s.store_id)
+        .join(VIEWS.files, f.store_id == s.store_id)
         .where(f.state == FileState.DELETING.value)
     )
     if root is not None:
@@ -219,10 +219,10 @@ def claimed_stores(connection: Connection, root: str | None) -> set[StoreKey]:
 
 def known_paths(connection: Connection, root: str) -> dict[str, str]:
     """Every path the catalog has a record of below ``root``, with its state."""
-    s, f = read_stores.c, read_files.c
+    s, f = VIEWS.stores.c, VIEWS.files.c
     rows = connection.execute(
         sa.select(f.path, f.state)
-        .join(read_stores, s.store_id == f.store_id)
+        .join(VIEWS.stores, s.store_id == f.store_id)
         .where(s.checkpoint_root == root)
     )
     return {r.path: r.state for r in rows}
@@ -250,7 +250,7 @@ def register_stores(
 
 def roots(connection: Connection) -> list[str]:
     """Every checkpoint root below which the catalog knows a store."""
-    query = sa.select(read_stores.c.checkpoint_root).distinct()
+    query = sa.select(VIEWS.stores.c.checkpoint_root).distinct()
     return sorted(connection.execute(query).scalars())
 
 
@@ -273,9 +273,9 @@ def relocate_root(connection: Connection, old: str, new: str) -> int:
 
 def store_records(connection: Connection, root: str | None) -> list[StoreRecord]:
     """Every store the catalog knows (below ``root``, if given)."""
-    query = read_stores.select().order_by(*READ_STORE_KEY_COLUMNS)
+    query = VIEWS.stores.select().order_by(*READ_STORE_KEY_COLUMNS)
     if root is not None:
-        query = query.where(read_stores.c.checkpoint_root == root)
+        query = query.where(VIEWS.stores.c.checkpoint_root == root)
     return [
         StoreRecord(
             key=key_of(r),

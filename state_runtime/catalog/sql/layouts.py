@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import Layout, NewLayout
-from state_runtime.catalog.schema.reading_views import read_operator_layouts
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.schema.tables import (
     FileState,
     checkpoint_files,
@@ -53,9 +53,9 @@ class Switch:
 
 def layout_history(connection: Connection, root: str) -> list[Layout]:
     """Every layout recorded below ``root``, oldest first per operator."""
-    o = read_operator_layouts.c
+    o = VIEWS.operator_layouts.c
     rows = connection.execute(
-        sa.select(read_operator_layouts)
+        sa.select(VIEWS.operator_layouts)
         .where(o.checkpoint_root == root)
         .order_by(o.operator_id, o.store_name, o.seq)
     )

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import BatchWatermark
-from state_runtime.catalog.schema.reading_views import read_watermarks
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.schema.tables import batch_watermarks
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.identity import validate_name, validate_non_negative
@@ -33,10 +33,10 @@ def batch_watermark(
     connection: Connection, root: str, query_id: str, batch_id: int
 ) -> BatchWatermark | None:
     """The recorded watermark of a batch, or None if the batch never started with one."""
-    w = read_watermarks.c
+    w = VIEWS.watermarks.c
     row = connection.execute(
         sa.select(w.watermark_ms, w.max_event_ms).where(
-            _where(root, query_id, batch_id, read_watermarks)
+            _where(root, query_id, batch_id, VIEWS.watermarks)
         )
     ).first()
     return None if row is None else BatchWatermark(batch_id, row.watermark_ms, row.max_event_ms)
