@@ -37,21 +37,23 @@ from state_runtime.catalog.schema.tables import (
 PREFIX: Final = "read_"
 REVISION_VIEW: Final = "read_schema_revision"
 """The schema's revision (Alembic's ``alembic_version``), for the check every process makes."""
-READABLE: Final = (
-    stores,
-    checkpoint_files,
-    commit_log,
-    deletion_ledger,
-    maintenance_runs,
-    store_problems,
-    file_repairs,
-    batch_metrics,
-    batch_watermarks,
-    state_schemas,
-    operator_schemas,
-    operator_layouts,
-    batch_intents,
-)
+VIEWED: Final = {
+    "stores": stores,
+    "files": checkpoint_files,
+    "commits": commit_log,
+    "deletions": deletion_ledger,
+    "runs": maintenance_runs,
+    "problems": store_problems,
+    "repairs": file_repairs,
+    "batch_metrics": batch_metrics,
+    "watermarks": batch_watermarks,
+    "state_schemas": state_schemas,
+    "operator_schemas": operator_schemas,
+    "operator_layouts": operator_layouts,
+    "batch_intents": batch_intents,
+}
+"""Each table with a reading view, by its name in :class:`ReaderViews`, in creation order."""
+READABLE: Final = tuple(VIEWED.values())
 """The tables with a reading view, in creation order."""
 
 
@@ -84,20 +86,6 @@ class ReaderViews:
     batch_intents: sa.TableClause
 
 
-READER_VIEWS: Final = ReaderViews(
-    stores=view_of(stores),
-    files=view_of(checkpoint_files),
-    commits=view_of(commit_log),
-    deletions=view_of(deletion_ledger),
-    runs=view_of(maintenance_runs),
-    problems=view_of(store_problems),
-    repairs=view_of(file_repairs),
-    batch_metrics=view_of(batch_metrics),
-    watermarks=view_of(batch_watermarks),
-    state_schemas=view_of(state_schemas),
-    operator_schemas=view_of(operator_schemas),
-    operator_layouts=view_of(operator_layouts),
-    batch_intents=view_of(batch_intents),
-)
-"""The one namespace of reading views. Only the read path's entry (``CatalogBase._read``), the
-views' renderers and the modules not yet converted to receive it import it (the test's list)."""
+READER_VIEWS: Final = ReaderViews(**{name: view_of(t) for name, t in VIEWED.items()})
+"""The one namespace of reading views. Only the read path's entry (``CatalogBase._read``) and
+the modules not yet converted import it (``NOT_YET_MODULES`` of the test above)."""
