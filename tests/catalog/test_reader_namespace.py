@@ -33,13 +33,10 @@ SQL = PACKAGE / "catalog" / "sql"
 
 NOT_YET = frozenset(
     {
-        "batch_watermark",
         "deletable_files",
         "explain",
         "file_verdicts",
         "idle_versions",
-        "layout_history",
-        "layouts",
         "recorded_paths",
         "recovery_costs",
         "retained_versions",

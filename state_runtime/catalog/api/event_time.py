@@ -23,9 +23,9 @@ class EventTimeCalls(CatalogBase):
         )
 
     def batch_watermark(self, root: str, query_id: str, batch_id: int) -> BatchWatermark | None:
-        return self._run(
+        return self._read(
             "read batch watermark",
-            lambda c: watermarks.batch_watermark(c, root, query_id, batch_id),
+            lambda c, v: watermarks.batch_watermark(c, v, root, query_id, batch_id),
         )
 
     def record_max_event_time(
