@@ -21,6 +21,8 @@ from tests.catalog.factory import QUERY, ROOT, Stream
 LEASE_BLOCK = {"store_lease"}
 """Context managers that hold something across a block: one transaction to take, one to
 give back."""
+TRANSACTIONS = ("_run", "_read")
+"""What runs one retried transaction (``_read`` a read through the reading views)."""
 
 
 def _public_methods() -> Iterator[tuple[str, ast.FunctionDef]]:
@@ -59,8 +61,8 @@ def test_every_public_method_runs_one_transaction() -> None:
     assert len(methods) > 50
     for name, function in methods.items():
         calls = _self_calls(function)
-        runs = [looping for called, looping in calls if called == "_run"]
-        others = {called for called, _ in calls if called not in ("_run", "now")}
+        runs = [looping for called, looping in calls if called in TRANSACTIONS]
+        others = {called for called, _ in calls if called not in (*TRANSACTIONS, "now")}
         if function.name in LEASE_BLOCK:
             assert runs == [False] and others == {"release_lease"}, name
             continue

@@ -171,14 +171,14 @@ class CommitCalls(CatalogBase):
     ) -> dict[StoreId, CheckpointRef]:
         """The checkpoint each store committed in batch ``batch_id``; {} if it is not committed.
         The driver of batch ``b`` ships ``committed_ids(root, query, b - 1)`` to its tasks."""
-        return self._run(
+        return self._read(
             "read committed ids",
-            lambda c: commits.committed_ids(c, root, query_id, batch_id),
+            lambda c, v: commits.committed_ids(c, v, root, query_id, batch_id),
         )
 
     def latest_committed(self, root: str) -> dict[StoreId, CheckpointRef]:
         """Each store's latest committed (version, checkpoint id) below ``root``."""
-        return self._run("read latest versions", lambda c: commits.latest_committed(c, root))
+        return self._read("read latest versions", lambda c, v: commits.latest_committed(c, v, root))
 
     def commit_history(
         self,
@@ -188,9 +188,11 @@ class CommitCalls(CatalogBase):
         store: StoreId | None = None,
         limit: int = 100,
     ) -> list[CommitEntry]:
-        return self._run(
+        return self._read(
             "read commit history",
-            lambda c: commits.commit_history(c, root, query_id=query_id, store=store, limit=limit),
+            lambda c, v: commits.commit_history(
+                c, v, root, query_id=query_id, store=store, limit=limit
+            ),
         )
 
     def record_batch_metrics(
@@ -206,9 +208,9 @@ class CommitCalls(CatalogBase):
     def batch_metrics(
         self, root: str, query_id: str, *, limit: int = 100
     ) -> list[RecordedBatchMetrics]:
-        return self._run(
+        return self._read(
             "read batch metrics",
-            lambda c: batch_metrics.batch_metrics_history(c, root, query_id, limit),
+            lambda c, v: batch_metrics.batch_metrics_history(c, v, root, query_id, limit),
         )
 
     # --- the coordinator's records (written by commit_batch) -------------------------------

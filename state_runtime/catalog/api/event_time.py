@@ -23,9 +23,9 @@ class EventTimeCalls(CatalogBase):
         )
 
     def batch_watermark(self, root: str, query_id: str, batch_id: int) -> BatchWatermark | None:
-        return self._run(
+        return self._read(
             "read batch watermark",
-            lambda c: watermarks.batch_watermark(c, root, query_id, batch_id),
+            lambda c, v: watermarks.batch_watermark(c, v, root, query_id, batch_id),
         )
 
     def record_max_event_time(
@@ -49,9 +49,9 @@ class EventTimeCalls(CatalogBase):
     ) -> list[CommittedDelta]:
         """The delta each batch in ``[start, end]`` committed for each partition of a store,
         with the file's inventory state (a cleaned-up delta is 'deleting' or 'deleted')."""
-        return self._run(
+        return self._read(
             "read committed deltas",
-            lambda c: committed_deltas.committed_deltas(
-                c, root, operator_id, store_name, start_batch_id, end_batch_id, query_id
+            lambda c, v: committed_deltas.committed_deltas(
+                c, v, root, operator_id, store_name, start_batch_id, end_batch_id, query_id
             ),
         )

@@ -27,20 +27,20 @@ class HistoryCalls(CatalogBase):
         checkpoint id (delta, snapshots) with their deletions."""
         if limit < 1:
             raise InvalidArgument(f"limit must be at least 1, got {limit}")
-        return self._run(
+        return self._read(
             "read version history",
-            lambda c: history.version_history(c, root, stores, query_id, limit),
+            lambda c, v: history.version_history(c, v, root, stores, query_id, limit),
         )
 
     def query_ids(self, root: str) -> list[str]:
         """The queries that committed below ``root``."""
-        return self._run("list queries", lambda c: history.query_ids(c, root))
+        return self._read("list queries", lambda c, v: history.query_ids(c, v, root))
 
     def batch_metrics_after(
         self, after_id: int, *, limit: int = 200
     ) -> list[tuple[int, RecordedBatchMetrics]]:
         """Batch metrics recorded with an id above ``after_id`` (every root and query), oldest
         first, with their ids: what a reader such as Dagster's sensor has not seen yet."""
-        return self._run(
-            "read batch metrics", lambda c: batch_metrics.metrics_after(c, after_id, limit)
+        return self._read(
+            "read batch metrics", lambda c, v: batch_metrics.metrics_after(c, v, after_id, limit)
         )

@@ -30,7 +30,7 @@ class InventoryCalls(CatalogBase):
 
     def roots(self) -> list[str]:
         """Every checkpoint root below which the catalog knows a store."""
-        return self._run("list roots", inventory.roots)
+        return self._read("list roots", inventory.roots)
 
     def relocate_root(self, old: str, new: str) -> int:
         """Point every record below checkpoint root ``old`` at ``new`` (stores, batch metrics,
@@ -44,7 +44,7 @@ class InventoryCalls(CatalogBase):
     def stores(self, root: str | None = None) -> list[StoreRecord]:
         """Every store the catalog knows (below ``root``, if given)."""
 
-        return self._run("list stores", lambda c: inventory.store_records(c, root))
+        return self._read("list stores", lambda c, v: inventory.store_records(c, v, root))
 
     def store_files(self, root: str, store: StoreId) -> list[FileRecord]:
         """The live files of one store, oldest versions first (with their verification)."""
@@ -140,10 +140,10 @@ class InventoryCalls(CatalogBase):
         """Store problems, oldest first: open ones (what holds stores back), or all."""
         if store is not None:
             root = store.root
-        return self._run(
+        return self._read(
             "read problems",
-            lambda c: findings.problems(
-                c, root, None if store is None else store.store, only_open=only_open
+            lambda c, v: findings.problems(
+                c, v, root, None if store is None else store.store, only_open=only_open
             ),
         )
 
@@ -187,12 +187,12 @@ class InventoryCalls(CatalogBase):
         )
 
     def repairs(self, root: str | None = None) -> list[Repair]:
-        return self._run("read repairs", lambda c: findings.repairs(c, root))
+        return self._read("read repairs", lambda c, v: findings.repairs(c, v, root))
 
     def claimed_stores(self, root: str | None = None) -> set[StoreKey]:
         """Stores with files claimed for deletion but not yet recorded deleted (a run stopped
         between claim and record); cleanup resumes them."""
-        return self._run("find claimed stores", lambda c: inventory.claimed_stores(c, root))
+        return self._read("find claimed stores", lambda c, v: inventory.claimed_stores(c, v, root))
 
     def recorded_paths(self, root: str, paths: Collection[str]) -> set[str]:
         """Those of ``paths`` (below ``root``) the catalog has a record of, by index probes."""
@@ -200,15 +200,15 @@ class InventoryCalls(CatalogBase):
 
     def known_paths(self, root: str) -> dict[str, str]:
         """Every path the catalog has a record of below ``root``, with its state."""
-        return self._run("read known paths", lambda c: inventory.known_paths(c, root))
+        return self._read("read known paths", lambda c, v: inventory.known_paths(c, v, root))
 
     def attempt_sweeps(self, started_before: datetime, limit: int = 100) -> list[AttemptSweep]:
         """Batch intents whose attempts may have left files the catalog lacks (settled with
         suspect stores, or never settled), started before ``started_before``, oldest first,
         each with the store folders and versions to look at."""
-        return self._run(
+        return self._read(
             "read attempt sweeps",
-            lambda c: batch_intents.open_sweeps(c, started_before, limit),
+            lambda c, v: batch_intents.open_sweeps(c, v, started_before, limit),
         )
 
     def finish_attempt_sweeps(self, runs: Collection[str], forget_before: datetime) -> int:

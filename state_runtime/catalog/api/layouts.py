@@ -19,11 +19,11 @@ class LayoutCalls(CatalogBase):
 
     def layouts(self, root: str) -> dict[OperatorStore, Layout]:
         """Each operator's current layout below ``root``, by (operator id, store name)."""
-        return self._run("read layouts", lambda c: layouts.current_layouts(c, root))
+        return self._read("read layouts", lambda c, v: layouts.current_layouts(c, v, root))
 
     def layout_history(self, root: str) -> list[Layout]:
         """Every layout recorded below ``root`` (repartitions included), oldest first."""
-        return self._run("read layout history", lambda c: layouts.layout_history(c, root))
+        return self._read("read layout history", lambda c, v: layouts.layout_history(c, v, root))
 
     def record_layout(self, root: str, query_id: str, layout: NewLayout, from_batch: int) -> None:
         """Record an operator's first layout (a no-op when it has one)."""

@@ -128,7 +128,7 @@ class RetentionCalls(CatalogBase):
     def deletion_history(
         self, *, root: str | None = None, since: datetime | None = None, limit: int = 1000
     ) -> list[Deletion]:
-        return self._run(
+        return self._read(
             "read deletion history",
-            lambda c: deletions.deletion_history(c, root, since, limit),
+            lambda c, v: deletions.deletion_history(c, v, root, since, limit),
         )

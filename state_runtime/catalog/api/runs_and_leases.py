@@ -62,15 +62,19 @@ class RunCalls(CatalogBase):
         )
 
     def run(self, run_id: int) -> MaintenanceRun | None:
-        return self._run("read maintenance run", lambda c: runs_and_leases.get_run(c, run_id))
+        return self._read(
+            "read maintenance run", lambda c, v: runs_and_leases.get_run(c, v, run_id)
+        )
 
     def recent_runs(self, limit: int = 50) -> list[MaintenanceRun]:
-        return self._run("read maintenance runs", lambda c: runs_and_leases.recent_runs(c, limit))
+        return self._read(
+            "read maintenance runs", lambda c, v: runs_and_leases.recent_runs(c, v, limit)
+        )
 
     def runs_after(self, after_id: int, *, limit: int = 50) -> list[MaintenanceRun]:
         """Runs with an id above ``after_id``, oldest first: what a reader has not seen yet."""
-        return self._run(
-            "read maintenance runs", lambda c: runs_and_leases.runs_after(c, after_id, limit)
+        return self._read(
+            "read maintenance runs", lambda c, v: runs_and_leases.runs_after(c, v, after_id, limit)
         )
 
     def try_acquire_lease(
@@ -137,9 +141,9 @@ class RunCalls(CatalogBase):
     ) -> dict[str, Any] | None:
         """The counts of the newest succeeded run of ``kind`` over the same ``scope`` (its
         ``parameters["scope"]``) that started before run ``before_run_id``."""
-        return self._run(
+        return self._read(
             "read previous run",
-            lambda c: runs_and_leases.previous_run_counts(c, kind, scope, before_run_id),
+            lambda c, v: runs_and_leases.previous_run_counts(c, v, kind, scope, before_run_id),
         )
 
     def acquire_leases(

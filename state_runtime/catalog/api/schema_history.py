@@ -14,13 +14,15 @@ class SchemaHistoryCalls(CatalogBase):
 
     def schema_histories(self, root: str) -> dict[OperatorStore, SchemaHistory]:
         """Every operator store's history below ``root``, by (operator id, store name)."""
-        return self._run("read schema histories", lambda c: schema_history_sql.histories(c, root))
+        return self._read(
+            "read schema histories", lambda c, v: schema_history_sql.histories(c, v, root)
+        )
 
     def schema_history(self, root: str, operator_id: int, store_name: str) -> SchemaHistory | None:
         """One operator store's history, or None if the catalog knows no schema for it."""
         key = (operator_id, store_name)
-        found = self._run(
-            "read schema history", lambda c: schema_history_sql.histories(c, root, only=key)
+        found = self._read(
+            "read schema history", lambda c, v: schema_history_sql.histories(c, v, root, only=key)
         )
         return found.get(key)
 

@@ -19,6 +19,7 @@ from state_runtime.catalog.connection.engine import (
 )
 from state_runtime.catalog.connection.settings import CatalogTimeouts, catalog_url
 from state_runtime.catalog.schema import revision
+from state_runtime.catalog.schema.reading_views import READER_VIEWS, ReaderViews
 from state_runtime.errors import CommitConflict
 
 T = TypeVar("T")
@@ -101,3 +102,8 @@ class CatalogBase:
     ) -> T:
         self.clock.sync()  # measured (when due) before the transaction, never inside it
         return run_transaction(self.engine, work, retry=self.retry, what=what, translate=translate)
+
+    def _read(self, what: str, work: Callable[[Connection, ReaderViews], T]) -> T:
+        """One retried read: ``work`` receives the reading views, the only relations it selects
+        from (so the reader role, which holds SELECT on the views alone, may run it)."""
+        return self._run(what, lambda connection: work(connection, READER_VIEWS))

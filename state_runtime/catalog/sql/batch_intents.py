@@ -21,7 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import AttemptSweep, BatchStart, Suspects
-from state_runtime.catalog.schema.reading_views import read_batch_intents
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import batch_intents
 from state_runtime.catalog.sql.commits import committed_ids, latest_entry
 from state_runtime.catalog.sql.roots import validate_root
@@ -46,8 +47,8 @@ def begin_batch(
     validate_non_negative(batch_id, "batch id")
     if not 1 <= len(run) <= 32 or not run.isalnum():
         raise InvalidArgument(f"batch run id {run!r}: expected 1 to 32 letters or digits")
-    last = latest_entry(connection, root, query_id)
-    previous = committed_ids(connection, root, query_id, batch_id - 1) if batch_id else {}
+    last = latest_entry(connection, VIEWS, root, query_id)
+    previous = committed_ids(connection, VIEWS, root, query_id, batch_id - 1) if batch_id else {}
     exists = connection.execute(
         sa.select(batch_intents.c.run).where(batch_intents.c.run == run)
     ).first()
@@ -88,12 +89,14 @@ def settle(connection: Connection, run: str, suspects: Suspects, now: datetime) 
     )
 
 
-def open_sweeps(connection: Connection, started_before: datetime, limit: int) -> list[AttemptSweep]:
+def open_sweeps(
+    connection: Connection, views: ReaderViews, started_before: datetime, limit: int
+) -> list[AttemptSweep]:
     """Intents to sweep, oldest first: settled with suspects, or never settled, and started
     before ``started_before`` (a younger one may still have attempts running)."""
-    i = read_batch_intents.c
+    i = views.batch_intents.c
     rows = connection.execute(
-        sa.select(read_batch_intents)
+        sa.select(views.batch_intents)
         .where(i.swept_at.is_(None), i.started_at < started_before)
         .order_by(i.started_at)
         .limit(limit)
@@ -108,7 +111,7 @@ def _sweep_of(connection: Connection, row: Any) -> AttemptSweep:
     of the intent's operators, at the version after the previous batch's (1 for a new store).
     """
     committed = row.committed_at is not None
-    mine = committed_ids(connection, row.checkpoint_root, row.query_id, row.batch_id)
+    mine = committed_ids(connection, VIEWS, row.checkpoint_root, row.query_id, row.batch_id)
     if committed:
         suspects = row.suspects or {}
         stores = (
@@ -119,7 +122,7 @@ def _sweep_of(connection: Connection, row: Any) -> AttemptSweep:
         targets = {s: mine[s].version for s in stores if s in mine}
     else:
         before = (
-            committed_ids(connection, row.checkpoint_root, row.query_id, row.batch_id - 1)
+            committed_ids(connection, VIEWS, row.checkpoint_root, row.query_id, row.batch_id - 1)
             if row.batch_id
             else {}
         )

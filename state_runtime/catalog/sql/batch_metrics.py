@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import BatchMetrics, RecordedBatchMetrics
-from state_runtime.catalog.schema.reading_views import read_batch_metrics
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import batch_metrics
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.statements import upsert
@@ -62,12 +62,12 @@ def record_batch_metrics(
 
 
 def batch_metrics_history(
-    connection: Connection, root: str, query_id: str, limit: int
+    connection: Connection, views: ReaderViews, root: str, query_id: str, limit: int
 ) -> list[RecordedBatchMetrics]:
     """A query's recorded batch metrics, newest batch first."""
-    m = read_batch_metrics.c
+    m = views.batch_metrics.c
     rows = connection.execute(
-        sa.select(read_batch_metrics)
+        sa.select(views.batch_metrics)
         .where(m.checkpoint_root == root, m.query_id == query_id)
         .order_by(m.batch_id.desc())
         .limit(limit)
@@ -76,14 +76,14 @@ def batch_metrics_history(
 
 
 def metrics_after(
-    connection: Connection, after_id: int, limit: int
+    connection: Connection, views: ReaderViews, after_id: int, limit: int
 ) -> list[tuple[int, RecordedBatchMetrics]]:
     """Up to ``limit`` batches recorded with an id above ``after_id`` (any root and query),
     oldest first, each with its id: a reader's cursor. A replayed batch keeps its id."""
     validate_non_negative(limit, "limit")
-    m = read_batch_metrics.c
+    m = views.batch_metrics.c
     rows = connection.execute(
-        sa.select(read_batch_metrics)
+        sa.select(views.batch_metrics)
         .where(m.metrics_id > after_id)
         .order_by(m.metrics_id)
         .limit(limit)

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import BatchCommit, CommitEntry
-from state_runtime.catalog.schema.reading_views import read_commits, read_stores
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import FileState, checkpoint_files, commit_log, stores
 from state_runtime.catalog.sql.inventory import RecordedFile, check_info, record_locked
 from state_runtime.catalog.sql.lookups import committed_ids_at, ensure_stores, lock_stores
@@ -343,25 +343,27 @@ def _batch_entries(
 
 
 def committed_ids(
-    connection: Connection, root: str, query_id: str, batch_id: int
+    connection: Connection, views: ReaderViews, root: str, query_id: str, batch_id: int
 ) -> dict[StoreId, CheckpointRef]:
     """The (version, checkpoint id) batch ``batch_id`` committed for each store; {} if none."""
     validate_non_negative(batch_id, "batch id")
-    c, s = read_commits.c, read_stores.c
+    c, s = views.commits.c, views.stores.c
     rows = connection.execute(
         sa.select(s.operator_id, s.partition_id, s.store_name, c.version, c.checkpoint_id)
-        .join(read_stores, s.store_id == c.store_id)
+        .join(views.stores, s.store_id == c.store_id)
         .where(s.checkpoint_root == root, c.query_id == query_id, c.batch_id == batch_id)
     )
     return {store_id_of(r): CheckpointRef(r.version, r.checkpoint_id) for r in rows}
 
 
-def latest_entry(connection: Connection, root: str, query_id: str) -> tuple[int, StoreId] | None:
+def latest_entry(
+    connection: Connection, views: ReaderViews, root: str, query_id: str
+) -> tuple[int, StoreId] | None:
     """The query's last committed batch below ``root`` and one of its stores; None if none."""
-    c, s = read_commits.c, read_stores.c
+    c, s = views.commits.c, views.stores.c
     row = connection.execute(
         sa.select(c.batch_id, s.operator_id, s.partition_id, s.store_name)
-        .join(read_stores, s.store_id == c.store_id)
+        .join(views.stores, s.store_id == c.store_id)
         .where(s.checkpoint_root == root, c.query_id == query_id)
         .order_by(c.batch_id.desc())
         .limit(1)
@@ -369,9 +371,11 @@ def latest_entry(connection: Connection, root: str, query_id: str) -> tuple[int,
     return None if row is None else (row.batch_id, store_id_of(row))
 
 
-def latest_committed(connection: Connection, root: str) -> dict[StoreId, CheckpointRef]:
+def latest_committed(
+    connection: Connection, views: ReaderViews, root: str
+) -> dict[StoreId, CheckpointRef]:
     """Each store's latest committed (version, checkpoint id) below ``root``."""
-    s = read_stores.c
+    s = views.stores.c
     rows = connection.execute(
         sa.select(
             s.operator_id, s.partition_id, s.store_name, s.latest_version, s.latest_checkpoint_id
@@ -382,6 +386,7 @@ def latest_committed(connection: Connection, root: str) -> dict[StoreId, Checkpo
 
 def commit_history(
     connection: Connection,
+    views: ReaderViews,
     root: str,
     *,
     query_id: str | None = None,
@@ -389,7 +394,7 @@ def commit_history(
     limit: int = 100,
 ) -> list[CommitEntry]:
     """Commit-log entries below ``root``, newest batch first."""
-    c, s = read_commits.c, read_stores.c
+    c, s = views.commits.c, views.stores.c
     query = (
         sa.select(
             s.checkpoint_root,
@@ -402,7 +407,7 @@ def commit_history(
             c.checkpoint_id,
             c.committed_at,
         )
-        .join(read_stores, s.store_id == c.store_id)
+        .join(views.stores, s.store_id == c.store_id)
         .where(s.checkpoint_root == root)
         .order_by(c.batch_id.desc(), s.operator_id, s.partition_id, s.store_name)
         .limit(limit)
@@ -410,7 +415,7 @@ def commit_history(
     if query_id is not None:
         query = query.where(c.query_id == query_id)
     if store is not None:
-        query = query.where(is_store(store, read_stores))
+        query = query.where(is_store(store, views.stores))
     return [
         CommitEntry(
             key=key_of(r),

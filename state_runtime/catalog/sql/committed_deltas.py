@@ -6,13 +6,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import CommittedDelta
-from state_runtime.catalog.schema.reading_views import read_commits, read_files, read_stores
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.identity import CheckpointRef, StoreId, validate_name, validate_non_negative
 
 
 def committed_deltas(
     connection: Connection,
+    views: ReaderViews,
     root: str,
     operator_id: int,
     store_name: str,
@@ -27,13 +28,13 @@ def committed_deltas(
     validate_name(store_name, "store name")
     validate_non_negative(start_batch_id, "start batch id")
     validate_non_negative(end_batch_id, "end batch id")
-    c, s, f = read_commits.c, read_stores.c, read_files.c
+    c, s, f = views.commits.c, views.stores.c, views.files.c
     query = (
         sa.select(
             s.partition_id, c.query_id, c.batch_id, c.version, c.checkpoint_id, f.path, f.state
         )
-        .join(read_stores, s.store_id == c.store_id)
-        .outerjoin(read_files, f.file_id == c.file_id)  # none: the batch changed nothing
+        .join(views.stores, s.store_id == c.store_id)
+        .outerjoin(views.files, f.file_id == c.file_id)  # none: the batch changed nothing
         .where(
             s.checkpoint_root == root,
             s.operator_id == operator_id,

@@ -13,7 +13,7 @@ from state_runtime.catalog.records import (
     Deletion,
     FileVerdict,
 )
-from state_runtime.catalog.schema.reading_views import read_deletions, read_files, read_stores
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
     checkpoint_files,
@@ -196,10 +196,10 @@ def record_lost(
 
 
 def deletion_history(
-    connection: Connection, root: str | None, since: datetime | None, limit: int
+    connection: Connection, views: ReaderViews, root: str | None, since: datetime | None, limit: int
 ) -> list[Deletion]:
     """Ledger entries, newest first."""
-    s, f, d = read_stores.c, read_files.c, read_deletions.c
+    s, f, d = views.stores.c, views.files.c, views.deletions.c
     query = (
         sa.select(
             s.checkpoint_root,
@@ -212,9 +212,9 @@ def deletion_history(
             d.reason,
             d.deleted_at,
         )
-        .select_from(read_deletions)
-        .join(read_files, f.file_id == d.file_id)
-        .join(read_stores, s.store_id == f.store_id)
+        .select_from(views.deletions)
+        .join(views.files, f.file_id == d.file_id)
+        .join(views.stores, s.store_id == f.store_id)
         .order_by(d.deleted_at.desc(), d.deletion_id.desc())
         .limit(limit)
     )

@@ -14,7 +14,7 @@ from state_runtime.catalog.records import (
     Explanation,
     StoreKey,
 )
-from state_runtime.catalog.schema.reading_views import read_deletions, read_files, read_stores
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.schema.tables import FileState, Verification
 from state_runtime.catalog.sql.lookups import files_at
 from state_runtime.catalog.sql.retention import Scope, idle_versions, live_files, verdict_rows
@@ -37,8 +37,8 @@ def explain(
     A file whose last verification failed, or that the caller found ``absent`` from storage,
     is never called needed: the answer says what is lost without it and what still loads.
     """
-    s, f, d = read_stores.c, read_files.c, read_deletions.c
-    matches = files_at(connection, root, [path], f.file_id, f.store_id, f.state, files=read_files)
+    s, f, d = VIEWS.stores.c, VIEWS.files.c, VIEWS.deletions.c
+    matches = files_at(connection, root, [path], f.file_id, f.store_id, f.state, files=VIEWS.files)
     found = matches[0] if matches else None
     if found is None:
         return Explanation(
@@ -51,9 +51,9 @@ def explain(
     if found.state == FileState.DELETED.value:
         row = connection.execute(
             sa.select(*READ_FILE_COLUMNS, d.run_id, d.reason.label("ledger_reason"), d.deleted_at)
-            .select_from(read_files)
-            .join(read_stores, s.store_id == f.store_id)
-            .join(read_deletions, d.file_id == f.file_id)
+            .select_from(VIEWS.files)
+            .join(VIEWS.stores, s.store_id == f.store_id)
+            .join(VIEWS.deletions, d.file_id == f.file_id)
             .where(f.file_id == found.file_id)
         ).one()
         deletion = Deletion(

@@ -17,12 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
-from state_runtime.catalog.schema.reading_views import (
-    read_files,
-    read_problems,
-    read_repairs,
-    read_stores,
-)
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import (
     Verification,
     checkpoint_files,
@@ -200,10 +195,15 @@ def resolve_problems(
 
 
 def problems(
-    connection: Connection, root: str | None, store: StoreId | None, *, only_open: bool = True
+    connection: Connection,
+    views: ReaderViews,
+    root: str | None,
+    store: StoreId | None,
+    *,
+    only_open: bool = True,
 ) -> list[StoreProblem]:
     """Store problems (open ones by default), oldest first."""
-    s, p = read_stores.c, read_problems.c
+    s, p = views.stores.c, views.problems.c
     query = (
         sa.select(
             *READ_STORE_KEY_COLUMNS,
@@ -216,7 +216,7 @@ def problems(
             p.resolved_at,
             p.resolution,
         )
-        .join(read_stores, s.store_id == p.store_id)
+        .join(views.stores, s.store_id == p.store_id)
         .order_by(p.detected_at, p.problem_id)
     )
     if only_open:
@@ -224,7 +224,7 @@ def problems(
     if root is not None:
         query = query.where(s.checkpoint_root == root)
     if store is not None:
-        query = query.where(is_store(store, read_stores))
+        query = query.where(is_store(store, views.stores))
     return [
         StoreProblem(
             problem_id=row.problem_id,
@@ -341,9 +341,9 @@ def finish_repair(
         )
 
 
-def repairs(connection: Connection, root: str | None) -> list[Repair]:
+def repairs(connection: Connection, views: ReaderViews, root: str | None) -> list[Repair]:
     """Every repair, newest first."""
-    s, f, r = read_stores.c, read_files.c, read_repairs.c
+    s, f, r = views.stores.c, views.files.c, views.repairs.c
     query = (
         sa.select(
             *READ_STORE_KEY_COLUMNS,
@@ -358,8 +358,8 @@ def repairs(connection: Connection, root: str | None) -> list[Repair]:
             r.removed_at,
             r.finished_at,
         )
-        .join(read_files, f.file_id == r.file_id)
-        .join(read_stores, s.store_id == f.store_id)
+        .join(views.files, f.file_id == r.file_id)
+        .join(views.stores, s.store_id == f.store_id)
         .order_by(r.repair_id.desc())
     )
     if root is not None:

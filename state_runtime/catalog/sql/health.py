@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
-from state_runtime.catalog.schema.reading_views import read_files, read_stores
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.sql.retention import PolicySql, Scope, needed_files
 from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.sql.store_facts import last_snapshots, store_facts
@@ -23,7 +23,7 @@ from state_runtime.retention import RetentionPolicy
 def snapshot_candidates_query(min_deltas: int, root: str | None) -> sa.Select[Any]:
     """Stores with at least ``min_deltas`` committed deltas since their last snapshot,
     longest chains first."""
-    s = read_stores.c
+    s = VIEWS.stores.c
     snap = last_snapshots(Scope(root=root))
     since = sa.func.coalesce(snap.c.snapshot_version, 0)
     deltas = (s.latest_version - since).label("deltas")
@@ -96,7 +96,7 @@ def recovery_costs(connection: Connection, root: str | None) -> dict[StoreKey, R
     """Per store (of ``root``, or all), the files and bytes loading its latest committed
     version reads: the "files needed by the retained versions" walk, newest version only."""
     nf = needed_files(1, Scope(root=root)).subquery("nf")
-    f = read_files.c
+    f = VIEWS.files.c
     query = (
         sa.select(
             *READ_STORE_KEY_COLUMNS,
@@ -104,8 +104,8 @@ def recovery_costs(connection: Connection, root: str | None) -> dict[StoreKey, R
             sa.func.sum(f.size_bytes).label("bytes"),
         )
         .select_from(nf)
-        .join(read_files, f.file_id == nf.c.file_id)
-        .join(read_stores, read_stores.c.store_id == nf.c.store_id)
+        .join(VIEWS.files, f.file_id == nf.c.file_id)
+        .join(VIEWS.stores, VIEWS.stores.c.store_id == nf.c.store_id)
         .group_by(*READ_STORE_KEY_COLUMNS)
     )
     return {key_of(r): RecoveryCost(int(r.files), int(r.bytes)) for r in connection.execute(query)}

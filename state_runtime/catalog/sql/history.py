@@ -10,12 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import HistoryFile, VersionHistory
-from state_runtime.catalog.schema.reading_views import (
-    read_commits,
-    read_deletions,
-    read_files,
-    read_stores,
-)
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, key_of
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
@@ -23,6 +18,7 @@ from state_runtime.identity import CheckpointRef, FileKind, StoreId
 
 def version_history(
     connection: Connection,
+    views: ReaderViews,
     root: str,
     only: Sequence[StoreId] | None,
     query_id: str | None,
@@ -30,7 +26,7 @@ def version_history(
 ) -> list[VersionHistory]:
     """The ``limit`` newest committed versions below ``root`` (of the stores in ``only``, of
     the query ``query_id``), newest commit first; each with the files of its checkpoint id."""
-    s, c = read_stores.c, read_commits.c
+    s, c = views.stores.c, views.commits.c
     query = (
         sa.select(
             c.store_id,
@@ -41,7 +37,7 @@ def version_history(
             c.batch_id,
             c.committed_at,
         )
-        .join(read_stores, s.store_id == c.store_id)
+        .join(views.stores, s.store_id == c.store_id)
         .where(s.checkpoint_root == root)
         .order_by(c.committed_at.desc(), c.batch_id.desc(), s.operator_id, s.partition_id)
         .limit(limit)
@@ -63,7 +59,7 @@ def version_history(
             )
         )
     commits = list(connection.execute(query))
-    files = _files(connection, [(r.store_id, r.version, r.checkpoint_id) for r in commits])
+    files = _files(connection, views, [(r.store_id, r.version, r.checkpoint_id) for r in commits])
     history: list[VersionHistory] = []
     for r in commits:
         own = files.get((r.store_id, r.version, r.checkpoint_id), [])
@@ -96,12 +92,12 @@ def _older(
 
 
 def _files(
-    connection: Connection, wanted: Sequence[tuple[int, int, str]]
+    connection: Connection, views: ReaderViews, wanted: Sequence[tuple[int, int, str]]
 ) -> dict[tuple[int, int, str], list[tuple[int, HistoryFile]]]:
     """The files of each (store id, checkpoint id) pair's versions, with the state rows at
     each version (every file of a version records them): the wanted versions' own, and the
     lower versions' a version that changed nothing shares its checkpoint with."""
-    f, d = read_files.c, read_deletions.c
+    f, d = views.files.c, views.deletions.c
     keys = set(wanted)
     found: dict[tuple[int, int, str], list[tuple[int, HistoryFile]]] = defaultdict(list)
     for part in chunks(sorted(keys)):
@@ -122,7 +118,7 @@ def _files(
                 d.run_id,
                 d.reason,
             )
-            .outerjoin(read_deletions, d.file_id == f.file_id)
+            .outerjoin(views.deletions, d.file_id == f.file_id)
             .where(
                 f.store_id.in_({k[0] for k in part}),
                 f.checkpoint_id.in_({k[2] for k in part}),
@@ -153,13 +149,13 @@ def _files(
     return found
 
 
-def query_ids(connection: Connection, root: str) -> list[str]:
+def query_ids(connection: Connection, views: ReaderViews, root: str) -> list[str]:
     """The queries that committed below ``root``."""
-    s, c = read_stores.c, read_commits.c
+    s, c = views.stores.c, views.commits.c
     query = (
         sa.select(c.query_id)
         .distinct()
-        .join(read_stores, s.store_id == c.store_id)
+        .join(views.stores, s.store_id == c.store_id)
         .where(s.checkpoint_root == root)
         .order_by(c.query_id)
     )

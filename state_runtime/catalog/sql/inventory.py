@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import StoreKey, StoreRecord
-from state_runtime.catalog.schema.reading_views import read_files, read_stores
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
     batch_metrics,
@@ -203,13 +204,13 @@ def _files_by_path(connection: Connection, wanted: set[tuple[int, int, str]]) ->
     return dict(rows_at(connection, wanted, (*columns, f.claimed_by_run)))
 
 
-def claimed_stores(connection: Connection, root: str | None) -> set[StoreKey]:
+def claimed_stores(connection: Connection, views: ReaderViews, root: str | None) -> set[StoreKey]:
     """Stores with files claimed for deletion but not yet recorded deleted."""
-    s, f = read_stores.c, read_files.c
+    s, f = views.stores.c, views.files.c
     query = (
         sa.select(*READ_STORE_KEY_COLUMNS)
         .distinct()
-        .join(read_files, f.store_id == s.store_id)
+        .join(views.files, f.store_id == s.store_id)
         .where(f.state == FileState.DELETING.value)
     )
     if root is not None:
@@ -217,12 +218,12 @@ def claimed_stores(connection: Connection, root: str | None) -> set[StoreKey]:
     return {key_of(r) for r in connection.execute(query)}
 
 
-def known_paths(connection: Connection, root: str) -> dict[str, str]:
+def known_paths(connection: Connection, views: ReaderViews, root: str) -> dict[str, str]:
     """Every path the catalog has a record of below ``root``, with its state."""
-    s, f = read_stores.c, read_files.c
+    s, f = views.stores.c, views.files.c
     rows = connection.execute(
         sa.select(f.path, f.state)
-        .join(read_stores, s.store_id == f.store_id)
+        .join(views.stores, s.store_id == f.store_id)
         .where(s.checkpoint_root == root)
     )
     return {r.path: r.state for r in rows}
@@ -248,15 +249,15 @@ def register_stores(
         )
 
 
-def roots(connection: Connection) -> list[str]:
+def roots(connection: Connection, views: ReaderViews) -> list[str]:
     """Every checkpoint root below which the catalog knows a store."""
-    query = sa.select(read_stores.c.checkpoint_root).distinct()
+    query = sa.select(views.stores.c.checkpoint_root).distinct()
     return sorted(connection.execute(query).scalars())
 
 
 def relocate_root(connection: Connection, old: str, new: str) -> int:
     """Point every record below root ``old`` at ``new``; the number of stores moved."""
-    known = set(roots(connection))
+    known = set(roots(connection, VIEWS))
     if old not in known:
         raise InvalidArgument(f"the catalog records no store below {old}")
     if new in known:
@@ -271,11 +272,13 @@ def relocate_root(connection: Connection, old: str, new: str) -> int:
     return int(moved)
 
 
-def store_records(connection: Connection, root: str | None) -> list[StoreRecord]:
+def store_records(
+    connection: Connection, views: ReaderViews, root: str | None
+) -> list[StoreRecord]:
     """Every store the catalog knows (below ``root``, if given)."""
-    query = read_stores.select().order_by(*READ_STORE_KEY_COLUMNS)
+    query = views.stores.select().order_by(*READ_STORE_KEY_COLUMNS)
     if root is not None:
-        query = query.where(read_stores.c.checkpoint_root == root)
+        query = query.where(views.stores.c.checkpoint_root == root)
     return [
         StoreRecord(
             key=key_of(r),

@@ -21,7 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import Layout, NewLayout
-from state_runtime.catalog.schema.reading_views import read_operator_layouts
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
     checkpoint_files,
@@ -51,11 +52,11 @@ class Switch:
     orphaned_files: int
 
 
-def layout_history(connection: Connection, root: str) -> list[Layout]:
+def layout_history(connection: Connection, views: ReaderViews, root: str) -> list[Layout]:
     """Every layout recorded below ``root``, oldest first per operator."""
-    o = read_operator_layouts.c
+    o = views.operator_layouts.c
     rows = connection.execute(
-        sa.select(read_operator_layouts)
+        sa.select(views.operator_layouts)
         .where(o.checkpoint_root == root)
         .order_by(o.operator_id, o.store_name, o.seq)
     )
@@ -77,9 +78,11 @@ def layout_history(connection: Connection, root: str) -> list[Layout]:
     ]
 
 
-def current_layouts(connection: Connection, root: str) -> dict[OperatorStore, Layout]:
+def current_layouts(
+    connection: Connection, views: ReaderViews, root: str
+) -> dict[OperatorStore, Layout]:
     """Each operator's current (newest) layout below ``root``."""
-    return {(x.operator_id, x.store_name): x for x in layout_history(connection, root)}
+    return {(x.operator_id, x.store_name): x for x in layout_history(connection, views, root)}
 
 
 def record_layout(
@@ -94,7 +97,7 @@ def record_layout(
     the operator has one."""
     validate_root(root)
     validate_name(query_id, "query id")
-    if (layout.operator_id, layout.store_name) in current_layouts(connection, root):
+    if (layout.operator_id, layout.store_name) in current_layouts(connection, VIEWS, root):
         return
     _insert(connection, root, query_id, layout, 0, from_batch, 0, None, now)
 
@@ -121,7 +124,7 @@ def switch_layout(
     """
     validate_root(root)
     switched = {(x.operator_id, x.store_name): x for x in layouts}
-    current = current_layouts(connection, root)
+    current = current_layouts(connection, VIEWS, root)
     rows = _batch_rows(connection, root, query_id, batch_id, set(switched))
     lock_stores(connection, [r.store_id for r in rows])
     at_batch = {key_of(r).store: CheckpointRef(r.version, r.checkpoint_id) for r in rows}

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.schema.reading_views import read_files, read_stores
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.schema.tables import checkpoint_files, commit_log, stores
 from state_runtime.catalog.sql.rows import AnyRow, store_id_of
 from state_runtime.catalog.sql.statements import chunks, insert_ignoring
@@ -56,7 +56,7 @@ def committed_ids_at(
 
 def store_ids(connection: Connection, root: str, wanted: Iterable[StoreId]) -> dict[StoreId, int]:
     """The ids of the stores in ``wanted`` that the catalog knows (no insert)."""
-    s = read_stores.c
+    s = VIEWS.stores.c
     wanted = set(wanted)
     found: dict[StoreId, int] = {}
     for part in chunks(sorted(wanted)):
@@ -163,7 +163,7 @@ def files_at(
 def recorded_paths(connection: Connection, root: str, paths: Iterable[str]) -> set[str]:
     """Those of ``paths`` below ``root`` that the catalog has a record of (read through the
     reading view: a dry run as the reader asks it too)."""
-    return {row[0] for row in files_at(connection, root, paths, files=read_files)}
+    return {row[0] for row in files_at(connection, root, paths, files=VIEWS.files)}
 
 
 def rows_at(

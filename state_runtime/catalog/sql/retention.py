@@ -29,12 +29,7 @@ from state_runtime.catalog.records import (
     StoreKey,
 )
 from state_runtime.catalog.schema.predicates import is_live, is_named_verified_snapshot
-from state_runtime.catalog.schema.reading_views import (
-    read_commits,
-    read_files,
-    read_problems,
-    read_stores,
-)
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.schema.tables import FileState, Verification
 from state_runtime.catalog.sql.lookups import store_ids
 from state_runtime.catalog.sql.rows import READ_FILE_COLUMNS, AnyRow, file_record
@@ -57,8 +52,8 @@ class Scope:
         if self.root is not None:
             conditions.append(
                 store_id.in_(
-                    sa.select(read_stores.c.store_id).where(
-                        read_stores.c.checkpoint_root == self.root
+                    sa.select(VIEWS.stores.c.store_id).where(
+                        VIEWS.stores.c.checkpoint_root == self.root
                     )
                 )
             )
@@ -67,7 +62,7 @@ class Scope:
 
 def _verified_snapshot(f: Any) -> ColumnElement[bool]:
     """A snapshot a retained version may load from (the commit log names it)."""
-    return is_named_verified_snapshot(f, read_commits.alias("naming"))
+    return is_named_verified_snapshot(f, VIEWS.commits.alias("naming"))
 
 
 @dataclass(frozen=True)
@@ -108,9 +103,9 @@ def retained_bases(back: sa.FromClause, scope: Scope) -> sa.CTE:
     grow with history (a recursive CTE over base ids is blind to PostgreSQL's planner, which
     then re-hashes the inventory at every step of the walk).
     """
-    s = read_stores.c
+    s = VIEWS.stores.c
     version = s.latest_version - back.c.k
-    snap = read_files.alias("snap")
+    snap = VIEWS.files.alias("snap")
     base_version = (
         sa.select(sa.func.max(snap.c.version))
         .where(snap.c.store_id == s.store_id, _verified_snapshot(snap.c), snap.c.version <= version)
@@ -122,7 +117,7 @@ def retained_bases(back: sa.FromClause, scope: Scope) -> sa.CTE:
             version.label("retained_version"),
             sa.func.coalesce(base_version, 0).label("base_version"),
         )
-        .select_from(read_stores)
+        .select_from(VIEWS.stores)
         .join(back, sa.true())
         .where(version >= 1, scope.filter(s.store_id))
         .cte("retained")
@@ -134,8 +129,8 @@ def needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
     the deltas that the commit log's entries above that base name (a version that changed
     nothing names none). The commit log decides, not the files' states: a file a retained
     commit needs is needed whatever its row's state says, so no deletion can claim it."""
-    f = read_files.alias("needed_file")
-    c = read_commits.alias("step")
+    f = VIEWS.files.alias("needed_file")
+    c = VIEWS.commits.alias("step")
     r = retained.c
     snapshots = (
         sa.select(f.c.file_id, f.c.store_id, r.retained_version)
@@ -174,7 +169,7 @@ def fact_sql(
 ) -> Mapping[Fact, ColumnElement[bool]]:
     """Each fact of the rule about a ``checkpoint_files`` row, in SQL (``needed``, ``floor``
     and ``held`` come from the joins :func:`verdicts` makes)."""
-    f = read_files.c
+    f = VIEWS.files.c
     snapshot = f.kind == FileKind.SNAPSHOT.value
     return {
         Fact.NEEDED: needed,
@@ -194,7 +189,7 @@ def _aged_by(cutoff: Any) -> ColumnElement[bool]:
     """The file's age starts at or before ``cutoff``: the later of its writer's ``created_at``
     and the catalog's ``recorded_at`` (:attr:`~state_runtime.retention.StoreFile.aged_from`),
     written as both being at or before it (no dialect's greatest/max needed)."""
-    f = read_files.c
+    f = VIEWS.files.c
     return sa.and_(f.created_at <= cutoff, f.recorded_at <= cutoff)
 
 
@@ -231,7 +226,7 @@ def verdicts(
         .group_by(retained.c.store_id)
         .subquery("floors")
     )
-    p = read_problems.c
+    p = VIEWS.problems.c
     held = (
         sa.select(p.store_id)
         .where(p.resolved_at.is_(None), scope.filter(p.store_id))
@@ -239,7 +234,7 @@ def verdicts(
         .subquery("held")
     )
     is_held = held.c.store_id.is_not(None)
-    f = read_files.c
+    f = VIEWS.files.c
     if only_deletable:
         unknown = sa.null().cast(sa.BigInteger())
         facts = fact_sql(needed=sa.false(), floor=floors.c.floor, held=is_held, policy=policy)
@@ -252,7 +247,7 @@ def verdicts(
                 unknown.label("needed_to"),
                 facts[Fact.ABOVE_FLOOR].label("above_floor"),
             )
-            .join(read_stores, read_stores.c.store_id == f.store_id)
+            .join(VIEWS.stores, VIEWS.stores.c.store_id == f.store_id)
             .outerjoin(floors, floors.c.store_id == f.store_id)
             .outerjoin(held, held.c.store_id == f.store_id)
             .where(
@@ -285,8 +280,8 @@ def verdicts(
             needed.c.needed_to,
             facts[Fact.ABOVE_FLOOR].label("above_floor"),
         )
-        .select_from(read_files)
-        .join(read_stores, read_stores.c.store_id == f.store_id)
+        .select_from(VIEWS.files)
+        .join(VIEWS.stores, VIEWS.stores.c.store_id == f.store_id)
         .outerjoin(needed, needed.c.file_id == f.file_id)
         .outerjoin(floors, floors.c.store_id == f.store_id)
         .outerjoin(held, held.c.store_id == f.store_id)
@@ -332,8 +327,8 @@ def verdict_rows(
 ) -> list[tuple[int, FileVerdict]]:
     query = verdicts(policy, scope, now, only_deletable=only_deletable)
     if path is not None:
-        query = query.where(read_files.c.path == path)
-    f = read_files.c
+        query = query.where(VIEWS.files.c.path == path)
+    f = VIEWS.files.c
     query = query.order_by(f.version, f.store_id, f.kind, f.file_id)
     return [(row.file_id, _file_verdict(row, policy)) for row in connection.execute(query).all()]
 
@@ -353,10 +348,10 @@ def file_verdicts(
 
 def live_files(connection: Connection, store_id: int) -> list[FileRecord]:
     """The live files of one store, oldest versions first."""
-    f = read_files.c
+    f = VIEWS.files.c
     rows = connection.execute(
         sa.select(*READ_FILE_COLUMNS)
-        .join(read_stores, read_stores.c.store_id == f.store_id)
+        .join(VIEWS.stores, VIEWS.stores.c.store_id == f.store_id)
         .where(f.store_id == store_id, is_live(f))
         .order_by(f.version, f.kind, f.file_id)
     )
@@ -373,12 +368,12 @@ def retained_versions(
     store_id = ids[store]
     scope = Scope(store_ids=(store_id,))
     nf = needed_files(retain_versions, scope).subquery("nf")
-    f, c = read_files.c, read_commits.c
+    f, c = VIEWS.files.c, VIEWS.commits.c
     rows = connection.execute(
         sa.select(*READ_FILE_COLUMNS, nf.c.retained_version)
         .select_from(nf)
-        .join(read_files, f.file_id == nf.c.file_id)
-        .join(read_stores, read_stores.c.store_id == f.store_id)
+        .join(VIEWS.files, f.file_id == nf.c.file_id)
+        .join(VIEWS.stores, VIEWS.stores.c.store_id == f.store_id)
         .order_by(nf.c.retained_version.desc(), f.version)
     ).all()
     by_version: dict[int, list[FileRecord]] = {}
@@ -386,8 +381,8 @@ def retained_versions(
         by_version.setdefault(row.retained_version, []).append(file_record(row))
     retained = connection.execute(
         sa.select(c.version, c.checkpoint_id)
-        .join(read_stores, read_stores.c.store_id == c.store_id)
-        .where(c.store_id == store_id, c.version > read_stores.c.latest_version - retain_versions)
+        .join(VIEWS.stores, VIEWS.stores.c.store_id == c.store_id)
+        .where(c.store_id == store_id, c.version > VIEWS.stores.c.latest_version - retain_versions)
         .order_by(c.version.desc())
     ).all()
     idle = idle_versions(connection, store_id)
@@ -402,7 +397,7 @@ def retained_versions(
 
 def idle_versions(connection: Connection, store_id: int) -> frozenset[int]:
     """The store's committed versions that changed nothing: their commits name no file."""
-    c = read_commits.c
+    c = VIEWS.commits.c
     query = sa.select(c.version).where(c.store_id == store_id, c.file_id.is_(None))
     return frozenset(connection.execute(query).scalars())
 

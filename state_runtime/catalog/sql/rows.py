@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Row
 
 from state_runtime.catalog.records import FileRecord, StoreKey
-from state_runtime.catalog.schema.reading_views import read_files, read_stores
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.schema.tables import Verification, checkpoint_files, stores
 from state_runtime.identity import FileKind, StoreId
 
@@ -27,7 +27,7 @@ def store_key_columns(s: sa.TableClause) -> Columns:
 
 
 STORE_KEY_COLUMNS = store_key_columns(stores)
-READ_STORE_KEY_COLUMNS = store_key_columns(read_stores)
+READ_STORE_KEY_COLUMNS = store_key_columns(VIEWS.stores)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -125,4 +125,4 @@ def file_columns(f: sa.TableClause, s: sa.TableClause) -> Columns:
 
 
 FILE_COLUMNS = file_columns(checkpoint_files, stores)
-READ_FILE_COLUMNS = file_columns(read_files, read_stores)
+READ_FILE_COLUMNS = file_columns(VIEWS.files, VIEWS.stores)

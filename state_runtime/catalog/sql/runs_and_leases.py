@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
-from state_runtime.catalog.schema.reading_views import read_runs
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance_runs, store_leases
 from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
 from state_runtime.catalog.sql.rows import AnyRow
@@ -189,26 +189,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def get_run(connection: Connection, run_id: int) -> MaintenanceRun | None:
+def get_run(connection: Connection, views: ReaderViews, run_id: int) -> MaintenanceRun | None:
     validate_non_negative(run_id, "run id")
-    row = connection.execute(sa.select(read_runs).where(read_runs.c.run_id == run_id)).first()
+    row = connection.execute(sa.select(views.runs).where(views.runs.c.run_id == run_id)).first()
     return None if row is None else _run(row)
 
 
-def recent_runs(connection: Connection, limit: int) -> list[MaintenanceRun]:
+def recent_runs(connection: Connection, views: ReaderViews, limit: int) -> list[MaintenanceRun]:
     validate_non_negative(limit, "limit")
-    r = read_runs.c
+    r = views.runs.c
     rows = connection.execute(
-        sa.select(read_runs).order_by(r.started_at.desc(), r.run_id.desc()).limit(limit)
+        sa.select(views.runs).order_by(r.started_at.desc(), r.run_id.desc()).limit(limit)
     )
     return [_run(row) for row in rows]
 
 
-def runs_after(connection: Connection, after_id: int, limit: int) -> list[MaintenanceRun]:
+def runs_after(
+    connection: Connection, views: ReaderViews, after_id: int, limit: int
+) -> list[MaintenanceRun]:
     """Up to ``limit`` runs with an id above ``after_id``, oldest first (a reader's cursor)."""
     validate_non_negative(limit, "limit")
-    r = read_runs.c
-    query = sa.select(read_runs).where(r.run_id > after_id).order_by(r.run_id).limit(limit)
+    r = views.runs.c
+    query = sa.select(views.runs).where(r.run_id > after_id).order_by(r.run_id).limit(limit)
     return [_run(row) for row in connection.execute(query)]
 
 
@@ -316,11 +318,11 @@ def release_lease(connection: Connection, store_id: int, lease: Lease) -> bool:
 
 
 def previous_run_counts(
-    connection: Connection, kind: RunKind, scope: str, before_run_id: int
+    connection: Connection, views: ReaderViews, kind: RunKind, scope: str, before_run_id: int
 ) -> dict[str, Any] | None:
     """The counts of the newest succeeded run of ``kind`` over the same ``scope`` (its
     ``parameters["scope"]``) that started before run ``before_run_id``."""
-    r = read_runs.c
+    r = views.runs.c
     rows = connection.execute(
         sa.select(r.parameters, r.counts)
         .where(

@@ -9,11 +9,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.schema.reading_views import (
-    read_operator_schemas,
-    read_state_schemas,
-    read_stores,
-)
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import operator_schemas, state_schemas, stores
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.errors import CommitConflict
@@ -26,13 +22,13 @@ OperatorStore = tuple[int, str]
 
 
 def histories(
-    connection: Connection, root: str, only: OperatorStore | None = None
+    connection: Connection, views: ReaderViews, root: str, only: OperatorStore | None = None
 ) -> dict[OperatorStore, SchemaHistory]:
     """Every recorded history below ``root`` (or only that of ``only``); an operator store
     registered before histories existed gets its registered schemas as a one-entry history
     (not recorded yet)."""
     validate_root(root)
-    o, s, st = read_operator_schemas.c, read_state_schemas.c, read_stores.c
+    o, s, st = views.operator_schemas.c, views.state_schemas.c, views.stores.c
     where, registered_where = [o.checkpoint_root == root], [st.checkpoint_root == root]
     if only is not None:
         where += [o.operator_id == only[0], o.store_name == only[1]]
@@ -48,7 +44,7 @@ def histories(
             s.value_schema,
             s.change,
         )
-        .join(read_state_schemas, s.schema_id == o.schema_id)
+        .join(views.state_schemas, s.schema_id == o.schema_id)
         .where(*where)
         .order_by(o.operator_id, o.store_name, o.seq)
     ).all()

@@ -15,13 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from state_runtime.catalog.schema.predicates import is_live, is_orphan, is_verified_snapshot
-from state_runtime.catalog.schema.reading_views import (
-    read_commits,
-    read_files,
-    read_problems,
-    read_runs,
-    read_stores,
-)
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.schema.tables import RunKind
 from state_runtime.catalog.sql.retention import PolicySql, Scope, verdicts
 
@@ -34,7 +28,7 @@ def last_snapshots(scope: Scope) -> sa.Subquery:
     committed versions form one linear chain, so that snapshot lies on the latest version's
     lineage.
     """
-    f = read_files.c
+    f = VIEWS.files.c
     return (
         sa.select(
             f.store_id,
@@ -51,7 +45,7 @@ def _loadable_versions(scope: Scope) -> sa.Subquery:
     """Per store, how many committed versions still load from the files kept: version ``v``
     loads when no committed delta at or below it is gone, or a verified committed snapshot
     lies between the newest gone one and ``v`` (the loader's walk, counted in SQL)."""
-    c, f = read_commits.c, read_files.c
+    c, f = VIEWS.commits.c, VIEWS.files.c
     gone = sa.case((~is_live(f), c.version), else_=0)
     steps = (
         sa.select(
@@ -61,11 +55,13 @@ def _loadable_versions(scope: Scope) -> sa.Subquery:
             .over(partition_by=c.store_id, order_by=c.version, rows=(None, 0))
             .label("gone_below"),
         )
-        .outerjoin(read_files, f.file_id == c.file_id)  # none: changed nothing, loads as its parent
+        .outerjoin(
+            VIEWS.files, f.file_id == c.file_id
+        )  # none: changed nothing, loads as its parent
         .where(scope.filter(c.store_id))
         .subquery("steps")
     )
-    snap = read_files.alias("base")
+    snap = VIEWS.files.alias("base")
     bridged = (
         sa.select(snap.c.file_id)
         .where(
@@ -86,7 +82,7 @@ def _loadable_versions(scope: Scope) -> sa.Subquery:
 
 def _live_files(scope: Scope) -> sa.Subquery:
     """Per store: live files and bytes, the orphans among them and the oldest orphan."""
-    f = read_files.c
+    f = VIEWS.files.c
     orphan = is_orphan(f)
     return (
         sa.select(
@@ -120,9 +116,9 @@ def _reclaimable(policy: PolicySql, scope: Scope) -> sa.Subquery:
 def _problems(scope: Scope) -> sa.Subquery:
     """Per store: open problems, since when, and when a problem was last resolved (by anything,
     and by a restore: a restore is not a validation)."""
-    p = read_problems.c
+    p = VIEWS.problems.c
     is_open = p.resolved_at.is_(None)
-    restores = sa.select(read_runs.c.run_id).where(read_runs.c.kind == RunKind.RESTORE.value)
+    restores = sa.select(VIEWS.runs.c.run_id).where(VIEWS.runs.c.kind == RunKind.RESTORE.value)
     by_restore = p.resolved_by_run.in_(restores.scalar_subquery())
     return (
         sa.select(
@@ -140,7 +136,7 @@ def _problems(scope: Scope) -> sa.Subquery:
 
 def _first_problem(store_id: Any) -> sa.ScalarSelect[Any]:
     """The oldest open problem of the store, naming its file (as ``problem_text`` words it)."""
-    q = read_problems.alias("first_problem")
+    q = VIEWS.problems.alias("first_problem")
     named = sa.literal(" (file ", sa.Text()).concat(sa.func.nullif(q.c.path, "")).concat(")")
     return (
         sa.select(q.c.problem.concat(sa.func.coalesce(named, "")))
@@ -154,7 +150,7 @@ def _first_problem(store_id: Any) -> sa.ScalarSelect[Any]:
 def store_facts(policy: PolicySql, scope: Scope) -> sa.Select[Any]:
     """One row per store in ``scope``: its name, latest version, snapshot chain, files,
     reclaimable files under ``policy``, problems, validations and last maintenance run."""
-    s, r = read_stores.c, read_runs.c
+    s, r = VIEWS.stores.c, VIEWS.runs.c
     live, reclaim, problems = _live_files(scope), _reclaimable(policy, scope), _problems(scope)
     snap, loadable = last_snapshots(scope), _loadable_versions(scope)
     newest = (
@@ -162,8 +158,8 @@ def store_facts(policy: PolicySql, scope: Scope) -> sa.Select[Any]:
         .group_by(s.checkpoint_root)
         .subquery("newest")
     )
-    latest_commit, chain = read_commits.alias("latest_commit"), read_commits.alias("chain")
-    latest_file = read_files.alias("latest_file")
+    latest_commit, chain = VIEWS.commits.alias("latest_commit"), VIEWS.commits.alias("chain")
+    latest_file = VIEWS.files.alias("latest_file")
     snapshot_version = sa.func.coalesce(snap.c.snapshot_version, 0)
     open_problems = sa.func.coalesce(problems.c.open, 0)
     return (
@@ -203,7 +199,7 @@ def store_facts(policy: PolicySql, scope: Scope) -> sa.Select[Any]:
             r.outcome.label("last_run_outcome"),
             r.ended_at.label("last_run_ended_at"),
         )
-        .select_from(read_stores)
+        .select_from(VIEWS.stores)
         .join(newest, newest.c.checkpoint_root == s.checkpoint_root)
         .outerjoin(snap, snap.c.store_id == s.store_id)
         .outerjoin(loadable, loadable.c.store_id == s.store_id)
@@ -217,7 +213,7 @@ def store_facts(policy: PolicySql, scope: Scope) -> sa.Select[Any]:
         .outerjoin(latest_file, latest_file.c.file_id == latest_commit.c.file_id)
         .outerjoin(live, live.c.store_id == s.store_id)
         .outerjoin(reclaim, reclaim.c.store_id == s.store_id)
-        .outerjoin(read_runs, r.run_id == s.last_run_id)
+        .outerjoin(VIEWS.runs, r.run_id == s.last_run_id)
         .outerjoin(
             chain,
             sa.and_(chain.c.store_id == s.store_id, chain.c.version == snapshot_version + 1),

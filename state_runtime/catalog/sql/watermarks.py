@@ -13,7 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import BatchWatermark
-from state_runtime.catalog.schema.reading_views import read_watermarks
+from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import batch_watermarks
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.identity import validate_name, validate_non_negative
@@ -30,13 +31,13 @@ def _where(
 
 
 def batch_watermark(
-    connection: Connection, root: str, query_id: str, batch_id: int
+    connection: Connection, views: ReaderViews, root: str, query_id: str, batch_id: int
 ) -> BatchWatermark | None:
     """The recorded watermark of a batch, or None if the batch never started with one."""
-    w = read_watermarks.c
+    w = views.watermarks.c
     row = connection.execute(
         sa.select(w.watermark_ms, w.max_event_ms).where(
-            _where(root, query_id, batch_id, read_watermarks)
+            _where(root, query_id, batch_id, views.watermarks)
         )
     ).first()
     return None if row is None else BatchWatermark(batch_id, row.watermark_ms, row.max_event_ms)
@@ -51,7 +52,7 @@ def fix_watermark(
     now: datetime,
 ) -> BatchWatermark:
     """Record ``watermark_ms`` for a batch unless it has one; return the one that holds."""
-    found = batch_watermark(connection, root, query_id, batch_id)
+    found = batch_watermark(connection, VIEWS, root, query_id, batch_id)
     if found is not None:
         return found
     connection.execute(
