@@ -97,8 +97,9 @@ class RepairReport:
         """The pass in one line: repaired, adopted, failed or unrepairable."""
         c = self.counts()
         return (
-            f"repair run {self.run_id}: {c['repaired']} repaired, {c['adopted']} adopted, "
-            f"{len(self.failed)} failed or unrepairable"
+            f"repair (run {self.run_id}): {c['repaired']} repaired, {c['adopted']} adopted, "
+            f"{c['intact']} intact, {c['unrepairable']} unrepairable, {c['busy']} busy, "
+            f"{c['failed']} failed"
         )
 
     def rows(self) -> list[dict[str, Any]]:
