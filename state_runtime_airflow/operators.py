@@ -34,10 +34,10 @@ from state_runtime.maintenance import (
     MaintenancePolicy,
     StoreStatus,
     cleanup_pass,
-    damaged_snapshots,
     due_for_snapshot,
     parse_store_key,
     plan_restore,
+    rebuild_plan,
     repair_pass,
     restore_query,
     run_checks,
@@ -49,9 +49,9 @@ from state_runtime_airflow.results import (
     Result,
     checks_result,
     cleanup_result,
-    damaged_result,
     health_result,
     log_lines,
+    rebuild_result,
     repair_result,
     repartition_result,
     restore_result,
@@ -288,7 +288,7 @@ class StateRepairOperator(StateWritingOperator):
         with self.work(context) as work:
             if dry_run:
                 return self.report(
-                    context, damaged_result(damaged_snapshots(work.fleet, work.policy, work.only))
+                    context, rebuild_result(rebuild_plan(work.fleet, work.policy, work.only))
                 )
             report = repair_pass(work.fleet, work.policy, only=work.only, progress=work.progress)
         failed = "; ".join(f"{o.key} {o.path}: {o.status.value}: {o.detail}" for o in report.failed)

@@ -14,6 +14,7 @@ from state_runtime.maintenance import (
     CleanupReport,
     Finding,
     FleetTotals,
+    RebuildPlan,
     ReconcileReport,
     RepairReport,
     SchemaChangeRow,
@@ -236,11 +237,12 @@ def repair_metadata(report: RepairReport, names: StoreNames) -> MetadataMap:
     }
 
 
-def damaged_metadata(damaged: Sequence[FileVerdict]) -> MetadataMap:
+def rebuild_metadata(plan: RebuildPlan, names: StoreNames) -> MetadataMap:
     return {
+        "summary": MetadataValue.text(plan.summary()),
         "dry_run": MetadataValue.bool(True),
-        "damaged_snapshots": MetadataValue.int(len(damaged)),
-        "would_repair": _files_md(damaged),
+        **{name: MetadataValue.int(n) for name, n in plan.counts().items()},
+        "would_repair": rows_md(plan.rows(), names, "path"),
     }
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -30,9 +29,9 @@ from state_runtime.cli.group import (
 )
 from state_runtime.cli.printing import SHOWN, print_leftovers, print_rows
 from state_runtime.maintenance import (
-    Damage,
     DamageReport,
     Fate,
+    RebuildPlan,
     ReconcileReport,
     RelocationReport,
     RepairReport,
@@ -69,7 +68,7 @@ def repair(settings: Settings, /, **kw: Any) -> None:
         done: dict[str, Any] = {"dry_run": kw["dry_run"]}
         if kw["dry_run"]:
             found = damaged_files(fleet, policy, only)
-            done["rebuild"] = found.of(Fate.REPAIRABLE)
+            done["rebuild"] = RebuildPlan(found.of(Fate.REPAIRABLE))
             done["beyond_repair"] = found.beyond_repair()
         else:
             done["report"] = repair_pass(fleet, policy, only=only, progress=settings.progress)
@@ -264,7 +263,7 @@ def print_resolved(console: Console, done: dict[str, Any]) -> None:
 def print_repair(console: Console, done: dict[str, Any]) -> None:
     """What repair did or (a dry run) would do, then what it cannot fix."""
     if done["dry_run"]:
-        print_damaged(console, done["rebuild"])
+        print_rebuild(console, done["rebuild"])
     else:
         print_repairs(console, done["report"])
     print_beyond_repair(console, done["beyond_repair"])
@@ -275,7 +274,7 @@ def repair_json(done: dict[str, Any]) -> dict[str, Any]:
     left: DamageReport = done["beyond_repair"]
     shown = {k: v for k, v in done.items() if k not in ("rebuild", "beyond_repair")}
     if "rebuild" in done:
-        shown["rebuild"] = [d.details() for d in done["rebuild"]]
+        shown["rebuild"] = [d.details() for d in done["rebuild"].damaged]
     return shown | {"beyond_repair": [d.details() for d in left.damages] + list(left.other)}
 
 
@@ -312,14 +311,11 @@ def print_relocation(console: Console, report: RelocationReport) -> None:
         console.print("Run with --execute to record the new root.")
 
 
-def print_damaged(console: Console, rebuild: Sequence[Damage]) -> None:
-    """A repair's dry run: each damaged snapshot it rebuilds, one paragraph each."""
-    if rebuild:
-        console.print(f"repair (dry run): {len(rebuild)} damaged snapshot(s) to rebuild")
-    for damage in rebuild[:SHOWN]:
-        console.print(damage.paragraph(), soft_wrap=True, markup=False)
-    if len(rebuild) > SHOWN:
-        console.print(f"... and {len(rebuild) - SHOWN} more")
+def print_rebuild(console: Console, plan: RebuildPlan) -> None:
+    """A repair's dry run: the plan's summary, then each damaged snapshot it rebuilds."""
+    if plan.damaged:
+        console.print(plan.summary(), markup=False)
+    print_rows(console, plan.rows())
 
 
 def print_beyond_repair(console: Console, left: DamageReport) -> None:
