@@ -32,6 +32,7 @@ from state_runtime.maintenance import (
     CallbackProgress,
     Fleet,
     MaintenancePolicy,
+    SnapshotStatus,
     StoreStatus,
     cleanup_pass,
     due_for_snapshot,
@@ -49,6 +50,7 @@ from state_runtime_airflow.results import (
     Result,
     checks_result,
     cleanup_result,
+    failure,
     health_result,
     log_lines,
     rebuild_result,
@@ -181,12 +183,8 @@ class StateSnapshotOperator(StateMaintenanceOperator):
                 progress=work.progress,
                 workers=work.workers,
             )
-        failed = "; ".join(f"{o.key}: {o.error}" for o in report.failed)
-        return self.report(
-            context,
-            snapshot_result(report),
-            f"snapshot failed for {len(report.failed)} store(s): {failed}" if failed else None,
-        )
+        failed = [row for row in report.rows() if row["status"] == SnapshotStatus.FAILED]
+        return self.report(context, snapshot_result(report), failure("snapshot", failed))
 
 
 class StateValidationOperator(StateMaintenanceOperator):
@@ -291,12 +289,9 @@ class StateRepairOperator(StateWritingOperator):
                     context, rebuild_result(rebuild_plan(work.fleet, work.policy, work.only))
                 )
             report = repair_pass(work.fleet, work.policy, only=work.only, progress=work.progress)
-        failed = "; ".join(f"{o.key} {o.path}: {o.status.value}: {o.detail}" for o in report.failed)
-        return self.report(
-            context,
-            repair_result(report),
-            f"repair failed for {len(report.failed)} snapshot(s): {failed}" if failed else None,
-        )
+        bad = {o.status for o in report.failed}
+        failed = [row for row in report.rows() if row["status"] in bad]
+        return self.report(context, repair_result(report), failure("repair", failed))
 
 
 class StateRestoreOperator(StateQueryOperator):

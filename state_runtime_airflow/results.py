@@ -38,6 +38,16 @@ def log_lines(found: Result) -> list[str]:
     return [found["summary"], *(f"  {row['store']}: {row['detail']}" for row in found["stores"])]
 
 
+def failure(what: str, rows: list[Result]) -> str | None:
+    """The message a task fails with (None when nothing failed): each failed row in its
+    report's words."""
+    if not rows:
+        return None
+    return f"{what}: {len(rows)} failed: " + "; ".join(
+        f"{row['store']}: {row['detail']}" for row in rows
+    )
+
+
 def snapshot_result(report: SnapshotReport) -> Result:
     return result(report.summary(), report.run_id, report.counts(), report.rows())
 
