@@ -32,12 +32,13 @@ from state_runtime.maintenance import (
     CallbackProgress,
     Fleet,
     MaintenancePolicy,
+    SnapshotStatus,
     StoreStatus,
     cleanup_pass,
-    damaged_snapshots,
     due_for_snapshot,
     parse_store_key,
     plan_restore,
+    rebuild_plan,
     repair_pass,
     restore_query,
     run_checks,
@@ -49,9 +50,10 @@ from state_runtime_airflow.results import (
     Result,
     checks_result,
     cleanup_result,
-    damaged_result,
+    failure,
     health_result,
     log_lines,
+    rebuild_result,
     repair_result,
     repartition_result,
     restore_result,
@@ -181,12 +183,8 @@ class StateSnapshotOperator(StateMaintenanceOperator):
                 progress=work.progress,
                 workers=work.workers,
             )
-        failed = "; ".join(f"{o.key}: {o.error}" for o in report.failed)
-        return self.report(
-            context,
-            snapshot_result(report),
-            f"snapshot failed for {len(report.failed)} store(s): {failed}" if failed else None,
-        )
+        failed = [row for row in report.rows() if row["status"] == SnapshotStatus.FAILED]
+        return self.report(context, snapshot_result(report), failure("snapshot", failed))
 
 
 class StateValidationOperator(StateMaintenanceOperator):
@@ -288,15 +286,12 @@ class StateRepairOperator(StateWritingOperator):
         with self.work(context) as work:
             if dry_run:
                 return self.report(
-                    context, damaged_result(damaged_snapshots(work.fleet, work.policy, work.only))
+                    context, rebuild_result(rebuild_plan(work.fleet, work.policy, work.only))
                 )
             report = repair_pass(work.fleet, work.policy, only=work.only, progress=work.progress)
-        failed = "; ".join(f"{o.key} {o.path}: {o.status.value}: {o.detail}" for o in report.failed)
-        return self.report(
-            context,
-            repair_result(report),
-            f"repair failed for {len(report.failed)} snapshot(s): {failed}" if failed else None,
-        )
+        bad = {o.status for o in report.failed}
+        failed = [row for row in report.rows() if row["status"] in bad]
+        return self.report(context, repair_result(report), failure("repair", failed))
 
 
 class StateRestoreOperator(StateQueryOperator):

@@ -7,10 +7,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from state_runtime.catalog import FileVerdict
 from state_runtime.maintenance import (
     ChecksReport,
     CleanupReport,
+    RebuildPlan,
     RepairReport,
     RestorePlan,
     SnapshotReport,
@@ -38,6 +38,16 @@ def log_lines(found: Result) -> list[str]:
     return [found["summary"], *(f"  {row['store']}: {row['detail']}" for row in found["stores"])]
 
 
+def failure(what: str, rows: list[Result]) -> str | None:
+    """The message a task fails with (None when nothing failed): each failed row in its
+    report's words."""
+    if not rows:
+        return None
+    return f"{what}: {len(rows)} failed: " + "; ".join(
+        f"{row['store']}: {row['detail']}" for row in rows
+    )
+
+
 def snapshot_result(report: SnapshotReport) -> Result:
     return result(report.summary(), report.run_id, report.counts(), report.rows())
 
@@ -53,13 +63,8 @@ def cleanup_result(report: CleanupReport) -> Result:
     return result(report.summary(), report.run_id, counts, report.rows())
 
 
-def damaged_result(damaged: Sequence[FileVerdict]) -> Result:
-    rows = [
-        {"store": str(v.file.key), "path": v.file.path, "detail": f"{v.file.path}: {v.reason}"}
-        for v in damaged
-    ]
-    summary = f"repair (dry run): {len(rows)} damaged snapshot(s) would be rebuilt"
-    return result(summary, None, {"damaged_snapshots": len(rows), "dry_run": True}, rows)
+def rebuild_result(plan: RebuildPlan) -> Result:
+    return result(plan.summary(), None, plan.counts() | {"dry_run": True}, plan.rows())
 
 
 def repair_result(report: RepairReport) -> Result:

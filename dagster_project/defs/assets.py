@@ -19,7 +19,7 @@ from pydantic import Field
 from dagster_project.defs.checkpoints import GROUP, POOL, state_checkpoints
 from dagster_project.defs.metadata import (
     cleanup_metadata,
-    damaged_metadata,
+    rebuild_metadata,
     reconcile_metadata,
     repair_metadata,
     snapshot_metadata,
@@ -31,7 +31,7 @@ from state_runtime.catalog import StoreKey
 from state_runtime.maintenance import (
     StoreNames,
     cleanup_pass,
-    damaged_snapshots,
+    rebuild_plan,
     reconcile,
     repair_pass,
     snapshot_pass,
@@ -123,8 +123,8 @@ def state_snapshot_repair(
     and replaces the deltas only once written and verified again."""
     with maintenance.run(context) as run:
         if config.dry_run:
-            damaged = damaged_snapshots(run.fleet, run.policy, config.only(run.names))
-            return MaterializeResult(metadata=damaged_metadata(damaged))
+            plan = rebuild_plan(run.fleet, run.policy, config.only(run.names))
+            return MaterializeResult(metadata=rebuild_metadata(plan, run.names))
         report = repair_pass(
             run.fleet, run.policy, only=config.only(run.names), progress=run.progress
         )

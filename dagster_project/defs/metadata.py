@@ -14,6 +14,7 @@ from state_runtime.maintenance import (
     CleanupReport,
     Finding,
     FleetTotals,
+    RebuildPlan,
     ReconcileReport,
     RepairReport,
     SchemaChangeRow,
@@ -147,24 +148,24 @@ def status_metadata(report: StoreReport, names: StoreNames) -> MetadataMap:
     return metadata
 
 
-def snapshot_metadata(report: SnapshotReport, names: StoreNames) -> MetadataMap:
-    rows = [
-        (
-            names.name(o.key),
-            o.status.value,
-            o.version,
-            o.deltas_since_snapshot,
-            size(o.bytes),
-            o.error or "",
-        )
-        for o in report.outcomes[:MD_ROWS]
+def rows_md(rows: Sequence[Mapping[str, Any]], names: StoreNames, *columns: str) -> Meta:
+    """A report's ``rows()`` as a table: the store by its name here, the named figures and the
+    row's ``detail`` (the report's own words)."""
+    cells = [
+        (names.name(names.key(r["store"])), *(r[c] for c in columns), r["detail"])
+        for r in rows[:MD_ROWS]
     ]
-    header = ("store", "status", "version", "deltas", "bytes", "error")
+    return MetadataValue.md(
+        _cells(cells, ("store", *columns, "detail")) + _more(len(rows), MD_ROWS)
+    )
+
+
+def snapshot_metadata(report: SnapshotReport, names: StoreNames) -> MetadataMap:
     return {
         "summary": MetadataValue.text(report.summary()),
         **{name: MetadataValue.int(n) for name, n in report.counts().items()},
         "catalog_run_id": MetadataValue.int(report.run_id),
-        "outcomes": MetadataValue.md(_cells(rows, header) + _more(len(report.outcomes), MD_ROWS)),
+        "outcomes": rows_md(report.rows(), names, "status"),
     }
 
 
@@ -181,16 +182,9 @@ def cleanup_metadata(
     report: CleanupReport, parameters: Mapping[str, object], names: StoreNames
 ) -> MetadataMap:
     counts = report.counts()
-    held = [
-        (names.name(h.key), h.since.isoformat(timespec="seconds"), h.problems, h.reason)
-        for h in report.held[:MD_ROWS]
-    ]
     return {
         "summary": MetadataValue.text(report.summary()),
-        "held": MetadataValue.md(
-            _cells(held, ("store", "since", "problems", "reason"))
-            + _more(len(report.held), MD_ROWS)
-        ),
+        "held": rows_md([r for r in report.rows() if r["held"] is not None], names),
         "dry_run": MetadataValue.bool(report.dry_run),
         **{name: MetadataValue.int(n) for name, n in counts.items()},
         "policy": MetadataValue.json(dict(parameters)),
@@ -235,25 +229,20 @@ def reconcile_metadata(report: ReconcileReport) -> MetadataMap:
 
 
 def repair_metadata(report: RepairReport, names: StoreNames) -> MetadataMap:
-    rows = [
-        (names.name(o.key), o.path, o.status.value, o.detail) for o in report.outcomes[:MD_ROWS]
-    ]
     return {
         "summary": MetadataValue.text(report.summary()),
         **{name: MetadataValue.int(n) for name, n in report.counts().items()},
         "catalog_run_id": MetadataValue.int(report.run_id),
-        "outcomes": MetadataValue.md(
-            _cells(rows, ("store", "file", "status", "detail"))
-            + _more(len(report.outcomes), MD_ROWS)
-        ),
+        "outcomes": rows_md(report.rows(), names, "status"),
     }
 
 
-def damaged_metadata(damaged: Sequence[FileVerdict]) -> MetadataMap:
+def rebuild_metadata(plan: RebuildPlan, names: StoreNames) -> MetadataMap:
     return {
+        "summary": MetadataValue.text(plan.summary()),
         "dry_run": MetadataValue.bool(True),
-        "damaged_snapshots": MetadataValue.int(len(damaged)),
-        "would_repair": _files_md(damaged),
+        **{name: MetadataValue.int(n) for name, n in plan.counts().items()},
+        "would_repair": rows_md(plan.rows(), names, "path"),
     }
 
 

@@ -51,6 +51,7 @@ from state_runtime.maintenance import (
     canonical_root,
     check_schema_change,
     explain_file,
+    health_summary,
     store_reports,
 )
 from state_runtime.storage import check_relative_path
@@ -245,9 +246,8 @@ def print_health(console: Console, reports: Sequence[StoreReport]) -> None:
     roots = {r.key.root for r in reports}
     prefix = root_prefix(roots)
     print_prefix(console, prefix, roots)
-    title = f"State store health ({len(reports)} stores)"
     table = Table(
-        title=title,
+        title=health_summary(reports),
         caption="deltas: since the last verified snapshot; recovery: bytes a cold load of the "
         "latest reads",
     )

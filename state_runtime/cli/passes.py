@@ -3,7 +3,6 @@ their printers."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +23,7 @@ from state_runtime.cli.group import (
     store_option,
     stores_of,
 )
-from state_runtime.cli.printing import SHOWN, print_leftovers, show
+from state_runtime.cli.printing import SHOWN, print_leftovers, print_rows, show
 from state_runtime.maintenance import (
     ChecksReport,
     CleanupReport,
@@ -35,7 +34,6 @@ from state_runtime.maintenance import (
     run_checks,
     snapshot_pass,
 )
-from state_runtime.units import size
 
 
 @click.command()
@@ -108,61 +106,24 @@ def print_due_snapshots(console: Console, due: Sequence[DueStore]) -> None:
 
 
 def print_snapshots(console: Console, report: SnapshotReport) -> None:
-    c = report.counts()
-    console.print(
-        f"snapshots (run {report.run_id}): {c['written']} written ({size(c['bytes_written'])}), "
-        f"{c['recorded']} recorded, {c['up_to_date']} up to date, {c['busy']} busy, "
-        f"{c['failed']} failed"
-    )
-    for outcome in report.failed[:SHOWN]:
-        console.print(f"  [red]failed[/red] {outcome.key}: {outcome.error}")
-
-
-def _print_held(console: Console, report: CleanupReport) -> None:
-    if not report.held:
-        return
-    console.print(
-        f"held: {len(report.held)} store(s) with open validation problems; nothing they "
-        "committed is deleted until a validation passes or `statestore resolve`"
-    )
-    for held in report.held[:SHOWN]:
-        console.print(
-            f"  {held.key}: since {held.since:%Y-%m-%d %H:%M:%S}, {held.problems} problem(s); "
-            f"{held.reason}"
-        )
-    if len(report.held) > SHOWN:
-        console.print(f"  ... and {len(report.held) - SHOWN} more")
+    """The report's summary, then the stores whose snapshot failed."""
+    console.print(report.summary(), markup=False)
+    print_rows(console, [r for r in report.rows() if r["status"] == "failed"])
 
 
 def print_cleanup(console: Console, report: CleanupReport) -> None:
-    _print_held(console, report)
-    reasons = Counter(v.verdict.value for v in report.planned)
-    breakdown = ", ".join(f"{n} {verdict}" for verdict, n in sorted(reasons.items()))
-    if report.dry_run:
-        console.print(
-            f"cleanup (dry run): would delete {len(report.planned)} files, "
-            f"{size(report.planned_bytes)}" + (f" ({breakdown})" if breakdown else "")
-        )
-        for verdict in report.planned[:SHOWN]:
-            console.print(f"  {verdict.file.key.root}/{verdict.file.path}: {verdict.reason}")
-        if len(report.planned) > SHOWN:
-            console.print(f"  ... and {len(report.planned) - SHOWN} more")
-        print_leftovers(console, report.leftovers, dry_run=True)
-        if report.planned or report.leftovers.removed:
-            console.print("Run with --execute to delete them.")
-        return
-    console.print(
-        f"cleanup (run {report.run_id}): deleted {len(report.deleted)} files, "
-        f"{size(report.deleted_bytes)}; {len(report.failed)} failed; "
-        f"{len(report.busy)} stores busy (leased by another run)"
-    )
+    """The report's summary, then its stores with their files; the unfinished writes."""
+    console.print(report.summary(), markup=False)
+    print_rows(console, report.rows(), listed="files")
     for path, error in list(report.failed.items())[:SHOWN]:
         console.print(f"  [red]failed[/red] {path}: {error}")
-    print_leftovers(console, report.leftovers, dry_run=False)
+    print_leftovers(console, report.leftovers, dry_run=report.dry_run)
+    if report.dry_run and (report.planned or report.leftovers.removed):
+        console.print("Run with --execute to delete them.")
 
 
 def print_checks(console: Console, report: ChecksReport) -> None:
-    table = Table(title=f"Validation (run {report.run_id})")
+    table = Table(title=report.summary())
     for name in ("check", "result", "summary"):
         table.add_column(name)
     for o in report.outcomes:

@@ -3,7 +3,8 @@ above their rows, and the unfinished writes a cleanup or a reconcile found."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -100,3 +101,14 @@ def print_leftovers(console: Console, report: LeftoverReport, *, dry_run: bool) 
         console.print(f"  {verb} {path}")
     for path, error in list(report.failed.items())[:SHOWN]:
         console.print(f"  [red]failed[/red] {path}: {error}")
+
+
+def print_rows(console: Console, rows: Sequence[dict[str, Any]], listed: str = "") -> None:
+    """A report's rows as lines, ``store: detail`` (and, indented below, the row's ``listed``
+    list when named), the first :data:`SHOWN`, then how many more."""
+    for row in rows[:SHOWN]:
+        console.print(f"  {row['store']}: {row['detail']}", markup=False, soft_wrap=True)
+        for line in row[listed] if listed else ():
+            console.print(f"    {line}", markup=False, soft_wrap=True)
+    if len(rows) > SHOWN:
+        console.print(f"  ... and {len(rows) - SHOWN} more")

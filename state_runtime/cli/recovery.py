@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from state_runtime.cli.exits import (
     EXIT_PROBLEMS,
@@ -29,11 +27,11 @@ from state_runtime.cli.group import (
     store_option,
     stores_of,
 )
-from state_runtime.cli.printing import SHOWN, print_leftovers
+from state_runtime.cli.printing import SHOWN, print_leftovers, print_rows
 from state_runtime.maintenance import (
-    Damage,
     DamageReport,
     Fate,
+    RebuildPlan,
     ReconcileReport,
     RelocationReport,
     RepairReport,
@@ -70,7 +68,7 @@ def repair(settings: Settings, /, **kw: Any) -> None:
         done: dict[str, Any] = {"dry_run": kw["dry_run"]}
         if kw["dry_run"]:
             found = damaged_files(fleet, policy, only)
-            done["rebuild"] = found.of(Fate.REPAIRABLE)
+            done["rebuild"] = RebuildPlan(found.of(Fate.REPAIRABLE))
             done["beyond_repair"] = found.beyond_repair()
         else:
             done["report"] = repair_pass(fleet, policy, only=only, progress=settings.progress)
@@ -265,7 +263,7 @@ def print_resolved(console: Console, done: dict[str, Any]) -> None:
 def print_repair(console: Console, done: dict[str, Any]) -> None:
     """What repair did or (a dry run) would do, then what it cannot fix."""
     if done["dry_run"]:
-        print_damaged(console, done["rebuild"])
+        print_rebuild(console, done["rebuild"])
     else:
         print_repairs(console, done["report"])
     print_beyond_repair(console, done["beyond_repair"])
@@ -276,7 +274,7 @@ def repair_json(done: dict[str, Any]) -> dict[str, Any]:
     left: DamageReport = done["beyond_repair"]
     shown = {k: v for k, v in done.items() if k not in ("rebuild", "beyond_repair")}
     if "rebuild" in done:
-        shown["rebuild"] = [d.details() for d in done["rebuild"]]
+        shown["rebuild"] = [d.details() for d in done["rebuild"].damaged]
     return shown | {"beyond_repair": [d.details() for d in left.damages] + list(left.other)}
 
 
@@ -313,14 +311,11 @@ def print_relocation(console: Console, report: RelocationReport) -> None:
         console.print("Run with --execute to record the new root.")
 
 
-def print_damaged(console: Console, rebuild: Sequence[Damage]) -> None:
-    """A repair's dry run: each damaged snapshot it rebuilds, one paragraph each."""
-    if rebuild:
-        console.print(f"repair (dry run): {len(rebuild)} damaged snapshot(s) to rebuild")
-    for damage in rebuild[:SHOWN]:
-        console.print(damage.paragraph(), soft_wrap=True, markup=False)
-    if len(rebuild) > SHOWN:
-        console.print(f"... and {len(rebuild) - SHOWN} more")
+def print_rebuild(console: Console, plan: RebuildPlan) -> None:
+    """A repair's dry run: the plan's summary, then each damaged snapshot it rebuilds."""
+    if plan.damaged:
+        console.print(plan.summary(), markup=False)
+    print_rows(console, plan.rows())
 
 
 def print_beyond_repair(console: Console, left: DamageReport) -> None:
@@ -343,44 +338,24 @@ def print_beyond_repair(console: Console, left: DamageReport) -> None:
 
 
 def print_repairs(console: Console, report: RepairReport) -> None:
-    c = report.counts()
-    console.print(
-        f"repair (run {report.run_id}): {c['repaired']} repaired, {c['adopted']} adopted, "
-        f"{c['intact']} intact, {c['unrepairable']} unrepairable, {c['busy']} busy, "
-        f"{c['failed']} failed"
-    )
-    for outcome in report.outcomes[:SHOWN]:
-        colour = "red" if outcome in report.failed else "green"
-        console.print(
-            f"  [{colour}]{outcome.status.value}[/{colour}] {outcome.key.root}/{outcome.path}: "
-            f"{outcome.detail}"
-        )
+    """The report's summary, then each snapshot it looked at."""
+    console.print(report.summary(), markup=False)
+    print_rows(console, report.rows())
 
 
 def print_restore(console: Console, plan: RestorePlan) -> None:
-    """What a restore did, or (a dry run) will do."""
+    """What a restore did, or (a dry run) will do: the plan's summary, the stores whose state
+    is lost, then what happens to the superseded files and the Spark checkpoint."""
     done = plan.executed
-    head = f"restore (run {plan.run_id})" if done else "restore (dry run: --execute to restore)"
-    console.print(
-        f"{head}: query {plan.query_id} below {plan.root} "
-        f"{'returned' if done else 'returns'} to batch {plan.batch_id} "
-        f"(last committed batch was {plan.last_batch}); {len(plan.targets)} store(s)",
-        soft_wrap=True,
-    )
+    console.print(plan.summary(), soft_wrap=True, markup=False)
     batches = sorted({e.batch_id for e in plan.superseded if e.batch_id > plan.batch_id})
     if batches:
         console.print(
-            f"  superseded: batch(es) {batches[0]}-{batches[-1]}, "
-            f"{len(plan.superseded)} committed version(s); their files become orphans that "
-            "cleanup deletes after the grace period (the ledger names this restore)",
+            f"  superseded: batch(es) {batches[0]}-{batches[-1]}; their files become orphans "
+            "that cleanup deletes after the grace period (the ledger names this restore)",
             soft_wrap=True,
         )
-    for lost in plan.lost:
-        console.print(
-            f"  lost, starts again from empty (--allow-lost-state): {lost.key} "
-            f"version {lost.version}: {lost.problem}",
-            soft_wrap=True,
-        )
+    print_rows(console, [row for row in plan.rows() if row["lost"]])
     if plan.spark is None:
         console.print("  Spark checkpoint: none (--no-spark-checkpoint)")
     else:
@@ -393,42 +368,21 @@ def print_restore(console: Console, plan: RestorePlan) -> None:
         )
     if done:
         console.print(f"  the query resumes at batch {plan.batch_id + 1}: restart it")
+    else:
+        console.print("Run with --execute to restore.")
 
 
 def print_repartition(console: Console, plan: RepartitionPlan) -> None:
-    """What a repartition did, or (a dry run) will do: rows and bytes per new partition."""
-    done = plan.executed
-    head = (
-        f"repartition (run {plan.run_id})"
-        if done
-        else "repartition (dry run: --execute to repartition)"
-    )
-    console.print(
-        f"{head}: query {plan.query_id} below {plan.root} at batch {plan.batch_id}: "
-        f"{plan.layout_change()}; new snapshots at version {plan.version}",
-        soft_wrap=True,
-    )
-    for move in plan.moves:
-        table = Table("partition", "rows", "bytes", box=None)
-        mine = [
-            f
-            for f in plan.figures
-            if (f.operator_id, f.store_name) == (move.operator_id, move.store_name)
-        ]
-        for f in mine:
-            table.add_row(str(f.partition), f"{f.rows:,}", f"{f.bytes:,}")
-        console.print(table)
-        skew = plan.skew(move.operator_id, move.store_name)
-        console.print(
-            f"  operator {move.operator_id} ({move.store_name}): {sum(f.rows for f in mine):,} "
-            f"rows, skew {'n/a' if skew is None else f'{skew:.2f}'} (largest partition over the "
-            f"mean); bytes {'as written, compressed' if done else 'in Arrow, uncompressed'}",
-            soft_wrap=True,
-        )
-    if done:
+    """What a repartition did, or (a dry run) will do: the plan's summary, then rows and bytes
+    per new partition."""
+    console.print(plan.summary(), soft_wrap=True, markup=False)
+    print_rows(console, plan.rows())
+    if plan.executed:
         console.print(
             f"  switched in one transaction; old files are superseded and go by retention "
             f"(the ledger names run {plan.run_id}). Restart the query with "
             f"num_partitions={plan.num_partitions}: it resumes at batch {plan.batch_id + 1}",
             soft_wrap=True,
         )
+    else:
+        console.print("Run with --execute to repartition.")

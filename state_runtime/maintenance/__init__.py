@@ -54,11 +54,13 @@ from state_runtime.maintenance.progress import SILENT, CallbackProgress, Progres
 from state_runtime.maintenance.reconcile import ReconcileReport, reconcile
 from state_runtime.maintenance.relocate import RelocationReport, relocate_root
 from state_runtime.maintenance.repair import (
+    RebuildPlan,
     RepairOutcome,
     RepairReport,
     RepairStatus,
     beyond_repair,
     damaged_snapshots,
+    rebuild_plan,
     repair_pass,
 )
 from state_runtime.maintenance.restore import (
@@ -116,6 +118,7 @@ __all__ = [
     "ReconcileReport",
     "RecoveryCost",
     "RelocationReport",
+    "RebuildPlan",
     "RepairOutcome",
     "RepairReport",
     "RepairStatus",
@@ -155,6 +158,7 @@ __all__ = [
     "plan_restore",
     "reconcile",
     "relocate_root",
+    "rebuild_plan",
     "repair_pass",
     "newest_intact_batch",
     "restore_query",

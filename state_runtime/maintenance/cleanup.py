@@ -16,6 +16,7 @@ them.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,6 +35,7 @@ from state_runtime.maintenance.leftovers import (
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
+from state_runtime.units import size
 
 T = TypeVar("T")
 STORES_PER_CLAIM = 200
@@ -74,14 +76,27 @@ class CleanupReport:
         return sum(v.file.size_bytes for v in self.deleted)
 
     def summary(self) -> str:
-        """The pass in one line: what it deleted (or would), the stores held and busy."""
-        c = self.counts()
-        verb = "would delete" if self.dry_run else "deleted"
-        done = c["planned_files"] if self.dry_run else c["deleted_files"]
-        return (
-            f"cleanup{' (dry run)' if self.dry_run else f' run {self.run_id}'}: {verb} "
-            f"{done} file(s); {c['held_stores']} store(s) held, {c['busy_stores']} busy"
-        )
+        """The pass in one line: what it deleted (or would) and why, what failed, the stores
+        busy, and the stores held (only when there are any)."""
+        if self.dry_run:
+            reasons = Counter(v.verdict.value for v in self.planned)
+            breakdown = ", ".join(f"{n} {verdict}" for verdict, n in sorted(reasons.items()))
+            line = f"cleanup (dry run): would delete {len(self.planned)} files, " + size(
+                self.planned_bytes
+            )
+            line += f" ({breakdown})" if breakdown else ""
+        else:
+            line = (
+                f"cleanup (run {self.run_id}): deleted {len(self.deleted)} files, "
+                f"{size(self.deleted_bytes)}; {len(self.failed)} failed; "
+                f"{len(self.busy)} stores busy (leased by another run)"
+            )
+        if self.held:
+            line += (
+                f"; held: {len(self.held)} store(s) with open validation problems (nothing "
+                "they committed is deleted until a validation passes or `statestore resolve`)"
+            )
+        return line
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per store with deletable files or held: the files (the first 20 with their
@@ -96,14 +111,17 @@ class CleanupReport:
         rows = []
         for store in sorted(set(by_store) | set(held)):
             planned = by_store.get(store, [])
-            words = (
-                f"{len(planned)} file(s) deletable, {sum(v.file.size_bytes for v in planned)} bytes"
-            )
-            if not self.dry_run:
-                words += f"; {deleted.get(store, 0)} deleted"
+            words: list[str] = []
+            if planned:
+                deletable = size(sum(v.file.size_bytes for v in planned))
+                words.append(f"{len(planned)} file(s) deletable, {deletable}")
+            if planned and not self.dry_run:
+                words.append(f"{deleted.get(store, 0)} deleted")
             if store in held:
-                words += f"; held since {held[store].since.isoformat(timespec='seconds')}: "
-                words += held[store].reason
+                words.append(
+                    f"held since {held[store].since:%Y-%m-%d %H:%M:%S}, "
+                    f"{held[store].problems} problem(s): {held[store].reason}"
+                )
             rows.append(
                 {
                     "store": store,
@@ -111,7 +129,7 @@ class CleanupReport:
                     "deleted_files": deleted.get(store, 0),
                     "held": held[store].reason if store in held else None,
                     "files": [f"{v.file.path}: {v.reason}" for v in planned[:20]],
-                    "detail": words,
+                    "detail": "; ".join(words),
                 }
             )
         return rows

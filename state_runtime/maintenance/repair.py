@@ -47,7 +47,7 @@ from state_runtime.errors import (
     StateStoreError,
     StorageFileNotFound,
 )
-from state_runtime.maintenance.damage import DamageReport, Fate, damaged_files
+from state_runtime.maintenance.damage import Damage, DamageReport, Fate, damaged_files
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.listing import StagedWrites
@@ -97,8 +97,9 @@ class RepairReport:
         """The pass in one line: repaired, adopted, failed or unrepairable."""
         c = self.counts()
         return (
-            f"repair run {self.run_id}: {c['repaired']} repaired, {c['adopted']} adopted, "
-            f"{len(self.failed)} failed or unrepairable"
+            f"repair (run {self.run_id}): {c['repaired']} repaired, {c['adopted']} adopted, "
+            f"{c['intact']} intact, {c['unrepairable']} unrepairable, {c['busy']} busy, "
+            f"{c['failed']} failed"
         )
 
     def rows(self) -> list[dict[str, Any]]:
@@ -115,6 +116,33 @@ class RepairReport:
 
     def counts(self) -> dict[str, int]:
         return {s.value: self.count(s) for s in RepairStatus}
+
+
+@dataclass(frozen=True)
+class RebuildPlan:
+    """A repair's dry run: the damaged snapshots it would rebuild, each with its cause."""
+
+    damaged: list[Damage]
+
+    def summary(self) -> str:
+        return f"repair (dry run): {len(self.damaged)} damaged snapshot(s) to rebuild"
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per damaged snapshot: its file and ``detail``, the cause and the advice."""
+        return [
+            {"store": str(d.key), "path": d.file.path, "detail": d.paragraph(store=False)}
+            for d in self.damaged
+        ]
+
+    def counts(self) -> dict[str, int]:
+        return {"damaged_snapshots": len(self.damaged)}
+
+
+def rebuild_plan(
+    fleet: Fleet, policy: MaintenancePolicy, only: Collection[StoreKey] | None = None
+) -> RebuildPlan:
+    """What a repair's dry run shows: the snapshots :func:`repair_pass` would rebuild."""
+    return RebuildPlan(damaged_files(fleet, policy, only).of(Fate.REPAIRABLE))
 
 
 def damaged_snapshots(

@@ -105,14 +105,16 @@ class RepartitionPlan:
 
     def summary(self) -> str:
         """The repartition in one line: the layout change, done or planned."""
-        what = f"repartitioned by run {self.run_id}" if self.executed else "would be repartitioned"
+        head = f"repartition (run {self.run_id})" if self.executed else "repartition (dry run)"
         return (
-            f"query {self.query_id} below {self.root} at batch {self.batch_id}: "
-            f"{self.layout_change()} {what}" + ("" if self.executed else " (dry run)")
+            f"{head}: query {self.query_id} below {self.root} at batch {self.batch_id}: "
+            f"{self.layout_change()}; new snapshots at version {self.version}"
         )
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per new store: the rows and bytes it receives, and its operator's skew."""
+        """One row per new store: the rows and bytes it receives (as written once executed,
+        in Arrow before), and its operator's skew (largest partition over the mean)."""
+        bytes_as = "as written (compressed)" if self.executed else "in Arrow (uncompressed)"
         rows = []
         for f in sorted(self.figures, key=lambda f: (f.operator_id, f.store_name, f.partition)):
             skew = self.skew(f.operator_id, f.store_name)
@@ -121,8 +123,8 @@ class RepartitionPlan:
                     "store": f"{self.root}#{f.operator_id}/{f.partition}/{f.store_name}",
                     "rows": f.rows,
                     "bytes": f.bytes,
-                    "detail": f"{f.rows} rows, {size(f.bytes)}"
-                    + ("" if skew is None else f" (operator skew {skew:.2f})"),
+                    "detail": f"{f.rows:,} rows, {size(f.bytes)} {bytes_as}"
+                    + ("" if skew is None else f"; operator skew {skew:.2f}"),
                 }
             )
         return rows

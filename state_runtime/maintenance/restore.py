@@ -76,23 +76,33 @@ class RestorePlan:
     moved_spark_files: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        """The restore in one line: the batches, done or planned, and what it supersedes."""
-        what = f"restored by run {self.run_id}" if self.executed else "would be restored (dry run)"
+        """The restore in one line: the batches, done or planned, the stores and what it
+        supersedes."""
+        head, verb = (
+            (f"restore (run {self.run_id})", "returned")
+            if self.executed
+            else ("restore (dry run)", "returns")
+        )
         return (
-            f"query {self.query_id} below {self.root}: batch {self.last_batch} -> "
-            f"{self.batch_id} {what}; {len(self.superseded)} later commit(s) superseded"
+            f"{head}: query {self.query_id} below {self.root} {verb} to batch {self.batch_id} "
+            f"(last committed batch was {self.last_batch}); {len(self.targets)} store(s), "
+            f"{len(self.superseded)} later committed version(s) superseded"
         )
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per store: the version it returns to, and whether its state is lost."""
+        """One row per store: the version it returns to, whether its state is lost (and why)."""
         lost = {str(x.key): x for x in self.lost}
         rows = []
         for store, ref in sorted(self.targets.items(), key=lambda kv: str(kv[0])):
             name = f"{self.root}#{store}"
             words = f"returns to version {ref.version}"
             if name in lost:
-                words += f"; LOST, starts again from empty: {lost[name].problem}"
-            rows.append({"store": name, "version": ref.version, "detail": words})
+                words += (
+                    f"; lost, starts again from empty (--allow-lost-state): {lost[name].problem}"
+                )
+            rows.append(
+                {"store": name, "version": ref.version, "lost": name in lost, "detail": words}
+            )
         return rows
 
     def counts(self) -> dict[str, int]:

@@ -35,6 +35,7 @@ from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.file_verification import Expected, verify_file
+from state_runtime.units import size
 
 
 class SnapshotStatus(StrEnum):
@@ -77,8 +78,9 @@ class SnapshotReport:
         """The pass in one line, as every front end shows it."""
         c = self.counts()
         return (
-            f"snapshot run {self.run_id}: {c['written']} written, {c['failed']} failed, "
-            f"{c['busy']} busy, {c['up_to_date']} up to date"
+            f"snapshots (run {self.run_id}): {c['written']} written ({size(c['bytes_written'])}), "
+            f"{c['recorded']} recorded, {c['up_to_date']} up to date, {c['busy']} busy, "
+            f"{c['failed']} failed"
         )
 
     def rows(self) -> list[dict[str, Any]]:
@@ -92,7 +94,7 @@ class SnapshotReport:
                 "bytes": o.bytes,
                 "detail": f"{o.status.value} at version {o.version} "
                 f"({o.deltas_since_snapshot} deltas since the last snapshot"
-                + (f", {o.bytes} bytes" if o.bytes else "")
+                + (f", {size(o.bytes)}" if o.bytes else "")
                 + ")"
                 + (f": {o.error}" if o.error else ""),
             }

@@ -267,8 +267,8 @@ def test_the_repartition_dag_plans_then_changes_the_partitions(
     plan = values["repartition"]
     assert plan["counts"]["dry_run"] is True and plan["run_id"] is None
     assert len(plan["stores"]) == 3 and sum(row["rows"] for row in plan["stores"]) == 13
-    head = f"query counts below {canonical_root(root)} at batch 2: operator 0 (default) 4 -> 3"
-    assert plan["summary"] == f"{head} would be repartitioned (dry run)"
+    change = f"query counts below {canonical_root(root)} at batch 2: operator 0 (default) 4 -> 3"
+    assert plan["summary"].startswith(f"repartition (dry run): {change}; new snapshots")
     layouts = catalog.layout_history(canonical_root(root))
     assert [layout.num_partitions for layout in layouts] == [4]
 
@@ -279,7 +279,7 @@ def test_the_repartition_dag_plans_then_changes_the_partitions(
     assert record.run_id == done["run_id"] and record.owner.startswith(
         "airflow:state_store_repartition.repartition/"
     )
-    assert done["summary"] == f"{head} repartitioned by run {record.run_id}"
+    assert done["summary"].startswith(f"repartition (run {record.run_id}): {change}; new")
     assert catalog.layout_history(canonical_root(root))[-1].num_partitions == 3
 
     moved = run(root, 3, range(3, 5))

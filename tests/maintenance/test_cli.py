@@ -40,7 +40,7 @@ def test_health_table_and_json(stream: StoreStream) -> None:
     table = statestore(stream, "health")
     assert table.exit_code == 3, table.output  # never validated: unknown, for a monitor
     assert f"root: {stream.root}" in table.output
-    assert "State store health (3 stores)" in table.output and "1/0/sessions" in table.output
+    assert "health: 3 store(s): 3 unknown" in table.output and "1/0/sessions" in table.output
     data = json.loads(statestore(stream, "health", "--json", "--sort", "orphans").output)
     assert data[0]["store"] == str(stream.key(stream.stores[0]))
     assert {d["latest_version"] for d in data} == {12}

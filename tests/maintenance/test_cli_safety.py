@@ -51,7 +51,7 @@ def test_health_explain_maintain_repair_on_a_damaged_snapshot(stream: StoreStrea
     plan = statestore(stream, "maintain")
     assert plan.exit_code == 0, plan.output
     assert "held: 1 store(s) with open validation problems" in plan.output
-    assert f"{stream.key(store)}: since" in plan.output
+    assert f"{stream.key(store)}: held since" in plan.output
 
     dry = statestore(stream, "repair")
     assert dry.exit_code == 0 and "1 damaged snapshot(s) to rebuild" in dry.output

@@ -247,7 +247,7 @@ def test_dry_run_and_cli_figures(
         main, [*args, "--query", "q", "--partitions", "7", "--no-spark-checkpoint", "--idle", "0s"]
     )
     assert shown.exit_code == 0, shown.output
-    assert "dry run: --execute to repartition" in shown.output
+    assert "repartition (dry run)" in shown.output and "--execute to repartition" in shown.output
     assert f"skew {skew:.2f}" in shown.output and "4 -> 7" in shown.output
     from dagster_project.defs.repartition_job import state_repartition_job
     from dagster_project.defs.resources import MaintenanceResource
