@@ -151,11 +151,6 @@ def test_a_replay_that_replaces_a_lost_version_closes_its_problem() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 34's simulation: after a restore restarted every store, the next batch "
-    "cannot be replayed (BatchOutOfOrder); not fixed on any branch",
-)
 def test_the_first_batch_after_every_store_restarted_can_be_replayed() -> None:
     """Found (make soak): batch 0's deltas are lost, `restore --allow-lost-state` restarts
     both stores, batch 1 commits their version 1; its replay (a driver that died before
@@ -171,11 +166,6 @@ def test_the_first_batch_after_every_store_restarted_can_be_replayed() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 34's simulation: after a restore restarted every store, a batch after a gap "
-    "is accepted; not fixed on any branch",
-)
 def test_a_gap_after_every_store_restarted_is_refused() -> None:
     """Found (make soak): with every store restarted at batch 0, batch 2 runs (from empty)
     although batch 1 never did: the query's commit log is empty, so no order is checked."""
