@@ -2,7 +2,8 @@
 (tests/simulation/steps.py replays it with every invariant checked after each step).
 
 The idle-version and encoded-root cases are issue 34's defects, fixed by the idle-commits and
-defects34 branches; each failed before its fix. The one marked ``xfail(strict=True)`` is
+defects34 branches, and the cases after every store restarted, fixed by restart-all; each
+failed before its fix. The one marked ``xfail(strict=True)`` is
 fixed on no branch yet: the mark turns into a failure when a fix lands, to be removed then.
 """
 
