@@ -304,8 +304,9 @@ class StatefulQuery:
             )
         if last is not None and batch_id > last + 1:
             raise BatchOutOfOrder(
-                f"batch {batch_id} of query {self.query_id} follows a gap: its last committed "
-                f"batch is {last}, so only batch {last} (a replay) or {last + 1} may run",
+                f"batch {batch_id - 1} of query {self.query_id} is not committed in the "
+                f"catalog (a gap): its last committed batch is {last}, so only batch {last} "
+                f"(a replay) or {last + 1} may run",
                 store=start.last_store,
             )
         if batch_id == 0 or start.previous or batch_id - 1 == start.restored:
