@@ -408,12 +408,14 @@ Suspects = Collection[StoreId] | Literal["all"]
 @dataclass(frozen=True, slots=True)
 class BatchStart:
     """What the driver reads as a batch starts (in the transaction that records its intent):
-    the query's last committed batch (with one of its stores), and the checkpoint each store
-    committed in the previous batch."""
+    the query's last committed batch (with one of its stores), the checkpoint each store
+    committed in the previous batch, and the batch its latest restore returned it to (a
+    position the commit log lacks when the restore restarted every store from empty)."""
 
     last_batch: int | None
     last_store: StoreId | None
     previous: dict[StoreId, CheckpointRef]
+    restored: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -195,6 +195,7 @@ def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) ->
     catalog = fleet.catalog
     keys = [StoreKey(plan.root, store) for store in plan.targets] + [e.key for e in plan.superseded]
     parameters = {
+        "root": plan.root,
         "query_id": plan.query_id,
         "to_batch": plan.batch_id,
         "allow_lost_state": bool(plan.restarted),

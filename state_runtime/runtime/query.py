@@ -290,14 +290,26 @@ class StatefulQuery:
 
     def _committed_before(self, batch_id: int, start: BatchStart) -> dict[StoreId, CheckpointRef]:
         """Batch ``batch_id - 1``'s committed ids (read by ``begin_batch``); refuse a batch out
-        of order (older than the last committed one, or after a gap) before any task runs."""
-        if start.last_batch is not None and batch_id < start.last_batch:
+        of order (older than the last committed one, or after a gap) before any task runs.
+
+        The query's position is its last committed batch or, if later, the batch a restore
+        returned it to: a restore that restarted every store leaves no commit of that batch,
+        and the next batch starts from empty stores."""
+        last = max((b for b in (start.last_batch, start.restored) if b is not None), default=None)
+        if last is not None and batch_id < last:
             raise BatchOutOfOrder(
                 f"batch {batch_id} of query {self.query_id} is older than its last committed "
-                f"batch {start.last_batch}: only the last batch may run again (a replay)",
+                f"batch {last}: only the last batch may run again (a replay)",
                 store=start.last_store,
             )
-        if batch_id == 0 or start.previous:
+        if last is not None and batch_id > last + 1:
+            raise BatchOutOfOrder(
+                f"batch {batch_id - 1} of query {self.query_id} is not committed in the "
+                f"catalog (a gap): its last committed batch is {last}, so only batch {last} "
+                f"(a replay) or {last + 1} may run",
+                store=start.last_store,
+            )
+        if batch_id == 0 or start.previous or batch_id - 1 == start.restored:
             return start.previous
         ours = {
             store: ref

@@ -2,7 +2,8 @@
 (tests/simulation/steps.py replays it with every invariant checked after each step).
 
 The idle-version and encoded-root cases are issue 34's defects, fixed by the idle-commits and
-defects34 branches; each failed before its fix. The one marked ``xfail(strict=True)`` is
+defects34 branches, and the cases after every store restarted, fixed by restart-all; each
+failed before its fix. The one marked ``xfail(strict=True)`` is
 fixed on no branch yet: the mark turns into a failure when a fix lands, to be removed then.
 """
 
@@ -11,8 +12,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
+from tests.services import service_missing
 from tests.simulation.machine import PlatformMachine
+from tests.simulation.postgres import PostgresCatalogs
 from tests.simulation.steps import Step, replay
 
 
@@ -151,39 +155,44 @@ def test_a_replay_that_replaces_a_lost_version_closes_its_problem() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 34's simulation: after a restore restarted every store, the next batch "
-    "cannot be replayed (BatchOutOfOrder); not fixed on any branch",
-)
+RESTART_EVERY_STORE: list[Step] = [
+    ("damage", {"pick": 0, "corrupt": False}),
+    ("damage", {"pick": 0, "corrupt": False}),
+    ("restore", {"back": 0, "allow_lost_state": True, "zero": False}),
+]
+"""Batch 0's deltas lost; ``restore --allow-lost-state`` to batch 0 restarts both stores."""
+
+
 def test_the_first_batch_after_every_store_restarted_can_be_replayed() -> None:
-    """Found (make soak): batch 0's deltas are lost, `restore --allow-lost-state` restarts
-    both stores, batch 1 commits their version 1; its replay (a driver that died before
-    Spark's commit) is refused forever: batch 0 has no commit and the stores have versions."""
-    replay(
-        [
-            ("damage", {"pick": 0, "corrupt": False}),
-            ("damage", {"pick": 0, "corrupt": False}),
-            ("restore", {"back": 0, "allow_lost_state": True, "zero": False}),
-            run({0: {"a": 1}}),
-            run({0: {"a": 1}}, step=-1),
-        ]
-    )
+    """Found (make soak): after every store restarted at batch 0, batch 1 commits their
+    version 1; its replay (a driver that died before Spark's commit) was refused forever:
+    batch 0 has no commit and the stores have versions."""
+    replay([*RESTART_EVERY_STORE, run({0: {"a": 1}}), run({0: {"a": 1}}, step=-1)])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 34's simulation: after a restore restarted every store, a batch after a gap "
-    "is accepted; not fixed on any branch",
-)
 def test_a_gap_after_every_store_restarted_is_refused() -> None:
-    """Found (make soak): with every store restarted at batch 0, batch 2 runs (from empty)
-    although batch 1 never did: the query's commit log is empty, so no order is checked."""
-    replay(
-        [
-            ("damage", {"pick": 0, "corrupt": False}),
-            ("damage", {"pick": 0, "corrupt": False}),
-            ("restore", {"back": 0, "allow_lost_state": True, "zero": False}),
-            run({0: {"a": 1}}, step=1),
-        ]
-    )
+    """Found (make soak): with every store restarted at batch 0, batch 2 ran (from empty)
+    although batch 1 never did: the query's commit log is empty, so no order was checked."""
+    replay([*RESTART_EVERY_STORE, run({0: {"a": 1}}, step=1)])
+
+
+@pytest.mark.postgres
+def test_the_restored_position_on_postgresql() -> None:
+    """Both restart cases with a PostgreSQL catalog (the restore's position is read from its
+    run's JSON parameters, which each dialect queries its own way)."""
+    try:
+        catalogs = PostgresCatalogs()
+    except sa.exc.OperationalError as exc:
+        service_missing("PostgreSQL", str(exc).strip())
+
+    class OnPostgres(PlatformMachine):
+        pass
+
+    OnPostgres.catalogs = catalogs
+    try:
+        replay(
+            [*RESTART_EVERY_STORE, run({0: {"a": 1}}, step=1), run({0: {"a": 1}}, step=-1)],
+            OnPostgres,
+        )
+    finally:
+        catalogs.close()

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 from state_runtime.catalog.records import AttemptSweep, BatchStart, Suspects
 from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.schema.reading_views import ReaderViews
-from state_runtime.catalog.schema.tables import batch_intents
+from state_runtime.catalog.schema.tables import RunKind, RunOutcome, batch_intents, maintenance_runs
 from state_runtime.catalog.sql.commits import committed_ids, latest_entry
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.statements import chunks
@@ -63,11 +63,34 @@ def begin_batch(
                 started_at=now,
             )
         )
+    restored = restored_to(connection, root, query_id)
     return BatchStart(
         last_batch=None if last is None else last[0],
         last_store=None if last is None else last[1],
         previous=previous,
+        restored=restored,
     )
+
+
+def restored_to(connection: Connection, root: str, query_id: str) -> int | None:
+    """The batch the query's latest successful restore returned it to, or None.
+
+    The commit log alone cannot say where a query stands once a restore restarted every store
+    from empty (their entries are gone): the restore's run is the record of that position.
+    Restores before the run named its root (catalog revision 0014 and older) are not read."""
+    r = maintenance_runs.c
+    row = connection.execute(
+        sa.select(r.parameters["to_batch"].as_integer())
+        .where(
+            r.kind == RunKind.RESTORE.value,
+            r.outcome == RunOutcome.SUCCEEDED.value,
+            r.parameters["root"].as_string() == root,
+            r.parameters["query_id"].as_string() == query_id,
+        )
+        .order_by(r.run_id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else int(row[0])
 
 
 def settle(connection: Connection, run: str, suspects: Suspects, now: datetime) -> None:
