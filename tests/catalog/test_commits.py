@@ -184,8 +184,9 @@ def test_a_snapshot_written_again_at_a_deleted_path_replaces_its_record(
 ) -> None:
     """A snapshot whose file was deleted (here: lost) and which the snapshot pass writes
     again (other bytes, same path): the new file is recorded, committed and verified, with
-    no problem; the ledger keeps the deletion. A record that is not deleted still refuses
-    other bytes (the file is damaged)."""
+    no problem, and the deletion leaves the ledger (it names files that are gone), so the
+    file can be deleted and written again. A record that is not deleted still refuses other
+    bytes (the file is damaged)."""
     stream = Stream(catalog, [A])
     stream.run(2)
     first = stream.snapshot(A)
@@ -199,8 +200,12 @@ def test_a_snapshot_written_again_at_a_deleted_path_replaces_its_record(
         (first.path, again.checksum, Verification.VERIFIED)
     ]
     assert catalog.problems(root=ROOT) == []
-    assert [d.path for d in catalog.deletion_history(root=ROOT)] == [first.path]
+    assert catalog.deletion_history(root=ROOT) == []
+    assert catalog.record_lost(run, ROOT, [first.path], "gone again") == 1
+    assert [d.reason for d in catalog.deletion_history(root=ROOT)] == ["lost: gone again"]
     other = replace(again, checksum="2" * 64)
+    assert catalog.record_snapshot(ROOT, other, verified=True) is None
+    other = replace(other, checksum="3" * 64)
     assert catalog.record_snapshot(ROOT, other, verified=True) is not None
 
 

@@ -21,6 +21,7 @@ from state_runtime.catalog.schema.tables import (
     batch_metrics,
     batch_watermarks,
     checkpoint_files,
+    deletion_ledger,
     operator_schemas,
     stores,
 )
@@ -139,10 +140,11 @@ def record_locked(
     ensured and locked.
 
     With ``rewritten`` (the caller has just written or found each file), a path whose record
-    says deleted holds a new file: its record is replaced in place (the ledger keeps the
-    deletion). Only a version without a file of its own can see its path again: an idle
-    version keeps its parent's id, so after a restore the replayed batch commits the same
-    (version, id), and a snapshot of it is written where cleanup deleted the first one.
+    says deleted holds a new file: its record is replaced in place, and its deletion's ledger
+    entry goes (the ledger names files that are gone; one entry per record). Only a version
+    without a file of its own sees its path again: an idle version keeps its parent's id, so
+    after a restore the replayed batch commits the same (version, id), and a snapshot of it
+    is written where cleanup deleted the first one.
     """
     infos = [i for i in infos if i.has_file]
     wanted = {(ids[i.store], i.version, i.path) for i in infos}
@@ -189,6 +191,9 @@ def record_locked(
     if inserted:
         # A plain INSERT (batched by the driver): the store locks make ``existing`` exact.
         connection.execute(sa.insert(checkpoint_files), inserted)
+    if deleted:  # one ledger entry per record: the file it named is there again
+        gone = deletion_ledger.c.file_id.in_(list(deleted.values()))
+        connection.execute(sa.delete(deletion_ledger).where(gone))
     for values in rows:
         if values["path"] in deleted:
             connection.execute(
