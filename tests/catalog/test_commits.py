@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import sqlalchemy as sa
 
-from state_runtime.catalog import BatchMetrics, Catalog, FileState
+from state_runtime.catalog import BatchMetrics, Catalog, FileState, Verification
 from state_runtime.catalog.schema.tables import checkpoint_files, commit_log
 from state_runtime.errors import CatalogError, CommitConflict, InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
@@ -177,6 +177,36 @@ def test_snapshot_state_follows_the_commit_log(catalog: Catalog) -> None:
     assert found[uncommitted.path] == FileState.WRITTEN
     with pytest.raises(InvalidArgument, match="delta"):
         catalog.record_snapshot(ROOT, stream.committed[A][0])
+
+
+def test_a_snapshot_written_again_at_a_deleted_path_replaces_its_record(
+    catalog: Catalog,
+) -> None:
+    """A snapshot whose file was deleted (here: lost) and which the snapshot pass writes
+    again (other bytes, same path): the new file is recorded, committed and verified, with
+    no problem, and the deletion leaves the ledger (it names files that are gone), so the
+    file can be deleted and written again. A record that is not deleted still refuses other
+    bytes (the file is damaged)."""
+    stream = Stream(catalog, [A])
+    stream.run(2)
+    first = stream.snapshot(A)
+    run = catalog.start_run("validate", "test")
+    assert catalog.record_lost(run, ROOT, [first.path], "gone") == 1
+    again = replace(first, checksum="1" * 64, bytes_written=first.bytes_written + 1)
+    assert catalog.record_snapshot(ROOT, again, verified=True) is None
+    assert states(catalog)[first.path] == FileState.COMMITTED
+    latest = catalog.retained_versions(ROOT, A)[0]
+    assert [(f.path, f.checksum, f.verification) for f in latest.files] == [
+        (first.path, again.checksum, Verification.VERIFIED)
+    ]
+    assert catalog.problems(root=ROOT) == []
+    assert catalog.deletion_history(root=ROOT) == []
+    assert catalog.record_lost(run, ROOT, [first.path], "gone again") == 1
+    assert [d.reason for d in catalog.deletion_history(root=ROOT)] == ["lost: gone again"]
+    other = replace(again, checksum="2" * 64)
+    assert catalog.record_snapshot(ROOT, other, verified=True) is None
+    other = replace(other, checksum="3" * 64)
+    assert catalog.record_snapshot(ROOT, other, verified=True) is not None
 
 
 def test_registered_schemas_and_empty_store(catalog: Catalog) -> None:

@@ -127,6 +127,24 @@ def test_a_root_that_needs_percent_encoding_is_validated_where_it_is() -> None:
     replay([run({0: {"a": 1}, 1: {"b": 1}}), ("validate", {"zero": False})])
 
 
+def test_a_snapshot_rewritten_at_a_deleted_path_is_recorded_as_written() -> None:
+    """Found (make soak): store 0 idle in batch 1, so its version 2 keeps version 1's id; a
+    snapshot of it, a restore to batch 0 and cleanup at zero grace delete that snapshot;
+    batch 1 again (store 0 idle: the same version and id) and the next snapshot pass writes
+    the same path anew, and the deleted file's record (another checksum) called the intact
+    store broken."""
+    replay(
+        [
+            run({1: {"a": 3}}),
+            ("snapshot", {"zero": True}),
+            ("restore", {"back": 1, "allow_lost_state": False, "zero": False}),
+            ("cleanup", {"zero": True}),
+            run({}),
+            ("snapshot", {"zero": False}),
+        ]
+    )
+
+
 STALE_PROBLEMS = pytest.mark.xfail(
     strict=True,
     reason="issue 34's simulation: a loss's problem stays open after a replay replaced the lost "

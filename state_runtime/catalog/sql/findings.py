@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import (
+    FileState,
     Verification,
     checkpoint_files,
     file_repairs,
@@ -396,17 +397,19 @@ def record_snapshot(
     the problem recorded, if any."""
     found = problem
     f = checkpoint_files.c
-    recorded = files_at(connection, root, [info.path], f.checksum, f.size_bytes)
-    if recorded and (recorded[0].checksum, recorded[0].size_bytes) != (
-        info.checksum,
-        info.bytes_written,
+    recorded = files_at(connection, root, [info.path], f.checksum, f.size_bytes, f.state)
+    if (
+        recorded
+        and recorded[0].state != FileState.DELETED.value
+        and (recorded[0].checksum, recorded[0].size_bytes) != (info.checksum, info.bytes_written)
     ):
         found = found or (
             f"the file ({info.bytes_written} bytes) differs from its record "
             f"({recorded[0].size_bytes} bytes, another checksum)"
         )
     else:
-        record_files(connection, root, [info], now, run_id=run_id)
+        # A deleted file's record is replaced: the snapshot was written there anew.
+        record_files(connection, root, [info], now, run_id=run_id, rewritten=True)
     if verified or found is not None:
         record_verifications(connection, root, {info.path: found}, now)
     if found is not None:

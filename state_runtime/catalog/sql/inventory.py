@@ -18,9 +18,11 @@ from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
+    Verification,
     batch_metrics,
     batch_watermarks,
     checkpoint_files,
+    deletion_ledger,
     operator_schemas,
     stores,
 )
@@ -107,6 +109,7 @@ def record_files(
     now: datetime,
     *,
     run_id: int | None = None,
+    rewritten: bool = False,
 ) -> dict[str, RecordedFile]:
     """Record files as written, idempotently, and return each path's row.
 
@@ -114,14 +117,15 @@ def record_files(
     orphan if another id holds that version, else written. Recording a path again with the
     same content is a no-op; with other content it is an error (files are immutable). A
     version that changed nothing has no file (``CheckpointInfo.has_file``): nothing is
-    recorded for it, and the catalog never holds a path that never existed.
+    recorded for it, and the catalog never holds a path that never existed. ``rewritten``:
+    see :func:`record_locked`.
     """
     validate_root(root)
     for info in infos:
         check_info(info)
     ids = ensure_stores(connection, root, (i.store for i in infos), now)
     lock_stores(connection, ids.values())
-    return record_locked(connection, ids, infos, now, run_id=run_id)
+    return record_locked(connection, ids, infos, now, run_id=run_id, rewritten=rewritten)
 
 
 def record_locked(
@@ -131,13 +135,27 @@ def record_locked(
     now: datetime,
     *,
     run_id: int | None = None,
+    rewritten: bool = False,
 ) -> dict[str, RecordedFile]:
     """:func:`record_files` for checked infos whose stores (``ids``) this transaction has
-    ensured and locked."""
+    ensured and locked.
+
+    With ``rewritten`` (the caller has just written or found each file), a path whose record
+    says deleted holds a new file: its record is replaced in place, and its deletion's ledger
+    entry goes (the ledger names files that are gone; one entry per record). Only a version
+    without a file of its own sees its path again: an idle version keeps its parent's id, so
+    after a restore the replayed batch commits the same (version, id), and a snapshot of it
+    is written where cleanup deleted the first one.
+    """
     infos = [i for i in infos if i.has_file]
     wanted = {(ids[i.store], i.version, i.path) for i in infos}
     existing = _files_by_path(connection, wanted)
-    new = [i for i in infos if i.path not in existing]
+    deleted = {
+        path: row.file_id
+        for path, row in existing.items()
+        if rewritten and row.state == FileState.DELETED.value
+    }
+    new = [i for i in infos if i.path not in existing or i.path in deleted]
     committed = committed_ids_at(connection, {(ids[i.store], i.version) for i in new})
     rows = []
     for info in new:
@@ -170,9 +188,27 @@ def record_locked(
                 "state_reason": reason,
             }
         )
-    if rows:
+    inserted = [values for values in rows if values["path"] not in deleted]
+    if inserted:
         # A plain INSERT (batched by the driver): the store locks make ``existing`` exact.
-        connection.execute(sa.insert(checkpoint_files), rows)
+        connection.execute(sa.insert(checkpoint_files), inserted)
+    if deleted:  # one ledger entry per record: the file it named is there again
+        gone = deletion_ledger.c.file_id.in_(list(deleted.values()))
+        connection.execute(sa.delete(deletion_ledger).where(gone))
+    for values in rows:
+        if values["path"] in deleted:
+            connection.execute(
+                sa.update(checkpoint_files)
+                .where(checkpoint_files.c.file_id == deleted[values["path"]])
+                .values(
+                    **values,
+                    claimed_by_run=None,
+                    verification=Verification.UNVERIFIED.value,
+                    verified_at=None,
+                    verification_note=None,
+                )
+            )
+    if rows:
         existing |= _files_by_path(connection, {(ids[i.store], i.version, i.path) for i in new})
     recorded = existing
     for info in infos:
