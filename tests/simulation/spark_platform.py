@@ -6,6 +6,7 @@ each model key of each partition is played by a key Spark routes there (found on
 platform with Spark's own hash). Failures are Spark's: a task's refusal fails the job after
 its retries, the sink counts the output (the tasks write) and then raises, and a driver
 "dies" by a sink raising what ``run_batch``'s failure handling does not catch.
+:class:`SparkMachine` adds a rule only Spark can run: a repartition of the stopped query.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The simulation through the real runtime on Spark: a random run of batches (idle, failing,
-replayed, out of order) interleaved with snapshots, cleanup, validation, restore, new drivers
-and clock steps, checked against the same model and invariants as the library-level run."""
+replayed, out of order) interleaved with snapshots, cleanup, validation, restore, new drivers,
+clock steps and repartitions, checked against the same model and invariants as the
+library-level run."""
 
 from __future__ import annotations
 
