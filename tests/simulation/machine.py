@@ -105,6 +105,8 @@ class PlatformMachine(RuleBasedStateMachine):
         """Stores with a file deleted or corrupted on purpose (see ``lenient_after_damage``)."""
         self.validated = False
         """True from a validation until the next step that may change what loads."""
+        self.repartitioned_at: int | None = None
+        """The batch at which the query was last repartitioned (restore refuses older ones)."""
 
     @initialize()
     def first_batch(self) -> None:
@@ -166,7 +168,7 @@ class PlatformMachine(RuleBasedStateMachine):
         assert in_order, f"batch {batch_id} ran out of order after {last}"
         assert fail in (None, "driver"), f"batch {batch_id}: the {fail} failure was lost"
         if fail is None:
-            self.model.commit(batch_id, changes)
+            self.model.commit(batch_id, self.platform.model_changes(changes))
 
     def _loads(self, batch_id: int) -> bool:
         refs = self.platform.committed_refs().get(batch_id, {})
@@ -213,6 +215,8 @@ class PlatformMachine(RuleBasedStateMachine):
                 allow_lost_state=allow_lost_state,
             )
         except MaintenanceRefused:
+            if self.repartitioned_at is not None and target < self.repartitioned_at:
+                return  # its stores are of the layout before the repartition
             assert not allow_lost_state and not self._loads(target), "restore refused"
             return
         except InvalidArgument:  # every store restarted: the query has no batch to restore

@@ -164,10 +164,21 @@ class Model:
     def commit(self, batch: int, changes: Batch) -> None:
         base = self.before(batch)
         self.states[batch] = [
-            apply(widen(base[p], self.generation), changes.get(p, {}), self.generation)
-            for p in range(self.partitions)
+            apply(widen(state, self.generation), changes.get(p, {}), self.generation)
+            for p, state in enumerate(base)
         ]
         self.rewind(batch)
+
+    def repartition(self, partitions: int, route: Mapping[str, int]) -> None:
+        """The last batch's rows moved to ``partitions`` stores by ``route`` (key ->
+        partition): a repartition changes where each key lives, never its state."""
+        assert self.last is not None
+        moved: list[State] = [{} for _ in range(partitions)]
+        for state in self.states[self.last]:
+            for key, value in state.items():
+                moved[route[key]][key] = value
+        self.states[self.last] = moved
+        self.partitions = partitions
 
     def rewind(self, batch: int, restarted: frozenset[int] = frozenset()) -> None:
         for later in [b for b in self.states if b > batch]:
@@ -233,6 +244,10 @@ class Platform:
     def close(self) -> None:
         self.query.catalog.close()
         self.catalog.close()
+
+    def model_changes(self, changes: Batch) -> Batch:
+        """A batch's changes as the model records them (the keys the stores hold)."""
+        return changes
 
     def change_schema(self) -> None:
         """The query restarts with an added nullable value field."""

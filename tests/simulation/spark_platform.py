@@ -6,27 +6,37 @@ each model key of each partition is played by a key Spark routes there (found on
 platform with Spark's own hash). Failures are Spark's: a task's refusal fails the job after
 its retries, the sink counts the output (the tasks write) and then raises, and a driver
 "dies" by a sink raising what ``run_batch``'s failure handling does not catch.
+:class:`SparkMachine` adds a rule only Spark can run: a repartition of the stopped query.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, ClassVar
 
+from hypothesis.stateful import rule
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state_runtime.errors import CannotLoadState, StateStoreError
-from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.errors import (
+    BatchOutOfOrder,
+    CannotLoadState,
+    CommitConflict,
+    MaintenanceRefused,
+    StateStoreError,
+)
+from state_runtime.identity import StoreId
+from state_runtime.maintenance.repartition import repartition
 from state_runtime.runtime.tasks import TaskReport
 from tests.simulation.machine import KEYS, PlatformMachine
 from tests.simulation.platform import (
     FAIL_KEY,
     INPUT,
+    QUERY,
     Batch,
     Failure,
     Platform,
     SinkDown,
-    State,
     TaskFailed,
 )
 
@@ -42,24 +52,58 @@ class SparkPlatform(Platform):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.routes = {n: self._route(n) for n in (2, 3)}
+        self._pick_keys()
+
+    def _route(self, partitions: int) -> dict[str, int]:
+        """Where Spark routes each candidate key on ``partitions`` partitions."""
         assert self.spark is not None
         candidates = [f"{k}{i}" for k in (*KEYS, FAIL_KEY) for i in range(40)]
         routed = self.spark.createDataFrame([(c,) for c in candidates], "k string").select(
-            "k", F.expr(f"pmod(hash(k), {self.partitions})").alias("p")
+            "k", F.expr(f"pmod(hash(k), {partitions})").alias("p")
         )
+        return {key: partition for key, partition in routed.collect()}
+
+    def _pick_keys(self) -> None:
+        """The key that plays each model key of each partition on the current layout."""
         self.keys: dict[tuple[int, str], str] = {}
-        for key, partition in sorted(routed.collect()):
-            model = key.rstrip("0123456789")
-            self.keys.setdefault((partition, model), key)
-        self.model_keys = {actual: model for (_, model), actual in self.keys.items()}
+        for key, partition in sorted(self.routes[self.partitions].items()):
+            self.keys.setdefault((partition, key.rstrip("0123456789")), key)
+
+    def model_changes(self, changes: Batch) -> Batch:
+        """The model holds the keys Spark's stores hold (each partition's model key is played
+        by a key routed there; partitions beyond the layout's receive nothing)."""
+        return {
+            p: {self.keys[p, k]: c for k, c in keys.items()}
+            for p, keys in changes.items()
+            if p < self.partitions
+        }
+
+    def repartition(self, partitions: int) -> None:
+        """The stopped query moved to ``partitions`` partitions (the library's offline job on
+        this Spark session), then started again: a new driver on the new layout."""
+        repartition(
+            self.spark,
+            self.fleet,
+            self.root,
+            QUERY,
+            partitions,
+            operator_id=0,
+            spark_checkpoint="",
+            dry_run=False,
+            idle=timedelta(0),
+        )
+        self.partitions = partitions
+        self._pick_keys()
+        self.restart_driver()
 
     def run_batch(
         self, batch_id: int, changes: Batch, *, fail: Failure = None, fail_at: int = 0
     ) -> list[TaskReport]:
         assert self.spark is not None
         rows = [
-            (self.keys[p, k], 0 if c is None else c, c is None)
-            for p, keys in sorted(changes.items())
+            (k, 0 if c is None else c, c is None)
+            for keys in self.model_changes(changes).values()
             for k, c in sorted(keys.items())
         ]
         if fail == "task":
@@ -93,19 +137,52 @@ class SparkPlatform(Platform):
         self.last_commit = (batch_id, result.infos)
         return result.reports
 
-    def load(self, store: StoreId, ref: CheckpointRef) -> State:
-        return {self.model_keys.get(k, k): v for k, v in super().load(store, ref).items()}
-
 
 class SparkMachine(PlatformMachine):
     platform_type = SparkPlatform
     root_name = "root"  # roots that need encoding: the library-level run
+    platform: SparkPlatform
+
+    @rule()
+    def repartition(self) -> None:
+        """The stopped query moves between 2 and 3 partitions; its state must not change."""
+        p = self.platform
+        if self.model.last is None or not p.committed_refs():
+            return  # every store restarted: the query has nothing to move
+        target = 5 - p.partitions
+        try:
+            p.repartition(target)
+        except MaintenanceRefused:
+            assert p.catalog.problems(root=p.root), "repartition refused, no problem open"
+            return
+        self.validated = False
+        self.model.repartition(target, p.routes[target])
+        self.repartitioned_at = self.model.last
+        p.last_commit = None  # the commit of the old layout's batch is no longer the catalog's
+
+    def batch(self, batch_id: int, changes: Batch, fail: Failure, fail_at: int) -> None:
+        """As the machine's; a batch at or before the last repartition is one Spark had
+        committed (the repartition's precondition) and never runs again: run anyway, it is
+        refused and changes nothing."""
+        moved = self.repartitioned_at
+        if moved is None or batch_id > moved:
+            super().batch(batch_id, changes, fail, fail_at)
+            return
+        before = self.platform.committed_refs()
+        try:
+            self.platform.run_batch(batch_id, changes)
+        except (BatchOutOfOrder, CommitConflict):
+            assert self.platform.committed_refs() == before
+            return
+        raise AssertionError(f"batch {batch_id} committed again after the repartition at {moved}")
+
+    def _stores(self) -> list[StoreId]:
+        return [StoreId(0, partition) for partition in range(3)]
 
 
 def spark_steps(seed: int, count: int) -> list[tuple[str, dict[str, Any]]]:
     """A random sequence of steps for the Spark run (mostly batches)."""
     import random
-    from datetime import timedelta
 
     rng = random.Random(seed)
     steps: list[tuple[str, dict[str, Any]]] = []
@@ -114,7 +191,7 @@ def spark_steps(seed: int, count: int) -> list[tuple[str, dict[str, Any]]]:
         if roll < 0.55:
             changes = {
                 p: {k: rng.choice([None, 1, 2, -1]) for k in rng.sample(KEYS, rng.randint(1, 2))}
-                for p in range(2)
+                for p in range(3)
                 if rng.random() < 0.6
             }
             fail = rng.choice([None, None, None, "sink", "task", "driver"])
@@ -130,12 +207,16 @@ def spark_steps(seed: int, count: int) -> list[tuple[str, dict[str, Any]]]:
                 )
             )
         else:
-            name = rng.choice(["snapshot", "cleanup", "validate", "restore", "restart", "clock"])
+            name = rng.choice(
+                ["snapshot", "cleanup", "validate", "restore", "restart", "clock", "repartition"]
+            )
             zero = rng.random() < 0.5
             if name == "restore":
                 steps.append(("restore", {"back": 1, "allow_lost_state": False, "zero": zero}))
             elif name == "restart":
                 steps.append(("restart", {"driver": rng.random() < 0.5}))
+            elif name == "repartition":
+                steps.append(("repartition", {}))
             elif name == "clock":
                 steps.append(("clock_step", {"step": timedelta(days=8)}))
             else:

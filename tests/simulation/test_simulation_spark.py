@@ -1,6 +1,7 @@
 """The simulation through the real runtime on Spark: a random run of batches (idle, failing,
-replayed, out of order) interleaved with snapshots, cleanup, validation, restore, new drivers
-and clock steps, checked against the same model and invariants as the library-level run."""
+replayed, out of order) interleaved with snapshots, cleanup, validation, restore, new drivers,
+clock steps and repartitions, checked against the same model and invariants as the
+library-level run."""
 
 from __future__ import annotations
 
@@ -34,3 +35,25 @@ def test_a_sink_outage_after_an_idle_batch_through_the_runtime() -> None:
     """The issue's report, through the runtime: store 1 idle in batch 1, the sink down in
     batch 2 (after the tasks wrote): the sink's error, no store broken, batch 2 commits."""
     replay([run(ONLY_THE_FIRST_STORE), run(ONLY_THE_FIRST_STORE, fail="sink")], SparkMachine)
+
+
+@pytest.mark.usefixtures("on_spark")
+def test_batches_around_a_repartition_through_the_runtime() -> None:
+    """Batches on 2 partitions, a repartition to 3 (the model's rows only move), batches on
+    the new layout (one store idle), cleanup at zero windows, validation, and a restore to the
+    repartitioned batch: every version equals the model, loads and is called sound."""
+    machine = replay(
+        [
+            run({0: {"a": 2}, 1: {"c": 5, "b": None}}),
+            ("repartition", {}),
+            run({0: {"a": 1}, 2: {"d": 3}}),
+            run({1: {"b": -1}}),
+            ("snapshot", {"zero": True}),
+            ("cleanup", {"zero": True}),
+            ("validate", {"zero": False}),
+            ("restore", {"back": 2, "allow_lost_state": False, "zero": True}),
+            ("restore", {"back": 1, "allow_lost_state": False, "zero": True}),
+        ],
+        SparkMachine,
+    )
+    assert machine.model.partitions == 3 and machine.repartitioned_at == 1
