@@ -84,7 +84,12 @@ def test_the_broken_partition_page_says_why_and_clears_once_sound(tmp_path: Path
             content = (storage.root / lost.path).read_bytes()
             (storage.root / lost.path).unlink()
             base = CheckpointRef(latest.version, latest.checkpoint_id)
-            assert lost_state(catalog, storage, "query-1", 4, {victim: base}) is not None
+            assert (
+                lost_state(
+                    catalog, storage, "query-1", 4, {victim: base}, RuntimeError("a task failed")
+                )
+                is not None
+            )
             server.wait_failed("state_checkpoints", broken)  # the failures sensor's run
             page = partition_page(server, broken)
             assert page["run"]["status"] == "FAILURE"

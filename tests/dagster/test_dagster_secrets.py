@@ -58,7 +58,7 @@ def test_a_failing_catalog_leaves_no_password_in_dagster(
     )
     assert not result.success
     recorded = everything_recorded(instance, result.run_id)
-    assert "CatalogUnavailable" in recorded and "cannot connect to the catalog" in recorded
+    assert "STATE_CATALOG_UNAVAILABLE" in recorded and "cannot connect to the catalog" in recorded
     assert SECRET not in recorded
 
 
