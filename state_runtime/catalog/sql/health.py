@@ -31,10 +31,7 @@ def snapshot_candidates_query(
     deltas = (s.latest_version - since).label("deltas")
     query = (
         sa.select(
-            s.checkpoint_root,
-            s.operator_id,
-            s.partition_id,
-            s.store_name,
+            *store_key_columns(views.stores),
             s.latest_version,
             s.latest_checkpoint_id,
             since.label("snapshot_version"),
