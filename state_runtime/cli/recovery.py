@@ -280,14 +280,14 @@ def repair_json(done: dict[str, Any]) -> dict[str, Any]:
 
 def print_reconcile(console: Console, report: ReconcileReport) -> None:
     """The report's summary, then each file it recorded or could not read."""
-    console.print(report.summary(), markup=False)
+    console.print(report.summary(), markup=False, soft_wrap=True)
     print_lines(console, report.rows())
     print_leftovers(console, report.leftovers, dry_run=report.dry_run)
 
 
 def print_relocation(console: Console, report: RelocationReport) -> None:
     """The report's summary, then each committed file missing at the new root."""
-    console.print(report.summary(), markup=False)
+    console.print(report.summary(), markup=False, soft_wrap=True)
     print_lines(console, report.rows())
     if not report.executed and not report.missing:
         console.print("Run with --execute to record the new root.")
