@@ -103,6 +103,15 @@ def print_leftovers(console: Console, report: LeftoverReport, *, dry_run: bool) 
         console.print(f"  [red]failed[/red] {path}: {error}")
 
 
+def print_lines(console: Console, rows: Sequence[dict[str, Any]]) -> None:
+    """Rows that name no store (one per file): each row's ``detail``, the first
+    :data:`SHOWN`, then how many more."""
+    for row in rows[:SHOWN]:
+        console.print(f"  {row['detail']}", markup=False, soft_wrap=True)
+    if len(rows) > SHOWN:
+        console.print(f"  ... and {len(rows) - SHOWN} more")
+
+
 def print_rows(console: Console, rows: Sequence[dict[str, Any]], listed: str = "") -> None:
     """A report's rows as lines, ``store: detail`` (and, indented below, the row's ``listed``
     list when named), the first :data:`SHOWN`, then how many more."""
