@@ -282,7 +282,7 @@ def print_reconcile(console: Console, report: ReconcileReport) -> None:
     """The report's summary, then each file it recorded or could not read."""
     console.print(report.summary(), markup=False, soft_wrap=True)
     print_lines(console, report.rows())
-    print_leftovers(console, report.leftovers, dry_run=report.dry_run)
+    print_leftovers(console, report.leftovers)
 
 
 def print_relocation(console: Console, report: RelocationReport) -> None:

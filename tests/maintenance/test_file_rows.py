@@ -1,9 +1,10 @@
-"""The per-file reports (reconcile, relocate, cleanup's files) word their lines in
-``summary()`` and ``rows()`` (``file_rows()``); the CLI and Dagster's metadata show exactly
-those words, on real files and a real catalog."""
+"""The per-file reports (reconcile, relocate, cleanup's files, unfinished writes) word their
+lines in ``summary()`` and ``rows()`` (``file_rows()``); the CLI and Dagster's metadata show
+exactly those words, on real files and a real catalog."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -12,6 +13,7 @@ from rich.console import Console
 
 from dagster_project.defs.metadata import cleanup_metadata, reconcile_metadata
 from state_runtime.cli.passes import print_cleanup
+from state_runtime.cli.printing import print_leftovers
 from state_runtime.cli.recovery import print_reconcile, print_relocation
 from state_runtime.maintenance import (
     MaintenancePolicy,
@@ -90,3 +92,23 @@ def test_cleanup_files_come_from_its_file_rows(make_stream: Callable[..., StoreS
     shown = str(cleanup_metadata(plan, {}, StoreNames.of(stream.catalog))["would_delete"].value)
     for row in files[:50]:
         assert f"| {row['file']} | {row['bytes']} | {row['verdict']} | {row['reason']} |" in shown
+
+
+def test_leftover_lines_come_from_its_rows(make_stream: Callable[..., StoreStream]) -> None:
+    stream = make_stream()
+    stream.run(1)
+    store = stream.stores[0]
+    torn = stream.storage.root / store.directory / ".tmp-0badc0de.part"  # a crashed writer's
+    torn.write_bytes(b"half a delta")
+    stamp = (datetime.now(UTC) - timedelta(days=1)).timestamp()
+    os.utime(torn, (stamp, stamp))
+
+    for dry_run, verb in ((True, "would remove"), (False, "removed")):
+        report = cleanup_pass(fleet_on(stream), POLICY, dry_run=dry_run).leftovers
+        assert report.summary().endswith(
+            f"1 found, {verb} 1, 0 too young (maybe still running), 0 failed"
+        )
+        details = [r["detail"] for r in report.rows()]
+        assert details == [f"{verb} {stream.storage.uri}/{store.directory}/{torn.name}"]
+        assert printed(print_leftovers, report) == [report.summary(), f"  {details[0]}"]
+    assert not torn.exists()
