@@ -34,6 +34,7 @@ from sqlalchemy.dialects import postgresql
 
 from state_runtime.catalog import Catalog, RetentionPolicy
 from state_runtime.catalog.connection.engine import create_catalog_engine
+from state_runtime.catalog.schema.reading_views import READER_VIEWS
 from state_runtime.catalog.schema.revision import upgrade
 from state_runtime.catalog.sql.health import snapshot_candidates_query
 from state_runtime.catalog.sql.retention import Scope, verdicts
@@ -317,7 +318,7 @@ def run(url: str, *, load_data: bool) -> None:
     # Read-only questions, median of REPEAT runs.
     measure("deletable files, all stores", lambda: catalog.deletable_files(POLICY, now=NOW), files)
     deletable_sql = sa.select(sa.func.count()).select_from(
-        verdicts(POLICY, Scope(), NOW, only_deletable=True).subquery()
+        verdicts(READER_VIEWS, POLICY, Scope(), NOW, only_deletable=True).subquery()
     )
     with engine.connect() as connection:
         measure(
@@ -367,12 +368,13 @@ def run(url: str, *, load_data: bool) -> None:
     )
     plans = {
         "deletable files, one store": explain(
-            engine, verdicts(POLICY, Scope(store_ids=(one_id,)), NOW, only_deletable=True)
+            engine,
+            verdicts(READER_VIEWS, POLICY, Scope(store_ids=(one_id,)), NOW, only_deletable=True),
         ),
         "deletable files, all stores": explain(
-            engine, verdicts(POLICY, Scope(), NOW, only_deletable=True)
+            engine, verdicts(READER_VIEWS, POLICY, Scope(), NOW, only_deletable=True)
         ),
-        "snapshot candidates": explain(engine, snapshot_candidates_query(15, None)),
+        "snapshot candidates": explain(engine, snapshot_candidates_query(READER_VIEWS, 15, None)),
     }
 
     # Writes, once each: a batch commit, then cleanup of one store and of everything.

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from state_runtime.catalog import FileVerdict, Layout
+from state_runtime.catalog import Layout
 from state_runtime.maintenance import (
     CheckOutcome,
     CleanupReport,
@@ -169,13 +169,10 @@ def snapshot_metadata(report: SnapshotReport, names: StoreNames) -> MetadataMap:
     }
 
 
-def _files_md(verdicts: Sequence[FileVerdict]) -> Meta:
-    rows = [
-        (f"{v.file.key.root}/{v.file.path}", v.file.size_bytes, v.verdict.value, v.reason)
-        for v in verdicts[:MD_ROWS]
-    ]
-    table = _cells(rows, ("file", "bytes", "verdict", "reason"))
-    return MetadataValue.md(table + _more(len(verdicts), MD_ROWS))
+def _files_md(rows: Sequence[Mapping[str, Any]]) -> Meta:
+    columns = ("file", "bytes", "verdict", "reason")
+    cells = [tuple(r[c] for c in columns) for r in rows[:MD_ROWS]]
+    return MetadataValue.md(_cells(cells, columns) + _more(len(rows), MD_ROWS))
 
 
 def cleanup_metadata(
@@ -189,9 +186,7 @@ def cleanup_metadata(
         **{name: MetadataValue.int(n) for name, n in counts.items()},
         "policy": MetadataValue.json(dict(parameters)),
         "catalog_run_id": MetadataValue.int(report.run_id or 0),
-        ("would_delete" if report.dry_run else "deleted"): _files_md(
-            report.planned if report.dry_run else report.deleted
-        ),
+        ("would_delete" if report.dry_run else "deleted"): _files_md(report.file_rows()),
     }
 
 
@@ -217,13 +212,14 @@ def check_metadata(outcome: CheckOutcome, names: StoreNames) -> MetadataMap:
 
 
 def reconcile_metadata(report: ReconcileReport) -> MetadataMap:
-    rows = [(path, state) for path, state in list(report.recorded.items())[:MD_ROWS]]
-    rows += [(path, f"unreadable: {error}") for path, error in report.unreadable.items()]
+    rows = report.rows()
+    cells = [(r["path"], r["recorded_as"]) for r in rows[:MD_ROWS]]
     return {
+        "summary": MetadataValue.text(report.summary()),
         "dry_run": MetadataValue.bool(report.dry_run),
         **{name: MetadataValue.int(n) for name, n in report.counts().items()},
         "files": MetadataValue.md(
-            _cells(rows[:MD_ROWS], ("file", "recorded as")) + _more(len(rows), MD_ROWS)
+            _cells(cells, ("file", "recorded as")) + _more(len(rows), MD_ROWS)
         ),
     }
 

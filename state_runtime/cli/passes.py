@@ -117,7 +117,7 @@ def print_cleanup(console: Console, report: CleanupReport) -> None:
     print_rows(console, report.rows(), listed="files")
     for path, error in list(report.failed.items())[:SHOWN]:
         console.print(f"  [red]failed[/red] {path}: {error}")
-    print_leftovers(console, report.leftovers, dry_run=report.dry_run)
+    print_leftovers(console, report.leftovers)
     if report.dry_run and (report.planned or report.leftovers.removed):
         console.print("Run with --execute to delete them.")
 

@@ -87,20 +87,21 @@ def print_prefix(console: Console, prefix: str, roots: Collection[str]) -> None:
             console.print(prefix, markup=False, overflow="fold")
 
 
-def print_leftovers(console: Console, report: LeftoverReport, *, dry_run: bool) -> None:
-    """Unfinished writes of killed writers, if any were found."""
+def print_leftovers(console: Console, report: LeftoverReport) -> None:
+    """Unfinished writes of killed writers, if any were found: the report's summary and rows."""
     if not report.found:
         return
-    verb = "would remove" if dry_run else "removed"
-    console.print(
-        f"unfinished writes (temporary files, incomplete uploads): {len(report.found)} found, "
-        f"{verb} {len(report.removed)}, {len(report.young)} too young (maybe still running), "
-        f"{len(report.failed)} failed"
-    )
-    for path in report.removed[:SHOWN]:
-        console.print(f"  {verb} {path}")
-    for path, error in list(report.failed.items())[:SHOWN]:
-        console.print(f"  [red]failed[/red] {path}: {error}")
+    console.print(report.summary(), markup=False, soft_wrap=True)
+    print_lines(console, report.rows())
+
+
+def print_lines(console: Console, rows: Sequence[dict[str, Any]]) -> None:
+    """Rows that name no store (one per file): each row's ``detail``, the first
+    :data:`SHOWN`, then how many more."""
+    for row in rows[:SHOWN]:
+        console.print(f"  {row['detail']}", markup=False, soft_wrap=True)
+    if len(rows) > SHOWN:
+        console.print(f"  ... and {len(rows) - SHOWN} more")
 
 
 def print_rows(console: Console, rows: Sequence[dict[str, Any]], listed: str = "") -> None:

@@ -27,7 +27,7 @@ from state_runtime.cli.group import (
     store_option,
     stores_of,
 )
-from state_runtime.cli.printing import SHOWN, print_leftovers, print_rows
+from state_runtime.cli.printing import SHOWN, print_leftovers, print_lines, print_rows
 from state_runtime.maintenance import (
     DamageReport,
     Fate,
@@ -279,35 +279,17 @@ def repair_json(done: dict[str, Any]) -> dict[str, Any]:
 
 
 def print_reconcile(console: Console, report: ReconcileReport) -> None:
-    c = report.counts()
-    verb = "would record" if report.dry_run else "recorded"
-    console.print(
-        f"reconcile (run {report.run_id}): listed {c['listed']} files; {c['untracked']} unknown "
-        f"to the catalog, {verb} {c['untracked'] - c['in_flight'] - c['unreadable']}; "
-        f"{c['in_flight']} too young (maybe in flight), {c['unreadable']} unreadable, "
-        f"{c['foreign']} not checkpoint files (left alone), {c['resurrected']} recorded "
-        "deleted but present"
-    )
-    for path, state in list(report.recorded.items())[:SHOWN]:
-        console.print(f"  recorded {path} as {state}")
-    for path, error in list(report.unreadable.items())[:SHOWN]:
-        console.print(f"  [red]unreadable[/red] {path}: {error}")
-    print_leftovers(console, report.leftovers, dry_run=report.dry_run)
+    """The report's summary, then each file it recorded or could not read."""
+    console.print(report.summary(), markup=False, soft_wrap=True)
+    print_lines(console, report.rows())
+    print_leftovers(console, report.leftovers)
 
 
 def print_relocation(console: Console, report: RelocationReport) -> None:
-    found = report.files_checked - len(report.missing)
-    console.print(
-        f"relocate {report.old} -> {report.new}: {found} of {report.files_checked} committed "
-        "file(s) found at the new root"
-    )
-    for path in report.missing[:SHOWN]:
-        console.print(f"  [red]missing[/red] {path}")
-    if len(report.missing) > SHOWN:
-        console.print(f"  ... and {len(report.missing) - SHOWN} more")
-    if report.executed:
-        console.print(f"{report.stores_moved} store(s) now recorded below {report.new}")
-    elif not report.missing:
+    """The report's summary, then each committed file missing at the new root."""
+    console.print(report.summary(), markup=False, soft_wrap=True)
+    print_lines(console, report.rows())
+    if not report.executed and not report.missing:
         console.print("Run with --execute to record the new root.")
 
 

@@ -134,6 +134,19 @@ class CleanupReport:
             )
         return rows
 
+    def file_rows(self) -> list[dict[str, Any]]:
+        """One row per file the pass deleted (in a dry run: would delete): ``file`` (root and
+        path), ``bytes``, ``verdict`` and ``reason`` in the rule's words."""
+        return [
+            {
+                "file": f"{v.file.key.root}/{v.file.path}",
+                "bytes": v.file.size_bytes,
+                "verdict": v.verdict.value,
+                "reason": v.reason,
+            }
+            for v in (self.planned if self.dry_run else self.deleted)
+        ]
+
     def counts(self) -> dict[str, int]:
         return (
             {

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from state_runtime.catalog import StoreKey
 from state_runtime.errors import StorageError
@@ -48,6 +49,8 @@ class LeftoverReport:
     young: list[str] = field(default_factory=list)
     """Left alone: started after the cutoff, or held by a live writer."""
     failed: dict[str, str] = field(default_factory=dict)
+    dry_run: bool = True
+    """Whether ``removed`` names what would go rather than what went."""
 
     def counts(self) -> dict[str, int]:
         return {
@@ -56,6 +59,26 @@ class LeftoverReport:
             "leftovers_young": len(self.young),
             "leftovers_failed": len(self.failed),
         }
+
+    def summary(self) -> str:
+        """The sweep in one line: found, removed (or would be), left alone and failed."""
+        verb = "would remove" if self.dry_run else "removed"
+        return (
+            f"unfinished writes (temporary files, incomplete uploads): {len(self.found)} found, "
+            f"{verb} {len(self.removed)}, {len(self.young)} too young (maybe still running), "
+            f"{len(self.failed)} failed"
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per unfinished write removed (or that would be) or that failed: its
+        ``path``, ``outcome`` and ``detail`` in words."""
+        verb = "would remove" if self.dry_run else "removed"
+        removed = [{"path": p, "outcome": verb, "detail": f"{verb} {p}"} for p in self.removed]
+        failed = [
+            {"path": p, "outcome": f"failed: {why}", "detail": f"failed {p}: {why}"}
+            for p, why in self.failed.items()
+        ]
+        return removed + failed
 
 
 def store_folders(fleet: Fleet, only: Collection[StoreKey] | None = None) -> dict[str, list[str]]:
@@ -76,7 +99,7 @@ def sweep_leftovers(
     """Find the unfinished writes below ``folders`` (root -> folders relative to it); with
     ``dry_run`` is false remove those started before ``older_than`` (:func:`partial_write_cutoff`)
     that no live writer holds (a dry run reports them in ``removed`` as what would go)."""
-    report = LeftoverReport()
+    report = LeftoverReport(dry_run=dry_run)
     for root, below in sorted(folders.items()):
         if root in fleet.failed_roots:
             continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from state_runtime.catalog import FileState, RunKind
 from state_runtime.errors import CannotLoadState, InvalidArgument, StorageError
@@ -58,6 +59,36 @@ class ReconcileReport:
             "unreadable": len(self.unreadable),
             "resurrected": len(self.resurrected),
         } | self.leftovers.counts()
+
+    def summary(self) -> str:
+        """The sweep in one line: what it listed, recorded (or would), and set aside."""
+        c = self.counts()
+        verb = "would record" if self.dry_run else "recorded"
+        return (
+            f"reconcile (run {self.run_id}): listed {c['listed']} files; {c['untracked']} "
+            f"unknown to the catalog, {verb} {c['untracked'] - c['in_flight'] - c['unreadable']}; "
+            f"{c['in_flight']} too young (maybe in flight), {c['unreadable']} unreadable, "
+            f"{c['foreign']} not checkpoint files (left alone), {c['resurrected']} recorded "
+            "deleted but present"
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per file the sweep recorded (or would) or could not read: its ``path``,
+        what it is ``recorded_as`` (its state, or why it is unreadable) and ``detail`` in
+        words."""
+        recorded = [
+            {"path": path, "recorded_as": state, "detail": f"recorded {path} as {state}"}
+            for path, state in self.recorded.items()
+        ]
+        unreadable = [
+            {
+                "path": path,
+                "recorded_as": f"unreadable: {error}",
+                "detail": f"unreadable {path}: {error}",
+            }
+            for path, error in self.unreadable.items()
+        ]
+        return recorded + unreadable
 
 
 def _store_of(path: str) -> StoreId | None:

@@ -9,6 +9,7 @@ found at the new one; otherwise nothing changes. The pass is a dry run unless as
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from state_runtime.catalog import Catalog, FileState
 from state_runtime.errors import InvalidArgument, MaintenanceRefused
@@ -25,6 +26,21 @@ class RelocationReport:
     missing: list[str] = field(default_factory=list)
     stores_moved: int = 0
     executed: bool = False
+
+    def summary(self) -> str:
+        """What was checked at the new root and, when executed, the stores moved."""
+        found = self.files_checked - len(self.missing)
+        line = (
+            f"relocate {self.old} -> {self.new}: {found} of {self.files_checked} committed "
+            "file(s) found at the new root"
+        )
+        if self.executed:
+            line += f"; {self.stores_moved} store(s) now recorded below {self.new}"
+        return line
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per committed file missing at the new root: its ``path`` and ``detail``."""
+        return [{"path": path, "detail": f"missing {path}"} for path in self.missing]
 
 
 def relocate_root(

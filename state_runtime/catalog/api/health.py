@@ -20,22 +20,22 @@ class HealthCalls(CatalogBase):
         """Stores whose committed deltas since the last snapshot number at least ``min_deltas``."""
         if min_deltas < 1:
             raise InvalidArgument(f"min_deltas must be at least 1, got {min_deltas}")
-        return self._run(
+        return self._read(
             "find snapshot candidates",
-            lambda c: health_queries.snapshot_candidates(c, min_deltas, root),
+            lambda c, v: health_queries.snapshot_candidates(c, v, min_deltas, root),
         )
 
     def store_health(
         self, policy: RetentionPolicy, *, root: str | None = None, now: datetime | None = None
     ) -> list[StoreHealth]:
-        return self._run(
+        return self._read(
             "read store health",
-            lambda c: health_queries.store_health(c, policy, root, now or self.now()),
+            lambda c, v: health_queries.store_health(c, v, policy, root, now or self.now()),
         )
 
     def recovery_costs(self, root: str | None = None) -> dict[StoreKey, RecoveryCost]:
         """Per store (of ``root``, or all), the files and bytes a cold load of its latest
         committed version reads (one query; no storage request)."""
-        return self._run(
-            "estimate recovery costs", lambda c: health_queries.recovery_costs(c, root)
+        return self._read(
+            "estimate recovery costs", lambda c, v: health_queries.recovery_costs(c, v, root)
         )

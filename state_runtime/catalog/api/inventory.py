@@ -17,6 +17,7 @@ from state_runtime.catalog.records import (
     StoreProblem,
     StoreRecord,
 )
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql import batch_intents, findings, inventory, lookups
 from state_runtime.catalog.sql import retention as retention_sql
 from state_runtime.errors import InvalidArgument
@@ -49,23 +50,25 @@ class InventoryCalls(CatalogBase):
     def store_files(self, root: str, store: StoreId) -> list[FileRecord]:
         """The live files of one store, oldest versions first (with their verification)."""
 
-        def work(connection: Connection) -> list[FileRecord]:
-            found = lookups.store_ids(connection, root, [store])
-            return [] if store not in found else retention_sql.live_files(connection, found[store])
+        def work(connection: Connection, views: ReaderViews) -> list[FileRecord]:
+            found = lookups.store_ids(connection, views, root, [store])
+            if store not in found:
+                return []
+            return retention_sql.live_files(connection, views, found[store])
 
-        return self._run("read store files", work)
+        return self._read("read store files", work)
 
     def idle_versions(self, root: str, store: StoreId) -> frozenset[int]:
         """The store's committed versions that changed nothing: each is a commit of its
         parent's checkpoint and names no file (the loading chain passes over them)."""
 
-        def work(connection: Connection) -> frozenset[int]:
-            found = lookups.store_ids(connection, root, [store])
+        def work(connection: Connection, views: ReaderViews) -> frozenset[int]:
+            found = lookups.store_ids(connection, views, root, [store])
             if store not in found:
                 return frozenset()
-            return retention_sql.idle_versions(connection, found[store])
+            return retention_sql.idle_versions(connection, views, found[store])
 
-        return self._run("read idle versions", work)
+        return self._read("read idle versions", work)
 
     def record_snapshot(
         self,
@@ -196,7 +199,9 @@ class InventoryCalls(CatalogBase):
 
     def recorded_paths(self, root: str, paths: Collection[str]) -> set[str]:
         """Those of ``paths`` (below ``root``) the catalog has a record of, by index probes."""
-        return self._run("find recorded paths", lambda c: lookups.recorded_paths(c, root, paths))
+        return self._read(
+            "find recorded paths", lambda c, v: lookups.recorded_paths(c, v, root, paths)
+        )
 
     def known_paths(self, root: str) -> dict[str, str]:
         """Every path the catalog has a record of below ``root``, with its state."""

@@ -14,6 +14,7 @@ from state_runtime.catalog.records import (
     FileVerdict,
     RetainedVersion,
 )
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql import deletions, explanations, lookups
 from state_runtime.catalog.sql import retention as retention_sql
 from state_runtime.catalog.sql.retention import Scope
@@ -31,9 +32,9 @@ class RetentionCalls(CatalogBase):
     ) -> list[RetainedVersion]:
         """The store's retained versions, newest first, with the files that load each."""
         RetentionPolicy(retain_versions=retain_versions)
-        return self._run(
+        return self._read(
             "read retained versions",
-            lambda c: retention_sql.retained_versions(c, root, store, retain_versions),
+            lambda c, v: retention_sql.retained_versions(c, v, root, store, retain_versions),
         )
 
     def deletable_files(
@@ -48,26 +49,28 @@ class RetentionCalls(CatalogBase):
         if store is not None and root is None:
             raise InvalidArgument("a store is identified within a root: pass root too")
 
-        def work(connection: Connection) -> list[FileVerdict]:
+        def work(connection: Connection, views: ReaderViews) -> list[FileVerdict]:
             scope = Scope(root=root)
             if store is not None and root is not None:
-                found = lookups.store_ids(connection, root, [store])
+                found = lookups.store_ids(connection, views, root, [store])
                 if store not in found:
                     return []
                 scope = Scope(store_ids=(found[store],))
             return retention_sql.file_verdicts(
-                connection, policy, scope, now or self.now(), only_deletable=True
+                connection, views, policy, scope, now or self.now(), only_deletable=True
             )
 
-        return self._run("find deletable files", work)
+        return self._read("find deletable files", work)
 
     def file_verdicts(
         self, policy: RetentionPolicy, *, root: str | None = None, now: datetime | None = None
     ) -> list[FileVerdict]:
         """The verdict on every live or claimed file: needed, kept, or deletable, and why."""
-        return self._run(
+        return self._read(
             "judge files",
-            lambda c: retention_sql.file_verdicts(c, policy, Scope(root=root), now or self.now()),
+            lambda c, v: retention_sql.file_verdicts(
+                c, v, policy, Scope(root=root), now or self.now()
+            ),
         )
 
     def explain(
@@ -82,9 +85,11 @@ class RetentionCalls(CatalogBase):
         """Why the file at ``path`` (relative to ``root``) is kept, or why it may be deleted.
         A damaged file, or one the caller found ``absent`` from storage, is never "needed":
         the answer says what is lost and what still loads."""
-        return self._run(
+        return self._read(
             "explain file",
-            lambda c: explanations.explain(c, root, path, policy, now or self.now(), absent=absent),
+            lambda c, v: explanations.explain(
+                c, v, root, path, policy, now or self.now(), absent=absent
+            ),
         )
 
     def claim_deletions(

@@ -12,9 +12,8 @@ from what this module renders for the database's dialect, so they always follow 
 - each store's status (``state_store_health``; on PostgreSQL also ``state_store_status``) is
   rendered from the rule of :mod:`state_runtime.status`, its default thresholds included;
 - history, lineage, deletions and the facts a status is derived from are plain SQL, here;
-- the reading views (``read_<table>``,
-  :mod:`~state_runtime.catalog.schema.reading_views`), created first, are what every read
-  query and the functions above select from.
+- the reading views (``read_<table>``, :mod:`~state_runtime.catalog.schema.reading_views`),
+  created first, are what every read query and the functions above select from.
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ from sqlalchemy.engine import Connection, Dialect
 from state_runtime import retention as rule
 from state_runtime import status as status_rule
 from state_runtime.catalog.schema import reading_views as reading
-from state_runtime.catalog.schema.predicates import is_live, is_verified_snapshot, render
+from state_runtime.catalog.schema.predicates import is_live, is_verified_snapshot_by_row, render
+from state_runtime.catalog.schema.reading_views import READER_VIEWS
 from state_runtime.catalog.sql.retention import (
     PolicySql,
     Scope,
@@ -147,7 +147,7 @@ def reason_sql(policy: PolicyText, j: str = "j") -> str:
 
 def verdicts_sql(policy: PolicySql, text: PolicyText, dialect: Dialect) -> str:
     """Every live or claimed file with its verdict and reason, as the catalog computes them."""
-    query = compiled(verdicts(policy, Scope(), only_deletable=False), dialect)
+    query = compiled(verdicts(READER_VIEWS, policy, Scope(), only_deletable=False), dialect)
     return (
         f"SELECT {', '.join(f'j.{c.strip()}' for c in VERDICT_COLUMNS.split(','))},\n"
         f"  CAST(j.verdict AS TEXT) AS verdict,\n  {reason_sql(text)} AS reason\n"
@@ -242,7 +242,8 @@ def _policy_defaults(dialect: str) -> Derived:
 
 def _retention_pg(dialect: Dialect) -> list[Derived]:
     back = pg_offsets("$1")
-    retained = retained_bases(back, Scope())
+    retained = retained_bases(READER_VIEWS, back, Scope())
+    needed = needed_from(READER_VIEWS, retained_bases(READER_VIEWS, pg_offsets("$1"), Scope()))
     function_policy = PG_FUNCTION_POLICY
     text = PolicyText(
         keep=text_of(f"greatest($1, {MIN_RETAINED_VERSIONS})"),
@@ -270,8 +271,7 @@ def _retention_pg(dialect: Dialect) -> list[Derived]:
             (
                 "CREATE FUNCTION state_needed_files(retain_versions integer)\n"
                 "RETURNS TABLE (file_id bigint, store_id bigint, retained_version bigint)\n"
-                f"LANGUAGE sql STABLE AS $$\n"
-                f"{compiled(needed_from(retained_bases(pg_offsets('$1'), Scope())), dialect)}\n$$",
+                f"LANGUAGE sql STABLE AS $$\n{compiled(needed, dialect)}\n$$",
                 "COMMENT ON FUNCTION state_needed_files(integer) IS 'Files each of the last N "
                 f"committed versions (N >= {MIN_RETAINED_VERSIONS}) loads through (verified "
                 "snapshots only).'",
@@ -329,7 +329,7 @@ def _status(dialect: Dialect, default: PolicySql, function: PolicySql | None) ->
     :mod:`state_runtime.status` at the default limits); on PostgreSQL also both for any policy
     and limits (``state_store_facts_at``, ``state_store_health_at``) and ``state_store_status``."""
     name = dialect.name
-    facts = store_facts(default, Scope())
+    facts = store_facts(READER_VIEWS, default, Scope())
     columns = [c.name for c in facts.selected_columns]
     facts_view = sa.table("state_store_facts", *map(sa.column, columns)).alias("f")
     defaults = {limit: sa.literal(value) for limit, value in status_rule.DEFAULT_LIMITS.items()}
@@ -371,7 +371,7 @@ def _status(dialect: Dialect, default: PolicySql, function: PolicySql | None) ->
             (
                 f"CREATE FUNCTION state_store_facts_at({policy_args})\n"
                 "RETURNS SETOF state_store_facts LANGUAGE sql STABLE AS $$\n"
-                f"{compiled(store_facts(function, Scope()), dialect)}\n$$",
+                f"{compiled(store_facts(READER_VIEWS, function, Scope()), dialect)}\n$$",
                 "COMMENT ON VIEW state_store_facts IS 'The catalog facts each store''s status "
                 "is derived from, reclaimable files at the default retention policy "
                 "(state_store_facts_at(...) for others).'",
@@ -423,7 +423,8 @@ CREATE VIEW state_lineage AS
 WITH bases AS (
     SELECT c.store_id, c.version, c.checkpoint_id,
            coalesce((SELECT max(snap.version) FROM checkpoint_files snap
-                     WHERE snap.store_id = c.store_id AND {render(is_verified_snapshot, "snap")}
+                     WHERE snap.store_id = c.store_id
+                       AND {render(is_verified_snapshot_by_row, "snap")}
                        AND snap.version <= c.version), 0) AS base_version
     FROM commit_log c
 )
@@ -433,7 +434,7 @@ SELECT s.checkpoint_root, s.operator_id, s.partition_id, s.store_name,
 FROM bases b
 JOIN stores s ON s.store_id = b.store_id
 JOIN checkpoint_files f ON f.store_id = b.store_id
- AND (({render(is_verified_snapshot, "f")} AND f.version = b.base_version)
+ AND (({render(is_verified_snapshot_by_row, "f")} AND f.version = b.base_version)
       OR f.file_id IN (SELECT step.file_id FROM commit_log step
                        WHERE step.store_id = b.store_id AND step.version > b.base_version
                          AND step.version <= b.version))

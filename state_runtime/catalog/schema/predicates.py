@@ -4,7 +4,9 @@ Each is declared once, over any ``checkpoint_files``-shaped columns (the table's
 view's, an alias's): the partial indexes of :mod:`~state_runtime.catalog.schema.tables` take their
 WHERE clauses from them, the retention and status queries filter with them, and the
 operators' views render them as SQL (:func:`render`). Change what "live" or "verified
-snapshot" means here, and the indexes' migration with it.
+snapshot" means here, and the indexes' migration with it. "Verified snapshot" has two
+declared forms, each named for what decides it: the file's row, or the commit log (their
+docstrings say why both exist).
 """
 
 from __future__ import annotations
@@ -33,9 +35,17 @@ def is_orphan(f: Any) -> ColumnElement[bool]:
     return orphan
 
 
-def is_verified_snapshot(f: Any) -> ColumnElement[bool]:
-    """A committed snapshot whose bytes were verified since it was written: the only snapshot
-    that replaces the deltas below it."""
+def is_verified_snapshot_by_row(f: Any) -> ColumnElement[bool]:
+    """A verified snapshot whose own row says committed: a condition on the row alone, so a
+    partial index can hold it. What the status facts (the last snapshot, the versions that
+    still load, snapshot candidates) and the lineage view count over every store.
+
+    "Verified snapshot" has this meaning and :func:`is_verified_snapshot_by_commit_log`'s,
+    because an index cannot follow the commit log while retention must: they agree whenever
+    the protocol holds (a file's state follows the commit log; the runtime's guard trigger
+    refuses anything else), and where a row disagrees (an owner's or maintenance's UPDATE)
+    the status may be off, but retention still keeps what a retained version loads.
+    """
     return sa.and_(
         f.kind == FileKind.SNAPSHOT.value,
         f.state == FileState.COMMITTED.value,
@@ -43,12 +53,12 @@ def is_verified_snapshot(f: Any) -> ColumnElement[bool]:
     )
 
 
-def is_named_verified_snapshot(f: Any, commits: Any) -> ColumnElement[bool]:
-    """A live, verified snapshot of a committed version: one the commit log (``commits``: the
-    table, its reading view or an alias) names by store, version and checkpoint id, whatever
-    the file row's state says. What a retained version loads from (the retention rule); it
-    needs the commit log, so no index can hold it: its partial index is
-    :func:`is_verified_snapshot`'s."""
+def is_verified_snapshot_by_commit_log(f: Any, commits: Any) -> ColumnElement[bool]:
+    """A live, verified snapshot of a committed version: the commit log (``commits``: the
+    table, its reading view or an alias) names it by store, version and checkpoint id,
+    whatever the file row's state says. What a retained version loads from (the retention
+    rule): the commit log, not a row, decides what cleanup keeps. Its indexable part is
+    :func:`is_verified_snapshot_by_row`'s index (see there why both exist)."""
     return sa.and_(
         f.kind == FileKind.SNAPSHOT.value,
         is_live(f),

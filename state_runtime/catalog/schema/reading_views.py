@@ -66,9 +66,11 @@ def view_of(table: sa.Table) -> sa.TableClause:
 class ReaderViews:
     """The reading views, and nothing else: what a read function receives and selects from.
 
-    A read function takes this namespace as a parameter (``CatalogBase._read`` passes it), so
-    the views it reaches are those it was handed; tests/catalog/test_reader_namespace.py fails
-    if such a function names a base table.
+    A read function takes this namespace as a parameter, so the relations it reaches are
+    those it was handed; tests/catalog/test_reader_namespace.py fails if such a function
+    names a table. A read of ``Catalog`` gets :data:`READER_VIEWS` from ``CatalogBase._read``;
+    a write that runs a read function inside its transaction hands it :data:`WRITE_LOOKUPS`
+    (the same views).
     """
 
     stores: sa.TableClause
@@ -88,4 +90,10 @@ class ReaderViews:
 
 READER_VIEWS: Final = ReaderViews(**{name: view_of(t) for name, t in VIEWED.items()})
 """The one namespace of reading views. Only the read path's entry (``CatalogBase._read``) and
-the modules not yet converted import it (``NOT_YET_MODULES`` of the test above)."""
+the operators' views (rendered from the read queries) import it."""
+WRITE_LOOKUPS: Final = READER_VIEWS
+"""What a write hands the read functions it calls inside its transaction (the store ids, the
+latest entry, the verdicts it claims by): the same reading views, so that a role lacking a
+write's right is refused at the write, naming that right, never at a lookup before it. No
+read function may name it (tests/catalog/test_reader_namespace.py): a read gets its views
+only as a parameter."""

@@ -88,7 +88,7 @@ def _json_type() -> sa.types.TypeEngine[Any]:
 
 metadata = sa.MetaData()
 _LIVE = predicates.render(predicates.is_live)
-_VERIFIED_SNAPSHOTS = predicates.render(predicates.is_verified_snapshot)
+_VERIFIED_SNAPSHOTS = predicates.render(predicates.is_verified_snapshot_by_row)
 
 stores = sa.Table(
     "stores",

@@ -21,8 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import AttemptSweep, BatchStart, Suspects
-from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
-from state_runtime.catalog.schema.reading_views import ReaderViews
+from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, batch_intents, maintenance_runs
 from state_runtime.catalog.sql.commits import committed_ids, latest_entry
 from state_runtime.catalog.sql.layouts import current_layouts
@@ -48,8 +47,10 @@ def begin_batch(
     validate_non_negative(batch_id, "batch id")
     if not 1 <= len(run) <= 32 or not run.isalnum():
         raise InvalidArgument(f"batch run id {run!r}: expected 1 to 32 letters or digits")
-    last = latest_entry(connection, VIEWS, root, query_id)
-    previous = committed_ids(connection, VIEWS, root, query_id, batch_id - 1) if batch_id else {}
+    last = latest_entry(connection, WRITE_LOOKUPS, root, query_id)
+    previous = (
+        committed_ids(connection, WRITE_LOOKUPS, root, query_id, batch_id - 1) if batch_id else {}
+    )
     exists = connection.execute(
         sa.select(batch_intents.c.run).where(batch_intents.c.run == run)
     ).first()
@@ -131,17 +132,17 @@ def open_sweeps(
         .order_by(i.started_at)
         .limit(limit)
     ).all()
-    return [_sweep_of(connection, row) for row in rows]
+    return [_sweep_of(connection, views, row) for row in rows]
 
 
-def _sweep_of(connection: Connection, row: Any) -> AttemptSweep:
+def _sweep_of(connection: Connection, views: ReaderViews, row: Any) -> AttemptSweep:
     """The store folders and the version to look at for one intent.
 
     Committed: the suspects, at the version the batch committed. Never settled: every store
     of the intent's operators, at the version after the previous batch's (1 for a new store).
     """
     committed = row.committed_at is not None
-    mine = committed_ids(connection, VIEWS, row.checkpoint_root, row.query_id, row.batch_id)
+    mine = committed_ids(connection, views, row.checkpoint_root, row.query_id, row.batch_id)
     if committed:
         suspects = row.suspects or {}
         stores = (
@@ -152,7 +153,7 @@ def _sweep_of(connection: Connection, row: Any) -> AttemptSweep:
         targets = {s: mine[s].version for s in stores if s in mine}
     else:
         before = (
-            committed_ids(connection, VIEWS, row.checkpoint_root, row.query_id, row.batch_id - 1)
+            committed_ids(connection, views, row.checkpoint_root, row.query_id, row.batch_id - 1)
             if row.batch_id
             else {}
         )

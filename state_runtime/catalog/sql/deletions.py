@@ -13,7 +13,7 @@ from state_runtime.catalog.records import (
     Deletion,
     FileVerdict,
 )
-from state_runtime.catalog.schema.reading_views import ReaderViews
+from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
     checkpoint_files,
@@ -53,12 +53,12 @@ def claim_deletions(
             connection.execute(sa.select(s.store_id).where(s.checkpoint_root == root)).scalars()
         )
     else:
-        ids = sorted(store_ids(connection, root, wanted).values())
+        ids = sorted(store_ids(connection, WRITE_LOOKUPS, root, wanted).values())
     claimed: list[FileVerdict] = []
     for part in chunks(ids):
         lock_stores(connection, part)
         scope = Scope(store_ids=tuple(part))
-        fresh = verdict_rows(connection, policy, scope, now, only_deletable=True)
+        fresh = verdict_rows(connection, WRITE_LOOKUPS, policy, scope, now, only_deletable=True)
         if limit is not None:
             fresh = fresh[: max(0, limit - sum(v.verdict.deletable for v in claimed))]
         by_reason: dict[str, list[int]] = {}
@@ -106,8 +106,18 @@ def record_deletions(
     Returns the number of files newly recorded. A path that is not claimed for deletion is
     an error: only claimed files may be deleted.
     """
-    f = checkpoint_files.c
-    rows = files_at(connection, root, paths, f.file_id, f.store_id, f.path, f.state, f.state_reason)
+    f, v = checkpoint_files.c, WRITE_LOOKUPS.files.c
+    rows = files_at(
+        connection,
+        WRITE_LOOKUPS,
+        root,
+        paths,
+        v.file_id,
+        v.store_id,
+        v.path,
+        v.state,
+        v.state_reason,
+    )
     unknown = sorted(set(paths) - {row.path for row in rows})
     if unknown:
         raise CatalogError(
@@ -159,8 +169,8 @@ def record_lost(
     example 3), and cleanup keeps those. Returns the number of files newly recorded."""
     if not reason:
         raise InvalidArgument("say why the files are lost (missing, checksum mismatch, ...)")
-    f = checkpoint_files.c
-    rows = files_at(connection, root, paths, f.file_id, f.store_id, f.path, f.state)
+    f, v = checkpoint_files.c, WRITE_LOOKUPS.files.c
+    rows = files_at(connection, WRITE_LOOKUPS, root, paths, v.file_id, v.store_id, v.path, v.state)
     unknown = sorted(set(paths) - {row.path for row in rows})
     if unknown:
         raise CatalogError(

@@ -14,17 +14,18 @@ from state_runtime.catalog.records import (
     Explanation,
     StoreKey,
 )
-from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import FileState, Verification
 from state_runtime.catalog.sql.lookups import files_at
 from state_runtime.catalog.sql.retention import Scope, idle_versions, live_files, verdict_rows
-from state_runtime.catalog.sql.rows import READ_FILE_COLUMNS, file_record, store_id_of
+from state_runtime.catalog.sql.rows import file_columns, file_record, store_id_of
 from state_runtime.retention import RetentionPolicy, Verdict
 from state_runtime.store.file_verification import MISSING
 
 
 def explain(
     connection: Connection,
+    views: ReaderViews,
     root: str,
     path: str,
     policy: RetentionPolicy,
@@ -37,8 +38,8 @@ def explain(
     A file whose last verification failed, or that the caller found ``absent`` from storage,
     is never called needed: the answer says what is lost without it and what still loads.
     """
-    s, f, d = VIEWS.stores.c, VIEWS.files.c, VIEWS.deletions.c
-    matches = files_at(connection, root, [path], f.file_id, f.store_id, f.state, files=VIEWS.files)
+    s, f, d = views.stores.c, views.files.c, views.deletions.c
+    matches = files_at(connection, views, root, [path], f.file_id, f.store_id, f.state)
     found = matches[0] if matches else None
     if found is None:
         return Explanation(
@@ -50,10 +51,15 @@ def explain(
         )
     if found.state == FileState.DELETED.value:
         row = connection.execute(
-            sa.select(*READ_FILE_COLUMNS, d.run_id, d.reason.label("ledger_reason"), d.deleted_at)
-            .select_from(VIEWS.files)
-            .join(VIEWS.stores, s.store_id == f.store_id)
-            .join(VIEWS.deletions, d.file_id == f.file_id)
+            sa.select(
+                *file_columns(views.files, views.stores),
+                d.run_id,
+                d.reason.label("ledger_reason"),
+                d.deleted_at,
+            )
+            .select_from(views.files)
+            .join(views.stores, s.store_id == f.store_id)
+            .join(views.deletions, d.file_id == f.file_id)
             .where(f.file_id == found.file_id)
         ).one()
         deletion = Deletion(
@@ -74,7 +80,13 @@ def explain(
             deletion=deletion,
         )
     rows = verdict_rows(
-        connection, policy, Scope(store_ids=(found.store_id,)), now, only_deletable=False, path=path
+        connection,
+        views,
+        policy,
+        Scope(store_ids=(found.store_id,)),
+        now,
+        only_deletable=False,
+        path=path,
     )
     verdict = rows[0][1]
     record = verdict.file
@@ -95,11 +107,11 @@ def explain(
         sa.select(s.latest_version).where(s.store_id == found.store_id)
     ).scalar_one()
     holds = rule.still_intact(
-        [r.facts() for r in live_files(connection, found.store_id)],
+        [r.facts() for r in live_files(connection, views, found.store_id)],
         latest,
         policy,
         path,
-        idle_versions(connection, found.store_id),
+        idle_versions(connection, views, found.store_id),
     )
     return Explanation(
         root,

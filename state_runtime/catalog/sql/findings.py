@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
-from state_runtime.catalog.schema.reading_views import ReaderViews
+from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
     Verification,
@@ -32,10 +32,10 @@ from state_runtime.catalog.schema.tables import (
 from state_runtime.catalog.sql.inventory import record_files
 from state_runtime.catalog.sql.lookups import files_at, lock_stores, store_ids
 from state_runtime.catalog.sql.rows import (
-    READ_STORE_KEY_COLUMNS,
     AnyRow,
     is_store,
     key_of,
+    store_key_columns,
 )
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
@@ -44,7 +44,7 @@ from state_runtime.store.checkpoint_info import CheckpointInfo
 
 
 def _store_id(connection: Connection, root: str, store: StoreId) -> int:
-    found = store_ids(connection, root, [store])
+    found = store_ids(connection, WRITE_LOOKUPS, root, [store])
     if store not in found:
         raise CatalogError(f"the catalog has no store {root}#{store}", store=store)
     return found[store]
@@ -54,8 +54,8 @@ def record_verifications(
     connection: Connection, root: str, results: Mapping[str, str | None], now: datetime
 ) -> None:
     """Record each file's verification: intact (None) or the problem found."""
-    f = checkpoint_files.c
-    rows = files_at(connection, root, results, f.file_id, f.store_id, f.path)
+    f, v = checkpoint_files.c, WRITE_LOOKUPS.files.c
+    rows = files_at(connection, WRITE_LOOKUPS, root, results, v.file_id, v.store_id, v.path)
     unknown = sorted(set(results) - {row.path for row in rows})
     if unknown:
         raise CatalogError(
@@ -240,7 +240,7 @@ def problems(
     s, p = views.stores.c, views.problems.c
     query = (
         sa.select(
-            *READ_STORE_KEY_COLUMNS,
+            *store_key_columns(views.stores),
             p.problem_id,
             p.problem,
             p.path,
@@ -288,8 +288,10 @@ def begin_repair(
     it is gone, and the record it had) before anything is removed; returns the repair id. An
     unfinished repair of the same file (a run that stopped) is resumed, keeping what it
     recorded about the damaged copy."""
-    f = checkpoint_files.c
-    rows = files_at(connection, root, [path], f.file_id, f.store_id, f.checksum, f.size_bytes)
+    v = WRITE_LOOKUPS.files.c
+    rows = files_at(
+        connection, WRITE_LOOKUPS, root, [path], v.file_id, v.store_id, v.checksum, v.size_bytes
+    )
     if not rows:
         raise CatalogError(f"cannot repair untracked file {path}", path=path)
     (row,) = rows
@@ -380,7 +382,7 @@ def repairs(connection: Connection, views: ReaderViews, root: str | None) -> lis
     s, f, r = views.stores.c, views.files.c, views.repairs.c
     query = (
         sa.select(
-            *READ_STORE_KEY_COLUMNS,
+            *store_key_columns(views.stores),
             f.path,
             r.run_id,
             r.problem,
@@ -429,8 +431,10 @@ def record_snapshot(
     problem (a snapshot whose record says other bytes is damaged, its record kept). Returns
     the problem recorded, if any."""
     found = problem
-    f = checkpoint_files.c
-    recorded = files_at(connection, root, [info.path], f.checksum, f.size_bytes, f.state)
+    v = WRITE_LOOKUPS.files.c
+    recorded = files_at(
+        connection, WRITE_LOOKUPS, root, [info.path], v.checksum, v.size_bytes, v.state
+    )
     if (
         recorded
         and recorded[0].state != FileState.DELETED.value

@@ -12,27 +12,26 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
-from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql.retention import PolicySql, Scope, needed_files
-from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, key_of
+from state_runtime.catalog.sql.rows import key_of, store_key_columns
 from state_runtime.catalog.sql.store_facts import last_snapshots, store_facts
 from state_runtime.identity import EMPTY, CheckpointRef
 from state_runtime.retention import RetentionPolicy
 
 
-def snapshot_candidates_query(min_deltas: int, root: str | None) -> sa.Select[Any]:
+def snapshot_candidates_query(
+    views: ReaderViews, min_deltas: int, root: str | None
+) -> sa.Select[Any]:
     """Stores with at least ``min_deltas`` committed deltas since their last snapshot,
     longest chains first."""
-    s = VIEWS.stores.c
-    snap = last_snapshots(Scope(root=root))
+    s = views.stores.c
+    snap = last_snapshots(views, Scope(root=root))
     since = sa.func.coalesce(snap.c.snapshot_version, 0)
     deltas = (s.latest_version - since).label("deltas")
     query = (
         sa.select(
-            s.checkpoint_root,
-            s.operator_id,
-            s.partition_id,
-            s.store_name,
+            *store_key_columns(views.stores),
             s.latest_version,
             s.latest_checkpoint_id,
             since.label("snapshot_version"),
@@ -46,7 +45,7 @@ def snapshot_candidates_query(min_deltas: int, root: str | None) -> sa.Select[An
 
 
 def snapshot_candidates(
-    connection: Connection, min_deltas: int, root: str | None
+    connection: Connection, views: ReaderViews, min_deltas: int, root: str | None
 ) -> list[SnapshotCandidate]:
     return [
         SnapshotCandidate(
@@ -55,17 +54,21 @@ def snapshot_candidates(
             last_snapshot_version=r.snapshot_version,
             deltas_since_snapshot=r.deltas,
         )
-        for r in connection.execute(snapshot_candidates_query(min_deltas, root))
+        for r in connection.execute(snapshot_candidates_query(views, min_deltas, root))
     ]
 
 
 def store_health(
-    connection: Connection, policy: RetentionPolicy, root: str | None, now: datetime
+    connection: Connection,
+    views: ReaderViews,
+    policy: RetentionPolicy,
+    root: str | None,
+    now: datetime,
 ) -> list[StoreHealth]:
     """Each store's facts (:func:`~state_runtime.catalog.sql.store_facts.store_facts`);
     ``reclaimable_*`` are what cleanup under ``policy`` may delete at ``now``."""
-    query = store_facts(PolicySql.of(policy, now), Scope(root=root))
-    rows = connection.execute(query.order_by(*READ_STORE_KEY_COLUMNS)).all()
+    query = store_facts(views, PolicySql.of(policy, now), Scope(root=root))
+    rows = connection.execute(query.order_by(*store_key_columns(views.stores))).all()
     return [_health(row, now) for row in rows]
 
 
@@ -92,20 +95,22 @@ def _value(value: Any) -> Any:
     return int(value) if isinstance(value, Decimal) else value
 
 
-def recovery_costs(connection: Connection, root: str | None) -> dict[StoreKey, RecoveryCost]:
+def recovery_costs(
+    connection: Connection, views: ReaderViews, root: str | None
+) -> dict[StoreKey, RecoveryCost]:
     """Per store (of ``root``, or all), the files and bytes loading its latest committed
     version reads: the "files needed by the retained versions" walk, newest version only."""
-    nf = needed_files(1, Scope(root=root)).subquery("nf")
-    f = VIEWS.files.c
+    nf = needed_files(views, 1, Scope(root=root)).subquery("nf")
+    f, key = views.files.c, store_key_columns(views.stores)
     query = (
         sa.select(
-            *READ_STORE_KEY_COLUMNS,
+            *key,
             sa.func.count().label("files"),
             sa.func.sum(f.size_bytes).label("bytes"),
         )
         .select_from(nf)
-        .join(VIEWS.files, f.file_id == nf.c.file_id)
-        .join(VIEWS.stores, VIEWS.stores.c.store_id == nf.c.store_id)
-        .group_by(*READ_STORE_KEY_COLUMNS)
+        .join(views.files, f.file_id == nf.c.file_id)
+        .join(views.stores, views.stores.c.store_id == nf.c.store_id)
+        .group_by(*key)
     )
     return {key_of(r): RecoveryCost(int(r.files), int(r.bytes)) for r in connection.execute(query)}

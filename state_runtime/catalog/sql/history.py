@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import HistoryFile, VersionHistory
 from state_runtime.catalog.schema.reading_views import ReaderViews
-from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, key_of
+from state_runtime.catalog.sql.rows import key_of, store_key_columns
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 
@@ -30,7 +30,7 @@ def version_history(
     query = (
         sa.select(
             c.store_id,
-            *READ_STORE_KEY_COLUMNS,
+            *store_key_columns(views.stores),
             c.version,
             c.checkpoint_id,
             c.query_id,

@@ -12,6 +12,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS
 from state_runtime.catalog.schema.tables import store_holders as store_holders_table
 from state_runtime.catalog.schema.tables import stores
 from state_runtime.catalog.sql.lookups import store_ids
@@ -27,7 +28,7 @@ def record_holders(
     now: datetime,
 ) -> None:
     """Each store's (worker, checkpoint) holder; stores the catalog does not know: nothing."""
-    found = store_ids(connection, root, holders)
+    found = store_ids(connection, WRITE_LOOKUPS, root, holders)
     rows = [
         {
             "store_id": found[store],

@@ -14,8 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import StoreKey, StoreRecord
-from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
-from state_runtime.catalog.schema.reading_views import ReaderViews
+from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
     Verification,
@@ -34,7 +33,7 @@ from state_runtime.catalog.sql.lookups import (
     rows_at,
 )
 from state_runtime.catalog.sql.roots import validate_root
-from state_runtime.catalog.sql.rows import READ_STORE_KEY_COLUMNS, AnyRow, key_of
+from state_runtime.catalog.sql.rows import AnyRow, key_of, store_key_columns
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import (
@@ -244,7 +243,7 @@ def claimed_stores(connection: Connection, views: ReaderViews, root: str | None)
     """Stores with files claimed for deletion but not yet recorded deleted."""
     s, f = views.stores.c, views.files.c
     query = (
-        sa.select(*READ_STORE_KEY_COLUMNS)
+        sa.select(*store_key_columns(views.stores))
         .distinct()
         .join(views.files, f.store_id == s.store_id)
         .where(f.state == FileState.DELETING.value)
@@ -293,7 +292,7 @@ def roots(connection: Connection, views: ReaderViews) -> list[str]:
 
 def relocate_root(connection: Connection, old: str, new: str) -> int:
     """Point every record below root ``old`` at ``new``; the number of stores moved."""
-    known = set(roots(connection, VIEWS))
+    known = set(roots(connection, WRITE_LOOKUPS))
     if old not in known:
         raise InvalidArgument(f"the catalog records no store below {old}")
     if new in known:
@@ -312,7 +311,7 @@ def store_records(
     connection: Connection, views: ReaderViews, root: str | None
 ) -> list[StoreRecord]:
     """Every store the catalog knows (below ``root``, if given)."""
-    query = views.stores.select().order_by(*READ_STORE_KEY_COLUMNS)
+    query = views.stores.select().order_by(*store_key_columns(views.stores))
     if root is not None:
         query = query.where(views.stores.c.checkpoint_root == root)
     return [

@@ -21,8 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import Layout, NewLayout
-from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
-from state_runtime.catalog.schema.reading_views import ReaderViews
+from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
     checkpoint_files,
@@ -97,7 +96,7 @@ def record_layout(
     the operator has one."""
     validate_root(root)
     validate_name(query_id, "query id")
-    if (layout.operator_id, layout.store_name) in current_layouts(connection, VIEWS, root):
+    if (layout.operator_id, layout.store_name) in current_layouts(connection, WRITE_LOOKUPS, root):
         return
     _insert(connection, root, query_id, layout, 0, from_batch, 0, None, now)
 
@@ -124,7 +123,7 @@ def switch_layout(
     """
     validate_root(root)
     switched = {(x.operator_id, x.store_name): x for x in layouts}
-    current = current_layouts(connection, VIEWS, root)
+    current = current_layouts(connection, WRITE_LOOKUPS, root)
     rows = _batch_rows(connection, root, query_id, batch_id, set(switched))
     lock_stores(connection, [r.store_id for r in rows])
     at_batch = {key_of(r).store: CheckpointRef(r.version, r.checkpoint_id) for r in rows}

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
+from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import checkpoint_files, commit_log, stores
 from state_runtime.catalog.sql.rows import AnyRow, store_id_of
 from state_runtime.catalog.sql.statements import chunks, insert_ignoring
@@ -54,9 +54,11 @@ def committed_ids_at(
     return found
 
 
-def store_ids(connection: Connection, root: str, wanted: Iterable[StoreId]) -> dict[StoreId, int]:
+def store_ids(
+    connection: Connection, views: ReaderViews, root: str, wanted: Iterable[StoreId]
+) -> dict[StoreId, int]:
     """The ids of the stores in ``wanted`` that the catalog knows (no insert)."""
-    s = VIEWS.stores.c
+    s = views.stores.c
     wanted = set(wanted)
     found: dict[StoreId, int] = {}
     for part in chunks(sorted(wanted)):
@@ -85,7 +87,7 @@ def ensure_stores(
 ) -> dict[StoreId, int]:
     """Insert the stores the catalog does not know yet (in a fixed order), return all ids."""
     ordered = sorted(set(wanted))
-    found = store_ids(connection, root, ordered)
+    found = store_ids(connection, WRITE_LOOKUPS, root, ordered)
     missing = [x for x in ordered if x not in found]
     if not missing:
         return found
@@ -108,7 +110,7 @@ def ensure_stores(
             for x in missing
         ],
     )
-    return found | store_ids(connection, root, missing)
+    return found | store_ids(connection, WRITE_LOOKUPS, root, missing)
 
 
 def lock_stores(connection: Connection, ids: Iterable[int]) -> None:
@@ -142,28 +144,26 @@ def _located(path: str) -> tuple[StoreId, int] | None:
 
 
 def files_at(
-    connection: Connection,
-    root: str,
-    paths: Iterable[str],
-    *columns: Any,
-    files: sa.TableClause = checkpoint_files,
+    connection: Connection, views: ReaderViews, root: str, paths: Iterable[str], *columns: Any
 ) -> list[AnyRow]:
-    """``columns`` of ``files`` (the table, or its reading view) at ``paths`` below ``root``
-    (paths the catalog does not know are left out). Looks files up through the index, never
+    """``columns`` of ``views.files`` at ``paths`` below ``root`` (paths the catalog does not
+    know are left out). Looks files up through the index, never
     by scanning paths, so that a cleanup recording 100,000 deletions costs index probes, not
     table scans."""
     located = {path: where for path in set(paths) if (where := _located(path)) is not None}
-    ids = store_ids(connection, root, {store for store, _ in located.values()})
+    ids = store_ids(connection, views, root, {store for store, _ in located.values()})
     wanted = {
         (ids[store], version, path) for path, (store, version) in located.items() if store in ids
     }
-    return [row for _, row in rows_at(connection, wanted, columns, files)]
+    return [row for _, row in rows_at(connection, wanted, columns, views.files)]
 
 
-def recorded_paths(connection: Connection, root: str, paths: Iterable[str]) -> set[str]:
-    """Those of ``paths`` below ``root`` that the catalog has a record of (read through the
-    reading view: a dry run as the reader asks it too)."""
-    return {row[0] for row in files_at(connection, root, paths, files=VIEWS.files)}
+def recorded_paths(
+    connection: Connection, views: ReaderViews, root: str, paths: Iterable[str]
+) -> set[str]:
+    """Those of ``paths`` below ``root`` that the catalog has a record of (a dry run as the
+    reader asks it too)."""
+    return {row[0] for row in files_at(connection, views, root, paths)}
 
 
 def rows_at(

@@ -28,11 +28,11 @@ from state_runtime.catalog.records import (
     RetainedVersion,
     StoreKey,
 )
-from state_runtime.catalog.schema.predicates import is_live, is_named_verified_snapshot
-from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
+from state_runtime.catalog.schema.predicates import is_live, is_verified_snapshot_by_commit_log
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import FileState, Verification
 from state_runtime.catalog.sql.lookups import store_ids
-from state_runtime.catalog.sql.rows import READ_FILE_COLUMNS, AnyRow, file_record
+from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_columns, file_record
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import Fact, RetentionPolicy, Verdict
@@ -45,24 +45,24 @@ class Scope:
     root: str | None = None
     store_ids: tuple[int, ...] | None = None
 
-    def filter(self, store_id: ColumnElement[int]) -> ColumnElement[bool]:
+    def filter(self, views: ReaderViews, store_id: ColumnElement[int]) -> ColumnElement[bool]:
         conditions: list[ColumnElement[bool]] = []
         if self.store_ids is not None:
             conditions.append(store_id.in_(self.store_ids))
         if self.root is not None:
             conditions.append(
                 store_id.in_(
-                    sa.select(VIEWS.stores.c.store_id).where(
-                        VIEWS.stores.c.checkpoint_root == self.root
+                    sa.select(views.stores.c.store_id).where(
+                        views.stores.c.checkpoint_root == self.root
                     )
                 )
             )
         return sa.and_(sa.true(), *conditions)
 
 
-def _verified_snapshot(f: Any) -> ColumnElement[bool]:
+def _verified_snapshot(views: ReaderViews, f: Any) -> ColumnElement[bool]:
     """A snapshot a retained version may load from (the commit log names it)."""
-    return is_named_verified_snapshot(f, VIEWS.commits.alias("naming"))
+    return is_verified_snapshot_by_commit_log(f, views.commits.alias("naming"))
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def offsets(retain_versions: int) -> sa.FromClause:
     ).subquery("back")
 
 
-def retained_bases(back: sa.FromClause, scope: Scope) -> sa.CTE:
+def retained_bases(views: ReaderViews, back: sa.FromClause, scope: Scope) -> sa.CTE:
     """(store_id, retained_version, base_version): each retained version and the verified
     snapshot it loads from (0: none).
 
@@ -103,12 +103,16 @@ def retained_bases(back: sa.FromClause, scope: Scope) -> sa.CTE:
     grow with history (a recursive CTE over base ids is blind to PostgreSQL's planner, which
     then re-hashes the inventory at every step of the walk).
     """
-    s = VIEWS.stores.c
+    s = views.stores.c
     version = s.latest_version - back.c.k
-    snap = VIEWS.files.alias("snap")
+    snap = views.files.alias("snap")
     base_version = (
         sa.select(sa.func.max(snap.c.version))
-        .where(snap.c.store_id == s.store_id, _verified_snapshot(snap.c), snap.c.version <= version)
+        .where(
+            snap.c.store_id == s.store_id,
+            _verified_snapshot(views, snap.c),
+            snap.c.version <= version,
+        )
         .scalar_subquery()
     )
     return (
@@ -117,26 +121,26 @@ def retained_bases(back: sa.FromClause, scope: Scope) -> sa.CTE:
             version.label("retained_version"),
             sa.func.coalesce(base_version, 0).label("base_version"),
         )
-        .select_from(VIEWS.stores)
+        .select_from(views.stores)
         .join(back, sa.true())
-        .where(version >= 1, scope.filter(s.store_id))
+        .where(version >= 1, scope.filter(views, s.store_id))
         .cte("retained")
     )
 
 
-def needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
+def needed_from(views: ReaderViews, retained: sa.CTE) -> sa.CompoundSelect[Any]:
     """(file_id, store_id, retained_version): the base snapshot of each retained version and
     the deltas that the commit log's entries above that base name (a version that changed
     nothing names none). The commit log decides, not the files' states: a file a retained
     commit needs is needed whatever its row's state says, so no deletion can claim it."""
-    f = VIEWS.files.alias("needed_file")
-    c = VIEWS.commits.alias("step")
+    f = views.files.alias("needed_file")
+    c = views.commits.alias("step")
     r = retained.c
     snapshots = (
         sa.select(f.c.file_id, f.c.store_id, r.retained_version)
         .select_from(retained)
         .join(f, sa.and_(f.c.store_id == r.store_id, f.c.version == r.base_version))
-        .where(_verified_snapshot(f.c))
+        .where(_verified_snapshot(views, f.c))
     )
     deltas = (
         sa.select(f.c.file_id, f.c.store_id, r.retained_version)
@@ -155,12 +159,13 @@ def needed_from(retained: sa.CTE) -> sa.CompoundSelect[Any]:
     return sa.union_all(snapshots, deltas)
 
 
-def needed_files(retain_versions: int, scope: Scope) -> sa.CompoundSelect[Any]:
+def needed_files(views: ReaderViews, retain_versions: int, scope: Scope) -> sa.CompoundSelect[Any]:
     """(file_id, store_id, retained_version): each file a retained version loads through."""
-    return needed_from(retained_bases(offsets(retain_versions), scope))
+    return needed_from(views, retained_bases(views, offsets(retain_versions), scope))
 
 
 def fact_sql(
+    views: ReaderViews,
     *,
     needed: ColumnElement[bool],
     floor: ColumnElement[int],
@@ -169,7 +174,7 @@ def fact_sql(
 ) -> Mapping[Fact, ColumnElement[bool]]:
     """Each fact of the rule about a ``checkpoint_files`` row, in SQL (``needed``, ``floor``
     and ``held`` come from the joins :func:`verdicts` makes)."""
-    f = VIEWS.files.c
+    f = views.files.c
     snapshot = f.kind == FileKind.SNAPSHOT.value
     return {
         Fact.NEEDED: needed,
@@ -180,16 +185,16 @@ def fact_sql(
         Fact.UNVERIFIED: sa.and_(snapshot, f.verification == Verification.UNVERIFIED.value),
         Fact.ABOVE_FLOOR: sa.and_(floor.is_not(None), f.version >= floor),
         Fact.STORE_HELD: held,
-        Fact.PAST_WINDOW: _aged_by(policy.committed_cutoff),
-        Fact.PAST_GRACE: _aged_by(policy.uncommitted_cutoff),
+        Fact.PAST_WINDOW: _aged_by(views, policy.committed_cutoff),
+        Fact.PAST_GRACE: _aged_by(views, policy.uncommitted_cutoff),
     }
 
 
-def _aged_by(cutoff: Any) -> ColumnElement[bool]:
+def _aged_by(views: ReaderViews, cutoff: Any) -> ColumnElement[bool]:
     """The file's age starts at or before ``cutoff``: the later of its writer's ``created_at``
     and the catalog's ``recorded_at`` (:attr:`~state_runtime.retention.StoreFile.aged_from`),
     written as both being at or before it (no dialect's greatest/max needed)."""
-    f = VIEWS.files.c
+    f = views.files.c
     return sa.and_(f.created_at <= cutoff, f.recorded_at <= cutoff)
 
 
@@ -206,6 +211,7 @@ def _verdict(facts: Mapping[Fact, ColumnElement[bool]]) -> Any:
 
 
 def verdicts(
+    views: ReaderViews,
     policy: RetentionPolicy | PolicySql,
     scope: Scope,
     now: datetime | None = None,
@@ -219,39 +225,42 @@ def verdicts(
         if now is None:
             raise InvalidArgument("verdicts under a RetentionPolicy need the time they are for")
         policy = PolicySql.of(policy, now)
-    retained = retained_bases(policy.offsets, scope)
-    nf = needed_from(retained).subquery("nf")
+    retained = retained_bases(views, policy.offsets, scope)
+    nf = needed_from(views, retained).subquery("nf")
     floors = (
         sa.select(retained.c.store_id, sa.func.min(retained.c.base_version).label("floor"))
         .group_by(retained.c.store_id)
         .subquery("floors")
     )
-    p = VIEWS.problems.c
+    p = views.problems.c
     held = (
         sa.select(p.store_id)
-        .where(p.resolved_at.is_(None), scope.filter(p.store_id))
+        .where(p.resolved_at.is_(None), scope.filter(views, p.store_id))
         .distinct()
         .subquery("held")
     )
     is_held = held.c.store_id.is_not(None)
-    f = VIEWS.files.c
+    f = views.files.c
+    file_cols = file_columns(views.files, views.stores)
     if only_deletable:
         unknown = sa.null().cast(sa.BigInteger())
-        facts = fact_sql(needed=sa.false(), floor=floors.c.floor, held=is_held, policy=policy)
+        facts = fact_sql(
+            views, needed=sa.false(), floor=floors.c.floor, held=is_held, policy=policy
+        )
         verdict = _verdict(facts)
         return (
             sa.select(
-                *READ_FILE_COLUMNS,
+                *file_cols,
                 verdict.label("verdict"),
                 unknown.label("needed_from"),
                 unknown.label("needed_to"),
                 facts[Fact.ABOVE_FLOOR].label("above_floor"),
             )
-            .join(VIEWS.stores, VIEWS.stores.c.store_id == f.store_id)
+            .join(views.stores, views.stores.c.store_id == f.store_id)
             .outerjoin(floors, floors.c.store_id == f.store_id)
             .outerjoin(held, held.c.store_id == f.store_id)
             .where(
-                scope.filter(f.store_id),
+                scope.filter(views, f.store_id),
                 is_live(f),  # lets the live partial index serve
                 ~sa.exists().where(nf.c.file_id == f.file_id),
                 verdict.in_([v.value for v in rule.DELETABLE]),
@@ -267,6 +276,7 @@ def verdicts(
         .cte("needed")
     )
     facts = fact_sql(
+        views,
         needed=needed.c.file_id.is_not(None),
         floor=floors.c.floor,
         held=is_held,
@@ -274,26 +284,26 @@ def verdicts(
     )
     return (
         sa.select(
-            *READ_FILE_COLUMNS,
+            *file_cols,
             _verdict(facts).label("verdict"),
             needed.c.needed_from,
             needed.c.needed_to,
             facts[Fact.ABOVE_FLOOR].label("above_floor"),
         )
-        .select_from(VIEWS.files)
-        .join(VIEWS.stores, VIEWS.stores.c.store_id == f.store_id)
+        .select_from(views.files)
+        .join(views.stores, views.stores.c.store_id == f.store_id)
         .outerjoin(needed, needed.c.file_id == f.file_id)
         .outerjoin(floors, floors.c.store_id == f.store_id)
         .outerjoin(held, held.c.store_id == f.store_id)
         .where(
-            scope.filter(f.store_id),
+            scope.filter(views, f.store_id),
             sa.or_(is_live(f), f.state == FileState.DELETING.value),
         )
     )
 
 
 _VERDICTS = {verdict.value: verdict for verdict in Verdict}
-_AFTER_FILE = len(READ_FILE_COLUMNS)
+_AFTER_FILE = len(FILE_COLUMNS)
 
 
 def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
@@ -318,6 +328,7 @@ def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
 
 def verdict_rows(
     connection: Connection,
+    views: ReaderViews,
     policy: RetentionPolicy,
     scope: Scope,
     now: datetime,
@@ -325,16 +336,17 @@ def verdict_rows(
     only_deletable: bool,
     path: str | None = None,
 ) -> list[tuple[int, FileVerdict]]:
-    query = verdicts(policy, scope, now, only_deletable=only_deletable)
+    query = verdicts(views, policy, scope, now, only_deletable=only_deletable)
+    f = views.files.c
     if path is not None:
-        query = query.where(VIEWS.files.c.path == path)
-    f = VIEWS.files.c
+        query = query.where(f.path == path)
     query = query.order_by(f.version, f.store_id, f.kind, f.file_id)
     return [(row.file_id, _file_verdict(row, policy)) for row in connection.execute(query).all()]
 
 
 def file_verdicts(
     connection: Connection,
+    views: ReaderViews,
     policy: RetentionPolicy,
     scope: Scope,
     now: datetime,
@@ -342,16 +354,16 @@ def file_verdicts(
     only_deletable: bool = False,
 ) -> list[FileVerdict]:
     """The verdict on each live or claimed file in ``scope`` (or only the deletable ones)."""
-    rows = verdict_rows(connection, policy, scope, now, only_deletable=only_deletable)
+    rows = verdict_rows(connection, views, policy, scope, now, only_deletable=only_deletable)
     return [verdict for _, verdict in rows]
 
 
-def live_files(connection: Connection, store_id: int) -> list[FileRecord]:
+def live_files(connection: Connection, views: ReaderViews, store_id: int) -> list[FileRecord]:
     """The live files of one store, oldest versions first."""
-    f = VIEWS.files.c
+    f = views.files.c
     rows = connection.execute(
-        sa.select(*READ_FILE_COLUMNS)
-        .join(VIEWS.stores, VIEWS.stores.c.store_id == f.store_id)
+        sa.select(*file_columns(views.files, views.stores))
+        .join(views.stores, views.stores.c.store_id == f.store_id)
         .where(f.store_id == store_id, is_live(f))
         .order_by(f.version, f.kind, f.file_id)
     )
@@ -359,21 +371,21 @@ def live_files(connection: Connection, store_id: int) -> list[FileRecord]:
 
 
 def retained_versions(
-    connection: Connection, root: str, store: StoreId, retain_versions: int
+    connection: Connection, views: ReaderViews, root: str, store: StoreId, retain_versions: int
 ) -> list[RetainedVersion]:
     """The store's retained committed versions, newest first, each with the files that load it."""
-    ids = store_ids(connection, root, [store])
+    ids = store_ids(connection, views, root, [store])
     if store not in ids:
         return []
     store_id = ids[store]
     scope = Scope(store_ids=(store_id,))
-    nf = needed_files(retain_versions, scope).subquery("nf")
-    f, c = VIEWS.files.c, VIEWS.commits.c
+    nf = needed_files(views, retain_versions, scope).subquery("nf")
+    f, c, s = views.files.c, views.commits.c, views.stores.c
     rows = connection.execute(
-        sa.select(*READ_FILE_COLUMNS, nf.c.retained_version)
+        sa.select(*file_columns(views.files, views.stores), nf.c.retained_version)
         .select_from(nf)
-        .join(VIEWS.files, f.file_id == nf.c.file_id)
-        .join(VIEWS.stores, VIEWS.stores.c.store_id == f.store_id)
+        .join(views.files, f.file_id == nf.c.file_id)
+        .join(views.stores, s.store_id == f.store_id)
         .order_by(nf.c.retained_version.desc(), f.version)
     ).all()
     by_version: dict[int, list[FileRecord]] = {}
@@ -381,11 +393,11 @@ def retained_versions(
         by_version.setdefault(row.retained_version, []).append(file_record(row))
     retained = connection.execute(
         sa.select(c.version, c.checkpoint_id)
-        .join(VIEWS.stores, VIEWS.stores.c.store_id == c.store_id)
-        .where(c.store_id == store_id, c.version > VIEWS.stores.c.latest_version - retain_versions)
+        .join(views.stores, s.store_id == c.store_id)
+        .where(c.store_id == store_id, c.version > s.latest_version - retain_versions)
         .order_by(c.version.desc())
     ).all()
-    idle = idle_versions(connection, store_id)
+    idle = idle_versions(connection, views, store_id)
     key = StoreKey(root, store)
     result = []
     for entry in retained:
@@ -395,9 +407,9 @@ def retained_versions(
     return result
 
 
-def idle_versions(connection: Connection, store_id: int) -> frozenset[int]:
+def idle_versions(connection: Connection, views: ReaderViews, store_id: int) -> frozenset[int]:
     """The store's committed versions that changed nothing: their commits name no file."""
-    c = VIEWS.commits.c
+    c = views.commits.c
     query = sa.select(c.version).where(c.store_id == store_id, c.file_id.is_(None))
     return frozenset(connection.execute(query).scalars())
 

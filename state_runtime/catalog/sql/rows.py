@@ -1,6 +1,6 @@
 """Rows back to names and records: the store-column select, row -> StoreId/StoreKey, and the
-file columns every answer about files selects (row -> FileRecord); each for the tables (what
-writes select) and for their reading views (what reads select: :mod:`.reading`)."""
+file columns every answer about files selects (row -> FileRecord); over the tables (what
+writes select: the constants) or the relations a read function receives."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Row
 
 from state_runtime.catalog.records import FileRecord, StoreKey
-from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
 from state_runtime.catalog.schema.tables import Verification, checkpoint_files, stores
 from state_runtime.identity import FileKind, StoreId
 
@@ -27,7 +26,6 @@ def store_key_columns(s: sa.TableClause) -> Columns:
 
 
 STORE_KEY_COLUMNS = store_key_columns(stores)
-READ_STORE_KEY_COLUMNS = store_key_columns(VIEWS.stores)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -125,4 +123,3 @@ def file_columns(f: sa.TableClause, s: sa.TableClause) -> Columns:
 
 
 FILE_COLUMNS = file_columns(checkpoint_files, stores)
-READ_FILE_COLUMNS = file_columns(VIEWS.files, VIEWS.stores)

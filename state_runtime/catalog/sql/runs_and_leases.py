@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
-from state_runtime.catalog.schema.reading_views import ReaderViews
+from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance_runs, store_leases
 from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
 from state_runtime.catalog.sql.rows import AnyRow
@@ -276,7 +276,7 @@ def try_acquire_lease(
 
 def known_store_id(connection: Connection, key: StoreKey) -> int:
     """The store's id; CatalogError if the catalog has never seen the store."""
-    found = store_ids(connection, key.root, [key.store])
+    found = store_ids(connection, WRITE_LOOKUPS, key.root, [key.store])
     if key.store not in found:
         raise CatalogError(f"unknown store {key}: no file of it was ever recorded", store=key.store)
     return found[key.store]

@@ -14,13 +14,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from state_runtime.catalog.schema.predicates import is_live, is_orphan, is_verified_snapshot
-from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
+from state_runtime.catalog.schema.predicates import is_live, is_orphan, is_verified_snapshot_by_row
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import RunKind
 from state_runtime.catalog.sql.retention import PolicySql, Scope, verdicts
 
 
-def last_snapshots(scope: Scope) -> sa.Subquery:
+def last_snapshots(views: ReaderViews, scope: Scope) -> sa.Subquery:
     """Per store, the newest verified committed snapshot's version (an unverified snapshot
     replaces nothing yet).
 
@@ -28,24 +28,24 @@ def last_snapshots(scope: Scope) -> sa.Subquery:
     committed versions form one linear chain, so that snapshot lies on the latest version's
     lineage.
     """
-    f = VIEWS.files.c
+    f = views.files.c
     return (
         sa.select(
             f.store_id,
             sa.func.max(f.version).label("snapshot_version"),
             sa.func.max(f.created_at).label("snapshot_at"),
         )
-        .where(is_verified_snapshot(f), scope.filter(f.store_id))
+        .where(is_verified_snapshot_by_row(f), scope.filter(views, f.store_id))
         .group_by(f.store_id)
         .subquery("last_snapshot")
     )
 
 
-def _loadable_versions(scope: Scope) -> sa.Subquery:
+def _loadable_versions(views: ReaderViews, scope: Scope) -> sa.Subquery:
     """Per store, how many committed versions still load from the files kept: version ``v``
     loads when no committed delta at or below it is gone, or a verified committed snapshot
     lies between the newest gone one and ``v`` (the loader's walk, counted in SQL)."""
-    c, f = VIEWS.commits.c, VIEWS.files.c
+    c, f = views.commits.c, views.files.c
     gone = sa.case((~is_live(f), c.version), else_=0)
     steps = (
         sa.select(
@@ -56,19 +56,19 @@ def _loadable_versions(scope: Scope) -> sa.Subquery:
             .label("gone_below"),
         )
         .outerjoin(
-            VIEWS.files, f.file_id == c.file_id
+            views.files, f.file_id == c.file_id
         )  # none: changed nothing, loads as its parent
-        .where(scope.filter(c.store_id))
+        .where(scope.filter(views, c.store_id))
         .subquery("steps")
     )
-    snap = VIEWS.files.alias("base")
+    snap = views.files.alias("base")
     bridged = (
         sa.select(snap.c.file_id)
         .where(
             snap.c.store_id == steps.c.store_id,
             snap.c.version >= steps.c.gone_below,
             snap.c.version <= steps.c.version,
-            is_verified_snapshot(snap.c),
+            is_verified_snapshot_by_row(snap.c),
         )
         .exists()
     )
@@ -80,9 +80,9 @@ def _loadable_versions(scope: Scope) -> sa.Subquery:
     )
 
 
-def _live_files(scope: Scope) -> sa.Subquery:
+def _live_files(views: ReaderViews, scope: Scope) -> sa.Subquery:
     """Per store: live files and bytes, the orphans among them and the oldest orphan."""
-    f = VIEWS.files.c
+    f = views.files.c
     orphan = is_orphan(f)
     return (
         sa.select(
@@ -93,15 +93,15 @@ def _live_files(scope: Scope) -> sa.Subquery:
             sa.func.sum(sa.case((orphan, f.size_bytes), else_=0)).label("orphan_bytes"),
             sa.func.min(sa.case((orphan, f.state_changed_at), else_=None)).label("oldest_orphan"),
         )
-        .where(is_live(f), scope.filter(f.store_id))
+        .where(is_live(f), scope.filter(views, f.store_id))
         .group_by(f.store_id)
         .subquery("live")
     )
 
 
-def _reclaimable(policy: PolicySql, scope: Scope) -> sa.Subquery:
+def _reclaimable(views: ReaderViews, policy: PolicySql, scope: Scope) -> sa.Subquery:
     """Per store, the files and bytes cleanup under ``policy`` may delete now."""
-    deletable = verdicts(policy, scope, only_deletable=True).subquery("deletable")
+    deletable = verdicts(views, policy, scope, only_deletable=True).subquery("deletable")
     return (
         sa.select(
             deletable.c.store_id,
@@ -113,12 +113,12 @@ def _reclaimable(policy: PolicySql, scope: Scope) -> sa.Subquery:
     )
 
 
-def _problems(scope: Scope) -> sa.Subquery:
+def _problems(views: ReaderViews, scope: Scope) -> sa.Subquery:
     """Per store: open problems, since when, and when a problem was last resolved (by anything,
     and by a restore: a restore is not a validation)."""
-    p = VIEWS.problems.c
+    p = views.problems.c
     is_open = p.resolved_at.is_(None)
-    restores = sa.select(VIEWS.runs.c.run_id).where(VIEWS.runs.c.kind == RunKind.RESTORE.value)
+    restores = sa.select(views.runs.c.run_id).where(views.runs.c.kind == RunKind.RESTORE.value)
     by_restore = p.resolved_by_run.in_(restores.scalar_subquery())
     return (
         sa.select(
@@ -128,15 +128,15 @@ def _problems(scope: Scope) -> sa.Subquery:
             sa.func.max(p.resolved_at).label("last_resolved_at"),
             sa.func.max(sa.case((by_restore, p.resolved_at), else_=None)).label("last_restored_at"),
         )
-        .where(scope.filter(p.store_id))
+        .where(scope.filter(views, p.store_id))
         .group_by(p.store_id)
         .subquery("problems")
     )
 
 
-def _first_problem(store_id: Any) -> sa.ScalarSelect[Any]:
+def _first_problem(views: ReaderViews, store_id: Any) -> sa.ScalarSelect[Any]:
     """The oldest open problem of the store, naming its file (as ``problem_text`` words it)."""
-    q = VIEWS.problems.alias("first_problem")
+    q = views.problems.alias("first_problem")
     named = sa.literal(" (file ", sa.Text()).concat(sa.func.nullif(q.c.path, "")).concat(")")
     return (
         sa.select(q.c.problem.concat(sa.func.coalesce(named, "")))
@@ -147,19 +147,20 @@ def _first_problem(store_id: Any) -> sa.ScalarSelect[Any]:
     )
 
 
-def store_facts(policy: PolicySql, scope: Scope) -> sa.Select[Any]:
+def store_facts(views: ReaderViews, policy: PolicySql, scope: Scope) -> sa.Select[Any]:
     """One row per store in ``scope``: its name, latest version, snapshot chain, files,
     reclaimable files under ``policy``, problems, validations and last maintenance run."""
-    s, r = VIEWS.stores.c, VIEWS.runs.c
-    live, reclaim, problems = _live_files(scope), _reclaimable(policy, scope), _problems(scope)
-    snap, loadable = last_snapshots(scope), _loadable_versions(scope)
+    s, r = views.stores.c, views.runs.c
+    live, reclaim = _live_files(views, scope), _reclaimable(views, policy, scope)
+    problems = _problems(views, scope)
+    snap, loadable = last_snapshots(views, scope), _loadable_versions(views, scope)
     newest = (
         sa.select(s.checkpoint_root, sa.func.max(s.latest_version).label("version"))
         .group_by(s.checkpoint_root)
         .subquery("newest")
     )
-    latest_commit, chain = VIEWS.commits.alias("latest_commit"), VIEWS.commits.alias("chain")
-    latest_file = VIEWS.files.alias("latest_file")
+    latest_commit, chain = views.commits.alias("latest_commit"), views.commits.alias("chain")
+    latest_file = views.files.alias("latest_file")
     snapshot_version = sa.func.coalesce(snap.c.snapshot_version, 0)
     open_problems = sa.func.coalesce(problems.c.open, 0)
     return (
@@ -188,7 +189,7 @@ def store_facts(policy: PolicySql, scope: Scope) -> sa.Select[Any]:
             sa.func.coalesce(reclaim.c.files, 0).label("reclaimable_files"),
             sa.func.coalesce(reclaim.c.bytes, 0).label("reclaimable_bytes"),
             open_problems.label("open_problems"),
-            sa.case((open_problems > 0, _first_problem(s.store_id))).label("first_problem"),
+            sa.case((open_problems > 0, _first_problem(views, s.store_id))).label("first_problem"),
             problems.c.since.label("problems_since"),
             problems.c.last_resolved_at,
             problems.c.last_restored_at,
@@ -199,7 +200,7 @@ def store_facts(policy: PolicySql, scope: Scope) -> sa.Select[Any]:
             r.outcome.label("last_run_outcome"),
             r.ended_at.label("last_run_ended_at"),
         )
-        .select_from(VIEWS.stores)
+        .select_from(views.stores)
         .join(newest, newest.c.checkpoint_root == s.checkpoint_root)
         .outerjoin(snap, snap.c.store_id == s.store_id)
         .outerjoin(loadable, loadable.c.store_id == s.store_id)
@@ -213,11 +214,11 @@ def store_facts(policy: PolicySql, scope: Scope) -> sa.Select[Any]:
         .outerjoin(latest_file, latest_file.c.file_id == latest_commit.c.file_id)
         .outerjoin(live, live.c.store_id == s.store_id)
         .outerjoin(reclaim, reclaim.c.store_id == s.store_id)
-        .outerjoin(VIEWS.runs, r.run_id == s.last_run_id)
+        .outerjoin(views.runs, r.run_id == s.last_run_id)
         .outerjoin(
             chain,
             sa.and_(chain.c.store_id == s.store_id, chain.c.version == snapshot_version + 1),
         )
         .outerjoin(problems, problems.c.store_id == s.store_id)
-        .where(scope.filter(s.store_id))
+        .where(scope.filter(views, s.store_id))
     )

@@ -13,8 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import BatchWatermark
-from state_runtime.catalog.schema.reading_views import READER_VIEWS as VIEWS
-from state_runtime.catalog.schema.reading_views import ReaderViews
+from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import batch_watermarks
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.identity import validate_name, validate_non_negative
@@ -52,7 +51,7 @@ def fix_watermark(
     now: datetime,
 ) -> BatchWatermark:
     """Record ``watermark_ms`` for a batch unless it has one; return the one that holds."""
-    found = batch_watermark(connection, VIEWS, root, query_id, batch_id)
+    found = batch_watermark(connection, WRITE_LOOKUPS, root, query_id, batch_id)
     if found is not None:
         return found
     connection.execute(
