@@ -74,7 +74,7 @@ def begin_batch(
         restored=restored,
         layouts={
             key: layout
-            for key, layout in current_layouts(connection, VIEWS, root).items()
+            for key, layout in current_layouts(connection, WRITE_LOOKUPS, root).items()
             if key in wanted and layout.query_id == query_id
         },
     )
