@@ -92,13 +92,15 @@ class FileRecord:
 
 @dataclass(frozen=True, slots=True)
 class BatchCommit:
-    """What ``commit_batch`` did: the stores committed, and what a replay replaced."""
+    """What ``commit_batch`` did: the stores committed, what a replay replaced, and the open
+    problems it closed (about files of the checkpoints it replaced)."""
 
     query_id: str
     batch_id: int
     committed: dict[StoreId, CheckpointRef]
     replaced: dict[StoreId, CheckpointRef]
     orphaned_files: int
+    closed_problems: int = 0
     commit_ms: float = 0.0
     """The commit's work in its transaction (what the batch's metrics record as commit time)."""
 
@@ -409,13 +411,16 @@ Suspects = Collection[StoreId] | Literal["all"]
 class BatchStart:
     """What the driver reads as a batch starts (in the transaction that records its intent):
     the query's last committed batch (with one of its stores), the checkpoint each store
-    committed in the previous batch, and the batch its latest restore returned it to (a
-    position the commit log lacks when the restore restarted every store from empty)."""
+    committed in the previous batch, the batch its latest restore returned it to (a
+    position the commit log lacks when the restore restarted every store from empty), and
+    the current layout of each of the batch's operators (a repartition's names the batch
+    from which it holds: the batches before ran on the old layout)."""
 
     last_batch: int | None
     last_store: StoreId | None
     previous: dict[StoreId, CheckpointRef]
     restored: int | None = None
+    layouts: dict[tuple[int, str], Layout] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

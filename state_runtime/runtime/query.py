@@ -290,7 +290,8 @@ class StatefulQuery:
 
     def _committed_before(self, batch_id: int, start: BatchStart) -> dict[StoreId, CheckpointRef]:
         """Batch ``batch_id - 1``'s committed ids (read by ``begin_batch``); refuse a batch out
-        of order (older than the last committed one, or after a gap) before any task runs.
+        of order (older than the last committed one, after a gap, or one a repartition
+        switched at or before: it ran on the old layout) before any task runs.
 
         The query's position is its last committed batch or, if later, the batch a restore
         returned it to: a restore that restarted every store leaves no commit of that batch,
@@ -309,6 +310,17 @@ class StatefulQuery:
                 f"(a replay) or {last + 1} may run",
                 store=start.last_store,
             )
+        for layout in start.layouts.values():
+            if layout.run_id is not None and batch_id < layout.from_batch:
+                raise BatchOutOfOrder(
+                    f"batch {batch_id} of query {self.query_id} ran on the layout before "
+                    f"repartition run {layout.run_id}, which moved operator "
+                    f"{layout.operator_id} ({layout.store_name}) to {layout.num_partitions} "
+                    f"partitions at batch {layout.from_batch - 1}: the repartition replaced "
+                    f"that batch's state, so it cannot run again; the query goes on at batch "
+                    f"{layout.from_batch} (docs/repartition.md)",
+                    store=start.last_store,
+                )
         if batch_id == 0 or start.previous or batch_id - 1 == start.restored:
             return start.previous
         ours = {

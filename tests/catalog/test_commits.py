@@ -7,7 +7,14 @@ from dataclasses import replace
 import pytest
 import sqlalchemy as sa
 
-from state_runtime.catalog import BatchMetrics, Catalog, FileState, Verification
+from state_runtime.catalog import (
+    BatchMetrics,
+    Catalog,
+    FileState,
+    FoundProblem,
+    StoreKey,
+    Verification,
+)
 from state_runtime.catalog.schema.tables import checkpoint_files, commit_log
 from state_runtime.errors import CatalogError, CommitConflict, InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
@@ -91,6 +98,35 @@ def test_replayed_batch_replaces_entries_and_orphans_replaced_files(catalog: Cat
     assert all(found[i.path] == FileState.ORPHAN for i in first)
     assert all(found[i.path] == FileState.COMMITTED for i in replay)
     assert count(catalog, commit_log) == 4  # two batches, two stores; no duplicates
+
+
+def test_a_replay_resolves_the_problems_about_the_files_it_replaced(catalog: Catalog) -> None:
+    """A loss recorded on A's version 2 (batch 1), then batch 1 replayed with a new A and
+    the same B: the problem about the replaced file is resolved in the commit, those about
+    files still committed (A's version 1, B's version 2) or about no file stay open; the
+    byte-identical retry resolves nothing."""
+    stream = Stream(catalog, [A, B])
+    stream.run(2)
+    lost, base, kept = stream.committed[A][1], stream.committed[A][0], stream.committed[B][1]
+    for store, found in (
+        (A, FoundProblem("the delta is missing", lost.path, 2)),
+        (A, FoundProblem("the delta is truncated", base.path, 1)),
+        (A, FoundProblem("damaged by hand")),
+        (B, FoundProblem("the delta is missing", kept.path, 2)),
+    ):
+        catalog.add_problems(StoreKey(ROOT, store), [found])
+    replay = [info(A, 2, base.checkpoint_id, lineage=(base.ref,)), kept]
+
+    result = catalog.commit_batch(ROOT, QUERY, 1, replay)
+
+    assert result.replaced == {A: lost.ref} and result.closed_problems == 1
+    (closed,) = [p for p in catalog.problems(root=ROOT, only_open=False) if p.resolved_at]
+    assert closed.path == lost.path and closed.resolution is not None
+    assert f"batch 1 of query {QUERY}" in closed.resolution
+    still = {(p.key.store, p.path) for p in catalog.problems(root=ROOT)}
+    assert still == {(A, base.path), (A, None), (B, kept.path)}
+    assert catalog.commit_batch(ROOT, QUERY, 1, replay).closed_problems == 0
+    assert len(catalog.problems(root=ROOT)) == 3
 
 
 def test_recommitting_the_same_batch_is_a_no_op(catalog: Catalog) -> None:

@@ -27,7 +27,12 @@ from pyspark.sql import functions as F
 
 from state_runtime.catalog import Catalog, FileState, FoundProblem, StoreKey
 from state_runtime.cli import main
-from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStoreError
+from state_runtime.errors import (
+    BatchOutOfOrder,
+    InvalidArgument,
+    MaintenanceRefused,
+    StateStoreError,
+)
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import Fleet, MaintenancePolicy, validate_stores
 from state_runtime.maintenance.repartition import execute_repartition, plan_repartition, repartition
@@ -419,4 +424,27 @@ def test_killed_process_then_rerun(
         assert len(entries) == 7
     if count == 4:
         _repartition(url, root, 7, spark)
+    _finish_and_compare(spark, ten_batches, tmp_path, 7)
+
+
+def test_the_batch_the_repartition_switched_at_is_refused_before_any_task(
+    spark: SparkSession, ten_batches: Runner, tmp_path: Path
+) -> None:
+    """Batch 9, which the repartition switched at (its state is now the new layout's
+    snapshots), run again on the new layout: refused by the driver's order check with
+    BatchOutOfOrder naming the batch and the repartition, before any task runs (no file
+    written, the sink never called, batch 9's entries unchanged); batch 10 then runs."""
+    url, root = ten_batches.url, str(ten_batches.root)
+    _repartition(url, root, 7, spark)
+    before = _layout(url, root)
+    files = sorted(p.name for p in (tmp_path / "ckpt").rglob("*") if p.is_file())
+    query = StatefulQuery("q", root, ten_batches.case.build(7), catalog_url=url)
+    called: list[int] = []
+    with pytest.raises(BatchOutOfOrder) as refused:
+        query.run_batch(_events(spark, 9), 9, sink=lambda _, b: called.append(b))
+    message = str(refused.value)
+    assert "batch 9 of query q" in message and "repartition run" in message, message
+    assert "7 partitions" in message, message
+    assert called == [] and _layout(url, root) == before
+    assert sorted(p.name for p in (tmp_path / "ckpt").rglob("*") if p.is_file()) == files
     _finish_and_compare(spark, ten_batches, tmp_path, 7)

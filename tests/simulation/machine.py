@@ -86,9 +86,8 @@ class PlatformMachine(RuleBasedStateMachine):
     pass must find the folder the runtime writes to."""
     lenient_after_damage = True
     """Whether health may call a store broken while it loads once a file of it was damaged on
-    purpose: validation reads a damaged file the loader passes over, and a loss's problem
-    stays open after a replay replaced the lost version, until the next validation (kept
-    strict in test_found.py)."""
+    purpose: validation reads a damaged file the loader passes over (a snapshot whose deltas
+    still load the version; kept strict in test_found.py where that cannot happen)."""
     catalogs: Callable[[], str] | None = None
     """A fresh catalog's URL per run (postgres.py); None: a SQLite file in the run's folder."""
 

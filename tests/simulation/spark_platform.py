@@ -21,7 +21,6 @@ from pyspark.sql import functions as F
 from state_runtime.errors import (
     BatchOutOfOrder,
     CannotLoadState,
-    CommitConflict,
     MaintenanceRefused,
     StateStoreError,
 )
@@ -163,16 +162,17 @@ class SparkMachine(PlatformMachine):
     def batch(self, batch_id: int, changes: Batch, fail: Failure, fail_at: int) -> None:
         """As the machine's; a batch at or before the last repartition is one Spark had
         committed (the repartition's precondition) and never runs again: run anyway, it is
-        refused and changes nothing."""
+        refused before any task runs, and changes nothing."""
         moved = self.repartitioned_at
         if moved is None or batch_id > moved:
             super().batch(batch_id, changes, fail, fail_at)
             return
-        before = self.platform.committed_refs()
+        before, files = self.platform.committed_refs(), self.platform.files()
         try:
             self.platform.run_batch(batch_id, changes)
-        except (BatchOutOfOrder, CommitConflict):
+        except BatchOutOfOrder:
             assert self.platform.committed_refs() == before
+            assert self.platform.files() == files, f"refused batch {batch_id} wrote files"
             return
         raise AssertionError(f"batch {batch_id} committed again after the repartition at {moved}")
 

@@ -2,9 +2,8 @@
 (tests/simulation/steps.py replays it with every invariant checked after each step).
 
 The idle-version and encoded-root cases are issue 34's defects, fixed by the idle-commits and
-defects34 branches, and the cases after every store restarted, fixed by restart-all; each
-failed before its fix. The one marked ``xfail(strict=True)`` is
-fixed on no branch yet: the mark turns into a failure when a fix lands, to be removed then.
+defects34 branches, the cases after every store restarted, fixed by restart-all, and the
+stale problem after a replay, fixed by i34-problem; each failed before its fix.
 """
 
 from __future__ import annotations
@@ -145,22 +144,15 @@ def test_a_snapshot_rewritten_at_a_deleted_path_is_recorded_as_written() -> None
     )
 
 
-STALE_PROBLEMS = pytest.mark.xfail(
-    strict=True,
-    reason="issue 34's simulation: a loss's problem stays open after a replay replaced the lost "
-    "version, until the next validation; not fixed on any branch",
-)
-
-
 class Strict(PlatformMachine):
     lenient_after_damage = False
 
 
-@STALE_PROBLEMS
 def test_a_replay_that_replaces_a_lost_version_closes_its_problem() -> None:
     """Found: batch 0's deltas are lost, batch 1 fails on them (StateLost, store broken), and
     batch 0 runs again from empty (new deltas): every retained version loads, yet health
-    calls the store broken until a validation runs."""
+    called the store broken until a validation ran. The replay's commit now resolves the
+    problem about the file of the checkpoint it replaced (i34-problem)."""
     replay(
         [
             ("damage", {"pick": 0, "corrupt": False}),

@@ -110,8 +110,10 @@ class CommitCalls(CatalogBase):
         the settled intent of ``run`` with its ``suspects``, and the batch's ``metrics``
         (their ``commit_ms``: the commit's work in this transaction).
 
-        Re-committing a batch (a replay) replaces its entries and orphans the files they named;
-        with ``replace=False`` it raises CommitConflict instead. Two drivers committing the same
+        Re-committing a batch (a replay) replaces its entries and orphans the files they named,
+        and resolves the open problems about those files (a loss the batch after recorded):
+        no committed version reads them any more. With ``replace=False`` it raises
+        CommitConflict instead. Two drivers committing the same
         batch at once are serialized by the store locks: the later commit replaces the earlier
         one whole (or, without ``replace``, fails), so the batch is never half one and half the
         other. See ``commits.commit_batch`` for the checks that raise CommitConflict.

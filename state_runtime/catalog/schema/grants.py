@@ -5,18 +5,20 @@
 - runtime: what a streaming job does: register stores and their schema histories, record
   batch intents, files, commits, holders, batch metrics and watermarks. SELECT, INSERT and
   UPDATE on those tables, INSERT on ``store_problems`` (the loss behind a batch it cannot
-  load), SELECT on the rest; no DELETE, no DDL. On the three tables that
-  hold history (``stores``, ``checkpoint_files``, ``commit_log``) its UPDATE is narrowed to
-  the protocol's own transitions: column grants (a store's latest version and schemas, a
-  file's state, a replayed commit's checkpoint) and a trigger (:data:`GUARD_SQL`) that
-  refuses, for any role without DELETE, every other change of those columns: a file moves to
-  ``committed`` only when the commit log names its checkpoint, to ``orphan`` only when it no
-  longer does; a commit entry changes only at its store's latest version (a replay replaces
-  a version with no successor) and names only a recorded file of its own store and version
-  (or, for a version that changed nothing, no file and its previous version's checkpoint); a
-  store's latest version never moves back and is one the commit log holds. So one statement
-  (``UPDATE checkpoint_files SET state = 'orphan'``) cannot doom the committed files of a
-  store.
+  load), SELECT on the rest; no DELETE, no DDL. On the tables that hold history
+  (``stores``, ``checkpoint_files``, ``commit_log``, ``store_problems``) its UPDATE is
+  narrowed to the protocol's own transitions: column grants (a store's latest version and
+  schemas, a file's state, a replayed commit's checkpoint, a problem's resolution) and a
+  trigger (:data:`GUARD_SQL`) that refuses, for any role without DELETE, every other change
+  of those columns: a file moves to ``committed`` only when the commit log names its
+  checkpoint, to ``orphan`` only when it no longer does; a commit entry changes only at its
+  store's latest version (a replay replaces a version with no successor) and names only a
+  recorded file of its own store and version (or, for a version that changed nothing, no
+  file and its previous version's checkpoint); a store's latest version never moves back and
+  is one the commit log holds; a problem moves from open to resolved, once, and only when it
+  names a recorded file whose checkpoint no commit of the store at or above its version
+  holds (a replay replaced it). So one statement (``UPDATE checkpoint_files SET state =
+  'orphan'``) cannot doom the committed files of a store, nor one hide a store's damage.
 - maintenance: the runtime's rights plus what snapshots, cleanup, validation, repair and
   leases need: INSERT, UPDATE and DELETE on every table but the owner's (the schema's
   revision and the role names); no DDL.
@@ -77,9 +79,11 @@ RUNTIME_WRITES = tuple(
 )
 """The tables a streaming job inserts into and updates (never deletes from)."""
 RUNTIME_INSERTS = (store_problems.name,)
-"""The tables a streaming job only inserts into: the problem behind a batch it cannot load
-(``runtime/loss.py``), so that ``health`` calls the store broken; resolving one is
-maintenance's (a validation, a restore)."""
+"""The tables a streaming job inserts into without a table-wide UPDATE: the problem behind a
+batch it cannot load (``runtime/loss.py``), so that ``health`` calls the store broken. It
+resolves one only as a commit that replaced the file's checkpoint (see
+:data:`GUARDED_UPDATES`); every other resolution is maintenance's (a validation, a restore,
+an operator)."""
 GUARDED_UPDATES: dict[str, tuple[str, ...]] = {
     stores.name: (
         "key_schema",
@@ -90,6 +94,7 @@ GUARDED_UPDATES: dict[str, tuple[str, ...]] = {
     ),
     checkpoint_files.name: ("state", "state_changed_at", "state_reason"),
     commit_log.name: ("checkpoint_id", "file_id", "committed_at"),
+    store_problems.name: ("resolved_at", "resolution"),
 }
 """The columns the runtime may update in the tables that hold history (and no other)."""
 GUARD_SQL = """
@@ -99,6 +104,7 @@ DECLARE
   committed boolean;
   named boolean;
   latest boolean;
+  unneeded boolean;
 BEGIN
   IF has_table_privilege(TG_RELID, 'DELETE') THEN
     RETURN NEW;  -- the owner and maintenance: restore, repair and cleanup move history
@@ -137,6 +143,16 @@ BEGIN
       RAISE EXCEPTION 'permission denied: the commit of store %, version % is not its '
         'latest: a committed version below the latest is history', OLD.store_id, OLD.version
         USING ERRCODE = 'insufficient_privilege';
+    END IF;
+  ELSIF TG_TABLE_NAME = 'store_problems' THEN
+    unneeded := EXISTS (SELECT 1 FROM {s}.checkpoint_files f WHERE f.store_id = OLD.store_id
+      AND f.path = OLD.path AND NOT EXISTS (SELECT 1 FROM {s}.commit_log c
+        WHERE c.store_id = f.store_id AND c.version >= f.version
+        AND c.checkpoint_id = f.checkpoint_id));
+    IF NOT (OLD.resolved_at IS NULL AND NEW.resolved_at IS NOT NULL AND unneeded) THEN
+      RAISE EXCEPTION 'permission denied: problem % of store % (file %) may only be resolved, '
+        'once, when no committed version reads its file', OLD.problem_id, OLD.store_id,
+        OLD.path USING ERRCODE = 'insufficient_privilege';
     END IF;
   ELSIF (NEW.latest_version, NEW.latest_checkpoint_id)
       IS DISTINCT FROM (OLD.latest_version, OLD.latest_checkpoint_id)

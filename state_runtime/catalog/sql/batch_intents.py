@@ -24,6 +24,7 @@ from state_runtime.catalog.records import AttemptSweep, BatchStart, Suspects
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, batch_intents, maintenance_runs
 from state_runtime.catalog.sql.commits import committed_ids, latest_entry
+from state_runtime.catalog.sql.layouts import current_layouts
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import InvalidArgument
@@ -65,11 +66,17 @@ def begin_batch(
             )
         )
     restored = restored_to(connection, root, query_id)
+    wanted = {(operator_id, name) for operator_id, name, _ in operators}
     return BatchStart(
         last_batch=None if last is None else last[0],
         last_store=None if last is None else last[1],
         previous=previous,
         restored=restored,
+        layouts={
+            key: layout
+            for key, layout in current_layouts(connection, WRITE_LOOKUPS, root).items()
+            if key in wanted and layout.query_id == query_id
+        },
     )
 
 

@@ -5,6 +5,8 @@ stateful operators together. The commit log then names exactly those ids; their 
 committed; other attempts at the same versions turn orphan. Re-committing a batch (a replay)
 replaces its entries in the same transaction and orphans the files it replaced. Each store's
 committed versions stay a linear chain: version ``v`` must build on the committed ``v - 1``.
+The open problems about a file of a checkpoint the commit replaced (a loss the runtime
+recorded, then a replay that wrote the version again) are resolved in the same transaction.
 A version that changed nothing is a commit of its parent's checkpoint: its entry has the
 parent's id and no file (``file_id`` NULL), and nothing is recorded for it, so its replay or
 retry always commits.
@@ -22,6 +24,7 @@ from sqlalchemy.engine import Connection
 from state_runtime.catalog.records import BatchCommit, CommitEntry
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import FileState, checkpoint_files, commit_log, stores
+from state_runtime.catalog.sql.findings import close_unneeded
 from state_runtime.catalog.sql.inventory import RecordedFile, check_info, record_locked
 from state_runtime.catalog.sql.lookups import committed_ids_at, ensure_stores, lock_stores
 from state_runtime.catalog.sql.roots import validate_root
@@ -110,12 +113,20 @@ def commit_batch(
         for sid, e in changed.items()
     }
     orphaned = _apply(connection, query_id, batch_id, new, changed, files, now)
+    closed = close_unneeded(
+        connection,
+        {sid: info.version for sid, info in new.items()},
+        f"no committed version reads the file any more: batch {batch_id} of query {query_id} "
+        "committed its version with another checkpoint",
+        now,
+    )
     return BatchCommit(
         query_id=query_id,
         batch_id=batch_id,
         committed={info.store: info.ref for info in infos},
         replaced=replaced,
         orphaned_files=orphaned,
+        closed_problems=closed,
     )
 
 

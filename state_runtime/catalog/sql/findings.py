@@ -2,9 +2,11 @@
 
 A file's ``verification`` says whether its bytes were found intact against its record since it
 was written (only a verified snapshot supersedes deltas). A store's open problems are what
-its last validation found wrong, plus what the snapshot pass or a repair found; while one is
-open the store is held (not cleaned) and its status is broken. Every write locks the store's
-row, so a cleanup claiming files of the store waits for it and sees the problem.
+its last validation found wrong, plus what the snapshot pass, a repair or the runtime's loss
+check found; while one is open the store is held (not cleaned) and its status is broken. A
+commit that replaces the checkpoint of a problem's file closes it (:func:`close_unneeded`).
+Every write locks the store's row, so a cleanup claiming files of the store waits for it and
+sees the problem.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from state_runtime.catalog.schema.tables import (
     FileState,
     Verification,
     checkpoint_files,
+    commit_log,
     file_repairs,
     store_problems,
     stores,
@@ -131,6 +134,36 @@ def _resolve(
             .values(resolved_at=now, resolved_by_run=run_id, resolution=resolution)
         )
     return len(problem_ids)
+
+
+def close_unneeded(
+    connection: Connection, committed: Mapping[int, int], resolution: str, now: datetime
+) -> int:
+    """Resolve the open problems of the stores in ``committed`` (store id: the version a
+    commit just committed) about a file at that version whose checkpoint no commit of the
+    store at or above its version holds any more (a replay replaced it, or another attempt
+    wrote it): no retained version reads that file, so its loss or damage breaks nothing.
+    Sets only ``resolved_at`` and ``resolution``, all the runtime role may set (and only
+    this transition: ``grants.GUARD_SQL`` holds it to the same rule). Returns how many."""
+    p, f, c = store_problems.c, checkpoint_files.c, commit_log.c
+    held = sa.exists().where(
+        c.store_id == f.store_id, c.version >= f.version, c.checkpoint_id == f.checkpoint_id
+    )
+    stale: list[int] = []
+    for part in chunks(sorted(committed)):
+        rows = connection.execute(
+            sa.select(p.problem_id, p.store_id, f.version)
+            .join(checkpoint_files, sa.and_(f.store_id == p.store_id, f.path == p.path))
+            .where(p.store_id.in_(part), p.resolved_at.is_(None), ~held)
+        )
+        stale += [r.problem_id for r in rows if committed[r.store_id] == r.version]
+    for some in chunks(stale):
+        connection.execute(
+            sa.update(store_problems)
+            .where(p.problem_id.in_(some))
+            .values(resolved_at=now, resolution=resolution)
+        )
+    return len(stale)
 
 
 def record_validation(
