@@ -62,12 +62,12 @@ def store_health(
     connection: Connection,
     views: ReaderViews,
     policy: RetentionPolicy,
-    root: str | None,
+    scope: Scope,
     now: datetime,
 ) -> list[StoreHealth]:
     """Each store's facts (:func:`~state_runtime.catalog.sql.store_facts.store_facts`);
     ``reclaimable_*`` are what cleanup under ``policy`` may delete at ``now``."""
-    query = store_facts(views, PolicySql.of(policy, now), Scope(root=root))
+    query = store_facts(views, PolicySql.of(policy, now), scope)
     rows = connection.execute(query.order_by(*store_key_columns(views.stores))).all()
     return [_health(row, now) for row in rows]
 
@@ -96,11 +96,11 @@ def _value(value: Any) -> Any:
 
 
 def recovery_costs(
-    connection: Connection, views: ReaderViews, root: str | None
+    connection: Connection, views: ReaderViews, scope: Scope
 ) -> dict[StoreKey, RecoveryCost]:
-    """Per store (of ``root``, or all), the files and bytes loading its latest committed
-    version reads: the "files needed by the retained versions" walk, newest version only."""
-    nf = needed_files(views, 1, Scope(root=root)).subquery("nf")
+    """Per store in ``scope``, the files and bytes loading its latest committed version
+    reads: the "files needed by the retained versions" walk, newest version only."""
+    nf = needed_files(views, 1, scope).subquery("nf")
     f, key = views.files.c, store_key_columns(views.stores)
     query = (
         sa.select(
@@ -114,3 +114,18 @@ def recovery_costs(
         .group_by(*key)
     )
     return {key_of(r): RecoveryCost(int(r.files), int(r.bytes)) for r in connection.execute(query)}
+
+
+def health_with_costs(
+    connection: Connection,
+    views: ReaderViews,
+    policy: RetentionPolicy,
+    scope: Scope,
+    now: datetime,
+) -> list[tuple[StoreHealth, RecoveryCost]]:
+    """:func:`store_health` of the stores in ``scope``, each with its recovery cost."""
+    costs = recovery_costs(connection, views, scope)
+    return [
+        (h, costs.get(h.key, RecoveryCost(0, 0)))
+        for h in store_health(connection, views, policy, scope, now)
+    ]

@@ -40,15 +40,19 @@ from state_runtime.retention import Fact, RetentionPolicy, Verdict
 
 @dataclass(frozen=True)
 class Scope:
-    """Which stores a question covers: all, one root, or given store ids."""
+    """Which stores a question covers: all, one root, or given store ids; narrowed to the
+    store ids in ``ids`` (after, through], a page of :mod:`state_runtime.catalog.api.pages`."""
 
     root: str | None = None
     store_ids: tuple[int, ...] | None = None
+    ids: tuple[int, int] | None = None
 
     def filter(self, views: ReaderViews, store_id: ColumnElement[int]) -> ColumnElement[bool]:
         conditions: list[ColumnElement[bool]] = []
         if self.store_ids is not None:
             conditions.append(store_id.in_(self.store_ids))
+        if self.ids is not None:
+            conditions += [store_id > self.ids[0], store_id <= self.ids[1]]
         if self.root is not None:
             conditions.append(
                 store_id.in_(
