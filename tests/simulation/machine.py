@@ -310,11 +310,14 @@ class PlatformMachine(RuleBasedStateMachine):
         """The stores with a retained version that does not load; checks every one that
         loads against the model."""
         p, batch_of = self.platform, self._batch_of()
+        histories = p.catalog.schema_histories(p.root)
         broken: set[StoreId] = set()
         for version in self._retained():
             store = version.key.store
             try:
-                state = p.load(store, version.ref)
+                state = p.load(
+                    store, version.ref, histories.get((store.operator_id, store.store_name))
+                )
             except StateStoreError:
                 broken.add(store)
                 continue

@@ -13,7 +13,11 @@ simulation. :class:`Model` is the plain-Python truth every step is checked again
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,6 +58,7 @@ from state_runtime.settings import WorkerSettings
 from state_runtime.storage import LocalStorage
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.provider import StateStoreProvider
+from state_runtime.store.schema_history import SchemaHistory
 
 QUERY = "simulated"
 FAIL_KEY = "__fail__"
@@ -214,7 +219,7 @@ class Platform:
         commit sends exactly these again)."""
         self.storage = LocalStorage(self.folder / self.root_name)
         self.root = self.storage.uri
-        self.catalog_url = self.catalog_url or f"sqlite:///{self.folder / 'catalog.db'}"
+        self.catalog_url = self.catalog_url or sqlite_catalog(self.folder / "catalog.db")
         self.restart_driver()
         self.catalog = Catalog.open(self.catalog_url)
         """The maintenance process's catalog (the driver's is ``query.catalog``)."""
@@ -357,11 +362,16 @@ class Platform:
             found.setdefault(entry.batch_id, {})[entry.key.store] = entry.ref
         return found
 
-    def load(self, store: StoreId, ref: CheckpointRef) -> State:
+    def load(
+        self, store: StoreId, ref: CheckpointRef, history: SchemaHistory | None = None
+    ) -> State:
         """A version's rows as a fresh process loads them from files: raises if it cannot, or
         if it could only by passing over an unusable file (a damaged snapshot: the platform
-        calls that store broken until ``repair`` rebuilds it, and so does the model)."""
-        history = self.catalog.schema_history(self.root, store.operator_id, store.store_name)
+        calls that store broken until ``repair`` rebuilds it, and so does the model).
+        ``history``: the store's schema history, if the caller read it already."""
+        history = history or self.catalog.schema_history(
+            self.root, store.operator_id, store.store_name
+        )
         assert history is not None
         provider = StateStoreProvider(
             self.storage, store.operator_id, store.partition_id, store.store_name, history=history
@@ -394,6 +404,24 @@ class Platform:
         stamp = (self.now() - age).timestamp()
         os.utime(path, (stamp, stamp))
         return path
+
+
+@functools.cache
+def _template_catalog() -> Path:
+    """A SQLite catalog at head, migrated once per process (and removed at its exit)."""
+    folder = Path(tempfile.mkdtemp(prefix="simulation-template-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = folder / "catalog.db"
+    Catalog.open(f"sqlite:///{path}", upgrade=True).close()
+    assert not path.with_name(path.name + "-wal").exists()  # closed: all of it in the file
+    return path
+
+
+def sqlite_catalog(path: Path) -> str:
+    """The URL of a fresh SQLite catalog at ``path``: a copy of the process's template (a
+    run's catalog, as migrating one costs more than a few steps)."""
+    shutil.copyfile(_template_catalog(), path)
+    return f"sqlite:///{path}"
 
 
 def policy(zero: bool, snapshot_min_deltas: int = 2) -> MaintenancePolicy:

@@ -15,7 +15,7 @@ from tests.simulation.machine import PlatformMachine
 from tests.simulation.postgres import PostgresCatalogs
 
 RUNS = settings(
-    max_examples=10,
+    max_examples=25,
     stateful_step_count=40,
     deadline=None,
     derandomize=True,

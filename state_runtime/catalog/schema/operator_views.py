@@ -18,6 +18,7 @@ from what this module renders for the database's dialect, so they always follow 
 
 from __future__ import annotations
 
+import functools
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -547,29 +548,32 @@ def _reading() -> list[Derived]:
 # --- all of them --------------------------------------------------------------------------
 
 
-def rendered(dialect: str) -> list[Derived]:
-    """Every view and function of ``dialect`` ('postgresql' or 'sqlite'), in creation order."""
+@functools.cache
+def rendered(dialect: str) -> tuple[Derived, ...]:
+    """Every view and function of ``dialect`` ('postgresql' or 'sqlite'), in creation order.
+    Rendered once per process: they follow from the code alone."""
     if dialect not in _DIALECTS:
         raise CatalogError(f"the catalog's views are not rendered for {dialect!r}")
     compiler = _DIALECTS[dialect]()
     postgres = dialect == "postgresql"
     retention = _retention_pg(compiler) if postgres else _retention_sqlite(compiler)
     status = _status(compiler, default_policy(dialect), PG_FUNCTION_POLICY if postgres else None)
-    return [
+    return (
         *_reading(),
         _policy_defaults(dialect),
         *_plain(dialect),
         *retention,
         *status,
-    ]
+    )
 
 
-def names() -> list[str]:
+@functools.cache
+def names() -> tuple[str, ...]:
     """Every name this module ever creates, on any dialect (what an upgrade drops first)."""
     seen: dict[str, Kind] = {}
     for dialect in _DIALECTS:
         seen.update({d.name: d.kind for d in rendered(dialect)})
-    return list(seen)
+    return tuple(seen)
 
 
 def drop(connection: Connection) -> None:

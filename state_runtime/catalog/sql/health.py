@@ -4,6 +4,7 @@ estimated recovery cost of each store."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -13,7 +14,7 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
 from state_runtime.catalog.schema.reading_views import ReaderViews
-from state_runtime.catalog.sql.retention import PolicySql, Scope, needed_files
+from state_runtime.catalog.sql.retention import PolicySql, Scope, needed_files, offsets
 from state_runtime.catalog.sql.rows import key_of, store_key_columns
 from state_runtime.catalog.sql.store_facts import last_snapshots, store_facts
 from state_runtime.identity import EMPTY, CheckpointRef
@@ -58,6 +59,27 @@ def snapshot_candidates(
     ]
 
 
+def _root_scope(views: ReaderViews, by_root: bool) -> Scope:
+    """Every store, or those of the root given as the bind parameter ``root``."""
+    if not by_root:
+        return Scope()
+    return Scope(root=sa.bindparam("root", type_=views.stores.c.checkpoint_root.type))
+
+
+@functools.cache
+def _store_health_query(views: ReaderViews, retain_versions: int, by_root: bool) -> sa.Select[Any]:
+    """:func:`store_health`'s statement, built once per shape: the cutoffs and the root are
+    bind parameters (``committed_cutoff``, ``uncommitted_cutoff``, ``root``)."""
+    at = views.files.c.created_at.type
+    policy = PolicySql(
+        offsets(retain_versions),
+        sa.bindparam("committed_cutoff", type_=at),
+        sa.bindparam("uncommitted_cutoff", type_=at),
+    )
+    query = store_facts(views, policy, _root_scope(views, by_root))
+    return query.order_by(*store_key_columns(views.stores))
+
+
 def store_health(
     connection: Connection,
     views: ReaderViews,
@@ -67,9 +89,13 @@ def store_health(
 ) -> list[StoreHealth]:
     """Each store's facts (:func:`~state_runtime.catalog.sql.store_facts.store_facts`);
     ``reclaimable_*`` are what cleanup under ``policy`` may delete at ``now``."""
-    query = store_facts(views, PolicySql.of(policy, now), Scope(root=root))
-    rows = connection.execute(query.order_by(*store_key_columns(views.stores))).all()
-    return [_health(row, now) for row in rows]
+    query = _store_health_query(views, policy.retain_versions, root is not None)
+    values = {
+        "committed_cutoff": policy.committed_cutoff(now),
+        "uncommitted_cutoff": policy.uncommitted_cutoff(now),
+        **({} if root is None else {"root": root}),
+    }
+    return [_health(row, now) for row in connection.execute(query, values).all()]
 
 
 _DERIVED = ("key", "latest", "commit_lag")
@@ -95,14 +121,12 @@ def _value(value: Any) -> Any:
     return int(value) if isinstance(value, Decimal) else value
 
 
-def recovery_costs(
-    connection: Connection, views: ReaderViews, root: str | None
-) -> dict[StoreKey, RecoveryCost]:
-    """Per store (of ``root``, or all), the files and bytes loading its latest committed
-    version reads: the "files needed by the retained versions" walk, newest version only."""
-    nf = needed_files(views, 1, Scope(root=root)).subquery("nf")
+@functools.cache
+def _recovery_query(views: ReaderViews, by_root: bool) -> sa.Select[Any]:
+    """:func:`recovery_costs`' statement, built once per shape (``root``: a bind parameter)."""
+    nf = needed_files(views, 1, _root_scope(views, by_root)).subquery("nf")
     f, key = views.files.c, store_key_columns(views.stores)
-    query = (
+    return (
         sa.select(
             *key,
             sa.func.count().label("files"),
@@ -113,4 +137,14 @@ def recovery_costs(
         .join(views.stores, views.stores.c.store_id == nf.c.store_id)
         .group_by(*key)
     )
-    return {key_of(r): RecoveryCost(int(r.files), int(r.bytes)) for r in connection.execute(query)}
+
+
+def recovery_costs(
+    connection: Connection, views: ReaderViews, root: str | None
+) -> dict[StoreKey, RecoveryCost]:
+    """Per store (of ``root``, or all), the files and bytes loading its latest committed
+    version reads: the "files needed by the retained versions" walk, newest version only."""
+    rows = connection.execute(
+        _recovery_query(views, root is not None), {} if root is None else {"root": root}
+    )
+    return {key_of(r): RecoveryCost(int(r.files), int(r.bytes)) for r in rows}
