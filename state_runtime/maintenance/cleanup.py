@@ -229,7 +229,9 @@ def cleanup_pass(
                 work.setdefault(key.root, set()).add(key)
     parameters = policy.parameters() | {"stores": sum(len(keys) for keys in work.values())}
     with (
-        recorded_run(fleet.catalog, RunKind.CLEANUP, fleet.owner, parameters) as run,
+        recorded_run(
+            fleet.catalog, RunKind.CLEANUP, fleet.owner, parameters, policy.status_limits()
+        ) as run,
         progress.stage("cleanup", sum(len(keys) for keys in work.values())) as advance,
     ):
         report.run_id = run.run_id

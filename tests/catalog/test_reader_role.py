@@ -89,6 +89,7 @@ NOT_READS = frozenset(
         "finish_run",
         "heartbeat",
         "close_abandoned_runs",
+        "record_status_changes",
         "claim_deletions",
         "record_deletions",
         "record_lost",

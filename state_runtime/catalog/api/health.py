@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
 from state_runtime.catalog.sql import health as health_queries
+from state_runtime.catalog.sql.status_changes import record_status_changes
 from state_runtime.errors import InvalidArgument
 from state_runtime.retention import RetentionPolicy
 
@@ -31,6 +33,14 @@ class HealthCalls(CatalogBase):
         return self._read(
             "read store health",
             lambda c, v: health_queries.store_health(c, v, policy, root, now or self.now()),
+        )
+
+    def record_status_changes(self, limits: Mapping[str, int], *, root: str | None = None) -> int:
+        """Record every store (of ``root``, or all) whose status under ``limits`` differs from
+        its last recorded one (one statement); how many were recorded."""
+        return self._run(
+            "record status changes",
+            lambda c: record_status_changes(c, limits, root, self.now()),
         )
 
     def recovery_costs(self, root: str | None = None) -> dict[StoreKey, RecoveryCost]:

@@ -394,10 +394,11 @@ def _status(dialect: Dialect, default: PolicySql, function: PolicySql | None) ->
             (
                 f"CREATE FUNCTION state_store_status({limit_args})\n"
                 "RETURNS TABLE (store_id bigint, status text, status_reason text, "
-                "status_since timestamptz)\nLANGUAGE sql STABLE AS $$\n"
+                "status_since timestamptz, status_recorded boolean)\nLANGUAGE sql STABLE AS $$\n"
                 f"{compiled(status_of(facts_view, own, name), dialect)}\n$$",
                 f"COMMENT ON FUNCTION state_store_status({types}) IS 'Each store''s status "
-                "(healthy, degraded, broken, unknown), why, and since when.'",
+                "(healthy, degraded, broken, unknown), why, and since when (status_recorded: since "
+                "its recorded change, or else the facts'' estimate).'",
             ),
         ),
     ]

@@ -457,6 +457,24 @@ operator_layouts = sa.Table(
     sa.Column("recorded_at", UtcDateTime(), nullable=False),
 )
 
+store_status_changes = sa.Table(
+    "store_status_changes",
+    metadata,
+    sa.Column("change_id", _id_type(), primary_key=True, autoincrement=True),
+    sa.Column(
+        "store_id",
+        _id_type(),
+        sa.ForeignKey("stores.store_id", name="fk_store_status_changes_store_id"),
+        nullable=False,
+    ),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("changed_at", UtcDateTime(), nullable=False),
+    sa.Index("ix_store_status_changes_store", "store_id", "change_id"),
+)
+"""Each store's status changes, newest last: what a "since" reads
+(``state_runtime/catalog/sql/status_changes.py`` records them)."""
+
 catalog_roles = sa.Table(
     "catalog_roles",
     metadata,
