@@ -23,7 +23,7 @@ from collections import OrderedDict, deque
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef
 from state_runtime.settings import WorkerSettings, parse_size
-from state_runtime.store.sorted_runs import Run
+from state_runtime.store.disk_runs import AnyRun
 
 __all__ = ["CACHE", "VersionCache", "parse_size", "set_budget"]
 from state_runtime.store.versions import Version
@@ -37,7 +37,7 @@ class VersionCache:
         self._budget = budget
         self._entries: OrderedDict[tuple[int, CheckpointRef], Version] = OrderedDict()
         self._owners = itertools.count()
-        self._holders: dict[Run, int] = {}  # run -> cached versions holding it
+        self._holders: dict[AnyRun, int] = {}  # run -> cached versions holding it
         self._used = 0
         self.evictions = 0
         # Owners whose provider was collected. The garbage collector may run a finalizer while

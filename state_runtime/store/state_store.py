@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
@@ -28,11 +29,12 @@ from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpo
 from state_runtime.store.arrow_rows import Row, struct_array, struct_rows
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
+from state_runtime.store.disk_runs import AnyRun, held_bytes, written
 from state_runtime.store.keys import KeyIndexer, freeze
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.store_metrics import LoadMetrics, StoreMetrics
-from state_runtime.store.versions import Version, get, lookup, row_change, squash
+from state_runtime.store.versions import Version, get, live_blocks, lookup, row_change, squash
 from state_runtime.store.writer import CheckpointTarget, record_unchanged, write_checkpoint
 
 
@@ -202,12 +204,13 @@ class ReadStateStore:
             return key
         return _normalize(key, self._key_arity, "key", self.store_id)
 
-    def _runs(self) -> tuple[Run, ...]:
+    def _runs(self) -> tuple[AnyRun, ...]:
         """The state as a stack of runs, newest first."""
         return self._version.runs
 
-    def _state(self) -> Run:
-        return self._version.state()
+    def _blocks(self) -> Iterator[Run]:
+        """The state's rows in index order, block by block (one block when in memory)."""
+        return self._version.blocks()
 
     def get(self, key: Any) -> Row | None:
         """The value of ``key``, or None."""
@@ -221,9 +224,10 @@ class ReadStateStore:
 
     def items(self) -> Iterator[tuple[Row, Row]]:
         """Every (key, value) row, in no particular order."""
-        for key, value in self._state().rows():
-            assert value is not None
-            yield key, value
+        for block in self._blocks():
+            for key, value in block.rows():
+                assert value is not None
+                yield key, value
 
     __iter__ = items
 
@@ -253,31 +257,47 @@ class ReadStateStore:
         One vectorised pass over the state (there is no secondary index).
         """
         p = _as_prefix(prefix, self._key_arity, "prefix")
-        state = self._state()
-        columns = state.keys.flatten()
-        mask = pa.array(np.ones(len(state), dtype=bool))
-        for col, v in zip(columns, p, strict=False):
-            mask = pc.and_(mask, _compare(col, v, "equal"))
-        return self._in_key_order(state, mask)
+
+        def mask(columns: list[pa.Array]) -> pa.Array:
+            selected = pa.array(np.ones(len(columns[0]), dtype=bool))
+            for col, v in zip(columns, p, strict=False):
+                selected = pc.and_(selected, _compare(col, v, "equal"))
+            return selected
+
+        return self._in_key_order(mask)
 
     def range_scan(self, start: Any = None, end: Any = None) -> Iterator[tuple[Row, Row]]:
         """Rows with ``start <= key < end`` (either bound may be None), in key order.
 
         Bounds may be key prefixes; keys compare as tuples. One vectorised pass plus a sort.
         """
-        state = self._state()
-        columns = state.keys.flatten()
-        mask = pa.array(np.ones(len(state), dtype=bool))
-        if start is not None:
-            lo = _as_prefix(start, self._key_arity, "start")
-            mask = pc.and_(mask, _lexicographic(columns, lo, "greater", tail=True))
-        if end is not None:
-            hi = _as_prefix(end, self._key_arity, "end")
-            mask = pc.and_(mask, _lexicographic(columns, hi, "less", tail=False))
-        return self._in_key_order(state, mask)
+        lo = None if start is None else _as_prefix(start, self._key_arity, "start")
+        hi = None if end is None else _as_prefix(end, self._key_arity, "end")
 
-    def _in_key_order(self, state: Run, mask: pa.Array) -> Iterator[tuple[Row, Row]]:
-        for key, value in _key_ordered(state.keys.filter(mask), state.values.filter(mask)).rows():
+        def mask(columns: list[pa.Array]) -> pa.Array:
+            selected = pa.array(np.ones(len(columns[0]), dtype=bool))
+            if lo is not None:
+                selected = pc.and_(selected, _lexicographic(columns, lo, "greater", tail=True))
+            if hi is not None:
+                selected = pc.and_(selected, _lexicographic(columns, hi, "less", tail=False))
+            return selected
+
+        return self._in_key_order(mask)
+
+    def _in_key_order(
+        self, mask: Callable[[list[pa.Array]], pa.Array]
+    ) -> Iterator[tuple[Row, Row]]:
+        """The rows whose key columns ``mask`` selects, sorted by key (one pass per block)."""
+        schema = self._host.schema
+        keys: list[pa.Array] = [pa.array([], schema.key_arrow)]
+        values: list[pa.Array] = [pa.array([], schema.value_arrow)]
+        for block in self._blocks():
+            if len(block):
+                selected = mask(block.keys.flatten())
+                keys.append(block.keys.filter(selected))
+                values.append(block.values.filter(selected))
+        ordered = _key_ordered(pa.concat_arrays(keys), pa.concat_arrays(values))
+        for key, value in ordered.rows():
             assert value is not None
             yield key, value
 
@@ -290,21 +310,48 @@ class ReadStateStore:
         removed a candidate). Returns a table with ``key`` and ``value`` struct columns.
         """
         runs = self._runs()
-        if len(runs) == 1:  # the base alone: its matching rows are the answer
+        if len(runs) == 1 and isinstance(runs[0], Run):  # the base alone: the answer
             return _matching_rows(predicate, runs[0].keys, runs[0].values)
         schema = self._host.schema
-        found = [_matching_rows(predicate, run.keys, run.values) for run in runs]
+        found = [
+            _matching_rows(predicate, block.keys, block.values)
+            for run in runs
+            for block in run.blocks()
+        ]
         keys = pa.concat_arrays([t.column("key").combine_chunks() for t in found])
         if not len(keys):
             return found[0]
+        if len(runs) == 1:  # one run without removals: its matching rows are the answer
+            return pa.concat_tables(found)
         unique = Run.build(self._indexer, keys, pa.nulls(len(keys), schema.value_arrow))[0].keys
         values = lookup(self._indexer, runs, unique, schema.value_arrow)
         return _matching_rows(predicate, unique, values)
 
     def to_arrow(self) -> pa.Table:
-        """The state as an Arrow table with ``key`` and ``value`` struct columns."""
-        state = self._state()
-        return pa.table({"key": state.keys, "value": state.values})
+        """The state as an Arrow table with ``key`` and ``value`` struct columns.
+
+        A state with runs on local disk is merged block by block into a local file, and the
+        table maps that file (its pages are the file's, not the worker's heap)."""
+        blocks = self._blocks()
+        first = next(blocks, None)
+        second = next(blocks, None)
+        if first is None or second is None:
+            schema = self._host.schema
+            state = first or Run.empty(schema.key_arrow, schema.value_arrow)
+            return pa.table({"key": state.keys, "value": state.values})
+        on_disk = written(
+            self.store_id,
+            itertools.chain([first, second], blocks),
+            self._host.schema.key_arrow,
+            self._host.schema.value_arrow,
+            sum(held_bytes(run) for run in self._runs()),
+            compaction=False,
+        )
+        return (
+            on_disk.table()
+            if not isinstance(on_disk, Run)
+            else pa.table({"key": on_disk.keys, "value": on_disk.values})
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store_id}, version={self.version})"
@@ -346,7 +393,13 @@ class StateStore(ReadStateStore):
     def _push(self, run: Run) -> None:
         self._pending.insert(0, run)
         if len(self._pending) > _MAX_PENDING_RUNS:
-            self._pending = [squash(self._indexer, self._pending)]
+            self._pending = [self._squashed()]
+
+    def _squashed(self) -> Run:
+        """The pending change runs as one (in memory, as they are)."""
+        squashed = squash(self._indexer, self._pending)
+        assert isinstance(squashed, Run)
+        return squashed
 
     def _flushed(self) -> None:
         try:
@@ -362,18 +415,17 @@ class StateStore(ReadStateStore):
         if not self._pending:
             schema = self._host.schema
             return Run.empty(schema.key_arrow, schema.value_arrow)
-        return squash(self._indexer, self._pending)
+        return self._squashed()
 
-    def _runs(self) -> tuple[Run, ...]:
+    def _runs(self) -> tuple[AnyRun, ...]:
         self._flushed()
         return (*self._pending, *self._version.runs)
 
-    def _state(self) -> Run:
-        self._flushed()
+    def _blocks(self) -> Iterator[Run]:
+        runs = self._runs()
         if not self._pending:
-            return self._version.state()
-        changes = squash(self._indexer, (*self._pending, *self._version.overlays))
-        return self._version.base.merged_with(self._indexer, changes, drop_removals=True)
+            return self._version.blocks()
+        return live_blocks(self._indexer, runs, self._version.store)
 
     # --- reads see this instance's own updates -----------------------------------------
 
@@ -390,9 +442,7 @@ class StateStore(ReadStateStore):
         self._flushed()
         if not self._pending:
             return self._version.rows
-        return self._version.rows + row_change(
-            self._indexer, self._version.runs, squash(self._indexer, self._pending)
-        )
+        return self._version.rows + row_change(self._indexer, self._version.runs, self._squashed())
 
     # --- updates ------------------------------------------------------------------------
 
@@ -484,7 +534,7 @@ class StateStore(ReadStateStore):
         self._flushed()
         if not self._pending:
             return
-        changes = squash(self._indexer, self._pending)
+        changes = self._squashed()
         if not self._indexer.exact:
             with contextlib.suppress(InvalidArgument):
                 changes = _key_ordered(changes.keys, changes.values)
