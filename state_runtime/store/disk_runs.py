@@ -402,9 +402,10 @@ class RunWriter:
         raise error
 
     def _discard(self) -> None:
+        """Close and delete the file (idempotent)."""
         for closing in ("_writer", "_sink"):
             if hasattr(self, closing):
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError, pa.ArrowException):
                     getattr(self, closing).close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)

@@ -24,7 +24,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_runtime.errors import CannotCommit, InvalidArgument, StorageError, StoreClosed
+from state_runtime.errors import (
+    CannotCommit,
+    InvalidArgument,
+    LocalDiskFull,
+    StorageError,
+    StoreClosed,
+)
 from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpoint_id
 from state_runtime.store.arrow_rows import Row, struct_array, struct_rows
 from state_runtime.store.checkpoint_info import CheckpointInfo
@@ -591,7 +597,12 @@ class StateStore(ReadStateStore):
                 checkpoint_id=ref.checkpoint_id,
                 path=self.store_id.file_path(ref.version, ref.checkpoint_id, FileKind.DELTA),
             ) from e
-        self._version = base.derive(changes, info.ref, lineage, rows)
+        try:
+            self._version = base.derive(changes, info.ref, lineage, rows)
+        except LocalDiskFull:
+            # The delta is written but never reported: a retry commits under a new id.
+            self._status = _State.ABORTED
+            raise
         host.install(self._version)
         self._pending = []
         self._status = _State.COMMITTED
