@@ -36,7 +36,7 @@ from state_runtime.store.arrow_rows import Row
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run, concat, run_of
 
-BLOCK_BYTES = 256 << 10
+BLOCK_BYTES = 64 << 10
 """The size a block of a run on disk aims at."""
 
 SPILL_FRACTION = 4
@@ -132,34 +132,34 @@ class BlockCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._blocks: OrderedDict[tuple[str, int], Run] = OrderedDict()
+        self._blocks: OrderedDict[tuple[str, int], tuple[Run, int]] = OrderedDict()
         self._used = 0
 
     def get(self, path: str, block: int) -> Run | None:
         with self._lock:
             found = self._blocks.get((path, block))
-            if found is not None:
-                self._blocks.move_to_end((path, block))
-                LOCAL_DISK.stats.block_cache_hits += 1
-            else:
+            if found is None:
                 LOCAL_DISK.stats.block_cache_misses += 1
-            return found
+                return None
+            self._blocks.move_to_end((path, block))
+            LOCAL_DISK.stats.block_cache_hits += 1
+            return found[0]
 
     def put(self, path: str, block: int, run: Run, capacity: int) -> None:
+        size = run.nbytes
         with self._lock:
-            if (path, block) in self._blocks or run.nbytes > capacity:
+            if (path, block) in self._blocks or size > capacity:
                 return
-            self._blocks[(path, block)] = run
-            self._used += run.nbytes
+            self._blocks[(path, block)] = (run, size)
+            self._used += size
             while self._used > capacity:
-                _, old = self._blocks.popitem(last=False)
-                self._used -= old.nbytes
+                self._used -= self._blocks.popitem(last=False)[1][1]
             LOCAL_DISK.stats.block_cache_bytes = self._used
 
     def drop(self, path: str) -> None:
         with self._lock:
             for key in [k for k in self._blocks if k[0] == path]:
-                self._used -= self._blocks.pop(key).nbytes
+                self._used -= self._blocks.pop(key)[1]
             LOCAL_DISK.stats.block_cache_bytes = self._used
 
 
