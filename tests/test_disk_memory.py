@@ -36,7 +36,8 @@ def _run(*extra: str) -> dict[str, float]:
         timeout=600,
         check=True,
     )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
 
 
 def test_memory_stays_within_three_budgets_and_the_state_equals_in_memory() -> None:
