@@ -44,17 +44,17 @@ def test_a_run_on_disk_answers_as_in_memory() -> None:
     with forced_disk(block_bytes=1024):
         on_disk = spilled("s", run)
     assert isinstance(on_disk, DiskRun) and on_disk.block_count > 10
-    probes = rng.integers(-(10**6), 10**6, 3000)
+    probes = np.concatenate([rng.choice(keys, 1500), rng.integers(-(10**6), 10**6, 1500)])
     probe_keys = pa.StructArray.from_arrays([pa.array(probes)], fields=list(KEY))
     index = indexer.index(probe_keys)
-    expected = run.positions(indexer, index, probe_keys)
-    assert (on_disk.positions(indexer, index, probe_keys) == expected).all()
+    expected, expected_values = run.find(indexer, index, probe_keys)
+    found, values = on_disk.find(indexer, index, probe_keys)
+    assert (found == expected).all() and values.equals(expected_values)
     for p in probes[:200]:
         assert on_disk.position_of(indexer, int(p), (int(p),)) == run.position_of(
             indexer, int(p), (int(p),)
         )
-    hits = expected[expected >= 0]
-    assert on_disk.take_values(hits).equals(run.take_values(hits))
+    assert len(values) == int((expected >= 0).sum()) >= 1500
     assert list(on_disk.rows()) == list(run.rows())
 
 

@@ -23,7 +23,7 @@ from collections import OrderedDict, deque
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef
 from state_runtime.settings import WorkerSettings, parse_size
-from state_runtime.store.disk_runs import AnyRun
+from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun
 
 __all__ = ["CACHE", "VersionCache", "parse_size", "set_budget"]
 from state_runtime.store.versions import Version
@@ -140,6 +140,7 @@ class VersionCache:
 CACHE = VersionCache()
 """The process's cache: every provider shares it. Spark tasks set its budget to the value the
 driver read (:class:`state_runtime.settings.WorkerSettings`)."""
+LOCAL_DISK.budget = lambda: CACHE.budget  # runs on disk and the block cache take its quarters
 
 
 def set_budget(budget: int) -> None:

@@ -25,13 +25,14 @@ import threading
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from state_runtime.errors import LocalDiskFull
+from state_runtime.settings import WorkerSettings
 from state_runtime.store.arrow_rows import Row
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run, concat, run_of
@@ -65,6 +66,8 @@ class LocalDisk:
         self.spill_bytes: int | None = None
         """If set, the run size past which runs spill (tests force disk with 0)."""
         self.block_bytes = BLOCK_BYTES
+        self.budget: Callable[[], int] = lambda: WorkerSettings.from_env().cache_bytes
+        """The process's memory budget (:mod:`state_runtime.store.cache` sets its own)."""
         self.stats = DiskStats()
 
     @property
@@ -90,9 +93,7 @@ class LocalDisk:
         """Bytes past which a run goes to disk."""
         if self.spill_bytes is not None:
             return self.spill_bytes
-        from state_runtime.store.cache import CACHE  # the cache module imports this one
-
-        return CACHE.budget // SPILL_FRACTION
+        return self.budget() // SPILL_FRACTION
 
     def free_bytes(self) -> int:
         return shutil.disk_usage(self.directory).free
@@ -145,8 +146,7 @@ class BlockCache:
             LOCAL_DISK.stats.block_cache_hits += 1
             return found[0]
 
-    def put(self, path: str, block: int, run: Run, capacity: int) -> None:
-        size = run.nbytes
+    def put(self, path: str, block: int, run: Run, size: int, capacity: int) -> None:
         with self._lock:
             if (path, block) in self._blocks or size > capacity:
                 return
@@ -213,24 +213,25 @@ class DiskRun:
     def block_count(self) -> int:
         return len(self._firsts)
 
-    def _read(self, b: int) -> Run:
+    def _read(self, b: int) -> tuple[Run, int]:
+        """Block ``b`` read from the file, and its size."""
         with self._lock:
             batch = self._reader.get_batch(b)
         index = np.asarray(batch.column(0).to_numpy())
-        return run_of(index, batch.column(1), batch.column(2))
+        return run_of(index, batch.column(1), batch.column(2)), batch.nbytes
 
     def block(self, b: int) -> Run:
         """Block ``b`` through the block cache."""
         found = BLOCKS.get(self.path, b)
         if found is None:
-            found = self._read(b)
-            BLOCKS.put(self.path, b, found, LOCAL_DISK.threshold())
+            found, size = self._read(b)
+            BLOCKS.put(self.path, b, found, size, LOCAL_DISK.threshold())
         return found
 
     def blocks(self, *, cached: bool = False) -> Iterator[Run]:
         """Every block in index order (read past the block cache unless ``cached``)."""
         for b in range(self.block_count):
-            yield self.block(b) if cached else self._read(b)
+            yield self.block(b) if cached else self._read(b)[0]
 
     # --- lookups ------------------------------------------------------------------------
 
@@ -252,6 +253,33 @@ class DiskRun:
             if ordered[s] >= 0:
                 yield int(ordered[s]), order[s:e]
 
+    def find(
+        self,
+        indexer: KeyIndexer,
+        index: np.ndarray,
+        keys: pa.StructArray,
+        rows: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, pa.StructArray]:
+        """For each probe, its row in this run or -1 (see :meth:`Run.positions`), and the
+        values of the probes found, in probe order: one pass, a block read once."""
+        found = np.full(len(index), -1, dtype=np.int64)
+        parts: list[pa.Array] = []
+        order: list[np.ndarray] = []
+        for b, probes in self._by_block(self._block_of(index)):
+            probe_rows = probes if rows is None else rows[probes]
+            block = self.block(b)
+            pos = block.positions(indexer, index[probes], keys, probe_rows)
+            hit = pos >= 0
+            if hit.any():
+                found[probes[hit]] = pos[hit] + self._offsets[b]
+                parts.append(block.take_values(pos[hit]))
+                order.append(probes[hit])
+        if not parts:
+            return found, pa.array([], type=self.value_type)
+        values = pa.concat_arrays(parts)
+        by_probe = np.argsort(np.concatenate(order), kind="stable")
+        return found, values.take(pa.array(by_probe))
+
     def positions(
         self,
         indexer: KeyIndexer,
@@ -260,13 +288,7 @@ class DiskRun:
         rows: np.ndarray | None = None,
     ) -> np.ndarray:
         """For each probe, its row in this run or -1 (see :meth:`Run.positions`)."""
-        found = np.full(len(index), -1, dtype=np.int64)
-        for b, probes in self._by_block(self._block_of(index)):
-            probe_rows = probes if rows is None else rows[probes]
-            pos = self.block(b).positions(indexer, index[probes], keys, probe_rows)
-            hit = pos >= 0
-            found[probes[hit]] = pos[hit] + self._offsets[b]
-        return found
+        return self.find(indexer, index, keys, rows)[0]
 
     def position_of(self, indexer: KeyIndexer, h: int, key: tuple[object, ...]) -> int:
         """The row of one Python key (with index key ``h``) or -1."""
@@ -287,20 +309,6 @@ class DiskRun:
     def value_at(self, i: int) -> Row | None:
         block, j = self._located(i)
         return block.value_at(j)
-
-    def take_values(self, rows: np.ndarray) -> pa.StructArray:
-        """The values of rows ``rows`` (global row numbers)."""
-        blocks = np.searchsorted(self._offsets, rows, side="right") - 1
-        parts: list[pa.Array] = []
-        order: list[np.ndarray] = []
-        for b, at in self._by_block(blocks):
-            parts.append(self.block(b).take_values(rows[at] - self._offsets[b]))
-            order.append(at)
-        if not parts:
-            return pa.array([], type=self.value_type)
-        inverse = np.empty(len(rows), dtype=np.int64)
-        inverse[np.concatenate(order)] = np.arange(len(rows))
-        return pa.concat_arrays(parts).take(pa.array(inverse))
 
     def rows(self) -> Iterator[tuple[Row, Row | None]]:
         """Every (key, value) in index order; value None for a removal."""

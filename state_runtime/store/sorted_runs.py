@@ -154,6 +154,17 @@ class Run:
                 found[unsure[j]] = self._scan(indexer, int(pos[unsure[j]]) + 1, probes.slice(j, 1))
         return found
 
+    def find(
+        self,
+        indexer: KeyIndexer,
+        index: np.ndarray,
+        keys: pa.StructArray,
+        rows: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, pa.StructArray]:
+        """:meth:`positions`, and the values of the probes found, in probe order."""
+        found = self.positions(indexer, index, keys, rows)
+        return found, self.take_values(found[found >= 0])
+
     def _scan(self, indexer: KeyIndexer, start: int, key: pa.StructArray) -> int:
         target = self.index[start - 1]
         i = start

@@ -20,9 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import Any, Final, Protocol
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from state_runtime.errors import (
     CannotCommit,
@@ -37,6 +35,15 @@ from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, held_bytes, written
 from state_runtime.store.keys import KeyIndexer, freeze
+from state_runtime.store.scans import (
+    ArrowPredicate,
+    as_prefix,
+    key_ordered,
+    key_ordered_rows,
+    matching_rows,
+    prefix_mask,
+    range_mask,
+)
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.store_metrics import DiskMetrics, LoadMetrics, StoreMetrics
@@ -129,53 +136,6 @@ def _normalize(row: Any, arity: int, what: str, store: StoreId) -> Row:
     raise InvalidArgument(f"{what} {row!r} is not a tuple of {arity} fields", store=store)
 
 
-def _as_prefix(bound: Any, arity: int, what: str) -> Row:
-    p = bound if isinstance(bound, tuple) else (bound,)
-    if not 0 < len(p) <= arity:
-        raise InvalidArgument(f"{what} {bound!r} must have 1..{arity} fields")
-    if any(v is None for v in p):
-        raise InvalidArgument(f"keys cannot be ordered for a scan: {what} {bound!r} holds None")
-    return tuple(p)
-
-
-def _compare(column: pa.Array, value: Any, op: str) -> pa.Array:
-    return pc.call_function(op, [column, pa.scalar(value, type=column.type)]).fill_null(False)
-
-
-def _lexicographic(columns: list[pa.Array], bound: Row, op: str, *, tail: bool) -> pa.Array:
-    """``key[:len(bound)] <op> bound`` as tuples compare; ``tail`` is the answer on a tie."""
-    acc: pa.Array = pa.array(np.full(len(columns[0]), tail))
-    for col, v in reversed(list(zip(columns, bound, strict=False))):
-        acc = pc.or_(_compare(col, v, op), pc.and_(_compare(col, v, "equal"), acc))
-    return acc
-
-
-ArrowPredicate = Callable[[pa.StructArray, pa.StructArray], pa.Array]
-"""``predicate(keys, values)``: a boolean array over a run's key and value struct arrays."""
-
-
-def _matching_rows(
-    predicate: ArrowPredicate, keys: pa.StructArray, values: pa.StructArray
-) -> pa.Table:
-    """The rows with a value (not a removal) for which the predicate holds (null: false)."""
-    mask = pc.and_(pc.fill_null(predicate(keys, values), False), values.is_valid())
-    return pa.table({"key": keys.filter(mask), "value": values.filter(mask)})
-
-
-def _key_ordered(keys: pa.StructArray, values: pa.StructArray) -> Run:
-    """Rows sorted by their key columns (InvalidArgument if a key type has no order)."""
-    fields = keys.flatten()
-    names = [f"k{i}" for i in range(len(fields))]
-    try:
-        order = pc.sort_indices(
-            pa.table(dict(zip(names, fields, strict=True))),
-            sort_keys=[(n, "ascending") for n in names],
-        )
-    except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise InvalidArgument(f"keys cannot be ordered for a scan: {e}") from e
-    return Run(np.arange(len(keys)), keys.take(order), values.take(order))
-
-
 class ReadStateStore:
     """A committed version of a store, read-only."""
 
@@ -266,52 +226,19 @@ class ReadStateStore:
     def prefix_scan(self, prefix: Any) -> Iterator[tuple[Row, Row]]:
         """Rows whose leading key columns equal ``prefix`` (a tuple), in key order.
 
-        One vectorised pass over the state (there is no secondary index).
+        One vectorised pass over the state, block by block (there is no secondary index).
         """
-        p = _as_prefix(prefix, self._key_arity, "prefix")
-
-        def mask(columns: list[pa.Array]) -> pa.Array:
-            selected = pa.array(np.ones(len(columns[0]), dtype=bool))
-            for col, v in zip(columns, p, strict=False):
-                selected = pc.and_(selected, _compare(col, v, "equal"))
-            return selected
-
-        return self._in_key_order(mask)
+        mask = prefix_mask(as_prefix(prefix, self._key_arity, "prefix"))
+        return key_ordered_rows(self._blocks(), mask, self._host.schema)
 
     def range_scan(self, start: Any = None, end: Any = None) -> Iterator[tuple[Row, Row]]:
         """Rows with ``start <= key < end`` (either bound may be None), in key order.
 
         Bounds may be key prefixes; keys compare as tuples. One vectorised pass plus a sort.
         """
-        lo = None if start is None else _as_prefix(start, self._key_arity, "start")
-        hi = None if end is None else _as_prefix(end, self._key_arity, "end")
-
-        def mask(columns: list[pa.Array]) -> pa.Array:
-            selected = pa.array(np.ones(len(columns[0]), dtype=bool))
-            if lo is not None:
-                selected = pc.and_(selected, _lexicographic(columns, lo, "greater", tail=True))
-            if hi is not None:
-                selected = pc.and_(selected, _lexicographic(columns, hi, "less", tail=False))
-            return selected
-
-        return self._in_key_order(mask)
-
-    def _in_key_order(
-        self, mask: Callable[[list[pa.Array]], pa.Array]
-    ) -> Iterator[tuple[Row, Row]]:
-        """The rows whose key columns ``mask`` selects, sorted by key (one pass per block)."""
-        schema = self._host.schema
-        keys: list[pa.Array] = [pa.array([], schema.key_arrow)]
-        values: list[pa.Array] = [pa.array([], schema.value_arrow)]
-        for block in self._blocks():
-            if len(block):
-                selected = mask(block.keys.flatten())
-                keys.append(block.keys.filter(selected))
-                values.append(block.values.filter(selected))
-        ordered = _key_ordered(pa.concat_arrays(keys), pa.concat_arrays(values))
-        for key, value in ordered.rows():
-            assert value is not None
-            yield key, value
+        lo = None if start is None else as_prefix(start, self._key_arity, "start")
+        hi = None if end is None else as_prefix(end, self._key_arity, "end")
+        return key_ordered_rows(self._blocks(), range_mask(lo, hi), self._host.schema)
 
     def matching(self, predicate: ArrowPredicate) -> pa.Table:
         """The current rows for which ``predicate(keys, values)`` (a boolean array) holds.
@@ -323,10 +250,10 @@ class ReadStateStore:
         """
         runs = self._runs()
         if len(runs) == 1 and isinstance(runs[0], Run):  # the base alone: the answer
-            return _matching_rows(predicate, runs[0].keys, runs[0].values)
+            return matching_rows(predicate, runs[0].keys, runs[0].values)
         schema = self._host.schema
         found = [
-            _matching_rows(predicate, block.keys, block.values)
+            matching_rows(predicate, block.keys, block.values)
             for run in runs
             for block in run.blocks()
         ]
@@ -337,7 +264,7 @@ class ReadStateStore:
             return pa.concat_tables(found)
         unique = Run.build(self._indexer, keys, pa.nulls(len(keys), schema.value_arrow))[0].keys
         values = lookup(self._indexer, runs, unique, schema.value_arrow)
-        return _matching_rows(predicate, unique, values)
+        return matching_rows(predicate, unique, values)
 
     def to_arrow(self) -> pa.Table:
         """The state as an Arrow table with ``key`` and ``value`` struct columns.
@@ -549,7 +476,7 @@ class StateStore(ReadStateStore):
         changes = self._squashed()
         if not self._indexer.exact:
             with contextlib.suppress(InvalidArgument):
-                changes = _key_ordered(changes.keys, changes.values)
+                changes = key_ordered(changes.keys, changes.values)
         yield from changes.rows()
 
     # --- transaction --------------------------------------------------------------------

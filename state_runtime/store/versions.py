@@ -43,23 +43,18 @@ def lookup(
     """The values of ``keys`` in a stack of runs (newest first); null where absent."""
     index = indexer.index(keys)
     n = len(index)
-    which = np.full(n, -1, dtype=np.int64)
-    where = np.full(n, -1, dtype=np.int64)
     todo = np.arange(n)
-    for r, run in enumerate(runs):
-        if not len(todo):
-            break
-        pos = run.positions(indexer, index[todo], keys, todo)
-        hit = pos >= 0
-        which[todo[hit]] = r
-        where[todo[hit]] = pos[hit]
-        todo = todo[~hit]
     parts: list[pa.Array] = []
     order: list[np.ndarray] = []
-    for r in np.unique(which[which >= 0]):
-        rows = np.flatnonzero(which == r)
-        parts.append(runs[int(r)].take_values(where[rows]))
-        order.append(rows)
+    for run in runs:
+        if not len(todo):
+            break
+        pos, values = run.find(indexer, index[todo], keys, todo)
+        hit = pos >= 0
+        if len(values):
+            parts.append(values)
+            order.append(todo[hit])
+        todo = todo[~hit]
     if len(todo):
         parts.append(pa.nulls(len(todo), type=value_type))
         order.append(todo)
