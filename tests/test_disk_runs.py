@@ -3,7 +3,6 @@ typed error when local disk is short (on a real 1 MiB tmpfs when this machine ca
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,14 +87,11 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     )
     if done.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    saved = os.environ.get("STATE_LOCAL_DIR")
     try:
         LOCAL_DISK.set_directory(str(mount))
         yield mount
     finally:
-        LOCAL_DISK.set_directory(saved or "")
-        if saved is None:
-            del os.environ["STATE_LOCAL_DIR"]
+        LOCAL_DISK.set_directory(None)
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 

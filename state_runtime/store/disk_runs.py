@@ -63,6 +63,7 @@ class LocalDisk:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._directory: str | None = None
+        self._parent: str | None = None
         self.spill_bytes: int | None = None
         """If set, the run size past which runs spill (tests force disk with 0)."""
         self.block_bytes = BLOCK_BYTES
@@ -72,9 +73,11 @@ class LocalDisk:
 
     @property
     def directory(self) -> str:
+        """This process's folder of runs, made on first use under the parent folder: the one
+        :meth:`set_directory` gave, else ``STATE_LOCAL_DIR``, else the temporary folder."""
         with self._lock:
             if self._directory is None:
-                parent = os.environ.get("STATE_LOCAL_DIR") or None
+                parent = self._parent or os.environ.get("STATE_LOCAL_DIR") or None
                 if parent is not None:
                     os.makedirs(parent, exist_ok=True)
                 self._directory = tempfile.mkdtemp(
@@ -83,11 +86,12 @@ class LocalDisk:
                 atexit.register(shutil.rmtree, self._directory, True)
             return self._directory
 
-    def set_directory(self, parent: str) -> None:
-        """Put the runs written from now on in a new folder under ``parent``."""
+    def set_directory(self, parent: str | None) -> None:
+        """Put the runs written from now on in a new folder under ``parent`` (None: the
+        default)."""
         with self._lock:
             self._directory = None
-        os.environ["STATE_LOCAL_DIR"] = parent
+            self._parent = parent
 
     def threshold(self) -> int:
         """Bytes past which a run goes to disk."""
