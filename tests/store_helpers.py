@@ -80,7 +80,7 @@ def arrow_stream(
 
 
 @contextlib.contextmanager
-def forced_disk(block_bytes: int = 256) -> Iterator[None]:
+def forced_disk(block_bytes: int = 64) -> Iterator[None]:
     """Every run of a store goes to local disk, in blocks of a few rows (a tiny budget)."""
     saved = LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes
     LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes = 0, block_bytes
