@@ -35,6 +35,10 @@ def _run(keys: np.ndarray, values: np.ndarray | None) -> Run:
     return Run.build(indexer, key_array, value_array)[0]
 
 
+def _rows(run: DiskRun) -> list[tuple[object, object]]:
+    return [row for block in run.blocks() for row in block.rows()]
+
+
 def test_a_run_on_disk_answers_as_in_memory() -> None:
     indexer = KeyIndexer(KEY)
     rng = np.random.default_rng(7)
@@ -54,7 +58,7 @@ def test_a_run_on_disk_answers_as_in_memory() -> None:
             indexer, int(p), (int(p),)
         )
     assert len(values) == int((expected >= 0).sum()) >= 1500
-    assert list(on_disk.rows()) == list(run.rows())
+    assert _rows(on_disk) == list(run.rows())
 
 
 def test_a_streamed_merge_equals_the_in_memory_merge() -> None:
@@ -71,7 +75,7 @@ def test_a_streamed_merge_equals_the_in_memory_merge() -> None:
                 indexer, spilled("s", old), spilled("s", changes), drop_removals=drop, store="s"
             )
         assert isinstance(merged, DiskRun)
-        assert list(merged.rows()) == list(expected.rows())
+        assert _rows(merged) == list(expected.rows())
         assert merged.removals == expected.removals
 
 
@@ -151,3 +155,24 @@ def test_a_commit_reports_its_state_on_disk(tmp_path: Path) -> None:
     disk = store.metrics.disk
     assert disk.local_disk_bytes > 0 and disk.resident_bytes > 0
     assert disk.compaction_bytes > 0
+
+
+def test_a_store_on_disk_keeps_two_cached_versions(tmp_path: Path) -> None:
+    """Runs on disk count only their fences against the budget: without this bound every
+    version ever committed would keep its files."""
+    provider = StateStoreProvider(
+        LocalStorage(str(tmp_path)), 0, 0, key_schema="k bigint", value_schema="v bigint"
+    )
+    info = None
+    with forced_disk():
+        for start in range(0, 600, 100):
+            store = (
+                provider.get_store(0)
+                if info is None
+                else provider.get_store(info.version, info.checkpoint_id)
+            )
+            store.apply([(k, k) for k in range(start, start + 100)])
+            info = store.commit()
+        assert [r.version for r in provider.cached_versions] == [0, 5, 6]  # 0: empty
+        old = provider.get_read_store(2, None)  # back from files, equal
+        assert {k[0] for k, _ in old.items()} == set(range(200))

@@ -28,6 +28,11 @@ from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun
 __all__ = ["CACHE", "VersionCache", "parse_size", "set_budget"]
 from state_runtime.store.versions import Version
 
+DISK_VERSIONS = 2
+"""Cached versions a store keeps while they hold runs on local disk: those runs count only
+their fence index against the budget, so this bounds the disk they hold (about twice the
+store's state, docs/state-on-disk.md)."""
+
 
 class VersionCache:
     """Least-recently-used versions of many providers, bounded by their bytes together."""
@@ -75,8 +80,9 @@ class VersionCache:
             self._release(self._entries.pop(key))
 
     def put(self, owner: int, version: Version, limit: int | None = None) -> None:
-        """Cache ``version`` as the most recently used; evict past the budget (and past
-        ``limit`` versions of this owner, if given)."""
+        """Cache ``version`` as the most recently used; evict past the budget, past ``limit``
+        versions of this owner if given, and past :data:`DISK_VERSIONS` of its versions
+        holding runs on disk."""
         key = (owner, version.ref)
         with self._lock:
             self._sweep()
@@ -90,6 +96,14 @@ class VersionCache:
             if limit is not None:
                 mine = [k for k in self._entries if k[0] == owner]
                 for old in mine[: max(0, len(mine) - limit)]:
+                    self._evict(old)
+            on_disk = [
+                k
+                for k, v in self._entries.items()
+                if k[0] == owner and any(run.on_disk for run in v.runs)
+            ]
+            for old in on_disk[: max(0, len(on_disk) - DISK_VERSIONS)]:
+                if old != key:
                     self._evict(old)
             while self._used > self.budget and len(self._entries) > 1:
                 oldest = next(iter(self._entries))

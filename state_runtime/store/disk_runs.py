@@ -114,14 +114,16 @@ class LocalDisk:
                 path=self.directory,
             )
 
-    def _deleted(self, path: str, size: int) -> None:
+    def forget_file(self, path: str, size: int) -> None:
+        """Delete the file of a run no longer held, and its cached blocks."""
         BLOCKS.drop(path)
         with self._lock:
             self.stats.local_disk_bytes -= size
         with contextlib.suppress(FileNotFoundError):  # the folder went at exit first
             os.unlink(path)
 
-    def _written(self, size: int, *, compaction: bool) -> None:
+    def count_file(self, size: int, *, compaction: bool) -> None:
+        """Count a run file just written."""
         with self._lock:
             self.stats.local_disk_bytes += size
             self.stats.bytes_written += size
@@ -232,10 +234,10 @@ class DiskRun:
             BLOCKS.put(self.path, b, found, size, LOCAL_DISK.threshold())
         return found
 
-    def blocks(self, *, cached: bool = False) -> Iterator[Run]:
-        """Every block in index order (read past the block cache unless ``cached``)."""
+    def blocks(self) -> Iterator[Run]:
+        """Every block in index order, read past the block cache (scans and merges)."""
         for b in range(self.block_count):
-            yield self.block(b) if cached else self._read(b)[0]
+            yield self._read(b)[0]
 
     # --- lookups ------------------------------------------------------------------------
 
@@ -306,18 +308,9 @@ class DiskRun:
         b = int(np.searchsorted(self._offsets, i, side="right")) - 1
         return self.block(b), i - int(self._offsets[b])
 
-    def key_at(self, i: int) -> Row:
-        block, j = self._located(i)
-        return block.key_at(j)
-
     def value_at(self, i: int) -> Row | None:
         block, j = self._located(i)
         return block.value_at(j)
-
-    def rows(self) -> Iterator[tuple[Row, Row | None]]:
-        """Every (key, value) in index order; value None for a removal."""
-        for block in self.blocks():
-            yield from block.rows()
 
     def table(self) -> pa.Table:
         """The rows as a ``key``/``value`` table over a memory map of the file (no copy)."""
@@ -332,7 +325,7 @@ AnyRun = Run | DiskRun
 
 def _close_and_delete(file: pa.NativeFile, path: str, size: int) -> None:
     file.close()
-    LOCAL_DISK._deleted(path, size)
+    LOCAL_DISK.forget_file(path, size)
 
 
 class RunWriter:
@@ -434,7 +427,7 @@ class RunWriter:
             os.unlink(self.path)
             return Run.empty(self._key_type, self._value_type)
         size = os.path.getsize(self.path)
-        LOCAL_DISK._written(size, compaction=compaction)
+        LOCAL_DISK.count_file(size, compaction=compaction)
         return DiskRun(
             self.path,
             self._store,

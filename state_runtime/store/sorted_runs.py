@@ -66,7 +66,7 @@ class Run:
             self.values.slice(start, stop - start),
         )
 
-    def blocks(self, *, cached: bool = False) -> Iterator[Run]:
+    def blocks(self) -> Iterator[Run]:
         """The rows as in-memory runs in index order: this run itself."""
         yield self
 
