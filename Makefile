@@ -14,7 +14,7 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
 
 .PHONY: help check-python check-java install install-airflow test test-dagster test-airflow \
         lint format demo demo-maintain dagster airflow \
-        bench-store bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
+        bench-store bench-disk bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
         bench-maintenance bench-eviction bench-schema fuzz-spark soak clean
 
@@ -26,6 +26,7 @@ help:
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
 	@echo "make bench-store / bench-catalog / bench-watchdog / bench-s3 / bench-e2e / bench-maintenance"
+	@echo "make bench-disk (state larger than memory, 8M keys under 32 MiB)"
 	@echo "make bench-eviction / bench-schema / bench-e2e-connect / bench-e2e-partitions / bench-delta-bytes"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
 	@echo "make soak        the platform simulation for SOAK_MINUTES (default 60; docs/simulation.md)"
@@ -108,6 +109,10 @@ demo-maintain: $(STAMP)
 
 bench-store: $(STAMP)
 	$(PY) benchmarks/bench_store.py
+
+bench-disk: $(STAMP)  ## issue 37: 8M keys under a 32 MiB budget, on disk and in memory
+	ARROW_DEFAULT_MEMORY_POOL=system MALLOC_MMAP_THRESHOLD_=65536 $(PY) benchmarks/bench_disk.py
+	ARROW_DEFAULT_MEMORY_POOL=system MALLOC_MMAP_THRESHOLD_=65536 $(PY) benchmarks/bench_disk.py --memory
 
 bench-delta-bytes: $(STAMP)
 	$(PY) benchmarks/bench_delta_bytes.py

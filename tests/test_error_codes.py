@@ -61,6 +61,7 @@ CODES = {
     "CommitConflict": "STATE_COMMIT_CONFLICT",
     "BatchOutOfOrder": "STATE_BATCH_OUT_OF_ORDER",
     "MaintenanceRefused": "STATE_MAINTENANCE_REFUSED",
+    "LocalDiskFull": "STATE_LOCAL_DISK_FULL",
 }
 
 

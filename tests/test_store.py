@@ -11,6 +11,8 @@ from state_runtime.storage import Storage
 
 from .store_helpers import commit_rows, provider_for, state_of
 
+pytestmark = pytest.mark.usefixtures("state_mode")  # in memory, then on disk
+
 
 def test_version_zero_is_empty_and_first_commit_is_version_one(storage: Storage) -> None:
     provider = provider_for(storage)
