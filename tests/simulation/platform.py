@@ -14,8 +14,9 @@ simulation. :class:`Model` is the plain-Python truth every step is checked again
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -74,6 +75,10 @@ Batch = Mapping[int, Mapping[str, Change]]
 """A batch's input: partition -> key -> change (a partition left out changes nothing)."""
 State = dict[str, tuple[Any, ...]]
 Failure = Literal["task", "sink", "driver"] | None
+Stage = Literal["begun", "written"]
+Between = Callable[[Stage], None]
+"""Called by a batch between its steps: its intent recorded (``begun``), its tasks' files
+written (``written``, before the commit)."""
 
 
 class TaskFailed(RuntimeError):
@@ -207,6 +212,8 @@ class Platform:
     that every pass finds the folder the runtime writes to)."""
     recorded_generation: int = 0
     """The generation whose schema the catalog's history ends with (a query records it)."""
+    host_step: timedelta = timedelta(0)
+    """How far the maintenance host's wall clock was stepped (``step_host_clock``)."""
 
     def __post_init__(self) -> None:
         self.last_commit: tuple[int, list[CheckpointInfo]] | None = None
@@ -218,7 +225,17 @@ class Platform:
         self.restart_driver()
         self.catalog = Catalog.open(self.catalog_url)
         """The maintenance process's catalog (the driver's is ``query.catalog``)."""
+        self.catalog.clock.wall = self._maintenance_wall
         self.fleet = Fleet(self.catalog, owner="simulation")
+
+    def _maintenance_wall(self) -> float:
+        return time.time() + self.host_step.total_seconds()
+
+    def step_host_clock(self, step: timedelta) -> None:
+        """The maintenance host's wall clock steps (an NTP step, a VM resume): on PostgreSQL
+        the catalog's clock notices and reads the database again; a SQLite catalog's clock is
+        its host's, so it moves with it."""
+        self.host_step += step
 
     # --- processes ------------------------------------------------------------------------
 
@@ -226,12 +243,7 @@ class Platform:
         """A new query object (with its own catalog connection: it registers and checks
         again); the one before is done."""
         before = getattr(self, "query", None)
-        self.query = StatefulQuery(
-            QUERY,
-            self.storage,
-            [operator(self.partitions, self.generation)],
-            catalog_url=self.catalog_url,
-        )
+        self.query = self.spare_driver()
         if before is not None:
             before.catalog.close()
 
@@ -256,14 +268,33 @@ class Platform:
 
     # --- the driver -----------------------------------------------------------------------
 
+    def spare_driver(self) -> StatefulQuery:
+        """Another driver's query object, with its own catalog connection (the caller closes
+        it): a zombie when the platform's driver took over after it began a batch."""
+        return StatefulQuery(
+            QUERY,
+            self.storage,
+            [operator(self.partitions, self.generation)],
+            catalog_url=self.catalog_url,
+        )
+
     def run_batch(
-        self, batch_id: int, changes: Batch, *, fail: Failure = None, fail_at: int = 0
+        self,
+        batch_id: int,
+        changes: Batch,
+        *,
+        fail: Failure = None,
+        fail_at: int = 0,
+        between: Between | None = None,
+        driver: StatefulQuery | None = None,
     ) -> list[TaskReport]:
         """Batch ``batch_id`` as ``StatefulQuery.run_batch`` runs it, minus Spark: raises what
         the driver raises (``fail``: a task of partition ``fail_at`` refuses a row, the sink
         raises, or the driver dies after the tasks wrote, raising nothing and committing
-        nothing)."""
-        query = self.query
+        nothing). ``between`` is called with ``"begun"`` once the intent is recorded and with
+        ``"written"`` once the tasks wrote, before the commit; ``driver``: another driver's
+        query object than the platform's."""
+        query = driver or self.query
         if not query._registered:
             query._register(batch_id, INPUT)
             self.recorded_generation = self.generation
@@ -274,7 +305,11 @@ class Platform:
         )
         committed = query._committed_before(batch_id, start)
         try:
+            if between is not None:
+                between("begun")
             reports = self._tasks(query, op, batch_id, run, committed, changes, fail, fail_at)
+            if between is not None:
+                between("written")
             if fail == "sink":
                 raise SinkDown("the sink is down")
             if fail == "driver":
