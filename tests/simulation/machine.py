@@ -31,6 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from state_runtime.catalog import RetainedVersion
 from state_runtime.errors import (
+    AttemptSuperseded,
     BatchOutOfOrder,
     CannotLoadState,
     InvalidArgument,
@@ -53,10 +54,12 @@ from state_runtime.maintenance import (
 from tests.simulation.platform import (
     QUERY,
     Batch,
+    Between,
     Failure,
     Model,
     Platform,
     SinkDown,
+    Stage,
     TaskFailed,
     policy,
 )
@@ -74,6 +77,10 @@ STEPS = 0
 clock_steps = st.sampled_from(
     [timedelta(minutes=-30), timedelta(minutes=10), timedelta(hours=2), timedelta(days=8)]
 )
+stages = st.sampled_from(["begun", "written"])
+"""Where in a batch another step runs: after its intent, or after its tasks wrote."""
+CHORES = ("snapshot", "cleanup", "reconcile", "sweep_attempts")
+"""The maintenance passes that may race a batch (the machine's rules of those names)."""
 
 
 class PlatformMachine(RuleBasedStateMachine):
@@ -139,17 +146,68 @@ class PlatformMachine(RuleBasedStateMachine):
     def run(self, step: int, changes: Batch, fail: Failure, fail_at: int) -> None:
         """The next batch (step 0), a replay of the last one (-1), an older one (-2) or a gap
         (1)."""
-        following = 0 if self.model.last is None else self.model.last + 1
-        self.batch(max(0, following + step), changes, fail, fail_at)
+        self.batch(self._following(step), changes, fail, fail_at)
 
-    def batch(self, batch_id: int, changes: Batch, fail: Failure, fail_at: int) -> None:
+    def _following(self, step: int) -> int:
+        following = 0 if self.model.last is None else self.model.last + 1
+        return max(0, following + step)
+
+    @rule(changes=batches, chore=st.sampled_from(CHORES), at=stages)
+    def raced_batch(self, changes: Batch, chore: str, at: Stage) -> None:
+        """A maintenance pass at zero windows runs inside the next batch: after its intent is
+        recorded, or after its tasks wrote, before its commit. The batch commits."""
+
+        def between(stage: Stage) -> None:
+            if stage == at:
+                getattr(self, chore)(zero=True)
+
+        self.batch(self._following(0), changes, None, 0, between)
+
+    @rule(step=st.sampled_from([0, -1]), changes=batches, takeover=batches, at=stages)
+    def zombie(self, step: int, changes: Batch, takeover: Batch, at: Stage) -> None:
+        """Two drivers, one batch: a driver begins the next batch (or a replay of the last);
+        at ``at`` a new driver process takes the query over and runs the same batch with
+        other input. The first's late commit is refused and the batch stays the new one's."""
+        p, batch_id = self.platform, self._following(step)
+        old = p.spare_driver()
+        taken_over: list[dict[int, dict[StoreId, CheckpointRef]]] = []
+
+        def take_over(stage: Stage) -> None:
+            if stage == at:
+                p.restart_driver()
+                self.batch(batch_id, takeover, None, 0)
+                taken_over.append(p.committed_refs())
+
+        try:
+            p.run_batch(batch_id, changes, driver=old, between=take_over)
+            raise AssertionError(f"the zombie's commit of batch {batch_id} was accepted")
+        except AttemptSuperseded:
+            assert taken_over, f"batch {batch_id}: a zombie refused with no driver after it"
+        except (BatchOutOfOrder, CannotLoadState) as exc:  # the old driver's own failure
+            if not taken_over:
+                assert self.damaged, f"the old driver's batch {batch_id} failed: {exc}"
+                return
+        finally:
+            old.catalog.close()
+        assert p.committed_refs() == taken_over[0], f"the zombie changed batch {batch_id}"
+
+    def batch(
+        self,
+        batch_id: int,
+        changes: Batch,
+        fail: Failure,
+        fail_at: int,
+        between: Between | None = None,
+    ) -> None:
         self.validated = False
         last = self.model.last
         in_order = batch_id == 0 if last is None else last <= batch_id <= last + 1
         bases_load = batch_id == 0 or self._loads(batch_id - 1)
         try:
             try:
-                self.platform.run_batch(batch_id, changes, fail=fail, fail_at=fail_at)
+                self.platform.run_batch(
+                    batch_id, changes, fail=fail, fail_at=fail_at, between=between
+                )
             finally:
                 self.model.generation = self.platform.recorded_generation
         except BatchOutOfOrder:
@@ -260,6 +318,12 @@ class PlatformMachine(RuleBasedStateMachine):
     @rule(step=clock_steps)
     def clock_step(self, step: timedelta) -> None:
         self.platform.offset += step
+
+    @rule(step=clock_steps)
+    def host_clock_step(self, step: timedelta) -> None:
+        """The maintenance host's wall clock steps: the catalog's clock must not follow it on
+        PostgreSQL (a SQLite catalog's clock is its host's)."""
+        self.platform.step_host_clock(step)
 
     @rule(partition=st.integers(0, PARTITIONS - 1), hours=st.sampled_from([0, 2, 48]))
     def torn_write(self, partition: int, hours: int) -> None:

@@ -176,13 +176,20 @@ class SparkMachine(PlatformMachine):
         self.repartitioned_at = self.model.last
         p.last_commit = None  # the commit of the old layout's batch is no longer the catalog's
 
-    def batch(self, batch_id: int, changes: Batch, fail: Failure, fail_at: int) -> None:
+    def batch(
+        self,
+        batch_id: int,
+        changes: Batch,
+        fail: Failure,
+        fail_at: int,
+        between: Between | None = None,
+    ) -> None:
         """As the machine's; a batch at or before the last repartition is one Spark had
         committed (the repartition's precondition) and never runs again: run anyway, it is
         refused before any task runs, and changes nothing."""
         moved = self.repartitioned_at
         if moved is None or batch_id > moved:
-            super().batch(batch_id, changes, fail, fail_at)
+            super().batch(batch_id, changes, fail, fail_at, between)
             return
         before, files = self.platform.committed_refs(), self.platform.files()
         try:
