@@ -56,11 +56,11 @@ class DatabaseClock:
     wall clock, in seconds since the epoch (a test steps it)."""
 
     def __init__(
-        self, engine: Engine, retry: RetryPolicy, wall: Callable[[], float] = time.time
+        self, engine: Engine, retry: RetryPolicy, wall: Callable[[], float] | None = None
     ) -> None:
         self.engine = engine
         self.retry = retry
-        self.wall = wall
+        self.wall = wall or _host_wall
         self._reading: _Reading | None = None
         self._lock = threading.Lock()
 
@@ -89,6 +89,10 @@ class DatabaseClock:
     def now(self) -> datetime:
         reading = self._current(renew=False)
         return datetime.fromtimestamp(self.wall(), UTC) if reading is None else reading.now()
+
+
+def _host_wall() -> float:
+    return time.time()
 
 
 def _measure(connection: Connection, wall: Callable[[], float]) -> _Reading:
