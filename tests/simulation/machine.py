@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -338,13 +338,8 @@ class PlatformMachine(RuleBasedStateMachine):
         self.validated = False
         self.damaged = True
         path = files[pick % len(files)]
-        self.damaged_stores.add(StoreId(0, int(path.parent.parent.name)))
-        if corrupt:
-            data = bytearray(path.read_bytes())
-            data[len(data) // 2] ^= 0xFF
-            path.write_bytes(bytes(data))
-        else:
-            path.unlink()
+        self.damaged_stores.add(StoreId(0, int(PurePosixPath(path).parent.parent.name)))
+        self.platform.damage(path, corrupt)
 
     def _guarded(self, step: Callable[[], object]) -> None:
         """Run a maintenance step; no file a retained version needed before it may go."""

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -52,7 +52,7 @@ from state_runtime.runtime.tasks import (
     run_partitions,
 )
 from state_runtime.settings import WorkerSettings
-from state_runtime.storage import LocalStorage
+from state_runtime.storage import LocalStorage, Storage
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.provider import StateStoreProvider
 
@@ -219,14 +219,22 @@ class Platform:
         self.last_commit: tuple[int, list[CheckpointInfo]] | None = None
         """The last batch this platform committed and its checkpoints (a driver retrying its
         commit sends exactly these again)."""
-        self.storage = LocalStorage(self.folder / self.root_name)
+        self.storage = self.open_root()
         self.root = self.storage.uri
         self.catalog_url = self.catalog_url or f"sqlite:///{self.folder / 'catalog.db'}"
         self.restart_driver()
         self.catalog = Catalog.open(self.catalog_url)
         """The maintenance process's catalog (the driver's is ``query.catalog``)."""
         self.catalog.clock.wall = self._maintenance_wall
-        self.fleet = Fleet(self.catalog, owner="simulation")
+        self.fleet = self.maintenance_fleet()
+
+    def open_root(self) -> Storage:
+        """The query's root: a local folder in ``folder``."""
+        return LocalStorage(self.folder / self.root_name)
+
+    def maintenance_fleet(self) -> Fleet:
+        """The maintenance process's fleet: it opens the root from the catalog's record."""
+        return Fleet(self.catalog, owner="simulation")
 
     def _maintenance_wall(self) -> float:
         return time.time() + self.host_step.total_seconds()
@@ -413,14 +421,27 @@ class Platform:
             return False
         return True
 
-    def files(self) -> list[Path]:
-        """The checkpoint files on disk (deltas and snapshots), by store, version and kind
+    def files(self) -> list[str]:
+        """The checkpoint files in storage (deltas and snapshots), by store, version and kind
         (an order that does not depend on the random checkpoint ids, so that a run replays)."""
-        state = self.folder / self.root_name / "state"
-        found = [p for p in state.rglob("*") if p.suffix in (".delta", ".snapshot")]
-        return sorted(found, key=lambda p: (p.parent, int(p.name.split("_")[0]), p.suffix, p))
+        found = [
+            PurePosixPath(f.path)
+            for f in self.storage.list("state")
+            if f.path.endswith((".delta", ".snapshot"))
+        ]
+        ordered = sorted(found, key=lambda p: (p.parent, int(p.name.split("_")[0]), p.suffix, p))
+        return [str(p) for p in ordered]
 
-    def torn_write(self, partition: int, age: timedelta) -> Path:
+    def damage(self, path: str, corrupt: bool) -> None:
+        """A checkpoint file deleted, or corrupted (one byte flipped), behind the platform's
+        back."""
+        data = bytearray(self.storage.read(path))
+        self.storage.delete([path])
+        if corrupt:
+            data[len(data) // 2] ^= 0xFF
+            self.storage.write_if_absent(path, bytes(data))
+
+    def torn_write(self, partition: int, age: timedelta) -> None:
         """An unfinished write a crashed writer left ``age`` ago in a store's folder."""
         folder = self.folder / self.root_name / StoreId(0, partition).directory
         folder.mkdir(parents=True, exist_ok=True)
@@ -428,7 +449,6 @@ class Platform:
         path.write_bytes(b"half a delta")
         stamp = (self.now() - age).timestamp()
         os.utime(path, (stamp, stamp))
-        return path
 
 
 def policy(zero: bool, snapshot_min_deltas: int = 2) -> MaintenancePolicy:
