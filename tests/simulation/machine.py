@@ -34,6 +34,7 @@ from state_runtime.errors import (
     AttemptSuperseded,
     BatchOutOfOrder,
     CannotLoadState,
+    CommitConflict,
     InvalidArgument,
     MaintenanceRefused,
     StateStoreError,
@@ -155,13 +156,21 @@ class PlatformMachine(RuleBasedStateMachine):
     @rule(changes=batches, chore=st.sampled_from(CHORES), at=stages)
     def raced_batch(self, changes: Batch, chore: str, at: Stage) -> None:
         """A maintenance pass at zero windows runs inside the next batch: after its intent is
-        recorded, or after its tasks wrote, before its commit. The batch commits."""
+        recorded, or after its tasks wrote, before its commit. The batch commits; or, when
+        cleanup (at zero grace) took the files it wrote, its commit is refused whole and its
+        replay commits."""
 
         def between(stage: Stage) -> None:
             if stage == at:
                 getattr(self, chore)(zero=True)
 
-        self.batch(self._following(0), changes, None, 0, between)
+        batch_id = self._following(0)
+        try:
+            self.batch(batch_id, changes, None, 0, between)
+        except CommitConflict as exc:  # zero grace lets cleanup take the attempt's own files
+            assert chore == "cleanup" and "cleanup run" in str(exc), exc
+            self.batch(batch_id, changes, None, 0)  # refused whole: the replay commits
+            assert self.damaged or self.model.last == batch_id, f"batch {batch_id} is stuck"
 
     @rule(step=st.sampled_from([0, -1]), changes=batches, takeover=batches, at=stages)
     def zombie(self, step: int, changes: Batch, takeover: Batch, at: Stage) -> None:
