@@ -9,15 +9,19 @@ commit replaced the newer one (docs/catalog.md promised the later commit wins)."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog
+from state_runtime.catalog.schema.tables import batch_intents
 from state_runtime.errors import AttemptSuperseded
 from state_runtime.identity import StoreId
+from state_runtime.maintenance import sweep_attempts
 from tests.catalog.conftest import DIALECTS
-from tests.simulation.platform import Platform, Stage
+from tests.simulation.platform import Platform, Stage, policy
 
 
 @pytest.fixture(params=DIALECTS)
@@ -30,6 +34,20 @@ def platform(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Platfor
     platform.run_batch(0, {0: {"a": 1}, 1: {"b": 1}})
     yield platform
     platform.close()
+
+
+def intents(platform: Platform) -> int:
+    """The number of intents the catalog holds."""
+    engine = sa.create_engine(platform.catalog_url)
+    try:
+        with engine.connect() as connection:
+            return int(
+                connection.execute(
+                    sa.select(sa.func.count()).select_from(batch_intents)
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
 
 
 def state_of(platform: Platform, batch: int, partition: int) -> dict[str, tuple[object, ...]]:
@@ -78,3 +96,25 @@ def test_the_order_is_the_databases_not_a_clock(platform: Platform) -> None:
         zombie.catalog.close()
     platform.run_batch(1, {0: {"a": 20}})  # the new driver replays batch 1
     assert state_of(platform, 1, 0) == {"a": (21,)}
+
+
+def test_the_order_outlives_the_attempt_sweep(platform: Platform) -> None:
+    """The attempt sweep forgets swept intents (here both drivers' of batch 1, an hour on),
+    but keeps the query's newest: the zombie's commit, its own intent gone, is still refused."""
+    zombie = platform.spare_driver()
+
+    def take_over_and_sweep(stage: Stage) -> None:
+        if stage == "written":
+            platform.restart_driver()
+            platform.run_batch(1, {0: {"a": 10}})
+            later = platform.catalog.now() + timedelta(hours=1)
+            for _ in range(2):  # the first marks the intents swept, the second forgets them
+                sweep_attempts(platform.fleet, policy(True), dry_run=False, now=later)
+            assert intents(platform) == 1  # the new driver's: the query's newest
+
+    try:
+        with pytest.raises(AttemptSuperseded):
+            platform.run_batch(1, {0: {"a": 100}}, driver=zombie, between=take_over_and_sweep)
+    finally:
+        zombie.catalog.close()
+    assert state_of(platform, 1, 0) == {"a": (11,)}
