@@ -335,6 +335,14 @@ class LocalDiskFull(StateStoreError):
         return super()._fields() | {"needed": self.needed, "free": self.free}
 
 
+class AttemptSuperseded(CommitConflict):
+    """A batch's commit from an attempt older than one that began after it (a zombie driver
+    that another took over from): refused, so the newer attempt's commit stands. The order is
+    the catalog's sequence of batch intents, never a clock."""
+
+    code: ClassVar[str] = "STATE_ATTEMPT_SUPERSEDED"
+
+
 class MaintenanceRefused(StateStoreError):
     """A maintenance request breaks a safety rule (retention below the floor, a lock held).
 

@@ -331,8 +331,14 @@ batch_intents = sa.Table(
     sa.Column("committed_at", UtcDateTime(), nullable=True),
     sa.Column("suspects", _json_type(), nullable=True),
     sa.Column("swept_at", UtcDateTime(), nullable=True),
+    sa.Column("sequence", sa.BigInteger(), sa.Identity(always=True), nullable=False),
     sa.Index("ix_batch_intents_open", "swept_at", "started_at"),
+    sa.Index("ix_batch_intents_batch", "checkpoint_root", "query_id", "batch_id"),
+    sa.Index("ux_batch_intents_sequence", "sequence", unique=True),
 )
+"""``sequence``: the order the intents were recorded in, by the database (an identity on
+PostgreSQL, the next number in the write's own lock on SQLite), never by a clock: a commit
+from an intent older than the newest intent of its batch is refused (``sql/commits.py``)."""
 
 store_problems = sa.Table(
     "store_problems",
