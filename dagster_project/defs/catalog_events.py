@@ -240,7 +240,7 @@ def batch_entry(
     """One batch's runless materialization, stamped with the time the runtime recorded the
     batch (``report_runless_asset_event`` and a sensor's ``asset_events`` stamp the time of
     reporting, so a tick's batches would share one x on the Plots tab)."""
-    return EventLogEntry(  # type: ignore[no-untyped-call]  (its __new__ is untyped)
+    return EventLogEntry(  # type: ignore[no-untyped-call]
         user_message="",
         level=logging.INFO,
         job_name=RUNLESS_JOB_NAME,
