@@ -69,9 +69,8 @@ from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.store_events import (
     BLOCKING,
+    changed_store_events,
     fleet_materialization,
-    store_evaluations,
-    store_states,
 )
 from state_runtime.catalog import Catalog, MaintenanceRun, RecordedBatchMetrics, RunKind, RunOutcome
 from state_runtime.maintenance import CHECKS, StoreNames, store_reports
@@ -302,12 +301,16 @@ def report_catalog_runs(
         events: list[AssetMaterialization | AssetObservation | AssetCheckEvaluation] = []
         for run in runs:
             events += run_events(run)
-        events += store_states(catalog, reports, names, partitions, f"{about}: ")
+        changed = changed_store_events(
+            context.instance, catalog, reports, names, policy, partitions, PER_STORE, f"{about}: "
+        )
+        events += changed.states
         events.append(fleet_materialization(reports, names, about))
-        events += store_evaluations(reports, names, policy, partitions, PER_STORE, f"{about}: ")
+        events += changed.evaluations
     for event in events:
         # log_event takes check evaluations too (Dagster 1.13); its annotation omits them
         context.log_event(event)  # type: ignore[arg-type]
+    changed.logged()
 
 
 @job(
