@@ -36,7 +36,7 @@ from dagster_project.defs.jobs import cleanup_schedule, snapshot_schedule
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import snapshot_due_sensor, store_discovery_sensor
-from state_runtime.catalog import RetentionPolicy, catalog_url
+from state_runtime.catalog import Catalog, RetentionPolicy, catalog_url
 from state_runtime.catalog.schema.tables import stores
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance import CHECKS, MaintenancePolicy
@@ -295,7 +295,9 @@ def test_snapshot_lag_check_warns(
 
 
 def test_sensors_discover_stores_and_request_snapshots(
-    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+    make_stream: Callable[..., StoreStream],
+    instance: DagsterInstance,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stream = make_stream()
     stream.run(3)
@@ -307,7 +309,16 @@ def test_sensors_discover_stores_and_request_snapshots(
     assert sorted(request.partition_keys) == sorted(store_name(stream, s) for s in stream.stores)
     instance.add_dynamic_partitions("state_stores", list(request.partition_keys))
     again = store_discovery_sensor(build_sensor_context(instance=instance, resources=resources))
-    assert isinstance(again, SkipReason)
+    assert again.skip_reason is not None and again.cursor == found.cursor
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a quiet tick listed the stores")
+
+    with monkeypatch.context() as patched:  # the same count and newest store: nothing listed
+        patched.setattr(Catalog, "stores", refuse)
+        context = build_sensor_context(instance=instance, resources=resources, cursor=found.cursor)
+        quiet = store_discovery_sensor(context)
+    assert quiet.skip_reason is not None and quiet.cursor == found.cursor
 
     assert isinstance(snapshot_due_sensor(context), SkipReason)
     stream.run(2)
