@@ -16,7 +16,7 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
         lint format demo demo-maintain dagster airflow \
         bench-store bench-disk bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
-        bench-maintenance bench-eviction bench-schema fuzz-spark soak clean
+        bench-maintenance bench-eviction bench-schema bench-dagster-partitions fuzz-spark soak clean
 
 help:
 	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
@@ -28,6 +28,7 @@ help:
 	@echo "make bench-store / bench-catalog / bench-watchdog / bench-s3 / bench-e2e / bench-maintenance"
 	@echo "make bench-disk (state larger than memory, 8M keys under 32 MiB)"
 	@echo "make bench-eviction / bench-schema / bench-e2e-connect / bench-e2e-partitions / bench-delta-bytes"
+	@echo "make bench-dagster-partitions (STATE_BENCH_PARTITIONS=20000,100000)"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
 	@echo "make soak        the platform simulation for SOAK_MINUTES (default 60; docs/simulation.md)"
 
@@ -157,6 +158,9 @@ dagster: $(STAMP)
 
 bench-maintenance: $(STAMP)
 	$(PY) benchmarks/bench_maintenance.py
+
+bench-dagster-partitions: $(STAMP)
+	$(PY) benchmarks/bench_dagster_partitions.py
 
 bench-eviction: $(STAMP)
 	$(PY) benchmarks/bench_eviction.py
