@@ -185,8 +185,11 @@ def _row_table(rows: list[Any], output: StructType, schema: pa.Schema, zone: str
             record = dict(zip(output.names, row, strict=True))
         for field in output.fields:
             value = record.get(field.name)
-            naive = isinstance(value, datetime) and value.tzinfo is None
-            if isinstance(field.dataType, TimestampType) and naive:
+            if (
+                isinstance(field.dataType, TimestampType)
+                and isinstance(value, datetime)
+                and value.tzinfo is None
+            ):
                 record[field.name] = value.replace(tzinfo=time_zone(zone))
         records.append(record)
     return pa.Table.from_pylist(records, schema=schema)
