@@ -116,11 +116,11 @@ def _normalize(row: Any, arity: int, what: str, store: StoreId) -> Row:
     raise InvalidArgument(f"{what} {row!r} is not a tuple of {arity} fields", store=store)
 
 
-def _as_prefix(bound: Any, arity: int, what: str) -> Row:
+def _as_prefix(bound: Any, arity: int, what: str, *, nulls: bool = False) -> Row:
     p = bound if isinstance(bound, tuple) else (bound,)
     if not 0 < len(p) <= arity:
         raise InvalidArgument(f"{what} {bound!r} must have 1..{arity} fields")
-    if any(v is None for v in p):
+    if not nulls and any(v is None for v in p):
         raise InvalidArgument(f"keys cannot be ordered for a scan: {what} {bound!r} holds None")
     return tuple(p)
 
@@ -248,16 +248,17 @@ class ReadStateStore:
         return struct_rows(self.lookup(arrow_keys))
 
     def prefix_scan(self, prefix: Any) -> Iterator[tuple[Row, Row]]:
-        """Rows whose leading key columns equal ``prefix`` (a tuple), in key order.
+        """Rows whose leading key columns equal ``prefix`` (a tuple; a None field matches
+        null), in key order.
 
         One vectorised pass over the state (there is no secondary index).
         """
-        p = _as_prefix(prefix, self._key_arity, "prefix")
+        p = _as_prefix(prefix, self._key_arity, "prefix", nulls=True)
         state = self._state()
         columns = state.keys.flatten()
         mask = pa.array(np.ones(len(state), dtype=bool))
         for col, v in zip(columns, p, strict=False):
-            mask = pc.and_(mask, _compare(col, v, "equal"))
+            mask = pc.and_(mask, pc.is_null(col) if v is None else _compare(col, v, "equal"))
         return self._in_key_order(state, mask)
 
     def range_scan(self, start: Any = None, end: Any = None) -> Iterator[tuple[Row, Row]]:
