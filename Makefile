@@ -167,9 +167,11 @@ fuzz-spark: $(STAMP) check-java
 	  $(PY) -m pytest tests/runtime/test_differential_vs_spark.py $(PYTEST_ARGS)
 
 # Generated streams through transform_with_state and Spark's transformWithState
-# (TWS_FUZZ_STREAMS per processor; docs/transform-with-state.md).
+# (TWS_FUZZ_STREAMS per processor), and the fixed stream in every processor's both forms
+# (docs/transform-with-state.md).
 fuzz-tws: $(STAMP) check-java
-	TWS_FUZZ_STREAMS=$${TWS_FUZZ_STREAMS:-50} $(PY) -m pytest tests/runtime/test_tws_fuzz.py $(PYTEST_ARGS)
+	TWS_FUZZ_STREAMS=$${TWS_FUZZ_STREAMS:-50} $(PY) -m pytest tests/runtime/test_tws_vs_spark.py \
+	  tests/runtime/test_tws_fuzz.py $(PYTEST_ARGS)
 
 # The platform simulation (docs/simulation.md) for SOAK_MINUTES minutes: fresh random runs,
 # the steps run and each failure printed; the first of each kind shrunk into SOAK_OUT.
