@@ -16,7 +16,8 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
         lint format demo demo-maintain dagster airflow \
         bench-store bench-disk bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
-        bench-maintenance bench-eviction bench-schema bench-dagster-partitions fuzz-spark soak clean
+        bench-maintenance bench-eviction bench-schema bench-dagster-partitions bench-tws fuzz-spark \
+        fuzz-tws soak clean
 
 help:
 	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
@@ -30,6 +31,7 @@ help:
 	@echo "make bench-eviction / bench-schema / bench-e2e-connect / bench-e2e-partitions / bench-delta-bytes"
 	@echo "make bench-dagster-partitions (STATE_BENCH_PARTITIONS=20000,100000)"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
+	@echo "make fuzz-tws    generated streams through transform_with_state and Spark's transformWithState"
 	@echo "make soak        the platform simulation for SOAK_MINUTES (default 60; docs/simulation.md)"
 
 check-python:
@@ -165,11 +167,21 @@ bench-dagster-partitions: $(STAMP)
 bench-eviction: $(STAMP)
 	$(PY) benchmarks/bench_eviction.py
 
+bench-tws: $(STAMP) check-java
+	$(PY) benchmarks/bench_e2e_tws.py
+
 # Thousands of generated streams against Spark's streaming engine; diverging streams are
 # saved as JSON in fuzz-counterexamples/ (turn each into a fixed example test).
 fuzz-spark: $(STAMP) check-java
 	DIFF_STREAMS=$${DIFF_STREAMS:-2000} DIFF_SAVE=$${DIFF_SAVE:-fuzz-counterexamples} \
 	  $(PY) -m pytest tests/runtime/test_differential_vs_spark.py $(PYTEST_ARGS)
+
+# Generated streams through transform_with_state and Spark's transformWithState
+# (TWS_FUZZ_STREAMS per processor), and the fixed stream in every processor's both forms
+# (docs/transform-with-state.md).
+fuzz-tws: $(STAMP) check-java
+	TWS_FUZZ_STREAMS=$${TWS_FUZZ_STREAMS:-50} $(PY) -m pytest tests/runtime/test_tws_vs_spark.py \
+	  tests/runtime/test_tws_fuzz.py $(PYTEST_ARGS)
 
 # The platform simulation (docs/simulation.md) for SOAK_MINUTES minutes: fresh random runs,
 # the steps run and each failure printed; the first of each kind shrunk into SOAK_OUT.

@@ -22,11 +22,13 @@ KeyMask = Callable[[list[pa.Array]], pa.Array]
 """``mask(key_columns)``: which rows of a block a scan keeps."""
 
 
-def as_prefix(bound: Any, arity: int, what: str) -> Row:
+def as_prefix(bound: Any, arity: int, what: str, *, nulls: bool = False) -> Row:
+    """``bound`` as a key prefix; a None field is refused unless ``nulls`` (a prefix scan's
+    equality matches null; a range has no order for it)."""
     p = bound if isinstance(bound, tuple) else (bound,)
     if not 0 < len(p) <= arity:
         raise InvalidArgument(f"{what} {bound!r} must have 1..{arity} fields")
-    if any(v is None for v in p):
+    if not nulls and any(v is None for v in p):
         raise InvalidArgument(f"keys cannot be ordered for a scan: {what} {bound!r} holds None")
     return tuple(p)
 
@@ -70,12 +72,13 @@ def key_ordered(keys: pa.StructArray, values: pa.StructArray) -> Run:
 
 
 def prefix_mask(prefix: Row) -> KeyMask:
-    """Rows whose leading key columns equal ``prefix``."""
+    """Rows whose leading key columns equal ``prefix`` (a None field matches null)."""
 
     def mask(columns: list[pa.Array]) -> pa.Array:
         selected = pa.array(np.ones(len(columns[0]), dtype=bool))
         for col, v in zip(columns, prefix, strict=False):
-            selected = pc.and_(selected, _compare(col, v, "equal"))
+            equal = pc.is_null(col) if v is None else _compare(col, v, "equal")
+            selected = pc.and_(selected, equal)
         return selected
 
     return mask

@@ -224,11 +224,12 @@ class ReadStateStore:
         return struct_rows(self.lookup(arrow_keys))
 
     def prefix_scan(self, prefix: Any) -> Iterator[tuple[Row, Row]]:
-        """Rows whose leading key columns equal ``prefix`` (a tuple), in key order.
+        """Rows whose leading key columns equal ``prefix`` (a tuple; a None field matches
+        null), in key order.
 
         One vectorised pass over the state, block by block (there is no secondary index).
         """
-        mask = prefix_mask(as_prefix(prefix, self._key_arity, "prefix"))
+        mask = prefix_mask(as_prefix(prefix, self._key_arity, "prefix", nulls=True))
         return key_ordered_rows(self._blocks(), mask, self._host.schema)
 
     def range_scan(self, start: Any = None, end: Any = None) -> Iterator[tuple[Row, Row]]:

@@ -369,7 +369,7 @@ class Platform:
             batch_id=batch_id,
             run=run,
             operator=op,
-            schema_history=query._histories[op.operator_id, op.store_name],
+            schema_histories={op.store_name: query._histories[op.operator_id, op.store_name]},
             base=base_refs(committed, op),
             input_schema=_input_arrow(),
             batch_time_ms=0,
