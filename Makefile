@@ -14,9 +14,10 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
 
 .PHONY: help check-python check-java install install-airflow test test-dagster test-airflow \
         lint format demo demo-maintain dagster airflow \
-        bench-store bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
+        bench-store bench-disk bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
-        bench-maintenance bench-eviction bench-schema fuzz-spark soak clean
+        bench-maintenance bench-eviction bench-schema bench-dagster-partitions bench-tws fuzz-spark \
+        fuzz-tws soak clean
 
 help:
 	@echo "make demo        run the demo job on embedded defaults (local files, SQLite catalog)"
@@ -26,8 +27,11 @@ help:
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
 	@echo "make bench-store / bench-catalog / bench-watchdog / bench-s3 / bench-e2e / bench-maintenance"
+	@echo "make bench-disk (state larger than memory, 8M keys under 32 MiB)"
 	@echo "make bench-eviction / bench-schema / bench-e2e-connect / bench-e2e-partitions / bench-delta-bytes"
+	@echo "make bench-dagster-partitions (STATE_BENCH_PARTITIONS=20000,100000)"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
+	@echo "make fuzz-tws    generated streams through transform_with_state and Spark's transformWithState"
 	@echo "make soak        the platform simulation for SOAK_MINUTES (default 60; docs/simulation.md)"
 
 check-python:
@@ -109,6 +113,10 @@ demo-maintain: $(STAMP)
 bench-store: $(STAMP)
 	$(PY) benchmarks/bench_store.py
 
+bench-disk: $(STAMP)  ## issue 37: 8M keys under a 32 MiB budget, on disk and in memory
+	ARROW_DEFAULT_MEMORY_POOL=system MALLOC_MMAP_THRESHOLD_=65536 $(PY) benchmarks/bench_disk.py
+	ARROW_DEFAULT_MEMORY_POOL=system MALLOC_MMAP_THRESHOLD_=65536 $(PY) benchmarks/bench_disk.py --memory
+
 bench-delta-bytes: $(STAMP)
 	$(PY) benchmarks/bench_delta_bytes.py
 
@@ -153,14 +161,27 @@ dagster: $(STAMP)
 bench-maintenance: $(STAMP)
 	$(PY) benchmarks/bench_maintenance.py
 
+bench-dagster-partitions: $(STAMP)
+	$(PY) benchmarks/bench_dagster_partitions.py
+
 bench-eviction: $(STAMP)
 	$(PY) benchmarks/bench_eviction.py
+
+bench-tws: $(STAMP) check-java
+	$(PY) benchmarks/bench_e2e_tws.py
 
 # Thousands of generated streams against Spark's streaming engine; diverging streams are
 # saved as JSON in fuzz-counterexamples/ (turn each into a fixed example test).
 fuzz-spark: $(STAMP) check-java
 	DIFF_STREAMS=$${DIFF_STREAMS:-2000} DIFF_SAVE=$${DIFF_SAVE:-fuzz-counterexamples} \
 	  $(PY) -m pytest tests/runtime/test_differential_vs_spark.py $(PYTEST_ARGS)
+
+# Generated streams through transform_with_state and Spark's transformWithState
+# (TWS_FUZZ_STREAMS per processor), and the fixed stream in every processor's both forms
+# (docs/transform-with-state.md).
+fuzz-tws: $(STAMP) check-java
+	TWS_FUZZ_STREAMS=$${TWS_FUZZ_STREAMS:-50} $(PY) -m pytest tests/runtime/test_tws_vs_spark.py \
+	  tests/runtime/test_tws_fuzz.py $(PYTEST_ARGS)
 
 # The platform simulation (docs/simulation.md) for SOAK_MINUTES minutes: fresh random runs,
 # the steps run and each failure printed; the first of each kind shrunk into SOAK_OUT.

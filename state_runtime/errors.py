@@ -315,6 +315,34 @@ class BatchOutOfOrder(CommitConflict):
     code: ClassVar[str] = "STATE_BATCH_OUT_OF_ORDER"
 
 
+class LocalDiskFull(StateStoreError):
+    """Local disk cannot hold a run of a store's state that does not fit in memory: the
+    task fails with the bytes needed and the free space, instead of running out of memory."""
+
+    code: ClassVar[str] = "STATE_LOCAL_DISK_FULL"
+
+    def __init__(self, message: str, *, needed: int = 0, free: int = 0, **context: Any) -> None:
+        super().__init__(f"{message}: {needed} bytes needed, {free} bytes free", **context)
+        self.reason = message
+        self.needed = needed
+        self.free = free
+
+    def details(self) -> dict[str, Any]:
+        """The base fields, and the bytes needed and free."""
+        return super().details() | {"needed": self.needed, "free": self.free}
+
+    def _fields(self) -> dict[str, Any]:
+        return super()._fields() | {"needed": self.needed, "free": self.free}
+
+
+class AttemptSuperseded(CommitConflict):
+    """A batch's commit from an attempt older than one that began after it (a zombie driver
+    that another took over from): refused, so the newer attempt's commit stands. The order is
+    the catalog's sequence of batch intents, never a clock."""
+
+    code: ClassVar[str] = "STATE_ATTEMPT_SUPERSEDED"
+
+
 class MaintenanceRefused(StateStoreError):
     """A maintenance request breaks a safety rule (retention below the floor, a lock held).
 

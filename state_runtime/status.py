@@ -12,9 +12,12 @@
   since before the store was validated or its last problem resolved.
 - **healthy**: otherwise. Since: the first validation or the last resolved problem.
 
-"Since" is when the status last changed, as far as the facts tell: a store that was degraded
-before its last snapshot reads healthy since its first validation or last resolved problem
-(the catalog keeps no history of statuses).
+"Since" is when the status last changed: the catalog records each store's status as it
+changes (``store_status_changes``: every maintenance run as it closes, and ``health``,
+``explain``, Dagster and Airflow before they read), and a store whose last recorded status is
+its status now reads since that change. A store never recorded (or whose status changed since
+its last record) shows the estimate above, from the facts, marked ``(not recorded)``: a store
+that was degraded before its last snapshot would read healthy since its first validation.
 
 This module is the one home of the rule; it holds no SQL. :data:`RULES` is the order above as
 data: the first rule one of whose conditions holds gives the status, the reason joins the
@@ -74,6 +77,10 @@ class StoreFacts(Protocol):
     def orphan_files(self) -> int: ...
     @property
     def oldest_orphan_at(self) -> datetime | None: ...
+    @property
+    def recorded_status(self) -> str | None: ...
+    @property
+    def status_changed_at(self) -> datetime | None: ...
 
 
 class Test(StrEnum):
@@ -217,17 +224,35 @@ FACT_NAMES_IN_TEXTS: tuple[str, ...] = tuple(
 """The facts the texts show."""
 
 
+RECORDED = ("recorded_status", "status_changed_at")
+"""The facts that hold a store's last recorded status change: its status, and since when."""
+NOT_RECORDED = "(not recorded)"
+"""What follows a since that is the facts' estimate, not a recorded change."""
+
+
 @dataclass(frozen=True)
 class Status:
-    """A store's status, the reason in words, and since when it holds."""
+    """A store's status, the reason in words, and since when it holds: recorded (the last
+    recorded change is to this status) or else the facts' estimate."""
 
     status: StoreStatus
     reason: str
     since: datetime | None
+    recorded: bool
+
+    def since_text(self, fmt: str) -> str:
+        """Since when in ``fmt`` (strftime), marked when it is not recorded; ``-`` if unknown."""
+        if self.since is None:
+            return "-"
+        when = self.since.strftime(fmt)
+        return when if self.recorded else f"{when} {NOT_RECORDED}"
 
     def __str__(self) -> str:
-        since = "" if self.since is None else f" since {self.since.isoformat(timespec='seconds')}"
-        return f"{self.status.value}{since}: {self.reason}"
+        if self.since is None:
+            return f"{self.status.value}: {self.reason}"
+        since = self.since.isoformat(timespec="seconds")
+        marked = since if self.recorded else f"{since} {NOT_RECORDED}"
+        return f"{self.status.value} since {marked}: {self.reason}"
 
 
 def _holds(condition: Condition, facts: StoreFacts, limits: Mapping[str, int]) -> bool:
@@ -255,7 +280,8 @@ def _since(condition: Condition, facts: StoreFacts) -> datetime | None:
 
 
 def store_status(health: StoreFacts, *, lag_warn_deltas: int, orphan_warn_files: int) -> Status:
-    """The status of the store whose catalog facts are ``health``: :data:`RULES` applied."""
+    """The status of the store whose catalog facts are ``health``: :data:`RULES` applied,
+    since its recorded change to it, or else since the facts' estimate."""
     limits = {"lag_warn_deltas": lag_warn_deltas, "orphan_warn_files": orphan_warn_files}
     for rule in RULES:
         held = [c for c in rule.conditions if _holds(c, health, limits)]
@@ -264,5 +290,7 @@ def store_status(health: StoreFacts, *, lag_warn_deltas: int, orphan_warn_files:
             since = [t for t in (_since(c, health) for c in held) if t is not None]
             floor = [getattr(health, name) for name in rule.not_before]
             started = [t for t in (min(since, default=None), *floor) if t is not None]
-            return Status(rule.status, reason, max(started, default=None))
+            if health.recorded_status == rule.status.value:
+                return Status(rule.status, reason, health.status_changed_at, recorded=True)
+            return Status(rule.status, reason, max(started, default=None), recorded=False)
     raise AssertionError("the last of RULES must always hold")

@@ -35,6 +35,19 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
     raise AssertionError(request.param)
 
 
+@pytest.fixture(params=["memory", "disk"])
+def state_mode(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a store test twice: every run in memory, then a tiny budget that puts every run
+    on local disk in blocks of a few rows (docs/state-on-disk.md)."""
+    from tests.store_helpers import forced_disk
+
+    if request.param == "memory":
+        yield "memory"
+        return
+    with forced_disk():
+        yield "disk"
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One Spark session for the whole test run, with two real executor JVMs, so that state

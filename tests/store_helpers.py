@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -10,6 +12,7 @@ import pyarrow as pa
 from state_runtime import CheckpointInfo, StateStoreProvider, StoreConfig
 from state_runtime.storage import Storage
 from state_runtime.store.checkpoint_format import _ENVELOPE, FORMAT_VERSION, MAGIC
+from state_runtime.store.disk_runs import LOCAL_DISK
 
 KEY = "user string"
 VALUE = "count bigint"
@@ -74,3 +77,14 @@ def arrow_stream(
     with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write_table(table)
     return bytes(sink.getvalue().to_pybytes())
+
+
+@contextlib.contextmanager
+def forced_disk(block_bytes: int = 64) -> Iterator[None]:
+    """Every run of a store goes to local disk, in blocks of a few rows (a tiny budget)."""
+    saved = LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes
+    LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes = 0, block_bytes
+    try:
+        yield
+    finally:
+        LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes = saved

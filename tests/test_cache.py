@@ -13,6 +13,7 @@ from state_runtime.identity import StoreId
 from state_runtime.runtime import worker
 from state_runtime.storage import Storage
 from state_runtime.store.cache import CACHE, parse_size, set_budget
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.state_schema import StateSchema
 
@@ -21,10 +22,14 @@ from .store_helpers import commit_rows, provider_for
 
 @pytest.fixture
 def budget() -> Iterator[None]:
-    """Restores the budget; starts with no other test's providers still cached."""
+    """Restores the budget; starts with no other test's providers still cached. Runs stay in
+    memory whatever the budget: these tests are about which versions the cache keeps (runs
+    larger than a quarter of the budget go to disk otherwise: tests/test_disk_runs.py)."""
     before = CACHE.budget
     gc.collect()
+    LOCAL_DISK.spill_bytes = 1 << 62
     yield
+    LOCAL_DISK.spill_bytes = None
     set_budget(before)
 
 

@@ -18,6 +18,8 @@ from state_runtime.store.keys import INT64_MIN, KeyIndexer
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.versions import COMPACT_FRACTION
 
+pytestmark = pytest.mark.usefixtures("state_mode")  # in memory, then on disk
+
 KEY_SCHEMAS: dict[str, tuple[str, list[tuple[Any, ...]]]] = {
     "bigint with null and INT64_MIN": ("k bigint", [(1,), (None,), (INT64_MIN,), (-5,)]),
     "int": ("k int", [(1,), (None,), (-(2**31),), (7,)]),

@@ -60,7 +60,9 @@ CODES = {
     "CatalogSchemaTooNew": "STATE_CATALOG_SCHEMA_TOO_NEW",
     "CommitConflict": "STATE_COMMIT_CONFLICT",
     "BatchOutOfOrder": "STATE_BATCH_OUT_OF_ORDER",
+    "AttemptSuperseded": "STATE_ATTEMPT_SUPERSEDED",
     "MaintenanceRefused": "STATE_MAINTENANCE_REFUSED",
+    "LocalDiskFull": "STATE_LOCAL_DISK_FULL",
 }
 
 

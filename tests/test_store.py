@@ -11,6 +11,8 @@ from state_runtime.storage import Storage
 
 from .store_helpers import commit_rows, provider_for, state_of
 
+pytestmark = pytest.mark.usefixtures("state_mode")  # in memory, then on disk
+
 
 def test_version_zero_is_empty_and_first_commit_is_version_one(storage: Storage) -> None:
     provider = provider_for(storage)
@@ -140,6 +142,22 @@ def test_prefix_and_range_scans_in_key_order(storage: Storage) -> None:
     assert [k for k, _ in store.range_scan("carol")] == [("carol", 1), ("carol", 2), ("carol", 3)]
     with pytest.raises(InvalidArgument):
         list(store.prefix_scan(("a", 1, "too long")))
+
+
+def test_a_prefix_scan_matches_a_null_key_field(storage: Storage) -> None:
+    """A null leading key field (a null grouping key of transform_with_state) is a prefix
+    like any other; a range scan still refuses it (nulls have no order)."""
+    p = StateStoreProvider(
+        storage, 1, 0, key_schema="user string, i bigint", value_schema="n bigint"
+    )
+    store = p.get_store(0)
+    for user, i in ((None, 1), ("a", 0), (None, 0)):
+        store.put((user, i), (i,))
+    assert [k for k, _ in store.prefix_scan((None,))] == [(None, 0), (None, 1)]
+    committed = p.get_store(1, store.commit().checkpoint_id)
+    assert [k for k, _ in committed.prefix_scan((None,))] == [(None, 0), (None, 1)]
+    with pytest.raises(InvalidArgument, match="holds None"):
+        list(committed.range_scan((None,)))
 
 
 def test_wrong_arity_is_refused(storage: Storage) -> None:

@@ -20,6 +20,8 @@ from state_runtime import CheckpointRef, StateStore, StateStoreProvider, StoreCo
 from state_runtime.storage import LocalStorage
 from state_runtime.store.file_cleanup import cleanup
 
+from .store_helpers import forced_disk
+
 KEYS = st.sampled_from([f"k{i}" for i in range(12)])
 RETAIN = 2
 
@@ -146,3 +148,20 @@ StoreModel.TestCase.settings = settings(
     max_examples=EXAMPLES, stateful_step_count=30, deadline=None
 )
 test_store_model = StoreModel.TestCase
+
+
+class StoreModelOnDisk(StoreModel):
+    """The same model with a tiny budget: every run on local disk, in blocks of a few rows."""
+
+    def __init__(self) -> None:
+        self._disk = forced_disk()
+        self._disk.__enter__()
+        super().__init__()
+
+    def teardown(self) -> None:
+        super().teardown()
+        self._disk.__exit__(None, None, None)
+
+
+StoreModelOnDisk.TestCase.settings = StoreModel.TestCase.settings
+test_store_model_on_disk = StoreModelOnDisk.TestCase

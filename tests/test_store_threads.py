@@ -6,10 +6,14 @@ import random
 import threading
 import time
 
+import pytest
+
 from state_runtime import StateStoreProvider, StoreConfig
 from state_runtime.storage import Storage
 
 from .store_helpers import commit_rows, provider_for
+
+pytestmark = pytest.mark.usefixtures("state_mode")  # in memory, then on disk
 
 
 def test_iterating_v1_while_the_same_provider_commits_v2_sees_v1(storage: Storage) -> None:

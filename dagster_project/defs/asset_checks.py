@@ -25,10 +25,9 @@ from dagster_project.defs.checkpoints import POOL, state_checkpoints
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.store_events import (
+    changed_store_events,
     fleet_evaluation,
     fleet_materialization,
-    store_evaluations,
-    store_states,
 )
 from state_runtime.maintenance import CHECKS, CheckInfo, run_checks
 
@@ -65,10 +64,19 @@ def state_checkpoint_checks(
     partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     with maintenance.run(context) as run:
         report = run_checks(run.fleet, run.policy, progress=run.progress, workers=run.workers)
-        states = store_states(run.fleet.catalog, report.health, run.names, partitions)
-    for event in [*states, fleet_materialization(report.health, run.names)]:
+        changed = changed_store_events(
+            context.instance,
+            run.fleet.catalog,
+            report.health,
+            run.names,
+            run.policy,
+            partitions,
+            selected,
+        )
+    for event in [*changed.states, fleet_materialization(report.health, run.names)]:
         context.op_execution_context.log_event(event)
-    yield from store_evaluations(report.health, run.names, run.policy, partitions, selected)
+    yield from changed.evaluations
+    changed.logged()
     for outcome in report.outcomes:
         if outcome.name.value in selected:
             yield fleet_evaluation(outcome, run.names)

@@ -26,7 +26,7 @@ from dagster_project.defs.metadata import (
 )
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
-from dagster_project.defs.store_events import fleet_metadata, store_states
+from dagster_project.defs.store_events import changed_store_events, fleet_metadata
 from state_runtime.catalog import StoreKey
 from state_runtime.maintenance import (
     StoreNames,
@@ -139,15 +139,19 @@ def state_store_health(
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Every store's status and figures from the catalog: fleet totals here (broken, degraded
     and unknown stores among them) with a table of the stores, and each store's status,
-    figures and schema history on its ``state_checkpoints`` partition (one event per store
-    and run, a materialization or, broken, an observation: its history). The validation job
-    records the same after validating."""
+    figures and schema history on its ``state_checkpoints`` partition when they changed since
+    the last report (a materialization or, broken, an observation: its history). The
+    validation job records the same after validating."""
     with maintenance.run(context) as run:
         reports = store_reports(run.fleet, run.policy)
         if config.observe_stores:
             partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
-            for event in store_states(run.fleet.catalog, reports, run.names, partitions):
+            changed = changed_store_events(
+                context.instance, run.fleet.catalog, reports, run.names, run.policy, partitions
+            )
+            for event in changed.states:
                 context.log_event(event)
+            changed.logged()
     return MaterializeResult(metadata=fleet_metadata(reports, run.names))
 
 

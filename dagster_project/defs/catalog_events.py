@@ -14,17 +14,22 @@ every store's current state and the latest validation (and so does a tick that f
 number of store partitions changed: new stores get theirs), so that the stores no validation has
 checked show *unknown* (a warning) from the start, never a green tick.
 
-The sensor also reports each batch the runtime recorded (a cursor on the metrics' id, at most
-``BATCHES`` a tick) as a runless materialization of ``state_batch_metrics`` whose metadata
-names the query: ``<query>/commit_ms``, ``<query>/rows_in``, ... Dagster plots each numeric
-metadata key against its events' timestamps, so each query's figures form their own lines,
-batch by batch, and each batch is reported at the time the runtime recorded it (its commit),
-not at the sensor's tick (:func:`report_batch`).
+The sensor also reports each batch the runtime recorded as a runless materialization of
+``state_batch_metrics`` whose metadata names the query: ``<query>/commit_ms``,
+``<query>/rows_in``, ... Dagster plots each numeric metadata key against its events'
+timestamps, so each query's figures form their own lines, batch by batch, and each batch is
+reported at the time the runtime recorded it (its commit), not at the sensor's tick
+(:func:`report_batches`). Each batch is reported exactly once: its event carries the catalog's
+metrics id (``catalog_metrics_id``), a tick starts after the newer of its cursor and the newest
+id Dagster already holds, and writes in id order (pages of ``PAGE`` batches, events in chunks of
+``CHUNK``, at most ``TICK_BATCHES`` a tick), so a tick that failed partway (its cursor not
+saved) is continued by the next, never repeated.
 
 It only reads the catalog and reports: it runs from the start.
 """
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -53,6 +58,7 @@ from dagster import (
     sensor,
 )
 from dagster._core.events import StepMaterializationData
+from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
 from pydantic import Field
 
@@ -63,16 +69,18 @@ from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.store_events import (
     BLOCKING,
+    changed_store_events,
     fleet_materialization,
-    store_evaluations,
-    store_states,
 )
-from state_runtime.catalog import MaintenanceRun, RecordedBatchMetrics, RunKind, RunOutcome
+from state_runtime.catalog import Catalog, MaintenanceRun, RecordedBatchMetrics, RunKind, RunOutcome
 from state_runtime.maintenance import CHECKS, StoreNames, store_reports
 from state_runtime.units import millis, size
 
 RUNS = 50
-BATCHES = 200
+PAGE = 1_000  # batches read from the catalog per query
+CHUNK = 500  # events written to the event log at once
+TICK_BATCHES = 20_000  # at most this many a tick: 40,000 a minute at the 30 s interval
+METRICS_ID = "catalog_metrics_id"
 RUN_ASSETS = {
     RunKind.SNAPSHOT.value: AssetKey("state_snapshots"),
     RunKind.CLEANUP.value: AssetKey("state_retention_cleanup"),
@@ -185,12 +193,16 @@ def _verdict_metadata(run: MaintenanceRun, verdict: dict[str, Any]) -> MetadataM
     return metadata
 
 
-def batch_event(recorded: RecordedBatchMetrics, names: StoreNames) -> AssetMaterialization:
+def batch_event(
+    metrics_id: int, recorded: RecordedBatchMetrics, names: StoreNames
+) -> AssetMaterialization:
     """One batch's figures, each under ``<query>/<figure>`` (the query's label, see
-    ``StoreNames``), so each query's figures plot as their own lines."""
+    ``StoreNames``), so each query's figures plot as their own lines; ``catalog_metrics_id``
+    says which batches Dagster holds."""
     label = names.labels.get(recorded.root, recorded.query_id)
     figures = recorded.metrics.figures()
     metadata: MetadataMap = {
+        METRICS_ID: MetadataValue.int(metrics_id),
         "query": MetadataValue.text(label),
         "batch": MetadataValue.int(recorded.batch_id),
         "root": MetadataValue.path(recorded.root),
@@ -212,23 +224,54 @@ def batch_event(recorded: RecordedBatchMetrics, names: StoreNames) -> AssetMater
     )
 
 
-def report_batch(
-    instance: DagsterInstance, recorded: RecordedBatchMetrics, names: StoreNames
-) -> None:
+def reported_through(instance: DagsterInstance) -> int:
+    """The newest catalog metrics id Dagster holds (0: none, or only events from before the id
+    was recorded): the batches are written in id order, so every older one is there too."""
+    found = instance.fetch_materializations(state_batch_metrics.key, limit=1).records
+    event = found[0].asset_event if found else None
+    value = event.metadata.get(METRICS_ID) if event is not None else None
+    return value.value if value is not None and isinstance(value.value, int) else 0
+
+
+def batch_entry(
+    metrics_id: int, recorded: RecordedBatchMetrics, names: StoreNames
+) -> EventLogEntry:
     """One batch's runless materialization, stamped with the time the runtime recorded the
-    batch. ``report_runless_asset_event`` (and a sensor's ``asset_events``) stamp the time of
-    reporting, so a tick's 200 batches would share one x on the Plots tab; the instance's
-    ``report_dagster_event``, which ``report_runless_asset_event`` calls in Dagster 1.13, takes
-    the timestamp."""
-    instance.report_dagster_event(
-        DagsterEvent(
+    batch (``report_runless_asset_event`` and a sensor's ``asset_events`` stamp the time of
+    reporting, so a tick's batches would share one x on the Plots tab)."""
+    return EventLogEntry(  # type: ignore[no-untyped-call]
+        user_message="",
+        level=logging.INFO,
+        job_name=RUNLESS_JOB_NAME,
+        run_id=RUNLESS_RUN_ID,
+        error_info=None,
+        timestamp=recorded.recorded_at.timestamp(),
+        dagster_event=DagsterEvent(
             event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
             job_name=RUNLESS_JOB_NAME,
-            event_specific_data=StepMaterializationData(batch_event(recorded, names)),
+            event_specific_data=StepMaterializationData(batch_event(metrics_id, recorded, names)),
         ),
-        run_id=RUNLESS_RUN_ID,
-        timestamp=recorded.recorded_at.timestamp(),
     )
+
+
+def report_batches(instance: DagsterInstance, catalog: Catalog, after: int) -> int:
+    """Reports the batches recorded after ``after`` (at most ``TICK_BATCHES``), in id order,
+    ``CHUNK`` events per write; returns the last id reported (``after`` when none)."""
+    names = StoreNames.of(catalog)
+    last, count = after, 0
+    while count < TICK_BATCHES:
+        limit = min(PAGE, TICK_BATCHES - count)
+        page = catalog.batch_metrics_after(last, limit=limit)
+        for start in range(0, len(page), CHUNK):
+            chunk = page[start : start + CHUNK]
+            instance.event_log_storage.store_event_batch(
+                [batch_entry(i, recorded, names) for i, recorded in chunk]
+            )
+            last = chunk[-1][0]
+        count += len(page)
+        if len(page) < limit:
+            break
+    return last
 
 
 class ReportConfig(Config):
@@ -258,12 +301,16 @@ def report_catalog_runs(
         events: list[AssetMaterialization | AssetObservation | AssetCheckEvaluation] = []
         for run in runs:
             events += run_events(run)
-        events += store_states(catalog, reports, names, partitions, f"{about}: ")
+        changed = changed_store_events(
+            context.instance, catalog, reports, names, policy, partitions, PER_STORE, f"{about}: "
+        )
+        events += changed.states
         events.append(fleet_materialization(reports, names, about))
-        events += store_evaluations(reports, names, policy, partitions, PER_STORE, f"{about}: ")
+        events += changed.evaluations
     for event in events:
         # log_event takes check evaluations too (Dagster 1.13); its annotation omits them
         context.log_event(event)  # type: ignore[arg-type]
+    changed.logged()
 
 
 @job(
@@ -305,11 +352,9 @@ def catalog_events_sensor(
             outside, last = finished_outside(catalog.runs_after(cursor.run, limit=RUNS))
             after, until = cursor.run, cursor.run if last is None else last
             new = bool(outside) or partitions != cursor.partitions
-        batches = catalog.batch_metrics_after(cursor.metrics, limit=BATCHES)
-        names = StoreNames.of(catalog)
-    for _, recorded in batches:
-        report_batch(context.instance, recorded, names)
-    next_cursor = Cursor(until, batches[-1][0] if batches else cursor.metrics, partitions).text()
+        held = max(cursor.metrics, reported_through(context.instance))
+        reported = report_batches(context.instance, catalog, held)
+    next_cursor = Cursor(until, reported, partitions).text()
     requests = []
     if new:
         config = ReportConfig(after=after, until=until)
@@ -319,7 +364,7 @@ def catalog_events_sensor(
                 run_config=RunConfig(ops={"report_catalog_runs": config}),
             )
         )
-    if not batches and not requests:
+    if reported == held and not requests:
         skip = SkipReason(f"nothing new in the catalog after run {until}")
         return SensorResult(skip_reason=skip, cursor=next_cursor)
     return SensorResult(run_requests=requests, cursor=next_cursor)

@@ -133,7 +133,8 @@ def store_figures(report: StoreReport, names: StoreNames) -> MetadataMap:
 
 def status_metadata(report: StoreReport, names: StoreNames) -> MetadataMap:
     """The store (its name, its root), its status, why and since when (as ``statestore
-    health`` and SQL show it), and its commit lag."""
+    health`` and SQL show it; ``status_since_recorded`` false: the facts' estimate, the
+    change not recorded), and its commit lag."""
     metadata: MetadataMap = {
         "store": MetadataValue.text(names.name(report.key)),
         "root": MetadataValue.path(report.key.root),
@@ -142,6 +143,7 @@ def status_metadata(report: StoreReport, names: StoreNames) -> MetadataMap:
     }
     if report.status.since is not None:
         metadata["status_since"] = MetadataValue.timestamp(report.status.since)
+        metadata["status_since_recorded"] = MetadataValue.bool(report.status.recorded)
     lag = float(report.figures()["commit_lag_seconds"])
     metadata["commit_lag_seconds"] = MetadataValue.float(round(lag, 1))
     metadata["commit_lag"] = MetadataValue.text(_lag(lag))

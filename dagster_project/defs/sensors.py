@@ -6,6 +6,7 @@ STOPPED until turned on, see ``automation.py``)."""
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 from dagster import (
     DefaultSensorStatus,
@@ -25,7 +26,7 @@ from dagster_project.defs.jobs import snapshot_job, store_record_job
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.store_events import partition_runs
-from state_runtime.maintenance import StoreNames, due_for_snapshot, store_reports
+from state_runtime.maintenance import StoreNames, StoreStatus, due_for_snapshot, store_reports
 
 
 @sensor(
@@ -39,21 +40,29 @@ from state_runtime.maintenance import StoreNames, due_for_snapshot, store_report
 )
 def store_discovery_sensor(
     context: SensorEvaluationContext, maintenance: MaintenanceResource
-) -> SensorResult | SkipReason:
+) -> SensorResult:
+    """A tick reads the catalog's count of stores and newest store id (its cursor): only when
+    they changed does it list the stores and Dagster's partitions."""
     with maintenance.fleet("dagster:discovery") as fleet:
+        census = json.dumps(fleet.catalog.store_census())
+        if census == context.cursor:
+            return SensorResult(skip_reason=SkipReason("no store added or removed"), cursor=census)
         records = fleet.stores()
         names = StoreNames.of(fleet.catalog)
         stores = {names.name(record.key) for record in records}
     known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     added, gone = sorted(stores - known), sorted(known - stores)
     if not added and not gone:
-        return SkipReason(f"{len(known)} stores, no change")
+        return SensorResult(
+            skip_reason=SkipReason(f"{len(known)} stores, no change"), cursor=census
+        )
     context.log.info(f"stores: {len(added)} new, {len(gone)} gone")
     return SensorResult(
         dynamic_partitions_requests=[
             *([state_stores.build_add_request(added)] if added else []),
             *([state_stores.build_delete_request(gone)] if gone else []),
-        ]
+        ],
+        cursor=census,
     )
 
 
@@ -83,6 +92,22 @@ def snapshot_due_sensor(
     )
 
 
+@dataclass(frozen=True)
+class FailuresCursor:
+    """The partitions of the stores broken at the last full tick, and the open problems' ids
+    then (None: read everything, as the first tick does)."""
+
+    failed: list[str]
+    problems: list[int] | None
+
+    @classmethod
+    def parse(cls, text: str | None) -> "FailuresCursor":
+        found = json.loads(text or "[]")
+        if isinstance(found, list):  # the cursor before the problems were kept
+            return cls(found, None)
+        return cls(found["failed"], found["problems"])
+
+
 @sensor(
     name="state_store_failures",
     job=store_record_job,
@@ -100,17 +125,29 @@ def store_failure_sensor(
 ) -> SensorResult:
     """The stores the catalog says are broken (as ``statestore health`` does) against their
     partitions' status in Dagster: a run for each one not Failed yet, and one for each failed
-    partition whose store is no longer broken (``store_events.py``). The cursor lists the
-    partitions of the stores broken at the last tick."""
+    partition whose store is no longer broken (``store_events.py``). A store is broken while it
+    has open problems: a tick reads them, and only when they changed since the last tick (the
+    cursor keeps their ids, and the partitions of the stores broken then) does it read the
+    stores' reports and Dagster's partition statuses."""
+    before = FailuresCursor.parse(context.cursor)
+    with maintenance.fleet("dagster:store-failures") as fleet:
+        problems = sorted(p.problem_id for p in fleet.catalog.problems())
+        if before.problems == problems:
+            skip = SkipReason(f"{len(problems)} open problems, none new or resolved")
+            return SensorResult(skip_reason=skip, cursor=context.cursor)
+        reports = store_reports(fleet, maintenance.policy())
+        names = StoreNames.of(fleet.catalog)
     partitions = context.instance.get_dynamic_partitions(state_stores.name or "")
     statuses = context.instance.get_status_by_partition(
         state_checkpoints.key, partitions, state_stores
     ) or dict.fromkeys(partitions)
-    with maintenance.fleet("dagster:store-failures") as fleet:
-        reports = store_reports(fleet, maintenance.policy())
-        names = StoreNames.of(fleet.catalog)
-    runs = partition_runs(reports, names, statuses, json.loads(context.cursor or "[]"))
-    cursor = json.dumps(runs.failed)
+    runs = partition_runs(reports, names, statuses, before.failed)
+    # the problems are settled once every broken store's partition (discovered: it may not be
+    # yet) shows Failed and only theirs: until then, read everything again
+    broken = sum(1 for r in reports if r.status.status is StoreStatus.BROKEN)
+    done = not runs.fail and not runs.clear and len(runs.failed) == broken
+    settled = problems if done else before.problems
+    cursor = json.dumps({"failed": runs.failed, "problems": settled})
     if not runs.fail and not runs.clear:
         skip = SkipReason("every broken store's partition shows Failed, and only theirs")
         return SensorResult(skip_reason=skip, cursor=cursor)

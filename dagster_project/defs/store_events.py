@@ -24,10 +24,22 @@ names the partition's latest run). An observation never clears *Failed*.
 A partitioned check's page shows the latest evaluation as the check's state, so the
 evaluations of one pass come healthy first and the worst store last: the check's headline is
 the worst store, never a healthy one that happened to be evaluated after it.
+
+Events follow changes, not the fleet's size (:func:`changed_store_events`): a pass reports a
+store's state only when its status, latest version, last snapshot or open problems changed
+since the last report; a per-store check only when its result (passed, severity) changed,
+plus the worst store's evaluation, last, in every pass (the check's latest execution is its
+headline: a pass that evaluated none would show it *skipped*); the fleet's figures are one
+event per pass whatever its size. What was last reported is kept in the Dagster instance's
+key-value store, one key per query label and kind of event
+(``state_runtime/reported/<kind>/<label>``), and saved once the events are logged: a pass
+that failed before that reports again. A store's own run (``record_store_state``) always
+records it.
 """
 
+import json
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dagster import (
     AssetCheckEvaluation,
@@ -37,6 +49,7 @@ from dagster import (
     AssetMaterialization,
     AssetObservation,
     AssetPartitionStatus,
+    DagsterInstance,
     Failure,
     MaterializeResult,
     multi_asset,
@@ -71,6 +84,7 @@ from state_runtime.maintenance import (
 from state_runtime.units import age, size
 
 HEALTH_KEY = AssetKey("state_store_health")
+REPORTED = "state_runtime/reported"
 BLOCKING = {check.name for check in CHECKS if check.blocking}
 WORST_LAST = {
     StoreStatus.HEALTHY: 0,
@@ -267,3 +281,91 @@ def fleet_evaluation(
         metadata=check_metadata(outcome, names),
         blocking=outcome.name in BLOCKING,
     )
+
+
+def state_fingerprint(report: StoreReport) -> str:
+    """What a store's reported state must follow: its status, latest version, last snapshot
+    and open problems (not its ages, which change every pass)."""
+    h = report.health
+    return json.dumps(
+        [
+            report.status.status.value,
+            h.latest.version,
+            h.last_snapshot_version,
+            h.open_problems,
+            h.first_problem,
+        ]
+    )
+
+
+@dataclass
+class LastReported:
+    """What was last reported of one ``kind`` for each partition, in the instance's key-value
+    store (one key per query label); :meth:`save` once the events are logged."""
+
+    instance: DagsterInstance
+    kind: str
+    pending: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def changed(self, fingerprints: Mapping[str, str]) -> set[str]:
+        """The partitions whose fingerprint differs from the last one reported."""
+        by_key: dict[str, dict[str, str]] = {}
+        for name, value in fingerprints.items():
+            label = name.rsplit("/", 3)[0]
+            by_key.setdefault(f"{REPORTED}/{self.kind}/{label}", {})[name] = value
+        stored = self.instance.run_storage.get_cursor_values(set(by_key))
+        before: dict[str, str] = {}
+        for text in stored.values():
+            before.update(json.loads(text))
+        self.pending = by_key
+        return {name for name, value in fingerprints.items() if before.get(name) != value}
+
+    def save(self) -> None:
+        if self.pending:
+            values = {key: json.dumps(found) for key, found in self.pending.items()}
+            self.instance.run_storage.set_cursor_values(values)
+
+
+@dataclass
+class StoreEvents:
+    """The per-store events of one pass that tell Dagster something new; :meth:`logged` once
+    they are logged."""
+
+    states: list[AssetMaterialization | AssetObservation]
+    evaluations: list[AssetCheckEvaluation]
+    trackers: list[LastReported]
+
+    def logged(self) -> None:
+        for tracker in self.trackers:
+            tracker.save()
+
+
+def changed_store_events(
+    instance: DagsterInstance,
+    catalog: Catalog,
+    reports: Sequence[StoreReport],
+    names: StoreNames,
+    policy: MaintenancePolicy,
+    partitions: Collection[str],
+    selected: Collection[str] = (),
+    description: str = "",
+) -> StoreEvents:
+    """Each store's state whose fingerprint changed, and each ``selected`` per-store check
+    whose result changed since the last report, and the worst store's (module docstring)."""
+    named = {names.name(r.key): r for r in reports if names.name(r.key) in partitions}
+    states = LastReported(instance, "state")
+    fresh = states.changed({name: state_fingerprint(r) for name, r in named.items()})
+    events = store_states(
+        catalog, [r for n, r in named.items() if n in fresh], names, partitions, description
+    )
+    trackers = [states]
+    evaluations: list[AssetCheckEvaluation] = []
+    for check in [c.name.value for c in CHECKS if c.judge is not None and c.name.value in selected]:
+        found = store_evaluations(reports, names, policy, partitions, {check}, description)
+        tracker = LastReported(instance, f"check/{check}")
+        results = {e.partition or "": f"{e.passed}/{e.severity.value}" for e in found}
+        changed = tracker.changed(results)
+        # the worst store's always: the check's latest execution, its headline, is the worst
+        evaluations += [e for e in found[:-1] if e.partition in changed] + found[-1:]
+        trackers.append(tracker)
+    return StoreEvents(events, evaluations, trackers)

@@ -208,6 +208,8 @@ class StoreHealth:
     oldest_orphan_at: datetime | None
     last_snapshot_at: datetime | None  # when the last verified snapshot was written
     versions_loadable: int  # committed versions that still load from the files kept
+    recorded_status: str | None  # the status last recorded (store_status_changes), if any
+    status_changed_at: datetime | None  # when that status was recorded as starting
 
 
 @dataclass(frozen=True, slots=True)

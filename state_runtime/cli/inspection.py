@@ -294,9 +294,7 @@ def print_health_brief(console: Console, reports: Sequence[StoreReport]) -> None
     print_prefix(console, prefix, roots)
     names = [below(prefix, r.key.root, f"#{r.key.store}") for r in reports]
     statuses = [r.status.status.value for r in reports]
-    sinces = [
-        "-" if r.status.since is None else f"{r.status.since:%Y-%m-%d %H:%M}" for r in reports
-    ]
+    sinces = [r.status.since_text("%Y-%m-%d %H:%M") for r in reports]
     wide = [max(map(len, column), default=0) for column in (names, statuses, sinces)]
     for r, name, status, since in zip(reports, names, statuses, sinces, strict=True):
         colour = _COLOURS[r.status.status]
@@ -316,7 +314,7 @@ _COLOURS = {
 
 def status_label(status: Status) -> str:
     """The status, coloured, with since when."""
-    since = "" if status.since is None else f" since {status.since:%Y-%m-%d %H:%M}"
+    since = "" if status.since is None else f" since {status.since_text('%Y-%m-%d %H:%M')}"
     colour = _COLOURS[status.status]
     return f"[{colour}]{status.status.value}[/{colour}]{since}"
 

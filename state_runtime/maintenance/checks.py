@@ -346,7 +346,9 @@ def run_checks(
     'validate' run."""
     scope = scope_of(fleet, only)
     parameters = policy.parameters() | {"scope": scope}
-    with recorded_run(fleet.catalog, RunKind.VALIDATE, fleet.owner, parameters) as run:
+    with recorded_run(
+        fleet.catalog, RunKind.VALIDATE, fleet.owner, parameters, policy.status_limits()
+    ) as run:
         validation = validate_stores(
             fleet, policy, only=only, progress=progress, workers=workers, run_id=run.run_id
         )

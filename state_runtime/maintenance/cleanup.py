@@ -287,7 +287,13 @@ def cleanup_pass(
     }
     stores = sum(len(f) for f in folders.values())
     with (
-        recorded_run(fleet.catalog, RunKind.CLEANUP, fleet.owner, policy.parameters()) as run,
+        recorded_run(
+            fleet.catalog,
+            RunKind.CLEANUP,
+            fleet.owner,
+            policy.parameters(),
+            policy.status_limits(),
+        ) as run,
         progress.stage("cleanup", stores) as advance,
     ):
         report.run_id = run.run_id

@@ -12,9 +12,13 @@ from datetime import datetime
 from typing import Any
 
 from state_runtime.catalog import RecoveryCost, StoreHealth, StoreKey
+from state_runtime.errors import CatalogPermissionDenied, CatalogReadOnly
 from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.redaction import get_logger
 from state_runtime.status import Status, StoreStatus, store_status
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -50,13 +54,14 @@ class StoreReport:
             "open_problems": h.open_problems,
         }
 
-    def status_fields(self) -> dict[str, str | None]:
-        """The status as text fields (JSON output, Dagster metadata), as SQL shows them."""
+    def status_fields(self) -> dict[str, str | bool | None]:
+        """The status as fields (JSON output), as SQL shows them."""
         since = self.status.since
         return {
             "status": self.status.status.value,
             "status_reason": self.status.reason,
             "status_since": None if since is None else since.isoformat(),
+            "status_recorded": self.status.recorded,
         }
 
 
@@ -69,9 +74,15 @@ def iter_store_reports(
 ) -> Iterator[StoreReport]:
     """Health of every store in scope, streamed: set-based catalog reads, one page of
     stores at a time (:meth:`~state_runtime.catalog.Catalog.health_pages`), so what is held
-    is one page whatever the fleet's size."""
+    is one page whatever the fleet's size. Each root's stores whose status changed are
+    recorded first (so that each "since" is a recorded change; a role that may not write,
+    the reader, reads what was recorded last)."""
     wanted = key_set(only)
     for root in fleet.query_roots(wanted):
+        try:
+            fleet.catalog.record_status_changes(policy.status_limits(), root=root)
+        except (CatalogPermissionDenied, CatalogReadOnly) as exc:
+            log.debug("status changes not recorded: %s", exc)
         for page in fleet.catalog.health_pages(policy.retention, root=root, now=now):
             for health, cost in page:
                 if fleet.in_scope(health.key, wanted):

@@ -11,6 +11,7 @@ from state_runtime.durations import format_duration, parse_duration
 from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStoreError
 from state_runtime.retention import RetentionPolicy
 from state_runtime.settings import MAINTENANCE, default_of
+from state_runtime.status import LIMITS
 
 __all__ = [
     "PRESETS",
@@ -83,6 +84,10 @@ class MaintenancePolicy:
             self.retention if name in _RETENTION_SETTINGS else self, name
         )
         return value
+
+    def status_limits(self) -> dict[str, int]:
+        """The limits the status rule compares with (:data:`state_runtime.status.LIMITS`)."""
+        return {name: getattr(self, name) for name in LIMITS}
 
     def parameters(self) -> dict[str, object]:
         """A JSON-able description, for run records and Dagster metadata."""

@@ -139,7 +139,9 @@ def reconcile(
     now = now or fleet.catalog.now()  # the database's clock, as cleanup's
     report = ReconcileReport(dry_run=dry_run)
     parameters = policy.parameters() | {"min_age_s": min_age.total_seconds(), "dry_run": dry_run}
-    with recorded_run(fleet.catalog, RunKind.RECONCILE, fleet.owner, parameters) as run:
+    with recorded_run(
+        fleet.catalog, RunKind.RECONCILE, fleet.owner, parameters, policy.status_limits()
+    ) as run:
         report.run_id = run.run_id
         roots = fleet.root_names()
         for root in roots:

@@ -176,7 +176,9 @@ def repair_pass(
     targets = damaged_snapshots(fleet, policy, only)
     parameters = policy.parameters() | {"repair": True, "snapshots": len(targets)}
     with (
-        recorded_run(fleet.catalog, RunKind.SNAPSHOT, fleet.owner, parameters) as run,
+        recorded_run(
+            fleet.catalog, RunKind.SNAPSHOT, fleet.owner, parameters, policy.status_limits()
+        ) as run,
         progress.stage("repairs", len(targets)) as advance,
     ):
         outcomes = []

@@ -261,7 +261,9 @@ def execute_repartition(
         "operators": [[m.operator_id, m.store_name] for m in plan.moves],
         "spark_checkpoint": plan.spark_checkpoint,
     }
-    with recorded_run(catalog, RunKind.REPARTITION, fleet.owner, parameters) as run:
+    with recorded_run(
+        catalog, RunKind.REPARTITION, fleet.owner, parameters, policy.status_limits()
+    ) as run:
         plan.run_id = run.run_id
         schemas = {
             (r.key.store.operator_id, r.key.store.store_name): r

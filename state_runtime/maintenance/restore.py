@@ -201,7 +201,9 @@ def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) ->
         "allow_lost_state": bool(plan.restarted),
         "spark_checkpoint": plan.spark.folder if plan.spark else None,
     }
-    with recorded_run(catalog, RunKind.RESTORE, fleet.owner, parameters) as run:
+    with recorded_run(
+        catalog, RunKind.RESTORE, fleet.owner, parameters, policy.status_limits()
+    ) as run:
         plan.run_id = run.run_id
         with leased(
             catalog, sorted(set(keys), key=str), fleet.owner, policy.lease_ttl, run.run_id

@@ -7,7 +7,7 @@ Before a run starts, runs left ``running`` by a process that died are closed as 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,9 +29,15 @@ class RunRecord:
 
 @contextmanager
 def recorded_run(
-    catalog: Catalog, kind: RunKind, owner: str, parameters: dict[str, Any]
+    catalog: Catalog,
+    kind: RunKind,
+    owner: str,
+    parameters: dict[str, Any],
+    status_limits: Mapping[str, int],
 ) -> Iterator[RunRecord]:
-    """Record a run around a block: 'succeeded' when it ends, 'failed' with the error if not.
+    """Record a run around a block: 'succeeded' when it ends, 'failed' with the error if not;
+    the transaction that closes it records the stores whose status (under ``status_limits``)
+    changed.
 
     Abandoned runs are closed first; a heartbeat thread keeps this one visibly alive."""
     for gone in catalog.close_abandoned_runs():
@@ -46,9 +52,12 @@ def recorded_run(
                 RunOutcome.FAILED.value,
                 run.counts,
                 redact(f"{type(exc).__name__}: {exc}"),
+                status_limits=status_limits,
             )
             raise
-    catalog.finish_run(run.run_id, RunOutcome.SUCCEEDED.value, run.counts)
+    catalog.finish_run(
+        run.run_id, RunOutcome.SUCCEEDED.value, run.counts, status_limits=status_limits
+    )
 
 
 @contextmanager

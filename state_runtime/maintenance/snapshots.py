@@ -150,7 +150,9 @@ def snapshot_pass(
     """Snapshot every due store in scope; one recorded 'snapshot' run."""
     candidates = due_for_snapshot(fleet, policy, only)
     parameters = policy.parameters() | {"stores": len(candidates)}
-    with recorded_run(fleet.catalog, RunKind.SNAPSHOT, fleet.owner, parameters) as run:
+    with recorded_run(
+        fleet.catalog, RunKind.SNAPSHOT, fleet.owner, parameters, policy.status_limits()
+    ) as run:
         outcomes: list[SnapshotOutcome] = []
         with (
             progress.stage("snapshots", len(candidates)) as advance,

@@ -34,14 +34,15 @@ def choose(
     first: dict[StoreId, TaskReport] = {}
     for report in reports:
         first.setdefault(report.info.store, report)
-    expected = {
-        StoreId(op.operator_id, p, op.store_name)
+    expected = [
+        StoreId(op.operator_id, p, store.name)
         for op in operators
         for p in range(op.num_partitions)
-    }
-    if set(first) != expected:
+        for store in op.stores
+    ]
+    if set(first) != set(expected):
         return None
-    return [first[s] for s in sorted(expected, key=lambda s: (s.operator_id, s.partition_id))]
+    return [first[s] for s in expected]
 
 
 def incomplete(
@@ -51,16 +52,18 @@ def incomplete(
     got = {r.info.store for r in reports}
     lines = []
     for op in operators:
-        partitions = sorted(
-            s.partition_id
-            for s in got
-            if (s.operator_id, s.store_name) == (op.operator_id, op.store_name)
-        )
-        if partitions != list(range(op.num_partitions)):
-            lines.append(
-                f"operator {op.operator_id} returned checkpoints for partitions "
-                f"{partitions}, expected exactly 0..{op.num_partitions - 1}"
+        for store in op.stores:
+            partitions = sorted(
+                s.partition_id
+                for s in got
+                if (s.operator_id, s.store_name) == (op.operator_id, store.name)
             )
+            if partitions != list(range(op.num_partitions)):
+                named = "" if store.name == op.store_name else f" (store {store.name})"
+                lines.append(
+                    f"operator {op.operator_id}{named} returned checkpoints for partitions "
+                    f"{partitions}, expected exactly 0..{op.num_partitions - 1}"
+                )
     return f"query {query_id}: " + "; ".join(lines)
 
 

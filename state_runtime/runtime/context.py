@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from state_runtime.runtime.watermark import EventTimeStats
+
+if TYPE_CHECKING:
+    from state_runtime.store.state_store import StateStore
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,8 @@ class BatchContext:
     """The Spark session's time zone: naive datetimes are wall-clock times there."""
     event_time: EventTimeStats = field(default_factory=EventTimeStats)
     """Late rows dropped and state evicted by event time in this task, for the metrics."""
+    stores: Mapping[str, StateStore] = field(default_factory=dict)
+    """Every store of the operator for this partition, by store name (the main one too)."""
 
 
 _current: ContextVar[BatchContext | None] = ContextVar("state_runtime_batch", default=None)

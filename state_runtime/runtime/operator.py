@@ -38,6 +38,22 @@ class ColumnUse:
 
 
 @dataclass(frozen=True)
+class ExtraStore:
+    """A further store of an operator, beside its main one (``store_name``): each of a
+    ``transform_with_state`` processor's state variables is one, with its own schemas and
+    schema history, opened, committed and recorded like the main store."""
+
+    name: str
+    key_schema: str | StructType
+    value_schema: str | StructType
+    schema_change: SchemaChange = field(default_factory=SchemaChange)
+
+    @property
+    def schema(self) -> StateSchema:
+        return StateSchema.of(self.key_schema, self.value_schema)
+
+
+@dataclass(frozen=True)
 class StatefulOperator:
     """One stateful operator: keys, schemas, the update function and the partition count.
 
@@ -79,6 +95,9 @@ class StatefulOperator:
     """Renames, drops and defaults that turn the state schema the catalog recorded last into
     this operator's (checked by the driver before the first batch; see
     :mod:`state_runtime.store.schema_evolution`). Ignored while the schema is unchanged."""
+    extra_stores: tuple[ExtraStore, ...] = ()
+    """Stores beside the main one, opened and committed with it in every task; the update
+    function reaches them with ``current_batch().stores``."""
 
     def __post_init__(self) -> None:
         validate_non_negative(self.operator_id, "operator id")
@@ -92,6 +111,11 @@ class StatefulOperator:
                 f"key columns {list(self.key_columns)} do not match the key schema "
                 f"<{self.schema.key.simpleString()}>"
             )
+        names = [self.store_name, *(x.name for x in self.extra_stores)]
+        for name in names:
+            validate_name(name, "store name")
+        if len(set(names)) != len(names):
+            raise InvalidArgument(f"{self.name} has duplicate store names: {names}")
         object.__setattr__(self, "key_columns", tuple(self.key_columns))
         object.__setattr__(self, "output_schema", parse_schema(self.output_schema))
 
@@ -107,6 +131,12 @@ class StatefulOperator:
     @property
     def schema(self) -> StateSchema:
         return StateSchema.of(self.key_schema, self.value_schema)
+
+    @property
+    def stores(self) -> tuple[ExtraStore, ...]:
+        """Every store of the operator, the main one first."""
+        main = ExtraStore(self.store_name, self.key_schema, self.value_schema, self.schema_change)
+        return (main, *self.extra_stores)
 
     @property
     def output_struct(self) -> StructType:

@@ -63,7 +63,7 @@ from state_runtime.runtime.batch_reports import (
 from state_runtime.runtime.coordinator import holders
 from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
 from state_runtime.runtime.loss import lost_state
-from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.runtime.operator import ExtraStore, StatefulOperator
 from state_runtime.runtime.query_check import check_query
 from state_runtime.runtime.spark_kind import (
     default_parallelism,
@@ -161,7 +161,7 @@ class StatefulQuery:
         self.query_id = validate_name(query_id, "query id")
         if not operators:
             raise InvalidArgument("a stateful query needs at least one operator")
-        ids = [(op.operator_id, op.store_name) for op in operators]
+        ids = [(op.operator_id, store.name) for op in operators for store in op.stores]
         if len(set(ids)) != len(ids):
             raise InvalidArgument(f"operators must have distinct (operator id, store name): {ids}")
         self.storage = (
@@ -216,14 +216,14 @@ class StatefulQuery:
             existing.setdefault((store.operator_id, store.store_name), set()).add(
                 store.partition_id
             )
-        for op in self.operators:
-            key = (op.operator_id, op.store_name)
+        for op, spec in self._stores():
+            key = (op.operator_id, spec.name)
             layout = layouts.get(key)
             count = layout.num_partitions if layout else len(existing.get(key, set()))
             found = set(range(count)) if layout else existing.get(key, set())
             if found and found != set(range(op.num_partitions)):
                 raise InvalidArgument(
-                    f"operator {op.operator_id} (store {op.store_name}) of query {self.query_id} "
+                    f"operator {op.operator_id} (store {spec.name}) of query {self.query_id} "
                     f"has {count} state partitions in the catalog; it cannot run with "
                     f"{op.num_partitions}. Keep num_partitions={count}, or change it with "
                     f"`statestore repartition {self.root} --query {self.query_id} --operator "
@@ -232,22 +232,22 @@ class StatefulQuery:
                     "--execute) while the query is stopped (docs/repartition.md)"
                 )
         histories = self._planned_histories(batch_id)
-        for op, routing in zip(self.operators, self._routings(schema), strict=True):
-            key = (op.operator_id, op.store_name)
+        routings = dict(zip(map(id, self.operators), self._routings(schema), strict=True))
+        for op, spec in self._stores():
+            key = (op.operator_id, spec.name)
+            routing = routings[id(op)]
             new = sorted(set(range(op.num_partitions)) - existing.get(key, set()))
             if new:
                 self.catalog.register_stores(
                     self.root,
-                    [StoreId(op.operator_id, p, op.store_name) for p in new],
-                    op.schema.key.jsonValue(),
-                    op.schema.value.jsonValue(),
+                    [StoreId(op.operator_id, p, spec.name) for p in new],
+                    spec.schema.key.jsonValue(),
+                    spec.schema.value.jsonValue(),
                 )
             if key not in layouts and routing is not None:
-                first = NewLayout(op.operator_id, op.store_name, op.num_partitions, routing)
+                first = NewLayout(op.operator_id, spec.name, op.num_partitions, routing)
                 self.catalog.record_layout(self.root, self.query_id, first, batch_id)
-            self.catalog.record_schema_history(
-                self.root, op.operator_id, op.store_name, histories[key]
-            )
+            self.catalog.record_schema_history(self.root, op.operator_id, spec.name, histories[key])
             self._histories[key] = histories[key]
         self._registered = True
 
@@ -272,21 +272,26 @@ class StatefulQuery:
         written or any task runs)."""
         recorded = self.catalog.schema_histories(self.root)
         planned = {}
-        for op in self.operators:
-            key = (op.operator_id, op.store_name)
+        for op, store in self._stores():
+            key = (op.operator_id, store.name)
             known = recorded.get(key)
             if known is None:
-                planned[key] = SchemaHistory((SchemaEntry.make(op.schema, from_batch=batch_id),))
+                entry = SchemaEntry.make(store.schema, from_batch=batch_id)
+                planned[key] = SchemaHistory((entry,))
                 continue
             try:
-                planned[key], _ = known.evolve(op.schema, op.schema_change, batch_id)
+                planned[key], _ = known.evolve(store.schema, store.schema_change, batch_id)
             except SchemaMismatch as e:
                 raise SchemaMismatch(
-                    f"query {self.query_id}, operator {op.operator_id} (store {op.store_name}): "
+                    f"query {self.query_id}, operator {op.operator_id} (store {store.name}): "
                     f"{e.reason}",
                     path=self.root,
                 ) from None
         return planned
+
+    def _stores(self) -> list[tuple[StatefulOperator, ExtraStore]]:
+        """Every store of every operator, with its operator."""
+        return [(op, store) for op in self.operators for store in op.stores]
 
     def _committed_before(self, batch_id: int, start: BatchStart) -> dict[StoreId, CheckpointRef]:
         """Batch ``batch_id - 1``'s committed ids (read by ``begin_batch``); refuse a batch out
@@ -414,7 +419,7 @@ class StatefulQuery:
             batch_id=batch_id,
             run=run,
             operator=op,
-            schema_history=self._histories[op.operator_id, op.store_name],
+            schema_histories={s.name: self._histories[op.operator_id, s.name] for s in op.stores},
             base=base_refs(committed, op),
             input_schema=to_arrow_schema(input_schema, timezone="UTC"),
             batch_time_ms=batch_time_ms,
@@ -465,7 +470,7 @@ class StatefulQuery:
         if not self._registered:
             self._register(batch_id, schema)
         run = uuid.uuid4().hex
-        operators = [(op.operator_id, op.store_name, op.num_partitions) for op in self.operators]
+        operators = [(op.operator_id, s.name, op.num_partitions) for op, s in self._stores()]
         start = self.catalog.begin_batch(self.root, self.query_id, batch_id, run, operators)
         committed = self._committed_before(batch_id, start)
         watermarks = self.event_time.watermark_for(self.catalog, self.root, self.query_id, batch_id)

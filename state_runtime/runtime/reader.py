@@ -20,6 +20,7 @@ from state_runtime.catalog import catalog_url as default_catalog_url
 from state_runtime.errors import InvalidArgument, UnknownCheckpointId
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.runtime import worker
+from state_runtime.runtime.tws.variables import TIMERS_STORE
 from state_runtime.storage import Storage, open_storage
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.schema_history import SchemaHistory
@@ -162,11 +163,22 @@ def read_state(
     version: int | None = None,
     catalog_url: str | None = None,
     as_written: bool = False,
+    state_variable: str | None = None,
+    timers: bool = False,
 ) -> DataFrame:
     """The state of an operator's store, as of the latest commit, a batch, or a version.
 
     Rows read under the store's newest schema (older files through the planned projection),
-    or with ``as_written`` under the schema the version was committed with."""
+    or with ``as_written`` under the schema the version was committed with. For a
+    ``transform_with_state`` operator, ``state_variable="name"`` reads one state variable
+    (Spark's ``stateVarName``) and ``timers=True`` its pending timers (Spark's
+    ``readRegisteredTimers``): each is a store of the operator."""
+    if state_variable is not None and timers:
+        raise InvalidArgument("read a state variable or the timers, not both")
+    if state_variable is not None:
+        store_name = state_variable
+    elif timers:
+        store_name = TIMERS_STORE
     storage = (
         checkpoint_root if isinstance(checkpoint_root, Storage) else open_storage(checkpoint_root)
     )

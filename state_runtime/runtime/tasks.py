@@ -59,9 +59,11 @@ class TaskSpec:
     batch_id: int
     run: str
     operator: StatefulOperator
-    schema_history: SchemaHistory
-    """The operator's schema history from the catalog, newest last (the operator's schema)."""
-    base: dict[int, tuple[int, str | None]]
+    schema_histories: dict[str, SchemaHistory]
+    """Each of the operator's stores' schema history from the catalog, newest last (the
+    operator's schema), by store name."""
+    base: dict[str, dict[int, tuple[int, str | None]]]
+    """Each store's committed ``(version, id)`` per partition, by store name."""
     input_schema: pa.Schema
     batch_time_ms: int
     worker_settings: WorkerSettings
@@ -174,23 +176,32 @@ def run_partitions(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
     rows = data.drop_columns(internal)
     for partition in sorted(pc.unique(route).to_pylist()):
         mine = rows.filter(pc.equal(data_route, partition))
-        output, report = _run_partition(spec, int(partition), mine)
-        note = pa.array([report.to_json()], type=pa.string())
+        output, reports = _run_partition(spec, int(partition), mine)
+        note = pa.array([r.to_json() for r in reports], type=pa.string())
         yield from _with_reports(output, note, schema).to_batches()
     worker.settle()
 
 
-def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.Table, TaskReport]:
+def _run_partition(
+    spec: TaskSpec, partition: int, rows: pa.Table
+) -> tuple[pa.Table, list[TaskReport]]:
+    """One state partition: open every store of the operator at its shipped checkpoint, run
+    the update function, commit each store; one report per store (the main one first, which
+    alone counts the rows in)."""
     started = time.perf_counter()
     context = TaskContext.get()
     op = spec.operator
-    store_id = StoreId(op.operator_id, partition, op.store_name)
     me = worker.worker_id()
     if CACHE.budget != spec.worker_settings.cache_bytes:
         set_budget(spec.worker_settings.cache_bytes)
-    provider = worker.provider_for(spec.storage, store_id, spec.schema_history, op.config)
-    version, checkpoint_id = spec.base.get(partition, (0, None))
-    store = provider.get_store(version, checkpoint_id)
+    stores = {}
+    for name in (s.name for s in op.stores):
+        store_id = StoreId(op.operator_id, partition, name)
+        provider = worker.provider_for(
+            spec.storage, store_id, spec.schema_histories[name], op.config
+        )
+        version, checkpoint_id = spec.base.get(name, {}).get(partition, (0, None))
+        stores[name] = provider.get_store(version, checkpoint_id)
     batch = BatchContext(
         spec.query_id,
         spec.batch_id,
@@ -199,42 +210,51 @@ def _run_partition(spec: TaskSpec, partition: int, rows: pa.Table) -> tuple[pa.T
         None if spec.event_time is None else spec.event_time.watermarks.eviction_ms,
         None if spec.event_time is None else spec.event_time.watermarks.late_rows_ms,
         spec.time_zone,
+        stores=stores,
     )
     rows_in = rows.num_rows
     token = _current.set(batch)
     try:
         rows, max_event = prepare_rows(spec.event_time, op, rows, batch.event_time)
-        output = _output_table(op.update(store, rows), op.output_arrow_schema())
-        info = store.commit()
+        output = _output_table(op.update(stores[op.store_name], rows), op.output_arrow_schema())
+        infos = [store.commit() for store in stores.values()]
     except BaseException:
-        store.abort()
+        for store in stores.values():
+            if not store.has_committed:
+                store.abort()
         raise
     finally:
         _current.reset(token)
-    load = store.metrics.load
-    report = TaskReport(
-        run=spec.run,
-        info=info,
-        rows_in=rows_in,
-        keys_updated=store.metrics.updated_keys + store.metrics.removed_keys,
-        load_source=load.source.value,
-        deltas_applied=load.deltas_applied,
-        load_ms=load.load_ms,
-        task_ms=(time.perf_counter() - started) * 1000,
-        attempt=context.attemptNumber() if context is not None else 0,
-        worker=me,
-        repairs=list(load.repairs),
-        **event_time_report(batch.event_time, max_event),
-    )
-    return output, report
+    task_ms = (time.perf_counter() - started) * 1000
+    reports = []
+    for i, (store, info) in enumerate(zip(stores.values(), infos, strict=True)):
+        load = store.metrics.load
+        reports.append(
+            TaskReport(
+                run=spec.run,
+                info=info,
+                rows_in=rows_in if i == 0 else 0,
+                keys_updated=store.metrics.updated_keys + store.metrics.removed_keys,
+                load_source=load.source.value,
+                deltas_applied=load.deltas_applied,
+                load_ms=load.load_ms,
+                task_ms=task_ms,
+                attempt=context.attemptNumber() if context is not None else 0,
+                worker=me,
+                repairs=list(load.repairs),
+                **event_time_report(batch.event_time, max_event if i == 0 else None),
+            )
+        )
+    return output, reports
 
 
 def base_refs(
     committed: dict[StoreId, CheckpointRef], operator: StatefulOperator
-) -> dict[int, tuple[int, str | None]]:
-    """Each partition's starting checkpoint for this operator: the committed one, or version 0."""
-    base: dict[int, tuple[int, str | None]] = {}
+) -> dict[str, dict[int, tuple[int, str | None]]]:
+    """Each of the operator's stores' starting checkpoint per partition, by store name: the
+    committed one (a partition missing starts at version 0)."""
+    base: dict[str, dict[int, tuple[int, str | None]]] = {s.name: {} for s in operator.stores}
     for store, ref in committed.items():
-        if store.operator_id == operator.operator_id and store.store_name == operator.store_name:
-            base[store.partition_id] = (ref.version, ref.checkpoint_id)
+        if store.operator_id == operator.operator_id and store.store_name in base:
+            base[store.store_name][store.partition_id] = (ref.version, ref.checkpoint_id)
     return base

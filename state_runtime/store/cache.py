@@ -23,10 +23,15 @@ from collections import OrderedDict, deque
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef
 from state_runtime.settings import WorkerSettings, parse_size
-from state_runtime.store.sorted_runs import Run
+from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun
 
 __all__ = ["CACHE", "VersionCache", "parse_size", "set_budget"]
 from state_runtime.store.versions import Version
+
+DISK_VERSIONS = 2
+"""Cached versions a store keeps while they hold runs on local disk: those runs count only
+their fence index against the budget, so this bounds the disk they hold (about twice the
+store's state, docs/state-on-disk.md)."""
 
 
 class VersionCache:
@@ -37,7 +42,7 @@ class VersionCache:
         self._budget = budget
         self._entries: OrderedDict[tuple[int, CheckpointRef], Version] = OrderedDict()
         self._owners = itertools.count()
-        self._holders: dict[Run, int] = {}  # run -> cached versions holding it
+        self._holders: dict[AnyRun, int] = {}  # run -> cached versions holding it
         self._used = 0
         self.evictions = 0
         # Owners whose provider was collected. The garbage collector may run a finalizer while
@@ -75,8 +80,9 @@ class VersionCache:
             self._release(self._entries.pop(key))
 
     def put(self, owner: int, version: Version, limit: int | None = None) -> None:
-        """Cache ``version`` as the most recently used; evict past the budget (and past
-        ``limit`` versions of this owner, if given)."""
+        """Cache ``version`` as the most recently used; evict past the budget, past ``limit``
+        versions of this owner if given, and past :data:`DISK_VERSIONS` of its versions
+        holding runs on disk."""
         key = (owner, version.ref)
         with self._lock:
             self._sweep()
@@ -90,6 +96,14 @@ class VersionCache:
             if limit is not None:
                 mine = [k for k in self._entries if k[0] == owner]
                 for old in mine[: max(0, len(mine) - limit)]:
+                    self._evict(old)
+            on_disk = [
+                k
+                for k, v in self._entries.items()
+                if k[0] == owner and any(run.on_disk for run in v.runs)
+            ]
+            for old in on_disk[: max(0, len(on_disk) - DISK_VERSIONS)]:
+                if old != key:
                     self._evict(old)
             while self._used > self.budget and len(self._entries) > 1:
                 oldest = next(iter(self._entries))
@@ -140,6 +154,7 @@ class VersionCache:
 CACHE = VersionCache()
 """The process's cache: every provider shares it. Spark tasks set its budget to the value the
 driver read (:class:`state_runtime.settings.WorkerSettings`)."""
+LOCAL_DISK.budget = lambda: CACHE.budget  # runs on disk and the block cache take its quarters
 
 
 def set_budget(budget: int) -> None:

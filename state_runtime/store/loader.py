@@ -87,6 +87,7 @@ class VersionLoader:
             Run.empty(self.schema.key_arrow, self.schema.value_arrow),
             EMPTY,
             (),
+            self.store,
         )
 
     def load(self, ref: CheckpointRef, metrics: LoadMetrics, *, warm: bool) -> Version:
@@ -276,7 +277,7 @@ class VersionLoader:
             )
             return None
         self._known_snapshots.add(ref)
-        return Version.of(self.indexer, snap.run, ref, snap.header.lineage)
+        return Version.of(self.indexer, snap.run, ref, snap.header.lineage, self.store)
 
     def apply(self, base: Version, chain: list[CheckpointFile], metrics: LoadMetrics) -> Version:
         """Apply deltas (given newest first) on top of ``base`` as one change, checking each
@@ -298,6 +299,7 @@ class VersionLoader:
                 )
             metrics.deltas_applied += 1
         changes = squash(self.indexer, [delta.run for delta in chain])
+        assert isinstance(changes, Run)  # deltas are in memory
         target = chain[0]
         return base.derive(changes, target.ref, _lineage(chain, base), rows)
 

@@ -52,8 +52,35 @@ class Run:
     keys: pa.StructArray
     values: pa.StructArray
 
+    on_disk = False
+    """Whether the rows live on local disk (:class:`~state_runtime.store.disk_runs.DiskRun`)."""
+
     def __len__(self) -> int:
         return len(self.index)
+
+    def slice(self, start: int, stop: int) -> Run:
+        """Rows ``start`` to ``stop`` (no copy)."""
+        return Run(
+            self.index[start:stop],
+            self.keys.slice(start, stop - start),
+            self.values.slice(start, stop - start),
+        )
+
+    def blocks(self) -> Iterator[Run]:
+        """The rows as in-memory runs in index order: this run itself."""
+        yield self
+
+    @property
+    def key_type(self) -> pa.DataType:
+        return self.keys.type
+
+    @property
+    def value_type(self) -> pa.DataType:
+        return self.values.type
+
+    def take_values(self, rows: np.ndarray) -> pa.StructArray:
+        """The values of rows ``rows``."""
+        return self.values.take(pa.array(rows, type=pa.int64()))
 
     @property
     def removals(self) -> int:
@@ -66,7 +93,7 @@ class Run:
         return index_bytes + int(self.keys.nbytes) + int(self.values.nbytes)
 
     @classmethod
-    def empty(cls, key_type: pa.StructType, value_type: pa.StructType) -> Run:
+    def empty(cls, key_type: pa.DataType, value_type: pa.DataType) -> Run:
         return cls(
             np.empty(0, dtype=np.int64),
             pa.array([], type=key_type),
@@ -91,9 +118,9 @@ class Run:
                 keep = _last_of_equal_keys(indexer, index, keys)
                 if not bool(keep.all()):
                     mask = pa.array(keep)
-                    kept = _run(index[keep], keys.filter(mask), values.filter(mask))
+                    kept = run_of(index[keep], keys.filter(mask), values.filter(mask))
                     return kept, int(len(keep) - keep.sum())
-        return _run(index, keys, values), 0
+        return run_of(index, keys, values), 0
 
     # --- lookups ------------------------------------------------------------------------
 
@@ -126,6 +153,17 @@ class Run:
             for j in np.flatnonzero(~same):  # a collision: look further along the equal run
                 found[unsure[j]] = self._scan(indexer, int(pos[unsure[j]]) + 1, probes.slice(j, 1))
         return found
+
+    def find(
+        self,
+        indexer: KeyIndexer,
+        index: np.ndarray,
+        keys: pa.StructArray,
+        rows: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, pa.StructArray]:
+        """:meth:`positions`, and the values of the probes found, in probe order."""
+        found = self.positions(indexer, index, keys, rows)
+        return found, self.take_values(found[found >= 0])
 
     def _scan(self, indexer: KeyIndexer, start: int, key: pa.StructArray) -> int:
         target = self.index[start - 1]
@@ -224,7 +262,20 @@ class Run:
         taken = pa.array(source)
         keys = pa.concat_arrays([self.keys, newer.keys]).take(taken)
         values = pa.concat_arrays([self.values, newer.values]).take(taken)
-        return _run(index, keys, values)
+        return run_of(index, keys, values)
+
+
+def concat(runs: list[Run], key_type: pa.DataType, value_type: pa.DataType) -> Run:
+    """Runs that follow each other in index order as one run."""
+    if len(runs) == 1:
+        return runs[0]
+    if not runs:
+        return Run.empty(key_type, value_type)
+    return run_of(
+        np.concatenate([r.index for r in runs]),
+        pa.concat_arrays([r.keys for r in runs]),
+        pa.concat_arrays([r.values for r in runs]),
+    )
 
 
 def _shares_key_buffer(index: np.ndarray, keys: pa.StructArray) -> bool:
@@ -237,7 +288,7 @@ def _shares_key_buffer(index: np.ndarray, keys: pa.StructArray) -> bool:
     )
 
 
-def _run(index: np.ndarray, keys: pa.StructArray, values: pa.StructArray) -> Run:
+def run_of(index: np.ndarray, keys: pa.StructArray, values: pa.StructArray) -> Run:
     """A run; one int64 key column without nulls is rebuilt on the index (held once)."""
     if (
         keys.type.num_fields == 1

@@ -14,25 +14,40 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import Any, Final, Protocol
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from state_runtime.errors import CannotCommit, InvalidArgument, StorageError, StoreClosed
+from state_runtime.errors import (
+    CannotCommit,
+    InvalidArgument,
+    LocalDiskFull,
+    StorageError,
+    StoreClosed,
+)
 from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpoint_id
 from state_runtime.store.arrow_rows import Row, struct_array, struct_rows
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
+from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, held_bytes, written
 from state_runtime.store.keys import KeyIndexer, freeze
+from state_runtime.store.scans import (
+    ArrowPredicate,
+    as_prefix,
+    key_ordered,
+    key_ordered_rows,
+    matching_rows,
+    prefix_mask,
+    range_mask,
+)
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
-from state_runtime.store.store_metrics import LoadMetrics, StoreMetrics
-from state_runtime.store.versions import Version, get, lookup, row_change, squash
+from state_runtime.store.store_metrics import DiskMetrics, LoadMetrics, StoreMetrics
+from state_runtime.store.versions import Version, get, live_blocks, lookup, row_change, squash
 from state_runtime.store.writer import CheckpointTarget, record_unchanged, write_checkpoint
 
 
@@ -103,6 +118,11 @@ class StoreHost(Protocol):
 
     def install(self, version: Version) -> None: ...
 
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes the process's cached versions hold in memory (every store)."""
+        ...
+
 
 def _normalize(row: Any, arity: int, what: str, store: StoreId) -> Row:
     if isinstance(row, tuple):
@@ -116,53 +136,6 @@ def _normalize(row: Any, arity: int, what: str, store: StoreId) -> Row:
     raise InvalidArgument(f"{what} {row!r} is not a tuple of {arity} fields", store=store)
 
 
-def _as_prefix(bound: Any, arity: int, what: str) -> Row:
-    p = bound if isinstance(bound, tuple) else (bound,)
-    if not 0 < len(p) <= arity:
-        raise InvalidArgument(f"{what} {bound!r} must have 1..{arity} fields")
-    if any(v is None for v in p):
-        raise InvalidArgument(f"keys cannot be ordered for a scan: {what} {bound!r} holds None")
-    return tuple(p)
-
-
-def _compare(column: pa.Array, value: Any, op: str) -> pa.Array:
-    return pc.call_function(op, [column, pa.scalar(value, type=column.type)]).fill_null(False)
-
-
-def _lexicographic(columns: list[pa.Array], bound: Row, op: str, *, tail: bool) -> pa.Array:
-    """``key[:len(bound)] <op> bound`` as tuples compare; ``tail`` is the answer on a tie."""
-    acc: pa.Array = pa.array(np.full(len(columns[0]), tail))
-    for col, v in reversed(list(zip(columns, bound, strict=False))):
-        acc = pc.or_(_compare(col, v, op), pc.and_(_compare(col, v, "equal"), acc))
-    return acc
-
-
-ArrowPredicate = Callable[[pa.StructArray, pa.StructArray], pa.Array]
-"""``predicate(keys, values)``: a boolean array over a run's key and value struct arrays."""
-
-
-def _matching_rows(
-    predicate: ArrowPredicate, keys: pa.StructArray, values: pa.StructArray
-) -> pa.Table:
-    """The rows with a value (not a removal) for which the predicate holds (null: false)."""
-    mask = pc.and_(pc.fill_null(predicate(keys, values), False), values.is_valid())
-    return pa.table({"key": keys.filter(mask), "value": values.filter(mask)})
-
-
-def _key_ordered(keys: pa.StructArray, values: pa.StructArray) -> Run:
-    """Rows sorted by their key columns (InvalidArgument if a key type has no order)."""
-    fields = keys.flatten()
-    names = [f"k{i}" for i in range(len(fields))]
-    try:
-        order = pc.sort_indices(
-            pa.table(dict(zip(names, fields, strict=True))),
-            sort_keys=[(n, "ascending") for n in names],
-        )
-    except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise InvalidArgument(f"keys cannot be ordered for a scan: {e}") from e
-    return Run(np.arange(len(keys)), keys.take(order), values.take(order))
-
-
 class ReadStateStore:
     """A committed version of a store, read-only."""
 
@@ -173,6 +146,7 @@ class ReadStateStore:
         self._key_arity = host.schema.key_arity
         self._value_arity = host.schema.value_arity
         self.metrics = StoreMetrics(rows=version.rows, load=load)
+        self._disk_at_open = dataclasses.replace(LOCAL_DISK.stats)
 
     @property
     def store_id(self) -> StoreId:
@@ -202,12 +176,13 @@ class ReadStateStore:
             return key
         return _normalize(key, self._key_arity, "key", self.store_id)
 
-    def _runs(self) -> tuple[Run, ...]:
+    def _runs(self) -> tuple[AnyRun, ...]:
         """The state as a stack of runs, newest first."""
         return self._version.runs
 
-    def _state(self) -> Run:
-        return self._version.state()
+    def _blocks(self) -> Iterator[Run]:
+        """The state's rows in index order, block by block (one block when in memory)."""
+        return self._version.blocks()
 
     def get(self, key: Any) -> Row | None:
         """The value of ``key``, or None."""
@@ -221,9 +196,10 @@ class ReadStateStore:
 
     def items(self) -> Iterator[tuple[Row, Row]]:
         """Every (key, value) row, in no particular order."""
-        for key, value in self._state().rows():
-            assert value is not None
-            yield key, value
+        for block in self._blocks():
+            for key, value in block.rows():
+                assert value is not None
+                yield key, value
 
     __iter__ = items
 
@@ -248,38 +224,22 @@ class ReadStateStore:
         return struct_rows(self.lookup(arrow_keys))
 
     def prefix_scan(self, prefix: Any) -> Iterator[tuple[Row, Row]]:
-        """Rows whose leading key columns equal ``prefix`` (a tuple), in key order.
+        """Rows whose leading key columns equal ``prefix`` (a tuple; a None field matches
+        null), in key order.
 
-        One vectorised pass over the state (there is no secondary index).
+        One vectorised pass over the state, block by block (there is no secondary index).
         """
-        p = _as_prefix(prefix, self._key_arity, "prefix")
-        state = self._state()
-        columns = state.keys.flatten()
-        mask = pa.array(np.ones(len(state), dtype=bool))
-        for col, v in zip(columns, p, strict=False):
-            mask = pc.and_(mask, _compare(col, v, "equal"))
-        return self._in_key_order(state, mask)
+        mask = prefix_mask(as_prefix(prefix, self._key_arity, "prefix", nulls=True))
+        return key_ordered_rows(self._blocks(), mask, self._host.schema)
 
     def range_scan(self, start: Any = None, end: Any = None) -> Iterator[tuple[Row, Row]]:
         """Rows with ``start <= key < end`` (either bound may be None), in key order.
 
         Bounds may be key prefixes; keys compare as tuples. One vectorised pass plus a sort.
         """
-        state = self._state()
-        columns = state.keys.flatten()
-        mask = pa.array(np.ones(len(state), dtype=bool))
-        if start is not None:
-            lo = _as_prefix(start, self._key_arity, "start")
-            mask = pc.and_(mask, _lexicographic(columns, lo, "greater", tail=True))
-        if end is not None:
-            hi = _as_prefix(end, self._key_arity, "end")
-            mask = pc.and_(mask, _lexicographic(columns, hi, "less", tail=False))
-        return self._in_key_order(state, mask)
-
-    def _in_key_order(self, state: Run, mask: pa.Array) -> Iterator[tuple[Row, Row]]:
-        for key, value in _key_ordered(state.keys.filter(mask), state.values.filter(mask)).rows():
-            assert value is not None
-            yield key, value
+        lo = None if start is None else as_prefix(start, self._key_arity, "start")
+        hi = None if end is None else as_prefix(end, self._key_arity, "end")
+        return key_ordered_rows(self._blocks(), range_mask(lo, hi), self._host.schema)
 
     def matching(self, predicate: ArrowPredicate) -> pa.Table:
         """The current rows for which ``predicate(keys, values)`` (a boolean array) holds.
@@ -290,21 +250,48 @@ class ReadStateStore:
         removed a candidate). Returns a table with ``key`` and ``value`` struct columns.
         """
         runs = self._runs()
-        if len(runs) == 1:  # the base alone: its matching rows are the answer
-            return _matching_rows(predicate, runs[0].keys, runs[0].values)
+        if len(runs) == 1 and isinstance(runs[0], Run):  # the base alone: the answer
+            return matching_rows(predicate, runs[0].keys, runs[0].values)
         schema = self._host.schema
-        found = [_matching_rows(predicate, run.keys, run.values) for run in runs]
+        found = [
+            matching_rows(predicate, block.keys, block.values)
+            for run in runs
+            for block in run.blocks()
+        ]
         keys = pa.concat_arrays([t.column("key").combine_chunks() for t in found])
         if not len(keys):
             return found[0]
+        if len(runs) == 1:  # one run without removals: its matching rows are the answer
+            return pa.concat_tables(found)
         unique = Run.build(self._indexer, keys, pa.nulls(len(keys), schema.value_arrow))[0].keys
         values = lookup(self._indexer, runs, unique, schema.value_arrow)
-        return _matching_rows(predicate, unique, values)
+        return matching_rows(predicate, unique, values)
 
     def to_arrow(self) -> pa.Table:
-        """The state as an Arrow table with ``key`` and ``value`` struct columns."""
-        state = self._state()
-        return pa.table({"key": state.keys, "value": state.values})
+        """The state as an Arrow table with ``key`` and ``value`` struct columns.
+
+        A state with runs on local disk is merged block by block into a local file, and the
+        table maps that file (its pages are the file's, not the worker's heap)."""
+        blocks = self._blocks()
+        first = next(blocks, None)
+        second = next(blocks, None)
+        if first is None or second is None:
+            schema = self._host.schema
+            state = first or Run.empty(schema.key_arrow, schema.value_arrow)
+            return pa.table({"key": state.keys, "value": state.values})
+        on_disk = written(
+            self.store_id,
+            itertools.chain([first, second], blocks),
+            self._host.schema.key_arrow,
+            self._host.schema.value_arrow,
+            sum(held_bytes(run) for run in self._runs()),
+            compaction=False,
+        )
+        return (
+            on_disk.table()
+            if not isinstance(on_disk, Run)
+            else pa.table({"key": on_disk.keys, "value": on_disk.values})
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store_id}, version={self.version})"
@@ -346,7 +333,13 @@ class StateStore(ReadStateStore):
     def _push(self, run: Run) -> None:
         self._pending.insert(0, run)
         if len(self._pending) > _MAX_PENDING_RUNS:
-            self._pending = [squash(self._indexer, self._pending)]
+            self._pending = [self._squashed()]
+
+    def _squashed(self) -> Run:
+        """The pending change runs as one (in memory, as they are)."""
+        squashed = squash(self._indexer, self._pending)
+        assert isinstance(squashed, Run)
+        return squashed
 
     def _flushed(self) -> None:
         try:
@@ -362,18 +355,17 @@ class StateStore(ReadStateStore):
         if not self._pending:
             schema = self._host.schema
             return Run.empty(schema.key_arrow, schema.value_arrow)
-        return squash(self._indexer, self._pending)
+        return self._squashed()
 
-    def _runs(self) -> tuple[Run, ...]:
+    def _runs(self) -> tuple[AnyRun, ...]:
         self._flushed()
         return (*self._pending, *self._version.runs)
 
-    def _state(self) -> Run:
-        self._flushed()
+    def _blocks(self) -> Iterator[Run]:
+        runs = self._runs()
         if not self._pending:
-            return self._version.state()
-        changes = squash(self._indexer, (*self._pending, *self._version.overlays))
-        return self._version.base.merged_with(self._indexer, changes, drop_removals=True)
+            return self._version.blocks()
+        return live_blocks(self._indexer, runs, self._version.store)
 
     # --- reads see this instance's own updates -----------------------------------------
 
@@ -390,9 +382,7 @@ class StateStore(ReadStateStore):
         self._flushed()
         if not self._pending:
             return self._version.rows
-        return self._version.rows + row_change(
-            self._indexer, self._version.runs, squash(self._indexer, self._pending)
-        )
+        return self._version.rows + row_change(self._indexer, self._version.runs, self._squashed())
 
     # --- updates ------------------------------------------------------------------------
 
@@ -484,10 +474,10 @@ class StateStore(ReadStateStore):
         self._flushed()
         if not self._pending:
             return
-        changes = squash(self._indexer, self._pending)
+        changes = self._squashed()
         if not self._indexer.exact:
             with contextlib.suppress(InvalidArgument):
-                changes = _key_ordered(changes.keys, changes.values)
+                changes = key_ordered(changes.keys, changes.values)
         yield from changes.rows()
 
     # --- transaction --------------------------------------------------------------------
@@ -541,7 +531,12 @@ class StateStore(ReadStateStore):
                 checkpoint_id=ref.checkpoint_id,
                 path=self.store_id.file_path(ref.version, ref.checkpoint_id, FileKind.DELTA),
             ) from e
-        self._version = base.derive(changes, info.ref, lineage, rows)
+        try:
+            self._version = base.derive(changes, info.ref, lineage, rows)
+        except LocalDiskFull:
+            # The delta is written but never reported: a retry commits under a new id.
+            self._status = _State.ABORTED
+            raise
         host.install(self._version)
         self._pending = []
         self._status = _State.COMMITTED
@@ -552,6 +547,13 @@ class StateStore(ReadStateStore):
         self.metrics.removed_keys = removed
         self.metrics.bytes_written = info.bytes_written
         self.metrics.commit_ms = elapsed
+        now, then = LOCAL_DISK.stats, self._disk_at_open
+        self.metrics.disk = DiskMetrics(
+            resident_bytes=host.resident_bytes + now.block_cache_bytes,
+            local_disk_bytes=now.local_disk_bytes,
+            block_cache_hits=now.block_cache_hits - then.block_cache_hits,
+            compaction_bytes=now.compaction_bytes - then.compaction_bytes,
+        )
         self._info = dataclasses.replace(
             info, timings_ms={"load": self.metrics.load.load_ms, "commit": elapsed}
         )

@@ -36,3 +36,16 @@ class StoreMetrics:
     bytes_written: int = 0
     commit_ms: float = 0.0
     load: LoadMetrics = field(default_factory=LoadMetrics)
+    disk: DiskMetrics = field(default_factory=lambda: DiskMetrics())
+
+
+@dataclass
+class DiskMetrics:
+    """State on local disk (docs/state-on-disk.md), as of the commit: ``resident_bytes`` and
+    ``local_disk_bytes`` for the whole process (every store), ``block_cache_hits`` and
+    ``compaction_bytes`` (bytes merges wrote to local disk) since the store was opened."""
+
+    resident_bytes: int = 0
+    local_disk_bytes: int = 0
+    block_cache_hits: int = 0
+    compaction_bytes: int = 0

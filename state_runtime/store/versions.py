@@ -19,14 +19,15 @@ import pyarrow as pa
 
 from state_runtime.identity import CheckpointRef
 from state_runtime.store.arrow_rows import Row
+from state_runtime.store.disk_runs import AnyRun, merge, merge_blocks, spilled
 from state_runtime.store.keys import KeyIndexer
-from state_runtime.store.sorted_runs import Run
+from state_runtime.store.sorted_runs import Run, concat
 
 COMPACT_FRACTION = 4
 """Fold the change runs into the base once they hold 1/COMPACT_FRACTION of its rows."""
 
 
-def get(indexer: KeyIndexer, runs: Sequence[Run], key: Row) -> Row | None:
+def get(indexer: KeyIndexer, runs: Sequence[AnyRun], key: Row) -> Row | None:
     """The value of one normalised key tuple in a stack of runs (newest first), or None."""
     h = indexer.index_of(key)
     for run in runs:
@@ -37,28 +38,23 @@ def get(indexer: KeyIndexer, runs: Sequence[Run], key: Row) -> Row | None:
 
 
 def lookup(
-    indexer: KeyIndexer, runs: Sequence[Run], keys: pa.StructArray, value_type: pa.StructType
+    indexer: KeyIndexer, runs: Sequence[AnyRun], keys: pa.StructArray, value_type: pa.DataType
 ) -> pa.StructArray:
     """The values of ``keys`` in a stack of runs (newest first); null where absent."""
     index = indexer.index(keys)
     n = len(index)
-    which = np.full(n, -1, dtype=np.int64)
-    where = np.full(n, -1, dtype=np.int64)
     todo = np.arange(n)
-    for r, run in enumerate(runs):
-        if not len(todo):
-            break
-        pos = run.positions(indexer, index[todo], keys, todo)
-        hit = pos >= 0
-        which[todo[hit]] = r
-        where[todo[hit]] = pos[hit]
-        todo = todo[~hit]
     parts: list[pa.Array] = []
     order: list[np.ndarray] = []
-    for r in np.unique(which[which >= 0]):
-        rows = np.flatnonzero(which == r)
-        parts.append(runs[int(r)].values.take(pa.array(where[rows])))
-        order.append(rows)
+    for run in runs:
+        if not len(todo):
+            break
+        pos, values = run.find(indexer, index[todo], keys, todo)
+        hit = pos >= 0
+        if len(values):
+            parts.append(values)
+            order.append(todo[hit])
+        todo = todo[~hit]
     if len(todo):
         parts.append(pa.nulls(len(todo), type=value_type))
         order.append(todo)
@@ -71,17 +67,18 @@ def lookup(
     return pa.concat_arrays(parts).take(pa.array(inverse))
 
 
-def squash(indexer: KeyIndexer, runs: Sequence[Run]) -> Run:
+def squash(indexer: KeyIndexer, runs: Sequence[AnyRun], store: object | None = None) -> AnyRun:
     """Change runs (newest first) as one change run; the newest change of each key wins.
 
-    Two runs merge in O(rows); more are concatenated and sorted once (O(rows log rows)).
+    Two runs merge in O(rows); more in memory are concatenated and sorted once
+    (O(rows log rows)); with runs on disk they merge pairwise, oldest first, streamed to disk.
     """
-    if len(runs) <= 2:
+    if len(runs) <= 2 or any(run.on_disk for run in runs):
         result = runs[-1]
         for newer in reversed(runs[:-1]):
-            result = result.merged_with(indexer, newer, drop_removals=False)
+            result = merge(indexer, result, newer, drop_removals=False, store=store)
         return result
-    oldest_first = list(reversed(runs))
+    oldest_first = [run for run in reversed(runs) if isinstance(run, Run)]
     squashed, _ = Run.build(
         indexer,
         pa.concat_arrays([r.keys for r in oldest_first]),
@@ -90,7 +87,23 @@ def squash(indexer: KeyIndexer, runs: Sequence[Run]) -> Run:
     return squashed
 
 
-def row_change(indexer: KeyIndexer, runs: Sequence[Run], changes: Run) -> int:
+def live_blocks(
+    indexer: KeyIndexer, runs: Sequence[AnyRun], store: object | None = None
+) -> Iterator[Run]:
+    """The rows of a stack of runs (newest first, the base last, without removals) that are
+    not removed, in index order: one run when all are in memory, else block by block."""
+    base, overlays = runs[-1], runs[:-1]
+    if not overlays:
+        yield from base.blocks()
+        return
+    changes = squash(indexer, overlays, store)
+    if isinstance(base, Run) and isinstance(changes, Run):
+        yield base.merged_with(indexer, changes, drop_removals=True)
+        return
+    yield from merge_blocks(indexer, base.blocks(), changes.blocks(), drop_removals=True)
+
+
+def row_change(indexer: KeyIndexer, runs: Sequence[AnyRun], changes: Run) -> int:
     """Rows that ``changes`` adds (positive) or removes (negative) on top of ``runs``."""
     if not len(changes):
         return 0
@@ -108,21 +121,24 @@ class Version:
     ref: CheckpointRef
     lineage: tuple[CheckpointRef, ...]
     rows: int
-    base: Run
-    overlays: tuple[Run, ...] = ()
+    base: AnyRun
+    overlays: tuple[AnyRun, ...] = ()
+    store: object | None = None
+    """The store whose large runs go to local disk (None: every run stays in memory)."""
 
     @classmethod
     def of(
         cls,
         indexer: KeyIndexer,
-        base: Run,
+        base: AnyRun,
         ref: CheckpointRef,
         lineage: tuple[CheckpointRef, ...],
+        store: object | None = None,
     ) -> Version:
         """A version whose whole state is ``base`` (a snapshot, or empty)."""
-        return cls(indexer, ref, lineage, len(base), base)
+        return cls(indexer, ref, lineage, len(base), spilled(store, base), (), store)
 
-    runs: tuple[Run, ...] = field(init=False)
+    runs: tuple[AnyRun, ...] = field(init=False)
     """Newest first, the base last."""
 
     def __post_init__(self) -> None:
@@ -136,19 +152,21 @@ class Version:
         return get(self.indexer, self.runs, key)
 
     def lookup(self, keys: pa.StructArray) -> pa.StructArray:
-        return lookup(self.indexer, self.runs, keys, self.base.values.type)
+        return lookup(self.indexer, self.runs, keys, self.base.value_type)
+
+    def blocks(self) -> Iterator[Run]:
+        """Every row of this version in index order, block by block (see :func:`live_blocks`)."""
+        return live_blocks(self.indexer, self.runs, self.store)
 
     def state(self) -> Run:
-        """Every row of this version as one run without removals (O(rows) when layered)."""
-        if not self.overlays:
-            return self.base
-        changes = squash(self.indexer, self.overlays)
-        return self.base.merged_with(self.indexer, changes, drop_removals=True)
+        """Every row of this version as one run in memory (O(rows) when layered)."""
+        return concat(list(self.blocks()), self.base.key_type, self.base.value_type)
 
     def items(self) -> Iterator[tuple[Row, Row]]:
-        for key, value in self.state().rows():
-            assert value is not None
-            yield key, value
+        for block in self.blocks():
+            for key, value in block.rows():
+                assert value is not None
+                yield key, value
 
     def derive(
         self,
@@ -158,17 +176,18 @@ class Version:
         rows: int,
     ) -> Version:
         """This version plus ``changes`` (a change run), as version ``ref`` with ``rows`` rows."""
-        overlays = list(self.overlays)
+        overlays: list[AnyRun] = list(self.overlays)
         if len(changes):
-            overlays.insert(0, changes)
+            overlays.insert(0, spilled(self.store, changes))
         while len(overlays) >= 2 and 2 * len(overlays[0]) >= len(overlays[1]):
             overlays[0:2] = [
-                overlays[1].merged_with(self.indexer, overlays[0], drop_removals=False)
+                merge(self.indexer, overlays[1], overlays[0], drop_removals=False, store=self.store)
             ]
         base = self.base
         if overlays and COMPACT_FRACTION * sum(len(o) for o in overlays) >= len(base):
-            base = base.merged_with(
-                self.indexer, squash(self.indexer, overlays), drop_removals=True
-            )
+            changed = squash(self.indexer, overlays, self.store)
+            base = merge(self.indexer, base, changed, drop_removals=True, store=self.store)
             overlays = []
-        return Version(self.indexer, ref, lineage, rows, base, tuple(overlays))
+        else:
+            base = spilled(self.store, base)
+        return Version(self.indexer, ref, lineage, rows, base, tuple(overlays), self.store)

@@ -14,6 +14,7 @@ import pytest
 from state_runtime.catalog import Catalog, StoreKey
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import StoreId
+from state_runtime.status import DEFAULT_LIMITS
 from tests.catalog.conftest import FAST_RETRY
 from tests.catalog.factory import ROOT, Stream
 
@@ -158,8 +159,9 @@ DOOMED = """
 import sys, time
 from state_runtime.catalog import Catalog, RunKind
 from state_runtime.maintenance.runs import recorded_run
+from state_runtime.status import DEFAULT_LIMITS
 catalog = Catalog.open(sys.argv[1])
-with recorded_run(catalog, RunKind.CLEANUP, "doomed", {}) as run:
+with recorded_run(catalog, RunKind.CLEANUP, "doomed", {}, DEFAULT_LIMITS) as run:
     print(run.run_id, flush=True)
     time.sleep(600)
 """
@@ -189,7 +191,7 @@ def test_a_run_whose_process_was_killed_is_closed_as_abandoned_by_the_next_pass(
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
-    with recorded_run(catalog, RunKind.VALIDATE, "next", {}) as run:
+    with recorded_run(catalog, RunKind.VALIDATE, "next", {}, DEFAULT_LIMITS) as run:
         assert run.run_id != run_id
     gone = catalog.run(run_id)
     assert gone is not None and gone.outcome == "abandoned" and gone.ended_at is not None

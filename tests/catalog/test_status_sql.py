@@ -149,7 +149,8 @@ def test_since_is_when_the_status_changed_and_a_restore_is_not_a_validation(
 ) -> None:
     """Degraded since its validation, not since its chain began (it was unknown before); a
     restore that resolved a store's problem leaves it unknown since the restore, until a
-    validation finds it sound; SQL agrees at each step."""
+    validation finds it sound: healthy since that validation's run closed (the recorded
+    change), not since the restore; SQL agrees at each step."""
     catalog = fleet.catalog
     facts = {h.key.store: h for h in catalog.store_health(RetentionPolicy())}
     found = python_status(catalog, 20, 100)
@@ -158,7 +159,10 @@ def test_since_is_when_the_status_changed_and_a_restore_is_not_a_validation(
     assert facts[G].last_restored_at == facts[G].last_resolved_at
     validate(catalog, G)
     found = python_status(catalog, 20, 100)
-    assert found[G] == ("healthy", "validated, no open problems", facts[G].last_restored_at)
+    after = {h.key.store: h for h in catalog.store_health(RetentionPolicy())}
+    assert found[G] == ("healthy", "validated, no open problems", after[G].status_changed_at)
+    assert after[G].status_changed_at is not None and after[G].last_validated_at is not None
+    assert after[G].status_changed_at >= after[G].last_validated_at > facts[G].last_restored_at
     assert sql_status(catalog, 20, 100) == found
 
 

@@ -12,13 +12,19 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from alembic import command
+from alembic.script import ScriptDirectory
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from state_runtime.catalog import Catalog, FoundProblem, RetentionPolicy, StoreKey
 from state_runtime.catalog.connection.engine import create_catalog_engine
 from state_runtime.catalog.schema import operator_views as views
-from state_runtime.catalog.schema.revision import alembic_config, upgrade
+from state_runtime.catalog.schema.revision import (
+    alembic_config,
+    current_revision,
+    head_revision,
+    upgrade,
+)
 from state_runtime.identity import StoreId
 from state_runtime.status import DEFAULT_LIMITS, store_status
 from tests.catalog.conftest import DIALECTS
@@ -141,6 +147,55 @@ def test_a_downgrade_drops_the_views_and_the_upgrade_brings_them_back(empty_url:
     upgrade(engine)
     engine.dispose()
     assert_exactly_rendered(empty_url)
+
+
+def schema_version(url: str) -> int:
+    """SQLite's schema cookie: every DDL statement (a view dropped or created) moves it."""
+    engine = create_catalog_engine(url)
+    with engine.connect() as connection:
+        found = int(connection.exec_driver_sql("PRAGMA schema_version").scalar_one())
+    engine.dispose()
+    return found
+
+
+def test_a_sqlite_catalog_at_head_is_opened_without_an_upgrade(tmp_path: Path) -> None:
+    """At head with exactly the rendered views, the job's open (``upgrade="sqlite"``) and an
+    explicit upgrade leave the schema untouched: no view dropped and created again."""
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    Catalog.open(url, upgrade="sqlite").close()
+    before = schema_version(url)
+    Catalog.open(url, upgrade="sqlite").close()
+    upgrade(create_catalog_engine(url))
+    assert schema_version(url) == before
+    assert_exactly_rendered(url)
+
+
+@pytest.mark.parametrize("behind", ["the revision before head", "a view gone", "a view changed"])
+def test_a_sqlite_catalog_behind_the_code_is_upgraded_on_open(tmp_path: Path, behind: str) -> None:
+    """An older revision, or views other than this code's, are upgraded by the job's open,
+    with the rows kept."""
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    catalog = Catalog.open(url, upgrade="sqlite")
+    Stream(catalog, [StoreId(0, 0)], root="/old").run(2)
+    catalog.close()
+    engine = create_catalog_engine(url)
+    with engine.begin() as connection:
+        if behind == "the revision before head":
+            script = ScriptDirectory.from_config(alembic_config())
+            previous = script.get_revision(head_revision()).down_revision
+            assert isinstance(previous, str)
+            downgrade(connection, previous)
+        elif behind == "a view gone":
+            connection.exec_driver_sql("DROP VIEW state_store_health")
+        else:
+            connection.exec_driver_sql("DROP VIEW state_lineage")
+            connection.exec_driver_sql("CREATE VIEW state_lineage AS SELECT 1 AS version")
+    with Catalog.open(url, upgrade="sqlite") as reopened:
+        assert [v.ref.version for v in reopened.retained_versions("/old", StoreId(0, 0))] == [2, 1]
+    with engine.connect() as connection:
+        assert current_revision(connection) == head_revision()
+    engine.dispose()
+    assert_exactly_rendered(url)
 
 
 # --- the status rule, rendered, on generated fleets -----------------------------------------

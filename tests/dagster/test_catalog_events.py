@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from dagster import (
@@ -23,6 +24,7 @@ from dagster import (
     build_sensor_context,
 )
 
+from dagster_project.defs import catalog_events
 from dagster_project.defs.catalog_events import Cursor, catalog_events_sensor, catalog_report_job
 from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.store_events import HEALTH_KEY
@@ -117,6 +119,7 @@ def test_runs_outside_dagster_become_the_same_asset_events(
     recorded = [m.recorded_at.timestamp() for _, m in stream.catalog.batch_metrics_after(0)]
     assert [r.timestamp for r in batch_records(instance)] == pytest.approx(recorded, abs=1e-3)
     assert batches[2].metadata["query-1/rows_in"].value == 102
+    assert batches[2].metadata["catalog_metrics_id"].value == recorded_ids(stream)[2]
     assert batches[2].metadata["query-1/batch_ms"].value == 250.0
     assert batches[2].metadata["query-1/cache_hit_rate"].value == 0.667
 
@@ -162,6 +165,60 @@ def test_runs_outside_dagster_become_the_same_asset_events(
     quiet = tick(stream, instance, third.cursor)
     assert not quiet.events and quiet.result.skip_reason is not None
     assert quiet.cursor == third.cursor
+
+
+def recorded_ids(stream: StoreStream) -> list[int]:
+    return [i for i, _ in stream.catalog.batch_metrics_after(0, limit=10_000)]
+
+
+class RefusingStorage:
+    """The instance's event log refusing its ``fail_at``-th write from now on (that one only):
+    a real failure inside the storage, as a full disk or a dropped connection raises it."""
+
+    def __init__(self, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch, fail_at: int):
+        storage = instance.event_log_storage
+        self.store = storage.store_event
+        self.written = 0
+        self.fail_at = fail_at
+        monkeypatch.setattr(storage, "store_event", self.store_event)
+
+    def store_event(self, event: Any) -> None:
+        self.written += 1
+        if self.written == self.fail_at:
+            raise OSError("event log refused the write")
+        self.store(event)
+
+
+def test_each_batch_is_reported_exactly_once_after_a_tick_failed_partway(
+    make_stream: Callable[..., StoreStream],
+    instance: DagsterInstance,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tick that fails partway is continued by the next one from the newest batch Dagster
+    holds, never repeated (its cursor was not saved), in pages and chunks, at most a tick's
+    bound per tick; each batch at the time the runtime recorded it."""
+    monkeypatch.setattr(catalog_events, "PAGE", 7)
+    monkeypatch.setattr(catalog_events, "CHUNK", 3)
+    monkeypatch.setattr(catalog_events, "TICK_BATCHES", 20)
+    stream = make_stream()
+    stream.run(1)
+    for batch in range(30):
+        figures = BatchMetrics(batch, 1, 5, 64, 1.5, 1, 0, {"batch_ms": 10.0})
+        stream.catalog.record_batch_metrics(stream.root, "query-1", batch, figures)
+    first = tick(stream, instance, None)
+    assert len(batch_records(instance)) == 20  # the tick's bound
+    refusing = RefusingStorage(instance, monkeypatch, fail_at=5)
+    with pytest.raises(OSError, match="refused"):
+        tick(stream, instance, first.cursor)  # 4 written, then the failure: cursor not saved
+    assert refusing.written == 5
+    again = tick(stream, instance, first.cursor)
+    assert Cursor.parse(again.cursor).metrics == recorded_ids(stream)[-1]
+    records = batch_records(instance)
+    assert [r.asset_event.metadata["batch"].value for r in records] == list(range(30))
+    recorded = [m.recorded_at.timestamp() for _, m in stream.catalog.batch_metrics_after(0)]
+    assert [r.timestamp for r in records] == pytest.approx(recorded, abs=1e-3)
+    quiet = tick(stream, instance, again.cursor)
+    assert quiet.result.skip_reason is not None and len(batch_records(instance)) == 30
 
 
 def test_root_labels_are_the_query_or_the_shortest_telling_tail() -> None:

@@ -36,7 +36,7 @@ from dagster_project.defs.jobs import cleanup_schedule, snapshot_schedule
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import snapshot_due_sensor, store_discovery_sensor
-from state_runtime.catalog import RetentionPolicy, catalog_url
+from state_runtime.catalog import Catalog, RetentionPolicy, catalog_url
 from state_runtime.catalog.schema.tables import stores
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.maintenance import CHECKS, MaintenancePolicy
@@ -295,7 +295,9 @@ def test_snapshot_lag_check_warns(
 
 
 def test_sensors_discover_stores_and_request_snapshots(
-    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+    make_stream: Callable[..., StoreStream],
+    instance: DagsterInstance,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stream = make_stream()
     stream.run(3)
@@ -307,7 +309,16 @@ def test_sensors_discover_stores_and_request_snapshots(
     assert sorted(request.partition_keys) == sorted(store_name(stream, s) for s in stream.stores)
     instance.add_dynamic_partitions("state_stores", list(request.partition_keys))
     again = store_discovery_sensor(build_sensor_context(instance=instance, resources=resources))
-    assert isinstance(again, SkipReason)
+    assert again.skip_reason is not None and again.cursor == found.cursor
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a quiet tick listed the stores")
+
+    with monkeypatch.context() as patched:  # the same count and newest store: nothing listed
+        patched.setattr(Catalog, "stores", refuse)
+        context = build_sensor_context(instance=instance, resources=resources, cursor=found.cursor)
+        quiet = store_discovery_sensor(context)
+    assert quiet.skip_reason is not None and quiet.cursor == found.cursor
 
     assert isinstance(snapshot_due_sensor(context), SkipReason)
     stream.run(2)
@@ -383,16 +394,19 @@ def test_checks_run_after_the_stores_partitions_were_materialized(
 ) -> None:
     """The validation job again after a health run: the checks on ``state_checkpoints`` (a
     partitioned asset whose partitions now have materializations) still evaluate, in a run
-    that is not partitioned."""
+    that is not partitioned. A per-store check is evaluated on a store when its result
+    changed: the second time, nothing changed, and only on the worst store (its headline)."""
     stream = make_stream()
     stream.run(3)
     resources = resources_for(stream.catalog, FAST)
     instance.add_dynamic_partitions("state_stores", [store_name(stream, s) for s in stream.stores])
-    for _ in range(2):
+    for evaluated in (3, 1):
         materialize([state_store_health], resources=resources, instance=instance)
         result = run_checks(resources, instance)
         assert result.success
         evaluations = result.get_asset_check_evaluations()
         assert {e.check_name for e in evaluations} >= {"lineage_valid", "store_status"}
+        per_store = [e for e in evaluations if e.check_name == "store_status"]
+        assert len(per_store) == evaluated
         lineage = next(e for e in evaluations if e.check_name == "lineage_valid")
         assert lineage.passed and lineage.blocking

@@ -6,14 +6,21 @@ are said before Spark starts (a subprocess, no JVM); the stream's through a real
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
+from datetime import datetime, timedelta
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
 from demo.clicks import main
+from state_runtime.runtime import read_state
 
 pytestmark = pytest.mark.spark
 
@@ -57,7 +64,8 @@ def test_stream_failures_are_one_paragraph(
     spark: SparkSession, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """A refused schema change and a partition count other than the catalog's, each failing
-    the demo's stream on the driver, inside its foreachBatch function."""
+    the demo's stream on the driver, inside its foreachBatch function; then the repartition
+    the second paragraph prints, run as printed, and the stream on the new count."""
     out = tmp_path / "out"
     argv = [*ARGV, "--output", str(out), "--catalog-url", f"sqlite:///{tmp_path / 'c.db'}"]
     main([*argv, "--max-amount"], spark)
@@ -75,6 +83,68 @@ def test_stream_failures_are_one_paragraph(
     assert f"statestore repartition {root} --query clicks_per_user" in lines[0], lines
     spark_checkpoint = (run / "spark-checkpoint").absolute()
     assert f"--partitions 3 --spark-checkpoint {spark_checkpoint}`" in lines[0], lines
+
+    # That command, run as printed in its own process (a dry run, then --execute), moves the
+    # state; the demo then runs on 3 stores, each user's count, sum and max as pyarrow's
+    command = shlex.split(re.findall(r"`(statestore repartition [^`]*)`", lines[0])[0])
+    _quiet_for_two_minutes(tmp_path / "c.db")
+    env = {
+        **os.environ,
+        "STATE_CATALOG_URL": argv[-1],  # the operator's environment names the demo's catalog
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(Path(__file__).parents[2]),
+        "STATE_LOG_FILE": str(tmp_path / "statestore.log"),
+    }
+    for extra in ([], ["--execute"]):
+        done = subprocess.run(
+            [*command, *extra], capture_output=True, text=True, env=env, timeout=600
+        )
+        assert done.returncode == 0, done.stderr
+        assert "operator 0 (default) 2 -> 3" in done.stdout, done.stdout
+        # The JVM's output (its start-up notes, Spark's log, pyspark's worker daemon's
+        # BrokenPipeError at shutdown) goes to the log file: stderr holds progress bars
+        # and our warnings only
+        assert "BrokenPipeError" not in done.stderr and "Traceback" not in done.stderr
+        noise = [
+            line
+            for line in done.stderr.splitlines()
+            if line.strip() and "━" not in line and not line.startswith("warning: ")
+        ]
+        assert noise == [], done.stderr
+    capfd.readouterr()
+    main([*argv, "--max-amount", "--partitions", "3"], spark)
+    assert "across 3 stores" in capfd.readouterr().out
+    state = read_state(spark, root, 0, catalog_url=argv[-1]).collect()
+    assert sorted((r.key.user, *r.value) for r in state) == _grouped(run / "events")
+
+
+def _quiet_for_two_minutes(catalog: Path) -> None:
+    """Every commit moved two minutes back, as when the operator reads the failure a while
+    after the query's last batch (``repartition`` refuses a query that committed less than
+    ``--idle``, 60 s, ago: it may be running)."""
+    with closing(sqlite3.connect(catalog)) as db, db:
+        rows = db.execute("SELECT rowid, committed_at FROM commit_log").fetchall()
+        db.executemany(
+            "UPDATE commit_log SET committed_at = ? WHERE rowid = ?",
+            [(_earlier(at), rowid) for rowid, at in rows],
+        )
+
+
+def _earlier(at: str) -> str:
+    moved = datetime.fromisoformat(at) - timedelta(minutes=2)
+    return moved.isoformat(sep=" ", timespec="microseconds")
+
+
+def _grouped(events: Path) -> list[tuple[str, int, int, int]]:
+    """Every event in ``events`` grouped by user with pyarrow: (user, clicks, sum, max)."""
+    table = pq.read_table(events).group_by("user")
+    found = table.aggregate([("amount", "count"), ("amount", "sum"), ("amount", "max")])
+    return sorted(
+        zip(
+            *(found[c].to_pylist() for c in ("user", "amount_count", "amount_sum", "amount_max")),
+            strict=True,
+        )
+    )
 
 
 def _subprocess_demo(argv: list[str]) -> subprocess.CompletedProcess[str]:

@@ -24,15 +24,17 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from state_runtime.catalog import RetainedVersion
 from state_runtime.errors import (
+    AttemptSuperseded,
     BatchOutOfOrder,
     CannotLoadState,
+    CommitConflict,
     InvalidArgument,
     MaintenanceRefused,
     StateStoreError,
@@ -53,10 +55,12 @@ from state_runtime.maintenance import (
 from tests.simulation.platform import (
     QUERY,
     Batch,
+    Between,
     Failure,
     Model,
     Platform,
     SinkDown,
+    Stage,
     TaskFailed,
     policy,
 )
@@ -74,6 +78,10 @@ STEPS = 0
 clock_steps = st.sampled_from(
     [timedelta(minutes=-30), timedelta(minutes=10), timedelta(hours=2), timedelta(days=8)]
 )
+stages = st.sampled_from(["begun", "written"])
+"""Where in a batch another step runs: after its intent, or after its tasks wrote."""
+CHORES = ("snapshot", "cleanup", "reconcile", "sweep_attempts")
+"""The maintenance passes that may race a batch (the machine's rules of those names)."""
 
 
 class PlatformMachine(RuleBasedStateMachine):
@@ -139,17 +147,76 @@ class PlatformMachine(RuleBasedStateMachine):
     def run(self, step: int, changes: Batch, fail: Failure, fail_at: int) -> None:
         """The next batch (step 0), a replay of the last one (-1), an older one (-2) or a gap
         (1)."""
-        following = 0 if self.model.last is None else self.model.last + 1
-        self.batch(max(0, following + step), changes, fail, fail_at)
+        self.batch(self._following(step), changes, fail, fail_at)
 
-    def batch(self, batch_id: int, changes: Batch, fail: Failure, fail_at: int) -> None:
+    def _following(self, step: int) -> int:
+        following = 0 if self.model.last is None else self.model.last + 1
+        return max(0, following + step)
+
+    @rule(changes=batches, chore=st.sampled_from(CHORES), at=stages)
+    def raced_batch(self, changes: Batch, chore: str, at: Stage) -> None:
+        """A maintenance pass at zero windows runs inside the next batch: after its intent is
+        recorded, or after its tasks wrote, before its commit. The batch commits; or, when
+        cleanup (at zero grace) took the files it wrote, its commit is refused whole and its
+        replay commits."""
+
+        def between(stage: Stage) -> None:
+            if stage == at:
+                getattr(self, chore)(zero=True)
+
+        batch_id = self._following(0)
+        try:
+            self.batch(batch_id, changes, None, 0, between)
+        except CommitConflict as exc:  # zero grace lets cleanup take the attempt's own files
+            assert chore == "cleanup" and "cleanup run" in str(exc), exc
+            self.batch(batch_id, changes, None, 0)  # refused whole: the replay commits
+            assert self.damaged or self.model.last == batch_id, f"batch {batch_id} is stuck"
+
+    @rule(step=st.sampled_from([0, -1]), changes=batches, takeover=batches, at=stages)
+    def zombie(self, step: int, changes: Batch, takeover: Batch, at: Stage) -> None:
+        """Two drivers, one batch: a driver begins the next batch (or a replay of the last);
+        at ``at`` a new driver process takes the query over and runs the same batch with
+        other input. The first's late commit is refused and the batch stays the new one's."""
+        p, batch_id = self.platform, self._following(step)
+        old = p.spare_driver()
+        taken_over: list[dict[int, dict[StoreId, CheckpointRef]]] = []
+
+        def take_over(stage: Stage) -> None:
+            if stage == at:
+                p.restart_driver()
+                self.batch(batch_id, takeover, None, 0)
+                taken_over.append(p.committed_refs())
+
+        try:
+            p.run_batch(batch_id, changes, driver=old, between=take_over)
+            raise AssertionError(f"the zombie's commit of batch {batch_id} was accepted")
+        except AttemptSuperseded:
+            assert taken_over, f"batch {batch_id}: a zombie refused with no driver after it"
+        except (BatchOutOfOrder, CannotLoadState) as exc:  # the old driver's own failure
+            if not taken_over:
+                assert self.damaged, f"the old driver's batch {batch_id} failed: {exc}"
+                return
+        finally:
+            old.catalog.close()
+        assert p.committed_refs() == taken_over[0], f"the zombie changed batch {batch_id}"
+
+    def batch(
+        self,
+        batch_id: int,
+        changes: Batch,
+        fail: Failure,
+        fail_at: int,
+        between: Between | None = None,
+    ) -> None:
         self.validated = False
         last = self.model.last
         in_order = batch_id == 0 if last is None else last <= batch_id <= last + 1
         bases_load = batch_id == 0 or self._loads(batch_id - 1)
         try:
             try:
-                self.platform.run_batch(batch_id, changes, fail=fail, fail_at=fail_at)
+                self.platform.run_batch(
+                    batch_id, changes, fail=fail, fail_at=fail_at, between=between
+                )
             finally:
                 self.model.generation = self.platform.recorded_generation
         except BatchOutOfOrder:
@@ -261,6 +328,12 @@ class PlatformMachine(RuleBasedStateMachine):
     def clock_step(self, step: timedelta) -> None:
         self.platform.offset += step
 
+    @rule(step=clock_steps)
+    def host_clock_step(self, step: timedelta) -> None:
+        """The maintenance host's wall clock steps: the catalog's clock must not follow it on
+        PostgreSQL (a SQLite catalog's clock is its host's)."""
+        self.platform.step_host_clock(step)
+
     @rule(partition=st.integers(0, PARTITIONS - 1), hours=st.sampled_from([0, 2, 48]))
     def torn_write(self, partition: int, hours: int) -> None:
         self.platform.torn_write(partition, timedelta(hours=hours))
@@ -274,13 +347,8 @@ class PlatformMachine(RuleBasedStateMachine):
         self.validated = False
         self.damaged = True
         path = files[pick % len(files)]
-        self.damaged_stores.add(StoreId(0, int(path.parent.parent.name)))
-        if corrupt:
-            data = bytearray(path.read_bytes())
-            data[len(data) // 2] ^= 0xFF
-            path.write_bytes(bytes(data))
-        else:
-            path.unlink()
+        self.damaged_stores.add(StoreId(0, int(PurePosixPath(path).parent.parent.name)))
+        self.platform.damage(path, corrupt)
 
     def _guarded(self, step: Callable[[], object]) -> None:
         """Run a maintenance step; no file a retained version needed before it may go."""
@@ -310,11 +378,14 @@ class PlatformMachine(RuleBasedStateMachine):
         """The stores with a retained version that does not load; checks every one that
         loads against the model."""
         p, batch_of = self.platform, self._batch_of()
+        histories = p.catalog.schema_histories(p.root)
         broken: set[StoreId] = set()
         for version in self._retained():
             store = version.key.store
             try:
-                state = p.load(store, version.ref)
+                state = p.load(
+                    store, version.ref, histories.get((store.operator_id, store.store_name))
+                )
             except StateStoreError:
                 broken.add(store)
                 continue

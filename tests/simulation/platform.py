@@ -13,12 +13,17 @@ simulation. :class:`Model` is the plain-Python truth every step is checked again
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
+import tempfile
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -51,9 +56,10 @@ from state_runtime.runtime.tasks import (
     run_partitions,
 )
 from state_runtime.settings import WorkerSettings
-from state_runtime.storage import LocalStorage
+from state_runtime.storage import LocalStorage, Storage
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.provider import StateStoreProvider
+from state_runtime.store.schema_history import SchemaHistory
 
 QUERY = "simulated"
 FAIL_KEY = "__fail__"
@@ -74,6 +80,10 @@ Batch = Mapping[int, Mapping[str, Change]]
 """A batch's input: partition -> key -> change (a partition left out changes nothing)."""
 State = dict[str, tuple[Any, ...]]
 Failure = Literal["task", "sink", "driver"] | None
+Stage = Literal["begun", "written"]
+Between = Callable[[Stage], None]
+"""Called by a batch between its steps: its intent recorded (``begun``), its tasks' files
+written (``written``, before the commit)."""
 
 
 class TaskFailed(RuntimeError):
@@ -207,18 +217,38 @@ class Platform:
     that every pass finds the folder the runtime writes to)."""
     recorded_generation: int = 0
     """The generation whose schema the catalog's history ends with (a query records it)."""
+    host_step: timedelta = timedelta(0)
+    """How far the maintenance host's wall clock was stepped (``step_host_clock``)."""
 
     def __post_init__(self) -> None:
         self.last_commit: tuple[int, list[CheckpointInfo]] | None = None
         """The last batch this platform committed and its checkpoints (a driver retrying its
         commit sends exactly these again)."""
-        self.storage = LocalStorage(self.folder / self.root_name)
+        self.storage = self.open_root()
         self.root = self.storage.uri
-        self.catalog_url = self.catalog_url or f"sqlite:///{self.folder / 'catalog.db'}"
+        self.catalog_url = self.catalog_url or sqlite_catalog(self.folder / "catalog.db")
         self.restart_driver()
         self.catalog = Catalog.open(self.catalog_url)
         """The maintenance process's catalog (the driver's is ``query.catalog``)."""
-        self.fleet = Fleet(self.catalog, owner="simulation")
+        self.catalog.clock.wall = self._maintenance_wall
+        self.fleet = self.maintenance_fleet()
+
+    def open_root(self) -> Storage:
+        """The query's root: a local folder in ``folder``."""
+        return LocalStorage(self.folder / self.root_name)
+
+    def maintenance_fleet(self) -> Fleet:
+        """The maintenance process's fleet: it opens the root from the catalog's record."""
+        return Fleet(self.catalog, owner="simulation")
+
+    def _maintenance_wall(self) -> float:
+        return time.time() + self.host_step.total_seconds()
+
+    def step_host_clock(self, step: timedelta) -> None:
+        """The maintenance host's wall clock steps (an NTP step, a VM resume): on PostgreSQL
+        the catalog's clock notices and reads the database again; a SQLite catalog's clock is
+        its host's, so it moves with it."""
+        self.host_step += step
 
     # --- processes ------------------------------------------------------------------------
 
@@ -226,12 +256,7 @@ class Platform:
         """A new query object (with its own catalog connection: it registers and checks
         again); the one before is done."""
         before = getattr(self, "query", None)
-        self.query = StatefulQuery(
-            QUERY,
-            self.storage,
-            [operator(self.partitions, self.generation)],
-            catalog_url=self.catalog_url,
-        )
+        self.query = self.spare_driver()
         if before is not None:
             before.catalog.close()
 
@@ -256,14 +281,33 @@ class Platform:
 
     # --- the driver -----------------------------------------------------------------------
 
+    def spare_driver(self) -> StatefulQuery:
+        """Another driver's query object, with its own catalog connection (the caller closes
+        it): a zombie when the platform's driver took over after it began a batch."""
+        return StatefulQuery(
+            QUERY,
+            self.storage,
+            [operator(self.partitions, self.generation)],
+            catalog_url=self.catalog_url,
+        )
+
     def run_batch(
-        self, batch_id: int, changes: Batch, *, fail: Failure = None, fail_at: int = 0
+        self,
+        batch_id: int,
+        changes: Batch,
+        *,
+        fail: Failure = None,
+        fail_at: int = 0,
+        between: Between | None = None,
+        driver: StatefulQuery | None = None,
     ) -> list[TaskReport]:
         """Batch ``batch_id`` as ``StatefulQuery.run_batch`` runs it, minus Spark: raises what
         the driver raises (``fail``: a task of partition ``fail_at`` refuses a row, the sink
         raises, or the driver dies after the tasks wrote, raising nothing and committing
-        nothing)."""
-        query = self.query
+        nothing). ``between`` is called with ``"begun"`` once the intent is recorded and with
+        ``"written"`` once the tasks wrote, before the commit; ``driver``: another driver's
+        query object than the platform's."""
+        query = driver or self.query
         if not query._registered:
             query._register(batch_id, INPUT)
             self.recorded_generation = self.generation
@@ -274,7 +318,11 @@ class Platform:
         )
         committed = query._committed_before(batch_id, start)
         try:
+            if between is not None:
+                between("begun")
             reports = self._tasks(query, op, batch_id, run, committed, changes, fail, fail_at)
+            if between is not None:
+                between("written")
             if fail == "sink":
                 raise SinkDown("the sink is down")
             if fail == "driver":
@@ -321,7 +369,7 @@ class Platform:
             batch_id=batch_id,
             run=run,
             operator=op,
-            schema_history=query._histories[op.operator_id, op.store_name],
+            schema_histories={op.store_name: query._histories[op.operator_id, op.store_name]},
             base=base_refs(committed, op),
             input_schema=_input_arrow(),
             batch_time_ms=0,
@@ -357,11 +405,16 @@ class Platform:
             found.setdefault(entry.batch_id, {})[entry.key.store] = entry.ref
         return found
 
-    def load(self, store: StoreId, ref: CheckpointRef) -> State:
+    def load(
+        self, store: StoreId, ref: CheckpointRef, history: SchemaHistory | None = None
+    ) -> State:
         """A version's rows as a fresh process loads them from files: raises if it cannot, or
         if it could only by passing over an unusable file (a damaged snapshot: the platform
-        calls that store broken until ``repair`` rebuilds it, and so does the model)."""
-        history = self.catalog.schema_history(self.root, store.operator_id, store.store_name)
+        calls that store broken until ``repair`` rebuilds it, and so does the model).
+        ``history``: the store's schema history, if the caller read it already."""
+        history = history or self.catalog.schema_history(
+            self.root, store.operator_id, store.store_name
+        )
         assert history is not None
         provider = StateStoreProvider(
             self.storage, store.operator_id, store.partition_id, store.store_name, history=history
@@ -378,14 +431,27 @@ class Platform:
             return False
         return True
 
-    def files(self) -> list[Path]:
-        """The checkpoint files on disk (deltas and snapshots), by store, version and kind
+    def files(self) -> list[str]:
+        """The checkpoint files in storage (deltas and snapshots), by store, version and kind
         (an order that does not depend on the random checkpoint ids, so that a run replays)."""
-        state = self.folder / self.root_name / "state"
-        found = [p for p in state.rglob("*") if p.suffix in (".delta", ".snapshot")]
-        return sorted(found, key=lambda p: (p.parent, int(p.name.split("_")[0]), p.suffix, p))
+        found = [
+            PurePosixPath(f.path)
+            for f in self.storage.list("state")
+            if f.path.endswith((".delta", ".snapshot"))
+        ]
+        ordered = sorted(found, key=lambda p: (p.parent, int(p.name.split("_")[0]), p.suffix, p))
+        return [str(p) for p in ordered]
 
-    def torn_write(self, partition: int, age: timedelta) -> Path:
+    def damage(self, path: str, corrupt: bool) -> None:
+        """A checkpoint file deleted, or corrupted (one byte flipped), behind the platform's
+        back."""
+        data = bytearray(self.storage.read(path))
+        self.storage.delete([path])
+        if corrupt:
+            data[len(data) // 2] ^= 0xFF
+            self.storage.write_if_absent(path, bytes(data))
+
+    def torn_write(self, partition: int, age: timedelta) -> None:
         """An unfinished write a crashed writer left ``age`` ago in a store's folder."""
         folder = self.folder / self.root_name / StoreId(0, partition).directory
         folder.mkdir(parents=True, exist_ok=True)
@@ -393,7 +459,24 @@ class Platform:
         path.write_bytes(b"half a delta")
         stamp = (self.now() - age).timestamp()
         os.utime(path, (stamp, stamp))
-        return path
+
+
+@functools.cache
+def _template_catalog() -> Path:
+    """A SQLite catalog at head, migrated once per process (and removed at its exit)."""
+    folder = Path(tempfile.mkdtemp(prefix="simulation-template-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = folder / "catalog.db"
+    Catalog.open(f"sqlite:///{path}", upgrade=True).close()
+    assert not path.with_name(path.name + "-wal").exists()  # closed: all of it in the file
+    return path
+
+
+def sqlite_catalog(path: Path) -> str:
+    """The URL of a fresh SQLite catalog at ``path``: a copy of the process's template (a
+    run's catalog, as migrating one costs more than a few steps)."""
+    shutil.copyfile(_template_catalog(), path)
+    return f"sqlite:///{path}"
 
 
 def policy(zero: bool, snapshot_min_deltas: int = 2) -> MaintenancePolicy:

@@ -26,6 +26,7 @@ from state_runtime.errors import (
 )
 from state_runtime.identity import StoreId
 from state_runtime.maintenance.repartition import repartition
+from state_runtime.runtime import StatefulQuery
 from state_runtime.runtime.tasks import TaskReport
 from tests.simulation.machine import KEYS, PlatformMachine
 from tests.simulation.platform import (
@@ -33,6 +34,7 @@ from tests.simulation.platform import (
     INPUT,
     QUERY,
     Batch,
+    Between,
     Failure,
     Platform,
     SinkDown,
@@ -81,6 +83,7 @@ class SparkPlatform(Platform):
     def repartition(self, partitions: int) -> None:
         """The stopped query moved to ``partitions`` partitions (the library's offline job on
         this Spark session), then started again: a new driver on the new layout."""
+        assert self.spark is not None
         repartition(
             self.spark,
             self.fleet,
@@ -97,9 +100,19 @@ class SparkPlatform(Platform):
         self.restart_driver()
 
     def run_batch(
-        self, batch_id: int, changes: Batch, *, fail: Failure = None, fail_at: int = 0
+        self,
+        batch_id: int,
+        changes: Batch,
+        *,
+        fail: Failure = None,
+        fail_at: int = 0,
+        between: Between | None = None,
+        driver: StatefulQuery | None = None,
     ) -> list[TaskReport]:
+        """As :meth:`Platform.run_batch`; ``between`` runs in the sink: ``begun`` before its
+        action runs the tasks (the intent is recorded by then), ``written`` after."""
         assert self.spark is not None
+        query = driver or self.query
         rows = [
             (k, 0 if c is None else c, c is None)
             for keys in self.model_changes(changes).values()
@@ -110,14 +123,18 @@ class SparkPlatform(Platform):
         df = self.spark.createDataFrame(rows, INPUT)
 
         def sink(output: DataFrame, _: int) -> None:
+            if between is not None:
+                between("begun")
             output.count()  # the tasks run and write their deltas
+            if between is not None:
+                between("written")
             if fail == "sink":
                 raise SinkDown("the sink is down")
             if fail == "driver":
                 raise DriverDied()
 
         try:
-            result = self.query.run_batch(df, batch_id, sink=sink)
+            result = query.run_batch(df, batch_id, sink=sink)
         except DriverDied:
             return []
         except StateStoreError:
@@ -130,7 +147,7 @@ class SparkPlatform(Platform):
                 raise CannotLoadState(f"a task failed to load its state: {why}") from None
             raise
         finally:
-            if self.query._registered:
+            if query._registered:
                 self.recorded_generation = self.generation
         result.release()
         self.last_commit = (batch_id, result.infos)
@@ -159,13 +176,20 @@ class SparkMachine(PlatformMachine):
         self.repartitioned_at = self.model.last
         p.last_commit = None  # the commit of the old layout's batch is no longer the catalog's
 
-    def batch(self, batch_id: int, changes: Batch, fail: Failure, fail_at: int) -> None:
+    def batch(
+        self,
+        batch_id: int,
+        changes: Batch,
+        fail: Failure,
+        fail_at: int,
+        between: Between | None = None,
+    ) -> None:
         """As the machine's; a batch at or before the last repartition is one Spark had
         committed (the repartition's precondition) and never runs again: run anyway, it is
         refused before any task runs, and changes nothing."""
         moved = self.repartitioned_at
         if moved is None or batch_id > moved:
-            super().batch(batch_id, changes, fail, fail_at)
+            super().batch(batch_id, changes, fail, fail_at, between)
             return
         before, files = self.platform.committed_refs(), self.platform.files()
         try:

@@ -1,7 +1,7 @@
 """The simulation in ``make test``: random interleavings (the same ones every run:
 derandomized), each step checked against the model (tests/simulation/machine.py), with a
-SQLite catalog and, fewer, with PostgreSQL; ``make soak`` runs fresh random ones for as long
-as it is given."""
+SQLite catalog and, fewer, with PostgreSQL and with the root on S3 (moto's server); ``make
+soak`` runs fresh random ones for as long as it is given."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from tests.s3_fixtures import MotoS3
 from tests.services import service_missing
 from tests.simulation.machine import PlatformMachine
 from tests.simulation.postgres import PostgresCatalogs
+from tests.simulation.s3_platform import S3Machine, S3Platform
 
 RUNS = settings(
-    max_examples=10,
+    max_examples=25,
     stateful_step_count=40,
     deadline=None,
     derandomize=True,
@@ -45,3 +47,13 @@ def test_the_platform_against_the_model_on_postgresql() -> None:
         )
     finally:
         catalogs.close()
+
+
+def test_the_platform_against_the_model_on_s3(
+    moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The root on moto's S3 server (a fresh bucket per run): a few runs."""
+    monkeypatch.setattr(S3Platform, "moto", moto_s3)
+    run_state_machine_as_test(
+        S3Machine, settings=settings(RUNS, max_examples=3, stateful_step_count=25)
+    )

@@ -116,7 +116,10 @@ class CommitCalls(CatalogBase):
         CommitConflict instead. Two drivers committing the same
         batch at once are serialized by the store locks: the later commit replaces the earlier
         one whole (or, without ``replace``, fails), so the batch is never half one and half the
-        other. See ``commits.commit_batch`` for the checks that raise CommitConflict.
+        other; but a commit whose ``run`` began before another attempt of this batch (or of a
+        later one) raises AttemptSuperseded: a zombie driver never replaces the commit of the
+        driver that took over. See ``commits.commit_batch`` for the checks that raise
+        CommitConflict.
         """
 
         def work(connection: Connection) -> BatchCommit:
@@ -131,6 +134,7 @@ class CommitCalls(CatalogBase):
                 now,
                 replace=replace,
                 duplicates=duplicates,
+                run=run,
             )
             if holders:
                 refs = {info.store: info.ref for info in infos}

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 
 from state_runtime.catalog.api.pages import PAGE_STORES, PagedCalls
 from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
 from state_runtime.catalog.sql import health as health_queries
 from state_runtime.catalog.sql.retention import Scope
+from state_runtime.catalog.sql.status_changes import record_status_changes
 from state_runtime.errors import InvalidArgument
 from state_runtime.retention import RetentionPolicy
 
@@ -53,6 +54,14 @@ class HealthCalls(PagedCalls):
             root,
             lambda c, v, scope: health_queries.health_with_costs(c, v, policy, scope, at),
             page_size,
+        )
+
+    def record_status_changes(self, limits: Mapping[str, int], *, root: str | None = None) -> int:
+        """Record every store (of ``root``, or all) whose status under ``limits`` differs from
+        its last recorded one (one statement); how many were recorded."""
+        return self._run(
+            "record status changes",
+            lambda c: record_status_changes(c, limits, root, self.now()),
         )
 
     def recovery_costs(self, root: str | None = None) -> dict[StoreKey, RecoveryCost]:

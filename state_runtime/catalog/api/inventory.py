@@ -47,6 +47,11 @@ class InventoryCalls(CatalogBase):
 
         return self._read("list stores", lambda c, v: inventory.store_records(c, v, root))
 
+    def store_census(self) -> tuple[int, int]:
+        """How many stores the catalog knows and the newest store id: a reader's cheap test
+        of whether the set of stores changed (Dagster's discovery sensor)."""
+        return self._read("count stores", lambda c, v: inventory.store_census(c, v))
+
     def store_files(self, root: str, store: StoreId) -> list[FileRecord]:
         """The live files of one store, oldest versions first (with their verification)."""
 

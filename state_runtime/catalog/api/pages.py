@@ -7,8 +7,9 @@ fleet-wide passes (health, the cleanup plan) stands on this one loop.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -24,16 +25,24 @@ PAGE_STORES = 500
 under a second on PostgreSQL at any fleet size."""
 
 
+@functools.cache
+def _page_end_query(views: ReaderViews, by_root: bool) -> sa.Select[Any]:
+    """:func:`_page_end`'s statement, built once per shape (``after``, ``size``, ``root``:
+    bind parameters)."""
+    s = views.stores.c
+    ids = sa.select(s.store_id).where(s.store_id > sa.bindparam("after", type_=sa.BigInteger()))
+    if by_root:
+        ids = ids.where(s.checkpoint_root == sa.bindparam("root", type_=s.checkpoint_root.type))
+    page = ids.order_by(s.store_id).limit(sa.bindparam("size", type_=sa.Integer())).subquery("page")
+    return sa.select(sa.func.max(page.c.store_id))
+
+
 def _page_end(
     connection: Connection, views: ReaderViews, root: str | None, after: int, size: int
 ) -> int | None:
     """The last store id of the page of at most ``size`` stores after store id ``after``."""
-    s = views.stores.c
-    ids = sa.select(s.store_id).where(s.store_id > after)
-    if root is not None:
-        ids = ids.where(s.checkpoint_root == root)
-    page = ids.order_by(s.store_id).limit(size).subquery("page")
-    return connection.execute(sa.select(sa.func.max(page.c.store_id))).scalar()
+    values = {"after": after, "size": size} | ({} if root is None else {"root": root})
+    return connection.execute(_page_end_query(views, root is not None), values).scalar()
 
 
 class PagedCalls(CatalogBase):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,8 +13,10 @@ from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
 from state_runtime.catalog.schema.tables import RunKind
 from state_runtime.catalog.sql import runs_and_leases
+from state_runtime.catalog.sql.status_changes import record_status_changes
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.identity import new_checkpoint_id
+from state_runtime.status import DEFAULT_LIMITS
 
 
 class RunCalls(CatalogBase):
@@ -37,15 +39,19 @@ class RunCalls(CatalogBase):
         outcome: str,
         counts: dict[str, Any] | None = None,
         error: str | None = None,
+        *,
+        status_limits: Mapping[str, int] = DEFAULT_LIMITS,
     ) -> None:
         """Close a run as 'succeeded' or 'failed' with its counts (already closed that way:
-        nothing to do)."""
-        self._run(
-            "finish maintenance run",
-            lambda c: runs_and_leases.finish_run(
-                c, run_id, outcome, dict(counts or {}), error, self.now()
-            ),
-        )
+        nothing to do), and in the same transaction record every store whose status (under
+        ``status_limits``) changed."""
+
+        def work(connection: Connection) -> None:
+            now = self.now()
+            runs_and_leases.finish_run(connection, run_id, outcome, dict(counts or {}), error, now)
+            record_status_changes(connection, status_limits, None, now)
+
+        self._run("finish maintenance run", work)
 
     def heartbeat(self, run_id: int) -> bool:
         """Show that a running run is alive; False if it is no longer running."""

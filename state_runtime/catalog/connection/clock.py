@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -41,9 +42,9 @@ class _Reading:
     monotonic: float
     wall: float
 
-    def stale(self) -> bool:
+    def stale(self, wall: float) -> bool:
         elapsed = time.monotonic() - self.monotonic
-        stepped = abs(time.time() - self.wall - elapsed) > STEP_TOLERANCE_S
+        stepped = abs(wall - self.wall - elapsed) > STEP_TOLERANCE_S
         return elapsed > REMEASURE_S or stepped
 
     def now(self) -> datetime:
@@ -51,11 +52,15 @@ class _Reading:
 
 
 class DatabaseClock:
-    """``now()`` by the database's clock (see the module docstring)."""
+    """``now()`` by the database's clock (see the module docstring); ``wall``: this host's
+    wall clock, in seconds since the epoch (a test steps it)."""
 
-    def __init__(self, engine: Engine, retry: RetryPolicy) -> None:
+    def __init__(
+        self, engine: Engine, retry: RetryPolicy, wall: Callable[[], float] | None = None
+    ) -> None:
         self.engine = engine
         self.retry = retry
+        self.wall = wall or _host_wall
         self._reading: _Reading | None = None
         self._lock = threading.Lock()
 
@@ -65,12 +70,15 @@ class DatabaseClock:
         if self.engine.dialect.name != "postgresql":
             return None
         reading = self._reading
-        if reading is not None and not (renew and reading.stale()):
+        if reading is not None and not (renew and reading.stale(self.wall())):
             return reading
         with self._lock:
-            if self._reading is None or (renew and self._reading.stale()):
+            if self._reading is None or (renew and self._reading.stale(self.wall())):
                 self._reading = run_transaction(
-                    self.engine, _measure, retry=self.retry, what="read the database clock"
+                    self.engine,
+                    lambda c: _measure(c, self.wall),
+                    retry=self.retry,
+                    what="read the database clock",
                 )
             return self._reading
 
@@ -80,11 +88,15 @@ class DatabaseClock:
 
     def now(self) -> datetime:
         reading = self._current(renew=False)
-        return datetime.now(UTC) if reading is None else reading.now()
+        return datetime.fromtimestamp(self.wall(), UTC) if reading is None else reading.now()
 
 
-def _measure(connection: Connection) -> _Reading:
-    before, wall_before = time.monotonic(), time.time()
+def _host_wall() -> float:
+    return time.time()
+
+
+def _measure(connection: Connection, wall: Callable[[], float]) -> _Reading:
+    before, wall_before = time.monotonic(), wall()
     found: datetime = connection.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
-    after, wall_after = time.monotonic(), time.time()
+    after, wall_after = time.monotonic(), wall()
     return _Reading(found.astimezone(UTC), (before + after) / 2, (wall_before + wall_after) / 2)

@@ -11,13 +11,14 @@ from what this module renders for the database's dialect, so they always follow 
   from :data:`state_runtime.retention.REASONS`;
 - each store's status (``state_store_health``; on PostgreSQL also ``state_store_status``) is
   rendered from the rule of :mod:`state_runtime.status`, its default thresholds included;
-- history, lineage, deletions and the facts a status is derived from are plain SQL, here;
+- history, lineage and deletions are plain SQL (:mod:`~state_runtime.catalog.schema.plain_views`);
 - the reading views (``read_<table>``, :mod:`~state_runtime.catalog.schema.reading_views`),
   created first, are what every read query and the functions above select from.
 """
 
 from __future__ import annotations
 
+import functools
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,7 +32,13 @@ from sqlalchemy.engine import Connection, Dialect
 from state_runtime import retention as rule
 from state_runtime import status as status_rule
 from state_runtime.catalog.schema import reading_views as reading
-from state_runtime.catalog.schema.predicates import is_live, is_verified_snapshot_by_row, render
+from state_runtime.catalog.schema.plain_views import (
+    DELETIONS,
+    LINEAGE,
+    PG_ROOT_URI,
+    VERSION_HISTORY,
+)
+from state_runtime.catalog.schema.predicates import is_live, render
 from state_runtime.catalog.schema.reading_views import READER_VIEWS
 from state_runtime.catalog.sql.retention import (
     PolicySql,
@@ -393,82 +400,17 @@ def _status(dialect: Dialect, default: PolicySql, function: PolicySql | None) ->
             (
                 f"CREATE FUNCTION state_store_status({limit_args})\n"
                 "RETURNS TABLE (store_id bigint, status text, status_reason text, "
-                "status_since timestamptz)\nLANGUAGE sql STABLE AS $$\n"
+                "status_since timestamptz, status_recorded boolean)\nLANGUAGE sql STABLE AS $$\n"
                 f"{compiled(status_of(facts_view, own, name), dialect)}\n$$",
                 f"COMMENT ON FUNCTION state_store_status({types}) IS 'Each store''s status "
-                "(healthy, degraded, broken, unknown), why, and since when.'",
+                "(healthy, degraded, broken, unknown), why, and since when (status_recorded: since "
+                "its recorded change, or else the facts'' estimate).'",
             ),
         ),
     ]
 
 
 # --- plain views ------------------------------------------------------------------------
-
-VERSION_HISTORY = """
-CREATE VIEW state_version_history AS
-SELECT s.checkpoint_root, s.operator_id, s.partition_id, s.store_name,
-       c.query_id, c.batch_id, c.version, c.checkpoint_id, c.committed_at,
-       f.rows AS state_rows, f.kind, f.path, f.size_bytes, f.file_rows, f.state,
-       f.verification, f.created_at AS written_at,
-       d.deleted_at, d.run_id AS deleted_by_run, d.reason AS deletion_reason
-FROM commit_log c
-JOIN stores s ON s.store_id = c.store_id
-LEFT JOIN checkpoint_files f
-  ON f.store_id = c.store_id AND f.version = c.version AND f.checkpoint_id = c.checkpoint_id
-LEFT JOIN deletion_ledger d ON d.file_id = f.file_id
-"""
-
-LINEAGE = f"""
-CREATE VIEW state_lineage AS
-WITH bases AS (
-    SELECT c.store_id, c.version, c.checkpoint_id,
-           coalesce((SELECT max(snap.version) FROM checkpoint_files snap
-                     WHERE snap.store_id = c.store_id
-                       AND {render(is_verified_snapshot_by_row, "snap")}
-                       AND snap.version <= c.version), 0) AS base_version
-    FROM commit_log c
-)
-SELECT s.checkpoint_root, s.operator_id, s.partition_id, s.store_name,
-       b.version, b.checkpoint_id, b.base_version,
-       f.version AS file_version, f.kind, f.path, f.state, f.verification, f.size_bytes
-FROM bases b
-JOIN stores s ON s.store_id = b.store_id
-JOIN checkpoint_files f ON f.store_id = b.store_id
- AND (({render(is_verified_snapshot_by_row, "f")} AND f.version = b.base_version)
-      OR f.file_id IN (SELECT step.file_id FROM commit_log step
-                       WHERE step.store_id = b.store_id AND step.version > b.base_version
-                         AND step.version <= b.version))
-"""
-
-DELETIONS = """
-CREATE VIEW state_deletions AS
-SELECT d.deleted_at, d.run_id, r.kind AS run_kind, r.owner AS run_owner,
-       s.checkpoint_root, s.operator_id, s.partition_id, s.store_name,
-       f.path, f.kind, f.version, f.checkpoint_id, f.size_bytes, d.reason
-FROM deletion_ledger d
-JOIN checkpoint_files f ON f.file_id = d.file_id
-JOIN stores s ON s.store_id = f.store_id
-JOIN maintenance_runs r ON r.run_id = d.run_id
-"""
-
-PG_ROOT_URI = """
-CREATE FUNCTION state_root_uri(root text) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE
-      WHEN root LIKE '/%' THEN 'file://' || coalesce((
-        -- percent-encoded byte by byte, as Path.as_uri (how the runtime records a root)
-        SELECT string_agg(CASE
-            WHEN b BETWEEN 48 AND 57 OR b BETWEEN 65 AND 90 OR b BETWEEN 97 AND 122
-              OR b IN (45, 46, 47, 95, 126) THEN chr(b)
-            ELSE '%' || upper(lpad(to_hex(b), 2, '0')) END, '' ORDER BY i)
-        FROM (SELECT i, get_byte(convert_to(rtrim(root, '/'), 'UTF8'), i) AS b
-              FROM generate_series(0, octet_length(convert_to(rtrim(root, '/'), 'UTF8')) - 1)
-                AS i) AS bytes), '')
-      ELSE regexp_replace(rtrim(root, '/'), '^s3a://', 's3://')
-    END
-$$
-"""
-
 
 BATCH_FIGURES = (
     "batch_ms",
@@ -547,29 +489,32 @@ def _reading() -> list[Derived]:
 # --- all of them --------------------------------------------------------------------------
 
 
-def rendered(dialect: str) -> list[Derived]:
-    """Every view and function of ``dialect`` ('postgresql' or 'sqlite'), in creation order."""
+@functools.cache
+def rendered(dialect: str) -> tuple[Derived, ...]:
+    """Every view and function of ``dialect`` ('postgresql' or 'sqlite'), in creation order.
+    Rendered once per process: they follow from the code alone."""
     if dialect not in _DIALECTS:
         raise CatalogError(f"the catalog's views are not rendered for {dialect!r}")
     compiler = _DIALECTS[dialect]()
     postgres = dialect == "postgresql"
     retention = _retention_pg(compiler) if postgres else _retention_sqlite(compiler)
     status = _status(compiler, default_policy(dialect), PG_FUNCTION_POLICY if postgres else None)
-    return [
+    return (
         *_reading(),
         _policy_defaults(dialect),
         *_plain(dialect),
         *retention,
         *status,
-    ]
+    )
 
 
-def names() -> list[str]:
+@functools.cache
+def names() -> tuple[str, ...]:
     """Every name this module ever creates, on any dialect (what an upgrade drops first)."""
     seen: dict[str, Kind] = {}
     for dialect in _DIALECTS:
         seen.update({d.name: d.kind for d in rendered(dialect)})
-    return list(seen)
+    return tuple(seen)
 
 
 def drop(connection: Connection) -> None:

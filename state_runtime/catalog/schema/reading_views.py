@@ -31,6 +31,7 @@ from state_runtime.catalog.schema.tables import (
     operator_schemas,
     state_schemas,
     store_problems,
+    store_status_changes,
     stores,
 )
 
@@ -51,6 +52,7 @@ VIEWED: Final = {
     "operator_schemas": operator_schemas,
     "operator_layouts": operator_layouts,
     "batch_intents": batch_intents,
+    "status_changes": store_status_changes,
 }
 """Each table with a reading view, by its name in :class:`ReaderViews`, in creation order."""
 READABLE: Final = tuple(VIEWED.values())
@@ -86,6 +88,7 @@ class ReaderViews:
     operator_schemas: sa.TableClause
     operator_layouts: sa.TableClause
     batch_intents: sa.TableClause
+    status_changes: sa.TableClause
 
 
 READER_VIEWS: Final = ReaderViews(**{name: view_of(t) for name, t in VIEWED.items()})

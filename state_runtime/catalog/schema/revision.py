@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -19,6 +20,7 @@ from state_runtime.catalog.connection.engine import (
     run_transaction,
     sqlite_file,
 )
+from state_runtime.catalog.schema import operator_views as views
 from state_runtime.catalog.schema import reading_views as reading
 from state_runtime.errors import CatalogError, CatalogSchemaOutdated, CatalogSchemaTooNew
 
@@ -33,8 +35,16 @@ def alembic_config() -> Config:
     return config
 
 
+@functools.cache
+def known_revisions() -> frozenset[str]:
+    """Every revision the packaged migrations have (read once per process)."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return frozenset(rev.revision for rev in script.walk_revisions())
+
+
+@functools.cache
 def head_revision() -> str:
-    """The newest revision this code knows; the schema it expects."""
+    """The newest revision this code knows; the schema it expects (read once per process)."""
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     if head is None:
         raise CatalogError("the packaged catalog migrations have no head revision")
@@ -67,12 +77,17 @@ def upgrade(engine: Engine, revision: str = "head", *, retry: RetryPolicy | None
     PostgreSQL and SQLite both run DDL transactionally, so a failed upgrade leaves the schema
     as it was; run again after a lost COMMIT, it finds the work done. A database at a
     revision this code does not know (newer code wrote it) raises CatalogSchemaTooNew and is
-    left untouched. Creates the folder of a SQLite catalog.
+    left untouched. Creates the folder of a SQLite catalog. A SQLite catalog already at head
+    with exactly this code's views is left as it is (what every open of a streaming job's
+    catalog meets): the upgrade would change nothing.
     """
     create_sqlite_folder(engine)
 
     def work(connection: Connection) -> None:
-        _refuse_unknown(engine, current_revision(connection))
+        found = current_revision(connection)
+        _refuse_unknown(engine, found)
+        if revision == "head" and _sqlite_at_head(connection, found):
+            return
         config = alembic_config()
         config.attributes["connection"] = connection
         try:
@@ -83,12 +98,23 @@ def upgrade(engine: Engine, revision: str = "head", *, retry: RetryPolicy | None
     run_transaction(engine, work, retry=retry or RetryPolicy(), what="schema upgrade")
 
 
+def _sqlite_at_head(connection: Connection, found: str | None) -> bool:
+    """Whether a SQLite catalog is at the head revision with exactly the views this code
+    renders, as an upgrade would leave it (SQLite keeps each view's CREATE statement as
+    given). Never for PostgreSQL, whose upgrade also applies the recorded grants again."""
+    if connection.dialect.name != "sqlite" or found != head_revision():
+        return False
+    ours = set(views.names())
+    rows = connection.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'view'")
+    present = {name: sql.strip() for name, sql in rows if name in ours}
+    return present == {d.name: d.statements[0].strip() for d in views.rendered("sqlite")}
+
+
 def _refuse_unknown(engine: Engine, found: str | None) -> None:
     """CatalogSchemaTooNew if the database is at a revision these migrations do not have."""
     if found is None:
         return
-    script = ScriptDirectory.from_config(alembic_config())
-    if found not in {rev.revision for rev in script.walk_revisions()}:
+    if found not in known_revisions():
         raise CatalogSchemaTooNew(
             f"the catalog at {display_url(engine.url)} is at schema revision {found}, which this "
             f"version of state_runtime does not know (its newest is {head_revision()}): a newer "

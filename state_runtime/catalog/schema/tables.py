@@ -331,8 +331,14 @@ batch_intents = sa.Table(
     sa.Column("committed_at", UtcDateTime(), nullable=True),
     sa.Column("suspects", _json_type(), nullable=True),
     sa.Column("swept_at", UtcDateTime(), nullable=True),
+    sa.Column("sequence", sa.BigInteger(), sa.Identity(always=True), nullable=False),
     sa.Index("ix_batch_intents_open", "swept_at", "started_at"),
+    sa.Index("ix_batch_intents_batch", "checkpoint_root", "query_id", "batch_id"),
+    sa.Index("ux_batch_intents_sequence", "sequence", unique=True),
 )
+"""``sequence``: the order the intents were recorded in, by the database (an identity on
+PostgreSQL, the next number in the write's own lock on SQLite), never by a clock: a commit
+from an intent older than the newest intent of its batch is refused (``sql/commits.py``)."""
 
 store_problems = sa.Table(
     "store_problems",
@@ -456,6 +462,24 @@ operator_layouts = sa.Table(
     ),
     sa.Column("recorded_at", UtcDateTime(), nullable=False),
 )
+
+store_status_changes = sa.Table(
+    "store_status_changes",
+    metadata,
+    sa.Column("change_id", _id_type(), primary_key=True, autoincrement=True),
+    sa.Column(
+        "store_id",
+        _id_type(),
+        sa.ForeignKey("stores.store_id", name="fk_store_status_changes_store_id"),
+        nullable=False,
+    ),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("changed_at", UtcDateTime(), nullable=False),
+    sa.Index("ix_store_status_changes_store", "store_id", "change_id"),
+)
+"""Each store's status changes, newest last: what a "since" reads
+(``state_runtime/catalog/sql/status_changes.py`` records them)."""
 
 catalog_roles = sa.Table(
     "catalog_roles",

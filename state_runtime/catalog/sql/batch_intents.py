@@ -55,6 +55,10 @@ def begin_batch(
         sa.select(batch_intents.c.run).where(batch_intents.c.run == run)
     ).first()
     if exists is None:  # a retry after a lost COMMIT finds its own intent
+        numbered: dict[str, Any] = {}
+        if connection.dialect.name != "postgresql":  # an identity there; here the write lock
+            top = sa.func.coalesce(sa.func.max(batch_intents.c.sequence), 0)
+            numbered["sequence"] = sa.select(top + 1).scalar_subquery()
         connection.execute(
             sa.insert(batch_intents).values(
                 run=run,
@@ -63,6 +67,7 @@ def begin_batch(
                 batch_id=batch_id,
                 operators=[list(op) for op in operators],
                 started_at=now,
+                **numbered,
             )
         )
     restored = restored_to(connection, root, query_id)
@@ -178,11 +183,14 @@ def _sweep_of(connection: Connection, views: ReaderViews, row: Any) -> AttemptSw
 def finish_sweeps(
     connection: Connection, runs: Collection[str], now: datetime, forget_before: datetime
 ) -> int:
-    """Mark ``runs`` swept, and forget intents swept before ``forget_before``; the number
-    forgotten."""
+    """Mark ``runs`` swept, and forget intents swept before ``forget_before``, but each
+    query's newest (the order a zombie driver's commit is checked against, see
+    ``superseding_intent``); the number forgotten."""
     i = batch_intents.c
     for part in chunks(sorted(runs)):
         connection.execute(sa.update(batch_intents).where(i.run.in_(part)).values(swept_at=now))
-    return int(
-        connection.execute(sa.delete(batch_intents).where(i.swept_at < forget_before)).rowcount
+    newest = sa.select(sa.func.max(i.sequence)).group_by(i.checkpoint_root, i.query_id)
+    forgotten = sa.delete(batch_intents).where(
+        i.swept_at < forget_before, i.sequence.not_in(newest)
     )
+    return int(connection.execute(forgotten).rowcount)

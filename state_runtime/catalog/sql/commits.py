@@ -23,14 +23,20 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import BatchCommit, CommitEntry
 from state_runtime.catalog.schema.reading_views import ReaderViews
-from state_runtime.catalog.schema.tables import FileState, checkpoint_files, commit_log, stores
+from state_runtime.catalog.schema.tables import (
+    FileState,
+    batch_intents,
+    checkpoint_files,
+    commit_log,
+    stores,
+)
 from state_runtime.catalog.sql.findings import close_unneeded
 from state_runtime.catalog.sql.inventory import RecordedFile, check_info, record_locked
 from state_runtime.catalog.sql.lookups import committed_ids_at, ensure_stores, lock_stores
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.rows import is_store, key_of, store_id_of
 from state_runtime.catalog.sql.statements import chunks
-from state_runtime.errors import CommitConflict, InvalidArgument
+from state_runtime.errors import AttemptSuperseded, CommitConflict, InvalidArgument
 from state_runtime.identity import (
     CheckpointRef,
     StoreId,
@@ -50,6 +56,7 @@ def commit_batch(
     *,
     replace: bool,
     duplicates: Sequence[CheckpointInfo] = (),
+    run: str | None = None,
 ) -> BatchCommit:
     """Commit batch ``batch_id`` of ``query_id``: one checkpoint per store, atomically.
 
@@ -59,7 +66,9 @@ def commit_batch(
     Raises CommitConflict, leaving the catalog untouched, when a named file is being deleted,
     the batch is already committed with other ids and ``replace`` is False, a replay leaves
     out a store the batch had, a replaced version already has successors, a version is not
-    the store's next one, or a base checkpoint id is not the committed id of ``version - 1``.
+    the store's next one, or a base checkpoint id is not the committed id of ``version - 1``;
+    and AttemptSuperseded when ``run``'s intent is older than another of this batch or a later
+    one of the query (:func:`superseding_intent`).
     """
     validate_root(root)
     validate_name(query_id, "query id")
@@ -79,6 +88,14 @@ def commit_batch(
         check_info(info)
     ids = ensure_stores(connection, root, (i.store for i in every), now)
     lock_stores(connection, ids.values())
+    if run is not None:  # after the locks: a newer attempt's commit is then visible, or after
+        newer = superseding_intent(connection, root, query_id, batch_id, run)
+        if newer is not None:
+            raise AttemptSuperseded(
+                f"batch {batch_id} of query {query_id}: attempt {run} is older than attempt "
+                f"{newer[0]} of batch {newer[1]}, which began after it (another driver took "
+                "the query over); this commit is refused so that the newer attempt's stands"
+            )
     files = record_locked(connection, ids, every, now)
     by_store = {ids[i.store]: i for i in infos}
     latest = _latest(connection, by_store)
@@ -128,6 +145,24 @@ def commit_batch(
         orphaned_files=orphaned,
         closed_problems=closed,
     )
+
+
+def superseding_intent(
+    connection: Connection, root: str, query_id: str, batch_id: int, run: str
+) -> tuple[str, int] | None:
+    """The newest intent (run, batch) of the query that began after ``run``'s, at batch
+    ``batch_id`` or later, or None. By the intents' sequence, the database's order, never a
+    clock. An intent that is gone (forgotten by the attempt sweep, which keeps each query's
+    newest) is older than every intent still held."""
+    i = batch_intents.c
+    own = connection.execute(sa.select(i.sequence).where(i.run == run)).scalar()
+    later = sa.select(i.run, i.batch_id).where(
+        i.checkpoint_root == root, i.query_id == query_id, i.batch_id >= batch_id, i.run != run
+    )
+    if own is not None:
+        later = later.where(i.sequence > own)
+    row = connection.execute(later.order_by(i.sequence.desc()).limit(1)).first()
+    return None if row is None else (str(row.run), int(row.batch_id))
 
 
 def _check_not_deleted(

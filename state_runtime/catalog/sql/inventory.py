@@ -307,6 +307,16 @@ def relocate_root(connection: Connection, old: str, new: str) -> int:
     return int(moved)
 
 
+def store_census(connection: Connection, views: ReaderViews) -> tuple[int, int]:
+    """How many stores the catalog knows and the newest store id (0, 0 when none): changes
+    whenever a store is added or removed, read without listing them."""
+    s = views.stores.c
+    count, newest = connection.execute(
+        sa.select(sa.func.count(), sa.func.coalesce(sa.func.max(s.store_id), 0))
+    ).one()
+    return int(count), int(newest)
+
+
 def store_records(
     connection: Connection, views: ReaderViews, root: str | None
 ) -> list[StoreRecord]:

@@ -11,6 +11,7 @@ here calls back up.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -54,22 +55,38 @@ def committed_ids_at(
     return found
 
 
+@functools.cache
+def _store_ids_query(views: ReaderViews) -> sa.Select[Any]:
+    """:func:`store_ids`' statement, built once (its values are bind parameters)."""
+    s = views.stores.c
+
+    def among(column: sa.ColumnClause[Any]) -> sa.ColumnElement[bool]:
+        return column.in_(sa.bindparam(column.name, expanding=True, type_=column.type))
+
+    # Per-column IN lists let the identity index serve; exact pairs are kept by the caller.
+    return sa.select(s.store_id, s.operator_id, s.partition_id, s.store_name).where(
+        s.checkpoint_root == sa.bindparam("root", type_=s.checkpoint_root.type),
+        among(s.operator_id),
+        among(s.partition_id),
+        among(s.store_name),
+    )
+
+
 def store_ids(
     connection: Connection, views: ReaderViews, root: str, wanted: Iterable[StoreId]
 ) -> dict[StoreId, int]:
     """The ids of the stores in ``wanted`` that the catalog knows (no insert)."""
-    s = views.stores.c
     wanted = set(wanted)
     found: dict[StoreId, int] = {}
     for part in chunks(sorted(wanted)):
-        # Per-column IN lists let the identity index serve; exact pairs are kept below.
         rows = connection.execute(
-            sa.select(s.store_id, s.operator_id, s.partition_id, s.store_name).where(
-                s.checkpoint_root == root,
-                s.operator_id.in_({x.operator_id for x in part}),
-                s.partition_id.in_({x.partition_id for x in part}),
-                s.store_name.in_({x.store_name for x in part}),
-            )
+            _store_ids_query(views),
+            {
+                "root": root,
+                "operator_id": sorted({x.operator_id for x in part}),
+                "partition_id": sorted({x.partition_id for x in part}),
+                "store_name": sorted({x.store_name for x in part}),
+            },
         )
         for row in rows:
             store = store_id_of(row)

@@ -12,6 +12,7 @@ claimed and recorded in :mod:`~state_runtime.catalog.sql.deletions`; ``explain``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from state_runtime import retention as rule
 from state_runtime.catalog.records import (
@@ -41,11 +42,13 @@ from state_runtime.retention import Fact, RetentionPolicy, Verdict
 @dataclass(frozen=True)
 class Scope:
     """Which stores a question covers: all, one root, or given store ids; narrowed to the
-    store ids in ``ids`` (after, through], a page of :mod:`state_runtime.catalog.api.pages`."""
+    store ids in ``ids`` (after, through], a page of :mod:`state_runtime.catalog.api.pages`.
+    Each is a value, or a bind parameter of a statement built once and run with each call's
+    values."""
 
-    root: str | None = None
-    store_ids: tuple[int, ...] | None = None
-    ids: tuple[int, int] | None = None
+    root: str | BindParameter[str] | None = None
+    store_ids: tuple[int, ...] | BindParameter[Any] | None = None
+    ids: tuple[int | BindParameter[int], int | BindParameter[int]] | None = None
 
     def filter(self, views: ReaderViews, store_id: ColumnElement[int]) -> ColumnElement[bool]:
         conditions: list[ColumnElement[bool]] = []
@@ -374,6 +377,34 @@ def live_files(connection: Connection, views: ReaderViews, store_id: int) -> lis
     return [file_record(row) for row in rows]
 
 
+@functools.cache
+def _retained_queries(
+    views: ReaderViews, retain_versions: int
+) -> tuple[sa.Select[Any], sa.Select[Any]]:
+    """:func:`retained_versions`' statements (the files of each retained version, the
+    retained commits) for the store whose id is the bind parameter ``store_id``; built once
+    per process and shape (building costs more than running them; SQLAlchemy compiles each
+    once per engine)."""
+    store_id = sa.bindparam("store_id", type_=sa.BigInteger())
+    scope = Scope(store_ids=sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger()))
+    nf = needed_files(views, retain_versions, scope).subquery("nf")
+    f, c, s = views.files.c, views.commits.c, views.stores.c
+    files = (
+        sa.select(*file_columns(views.files, views.stores), nf.c.retained_version)
+        .select_from(nf)
+        .join(views.files, f.file_id == nf.c.file_id)
+        .join(views.stores, s.store_id == f.store_id)
+        .order_by(nf.c.retained_version.desc(), f.version)
+    )
+    retained = (
+        sa.select(c.version, c.checkpoint_id)
+        .join(views.stores, s.store_id == c.store_id)
+        .where(c.store_id == store_id, c.version > s.latest_version - retain_versions)
+        .order_by(c.version.desc())
+    )
+    return files, retained
+
+
 def retained_versions(
     connection: Connection, views: ReaderViews, root: str, store: StoreId, retain_versions: int
 ) -> list[RetainedVersion]:
@@ -382,25 +413,12 @@ def retained_versions(
     if store not in ids:
         return []
     store_id = ids[store]
-    scope = Scope(store_ids=(store_id,))
-    nf = needed_files(views, retain_versions, scope).subquery("nf")
-    f, c, s = views.files.c, views.commits.c, views.stores.c
-    rows = connection.execute(
-        sa.select(*file_columns(views.files, views.stores), nf.c.retained_version)
-        .select_from(nf)
-        .join(views.files, f.file_id == nf.c.file_id)
-        .join(views.stores, s.store_id == f.store_id)
-        .order_by(nf.c.retained_version.desc(), f.version)
-    ).all()
+    files_query, retained_query = _retained_queries(views, retain_versions)
+    values = {"store_id": store_id, "store_ids": [store_id]}
     by_version: dict[int, list[FileRecord]] = {}
-    for row in rows:
+    for row in connection.execute(files_query, values):
         by_version.setdefault(row.retained_version, []).append(file_record(row))
-    retained = connection.execute(
-        sa.select(c.version, c.checkpoint_id)
-        .join(views.stores, s.store_id == c.store_id)
-        .where(c.store_id == store_id, c.version > s.latest_version - retain_versions)
-        .order_by(c.version.desc())
-    ).all()
+    retained = connection.execute(retained_query, values).all()
     idle = idle_versions(connection, views, store_id)
     key = StoreKey(root, store)
     result = []
@@ -411,11 +429,16 @@ def retained_versions(
     return result
 
 
+@functools.cache
+def _idle_query(views: ReaderViews) -> sa.Select[Any]:
+    c = views.commits.c
+    store_id = sa.bindparam("store_id", type_=sa.BigInteger())
+    return sa.select(c.version).where(c.store_id == store_id, c.file_id.is_(None))
+
+
 def idle_versions(connection: Connection, views: ReaderViews, store_id: int) -> frozenset[int]:
     """The store's committed versions that changed nothing: their commits name no file."""
-    c = views.commits.c
-    query = sa.select(c.version).where(c.store_id == store_id, c.file_id.is_(None))
-    return frozenset(connection.execute(query).scalars())
+    return frozenset(connection.execute(_idle_query(views), {"store_id": store_id}).scalars())
 
 
 def _chain(

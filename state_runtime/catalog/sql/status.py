@@ -109,13 +109,28 @@ class StatusSql:
         floor = [self.f[name] for name in r.not_before]
         return _earliest(self.dialect, [since, *floor], latest=True) if floor else since
 
-    def columns(self) -> tuple[Any, Any, Any]:
-        """``status``, ``status_reason`` and ``status_since``: the first rule that holds."""
+    def estimate(self) -> tuple[Any, Any, Any]:
+        """The status, its reason and the facts' estimate of since when: the first rule that
+        holds."""
         whens = [(self.rule_holds(r), r) for r in rule.RULES]
         status = sa.case(*((c, sa.literal(r.status.value, sa.Text())) for c, r in whens))
         reason = sa.case(*((c, self.reason(r)) for c, r in whens))
         since = sa.case(*((c, self.rule_since(r)) for c, r in whens))
-        return status.label("status"), reason.label("status_reason"), since.label("status_since")
+        return status, reason, since
+
+    def columns(self) -> tuple[Any, Any, Any, Any]:
+        """``status``, ``status_reason``, ``status_since`` (the recorded change to the status,
+        or else the estimate) and ``status_recorded`` (which of the two)."""
+        status, reason, estimate = self.estimate()
+        recorded_status, changed_at = (self.f[name] for name in rule.RECORDED)
+        recorded = sa.and_(recorded_status.is_not(None), recorded_status == status)
+        since = sa.case((recorded, changed_at), else_=estimate)
+        return (
+            status.label("status"),
+            reason.label("status_reason"),
+            since.label("status_since"),
+            recorded.label("status_recorded"),
+        )
 
 
 COMMIT_LAG: Mapping[str, str] = {
@@ -126,7 +141,8 @@ COMMIT_LAG: Mapping[str, str] = {
 
 
 def status_of(facts: sa.FromClause, limits: Mapping[str, Any], dialect: str) -> sa.Select[Any]:
-    """(store_id, status, status_reason, status_since) of each row of ``facts``."""
+    """(store_id, status, status_reason, status_since, status_recorded) of each row of
+    ``facts``."""
     status = StatusSql(facts.c, limits, dialect).columns()
     return sa.select(facts.c.store_id, *status).select_from(facts)
 

@@ -147,12 +147,29 @@ def _first_problem(views: ReaderViews, store_id: Any) -> sa.ScalarSelect[Any]:
     )
 
 
+def last_status_changes(views: ReaderViews, scope: Scope) -> sa.Subquery:
+    """Per store, its last recorded status change (status, changed_at)."""
+    ch = views.status_changes.c
+    newest = (
+        sa.select(ch.store_id, sa.func.max(ch.change_id).label("change_id"))
+        .where(scope.filter(views, ch.store_id))
+        .group_by(ch.store_id)
+        .subquery("newest_change")
+    )
+    return (
+        sa.select(ch.store_id, ch.status, ch.changed_at)
+        .join(newest, newest.c.change_id == ch.change_id)
+        .subquery("last_change")
+    )
+
+
 def store_facts(views: ReaderViews, policy: PolicySql, scope: Scope) -> sa.Select[Any]:
     """One row per store in ``scope``: its name, latest version, snapshot chain, files,
-    reclaimable files under ``policy``, problems, validations and last maintenance run."""
+    reclaimable files under ``policy``, problems, validations, last maintenance run and last
+    recorded status change."""
     s, r = views.stores.c, views.runs.c
     live, reclaim = _live_files(views, scope), _reclaimable(views, policy, scope)
-    problems = _problems(views, scope)
+    problems, changed = _problems(views, scope), last_status_changes(views, scope)
     snap, loadable = last_snapshots(views, scope), _loadable_versions(views, scope)
     newest = (
         sa.select(s.checkpoint_root, sa.func.max(s.latest_version).label("version"))
@@ -199,6 +216,8 @@ def store_facts(views: ReaderViews, policy: PolicySql, scope: Scope) -> sa.Selec
             r.kind.label("last_run_kind"),
             r.outcome.label("last_run_outcome"),
             r.ended_at.label("last_run_ended_at"),
+            changed.c.status.label("recorded_status"),
+            changed.c.changed_at.label("status_changed_at"),
         )
         .select_from(views.stores)
         .join(newest, newest.c.checkpoint_root == s.checkpoint_root)
@@ -220,5 +239,6 @@ def store_facts(views: ReaderViews, policy: PolicySql, scope: Scope) -> sa.Selec
             sa.and_(chain.c.store_id == s.store_id, chain.c.version == snapshot_version + 1),
         )
         .outerjoin(problems, problems.c.store_id == s.store_id)
+        .outerjoin(changed, changed.c.store_id == s.store_id)
         .where(scope.filter(views, s.store_id))
     )

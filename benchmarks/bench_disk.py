@@ -1,0 +1,147 @@
+"""State larger than memory (issue 37): a store of N integer keys built and updated under a
+small budget, in a fresh process.
+
+Prints, as JSON: the state's Arrow bytes, the budget, the peak resident memory growth of this
+process over its own baseline after imports and a warm-up (``ru_maxrss``), the bytes written
+to local disk, the write amplification (bytes written locally during the update batches / the
+bytes of their changes as a run holds them: Arrow plus the 8-byte index), median batch times,
+and a checksum of the final state (equal in memory and on disk).
+
+    python benchmarks/bench_disk.py [--keys 8000000] [--budget-mib 32] [--batches 10]
+        [--updates 10000] [--memory]   # --memory: the same run with everything in memory
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from state_runtime import StateStoreProvider
+from state_runtime.storage import LocalStorage
+from state_runtime.store.cache import set_budget
+from state_runtime.store.disk_runs import LOCAL_DISK
+
+KEY = pa.struct([("k", pa.int64())])
+VALUE = pa.struct([("v", pa.int64())])
+
+
+def _rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _table(keys: np.ndarray, values: np.ndarray) -> pa.Table:
+    return pa.table(
+        {
+            "key": pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY)),
+            "value": pa.StructArray.from_arrays([pa.array(values)], fields=list(VALUE)),
+        }
+    )
+
+
+def _round_trip(provider: StateStoreProvider) -> None:
+    """Commit, look up and iterate a small store."""
+    keys = np.arange(50_000, dtype=np.int64)
+    store = provider.get_store(0)
+    store.apply_arrow(_table(keys, keys))
+    info = store.commit()
+    store = provider.get_store(info.version, info.checkpoint_id)
+    store.lookup(_table(keys[::7], keys[::7]).column("key").combine_chunks())
+    store.apply_arrow(_table(keys[::3], keys[::3]))
+    store.commit()
+    sum(len(block) for block in store._blocks())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--keys", type=int, default=8_000_000)
+    parser.add_argument("--budget-mib", type=int, default=32)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--updates", type=int, default=10_000)
+    parser.add_argument("--chunk", type=int, default=250_000)
+    parser.add_argument("--memory", action="store_true")
+    args = parser.parse_args()
+    budget = args.budget_mib << 20
+    set_budget(budget if not args.memory else 1 << 40)
+    root = tempfile.mkdtemp(prefix="bench-disk-")
+    warm_up = StateStoreProvider(
+        LocalStorage(root), 0, 1, key_schema="k bigint", value_schema="v bigint"
+    )
+    _round_trip(warm_up)  # the first call of each code path loads what it needs, once
+    baseline = _rss()
+    provider = StateStoreProvider(
+        LocalStorage(root), 0, 0, key_schema="k bigint", value_schema="v bigint"
+    )
+    info = None
+    started = time.perf_counter()
+    for start in range(0, args.keys, args.chunk):  # build: keys in chunks, value = key
+        store = (
+            provider.get_store(0)
+            if info is None
+            else provider.get_store(info.version, info.checkpoint_id)
+        )
+        keys = np.arange(start, min(args.keys, start + args.chunk), dtype=np.int64)
+        store.apply_arrow(_table(keys, keys))
+        info = store.commit()
+    build_s = time.perf_counter() - started
+    assert info is not None
+    written_before = LOCAL_DISK.stats.bytes_written
+    rng = np.random.default_rng(1)
+    times = []
+    change_bytes = 0
+    for _ in range(args.batches):  # read-modify-write: v += 1 on random keys
+        t0 = time.perf_counter()
+        store = provider.get_store(info.version, info.checkpoint_id)
+        keys = np.unique(rng.integers(0, args.keys, args.updates))
+        key_array = pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY))
+        old = store.lookup(key_array).field("v").to_numpy()
+        table = _table(keys, old + 1)
+        change_bytes += table.nbytes + 8 * len(keys)  # as a run holds them: with the index
+        store.apply_arrow(table)
+        info = store.commit()
+        times.append(time.perf_counter() - t0)
+    read = provider.get_read_store(info.version, info.checkpoint_id)
+    probes = rng.integers(0, args.keys, 2000)
+    t0 = time.perf_counter()
+    for k in probes[:2000]:
+        read.get(int(k))
+    get_us = (time.perf_counter() - t0) / 2000 * 1e6
+    total = 0
+    rows = 0
+    for block in read._blocks():
+        total = (total + int(block.values.field("v").to_numpy().sum())) % (1 << 61)
+        rows += len(block)
+    print(
+        json.dumps(
+            {
+                "mode": "memory" if args.memory else "disk",
+                "keys": args.keys,
+                "state_bytes": args.keys * 16,
+                "budget_bytes": budget,
+                "peak_rss_growth_bytes": _rss() - baseline,
+                "local_disk_bytes_written": LOCAL_DISK.stats.bytes_written,
+                "compaction_bytes": LOCAL_DISK.stats.compaction_bytes,
+                "write_amplification": (LOCAL_DISK.stats.bytes_written - written_before)
+                / max(1, change_bytes),
+                "block_cache_hits": LOCAL_DISK.stats.block_cache_hits,
+                "block_cache_misses": LOCAL_DISK.stats.block_cache_misses,
+                "build_s": round(build_s, 2),
+                "median_batch_ms": round(statistics.median(times) * 1000, 1),
+                "get_us": round(get_us, 1),
+                "rows": rows,
+                "checksum": total,
+                "load": os.getloadavg()[0],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

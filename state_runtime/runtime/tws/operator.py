@@ -1,0 +1,357 @@
+"""``transform_with_state``: a user's pyspark ``StatefulProcessor``, unchanged, on our stores.
+
+Per state partition and batch, as Spark's ``TransformWithStateInPandasExec`` does: a fresh
+copy of the processor gets ``init(handle)``; on the query's first batch each key of the
+initial state gets ``handleInitialState``; each key with rows (in key order) gets
+``handleInputRows``; then every timer due (processing time: before the batch's time; event
+time: before the watermark; Spark's strict ``<``) fires once, in (time, key) order, with
+``handleExpiredTimer`` and is deleted; values whose TTL passed are removed; ``close()``. The
+handle is :class:`Handle`; state variables are stores of the operator
+(:mod:`.variables`), timers the main store :data:`TIMERS_STORE`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+from pyspark.sql.types import LongType, Row, StructField, StructType, TimestampType
+
+from state_runtime.errors import InvalidArgument
+from state_runtime.runtime.context import current_batch
+from state_runtime.runtime.operator import ColumnUse, StatefulOperator
+from state_runtime.runtime.times import time_zone
+from state_runtime.runtime.tws.variables import (
+    EXPIRY,
+    STATES,
+    TIMERS_STORE,
+    Declarations,
+    ListState,
+    MapState,
+    Scope,
+    ValueState,
+    Variable,
+    expire,
+)
+from state_runtime.store.arrow_rows import struct_rows
+from state_runtime.store.config import StoreConfig
+from state_runtime.store.state_schema import parse_schema
+from state_runtime.store.state_store import StateStore
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+TIME_MODES = {"none": "None", "processingtime": "ProcessingTime", "eventtime": "EventTime"}
+OUTPUT_MODES = {"update": "update", "append": "append"}
+INITIAL_PARTITION = "__state_partition"
+
+
+class Handle:
+    """Spark's ``StatefulProcessorHandle`` for one task: the declared variables and the
+    grouping key's timers."""
+
+    def __init__(
+        self, scope: Scope, variables: dict[str, Variable], timers: StateStore, time_mode: str
+    ) -> None:
+        self._scope, self._variables, self._timers = scope, variables, timers
+        self._time_mode = time_mode
+
+    def _state(self, name: str) -> Any:
+        variable = self._variables.get(name)
+        if variable is None:
+            raise InvalidArgument(
+                f"state variable {name!r} was not declared when the operator was built "
+                "(init() must declare the same variables on every call)"
+            )
+        return STATES[variable.kind](self._scope, variable)
+
+    def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
+        state: ValueState = self._state(stateName)
+        return state
+
+    def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
+        state: ListState = self._state(stateName)
+        return state
+
+    def getMapState(
+        self, stateName: str, userKeySchema: Any, valueSchema: Any, ttlDurationMs: int | None = None
+    ) -> Any:
+        state: MapState = self._state(stateName)
+        return state
+
+    def deleteIfExists(self, stateName: str) -> None:
+        """Remove every value of the variable, for every key of this partition."""
+        store = self._scope.stores.get(stateName)
+        if store is not None:
+            store.remove_matching(lambda keys, _values: pc.is_valid(keys))
+
+    def _timers_allowed(self, what: str) -> None:
+        if self._time_mode == "None":
+            raise InvalidArgument(f"{what} needs timeMode 'ProcessingTime' or 'EventTime'")
+
+    def registerTimer(self, expiryTimestampMs: int) -> None:
+        self._timers_allowed("registerTimer")
+        at = int(expiryTimestampMs)
+        self._timers.put((*self._scope.key, at), (at,))
+
+    def deleteTimer(self, expiryTimestampMs: int) -> None:
+        self._timers_allowed("deleteTimer")
+        self._timers.remove((*self._scope.key, int(expiryTimestampMs)))
+
+    def listTimers(self) -> Iterator[int]:
+        self._timers_allowed("listTimers")
+        return iter([int(key[-1]) for key, _ in self._timers.prefix_scan(self._scope.key)])
+
+
+def declare(processor: StatefulProcessor, time_mode: str) -> dict[str, Variable]:
+    """The processor's state variables: ``init`` run on a copy with a recording handle."""
+    declarations = Declarations(time_mode)
+    probe = copy.deepcopy(processor)
+    probe.init(declarations)  # type: ignore[arg-type]
+    probe.close()
+    return declarations.variables
+
+
+@dataclass(frozen=True)
+class _Form:
+    """How rows reach the processor and its output comes back: pandas or Rows."""
+
+    pandas: bool
+    output: StructType
+
+    def rows(self, table: pa.Table, zone: str) -> Iterator[Any]:
+        """The key's rows as the processor's ``rows`` argument (timestamps as Spark gives
+        them: naive wall-clock times of the session zone)."""
+        if self.pandas:
+            frame = table.to_pandas()
+            for field in table.schema:
+                if pa.types.is_timestamp(field.type):
+                    frame[field.name] = _local(frame[field.name], zone)
+            return iter([frame])
+        local = _local_table(table, zone)
+        make = Row(*table.column_names)
+        return iter([make(*r) for r in zip(*local.to_pydict().values(), strict=True)])
+
+    def collect(self, produced: Iterable[Any] | None, zone: str) -> list[pa.Table]:
+        """The processor's output as tables of the output schema (UTC timestamps)."""
+        schema = to_arrow_schema(self.output, timezone="UTC")
+        tables = []
+        for item in produced or ():
+            if self.pandas:
+                frame = item.copy()
+                for field in self.output.fields:
+                    if isinstance(field.dataType, TimestampType) and field.name in frame:
+                        column = frame[field.name]
+                        if getattr(column.dt, "tz", None) is None:
+                            frame[field.name] = column.dt.tz_localize(
+                                time_zone(zone), ambiguous="NaT", nonexistent="shift_forward"
+                            )
+                frame = frame[[f.name for f in self.output.fields]]
+                tables.append(pa.Table.from_pandas(frame, schema=schema, preserve_index=False))
+            else:
+                tables.append(_row_table([item], self.output, schema, zone))
+        return tables
+
+
+def _local(series: Any, zone: str) -> Any:
+    return series.dt.tz_convert(time_zone(zone)).dt.tz_localize(None)
+
+
+def _local_table(table: pa.Table, zone: str) -> pa.Table:
+    """Timestamp columns as naive wall-clock times of ``zone`` (Row form)."""
+    columns = []
+    for column in table.columns:
+        if pa.types.is_timestamp(column.type):
+            column = pc.local_timestamp(column.cast(pa.timestamp("us", tz=zone)))
+        columns.append(column)
+    return pa.Table.from_arrays(columns, names=table.column_names)
+
+
+def _row_table(rows: list[Any], output: StructType, schema: pa.Schema, zone: str) -> pa.Table:
+    records = []
+    for row in rows:
+        if isinstance(row, Row):
+            record = row.asDict(True)
+        else:
+            record = dict(zip(output.names, row, strict=True))
+        for field in output.fields:
+            value = record.get(field.name)
+            if (
+                isinstance(field.dataType, TimestampType)
+                and isinstance(value, datetime)
+                and value.tzinfo is None
+            ):
+                record[field.name] = value.replace(tzinfo=time_zone(zone))
+        records.append(record)
+    return pa.Table.from_pylist(records, schema=schema)
+
+
+@dataclass(frozen=True)
+class _TransformWithState:
+    key_columns: tuple[str, ...]
+    processor: StatefulProcessor
+    variables: dict[str, Variable]
+    time_mode: str
+    form: _Form
+    initial: pa.Table | None
+
+    def __call__(self, timers: StateStore, rows: pa.Table) -> pa.Table:
+        batch = current_batch()
+        zone = batch.time_zone
+        scope = Scope(dict(batch.stores), batch.batch_time_ms)
+        processor = copy.deepcopy(self.processor)
+        processor.init(Handle(scope, self.variables, timers, self.time_mode))  # type: ignore[arg-type]
+        watermark = -1 if batch.watermark_ms is None else batch.watermark_ms
+        values = (
+            TimerValues()
+            if self.time_mode == "None"
+            else TimerValues(batch.batch_time_ms, watermark)
+        )
+        out: list[pa.Table] = []
+        groups = _groups(rows, self.key_columns)
+        initial: dict[tuple[Any, ...], pa.Table] = {}
+        if self.initial is not None and timers.version == 0:
+            mine = self.initial.filter(
+                pc.equal(self.initial.column(INITIAL_PARTITION), batch.partition_id)
+            ).drop_columns([INITIAL_PARTITION])
+            initial = _groups(mine, self.key_columns)
+        for key in sorted(set(groups) | set(initial), key=_order):
+            scope.key = key
+            if key in initial:
+                for state in self.form.rows(initial[key], zone):  # a frame, or each Row
+                    processor.handleInitialState(key, state, values)
+            if key in groups:
+                produced = processor.handleInputRows(key, self.form.rows(groups[key], zone), values)
+                out += self.form.collect(produced, zone)
+        out += self._fire(processor, timers, scope, values, zone)
+        for variable in self.variables.values():
+            expire(scope.stores[variable.name], variable, batch.batch_time_ms)
+        processor.close()
+        schema = to_arrow_schema(self.form.output, timezone="UTC")
+        return pa.concat_tables(out) if out else schema.empty_table()
+
+    def _fire(
+        self,
+        processor: StatefulProcessor,
+        timers: StateStore,
+        scope: Scope,
+        values: TimerValues,
+        zone: str,
+    ) -> list[pa.Table]:
+        """Every timer due, once, in (time, key) order."""
+        if self.time_mode == "None":
+            return []
+        bound = (
+            values.getCurrentProcessingTimeInMs()
+            if self.time_mode == "ProcessingTime"
+            else values.getCurrentWatermarkInMs()
+        )
+        due = timers.matching(lambda _k, v: pc.less(pc.struct_field(v, EXPIRY), bound))
+        keys = [k for k in struct_rows(due.column("key").combine_chunks()) if k is not None]
+        out: list[pa.Table] = []
+        for stored in sorted(keys, key=lambda k: (k[-1], _order(k[:-1]))):
+            key, at = stored[:-1], int(stored[-1])
+            scope.key = key
+            produced = processor.handleExpiredTimer(key, values, ExpiredTimerInfo(at))
+            out += self.form.collect(produced, zone)
+            timers.remove(stored)
+        return out
+
+
+def _order(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Keys sort with nulls first, as Spark's."""
+    return tuple((v is not None, v) for v in key)
+
+
+def _groups(table: pa.Table, key_columns: Sequence[str]) -> dict[tuple[Any, ...], pa.Table]:
+    """The rows of each key, keys as tuples of Python values."""
+    if not table.num_rows:
+        return {}
+    keys = list(zip(*(table.column(c).to_pylist() for c in key_columns), strict=True))
+    positions: dict[tuple[Any, ...], list[int]] = {}
+    for i, key in enumerate(keys):
+        positions.setdefault(key, []).append(i)
+    return {key: table.take(pa.array(rows)) for key, rows in positions.items()}
+
+
+def transform_with_state(
+    operator_id: int,
+    key_columns: Sequence[str],
+    key_schema: str | StructType,
+    stateful_processor: StatefulProcessor,
+    output_schema: str | StructType,
+    num_partitions: int,
+    *,
+    output_mode: str = "Update",
+    time_mode: str = "None",
+    initial_state: DataFrame | None = None,
+    event_time_column: str | None = None,
+    pandas: bool = True,
+    config: StoreConfig | None = None,
+) -> StatefulOperator:
+    """An operator running ``stateful_processor`` (a subclass of pyspark's
+    ``StatefulProcessor``, unchanged) per key, as ``groupBy(key_columns)`` followed by
+    ``transformWithStateInPandas`` (``pandas=True``) or ``transformWithState`` (Rows).
+
+    ``time_mode``: ``"None"``, ``"ProcessingTime"`` (timers and TTL on the batch's time) or
+    ``"EventTime"`` (timers on the query's watermark, which it then needs).
+    ``initial_state``: a DataFrame with the key columns, read once here (``toArrow``) and
+    given to ``handleInitialState`` in the query's first batch. ``event_time_column`` drops
+    input rows at or before the watermark, as Spark's operators do for late rows."""
+    mode = TIME_MODES.get(str(time_mode).lower())
+    if mode is None:
+        raise InvalidArgument(
+            f"time_mode must be one of None, ProcessingTime, EventTime; got {time_mode!r}"
+        )
+    out_mode = OUTPUT_MODES.get(str(output_mode).lower())
+    if out_mode is None:
+        raise InvalidArgument(
+            f"output_mode must be Update or Append for transformWithState, got {output_mode!r}"
+        )
+    if event_time_column is not None and mode != "EventTime":
+        raise InvalidArgument("event_time_column needs time_mode='EventTime'")
+    grouping = parse_schema(key_schema)
+    variables = declare(stateful_processor, mode)
+    timers_key = StructType([*grouping.fields, StructField(EXPIRY, LongType(), False)])
+    timers_value = StructType([StructField(EXPIRY, LongType(), True)])
+    initial = None
+    if initial_state is not None:
+        missing = [c for c in key_columns if c not in initial_state.columns]
+        if missing:
+            raise InvalidArgument(f"initial_state lacks the key columns {missing}")
+        keys = [F.col(f"`{c}`") for c in key_columns]
+        initial = initial_state.select(
+            "*", F.pmod(F.hash(*keys), F.lit(num_partitions)).alias(INITIAL_PARTITION)
+        ).toArrow()
+    form = _Form(pandas, parse_schema(output_schema))
+    return StatefulOperator(
+        operator_id=operator_id,
+        key_columns=tuple(key_columns),
+        key_schema=timers_key,
+        value_schema=timers_value,
+        output_schema=output_schema,
+        update=_TransformWithState(
+            tuple(key_columns), stateful_processor, variables, mode, form, initial
+        ),
+        num_partitions=num_partitions,
+        store_name=TIMERS_STORE,
+        config=config or StoreConfig(),
+        late_column=event_time_column,
+        uses_event_time=mode == "EventTime",
+        kind="transform_with_state",
+        reads=()
+        if event_time_column is None
+        else (ColumnUse(event_time_column, "event_time_column", "timestamp"),),
+        output_mode=out_mode,  # type: ignore[arg-type]
+        extra_stores=tuple(v.store(grouping) for v in variables.values()),
+        derived_key_fields=1,
+    )

@@ -1,0 +1,528 @@
+"""Sorted runs on local disk, read a block at a time: state larger than memory.
+
+A run larger than a quarter of the memory budget (``STATE_CACHE_BYTES``) is written to a file
+on local disk (``STATE_LOCAL_DIR``, default the system's temporary folder): an Arrow IPC file
+of record batches (*blocks*, about :data:`BLOCK_BYTES` each) holding the index key, the key
+and the value columns, in index order. Equal index keys never straddle two blocks. In memory a
+:class:`DiskRun` keeps only its fence index: each block's first and last index key and first
+row. A lookup finds a probe's block by a binary search on the fences, then binary-searches in
+the block; blocks come through one process-wide :class:`BlockCache` of a quarter of the
+budget. Scans and merges read blocks in order, one at a time, outside the cache. The files
+are a cache of what storage holds: they are deleted when their run is dropped, and the folder
+at exit; a lost worker rebuilds them from snapshots and deltas.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+import uuid
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from state_runtime.errors import LocalDiskFull
+from state_runtime.settings import WorkerSettings
+from state_runtime.store.arrow_rows import Row
+from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.sorted_runs import Run, concat, run_of
+
+BLOCK_BYTES = 64 << 10
+"""The size a block of a run on disk aims at."""
+
+SPILL_FRACTION = 4
+"""A run larger than 1/SPILL_FRACTION of the budget goes to disk; the block cache holds as
+much."""
+
+
+@dataclass
+class DiskStats:
+    """What local disk did in this process (counters only grow, except ``local_disk_bytes``)."""
+
+    local_disk_bytes: int = 0
+    bytes_written: int = 0
+    compaction_bytes: int = 0
+    block_cache_hits: int = 0
+    block_cache_misses: int = 0
+    block_cache_bytes: int = 0
+
+
+class LocalDisk:
+    """The folder of this process's runs on disk, when a run goes there, and the counters."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._directory: str | None = None
+        self._parent: str | None = None
+        self.spill_bytes: int | None = None
+        """If set, the run size past which runs spill (tests force disk with 0)."""
+        self.block_bytes = BLOCK_BYTES
+        self.budget: Callable[[], int] = lambda: WorkerSettings.from_env().cache_bytes
+        """The process's memory budget (:mod:`state_runtime.store.cache` sets its own)."""
+        self.stats = DiskStats()
+
+    @property
+    def directory(self) -> str:
+        """This process's folder of runs, made on first use under the parent folder: the one
+        :meth:`set_directory` gave, else ``STATE_LOCAL_DIR``, else the temporary folder."""
+        with self._lock:
+            if self._directory is None:
+                parent = self._parent or os.environ.get("STATE_LOCAL_DIR") or None
+                if parent is not None:
+                    os.makedirs(parent, exist_ok=True)
+                self._directory = tempfile.mkdtemp(
+                    prefix=f"state_runtime-{os.getpid()}-", dir=parent
+                )
+                atexit.register(shutil.rmtree, self._directory, True)
+            return self._directory
+
+    def set_directory(self, parent: str | None) -> None:
+        """Put the runs written from now on in a new folder under ``parent`` (None: the
+        default)."""
+        with self._lock:
+            self._directory = None
+            self._parent = parent
+
+    def threshold(self) -> int:
+        """Bytes past which a run goes to disk."""
+        if self.spill_bytes is not None:
+            return self.spill_bytes
+        return self.budget() // SPILL_FRACTION
+
+    def free_bytes(self) -> int:
+        return shutil.disk_usage(self.directory).free
+
+    def check_free(self, store: object, needed: int) -> None:
+        """LocalDiskFull unless the folder has ``needed`` bytes free."""
+        free = self.free_bytes()
+        if free < needed:
+            raise LocalDiskFull(
+                "local disk cannot hold a run of this store's state",
+                needed=needed,
+                free=free,
+                store=store,
+                path=self.directory,
+            )
+
+    def forget_file(self, path: str, size: int) -> None:
+        """Delete the file of a run no longer held, and its cached blocks."""
+        BLOCKS.drop(path)
+        with self._lock:
+            self.stats.local_disk_bytes -= size
+        with contextlib.suppress(FileNotFoundError):  # the folder went at exit first
+            os.unlink(path)
+
+    def count_file(self, size: int, *, compaction: bool) -> None:
+        """Count a run file just written."""
+        with self._lock:
+            self.stats.local_disk_bytes += size
+            self.stats.bytes_written += size
+            if compaction:
+                self.stats.compaction_bytes += size
+
+
+LOCAL_DISK = LocalDisk()
+
+
+class BlockCache:
+    """Blocks of runs on disk, least recently used first out, within a quarter of the budget."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._blocks: OrderedDict[tuple[str, int], tuple[Run, int]] = OrderedDict()
+        self._used = 0
+
+    def get(self, path: str, block: int) -> Run | None:
+        with self._lock:
+            found = self._blocks.get((path, block))
+            if found is None:
+                LOCAL_DISK.stats.block_cache_misses += 1
+                return None
+            self._blocks.move_to_end((path, block))
+            LOCAL_DISK.stats.block_cache_hits += 1
+            return found[0]
+
+    def put(self, path: str, block: int, run: Run, size: int, capacity: int) -> None:
+        with self._lock:
+            if (path, block) in self._blocks or size > capacity:
+                return
+            self._blocks[(path, block)] = (run, size)
+            self._used += size
+            while self._used > capacity:
+                self._used -= self._blocks.popitem(last=False)[1][1]
+            LOCAL_DISK.stats.block_cache_bytes = self._used
+
+    def drop(self, path: str) -> None:
+        with self._lock:
+            for key in [k for k in self._blocks if k[0] == path]:
+                self._used -= self._blocks.pop(key)[1]
+            LOCAL_DISK.stats.block_cache_bytes = self._used
+
+
+BLOCKS = BlockCache()
+
+
+class DiskRun:
+    """A run in a file on local disk; in memory only its fence index (see the module)."""
+
+    on_disk = True
+
+    def __init__(
+        self,
+        path: str,
+        store: object,
+        firsts: np.ndarray,
+        lasts: np.ndarray,
+        offsets: np.ndarray,
+        removals: int,
+        file_bytes: int,
+    ) -> None:
+        self.path = path
+        self.store = store
+        self._firsts = firsts  # first index key of each block
+        self._lasts = lasts  # last index key of each block
+        self._offsets = offsets  # first row of each block, then the row count
+        self.removals = removals
+        self.file_bytes = file_bytes
+        self._lock = threading.Lock()
+        self._file = pa.OSFile(path, "rb")  # plain reads: the blocks we drop leave memory
+        self._reader = pa.ipc.open_file(self._file)
+        weakref.finalize(self, _close_and_delete, self._file, path, file_bytes)
+
+    def __len__(self) -> int:
+        return int(self._offsets[-1])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held in memory: the fence index (blocks count in the block cache)."""
+        return int(self._firsts.nbytes + self._lasts.nbytes + self._offsets.nbytes)
+
+    @property
+    def key_type(self) -> pa.DataType:
+        return self._reader.schema.field(1).type
+
+    @property
+    def value_type(self) -> pa.DataType:
+        return self._reader.schema.field(2).type
+
+    @property
+    def block_count(self) -> int:
+        return len(self._firsts)
+
+    def _read(self, b: int) -> tuple[Run, int]:
+        """Block ``b`` read from the file, and its size."""
+        with self._lock:
+            batch = self._reader.get_batch(b)
+        index = np.asarray(batch.column(0).to_numpy())
+        return run_of(index, batch.column(1), batch.column(2)), batch.nbytes
+
+    def block(self, b: int) -> Run:
+        """Block ``b`` through the block cache."""
+        found = BLOCKS.get(self.path, b)
+        if found is None:
+            found, size = self._read(b)
+            BLOCKS.put(self.path, b, found, size, LOCAL_DISK.threshold())
+        return found
+
+    def blocks(self) -> Iterator[Run]:
+        """Every block in index order, read past the block cache (scans and merges)."""
+        for b in range(self.block_count):
+            yield self._read(b)[0]
+
+    # --- lookups ------------------------------------------------------------------------
+
+    def _block_of(self, index: np.ndarray) -> np.ndarray:
+        """The block that may hold each index key, or -1."""
+        b = np.searchsorted(self._firsts, index, side="right") - 1
+        inside = (b >= 0) & (index <= self._lasts[np.maximum(b, 0)])
+        return np.where(inside, b, -1)
+
+    def _by_block(self, blocks: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """(block, the positions in ``blocks`` naming it) for every block named."""
+        order = np.argsort(blocks, kind="stable")
+        ordered = blocks[order]
+        if not len(order):
+            return
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        bounds = [*starts.tolist(), len(order)]
+        for s, e in itertools.pairwise(bounds):
+            if ordered[s] >= 0:
+                yield int(ordered[s]), order[s:e]
+
+    def find(
+        self,
+        indexer: KeyIndexer,
+        index: np.ndarray,
+        keys: pa.StructArray,
+        rows: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, pa.StructArray]:
+        """For each probe, its row in this run or -1 (see :meth:`Run.positions`), and the
+        values of the probes found, in probe order: one pass, a block read once."""
+        found = np.full(len(index), -1, dtype=np.int64)
+        parts: list[pa.Array] = []
+        order: list[np.ndarray] = []
+        for b, probes in self._by_block(self._block_of(index)):
+            probe_rows = probes if rows is None else rows[probes]
+            block = self.block(b)
+            pos = block.positions(indexer, index[probes], keys, probe_rows)
+            hit = pos >= 0
+            if hit.any():
+                found[probes[hit]] = pos[hit] + self._offsets[b]
+                parts.append(block.take_values(pos[hit]))
+                order.append(probes[hit])
+        if not parts:
+            return found, pa.array([], type=self.value_type)
+        values = pa.concat_arrays(parts)
+        by_probe = np.argsort(np.concatenate(order), kind="stable")
+        return found, values.take(pa.array(by_probe))
+
+    def positions(
+        self,
+        indexer: KeyIndexer,
+        index: np.ndarray,
+        keys: pa.StructArray,
+        rows: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """For each probe, its row in this run or -1 (see :meth:`Run.positions`)."""
+        return self.find(indexer, index, keys, rows)[0]
+
+    def position_of(self, indexer: KeyIndexer, h: int, key: tuple[object, ...]) -> int:
+        """The row of one Python key (with index key ``h``) or -1."""
+        b = int(self._block_of(np.array([h], dtype=np.int64))[0])
+        if b < 0:
+            return -1
+        i = self.block(b).position_of(indexer, h, key)
+        return -1 if i < 0 else i + int(self._offsets[b])
+
+    def _located(self, i: int) -> tuple[Run, int]:
+        b = int(np.searchsorted(self._offsets, i, side="right")) - 1
+        return self.block(b), i - int(self._offsets[b])
+
+    def value_at(self, i: int) -> Row | None:
+        block, j = self._located(i)
+        return block.value_at(j)
+
+    def table(self) -> pa.Table:
+        """The rows as a ``key``/``value`` table over a memory map of the file (no copy)."""
+        with pa.memory_map(self.path) as source:
+            table = pa.ipc.open_file(source).read_all()
+        return table.select([1, 2]).rename_columns(["key", "value"])
+
+
+AnyRun = Run | DiskRun
+"""A run in memory or on local disk."""
+
+
+def _close_and_delete(file: pa.NativeFile, path: str, size: int) -> None:
+    file.close()
+    LOCAL_DISK.forget_file(path, size)
+
+
+class RunWriter:
+    """Writes a run to local disk from its rows in index order, given a piece at a time."""
+
+    def __init__(
+        self, store: object, key_type: pa.DataType, value_type: pa.DataType, needed: int
+    ) -> None:
+        LOCAL_DISK.check_free(store, needed)
+        self._store = store
+        self._needed = needed
+        self._key_type, self._value_type = key_type, value_type
+        self.path = os.path.join(LOCAL_DISK.directory, f"{uuid.uuid4().hex}.arrow")
+        schema = pa.schema([("index", pa.int64()), ("key", key_type), ("value", value_type)])
+        self._buffer: list[Run] = []
+        self._buffered = 0
+        self._firsts: list[int] = []
+        self._lasts: list[int] = []
+        self._offsets = [0]
+        self._removals = 0
+        try:
+            self._sink = pa.OSFile(self.path, "wb")
+            self._writer = pa.ipc.new_file(self._sink, schema)
+        except OSError as e:
+            self._failed(e)
+
+    def add(self, piece: Run) -> None:
+        """Rows following every row added so far in index order."""
+        if not len(piece):
+            return
+        self._buffer.append(piece)
+        self._buffered += piece.nbytes
+        if self._buffered >= 2 * LOCAL_DISK.block_bytes:
+            self._cut(final=False)
+
+    def _cut(self, *, final: bool) -> None:
+        """Write whole blocks of the buffer (all of it if ``final``)."""
+        if not self._buffer:
+            return
+        rows = concat(self._buffer, self._key_type, self._value_type)
+        per_row = max(1, rows.nbytes // max(1, len(rows)))
+        step = max(1, LOCAL_DISK.block_bytes // per_row)
+        start = 0
+        while len(rows) - start > (0 if final else step):
+            stop = min(len(rows), start + step)
+            # Equal index keys stay in one block.
+            stop = int(np.searchsorted(rows.index, rows.index[stop - 1], side="right"))
+            if not final and stop == len(rows):
+                break
+            self._write(rows.slice(start, stop))
+            start = stop
+        self._buffer = [rows.slice(start, len(rows))] if start < len(rows) else []
+        self._buffered = sum(r.nbytes for r in self._buffer)
+
+    def _write(self, block: Run) -> None:
+        batch = pa.record_batch(
+            [pa.array(block.index, type=pa.int64()), block.keys, block.values],
+            names=["index", "key", "value"],
+        )
+        try:
+            self._writer.write_batch(batch)
+        except OSError as e:
+            self._failed(e)
+        self._firsts.append(int(block.index[0]))
+        self._lasts.append(int(block.index[-1]))
+        self._offsets.append(self._offsets[-1] + len(block))
+        self._removals += block.removals
+
+    def _failed(self, error: OSError) -> None:
+        self._discard()
+        if error.errno == errno.ENOSPC or "No space left" in str(error):
+            raise LocalDiskFull(
+                f"local disk filled up while writing a run of this store's state ({error})",
+                needed=self._needed,
+                free=LOCAL_DISK.free_bytes(),
+                store=self._store,
+                path=self.path,
+            ) from error
+        raise error
+
+    def _discard(self) -> None:
+        """Close and delete the file (idempotent)."""
+        for closing in ("_writer", "_sink"):
+            if hasattr(self, closing):
+                with contextlib.suppress(OSError, pa.ArrowException):
+                    getattr(self, closing).close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def finish(self, *, compaction: bool) -> AnyRun:
+        """The run written (an empty in-memory run if no rows came)."""
+        self._cut(final=True)
+        try:
+            self._writer.close()
+            self._sink.close()
+        except OSError as e:
+            self._failed(e)
+        if not self._firsts:
+            os.unlink(self.path)
+            return Run.empty(self._key_type, self._value_type)
+        size = os.path.getsize(self.path)
+        LOCAL_DISK.count_file(size, compaction=compaction)
+        return DiskRun(
+            self.path,
+            self._store,
+            np.array(self._firsts, dtype=np.int64),
+            np.array(self._lasts, dtype=np.int64),
+            np.array(self._offsets, dtype=np.int64),
+            self._removals,
+            size,
+        )
+
+
+def held_bytes(run: AnyRun) -> int:
+    """Bytes of a run's rows, on disk or in memory."""
+    return run.file_bytes if isinstance(run, DiskRun) else run.nbytes
+
+
+def written(
+    store: object,
+    pieces: Iterable[Run],
+    key_type: pa.DataType,
+    value_type: pa.DataType,
+    needed: int,
+    *,
+    compaction: bool,
+) -> AnyRun:
+    """The rows of ``pieces`` (in index order) as a run on disk."""
+    writer = RunWriter(store, key_type, value_type, needed)
+    try:
+        for piece in pieces:
+            writer.add(piece)
+    except BaseException:
+        writer._discard()
+        raise
+    return writer.finish(compaction=compaction)
+
+
+def spilled(store: object | None, run: AnyRun) -> AnyRun:
+    """``run``, on disk if it is in memory, larger than the threshold and ``store`` is set."""
+    if store is None or isinstance(run, DiskRun) or run.nbytes <= LOCAL_DISK.threshold():
+        return run
+    if not len(run):
+        return run
+    return written(store, [run], run.keys.type, run.values.type, run.nbytes, compaction=False)
+
+
+def merge_blocks(
+    indexer: KeyIndexer,
+    older: Iterable[Run],
+    newer: Iterable[Run],
+    *,
+    drop_removals: bool,
+) -> Iterator[Run]:
+    """``older`` overlaid by ``newer`` (both blocks in index order), in pieces in index order.
+
+    Rows up to the smaller of the two current blocks' last index keys are complete on both
+    sides (equal index keys never straddle blocks), so they merge; the rest waits.
+    """
+    olds, news = iter(older), iter(newer)
+    old, new = next(olds, None), next(news, None)
+    empty: Run | None = None
+    while old is not None or new is not None:
+        if old is not None and not len(old):
+            old = next(olds, None)
+            continue
+        if new is not None and not len(new):
+            new = next(news, None)
+            continue
+        if old is None or new is None:
+            rest = old if old is not None else new
+            assert rest is not None
+            if empty is None:
+                empty = Run.empty(rest.keys.type, rest.values.type)
+            if old is not None:
+                yield rest.merged_with(indexer, empty, drop_removals=drop_removals)
+                old = next(olds, None)
+            else:
+                yield empty.merged_with(indexer, rest, drop_removals=drop_removals)
+                new = next(news, None)
+            continue
+        t = min(old.index[-1], new.index[-1])
+        o = int(np.searchsorted(old.index, t, side="right"))
+        n = int(np.searchsorted(new.index, t, side="right"))
+        yield old.slice(0, o).merged_with(indexer, new.slice(0, n), drop_removals=drop_removals)
+        old = old.slice(o, len(old)) if o < len(old) else next(olds, None)
+        new = new.slice(n, len(new)) if n < len(new) else next(news, None)
+
+
+def merge(
+    indexer: KeyIndexer, older: AnyRun, newer: AnyRun, *, drop_removals: bool, store: object | None
+) -> AnyRun:
+    """``older`` overlaid by ``newer``: in memory if both are, else streamed to disk."""
+    if isinstance(older, Run) and isinstance(newer, Run):
+        return spilled(store, older.merged_with(indexer, newer, drop_removals=drop_removals))
+    pieces = merge_blocks(indexer, older.blocks(), newer.blocks(), drop_removals=drop_removals)
+    first = older if isinstance(older, DiskRun) else newer
+    assert isinstance(first, DiskRun)
+    needed = held_bytes(older) + held_bytes(newer)
+    return written(first.store, pieces, first.key_type, first.value_type, needed, compaction=True)

@@ -1,0 +1,109 @@
+"""``transform_with_state`` against Spark's own ``transformWithStateInPandas`` and
+``transformWithState`` (RocksDB), batch by batch on fixed streams, with the same processor
+classes (tests/runtime/tws_processors.py), including a restart of both engines."""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+from state_runtime.runtime import StatefulQuery, read_state, transform_with_state
+
+from .differential import EPOCH_S, Event, Stream, run_stream
+from .tws_processors import (
+    Counters,
+    FraudDetector,
+    RowCounters,
+    RowFraudDetector,
+    RowSessionTracker,
+    RowTotals,
+    SessionTracker,
+    Totals,
+    tws_operator,
+)
+
+pytestmark = pytest.mark.spark
+
+T0 = EPOCH_S * 1000
+
+
+def _at(part: int, user: str | None, seconds: float | None, amount: int) -> Event:
+    return (part, user, None if seconds is None else T0 + int(seconds * 1000), amount)
+
+
+BATCHES: list[list[Event]] = [
+    [_at(0, "a", 1, 7), _at(0, "b", 1, 7), _at(0, "a", 2, 1), _at(0, "c", 2, 3)],
+    [_at(0, "a", 3, 2), _at(0, "b", 2.5, 0), _at(0, "c", 4, 9)],
+    [],  # an idle batch: timers still fire
+    [_at(0, "a", 9, 4), _at(0, "c", 4.5, 1), _at(0, "d", 10, 7), _at(0, "b", 10, 7)],
+    [_at(0, "a", 30, 5), _at(0, "b", 12, 5), _at(0, "a", 30.5, 5)],
+    [_at(0, "e", 60, 1)],
+]
+"""Keys a, b, c, d, e; amounts >= 7 open fraud windows; b cancels one with
+a 0; c's and b's windows end at the same instant; the watermark jumps at batch 4."""
+
+
+def _stream(restart_at: int | None) -> Stream:
+    return Stream(BATCHES, "Europe/Paris", 2, 0, 0, "update", restart_at)
+
+
+LONG = pytest.mark.skipif(
+    not os.environ.get("TWS_FUZZ_STREAMS"), reason="the other form of each processor: make fuzz-tws"
+)
+CASES = [
+    pytest.param(SessionTracker, "ProcessingTime", id="SessionTracker"),
+    pytest.param(RowCounters, "None", id="RowCounters"),
+    pytest.param(FraudDetector, "EventTime", id="FraudDetector"),
+    pytest.param(RowTotals, "None", id="RowTotals"),
+    pytest.param(RowSessionTracker, "ProcessingTime", id="RowSessionTracker", marks=LONG),
+    pytest.param(Counters, "None", id="Counters", marks=LONG),
+    pytest.param(RowFraudDetector, "EventTime", id="RowFraudDetector", marks=LONG),
+    pytest.param(Totals, "None", id="Totals", marks=LONG),
+]
+"""Each processor in one form here, the other form with ``make fuzz-tws`` (a case starts two
+streaming queries: the file stays short)."""
+
+
+@pytest.mark.parametrize(("processor", "time_mode"), CASES)
+def test_transform_with_state_equals_spark(
+    spark: SparkSession,
+    tmp_path: Path,
+    sqlite_catalog_url: str,
+    processor: type[StatefulProcessor],
+    time_mode: str,
+) -> None:
+    operator = tws_operator(processor.__name__, processor, time_mode)
+    outcome = run_stream(spark, operator, _stream(3), tmp_path, sqlite_catalog_url)
+    assert outcome.check() == len(BATCHES)
+
+
+def test_each_variable_is_a_store_read_by_name_and_appends_write_only_new_elements(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    """``read_state(state_variable=)`` and ``read_state(timers=True)`` read the stores of a
+    ``transform_with_state`` operator; appending to a list of n elements writes the new
+    element and the list's head, not the list."""
+    op = transform_with_state(
+        0, ["part", "user"], "part int, user string", SessionTracker(),
+        SessionTracker.SCHEMA, 1, time_mode="ProcessingTime",
+    )  # fmt: skip
+    query = StatefulQuery("read", str(tmp_path / "ckpt"), [op], catalog_url=sqlite_catalog_url)
+    schema = "part int, user string, amount bigint"
+    for batch_id, amounts in enumerate([[1, 2], [3]]):
+        df = spark.createDataFrame([(0, "a", a) for a in amounts], schema)
+        result = query.run_batch(df, batch_id, batch_time_ms=1_000 * (batch_id + 1))
+        result.release()
+    updated = {r.info.store.store_name: r.keys_updated for r in result.reports}
+    assert updated["amounts"] == 2  # the new element and the head row
+    read = partial(read_state, spark, str(tmp_path / "ckpt"), 0, catalog_url=sqlite_catalog_url)
+    rows = read(state_variable="amounts").collect()
+    elements = sorted((r.key[2], r.value[0]) for r in rows if r.key[2] >= 0)
+    assert [i for i, _ in elements] == [0, 1, 2]  # a batch's rows of a key come in no order
+    assert sorted(a for _, a in elements) == [1, 2, 3]
+    assert [(r.key[:2], r.value[0]) for r in read(timers=True).collect()] == [((0, "a"), 2001)]
+    assert read(state_variable="recent").count() == 1

@@ -1,0 +1,292 @@
+"""The ``StatefulProcessor`` classes the ``transform_with_state`` tests run on both engines,
+unchanged: each in a pandas and a Row form (the same logic, Spark's two output types), and
+the differential harness's :class:`~.differential.Operator` entries for them.
+
+The clock: Spark's batch time cannot be set from Python, so processing-time behaviour is made
+deterministic by durations no batch can be faster than (a TTL of 1 ms is past in the next
+batch, a timer 1 ms ahead fires in the next batch; one hour never passes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from state_runtime.runtime import StatefulOperator, Watermark
+from state_runtime.runtime.tws import transform_with_state
+
+from .differential import Operator, Rows, Stream
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+HOUR_MS = 3_600_000
+KEY = "part int, user string"
+
+
+def _emit(pandas: bool, rows: list[dict[str, Any]]) -> Iterator[Any]:
+    """The processor's output in its form: one DataFrame, or Rows."""
+    if not rows:
+        return
+    if pandas:
+        yield pd.DataFrame(rows)
+    else:
+        yield from (Row(**r) for r in rows)
+
+
+def _records(rows: Any, pandas: bool) -> list[dict[str, Any]]:
+    """The input rows of a key as dicts, whatever the form."""
+    if pandas:
+        return [r for frame in rows for r in frame.to_dict("records")]
+    return [r.asDict() for r in rows]
+
+
+# --- a session tracker: a list with a long TTL, a value with a 1 ms TTL, timers -------------
+
+
+class SessionTracker(StatefulProcessor):
+    """Keeps a key's amounts in a list (TTL one hour) and its last amount in a value (TTL
+    1 ms: gone by the next batch); a processing-time timer 1 ms ahead reports the session
+    in the next batch, idle or not."""
+
+    pandas = True
+    SCHEMA = "part int, user string, kind string, n bigint, recent boolean, total bigint"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.amounts = handle.getListState("amounts", "amount bigint", HOUR_MS)
+        self.recent = handle.getValueState("recent", "amount bigint", 1)
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        recent_before = self.recent.exists()
+        amounts = [int(r["amount"]) for r in _records(rows, self.pandas)]
+        self.amounts.appendList([(a,) for a in amounts])
+        self.recent.update((amounts[-1],))
+        total = sum(a for (a,) in self.amounts.get())
+        n = len(list(self.amounts.get()))
+        self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 1)
+        yield from _emit(
+            self.pandas,
+            [
+                dict(
+                    part=int(key[0]),
+                    user=key[1],
+                    kind="rows",
+                    n=n,
+                    recent=recent_before,
+                    total=total,
+                )
+            ],
+        )
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[Any]:
+        n = len(list(self.amounts.get()))
+        if n >= 4:
+            self.amounts.clear()
+        yield from _emit(
+            self.pandas,
+            [
+                dict(
+                    part=int(key[0]),
+                    user=key[1],
+                    kind="timer",
+                    n=n,
+                    recent=self.recent.exists(),
+                    total=None,
+                )
+            ],
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class RowSessionTracker(SessionTracker):
+    pandas = False
+
+
+# --- a per-key map of counters -------------------------------------------------------------
+
+
+class Counters(StatefulProcessor):
+    """A map of counters per key by ``amount % 3``; a bucket reaching 3 is removed; the
+    output is every touched bucket and the map's size."""
+
+    pandas = True
+    SCHEMA = "part int, user string, bucket int, n bigint, size int, has_zero boolean"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.counts = handle.getMapState("counts", "bucket int", "n bigint")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        touched: dict[int, int] = {}
+        for r in _records(rows, self.pandas):
+            bucket = int(r["amount"]) % 3
+            current = touched.get(bucket)
+            if current is None:
+                found = self.counts.getValue((bucket,))
+                current = 0 if found is None else found[0]
+            touched[bucket] = current + 1
+        for bucket, n in touched.items():
+            if n >= 3:
+                self.counts.removeKey((bucket,))
+            else:
+                self.counts.updateValue((bucket,), (n,))
+        size = len(list(self.counts.keys()))
+        assert len(list(self.counts.values())) == size == len(list(self.counts.iterator()))
+        has_zero = self.counts.containsKey((0,))
+        out = [
+            dict(part=int(key[0]), user=key[1], bucket=b, n=n, size=size, has_zero=has_zero)
+            for b, n in sorted(touched.items())
+        ]
+        yield from _emit(self.pandas, out)
+
+
+class RowCounters(Counters):
+    pandas = False
+
+
+# --- a fraud-style detector with event-time timers -----------------------------------------
+
+
+class FraudDetector(StatefulProcessor):
+    """An amount of 7 or more opens a 3-second window (an event-time timer; one per key at a
+    time); the window's amounts add up; when the watermark passes the window's end an alert
+    reports the total. An amount of 0 cancels every pending window of the key."""
+
+    pandas = True
+    SCHEMA = "part int, user string, kind string, at bigint, total bigint"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.total = handle.getValueState("total", "total bigint")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        out = []
+        for r in sorted(_records(rows, self.pandas), key=lambda r: (r["ts_ms"], r["amount"])):
+            amount, at = int(r["amount"]), r["ts_ms"]
+            if at is None or pd.isna(at):
+                continue
+            pending = list(self.handle.listTimers())
+            if amount == 0:
+                for t in pending:
+                    self.handle.deleteTimer(t)
+                self.total.clear()
+            elif pending:
+                (total,) = self.total.get() or (0,)
+                self.total.update((total + amount,))
+            elif amount >= 7:
+                self.handle.registerTimer(int(at) + 3000)
+                self.total.update((amount,))
+                out.append(
+                    dict(part=int(key[0]), user=key[1], kind="open", at=int(at), total=amount)
+                )
+        yield from _emit(self.pandas, out)
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[Any]:
+        (total,) = self.total.get() or (0,)
+        self.total.clear()
+        at = expiredTimerInfo.getExpiryTimeInMs()
+        yield from _emit(
+            self.pandas, [dict(part=int(key[0]), user=key[1], kind="alert", at=at, total=total)]
+        )
+
+
+class RowFraudDetector(FraudDetector):
+    pandas = False
+
+
+# --- a processor with initial state ----------------------------------------------------------
+
+
+class Totals(StatefulProcessor):
+    """A running total per key, starting from the initial state's ``total``."""
+
+    pandas = True
+    SCHEMA = "part int, user string, total bigint, seeded boolean"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.total = handle.getValueState("total", "total bigint")
+        self.seeded = handle.getValueState("seeded", "seeded boolean")
+
+    def handleInitialState(self, key: Any, initialState: Any, timerValues: TimerValues) -> None:
+        rows = [initialState] if not self.pandas else initialState.to_dict("records")
+        for r in rows:
+            (total,) = self.total.get() or (0,)
+            self.total.update((total + int(r["total"]),))
+        self.seeded.update((True,))
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        (total,) = self.total.get() or (0,)
+        total += sum(int(r["amount"]) for r in _records(rows, self.pandas))
+        self.total.update((total,))
+        seeded = self.seeded.exists()
+        yield from _emit(
+            self.pandas, [dict(part=int(key[0]), user=key[1], total=total, seeded=seeded)]
+        )
+
+
+class RowTotals(Totals):
+    pandas = False
+
+
+INITIAL = [(0, "a", 100), (0, "b", 5), (0, "b", 6), (0, "z", 1)]
+"""Initial totals: ``b`` has two rows, ``z`` never has input."""
+
+
+def _initial(df: DataFrame) -> DataFrame:
+    return df.sparkSession.createDataFrame(INITIAL, "part int, user string, total bigint")
+
+
+# --- the harness's entries -------------------------------------------------------------------
+
+
+def _rows(rows: list[Any]) -> Rows:
+    return sorted((tuple(r) for r in rows), key=repr)
+
+
+def tws_operator(name: str, processor: type[StatefulProcessor], time_mode: str) -> Operator:
+    """An :class:`Operator` running ``processor`` through our ``transform_with_state`` and
+    Spark's ``transformWithStateInPandas``/``transformWithState`` (RocksDB)."""
+    pandas = bool(processor.pandas)  # type: ignore[attr-defined]
+    schema = processor.SCHEMA  # type: ignore[attr-defined]
+    seeded = issubclass(processor, Totals)
+    event_time = time_mode == "EventTime"
+
+    def ours(s: Stream) -> tuple[list[StatefulOperator], Watermark | None]:
+        active = SparkSession.getActiveSession()
+        initial = _initial(active.range(1)) if seeded and active is not None else None
+        op = transform_with_state(
+            0, ["part", "user"], KEY, processor(), schema, 2,
+            time_mode=time_mode, pandas=pandas, initial_state=initial,
+        )  # fmt: skip
+        mark = Watermark("ts", timedelta(seconds=s.delay_s)) if event_time else None
+        return [op], mark
+
+    def spark(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
+        df.sparkSession.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        if event_time:
+            df = df.withWatermark("ts", f"{s.delay_s} seconds")
+        grouped = df.groupBy("part", "user")
+        kwargs: dict[str, Any] = {}
+        if seeded:
+            kwargs["initialState"] = _initial(df).groupBy("part", "user")
+        method = grouped.transformWithStateInPandas if pandas else grouped.transformWithState
+        return method(processor(), schema, "Update", time_mode, **kwargs), "update"
+
+    def prepare(df: DataFrame, _s: Stream) -> DataFrame:
+        return df.withColumn("ts_ms", F.unix_millis("ts"))
+
+    return Operator(name, ours, spark, _rows, prepare=prepare)

@@ -1,0 +1,178 @@
+"""Runs on local disk: the fence index against the in-memory run, streamed merges, and the
+typed error when local disk is short (on a real 1 MiB tmpfs when this machine can mount one)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from state_runtime import StateStoreProvider
+from state_runtime.errors import LocalDiskFull
+from state_runtime.storage import LocalStorage
+from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, merge, spilled, written
+from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.sorted_runs import Run
+
+from .store_helpers import forced_disk
+
+KEY = pa.struct([("k", pa.int64())])
+VALUE = pa.struct([("v", pa.int64())])
+
+
+def _run(keys: np.ndarray, values: np.ndarray | None) -> Run:
+    indexer = KeyIndexer(KEY)
+    key_array = pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY))
+    value_array = (
+        pa.nulls(len(keys), VALUE)
+        if values is None
+        else pa.StructArray.from_arrays([pa.array(values)], fields=list(VALUE))
+    )
+    return Run.build(indexer, key_array, value_array)[0]
+
+
+def _rows(run: DiskRun) -> list[tuple[object, object]]:
+    return [row for block in run.blocks() for row in block.rows()]
+
+
+def test_a_run_on_disk_answers_as_in_memory() -> None:
+    indexer = KeyIndexer(KEY)
+    rng = np.random.default_rng(7)
+    keys = np.unique(rng.integers(-(10**6), 10**6, 5000))
+    run = _run(keys, keys * 3)
+    with forced_disk(block_bytes=1024):
+        on_disk = spilled("s", run)
+    assert isinstance(on_disk, DiskRun) and on_disk.block_count > 10
+    probes = np.concatenate([rng.choice(keys, 1500), rng.integers(-(10**6), 10**6, 1500)])
+    probe_keys = pa.StructArray.from_arrays([pa.array(probes)], fields=list(KEY))
+    index = indexer.index(probe_keys)
+    expected, expected_values = run.find(indexer, index, probe_keys)
+    found, values = on_disk.find(indexer, index, probe_keys)
+    assert (found == expected).all() and values.equals(expected_values)
+    for p in probes[:200]:
+        assert on_disk.position_of(indexer, int(p), (int(p),)) == run.position_of(
+            indexer, int(p), (int(p),)
+        )
+    assert len(values) == int((expected >= 0).sum()) >= 1500
+    assert _rows(on_disk) == list(run.rows())
+
+
+def test_a_streamed_merge_equals_the_in_memory_merge() -> None:
+    indexer = KeyIndexer(KEY)
+    old = _run(np.arange(0, 20000, 2), np.arange(10000))
+    new_keys = np.arange(0, 30000, 3)
+    new = _run(new_keys, np.where(new_keys % 2 == 0, new_keys, -new_keys))
+    removals = _run(np.arange(0, 30000, 5), None)
+    for drop in (False, True):
+        changes = new.merged_with(indexer, removals, drop_removals=False)
+        expected = old.merged_with(indexer, changes, drop_removals=drop)
+        with forced_disk(block_bytes=2048):
+            merged = merge(
+                indexer, spilled("s", old), spilled("s", changes), drop_removals=drop, store="s"
+            )
+        assert isinstance(merged, DiskRun)
+        assert _rows(merged) == list(expected.rows())
+        assert merged.removals == expected.removals
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A real 1 MiB tmpfs (needs the right to mount; skipped where there is none)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        LOCAL_DISK.set_directory(str(mount))
+        yield mount
+    finally:
+        LOCAL_DISK.set_directory(None)
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_opening_a_store_larger_than_local_disk_fails_typed(
+    small_tmpfs: Path, tmp_path: Path
+) -> None:
+    storage = LocalStorage(str(tmp_path / "root"))
+    writer = StateStoreProvider(storage, 0, 3, key_schema="k bigint", value_schema="v bigint")
+    store = writer.get_store(0)
+    keys = pa.StructArray.from_arrays([pa.array(np.arange(200_000))], fields=list(KEY))
+    store.apply_arrow(
+        pa.table(
+            {
+                "key": keys,
+                "value": pa.StructArray.from_arrays(
+                    [pa.array(np.arange(200_000))], fields=list(VALUE)
+                ),
+            }
+        )
+    )
+    info = store.commit()  # 3.2 MB of state, in memory (the default budget)
+    reader = StateStoreProvider(storage, 0, 3, key_schema="k bigint", value_schema="v bigint")
+    with forced_disk(), pytest.raises(LocalDiskFull) as caught:
+        reader.get_store(info.version, info.checkpoint_id)
+    error = caught.value
+    assert error.code == "STATE_LOCAL_DISK_FULL"
+    assert error.needed >= 3_200_000 and error.free <= 1 << 20
+    assert error.store == reader.store_id
+    assert f"{error.needed} bytes needed, {error.free} bytes free" in str(error)
+    assert error.details()["needed"] == error.needed
+
+
+def test_a_disk_filling_up_while_writing_fails_typed_and_leaves_no_file(
+    small_tmpfs: Path,
+) -> None:
+    big = _run(np.arange(200_000), np.arange(200_000))
+    with pytest.raises(LocalDiskFull) as caught:  # no up-front estimate: the write hits ENOSPC
+        written("store-x", [big], KEY, VALUE, 0, compaction=False)
+    assert "filled up" in caught.value.reason and caught.value.store == "store-x"
+    assert not [p for p in small_tmpfs.rglob("*.arrow")]
+
+
+def test_a_commit_reports_its_state_on_disk(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path / "root"))
+    provider = StateStoreProvider(storage, 0, 0, key_schema="k bigint", value_schema="v bigint")
+    info = None
+    with forced_disk(block_bytes=1024):
+        for start in (0, 1000, 2000):  # the third commit folds the changes into the base
+            store = (
+                provider.get_store(0)
+                if info is None
+                else provider.get_store(info.version, info.checkpoint_id)
+            )
+            store.apply([(k, k) for k in range(start, start + 1000)])
+            info = store.commit()
+            store.get_many(range(0, 3000, 3))
+    disk = store.metrics.disk
+    assert disk.local_disk_bytes > 0 and disk.resident_bytes > 0
+    assert disk.compaction_bytes > 0
+
+
+def test_a_store_on_disk_keeps_two_cached_versions(tmp_path: Path) -> None:
+    """Runs on disk count only their fences against the budget: without this bound every
+    version ever committed would keep its files."""
+    provider = StateStoreProvider(
+        LocalStorage(str(tmp_path)), 0, 0, key_schema="k bigint", value_schema="v bigint"
+    )
+    info = None
+    with forced_disk():
+        for start in range(0, 600, 100):
+            store = (
+                provider.get_store(0)
+                if info is None
+                else provider.get_store(info.version, info.checkpoint_id)
+            )
+            store.apply([(k, k) for k in range(start, start + 100)])
+            info = store.commit()
+        assert [r.version for r in provider.cached_versions] == [0, 5, 6]  # 0: empty
+        old = provider.get_read_store(2, None)  # back from files, equal
+        assert {k[0] for k, _ in old.items()} == set(range(200))
