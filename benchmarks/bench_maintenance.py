@@ -263,7 +263,7 @@ def main() -> None:
             "cleanup plan (dry run)",
             n,
             empty,
-            lambda: f"{len(plan_cleanup(fleet, POLICY))} files deletable",
+            lambda: f"{sum(1 for _ in plan_cleanup(fleet, POLICY))} files deletable",
         )
         timed(
             rows,

@@ -207,6 +207,14 @@ MAINTENANCE = SettingGroup(
             floor=1,
         ),
         Setting(
+            "snapshots_per_run",
+            "int",
+            None,
+            "Snapshots one pass writes at most, costliest cold load first (unset: all due).",
+            floor=1,
+            option="--snapshots-per-run",
+        ),
+        Setting(
             "retain_versions",
             "int",
             MIN_RETAINED_VERSIONS,

@@ -46,6 +46,7 @@ from state_runtime.maintenance.health import (
     StoreReport,
     health_rows,
     health_summary,
+    iter_store_reports,
     store_reports,
 )
 from state_runtime.maintenance.leftovers import LeftoverReport, sweep_leftovers
@@ -149,6 +150,7 @@ __all__ = [
     "format_store_key",
     "health_rows",
     "health_summary",
+    "iter_store_reports",
     "held_stores",
     "lineage_check",
     "orphan_growth_check",

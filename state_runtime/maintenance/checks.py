@@ -131,21 +131,22 @@ def retention_check(
         return CheckOutcome(CheckName.RETENTION, False, Severity.ERROR, exc.reason)
     now = now or fleet.catalog.now()  # the database's clock, as cleanup's
     retention = policy.retention
-    overdue: dict[StoreKey, list[str]] = {}
+    overdue: dict[StoreKey, tuple[int, str]] = {}  # store -> (files, the first one)
     for verdict in plan_cleanup(fleet, policy, only=only, now=now):
         committed = verdict.verdict is Verdict.DELETABLE_SUPERSEDED
         cutoff = retention.committed_cutoff(now) if committed else retention.uncommitted_cutoff(now)
         if verdict.file.facts().aged_from < cutoff - policy.overdue_after:
-            overdue.setdefault(verdict.file.key, []).append(verdict.file.path)
+            files, first = overdue.get(verdict.file.key, (0, verdict.file.path))
+            overdue[verdict.file.key] = (files + 1, first)
     findings = [
         Finding(
             key,
             Severity.WARNING,
-            f"{len(paths)} file(s) deletable for more than {policy.overdue_after}: cleanup is "
+            f"{files} file(s) deletable for more than {policy.overdue_after}: cleanup is "
             "not keeping up",
-            path=paths[0],
+            path=first,
         )
-        for key, paths in sorted(overdue.items(), key=lambda kv: str(kv[0]))
+        for key, (files, first) in sorted(overdue.items(), key=lambda kv: str(kv[0]))
     ]
     summary = (
         f"retention: last {retention.retain_versions} versions, window {retention.window}; "

@@ -17,14 +17,14 @@ them.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
 from state_runtime.catalog import FileVerdict, RetentionPolicy, RunKind, StoreKey, StoreProblem
 from state_runtime.maintenance.attempts import AttemptSweepReport, sweep_attempts
-from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.leftovers import (
     LeftoverReport,
@@ -39,6 +39,10 @@ from state_runtime.units import size
 
 T = TypeVar("T")
 STORES_PER_CLAIM = 200
+SAMPLE = 100
+"""A report keeps counters of everything, and the first ``SAMPLE`` files (planned, deleted,
+failed) and stores in detail: its memory is bounded whatever the backlog."""
+FILES_PER_STORE = 20
 
 
 @dataclass(frozen=True)
@@ -52,43 +56,87 @@ class HeldStore:
 
 
 @dataclass
+class StoreTally:
+    """One store's line in a cleanup report: its deletable files, the first few by name."""
+
+    planned_files: int = 0
+    planned_bytes: int = 0
+    deleted_files: int = 0
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass
 class CleanupReport:
     """The plan (and the stores held back); when executed, also what was deleted, what
-    failed and what was busy."""
+    failed and what was busy. Counters cover everything; ``planned``, ``deleted``,
+    ``failed`` and the per-store rows keep the first :data:`SAMPLE` of each."""
 
     dry_run: bool
     policy: RetentionPolicy
-    planned: list[FileVerdict]
     held: list[HeldStore] = field(default_factory=list)
+    planned: list[FileVerdict] = field(default_factory=list)
     deleted: list[FileVerdict] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     busy: list[StoreKey] = field(default_factory=list)
     run_id: int | None = None
     leftovers: LeftoverReport = field(default_factory=LeftoverReport)
     attempts: AttemptSweepReport = field(default_factory=lambda: AttemptSweepReport(True))
+    planned_files: int = 0
+    planned_bytes: int = 0
+    deleted_files: int = 0
+    deleted_bytes: int = 0
+    failed_files: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+    stores: dict[StoreKey, StoreTally] = field(default_factory=dict)
 
-    @property
-    def planned_bytes(self) -> int:
-        return sum(v.file.size_bytes for v in self.planned)
+    def plan(self, verdicts: Iterable[FileVerdict]) -> None:
+        """Count ``verdicts`` into the plan."""
+        for v in verdicts:
+            self.planned_files += 1
+            self.planned_bytes += v.file.size_bytes
+            self.reasons[v.verdict.value] += 1
+            if len(self.planned) < SAMPLE:
+                self.planned.append(v)
+            tally = self._tally(v.file.key)
+            if tally is not None:
+                tally.planned_files += 1
+                tally.planned_bytes += v.file.size_bytes
+                if len(tally.files) < FILES_PER_STORE:
+                    tally.files.append(f"{v.file.path}: {v.reason}")
 
-    @property
-    def deleted_bytes(self) -> int:
-        return sum(v.file.size_bytes for v in self.deleted)
+    def done(self, deleted: Iterable[FileVerdict], failed: dict[str, str]) -> None:
+        """Count files deleted from storage (and recorded), and files that failed."""
+        for v in deleted:
+            self.deleted_files += 1
+            self.deleted_bytes += v.file.size_bytes
+            if len(self.deleted) < SAMPLE:
+                self.deleted.append(v)
+            tally = self.stores.get(v.file.key)
+            if tally is not None:
+                tally.deleted_files += 1
+        self.failed_files += len(failed)
+        for path, why in list(failed.items())[: max(0, SAMPLE - len(self.failed))]:
+            self.failed[path] = why
+
+    def _tally(self, key: StoreKey) -> StoreTally | None:
+        tally = self.stores.get(key)
+        if tally is None and len(self.stores) < SAMPLE:
+            tally = self.stores[key] = StoreTally()
+        return tally
 
     def summary(self) -> str:
         """The pass in one line: what it deleted (or would) and why, what failed, the stores
         busy, and the stores held (only when there are any)."""
         if self.dry_run:
-            reasons = Counter(v.verdict.value for v in self.planned)
-            breakdown = ", ".join(f"{n} {verdict}" for verdict, n in sorted(reasons.items()))
-            line = f"cleanup (dry run): would delete {len(self.planned)} files, " + size(
+            breakdown = ", ".join(f"{n} {verdict}" for verdict, n in sorted(self.reasons.items()))
+            line = f"cleanup (dry run): would delete {self.planned_files} files, " + size(
                 self.planned_bytes
             )
             line += f" ({breakdown})" if breakdown else ""
         else:
             line = (
-                f"cleanup (run {self.run_id}): deleted {len(self.deleted)} files, "
-                f"{size(self.deleted_bytes)}; {len(self.failed)} failed; "
+                f"cleanup (run {self.run_id}): deleted {self.deleted_files} files, "
+                f"{size(self.deleted_bytes)}; {self.failed_files} failed; "
                 f"{len(self.busy)} stores busy (leased by another run)"
             )
         if self.held:
@@ -99,24 +147,20 @@ class CleanupReport:
         return line
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per store with deletable files or held: the files (the first 20 with their
-        reason), what was deleted, why it is held, and ``detail`` in words."""
-        by_store: dict[str, list[FileVerdict]] = {}
-        for verdict in self.planned:
-            by_store.setdefault(str(verdict.file.key), []).append(verdict)
-        deleted: dict[str, int] = {}
-        for verdict in self.deleted:
-            deleted[str(verdict.file.key)] = deleted.get(str(verdict.file.key), 0) + 1
+        """One row per store with deletable files (the first :data:`SAMPLE`) or held: the
+        files (the first 20 with their reason), what was deleted, why it is held, and
+        ``detail`` in words."""
+        tallies = {str(key): tally for key, tally in self.stores.items()}
         held = {str(h.key): h for h in self.held}
         rows = []
-        for store in sorted(set(by_store) | set(held)):
-            planned = by_store.get(store, [])
+        for store in sorted(set(tallies) | set(held)):
+            tally = tallies.get(store, StoreTally())
             words: list[str] = []
-            if planned:
-                deletable = size(sum(v.file.size_bytes for v in planned))
-                words.append(f"{len(planned)} file(s) deletable, {deletable}")
-            if planned and not self.dry_run:
-                words.append(f"{deleted.get(store, 0)} deleted")
+            if tally.planned_files:
+                deletable = size(tally.planned_bytes)
+                words.append(f"{tally.planned_files} file(s) deletable, {deletable}")
+                if not self.dry_run:
+                    words.append(f"{tally.deleted_files} deleted")
             if store in held:
                 words.append(
                     f"held since {held[store].since:%Y-%m-%d %H:%M:%S}, "
@@ -125,18 +169,18 @@ class CleanupReport:
             rows.append(
                 {
                     "store": store,
-                    "planned_files": len(planned),
-                    "deleted_files": deleted.get(store, 0),
+                    "planned_files": tally.planned_files,
+                    "deleted_files": tally.deleted_files,
                     "held": held[store].reason if store in held else None,
-                    "files": [f"{v.file.path}: {v.reason}" for v in planned[:20]],
+                    "files": tally.files,
                     "detail": "; ".join(words),
                 }
             )
         return rows
 
     def file_rows(self) -> list[dict[str, Any]]:
-        """One row per file the pass deleted (in a dry run: would delete): ``file`` (root and
-        path), ``bytes``, ``verdict`` and ``reason`` in the rule's words."""
+        """One row per file the pass deleted (in a dry run: would delete), the first
+        :data:`SAMPLE`: ``file`` (root and path), ``bytes``, ``verdict`` and ``reason``."""
         return [
             {
                 "file": f"{v.file.key.root}/{v.file.path}",
@@ -150,11 +194,11 @@ class CleanupReport:
     def counts(self) -> dict[str, int]:
         return (
             {
-                "planned_files": len(self.planned),
+                "planned_files": self.planned_files,
                 "planned_bytes": self.planned_bytes,
-                "deleted_files": len(self.deleted),
+                "deleted_files": self.deleted_files,
                 "deleted_bytes": self.deleted_bytes,
-                "failed_files": len(self.failed),
+                "failed_files": self.failed_files,
                 "busy_stores": len(self.busy),
                 "held_stores": len(self.held),
             }
@@ -167,23 +211,35 @@ def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def plan_pages(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    *,
+    only: Set[StoreKey] | None = None,
+    now: datetime | None = None,
+) -> Iterator[list[FileVerdict]]:
+    """What cleanup would delete now, a page of stores at a time (set-based SQL, keyset
+    paging by store id: :meth:`~state_runtime.catalog.Catalog.deletable_pages`)."""
+    for root in fleet.query_roots(only):
+        for page in fleet.catalog.deletable_pages(policy.retention, root=root, now=now):
+            found = [v for v in page if fleet.in_scope(v.file.key, only)]
+            if found:
+                yield found
+
+
 def plan_cleanup(
     fleet: Fleet,
     policy: MaintenancePolicy,
     *,
     only: Collection[StoreKey] | None = None,
     now: datetime | None = None,
-) -> list[FileVerdict]:
-    """What cleanup would delete now, each file with its reason."""
-    return [
-        verdict
-        for root in fleet.query_roots(only)
-        for verdict in fleet.catalog.deletable_files(policy.retention, root=root, now=now)
-        if fleet.in_scope(verdict.file.key, only)
-    ]
+) -> Iterator[FileVerdict]:
+    """What cleanup would delete now, each file with its reason, streamed."""
+    for page in plan_pages(fleet, policy, only=key_set(only), now=now):
+        yield from page
 
 
-def held_stores(fleet: Fleet, only: Collection[StoreKey] | None = None) -> list[HeldStore]:
+def held_stores(fleet: Fleet, only: Set[StoreKey] | None = None) -> list[HeldStore]:
     """The stores in scope that cleanup holds, each with its oldest open problem."""
     by_store: dict[StoreKey, list[StoreProblem]] = {}
     for root in fleet.query_roots(only):
@@ -206,39 +262,54 @@ def cleanup_pass(
     progress: Progress = SILENT,
     delete_batch: int = 1000,
 ) -> CleanupReport:
-    """Plan the cleanup and, unless ``dry_run``, carry it out (see the module docstring).
+    """Plan the cleanup and, unless ``dry_run``, carry it out (see the module docstring),
+    page by page of stores: what is held at any time is one page's plan and claims.
 
     Raises MaintenanceRefused, touching nothing, if the retention is below the safety floor.
     """
     policy.check_retention()
+    wanted = key_set(only)
     attempts = sweep_attempts(fleet, policy, dry_run=dry_run, now=now)
-    planned = plan_cleanup(fleet, policy, only=only, now=now)
-    report = CleanupReport(dry_run, policy.retention, planned, held_stores(fleet, only))
+    report = CleanupReport(dry_run, policy.retention, held_stores(fleet, wanted))
     report.attempts = attempts
-    folders = store_folders(fleet, only)
+    folders = store_folders(fleet, wanted)
     leftovers_before = partial_write_cutoff(policy.retention, now or fleet.catalog.now())
     if dry_run:
+        for page in plan_pages(fleet, policy, only=wanted, now=now):
+            report.plan(page)
         report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=True)
         return report
-    work: dict[str, set[StoreKey]] = {}
-    for verdict in report.planned:
-        work.setdefault(verdict.file.key.root, set()).add(verdict.file.key)
-    for root in fleet.query_roots(only):
-        for key in fleet.catalog.claimed_stores(root):
-            if fleet.in_scope(key, only):
-                work.setdefault(key.root, set()).add(key)
-    parameters = policy.parameters() | {"stores": sum(len(keys) for keys in work.values())}
+    resumed = {
+        key
+        for root in fleet.query_roots(wanted)
+        for key in fleet.catalog.claimed_stores(root)
+        if fleet.in_scope(key, wanted)
+    }
+    stores = sum(len(f) for f in folders.values())
     with (
         recorded_run(
-            fleet.catalog, RunKind.CLEANUP, fleet.owner, parameters, policy.status_limits()
+            fleet.catalog,
+            RunKind.CLEANUP,
+            fleet.owner,
+            policy.parameters(),
+            policy.status_limits(),
         ) as run,
-        progress.stage("cleanup", sum(len(keys) for keys in work.values())) as advance,
+        progress.stage("cleanup", stores) as advance,
     ):
         report.run_id = run.run_id
-        for root, keys in sorted(work.items()):
-            for part in _batches(sorted(keys, key=str), STORES_PER_CLAIM):
+        worked = 0
+        for root in sorted({key.root for key in resumed}):  # what a stopped run had claimed
+            keys = sorted((k for k in resumed if k.root == root), key=str)
+            _clean_stores(fleet, policy, root, keys, report, now, delete_batch)
+        for page in plan_pages(fleet, policy, only=wanted, now=now):
+            report.plan(page)
+            root = page[0].file.key.root  # a page is of one root (query_roots)
+            keys = sorted({v.file.key for v in page}, key=str)
+            for part in _batches(keys, STORES_PER_CLAIM):
                 _clean_stores(fleet, policy, root, part, report, now, delete_batch)
                 advance(len(part))
+                worked += len(part)
+        advance(stores - worked)  # the stores with nothing to delete
         report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=False)
         run.counts = report.counts()
     return report
@@ -268,5 +339,4 @@ def _clean_stores(
             if result.deleted:
                 catalog.record_deletions(report.run_id, root, result.deleted)
             done = set(result.deleted)
-            report.deleted += [v for v in batch if v.file.path in done]
-            report.failed.update(result.failed)
+            report.done((v for v in batch if v.file.path in done), result.failed)

@@ -29,7 +29,7 @@ from enum import StrEnum
 
 from state_runtime.catalog import FileRecord, FileState, StoreKey, StoreProblem, Verdict
 from state_runtime.identity import FileKind
-from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.restore import Verified, newest_intact_batch
 from state_runtime.retention import intact, loading_files
@@ -203,6 +203,7 @@ def damaged_files(
     each read and verified again now (one that verifies is no damage)."""
     found: dict[tuple[StoreKey, str], tuple[FileRecord, str | None]] = {}
     other: list[StoreProblem] = []
+    only = key_set(only)
     for root in fleet.query_roots(only):
         for verdict in fleet.catalog.file_verdicts(policy.retention, root=root):
             f = verdict.file

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence, Set
 from dataclasses import dataclass, field
 
 from state_runtime.catalog import Catalog, FileRecord, StoreKey, StoreRecord
@@ -45,6 +45,12 @@ def canonical_root(root: str) -> str:
     """A checkpoint root as the runtime records it in the catalog: its storage URI
     (``./ckpt`` becomes ``file:///abs/ckpt``; ``s3a://b/p`` becomes ``s3://b/p``)."""
     return open_storage(root).uri
+
+
+def key_set(only: Collection[StoreKey] | None) -> Set[StoreKey] | None:
+    """``only`` as a set, for :meth:`Fleet.in_scope`: a run naming 20,000 stores must not
+    look each up in a list (20,000 x 20,000 comparisons)."""
+    return None if only is None else frozenset(only)
 
 
 def default_owner() -> str:
@@ -94,7 +100,8 @@ class Fleet:
             return [None]
         return self.root_names(only)
 
-    def in_scope(self, key: StoreKey, only: Collection[StoreKey] | None) -> bool:
+    def in_scope(self, key: StoreKey, only: Set[StoreKey] | None) -> bool:
+        """Whether ``key`` is in this fleet's roots and in ``only`` (a set: :func:`key_set`)."""
         if only is not None and key not in only:
             return False
         return self.roots is None or key.root in self.roots

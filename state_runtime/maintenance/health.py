@@ -6,14 +6,14 @@ No storage I/O: everything comes from the catalog.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from state_runtime.catalog import RecoveryCost, StoreHealth, StoreKey
 from state_runtime.errors import CatalogPermissionDenied, CatalogReadOnly
-from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.redaction import get_logger
 from state_runtime.status import Status, StoreStatus, store_status
@@ -65,6 +65,35 @@ class StoreReport:
         }
 
 
+def iter_store_reports(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    *,
+    only: Collection[StoreKey] | None = None,
+    now: datetime | None = None,
+) -> Iterator[StoreReport]:
+    """Health of every store in scope, streamed: set-based catalog reads, one page of
+    stores at a time (:meth:`~state_runtime.catalog.Catalog.health_pages`), so what is held
+    is one page whatever the fleet's size. Each root's stores whose status changed are
+    recorded first (so that each "since" is a recorded change; a role that may not write,
+    the reader, reads what was recorded last)."""
+    wanted = key_set(only)
+    for root in fleet.query_roots(wanted):
+        try:
+            fleet.catalog.record_status_changes(policy.status_limits(), root=root)
+        except (CatalogPermissionDenied, CatalogReadOnly) as exc:
+            log.debug("status changes not recorded: %s", exc)
+        for page in fleet.catalog.health_pages(policy.retention, root=root, now=now):
+            for health, cost in page:
+                if fleet.in_scope(health.key, wanted):
+                    status = store_status(
+                        health,
+                        lag_warn_deltas=policy.lag_warn_deltas,
+                        orphan_warn_files=policy.orphan_warn_files,
+                    )
+                    yield StoreReport(health, cost, status)
+
+
 def store_reports(
     fleet: Fleet,
     policy: MaintenancePolicy,
@@ -72,26 +101,9 @@ def store_reports(
     only: Collection[StoreKey] | None = None,
     now: datetime | None = None,
 ) -> list[StoreReport]:
-    """Health of every store in scope, one catalog query pair per root, after recording the
-    stores whose status changed (so that each "since" is a recorded change; a role that may
-    not write, the reader, reads what was recorded last)."""
-    reports: list[StoreReport] = []
-    for root in fleet.query_roots(only):
-        try:
-            fleet.catalog.record_status_changes(policy.status_limits(), root=root)
-        except (CatalogPermissionDenied, CatalogReadOnly) as exc:
-            log.debug("status changes not recorded: %s", exc)
-        costs = fleet.catalog.recovery_costs(root)
-        for health in fleet.catalog.store_health(policy.retention, root=root, now=now):
-            if fleet.in_scope(health.key, only):
-                status = store_status(
-                    health,
-                    lag_warn_deltas=policy.lag_warn_deltas,
-                    orphan_warn_files=policy.orphan_warn_files,
-                )
-                cost = costs.get(health.key, RecoveryCost(0, 0))
-                reports.append(StoreReport(health, cost, status))
-    return reports
+    """:func:`iter_store_reports` as a list (a table sorted by any column, one store's
+    report); a fleet-wide pass streams instead."""
+    return list(iter_store_reports(fleet, policy, only=only, now=now))
 
 
 @dataclass(frozen=True)
@@ -112,24 +124,30 @@ class FleetTotals:
     max_commit_lag_seconds: float
 
     @classmethod
-    def of(cls, reports: Collection[StoreReport]) -> FleetTotals:
-        lags = [r.health.commit_lag.total_seconds() for r in reports if r.health.commit_lag]
-        statuses = [r.status.status for r in reports]
-        return cls(
-            stores=len(reports),
-            broken_stores=statuses.count(StoreStatus.BROKEN),
-            degraded_stores=statuses.count(StoreStatus.DEGRADED),
-            unknown_stores=statuses.count(StoreStatus.UNKNOWN),
-            state_rows=sum(r.health.state_rows for r in reports),
-            live_bytes=sum(r.health.live_bytes for r in reports),
-            orphan_files=sum(r.health.orphan_files for r in reports),
-            orphan_bytes=sum(r.health.orphan_bytes for r in reports),
-            reclaimable_bytes=sum(r.health.reclaimable_bytes for r in reports),
-            max_deltas_since_snapshot=max(
-                (r.health.deltas_since_snapshot for r in reports), default=0
-            ),
-            max_recovery_bytes=max((r.recovery.bytes for r in reports), default=0),
-            max_commit_lag_seconds=max(lags, default=0.0),
+    def of(cls, reports: Iterable[StoreReport]) -> FleetTotals:
+        """The totals of ``reports``, in one pass (a stream of any length is fine)."""
+        totals = cls(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0)
+        for r in reports:
+            totals = totals.plus(r)
+        return totals
+
+    def plus(self, r: StoreReport) -> FleetTotals:
+        """These totals with one more store."""
+        h, status = r.health, r.status.status
+        lag = h.commit_lag.total_seconds() if h.commit_lag else 0.0
+        return FleetTotals(
+            stores=self.stores + 1,
+            broken_stores=self.broken_stores + (status is StoreStatus.BROKEN),
+            degraded_stores=self.degraded_stores + (status is StoreStatus.DEGRADED),
+            unknown_stores=self.unknown_stores + (status is StoreStatus.UNKNOWN),
+            state_rows=self.state_rows + h.state_rows,
+            live_bytes=self.live_bytes + h.live_bytes,
+            orphan_files=self.orphan_files + h.orphan_files,
+            orphan_bytes=self.orphan_bytes + h.orphan_bytes,
+            reclaimable_bytes=self.reclaimable_bytes + h.reclaimable_bytes,
+            max_deltas_since_snapshot=max(self.max_deltas_since_snapshot, h.deltas_since_snapshot),
+            max_recovery_bytes=max(self.max_recovery_bytes, r.recovery.bytes),
+            max_commit_lag_seconds=max(self.max_commit_lag_seconds, lag),
         )
 
 

@@ -29,7 +29,8 @@ class MaintenancePolicy:
     floor, help, variable) in :data:`state_runtime.settings.MAINTENANCE`.
 
     - snapshots: a store is due when ``snapshot_min_deltas`` committed deltas follow its last
-      snapshot, or when loading its latest version reads ``snapshot_max_recovery_bytes`` or more.
+      snapshot, or when loading its latest version reads ``snapshot_max_recovery_bytes`` or more;
+      a pass writes at most ``snapshots_per_run`` (costliest cold load first).
     - cleanup: ``retention`` (versions kept, window, orphan grace); a window shorter than
       ``min_window`` is refused, as is keeping fewer than 2 versions.
     - ``lease_ttl``: how long a crashed run may block a store.
@@ -44,6 +45,7 @@ class MaintenancePolicy:
 
     snapshot_min_deltas: int = default_of(MAINTENANCE, "snapshot_min_deltas", int)
     snapshot_max_recovery_bytes: int | None = None
+    snapshots_per_run: int | None = None
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     min_window: timedelta = default_of(MAINTENANCE, "min_window", timedelta)
     lease_ttl: timedelta = default_of(MAINTENANCE, "lease_ttl", timedelta)
@@ -92,6 +94,7 @@ class MaintenancePolicy:
         return {
             "snapshot_min_deltas": self.snapshot_min_deltas,
             "snapshot_max_recovery_bytes": self.snapshot_max_recovery_bytes,
+            "snapshots_per_run": self.snapshots_per_run,
             "retain_versions": self.retention.retain_versions,
             "window": format_duration(self.retention.window),
             "orphan_grace": format_duration(self.retention.orphan_grace),

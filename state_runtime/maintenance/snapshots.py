@@ -113,26 +113,30 @@ class DueStore:
 
     record: StoreRecord
     deltas_since_snapshot: int
+    recovery_bytes: int = 0
+    """What a cold load of its latest version reads: the pass's priority."""
 
 
 def due_for_snapshot(
     fleet: Fleet, policy: MaintenancePolicy, only: Collection[StoreKey] | None = None
 ) -> list[DueStore]:
-    """Stores due for a snapshot, longest chains first (from the catalog alone)."""
+    """Stores due for a snapshot by priority: the costliest cold load first (recovery bytes,
+    then the longest chain), at most ``snapshots_per_run`` of them (from the catalog alone)."""
     records = {r.key: r for r in fleet.stores(only)}
     max_bytes = policy.snapshot_max_recovery_bytes
-    due: dict[StoreKey, int] = {}
+    found: list[DueStore] = []
     for root in fleet.query_roots(only):
         threshold = policy.snapshot_min_deltas if max_bytes is None else 1
         chains = fleet.catalog.snapshot_candidates(threshold, root)
-        costs = {} if max_bytes is None else fleet.catalog.recovery_costs(root)
+        costs = fleet.catalog.recovery_costs(root)
         for c in chains:
             cost = costs.get(c.key)
+            recovery = 0 if cost is None else cost.bytes
             too_long = c.deltas_since_snapshot >= policy.snapshot_min_deltas
-            if too_long or (max_bytes is not None and cost is not None and cost.bytes >= max_bytes):
-                due[c.key] = c.deltas_since_snapshot
-    found = [DueStore(records[k], n) for k, n in due.items() if k in records]
-    return sorted(found, key=lambda c: -c.deltas_since_snapshot)
+            if c.key in records and (too_long or (max_bytes is not None and recovery >= max_bytes)):
+                found.append(DueStore(records[c.key], c.deltas_since_snapshot, recovery))
+    found.sort(key=lambda c: (-c.recovery_bytes, -c.deltas_since_snapshot, str(c.record.key)))
+    return found[: policy.snapshots_per_run]
 
 
 def snapshot_pass(

@@ -1,5 +1,6 @@
-"""Each public Catalog method is one retried transaction: read from the code, and counted on
-a real engine for the driver's two calls per batch at hundreds of stores."""
+"""Each public Catalog method is one retried transaction (a paged one, one per page of stores):
+read from the code, and counted on a real engine for the driver's two calls per batch at
+hundreds of stores and for a paged call."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 import state_runtime.catalog.api as api
-from state_runtime.catalog import BatchMetrics, Catalog, FileState, StoreKey
+from state_runtime.catalog import BatchMetrics, Catalog, FileState, RetentionPolicy, StoreKey
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.identity import StoreId
 from tests.catalog.factory import QUERY, ROOT, Stream
@@ -21,13 +22,17 @@ from tests.catalog.factory import QUERY, ROOT, Stream
 LEASE_BLOCK = {"store_lease"}
 """Context managers that hold something across a block: one transaction to take, one to
 give back."""
-TRANSACTIONS = ("_run", "_read")
-"""What runs one retried transaction (``_read`` a read through the reading views)."""
+TRANSACTIONS = ("_run", "_read", "_pages")
+"""What runs one retried transaction (``_read`` a read through the reading views); ``_pages``
+runs one per page of stores: a fleet-wide read (health, the cleanup plan) at 100,000 stores is
+not one transaction by design, since its answer would not fit in memory, and each page is
+consistent on its own (api/pages.py)."""
 
 
 def _public_methods() -> Iterator[tuple[str, ast.FunctionDef]]:
     for path in sorted(Path(api.__file__).parent.glob("*.py")):
-        if path.name in ("__init__.py", "transactions.py"):  # the engine and the retry policy
+        # the engine and the retry policy, the paging loop
+        if path.name in ("__init__.py", "transactions.py", "pages.py"):
             continue
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.ClassDef):
@@ -131,3 +136,14 @@ def test_a_refused_lease_is_one_transaction(catalog: Catalog) -> None:
         ):
             pass
         assert len(begun) == 1
+
+
+def test_a_paged_read_is_one_transaction_per_page(catalog: Catalog) -> None:
+    """Health of 25 stores, 10 a page: 3 pages, and the empty read that ends the loop."""
+    stream = Stream(catalog, [StoreId(0, p) for p in range(25)])
+    stream.commit()
+    with _transactions(catalog) as begun:
+        pages = list(catalog.health_pages(RetentionPolicy(), page_size=10))
+    assert [len(page) for page in pages] == [10, 10, 5]
+    assert len(begun) == 4
+    assert [h.key.store.partition_id for page in pages for h, _ in page] == list(range(25))

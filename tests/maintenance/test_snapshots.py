@@ -12,6 +12,7 @@ from state_runtime.maintenance import (
     Fleet,
     MaintenancePolicy,
     SnapshotStatus,
+    due_for_snapshot,
     snapshot_pass,
     store_reports,
 )
@@ -145,3 +146,28 @@ def test_overlapping_runs_in_two_processes_snapshot_each_store_once(
         snapshots = list((stream.storage.root / store.directory).glob("*.snapshot"))
         assert len(snapshots) == 1
         assert stream.loaded(store, 5) == stream.expected(store, 5)
+
+
+def test_snapshots_go_costliest_cold_load_first_and_at_most_per_run(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """At fleet size a pass cannot snapshot everything due: it writes ``snapshots_per_run``,
+    the stores whose cold load reads the most first; the rest stay due for the next run."""
+    long = make_stream("long")
+    long.run(9)
+    short = make_stream("short")
+    short.run(6)
+    fleet = Fleet(long.catalog, owner="tests")
+    limited = MaintenancePolicy(snapshot_min_deltas=5, snapshots_per_run=2)
+    due = due_for_snapshot(fleet, POLICY)
+    assert len(due) == 6
+    assert [d.recovery_bytes for d in due] == sorted((d.recovery_bytes for d in due), reverse=True)
+    assert {d.record.key.root for d in due[:3]} == {long.root}
+    assert due_for_snapshot(fleet, limited) == due[:2]
+    report = snapshot_pass(fleet, limited)
+    assert [o.key for o in report.outcomes] == [d.record.key for d in due[:2]]
+    assert report.count(SnapshotStatus.WRITTEN) == 2
+    assert [d.record.key for d in due_for_snapshot(fleet, POLICY)] == [
+        d.record.key for d in due[2:]
+    ]
+    assert long.catalog.runs_after(0)[-1].parameters["snapshots_per_run"] == 2

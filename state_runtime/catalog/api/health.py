@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 
-from state_runtime.catalog.api.transactions import CatalogBase
+from state_runtime.catalog.api.pages import PAGE_STORES, PagedCalls
 from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
 from state_runtime.catalog.sql import health as health_queries
+from state_runtime.catalog.sql.retention import Scope
 from state_runtime.catalog.sql.status_changes import record_status_changes
 from state_runtime.errors import InvalidArgument
 from state_runtime.retention import RetentionPolicy
 
 
-class HealthCalls(CatalogBase):
+class HealthCalls(PagedCalls):
     """What health reports and the snapshot pass read."""
 
     def snapshot_candidates(
@@ -32,7 +33,27 @@ class HealthCalls(CatalogBase):
     ) -> list[StoreHealth]:
         return self._read(
             "read store health",
-            lambda c, v: health_queries.store_health(c, v, policy, root, now or self.now()),
+            lambda c, v: health_queries.store_health(
+                c, v, policy, Scope(root=root), now or self.now()
+            ),
+        )
+
+    def health_pages(
+        self,
+        policy: RetentionPolicy,
+        *,
+        root: str | None = None,
+        now: datetime | None = None,
+        page_size: int = PAGE_STORES,
+    ) -> Iterator[list[tuple[StoreHealth, RecoveryCost]]]:
+        """Each store's health with its recovery cost, ``page_size`` stores a page (one
+        transaction each, in store id order): what a fleet-wide health pass streams."""
+        at = now or self.now()
+        return self._pages(
+            "read store health",
+            root,
+            lambda c, v, scope: health_queries.health_with_costs(c, v, policy, scope, at),
+            page_size,
         )
 
     def record_status_changes(self, limits: Mapping[str, int], *, root: str | None = None) -> int:
@@ -47,5 +68,6 @@ class HealthCalls(CatalogBase):
         """Per store (of ``root``, or all), the files and bytes a cold load of its latest
         committed version reads (one query; no storage request)."""
         return self._read(
-            "estimate recovery costs", lambda c, v: health_queries.recovery_costs(c, v, root)
+            "estimate recovery costs",
+            lambda c, v: health_queries.recovery_costs(c, v, Scope(root=root)),
         )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.api.transactions import CatalogBase
+from state_runtime.catalog.api.pages import PAGE_STORES, PagedCalls
 from state_runtime.catalog.records import (
     Deletion,
     Explanation,
@@ -24,7 +24,7 @@ from state_runtime.retention import RetentionPolicy
 from state_runtime.settings import MIN_RETAINED_VERSIONS
 
 
-class RetentionCalls(CatalogBase):
+class RetentionCalls(PagedCalls):
     """The retention rule applied in SQL (see state_runtime/retention.py), and the ledger."""
 
     def retained_versions(
@@ -61,6 +61,26 @@ class RetentionCalls(CatalogBase):
             )
 
         return self._read("find deletable files", work)
+
+    def deletable_pages(
+        self,
+        policy: RetentionPolicy,
+        *,
+        root: str | None = None,
+        now: datetime | None = None,
+        page_size: int = PAGE_STORES,
+    ) -> Iterator[list[FileVerdict]]:
+        """:meth:`deletable_files`, ``page_size`` stores a page (one transaction each, in
+        store id order; pages with nothing deletable are skipped): the cleanup plan streamed."""
+        at = now or self.now()
+        return self._pages(
+            "find deletable files",
+            root,
+            lambda c, v, scope: retention_sql.file_verdicts(
+                c, v, policy, scope, at, only_deletable=True
+            ),
+            page_size,
+        )
 
     def file_verdicts(
         self, policy: RetentionPolicy, *, root: str | None = None, now: datetime | None = None

@@ -17,6 +17,7 @@ from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql.retention import PolicySql, Scope, needed_files, offsets
 from state_runtime.catalog.sql.rows import key_of, store_key_columns
 from state_runtime.catalog.sql.store_facts import last_snapshots, store_facts
+from state_runtime.errors import InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef
 from state_runtime.retention import RetentionPolicy
 
@@ -59,24 +60,48 @@ def snapshot_candidates(
     ]
 
 
-def _root_scope(views: ReaderViews, by_root: bool) -> Scope:
-    """Every store, or those of the root given as the bind parameter ``root``."""
-    if not by_root:
-        return Scope()
-    return Scope(root=sa.bindparam("root", type_=views.stores.c.checkpoint_root.type))
+def _bound_scope(views: ReaderViews, by_root: bool, paged: bool) -> Scope:
+    """Every store, or those of the root given as the bind parameter ``root``; if ``paged``,
+    only those of the page of store ids (``after``, ``through``]."""
+    root = sa.bindparam("root", type_=views.stores.c.checkpoint_root.type) if by_root else None
+    page = (
+        (
+            sa.bindparam("after", type_=sa.BigInteger()),
+            sa.bindparam("through", type_=sa.BigInteger()),
+        )
+        if paged
+        else None
+    )
+    return Scope(root=root, ids=page)
+
+
+def _scope_values(scope: Scope) -> tuple[bool, bool, dict[str, Any]]:
+    """Whether ``scope`` (of values) names a root and a page, and the values of
+    :func:`_bound_scope`'s bind parameters: the shape and the values of a cached statement."""
+    if scope.store_ids is not None:
+        raise InvalidArgument("health reads a root or a page of stores, not given store ids")
+    values: dict[str, Any] = {}
+    if scope.root is not None:
+        values["root"] = scope.root
+    if scope.ids is not None:
+        values["after"], values["through"] = scope.ids
+    return scope.root is not None, scope.ids is not None, values
 
 
 @functools.cache
-def _store_health_query(views: ReaderViews, retain_versions: int, by_root: bool) -> sa.Select[Any]:
-    """:func:`store_health`'s statement, built once per shape: the cutoffs and the root are
-    bind parameters (``committed_cutoff``, ``uncommitted_cutoff``, ``root``)."""
+def _store_health_query(
+    views: ReaderViews, retain_versions: int, by_root: bool, paged: bool
+) -> sa.Select[Any]:
+    """:func:`store_health`'s statement, built once per shape: the cutoffs, the root and the
+    page are bind parameters (``committed_cutoff``, ``uncommitted_cutoff``, ``root``,
+    ``after``, ``through``)."""
     at = views.files.c.created_at.type
     policy = PolicySql(
         offsets(retain_versions),
         sa.bindparam("committed_cutoff", type_=at),
         sa.bindparam("uncommitted_cutoff", type_=at),
     )
-    query = store_facts(views, policy, _root_scope(views, by_root))
+    query = store_facts(views, policy, _bound_scope(views, by_root, paged))
     return query.order_by(*store_key_columns(views.stores))
 
 
@@ -84,16 +109,16 @@ def store_health(
     connection: Connection,
     views: ReaderViews,
     policy: RetentionPolicy,
-    root: str | None,
+    scope: Scope,
     now: datetime,
 ) -> list[StoreHealth]:
     """Each store's facts (:func:`~state_runtime.catalog.sql.store_facts.store_facts`);
     ``reclaimable_*`` are what cleanup under ``policy`` may delete at ``now``."""
-    query = _store_health_query(views, policy.retain_versions, root is not None)
-    values = {
+    by_root, paged, values = _scope_values(scope)
+    query = _store_health_query(views, policy.retain_versions, by_root, paged)
+    values |= {
         "committed_cutoff": policy.committed_cutoff(now),
         "uncommitted_cutoff": policy.uncommitted_cutoff(now),
-        **({} if root is None else {"root": root}),
     }
     return [_health(row, now) for row in connection.execute(query, values).all()]
 
@@ -122,9 +147,10 @@ def _value(value: Any) -> Any:
 
 
 @functools.cache
-def _recovery_query(views: ReaderViews, by_root: bool) -> sa.Select[Any]:
-    """:func:`recovery_costs`' statement, built once per shape (``root``: a bind parameter)."""
-    nf = needed_files(views, 1, _root_scope(views, by_root)).subquery("nf")
+def _recovery_query(views: ReaderViews, by_root: bool, paged: bool) -> sa.Select[Any]:
+    """:func:`recovery_costs`' statement, built once per shape (``root``, ``after``,
+    ``through``: bind parameters)."""
+    nf = needed_files(views, 1, _bound_scope(views, by_root, paged)).subquery("nf")
     f, key = views.files.c, store_key_columns(views.stores)
     return (
         sa.select(
@@ -140,11 +166,25 @@ def _recovery_query(views: ReaderViews, by_root: bool) -> sa.Select[Any]:
 
 
 def recovery_costs(
-    connection: Connection, views: ReaderViews, root: str | None
+    connection: Connection, views: ReaderViews, scope: Scope
 ) -> dict[StoreKey, RecoveryCost]:
-    """Per store (of ``root``, or all), the files and bytes loading its latest committed
-    version reads: the "files needed by the retained versions" walk, newest version only."""
-    rows = connection.execute(
-        _recovery_query(views, root is not None), {} if root is None else {"root": root}
-    )
+    """Per store in ``scope``, the files and bytes loading its latest committed version
+    reads: the "files needed by the retained versions" walk, newest version only."""
+    by_root, paged, values = _scope_values(scope)
+    rows = connection.execute(_recovery_query(views, by_root, paged), values)
     return {key_of(r): RecoveryCost(int(r.files), int(r.bytes)) for r in rows}
+
+
+def health_with_costs(
+    connection: Connection,
+    views: ReaderViews,
+    policy: RetentionPolicy,
+    scope: Scope,
+    now: datetime,
+) -> list[tuple[StoreHealth, RecoveryCost]]:
+    """:func:`store_health` of the stores in ``scope``, each with its recovery cost."""
+    costs = recovery_costs(connection, views, scope)
+    return [
+        (h, costs.get(h.key, RecoveryCost(0, 0)))
+        for h in store_health(connection, views, policy, scope, now)
+    ]

@@ -41,16 +41,21 @@ from state_runtime.retention import Fact, RetentionPolicy, Verdict
 
 @dataclass(frozen=True)
 class Scope:
-    """Which stores a question covers: all, one root, or given store ids (values, or bind
-    parameters of a statement built once and run with each call's values)."""
+    """Which stores a question covers: all, one root, or given store ids; narrowed to the
+    store ids in ``ids`` (after, through], a page of :mod:`state_runtime.catalog.api.pages`.
+    Each is a value, or a bind parameter of a statement built once and run with each call's
+    values."""
 
     root: str | BindParameter[str] | None = None
     store_ids: tuple[int, ...] | BindParameter[Any] | None = None
+    ids: tuple[int | BindParameter[int], int | BindParameter[int]] | None = None
 
     def filter(self, views: ReaderViews, store_id: ColumnElement[int]) -> ColumnElement[bool]:
         conditions: list[ColumnElement[bool]] = []
         if self.store_ids is not None:
             conditions.append(store_id.in_(self.store_ids))
+        if self.ids is not None:
+            conditions += [store_id > self.ids[0], store_id <= self.ids[1]]
         if self.root is not None:
             conditions.append(
                 store_id.in_(
