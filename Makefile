@@ -16,7 +16,7 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
         lint format demo demo-maintain dagster airflow \
         bench-store bench-disk bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
-        bench-maintenance bench-eviction bench-schema bench-dagster-partitions bench-tws fuzz-spark \
+        bench-maintenance bench-eviction bench-schema bench-dagster-partitions bench-tws bench-tws-task fuzz-spark \
         fuzz-tws soak clean
 
 help:
@@ -169,6 +169,10 @@ bench-eviction: $(STAMP)
 
 bench-tws: $(STAMP) check-java
 	$(PY) benchmarks/bench_e2e_tws.py
+
+# One partition's transformWithState batches without Spark: the operator's own cost.
+bench-tws-task: $(STAMP)
+	$(PY) benchmarks/bench_tws_task.py
 
 # Thousands of generated streams against Spark's streaming engine; diverging streams are
 # saved as JSON in fuzz-counterexamples/ (turn each into a fixed example test).

@@ -13,11 +13,12 @@ handle is :class:`Handle`; state variables are stores of the operator
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -32,8 +33,10 @@ from state_runtime.runtime.operator import ColumnUse, StatefulOperator
 from state_runtime.runtime.times import time_zone
 from state_runtime.runtime.tws.variables import (
     EXPIRY,
+    HEAD,
     STATES,
     TIMERS_STORE,
+    Buffered,
     Declarations,
     ListState,
     MapState,
@@ -92,7 +95,7 @@ class Handle:
         """Remove every value of the variable, for every key of this partition."""
         store = self._scope.stores.get(stateName)
         if store is not None:
-            store.remove_matching(lambda keys, _values: pc.is_valid(keys))
+            store.remove_all()
 
     def _timers_allowed(self, what: str) -> None:
         if self._time_mode == "None":
@@ -128,38 +131,55 @@ class _Form:
     pandas: bool
     output: StructType
 
-    def rows(self, table: pa.Table, zone: str) -> Iterator[Any]:
-        """The key's rows as the processor's ``rows`` argument (timestamps as Spark gives
-        them: naive wall-clock times of the session zone)."""
+    def rows(self, table: pa.Table, zone: str) -> Callable[[int, int], Iterator[Any]]:
+        """The rows ``start:stop`` of ``table`` as the processor's ``rows`` argument
+        (timestamps as Spark gives them: naive wall-clock times of the session zone); the
+        table is converted once, each call slices it."""
         if self.pandas:
             frame = table.to_pandas()
             for field in table.schema:
                 if pa.types.is_timestamp(field.type):
                     frame[field.name] = _local(frame[field.name], zone)
-            return iter([frame])
+
+            def frames(start: int, stop: int) -> Iterator[Any]:
+                part = frame.iloc[start:stop]
+                part.index = pd.RangeIndex(stop - start)
+                return iter([part])
+
+            return frames
         local = _local_table(table, zone)
         make = Row(*table.column_names)
-        return iter([make(*r) for r in zip(*local.to_pydict().values(), strict=True)])
+        rows = [make(*r) for r in zip(*local.to_pydict().values(), strict=True)]
+        return lambda start, stop: iter(rows[start:stop])
 
-    def collect(self, produced: Iterable[Any] | None, zone: str) -> list[pa.Table]:
-        """The processor's output as tables of the output schema (UTC timestamps)."""
-        schema = to_arrow_schema(self.output, timezone="UTC")
-        tables = []
+    def keep(self, produced: Iterable[Any] | None, into: list[Any], zone: str) -> None:
+        """Take the processor's output now (a generator reads state as it runs): frames
+        narrowed to the output's columns (a missing one raises here), naive timestamps as
+        wall-clock times of ``zone``."""
+        names = self.output.names
+        stamps = [f.name for f in self.output.fields if isinstance(f.dataType, TimestampType)]
         for item in produced or ():
-            if self.pandas:
-                frame = item.copy()
-                for field in self.output.fields:
-                    if isinstance(field.dataType, TimestampType) and field.name in frame:
-                        column = frame[field.name]
-                        if getattr(column.dt, "tz", None) is None:
-                            frame[field.name] = column.dt.tz_localize(
-                                time_zone(zone), ambiguous="NaT", nonexistent="shift_forward"
-                            )
-                frame = frame[[f.name for f in self.output.fields]]
-                tables.append(pa.Table.from_pandas(frame, schema=schema, preserve_index=False))
-            else:
-                tables.append(_row_table([item], self.output, schema, zone))
-        return tables
+            if not self.pandas:
+                into.append(item)
+                continue
+            frame = item.copy(deep=False) if list(item.columns) == names else item[names]
+            for name in stamps:
+                column = frame[name]
+                if getattr(column.dt, "tz", None) is None:
+                    frame[name] = column.dt.tz_localize(
+                        time_zone(zone), ambiguous="NaT", nonexistent="shift_forward"
+                    )
+            into.append(frame)
+
+    def table(self, produced: list[Any], zone: str) -> pa.Table:
+        """The output kept, as one table of the output schema (UTC timestamps)."""
+        schema = to_arrow_schema(self.output, timezone="UTC")
+        if not produced:
+            return schema.empty_table()
+        if not self.pandas:
+            return _row_table(produced, self.output, schema, zone)
+        frame = pd.concat(produced, ignore_index=True) if len(produced) > 1 else produced[0]
+        return pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
 
 
 def _local(series: Any, zone: str) -> Any:
@@ -207,7 +227,8 @@ class _TransformWithState:
     def __call__(self, timers: StateStore, rows: pa.Table) -> pa.Table:
         batch = current_batch()
         zone = batch.time_zone
-        scope = Scope(dict(batch.stores), batch.batch_time_ms)
+        stores = {name: Buffered(batch.stores[name]) for name in self.variables}
+        scope = Scope(stores, batch.batch_time_ms)
         processor = copy.deepcopy(self.processor)
         processor.init(Handle(scope, self.variables, timers, self.time_mode))  # type: ignore[arg-type]
         watermark = -1 if batch.watermark_ms is None else batch.watermark_ms
@@ -216,28 +237,34 @@ class _TransformWithState:
             if self.time_mode == "None"
             else TimerValues(batch.batch_time_ms, watermark)
         )
-        out: list[pa.Table] = []
-        groups = _groups(rows, self.key_columns)
-        initial: dict[tuple[Any, ...], pa.Table] = {}
+        out: list[Any] = []
+        table, groups = _groups(rows, self.key_columns)
+        inputs = self.form.rows(table, zone)
+        initial: dict[tuple[Any, ...], tuple[int, int]] = {}
         if self.initial is not None and timers.version == 0:
             mine = self.initial.filter(
                 pc.equal(self.initial.column(INITIAL_PARTITION), batch.partition_id)
             ).drop_columns([INITIAL_PARTITION])
-            initial = _groups(mine, self.key_columns)
-        for key in sorted(set(groups) | set(initial), key=_order):
+            initial_table, initial = _groups(mine, self.key_columns)
+            initial_rows = self.form.rows(initial_table, zone)
+        keys = sorted(set(groups) | set(initial), key=_order)
+        for variable in self.variables.values():
+            _prefetch(stores[variable.name], variable, keys)
+        for key in keys:
             scope.key = key
             if key in initial:
-                for state in self.form.rows(initial[key], zone):  # a frame, or each Row
+                for state in initial_rows(*initial[key]):  # a frame, or each Row
                     processor.handleInitialState(key, state, values)
             if key in groups:
-                produced = processor.handleInputRows(key, self.form.rows(groups[key], zone), values)
-                out += self.form.collect(produced, zone)
-        out += self._fire(processor, timers, scope, values, zone)
+                produced = processor.handleInputRows(key, inputs(*groups[key]), values)
+                self.form.keep(produced, out, zone)
+        self._fire(processor, timers, scope, values, zone, out)
         for variable in self.variables.values():
-            expire(scope.stores[variable.name], variable, batch.batch_time_ms)
+            expire(stores[variable.name], variable, batch.batch_time_ms)
         processor.close()
-        schema = to_arrow_schema(self.form.output, timezone="UTC")
-        return pa.concat_tables(out) if out else schema.empty_table()
+        for store in stores.values():
+            store.flush()
+        return self.form.table(out, zone)
 
     def _fire(
         self,
@@ -246,10 +273,11 @@ class _TransformWithState:
         scope: Scope,
         values: TimerValues,
         zone: str,
-    ) -> list[pa.Table]:
+        out: list[Any],
+    ) -> None:
         """Every timer due, once, in (time, key) order."""
         if self.time_mode == "None":
-            return []
+            return
         bound = (
             values.getCurrentProcessingTimeInMs()
             if self.time_mode == "ProcessingTime"
@@ -257,14 +285,20 @@ class _TransformWithState:
         )
         due = timers.matching(lambda _k, v: pc.less(pc.struct_field(v, EXPIRY), bound))
         keys = [k for k in struct_rows(due.column("key").combine_chunks()) if k is not None]
-        out: list[pa.Table] = []
         for stored in sorted(keys, key=lambda k: (k[-1], _order(k[:-1]))):
             key, at = stored[:-1], int(stored[-1])
             scope.key = key
             produced = processor.handleExpiredTimer(key, values, ExpiredTimerInfo(at))
-            out += self.form.collect(produced, zone)
+            self.form.keep(produced, out, zone)
             timers.remove(stored)
-        return out
+
+
+def _prefetch(store: Buffered, variable: Variable, keys: list[tuple[Any, ...]]) -> None:
+    """Read what the batch's keys will read first, in one lookup: a value, a list's head."""
+    if variable.kind == "value":
+        store.prefetch(keys)
+    elif variable.kind == "list":
+        store.prefetch([(*k, HEAD) for k in keys])
 
 
 def _order(key: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -272,15 +306,23 @@ def _order(key: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is not None, v) for v in key)
 
 
-def _groups(table: pa.Table, key_columns: Sequence[str]) -> dict[tuple[Any, ...], pa.Table]:
-    """The rows of each key, keys as tuples of Python values."""
+def _groups(
+    table: pa.Table, key_columns: Sequence[str]
+) -> tuple[pa.Table, dict[tuple[Any, ...], tuple[int, int]]]:
+    """``table`` with each key's rows together (in their order), and each key's rows in it
+    as ``(start, stop)``; keys as tuples of Python values."""
     if not table.num_rows:
-        return {}
+        return table, {}
     keys = list(zip(*(table.column(c).to_pylist() for c in key_columns), strict=True))
     positions: dict[tuple[Any, ...], list[int]] = {}
     for i, key in enumerate(keys):
         positions.setdefault(key, []).append(i)
-    return {key: table.take(pa.array(rows)) for key, rows in positions.items()}
+    spans: dict[tuple[Any, ...], tuple[int, int]] = {}
+    order: list[int] = []
+    for key, rows in positions.items():
+        spans[key] = (len(order), len(order) + len(rows))
+        order += rows
+    return table.take(pa.array(order, pa.int64())), spans
 
 
 def transform_with_state(

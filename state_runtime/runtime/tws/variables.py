@@ -30,6 +30,7 @@ from state_runtime.errors import InvalidArgument
 from state_runtime.identity import validate_name
 from state_runtime.runtime.operator import ExtraStore
 from state_runtime.store.arrow_rows import struct_rows
+from state_runtime.store.keys import freeze
 from state_runtime.store.state_schema import parse_schema
 from state_runtime.store.state_store import StateStore
 
@@ -143,11 +144,76 @@ class Declarations:
         raise InvalidArgument("timers cannot be listed in init()")
 
 
+class Buffered:
+    """One variable's store for a task: the values of the batch's keys read in one vectorised
+    lookup (:meth:`prefetch`) and kept, the task's writes kept too and written in one
+    :meth:`flush` (so a read between writes never turns the writes into a store run). Keys
+    are told apart as the store does (:func:`freeze`: nested values, NaN)."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self._arity = store.schema.value_arity
+        self._read: dict[Any, Row | None] = {}  # the store's values, as read
+        self._changed: dict[Any, tuple[Row, Row | None]] = {}  # (key, value or None: removed)
+
+    def prefetch(self, keys: Sequence[Row]) -> None:
+        """Read ``keys`` in one lookup."""
+        slots = {freeze(k): k for k in keys}
+        missing = [k for s, k in slots.items() if s not in self._changed and s not in self._read]
+        if missing:
+            values = self.store.get_many(missing)
+            self._read.update(zip(map(freeze, missing), values, strict=True))
+
+    def get(self, key: Row) -> Row | None:
+        slot = freeze(key)
+        change = self._changed.get(slot)
+        if change is not None:
+            return change[1]
+        if slot not in self._read:
+            self._read[slot] = self.store.get(key)
+        return self._read[slot]
+
+    def get_many(self, keys: Sequence[Row]) -> list[Row | None]:
+        self.prefetch(keys)
+        changed, read = self._changed, self._read
+        slots = [freeze(k) for k in keys]
+        return [changed[s][1] if s in changed else read[s] for s in slots]
+
+    def put(self, key: Row, value: Row) -> None:
+        if len(value) != self._arity:
+            self.store.put(key, value)  # raises the store's typed error
+        self._changed[freeze(key)] = (key, value)
+
+    def remove(self, key: Row) -> None:
+        self._changed[freeze(key)] = (key, None)
+
+    def flush(self) -> None:
+        """Write the task's changes to the store, in one call."""
+        if not self._changed:
+            return
+        changes = self._changed.values()
+        self.store.apply(
+            [(k, v) for k, v in changes if v is not None], [k for k, v in changes if v is None]
+        )
+        self._read.update((s, v) for s, (_, v) in self._changed.items())
+        self._changed = {}
+
+    def prefix_scan(self, prefix: Row) -> Iterator[tuple[Row, Row]]:
+        self.flush()
+        return self.store.prefix_scan(prefix)
+
+    def remove_all(self) -> None:
+        """Remove every value of the store."""
+        self.flush()
+        self.store.remove_matching(lambda keys, _values: pc.is_valid(keys))
+        self._read.clear()
+
+
 class Scope:
-    """What the state objects of one task share: the partition's stores, the key being
+    """What the state objects of one task share: the variables' stores, the key being
     processed (Spark's implicit key) and the batch's processing time (for TTL)."""
 
-    def __init__(self, stores: dict[str, StateStore], batch_time_ms: int) -> None:
+    def __init__(self, stores: dict[str, Buffered], batch_time_ms: int) -> None:
         self.stores = stores
         self.batch_time_ms = batch_time_ms
         self.key: Row = ()
@@ -314,9 +380,12 @@ STATES: dict[Kind, type[ValueState | ListState | MapState]] = {
 }
 
 
-def expire(store: StateStore, variable: Variable, batch_time_ms: int) -> int:
-    """Remove the variable's values whose TTL passed at ``batch_time_ms`` (a list's head goes
-    with its last element); the number of values removed."""
+def expire(buffered: Buffered, variable: Variable, batch_time_ms: int) -> int:
+    """Write the task's changes, and remove the variable's values whose TTL passed at
+    ``batch_time_ms`` (a list's head goes with its last element); the number of values
+    removed."""
+    buffered.flush()
+    store = buffered.store
     if variable.ttl_ms is None:
         return 0
     removed = store.remove_matching(

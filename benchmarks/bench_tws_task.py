@@ -1,0 +1,76 @@
+"""transformWithState without Spark: one state partition's batches of the running-count
+processor of ``bench_e2e_tws.py``, the task function driven directly on real stores (local
+files), so the figures are the operator's own cost (no Spark job, no worker start).
+
+A first batch with each of ``--keys`` keys once, then ``--batches`` batches of ``--updates``
+random keys. Prints each batch's seconds; ``--profile`` adds the top costs of the last batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import random
+import tempfile
+import time
+
+import pyarrow as pa
+from bench_e2e_tws import RunningCount
+
+from state_runtime.runtime import transform_with_state
+from state_runtime.runtime.context import BatchContext, _current
+from state_runtime.storage import open_storage
+from state_runtime.store.config import StoreConfig
+from state_runtime.store.provider import StateStoreProvider
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--keys", type=int, default=25_000)
+    parser.add_argument("--updates", type=int, default=2_500)
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    op = transform_with_state(0, ["k"], "k bigint", RunningCount(), "k bigint, count bigint", 1)
+    rng = random.Random(42)
+    inputs = [pa.table({"k": pa.array(range(args.keys), pa.int64())})] + [
+        pa.table({"k": pa.array([rng.randrange(args.keys) for _ in range(args.updates)])})
+        for _ in range(args.batches)
+    ]
+    profile = cProfile.Profile()
+    with tempfile.TemporaryDirectory() as root:
+        storage = open_storage(root)
+        providers = {
+            s.name: StateStoreProvider(
+                storage,
+                0,
+                0,
+                s.name,
+                key_schema=s.schema.key,
+                value_schema=s.schema.value,
+                config=StoreConfig(),
+            )
+            for s in op.stores
+        }
+        ids: dict[str, str | None] = dict.fromkeys(providers)
+        for version, rows in enumerate(inputs):
+            stores = {n: p.get_store(version, ids[n]) for n, p in providers.items()}
+            token = _current.set(BatchContext("bench", version, 1000 * version, 0, stores=stores))
+            started = time.perf_counter()
+            if args.profile and version == len(inputs) - 1:
+                profile.enable()
+            try:
+                op.update(stores[op.store_name], rows)
+                ids.update((n, s.commit().checkpoint_id) for n, s in stores.items())
+            finally:
+                profile.disable()
+                _current.reset(token)
+            seconds = time.perf_counter() - started
+            print(f"batch {version}: {rows.num_rows} rows, {seconds:.3f} s", flush=True)
+    if args.profile:
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(20)
+
+
+if __name__ == "__main__":
+    main()

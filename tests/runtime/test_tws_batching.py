@@ -1,0 +1,151 @@
+"""``transform_with_state`` tasks on real stores, without Spark (the comparison with Spark is
+test_tws_vs_spark.py): a batch reads each value variable for all its keys in one lookup and
+writes each variable in one call, and reads within a batch still see the batch's own writes
+(value, list and map state, ``deleteIfExists`` between keys)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from pyspark.sql.streaming.stateful_processor import (
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from state_runtime.runtime import StatefulOperator, transform_with_state
+from state_runtime.runtime.context import BatchContext, _current
+from state_runtime.storage import open_storage
+from state_runtime.store.config import StoreConfig
+from state_runtime.store.provider import StateStoreProvider
+from state_runtime.store.state_store import StateStore
+
+
+class Mixed(StatefulProcessor):
+    """A count (value), the amounts (list) and the amounts by parity (map), each read back
+    right after its write; the key ``"wipe"`` deletes every key's list."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.count = handle.getValueState("count", "n bigint")
+        self.amounts = handle.getListState("amounts", "amount bigint")
+        self.parity = handle.getMapState("parity", "odd boolean", "total bigint")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        if key[0] == "wipe":
+            self.handle.deleteIfExists("amounts")
+        frame = pd.concat(list(rows))
+        assert list(frame.index) == list(range(len(frame)))  # each key's frame from 0, as Spark
+        amounts = [int(a) for a in frame["amount"]]
+        (n,) = self.count.get() or (0,)
+        self.count.update((n + len(amounts),))
+        (counted,) = self.count.get() or (None,)
+        self.amounts.appendList([(a,) for a in amounts])
+        for a in amounts:
+            (total,) = self.parity.getValue((a % 2 == 1,)) or (0,)
+            self.parity.updateValue((a % 2 == 1,), (total + a,))
+        yield pd.DataFrame(
+            {
+                "k": [key[0]],
+                "n": [counted],
+                "listed": [",".join(str(a) for (a,) in self.amounts.get())],
+                "odd": [dict(self.parity.iterator()).get((True,), (None,))[0]],
+            }
+        )
+
+
+class Task:
+    """One state partition of a ``transform_with_state`` operator, a committed version of
+    each store per batch."""
+
+    def __init__(self, tmp_path: Path, processor: StatefulProcessor, output: str) -> None:
+        self.op: StatefulOperator = transform_with_state(0, ["k"], "k string", processor, output, 1)
+        storage = open_storage(str(tmp_path))
+        self.providers = {
+            s.name: StateStoreProvider(
+                storage,
+                0,
+                0,
+                s.name,
+                key_schema=s.schema.key,
+                value_schema=s.schema.value,
+                config=StoreConfig(),
+            )
+            for s in self.op.stores
+        }
+        self.ids: dict[str, str | None] = dict.fromkeys(self.providers)
+        self.version = 0
+
+    def batch(self, rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
+        stores = {n: p.get_store(self.version, self.ids[n]) for n, p in self.providers.items()}
+        token = _current.set(BatchContext("q", self.version, 1000, 0, stores=stores))
+        try:
+            table = pa.table({"k": [r[0] for r in rows], "amount": [r[1] for r in rows]})
+            out = self.op.update(stores[self.op.store_name], table)
+        finally:
+            _current.reset(token)
+        for name, store in stores.items():
+            self.ids[name] = store.commit().checkpoint_id
+        self.version += 1
+        assert isinstance(out, pa.Table)
+        records: list[dict[str, Any]] = out.to_pylist()
+        return records
+
+
+def test_reads_within_a_batch_see_its_writes(tmp_path: Path) -> None:
+    task = Task(tmp_path, Mixed(), "k string, n bigint, listed string, odd bigint")
+    assert task.batch([("b", 2), ("a", 1), ("b", 3)]) == [
+        {"k": "a", "n": 1, "listed": "1", "odd": 1},
+        {"k": "b", "n": 2, "listed": "2,3", "odd": 3},
+    ]
+    # keys run in order: "wipe", last, deletes the lists "a", "b" and "c" built (and read)
+    # before it, then starts its own; the next batch's lists start afresh
+    assert task.batch([("c", 5), ("wipe", 4), ("a", 7), ("b", 4)]) == [
+        {"k": "a", "n": 2, "listed": "1,7", "odd": 8},
+        {"k": "b", "n": 3, "listed": "2,3,4", "odd": 3},
+        {"k": "c", "n": 1, "listed": "5", "odd": 5},
+        {"k": "wipe", "n": 1, "listed": "4", "odd": None},
+    ]
+    assert task.batch([("a", 2), ("b", 1)]) == [
+        {"k": "a", "n": 3, "listed": "2", "odd": 8},
+        {"k": "b", "n": 4, "listed": "1", "odd": 4},
+    ]
+
+
+class RunningCount(StatefulProcessor):
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.count = handle.getValueState("count", "count bigint")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        n = (self.count.get() or (0,))[0] + sum(len(r) for r in rows)
+        self.count.update((n,))
+        yield pd.DataFrame({"k": [key[0]], "count": [n]})
+
+
+def test_a_batch_reads_and_writes_a_value_variable_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = Task(tmp_path, RunningCount(), "k string, count bigint")
+    keys = [f"k{i}" for i in range(50)]
+    task.batch([(k, 1) for k in keys])
+    calls: Counter[tuple[str, str]] = Counter()
+    for method in ("get", "get_many", "put", "apply", "remove"):
+        original = getattr(StateStore, method)
+
+        def spy(self: StateStore, *args: Any, _m: str = method, _f: Any = original) -> Any:
+            calls[(self.store_id.store_name, _m)] += 1
+            return _f(self, *args)
+
+        monkeypatch.setattr(StateStore, method, spy)
+    out = task.batch([(k, 1) for k in keys] + [("new", 1)])
+    assert {r["k"]: r["count"] for r in out} == {**dict.fromkeys(keys, 2), "new": 1}
+    assert {c: n for c, n in calls.items() if c[0] == "count"} == {
+        ("count", "get_many"): 1,
+        ("count", "apply"): 1,
+    }
