@@ -14,6 +14,7 @@ retry always commits.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -34,7 +35,7 @@ from state_runtime.catalog.sql.findings import close_unneeded
 from state_runtime.catalog.sql.inventory import RecordedFile, check_info, record_locked
 from state_runtime.catalog.sql.lookups import committed_ids_at, ensure_stores, lock_stores
 from state_runtime.catalog.sql.roots import validate_root
-from state_runtime.catalog.sql.rows import is_store, key_of, store_id_of
+from state_runtime.catalog.sql.rows import key_of, store_id_of
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import AttemptSuperseded, CommitConflict, InvalidArgument
 from state_runtime.identity import (
@@ -430,16 +431,13 @@ def latest_committed(
     return {store_id_of(r): CheckpointRef(r.latest_version, r.latest_checkpoint_id) for r in rows}
 
 
-def commit_history(
-    connection: Connection,
-    views: ReaderViews,
-    root: str,
-    *,
-    query_id: str | None = None,
-    store: StoreId | None = None,
-    limit: int = 100,
-) -> list[CommitEntry]:
-    """Commit-log entries below ``root``, newest batch first."""
+_STORE_FIELDS = ("operator_id", "partition_id", "store_name")
+
+
+@functools.cache
+def _history_query(views: ReaderViews, by_query: bool, by_store: bool) -> sa.Select[Any]:
+    """:func:`commit_history`'s statement, built once per shape: the root, ``limit`` and, if
+    filtered on, the query id and the store's fields are bind parameters."""
     c, s = views.commits.c, views.stores.c
     query = (
         sa.select(
@@ -454,14 +452,35 @@ def commit_history(
             c.committed_at,
         )
         .join(views.stores, s.store_id == c.store_id)
-        .where(s.checkpoint_root == root)
+        .where(s.checkpoint_root == sa.bindparam("root", type_=s.checkpoint_root.type))
         .order_by(c.batch_id.desc(), s.operator_id, s.partition_id, s.store_name)
-        .limit(limit)
+        .limit(sa.bindparam("limit", type_=sa.Integer()))
     )
+    if by_query:
+        query = query.where(c.query_id == sa.bindparam("query_id", type_=c.query_id.type))
+    if by_store:
+        query = query.where(
+            *(s[name] == sa.bindparam(name, type_=s[name].type) for name in _STORE_FIELDS)
+        )
+    return query
+
+
+def commit_history(
+    connection: Connection,
+    views: ReaderViews,
+    root: str,
+    *,
+    query_id: str | None = None,
+    store: StoreId | None = None,
+    limit: int = 100,
+) -> list[CommitEntry]:
+    """Commit-log entries below ``root``, newest batch first."""
+    values: dict[str, Any] = {"root": root, "limit": limit}
     if query_id is not None:
-        query = query.where(c.query_id == query_id)
+        values["query_id"] = query_id
     if store is not None:
-        query = query.where(is_store(store, views.stores))
+        values.update({name: getattr(store, name) for name in _STORE_FIELDS})
+    query = _history_query(views, query_id is not None, store is not None)
     return [
         CommitEntry(
             key=key_of(r),
@@ -470,5 +489,5 @@ def commit_history(
             ref=CheckpointRef(r.version, r.checkpoint_id),
             committed_at=r.committed_at,
         )
-        for r in connection.execute(query)
+        for r in connection.execute(query, values)
     ]

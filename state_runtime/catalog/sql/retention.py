@@ -66,6 +66,13 @@ class Scope:
             )
         return sa.and_(sa.true(), *conditions)
 
+    @staticmethod
+    def of_root(views: ReaderViews, by_root: bool) -> Scope:
+        """Every store, or those of the root given as the bind parameter ``root``."""
+        if not by_root:
+            return Scope()
+        return Scope(root=sa.bindparam("root", type_=views.stores.c.checkpoint_root.type))
+
 
 def _verified_snapshot(views: ReaderViews, f: Any) -> ColumnElement[bool]:
     """A snapshot a retained version may load from (the commit log names it)."""
@@ -89,6 +96,25 @@ class PolicySql:
             policy.committed_cutoff(now),
             policy.uncommitted_cutoff(now),
         )
+
+    @staticmethod
+    def bound(views: ReaderViews, retain_versions: int) -> PolicySql:
+        """The cutoffs as the bind parameters ``committed_cutoff`` and ``uncommitted_cutoff``
+        (:meth:`cutoffs` gives their values), for a statement built once."""
+        at = views.files.c.created_at.type
+        return PolicySql(
+            offsets(retain_versions),
+            sa.bindparam("committed_cutoff", type_=at),
+            sa.bindparam("uncommitted_cutoff", type_=at),
+        )
+
+    @staticmethod
+    def cutoffs(policy: RetentionPolicy, now: datetime) -> dict[str, datetime]:
+        """The values of :meth:`bound`'s parameters for ``policy`` at ``now``."""
+        return {
+            "committed_cutoff": policy.committed_cutoff(now),
+            "uncommitted_cutoff": policy.uncommitted_cutoff(now),
+        }
 
 
 def offsets(retain_versions: int) -> sa.FromClause:

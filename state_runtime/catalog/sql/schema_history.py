@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -21,19 +23,20 @@ OperatorStore = tuple[int, str]
 """(operator id, store name): the stores of all partitions of an operator share a history."""
 
 
-def histories(
-    connection: Connection, views: ReaderViews, root: str, only: OperatorStore | None = None
-) -> dict[OperatorStore, SchemaHistory]:
-    """Every recorded history below ``root`` (or only that of ``only``); an operator store
-    registered before histories existed gets its registered schemas as a one-entry history
-    (not recorded yet)."""
-    validate_root(root)
+@functools.cache
+def _history_queries(views: ReaderViews, one: bool) -> tuple[sa.Select[Any], sa.Select[Any]]:
+    """:func:`histories`' statements (the recorded entries, the registered schemas), built
+    once per shape: the root and, for ``one`` operator store, its ``operator_id`` and
+    ``store_name`` are bind parameters."""
     o, s, st = views.operator_schemas.c, views.state_schemas.c, views.stores.c
+    root = sa.bindparam("root", type_=st.checkpoint_root.type)
+    operator_id = sa.bindparam("operator_id", type_=st.operator_id.type)
+    store_name = sa.bindparam("store_name", type_=st.store_name.type)
     where, registered_where = [o.checkpoint_root == root], [st.checkpoint_root == root]
-    if only is not None:
-        where += [o.operator_id == only[0], o.store_name == only[1]]
-        registered_where += [st.operator_id == only[0], st.store_name == only[1]]
-    rows = connection.execute(
+    if one:
+        where += [o.operator_id == operator_id, o.store_name == store_name]
+        registered_where += [st.operator_id == operator_id, st.store_name == store_name]
+    recorded = (
         sa.select(
             o.operator_id,
             o.store_name,
@@ -47,7 +50,27 @@ def histories(
         .join(views.state_schemas, s.schema_id == o.schema_id)
         .where(*where)
         .order_by(o.operator_id, o.store_name, o.seq)
-    ).all()
+    )
+    registered = (
+        sa.select(st.operator_id, st.store_name, st.key_schema, st.value_schema)
+        .where(*registered_where, st.key_schema.is_not(None))
+        .order_by(st.operator_id, st.store_name, st.partition_id)
+    )
+    return recorded, registered
+
+
+def histories(
+    connection: Connection, views: ReaderViews, root: str, only: OperatorStore | None = None
+) -> dict[OperatorStore, SchemaHistory]:
+    """Every recorded history below ``root`` (or only that of ``only``); an operator store
+    registered before histories existed gets its registered schemas as a one-entry history
+    (not recorded yet)."""
+    validate_root(root)
+    recorded, registered_query = _history_queries(views, only is not None)
+    values: dict[str, Any] = {"root": root}
+    if only is not None:
+        values.update(operator_id=only[0], store_name=only[1])
+    rows = connection.execute(recorded, values).all()
     entries: dict[OperatorStore, list[SchemaEntry]] = defaultdict(list)
     for r in rows:
         entries[r.operator_id, r.store_name].append(
@@ -60,11 +83,7 @@ def histories(
             )
         )
     found = {key: SchemaHistory(tuple(e)) for key, e in entries.items()}
-    registered = connection.execute(
-        sa.select(st.operator_id, st.store_name, st.key_schema, st.value_schema)
-        .where(*registered_where, st.key_schema.is_not(None))
-        .order_by(st.operator_id, st.store_name, st.partition_id)
-    ).all()
+    registered = connection.execute(registered_query, values).all()
     for store in registered:
         key = (store.operator_id, store.store_name)
         if key not in found and store.value_schema is not None:

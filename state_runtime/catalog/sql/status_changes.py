@@ -11,6 +11,7 @@ it when its run closed, not at the store's first validation.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from datetime import datetime
 
@@ -26,18 +27,19 @@ from state_runtime.retention import RetentionPolicy
 from state_runtime.status import RECORDED
 
 
-def record_status_changes(
-    connection: Connection, limits: Mapping[str, int], root: str | None, now: datetime
-) -> int:
-    """Record the stores (of ``root``, or all) whose status under ``limits`` differs from
-    their last recorded one; how many were recorded."""
-    policy = PolicySql.of(RetentionPolicy(), now)  # the status reads no reclaimable figure
-    facts = store_facts(WRITE_LOOKUPS, policy, Scope(root=root)).subquery("f")
-    sql_limits = {name: sa.literal(value) for name, value in limits.items()}
-    status, reason, estimate = StatusSql(facts.c, sql_limits, connection.dialect.name).estimate()
-    recorded_status, changed_at = (facts.c[name] for name in RECORDED)
+@functools.cache
+def _record_statement(dialect: str, limits: tuple[str, ...], by_root: bool) -> sa.Insert:
+    """:func:`record_status_changes`' statement, built once per shape: the limits
+    (``limit_<name>``), the cutoffs, the moment of recording (``recorded_at``) and the root are
+    bind parameters."""
+    policy = PolicySql.bound(WRITE_LOOKUPS, RetentionPolicy().retain_versions)
+    facts = store_facts(WRITE_LOOKUPS, policy, Scope.of_root(WRITE_LOOKUPS, by_root))
+    facts_sq = facts.subquery("f")
+    sql_limits = {name: sa.bindparam(f"limit_{name}", type_=sa.BigInteger()) for name in limits}
+    status, reason, estimate = StatusSql(facts_sq.c, sql_limits, dialect).estimate()
+    recorded_status, changed_at = (facts_sq.c[name] for name in RECORDED)
     current = sa.select(
-        facts.c.store_id,
+        facts_sq.c.store_id,
         status.label("status"),
         reason.label("reason"),
         estimate.label("estimate"),
@@ -45,7 +47,7 @@ def record_status_changes(
         changed_at.label("changed_at"),
     ).subquery("current")
     c = current.c
-    at = sa.bindparam("recorded_at", now, type_=UtcDateTime())
+    at = sa.bindparam("recorded_at", type_=UtcDateTime())
     later = sa.and_(
         c.estimate.is_not(None),
         c.estimate <= at,
@@ -55,5 +57,20 @@ def record_status_changes(
         c.store_id, c.status, c.reason, sa.case((later, c.estimate), else_=at)
     ).where(sa.or_(c.recorded_status.is_(None), c.recorded_status != c.status))
     columns = ["store_id", "status", "reason", "changed_at"]
-    inserted = connection.execute(sa.insert(store_status_changes).from_select(columns, changes))
-    return int(inserted.rowcount)
+    return sa.insert(store_status_changes).from_select(columns, changes)
+
+
+def record_status_changes(
+    connection: Connection, limits: Mapping[str, int], root: str | None, now: datetime
+) -> int:
+    """Record the stores (of ``root``, or all) whose status under ``limits`` differs from
+    their last recorded one; how many were recorded."""
+    statement = _record_statement(connection.dialect.name, tuple(sorted(limits)), root is not None)
+    values = {
+        # the status reads no reclaimable figure: the default policy's cutoffs will do
+        **PolicySql.cutoffs(RetentionPolicy(), now),
+        **{f"limit_{name}": value for name, value in limits.items()},
+        "recorded_at": now,
+        **({} if root is None else {"root": root}),
+    }
+    return int(connection.execute(statement, values).rowcount)
