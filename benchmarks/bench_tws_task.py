@@ -19,7 +19,7 @@ import pyarrow as pa
 from bench_e2e_tws import RunningCount
 
 from state_runtime.runtime import transform_with_state
-from state_runtime.runtime.context import BatchContext, _current
+from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.storage import open_storage
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.provider import StateStoreProvider
@@ -56,16 +56,16 @@ def main() -> None:
         ids: dict[str, str | None] = dict.fromkeys(providers)
         for version, rows in enumerate(inputs):
             stores = {n: p.get_store(version, ids[n]) for n, p in providers.items()}
-            token = _current.set(BatchContext("bench", version, 1000 * version, 0, stores=stores))
+            batch = BatchContext("bench", version, 1000 * version, 0, stores=stores)
             started = time.perf_counter()
             if args.profile and version == len(inputs) - 1:
                 profile.enable()
             try:
-                op.update(stores[op.store_name], rows)
-                ids.update((n, s.commit().checkpoint_id) for n, s in stores.items())
+                with batch_scope(batch):
+                    op.update(stores[op.store_name], rows)
+                    ids.update((n, s.commit().checkpoint_id) for n, s in stores.items())
             finally:
                 profile.disable()
-                _current.reset(token)
             seconds = time.perf_counter() - started
             print(f"batch {version}: {rows.num_rows} rows, {seconds:.3f} s", flush=True)
     if args.profile:

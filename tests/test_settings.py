@@ -66,6 +66,7 @@ def test_the_cli_options_are_the_declared_ones() -> None:
         "--window",
         "--orphan-grace",
         "--min-window",
+        "--snapshots-per-run",
     }
 
 

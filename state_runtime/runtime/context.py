@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -34,6 +35,17 @@ class BatchContext:
 
 
 _current: ContextVar[BatchContext | None] = ContextVar("state_runtime_batch", default=None)
+
+
+@contextmanager
+def batch_scope(batch: BatchContext) -> Iterator[BatchContext]:
+    """Make ``batch`` the one :func:`current_batch` returns for the duration of the block (the
+    task runs its update function in one; a driver of the operator without Spark does too)."""
+    token = _current.set(batch)
+    try:
+        yield batch
+    finally:
+        _current.reset(token)
 
 
 def current_batch() -> BatchContext:

@@ -31,7 +31,7 @@ from pyspark import TaskContext
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.runtime import worker
-from state_runtime.runtime.context import BatchContext, _current
+from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.runtime.event_time import EventTimeSpec, event_time_report, prepare_rows
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.settings import WorkerSettings
@@ -213,18 +213,16 @@ def _run_partition(
         stores=stores,
     )
     rows_in = rows.num_rows
-    token = _current.set(batch)
     try:
-        rows, max_event = prepare_rows(spec.event_time, op, rows, batch.event_time)
-        output = _output_table(op.update(stores[op.store_name], rows), op.output_arrow_schema())
-        infos = [store.commit() for store in stores.values()]
+        with batch_scope(batch):
+            rows, max_event = prepare_rows(spec.event_time, op, rows, batch.event_time)
+            output = _output_table(op.update(stores[op.store_name], rows), op.output_arrow_schema())
+            infos = [store.commit() for store in stores.values()]
     except BaseException:
         for store in stores.values():
             if not store.has_committed:
                 store.abort()
         raise
-    finally:
-        _current.reset(token)
     task_ms = (time.perf_counter() - started) * 1000
     reports = []
     for i, (store, info) in enumerate(zip(stores.values(), infos, strict=True)):

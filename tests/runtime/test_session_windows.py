@@ -14,7 +14,7 @@ import pytest
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.runtime import Agg, SessionWindow, session_window_aggregation
-from state_runtime.runtime.context import BatchContext, _current
+from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.storage import open_storage
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.provider import StateStoreProvider
@@ -57,11 +57,8 @@ class Sessions:
         self.context = BatchContext(
             "q", self.version, 0, 0, watermark_s * 1000, late_s * 1000, zone
         )
-        token = _current.set(self.context)
-        try:
+        with batch_scope(self.context):
             out = self.op.update(store, pa.table(columns))
-        finally:
-            _current.reset(token)
         store.commit()
         self.version += 1
         assert out is None or isinstance(out, pa.Table)

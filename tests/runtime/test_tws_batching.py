@@ -20,7 +20,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from state_runtime.runtime import StatefulOperator, transform_with_state
-from state_runtime.runtime.context import BatchContext, _current
+from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.storage import open_storage
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.provider import StateStoreProvider
@@ -84,12 +84,9 @@ class Task:
 
     def batch(self, rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
         stores = {n: p.get_store(self.version, self.ids[n]) for n, p in self.providers.items()}
-        token = _current.set(BatchContext("q", self.version, 1000, 0, stores=stores))
-        try:
+        with batch_scope(BatchContext("q", self.version, 1000, 0, stores=stores)):
             table = pa.table({"k": [r[0] for r in rows], "amount": [r[1] for r in rows]})
             out = self.op.update(stores[self.op.store_name], table)
-        finally:
-            _current.reset(token)
         for name, store in stores.items():
             self.ids[name] = store.commit().checkpoint_id
         self.version += 1

@@ -7,15 +7,14 @@ fleet-wide passes (health, the cleanup plan) stands on this one loop.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.schema.reading_views import ReaderViews
+from state_runtime.catalog.sql.pages import page_end
 from state_runtime.catalog.sql.retention import Scope
 from state_runtime.errors import InvalidArgument
 
@@ -23,26 +22,6 @@ T = TypeVar("T")
 PAGE_STORES = 500
 """Stores per page by default: a page's answer is a few MB at most, a page's query well
 under a second on PostgreSQL at any fleet size."""
-
-
-@functools.cache
-def _page_end_query(views: ReaderViews, by_root: bool) -> sa.Select[Any]:
-    """:func:`_page_end`'s statement, built once per shape (``after``, ``size``, ``root``:
-    bind parameters)."""
-    s = views.stores.c
-    ids = sa.select(s.store_id).where(s.store_id > sa.bindparam("after", type_=sa.BigInteger()))
-    if by_root:
-        ids = ids.where(s.checkpoint_root == sa.bindparam("root", type_=s.checkpoint_root.type))
-    page = ids.order_by(s.store_id).limit(sa.bindparam("size", type_=sa.Integer())).subquery("page")
-    return sa.select(sa.func.max(page.c.store_id))
-
-
-def _page_end(
-    connection: Connection, views: ReaderViews, root: str | None, after: int, size: int
-) -> int | None:
-    """The last store id of the page of at most ``size`` stores after store id ``after``."""
-    values = {"after": after, "size": size} | ({} if root is None else {"root": root})
-    return connection.execute(_page_end_query(views, root is not None), values).scalar()
 
 
 class PagedCalls(CatalogBase):
@@ -62,7 +41,7 @@ class PagedCalls(CatalogBase):
 
         def page(start: int) -> Callable[[Connection, ReaderViews], tuple[int | None, list[T]]]:
             def read(c: Connection, v: ReaderViews) -> tuple[int | None, list[T]]:
-                end = _page_end(c, v, root, start, page_size)
+                end = page_end(c, v, root, start, page_size)
                 return end, [] if end is None else work(c, v, Scope(root=root, ids=(start, end)))
 
             return read
