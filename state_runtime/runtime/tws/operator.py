@@ -390,9 +390,7 @@ def transform_with_state(
         late_column=event_time_column,
         uses_event_time=mode == "EventTime",
         kind="transform_with_state",
-        reads=()
-        if event_time_column is None
-        else (ColumnUse(event_time_column, "event_time_column", "timestamp"),),
+        reads=ColumnUse.event_time(event_time_column),
         output_mode=out_mode,  # type: ignore[arg-type]
         extra_stores=tuple(v.store(grouping) for v in variables.values()),
         derived_key_fields=1,
