@@ -14,6 +14,7 @@ from state_runtime.catalog.connection.settings import (
     catalog_url_of,
 )
 from state_runtime.catalog.records import (
+    DISK_FIGURES,
     AttemptSweep,
     BatchCommit,
     BatchMetrics,
@@ -56,6 +57,7 @@ from state_runtime.retention import RetentionPolicy
 from state_runtime.settings import MIN_RETAINED_VERSIONS
 
 __all__ = [
+    "DISK_FIGURES",
     "HEARTBEAT_INTERVAL",
     "MIN_RETAINED_VERSIONS",
     "URL_ENV",

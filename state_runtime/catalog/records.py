@@ -262,6 +262,17 @@ class Repair:
     finished_at: datetime | None
 
 
+DISK_FIGURES = (
+    "resident_bytes",
+    "local_disk_bytes",
+    "block_cache_hits",
+    "block_cache_misses",
+    "compaction_bytes",
+)
+"""The figures of :class:`BatchMetrics` about state on the workers' local disk, in the order
+the catalog's columns and views show them."""
+
+
 @dataclass(frozen=True, slots=True)
 class BatchMetrics:
     """Runtime figures for one micro-batch (filled by the Spark runtime)."""
@@ -274,6 +285,14 @@ class BatchMetrics:
     cache_hits: int
     cache_misses: int
     extra: dict[str, Any] = field(default_factory=dict)
+    # State on the workers' local disk (docs/state-on-disk.md), summed over the batch's stores
+    # and tasks: bytes their committed versions hold in memory and in files on local disk,
+    # block reads served by the block cache or not, bytes merges wrote to local disk.
+    resident_bytes: int = 0
+    local_disk_bytes: int = 0
+    block_cache_hits: int = 0
+    block_cache_misses: int = 0
+    compaction_bytes: int = 0
 
     def figures(self) -> dict[str, float]:
         """The numbers a monitor plots (Dagster, OpenTelemetry): the recorded figures and the
@@ -286,6 +305,7 @@ class BatchMetrics:
             "commit_ms": self.commit_ms,
             "cache_hits": self.cache_hits,
             "cache_misses": self.cache_misses,
+            **{name: getattr(self, name) for name in DISK_FIGURES},
         }
         looked = self.cache_hits + self.cache_misses
         if looked:

@@ -265,11 +265,6 @@ class StateStoreProvider:
         """Make a just-committed version the newest cached one."""
         self._remember(version)
 
-    @property
-    def resident_bytes(self) -> int:
-        """Bytes the process's cached versions hold in memory (every store)."""
-        return CACHE.used
-
     # --- loading ------------------------------------------------------------------------
 
     def _open(self, version: int, checkpoint_id: str | None) -> tuple[Version, LoadMetrics]:

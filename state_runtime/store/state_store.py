@@ -33,7 +33,7 @@ from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpo
 from state_runtime.store.arrow_rows import Row, struct_array, struct_rows
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
-from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, held_bytes, written
+from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, disk_metrics, held_bytes, written
 from state_runtime.store.keys import KeyIndexer, freeze
 from state_runtime.store.scans import (
     ArrowPredicate,
@@ -46,7 +46,7 @@ from state_runtime.store.scans import (
 )
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
-from state_runtime.store.store_metrics import DiskMetrics, LoadMetrics, StoreMetrics
+from state_runtime.store.store_metrics import LoadMetrics, StoreMetrics
 from state_runtime.store.versions import Version, get, live_blocks, lookup, row_change, squash
 from state_runtime.store.writer import CheckpointTarget, record_unchanged, write_checkpoint
 
@@ -118,11 +118,6 @@ class StoreHost(Protocol):
 
     def install(self, version: Version) -> None: ...
 
-    @property
-    def resident_bytes(self) -> int:
-        """Bytes the process's cached versions hold in memory (every store)."""
-        ...
-
 
 def _normalize(row: Any, arity: int, what: str, store: StoreId) -> Row:
     if isinstance(row, tuple):
@@ -146,7 +141,7 @@ class ReadStateStore:
         self._key_arity = host.schema.key_arity
         self._value_arity = host.schema.value_arity
         self.metrics = StoreMetrics(rows=version.rows, load=load)
-        self._disk_at_open = dataclasses.replace(LOCAL_DISK.stats)
+        self._disk_at_open = LOCAL_DISK.snapshot()
 
     @property
     def store_id(self) -> StoreId:
@@ -547,13 +542,7 @@ class StateStore(ReadStateStore):
         self.metrics.removed_keys = removed
         self.metrics.bytes_written = info.bytes_written
         self.metrics.commit_ms = elapsed
-        now, then = LOCAL_DISK.stats, self._disk_at_open
-        self.metrics.disk = DiskMetrics(
-            resident_bytes=host.resident_bytes + now.block_cache_bytes,
-            local_disk_bytes=now.local_disk_bytes,
-            block_cache_hits=now.block_cache_hits - then.block_cache_hits,
-            compaction_bytes=now.compaction_bytes - then.compaction_bytes,
-        )
+        self.metrics.disk = disk_metrics(self._version.runs, self._disk_at_open)
         self._info = dataclasses.replace(
             info, timings_ms={"load": self.metrics.load.load_ms, "commit": elapsed}
         )
