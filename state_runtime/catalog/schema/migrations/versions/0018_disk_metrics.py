@@ -7,7 +7,7 @@ The reading view ``read_batch_metrics`` and ``state_batch_metrics`` are recreate
 others and show the new columns; no grant changes (the runtime role already inserts and
 updates ``batch_metrics``).
 
-Revision ID: 0019_disk_metrics
+Revision ID: 0018_disk_metrics
 Revises: 0017_intent_sequence
 Create Date: 2026-11-28
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0019_disk_metrics"
+revision = "0018_disk_metrics"
 down_revision: str | None = "0017_intent_sequence"
 branch_labels: str | None = None
 depends_on: str | None = None
