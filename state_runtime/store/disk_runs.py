@@ -256,6 +256,14 @@ class DiskRun:
         for b in range(self.block_count):
             yield self._read(b)[0]
 
+    def between(self, lo: int, hi: int) -> Run:
+        """The rows whose index key is in ``[lo, hi]``: only the blocks whose fences overlap
+        it are read (through the block cache)."""
+        first = int(np.searchsorted(self._lasts, np.int64(lo), side="left"))
+        stop = int(np.searchsorted(self._firsts, np.int64(hi), side="right"))
+        parts = [self.block(b).between(lo, hi) for b in range(first, stop)]
+        return concat(parts, self.key_type, self.value_type)
+
     # --- lookups ------------------------------------------------------------------------
 
     def _block_of(self, index: np.ndarray) -> np.ndarray:

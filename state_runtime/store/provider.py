@@ -85,7 +85,7 @@ class StateStoreProvider:
         self.schema = history.newest.schema
         self.config = config or StoreConfig()
         self.resolve_id = resolve_id
-        self.indexer = KeyIndexer(self.schema.key_arrow)
+        self.indexer = KeyIndexer(self.schema.key_arrow, self.config.scan_prefix)
         self.checkpoints = CheckpointTarget(self.storage, self.store_id, history, self.config)
         self._lock = threading.RLock()
         self._owner = CACHE.register(self)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import Any, Final, Protocol
 
+import numpy as np
 import pyarrow as pa
 
 from state_runtime.errors import (
@@ -222,10 +223,30 @@ class ReadStateStore:
         """Rows whose leading key columns equal ``prefix`` (a tuple; a None field matches
         null), in key order.
 
-        One vectorised pass over the state, block by block (there is no secondary index).
+        With a clustering prefix (``StoreConfig.scan_prefix``) no shorter than ``prefix``:
+        one range of index keys per run, found by binary search (:meth:`_span`); else one
+        vectorised pass over the state, block by block.
         """
-        mask = prefix_mask(as_prefix(prefix, self._key_arity, "prefix", nulls=True))
-        return key_ordered_rows(self._blocks(), mask, self._host.schema)
+        bound = as_prefix(prefix, self._key_arity, "prefix", nulls=True)
+        span = self._indexer.prefix_span(bound)
+        blocks = self._blocks() if span is None else [self._span(*span)]
+        return key_ordered_rows(blocks, prefix_mask(bound), self._host.schema)
+
+    def _span(self, lo: int, hi: int) -> Run:
+        """The live rows whose index key is in ``[lo, hi]``: each run's rows there, then
+        their current values (a newer run may have changed or removed them)."""
+        runs = self._runs()
+        parts = [run.between(lo, hi) for run in runs]
+        if len(parts) == 1 and not parts[0].values.null_count:
+            return parts[0]
+        schema = self._host.schema
+        keys = pa.concat_arrays([p.keys for p in parts])
+        unique = Run.build(self._indexer, keys, pa.nulls(len(keys), schema.value_arrow))[0].keys
+        values = lookup(self._indexer, runs, unique, schema.value_arrow)
+        live = values.is_valid()
+        return Run(
+            np.zeros(len(unique) - values.null_count), unique.filter(live), values.filter(live)
+        )
 
     def range_scan(self, start: Any = None, end: Any = None) -> Iterator[tuple[Row, Row]]:
         """Rows with ``start <= key < end`` (either bound may be None), in key order.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -386,7 +386,7 @@ def transform_with_state(
         ),
         num_partitions=num_partitions,
         store_name=TIMERS_STORE,
-        config=config or StoreConfig(),
+        config=replace(config or StoreConfig(), scan_prefix=len(grouping.fields)),
         late_column=event_time_column,
         uses_event_time=mode == "EventTime",
         kind="transform_with_state",
