@@ -12,7 +12,13 @@ import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, RetentionPolicy
 from state_runtime.identity import StoreId
-from state_runtime.maintenance import MaintenancePolicy, run_checks, snapshot_pass, store_reports
+from state_runtime.maintenance import (
+    Fleet,
+    MaintenancePolicy,
+    run_checks,
+    snapshot_pass,
+    store_reports,
+)
 from state_runtime.status import StoreStatus
 from tests.maintenance.streams import StoreStream
 from tests.maintenance.test_snapshots import fleet_on
@@ -84,3 +90,21 @@ def test_a_validation_records_each_store_once(make_stream: Callable[..., StoreSt
     assert recorded(stream.catalog) == {A: "healthy", B: None, C: "healthy"}
     [write] = writes  # the health read's; the run's close records nothing more
     assert "SELECT" not in write.upper()
+
+
+def test_a_read_of_every_root_records_each_store_of_each_root(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """A page of an unnarrowed read holds stores of several roots, with the same names."""
+    first, second = make_stream("first", stores=[A, B]), make_stream("second", stores=[A])
+    first.run(2)
+    second.run(2)
+    run_checks(fleet_on(first), POLICY, only=[first.key(A)])  # first's A: healthy
+    reports = store_reports(Fleet(first.catalog, owner="t"), POLICY)
+    assert all(r.status.recorded for r in reports) and len(reports) == 3
+    status = {h.key: h.recorded_status for h in first.catalog.store_health(RetentionPolicy())}
+    assert status == {
+        first.key(A): "healthy",
+        first.key(B): "unknown",
+        second.key(A): "unknown",
+    }

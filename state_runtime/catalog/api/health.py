@@ -71,9 +71,9 @@ class HealthCalls(PagedCalls):
         )
 
     def record_statuses(self, changes: Sequence[StatusChange]) -> dict[StoreKey, datetime]:
-        """Record the status ``changes`` a health read derived (stores of one root), each
-        unless a concurrent reader recorded it meanwhile; since when each recorded status
-        holds. One transaction, none when nothing changed."""
+        """Record the status ``changes`` a health read derived, each unless a concurrent
+        reader recorded it meanwhile; since when each recorded status holds. One
+        transaction, none when nothing changed."""
         if not changes:
             return {}
         return self._run("record status changes", lambda c: record_statuses(c, changes, self.now()))

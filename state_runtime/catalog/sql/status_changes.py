@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 from state_runtime.catalog.records import StatusChange, StoreKey
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS
 from state_runtime.catalog.schema.tables import UtcDateTime, store_status_changes
-from state_runtime.catalog.sql.lookups import store_ids
+from state_runtime.catalog.sql.lookups import lock_stores, store_ids
 from state_runtime.catalog.sql.retention import PolicySql, Scope
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.catalog.sql.status import StatusSql
@@ -97,13 +97,15 @@ def record_status_changes(
 def record_statuses(
     connection: Connection, changes: Sequence[StatusChange], now: datetime
 ) -> dict[StoreKey, datetime]:
-    """Record ``changes`` (stores of one root) whose status still differs from the last one
-    recorded (a concurrent reader may have recorded it since they were read); since when each
-    store's recorded status now holds."""
-    if not changes:
-        return {}
-    root = changes[0].key.root
-    ids = store_ids(connection, WRITE_LOOKUPS, root, [c.key.store for c in changes])
+    """Record ``changes`` whose status still differs from the last one recorded (the stores
+    are locked first: a concurrent reader may have recorded it since they were read); since
+    when each store's recorded status now holds."""
+    ids: dict[StoreKey, int] = {}
+    for root in sorted({c.key.root for c in changes}):
+        stores = [c.key.store for c in changes if c.key.root == root]
+        known = store_ids(connection, WRITE_LOOKUPS, root, stores)
+        ids |= {StoreKey(root, store): store_id for store, store_id in known.items()}
+    lock_stores(connection, ids.values())
     last: dict[int, tuple[str, datetime]] = {}
     for part in chunks(sorted(ids.values())):
         newest = last_status_changes(WRITE_LOOKUPS, Scope(store_ids=tuple(part)))
@@ -112,7 +114,7 @@ def record_statuses(
     rows: list[dict[str, object]] = []
     since: dict[StoreKey, datetime] = {}
     for change in changes:
-        store_id = ids.get(change.key.store)
+        store_id = ids.get(change.key)
         if store_id is None:
             continue
         found = last.get(store_id)
