@@ -213,6 +213,18 @@ class StoreHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class StatusChange:
+    """A store's status as a health read derived it from facts that differ from its last
+    recorded status: what :meth:`~state_runtime.catalog.Catalog.record_statuses` records.
+    ``estimate``: since when, by the facts."""
+
+    key: StoreKey
+    status: str
+    reason: str
+    estimate: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class StoreProblem:
     """Something validation found wrong with a store; open until a later validation no longer
     finds it or an operator resolves it. A store with an open problem is not cleaned."""

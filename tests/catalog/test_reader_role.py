@@ -93,6 +93,7 @@ NOT_READS = frozenset(
         "heartbeat",
         "close_abandoned_runs",
         "record_status_changes",
+        "record_statuses",
         "claim_deletions",
         "record_deletions",
         "record_lost",
