@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from state_runtime.catalog.api.pages import PAGE_STORES, PagedCalls
@@ -15,7 +15,7 @@ from state_runtime.catalog.records import (
 )
 from state_runtime.catalog.sql import health as health_queries
 from state_runtime.catalog.sql.retention import Scope
-from state_runtime.catalog.sql.status_changes import record_status_changes, record_statuses
+from state_runtime.catalog.sql.status_changes import record_statuses
 from state_runtime.errors import InvalidArgument
 from state_runtime.retention import RetentionPolicy
 
@@ -60,14 +60,6 @@ class HealthCalls(PagedCalls):
             root,
             lambda c, v, scope: health_queries.health_with_costs(c, v, policy, scope, at),
             page_size,
-        )
-
-    def record_status_changes(self, limits: Mapping[str, int], *, root: str | None = None) -> int:
-        """Record every store (of ``root``, or all) whose status under ``limits`` differs from
-        its last recorded one (one statement); how many were recorded."""
-        return self._run(
-            "record status changes",
-            lambda c: record_status_changes(c, limits, root, self.now()),
         )
 
     def record_statuses(self, changes: Sequence[StatusChange]) -> dict[StoreKey, datetime]:

@@ -13,7 +13,7 @@ from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
 from state_runtime.catalog.schema.tables import RunKind
 from state_runtime.catalog.sql import runs_and_leases
-from state_runtime.catalog.sql.status_changes import record_status_changes
+from state_runtime.catalog.sql.status_changes import record_run_status_changes
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.identity import new_checkpoint_id
 from state_runtime.status import DEFAULT_LIMITS
@@ -52,7 +52,7 @@ class RunCalls(CatalogBase):
             now = self.now()
             runs_and_leases.finish_run(connection, run_id, outcome, dict(counts or {}), error, now)
             if status_limits is not None:
-                record_status_changes(connection, status_limits, None, now, run_id=run_id)
+                record_run_status_changes(connection, status_limits, run_id, now)
 
         self._run("finish maintenance run", work)
 

@@ -67,13 +67,6 @@ class Scope:
         return sa.and_(sa.true(), *conditions)
 
     @staticmethod
-    def of_root(views: ReaderViews, by_root: bool) -> Scope:
-        """Every store, or those of the root given as the bind parameter ``root``."""
-        if not by_root:
-            return Scope()
-        return Scope(root=sa.bindparam("root", type_=views.stores.c.checkpoint_root.type))
-
-    @staticmethod
     def of_run(views: ReaderViews) -> Scope:
         """The stores of the run given as the bind parameter ``run_id``: those whose last
         maintenance run it is (it leased them, recorded a file of them, or deleted from them)

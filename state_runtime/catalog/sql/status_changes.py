@@ -1,8 +1,8 @@
 """Recording each store's status as it changes (``store_status_changes``), so that a "since"
 is the moment the status last changed (:mod:`state_runtime.status`).
 
-Two ways, one rule. :func:`record_status_changes` is one ``INSERT … SELECT``: every store in
-scope (a run's stores, a root's, all) whose status now (the status rule over
+Two ways, one rule. :func:`record_run_status_changes` is one ``INSERT … SELECT``: every store
+of a maintenance run whose status now (the status rule over
 :func:`~state_runtime.catalog.sql.store_facts.store_facts`, as the views compute it) differs
 from its last recorded one gets a row. :func:`record_statuses` records the changes a health
 read already derived from the facts it read (so the facts are not read twice). The moment of
@@ -34,16 +34,12 @@ from state_runtime.status import RECORDED
 
 
 @functools.cache
-def _record_statement(dialect: str, limits: tuple[str, ...], by: str | None) -> sa.Insert:
-    """:func:`record_status_changes`' statement, built once per shape: the limits
-    (``limit_<name>``), the cutoffs, the moment of recording (``recorded_at``) and the root
-    or run (``by``) are bind parameters."""
+def _record_statement(dialect: str, limits: tuple[str, ...]) -> sa.Insert:
+    """:func:`record_run_status_changes`' statement, built once per shape: the limits
+    (``limit_<name>``), the cutoffs, the moment of recording (``recorded_at``) and the run
+    (``run_id``) are bind parameters."""
     policy = PolicySql.bound(WRITE_LOOKUPS, RetentionPolicy().retain_versions)
-    scope = (
-        Scope.of_run(WRITE_LOOKUPS)
-        if by == "run_id"
-        else Scope.of_root(WRITE_LOOKUPS, by == "root")
-    )
+    scope = Scope.of_run(WRITE_LOOKUPS)
     facts = store_facts(WRITE_LOOKUPS, policy, scope)
     facts_sq = facts.subquery("f")
     sql_limits = {name: sa.bindparam(f"limit_{name}", type_=sa.BigInteger()) for name in limits}
@@ -71,25 +67,19 @@ def _record_statement(dialect: str, limits: tuple[str, ...], by: str | None) -> 
     return sa.insert(store_status_changes).from_select(columns, changes)
 
 
-def record_status_changes(
-    connection: Connection,
-    limits: Mapping[str, int],
-    root: str | None,
-    now: datetime,
-    *,
-    run_id: int | None = None,
+def record_run_status_changes(
+    connection: Connection, limits: Mapping[str, int], run_id: int, now: datetime
 ) -> int:
-    """Record the stores (of ``root``, of the run ``run_id``: those it maintained, or all)
-    whose status under ``limits`` differs from their last recorded one; how many were
-    recorded."""
-    by = "run_id" if run_id is not None else None if root is None else "root"
-    statement = _record_statement(connection.dialect.name, tuple(sorted(limits)), by)
+    """Record the stores of the run ``run_id`` (those it maintained; for a validation, those
+    validated since it started) whose status under ``limits`` differs from their last recorded
+    one; how many were recorded."""
+    statement = _record_statement(connection.dialect.name, tuple(sorted(limits)))
     values = {
         # the status reads no reclaimable figure: the default policy's cutoffs will do
         **PolicySql.cutoffs(RetentionPolicy(), now),
         **{f"limit_{name}": value for name, value in limits.items()},
         "recorded_at": now,
-        **({} if by is None else {by: run_id if by == "run_id" else root}),
+        "run_id": run_id,
     }
     return int(connection.execute(statement, values).rowcount)
 
