@@ -16,7 +16,8 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
         lint format demo demo-maintain dagster airflow \
         bench-store bench-disk bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
-        bench-maintenance bench-cleanup-workers bench-eviction bench-schema bench-dagster-partitions bench-tws bench-tws-task fuzz-spark \
+        bench-maintenance bench-cleanup-workers bench-validation bench-eviction bench-schema \
+        bench-dagster-partitions bench-tws bench-tws-task fuzz-spark \
         fuzz-tws soak clean
 
 help:
@@ -26,7 +27,7 @@ help:
 	@echo "make install-airflow  the Airflow environment ($(AIRFLOW_VENV)); make test-airflow its tests"
 	@echo "make lint        ruff and mypy"
 	@echo "make dagster     start the Dagster UI on the demo's stores"
-	@echo "make bench-store / bench-catalog / bench-watchdog / bench-s3 / bench-e2e / bench-maintenance"
+	@echo "make bench-store / bench-catalog / bench-watchdog / bench-s3 / bench-e2e / bench-maintenance / bench-validation"
 	@echo "make bench-disk (state larger than memory, 8M keys under 32 MiB)"
 	@echo "make bench-eviction / bench-schema / bench-e2e-connect / bench-e2e-partitions / bench-delta-bytes"
 	@echo "make bench-dagster-partitions (STATE_BENCH_PARTITIONS=20000,100000)"
@@ -163,6 +164,9 @@ bench-maintenance: $(STAMP)
 
 bench-cleanup-workers: $(STAMP)  ## issue 35: a cleanup backlog with 1 worker and the default count
 	$(PY) benchmarks/bench_cleanup_workers.py
+
+bench-validation: $(STAMP)  ## full vs incremental validation (STATE_BENCH_STORES, default 2000)
+	$(PY) benchmarks/bench_validation.py
 
 bench-dagster-partitions: $(STAMP)
 	$(PY) benchmarks/bench_dagster_partitions.py

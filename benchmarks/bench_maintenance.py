@@ -182,10 +182,10 @@ def load_catalog_fleet(catalog: Catalog) -> None:
 class RealFleet:
     """Fleet B: stores with real files, 1,000 keys each, 100 updated per batch."""
 
-    def __init__(self, catalog: Catalog, folder: Path) -> None:
+    def __init__(self, catalog: Catalog, folder: Path, stores: int = REAL_STORES) -> None:
         self.catalog = catalog
         self.storage = LocalStorage(folder)
-        self.stores = [StoreId(0, p) for p in range(REAL_STORES)]
+        self.stores = [StoreId(0, p) for p in range(stores)]
         self.providers = {
             s: StateStoreProvider(
                 self.storage,

@@ -89,6 +89,8 @@ class Setting:
     env: str = ""
     option: str | None = None
     refusal: str | None = None
+    top: int | None = None
+    """The highest count accepted (a percentage's 100); unset: what the catalog can record."""
 
     def parse(self, raw: str, label: str) -> Value:
         """The value written as text (as in the environment); InvalidArgument naming
@@ -110,7 +112,10 @@ class Setting:
 
     @property
     def ceiling(self) -> int:
-        """The largest count the catalog can record (sizes are BIGINT, counts INT)."""
+        """The largest count accepted: ``top``, else what the catalog can record (sizes are
+        BIGINT, counts INT)."""
+        if self.top is not None:
+            return self.top
         return MAX_BIGINT if self.kind == "bytes" else MAX_INT
 
     def check(self, value: Value | None) -> None:
@@ -120,6 +125,10 @@ class Setting:
         expected = timedelta if self.kind == "duration" else int
         if isinstance(value, bool) or not isinstance(value, expected):
             raise InvalidArgument(f"{self.name} must be a {self.kind}, got {value!r}")
+        if self.top is not None and isinstance(value, int) and value > self.top:
+            raise InvalidArgument(
+                f"{self.name} must be at most {self.ceiling}, got {self.text(value)}"
+            )
         if value < self.floor:  # type: ignore[operator]
             if self.refusal is not None:
                 raise MaintenanceRefused(
@@ -222,6 +231,16 @@ MAINTENANCE = SettingGroup(
             "connection pool allow).",
             floor=1,
             option="--workers",
+        ),
+        Setting(
+            "verify_sample_percent",
+            "int",
+            100,
+            "Percent of already verified files a validation reads again (the longest unread "
+            "first); the others only have their presence and size checked. 100: every file.",
+            floor=0,
+            top=100,
+            option="--verify-sample-percent",
         ),
         Setting(
             "retain_versions",

@@ -55,8 +55,8 @@ def test_every_declared_variable_is_read_and_parsed() -> None:
 
 
 def test_the_cli_options_are_the_declared_ones() -> None:
-    maintain = main.commands["maintain"]
-    options = {p.name: p for p in maintain.params}
+    passes = [main.commands["maintain"], main.commands["validate"]]
+    options = {p.name: p for command in passes for p in command.params}
     for setting in POLICY_OPTIONS:
         assert setting.name in options and setting.option in options[setting.name].opts
         assert options[setting.name].help == setting.help
@@ -68,6 +68,7 @@ def test_the_cli_options_are_the_declared_ones() -> None:
         "--min-window",
         "--snapshots-per-run",
         "--workers",
+        "--verify-sample-percent",
     }
 
 

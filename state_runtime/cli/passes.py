@@ -42,7 +42,7 @@ from state_runtime.maintenance import (
 @click.option("--cleanup/--no-cleanup", default=True, help="Delete what retention allows.")
 @json_option
 @store_option
-@policy_options()
+@policy_options("snapshot_min_deltas", "snapshots_per_run", *RETENTION, "min_window", "workers")
 @click.pass_obj
 def maintain(settings: Settings, /, **kw: Any) -> None:
     """Write due snapshots, then clean up (a dry run unless --execute)."""
@@ -75,12 +75,18 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
 
 
 @click.command()
+@click.option("--full", is_flag=True, help="Read every file (as --verify-sample-percent 100).")
 @json_option
 @store_option
-@policy_options(*RETENTION, "min_window", "workers")
+@policy_options(*RETENTION, "min_window", "verify_sample_percent", "workers")
 @click.pass_obj
 def validate(settings: Settings, /, **kw: Any) -> None:
-    """Check that every retained version loads: files, sizes, checksums, lineage, commit log."""
+    """Check that every retained version loads: files, sizes, checksums, lineage, commit log.
+
+    Reads the files new or not intact since the last run and a sample of the others
+    (--verify-sample-percent); the rest are checked present. --full reads every file."""
+    if kw["full"]:
+        kw["verify_sample_percent"] = 100
     policy = policy_of(settings, kw)
     with open_fleet(settings, storage=True) as fleet:
         only = stores_of(fleet, kw["stores"])

@@ -73,7 +73,8 @@ def lineage_check(validation: ValidationReport) -> CheckOutcome:
     errors = validation.errors
     summary = (
         f"{counts['stores']} stores, {counts['versions']} retained versions and "
-        f"{counts['files']} files verified"
+        f"{counts['files']} files read and verified"
+        + (f", {counts['files_present']} more found present" if counts["files_present"] else "")
         if not errors
         else f"{len(errors)} problem(s) in {counts['stores_with_errors']} store(s); "
         f"first: {errors[0]}"

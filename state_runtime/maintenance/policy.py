@@ -43,6 +43,9 @@ class MaintenancePolicy:
     - ``overdue_after``: deletable files older than the window by this much mean cleanup is
       not keeping up (retention is out of policy).
     - ``commit_lag_warn``: a store with no commit for this long warns (its stream stopped?).
+    - validation: reads the files never verified or not intact when last read, and
+      ``verify_sample_percent`` percent of the others, the longest unread first (100: all, a
+      full validation); the rest are only checked present with their recorded size.
     """
 
     snapshot_min_deltas: int = default_of(MAINTENANCE, "snapshot_min_deltas", int)
@@ -58,6 +61,7 @@ class MaintenancePolicy:
     orphan_warn_files: int = default_of(MAINTENANCE, "orphan_warn_files", int)
     overdue_after: timedelta = default_of(MAINTENANCE, "overdue_after", timedelta)
     commit_lag_warn: timedelta = default_of(MAINTENANCE, "commit_lag_warn", timedelta)
+    verify_sample_percent: int = default_of(MAINTENANCE, "verify_sample_percent", int)
 
     def __post_init__(self) -> None:
         for setting in MAINTENANCE:
@@ -102,6 +106,7 @@ class MaintenancePolicy:
             "window": format_duration(self.retention.window),
             "orphan_grace": format_duration(self.retention.orphan_grace),
             "min_window": format_duration(self.min_window),
+            "verify_sample_percent": self.verify_sample_percent,
         }
 
     def with_overrides(

@@ -5,8 +5,16 @@ the store's floor (a snapshot the snapshot pass wrote but could not verify, one 
 before, one from a catalog older than verification): a verified one may now replace deltas.
 Then the catalog names the retained versions and the files that load each one; validation
 checks that the commit log is linear over those versions, that each chain is complete in the
-inventory, and reads every file once: it exists, has the recorded size and checksum, parses
-and verifies, carries the identity its name says, and its lineage links to the file below it.
+inventory, and reads each file it selects once: it exists, has the recorded size and checksum,
+parses and verifies, carries the identity its name says, and its lineage links to the file
+below it.
+
+What is read follows what changed since the last run (:func:`files_to_read`): a file never
+verified, one not intact when last read (or whose record changed since: a rewrite resets its
+verification), one an open problem names, and ``verify_sample_percent`` percent of the others,
+the longest unread first, so that bit rot is still found (100, the default, reads every file:
+a full validation). The files not read are checked present with their recorded size by one
+listing of the store's folder, so a missing or resized file is found every run.
 
 Each problem is a finding that names the file; one about a damaged committed file says its
 fate and the next command (:func:`state_runtime.maintenance.damage.classify`). What
@@ -18,6 +26,7 @@ not cleaned, until a validation finds nothing wrong or an operator resolves the 
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,7 +39,9 @@ from state_runtime.catalog import (
     RetainedVersion,
     StoreKey,
     StoreRecord,
+    Verification,
 )
+from state_runtime.errors import StorageError
 from state_runtime.identity import CheckpointRef, FileKind
 from state_runtime.maintenance.damage import Damage, classify
 from state_runtime.maintenance.fleet import Fleet
@@ -39,7 +50,8 @@ from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.restore import Verified
 from state_runtime.maintenance.workers import worker_count
 from state_runtime.retention import Verdict
-from state_runtime.store.file_verification import verify_file
+from state_runtime.storage import Storage
+from state_runtime.store.file_verification import MISSING, verify_file
 
 
 class Severity(StrEnum):
@@ -74,6 +86,9 @@ class StoreValidation:
     key: StoreKey
     versions: int = 0
     files: int = 0
+    """Files read and verified."""
+    present: int = 0
+    """Files not read, found present with their recorded size."""
     bytes_read: int = 0
     findings: list[Finding] = field(default_factory=list)
 
@@ -99,6 +114,7 @@ class ValidationReport:
             "stores": len(self.stores),
             "versions": sum(s.versions for s in self.stores),
             "files": sum(s.files for s in self.stores),
+            "files_present": sum(s.present for s in self.stores),
             "bytes_read": sum(s.bytes_read for s in self.stores),
             "errors": len(self.errors),
             "stores_with_errors": len({f.key for f in self.errors}),
@@ -119,13 +135,17 @@ def validate_stores(
     it."""
     records = fleet.stores(only)
     pending = _unconfirmed_snapshots(fleet, policy, only)
+    named = _named_by_problems(fleet, policy, only)
     results: list[StoreValidation] = []
     with (
         progress.stage("validation", len(records)) as advance,
         ThreadPoolExecutor(worker_count(fleet.catalog, policy, workers)) as pool,
     ):
         for result in pool.map(
-            lambda r: _validate_store(fleet, policy, r, pending.get(r.key, []), run_id), records
+            lambda r: _validate_store(
+                fleet, policy, r, pending.get(r.key, []), named.get(r.key, set()), run_id
+            ),
+            records,
         ):
             results.append(result)
             advance(1)
@@ -145,11 +165,61 @@ def _unconfirmed_snapshots(
     return pending
 
 
+def _named_by_problems(
+    fleet: Fleet, policy: MaintenancePolicy, only: Collection[StoreKey] | None
+) -> dict[StoreKey, set[str]]:
+    """Per store, the files its open problems name (read again, so that a validation settles
+    each problem on what it finds now); nothing to look up when every file is read."""
+    named: dict[StoreKey, set[str]] = {}
+    if policy.verify_sample_percent < 100:
+        for root in fleet.query_roots(only):
+            for problem in fleet.catalog.problems(root=root):
+                if problem.path is not None:
+                    named.setdefault(problem.key, set()).add(problem.path)
+    return named
+
+
+def files_to_read(
+    files: Sequence[FileRecord], percent: int, named: Collection[str], draw: float
+) -> tuple[list[FileRecord], list[FileRecord]]:
+    """The files to read and those only to check present, each in ``files``' order.
+
+    Read: a file never verified or not intact when last read, one ``named`` (by an open
+    problem), and ``percent`` percent of the others, the longest unread first. ``draw`` (in
+    [0, 1)) rounds that share up or down so that it averages ``percent`` percent even for a
+    store of few files."""
+    if percent >= 100:
+        return list(files), []
+    old = sorted(
+        (
+            f
+            for f in files
+            if f.verification == Verification.VERIFIED
+            and f.verified_at is not None
+            and f.path not in named
+        ),
+        key=lambda f: (f.verified_at, f.version, f.kind.value),
+    )
+    due = int(len(old) * percent / 100 + draw)
+    unread = {f.path for f in old[due:]}
+    return [f for f in files if f.path not in unread], [f for f in files if f.path in unread]
+
+
+def _listed_sizes(storage: Storage, key: StoreKey) -> dict[str, int] | None:
+    """The size of each file in the store's folder, by path: one listing (None if it fails;
+    the files are read instead)."""
+    try:
+        return {info.path: info.size for info in storage.list(key.store.directory)}
+    except StorageError:
+        return None
+
+
 def _validate_store(
     fleet: Fleet,
     policy: MaintenancePolicy,
     record: StoreRecord,
     unconfirmed: Sequence[FileRecord],
+    named: Collection[str],
     run_id: int | None,
 ) -> StoreValidation:
     key, catalog = record.key, fleet.catalog
@@ -175,7 +245,23 @@ def _validate_store(
         confirmed = {f.path: None for f in unconfirmed if check(f) is None}
         if confirmed:  # verified snapshots now replace deltas: the chains change
             catalog.record_verifications(key.root, confirmed)
-        _check_chains(fleet, policy, record, check, error, result)
+        files = _check_chains(fleet, policy, record, error, result)
+        read, unread = files_to_read(files, policy.verify_sample_percent, named, random.random())
+        sizes = _listed_sizes(storage, key) if unread else {}
+        reading = {f.path for f in read}
+        for file in files:
+            size = None if sizes is None else sizes.get(file.path)
+            if (
+                file.path in reading
+                or sizes is None
+                or (size is not None and size != file.size_bytes)
+            ):
+                check(file)
+            elif size is None:  # the same finding as reading it would give
+                checked[file.path] = MISSING
+                error(MISSING, file.path, file.version)
+            else:
+                result.present += 1
         result.findings = _classified(fleet, key, result.findings, checked)
     found = [FoundProblem(f.said, f.path, f.version) for f in result.findings]
     catalog.record_validation(run_id, key, checked, found, started_at=started)
@@ -207,11 +293,10 @@ def _check_chains(
     fleet: Fleet,
     policy: MaintenancePolicy,
     record: StoreRecord,
-    check: Callable[[FileRecord], str | None],
     error: Callable[[str, str | None, int | None], None],
     result: StoreValidation,
-) -> None:
-    """Check the retained versions' chains: linear, complete, every file intact."""
+) -> list[FileRecord]:
+    """Check the retained versions' chains (linear, complete); their files, oldest first."""
     key, latest = record.key, record.latest.version
     retain = policy.retention.retain_versions
     retained = fleet.catalog.retained_versions(key.root, key.store, retain)
@@ -251,8 +336,7 @@ def _check_chains(
                 version.ref.version,
             )
         files.update({f.path: f for f in version.files})
-    for file in sorted(files.values(), key=lambda f: (f.version, f.kind)):
-        check(file)
+    return sorted(files.values(), key=lambda f: (f.version, f.kind))
 
 
 def _starts_chain(version: RetainedVersion) -> bool:

@@ -44,6 +44,7 @@ def test_a_healthy_fleet_passes_every_check(make_stream: Callable[..., StoreStre
         "stores": 3,
         "versions": 6,
         "files": 12,
+        "files_present": 0,
         "errors": 0,
         "stores_with_errors": 0,
         "bytes_read": counts["bytes_read"],

@@ -1,0 +1,185 @@
+"""Incremental validation: what changed since the last run is read, a sample of the rest at
+the configured rate, and every file not read is checked present (one listing per store)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from state_runtime.catalog import FoundProblem, Verification
+from state_runtime.errors import InvalidArgument
+from state_runtime.maintenance import (
+    CheckName,
+    ChecksReport,
+    MaintenancePolicy,
+    run_checks,
+)
+from state_runtime.maintenance.validation import files_to_read
+from state_runtime.status import StoreStatus
+from state_runtime.store.file_verification import MISSING
+from tests.maintenance.streams import StoreStream
+from tests.maintenance.test_cli import statestore
+from tests.maintenance.test_snapshots import fleet_on
+from tests.maintenance.test_validation import POLICY, built
+
+INCREMENTAL = replace(POLICY, verify_sample_percent=0)
+FILES = 12
+"""Files the retained versions of :func:`built`'s stream load: 4 per store (snapshot 5, 6..8)."""
+
+
+def validated(stream: StoreStream, policy: MaintenancePolicy) -> ChecksReport:
+    """One validation with the storage's request counter reset before it."""
+    stream.storage.requests.reset()
+    return run_checks(fleet_on(stream), policy)
+
+
+def test_a_second_validation_with_nothing_new_reads_no_file(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    stream = built(make_stream)
+    first = validated(stream, INCREMENTAL).validation.counts()
+    # the snapshot pass verified the snapshots; the deltas were never read
+    assert (first["files"], first["files_present"]) == (9, 3)
+    second = validated(stream, INCREMENTAL)
+    assert second.ok and second.validation.counts()["files"] == 0
+    assert second.validation.counts()["files_present"] == FILES
+    assert stream.storage.requests.counts == {"list": 3}  # one listing per store, no read
+    assert stream.storage.requests.bytes_read == 0
+
+
+def test_a_new_delta_is_read(make_stream: Callable[..., StoreStream]) -> None:
+    stream = built(make_stream)
+    validated(stream, INCREMENTAL)
+    stream.run(1)  # version 9: one new delta per store (version 7 leaves the retained ones)
+    report = validated(stream, INCREMENTAL)
+    assert report.ok
+    assert stream.storage.requests.counts == {"read": 3, "list": 3}
+    new = {stream.committed[s][-1].path for s in stream.stores}
+    verified = {
+        f.path
+        for s in stream.stores
+        for f in stream.catalog.store_files(stream.root, s)
+        if f.verification == Verification.VERIFIED
+    }
+    assert new <= verified
+
+
+def test_a_deleted_file_is_found_every_run_without_reading(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    stream = built(make_stream)
+    validated(stream, INCREMENTAL)
+    store = stream.stores[1]
+    gone = stream.committed[store][6]  # version 7, verified by the first run
+    (stream.storage.root / gone.path).unlink()
+    for _ in range(2):  # found by the listing, then read again as a failed file: still found
+        report = validated(stream, INCREMENTAL)
+        [finding] = report.outcome(CheckName.LINEAGE).findings
+        assert (finding.path, finding.problem) == (gone.path, MISSING)
+        status = {r.key: r.status.status for r in report.health}
+        assert status[stream.key(store)] is StoreStatus.BROKEN
+        assert not report.ok
+    [problem] = stream.catalog.problems(store=stream.key(store))
+    assert problem.path == gone.path  # one problem, kept open, not reopened
+
+
+def test_a_resized_file_is_read(make_stream: Callable[..., StoreStream]) -> None:
+    stream = built(make_stream)
+    validated(stream, INCREMENTAL)
+    newest = stream.committed[stream.stores[2]][-1]
+    path = stream.storage.root / newest.path
+    path.write_bytes(path.read_bytes()[:100])
+    report = validated(stream, INCREMENTAL)
+    assert report.validation.counts()["files"] == 1  # (classifying the damage reads more)
+    [finding] = report.validation.errors
+    assert finding.problem == f"size is 100 bytes, the catalog recorded {newest.bytes_written}"
+
+
+def corrupt_in_place(stream: StoreStream) -> str:
+    """Flip a byte of a verified delta, keeping its size: only reading it finds it."""
+    delta = stream.committed[stream.stores[0]][5]  # version 6
+    path = stream.storage.root / delta.path
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return delta.path
+
+
+@pytest.mark.parametrize(("percent", "within"), [(100, 1), (50, 2)])
+def test_bit_rot_is_found_by_the_sample(
+    make_stream: Callable[..., StoreStream], percent: int, within: int
+) -> None:
+    """At 50% the longest unread half of each store's 4 files is read each run: every file
+    within 2 runs; at 100% (a full validation) at once."""
+    stream = built(make_stream)
+    validated(stream, INCREMENTAL)
+    rotten = corrupt_in_place(stream)
+    assert validated(stream, INCREMENTAL).ok  # the listing cannot see it
+    policy = replace(POLICY, verify_sample_percent=percent)
+    found = []
+    for run in range(within):
+        report = validated(stream, policy)
+        if run == 0:
+            assert report.validation.counts()["files"] == FILES * percent // 100
+        found += [f.path for f in report.validation.errors]
+    assert set(found) == {rotten}
+    assert not validated(stream, INCREMENTAL).ok  # failed: read again every run
+
+
+def test_a_problem_opened_elsewhere_is_settled_by_reading_its_file(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    stream = built(make_stream)
+    validated(stream, INCREMENTAL)
+    key, delta = stream.key(stream.stores[0]), stream.committed[stream.stores[0]][6]
+    stream.catalog.add_problems(key, [FoundProblem("seen damaged by a loader", delta.path, 7)])
+    report = validated(stream, INCREMENTAL)
+    assert stream.storage.requests.counts == {"read": 1, "list": 3}
+    assert report.ok and not stream.catalog.problems(store=key)  # intact now: resolved
+
+
+def test_the_sample_takes_the_longest_unread_first(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    stream = built(make_stream)
+    validated(stream, INCREMENTAL)
+    stream.run(1)
+    files = sorted(
+        stream.catalog.store_files(stream.root, stream.stores[0]), key=lambda f: f.version
+    )
+    live = [f for f in files if f.version >= 5 and f.state == "committed"]
+    read, unread = files_to_read(live, 25, set(), 0.0)
+    new = [f for f in live if f.verification != Verification.VERIFIED]
+    assert [f.path for f in read] == [f.path for f in live if f in new or f.version == 5]
+    assert unread and not set(map(id, read)) & set(map(id, unread))
+    assert files_to_read(live, 100, set(), 0.0) == (live, [])
+
+
+def test_the_rate_is_a_percentage(make_stream: Callable[..., StoreStream]) -> None:
+    with pytest.raises(InvalidArgument, match="at most 100"):
+        MaintenancePolicy(verify_sample_percent=101)
+    with pytest.raises(InvalidArgument, match="STATE_MAINTENANCE_VERIFY_SAMPLE_PERCENT"):
+        MaintenancePolicy.from_env({"STATE_MAINTENANCE_VERIFY_SAMPLE_PERCENT": "200"})
+
+
+def test_the_cli_option_and_full(make_stream: Callable[..., StoreStream]) -> None:
+    stream = built(make_stream)
+
+    def figures(*args: str) -> dict[str, float]:
+        result = statestore(stream, "validate", "--json", *args)
+        assert result.exit_code == 0, result.output
+        checks = json.loads(result.output)["checks"]
+        return next(c["figures"] for c in checks if c["name"] == CheckName.LINEAGE.value)
+
+    assert figures("--verify-sample-percent", "0")["files"] == 9
+    assert figures("--verify-sample-percent", "0")["files_present"] == FILES
+    env = {"STATE_MAINTENANCE_VERIFY_SAMPLE_PERCENT": "0"}
+    result = statestore(stream, "validate", "--json", "--full", env=env)
+    assert result.exit_code == 0, result.output
+    full = next(c for c in json.loads(result.output)["checks"] if c["name"] == "lineage_valid")
+    assert (full["figures"]["files"], full["figures"]["files_present"]) == (FILES, 0)
+    bad = statestore(stream, "validate", "--verify-sample-percent", "101")
+    assert bad.exit_code == 2 and "101" in bad.output
