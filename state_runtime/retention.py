@@ -3,7 +3,11 @@
 This module is the one home of the rule; it holds no SQL. Change retention here.
 
 - A store retains its last ``retain_versions`` committed versions (never fewer than
-  :data:`MIN_RETAINED_VERSIONS`).
+  :data:`MIN_RETAINED_VERSIONS`) that have not **expired**. Once cleanup deleted a committed
+  file no retained version needed, the versions that loaded through it cannot load any more:
+  they, and every older version, have expired (the store's ``expired_through``). None counts
+  as retained again, not even after a restore moves the latest version back next to them, so
+  nothing calls them lost. A restore un-expires only what it checked loads: its target.
 - A retained version ``r`` loads from the newest *verified* committed snapshot at or below
   ``r`` (version ``s``; 0 when there is none) plus the committed deltas ``s+1..r``. Those files
   are **needed**. A snapshot counts only once its bytes were verified after it was written
@@ -324,9 +328,10 @@ class Judged:
     needed_by: tuple[int, int] | None
 
 
-def retained_versions(latest: int, retain_versions: int) -> list[int]:
-    """The retained committed versions of a store whose latest is ``latest``, newest first."""
-    return [v for v in range(latest, latest - retain_versions, -1) if v >= 1]
+def retained_versions(latest: int, retain_versions: int, expired_through: int = 0) -> list[int]:
+    """The retained committed versions of a store whose latest is ``latest`` and whose
+    versions up to ``expired_through`` expired, newest first."""
+    return [v for v in range(latest, latest - retain_versions, -1) if v > expired_through]
 
 
 def _usable(f: StoreFile) -> bool:
@@ -375,13 +380,13 @@ def intact(files: Sequence[StoreFile], version: int, idle: Collection[int] = ())
 
 
 def needed(
-    files: Sequence[StoreFile], latest: int, policy: RetentionPolicy
+    files: Sequence[StoreFile], latest: int, policy: RetentionPolicy, expired_through: int = 0
 ) -> tuple[dict[str, tuple[int, int]], int | None]:
     """Each needed file's (oldest, newest) retained version that needs it, and the store's
     floor (the lowest base a retained version loads from; None without retained versions)."""
     by_path: dict[str, tuple[int, int]] = {}
     bases = []
-    for version in retained_versions(latest, policy.retain_versions):
+    for version in retained_versions(latest, policy.retain_versions, expired_through):
         bases.append(base_version(files, version))
         for f in loading_files(files, version):
             lo, hi = by_path.get(f.path, (version, version))
@@ -422,10 +427,12 @@ def judge_store(
     now: datetime,
     *,
     held: bool = False,
+    expired_through: int = 0,
 ) -> list[Judged]:
     """The verdict on every live or claimed file of one store whose latest committed version
-    is ``latest``; ``held``: the store has an open validation failure."""
-    by_path, floor = needed(files, latest, policy)
+    is ``latest``; ``held``: the store has an open validation failure; ``expired_through``:
+    its newest expired version."""
+    by_path, floor = needed(files, latest, policy, expired_through)
     judged = []
     for f in files:
         if f.state is FileState.DELETED:

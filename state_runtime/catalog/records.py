@@ -34,6 +34,8 @@ class StoreRecord:
     created_at: datetime
     latest: CheckpointRef
     last_committed_at: datetime | None
+    expired_through: int = 0
+    """The newest version that expired (cleanup deleted what it loads from); 0: none."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.restore import Verified
 from state_runtime.maintenance.workers import worker_count
 from state_runtime.retention import Verdict
+from state_runtime.retention import retained_versions as retained_version_numbers
 from state_runtime.storage import Storage
 from state_runtime.store.file_verification import MISSING, verify_file
 
@@ -304,7 +305,9 @@ def _check_chains(
     # A store's chain may begin at a snapshot without lineage (a repartition's): the
     # versions below it belong to another layout.
     start = max((r.ref.version for r in retained if _starts_chain(r)), default=1)
-    expected = list(range(latest, max(start - 1, latest - retain), -1))
+    expected = [
+        v for v in retained_version_numbers(latest, retain, record.expired_through) if v >= start
+    ]
     found = [r.ref.version for r in retained if r.ref.version >= start]
     if found != expected:
         error(

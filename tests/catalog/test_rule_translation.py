@@ -104,7 +104,15 @@ def test_sql_verdicts_are_the_python_rule(catalog: Catalog, h: dict[str, object]
     (record,) = catalog.stores(root)
     held = bool(catalog.problems(root=root))
     python = {
-        j.file.path: j for j in judge_store(files, record.latest.version, policy, now, held=held)
+        j.file.path: j
+        for j in judge_store(
+            files,
+            record.latest.version,
+            policy,
+            now,
+            held=held,
+            expired_through=record.expired_through,
+        )
     }
     assert set(sql) == set(python)
     for path, verdict in sql.items():
@@ -124,7 +132,9 @@ def python_verdicts(
     files = [r.facts() for r in catalog.store_files(root, STORE) + claimed]
     (record,) = catalog.stores(root)
     held = bool(catalog.problems(root=root))
-    judged = judge_store(files, record.latest.version, policy, now, held=held)
+    judged = judge_store(
+        files, record.latest.version, policy, now, held=held, expired_through=record.expired_through
+    )
     return {
         j.file.path: (
             j.verdict.value,

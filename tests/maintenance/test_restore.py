@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,15 @@ from state_runtime.identity import StoreId
 from state_runtime.maintenance import (
     Fleet,
     MaintenancePolicy,
+    StoreStatus,
     cleanup_pass,
     plan_restore,
+    restore_query,
     run_checks,
+    snapshot_pass,
+    store_reports,
 )
+from state_runtime.retention import RetentionPolicy
 from tests.maintenance.streams import StoreStream
 
 LOST = StoreId(0, 1)
@@ -224,3 +230,42 @@ def test_restore_refuses_without_knowing_the_spark_checkpoint(
         "--no-spark-checkpoint",
     )
     assert unknown.exit_code == 2 and "committed batches: 0-7" in unknown.output
+
+
+def test_a_restore_next_to_versions_cleanup_deleted_leaves_them_expired(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """Versions 1-6, a snapshot of 6, versions 7-8, cleanup at zero windows: the deltas 1-6
+    go, and versions 1-5 expire with them. A restore to batch 5 (version 6, from its
+    snapshot) then retains version 6 alone: the expired version 5 is not retained again, so
+    validation and health call nothing broken, and the stream resumes on it. (Found by the
+    simulation: version 5 was retained again and could not load.)"""
+    stream = make_stream()
+    fleet = Fleet(stream.catalog, owner="tests")
+    zero = MaintenancePolicy(
+        snapshot_min_deltas=2,
+        retention=RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0)),
+        min_window=timedelta(0),
+    )
+    stream.run(6)
+    snapshot_pass(fleet, zero)
+    stream.run(2)
+    deleted = cleanup_pass(fleet, zero, dry_run=False).deleted
+    assert {d.file.version for d in deleted} == {1, 2, 3, 4, 5, 6}
+    assert {s.expired_through for s in stream.catalog.stores(stream.root)} == {5}
+
+    plan = plan_restore(fleet, stream.root, stream.query, 5, spark_checkpoint="")
+    restore_query(fleet, plan, zero)
+    for store in stream.stores:
+        retained = stream.catalog.retained_versions(stream.root, store)
+        assert [v.ref.version for v in retained] == [6] and retained[0].complete, store
+    checks = run_checks(fleet, zero)
+    assert checks.ok, [str(e) for o in checks.outcomes if not o.passed for e in o.findings]
+    reports = store_reports(fleet, zero)
+    assert not [r for r in reports if r.status.status is StoreStatus.BROKEN]
+
+    rewind_model(stream, 5)
+    stream.run(2)  # versions 7 and 8 again
+    assert_state_matches_model(stream)
+    assert run_checks(fleet, zero).ok
+    assert {s.expired_through for s in stream.catalog.stores(stream.root)} == {5}

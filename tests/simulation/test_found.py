@@ -37,16 +37,12 @@ def test_a_failed_batch_after_an_idle_version_is_no_loss(failure: str) -> None:
     replay([run(ONLY_THE_FIRST_STORE), run(ONLY_THE_FIRST_STORE, fail=failure)])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (i34-more): a restore brings back into the retained window a version whose "
-    "files cleanup at zero windows deleted while it was outside it (UnknownCheckpointId)",
-)
 def test_a_restore_brings_back_no_version_cleanup_deleted() -> None:
     """Found (make test, the weighted mix): batches 0 to 5 (batch 1 idle, one raced by a
     snapshot at version 2), restores to batch 4 and to batch 2, two batches, cleanup at zero
     windows (it deletes version 1's files: outside the retained window), then a restore to
-    batch 1: version 2 loads from its snapshot, but version 1, retained again, cannot load."""
+    batch 1: version 2 loads from its snapshot, but version 1 was retained again and could not
+    load (UnknownCheckpointId). Fixed: cleanup records version 1 as expired."""
     replay(
         [
             run({}),

@@ -269,8 +269,8 @@ def _retention_pg(dialect: Dialect) -> list[Derived]:
                 "RETURNS TABLE (store_id bigint, retained_version bigint, base_version bigint)\n"
                 f"LANGUAGE sql STABLE AS $$\n{compiled(sa.select(retained), dialect)}\n$$",
                 "COMMENT ON FUNCTION state_retained_versions(integer) IS 'The last N committed "
-                f"versions (N >= {MIN_RETAINED_VERSIONS}) of each store and the verified "
-                "snapshot each loads from.'",
+                f"versions (N >= {MIN_RETAINED_VERSIONS}) of each store, above its "
+                "expired_through, and the verified snapshot each loads from.'",
             ),
         ),
         Derived(

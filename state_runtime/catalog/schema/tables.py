@@ -113,6 +113,7 @@ stores = sa.Table(
         sa.ForeignKey("maintenance_runs.run_id", name="fk_stores_last_run_id"),
         nullable=True,
     ),
+    sa.Column("expired_through", sa.BigInteger(), nullable=False, server_default="0"),
     sa.UniqueConstraint(
         "checkpoint_root", "operator_id", "partition_id", "store_name", name="uq_stores_identity"
     ),

@@ -21,11 +21,11 @@ from state_runtime.catalog.schema.tables import (
     stores,
 )
 from state_runtime.catalog.sql.lookups import files_at, lock_stores, mark_maintained, store_ids
-from state_runtime.catalog.sql.retention import Scope, verdict_rows
+from state_runtime.catalog.sql.retention import Scope, verdict_rows, verified_snapshot_versions
 from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_record, key_of
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
-from state_runtime.identity import StoreId
+from state_runtime.identity import FileKind, StoreId
 from state_runtime.retention import RetentionPolicy, Verdict
 
 
@@ -61,6 +61,7 @@ def claim_deletions(
         fresh = verdict_rows(connection, WRITE_LOOKUPS, policy, scope, now, only_deletable=True)
         if limit is not None:
             fresh = fresh[: max(0, limit - sum(v.verdict.deletable for v in claimed))]
+        _expire(connection, fresh)
         by_reason: dict[str, list[int]] = {}
         for fid, verdict in fresh:
             by_reason.setdefault(verdict.reason, []).append(fid)
@@ -95,6 +96,38 @@ def claim_deletions(
             for row in resumed
         ]
     return claimed
+
+
+def _expire(connection: Connection, claims: Sequence[tuple[int, FileVerdict]]) -> None:
+    """The versions that loaded through a committed file claimed here (no retained version
+    needs it) expire, and with them every older one, so that the expired versions stay a
+    prefix (``stores.expired_through``): none counts as retained again
+    (state_runtime/retention.py). A delta at ``d`` loads the versions from ``d`` up to the
+    next verified snapshot at or above it (none, when a snapshot at ``d`` replaced it); a
+    snapshot, those up to the next one above it. A later snapshot always exists: without one,
+    the latest version, always retained, would load through the file."""
+    committed = {fid: v.file for fid, v in claims if v.file.state == FileState.COMMITTED}
+    f, s = checkpoint_files.c, stores.c
+    store_of: dict[int, int] = {}
+    for some in chunks(sorted(committed)):
+        rows = connection.execute(sa.select(f.file_id, f.store_id).where(f.file_id.in_(some)))
+        store_of.update({int(fid): int(store_id) for fid, store_id in rows})
+    snapshots = verified_snapshot_versions(
+        connection, WRITE_LOOKUPS, sorted(set(store_of.values()))
+    )
+    through: dict[int, int] = {}
+    for fid, record in committed.items():
+        store_id = store_of[fid]
+        first = record.version + (record.kind is FileKind.SNAPSHOT)
+        above = [v for v in snapshots.get(store_id, []) if v >= first]
+        if above and above[0] > record.version:
+            through[store_id] = max(through.get(store_id, 0), above[0] - 1)
+    for store_id, version in through.items():
+        connection.execute(
+            sa.update(stores)
+            .where(s.store_id == store_id, s.expired_through < version)
+            .values(expired_through=version)
+        )
 
 
 def record_deletions(

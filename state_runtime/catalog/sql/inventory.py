@@ -334,6 +334,7 @@ def store_records(
             if r.latest_version
             else EMPTY,
             last_committed_at=r.last_committed_at,
+            expired_through=r.expired_through,
         )
         for r in connection.execute(query)
     ]

@@ -31,7 +31,7 @@ from state_runtime.catalog.schema.tables import (
 )
 from state_runtime.catalog.sql.findings import record_verifications
 from state_runtime.catalog.sql.inventory import record_files
-from state_runtime.catalog.sql.lookups import ensure_stores, lock_stores
+from state_runtime.catalog.sql.lookups import ensure_stores, lock_stores, restored_expiry
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.rows import key_of
 from state_runtime.catalog.sql.schema_history import OperatorStore
@@ -210,6 +210,7 @@ def switch_layout(
             .values(
                 latest_version=info.version,
                 latest_checkpoint_id=info.checkpoint_id,
+                expired_through=restored_expiry(info.version),
                 last_committed_at=now,
             )
         )
@@ -217,7 +218,7 @@ def switch_layout(
         connection.execute(
             sa.update(stores)
             .where(s.store_id.in_(part))
-            .values(latest_version=0, latest_checkpoint_id=None)
+            .values(latest_version=0, latest_checkpoint_id=None, expired_through=0)
         )
     for layout in layouts:
         before = current.get((layout.operator_id, layout.store_name))

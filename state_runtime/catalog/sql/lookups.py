@@ -18,6 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import checkpoint_files, commit_log, stores
@@ -213,3 +214,11 @@ def mark_maintained(connection: Connection, ids: Iterable[int], run_id: int) -> 
         connection.execute(
             sa.update(stores).where(stores.c.store_id.in_(part)).values(last_run_id=run_id)
         )
+
+
+def restored_expiry(version: int) -> ColumnElement[int]:
+    """``stores.expired_through`` once a store's latest version is set back to ``version``
+    (a restore's target, checked to load; a repartition's new snapshot): below it."""
+    below = max(version - 1, 0)
+    expired = stores.c.expired_through
+    return sa.case((expired > below, sa.literal(below, sa.BigInteger())), else_=expired)

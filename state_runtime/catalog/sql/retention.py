@@ -13,7 +13,7 @@ claimed and recorded in :mod:`~state_runtime.catalog.sql.deletions`; ``explain``
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -140,11 +140,12 @@ def retained_bases(views: ReaderViews, back: sa.FromClause, scope: Scope) -> sa.
 
     Commits keep each store's committed versions one linear, gapless chain (version v builds
     on the committed v - 1), so the retained versions are ``latest - k`` for
-    ``k < retain_versions`` and the loader's walk has a closed form: retained version r loads
-    from the newest verified committed snapshot at or below r (version s) and the committed
-    deltas s+1..r. Each part is an index lookup on the live inventory, so the cost does not
-    grow with history (a recursive CTE over base ids is blind to PostgreSQL's planner, which
-    then re-hashes the inventory at every step of the walk).
+    ``k < retain_versions``, above the store's ``expired_through``, and the loader's walk has
+    a closed form: retained version r loads from the newest verified committed snapshot at or
+    below r (version s) and the committed deltas s+1..r. Each part is an index lookup on the
+    live inventory, so the cost does not grow with history (a recursive CTE over base ids is
+    blind to PostgreSQL's planner, which then re-hashes the inventory at every step of the
+    walk).
     """
     s = views.stores.c
     version = s.latest_version - back.c.k
@@ -166,9 +167,25 @@ def retained_bases(views: ReaderViews, back: sa.FromClause, scope: Scope) -> sa.
         )
         .select_from(views.stores)
         .join(back, sa.true())
-        .where(version >= 1, scope.filter(views, s.store_id))
+        .where(version >= 1, version > s.expired_through, scope.filter(views, s.store_id))
         .cte("retained")
     )
+
+
+def verified_snapshot_versions(
+    connection: Connection, views: ReaderViews, store_ids: Sequence[int]
+) -> dict[int, list[int]]:
+    """Each store's versions with a snapshot a retained version may load from, ascending."""
+    f = views.files.c
+    rows = connection.execute(
+        sa.select(f.store_id, f.version)
+        .where(f.store_id.in_(store_ids), _verified_snapshot(views, f))
+        .order_by(f.store_id, f.version)
+    )
+    versions: dict[int, list[int]] = {}
+    for store_id, version in rows:
+        versions.setdefault(int(store_id), []).append(int(version))
+    return versions
 
 
 def needed_from(views: ReaderViews, retained: sa.CTE) -> sa.CompoundSelect[Any]:
@@ -435,7 +452,11 @@ def _retained_queries(
     retained = (
         sa.select(c.version, c.checkpoint_id)
         .join(views.stores, s.store_id == c.store_id)
-        .where(c.store_id == store_id, c.version > s.latest_version - retain_versions)
+        .where(
+            c.store_id == store_id,
+            c.version > s.latest_version - retain_versions,
+            c.version > s.expired_through,
+        )
         .order_by(c.version.desc())
     )
     return files, retained

@@ -30,7 +30,7 @@ from state_runtime.catalog.schema.tables import (
     store_problems,
     stores,
 )
-from state_runtime.catalog.sql.lookups import lock_stores, mark_maintained
+from state_runtime.catalog.sql.lookups import lock_stores, mark_maintained, restored_expiry
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.rows import key_of
 from state_runtime.catalog.sql.statements import chunks
@@ -113,6 +113,7 @@ def rewind_query(
             .values(
                 latest_version=floor,
                 latest_checkpoint_id=None if target is None else target.checkpoint_id,
+                expired_through=restored_expiry(floor),
             )
         )
     for table in (batch_watermarks, batch_metrics):
