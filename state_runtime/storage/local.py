@@ -7,6 +7,7 @@ import fcntl
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from state_runtime.errors import (
     StorageFileNotFound,
 )
 from state_runtime.storage.base import (
+    ByteStream,
     DeleteResult,
     FileInfo,
     PartialWrite,
@@ -72,6 +74,18 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot read: {e.strerror}", path=path) from e
         self.requests.bytes_read += len(data)
         return data
+
+    @contextmanager
+    def read_stream(self, path: str) -> Iterator[ByteStream]:
+        self.requests.add("read")
+        try:
+            file = self._abs(path).open("rb")
+        except FileNotFoundError as e:
+            raise StorageFileNotFound("file not found", path=path) from e
+        except OSError as e:
+            raise StorageError(f"cannot read: {e.strerror}", path=path) from e
+        with file:
+            yield _Counted(file, self, path)
 
     def write_if_absent(self, path: str, data: bytes) -> None:
         self.requests.add("write")
@@ -190,6 +204,21 @@ class LocalStorage(Storage):
             except OSError as e:
                 result.failed[path] = e.strerror or str(e)
         return result
+
+
+class _Counted:
+    """A local file read in pieces, its bytes counted as read and its errors typed."""
+
+    def __init__(self, file: ByteStream, storage: LocalStorage, path: str) -> None:
+        self._file, self._storage, self._path = file, storage, path
+
+    def read(self, size: int = -1, /) -> bytes:
+        try:
+            data = self._file.read(size)
+        except OSError as e:
+            raise StorageError(f"cannot read: {e.strerror}", path=self._path) from e
+        self._storage.requests.bytes_read += len(data)
+        return data
 
 
 def _locked_temporary(folder: Path, path: str, attempts: int = 5) -> tuple[int, str]:

@@ -25,7 +25,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Final
 
@@ -39,6 +39,7 @@ from state_runtime.errors import (
 )
 from state_runtime.redaction import get_logger
 from state_runtime.storage.base import (
+    ByteStream,
     DeleteResult,
     FileInfo,
     PartialWrite,
@@ -130,6 +131,19 @@ class S3Storage(Storage):
         with self._count_lock:
             self.requests.bytes_read += len(data)
         return data
+
+    @contextmanager
+    def read_stream(self, path: str) -> Iterator[ByteStream]:
+        key = self._key(path)
+        with self._call() as call:
+            try:
+                body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            except (ClientError, BotoCoreError) as e:
+                raise self._error(e, "read", path, call) from e
+        try:
+            yield _Body(self, body, path, call)
+        finally:
+            body.close()
 
     def write_if_absent(self, path: str, data: bytes) -> None:
         key = self._key(path)
@@ -409,6 +423,22 @@ class S3Storage(Storage):
             endpoint=self.settings.endpoint_url or "AWS S3",
             attempts=max(call.attempts, 1),
         )
+
+
+class _Body:
+    """A GetObject body read in pieces, its bytes counted as read and its errors typed."""
+
+    def __init__(self, storage: S3Storage, body: Any, path: str, call: CallRecord) -> None:
+        self._storage, self._body, self._path, self._call = storage, body, path, call
+
+    def read(self, size: int = -1, /) -> bytes:
+        try:
+            data: bytes = self._body.read(None if size < 0 else size)
+        except BotoCoreError as e:  # the connection dropped mid-body
+            raise self._storage._error(e, "read", self._path, self._call) from e
+        with self._storage._count_lock:
+            self._storage.requests.bytes_read += len(data)
+        return data
 
 
 def _restore(bucket: str, prefix: str, settings: S3Settings) -> S3Storage:

@@ -97,10 +97,15 @@ def decode_table(
     raw: bytes | dict[str, Any] | None,
     key_type: pa.StructType,
     value_type: pa.StructType,
+    carry: dict[str, int] | None = None,
 ) -> pa.Table:
     """The inverse of :func:`encode_table`, given the encodings as JSON (format 2) or parsed
     (format 3). Raises ValueError on encodings that do not fit the table or the schemas (the
-    caller reports the file as corrupt)."""
+    caller reports the file as corrupt).
+
+    A file's record batches decoded one at a time share one ``carry``: a ``delta`` field's
+    first step in a later batch counts from the previous batch's last value, which ``carry``
+    holds by field."""
     if raw is None:
         return table
     encodings = dict(raw) if isinstance(raw, dict) else json.loads(raw)
@@ -120,7 +125,14 @@ def decode_table(
         children = [
             struct.field(i)
             if spec is None
-            else _decode_field(struct.field(i), spec, field, first_key=name == "key" and i == 0)
+            else _decode_field(
+                struct.field(i),
+                spec,
+                field,
+                first_key=name == "key" and i == 0,
+                carry=carry,
+                name=f"{name}.{i}",
+            )
             for i, (field, spec) in enumerate(zip(logical, specs, strict=True))
         ]
         columns.append(_with_children(struct, children))
@@ -129,7 +141,15 @@ def decode_table(
     return pa.table({"key": columns[0], "value": columns[1]})
 
 
-def _decode_field(child: pa.Array, spec: Any, field: pa.Field, *, first_key: bool) -> pa.Array:
+def _decode_field(
+    child: pa.Array,
+    spec: Any,
+    field: pa.Field,
+    *,
+    first_key: bool,
+    carry: dict[str, int] | None = None,
+    name: str = "",
+) -> pa.Array:
     where = f"field {field.name!r}"
     if not isinstance(spec, dict) or spec.get("kind") not in _KINDS:
         raise ValueError(f"{where}: unknown encoding {spec!r}")
@@ -146,12 +166,18 @@ def _decode_field(child: pa.Array, spec: Any, field: pa.Field, *, first_key: boo
         if not first_key or child.null_count:
             raise ValueError(f"{where}: delta encoding on a field that cannot have it")
         steps = np.asarray(child.to_numpy())
-        if len(steps) and (steps[0] != 0 or int(steps.min()) < 0):
+        continued = carry is not None and name in carry
+        if continued:
+            assert carry is not None
+            base = carry[name]  # this batch's steps go on from the previous batch's last value
+        if len(steps) and ((steps[0] != 0 and not continued) or int(steps.min()) < 0):
             raise ValueError(f"{where}: delta steps must start at 0 and not be negative")
         if len(steps) and base + int(steps.sum(dtype=np.int64)) >= 1 << 63:
             raise ValueError(f"{where}: delta values overflow 64 bits")
         total = np.cumsum(steps, dtype=np.int64)
         total += np.int64(base)
+        if carry is not None and len(total):
+            carry[name] = int(total[-1])
         values = pa.array(total, type=pa.int64())
     else:
         low, high = (x.as_py() for x in pc.min_max(child).values())

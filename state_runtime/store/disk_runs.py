@@ -395,7 +395,7 @@ class RunWriter:
         self._removals += block.removals
 
     def _failed(self, error: OSError) -> None:
-        self._discard()
+        self.discard()
         if error.errno == errno.ENOSPC or "No space left" in str(error):
             raise LocalDiskFull(
                 f"local disk filled up while writing a run of this store's state ({error})",
@@ -406,7 +406,7 @@ class RunWriter:
             ) from error
         raise error
 
-    def _discard(self) -> None:
+    def discard(self) -> None:
         """Close and delete the file (idempotent)."""
         for closing in ("_writer", "_sink"):
             if hasattr(self, closing):
@@ -459,7 +459,7 @@ def written(
         for piece in pieces:
             writer.add(piece)
     except BaseException:
-        writer._discard()
+        writer.discard()
         raise
     return writer.finish(compaction=compaction)
 

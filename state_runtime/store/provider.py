@@ -198,7 +198,7 @@ class StateStoreProvider:
             return pa.table({"key": empty.keys, "value": empty.values})
         if found is None:
             found = self._loader.read(ref, FileKind.DELTA, LoadMetrics(), missing_ok=False)
-        assert found is not None
+        assert found is not None and isinstance(found.run, Run)  # deltas are read whole
         return pa.table({"key": found.run.keys, "value": found.run.values})
 
     def unchanged(self, ref: CheckpointRef) -> bool:
