@@ -6,19 +6,23 @@ run file behind (issue 37, docs/state-on-disk.md)."""
 from __future__ import annotations
 
 import gc
+import io
 
+import numpy as np
 import pytest
 
 from state_runtime import CheckpointInfo, StateStoreProvider
-from state_runtime.errors import CheckpointFileCorrupt, StorageFileNotFound
+from state_runtime.errors import CheckpointFileCorrupt, FileAlreadyExists, StorageFileNotFound
 from state_runtime.identity import CheckpointRef, FileKind
 from state_runtime.storage import Storage
 from state_runtime.store import checkpoint_format
 from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun
 
+from .s3_fixtures import MotoS3
 from .store_helpers import forced_disk, provider_for
 
 ROWS = 6000
+MIB = 1 << 20
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +43,7 @@ def _build(provider: StateStoreProvider, key: object) -> tuple[CheckpointInfo, C
     first = store.commit()
     provider.snapshot(first.version, first.checkpoint_id)
     store = provider.get_store(first.version, first.checkpoint_id)
-    for i in range(0, ROWS, 5):
+    for i in range(0, ROWS, 7):
         store.put(key(i), (-i,))  # type: ignore[operator]
     for i in range(1, ROWS, 11):
         store.remove(key(i))  # type: ignore[operator]
@@ -124,3 +128,62 @@ def test_read_stream_gives_the_file_in_pieces_and_counts_its_bytes(storage: Stor
     assert storage.requests.bytes_read == len(data)
     with pytest.raises(StorageFileNotFound), storage.read_stream("a/missing.bin"):
         pass
+
+
+@pytest.mark.parametrize("keys", ["integer", "string"])
+def test_a_snapshot_of_runs_on_disk_is_streamed_and_reads_back_equal(
+    storage: Storage, keys: str
+) -> None:
+    def key(i: int) -> tuple[object, ...]:
+        return (i,) if keys == "integer" else (f"user-{i:06d}",)
+
+    def fresh() -> StateStoreProvider:
+        return _int_provider(storage) if keys == "integer" else provider_for(storage)
+
+    with forced_disk(block_bytes=4096):
+        provider = fresh()
+        first, last = _build(provider, key)
+        view = provider.get_read_store(last.version, last.checkpoint_id)._version  # type: ignore[attr-defined]
+        assert all(run.on_disk for run in view.runs) and len(view.runs) == 2
+        info = provider.snapshot(last.version, last.checkpoint_id)
+        again = provider.snapshot(last.version, last.checkpoint_id)
+    data = storage.read(info.path)
+    assert info.checksum == checkpoint_format.checksum(data) == again.checksum
+    assert (info.bytes_written, again.bytes_written) == (len(data), 0)
+    assert (info.rows, info.file_rows, info.lineage) == (last.rows, last.rows, last.lineage)
+    assert info.kind is FileKind.SNAPSHOT
+    header, table = checkpoint_format.decode(data, info.path)
+    assert (header.file_rows, header.state_rows, header.lineage) == (
+        last.rows,
+        last.rows,
+        last.lineage,
+    )
+    whole = fresh()  # no delta: the snapshot alone, read whole
+    storage.delete([last.path])
+    state = whole.get_read_store(last.version, last.checkpoint_id)
+    assert state.metrics.load.deltas_applied == 0
+    expected = {key(i): (i * 7,) for i in range(ROWS)}
+    expected.update({key(i): (-i,) for i in range(0, ROWS, 7)})
+    for i in range(1, ROWS, 11):
+        expected.pop(key(i))
+    expected[key(ROWS + 1)] = (1,)
+    assert dict(state.items()) == expected
+    assert table.num_rows == len(expected)
+    with forced_disk(block_bytes=4096):
+        streamed = fresh().get_read_store(last.version, last.checkpoint_id)
+        assert dict(streamed.items()) == expected
+    del first
+
+
+def test_a_streamed_write_to_s3_is_a_multipart_upload_of_parts_read_one_by_one(
+    moto_s3: MotoS3,
+) -> None:
+    storage = moto_s3.storage(multipart_threshold=MIB, multipart_part_size=5 * MIB)
+    data = np.random.default_rng(3).bytes(11 * MIB)
+    storage.requests.reset()
+    storage.write_stream_if_absent("a/big.bin", io.BytesIO(data), len(data))
+    assert storage.read("a/big.bin") == data
+    assert storage.requests.counts["multipart"] == 2 + 3
+    with pytest.raises(FileAlreadyExists):
+        storage.write_stream_if_absent("a/big.bin", io.BytesIO(data), len(data))
+    assert moto_s3.pending_uploads(storage.bucket) == []

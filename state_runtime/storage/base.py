@@ -129,6 +129,12 @@ class Storage(ABC):
         A reader sees either no file or the complete file, never a partial one.
         """
 
+    def write_stream_if_absent(self, path: str, source: ByteStream, size: int) -> None:
+        """:meth:`write_if_absent` of the ``size`` bytes ``source`` gives, read in pieces so
+        that a large file never sits whole in memory (local: copied into the temporary file;
+        S3: a multipart upload of parts read one by one). This default reads it whole."""
+        self.write_if_absent(path, source.read(size))
+
     @abstractmethod
     def exists(self, path: str) -> bool:
         """Whether the file exists."""

@@ -6,10 +6,11 @@ import errno
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from state_runtime.errors import (
     FileAlreadyExists,
@@ -30,6 +31,8 @@ from state_runtime.storage.root_rule import check_local_root
 
 TEMP_PREFIX, TEMP_SUFFIX = ".tmp-", ".part"
 """A write's temporary file, ``.tmp-<random>.part``, next to the file it becomes."""
+COPY_BYTES = 1 << 20
+"""A streamed write copies its source in pieces of this size."""
 
 
 class LocalStorage(Storage):
@@ -88,6 +91,19 @@ class LocalStorage(Storage):
             yield _Counted(file, self, path)
 
     def write_if_absent(self, path: str, data: bytes) -> None:
+        self._write(path, lambda f: f.write(data), len(data))
+
+    def write_stream_if_absent(self, path: str, source: ByteStream, size: int) -> None:
+        def copy(f: BinaryIO) -> None:
+            left = size
+            while left and (piece := source.read(min(left, COPY_BYTES))):
+                f.write(piece)
+                left -= len(piece)
+
+        self._write(path, copy, size)
+
+    def _write(self, path: str, fill: Callable[[BinaryIO], object], size: int) -> None:
+        """Create the file with what ``fill`` writes, atomically (see the class)."""
         self.requests.add("write")
         target = self._abs(path)
         try:
@@ -97,7 +113,7 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot create temporary file: {e.strerror}", path=path) from e
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                fill(f)
                 f.flush()
                 os.fsync(f.fileno())
                 try:
@@ -115,7 +131,7 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot write: {e.strerror}", path=path) from e
         finally:
             Path(tmp).unlink(missing_ok=True)
-        self.requests.bytes_written += len(data)
+        self.requests.bytes_written += size
 
     @staticmethod
     def _fsync_dir(folder: Path) -> None:

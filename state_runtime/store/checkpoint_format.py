@@ -110,8 +110,13 @@ def encode_json_format(
             table.replace_schema_metadata(arrow_schema.metadata), max_chunksize=batch_rows
         )
     payload: bytes = sink.getvalue().to_pybytes()
-    digest = hashlib.sha256(payload).digest()
-    return _ENVELOPE.pack(MAGIC, FORMAT_VERSION, 0, len(payload), digest) + payload
+    return envelope(len(payload), hashlib.sha256(payload).digest()) + payload
+
+
+def envelope(length: int, digest: bytes) -> bytes:
+    """The 52-byte envelope of a format 2 file whose payload has ``length`` bytes and SHA-256
+    ``digest``."""
+    return _ENVELOPE.pack(MAGIC, FORMAT_VERSION, 0, length, digest)
 
 
 def _sorted_by_key(table: pa.Table) -> tuple[pa.Table, bool]:
