@@ -396,14 +396,7 @@ class RunWriter:
 
     def _failed(self, error: OSError) -> None:
         self.discard()
-        if error.errno == errno.ENOSPC or "No space left" in str(error):
-            raise LocalDiskFull(
-                f"local disk filled up while writing a run of this store's state ({error})",
-                needed=self._needed,
-                free=LOCAL_DISK.free_bytes(),
-                store=self._store,
-                path=self.path,
-            ) from error
+        raise_if_full(error, "a run", self._store, self._needed, self.path)
         raise error
 
     def discard(self) -> None:
@@ -437,6 +430,18 @@ class RunWriter:
             self._removals,
             size,
         )
+
+
+def raise_if_full(error: OSError, what: str, store: object, needed: int, path: str) -> None:
+    """LocalDiskFull if ``error`` says the local disk is full (writing ``what``)."""
+    if error.errno == errno.ENOSPC or "No space left" in str(error):
+        raise LocalDiskFull(
+            f"local disk filled up while writing {what} of this store's state ({error})",
+            needed=needed,
+            free=LOCAL_DISK.free_bytes(),
+            store=store,
+            path=path,
+        ) from error
 
 
 def held_bytes(run: AnyRun) -> int:

@@ -37,7 +37,7 @@ from state_runtime.store.checkpoint_format import (
 )
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.column_encoding import ENCODINGS_KEY, TableEncoder
-from state_runtime.store.disk_runs import LOCAL_DISK
+from state_runtime.store.disk_runs import LOCAL_DISK, held_bytes, raise_if_full
 from state_runtime.store.file_header import FileHeader
 from state_runtime.store.sorted_runs import Run, concat
 from state_runtime.store.versions import Version, layer_blocks
@@ -68,7 +68,12 @@ def write_snapshot_streamed(
     )
     spool = os.path.join(LOCAL_DISK.directory, f"{uuid.uuid4().hex}.snapshot")
     try:
-        digest = _spool(target, header, version, spool)
+        try:
+            digest = _spool(target, header, version, spool)
+        except OSError as e:  # pyarrow's ENOSPC is an OSError too
+            needed = sum(held_bytes(run) for run in version.runs)
+            raise_if_full(e, "a snapshot", target.store, needed, spool)
+            raise
         size = os.path.getsize(spool)
         try:
             with open(spool, "rb") as source:
