@@ -15,7 +15,7 @@ from state_runtime import CheckpointInfo, StateStoreProvider
 from state_runtime.errors import CheckpointFileCorrupt, FileAlreadyExists, StorageFileNotFound
 from state_runtime.identity import CheckpointRef, FileKind
 from state_runtime.storage import Storage
-from state_runtime.store import checkpoint_format
+from state_runtime.store import checkpoint_format, run_builder
 from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun
 
 from .s3_fixtures import MotoS3
@@ -51,10 +51,15 @@ def _build(provider: StateStoreProvider, key: object) -> tuple[CheckpointInfo, C
     return first, store.commit()
 
 
+@pytest.mark.parametrize("fan_in", [run_builder.FAN_IN, 2])
 @pytest.mark.parametrize("keys", ["integer", "string"])
 def test_a_cold_start_streams_the_snapshot_to_disk_and_answers_as_a_whole_load(
-    storage: Storage, keys: str
+    storage: Storage, keys: str, fan_in: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """String keys come in key order, not index order: one stretch per batch, merged
+    ``fan_in`` at a time (2: several levels)."""
+    monkeypatch.setattr(run_builder, "FAN_IN", fan_in)
+
     def key(i: int) -> tuple[object, ...]:
         return (i,) if keys == "integer" else (f"user-{i:06d}",)
 

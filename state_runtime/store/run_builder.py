@@ -5,8 +5,10 @@ its rows here. Pieces stay in memory while they fit the spill threshold (a quart
 budget, :mod:`state_runtime.store.disk_runs`); past it they stream into runs on disk. Rows
 of a store keyed by one integer column come in index order and make a single run, written
 once; rows in another order (a snapshot sorted by key, hashed keys) make one sorted run per
-ordered stretch, merged into one in a single pass at the end. Memory is a piece and a few
-blocks per stretch, whatever the number of rows.
+ordered stretch. Stretches on disk are merged :data:`FAN_IN` at a time as they pile up (a
+tiered merge: each row is rewritten once per level), and what is left into one at the end.
+Memory is a piece and a block of each run a merge reads, whatever the number of rows, and
+open files stay within ``FAN_IN`` per level.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import pyarrow as pa
 from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, RunWriter, merge_blocks, written
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run, concat
+
+FAN_IN = 16
+"""Stretches on disk merged at a time (see :meth:`RunBuilder._tier`)."""
 
 
 class RunBuilder:
@@ -38,6 +43,7 @@ class RunBuilder:
         self._pieces: list[Run] = []  # in memory, until they outgrow the threshold
         self._held = 0
         self._stretches: list[AnyRun] = []  # finished stretches in index order each
+        self._levels: list[int] = []  # of stretches on disk: how often merged
         self._writer: RunWriter | None = None  # the current stretch, once spilling
         self._last: int | None = None  # the current stretch's last index key
         self.rows = 0
@@ -66,6 +72,8 @@ class RunBuilder:
     def _spill(self) -> None:
         """From now on stretches go to disk: the finished ones and the current one."""
         self._stretches = [self._written(s.blocks()) for s in self._stretches]
+        self._levels = [0] * len(self._stretches)
+        self._tier()
         self._writer = RunWriter(self._store, *self._types, self._expected)
         for piece in self._pieces:
             self._writer.add(piece)
@@ -77,18 +85,31 @@ class RunBuilder:
     def _close_stretch(self, *, more: bool = True) -> None:
         if self._writer is not None:
             self._stretches.append(self._writer.finish(compaction=False))
+            self._levels.append(0)
+            self._tier()
             self._writer = RunWriter(self._store, *self._types, self._expected) if more else None
         elif self._pieces:
             self._stretches.append(concat(self._pieces, *self._types))
             self._pieces = []
         self._last = None
 
+    def _tier(self) -> None:
+        """Merge the last :data:`FAN_IN` stretches on disk into one while they are of one
+        level (merged as often): at most ``FAN_IN`` runs open per level, each row rewritten
+        once per level, and a merge holds a block of each of ``FAN_IN`` runs."""
+        while len(self._levels) >= FAN_IN and len(set(self._levels[-FAN_IN:])) == 1:
+            level = self._levels[-1]
+            merged = self._written(merge_tree(self._indexer, self._stretches[-FAN_IN:]))
+            del self._stretches[-FAN_IN:], self._levels[-FAN_IN:]
+            self._stretches.append(merged)
+            self._levels.append(level + 1)
+
     def finish(self) -> AnyRun:
         """The rows as one run; :attr:`duplicates` then counts every key added more than
         once."""
         spilling = self._writer is not None
         self._close_stretch(more=False)
-        stretches, self._stretches = self._stretches, []
+        stretches, self._stretches, self._levels = self._stretches, [], []
         if not stretches:
             result: AnyRun = Run.empty(*self._types)
         elif len(stretches) == 1:
@@ -110,7 +131,7 @@ class RunBuilder:
         if self._writer is not None:
             self._writer.discard()
             self._writer = None
-        self._pieces, self._stretches = [], []
+        self._pieces, self._stretches, self._levels = [], [], []
 
 
 def merge_tree(indexer: KeyIndexer, runs: Sequence[AnyRun]) -> Iterator[Run]:
