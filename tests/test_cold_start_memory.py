@@ -57,4 +57,4 @@ def test_a_cold_start_peak_does_not_grow_with_the_state(tmp_path: Path) -> None:
     assert large[with_snapshot] <= small[with_snapshot] + (BUDGET_MIB << 20), (small, large)
     assert large[with_snapshot] <= 2 * (BUDGET_MIB << 20), large
     grown = large_whole["peak_rss_growth_bytes"] - small_whole["peak_rss_growth_bytes"]
-    assert grown > 29_000_000, (small_whole, large_whole)
+    assert grown > 29_000_000, json.dumps([small_whole, large_whole])
