@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from peak_memory import peak_rss
 
 from state_runtime import StateStoreProvider
 from state_runtime.storage import LocalStorage
@@ -37,20 +37,6 @@ KEY = pa.struct([("k", pa.int64())])
 VALUE = pa.struct([("v", pa.int64())])
 ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_MMAP_THRESHOLD_": "65536"}
 """The allocator settings docs/state-on-disk.md gives workers that hold state on disk."""
-
-
-def _rss() -> int:
-    """This process's peak resident memory: Linux's VmHWM, the high-water mark of its own
-    address space (``ru_maxrss`` also keeps the parent's at the time of exec: a child of a
-    large process would measure nothing), else ``ru_maxrss``."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _provider(root: str, partition: int = 0) -> StateStoreProvider:
@@ -95,7 +81,7 @@ def load(root: str, budget_mib: int, *, memory: bool) -> dict[str, object]:
     done = store.commit()
     warm_up.snapshot(done.version, done.checkpoint_id)
     _provider(warm, 1).get_read_store(done.version, done.checkpoint_id).get(7)
-    baseline = _rss()
+    baseline = peak_rss()
     version, checkpoint_id = json.loads(Path(root, "head.json").read_text())
     started = time.perf_counter()
     provider = _provider(root)
@@ -108,7 +94,7 @@ def load(root: str, budget_mib: int, *, memory: bool) -> dict[str, object]:
         total = (total + int(block.values.field("v").to_numpy().sum())) % (1 << 61)
         rows += len(block)
     total_s = time.perf_counter() - started
-    peak = _rss() - baseline
+    peak = peak_rss() - baseline
     started = time.perf_counter()
     provider.snapshot(version, checkpoint_id)  # from runs on disk when streamed
     return {
@@ -119,7 +105,7 @@ def load(root: str, budget_mib: int, *, memory: bool) -> dict[str, object]:
         "total_s": round(total_s, 3),
         "peak_rss_growth_bytes": peak,
         "snapshot_s": round(time.perf_counter() - started, 3),
-        "peak_rss_growth_with_snapshot_bytes": _rss() - baseline,
+        "peak_rss_growth_with_snapshot_bytes": peak_rss() - baseline,
         "local_disk_bytes_written": LOCAL_DISK.stats.bytes_written,
         "checksum": total,
         "load": os.getloadavg()[0],
