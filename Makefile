@@ -14,7 +14,7 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
 
 .PHONY: help check-python check-java install install-airflow test test-dagster test-airflow \
         lint format demo demo-maintain dagster airflow \
-        bench-store bench-disk bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
+        bench-store bench-disk bench-cold-start bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
         bench-maintenance bench-cleanup-workers bench-validation bench-eviction bench-schema \
         bench-dagster-partitions bench-tws bench-tws-task fuzz-spark \
@@ -29,6 +29,7 @@ help:
 	@echo "make dagster     start the Dagster UI on the demo's stores"
 	@echo "make bench-store / bench-catalog / bench-watchdog / bench-s3 / bench-e2e / bench-maintenance / bench-validation"
 	@echo "make bench-disk (state larger than memory, 8M keys under 32 MiB)"
+	@echo "make bench-cold-start (a cold start streamed to local disk against a whole load)"
 	@echo "make bench-eviction / bench-schema / bench-e2e-connect / bench-e2e-partitions / bench-delta-bytes"
 	@echo "make bench-dagster-partitions (STATE_BENCH_PARTITIONS=20000,100000)"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
@@ -117,6 +118,9 @@ bench-store: $(STAMP)
 bench-disk: $(STAMP)  ## issue 37: 8M keys under a 32 MiB budget, on disk and in memory
 	ARROW_DEFAULT_MEMORY_POOL=system MALLOC_MMAP_THRESHOLD_=65536 $(PY) benchmarks/bench_disk.py
 	ARROW_DEFAULT_MEMORY_POOL=system MALLOC_MMAP_THRESHOLD_=65536 $(PY) benchmarks/bench_disk.py --memory
+
+bench-cold-start: $(STAMP)  ## issue 37: cold start streamed vs whole, 200k and 2M keys
+	$(PY) benchmarks/bench_cold_start.py
 
 bench-delta-bytes: $(STAMP)
 	$(PY) benchmarks/bench_delta_bytes.py

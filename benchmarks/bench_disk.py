@@ -2,10 +2,10 @@
 small budget, in a fresh process.
 
 Prints, as JSON: the state's Arrow bytes, the budget, the peak resident memory growth of this
-process over its own baseline after imports and a warm-up (``ru_maxrss``), the bytes written
-to local disk, the write amplification (bytes written locally during the update batches / the
-bytes of their changes as a run holds them: Arrow plus the 8-byte index), median batch times,
-and a checksum of the final state (equal in memory and on disk).
+process over its own baseline after imports and a warm-up (VmHWM: ``peak_memory.py``), the
+bytes written to local disk, the write amplification (bytes written locally during the update
+batches / the bytes of their changes as a run holds them: Arrow plus the 8-byte index),
+median batch times, and a checksum of the final state (equal in memory and on disk).
 
     python benchmarks/bench_disk.py [--keys 8000000] [--budget-mib 32] [--batches 10]
         [--updates 10000] [--memory]   # --memory: the same run with everything in memory
@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import tempfile
 import time
 
 import numpy as np
 import pyarrow as pa
+from peak_memory import peak_rss
 
 from state_runtime import StateStoreProvider
 from state_runtime.storage import LocalStorage
@@ -31,10 +31,6 @@ from state_runtime.store.disk_runs import LOCAL_DISK
 
 KEY = pa.struct([("k", pa.int64())])
 VALUE = pa.struct([("v", pa.int64())])
-
-
-def _rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _table(keys: np.ndarray, values: np.ndarray) -> pa.Table:
@@ -75,7 +71,7 @@ def main() -> None:
         LocalStorage(root), 0, 1, key_schema="k bigint", value_schema="v bigint"
     )
     _round_trip(warm_up)  # the first call of each code path loads what it needs, once
-    baseline = _rss()
+    baseline = peak_rss()
     provider = StateStoreProvider(
         LocalStorage(root), 0, 0, key_schema="k bigint", value_schema="v bigint"
     )
@@ -125,7 +121,7 @@ def main() -> None:
                 "keys": args.keys,
                 "state_bytes": args.keys * 16,
                 "budget_bytes": budget,
-                "peak_rss_growth_bytes": _rss() - baseline,
+                "peak_rss_growth_bytes": peak_rss() - baseline,
                 "local_disk_bytes_written": LOCAL_DISK.stats.bytes_written,
                 "compaction_bytes": LOCAL_DISK.stats.compaction_bytes,
                 "write_amplification": (LOCAL_DISK.stats.bytes_written - written_before)

@@ -3,6 +3,7 @@ typed error when local disk is short (on a real 1 MiB tmpfs when this machine ca
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,19 +85,8 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A real 1 MiB tmpfs (needs the right to mount; skipped where there is none)."""
     mount = tmp_path / "small"
     mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        LOCAL_DISK.set_directory(str(mount))
+    with _tmpfs(mount):
         yield mount
-    finally:
-        LOCAL_DISK.set_directory(None)
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_opening_a_store_larger_than_local_disk_fails_typed(
@@ -157,3 +147,51 @@ def test_a_store_on_disk_keeps_two_cached_versions(tmp_path: Path) -> None:
         assert [r.version for r in provider.cached_versions] == [0, 5, 6]  # 0: empty
         old = provider.get_read_store(2, None)  # back from files, equal
         assert {k[0] for k, _ in old.items()} == set(range(200))
+
+
+def test_a_snapshot_write_that_fills_local_disk_fails_typed_and_leaves_no_file(
+    tmp_path: Path,
+) -> None:
+    storage = LocalStorage(str(tmp_path / "root"))
+    provider = StateStoreProvider(storage, 0, 4, key_schema="k bigint", value_schema="v bigint")
+    keys = np.arange(200_000)
+    values = np.random.default_rng(5).integers(0, 1 << 62, len(keys))  # 1.6 MB, compressed
+    with forced_disk(block_bytes=1 << 16):
+        store = provider.get_store(0)
+        store.apply_arrow(
+            pa.table(
+                {
+                    "key": pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY)),
+                    "value": pa.StructArray.from_arrays([pa.array(values)], fields=list(VALUE)),
+                }
+            )
+        )
+        info = store.commit()  # its runs on disk, in the default folder
+        mount = tmp_path / "small"
+        mount.mkdir()
+        with _tmpfs(mount):
+            with pytest.raises(LocalDiskFull) as caught:
+                provider.snapshot(info.version, info.checkpoint_id)  # its spool: the tmpfs
+            assert not list(mount.rglob("*.snapshot"))
+    assert "filled up while writing a snapshot" in caught.value.reason
+    assert caught.value.store == provider.store_id
+    assert not storage.exists(info.path.replace(".delta", ".snapshot"))
+
+
+@contextlib.contextmanager
+def _tmpfs(mount: Path) -> Iterator[None]:
+    """Local files written from now on (runs, snapshot spools) go to a real 1 MiB tmpfs at
+    ``mount`` (skipped where this machine cannot mount one)."""
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        LOCAL_DISK.set_directory(str(mount))
+        yield
+    finally:
+        LOCAL_DISK.set_directory(None)
+        subprocess.run(["umount", "-l", str(mount)], check=False)

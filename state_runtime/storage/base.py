@@ -7,11 +7,15 @@ replaces an existing file, which is what lets concurrent task attempts coexist s
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 from state_runtime.errors import InvalidArgument
 
@@ -81,6 +85,12 @@ class RequestCounter:
         self.bytes_written = 0
 
 
+class ByteStream(Protocol):
+    """A file being read front to back: ``read(n)`` gives up to ``n`` bytes, b"" at the end."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 class Storage(ABC):
     """A root below which checkpoint files are read and written.
 
@@ -106,12 +116,24 @@ class Storage(ABC):
     def read(self, path: str) -> bytes:
         """The whole file. Raises StorageFileNotFound if it does not exist."""
 
+    def read_stream(self, path: str) -> AbstractContextManager[ByteStream]:
+        """The file as a stream read in pieces, so that a large file never sits whole in
+        memory (local: the open file; S3: the GetObject body). Raises StorageFileNotFound if
+        it does not exist, StorageError if reading fails. This default reads it whole."""
+        return contextlib.nullcontext(io.BytesIO(self.read(path)))
+
     @abstractmethod
     def write_if_absent(self, path: str, data: bytes) -> None:
         """Create the file atomically with ``data``; raise FileAlreadyExists if it exists.
 
         A reader sees either no file or the complete file, never a partial one.
         """
+
+    def write_stream_if_absent(self, path: str, source: ByteStream, size: int) -> None:
+        """:meth:`write_if_absent` of the ``size`` bytes ``source`` gives, read in pieces so
+        that a large file never sits whole in memory (local: copied into the temporary file;
+        S3: a multipart upload of parts read one by one). This default reads it whole."""
+        self.write_if_absent(path, source.read(size))
 
     @abstractmethod
     def exists(self, path: str) -> bool:

@@ -6,9 +6,11 @@ import errno
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from state_runtime.errors import (
     FileAlreadyExists,
@@ -18,6 +20,7 @@ from state_runtime.errors import (
     StorageFileNotFound,
 )
 from state_runtime.storage.base import (
+    ByteStream,
     DeleteResult,
     FileInfo,
     PartialWrite,
@@ -28,6 +31,8 @@ from state_runtime.storage.root_rule import check_local_root
 
 TEMP_PREFIX, TEMP_SUFFIX = ".tmp-", ".part"
 """A write's temporary file, ``.tmp-<random>.part``, next to the file it becomes."""
+COPY_BYTES = 1 << 20
+"""A streamed write copies its source in pieces of this size."""
 
 
 class LocalStorage(Storage):
@@ -73,7 +78,32 @@ class LocalStorage(Storage):
         self.requests.bytes_read += len(data)
         return data
 
+    @contextmanager
+    def read_stream(self, path: str) -> Iterator[ByteStream]:
+        self.requests.add("read")
+        try:
+            file = self._abs(path).open("rb")
+        except FileNotFoundError as e:
+            raise StorageFileNotFound("file not found", path=path) from e
+        except OSError as e:
+            raise StorageError(f"cannot read: {e.strerror}", path=path) from e
+        with file:
+            yield _Counted(file, self, path)
+
     def write_if_absent(self, path: str, data: bytes) -> None:
+        self._write(path, lambda f: f.write(data), len(data))
+
+    def write_stream_if_absent(self, path: str, source: ByteStream, size: int) -> None:
+        def copy(f: BinaryIO) -> None:
+            left = size
+            while left and (piece := source.read(min(left, COPY_BYTES))):
+                f.write(piece)
+                left -= len(piece)
+
+        self._write(path, copy, size)
+
+    def _write(self, path: str, fill: Callable[[BinaryIO], object], size: int) -> None:
+        """Create the file with what ``fill`` writes, atomically (see the class)."""
         self.requests.add("write")
         target = self._abs(path)
         try:
@@ -83,7 +113,7 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot create temporary file: {e.strerror}", path=path) from e
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                fill(f)
                 f.flush()
                 os.fsync(f.fileno())
                 try:
@@ -101,7 +131,7 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot write: {e.strerror}", path=path) from e
         finally:
             Path(tmp).unlink(missing_ok=True)
-        self.requests.bytes_written += len(data)
+        self.requests.bytes_written += size
 
     @staticmethod
     def _fsync_dir(folder: Path) -> None:
@@ -190,6 +220,21 @@ class LocalStorage(Storage):
             except OSError as e:
                 result.failed[path] = e.strerror or str(e)
         return result
+
+
+class _Counted:
+    """A local file read in pieces, its bytes counted as read and its errors typed."""
+
+    def __init__(self, file: ByteStream, storage: LocalStorage, path: str) -> None:
+        self._file, self._storage, self._path = file, storage, path
+
+    def read(self, size: int = -1, /) -> bytes:
+        try:
+            data = self._file.read(size)
+        except OSError as e:
+            raise StorageError(f"cannot read: {e.strerror}", path=self._path) from e
+        self._storage.requests.bytes_read += len(data)
+        return data
 
 
 def _locked_temporary(folder: Path, path: str, attempts: int = 5) -> tuple[int, str]:

@@ -23,9 +23,10 @@ from __future__ import annotations
 import posixpath
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Final
 
@@ -39,6 +40,7 @@ from state_runtime.errors import (
 )
 from state_runtime.redaction import get_logger
 from state_runtime.storage.base import (
+    ByteStream,
     DeleteResult,
     FileInfo,
     PartialWrite,
@@ -131,15 +133,40 @@ class S3Storage(Storage):
             self.requests.bytes_read += len(data)
         return data
 
+    @contextmanager
+    def read_stream(self, path: str) -> Iterator[ByteStream]:
+        key = self._key(path)
+        with self._call() as call:
+            try:
+                body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            except (ClientError, BotoCoreError) as e:
+                raise self._error(e, "read", path, call) from e
+        try:
+            yield _Body(self, body, path, call)
+        finally:
+            body.close()
+
     def write_if_absent(self, path: str, data: bytes) -> None:
         key = self._key(path)
         token = uuid.uuid4().hex
         if len(data) >= self.settings.multipart_threshold:
-            self._write_multipart(key, path, data, token)
+            part_size = self._part_size(len(data))
+            parts = (data[start : start + part_size] for start in range(0, len(data), part_size))
+            self._write_multipart(key, path, parts, token)
         else:
             self._put(key, path, data, token)
         with self._count_lock:
             self.requests.bytes_written += len(data)
+
+    def write_stream_if_absent(self, path: str, source: ByteStream, size: int) -> None:
+        if size < self.settings.multipart_threshold:
+            self.write_if_absent(path, source.read(size))
+            return
+        part_size = self._part_size(size)
+        parts = iter(lambda: source.read(part_size), b"")
+        self._write_multipart(self._key(path), path, parts, uuid.uuid4().hex)
+        with self._count_lock:
+            self.requests.bytes_written += size
 
     def exists(self, path: str) -> bool:
         return self._head(path) is not None
@@ -247,7 +274,10 @@ class S3Storage(Storage):
                 failure: _S3Failure = e
         self._settle(failure, call, key, path, token, "write")
 
-    def _write_multipart(self, key: str, path: str, data: bytes, token: str) -> None:
+    def _part_size(self, size: int) -> int:
+        return max(self.settings.multipart_part_size, -(-size // MAX_PARTS))
+
+    def _write_multipart(self, key: str, path: str, parts: Iterator[bytes], token: str) -> None:
         with self._call() as call:
             try:
                 upload_id = self._client.create_multipart_upload(
@@ -259,14 +289,14 @@ class S3Storage(Storage):
             except (ClientError, BotoCoreError) as e:
                 raise self._error(e, "start multipart upload", path, call) from e
         try:
-            parts = self._upload_parts(key, path, upload_id, data)
+            uploaded = self._upload_parts(key, path, upload_id, parts)
             with self._call() as call:
                 try:
                     self._client.complete_multipart_upload(
                         Bucket=self.bucket,
                         Key=key,
                         UploadId=upload_id,
-                        MultipartUpload={"Parts": parts},
+                        MultipartUpload={"Parts": uploaded},
                         IfNoneMatch="*",
                     )
                     return
@@ -278,12 +308,12 @@ class S3Storage(Storage):
             raise
 
     def _upload_parts(
-        self, key: str, path: str, upload_id: str, data: bytes
+        self, key: str, path: str, upload_id: str, parts: Iterator[bytes]
     ) -> Sequence[CompletedPartTypeDef]:
-        part_size = max(self.settings.multipart_part_size, -(-len(data) // MAX_PARTS))
-        offsets = range(0, len(data), part_size)
+        """Upload ``parts`` in order, ``multipart_concurrency`` at a time: a part is read from
+        ``parts`` only when one of those is free, so at most that many parts are in memory."""
 
-        def upload(number: int, start: int) -> CompletedPartTypeDef:
+        def upload(number: int, body: bytes) -> CompletedPartTypeDef:
             with self._call() as call:
                 try:
                     answer = self._client.upload_part(
@@ -291,7 +321,7 @@ class S3Storage(Storage):
                         Key=key,
                         UploadId=upload_id,
                         PartNumber=number,
-                        Body=data[start : start + part_size],
+                        Body=body,
                         ChecksumAlgorithm="CRC32",
                     )
                 except (ClientError, BotoCoreError) as e:
@@ -301,11 +331,17 @@ class S3Storage(Storage):
                 part["ChecksumCRC32"] = answer["ChecksumCRC32"]
             return part
 
-        workers = min(self.settings.multipart_concurrency, len(offsets))
+        workers = self.settings.multipart_concurrency
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="s3-part")
+        done: list[CompletedPartTypeDef] = []
+        running: deque[Future[CompletedPartTypeDef]] = deque()
         try:
-            futures = [pool.submit(upload, n, start) for n, start in enumerate(offsets, 1)]
-            return [f.result() for f in futures]
+            for number, body in enumerate(parts, 1):
+                if len(running) >= workers:
+                    done.append(running.popleft().result())
+                running.append(pool.submit(upload, number, body))
+            done.extend(f.result() for f in running)
+            return done
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -409,6 +445,22 @@ class S3Storage(Storage):
             endpoint=self.settings.endpoint_url or "AWS S3",
             attempts=max(call.attempts, 1),
         )
+
+
+class _Body:
+    """A GetObject body read in pieces, its bytes counted as read and its errors typed."""
+
+    def __init__(self, storage: S3Storage, body: Any, path: str, call: CallRecord) -> None:
+        self._storage, self._body, self._path, self._call = storage, body, path, call
+
+    def read(self, size: int = -1, /) -> bytes:
+        try:
+            data: bytes = self._body.read(None if size < 0 else size)
+        except BotoCoreError as e:  # the connection dropped mid-body
+            raise self._storage._error(e, "read", self._path, self._call) from e
+        with self._storage._count_lock:
+            self._storage.requests.bytes_read += len(data)
+        return data
 
 
 def _restore(bucket: str, prefix: str, settings: S3Settings) -> S3Storage:

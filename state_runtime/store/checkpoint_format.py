@@ -42,6 +42,10 @@ READABLE_VERSIONS = (1, 2, 3)
 _ENVELOPE = struct.Struct("<8sHHQ32s")  # magic, format version, reserved, length, sha256
 ENVELOPE_SIZE = _ENVELOPE.size
 HEADER_KEY = b"state_runtime.header"
+BATCH_BYTES = 1 << 20
+"""A format 2 file's rows go in record batches of about this many bytes (as decoded), so that
+a reader can take a large snapshot a batch at a time
+(:mod:`state_runtime.store.snapshot_stream`)."""
 
 SchemaLookup = Callable[[str], StateSchema | None]
 """Maps a schema id to its schema (e.g. :meth:`SchemaHistory.schema_of`): how a format 3
@@ -65,12 +69,21 @@ def encode(
     table = pa.table({"key": keys, "value": values})
     if not in_key_order:
         table, in_key_order = _sorted_by_key(table)
+    batch_rows = batch_rows_of(table)
     table, encodings = encode_table(table, in_key_order=in_key_order)
     if header.kind is FileKind.DELTA and header.schema_id and compact_format.fits(table):
         return compact_format.encode(
             MAGIC, header, table, encodings, compression, compression_level
         )
-    return encode_json_format(header, table, encodings, compression, compression_level)
+    return encode_json_format(
+        header, table, encodings, compression, compression_level, batch_rows=batch_rows
+    )
+
+
+def batch_rows_of(table: pa.Table) -> int:
+    """Rows per record batch for ``table``'s rows (as decoded): about :data:`BATCH_BYTES`."""
+    per_row = max(1, int(table.nbytes) // max(1, int(table.num_rows)))
+    return max(1, BATCH_BYTES // per_row)
 
 
 def encode_json_format(
@@ -79,9 +92,11 @@ def encode_json_format(
     encodings: dict[str, Any],
     compression: Compression = "zstd",
     compression_level: int | None = None,
+    *,
+    batch_rows: int | None = None,
 ) -> bytes:
     """Format 2: the 52-byte envelope and an Arrow IPC stream with the JSON header (rows as
-    :func:`encode_table` stored them)."""
+    :func:`encode_table` stored them), in record batches of ``batch_rows`` rows (None: one)."""
     metadata = {HEADER_KEY: header.to_json()}
     if encodings:
         metadata[ENCODINGS_KEY] = json.dumps(encodings, separators=(",", ":")).encode()
@@ -91,10 +106,17 @@ def encode_json_format(
     with pa.ipc.new_stream(
         sink, arrow_schema, options=pa.ipc.IpcWriteOptions(compression=codec)
     ) as writer:
-        writer.write_table(table.replace_schema_metadata(arrow_schema.metadata))
+        writer.write_table(
+            table.replace_schema_metadata(arrow_schema.metadata), max_chunksize=batch_rows
+        )
     payload: bytes = sink.getvalue().to_pybytes()
-    digest = hashlib.sha256(payload).digest()
-    return _ENVELOPE.pack(MAGIC, FORMAT_VERSION, 0, len(payload), digest) + payload
+    return envelope(len(payload), hashlib.sha256(payload).digest()) + payload
+
+
+def envelope(length: int, digest: bytes) -> bytes:
+    """The 52-byte envelope of a format 2 file whose payload has ``length`` bytes and SHA-256
+    ``digest``."""
+    return _ENVELOPE.pack(MAGIC, FORMAT_VERSION, 0, length, digest)
 
 
 def _sorted_by_key(table: pa.Table) -> tuple[pa.Table, bool]:
@@ -138,7 +160,7 @@ def decode(
 ) -> tuple[FileHeader, pa.Table]:
     """Verify and parse a checkpoint file. Raises CheckpointFileCorrupt naming ``path``, or
     SchemaMismatch for a format 3 delta whose schema id ``schemas`` does not know."""
-    corrupt = _corrupt(path, store, ref)
+    corrupt = corrupt_reporter(path, store, ref)
     if _format_of(data) == DELTA_FORMAT_VERSION:
         parsed = _parse_compact(data, corrupt)
         header = parsed.header
@@ -156,14 +178,14 @@ def decode(
         try:
             table = parsed.rows(schema.key_arrow, schema.value_arrow)
             table = decode_table(table, parsed.encodings, schema.key_arrow, schema.value_arrow)
-        except _PARSE_ERRORS as e:
+        except PARSE_ERRORS as e:
             raise corrupt(
                 f"rows do not parse under schema {header.schema_id} (<{schema.describe()}>): {e}"
             ) from e
     else:
         header, table = _decode_json_format(data, corrupt)
     assert header.schema is not None
-    problem = _layout_problem(table, header.schema.key_arrow, header.schema.value_arrow)
+    problem = layout_problem(table, header.schema.key_arrow, header.schema.value_arrow)
     if problem:
         raise corrupt(problem)
     if table.num_rows != header.file_rows:
@@ -178,11 +200,11 @@ def read_header(
     its schema: a format 3 delta's rows are not parsed (its ``schema`` is None), an older
     file is decoded whole. Raises CheckpointFileCorrupt naming ``path``."""
     if _format_of(data) == DELTA_FORMAT_VERSION:
-        return _parse_compact(data, _corrupt(path, store, ref)).header
+        return _parse_compact(data, corrupt_reporter(path, store, ref)).header
     return decode(data, path, store, ref)[0]
 
 
-_PARSE_ERRORS = (
+PARSE_ERRORS = (
     RecursionError,  # deeply nested JSON in a crafted header or encodings
     OverflowError,  # a crafted timestamp out of range
     pa.ArrowException,
@@ -195,7 +217,7 @@ _PARSE_ERRORS = (
 )
 
 
-def _corrupt(
+def corrupt_reporter(
     path: str, store: object | None, ref: CheckpointRef | None
 ) -> Callable[[str], CheckpointFileCorrupt]:
     def corrupt(reason: str) -> CheckpointFileCorrupt:
@@ -218,7 +240,7 @@ def _parse_compact(
         raise corrupt(problem)
     try:
         return compact_format.Parsed(data)
-    except (*_PARSE_ERRORS, InvalidArgument) as e:
+    except (*PARSE_ERRORS, InvalidArgument) as e:
         raise corrupt(f"unparsable header: {e}") from e
 
 
@@ -226,6 +248,26 @@ def _decode_json_format(
     data: bytes, corrupt: Callable[[str], CheckpointFileCorrupt]
 ) -> tuple[FileHeader, pa.Table]:
     """Formats 1 and 2: the 52-byte envelope and an Arrow IPC stream with a JSON header."""
+    fmt, length, digest = envelope_of(data, corrupt)
+    payload = memoryview(data)[ENVELOPE_SIZE:]
+    check_payload(len(payload), length, hashlib.sha256(payload).digest() == digest, corrupt)
+    try:
+        reader = pa.ipc.open_stream(pa.py_buffer(payload))
+        table = reader.read_all()
+        header, encodings = stream_header(reader.schema, fmt)
+        assert header.schema is not None
+        key_type, value_type = header.schema.key_arrow, header.schema.value_arrow
+        table = decode_table(table, encodings, key_type, value_type)
+    except (*PARSE_ERRORS, InvalidArgument) as e:
+        raise corrupt(f"unparsable content: {e}") from e
+    return header, table
+
+
+def envelope_of(
+    data: bytes, corrupt: Callable[[str], CheckpointFileCorrupt]
+) -> tuple[int, int, bytes]:
+    """A format 1 or 2 file's envelope (its first :data:`ENVELOPE_SIZE` bytes, or all of a
+    shorter file), checked: the format version, the payload's length and its SHA-256."""
     if len(data) < ENVELOPE_SIZE:
         raise corrupt(f"truncated: {len(data)} bytes, shorter than the {ENVELOPE_SIZE}-byte header")
     magic, fmt, reserved, length, digest = _ENVELOPE.unpack_from(data)
@@ -236,33 +278,34 @@ def _decode_json_format(
         raise corrupt(f"unsupported format version {fmt} (this code reads {readable})")
     if reserved != 0:
         raise corrupt(f"reserved header field is {reserved}, expected 0")
-    payload = memoryview(data)[ENVELOPE_SIZE:]
-    if len(payload) != length:
-        raise corrupt(
-            f"truncated or extended: payload is {len(payload)} bytes, header says {length}"
-        )
-    if hashlib.sha256(payload).digest() != digest:
+    return fmt, length, digest
+
+
+def check_payload(
+    found: int, length: int, digest_matches: bool, corrupt: Callable[[str], CheckpointFileCorrupt]
+) -> None:
+    """Refuse a payload of another length than its envelope says, or another checksum."""
+    if found != length:
+        raise corrupt(f"truncated or extended: payload is {found} bytes, header says {length}")
+    if not digest_matches:
         raise corrupt("checksum mismatch: the bytes were altered")
-    try:
-        reader = pa.ipc.open_stream(pa.py_buffer(payload))
-        table = reader.read_all()
-        metadata = reader.schema.metadata or {}
-        raw = metadata.get(HEADER_KEY)
-        if raw is None:
-            raise ValueError("no state_runtime header in the Arrow schema metadata")
-        header = FileHeader.from_json(raw, fmt)
-        assert header.schema is not None
-        key_type, value_type = header.schema.key_arrow, header.schema.value_arrow
-        encodings = metadata.get(ENCODINGS_KEY)
-        if encodings is not None and fmt < 2:
-            raise ValueError(f"column encodings in a format version {fmt} file")
-        table = decode_table(table, encodings, key_type, value_type)
-    except (*_PARSE_ERRORS, InvalidArgument) as e:
-        raise corrupt(f"unparsable content: {e}") from e
-    return header, table
 
 
-def _layout_problem(table: pa.Table, key_type: pa.DataType, value_type: pa.DataType) -> str:
+def stream_header(schema: pa.Schema, fmt: int) -> tuple[FileHeader, bytes | None]:
+    """The header and the column encodings a format 1 or 2 stream's schema metadata holds.
+    Raises ValueError when they are missing or malformed."""
+    metadata = schema.metadata or {}
+    raw = metadata.get(HEADER_KEY)
+    if raw is None:
+        raise ValueError("no state_runtime header in the Arrow schema metadata")
+    header = FileHeader.from_json(raw, fmt)
+    encodings = metadata.get(ENCODINGS_KEY)
+    if encodings is not None and fmt < 2:
+        raise ValueError(f"column encodings in a format version {fmt} file")
+    return header, encodings
+
+
+def layout_problem(table: pa.Table, key_type: pa.DataType, value_type: pa.DataType) -> str:
     """What is wrong with a decoded table's columns for its header's schemas, or ""."""
     if table.column_names != ["key", "value"]:
         return f"columns {table.column_names}, expected exactly ['key', 'value']"

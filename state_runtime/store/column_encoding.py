@@ -20,6 +20,7 @@ checked with Python integers before numpy computes, nothing wraps.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,46 +41,133 @@ def _narrowest(low: int, high: int) -> pa.DataType:
     raise OverflowError(f"{low}..{high} does not fit in 64 bits")
 
 
-def _encode_field(column: pa.Array, *, delta: bool) -> tuple[pa.Array, dict[str, Any]] | None:
-    """``column`` stored narrow and how, or None when that would not be narrower."""
-    if len(column) == 0 or column.null_count == len(column):
-        return None
-    as_int64 = column.cast(pa.int64())
-    low, high = (int(x.as_py()) for x in pc.min_max(as_int64).values())
-    if high - low >= 1 << 63:
-        return None  # the stored numbers must fit in 64 bits
-    if delta and column.null_count == 0:
+@dataclass
+class FieldStats:
+    """What choosing one integer field's encoding needs, gathered a piece of its column at a
+    time (pieces in row order)."""
+
+    rows: int = 0
+    nulls: int = 0
+    low: int = 0
+    high: int = 0
+    first: int | None = None
+    last: int | None = None
+    ascending: bool = True
+    max_step: int = 0
+
+    def add(self, column: pa.Array) -> None:
+        seen = self.rows > self.nulls  # values before this piece
+        self.rows += len(column)
+        self.nulls += column.null_count
+        if column.null_count == len(column):
+            return
+        as_int64 = column.cast(pa.int64())
+        low, high = (int(x.as_py()) for x in pc.min_max(as_int64).values())
+        self.low, self.high = (min(self.low, low), max(self.high, high)) if seen else (low, high)
+        if not self.ascending or self.nulls or self.high - self.low >= 1 << 63:
+            self.ascending = False  # no delta: nulls, or a range that leaves no encoding at all
+            return
         values = np.asarray(as_int64.to_numpy(), dtype=np.int64)
-        steps = np.diff(values, prepend=values[:1])  # exact: the range is below 2**63
-        if int(steps.min()) >= 0:  # ascending, as the key order of an integer column is
-            stored_type = _narrowest(0, int(steps.max()))
-            if stored_type.bit_width < column.type.bit_width:
-                stored = pa.array(steps.astype(stored_type.to_pandas_dtype()), type=stored_type)
-                return stored, {"kind": "delta", "base": int(values[0])}
-    stored_type = _narrowest(0, high - low)
-    if stored_type.bit_width >= column.type.bit_width:
-        return None
-    stored = pc.subtract(as_int64, pa.scalar(low, pa.int64())).cast(stored_type)
-    return stored, {"kind": "offset", "base": low}
+        previous = values[:1] if self.last is None else np.array([self.last], dtype=np.int64)
+        steps = np.diff(values, prepend=previous)  # exact: the range is below 2**63
+        self.ascending = int(steps.min()) >= 0
+        self.max_step = max(self.max_step, int(steps.max()))
+        self.first = int(values[0]) if self.first is None else self.first
+        self.last = int(values[-1])
+
+    def choice(self, field_type: pa.DataType, *, delta: bool) -> _Choice | None:
+        """How to store the field narrow, or None when that would not be narrower."""
+        if self.rows == 0 or self.nulls == self.rows or self.high - self.low >= 1 << 63:
+            return None
+        if delta and not self.nulls and self.ascending and self.first is not None:
+            stored_type = _narrowest(0, self.max_step)
+            if stored_type.bit_width < field_type.bit_width:
+                return _Choice(stored_type, {"kind": "delta", "base": self.first})
+        stored_type = _narrowest(0, self.high - self.low)
+        if stored_type.bit_width >= field_type.bit_width:
+            return None
+        return _Choice(stored_type, {"kind": "offset", "base": self.low})
+
+
+@dataclass(frozen=True)
+class _Choice:
+    stored_type: pa.DataType
+    spec: dict[str, Any]
+
+    def encode(self, column: pa.Array, previous: int | None) -> pa.Array:
+        """A piece of the column stored narrow; ``previous``: the value before it (delta)."""
+        as_int64 = column.cast(pa.int64())
+        if self.spec["kind"] == "delta":
+            values = np.asarray(as_int64.to_numpy(), dtype=np.int64)
+            before = values[:1] if previous is None else np.array([previous], dtype=np.int64)
+            steps = np.diff(values, prepend=before)
+            return pa.array(steps.astype(self.stored_type.to_pandas_dtype()), type=self.stored_type)
+        base = pa.scalar(self.spec["base"], pa.int64())
+        return pc.subtract(as_int64, base).cast(self.stored_type)
+
+
+class TableEncoder:
+    """:func:`encode_table` over rows given a piece at a time, in two passes: every piece
+    through :meth:`add`, then :meth:`choose`, then every piece again, in the same order,
+    through :meth:`encode`. The encodings are those of the whole table."""
+
+    def __init__(self, key_type: pa.StructType, value_type: pa.StructType, *, in_key_order: bool):
+        self._fields = {
+            f"{name}.{i}": FieldStats()
+            for name, struct in (("key", key_type), ("value", value_type))
+            for i, field in enumerate(struct)
+            if pa.types.is_integer(field.type) and not pa.types.is_unsigned_integer(field.type)
+        }
+        self._types = {"key": key_type, "value": value_type}
+        self._in_key_order = in_key_order
+        self._chosen: dict[str, _Choice] = {}
+        self._last: dict[str, int] = {}
+
+    def add(self, keys: pa.StructArray, values: pa.StructArray) -> None:
+        for name, struct in (("key", keys), ("value", values)):
+            for i in range(struct.type.num_fields):
+                stats = self._fields.get(f"{name}.{i}")
+                if stats is not None:
+                    stats.add(struct.field(i))
+
+    def choose(self) -> dict[str, Any]:
+        """The encodings, as the file's metadata records them."""
+        for path, stats in self._fields.items():
+            name, i = path.split(".")
+            delta = path == "key.0" and self._in_key_order
+            choice = stats.choice(self._types[name].field(int(i)).type, delta=delta)
+            if choice is not None:
+                self._chosen[path] = choice
+        return {path: choice.spec for path, choice in self._chosen.items()}
+
+    def encode(self, keys: pa.StructArray, values: pa.StructArray) -> pa.Table:
+        """A piece of the rows with its integer fields stored as chosen."""
+        columns = []
+        for name, struct in (("key", keys), ("value", values)):
+            children = [struct.field(i) for i in range(struct.type.num_fields)]
+            narrowed = False
+            for i in range(len(children)):
+                choice = self._chosen.get(f"{name}.{i}")
+                if choice is None:
+                    continue
+                path = f"{name}.{i}"
+                stored = choice.encode(children[i], self._last.get(path))
+                if choice.spec["kind"] == "delta" and len(children[i]):
+                    self._last[path] = int(children[i][-1].as_py())
+                children[i] = stored
+                narrowed = True
+            columns.append(_with_children(struct, children) if narrowed else struct)
+        return pa.table({"key": columns[0], "value": columns[1]})
 
 
 def encode_table(table: pa.Table, *, in_key_order: bool) -> tuple[pa.Table, dict[str, Any]]:
     """The ``key``/``value`` table with its integer fields stored narrow, and the encodings."""
-    encodings: dict[str, Any] = {}
-    columns = []
-    for name in ("key", "value"):
-        struct = table.column(name).combine_chunks()
-        children = [struct.field(i) for i in range(struct.type.num_fields)]
-        narrowed = False
-        for i, field in enumerate(struct.type):
-            if pa.types.is_integer(field.type) and not pa.types.is_unsigned_integer(field.type):
-                first_key = name == "key" and i == 0
-                encoded = _encode_field(children[i], delta=first_key and in_key_order)
-                if encoded is not None:
-                    children[i], encodings[f"{name}.{i}"] = encoded
-                    narrowed = True
-        columns.append(_with_children(struct, children) if narrowed else struct)
-    return pa.table({"key": columns[0], "value": columns[1]}), encodings
+    keys = table.column("key").combine_chunks()
+    values = table.column("value").combine_chunks()
+    encoder = TableEncoder(keys.type, values.type, in_key_order=in_key_order)
+    encoder.add(keys, values)
+    encodings = encoder.choose()
+    return encoder.encode(keys, values), encodings
 
 
 def _with_children(struct: pa.StructArray, children: list[pa.Array]) -> pa.StructArray:
@@ -97,10 +185,15 @@ def decode_table(
     raw: bytes | dict[str, Any] | None,
     key_type: pa.StructType,
     value_type: pa.StructType,
+    carry: dict[str, int] | None = None,
 ) -> pa.Table:
     """The inverse of :func:`encode_table`, given the encodings as JSON (format 2) or parsed
     (format 3). Raises ValueError on encodings that do not fit the table or the schemas (the
-    caller reports the file as corrupt)."""
+    caller reports the file as corrupt).
+
+    A file's record batches decoded one at a time share one ``carry``: a ``delta`` field's
+    first step in a later batch counts from the previous batch's last value, which ``carry``
+    holds by field."""
     if raw is None:
         return table
     encodings = dict(raw) if isinstance(raw, dict) else json.loads(raw)
@@ -120,7 +213,14 @@ def decode_table(
         children = [
             struct.field(i)
             if spec is None
-            else _decode_field(struct.field(i), spec, field, first_key=name == "key" and i == 0)
+            else _decode_field(
+                struct.field(i),
+                spec,
+                field,
+                first_key=name == "key" and i == 0,
+                carry=carry,
+                name=f"{name}.{i}",
+            )
             for i, (field, spec) in enumerate(zip(logical, specs, strict=True))
         ]
         columns.append(_with_children(struct, children))
@@ -129,7 +229,15 @@ def decode_table(
     return pa.table({"key": columns[0], "value": columns[1]})
 
 
-def _decode_field(child: pa.Array, spec: Any, field: pa.Field, *, first_key: bool) -> pa.Array:
+def _decode_field(
+    child: pa.Array,
+    spec: Any,
+    field: pa.Field,
+    *,
+    first_key: bool,
+    carry: dict[str, int] | None = None,
+    name: str = "",
+) -> pa.Array:
     where = f"field {field.name!r}"
     if not isinstance(spec, dict) or spec.get("kind") not in _KINDS:
         raise ValueError(f"{where}: unknown encoding {spec!r}")
@@ -146,12 +254,18 @@ def _decode_field(child: pa.Array, spec: Any, field: pa.Field, *, first_key: boo
         if not first_key or child.null_count:
             raise ValueError(f"{where}: delta encoding on a field that cannot have it")
         steps = np.asarray(child.to_numpy())
-        if len(steps) and (steps[0] != 0 or int(steps.min()) < 0):
+        continued = carry is not None and name in carry
+        if continued:
+            assert carry is not None
+            base = carry[name]  # this batch's steps go on from the previous batch's last value
+        if len(steps) and ((steps[0] != 0 and not continued) or int(steps.min()) < 0):
             raise ValueError(f"{where}: delta steps must start at 0 and not be negative")
         if len(steps) and base + int(steps.sum(dtype=np.int64)) >= 1 << 63:
             raise ValueError(f"{where}: delta values overflow 64 bits")
         total = np.cumsum(steps, dtype=np.int64)
         total += np.int64(base)
+        if carry is not None and len(total):
+            carry[name] = int(total[-1])
         values = pa.array(total, type=pa.int64())
     else:
         low, high = (x.as_py() for x in pc.min_max(child).values())

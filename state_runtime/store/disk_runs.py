@@ -420,18 +420,11 @@ class RunWriter:
         self._removals += block.removals
 
     def _failed(self, error: OSError) -> None:
-        self._discard()
-        if error.errno == errno.ENOSPC or "No space left" in str(error):
-            raise LocalDiskFull(
-                f"local disk filled up while writing a run of this store's state ({error})",
-                needed=self._needed,
-                free=LOCAL_DISK.free_bytes(),
-                store=self._store,
-                path=self.path,
-            ) from error
+        self.discard()
+        raise_if_full(error, "a run", self._store, self._needed, self.path)
         raise error
 
-    def _discard(self) -> None:
+    def discard(self) -> None:
         """Close and delete the file (idempotent)."""
         for closing in ("_writer", "_sink"):
             if hasattr(self, closing):
@@ -464,6 +457,18 @@ class RunWriter:
         )
 
 
+def raise_if_full(error: OSError, what: str, store: object, needed: int, path: str) -> None:
+    """LocalDiskFull if ``error`` says the local disk is full (writing ``what``)."""
+    if error.errno == errno.ENOSPC or "No space left" in str(error):
+        raise LocalDiskFull(
+            f"local disk filled up while writing {what} of this store's state ({error})",
+            needed=needed,
+            free=LOCAL_DISK.free_bytes(),
+            store=store,
+            path=path,
+        ) from error
+
+
 def held_bytes(run: AnyRun) -> int:
     """Bytes of a run's rows, on disk or in memory."""
     return run.file_bytes if isinstance(run, DiskRun) else run.nbytes
@@ -494,7 +499,7 @@ def written(
         for piece in pieces:
             writer.add(piece)
     except BaseException:
-        writer._discard()
+        writer.discard()
         raise
     return writer.finish(compaction=compaction)
 

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import pyarrow as pa
+
 from state_runtime.errors import (
     CannotLoadState,
     CheckpointFileCorrupt,
@@ -30,8 +32,16 @@ from state_runtime.errors import (
     UnknownCheckpointId,
 )
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, parse_file_name
-from state_runtime.store.checkpoint_format import FileHeader, check_identity, decode
+from state_runtime.storage.base import ByteStream
+from state_runtime.store.checkpoint_format import (
+    ENVELOPE_SIZE,
+    FileHeader,
+    check_identity,
+    decode,
+)
+from state_runtime.store.disk_runs import AnyRun
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.snapshot_stream import read_snapshot, streams
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
 from state_runtime.store.versions import Version, row_change, squash
@@ -51,7 +61,8 @@ class CheckpointFile:
     kind: FileKind
     path: str
     header: FileHeader
-    run: Run
+    run: AnyRun
+    """In memory, except a large snapshot's rows (:mod:`state_runtime.store.snapshot_stream`)."""
 
 
 class _Vanished(Exception):
@@ -287,6 +298,7 @@ class VersionLoader:
         runs = list(base.runs)
         rows = base.rows
         for delta in reversed(chain):
+            assert isinstance(delta.run, Run)  # deltas are read whole
             rows += row_change(self.indexer, runs, delta.run)
             runs.insert(0, delta.run)
             if rows != delta.header.state_rows:
@@ -325,7 +337,14 @@ class VersionLoader:
         """Read and verify one checkpoint file of this store (None if absent and allowed)."""
         path = self._path(ref, kind)
         try:
-            data = self.target.storage.read(path)
+            if kind is FileKind.SNAPSHOT:
+                with self.target.storage.read_stream(path) as stream:
+                    head = stream.read(ENVELOPE_SIZE)
+                    if streams(head):
+                        return self._read_streamed(ref, path, head, stream, metrics)
+                    data = head + stream.read()
+            else:
+                data = self.target.storage.read(path)
         except StorageFileNotFound:
             if missing_ok:
                 return None
@@ -347,18 +366,12 @@ class VersionLoader:
             ) from None
         check_identity(header, self.store, ref, kind, path)
         assert header.schema is not None
-        try:
-            projection = self.target.history.projection(header.schema_id, header.schema)
-        except SchemaMismatch as e:
-            raise SchemaMismatch(
-                f"cannot read this file under the store's schema: {e.reason}",
-                store=self.store,
-                version=ref.version,
-                checkpoint_id=ref.checkpoint_id,
-                path=path,
-            ) from None
-        keys, values = projection.apply(
-            table.column("key").combine_chunks(), table.column("value").combine_chunks()
+        keys, values = self._project(
+            ref,
+            path,
+            header,
+            table.column("key").combine_chunks(),
+            table.column("value").combine_chunks(),
         )
         run, duplicates = Run.build(self.indexer, keys, values)
         problem = None
@@ -369,6 +382,51 @@ class VersionLoader:
         if problem:
             raise self._fault(CheckpointFileCorrupt, problem, ref, path)
         return CheckpointFile(ref, kind, path, header, run)
+
+    def _project(
+        self,
+        ref: CheckpointRef,
+        path: str,
+        header: FileHeader,
+        keys: pa.StructArray,
+        values: pa.StructArray,
+    ) -> tuple[pa.StructArray, pa.StructArray]:
+        """Rows of a file written under ``header``'s schema, as the store's schema has them."""
+        assert header.schema is not None
+        try:
+            projection = self.target.history.projection(header.schema_id, header.schema)
+        except SchemaMismatch as e:
+            raise SchemaMismatch(
+                f"cannot read this file under the store's schema: {e.reason}",
+                store=self.store,
+                version=ref.version,
+                checkpoint_id=ref.checkpoint_id,
+                path=path,
+            ) from None
+        return projection.apply(keys, values)
+
+    def _read_streamed(
+        self,
+        ref: CheckpointRef,
+        path: str,
+        head: bytes,
+        stream: ByteStream,
+        metrics: LoadMetrics,
+    ) -> CheckpointFile:
+        """A large snapshot read a batch at a time into a run (on local disk once it outgrows
+        the spill threshold): :mod:`state_runtime.store.snapshot_stream`."""
+        header, run, size = read_snapshot(
+            head,
+            stream,
+            path=path,
+            store=self.store,
+            ref=ref,
+            indexer=self.indexer,
+            project=lambda h, k, v: self._project(ref, path, h, k, v),
+        )
+        metrics.files_read += 1
+        metrics.bytes_read += size
+        return CheckpointFile(ref, FileKind.SNAPSHOT, path, header, run)
 
     def _need_delta(
         self,

@@ -33,6 +33,7 @@ from state_runtime.store.config import StoreConfig
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.loader import VersionLoader, unchanged
 from state_runtime.store.schema_history import SchemaHistory
+from state_runtime.store.snapshot_writer import write_snapshot_streamed
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.state_store import ReadStateStore, StateStore
@@ -117,7 +118,9 @@ class StateStoreProvider:
     def snapshot(self, version: int, checkpoint_id: str | None = None) -> CheckpointInfo:
         """Write ``<version>_<id>.snapshot`` of a committed version (idempotent).
 
-        If the snapshot already exists it is left untouched and described as it is.
+        If the snapshot already exists it is left untouched and described as it is. A version
+        holding runs on local disk is written from them block by block, never whole in memory
+        (:mod:`state_runtime.store.snapshot_writer`).
         """
         ref = self.resolve(version, checkpoint_id)
         if ref.version == 0 or ref.checkpoint_id is None:
@@ -128,18 +131,21 @@ class StateStoreProvider:
         if written is not None and written != self.history.newest.schema_id:
             return self.as_of(written).snapshot(ref.version, ref.checkpoint_id)
         view, _ = self._open(ref.version, ref.checkpoint_id)
-        state = view.state()
-        info = write_checkpoint(
-            self.checkpoints,
-            FileKind.SNAPSHOT,
-            ref,
-            view.lineage,
-            state.keys,
-            state.values,
-            view.rows,
-            in_key_order=self.indexer.exact,
-            exists_ok=True,
-        )
+        if any(run.on_disk for run in view.runs):
+            info = write_snapshot_streamed(self.checkpoints, ref, view, exists_ok=True)
+        else:
+            state = view.state()
+            info = write_checkpoint(
+                self.checkpoints,
+                FileKind.SNAPSHOT,
+                ref,
+                view.lineage,
+                state.keys,
+                state.values,
+                view.rows,
+                in_key_order=self.indexer.exact,
+                exists_ok=True,
+            )
         with self._lock:
             self._known_snapshots.add(ref)
         return info
@@ -198,7 +204,7 @@ class StateStoreProvider:
             return pa.table({"key": empty.keys, "value": empty.values})
         if found is None:
             found = self._loader.read(ref, FileKind.DELTA, LoadMetrics(), missing_ok=False)
-        assert found is not None
+        assert found is not None and isinstance(found.run, Run)  # deltas are read whole
         return pa.table({"key": found.run.keys, "value": found.run.values})
 
     def unchanged(self, ref: CheckpointRef) -> bool:

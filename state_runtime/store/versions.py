@@ -92,15 +92,26 @@ def live_blocks(
 ) -> Iterator[Run]:
     """The rows of a stack of runs (newest first, the base last, without removals) that are
     not removed, in index order: one run when all are in memory, else block by block."""
+    yield from layer_blocks(indexer, *layers(indexer, runs, store))
+
+
+def layers(
+    indexer: KeyIndexer, runs: Sequence[AnyRun], store: object | None = None
+) -> tuple[AnyRun, AnyRun | None]:
+    """A stack of runs (newest first) as its base and its changes squashed into one run
+    (None: no changes), for :func:`layer_blocks` to read, as often as needed."""
     base, overlays = runs[-1], runs[:-1]
-    if not overlays:
+    return base, squash(indexer, overlays, store) if overlays else None
+
+
+def layer_blocks(indexer: KeyIndexer, base: AnyRun, changes: AnyRun | None) -> Iterator[Run]:
+    """The live rows of ``base`` under ``changes`` in index order (see :func:`live_blocks`)."""
+    if changes is None:
         yield from base.blocks()
-        return
-    changes = squash(indexer, overlays, store)
-    if isinstance(base, Run) and isinstance(changes, Run):
+    elif isinstance(base, Run) and isinstance(changes, Run):
         yield base.merged_with(indexer, changes, drop_removals=True)
-        return
-    yield from merge_blocks(indexer, base.blocks(), changes.blocks(), drop_removals=True)
+    else:
+        yield from merge_blocks(indexer, base.blocks(), changes.blocks(), drop_removals=True)
 
 
 def row_change(indexer: KeyIndexer, runs: Sequence[AnyRun], changes: Run) -> int:
@@ -157,6 +168,10 @@ class Version:
     def blocks(self) -> Iterator[Run]:
         """Every row of this version in index order, block by block (see :func:`live_blocks`)."""
         return live_blocks(self.indexer, self.runs, self.store)
+
+    def layers(self) -> tuple[AnyRun, AnyRun | None]:
+        """The base and the changes squashed into one run (see :func:`layers`)."""
+        return layers(self.indexer, self.runs, self.store)
 
     def state(self) -> Run:
         """Every row of this version as one run in memory (O(rows) when layered)."""

@@ -1,0 +1,163 @@
+"""Cold start at scale (issue 37): a worker opens a store it never held, from a snapshot and
+a delta, under a small budget (the snapshot streamed into a run on local disk) and with an
+unbounded one (the snapshot read and decoded whole), each in a fresh process; then it writes
+a snapshot of that version (from its runs on disk, block by block, or whole).
+
+For each size it builds a store of N ``bigint -> bigint`` keys (value = key), snapshots it,
+commits 10k updates on top, then measures in fresh processes: the time to open the latest
+version, do 1,000 gets and scan every row, the time to write the snapshot, and the peak
+resident memory growth over the process's own baseline after imports and a warm-up
+(VmHWM), before and after the snapshot. Prints a table, one JSON line per run, and
+the load average.
+
+    python benchmarks/bench_cold_start.py [--keys 200000,2000000] [--budget-mib 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from peak_memory import peak_rss
+
+from state_runtime import StateStoreProvider
+from state_runtime.storage import LocalStorage
+from state_runtime.store.cache import set_budget
+from state_runtime.store.disk_runs import LOCAL_DISK
+
+KEY = pa.struct([("k", pa.int64())])
+VALUE = pa.struct([("v", pa.int64())])
+ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_MMAP_THRESHOLD_": "65536"}
+"""The allocator settings docs/state-on-disk.md gives workers that hold state on disk."""
+
+
+def _provider(root: str, partition: int = 0) -> StateStoreProvider:
+    return StateStoreProvider(
+        LocalStorage(root), 0, partition, key_schema="k bigint", value_schema="v bigint"
+    )
+
+
+def _table(keys: np.ndarray, values: np.ndarray) -> pa.Table:
+    return pa.table(
+        {
+            "key": pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY)),
+            "value": pa.StructArray.from_arrays([pa.array(values)], fields=list(VALUE)),
+        }
+    )
+
+
+def prepare(root: str, keys: int) -> None:
+    """A snapshot of ``keys`` keys and a delta of 10k updates on top; the head in head.json."""
+    provider = _provider(root)
+    store = provider.get_store(0)
+    for start in range(0, keys, 500_000):
+        chunk = np.arange(start, min(keys, start + 500_000), dtype=np.int64)
+        store.apply_arrow(_table(chunk, chunk))
+    info = store.commit()
+    provider.snapshot(info.version, info.checkpoint_id)
+    store = provider.get_store(info.version, info.checkpoint_id)
+    updated = np.unique(np.random.default_rng(1).integers(0, keys, 10_000))
+    store.apply_arrow(_table(updated, updated + 1))
+    head = store.commit()
+    Path(root, "head.json").write_text(json.dumps([head.version, head.checkpoint_id]))
+
+
+def load(root: str, budget_mib: int, *, memory: bool) -> dict[str, object]:
+    """Open the head cold, 1,000 gets and a full scan: time, memory and a checksum."""
+    set_budget(1 << 40 if memory else budget_mib << 20)
+    warm = tempfile.mkdtemp(prefix="bench-cold-warm-")
+    warm_up = _provider(warm, 1)
+    small = np.arange(50_000, dtype=np.int64)
+    store = warm_up.get_store(0)
+    store.apply_arrow(_table(small, small))
+    done = store.commit()
+    warm_up.snapshot(done.version, done.checkpoint_id)
+    _provider(warm, 1).get_read_store(done.version, done.checkpoint_id).get(7)
+    baseline = peak_rss()
+    version, checkpoint_id = json.loads(Path(root, "head.json").read_text())
+    started = time.perf_counter()
+    provider = _provider(root)
+    read = provider.get_read_store(version, checkpoint_id)
+    opened = time.perf_counter() - started
+    for k in np.random.default_rng(2).integers(0, read.metrics.rows, 1000):
+        read.get(int(k))
+    total = rows = 0
+    for block in read._blocks():
+        total = (total + int(block.values.field("v").to_numpy().sum())) % (1 << 61)
+        rows += len(block)
+    total_s = time.perf_counter() - started
+    peak = peak_rss() - baseline
+    started = time.perf_counter()
+    provider.snapshot(version, checkpoint_id)  # from runs on disk when streamed
+    return {
+        "mode": "memory" if memory else "streamed",
+        "rows": rows,
+        "budget_bytes": budget_mib << 20,
+        "open_s": round(opened, 3),
+        "total_s": round(total_s, 3),
+        "peak_rss_growth_bytes": peak,
+        "snapshot_s": round(time.perf_counter() - started, 3),
+        "peak_rss_growth_with_snapshot_bytes": peak_rss() - baseline,
+        "local_disk_bytes_written": LOCAL_DISK.stats.bytes_written,
+        "checksum": total,
+        "load": os.getloadavg()[0],
+    }
+
+
+def _child(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, __file__, *args],
+        capture_output=True,
+        text=True,
+        env=os.environ | ENV,
+        check=True,
+    )
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--keys", default="200000,2000000")
+    parser.add_argument("--budget-mib", type=int, default=4)
+    parser.add_argument("--prepare", metavar="ROOT")
+    parser.add_argument("--load", metavar="ROOT")
+    parser.add_argument("--memory", action="store_true")
+    args = parser.parse_args()
+    if args.prepare:
+        prepare(args.prepare, int(args.keys))
+        return
+    if args.load:
+        print(json.dumps(load(args.load, args.budget_mib, memory=args.memory)))
+        return
+    print(f"load average before: {os.getloadavg()}")
+    print(
+        "keys       mode      open s  total s  peak RSS growth  local bytes written  "
+        "snapshot s  peak RSS growth with the snapshot"
+    )
+    for keys in [int(k) for k in args.keys.split(",")]:
+        root = tempfile.mkdtemp(prefix="bench-cold-")
+        _child("--prepare", root, "--keys", str(keys))
+        for mode in ("streamed", "memory"):
+            extra = ["--memory"] if mode == "memory" else []
+            line = _child("--load", root, "--budget-mib", str(args.budget_mib), *extra)
+            r = json.loads(line)
+            print(
+                f"{keys:<10d} {mode:<9s} {r['open_s']:>6.2f}  {r['total_s']:>7.2f}  "
+                f"{r['peak_rss_growth_bytes'] / 2**20:>12.1f} MiB  "
+                f"{r['local_disk_bytes_written'] / 2**20:>12.1f} MiB  {r['snapshot_s']:>10.2f}  "
+                f"{r['peak_rss_growth_with_snapshot_bytes'] / 2**20:>12.1f} MiB"
+            )
+            print(line)
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
