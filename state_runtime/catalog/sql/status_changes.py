@@ -33,7 +33,8 @@ def _record_statement(dialect: str, limits: tuple[str, ...], by_root: bool) -> s
     (``limit_<name>``), the cutoffs, the moment of recording (``recorded_at``) and the root are
     bind parameters."""
     policy = PolicySql.bound(WRITE_LOOKUPS, RetentionPolicy().retain_versions)
-    facts = store_facts(WRITE_LOOKUPS, policy, Scope.of_root(WRITE_LOOKUPS, by_root))
+    scope = Scope.of_root(WRITE_LOOKUPS, by_root)
+    facts = store_facts(WRITE_LOOKUPS, policy, scope, figures=False)
     facts_sq = facts.subquery("f")
     sql_limits = {name: sa.bindparam(f"limit_{name}", type_=sa.BigInteger()) for name in limits}
     status, reason, estimate = StatusSql(facts_sq.c, sql_limits, dialect).estimate()
