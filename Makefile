@@ -16,7 +16,7 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
         lint format demo demo-maintain dagster airflow \
         bench-store bench-disk bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
-        bench-maintenance bench-eviction bench-schema bench-dagster-partitions bench-tws bench-tws-task fuzz-spark \
+        bench-maintenance bench-cleanup-workers bench-eviction bench-schema bench-dagster-partitions bench-tws bench-tws-task fuzz-spark \
         fuzz-tws soak clean
 
 help:
@@ -160,6 +160,9 @@ dagster: $(STAMP)
 
 bench-maintenance: $(STAMP)
 	$(PY) benchmarks/bench_maintenance.py
+
+bench-cleanup-workers: $(STAMP)  ## issue 35: a cleanup backlog with 1 worker and the default count
+	$(PY) benchmarks/bench_cleanup_workers.py
 
 bench-dagster-partitions: $(STAMP)
 	$(PY) benchmarks/bench_dagster_partitions.py

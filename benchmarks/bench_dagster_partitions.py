@@ -17,19 +17,17 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 from dagster import AssetMaterialization, DagsterEvent, DagsterEventType, DagsterInstance
 from dagster._core.events import StepMaterializationData
 from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
 from dagster._core.test_utils import instance_for_test
 from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
-from sqlalchemy.engine import make_url
+from fresh_database import fresh_database
 
 from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.partitions import state_stores
@@ -54,25 +52,6 @@ query Statuses($key: AssetKeyInput!) {
     }
   }
 }"""
-
-
-@contextmanager
-def database(server: str) -> Iterator[str]:
-    """A fresh PostgreSQL database for Dagster's storage, dropped afterwards."""
-    url = make_url(server)
-    admin = psycopg2.connect(
-        host=url.host, port=url.port, user=url.username, password=url.password, dbname="postgres"
-    )
-    admin.autocommit = True
-    with admin.cursor() as cursor:
-        cursor.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
-        cursor.execute(f"CREATE DATABASE {DATABASE}")
-    try:
-        yield url.set(drivername="postgresql+psycopg2", database=DATABASE).render_as_string(False)
-    finally:
-        with admin.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        admin.close()
 
 
 def materialize_all(instance: DagsterInstance, names: list[str]) -> None:
@@ -114,7 +93,7 @@ def timed(context: object, query: str) -> tuple[float, Mapping[str, Any]]:
 def bench(server: str, size: int) -> None:
     names = [f"query-{q}/0/{p}/default" for q in range(size // 200) for p in range(200)]
     with (
-        database(server) as url,
+        fresh_database(server, DATABASE) as url,
         instance_for_test(overrides={"storage": {"postgres": {"postgres_url": url}}}) as instance,
     ):
         started = time.perf_counter()
@@ -140,7 +119,7 @@ def bench(server: str, size: int) -> None:
 
 
 def main() -> None:
-    server = os.environ.get("STATE_BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
+    server = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432")
     sizes = [int(s) for s in os.environ.get("STATE_BENCH_PARTITIONS", "20000").split(",")]
     print(f"{platform.node()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     for size in sizes:

@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg2
+from fresh_database import fresh_database
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.engine import make_url
 
 from state_runtime import CheckpointInfo, StateStoreProvider
 from state_runtime.catalog import Catalog, RetentionPolicy
@@ -222,23 +221,11 @@ class RealFleet:
             self.batch += 1
 
 
-def main() -> None:
-    admin_url = make_url(SERVER)
-    admin = psycopg2.connect(
-        host=admin_url.host,
-        port=admin_url.port or 5432,
-        user=admin_url.username,
-        password=admin_url.password,
-        dbname="postgres",
-    )
-    admin.autocommit = True
-    with admin.cursor() as cursor:
-        cursor.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        cursor.execute(f'CREATE DATABASE "{DATABASE}"')
+def run(url: str) -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-maintenance-"))
     rows: list[Row] = []
     try:
-        catalog = Catalog.open(f"{SERVER}/{DATABASE}", upgrade=True)
+        catalog = Catalog.open(url, upgrade=True)
         print(f"fleet A: {ROOTS * STORES_PER_ROOT:,} stores x {VERSIONS} versions (catalog only)")
         load_catalog_fleet(catalog)
         empty = Counting(
@@ -310,10 +297,12 @@ def main() -> None:
         catalog.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        admin.close()
     report(rows)
+
+
+def main() -> None:
+    with fresh_database(SERVER, DATABASE) as url:
+        run(url)
 
 
 def report(rows: list[Row]) -> None:

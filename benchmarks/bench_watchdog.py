@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psycopg2
+from fresh_database import fresh_database
 
 from state_runtime.catalog import Catalog
 from state_runtime.catalog.connection.engine import ATTEMPT_TIMEOUT_OPTION
@@ -98,22 +98,15 @@ def measure(url: str) -> dict[str, tuple[float, float]]:
 
 
 def main() -> None:
-    database = f"state_bench_calls_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(SERVER.replace("postgresql+psycopg2", "postgresql") + "/postgres")
-    admin.autocommit = True
-    with admin.cursor() as cursor:
-        cursor.execute(f'CREATE DATABASE "{database}"')
     load = os.getloadavg()[0]
-    try:
-        with tempfile.TemporaryDirectory() as folder:
-            results = {
-                "postgresql": measure(f"{SERVER}/{database}"),
-                "sqlite": measure(f"sqlite:///{Path(folder) / 'catalog.db'}"),
-            }
-    finally:
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        admin.close()
+    with (
+        fresh_database(SERVER, f"state_bench_calls_{uuid.uuid4().hex[:8]}") as url,
+        tempfile.TemporaryDirectory() as folder,
+    ):
+        results = {
+            "postgresql": measure(url),
+            "sqlite": measure(f"sqlite:///{Path(folder) / 'catalog.db'}"),
+        }
     print(f"catalog calls, {ROUNDS} rounds, load average {load:.2f} on {os.cpu_count()} cores")
     print(f"{'database':<11} {'call':<20} {'watchdog on':>12} {'off':>10} {'on/off':>7}")
     for dialect, figures in results.items():

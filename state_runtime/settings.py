@@ -215,6 +215,15 @@ MAINTENANCE = SettingGroup(
             option="--snapshots-per-run",
         ),
         Setting(
+            "workers",
+            "int",
+            None,
+            "Stores worked on in parallel (unset: as many as the host and the catalog's "
+            "connection pool allow).",
+            floor=1,
+            option="--workers",
+        ),
+        Setting(
             "retain_versions",
             "int",
             MIN_RETAINED_VERSIONS,

@@ -13,11 +13,12 @@
 - **healthy**: otherwise. Since: the first validation or the last resolved problem.
 
 "Since" is when the status last changed: the catalog records each store's status as it
-changes (``store_status_changes``: every maintenance run as it closes, and ``health``,
-``explain``, Dagster and Airflow before they read), and a store whose last recorded status is
-its status now reads since that change. A store never recorded (or whose status changed since
-its last record) shows the estimate above, from the facts, marked ``(not recorded)``: a store
-that was degraded before its last snapshot would read healthy since its first validation.
+changes (``store_status_changes``: every maintenance run as it closes, for the stores it
+maintained, and ``health``, ``explain``, Dagster and Airflow as they read), and a store whose
+last recorded status is its status now reads since that change. A store never recorded (or
+whose status changed since its last record) shows the estimate above, from the facts, marked
+``(not recorded)``: a store that was degraded before its last snapshot would read healthy
+since its first validation.
 
 This module is the one home of the rule; it holds no SQL. :data:`RULES` is the order above as
 data: the first rule one of whose conditions holds gives the status, the reason joins the

@@ -73,7 +73,6 @@ class Work:
     policy: MaintenancePolicy
     only: list[StoreKey] | None
     progress: CallbackProgress
-    workers: int
 
 
 def owner_of(context: Context) -> str:
@@ -105,7 +104,9 @@ class StateMaintenanceOperator(BaseOperator):
     :param checkpoint_roots: checkpoint roots (paths or URIs) to maintain; default every root.
     :param stores: only these stores (``<root>#<operator>/<partition>/<store name>``).
     :param policy: maintenance settings over the environment's (``{"window": "2d"}``).
-    :param workers: stores worked on in parallel (snapshots, validation).
+    :param workers: stores worked on in parallel (snapshots, validation, cleanup); the
+        policy's ``workers`` setting, given here (default: as many as the host and the
+        catalog's pool allow).
     """
 
     template_fields: Sequence[str] = ("checkpoint_roots", "stores", "policy")
@@ -117,7 +118,7 @@ class StateMaintenanceOperator(BaseOperator):
         checkpoint_roots: str | Sequence[str] | None = None,
         stores: Sequence[str] | None = None,
         policy: Mapping[str, object] | None = None,
-        workers: int = 1,
+        workers: int | None = None,
         state_catalog_conn_id: str = DEFAULT_CATALOG_CONN,
         storage_conn_id: str | None = DEFAULT_STORAGE_CONN,
         **kwargs: Any,
@@ -139,8 +140,11 @@ class StateMaintenanceOperator(BaseOperator):
         """The policy first (a bad setting opens nothing), then the catalog and storage; our
         error raised meanwhile fails the task with its one paragraph."""
         try:
+            settings = dict(self.policy or {})
+            if self.workers is not None:
+                settings["workers"] = self.workers
             policy = MaintenancePolicy.from_env().with_settings(
-                dict(self.policy or {}), f"task {self.task_id} policy"
+                settings, f"task {self.task_id} policy"
             )
             stores = _as_list(self.stores, "stores")
             only = [parse_store_key(s) for s in stores] if stores else None
@@ -150,7 +154,7 @@ class StateMaintenanceOperator(BaseOperator):
                 lambda what, done, total: self.log.info("%s: %d/%d", what, done, total)
             )
             with self.hook().fleet(owner_of(context), roots) as fleet:
-                yield Work(fleet, policy, only, progress, self.workers)
+                yield Work(fleet, policy, only, progress)
         except AirflowException:
             raise
         except Exception as exc:
@@ -181,7 +185,6 @@ class StateSnapshotOperator(StateMaintenanceOperator):
                 work.policy,
                 only=work.only,
                 progress=work.progress,
-                workers=work.workers,
             )
         failed = [row for row in report.rows() if row["status"] == SnapshotStatus.FAILED]
         return self.report(context, snapshot_result(report), failure("snapshot", failed))
@@ -199,7 +202,6 @@ class StateValidationOperator(StateMaintenanceOperator):
                 work.policy,
                 only=work.only,
                 progress=work.progress,
-                workers=work.workers,
             )
         blocking = {c.name for c in CHECKS if c.blocking}
         failed = [o for o in report.outcomes if o.name in blocking and not o.passed]

@@ -138,25 +138,6 @@ def test_a_disk_filling_up_while_writing_fails_typed_and_leaves_no_file(
     assert not [p for p in small_tmpfs.rglob("*.arrow")]
 
 
-def test_a_commit_reports_its_state_on_disk(tmp_path: Path) -> None:
-    storage = LocalStorage(str(tmp_path / "root"))
-    provider = StateStoreProvider(storage, 0, 0, key_schema="k bigint", value_schema="v bigint")
-    info = None
-    with forced_disk(block_bytes=1024):
-        for start in (0, 1000, 2000):  # the third commit folds the changes into the base
-            store = (
-                provider.get_store(0)
-                if info is None
-                else provider.get_store(info.version, info.checkpoint_id)
-            )
-            store.apply([(k, k) for k in range(start, start + 1000)])
-            info = store.commit()
-            store.get_many(range(0, 3000, 3))
-    disk = store.metrics.disk
-    assert disk.local_disk_bytes > 0 and disk.resident_bytes > 0
-    assert disk.compaction_bytes > 0
-
-
 def test_a_store_on_disk_keeps_two_cached_versions(tmp_path: Path) -> None:
     """Runs on disk count only their fences against the budget: without this bound every
     version ever committed would keep its files."""

@@ -67,6 +67,7 @@ def test_the_cli_options_are_the_declared_ones() -> None:
         "--orphan-grace",
         "--min-window",
         "--snapshots-per-run",
+        "--workers",
     }
 
 

@@ -144,6 +144,44 @@ def test_prefix_and_range_scans_in_key_order(storage: Storage) -> None:
         list(store.prefix_scan(("a", 1, "too long")))
 
 
+def test_a_clustered_prefix_scan_reads_one_range_and_equals_a_full_pass(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``scan_prefix=2`` (a transform_with_state grouping key of two fields), a prefix
+    scan of two or more fields finds its rows by binary search in each run (never a pass
+    over the state) and returns what an unclustered store returns, over a snapshot, deltas,
+    removals and this version's own changes; the files are the same either way."""
+    schema = {"key_schema": "part int, user string, i bigint", "value_schema": "n bigint"}
+    config = StoreConfig(scan_prefix=2)
+    clustered = StateStoreProvider(storage, 1, 0, **schema, config=config)  # type: ignore[arg-type]
+    ref = None
+    for version in range(4):
+        store = clustered.get_store(version, ref)
+        for u in range(20):
+            for i in range(version, version + 3):
+                store.put((u % 2, f"u{u}" if u != 7 else None, i), (version,))
+            store.remove((u % 2, f"u{u}" if u != 7 else None, version))
+        ref = store.commit().checkpoint_id
+        if version == 1:
+            clustered.snapshot(2, ref)
+    store = clustered.get_store(4, ref)
+    store.put((1, "u3", 99), (9,))
+    store.remove((1, "u3", 4))
+    plain = StateStoreProvider(storage, 1, 0, **schema).get_store(4, ref)  # type: ignore[arg-type]
+    fresh = StateStoreProvider(storage, 1, 0, **schema, config=config).get_store(4, ref)  # type: ignore[arg-type]
+    for reader in (store, fresh):
+        monkeypatch.setattr(reader, "_blocks", lambda: pytest.fail("a pass over the state"))
+    for prefix in [(1, "u3"), (1, None), (0, "u4", 5), (0, "nobody")]:
+        expected = list(plain.prefix_scan(prefix))
+        if prefix == (1, "u3"):
+            expected = [r for r in expected if r[0][2] != 4] + [((1, "u3", 99), (9,))]
+        assert list(store.prefix_scan(prefix)) == expected
+        assert list(fresh.prefix_scan(prefix)) == list(plain.prefix_scan(prefix))
+    assert [k for k, _ in fresh.prefix_scan((1, "u3"))] == [(1, "u3", i) for i in (4, 5)]
+    monkeypatch.undo()  # a prefix shorter than the clustering one: a pass
+    assert list(fresh.prefix_scan((1,))) == list(plain.prefix_scan((1,)))
+
+
 def test_a_prefix_scan_matches_a_null_key_field(storage: Storage) -> None:
     """A null leading key field (a null grouping key of transform_with_state) is a prefix
     like any other; a range scan still refuses it (nulls have no order)."""

@@ -87,7 +87,6 @@ def state_snapshots(
             run.policy,
             only=config.only(run.names),
             progress=run.progress,
-            workers=run.workers,
         )
     for failed in report.failed:
         context.log.error(f"snapshot of {failed.key} failed: {failed.error}")

@@ -73,13 +73,12 @@ def shown_as_paragraph() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class MaintenanceRun:
-    """What one Dagster run maintains with: the stores, the policy, progress as log lines, and
-    how many stores it may work on in parallel."""
+    """What one Dagster run maintains with: the stores, the policy (how many stores it works
+    on in parallel among it: ``workers``), progress as log lines."""
 
     fleet: Fleet
     policy: MaintenancePolicy
     progress: Progress
-    workers: int
     names: StoreNames
     """The stores' readable names (their Dagster partition keys), read when the run starts."""
 
@@ -97,7 +96,6 @@ class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
         description="Only this checkpoint root (path or URI). Unset: $STATE_CHECKPOINT_ROOT, "
         "else every root in the catalog.",
     )
-    workers: int = Field(default=1, ge=1, description="Stores worked on in parallel.")
 
     @classmethod
     def of(cls, policy: MaintenancePolicy, **fields: Any) -> MaintenanceResource:
@@ -143,7 +141,7 @@ class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
         progress = CallbackProgress(lambda what, done, total: log.info(f"{what}: {done}/{total}"))
         with self.fleet(f"dagster:{context.run.run_id}") as fleet:
             names = StoreNames.of(fleet.catalog)
-            yield MaintenanceRun(fleet, policy, progress, self.workers, names)
+            yield MaintenanceRun(fleet, policy, progress, names)
 
 
 def _config_value(setting: Setting, value: int | timedelta | None) -> int | str | None:

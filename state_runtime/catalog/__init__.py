@@ -14,6 +14,7 @@ from state_runtime.catalog.connection.settings import (
     catalog_url_of,
 )
 from state_runtime.catalog.records import (
+    DISK_FIGURES,
     AttemptSweep,
     BatchCommit,
     BatchMetrics,
@@ -36,6 +37,7 @@ from state_runtime.catalog.records import (
     Repair,
     RetainedVersion,
     SnapshotCandidate,
+    StatusChange,
     StoreHealth,
     StoreKey,
     StoreProblem,
@@ -56,6 +58,7 @@ from state_runtime.retention import RetentionPolicy
 from state_runtime.settings import MIN_RETAINED_VERSIONS
 
 __all__ = [
+    "DISK_FIGURES",
     "HEARTBEAT_INTERVAL",
     "MIN_RETAINED_VERSIONS",
     "URL_ENV",
@@ -88,6 +91,7 @@ __all__ = [
     "RunKind",
     "RunOutcome",
     "SnapshotCandidate",
+    "StatusChange",
     "StoreHealth",
     "StoreKey",
     "StoreProblem",

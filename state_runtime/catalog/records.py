@@ -213,6 +213,18 @@ class StoreHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class StatusChange:
+    """A store's status as a health read derived it from facts that differ from its last
+    recorded status: what :meth:`~state_runtime.catalog.Catalog.record_statuses` records.
+    ``estimate``: since when, by the facts."""
+
+    key: StoreKey
+    status: str
+    reason: str
+    estimate: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class StoreProblem:
     """Something validation found wrong with a store; open until a later validation no longer
     finds it or an operator resolves it. A store with an open problem is not cleaned."""
@@ -262,6 +274,17 @@ class Repair:
     finished_at: datetime | None
 
 
+DISK_FIGURES = (
+    "resident_bytes",
+    "local_disk_bytes",
+    "block_cache_hits",
+    "block_cache_misses",
+    "compaction_bytes",
+)
+"""The figures of :class:`BatchMetrics` about state on the workers' local disk, in the order
+the catalog's columns and views show them."""
+
+
 @dataclass(frozen=True, slots=True)
 class BatchMetrics:
     """Runtime figures for one micro-batch (filled by the Spark runtime)."""
@@ -274,6 +297,14 @@ class BatchMetrics:
     cache_hits: int
     cache_misses: int
     extra: dict[str, Any] = field(default_factory=dict)
+    # State on the workers' local disk (docs/state-on-disk.md), summed over the batch's stores
+    # and tasks: bytes their committed versions hold in memory and in files on local disk,
+    # block reads served by the block cache or not, bytes merges wrote to local disk.
+    resident_bytes: int = 0
+    local_disk_bytes: int = 0
+    block_cache_hits: int = 0
+    block_cache_misses: int = 0
+    compaction_bytes: int = 0
 
     def figures(self) -> dict[str, float]:
         """The numbers a monitor plots (Dagster, OpenTelemetry): the recorded figures and the
@@ -286,6 +317,7 @@ class BatchMetrics:
             "commit_ms": self.commit_ms,
             "cache_hits": self.cache_hits,
             "cache_misses": self.cache_misses,
+            **{name: getattr(self, name) for name in DISK_FIGURES},
         }
         looked = self.cache_hits + self.cache_misses
         if looked:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from state_runtime.catalog import (
+    DISK_FIGURES,
     Layout,
     RecordedBatchMetrics,
     VersionHistory,
@@ -295,6 +296,7 @@ def metrics_json(recorded: RecordedBatchMetrics) -> dict[str, Any]:
         "commit_ms": m.commit_ms,
         "cache_hits": m.cache_hits,
         "cache_misses": m.cache_misses,
+        **{name: getattr(m, name) for name in DISK_FIGURES},
     } | {key: jsonable(value) for key, value in m.extra.items()}
 
 
@@ -303,7 +305,7 @@ def print_metrics(console: Console, query_id: str, batches: Sequence[RecordedBat
     table = Table(title=f"Batch metrics of query {query_id} ({len(batches)} batches, newest first)")
     for name in ("batch", "recorded", "rows in", "keys updated", "state rows", "written"):
         table.add_column(name, justify="left" if name == "recorded" else "right")
-    for name in ("commit", "batch time", "max load", "cache hits"):
+    for name in ("commit", "batch time", "max load", "cache hits", "resident", "local disk"):
         table.add_column(name, justify="right")
     for b in batches:
         m, extra = b.metrics, b.metrics.extra
@@ -319,5 +321,7 @@ def print_metrics(console: Console, query_id: str, batches: Sequence[RecordedBat
             millis(extra.get("batch_ms")),
             millis(extra.get("max_load_ms")),
             f"{m.cache_hits}/{looked}" if looked else "-",
+            size(m.resident_bytes),
+            size(m.local_disk_bytes),
         )
     show(console, table)

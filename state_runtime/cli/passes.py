@@ -40,7 +40,6 @@ from state_runtime.maintenance import (
 @click.option("--dry-run/--execute", default=True, help="Only show what cleanup would delete.")
 @click.option("--snapshots/--no-snapshots", default=True, help="Write due snapshots.")
 @click.option("--cleanup/--no-cleanup", default=True, help="Delete what retention allows.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, help="Stores in parallel.")
 @json_option
 @store_option
 @policy_options()
@@ -55,9 +54,7 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
         if kw["cleanup"]:
             policy.check_retention()  # refuse before doing anything
         if kw["snapshots"] and not kw["dry_run"]:
-            snaps = snapshot_pass(
-                fleet, policy, only=only, progress=settings.progress, workers=kw["workers"]
-            )
+            snaps = snapshot_pass(fleet, policy, only=only, progress=settings.progress)
             done["snapshots"] = snaps
             emit_part(snaps, print_snapshots)
             failed |= bool(snaps.failed)
@@ -78,19 +75,16 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
 
 
 @click.command()
-@click.option("--workers", type=click.IntRange(min=1), default=1, help="Stores in parallel.")
 @json_option
 @store_option
-@policy_options(*RETENTION, "min_window")
+@policy_options(*RETENTION, "min_window", "workers")
 @click.pass_obj
 def validate(settings: Settings, /, **kw: Any) -> None:
     """Check that every retained version loads: files, sizes, checksums, lineage, commit log."""
     policy = policy_of(settings, kw)
     with open_fleet(settings, storage=True) as fleet:
         only = stores_of(fleet, kw["stores"])
-        report = run_checks(
-            fleet, policy, only=only, progress=settings.progress, workers=kw["workers"]
-        )
+        report = run_checks(fleet, policy, only=only, progress=settings.progress)
     emit(report, print_checks, as_json=checks_json)
     exit_after(fleet, not report.ok)
 

@@ -4,10 +4,12 @@ The plan comes from the catalog's inventory (no listing) under the retention rul
 :mod:`state_runtime.retention`: a snapshot replaces deltas only once verified, and a store with
 an open validation failure is held (only its orphans may go; the plan lists each held store
 with the reason and since when). Executing refuses a retention below the safety floor, then,
-store by store under the store's lease: claims the deletable files in the catalog (a
-concurrent commit can no longer reference them; the rule is evaluated again under the store's
-lock, so a problem recorded meanwhile holds the store), deletes them from storage in batches,
-and records each deletion with its reason in the ledger. A run that stops anywhere leaves
+a chunk of stores at a time (about :data:`CHUNK_FILES` files; several chunks at once, one per
+worker) under the stores' leases: claims the deletable files in the catalog (a concurrent
+commit can no longer reference them; the rule is evaluated again under the store's lock, so a
+problem recorded meanwhile holds the store), deletes them from storage in batches (S3: one
+``DeleteObjects`` of up to 1,000 keys), and records each batch's deletions with their reason
+in the ledger as soon as storage deleted them. A run that stops anywhere leaves
 claims behind that the next run resumes; deleting a file that is already gone is fine.
 It also removes the stores' unfinished writes (temporary files of killed writers) older than
 the grace and no live writer's (``leftovers``), held stores included: no version references
@@ -17,7 +19,8 @@ them.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Sequence, Set
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence, Set
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -35,10 +38,17 @@ from state_runtime.maintenance.leftovers import (
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
+from state_runtime.maintenance.workers import worker_count
 from state_runtime.units import size
 
 T = TypeVar("T")
 STORES_PER_CLAIM = 200
+CHUNK_FILES = 1000
+"""Files a chunk of stores is made of (about: a store is never split), what one worker
+claims, deletes and records at a time."""
+DELETE_BATCH = 1000
+"""Files per storage delete (one S3 ``DeleteObjects`` takes at most 1,000 keys), each batch
+recorded in the ledger as soon as it is deleted."""
 SAMPLE = 100
 """A report keeps counters of everything, and the first ``SAMPLE`` files (planned, deleted,
 failed) and stores in detail: its memory is bounded whatever the backlog."""
@@ -211,6 +221,22 @@ def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def _chunks(page: Sequence[FileVerdict], files: int) -> Iterator[list[StoreKey]]:
+    """A plan page's stores in chunks of about ``files`` planned files (a store is never
+    split: its claim is one transaction) and at most :data:`STORES_PER_CLAIM` stores."""
+    counts = Counter(v.file.key for v in page)
+    chunk: list[StoreKey] = []
+    planned = 0
+    for key in sorted(counts, key=str):
+        if chunk and (planned + counts[key] > files or len(chunk) >= STORES_PER_CLAIM):
+            yield chunk
+            chunk, planned = [], 0
+        chunk.append(key)
+        planned += counts[key]
+    if chunk:
+        yield chunk
+
+
 def plan_pages(
     fleet: Fleet,
     policy: MaintenancePolicy,
@@ -260,10 +286,14 @@ def cleanup_pass(
     only: Collection[StoreKey] | None = None,
     now: datetime | None = None,
     progress: Progress = SILENT,
-    delete_batch: int = 1000,
+    delete_batch: int = DELETE_BATCH,
+    chunk_files: int = CHUNK_FILES,
+    workers: int | None = None,
 ) -> CleanupReport:
     """Plan the cleanup and, unless ``dry_run``, carry it out (see the module docstring),
-    page by page of stores: what is held at any time is one page's plan and claims.
+    page by page of stores, each page's stores in chunks of about ``chunk_files`` files that
+    ``workers`` (:func:`worker_count`) claim, delete and record at once: what is held at any
+    time is one page's plan and the chunks in flight.
 
     Raises MaintenanceRefused, touching nothing, if the retention is below the safety floor.
     """
@@ -295,24 +325,77 @@ def cleanup_pass(
             policy.status_limits(),
         ) as run,
         progress.stage("cleanup", stores) as advance,
+        _Chunks(worker_count(fleet.catalog, policy, workers), report, advance) as chunks,
     ):
         report.run_id = run.run_id
-        worked = 0
+
+        def clean(root: str, keys: Sequence[StoreKey]) -> Callable[[], _Cleaned]:
+            return lambda: _clean_stores(fleet, policy, root, keys, run.run_id, now, delete_batch)
+
         for root in sorted({key.root for key in resumed}):  # what a stopped run had claimed
             keys = sorted((k for k in resumed if k.root == root), key=str)
-            _clean_stores(fleet, policy, root, keys, report, now, delete_batch)
+            for part in _batches(keys, STORES_PER_CLAIM):
+                chunks.submit(clean(root, part), 0)
         for page in plan_pages(fleet, policy, only=wanted, now=now):
             report.plan(page)
             root = page[0].file.key.root  # a page is of one root (query_roots)
-            keys = sorted({v.file.key for v in page}, key=str)
-            for part in _batches(keys, STORES_PER_CLAIM):
-                _clean_stores(fleet, policy, root, part, report, now, delete_batch)
-                advance(len(part))
-                worked += len(part)
-        advance(stores - worked)  # the stores with nothing to delete
+            for part in _chunks(page, chunk_files):
+                chunks.submit(clean(root, part), len(part))
+        chunks.wait_all()
+        advance(stores - chunks.stores)  # the stores with nothing to delete
         report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=False)
         run.counts = report.counts()
     return report
+
+
+@dataclass
+class _Cleaned:
+    """What one chunk's worker did: files deleted (and recorded), files that failed, the
+    stores another run held."""
+
+    deleted: list[FileVerdict] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    busy: list[StoreKey] = field(default_factory=list)
+
+
+class _Chunks:
+    """A pool of workers cleaning chunks, at most two chunks a worker queued (memory stays
+    bounded whatever the backlog); what each did is counted into the report on the calling
+    thread. A chunk that raises stops the pass: the chunks queued are cancelled, the running
+    ones finish (each leaves the catalog and storage consistent: what a run claimed and did
+    not record, the next run resumes), and the error is raised."""
+
+    def __init__(self, workers: int, report: CleanupReport, advance: Callable[[int], None]):
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="cleanup")
+        self.limit = 2 * workers
+        self.report = report
+        self.advance = advance
+        self.running: dict[Future[_Cleaned], int] = {}
+        self.stores = 0
+
+    def __enter__(self) -> _Chunks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def submit(self, work: Callable[[], _Cleaned], stores: int) -> None:
+        while len(self.running) >= self.limit:
+            self._collect(wait(self.running, return_when=FIRST_COMPLETED).done)
+        self.running[self.pool.submit(work)] = stores
+
+    def wait_all(self) -> None:
+        while self.running:
+            self._collect(wait(self.running, return_when=FIRST_COMPLETED).done)
+
+    def _collect(self, done: Set[Future[_Cleaned]]) -> None:
+        for future in done:
+            stores = self.running.pop(future)
+            cleaned = future.result()
+            self.report.busy += cleaned.busy
+            self.report.done(cleaned.deleted, cleaned.failed)
+            self.stores += stores
+            self.advance(stores)
 
 
 def _clean_stores(
@@ -320,23 +403,26 @@ def _clean_stores(
     policy: MaintenancePolicy,
     root: str,
     keys: Sequence[StoreKey],
-    report: CleanupReport,
+    run_id: int,
     now: datetime | None,
     delete_batch: int,
-) -> None:
-    """Claim, delete and record the deletable files of ``keys`` whose leases are free."""
+) -> _Cleaned:
+    """Claim, delete and record the deletable files of ``keys`` whose leases are free; each
+    batch of ``delete_batch`` files is recorded as soon as storage deleted it."""
     catalog, storage = fleet.catalog, fleet.storage(root)
-    assert report.run_id is not None
-    with leased(catalog, keys, fleet.owner, policy.lease_ttl, report.run_id) as held:
-        report.busy += held.busy
+    cleaned = _Cleaned()
+    with leased(catalog, keys, fleet.owner, policy.lease_ttl, run_id) as held:
+        cleaned.busy += held.busy
         if not held.leases:
-            return
+            return cleaned
         claimed = catalog.claim_deletions(
-            report.run_id, policy.retention, root, [k.store for k in held.keys], now=now
+            run_id, policy.retention, root, [k.store for k in held.keys], now=now
         )
         for batch in _batches(claimed, delete_batch):
             result = storage.delete([v.file.path for v in batch])
             if result.deleted:
-                catalog.record_deletions(report.run_id, root, result.deleted)
+                catalog.record_deletions(run_id, root, result.deleted)
             done = set(result.deleted)
-            report.done((v for v in batch if v.file.path in done), result.failed)
+            cleaned.deleted += [v for v in batch if v.file.path in done]
+            cleaned.failed |= result.failed
+    return cleaned

@@ -5,13 +5,14 @@ No storage I/O: everything comes from the catalog.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from state_runtime.catalog import RecoveryCost, StoreHealth, StoreKey
+from state_runtime.catalog import RecoveryCost, StatusChange, StoreHealth, StoreKey
 from state_runtime.errors import CatalogPermissionDenied, CatalogReadOnly
 from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.policy import MaintenancePolicy
@@ -74,24 +75,48 @@ def iter_store_reports(
 ) -> Iterator[StoreReport]:
     """Health of every store in scope, streamed: set-based catalog reads, one page of
     stores at a time (:meth:`~state_runtime.catalog.Catalog.health_pages`), so what is held
-    is one page whatever the fleet's size. Each root's stores whose status changed are
-    recorded first (so that each "since" is a recorded change; a role that may not write,
-    the reader, reads what was recorded last)."""
+    is one page whatever the fleet's size. The stores of a page whose status differs from the
+    one last recorded are recorded from the facts just read (one more transaction only when
+    some changed), so that each "since" is a recorded change; a role that may not write, the
+    reader, reads what was recorded last."""
     wanted = key_set(only)
+    recording = True
     for root in fleet.query_roots(wanted):
-        try:
-            fleet.catalog.record_status_changes(policy.status_limits(), root=root)
-        except (CatalogPermissionDenied, CatalogReadOnly) as exc:
-            log.debug("status changes not recorded: %s", exc)
         for page in fleet.catalog.health_pages(policy.retention, root=root, now=now):
-            for health, cost in page:
-                if fleet.in_scope(health.key, wanted):
-                    status = store_status(
-                        health,
-                        lag_warn_deltas=policy.lag_warn_deltas,
-                        orphan_warn_files=policy.orphan_warn_files,
-                    )
-                    yield StoreReport(health, cost, status)
+            reports = [
+                StoreReport(health, cost, _status(health, policy))
+                for health, cost in page
+                if fleet.in_scope(health.key, wanted)
+            ]
+            changes = [_change(r) for r in reports if not r.status.recorded]
+            if recording and changes:
+                try:
+                    since = fleet.catalog.record_statuses(changes)
+                except (CatalogPermissionDenied, CatalogReadOnly) as exc:
+                    log.debug("status changes not recorded: %s", exc)
+                    recording, since = False, {}
+                reports = [_recorded(r, since) for r in reports]
+            yield from reports
+
+
+def _status(health: StoreHealth, policy: MaintenancePolicy) -> Status:
+    return store_status(
+        health, lag_warn_deltas=policy.lag_warn_deltas, orphan_warn_files=policy.orphan_warn_files
+    )
+
+
+def _change(report: StoreReport) -> StatusChange:
+    status = report.status
+    return StatusChange(report.key, status.status.value, status.reason, status.since)
+
+
+def _recorded(report: StoreReport, since: Mapping[StoreKey, datetime]) -> StoreReport:
+    """``report`` with its status as recorded (since the recorded change), if it was."""
+    at = since.get(report.key)
+    if at is None or report.status.recorded:
+        return report
+    status = dataclasses.replace(report.status, since=at, recorded=True)
+    return dataclasses.replace(report, status=status)
 
 
 def store_reports(

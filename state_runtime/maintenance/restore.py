@@ -172,8 +172,10 @@ def plan_restore(
                 else "No earlier committed batch has all its stores intact: accept"
             )
             + " the loss of these stores with --allow-lost-state (they start again from "
-            f"empty while the others return to batch {batch_id})"
+            "empty, with the other stores of their operator and partition, while the others "
+            f"return to batch {batch_id})"
         )
+    lost += _committed_with(root, lost, targets)
     restarted = [x.key for x in lost]
     lost_ids = {k.store for k in restarted}
     superseded = [e for e in history if e.batch_id > batch_id or e.key.store in lost_ids]
@@ -270,6 +272,26 @@ def _lost(
         if problem is not None:
             lost.append(LostStore(key, ref.version, problem))
     return lost
+
+
+def _committed_with(
+    root: str, lost: list[LostStore], targets: dict[StoreId, CheckpointRef]
+) -> list[LostStore]:
+    """The intact stores of a lost store's operator and partition: an operator's stores (a
+    ``transform_with_state`` operator's variables and timers) are one state committed
+    together, so they start again from empty with it, never at another batch."""
+    hit = {(x.key.store.operator_id, x.key.store.partition_id): x.key.store for x in lost}
+    known = {x.key.store for x in lost}
+    return [
+        LostStore(
+            StoreKey(root, store),
+            ref.version,
+            f"starts again with {hit[store.operator_id, store.partition_id]}, a store of its "
+            "operator and partition (committed together)",
+        )
+        for store, ref in sorted(targets.items())
+        if store not in known and (store.operator_id, store.partition_id) in hit
+    ]
 
 
 def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified) -> str | None:

@@ -33,11 +33,11 @@ def recorded_run(
     kind: RunKind,
     owner: str,
     parameters: dict[str, Any],
-    status_limits: Mapping[str, int],
+    status_limits: Mapping[str, int] | None,
 ) -> Iterator[RunRecord]:
     """Record a run around a block: 'succeeded' when it ends, 'failed' with the error if not;
-    the transaction that closes it records the stores whose status (under ``status_limits``)
-    changed.
+    the transaction that closes it records the run's stores whose status (under
+    ``status_limits``; None: a run that records them itself) changed.
 
     Abandoned runs are closed first; a heartbeat thread keeps this one visibly alive."""
     for gone in catalog.close_abandoned_runs():

@@ -33,6 +33,7 @@ from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
+from state_runtime.maintenance.workers import worker_count
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.file_verification import Expected, verify_file
 from state_runtime.units import size
@@ -145,9 +146,10 @@ def snapshot_pass(
     *,
     only: Collection[StoreKey] | None = None,
     progress: Progress = SILENT,
-    workers: int = 1,
+    workers: int | None = None,
 ) -> SnapshotReport:
-    """Snapshot every due store in scope; one recorded 'snapshot' run."""
+    """Snapshot every due store in scope, ``workers`` at once (:func:`worker_count`); one
+    recorded 'snapshot' run."""
     candidates = due_for_snapshot(fleet, policy, only)
     parameters = policy.parameters() | {"stores": len(candidates)}
     with recorded_run(
@@ -156,7 +158,7 @@ def snapshot_pass(
         outcomes: list[SnapshotOutcome] = []
         with (
             progress.stage("snapshots", len(candidates)) as advance,
-            ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
+            ThreadPoolExecutor(worker_count(fleet.catalog, policy, workers)) as pool,
         ):
             for outcome in pool.map(
                 lambda c: _snapshot_store(fleet, policy, c, run.run_id), candidates

@@ -37,6 +37,7 @@ from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.restore import Verified
+from state_runtime.maintenance.workers import worker_count
 from state_runtime.retention import Verdict
 from state_runtime.store.file_verification import verify_file
 
@@ -110,17 +111,18 @@ def validate_stores(
     *,
     only: Collection[StoreKey] | None = None,
     progress: Progress = SILENT,
-    workers: int = 1,
+    workers: int | None = None,
     run_id: int | None = None,
 ) -> ValidationReport:
-    """Validate every store in scope and record what was found (see the module docstring);
-    ``run_id``: the validation run that records it."""
+    """Validate every store in scope, ``workers`` at once (:func:`worker_count`), and record
+    what was found (see the module docstring); ``run_id``: the validation run that records
+    it."""
     records = fleet.stores(only)
     pending = _unconfirmed_snapshots(fleet, policy, only)
     results: list[StoreValidation] = []
     with (
         progress.stage("validation", len(records)) as advance,
-        ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
+        ThreadPoolExecutor(worker_count(fleet.catalog, policy, workers)) as pool,
     ):
         for result in pool.map(
             lambda r: _validate_store(fleet, policy, r, pending.get(r.key, []), run_id), records

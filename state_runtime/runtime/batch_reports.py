@@ -94,6 +94,11 @@ def batch_metrics(
         commit_ms=commit_ms,
         cache_hits=hits,
         cache_misses=len(reports) - hits,
+        resident_bytes=sum(r.resident_bytes for r in reports),
+        local_disk_bytes=sum(r.local_disk_bytes for r in reports),
+        block_cache_hits=sum(r.block_cache_hits for r in reports),
+        block_cache_misses=sum(r.block_cache_misses for r in reports),
+        compaction_bytes=sum(r.compaction_bytes for r in reports),
         extra={
             "batch_ms": batch_s * 1000,
             "cache_hit_rate": hits / len(reports),

@@ -237,8 +237,6 @@ def map_groups_with_state(
         late_column=event_time_column,
         uses_event_time=timeout == "event_time",
         kind="map_groups_with_state",
-        reads=()
-        if event_time_column is None
-        else (ColumnUse(event_time_column, "event_time_column", "timestamp"),),
+        reads=ColumnUse.event_time(event_time_column),
         schema_change=schema_change or SchemaChange(),
     )

@@ -36,6 +36,11 @@ class ColumnUse:
     role: str
     kind: ColumnKind
 
+    @classmethod
+    def event_time(cls, column: str | None) -> tuple[ColumnUse, ...]:
+        """The optional ``event_time_column`` argument's use (none when not given)."""
+        return () if column is None else (cls(column, "event_time_column", "timestamp"),)
+
 
 @dataclass(frozen=True)
 class ExtraStore:

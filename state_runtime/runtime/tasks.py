@@ -38,6 +38,7 @@ from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
 from state_runtime.store.cache import CACHE, set_budget
 from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.store_metrics import LoadSource
 
@@ -91,6 +92,16 @@ class TaskReport:
     evicted: int = 0
     evict_ms: float = 0.0
     max_event_ms: int | None = None
+    resident_bytes: int = 0
+    """Bytes the store's committed version holds in memory (docs/state-on-disk.md)."""
+    local_disk_bytes: int = 0
+    """Bytes of the store's runs on the worker's local disk."""
+    block_cache_hits: int = 0
+    """The task's block reads served by the worker's block cache (the first store's report
+    alone carries the task's counters, as it alone counts the rows in)."""
+    block_cache_misses: int = 0
+    compaction_bytes: int = 0
+    """Bytes the task's merges wrote to local disk."""
 
     @property
     def cache_hit(self) -> bool:
@@ -194,6 +205,7 @@ def _run_partition(
     me = worker.worker_id()
     if CACHE.budget != spec.worker_settings.cache_bytes:
         set_budget(spec.worker_settings.cache_bytes)
+    disk_at_start = LOCAL_DISK.snapshot()
     stores = {}
     for name in (s.name for s in op.stores):
         store_id = StoreId(op.operator_id, partition, name)
@@ -224,9 +236,11 @@ def _run_partition(
                 store.abort()
         raise
     task_ms = (time.perf_counter() - started) * 1000
+    activity = LOCAL_DISK.activity_since(disk_at_start)
     reports = []
     for i, (store, info) in enumerate(zip(stores.values(), infos, strict=True)):
         load = store.metrics.load
+        disk = store.metrics.disk
         reports.append(
             TaskReport(
                 run=spec.run,
@@ -241,6 +255,11 @@ def _run_partition(
                 worker=me,
                 repairs=list(load.repairs),
                 **event_time_report(batch.event_time, max_event if i == 0 else None),
+                resident_bytes=disk.resident_bytes,
+                local_disk_bytes=disk.local_disk_bytes,
+                block_cache_hits=activity.block_cache_hits if i == 0 else 0,
+                block_cache_misses=activity.block_cache_misses if i == 0 else 0,
+                compaction_bytes=activity.compaction_bytes if i == 0 else 0,
             )
         )
     return output, reports

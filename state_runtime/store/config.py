@@ -24,6 +24,10 @@ class StoreConfig:
       provider, if set. Either way all cached versions of a process share one memory budget,
       least recently used first (``STATE_CACHE_BYTES``, see :mod:`state_runtime.store.cache`).
     - ``compression`` and ``compression_level``: the Arrow IPC body codec of checkpoint files.
+    - ``scan_prefix``: leading key fields that cluster the rows in memory (0: none): a
+      ``prefix_scan`` of at least that many fields reads one range of each run, found by
+      binary search, instead of passing over the state (see :mod:`state_runtime.store.keys`);
+      files are the same either way.
     """
 
     min_versions_to_retain: int = MIN_RETAINED_VERSIONS
@@ -31,6 +35,7 @@ class StoreConfig:
     cached_versions: int | None = None
     compression: Compression = "zstd"
     compression_level: int | None = None
+    scan_prefix: int = 0
 
     def __post_init__(self) -> None:
         check_retained_versions(
@@ -40,5 +45,7 @@ class StoreConfig:
             raise InvalidArgument("min_deltas_for_snapshot must be >= 1")
         if self.cached_versions is not None and self.cached_versions < 1:
             raise InvalidArgument("cached_versions must be >= 1")
+        if self.scan_prefix < 0:
+            raise InvalidArgument("scan_prefix must be >= 0")
         if self.compression not in ("zstd", "lz4", "none"):
             raise InvalidArgument(f"unknown compression {self.compression!r}: zstd, lz4 or none")

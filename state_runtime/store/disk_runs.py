@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import errno
 import itertools
 import os
@@ -36,6 +37,7 @@ from state_runtime.settings import WorkerSettings
 from state_runtime.store.arrow_rows import Row
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run, concat, run_of
+from state_runtime.store.store_metrics import DiskMetrics
 
 BLOCK_BYTES = 64 << 10
 """The size a block of a run on disk aims at."""
@@ -129,6 +131,21 @@ class LocalDisk:
             self.stats.bytes_written += size
             if compaction:
                 self.stats.compaction_bytes += size
+
+    def snapshot(self) -> DiskStats:
+        """A copy of the counters now."""
+        with self._lock:
+            return dataclasses.replace(self.stats)
+
+    def activity_since(self, earlier: DiskStats) -> DiskMetrics:
+        """What this process's lookups and merges did since ``earlier`` (a :meth:`snapshot`):
+        block-cache hits and misses, compaction bytes (the sizes are left 0)."""
+        now = self.snapshot()
+        return DiskMetrics(
+            block_cache_hits=now.block_cache_hits - earlier.block_cache_hits,
+            block_cache_misses=now.block_cache_misses - earlier.block_cache_misses,
+            compaction_bytes=now.compaction_bytes - earlier.compaction_bytes,
+        )
 
 
 LOCAL_DISK = LocalDisk()
@@ -238,6 +255,14 @@ class DiskRun:
         """Every block in index order, read past the block cache (scans and merges)."""
         for b in range(self.block_count):
             yield self._read(b)[0]
+
+    def between(self, lo: int, hi: int) -> Run:
+        """The rows whose index key is in ``[lo, hi]``: only the blocks whose fences overlap
+        it are read (through the block cache)."""
+        first = int(np.searchsorted(self._lasts, np.int64(lo), side="left"))
+        stop = int(np.searchsorted(self._firsts, np.int64(hi), side="right"))
+        parts = [self.block(b).between(lo, hi) for b in range(first, stop)]
+        return concat(parts, self.key_type, self.value_type)
 
     # --- lookups ------------------------------------------------------------------------
 
@@ -442,6 +467,16 @@ class RunWriter:
 def held_bytes(run: AnyRun) -> int:
     """Bytes of a run's rows, on disk or in memory."""
     return run.file_bytes if isinstance(run, DiskRun) else run.nbytes
+
+
+def disk_metrics(runs: tuple[AnyRun, ...], earlier: DiskStats) -> DiskMetrics:
+    """The figures of a version made of ``runs`` (bytes in memory, bytes of its files on
+    local disk) and this process's activity since ``earlier``."""
+    return dataclasses.replace(
+        LOCAL_DISK.activity_since(earlier),
+        resident_bytes=sum(run.nbytes for run in runs),
+        local_disk_bytes=sum(run.file_bytes for run in runs if isinstance(run, DiskRun)),
+    )
 
 
 def written(

@@ -6,6 +6,12 @@ no hashing is needed); otherwise it is a 64-bit hash of the key columns. Equal k
 equal index keys; different keys may share one (a hash collision, or a null next to the
 smallest int64), so a match on the index key is confirmed by comparing the keys themselves.
 
+With a *clustering prefix* of ``p`` key fields (``StoreConfig.scan_prefix``), the high
+:data:`GROUP_BITS` bits of the hash are those of the first ``p`` fields alone and the low bits
+those of the whole key: the rows sharing those fields (a grouping key's list elements, map
+entries or timers) sit in one range of index keys, which a prefix scan finds by binary
+search instead of a pass over the state (:meth:`KeyIndexer.prefix_span`).
+
 Hashes are process-local (Python salts ``hash`` of strings per process) and never written to a
 file. Floating-point key columns compare by value with -0.0 equal to 0.0 and every NaN equal to
 every other NaN, as Spark normalises grouping keys.
@@ -28,6 +34,14 @@ INT64_MIN = -(1 << 63)
 _NULL = 0x6A09E667F3BCC909  # the canonical word of a null column value
 _SEED = 0x243F6A8885A308D3
 _C1, _C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+GROUP_BITS = 36
+"""High bits of a clustered index key taken from the clustering prefix's hash."""
+_LOW = (1 << (64 - GROUP_BITS)) - 1
+_HIGH = M64 ^ _LOW
+
+
+def _signed(h: int) -> int:
+    return h - (1 << 64) if h >> 63 else h
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -111,9 +125,11 @@ def _is_bytes_like(t: pa.DataType) -> bool:
 class KeyIndexer:
     """Index keys and key equality for one key schema (an Arrow struct type)."""
 
-    def __init__(self, key_type: pa.StructType) -> None:
+    def __init__(self, key_type: pa.StructType, prefix: int = 0) -> None:
         self.type = key_type
         self.types = [key_type.field(i).type for i in range(key_type.num_fields)]
+        self.prefix = prefix if 0 < prefix < len(self.types) else 0
+        """The clustering prefix's field count (0: none; see the module)."""
         self.exact = len(self.types) == 1 and pa.types.is_integer(self.types[0])
         self._fast: list[type[Any]] = [
             int
@@ -137,8 +153,13 @@ class KeyIndexer:
                 col = col.cast(pa.int64()).fill_null(INT64_MIN)
             return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
         h = np.full(len(keys), _SEED, dtype=np.uint64)
-        for col in columns:
+        group = h
+        for i, col in enumerate(columns):
+            if i == self.prefix:
+                group = h
             h = _mix(h ^ self._words(col))
+        if self.prefix:
+            h = (group & np.uint64(_HIGH)) | (h & np.uint64(_LOW))
         return h.view(np.int64)
 
     def _words(self, col: pa.Array) -> np.ndarray:
@@ -190,8 +211,15 @@ class KeyIndexer:
             if type(v) is int and INT64_MIN <= v <= -INT64_MIN - 1:
                 return v
             return int(self.index(self.to_arrow([key]))[0])
+        h = self._hash(key)
+        if self.prefix:
+            h = (self._hash(key[: self.prefix]) & _HIGH) | (h & _LOW)
+        return _signed(h)
+
+    def _hash(self, values: Sequence[Any]) -> int:
+        """The unsigned hash of the leading key fields ``values``, as :meth:`index` mixes."""
         h = _SEED
-        for v, fast, t in zip(key, self._fast, self.types, strict=True):
+        for v, fast, t in zip(values, self._fast, self.types, strict=False):
             if v is None:
                 word = _NULL
             elif type(v) is fast:
@@ -199,7 +227,16 @@ class KeyIndexer:
             else:
                 word = int(self._words(pa.array([v], type=t))[0])
             h = _mix_int(h ^ word)
-        return h - (1 << 64) if h >> 63 else h
+        return h
+
+    def prefix_span(self, prefix: Sequence[Any]) -> tuple[int, int] | None:
+        """The index keys ``[lo, hi]`` that every key starting with ``prefix`` falls in (with
+        keys of other prefixes that share the high bits: a scan still compares), or None
+        without a clustering prefix or for a prefix shorter than it."""
+        if not self.prefix or len(prefix) < self.prefix:
+            return None
+        high = self._hash(prefix[: self.prefix]) & _HIGH
+        return _signed(high), _signed(high | _LOW)
 
     def normalize(self, key: Sequence[Any]) -> tuple[Any, ...]:
         """``key`` as reads return it and :func:`freeze` compares it (a trip through Arrow for

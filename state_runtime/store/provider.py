@@ -85,7 +85,7 @@ class StateStoreProvider:
         self.schema = history.newest.schema
         self.config = config or StoreConfig()
         self.resolve_id = resolve_id
-        self.indexer = KeyIndexer(self.schema.key_arrow)
+        self.indexer = KeyIndexer(self.schema.key_arrow, self.config.scan_prefix)
         self.checkpoints = CheckpointTarget(self.storage, self.store_id, history, self.config)
         self._lock = threading.RLock()
         self._owner = CACHE.register(self)
@@ -264,11 +264,6 @@ class StateStoreProvider:
     def install(self, version: Version) -> None:
         """Make a just-committed version the newest cached one."""
         self._remember(version)
-
-    @property
-    def resident_bytes(self) -> int:
-        """Bytes the process's cached versions hold in memory (every store)."""
-        return CACHE.used
 
     # --- loading ------------------------------------------------------------------------
 

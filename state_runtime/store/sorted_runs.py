@@ -70,6 +70,12 @@ class Run:
         """The rows as in-memory runs in index order: this run itself."""
         yield self
 
+    def between(self, lo: int, hi: int) -> Run:
+        """The rows whose index key is in ``[lo, hi]``: two binary searches, no copy."""
+        start = np.searchsorted(self.index, np.int64(lo), side="left")
+        stop = np.searchsorted(self.index, np.int64(hi), side="right")
+        return self.slice(int(start), int(stop))
+
     @property
     def key_type(self) -> pa.DataType:
         return self.keys.type

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import Any, Final, Protocol
 
+import numpy as np
 import pyarrow as pa
 
 from state_runtime.errors import (
@@ -33,7 +34,7 @@ from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpo
 from state_runtime.store.arrow_rows import Row, struct_array, struct_rows
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
-from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, held_bytes, written
+from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, disk_metrics, held_bytes, written
 from state_runtime.store.keys import KeyIndexer, freeze
 from state_runtime.store.scans import (
     ArrowPredicate,
@@ -46,7 +47,7 @@ from state_runtime.store.scans import (
 )
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
-from state_runtime.store.store_metrics import DiskMetrics, LoadMetrics, StoreMetrics
+from state_runtime.store.store_metrics import LoadMetrics, StoreMetrics
 from state_runtime.store.versions import Version, get, live_blocks, lookup, row_change, squash
 from state_runtime.store.writer import CheckpointTarget, record_unchanged, write_checkpoint
 
@@ -118,11 +119,6 @@ class StoreHost(Protocol):
 
     def install(self, version: Version) -> None: ...
 
-    @property
-    def resident_bytes(self) -> int:
-        """Bytes the process's cached versions hold in memory (every store)."""
-        ...
-
 
 def _normalize(row: Any, arity: int, what: str, store: StoreId) -> Row:
     if isinstance(row, tuple):
@@ -146,7 +142,7 @@ class ReadStateStore:
         self._key_arity = host.schema.key_arity
         self._value_arity = host.schema.value_arity
         self.metrics = StoreMetrics(rows=version.rows, load=load)
-        self._disk_at_open = dataclasses.replace(LOCAL_DISK.stats)
+        self._disk_at_open = LOCAL_DISK.snapshot()
 
     @property
     def store_id(self) -> StoreId:
@@ -227,10 +223,30 @@ class ReadStateStore:
         """Rows whose leading key columns equal ``prefix`` (a tuple; a None field matches
         null), in key order.
 
-        One vectorised pass over the state, block by block (there is no secondary index).
+        With a clustering prefix (``StoreConfig.scan_prefix``) no shorter than ``prefix``:
+        one range of index keys per run, found by binary search (:meth:`_span`); else one
+        vectorised pass over the state, block by block.
         """
-        mask = prefix_mask(as_prefix(prefix, self._key_arity, "prefix", nulls=True))
-        return key_ordered_rows(self._blocks(), mask, self._host.schema)
+        bound = as_prefix(prefix, self._key_arity, "prefix", nulls=True)
+        span = self._indexer.prefix_span(bound)
+        blocks = self._blocks() if span is None else [self._span(*span)]
+        return key_ordered_rows(blocks, prefix_mask(bound), self._host.schema)
+
+    def _span(self, lo: int, hi: int) -> Run:
+        """The live rows whose index key is in ``[lo, hi]``: each run's rows there, then
+        their current values (a newer run may have changed or removed them)."""
+        runs = self._runs()
+        parts = [run.between(lo, hi) for run in runs]
+        if len(parts) == 1 and not parts[0].values.null_count:
+            return parts[0]
+        schema = self._host.schema
+        keys = pa.concat_arrays([p.keys for p in parts])
+        unique = Run.build(self._indexer, keys, pa.nulls(len(keys), schema.value_arrow))[0].keys
+        values = lookup(self._indexer, runs, unique, schema.value_arrow)
+        live = values.is_valid()
+        return Run(
+            np.zeros(len(unique) - values.null_count), unique.filter(live), values.filter(live)
+        )
 
     def range_scan(self, start: Any = None, end: Any = None) -> Iterator[tuple[Row, Row]]:
         """Rows with ``start <= key < end`` (either bound may be None), in key order.
@@ -547,13 +563,7 @@ class StateStore(ReadStateStore):
         self.metrics.removed_keys = removed
         self.metrics.bytes_written = info.bytes_written
         self.metrics.commit_ms = elapsed
-        now, then = LOCAL_DISK.stats, self._disk_at_open
-        self.metrics.disk = DiskMetrics(
-            resident_bytes=host.resident_bytes + now.block_cache_bytes,
-            local_disk_bytes=now.local_disk_bytes,
-            block_cache_hits=now.block_cache_hits - then.block_cache_hits,
-            compaction_bytes=now.compaction_bytes - then.compaction_bytes,
-        )
+        self.metrics.disk = disk_metrics(self._version.runs, self._disk_at_open)
         self._info = dataclasses.replace(
             info, timings_ms={"load": self.metrics.load.load_ms, "commit": elapsed}
         )

@@ -41,11 +41,15 @@ class StoreMetrics:
 
 @dataclass
 class DiskMetrics:
-    """State on local disk (docs/state-on-disk.md), as of the commit: ``resident_bytes`` and
-    ``local_disk_bytes`` for the whole process (every store), ``block_cache_hits`` and
-    ``compaction_bytes`` (bytes merges wrote to local disk) since the store was opened."""
+    """State on local disk (docs/state-on-disk.md), as of the commit. ``resident_bytes``: what
+    this store's committed version holds in memory (its in-memory runs and the fence indexes
+    of its runs on disk; the process's block cache is not in it); ``local_disk_bytes``: the
+    sizes of its runs' files on local disk. The counters count this process while the store
+    was open: ``block_cache_hits``/``_misses`` (block reads of lookups) and
+    ``compaction_bytes`` (bytes merges wrote to local disk)."""
 
     resident_bytes: int = 0
     local_disk_bytes: int = 0
     block_cache_hits: int = 0
+    block_cache_misses: int = 0
     compaction_bytes: int = 0

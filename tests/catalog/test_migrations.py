@@ -359,3 +359,37 @@ def test_upgrading_drops_the_records_of_versions_that_changed_nothing(empty_url:
     (health,) = catalog.store_health(RetentionPolicy())
     assert health.open_problems == 0 and health.versions_loadable == 4
     catalog.close()
+
+
+def test_batches_recorded_before_the_disk_figures_read_zero_after_the_upgrade(
+    empty_url: str,
+) -> None:
+    engine = create_catalog_engine(empty_url)
+    upgrade(engine, "0017_intent_sequence")
+    with engine.begin() as connection:
+        connection.execute(
+            sa.text(
+                "INSERT INTO batch_metrics (checkpoint_root, query_id, batch_id, rows_in,"
+                " keys_updated, state_rows, bytes_written, commit_ms, cache_hits, cache_misses,"
+                " extra, recorded_at) VALUES ('/ckpt', 'q', 0, 5, 4, 3, 2, 1.5, 1, 0, '{}',"
+                " :at)"
+            ),
+            {"at": datetime(2026, 11, 1, tzinfo=UTC)},
+        )
+    upgrade(engine)
+    engine.dispose()
+    with Catalog.open(empty_url, retry=FAST_RETRY) as catalog:
+        (recorded,) = catalog.batch_metrics("/ckpt", "q")
+    m = recorded.metrics
+    assert (m.rows_in, m.bytes_written, m.cache_hits) == (5, 2, 1)
+    assert (m.resident_bytes, m.local_disk_bytes, m.block_cache_hits) == (0, 0, 0)
+    assert (m.block_cache_misses, m.compaction_bytes) == (0, 0)
+    engine = create_catalog_engine(empty_url)
+    with engine.begin() as connection:  # and back: the batch keeps its recorded figures
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0017_intent_sequence")
+        columns = {c["name"] for c in sa.inspect(connection).get_columns("batch_metrics")}
+        assert "local_disk_bytes" not in columns
+        assert connection.execute(sa.text("SELECT rows_in FROM batch_metrics")).scalar() == 5
+    engine.dispose()

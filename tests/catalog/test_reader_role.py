@@ -93,7 +93,7 @@ NOT_READS = frozenset(
         "finish_run",
         "heartbeat",
         "close_abandoned_runs",
-        "record_status_changes",
+        "record_statuses",
         "claim_deletions",
         "record_deletions",
         "record_lost",

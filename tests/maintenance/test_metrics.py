@@ -30,13 +30,19 @@ def test_batch_metrics_view_and_command(make_stream: Callable[..., StoreStream])
                 cache_hits=2,
                 cache_misses=1,
                 extra={"batch_ms": 250.0 + batch, "cache_hit_rate": 2 / 3, "late_rows": batch},
+                resident_bytes=3_000_000,
+                local_disk_bytes=(5 + batch) * 10**9,
+                block_cache_hits=90,
+                block_cache_misses=10,
+                compaction_bytes=batch * 10**6,
             ),
         )
     with stream.catalog.engine.connect() as connection:
         rows = connection.execute(
             sa.text(
                 "SELECT batch_id, rows_in, keys_updated, batch_ms, cache_hit_rate, late_rows,"
-                " max_load_ms FROM state_batch_metrics WHERE query_id = :q ORDER BY batch_id"
+                " max_load_ms, local_disk_bytes, compaction_bytes FROM state_batch_metrics"
+                " WHERE query_id = :q ORDER BY batch_id"
             ),
             {"q": stream.query},
         ).all()
@@ -48,16 +54,23 @@ def test_batch_metrics_view_and_command(make_stream: Callable[..., StoreStream])
     assert [float(r.batch_ms) for r in rows] == [250.0, 251.0, 252.0]
     assert abs(float(rows[0].cache_hit_rate) - 2 / 3) < 1e-9
     assert [int(r.late_rows) for r in rows] == [0, 1, 2] and rows[0].max_load_ms is None
+    assert [(r.local_disk_bytes // 10**9, r.compaction_bytes // 10**6) for r in rows] == [
+        (5, 0),
+        (6, 1),
+        (7, 2),
+    ]
 
     table = statestore(stream, "metrics", stream.root, "--query", stream.query, "--limit", "2")
     assert table.exit_code == 0, table.output
     assert "Batch metrics of query query-1 (2 batches" in table.output
     assert "252 ms" in table.output and "2/3" in table.output and "250 ms" not in table.output
+    assert "7.0 GB" in table.output and "3.0 MB" in table.output
     data = json.loads(
         statestore(stream, "metrics", stream.root, "--query", stream.query, "--json").output
     )
     assert [d["batch_id"] for d in data] == [2, 1, 0]
     assert data[0]["batch_ms"] == 252.0 and data[0]["rows_in"] == 102
+    assert data[0]["local_disk_bytes"] == 7 * 10**9 and data[0]["block_cache_hits"] == 90
     unknown = statestore(stream, "metrics", stream.root, "--query", "nope")
     assert unknown.exit_code == 2 and "name one of query-1" in unknown.output
     # Scoped like the other commands: --root, or the catalog's one root; its one query

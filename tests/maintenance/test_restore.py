@@ -76,7 +76,8 @@ def test_restore_to_an_intact_batch_after_a_later_file_was_lost(stream: StoreStr
     assert message.endswith(
         "Restore batch 6, the newest earlier batch whose stores are all intact (--to-batch 6), "
         "or accept the loss of these stores with --allow-lost-state (they start again from "
-        "empty while the others return to batch 7)"
+        "empty, with the other stores of their operator and partition, while the others "
+        "return to batch 7)"
     )
 
     dry = statestore(
@@ -158,8 +159,8 @@ def test_a_lost_store_restarts_from_empty_only_when_the_user_accepts(
     assert refused.exit_code == 3, refused.output
     assert (
         "No earlier committed batch has all its stores intact: accept the loss of these "
-        "stores with --allow-lost-state (they start again from empty while the others return "
-        "to batch 5)"
+        "stores with --allow-lost-state (they start again from empty, with the other stores "
+        "of their operator and partition, while the others return to batch 5)"
     ) in " ".join(refused.output.split())
     assert "--allow-lost-state" in refused.output and "0/1/default" in refused.output
 

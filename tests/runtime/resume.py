@@ -5,12 +5,15 @@ checkpoint roots and catalog), and pickles each job's output rows per batch to `
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .differential import OPERATORS, Rows, Stream, run_ours, session_for
+from .differential import OPERATORS, Operator, Rows, Stream, run_ours, session_for
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,34 @@ class Resume:
     catalog_url: str
     first: int
     """The first batch this process runs (the earlier ones ran in another process)."""
+
+
+def operator_named(name: str) -> Operator:
+    """An operator of the differential harness, or a ``transform_with_state`` processor of
+    :mod:`.tws_processors` by its class name."""
+    if name in OPERATORS:
+        return OPERATORS[name]
+    from .tws_processors import tws_operator_named
+
+    return tws_operator_named(name)
+
+
+def resume_elsewhere(jobs: list[Resume]) -> list[dict[int, Rows]]:
+    """Run ``jobs`` in a new driver process (this module as a subprocess: its own Spark
+    session, query objects, catalog connections and Python workers); each job's rows per
+    batch."""
+    work = Path(tempfile.mkdtemp(prefix="diff-resume-"))
+    (work / "jobs.pkl").write_bytes(pickle.dumps(jobs))
+    root = str(Path(__file__).resolve().parents[2])  # this checkout, for its Python workers too
+    subprocess.run(
+        [sys.executable, "-m", "tests.runtime.resume", str(work / "jobs.pkl"), str(work / "out")],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+        check=True,
+        timeout=900,
+    )
+    resumed: list[dict[int, Rows]] = pickle.loads((work / "out").read_bytes())
+    return resumed
 
 
 def main(jobs_path: str, out_path: str) -> None:
@@ -37,7 +68,7 @@ def main(jobs_path: str, out_path: str) -> None:
         for job in jobs:
             batches = range(job.first, len(job.stream.batches))
             session = session_for(spark, job.stream)
-            operator = OPERATORS[job.operator]
+            operator = operator_named(job.operator)
             out.append(
                 run_ours(session, operator, job.stream, job.folder, job.catalog_url, batches)
             )

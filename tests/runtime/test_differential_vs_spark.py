@@ -12,9 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import pickle
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -34,12 +31,11 @@ from .differential import (
     PACK,
     TIMES,
     Divergence,
-    Rows,
     Stream,
     packed,
     run_stream,
 )
-from .resume import Resume
+from .resume import Resume, resume_elsewhere
 
 pytestmark = pytest.mark.spark
 
@@ -204,19 +200,9 @@ def test_a_restart_in_a_new_driver_process_gives_sparks_output(
         )
         outcomes.append(outcome)
         jobs.append(Resume(name, stream, folder, catalog_url, stream.restart_at))
-    work = Path(tempfile.mkdtemp(prefix="diff-resume-"))
-    (work / "jobs.pkl").write_bytes(pickle.dumps(jobs))
     started = time.perf_counter()
-    root = str(Path(__file__).resolve().parents[2])  # this checkout, for its Python workers too
-    subprocess.run(
-        [sys.executable, "-m", "tests.runtime.resume", str(work / "jobs.pkl"), str(work / "out")],
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": root},
-        check=True,
-        timeout=900,
-    )
+    resumed = resume_elsewhere(jobs)
     TIMES["resume"] += time.perf_counter() - started
-    resumed: list[dict[int, Rows]] = pickle.loads((work / "out").read_bytes())
     for (name, stream), outcome, rows in zip(cases, outcomes, resumed, strict=True):
         assert sorted(rows) == list(range(stream.restart_at or 0, len(stream.batches)))
         outcome.ours.update(rows)

@@ -21,7 +21,7 @@ from state_runtime.runtime import (
     state_figures,
     with_state_progress,
 )
-from state_runtime.runtime.spark_progress import FIELDS
+from state_runtime.runtime.spark_progress import FIELDS, SPARK_NAMES
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect]
 SCHEMA = "user string, amount bigint"
@@ -116,6 +116,11 @@ def test_each_progress_shows_its_batch_state_figures(
         assert shown["commit_ms"] == pytest.approx(metrics.commit_ms)
         assert shown["cache_hits"] + shown["cache_misses"] == 3
         assert shown["watermark_ms"] is None and shown["late_rows"] is None  # no watermark
+        # state on local disk, under Spark's names (in memory here: nothing on disk)
+        assert {spark: shown[spark] for spark, _ in SPARK_NAMES} == {
+            spark: getattr(metrics, name) for spark, name in SPARK_NAMES
+        }
+        assert shown["memoryUsedBytes"] > 0 and shown["rocksdbSstFileSize"] == 0
     # A Connect client's lastProgress/recentProgress hold the figures in another shape than a
     # listener's event (see state_figures); both read the same.
     assert last is not None

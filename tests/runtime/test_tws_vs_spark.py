@@ -15,6 +15,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from state_runtime.runtime import StatefulQuery, read_state, transform_with_state
 
 from .differential import EPOCH_S, Event, Stream, run_stream
+from .resume import Resume, resume_elsewhere
 from .tws_processors import (
     Counters,
     FraudDetector,
@@ -25,6 +26,7 @@ from .tws_processors import (
     SessionTracker,
     Totals,
     tws_operator,
+    tws_operator_named,
 )
 
 pytestmark = pytest.mark.spark
@@ -80,6 +82,29 @@ def test_transform_with_state_equals_spark(
     operator = tws_operator(processor.__name__, processor, time_mode)
     outcome = run_stream(spark, operator, _stream(3), tmp_path, sqlite_catalog_url)
     assert outcome.check() == len(BATCHES)
+
+
+def test_a_restart_in_a_new_driver_process_continues_state_and_timers(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    """Our side stops after batch 2; a new driver process (its own Spark session, query
+    objects, catalog connection and Python workers) runs batches 3 to 5 from the checkpoint
+    root and the catalog; Spark restarts from its checkpoint: every batch's output is still
+    Spark's. Value, list and map state with TTL, processing- and event-time timers."""
+    names = ["SessionTracker", "RowCounters", "FraudDetector"]
+    stream, outcomes = _stream(3), []
+    for name in names:
+        outcomes.append(
+            run_stream(
+                spark, tws_operator_named(name), stream, tmp_path / name, sqlite_catalog_url,
+                ours_until=3,
+            )
+        )  # fmt: skip
+    jobs = [Resume(name, stream, tmp_path / name, sqlite_catalog_url, 3) for name in names]
+    for outcome, rows in zip(outcomes, resume_elsewhere(jobs), strict=True):
+        assert sorted(rows) == [3, 4, 5]
+        outcome.ours.update(rows)
+        assert outcome.check() == len(BATCHES)
 
 
 def test_each_variable_is_a_store_read_by_name_and_appends_write_only_new_elements(

@@ -290,3 +290,19 @@ def tws_operator(name: str, processor: type[StatefulProcessor], time_mode: str) 
         return df.withColumn("ts_ms", F.unix_millis("ts"))
 
     return Operator(name, ours, spark, _rows, prepare=prepare)
+
+
+TIME_MODES = {
+    "SessionTracker": "ProcessingTime",
+    "Counters": "None",
+    "FraudDetector": "EventTime",
+    "Totals": "None",
+}
+"""Each processor's time mode (its Row form, ``Row<name>``, has the same)."""
+
+
+def tws_operator_named(name: str) -> Operator:
+    """:func:`tws_operator` of a processor class of this module, by its name (for a new
+    driver process: :mod:`.resume`)."""
+    processor = globals()[name]
+    return tws_operator(name, processor, TIME_MODES[name.removeprefix("Row")])

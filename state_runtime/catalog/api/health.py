@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from state_runtime.catalog.api.pages import PAGE_STORES, PagedCalls
-from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
+from state_runtime.catalog.records import (
+    RecoveryCost,
+    SnapshotCandidate,
+    StatusChange,
+    StoreHealth,
+    StoreKey,
+)
 from state_runtime.catalog.sql import health as health_queries
 from state_runtime.catalog.sql.retention import Scope
-from state_runtime.catalog.sql.status_changes import record_status_changes
+from state_runtime.catalog.sql.status_changes import record_statuses
 from state_runtime.errors import InvalidArgument
 from state_runtime.retention import RetentionPolicy
 
@@ -56,13 +62,13 @@ class HealthCalls(PagedCalls):
             page_size,
         )
 
-    def record_status_changes(self, limits: Mapping[str, int], *, root: str | None = None) -> int:
-        """Record every store (of ``root``, or all) whose status under ``limits`` differs from
-        its last recorded one (one statement); how many were recorded."""
-        return self._run(
-            "record status changes",
-            lambda c: record_status_changes(c, limits, root, self.now()),
-        )
+    def record_statuses(self, changes: Sequence[StatusChange]) -> dict[StoreKey, datetime]:
+        """Record the status ``changes`` a health read derived, each unless a concurrent
+        reader recorded it meanwhile; since when each recorded status holds. One
+        transaction, none when nothing changed."""
+        if not changes:
+            return {}
+        return self._run("record status changes", lambda c: record_statuses(c, changes, self.now()))
 
     def recovery_costs(self, root: str | None = None) -> dict[StoreKey, RecoveryCost]:
         """Per store (of ``root``, or all), the files and bytes a cold load of its latest

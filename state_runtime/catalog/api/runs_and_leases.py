@@ -13,7 +13,7 @@ from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
 from state_runtime.catalog.schema.tables import RunKind
 from state_runtime.catalog.sql import runs_and_leases
-from state_runtime.catalog.sql.status_changes import record_status_changes
+from state_runtime.catalog.sql.status_changes import record_run_status_changes
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.identity import new_checkpoint_id
 from state_runtime.status import DEFAULT_LIMITS
@@ -40,16 +40,19 @@ class RunCalls(CatalogBase):
         counts: dict[str, Any] | None = None,
         error: str | None = None,
         *,
-        status_limits: Mapping[str, int] = DEFAULT_LIMITS,
+        status_limits: Mapping[str, int] | None = DEFAULT_LIMITS,
     ) -> None:
         """Close a run as 'succeeded' or 'failed' with its counts (already closed that way:
-        nothing to do), and in the same transaction record every store whose status (under
-        ``status_limits``) changed."""
+        nothing to do), and in the same transaction record each store of the run (whose last run
+        it is: leased, a file recorded or deleted; validated since it started, for a
+        validation) whose status (under ``status_limits``) changed; ``status_limits`` None:
+        none (the run recorded them itself)."""
 
         def work(connection: Connection) -> None:
             now = self.now()
             runs_and_leases.finish_run(connection, run_id, outcome, dict(counts or {}), error, now)
-            record_status_changes(connection, status_limits, None, now)
+            if status_limits is not None:
+                record_run_status_changes(connection, status_limits, run_id, now)
 
         self._run("finish maintenance run", work)
 

@@ -15,6 +15,7 @@ from state_runtime.catalog.connection.engine import (
     RetryPolicy,
     create_catalog_engine,
     display_url,
+    pool_capacity,
     run_transaction,
 )
 from state_runtime.catalog.connection.settings import CatalogTimeouts, catalog_url
@@ -80,6 +81,11 @@ class CatalogBase:
     def url(self) -> str:
         """The database URL with the password masked."""
         return display_url(self.engine.url)
+
+    @property
+    def pool_capacity(self) -> int:
+        """Connections this catalog opens at once: what bounds the threads that call it."""
+        return pool_capacity(self.engine)
 
     @property
     def dialect(self) -> str:

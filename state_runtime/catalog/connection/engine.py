@@ -66,6 +66,10 @@ _PERMANENT_CONNECT = re.compile(
     re.IGNORECASE,
 )
 ATTEMPT_TIMEOUT_OPTION = "state_runtime_attempt_timeout"
+POOL_SIZE = 5
+POOL_OVERFLOW = 10
+"""A catalog engine's pool: ``POOL_SIZE`` connections kept, up to ``POOL_OVERFLOW`` more
+opened under load (SQLAlchemy's defaults, stated so that :func:`pool_capacity` is true)."""
 DRIVER_HINT = "postgresql+psycopg2://user@host:5432/database or sqlite:///path/to/catalog.db"
 URL_HELP = "STATE_CATALOG_URL or --catalog-url"
 
@@ -202,6 +206,8 @@ def _postgres_engine(url: URL, limits: CatalogTimeouts) -> Engine:
     # the attempt is retried on a fresh one.
     engine = sa.create_engine(
         url,
+        pool_size=POOL_SIZE,
+        max_overflow=POOL_OVERFLOW,
         pool_timeout=limits.pool.total_seconds(),
         execution_options={ATTEMPT_TIMEOUT_OPTION: limits.attempt.total_seconds()},
         connect_args={
@@ -227,7 +233,15 @@ def _watch_new_connection(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_engine(url: URL, limits: CatalogTimeouts) -> Engine:
-    pooled = {"pool_timeout": limits.pool.total_seconds()} if sqlite_file(url) else {}
+    pooled: dict[str, Any] = (
+        {
+            "pool_size": POOL_SIZE,
+            "max_overflow": POOL_OVERFLOW,
+            "pool_timeout": limits.pool.total_seconds(),
+        }
+        if sqlite_file(url)
+        else {}
+    )
     engine = sa.create_engine(
         url,
         connect_args={"timeout": limits.lock.total_seconds(), "check_same_thread": False},
@@ -253,6 +267,15 @@ def _sqlite_engine(url: URL, limits: CatalogTimeouts) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def pool_capacity(engine: Engine) -> int:
+    """How many connections ``engine`` opens at once: a bounded pool's size and overflow; one
+    for any other pool (an in-memory SQLite database is one connection per thread, each its
+    own empty database, so it is worked on by one thread)."""
+    if isinstance(engine.pool, sa.pool.QueuePool):
+        return POOL_SIZE + POOL_OVERFLOW
+    return 1
 
 
 def create_sqlite_folder(engine: Engine) -> None:

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Connection, Dialect
 
 from state_runtime import retention as rule
 from state_runtime import status as status_rule
+from state_runtime.catalog.records import DISK_FIGURES
 from state_runtime.catalog.schema import reading_views as reading
 from state_runtime.catalog.schema.plain_views import (
     DELETIONS,
@@ -440,7 +441,9 @@ def batch_metrics_view(dialect: str) -> str:
         "SELECT m.checkpoint_root, m.query_id, m.batch_id, m.recorded_at, m.rows_in,\n"
         "       m.keys_updated, m.state_rows, m.bytes_written, m.commit_ms, m.cache_hits,\n"
         "       m.cache_misses,\n       "
-        + ",\n       ".join(figure(name) for name in BATCH_FIGURES)
+        + ",\n       ".join(
+            [*(f"m.{name}" for name in DISK_FIGURES), *(figure(name) for name in BATCH_FIGURES)]
+        )
         + "\nFROM batch_metrics m\n"
     )
 

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
+from state_runtime.catalog.records import DISK_FIGURES
 from state_runtime.catalog.schema import predicates
 from state_runtime.catalog.sql.roots import folder_of, resolved_root, stored_root
 
@@ -301,6 +302,10 @@ batch_metrics = sa.Table(
     sa.Column("cache_misses", sa.BigInteger(), nullable=False),
     sa.Column("extra", _json_type(), nullable=False),
     sa.Column("recorded_at", UtcDateTime(), nullable=False),
+    *(
+        sa.Column(name, sa.BigInteger(), nullable=False, server_default="0")
+        for name in DISK_FIGURES
+    ),
     sa.UniqueConstraint("checkpoint_root", "query_id", "batch_id", name="uq_batch_metrics_batch"),
 )
 

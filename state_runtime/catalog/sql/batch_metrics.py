@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.records import BatchMetrics, RecordedBatchMetrics
+from state_runtime.catalog.records import DISK_FIGURES, BatchMetrics, RecordedBatchMetrics
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import batch_metrics
 from state_runtime.catalog.sql.roots import validate_root
@@ -36,6 +36,7 @@ def record_batch_metrics(
         metrics.bytes_written,
         metrics.cache_hits,
         metrics.cache_misses,
+        *(getattr(metrics, name) for name in DISK_FIGURES),
     )
     if min(counts) < 0 or metrics.commit_ms < 0:
         raise InvalidArgument(f"negative figure in batch metrics {metrics}")
@@ -49,6 +50,7 @@ def record_batch_metrics(
         "cache_misses": metrics.cache_misses,
         "extra": dict(metrics.extra),
         "recorded_at": now,
+        **{name: getattr(metrics, name) for name in DISK_FIGURES},
     }
     # An upsert, not delete-then-insert: the runtime's role has no DELETE.
     insert = upsert(connection, batch_metrics).values(
@@ -105,6 +107,7 @@ def _recorded(r: sa.Row[Any]) -> RecordedBatchMetrics:
             cache_hits=r.cache_hits,
             cache_misses=r.cache_misses,
             extra=r.extra,
+            **{name: getattr(r, name) for name in DISK_FIGURES},
         ),
         recorded_at=r.recorded_at,
     )

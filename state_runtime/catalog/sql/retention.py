@@ -31,7 +31,7 @@ from state_runtime.catalog.records import (
 )
 from state_runtime.catalog.schema.predicates import is_live, is_verified_snapshot_by_commit_log
 from state_runtime.catalog.schema.reading_views import ReaderViews
-from state_runtime.catalog.schema.tables import FileState, Verification
+from state_runtime.catalog.schema.tables import FileState, RunKind, Verification
 from state_runtime.catalog.sql.lookups import store_ids
 from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_columns, file_record
 from state_runtime.errors import InvalidArgument
@@ -47,7 +47,7 @@ class Scope:
     values."""
 
     root: str | BindParameter[str] | None = None
-    store_ids: tuple[int, ...] | BindParameter[Any] | None = None
+    store_ids: tuple[int, ...] | BindParameter[Any] | sa.Select[Any] | None = None
     ids: tuple[int | BindParameter[int], int | BindParameter[int]] | None = None
 
     def filter(self, views: ReaderViews, store_id: ColumnElement[int]) -> ColumnElement[bool]:
@@ -67,11 +67,21 @@ class Scope:
         return sa.and_(sa.true(), *conditions)
 
     @staticmethod
-    def of_root(views: ReaderViews, by_root: bool) -> Scope:
-        """Every store, or those of the root given as the bind parameter ``root``."""
-        if not by_root:
-            return Scope()
-        return Scope(root=sa.bindparam("root", type_=views.stores.c.checkpoint_root.type))
+    def of_run(views: ReaderViews) -> Scope:
+        """The stores of the run given as the bind parameter ``run_id``: those whose last
+        maintenance run it is (it leased them, recorded a file of them, or deleted from them)
+        and, for a validation run, those validated since it started."""
+        s, r = views.stores.c, views.runs.c
+        run = sa.bindparam("run_id", type_=sa.BigInteger())
+        started = (
+            sa.select(r.started_at)
+            .where(r.run_id == run, r.kind == RunKind.VALIDATE.value)
+            .scalar_subquery()
+        )
+        ids = sa.select(s.store_id).where(
+            sa.or_(s.last_run_id == run, s.last_validated_at >= started)
+        )
+        return Scope(store_ids=ids)
 
 
 def _verified_snapshot(views: ReaderViews, f: Any) -> ColumnElement[bool]:
@@ -394,6 +404,8 @@ def _verdict_values(scope: Scope) -> tuple[tuple[bool, bool, bool], dict[str, An
     if scope.root is not None:
         values["root"] = scope.root
     if scope.store_ids is not None:
+        if not isinstance(scope.store_ids, tuple):
+            raise InvalidArgument("file verdicts are read for given store ids, not a query's")
         values["store_ids"] = list(scope.store_ids)
     if scope.ids is not None:
         values["after"], values["through"] = scope.ids

@@ -30,7 +30,7 @@ from state_runtime.catalog.schema.tables import (
     store_problems,
     stores,
 )
-from state_runtime.catalog.sql.lookups import lock_stores
+from state_runtime.catalog.sql.lookups import lock_stores, mark_maintained
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.rows import key_of
 from state_runtime.catalog.sql.statements import chunks
@@ -86,6 +86,8 @@ def rewind_query(
     ).all()
     ids = {key_of(r).store: r.store_id for r in rows}
     lock_stores(connection, ids.values())
+    if run_id is not None:
+        mark_maintained(connection, ids.values(), run_id)
     at_batch = {
         key_of(r).store: CheckpointRef(r.version, r.checkpoint_id)
         for r in rows

@@ -1,39 +1,45 @@
 """Recording each store's status as it changes (``store_status_changes``), so that a "since"
 is the moment the status last changed (:mod:`state_runtime.status`).
 
-One ``INSERT … SELECT``: every store in scope whose status now (the status rule over
+Two ways, one rule. :func:`record_run_status_changes` is one ``INSERT … SELECT``: every store
+of a maintenance run whose status now (the status rule over
 :func:`~state_runtime.catalog.sql.store_facts.store_facts`, as the views compute it) differs
-from its last recorded one gets a row. The moment of the change is the facts' estimate when it
-falls after the last recorded change (a problem's detection, a restore, a chain's first
-delta), else the moment of recording: a snapshot that made a degraded store healthy changed
-it when its run closed, not at the store's first validation.
+from its last recorded one gets a row. :func:`record_statuses` records the changes a health
+read already derived from the facts it read (so the facts are not read twice). The moment of
+the change is the facts' estimate when it falls after the last recorded change (a problem's
+detection, a restore, a chain's first delta), else the moment of recording: a snapshot that
+made a degraded store healthy changed it when its run closed, not at the store's first
+validation.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from state_runtime.catalog.records import StatusChange, StoreKey
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS
 from state_runtime.catalog.schema.tables import UtcDateTime, store_status_changes
+from state_runtime.catalog.sql.lookups import lock_stores, store_ids
 from state_runtime.catalog.sql.retention import PolicySql, Scope
+from state_runtime.catalog.sql.statements import chunks
 from state_runtime.catalog.sql.status import StatusSql
-from state_runtime.catalog.sql.store_facts import store_facts
+from state_runtime.catalog.sql.store_facts import last_status_changes, store_facts
 from state_runtime.retention import RetentionPolicy
 from state_runtime.status import RECORDED
 
 
 @functools.cache
-def _record_statement(dialect: str, limits: tuple[str, ...], by_root: bool) -> sa.Insert:
-    """:func:`record_status_changes`' statement, built once per shape: the limits
-    (``limit_<name>``), the cutoffs, the moment of recording (``recorded_at``) and the root are
-    bind parameters."""
+def _record_statement(dialect: str, limits: tuple[str, ...]) -> sa.Insert:
+    """:func:`record_run_status_changes`' statement, built once per shape: the limits
+    (``limit_<name>``), the cutoffs, the moment of recording (``recorded_at``) and the run
+    (``run_id``) are bind parameters."""
     policy = PolicySql.bound(WRITE_LOOKUPS, RetentionPolicy().retain_versions)
-    scope = Scope.of_root(WRITE_LOOKUPS, by_root)
+    scope = Scope.of_run(WRITE_LOOKUPS)
     facts = store_facts(WRITE_LOOKUPS, policy, scope, figures=False)
     facts_sq = facts.subquery("f")
     sql_limits = {name: sa.bindparam(f"limit_{name}", type_=sa.BigInteger()) for name in limits}
@@ -61,17 +67,62 @@ def _record_statement(dialect: str, limits: tuple[str, ...], by_root: bool) -> s
     return sa.insert(store_status_changes).from_select(columns, changes)
 
 
-def record_status_changes(
-    connection: Connection, limits: Mapping[str, int], root: str | None, now: datetime
+def record_run_status_changes(
+    connection: Connection, limits: Mapping[str, int], run_id: int, now: datetime
 ) -> int:
-    """Record the stores (of ``root``, or all) whose status under ``limits`` differs from
-    their last recorded one; how many were recorded."""
-    statement = _record_statement(connection.dialect.name, tuple(sorted(limits)), root is not None)
+    """Record the stores of the run ``run_id`` (those it maintained; for a validation, those
+    validated since it started) whose status under ``limits`` differs from their last recorded
+    one; how many were recorded."""
+    statement = _record_statement(connection.dialect.name, tuple(sorted(limits)))
     values = {
         # the status reads no reclaimable figure: the default policy's cutoffs will do
         **PolicySql.cutoffs(RetentionPolicy(), now),
         **{f"limit_{name}": value for name, value in limits.items()},
         "recorded_at": now,
-        **({} if root is None else {"root": root}),
+        "run_id": run_id,
     }
     return int(connection.execute(statement, values).rowcount)
+
+
+def record_statuses(
+    connection: Connection, changes: Sequence[StatusChange], now: datetime
+) -> dict[StoreKey, datetime]:
+    """Record ``changes`` whose status still differs from the last one recorded (the stores
+    are locked first: a concurrent reader may have recorded it since they were read); since
+    when each store's recorded status now holds."""
+    ids: dict[StoreKey, int] = {}
+    for root in sorted({c.key.root for c in changes}):
+        stores = [c.key.store for c in changes if c.key.root == root]
+        known = store_ids(connection, WRITE_LOOKUPS, root, stores)
+        ids |= {StoreKey(root, store): store_id for store, store_id in known.items()}
+    lock_stores(connection, ids.values())
+    last: dict[int, tuple[str, datetime]] = {}
+    for part in chunks(sorted(ids.values())):
+        newest = last_status_changes(WRITE_LOOKUPS, Scope(store_ids=tuple(part)))
+        for row in connection.execute(sa.select(newest)):
+            last[row.store_id] = (row.status, row.changed_at)
+    rows: list[dict[str, object]] = []
+    since: dict[StoreKey, datetime] = {}
+    for change in changes:
+        store_id = ids.get(change.key)
+        if store_id is None:
+            continue
+        found = last.get(store_id)
+        if found is not None and found[0] == change.status:
+            since[change.key] = found[1]
+            continue
+        at, estimate = now, change.estimate
+        if estimate is not None and estimate <= now and (found is None or estimate > found[1]):
+            at = estimate
+        rows.append(
+            {
+                "store_id": store_id,
+                "status": change.status,
+                "reason": change.reason,
+                "changed_at": at,
+            }
+        )
+        since[change.key] = at
+    if rows:
+        connection.execute(sa.insert(store_status_changes), rows)
+    return since

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -386,13 +386,11 @@ def transform_with_state(
         ),
         num_partitions=num_partitions,
         store_name=TIMERS_STORE,
-        config=config or StoreConfig(),
+        config=replace(config or StoreConfig(), scan_prefix=len(grouping.fields)),
         late_column=event_time_column,
         uses_event_time=mode == "EventTime",
         kind="transform_with_state",
-        reads=()
-        if event_time_column is None
-        else (ColumnUse(event_time_column, "event_time_column", "timestamp"),),
+        reads=ColumnUse.event_time(event_time_column),
         output_mode=out_mode,  # type: ignore[arg-type]
         extra_stores=tuple(v.store(grouping) for v in variables.values()),
         derived_key_fields=1,

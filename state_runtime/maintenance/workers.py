@@ -1,0 +1,51 @@
+"""How many stores a pass works on at once: as many as the host and the catalog's pool allow.
+
+The passes wait on storage (S3 round trips, disk reads) and on the catalog far more than they
+compute, so a host runs :data:`WORKERS_PER_CPU` workers per CPU. Each worker holds one catalog
+connection at a time; the run's heartbeat and the pass's own reads (the plan's pages) hold
+:data:`RESERVED_CONNECTIONS` more. A count asked beyond what the pool holds is lowered to it,
+with a warning naming both: more threads would only queue for connections, and past the
+pool's timeout fail.
+"""
+
+from __future__ import annotations
+
+import os
+
+from state_runtime.catalog import Catalog
+from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.redaction import get_logger
+from state_runtime.settings import MAINTENANCE
+
+log = get_logger(__name__)
+
+WORKERS_PER_CPU = 4
+RESERVED_CONNECTIONS = 2
+
+
+def pool_allows(catalog: Catalog) -> int:
+    """The workers ``catalog``'s connection pool serves at once (at least 1)."""
+    return max(1, catalog.pool_capacity - RESERVED_CONNECTIONS)
+
+
+def worker_count(catalog: Catalog, policy: MaintenancePolicy, asked: int | None = None) -> int:
+    """The workers of a pass: ``asked``, else the policy's ``workers``, else
+    :data:`WORKERS_PER_CPU` per CPU; never more than :func:`pool_allows`."""
+    wanted = asked if asked is not None else policy.workers
+    allowed = pool_allows(catalog)
+    if wanted is None:
+        return min((os.cpu_count() or 1) * WORKERS_PER_CPU, allowed)
+    if wanted > allowed:
+        log.warning(
+            "%d workers asked (%s or %s), but the catalog's connection pool serves %d at once "
+            "(%d connections, %d kept for the run itself): working with %d",
+            wanted,
+            MAINTENANCE["workers"].option,
+            MAINTENANCE["workers"].env,
+            allowed,
+            catalog.pool_capacity,
+            RESERVED_CONNECTIONS,
+            allowed,
+        )
+        return allowed
+    return max(1, wanted)

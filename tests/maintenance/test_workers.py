@@ -1,0 +1,60 @@
+"""Passes use as many workers as the host and the catalog's connection pool allow, by default;
+one setting (``STATE_MAINTENANCE_WORKERS``, ``--workers``, Dagster's and Airflow's ``workers``)
+asks for another count, lowered to what the pool serves with a warning."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from state_runtime.catalog import Catalog
+from state_runtime.cli import main
+from state_runtime.maintenance import MaintenancePolicy
+from state_runtime.maintenance.workers import (
+    RESERVED_CONNECTIONS,
+    WORKERS_PER_CPU,
+    pool_allows,
+    worker_count,
+)
+
+
+def test_the_default_is_several_workers_within_the_pool(catalog: Catalog) -> None:
+    allowed = pool_allows(catalog)
+    assert allowed == catalog.pool_capacity - RESERVED_CONNECTIONS > 1
+    workers = worker_count(catalog, MaintenancePolicy())
+    assert workers == min((os.cpu_count() or 1) * WORKERS_PER_CPU, allowed)
+    assert 1 < workers <= allowed
+
+
+def test_a_count_beyond_the_pool_is_lowered_with_a_warning(
+    catalog: Catalog, caplog: pytest.LogCaptureFixture
+) -> None:
+    allowed = pool_allows(catalog)
+    with caplog.at_level(logging.WARNING, logger="state_runtime.maintenance.workers"):
+        assert worker_count(catalog, MaintenancePolicy(workers=allowed + 50)) == allowed
+        assert worker_count(catalog, MaintenancePolicy(workers=allowed)) == allowed
+        assert worker_count(catalog, MaintenancePolicy(workers=4), asked=2) == 2
+    [warning] = caplog.messages
+    assert f"{allowed + 50} workers asked (--workers or STATE_MAINTENANCE_WORKERS)" in warning
+    assert f"serves {allowed} at once ({catalog.pool_capacity} connections" in warning
+
+
+def test_an_in_memory_catalog_is_worked_on_by_one_thread() -> None:
+    """Each thread of an in-memory SQLite database would see its own empty database."""
+    with Catalog.open("sqlite://", upgrade=True) as catalog:
+        assert catalog.pool_capacity == 1
+        assert worker_count(catalog, MaintenancePolicy()) == 1
+
+
+def test_one_setting_for_the_cli_the_environment_dagster_and_airflow() -> None:
+    assert MaintenancePolicy.from_env({"STATE_MAINTENANCE_WORKERS": "3"}).workers == 3
+    assert MaintenancePolicy.from_env({}).workers is None
+    for command in ("maintain", "validate"):
+        options = {p.name: p for p in main.commands[command].params}
+        assert "--workers" in options["workers"].opts, command
+    from dagster_project.defs.resources import MaintenanceResource
+
+    assert MaintenanceResource().policy().workers is None
+    assert MaintenanceResource(workers=5).policy().workers == 5
