@@ -393,30 +393,31 @@ class PlatformMachine(RuleBasedStateMachine):
 
     def _retained(self) -> list[RetainedVersion]:
         p = self.platform
-        return [v for store in self._stores() for v in p.catalog.retained_versions(p.root, store)]
+        by_store = p.catalog.retained_versions_of(p.root, self._stores())
+        return [v for versions in by_store.values() for v in versions]
 
     def _stores(self) -> list[StoreId]:
         return [StoreId(0, partition) for partition in range(PARTITIONS)]
 
-    def _batch_of(self) -> dict[tuple[StoreId, CheckpointRef], int]:
+    def _batch_of(
+        self, committed: dict[int, dict[StoreId, CheckpointRef]]
+    ) -> dict[tuple[StoreId, CheckpointRef], int]:
         return {
-            (store, ref): batch
-            for batch, refs in self.platform.committed_refs().items()
-            for store, ref in refs.items()
+            (store, ref): batch for batch, refs in committed.items() for store, ref in refs.items()
         }
 
-    def _unloadable(self) -> set[StoreId]:
+    def _unloadable(self, committed: dict[int, dict[StoreId, CheckpointRef]]) -> set[StoreId]:
         """The stores with a retained version that does not load; checks every one that
-        loads against the model."""
-        p, batch_of = self.platform, self._batch_of()
+        loads against the model (``committed``: the commit log, ``committed_refs``)."""
+        p, batch_of = self.platform, self._batch_of(committed)
         histories = p.catalog.schema_histories(p.root)
+        digests = {store: p.folder_digest(store) for store in self._stores()}
         broken: set[StoreId] = set()
         for version in self._retained():
             store = version.key.store
+            history = histories.get((store.operator_id, store.store_name))
             try:
-                state = p.load(
-                    store, version.ref, histories.get((store.operator_id, store.store_name))
-                )
+                state = p.load(store, version.ref, history, digests[store])
             except StateStoreError:
                 broken.add(store)
                 continue
@@ -429,14 +430,19 @@ class PlatformMachine(RuleBasedStateMachine):
                 )
         return broken
 
-    def check(self) -> None:
-        """Every invariant, as hypothesis runs them after each step."""
-        self.state_and_health()
-        self.the_last_batch_is_committed()
-
     @invariant()
-    def state_and_health(self) -> None:
-        unloadable = self._unloadable()
+    def check(self) -> None:
+        """Every invariant, after each step: the state and health of every retained version,
+        and the catalog's last committed batch is the model's."""
+        global STEPS
+        STEPS += 1
+        committed = self.platform.committed_refs()
+        self.state_and_health(committed)
+        if committed:  # none when a restore restarted every store
+            assert max(committed) == self.model.last
+
+    def state_and_health(self, committed: dict[int, dict[StoreId, CheckpointRef]]) -> None:
+        unloadable = self._unloadable(committed)
         assert self.damaged or not unloadable, f"retained versions do not load: {unloadable}"
         p = self.platform
         reports = store_reports(p.fleet, policy(False), now=p.now())
@@ -449,11 +455,3 @@ class PlatformMachine(RuleBasedStateMachine):
         )
         if self.validated:
             assert unloadable <= broken, f"validation missed {unloadable - broken}"
-
-    @invariant()
-    def the_last_batch_is_committed(self) -> None:
-        global STEPS
-        STEPS += 1
-        latest = self.platform.committed_refs()
-        if latest:  # none when a restore restarted every store
-            assert max(latest) == self.model.last

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import hashlib
 import os
 import shutil
 import tempfile
@@ -221,6 +222,8 @@ class Platform:
     """How far the maintenance host's wall clock was stepped (``step_host_clock``)."""
 
     def __post_init__(self) -> None:
+        self._loaded: dict[tuple[Any, ...], State | StateStoreError] = {}
+        """Each load's outcome by its inputs (``load``)."""
         self.last_commit: tuple[int, list[CheckpointInfo]] | None = None
         """The last batch this platform committed and its checkpoints (a driver retrying its
         commit sends exactly these again)."""
@@ -406,16 +409,47 @@ class Platform:
         return found
 
     def load(
-        self, store: StoreId, ref: CheckpointRef, history: SchemaHistory | None = None
+        self,
+        store: StoreId,
+        ref: CheckpointRef,
+        history: SchemaHistory | None = None,
+        digest: bytes | None = None,
     ) -> State:
         """A version's rows as a fresh process loads them from files: raises if it cannot, or
         if it could only by passing over an unusable file (a damaged snapshot: the platform
         calls that store broken until ``repair`` rebuilds it, and so does the model).
-        ``history``: the store's schema history, if the caller read it already."""
+        ``history``: the store's schema history, and ``digest`` its folder's
+        (:meth:`folder_digest`), if the caller read them already.
+
+        A load's outcome depends only on the version, the history and the store folder's
+        files (names and bytes), so it is kept under those: a later load with the same inputs
+        (most steps change no file of most stores) gives it again without decoding; any
+        written, deleted or damaged file is another key."""
         history = history or self.catalog.schema_history(
             self.root, store.operator_id, store.store_name
         )
         assert history is not None
+        key = (store, ref, repr(history.entries), digest or self.folder_digest(store))
+        outcome = self._loaded.get(key)
+        if outcome is None:
+            try:
+                outcome = self._load_from_files(store, ref, history)
+            except StateStoreError as exc:
+                outcome = exc
+            self._loaded[key] = outcome
+        if isinstance(outcome, StateStoreError):
+            raise outcome
+        return dict(outcome)
+
+    def folder_digest(self, store: StoreId) -> bytes:
+        """A digest of the names and bytes of every file in the store's folder."""
+        digest = hashlib.blake2b(digest_size=16)
+        for info in sorted(self.storage.list(store.directory), key=lambda i: i.path):
+            digest.update(info.path.encode() + b"\0")
+            digest.update(hashlib.blake2b(self.storage.read(info.path)).digest())
+        return digest.digest()
+
+    def _load_from_files(self, store: StoreId, ref: CheckpointRef, history: SchemaHistory) -> State:
         provider = StateStoreProvider(
             self.storage, store.operator_id, store.partition_id, store.store_name, history=history
         )

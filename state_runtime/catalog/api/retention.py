@@ -34,7 +34,19 @@ class RetentionCalls(PagedCalls):
         RetentionPolicy(retain_versions=retain_versions)
         return self._read(
             "read retained versions",
-            lambda c, v: retention_sql.retained_versions(c, v, root, store, retain_versions),
+            lambda c, v: retention_sql.retained_versions(c, v, root, [store], retain_versions)[
+                store
+            ],
+        )
+
+    def retained_versions_of(
+        self, root: str, stores: Sequence[StoreId], retain_versions: int = MIN_RETAINED_VERSIONS
+    ) -> dict[StoreId, list[RetainedVersion]]:
+        """:meth:`retained_versions` of several stores of a root, in one read."""
+        RetentionPolicy(retain_versions=retain_versions)
+        return self._read(
+            "read retained versions",
+            lambda c, v: retention_sql.retained_versions(c, v, root, stores, retain_versions),
         )
 
     def deletable_files(

@@ -13,7 +13,7 @@ claimed and recorded in :mod:`~state_runtime.catalog.sql.deletions`; ``explain``
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -386,6 +386,49 @@ def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
     return FileVerdict(record, verdict, text, needed_by)
 
 
+@functools.cache
+def _verdict_query(
+    views: ReaderViews,
+    retain_versions: int,
+    shape: tuple[bool, bool, bool],
+    only_deletable: bool,
+    by_path: bool,
+) -> sa.Select[Any]:
+    """:func:`verdict_rows`' statement, built once per process and shape (building it costs
+    more than running it): the cutoffs, and the scope's root (``root``), store ids
+    (``store_ids``), page (``after``, ``through``) and ``path`` are bind parameters
+    (:func:`_verdict_values`)."""
+    by_root, by_ids, paged = shape
+    ids = sa.BigInteger()
+    scope = Scope(
+        root=sa.bindparam("root", type_=views.stores.c.checkpoint_root.type) if by_root else None,
+        store_ids=sa.bindparam("store_ids", expanding=True, type_=ids) if by_ids else None,
+        ids=(sa.bindparam("after", type_=ids), sa.bindparam("through", type_=ids))
+        if paged
+        else None,
+    )
+    policy = PolicySql.bound(views, retain_versions)
+    query = verdicts(views, policy, scope, only_deletable=only_deletable)
+    f = views.files.c
+    if by_path:
+        query = query.where(f.path == sa.bindparam("path", type_=f.path.type))
+    return query.order_by(f.version, f.store_id, f.kind, f.file_id)
+
+
+def _verdict_values(scope: Scope) -> tuple[tuple[bool, bool, bool], dict[str, Any]]:
+    """The shape of ``scope`` (of values) and the values of its bind parameters."""
+    values: dict[str, Any] = {}
+    if scope.root is not None:
+        values["root"] = scope.root
+    if scope.store_ids is not None:
+        if not isinstance(scope.store_ids, tuple):
+            raise InvalidArgument("file verdicts are read for given store ids, not a query's")
+        values["store_ids"] = list(scope.store_ids)
+    if scope.ids is not None:
+        values["after"], values["through"] = scope.ids
+    return (scope.root is not None, scope.store_ids is not None, scope.ids is not None), values
+
+
 def verdict_rows(
     connection: Connection,
     views: ReaderViews,
@@ -396,12 +439,16 @@ def verdict_rows(
     only_deletable: bool,
     path: str | None = None,
 ) -> list[tuple[int, FileVerdict]]:
-    query = verdicts(views, policy, scope, now, only_deletable=only_deletable)
-    f = views.files.c
+    shape, values = _verdict_values(scope)
+    query = _verdict_query(
+        views, policy.retain_versions, shape, only_deletable, by_path=path is not None
+    )
+    values |= PolicySql.cutoffs(policy, now)
     if path is not None:
-        query = query.where(f.path == path)
-    query = query.order_by(f.version, f.store_id, f.kind, f.file_id)
-    return [(row.file_id, _file_verdict(row, policy)) for row in connection.execute(query).all()]
+        values["path"] = path
+    return [
+        (row.file_id, _file_verdict(row, policy)) for row in connection.execute(query, values).all()
+    ]
 
 
 def file_verdicts(
@@ -433,14 +480,13 @@ def live_files(connection: Connection, views: ReaderViews, store_id: int) -> lis
 @functools.cache
 def _retained_queries(
     views: ReaderViews, retain_versions: int
-) -> tuple[sa.Select[Any], sa.Select[Any]]:
+) -> tuple[sa.Select[Any], sa.Select[Any], sa.Select[Any]]:
     """:func:`retained_versions`' statements (the files of each retained version, the
-    retained commits) for the store whose id is the bind parameter ``store_id``; built once
-    per process and shape (building costs more than running them; SQLAlchemy compiles each
-    once per engine)."""
-    store_id = sa.bindparam("store_id", type_=sa.BigInteger())
-    scope = Scope(store_ids=sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger()))
-    nf = needed_files(views, retain_versions, scope).subquery("nf")
+    retained commits, the idle commits) for the stores whose ids are the bind parameter
+    ``store_ids``; built once per process and shape (building costs more than running them;
+    SQLAlchemy compiles each once per engine)."""
+    store_ids = sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger())
+    nf = needed_files(views, retain_versions, Scope(store_ids=store_ids)).subquery("nf")
     f, c, s = views.files.c, views.commits.c, views.stores.c
     files = (
         sa.select(*file_columns(views.files, views.stores), nf.c.retained_version)
@@ -450,39 +496,51 @@ def _retained_queries(
         .order_by(nf.c.retained_version.desc(), f.version)
     )
     retained = (
-        sa.select(c.version, c.checkpoint_id)
+        sa.select(c.store_id, c.version, c.checkpoint_id)
         .join(views.stores, s.store_id == c.store_id)
         .where(
-            c.store_id == store_id,
+            c.store_id.in_(store_ids),
             c.version > s.latest_version - retain_versions,
             c.version > s.expired_through,
         )
-        .order_by(c.version.desc())
+        .order_by(c.store_id, c.version.desc())
     )
-    return files, retained
+    idle = sa.select(c.store_id, c.version).where(c.store_id.in_(store_ids), c.file_id.is_(None))
+    return files, retained, idle
 
 
 def retained_versions(
-    connection: Connection, views: ReaderViews, root: str, store: StoreId, retain_versions: int
-) -> list[RetainedVersion]:
-    """The store's retained committed versions, newest first, each with the files that load it."""
-    ids = store_ids(connection, views, root, [store])
-    if store not in ids:
-        return []
-    store_id = ids[store]
-    files_query, retained_query = _retained_queries(views, retain_versions)
-    values = {"store_id": store_id, "store_ids": [store_id]}
-    by_version: dict[int, list[FileRecord]] = {}
+    connection: Connection,
+    views: ReaderViews,
+    root: str,
+    stores: Iterable[StoreId],
+    retain_versions: int,
+) -> dict[StoreId, list[RetainedVersion]]:
+    """Each store's retained committed versions, newest first, each with the files that load
+    it (a store the catalog does not know has none); three statements for all the stores."""
+    wanted = list(stores)
+    result: dict[StoreId, list[RetainedVersion]] = {store: [] for store in wanted}
+    ids = store_ids(connection, views, root, wanted)
+    if not ids:
+        return result
+    store_of = {store_id: store for store, store_id in ids.items()}
+    files_query, retained_query, idle_query = _retained_queries(views, retain_versions)
+    values = {"store_ids": sorted(store_of)}
+    files: dict[tuple[int, int], list[FileRecord]] = {}
     for row in connection.execute(files_query, values):
-        by_version.setdefault(row.retained_version, []).append(file_record(row))
-    retained = connection.execute(retained_query, values).all()
-    idle = idle_versions(connection, views, store_id)
-    key = StoreKey(root, store)
-    result = []
-    for entry in retained:
-        files, complete = _chain(by_version.get(entry.version, []), entry.version, idle)
+        files.setdefault((row.store_id, row.retained_version), []).append(file_record(row))
+    idle: dict[int, set[int]] = {}
+    for row in connection.execute(idle_query, values):
+        idle.setdefault(row.store_id, set()).add(row.version)
+    for entry in connection.execute(retained_query, values):
+        store = store_of[entry.store_id]
+        chain, complete = _chain(
+            files.get((entry.store_id, entry.version), []),
+            entry.version,
+            frozenset(idle.get(entry.store_id, ())),
+        )
         ref = CheckpointRef(entry.version, entry.checkpoint_id)
-        result.append(RetainedVersion(key, ref, tuple(files), complete))
+        result[store].append(RetainedVersion(StoreKey(root, store), ref, tuple(chain), complete))
     return result
 
 

@@ -40,7 +40,7 @@ def _record_statement(dialect: str, limits: tuple[str, ...]) -> sa.Insert:
     (``run_id``) are bind parameters."""
     policy = PolicySql.bound(WRITE_LOOKUPS, RetentionPolicy().retain_versions)
     scope = Scope.of_run(WRITE_LOOKUPS)
-    facts = store_facts(WRITE_LOOKUPS, policy, scope)
+    facts = store_facts(WRITE_LOOKUPS, policy, scope, figures=False)
     facts_sq = facts.subquery("f")
     sql_limits = {name: sa.bindparam(f"limit_{name}", type_=sa.BigInteger()) for name in limits}
     status, reason, estimate = StatusSql(facts_sq.c, sql_limits, dialect).estimate()

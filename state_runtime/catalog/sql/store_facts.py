@@ -10,6 +10,7 @@ the policy, the retention rule's own verdict (``sql/retention.py``: ``verdicts``
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import sqlalchemy as sa
@@ -163,14 +164,19 @@ def last_status_changes(views: ReaderViews, scope: Scope) -> sa.Subquery:
     )
 
 
-def store_facts(views: ReaderViews, policy: PolicySql, scope: Scope) -> sa.Select[Any]:
+def store_facts(
+    views: ReaderViews, policy: PolicySql, scope: Scope, *, figures: bool = True
+) -> sa.Select[Any]:
     """One row per store in ``scope``: its name, latest version, snapshot chain, files,
     reclaimable files under ``policy``, problems, validations, last maintenance run and last
-    recorded status change."""
+    recorded status change. ``figures=False`` leaves out the facts no status reads (the
+    loadable versions and the reclaimable files, the costliest parts): what recording the
+    status changes needs."""
     s, r = views.stores.c, views.runs.c
     live, reclaim = _live_files(views, scope), _reclaimable(views, policy, scope)
     problems, changed = _problems(views, scope), last_status_changes(views, scope)
     snap, loadable = last_snapshots(views, scope), _loadable_versions(views, scope)
+    figure = functools.partial(_figure, figures)
     newest = (
         sa.select(s.checkpoint_root, sa.func.max(s.latest_version).label("version"))
         .group_by(s.checkpoint_root)
@@ -180,7 +186,7 @@ def store_facts(views: ReaderViews, policy: PolicySql, scope: Scope) -> sa.Selec
     latest_file = views.files.alias("latest_file")
     snapshot_version = sa.func.coalesce(snap.c.snapshot_version, 0)
     open_problems = sa.func.coalesce(problems.c.open, 0)
-    return (
+    facts = (
         sa.select(
             s.store_id,
             s.checkpoint_root,
@@ -196,15 +202,15 @@ def store_facts(views: ReaderViews, policy: PolicySql, scope: Scope) -> sa.Selec
             snap.c.snapshot_at.label("last_snapshot_at"),
             (s.latest_version - snapshot_version).label("deltas_since_snapshot"),
             chain.c.committed_at.label("chain_since"),
-            sa.func.coalesce(loadable.c.versions, 0).label("versions_loadable"),
+            *figure(sa.func.coalesce(loadable.c.versions, 0).label("versions_loadable")),
             sa.func.coalesce(latest_file.c.rows, 0).label("state_rows"),
             sa.func.coalesce(live.c.files, 0).label("live_files"),
             sa.func.coalesce(live.c.bytes, 0).label("live_bytes"),
             sa.func.coalesce(live.c.orphan_files, 0).label("orphan_files"),
             sa.func.coalesce(live.c.orphan_bytes, 0).label("orphan_bytes"),
             live.c.oldest_orphan.label("oldest_orphan_at"),
-            sa.func.coalesce(reclaim.c.files, 0).label("reclaimable_files"),
-            sa.func.coalesce(reclaim.c.bytes, 0).label("reclaimable_bytes"),
+            *figure(sa.func.coalesce(reclaim.c.files, 0).label("reclaimable_files")),
+            *figure(sa.func.coalesce(reclaim.c.bytes, 0).label("reclaimable_bytes")),
             open_problems.label("open_problems"),
             sa.case((open_problems > 0, _first_problem(views, s.store_id))).label("first_problem"),
             problems.c.since.label("problems_since"),
@@ -222,18 +228,22 @@ def store_facts(views: ReaderViews, policy: PolicySql, scope: Scope) -> sa.Selec
         .select_from(views.stores)
         .join(newest, newest.c.checkpoint_root == s.checkpoint_root)
         .outerjoin(snap, snap.c.store_id == s.store_id)
-        .outerjoin(loadable, loadable.c.store_id == s.store_id)
-        .outerjoin(
-            latest_commit,
-            sa.and_(
-                latest_commit.c.store_id == s.store_id,
-                latest_commit.c.version == s.latest_version,
-            ),
-        )
-        .outerjoin(latest_file, latest_file.c.file_id == latest_commit.c.file_id)
-        .outerjoin(live, live.c.store_id == s.store_id)
-        .outerjoin(reclaim, reclaim.c.store_id == s.store_id)
-        .outerjoin(views.runs, r.run_id == s.last_run_id)
+    )
+    if figures:
+        facts = facts.outerjoin(loadable, loadable.c.store_id == s.store_id)
+    facts = facts.outerjoin(
+        latest_commit,
+        sa.and_(
+            latest_commit.c.store_id == s.store_id,
+            latest_commit.c.version == s.latest_version,
+        ),
+    )
+    facts = facts.outerjoin(latest_file, latest_file.c.file_id == latest_commit.c.file_id)
+    facts = facts.outerjoin(live, live.c.store_id == s.store_id)
+    if figures:
+        facts = facts.outerjoin(reclaim, reclaim.c.store_id == s.store_id)
+    return (
+        facts.outerjoin(views.runs, r.run_id == s.last_run_id)
         .outerjoin(
             chain,
             sa.and_(chain.c.store_id == s.store_id, chain.c.version == snapshot_version + 1),
@@ -242,3 +252,8 @@ def store_facts(views: ReaderViews, policy: PolicySql, scope: Scope) -> sa.Selec
         .outerjoin(changed, changed.c.store_id == s.store_id)
         .where(scope.filter(views, s.store_id))
     )
+
+
+def _figure(wanted: bool, column: sa.ColumnElement[Any]) -> tuple[sa.ColumnElement[Any], ...]:
+    """``column``, or nothing when the figures are left out (``store_facts``)."""
+    return (column,) if wanted else ()
