@@ -4,6 +4,9 @@ under those names; and on generated fleets the status the views give is the Pyth
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -168,6 +171,23 @@ def test_a_sqlite_catalog_at_head_is_opened_without_an_upgrade(tmp_path: Path) -
     upgrade(create_catalog_engine(url))
     assert schema_version(url) == before
     assert_exactly_rendered(url)
+
+
+def test_a_catalog_opened_by_another_process_is_not_upgraded_again(tmp_path: Path) -> None:
+    """Each process renders the same views whatever its hash seed (a rule's facts are a set),
+    so a catalog another process created at head is opened without an upgrade."""
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    code = (
+        "import sys\n"
+        "from state_runtime.catalog import Catalog\n"
+        "Catalog.open(sys.argv[1], upgrade='sqlite').close()\n"
+    )
+    versions = []
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", code, url], check=True, env=env)
+        versions.append(schema_version(url))
+    assert versions[0] == versions[1] == versions[2]
 
 
 @pytest.mark.parametrize("behind", ["the revision before head", "a view gone", "a view changed"])

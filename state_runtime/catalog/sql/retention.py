@@ -259,11 +259,14 @@ def _aged_by(views: ReaderViews, cutoff: Any) -> ColumnElement[bool]:
 
 
 def _verdict(facts: Mapping[Fact, ColumnElement[bool]]) -> Any:
-    """The rule's verdict as a CASE over :data:`~state_runtime.retention.RULES`."""
+    """The rule's verdict as a CASE over :data:`~state_runtime.retention.RULES` (each
+    condition's facts in :class:`~state_runtime.retention.Fact`'s order, not the set's, so
+    the rendered SQL, and the views compared with it at every open, is the same in every
+    process)."""
     *conditional, (last, _) = rule.RULES
     return sa.case(
         *(
-            (sa.and_(*(facts[fact] for fact in needs)), verdict.value)
+            (sa.and_(*(facts[fact] for fact in rule.Fact if fact in needs)), verdict.value)
             for verdict, needs in conditional
         ),
         else_=last.value,
@@ -323,7 +326,7 @@ def verdicts(
                 scope.filter(views, f.store_id),
                 is_live(f),  # lets the live partial index serve
                 ~sa.exists().where(nf.c.file_id == f.file_id),
-                verdict.in_([v.value for v in rule.DELETABLE]),
+                verdict.in_(sorted(v.value for v in rule.DELETABLE)),
             )
         )
     needed = (
