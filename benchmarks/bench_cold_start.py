@@ -11,6 +11,7 @@ resident memory growth over the process's own baseline after imports and a warm-
 the load average.
 
     python benchmarks/bench_cold_start.py [--keys 200000,2000000] [--budget-mib 4]
+        [--updates 10000]   (the delta's size: as large as the state, it is streamed too)
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ def _table(keys: np.ndarray, values: np.ndarray) -> pa.Table:
     )
 
 
-def prepare(root: str, keys: int) -> None:
-    """A snapshot of ``keys`` keys and a delta of 10k updates on top; the head in head.json."""
+def prepare(root: str, keys: int, updates: int = 10_000) -> None:
+    """A snapshot of ``keys`` keys and a delta of ``updates`` random updates on top (fewer:
+    repeats count once); the head in head.json."""
     provider = _provider(root)
     store = provider.get_store(0)
     for start in range(0, keys, 500_000):
@@ -64,7 +66,7 @@ def prepare(root: str, keys: int) -> None:
     info = store.commit()
     provider.snapshot(info.version, info.checkpoint_id)
     store = provider.get_store(info.version, info.checkpoint_id)
-    updated = np.unique(np.random.default_rng(1).integers(0, keys, 10_000))
+    updated = np.unique(np.random.default_rng(1).integers(0, keys, updates))
     store.apply_arrow(_table(updated, updated + 1))
     head = store.commit()
     Path(root, "head.json").write_text(json.dumps([head.version, head.checkpoint_id]))
@@ -127,12 +129,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", default="200000,2000000")
     parser.add_argument("--budget-mib", type=int, default=4)
+    parser.add_argument("--updates", type=int, default=10_000, help="rows of the delta")
     parser.add_argument("--prepare", metavar="ROOT")
     parser.add_argument("--load", metavar="ROOT")
     parser.add_argument("--memory", action="store_true")
     args = parser.parse_args()
     if args.prepare:
-        prepare(args.prepare, int(args.keys))
+        prepare(args.prepare, int(args.keys), args.updates)
         return
     if args.load:
         print(json.dumps(load(args.load, args.budget_mib, memory=args.memory)))
@@ -144,7 +147,7 @@ def main() -> None:
     )
     for keys in [int(k) for k in args.keys.split(",")]:
         root = tempfile.mkdtemp(prefix="bench-cold-")
-        _child("--prepare", root, "--keys", str(keys))
+        _child("--prepare", root, "--keys", str(keys), "--updates", str(args.updates))
         for mode in ("streamed", "memory"):
             extra = ["--memory"] if mode == "memory" else []
             line = _child("--load", root, "--budget-mib", str(args.budget_mib), *extra)

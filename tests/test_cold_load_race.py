@@ -20,11 +20,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from pathlib import Path
 
 from state_runtime import CheckpointInfo
 from state_runtime.storage import LocalStorage
+from state_runtime.storage.base import ByteStream
 from state_runtime.store.file_cleanup import cleanup
 
 from .store_helpers import commit_rows, provider_for, state_of
@@ -38,6 +40,10 @@ class SlowLocalStorage(LocalStorage):
     def read(self, path: str) -> bytes:
         time.sleep(0.005)
         return super().read(path)
+
+    def read_stream(self, path: str) -> AbstractContextManager[ByteStream]:
+        time.sleep(0.005)  # how checkpoint files are read
+        return super().read_stream(path)
 
 
 class Pins:

@@ -36,8 +36,10 @@ def _run(*args: str) -> dict[str, int]:
     return json.loads(lines[-1]) if lines else {}
 
 
-def _cold_starts(root: Path, keys: int) -> tuple[dict[str, int], dict[str, int]]:
-    _run("--prepare", str(root), "--keys", str(keys))
+def _cold_starts(
+    root: Path, keys: int, updates: int = 10_000
+) -> tuple[dict[str, int], dict[str, int]]:
+    _run("--prepare", str(root), "--keys", str(keys), "--updates", str(updates))
     load = ("--load", str(root), "--budget-mib", str(BUDGET_MIB))
     return _run(*load), _run(*load, "--memory")
 
@@ -58,3 +60,14 @@ def test_a_cold_start_peak_does_not_grow_with_the_state(tmp_path: Path) -> None:
     assert large[with_snapshot] <= 2 * (BUDGET_MIB << 20), large
     grown = large_whole["peak_rss_growth_bytes"] - small_whole["peak_rss_growth_bytes"]
     assert grown > 29_000_000, json.dumps([small_whole, large_whole])
+
+
+def test_a_cold_start_peak_does_not_grow_with_the_delta(tmp_path: Path) -> None:
+    """The delta on top of the snapshot as large as the state (63% of the keys updated,
+    126k against 1.26M rows): streamed too, its peak stays where the small one's is."""
+    small, small_whole = _cold_starts(tmp_path / "small", 200_000, 200_000)
+    large, large_whole = _cold_starts(tmp_path / "large", 2_000_000, 2_000_000)
+    for streamed, whole in ((small, small_whole), (large, large_whole)):
+        assert (streamed["rows"], streamed["checksum"]) == (whole["rows"], whole["checksum"])
+        assert streamed["peak_rss_growth_bytes"] <= 2 * (BUDGET_MIB << 20), streamed
+    assert large["peak_rss_growth_bytes"] <= small["peak_rss_growth_bytes"] + (BUDGET_MIB << 20)

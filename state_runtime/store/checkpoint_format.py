@@ -65,13 +65,15 @@ def encode(
 ) -> bytes:
     """Serialize rows into a checkpoint file, sorted by key unless ``in_key_order`` says they
     are already (or the key type has no order), integer fields stored narrow: a delta in
-    format 3 (when its types fit), a snapshot in format 2."""
+    format 3 (when its types fit and its rows fit one record batch), a snapshot or a larger
+    delta in format 2, whose record batches a reader can take one at a time."""
     table = pa.table({"key": keys, "value": values})
     if not in_key_order:
         table, in_key_order = _sorted_by_key(table)
     batch_rows = batch_rows_of(table)
     table, encodings = encode_table(table, in_key_order=in_key_order)
-    if header.kind is FileKind.DELTA and header.schema_id and compact_format.fits(table):
+    compact = table.num_rows <= batch_rows and compact_format.fits(table)
+    if header.kind is FileKind.DELTA and header.schema_id and compact:
         return compact_format.encode(
             MAGIC, header, table, encodings, compression, compression_level
         )

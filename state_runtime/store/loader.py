@@ -41,7 +41,7 @@ from state_runtime.store.checkpoint_format import (
 )
 from state_runtime.store.disk_runs import AnyRun
 from state_runtime.store.keys import KeyIndexer
-from state_runtime.store.snapshot_stream import read_snapshot, streams
+from state_runtime.store.snapshot_stream import read_streamed, streams
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
 from state_runtime.store.versions import Version, row_change, squash
@@ -62,7 +62,7 @@ class CheckpointFile:
     path: str
     header: FileHeader
     run: AnyRun
-    """In memory, except a large snapshot's rows (:mod:`state_runtime.store.snapshot_stream`)."""
+    """In memory, except a large file's rows (:mod:`state_runtime.store.snapshot_stream`)."""
 
 
 class _Vanished(Exception):
@@ -298,8 +298,7 @@ class VersionLoader:
         runs = list(base.runs)
         rows = base.rows
         for delta in reversed(chain):
-            assert isinstance(delta.run, Run)  # deltas are read whole
-            rows += row_change(self.indexer, runs, delta.run)
+            rows += sum(row_change(self.indexer, runs, block) for block in delta.run.blocks())
             runs.insert(0, delta.run)
             if rows != delta.header.state_rows:
                 raise self._fault(
@@ -310,8 +309,7 @@ class VersionLoader:
                     delta.path,
                 )
             metrics.deltas_applied += 1
-        changes = squash(self.indexer, [delta.run for delta in chain])
-        assert isinstance(changes, Run)  # deltas are in memory
+        changes = squash(self.indexer, [delta.run for delta in chain], self.store)
         target = chain[0]
         return base.derive(changes, target.ref, _lineage(chain, base), rows)
 
@@ -337,14 +335,11 @@ class VersionLoader:
         """Read and verify one checkpoint file of this store (None if absent and allowed)."""
         path = self._path(ref, kind)
         try:
-            if kind is FileKind.SNAPSHOT:
-                with self.target.storage.read_stream(path) as stream:
-                    head = stream.read(ENVELOPE_SIZE)
-                    if streams(head):
-                        return self._read_streamed(ref, path, head, stream, metrics)
-                    data = head + stream.read()
-            else:
-                data = self.target.storage.read(path)
+            with self.target.storage.read_stream(path) as stream:
+                head = stream.read(ENVELOPE_SIZE)
+                if streams(head):
+                    return self._read_streamed(ref, kind, path, head, stream, metrics)
+                data = head + stream.read()
         except StorageFileNotFound:
             if missing_ok:
                 return None
@@ -408,16 +403,18 @@ class VersionLoader:
     def _read_streamed(
         self,
         ref: CheckpointRef,
+        kind: FileKind,
         path: str,
         head: bytes,
         stream: ByteStream,
         metrics: LoadMetrics,
     ) -> CheckpointFile:
-        """A large snapshot read a batch at a time into a run (on local disk once it outgrows
+        """A large file read a batch at a time into a run (on local disk once it outgrows
         the spill threshold): :mod:`state_runtime.store.snapshot_stream`."""
-        header, run, size = read_snapshot(
+        header, run, size = read_streamed(
             head,
             stream,
+            kind=kind,
             path=path,
             store=self.store,
             ref=ref,
@@ -426,7 +423,7 @@ class VersionLoader:
         )
         metrics.files_read += 1
         metrics.bytes_read += size
-        return CheckpointFile(ref, FileKind.SNAPSHOT, path, header, run)
+        return CheckpointFile(ref, kind, path, header, run)
 
     def _need_delta(
         self,

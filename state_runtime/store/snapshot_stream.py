@@ -1,15 +1,17 @@
-"""A large snapshot read a record batch at a time: a cold start that never holds it whole.
+"""A large checkpoint file read a record batch at a time: a load that never holds it whole.
 
-A format 2 snapshot is a 52-byte envelope (payload length and SHA-256) and an Arrow IPC
-stream in record batches of about :data:`~state_runtime.store.checkpoint_format.BATCH_BYTES`.
-When its payload is large against the spill threshold (:func:`streams`), the loader reads it
-from storage as a stream (the local file, the S3 body; never a whole copy in memory), decodes
-it batch by batch under the store's schema and hands the rows to a
-:class:`~state_runtime.store.run_builder.RunBuilder`, which writes them to local disk as one
-sorted run once they outgrow the threshold. The checksum is computed on the way and checked
-at the end, with every other check of a whole read (envelope, layout, identity, row counts,
-duplicate keys, removals): a file that fails any of them discards what was built, so nothing
-unverified is ever used, and a damaged file gets the same typed error as a whole read gives.
+A format 2 snapshot or delta is a 52-byte envelope (payload length and SHA-256) and an Arrow
+IPC stream in record batches of about
+:data:`~state_runtime.store.checkpoint_format.BATCH_BYTES`. When its payload is large against
+the spill threshold (:func:`streams`), the loader reads it from storage as a stream (the local
+file, the S3 body; never a whole copy in memory), decodes it batch by batch under the store's
+schema and hands the rows to a :class:`~state_runtime.store.run_builder.RunBuilder`, which
+writes them to local disk as one sorted run once they outgrow the threshold (a delta's rows,
+removals included, make a change run). The checksum is computed on the way and checked at the
+end, with every other check of a whole read (envelope, layout, identity, row counts,
+duplicate keys, no removals in a snapshot): a file that fails any of them discards what was
+built, so nothing unverified is ever used, and a damaged file gets the same typed error as a
+whole read gives.
 """
 
 from __future__ import annotations
@@ -35,12 +37,13 @@ from state_runtime.store.checkpoint_format import (
     stream_header,
 )
 from state_runtime.store.column_encoding import decode_table
+from state_runtime.store.compact_format import COMPACT_FORMAT_VERSION
 from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_builder import RunBuilder
 
 STREAM_RATIO = 8
-"""A snapshot is streamed when its payload times this passes the spill threshold: rows
+"""A file is streamed when its payload times this passes the spill threshold: rows
 decode to several times their stored bytes (zstd, narrow integers), so a smaller file may
 still decode to more than the threshold."""
 
@@ -52,12 +55,15 @@ schema they were written under); raises SchemaMismatch when it cannot."""
 
 
 def streams(head: bytes) -> bool:
-    """Whether a snapshot whose first :data:`ENVELOPE_SIZE` bytes are ``head`` is read as a
-    stream: a format 1 or 2 envelope whose payload is large against the spill threshold."""
+    """Whether a file whose first :data:`ENVELOPE_SIZE` bytes are ``head`` is read as a
+    stream: a format 1 or 2 envelope whose payload is large against the spill threshold (a
+    format 3 delta holds at most one record batch of rows, under one CRC-32)."""
     try:
-        _, length, _ = envelope_of(head, corrupt_reporter("", None, None))
+        fmt, length, _ = envelope_of(head, corrupt_reporter("", None, None))
     except CheckpointFileCorrupt:
         return False  # the whole read names the problem
+    if fmt == COMPACT_FORMAT_VERSION:
+        return False  # one body under one CRC-32: read whole
     return length * STREAM_RATIO > LOCAL_DISK.threshold()
 
 
@@ -97,19 +103,20 @@ class _Payload(io.RawIOBase):
         check_payload(self.size + extra, length, self._hash.digest() == digest, corrupt)
 
 
-def read_snapshot(
+def read_streamed(
     head: bytes,
     stream: ByteStream,
     *,
+    kind: FileKind,
     path: str,
     store: StoreId,
     ref: CheckpointRef,
     indexer: KeyIndexer,
     project: Projector,
 ) -> tuple[FileHeader, AnyRun, int]:
-    """The verified header and rows of the snapshot ``head`` + ``stream``, and the file's
-    size. Raises CheckpointFileCorrupt, UnexpectedVersion or SchemaMismatch as a whole read
-    would."""
+    """The verified header and rows of the ``kind`` file ``head`` + ``stream`` (a snapshot,
+    or a delta: its rows then a change run, removals included), and the file's size. Raises
+    CheckpointFileCorrupt, UnexpectedVersion or SchemaMismatch as a whole read would."""
     corrupt = corrupt_reporter(path, store, ref)
     fmt, length, digest = envelope_of(head, corrupt)
     payload = _Payload(stream, length)
@@ -120,7 +127,7 @@ def read_snapshot(
             header, encodings = stream_header(reader.schema, fmt)
         except (*PARSE_ERRORS, InvalidArgument) as e:
             raise corrupt(f"unparsable content: {e}") from e
-        check_identity(header, store, ref, FileKind.SNAPSHOT, path)
+        check_identity(header, store, ref, kind, path)
         schema = header.schema
         assert schema is not None
         needed = length * STREAM_RATIO
@@ -143,7 +150,7 @@ def read_snapshot(
             keys, values = project(
                 header, table.column("key").combine_chunks(), table.column("value").combine_chunks()
             )
-            if values.null_count:
+            if values.null_count and kind is FileKind.SNAPSHOT:
                 raise corrupt("a snapshot holds removals")
             rows += table.num_rows
             builder.add(keys, values)

@@ -185,7 +185,7 @@ class Version:
 
     def derive(
         self,
-        changes: Run,
+        changes: AnyRun,
         ref: CheckpointRef,
         lineage: tuple[CheckpointRef, ...],
         rows: int,
