@@ -2,7 +2,8 @@
 
 ``plan_restore`` checks, without changing anything, that every store batch ``B`` committed
 still loads: its chain of files is complete in the catalog and each file is in storage with
-its recorded size and checksum (read and verified). A store whose version at ``B`` does not
+its recorded size and checksum (read and verified now: a past validation's verdict on a delta
+does not count). A store whose version at ``B`` does not
 load is *lost*: the plan refuses, names its files and the newest earlier batch that is intact,
 unless the user accepts the loss (``allow_lost_state``, after Flink's
 ``--allowNonRestoredState``): such a store then starts again from empty, and the plan says so.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.runs import recorded_run
-from state_runtime.retention import intact, loading_files
+from state_runtime.retention import StoreFile, Verification, intact, loading_files
 from state_runtime.store.file_verification import MISSING, verify_file
 
 SPARK_LOGS = ("offsets", "commits")
@@ -296,7 +297,7 @@ def _committed_with(
 
 def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified) -> str | None:
     files = checked.store_files(fleet, key)
-    facts = [f.facts() for f in files]
+    facts = [_unjudged(f.facts()) for f in files]
     if ref.version == 0:
         return None
     if not intact(facts, ref.version, fleet.catalog.idle_versions(key.root, key.store)):
@@ -315,6 +316,16 @@ def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified)
                 f"{'no longer has it' if problem == MISSING else 'has: ' + problem}"
             )
     return None
+
+
+def _unjudged(fact: StoreFile) -> StoreFile:
+    """A file's facts without a failed verification's verdict: the plan reads every file of
+    the chain itself, so a delta that failed a past validation and is intact now (put back
+    from a backup, or read wrong once) does not refuse the restore until the next validation.
+    A failed snapshot stays unverified, which is no base, as before."""
+    if fact.verification is Verification.FAILED:
+        return replace(fact, verification=Verification.UNVERIFIED)
+    return fact
 
 
 def newest_intact_batch(

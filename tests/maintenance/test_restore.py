@@ -269,3 +269,25 @@ def test_a_restore_next_to_versions_cleanup_deleted_leaves_them_expired(
     assert_state_matches_model(stream)
     assert run_checks(fleet, zero).ok
     assert {s.expired_through for s in stream.catalog.stores(stream.root)} == {5}
+
+
+def test_a_delta_intact_again_after_a_failed_validation_is_restored(stream: StoreStream) -> None:
+    """A delta corrupted by hand fails validation; put back intact (from a backup), the
+    restore reads it and accepts its batch: the catalog's old verdict does not refuse it
+    (found by the simulation). While it is corrupt, the restore names it."""
+    delta = stream.storage.root / stream.committed[LOST][5].path  # version 6: batch 5
+    intact_bytes = delta.read_bytes()
+    damaged = bytearray(intact_bytes)
+    damaged[len(damaged) // 2] ^= 0xFF
+    delta.write_bytes(bytes(damaged))
+    fleet = Fleet(stream.catalog, owner="tests")
+    assert not run_checks(fleet, MaintenancePolicy.from_env(preset="demo")).ok
+    with pytest.raises(MaintenanceRefused, match="storage has: "):
+        plan_restore(fleet, stream.root, stream.query, 6, spark_checkpoint="")
+
+    delta.write_bytes(intact_bytes)
+    plan = plan_restore(fleet, stream.root, stream.query, 6, spark_checkpoint="")
+    assert not plan.restarted
+    restore_query(fleet, plan, MaintenancePolicy.from_env(preset="demo"))
+    rewind_model(stream, 6)
+    assert_state_matches_model(stream)

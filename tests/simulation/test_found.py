@@ -2,8 +2,9 @@
 (tests/simulation/steps.py replays it with every invariant checked after each step).
 
 The idle-version and encoded-root cases are issue 34's defects, fixed by the idle-commits and
-defects34 branches, the cases after every store restarted, fixed by restart-all, and the
-stale problem after a replay, fixed by i34-problem; each failed before its fix.
+defects34 branches, the cases after every store restarted, fixed by restart-all, the
+stale problem after a replay, fixed by i34-problem, and the restore after a failed validation,
+fixed by i34-findings; each failed before its fix.
 """
 
 from __future__ import annotations
@@ -207,6 +208,32 @@ def test_a_gap_after_every_store_restarted_is_refused() -> None:
     """Found (make soak): with every store restarted at batch 0, batch 2 ran (from empty)
     although batch 1 never did: the query's commit log is empty, so no order was checked."""
     replay([*RESTART_EVERY_STORE, run({0: {"a": 1}}, step=1)])
+
+
+def test_a_sink_outage_in_a_gap_after_every_store_restarted_is_refused_first() -> None:
+    """Found (make soak, kept in open_findings until i34-findings): the same gap with the sink
+    down ran its tasks and raised SinkDown; a batch out of order must be refused
+    (BatchOutOfOrder) before any task or sink runs. Fixed by restart-all with the gap above
+    (the order check reads the restore's position); this failed before it."""
+    replay([*RESTART_EVERY_STORE, run({}, step=1, fail="sink")])
+
+
+def test_a_delta_put_back_intact_after_a_failed_validation_restores() -> None:
+    """Found (make soak, kept in open_findings until i34-findings): batch 0's delta of store 0
+    corrupted (one byte flipped), a validation records its verification as failed, the same
+    byte flipped again (the file intact again, as if put back from a backup); the restore to
+    batch 0 was refused ("no complete chain of files for version 1": the catalog's old
+    verdict) while every file of its chain loads. The restore now reads the chain's deltas
+    itself, whatever an earlier validation found (tests/maintenance/test_restore.py)."""
+    corrupt_store_0: Step = ("damage", {"pick": 0, "corrupt": True})
+    replay(
+        [
+            corrupt_store_0,
+            ("validate", {"zero": False}),
+            corrupt_store_0,
+            ("restore", {"back": 0, "allow_lost_state": False, "zero": False}),
+        ]
+    )
 
 
 @pytest.mark.postgres
