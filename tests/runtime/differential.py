@@ -2,8 +2,9 @@
 Spark's own streaming engine, compared batch by batch (see /work/shared/spark-oracle.md).
 
 Each batch is one JSON file in an inbox; Spark reads the inbox with ``maxFilesPerTrigger=1``
-and ``foreachBatch`` collects each batch's rows; our query runs the same file as the same batch
-id. Times are written as naive wall-clock strings, so both sides parse them in the session
+and ``foreachBatch`` collects each batch's rows (into a file per batch: on Spark Connect the
+function runs in a Python process of the server); our query runs the same file as the same
+batch id. Times are written as naive wall-clock strings, so both sides parse them in the session
 time zone the stream was generated with. Extra no-data batches are off on Spark's side (ours
 has none). A stream may stop and restart both sides at a batch: Spark from its checkpoint, ours
 as a new query object on the same checkpoint root and catalog, in this driver process or
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -490,9 +492,12 @@ def run_stream(
     (folder / "in").mkdir(parents=True)
     base = time.time() - 1000
     outcome = Outcome(operator, stream)
+    spilled = folder / "spark-out"
+    spilled.mkdir()
+    spill = str(spilled)
 
     def collect(df: DataFrame, batch_id: int) -> None:
-        outcome.theirs[batch_id] = operator.rows(df.collect())
+        Path(spill, f"{batch_id}.pickle").write_bytes(pickle.dumps(df.collect()))
 
     def run_spark() -> None:
         started = time.perf_counter()
@@ -510,6 +515,8 @@ def run_stream(
             running.processAllAvailable()
         finally:
             running.stop()
+        for path in spilled.glob("*.pickle"):
+            outcome.theirs[int(path.stem)] = operator.rows(pickle.loads(path.read_bytes()))
         TIMES["spark"] += time.perf_counter() - started
 
     stops = [stream.restart_at] if stream.restart_at is not None else []

@@ -61,7 +61,7 @@ CASES = [
     pytest.param(SessionTracker, "ProcessingTime", id="SessionTracker"),
     pytest.param(RowCounters, "None", id="RowCounters"),
     pytest.param(FraudDetector, "EventTime", id="FraudDetector"),
-    pytest.param(RowTotals, "None", id="RowTotals"),
+    pytest.param(RowTotals, "None", id="RowTotals", marks=pytest.mark.connect),
     pytest.param(RowSessionTracker, "ProcessingTime", id="RowSessionTracker", marks=LONG),
     pytest.param(Counters, "None", id="Counters", marks=LONG),
     pytest.param(RowFraudDetector, "EventTime", id="RowFraudDetector", marks=LONG),
@@ -107,6 +107,7 @@ def test_a_restart_in_a_new_driver_process_continues_state_and_timers(
         assert outcome.check() == len(BATCHES)
 
 
+@pytest.mark.connect
 def test_each_variable_is_a_store_read_by_name_and_appends_write_only_new_elements(
     spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
 ) -> None:
