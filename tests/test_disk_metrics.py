@@ -110,3 +110,16 @@ def test_a_compaction_counts_the_bytes_it_wrote(
     assert isinstance(base, DiskRun)
     assert disk.compaction_bytes == base.file_bytes == disk.local_disk_bytes
     assert 0 < disk.compaction_bytes < written
+
+
+def test_a_stores_first_version_on_disk_is_written_once(
+    tmp_path: Path, local_dir: Path, state_mode: str
+) -> None:
+    """The first commit's changes become the base as written (nothing to merge them with)."""
+    before = LOCAL_DISK.snapshot()
+    store = _commits(_provider(tmp_path), [range(0, 3000)])
+    written = LOCAL_DISK.snapshot().bytes_written - before.bytes_written
+    disk = store.metrics.disk
+    assert disk.compaction_bytes == 0
+    assert written == disk.local_disk_bytes  # one run file, once
+    assert [k for k, _ in store.items()] == [(k,) for k in range(3000)]

@@ -558,7 +558,11 @@ def merge_blocks(
 def merge(
     indexer: KeyIndexer, older: AnyRun, newer: AnyRun, *, drop_removals: bool, store: object | None
 ) -> AnyRun:
-    """``older`` overlaid by ``newer``: in memory if both are, else streamed to disk."""
+    """``older`` overlaid by ``newer``: in memory if both are, else streamed to disk; over
+    an empty ``older``, ``newer`` itself when it has no removal to drop (a store's first
+    version on disk is not written twice)."""
+    if not len(older) and not (drop_removals and newer.removals):
+        return spilled(store, newer) if isinstance(newer, Run) else newer
     if isinstance(older, Run) and isinstance(newer, Run):
         return spilled(store, older.merged_with(indexer, newer, drop_removals=drop_removals))
     pieces = merge_blocks(indexer, older.blocks(), newer.blocks(), drop_removals=drop_removals)
