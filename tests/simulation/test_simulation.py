@@ -17,7 +17,7 @@ from tests.simulation.postgres import PostgresCatalogs
 from tests.simulation.s3_platform import S3Machine, S3Platform
 
 RUNS = settings(
-    max_examples=38,  # about 1,200 steps: some 50 s of CPU (docs/simulation.md)
+    max_examples=38,  # 1,446 steps: some 110 s of CPU (docs/simulation.md)
     stateful_step_count=40,
     deadline=None,
     derandomize=True,
