@@ -7,10 +7,13 @@ the catalog's own records (tests/catalog/factory.py), no files: 1,000 and 5,000 
 each with two deletable orphan files. Building a page's statements leaves reference cycles
 that Python's oldest generation collects only now and then (its threshold grows with the
 heap, not the fleet), so the test collects after every catalog read: the peak is then what
-a pass holds. Measured that way, holding the whole result (as before) peaks 3.0x (health)
-and 3.4x (the cleanup plan) higher at 5,000 stores than at 1,000; paged, 1.0x and 1.13x
-(the cleanup pass still keeps each store's folder name, for the leftover sweep). The bound,
-1.6x, is generous for the second and well below the first.
+a pass holds. Each peak is the least of three passes: a one-off allocation in one pass (a
+cache filled, garbage the collector had not reached; seen once in CI, 3.1x at 5,000 stores,
+never again in the same code's runs) does not recur, while a pass that holds its whole
+result peaks high every time. Measured that way, holding the whole result (as before) peaks
+3.0x (health) and 3.4x (the cleanup plan) higher at 5,000 stores than at 1,000; paged, 1.0x
+and 1.13x (the cleanup pass still keeps each store's folder name, for the leftover sweep).
+The bound, 1.6x, is generous for the second and well below the first.
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ def test_health_and_the_cleanup_plan_stay_flat_from_1000_to_5000_stores(tmp_path
             ("health", _health),
             ("cleanup plan", lambda f: cleanup_pass(f, POLICY, now=NOW)),
         ):
-            peaks = [_peak(work, f) for f in (small, large)]
+            peaks = [min(_peak(work, f) for _ in range(3)) for f in (small, large)]
             print(f"{name}: peak {peaks} bytes at {SMALL}/{LARGE} stores")
             assert peaks[1] < RATIO * peaks[0], f"{name}: peak {peaks} bytes at {SMALL}/{LARGE}"
     finally:
