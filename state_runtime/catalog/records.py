@@ -246,8 +246,9 @@ class StoreProblem:
 
 
 def problem_text(problem: str, path: str | None) -> str:
-    """A problem as statuses and findings show it: what is wrong, and the file."""
-    return problem + (f" (file {path})" if path else "")
+    """A problem as statuses and findings show it: what is wrong, and the file (unless the
+    text names it already, as a damaged file's paragraph does)."""
+    return problem + (f" (file {path})" if path and path not in problem else "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from state_runtime.cli.group import (
 from state_runtime.cli.jsonable import jsonable
 from state_runtime.cli.printing import below, print_prefix, root_prefix, show
 from state_runtime.maintenance import (
+    Fleet,
     SchemaChangeRow,
     canonical_root,
     schema_changes,
@@ -96,7 +97,7 @@ def history(settings: Settings, /, **kw: Any) -> None:
     "--query",
     "query_id",
     help="The query whose batches to show.",
-    show_default="the root's one query",
+    show_default="the one query in scope",
 )
 @click.option("--limit", type=click.IntRange(min=1), default=50, help="Newest batches.")
 @json_option
@@ -106,34 +107,34 @@ def metrics(settings: Settings, /, root: str | None, **kw: Any) -> None:
     updated, state rows, bytes written, commit time, batch time, load time, cache hits (the
     view state_batch_metrics holds the same).
 
-    The root is ROOT or --root, or the catalog's one root; the query is --query, or the
-    root's one query."""
+    Scoped like the other commands: the root is ROOT or --root, else the root that --query
+    names; the query is --query, else the one query in scope. Several in scope are refused,
+    each named with its root."""
     if root is not None:
         settings.roots = [canonical_root(root)]
     with open_fleet(settings) as fleet:
-        roots = fleet.root_names()
-        if len(roots) != 1:
-            fail(
-                EXIT_USAGE,
-                f"{len(roots)} roots are in scope: name one with --root (known: "
-                f"{', '.join(roots[:10]) or 'none'})",
-            )
-        [scope] = roots
-        known = fleet.catalog.query_ids(scope)
-        query_id = kw["query_id"] or (known[0] if len(known) == 1 else None)
-        if query_id is None or query_id not in known:
-            given = "" if kw["query_id"] is None else f"{kw['query_id']!r}: no such query "
-            fail(
-                EXIT_USAGE,
-                f"--query {given}committed below {scope}: name one of "
-                f"{', '.join(known[:10]) or 'none'}",
-            )
+        scope, query_id = _one_query(fleet, kw["query_id"])
         batches = fleet.catalog.batch_metrics(scope, query_id, limit=kw["limit"])
     emit(
         batches,
         lambda console, shown: print_metrics(console, query_id, shown),
         as_json=lambda shown: [metrics_json(b) for b in shown],
     )
+
+
+def _one_query(fleet: Fleet, wanted: str | None) -> tuple[str, str]:
+    """The (root, query) in scope that ``wanted`` (or, if None, the scope alone) names; bad
+    input, listing the queries in scope with their roots, when none or several do."""
+    found = [(r, q) for r in fleet.root_names() for q in fleet.catalog.query_ids(r)]
+    chosen = [(r, q) for r, q in found if wanted in (None, q)]
+    if len(chosen) == 1:
+        return chosen[0]
+    listed = ", ".join(f"{q} below {r}" for r, q in (chosen or found)[:10]) or "none"
+    if not chosen:
+        given = "" if wanted is None else f"--query {wanted!r}: no such query; "
+        fail(EXIT_USAGE, f"{given}the queries in scope: {listed}")
+    more = "--query" if wanted is None else "--root"
+    fail(EXIT_USAGE, f"{len(chosen)} queries in scope ({listed}): name one with {more}")
 
 
 def print_history(console: Console, entries: Sequence[VersionHistory]) -> None:

@@ -4,11 +4,9 @@ with their printers (the history commands are in :mod:`state_runtime.cli.history
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import click
@@ -42,8 +40,6 @@ from state_runtime.cli.printing import below, print_prefix, root_prefix, show
 from state_runtime.errors import InvalidArgument, StateStoreError
 from state_runtime.maintenance import (
     FileExplanation,
-    Fleet,
-    MaintenancePolicy,
     SchemaCheck,
     Status,
     StoreReport,
@@ -52,9 +48,9 @@ from state_runtime.maintenance import (
     check_schema_change,
     explain_file,
     health_summary,
+    locate_file,
     store_reports,
 )
-from state_runtime.storage import check_relative_path
 from state_runtime.store.schema_evolution import SchemaChange
 from state_runtime.units import age, size
 
@@ -130,59 +126,9 @@ def explain(settings: Settings, /, file: str, **kw: Any) -> None:
     """
     policy = policy_of(settings, kw)
     with open_fleet(settings) as fleet:
-        root, path = _locate(fleet, file, policy)
+        root, path = locate_file(fleet, file, policy)
         explained = explain_file(fleet, root, path, policy)
     emit(explained, print_explanation)
-
-
-def _locate(fleet: Fleet, file: str, policy: MaintenancePolicy) -> tuple[str, str]:
-    """The (root, relative path) that ``file`` names: a URI, an absolute path, a path
-    relative to the current folder (as the shell completes it) or to a root. Refused when it
-    is below no root, or when no reading, or several, names a file the catalog or storage
-    knows."""
-    roots = fleet.root_names()
-    if "://" in file or Path(file).is_absolute():
-        uris = [file if "://" in file else Path(os.path.abspath(file)).as_uri()]
-    else:
-        uris = [Path(os.path.abspath(file)).as_uri()]
-        uris += [f"{root.rstrip('/')}/{file}" for root in roots]
-    readings = sorted(
-        {
-            (root, uri[len(root.rstrip("/")) + 1 :])
-            for uri in uris
-            for root in roots
-            if uri.startswith(root.rstrip("/") + "/")
-        }
-    )
-    if not readings:
-        fail(EXIT_USAGE, f"{file!r} is below none of the catalog's roots: {', '.join(roots)}")
-    refusals = []
-    for _root, path in readings:
-        try:
-            check_relative_path(path)
-        except InvalidArgument as exc:  # a path that climbs out of its root: refused as such
-            refusals.append(str(exc))
-    if len(refusals) == len(readings):
-        fail(EXIT_USAGE, refusals[0])
-    known = [r for r in readings if _names_a_file(fleet, policy, *r)]
-    if not known:
-        where = "; ".join(f"{path} below {root}" for root, path in readings)
-        fail(EXIT_USAGE, f"{file!r} names no file the catalog records or storage holds ({where})")
-    if len(known) > 1:
-        named = "; ".join(f"{path} below {root}" for root, path in known)
-        fail(EXIT_USAGE, f"{file!r} is ambiguous: it names {named}; give its absolute path")
-    root, path = known[0]
-    return root, check_relative_path(path)
-
-
-def _names_a_file(fleet: Fleet, policy: MaintenancePolicy, root: str, path: str) -> bool:
-    """Whether the catalog records ``path`` below ``root`` or storage has it there."""
-    try:
-        relative = check_relative_path(path)
-    except InvalidArgument:
-        return False
-    explained = fleet.catalog.explain(root, relative, policy.retention)
-    return explained.file is not None or fleet.storage(root).exists(relative)
 
 
 def _pairs(option: str, values: tuple[str, ...], parse: Callable[[str], Any]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from state_runtime.maintenance.damage import (
     classify,
     damaged_files,
 )
-from state_runtime.maintenance.explain import FileExplanation, explain_file
+from state_runtime.maintenance.explain import FileExplanation, explain_file, locate_file
 from state_runtime.maintenance.fleet import (
     Fleet,
     canonical_root,
@@ -146,6 +146,7 @@ __all__ = [
     "default_owner",
     "due_for_snapshot",
     "explain_file",
+    "locate_file",
     "format_duration",
     "format_store_key",
     "health_rows",

@@ -72,7 +72,8 @@ def test_batch_metrics_view_and_command(make_stream: Callable[..., StoreStream])
     assert data[0]["batch_ms"] == 252.0 and data[0]["rows_in"] == 102
     assert data[0]["local_disk_bytes"] == 7 * 10**9 and data[0]["block_cache_hits"] == 90
     unknown = statestore(stream, "metrics", stream.root, "--query", "nope")
-    assert unknown.exit_code == 2 and "name one of query-1" in unknown.output
+    assert unknown.exit_code == 2, unknown.output
+    assert f"no such query; the queries in scope: query-1 below {stream.root}" in unknown.output
     # Scoped like the other commands: --root, or the catalog's one root; its one query
     for scope in (["--root", stream.root, "metrics"], ["metrics"]):
         implied = statestore(stream, *scope, "--limit", "2")

@@ -136,11 +136,14 @@ def _problems(views: ReaderViews, scope: Scope) -> sa.Subquery:
 
 
 def _first_problem(views: ReaderViews, store_id: Any) -> sa.ScalarSelect[Any]:
-    """The oldest open problem of the store, naming its file (as ``problem_text`` words it)."""
+    """The oldest open problem of the store, naming its file (as ``problem_text`` words it)
+    unless its text already does (a damaged file's paragraph names it)."""
     q = views.problems.alias("first_problem")
     named = sa.literal(" (file ", sa.Text()).concat(sa.func.nullif(q.c.path, "")).concat(")")
+    names_it = sa.func.replace(q.c.problem, q.c.path, "") != q.c.problem  # exact, both dialects
+    said = sa.case((names_it, ""), else_=sa.func.coalesce(named, ""))
     return (
-        sa.select(q.c.problem.concat(sa.func.coalesce(named, "")))
+        sa.select(q.c.problem.concat(said))
         .where(q.c.store_id == store_id, q.c.resolved_at.is_(None))
         .order_by(q.c.detected_at, q.c.problem_id)
         .limit(1)
