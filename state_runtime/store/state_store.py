@@ -514,7 +514,8 @@ class StateStore(ReadStateStore):
         Never overwrites a file; a concurrent attempt at the same version gets its own id. A
         store that changed nothing (after version 0) writes no file: its version keeps the
         parent's checkpoint id (``CheckpointInfo.has_file`` is False).
-        On failure nothing becomes visible, the store is aborted and CannotCommit is raised.
+        On failure nothing becomes visible, the store is aborted and CannotCommit is raised
+        (LocalDiskFull when local disk has no room for a large delta's file or its runs).
         """
         self._check_open()
         started = time.perf_counter()
@@ -538,8 +539,7 @@ class StateStore(ReadStateStore):
                     in_key_order=self._indexer.exact,
                 )
         except LocalDiskFull:
-            # Too large to encode in memory and no local room to write it through: nothing
-            # was written to storage.
+            # A large delta found no local room for its file: nothing went to storage.
             self._status = _State.ABORTED
             raise
         except (
