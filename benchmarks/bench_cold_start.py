@@ -12,6 +12,9 @@ the load average.
 
     python benchmarks/bench_cold_start.py [--keys 200000,2000000] [--budget-mib 4]
         [--updates 10000]   (the delta's size: as large as the state, it is streamed too)
+
+``--prepare ROOT``, ``--load ROOT`` and ``--commit ROOT`` run one step each, as the tests do;
+``--commit`` measures the peak of a commit of ``--updates`` changed rows on the head.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from peak_memory import peak_rss
+from peak_memory import peak_rss, reset_peak
 
 from state_runtime import StateStoreProvider
 from state_runtime.storage import LocalStorage
@@ -72,8 +75,9 @@ def prepare(root: str, keys: int, updates: int = 10_000) -> None:
     Path(root, "head.json").write_text(json.dumps([head.version, head.checkpoint_id]))
 
 
-def load(root: str, budget_mib: int, *, memory: bool) -> dict[str, object]:
-    """Open the head cold, 1,000 gets and a full scan: time, memory and a checksum."""
+def _warm_up(budget_mib: int, *, memory: bool) -> int:
+    """Set the budget, commit, snapshot and reopen a small store (imports, first
+    allocations); return the peak resident memory after it."""
     set_budget(1 << 40 if memory else budget_mib << 20)
     warm = tempfile.mkdtemp(prefix="bench-cold-warm-")
     warm_up = _provider(warm, 1)
@@ -83,7 +87,41 @@ def load(root: str, budget_mib: int, *, memory: bool) -> dict[str, object]:
     done = store.commit()
     warm_up.snapshot(done.version, done.checkpoint_id)
     _provider(warm, 1).get_read_store(done.version, done.checkpoint_id).get(7)
-    baseline = peak_rss()
+    return peak_rss()
+
+
+def commit(root: str, budget_mib: int, updates: int, *, memory: bool) -> dict[str, object]:
+    """Open the head, put ``updates`` rows (keys 0 to updates - 1, value = key + 2) in one
+    ``apply_arrow``, commit:
+    the commit's peak resident memory growth over the resident memory just before it (its
+    own, whatever the puts held); the new head in head.json, for ``--load`` to read back."""
+    _warm_up(budget_mib, memory=memory)
+    version, checkpoint_id = json.loads(Path(root, "head.json").read_text())
+    store = _provider(root).get_store(version, checkpoint_id)
+    updated = np.arange(updates, dtype=np.int64)
+    store.apply_arrow(_table(updated, updated + 2))  # one change run: no squash at commit
+    written_before = LOCAL_DISK.stats.bytes_written
+    before = reset_peak()
+    started = time.perf_counter()
+    head = store.commit()
+    elapsed = time.perf_counter() - started
+    growth = peak_rss() - before
+    Path(root, "head.json").write_text(json.dumps([head.version, head.checkpoint_id]))
+    return {
+        "mode": "memory" if memory else "streamed",
+        "changed_rows": updates,
+        "budget_bytes": budget_mib << 20,
+        "commit_s": round(elapsed, 3),
+        "commit_peak_rss_growth_bytes": growth,
+        "delta_bytes": head.bytes_written,
+        "commit_local_disk_bytes_written": LOCAL_DISK.stats.bytes_written - written_before,
+        "load": os.getloadavg()[0],
+    }
+
+
+def load(root: str, budget_mib: int, *, memory: bool) -> dict[str, object]:
+    """Open the head cold, 1,000 gets and a full scan: time, memory and a checksum."""
+    baseline = _warm_up(budget_mib, memory=memory)
     version, checkpoint_id = json.loads(Path(root, "head.json").read_text())
     started = time.perf_counter()
     provider = _provider(root)
@@ -132,10 +170,14 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=10_000, help="rows of the delta")
     parser.add_argument("--prepare", metavar="ROOT")
     parser.add_argument("--load", metavar="ROOT")
+    parser.add_argument("--commit", metavar="ROOT", help="commit --updates rows on the head")
     parser.add_argument("--memory", action="store_true")
     args = parser.parse_args()
     if args.prepare:
         prepare(args.prepare, int(args.keys), args.updates)
+        return
+    if args.commit:
+        print(json.dumps(commit(args.commit, args.budget_mib, args.updates, memory=args.memory)))
         return
     if args.load:
         print(json.dumps(load(args.load, args.budget_mib, memory=args.memory)))

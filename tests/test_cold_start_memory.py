@@ -9,36 +9,21 @@ the same rows and checksum. Runs
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_cold_start.py"
+from .bench_runs import run_benchmark
+
 BUDGET_MIB = 4
 
 
-def _run(*args: str) -> dict[str, int]:
-    env = os.environ | {
-        "ARROW_DEFAULT_MEMORY_POOL": "system",
-        "MALLOC_MMAP_THRESHOLD_": "65536",
-        "PYTHONPATH": str(BENCH.parent.parent),
-    }
-    done = subprocess.run(
-        [sys.executable, str(BENCH), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=True,
-    )
-    lines = done.stdout.strip().splitlines()
-    return json.loads(lines[-1]) if lines else {}
+def _run(*args: str) -> dict[str, Any]:
+    return run_benchmark("bench_cold_start.py", *args)
 
 
 def _cold_starts(
     root: Path, keys: int, updates: int = 10_000
-) -> tuple[dict[str, int], dict[str, int]]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
     _run("--prepare", str(root), "--keys", str(keys), "--updates", str(updates))
     load = ("--load", str(root), "--budget-mib", str(BUDGET_MIB))
     return _run(*load), _run(*load, "--memory")

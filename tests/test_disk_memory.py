@@ -11,33 +11,16 @@ the freed memory, which would measure the allocator, not the store."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+from typing import Any
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_disk.py"
+from .bench_runs import run_benchmark
+
 BUDGET_MIB = 4
 
 
-def _run(*extra: str) -> dict[str, float]:
-    env = os.environ | {
-        "ARROW_DEFAULT_MEMORY_POOL": "system",
-        "MALLOC_MMAP_THRESHOLD_": "65536",
-        "PYTHONPATH": str(BENCH.parent.parent),
-    }
+def _run(*extra: str) -> dict[str, Any]:
     args = ["--keys", "1000000", "--budget-mib", str(BUDGET_MIB), "--batches", "3"]
-    done = subprocess.run(
-        [sys.executable, str(BENCH), *args, "--chunk", "50000", *extra],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=True,
-    )
-    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return figures
+    return run_benchmark("bench_disk.py", *args, "--chunk", "50000", *extra)
 
 
 def test_memory_stays_within_three_budgets_and_the_state_equals_in_memory() -> None:

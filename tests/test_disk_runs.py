@@ -178,6 +178,39 @@ def test_a_snapshot_write_that_fills_local_disk_fails_typed_and_leaves_no_file(
     assert not storage.exists(info.path.replace(".delta", ".snapshot"))
 
 
+def test_a_delta_write_that_fills_local_disk_fails_typed_and_aborts_the_store(
+    tmp_path: Path,
+) -> None:
+    """A delta larger than one record batch goes through a local file: with no room for it
+    the commit fails with LocalDiskFull, nothing is written to storage and the store is
+    aborted."""
+    storage = LocalStorage(str(tmp_path / "root"))
+    provider = StateStoreProvider(storage, 0, 5, key_schema="k bigint", value_schema="v bigint")
+    keys = np.arange(200_000)
+    values = np.random.default_rng(6).integers(0, 1 << 62, len(keys))  # 1.6 MB, compressed
+    store = provider.get_store(0)
+    store.apply_arrow(
+        pa.table(
+            {
+                "key": pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY)),
+                "value": pa.StructArray.from_arrays([pa.array(values)], fields=list(VALUE)),
+            }
+        )
+    )
+    mount = tmp_path / "small"
+    mount.mkdir()
+    with _tmpfs(mount):
+        with pytest.raises(LocalDiskFull) as caught:
+            store.commit()
+        assert not list(mount.rglob("*.delta"))
+    assert "filled up while writing a delta" in caught.value.reason
+    assert caught.value.store == provider.store_id
+    assert caught.value.needed >= 200_000 * 16
+    assert not list((tmp_path / "root").rglob("*.delta"))  # nothing written to storage
+    assert not store.has_committed
+    store.abort()  # already aborted: a no-op
+
+
 @contextlib.contextmanager
 def _tmpfs(mount: Path) -> Iterator[None]:
     """Local files written from now on (runs, snapshot spools) go to a real 1 MiB tmpfs at

@@ -84,7 +84,12 @@ def encode(
 
 def batch_rows_of(table: pa.Table) -> int:
     """Rows per record batch for ``table``'s rows (as decoded): about :data:`BATCH_BYTES`."""
-    per_row = max(1, int(table.nbytes) // max(1, int(table.num_rows)))
+    return batch_rows(int(table.nbytes), int(table.num_rows))
+
+
+def batch_rows(nbytes: int, rows: int) -> int:
+    """Rows per record batch for ``rows`` rows of ``nbytes`` bytes (as decoded)."""
+    per_row = max(1, nbytes // max(1, rows))
     return max(1, BATCH_BYTES // per_row)
 
 

@@ -298,7 +298,7 @@ class VersionLoader:
         runs = list(base.runs)
         rows = base.rows
         for delta in reversed(chain):
-            rows += sum(row_change(self.indexer, runs, block) for block in delta.run.blocks())
+            rows += row_change(self.indexer, runs, delta.run)
             runs.insert(0, delta.run)
             if rows != delta.header.state_rows:
                 raise self._fault(

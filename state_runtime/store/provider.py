@@ -33,11 +33,11 @@ from state_runtime.store.config import StoreConfig
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.loader import VersionLoader, unchanged
 from state_runtime.store.schema_history import SchemaHistory
-from state_runtime.store.snapshot_writer import write_snapshot_streamed
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.state_store import ReadStateStore, StateStore
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
+from state_runtime.store.streamed_writer import write_snapshot_streamed
 from state_runtime.store.versions import Version
 from state_runtime.store.writer import CheckpointTarget, write_checkpoint
 
@@ -120,7 +120,7 @@ class StateStoreProvider:
 
         If the snapshot already exists it is left untouched and described as it is. A version
         holding runs on local disk is written from them block by block, never whole in memory
-        (:mod:`state_runtime.store.snapshot_writer`).
+        (:mod:`state_runtime.store.streamed_writer`).
         """
         ref = self.resolve(version, checkpoint_id)
         if ref.version == 0 or ref.checkpoint_id is None:

@@ -70,6 +70,17 @@ class Run:
         """The rows as in-memory runs in index order: this run itself."""
         yield self
 
+    def pieces(self, nbytes: int) -> Iterator[Run]:
+        """The rows in index order as slices of about ``nbytes`` each (no copy); equal index
+        keys stay in one slice, as they do in one block of a run on disk."""
+        step = max(1, nbytes * len(self) // max(1, self.nbytes))
+        start = 0
+        while start < len(self):
+            stop = min(len(self), start + step)
+            stop = int(np.searchsorted(self.index, self.index[stop - 1], side="right"))
+            yield self.slice(start, stop)
+            start = stop
+
     def between(self, lo: int, hi: int) -> Run:
         """The rows whose index key is in ``[lo, hi]``: two binary searches, no copy."""
         start = np.searchsorted(self.index, np.int64(lo), side="left")

@@ -48,8 +48,9 @@ from state_runtime.store.scans import (
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.store_metrics import LoadMetrics, StoreMetrics
+from state_runtime.store.streamed_writer import write_delta
 from state_runtime.store.versions import Version, get, live_blocks, lookup, row_change, squash
-from state_runtime.store.writer import CheckpointTarget, record_unchanged, write_checkpoint
+from state_runtime.store.writer import CheckpointTarget, record_unchanged
 
 
 class _Absent:
@@ -513,7 +514,8 @@ class StateStore(ReadStateStore):
         Never overwrites a file; a concurrent attempt at the same version gets its own id. A
         store that changed nothing (after version 0) writes no file: its version keeps the
         parent's checkpoint id (``CheckpointInfo.has_file`` is False).
-        On failure nothing becomes visible, the store is aborted and CannotCommit is raised.
+        On failure nothing becomes visible, the store is aborted and CannotCommit is raised
+        (LocalDiskFull when local disk has no room for a large delta's file or its runs).
         """
         self._check_open()
         started = time.perf_counter()
@@ -528,17 +530,26 @@ class StateStore(ReadStateStore):
                 # Nothing changed: the version keeps its parent's id and writes no file.
                 info = record_unchanged(host.checkpoints, base.ref, lineage, rows)
             else:
-                info = write_checkpoint(
+                info = write_delta(
                     host.checkpoints,
-                    FileKind.DELTA,
                     ref,
                     lineage,
-                    changes.keys,
-                    changes.values,
+                    changes,
                     rows,
                     in_key_order=self._indexer.exact,
                 )
-        except (pa.ArrowException, TypeError, ValueError, OverflowError, StorageError) as e:
+        except LocalDiskFull:
+            # A large delta found no local room for its file: nothing went to storage.
+            self._status = _State.ABORTED
+            raise
+        except (
+            pa.ArrowException,
+            TypeError,
+            ValueError,
+            OverflowError,
+            StorageError,
+            OSError,  # writing a large delta's local file
+        ) as e:
             self._status = _State.ABORTED
             raise CannotCommit(
                 f"commit failed, nothing was made visible: {e}",

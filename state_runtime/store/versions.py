@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from state_runtime.identity import CheckpointRef
 from state_runtime.store.arrow_rows import Row
+from state_runtime.store.checkpoint_format import BATCH_BYTES
 from state_runtime.store.disk_runs import AnyRun, merge, merge_blocks, spilled
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run, concat
@@ -114,14 +115,18 @@ def layer_blocks(indexer: KeyIndexer, base: AnyRun, changes: AnyRun | None) -> I
         yield from merge_blocks(indexer, base.blocks(), changes.blocks(), drop_removals=True)
 
 
-def row_change(indexer: KeyIndexer, runs: Sequence[AnyRun], changes: Run) -> int:
-    """Rows that ``changes`` adds (positive) or removes (negative) on top of ``runs``."""
-    if not len(changes):
-        return 0
-    before = lookup(indexer, runs, changes.keys, changes.values.type)
-    existed = np.asarray(before.is_valid().to_numpy(zero_copy_only=False))
-    puts = np.asarray(changes.values.is_valid().to_numpy(zero_copy_only=False))
-    return int(np.count_nonzero(puts & ~existed) - np.count_nonzero(~puts & existed))
+def row_change(indexer: KeyIndexer, runs: Sequence[AnyRun], changes: AnyRun) -> int:
+    """Rows that ``changes`` adds (positive) or removes (negative) on top of ``runs``: looked
+    up a piece of about :data:`BATCH_BYTES` at a time, so that a large change run costs a
+    piece's lookup in memory, not its own size again."""
+    change = 0
+    for block in changes.blocks():
+        for piece in block.pieces(BATCH_BYTES):
+            before = lookup(indexer, runs, piece.keys, piece.values.type)
+            existed = np.asarray(before.is_valid().to_numpy(zero_copy_only=False))
+            puts = np.asarray(piece.values.is_valid().to_numpy(zero_copy_only=False))
+            change += int(np.count_nonzero(puts & ~existed) - np.count_nonzero(~puts & existed))
+    return change
 
 
 @dataclass(frozen=True, eq=False)
