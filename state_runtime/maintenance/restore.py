@@ -3,10 +3,10 @@
 ``plan_restore`` checks, without changing anything, that every store batch ``B`` committed
 still loads: its chain of files is complete in the catalog and each file is in storage with
 its recorded size and checksum (read and verified now: a past validation's verdict on a delta
-does not count). A store whose version at ``B`` does not
-load is *lost*: the plan refuses, names its files and the newest earlier batch that is intact,
-unless the user accepts the loss (``allow_lost_state``, after Flink's
-``--allowNonRestoredState``): such a store then starts again from empty, and the plan says so.
+does not count). A store whose version at ``B`` does not load is *lost*: the plan refuses,
+names its files and the newest batch that is intact (earlier or later), unless the user
+accepts the loss (``allow_lost_state``, after Flink's ``--allowNonRestoredState``): such a
+store then starts again from empty, and the plan says so.
 
 ``restore_query`` carries a plan out, under the stores' leases, as one recorded run (kind
 ``restore``): one catalog transaction makes ``B`` the query's last committed batch (the

@@ -273,3 +273,29 @@ def test_a_bit_flipped_snapshot_above_intact_deltas_is_repaired(night: Night) ->
     night.assert_exact()
     night.run(1)
     night.assert_exact()
+
+
+def test_a_restore_below_retention_names_a_batch_that_restores(night: Night) -> None:
+    """Cleanup removed the deltas below the snapshot: batch 1 no longer loads; the refusal is
+    one sentence naming the newest batch whose stores all load (a later one), and that batch,
+    run as named, restores exactly."""
+    for batches in (4, 1):
+        night.run(batches)
+        maintained = night.statestore("--policy", "demo", "-q", "maintain", "--execute")
+        assert maintained.exit_code == 0, maintained.output
+    night.run(2)
+    spark = f"--spark-checkpoint {night.spark}"
+    root = night.platform.root
+    refused = night.statestore(
+        *shlex.split(f"restore {root} --query simulated --to-batch 1 {spark}")
+    )
+    assert refused.exit_code == 3, refused.output
+    said = " ".join(refused.output.split())
+    assert "cannot restore query simulated to batch 1: " in said
+    assert "; batch 6 is the newest batch whose stores all load: restore it (--to-batch 6)" in said
+    assert ". " not in said.split("cannot restore")[1]  # one sentence
+
+    run_as_printed(
+        night, f"statestore restore {root} --query simulated --to-batch 6 {spark} --execute"
+    )
+    night.assert_exact()

@@ -82,9 +82,9 @@ def test_restore_to_an_intact_batch_after_a_later_file_was_lost(stream: StoreStr
     assert "." not in message.removesuffix(")").split("storage no longer has it")[1]
     assert message.endswith(
         "storage no longer has it; batch 6 is the newest batch whose stores all load: restore "
-        "it (--to-batch 6), or accept the loss of these stores with --allow-lost-state (they start again from "
-        "empty, with the other stores of their operator and partition, while the others "
-        "return to batch 7)"
+        "it (--to-batch 6), or accept the loss of these stores with --allow-lost-state (they "
+        "start again from empty, with the other stores of their operator and partition, while "
+        "the others return to batch 7)"
     )
 
     dry = statestore(
@@ -165,8 +165,8 @@ def test_a_lost_store_restarts_from_empty_only_when_the_user_accepts(
     )
     assert refused.exit_code == 3, refused.output
     assert (
-        "; no committed batch of query query-1 has all its stores intact: accept the loss of these "
-        "stores with --allow-lost-state (they start again from empty, with the other stores "
+        "; no committed batch of query query-1 has all its stores intact: accept the loss of "
+        "these stores with --allow-lost-state (they start again from empty, with the other stores "
         "of their operator and partition, while the others return to batch 5)"
     ) in " ".join(refused.output.split())
     assert "--allow-lost-state" in refused.output and "0/1/default" in refused.output
