@@ -8,8 +8,9 @@ runtime's loss report all ask :func:`classify`, and each names the same next com
 - ``repairable``: a snapshot whose version still loads from intact deltas below it:
   ``statestore --root ROOT repair --store STORE --execute`` rebuilds it;
 - ``older only``: the store's latest version loads without the file; only older retained
-  versions needed it (a restore to them would fail): the store goes on, and
-  ``statestore resolve`` records that the loss is accepted;
+  versions needed it (a restore to them would fail): the store goes on, those versions leave
+  retention as the query commits (cleanup then deletes the file), and ``statestore resolve``
+  records meanwhile that the loss is accepted (a validation before then finds it again);
 - ``restorable``: the latest version does not load; batch N is the newest committed batch
   of the query at which every store loads (the batch ``restore`` accepts, computed by the
   same code): ``statestore restore ROOT --query Q --to-batch N ... --execute``;
@@ -70,7 +71,8 @@ class Damage:
         if self.fate is Fate.OLDER_ONLY:
             return (
                 "the store's latest version loads without it (only older retained versions "
-                f"needed it); to accept their loss, run `{self.command}`"
+                "needed it: they leave retention as the query commits, and cleanup then "
+                f"deletes the file); to accept their loss until then, run `{self.command}`"
             )
         if self.fate is Fate.RESTORABLE:
             return (

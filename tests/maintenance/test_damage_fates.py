@@ -299,3 +299,37 @@ def test_a_restore_below_retention_names_a_batch_that_restores(night: Night) -> 
         night, f"statestore restore {root} --query simulated --to-batch 6 {spark} --execute"
     )
     night.assert_exact()
+
+
+def test_a_damaged_snapshot_only_older_versions_need_is_accepted(night: Night) -> None:
+    """The older of two snapshots is truncated: the latest version loads without it, so no
+    batch fails; every tool names the same `resolve`, which run as printed closes the problem;
+    once the query commits past the versions that needed it, cleanup deletes the file and
+    validation passes."""
+    night.run(4)
+    demo = ("--policy", "demo", "-q", "maintain", "--execute")
+    assert night.statestore(*demo).exit_code == 0
+    night.run(3)
+    assert night.statestore(*demo[:-1], "--min-deltas", "3", "--execute").exit_code == 0
+    older, _ = night.files(FileKind.SNAPSHOT)
+    path = night.path(older)
+    path.write_bytes(path.read_bytes()[:60])
+
+    validated = night.statestore("validate")
+    assert validated.exit_code == 1, validated.output
+    errors = [e for e in validated.output.splitlines() if e.startswith("  error: ")]
+    command = one_paragraph(next(e for e in errors if older.path in e), older, "is damaged")
+    assert command.startswith(f"statestore --root {night.platform.root} resolve --store {DAMAGED}")
+    assert "only older retained versions needed it" in validated.output
+    planned = night.statestore("repair")
+    assert planned.exit_code == 1 and COMMAND.findall(planned.output)[0] == command
+
+    run_as_printed(night, command)
+    health = night.statestore("health", "--brief")
+    assert health.exit_code == 0, health.output
+    night.platform.restart_driver()
+    night.run(2)  # the latest version loads from the newer snapshot
+    assert night.statestore(*demo).exit_code == 0
+    assert not path.exists()  # no retained version needs it any more: cleanup deleted it
+    assert night.statestore("validate").exit_code == 0
+    night.assert_exact()
