@@ -8,8 +8,9 @@ runtime's loss report all ask :func:`classify`, and each names the same next com
 - ``repairable``: a snapshot whose version still loads from intact deltas below it:
   ``statestore --root ROOT repair --store STORE --execute`` rebuilds it;
 - ``older only``: the store's latest version loads without the file; only older retained
-  versions needed it (a restore to them would fail): the store goes on, and
-  ``statestore resolve`` records that the loss is accepted;
+  versions needed it (a restore to them would fail): the store goes on, those versions leave
+  retention as the query commits (cleanup then deletes the file), and ``statestore resolve``
+  records meanwhile that the loss is accepted (a validation before then finds it again);
 - ``restorable``: the latest version does not load; batch N is the newest committed batch
   of the query at which every store loads (the batch ``restore`` accepts, computed by the
   same code): ``statestore restore ROOT --query Q --to-batch N ... --execute``;
@@ -31,13 +32,14 @@ from state_runtime.catalog import FileRecord, FileState, StoreKey, StoreProblem,
 from state_runtime.identity import FileKind
 from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.policy import MaintenancePolicy
-from state_runtime.maintenance.restore import Verified, newest_intact_batch
+from state_runtime.maintenance.restore import (
+    Verified,
+    newest_intact_batch,
+    recorded_spark_checkpoint,
+    spark_checkpoint_option,
+)
 from state_runtime.retention import intact, loading_files
 from state_runtime.store.file_verification import MISSING
-
-SPARK_CHECKPOINT = "spark_checkpoint"
-"""The key of a batch's recorded metrics (``extra``) under which the runtime notes the
-query's Spark checkpoint folder ("" when the query runs without one)."""
 
 
 class Fate(StrEnum):
@@ -69,7 +71,8 @@ class Damage:
         if self.fate is Fate.OLDER_ONLY:
             return (
                 "the store's latest version loads without it (only older retained versions "
-                f"needed it); to accept their loss, run `{self.command}`"
+                "needed it: they leave retention as the query commits, and cleanup then "
+                f"deletes the file); to accept their loss until then, run `{self.command}`"
             )
         if self.fate is Fate.RESTORABLE:
             return (
@@ -151,32 +154,15 @@ def classify(
     fate = Fate.RESTORABLE if batch is not None else Fate.LOST
     if batch is None:
         batch = history[0].batch_id if history else 0
-    spark = _spark_option(fleet, key.root, query_id, spark_checkpoint)
+    if spark_checkpoint is None:
+        spark_checkpoint = recorded_spark_checkpoint(fleet, key.root, query_id)
+    spark = spark_checkpoint_option(spark_checkpoint)
     command = (
         f"statestore restore {root} --query {shlex.quote(query_id)} --to-batch {batch} {spark}"
         + (" --allow-lost-state" if fate is Fate.LOST else "")
         + " --execute"
     )
     return Damage(key, damaged, cause, fate, command, query_id, batch)
-
-
-def _spark_option(fleet: Fleet, root: str, query_id: str, known: str | None) -> str:
-    """The Spark checkpoint option as the driver knows it, or as it recorded it with the
-    query's last batch."""
-    if known is None:
-        recorded = fleet.catalog.batch_metrics(root, query_id, limit=1)
-        found = recorded[0].metrics.extra.get(SPARK_CHECKPOINT) if recorded else None
-        known = found if isinstance(found, str) else None
-    return spark_checkpoint_option(known)
-
-
-def spark_checkpoint_option(known: str | None) -> str:
-    """``--spark-checkpoint DIR``, or ``--no-spark-checkpoint`` for a query that runs without
-    one (""), for a command that rewrites a query (restore, repartition); a placeholder naming
-    what to fill in when the folder is not known (None)."""
-    if known is None:
-        return "--spark-checkpoint <the query's checkpointLocation>"
-    return f"--spark-checkpoint {shlex.quote(known)}" if known else "--no-spark-checkpoint"
 
 
 @dataclass(frozen=True)

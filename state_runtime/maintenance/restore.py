@@ -3,10 +3,10 @@
 ``plan_restore`` checks, without changing anything, that every store batch ``B`` committed
 still loads: its chain of files is complete in the catalog and each file is in storage with
 its recorded size and checksum (read and verified now: a past validation's verdict on a delta
-does not count). A store whose version at ``B`` does not
-load is *lost*: the plan refuses, names its files and the newest earlier batch that is intact,
-unless the user accepts the loss (``allow_lost_state``, after Flink's
-``--allowNonRestoredState``): such a store then starts again from empty, and the plan says so.
+does not count). A store whose version at ``B`` does not load is *lost*: the plan refuses,
+names its files and the newest batch that is intact (earlier or later), unless the user
+accepts the loss (``allow_lost_state``, after Flink's ``--allowNonRestoredState``): such a
+store then starts again from empty, and the plan says so.
 
 ``restore_query`` carries a plan out, under the stores' leases, as one recorded run (kind
 ``restore``): one catalog transaction makes ``B`` the query's last committed batch (the
@@ -21,6 +21,7 @@ be stopped while it runs.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,9 @@ from state_runtime.retention import StoreFile, Verification, intact, loading_fil
 from state_runtime.store.file_verification import MISSING, verify_file
 
 SPARK_LOGS = ("offsets", "commits")
+SPARK_CHECKPOINT = "spark_checkpoint"
+"""The key of a batch's recorded metrics (``extra``) under which the runtime notes the
+query's Spark checkpoint folder ("" when the query runs without one)."""
 
 
 @dataclass(frozen=True)
@@ -157,20 +161,20 @@ def plan_restore(
             f"{moved[0].run_id}): its stores before that batch are of another layout; restore "
             f"batch {moved[0].from_batch - 1} or later"
         )
-    spark = _spark_side(spark_checkpoint, query_id, batch_id)
+    spark = _spark_side(spark_checkpoint, query_id, batch_id, fleet, root)
     checked = Verified()
     lost = _lost(fleet, root, targets, checked)
     if lost and not allow_lost_state:
-        earlier = _newest_intact(fleet, root, history, batch_id, checked)
+        newest = _newest_intact(fleet, root, history, batches[-1] + 1, checked)
         raise MaintenanceRefused(
             f"cannot restore query {query_id} to batch {batch_id}: "
             + "; ".join(x.problem for x in lost)
-            + ". "
+            + "; "
             + (
-                f"Restore batch {earlier}, the newest earlier batch whose stores are all "
-                f"intact (--to-batch {earlier}), or accept"
-                if earlier is not None
-                else "No earlier committed batch has all its stores intact: accept"
+                f"batch {newest} is the newest batch whose stores all load: restore it "
+                f"(--to-batch {newest}), or accept"
+                if newest is not None
+                else f"no committed batch of query {query_id} has all its stores intact: accept"
             )
             + " the loss of these stores with --allow-lost-state (they start again from "
             "empty, with the other stores of their operator and partition, while the others "
@@ -353,13 +357,21 @@ def _newest_intact(
     return None
 
 
-def _spark_side(folder: str | None, query_id: str, batch_id: int) -> SparkRewind | None:
+def _spark_side(
+    folder: str | None, query_id: str, batch_id: int, fleet: Fleet, root: str
+) -> SparkRewind | None:
     if folder is None:
+        recorded = recorded_spark_checkpoint(fleet, root, query_id)
+        known = (
+            f"{spark_checkpoint_option(recorded)}, as the runtime recorded with its last batch"
+            if recorded is not None
+            else "--spark-checkpoint followed by the stream's checkpointLocation"
+        )
         raise MaintenanceRefused(
-            f"say where query {query_id} keeps its Spark checkpoint: --spark-checkpoint DIR "
-            f"(its offsets and commits after batch {batch_id} are moved aside, so that Spark "
-            "resumes at the same batch as the catalog), or --no-spark-checkpoint if the query "
-            "runs without one; stop the query first"
+            f"say where query {query_id} keeps its Spark checkpoint: {known} (its offsets and "
+            f"commits after batch {batch_id} are moved aside, so that Spark resumes at the same "
+            "batch as the catalog), or --no-spark-checkpoint if the query runs without one; "
+            "stop the query first"
         )
     if not folder:
         return None
@@ -383,6 +395,23 @@ def _spark_side(folder: str | None, query_id: str, batch_id: int) -> SparkRewind
         if f.exists()
     )
     return SparkRewind(str(path), last, later)
+
+
+def recorded_spark_checkpoint(fleet: Fleet, root: str, query_id: str) -> str | None:
+    """The Spark checkpoint folder the runtime recorded with the query's last batch ("" for
+    none); None if it recorded none (the query was not told)."""
+    recorded = fleet.catalog.batch_metrics(root, query_id, limit=1)
+    found = recorded[0].metrics.extra.get(SPARK_CHECKPOINT) if recorded else None
+    return found if isinstance(found, str) else None
+
+
+def spark_checkpoint_option(known: str | None) -> str:
+    """``--spark-checkpoint DIR``, or ``--no-spark-checkpoint`` for a query that runs without
+    one (""), for a command that rewrites a query (restore, repartition); a placeholder naming
+    what to fill in when the folder is not known (None)."""
+    if known is None:
+        return "--spark-checkpoint <the query's checkpointLocation>"
+    return f"--spark-checkpoint {shlex.quote(known)}" if known else "--no-spark-checkpoint"
 
 
 def spark_batches(folder: Path) -> set[int]:

@@ -51,7 +51,7 @@ from state_runtime.errors import (
 )
 from state_runtime.failures import log_failure, typed_error
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
-from state_runtime.maintenance.damage import SPARK_CHECKPOINT, spark_checkpoint_option
+from state_runtime.maintenance.restore import SPARK_CHECKPOINT, spark_checkpoint_option
 from state_runtime.runtime.batch_reports import (
     batch_metrics,
     choose,

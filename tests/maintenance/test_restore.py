@@ -79,11 +79,12 @@ def test_restore_to_an_intact_batch_after_a_later_file_was_lost(stream: StoreStr
         plan_restore(fleet, stream.root, stream.query, 7, spark_checkpoint="")
     message = str(refused.value)
     assert lost.path in message and "storage no longer has it" in message
+    assert "." not in message.removesuffix(")").split("storage no longer has it")[1]
     assert message.endswith(
-        "Restore batch 6, the newest earlier batch whose stores are all intact (--to-batch 6), "
-        "or accept the loss of these stores with --allow-lost-state (they start again from "
-        "empty, with the other stores of their operator and partition, while the others "
-        "return to batch 7)"
+        "storage no longer has it; batch 6 is the newest batch whose stores all load: restore "
+        "it (--to-batch 6), or accept the loss of these stores with --allow-lost-state (they "
+        "start again from empty, with the other stores of their operator and partition, while "
+        "the others return to batch 7)"
     )
 
     dry = statestore(
@@ -164,8 +165,8 @@ def test_a_lost_store_restarts_from_empty_only_when_the_user_accepts(
     )
     assert refused.exit_code == 3, refused.output
     assert (
-        "No earlier committed batch has all its stores intact: accept the loss of these "
-        "stores with --allow-lost-state (they start again from empty, with the other stores "
+        "; no committed batch of query query-1 has all its stores intact: accept the loss of "
+        "these stores with --allow-lost-state (they start again from empty, with the other stores "
         "of their operator and partition, while the others return to batch 5)"
     ) in " ".join(refused.output.split())
     assert "--allow-lost-state" in refused.output and "0/1/default" in refused.output
@@ -199,7 +200,9 @@ def test_restore_refuses_without_knowing_the_spark_checkpoint(
 ) -> None:
     unsure = statestore(stream, "restore", stream.root, "--query", stream.query, "--to-batch", "3")
     assert unsure.exit_code == 3
-    assert "--spark-checkpoint DIR" in unsure.output and "--no-spark-checkpoint" in unsure.output
+    said = " ".join(unsure.output.split())
+    assert "--spark-checkpoint followed by the stream's checkpointLocation" in said
+    assert "--no-spark-checkpoint" in said
     # A Spark checkpoint that never committed batch 3 cannot resume there.
     spark = tmp_path / "spark"
     for name in ("offsets", "commits"):

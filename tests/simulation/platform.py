@@ -42,6 +42,7 @@ from state_runtime.catalog import Catalog
 from state_runtime.errors import CannotLoadState, CatalogError, StateStoreError
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance import Fleet, MaintenancePolicy
+from state_runtime.maintenance.restore import SPARK_CHECKPOINT
 from state_runtime.retention import RetentionPolicy
 from state_runtime.runtime import StatefulOperator, StatefulQuery, worker
 from state_runtime.runtime.batch_reports import batch_metrics, choose, duplicates_of
@@ -220,6 +221,8 @@ class Platform:
     """The generation whose schema the catalog's history ends with (a query records it)."""
     host_step: timedelta = timedelta(0)
     """How far the maintenance host's wall clock was stepped (``step_host_clock``)."""
+    spark_checkpoint: str | None = None
+    """The stream's ``checkpointLocation`` the driver is given (``StatefulQuery``'s)."""
 
     def __post_init__(self) -> None:
         self._loaded: dict[tuple[Any, ...], State | StateStoreError] = {}
@@ -292,6 +295,7 @@ class Platform:
             self.storage,
             [operator(self.partitions, self.generation)],
             catalog_url=self.catalog_url,
+            spark_checkpoint=self.spark_checkpoint,
         )
 
     def run_batch(
@@ -333,6 +337,9 @@ class Platform:
             chosen = choose(query.operators, reports)
             assert chosen is not None
             duplicates = duplicates_of(reports, chosen)
+            metrics = batch_metrics(chosen, len(duplicates), 0.0, 0.0)
+            if query.spark_checkpoint is not None:
+                metrics.extra[SPARK_CHECKPOINT] = query.spark_checkpoint
             query.catalog.commit_batch(
                 self.root,
                 QUERY,
@@ -342,13 +349,21 @@ class Platform:
                 duplicates=[r.info for r in duplicates],
                 holders=holders(chosen),
                 suspects={r.info.store for r in duplicates},
-                metrics=batch_metrics(chosen, len(duplicates), 0.0, 0.0),
+                metrics=metrics,
             )
             self.last_commit = (batch_id, [r.info for r in chosen])
             return chosen
         except Exception as exc:  # run_batch's loss check, as the runtime runs it
             if not isinstance(exc, CatalogError) and committed:
-                lost = lost_state(query.catalog, self.storage, QUERY, batch_id, committed, exc)
+                lost = lost_state(
+                    query.catalog,
+                    self.storage,
+                    QUERY,
+                    batch_id,
+                    committed,
+                    exc,
+                    query.spark_checkpoint,
+                )
                 if lost is not None:
                     raise lost from None
             raise
