@@ -38,7 +38,7 @@ from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.rerouting import Rerouting, figures, routed, write_partitions
-from state_runtime.maintenance.restore import spark_batches
+from state_runtime.maintenance.restore import checkpoint_to_pass, spark_batches
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.units import size
 
@@ -178,6 +178,13 @@ def plan_repartition(
             f"{sorted({s.operator_id for s in committed})})"
         )
     _check_idle(fleet, query_id, last, idle)
+    if spark_checkpoint is None:
+        raise MaintenanceRefused(
+            f"say where query {query_id} keeps its Spark checkpoint: "
+            f"{checkpoint_to_pass(fleet, root, query_id)} (it must have committed the "
+            "catalog's last batch, or Spark replays that batch on the old layout), or "
+            "--no-spark-checkpoint if the query runs without one"
+        )
     _check_spark(spark_checkpoint, query_id, batch_id)
     layouts = catalog.layouts(root)
     moves = []
@@ -417,13 +424,7 @@ def _check_idle(fleet: Fleet, query_id: str, last: CommitEntry, idle: timedelta)
         )
 
 
-def _check_spark(folder: str | None, query_id: str, batch_id: int) -> None:
-    if folder is None:
-        raise MaintenanceRefused(
-            f"say where query {query_id} keeps its Spark checkpoint: --spark-checkpoint DIR "
-            "(it must have committed the catalog's last batch, or Spark replays that batch on "
-            "the old layout), or --no-spark-checkpoint if the query runs without one"
-        )
+def _check_spark(folder: str, query_id: str, batch_id: int) -> None:
     if not folder:
         return
     path = Path(folder)

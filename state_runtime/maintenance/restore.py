@@ -361,14 +361,9 @@ def _spark_side(
     folder: str | None, query_id: str, batch_id: int, fleet: Fleet, root: str
 ) -> SparkRewind | None:
     if folder is None:
-        recorded = recorded_spark_checkpoint(fleet, root, query_id)
-        known = (
-            f"{spark_checkpoint_option(recorded)}, as the runtime recorded with its last batch"
-            if recorded is not None
-            else "--spark-checkpoint followed by the stream's checkpointLocation"
-        )
         raise MaintenanceRefused(
-            f"say where query {query_id} keeps its Spark checkpoint: {known} (its offsets and "
+            f"say where query {query_id} keeps its Spark checkpoint: "
+            f"{checkpoint_to_pass(fleet, root, query_id)} (its offsets and "
             f"commits after batch {batch_id} are moved aside, so that Spark resumes at the same "
             "batch as the catalog), or --no-spark-checkpoint if the query runs without one; "
             "stop the query first"
@@ -403,6 +398,15 @@ def recorded_spark_checkpoint(fleet: Fleet, root: str, query_id: str) -> str | N
     recorded = fleet.catalog.batch_metrics(root, query_id, limit=1)
     found = recorded[0].metrics.extra.get(SPARK_CHECKPOINT) if recorded else None
     return found if isinstance(found, str) else None
+
+
+def checkpoint_to_pass(fleet: Fleet, root: str, query_id: str) -> str:
+    """What a refused command should be given for the query's Spark checkpoint: the option the
+    runtime recorded with the last batch, or what to fill in when it recorded none."""
+    recorded = recorded_spark_checkpoint(fleet, root, query_id)
+    if recorded is None:
+        return "--spark-checkpoint followed by the stream's checkpointLocation"
+    return f"{spark_checkpoint_option(recorded)}, as the runtime recorded with its last batch"
 
 
 def spark_checkpoint_option(known: str | None) -> str:

@@ -333,3 +333,25 @@ def test_a_damaged_snapshot_only_older_versions_need_is_accepted(night: Night) -
     assert not path.exists()  # no retained version needs it any more: cleanup deleted it
     assert night.statestore("validate").exit_code == 0
     night.assert_exact()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "restore {root} --query simulated --to-batch 1",
+        "repartition {root} --query simulated --partitions 3 --idle 0s",
+    ],
+)
+def test_a_command_without_the_spark_checkpoint_is_told_the_recorded_one(
+    night: Night, command: str
+) -> None:
+    """restore and repartition, refused for want of --spark-checkpoint (before any Spark
+    starts), name the folder the runtime recorded with the last batch, ready to paste."""
+    night.run(3)
+    refused = night.statestore(*shlex.split(command.format(root=night.platform.root)))
+    assert refused.exit_code == 3, refused.output
+    said = " ".join(refused.output.split())
+    assert (
+        f"keeps its Spark checkpoint: --spark-checkpoint {night.spark}, as the runtime "
+        "recorded with its last batch" in said
+    ), said
