@@ -19,6 +19,7 @@ from dagster_project.defs.assets import (
 )
 from dagster_project.defs.automation import check_autostart
 from dagster_project.defs.catalog_events import catalog_report_job, state_batch_metrics
+from dagster_project.defs.console import console_logger
 from dagster_project.defs.jobs import jobs, schedules
 from dagster_project.defs.repartition_job import state_repartition_job
 from dagster_project.defs.resources import MaintenanceResource
@@ -50,4 +51,5 @@ defs = Definitions(
     schedules=schedules,
     sensors=sensors,
     resources=resources(),
+    loggers={"console": console_logger},  # an expected failure as its paragraph, no trace
 )

@@ -197,14 +197,17 @@ def batch_event(
     metrics_id: int, recorded: RecordedBatchMetrics, names: StoreNames
 ) -> AssetMaterialization:
     """One batch's figures, each under ``<query>/<figure>`` (the query's label, see
-    ``StoreNames``), so each query's figures plot as their own lines; ``catalog_metrics_id``
-    says which batches Dagster holds."""
+    ``StoreNames``), so each query's figures plot as their own lines; ``committed_at`` the
+    batch's commit (the catalog's time, the event's own: each plotted point's x), to the second
+    where the plots' axis shows minutes; ``catalog_metrics_id`` says which batches Dagster
+    holds."""
     label = names.labels.get(recorded.root, recorded.query_id)
     figures = recorded.metrics.figures()
     metadata: MetadataMap = {
         METRICS_ID: MetadataValue.int(metrics_id),
         "query": MetadataValue.text(label),
         "batch": MetadataValue.int(recorded.batch_id),
+        "committed_at": MetadataValue.timestamp(recorded.recorded_at),
         "root": MetadataValue.path(recorded.root),
     }
     for name, value in figures.items():

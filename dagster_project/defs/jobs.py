@@ -31,6 +31,7 @@ from dagster_project.defs.assets import (
 )
 from dagster_project.defs.automation import schedule_status
 from dagster_project.defs.checkpoints import state_checkpoints
+from dagster_project.defs.console import CONSOLE
 from state_runtime.maintenance import CheckName
 
 KIND_TAG = "state_runtime/maintenance"
@@ -74,9 +75,7 @@ store_record_job = define_asset_job(
         "broken store, so its partition shows Failed (requested by state_store_failures)."
     ),
     tags={KIND_TAG: "record"},  # its own kind: a queue of these never holds up the reports
-    # its failure is expected and recorded (the run's events, the partition's page): the console
-    # of `dagster dev` prints no traceback per broken store
-    config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+    config={"loggers": CONSOLE},  # a broken store's failure as its paragraph (console.py)
 )
 reconcile_job = define_asset_job(
     "state_reconcile_job",

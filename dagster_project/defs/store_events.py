@@ -103,11 +103,12 @@ def worst_last(reports: Sequence[StoreReport]) -> list[StoreReport]:
 
 
 def summary(report: StoreReport) -> str:
-    """One line a person reads first: status, why, size and the last commit."""
+    """One line a person reads first: status since when and why (as the ``store_status``
+    check's evaluation says it), size and the last commit."""
     h = report.health
     lag = "nothing committed" if h.commit_lag is None else f"last commit {age(h.commit_lag)} ago"
     return (
-        f"{report.status.status.value}: {report.status.reason} · version {h.latest.version}, "
+        f"{report.status} · version {h.latest.version}, "
         f"{size(h.live_bytes)} live in {h.live_files} files · {lag}"
     )
 

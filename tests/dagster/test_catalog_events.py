@@ -118,6 +118,10 @@ def test_runs_outside_dagster_become_the_same_asset_events(
     # each batch at the time the runtime recorded it (the Plots tab's x), not at the tick
     recorded = [m.recorded_at.timestamp() for _, m in stream.catalog.batch_metrics_after(0)]
     assert [r.timestamp for r in batch_records(instance)] == pytest.approx(recorded, abs=1e-3)
+    assert recorded == sorted(set(recorded))  # one point per batch, in commit order
+    # and said to the second, where the plots' axis shows minutes
+    committed = [b.metadata["committed_at"].value for b in batches]
+    assert committed == pytest.approx(recorded, abs=1e-3)
     assert batches[2].metadata["query-1/rows_in"].value == 102
     assert batches[2].metadata["catalog_metrics_id"].value == recorded_ids(stream)[2]
     assert batches[2].metadata["query-1/batch_ms"].value == 250.0

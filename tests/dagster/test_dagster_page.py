@@ -6,7 +6,8 @@ store; no validation runs), and within a minute the store failures sensor fails 
 partition. Its page must show why (the status and reason as the latest metadata), no value of
 its last sound materialization under the red "Run … failed" banner; and once the store is
 sound again (the file back, a validation), the sensor's run on the partition clears the banner
-with a fresh materialization.
+with a fresh materialization. The server is ``dg dev``, as ``make dagster`` runs it: its console
+shows the broken store's failure once, as its paragraph, with no traceback and no warning.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def test_the_broken_partition_page_says_why_and_clears_once_sound(tmp_path: Path
         stream.run(4)
         victim = stores[1]
         broken = f"query-1/{victim}"
-        with DagsterDev(tmp_path / "dagster_home", {"STATE_CATALOG_URL": url}) as server:
+        server = DagsterDev(tmp_path / "dagster_home", {"STATE_CATALOG_URL": url}, dg=True)
+        with server:
             server.wait_loaded()
             server.graphql("mutation { setNuxSeen }")  # no "join the community" dialog
             server.wait_partitions(len(stores))
@@ -96,13 +98,14 @@ def test_the_broken_partition_page_says_why_and_clears_once_sound(tmp_path: Path
             assert page["metadata"]["status"] == "broken"
             assert lost.path in page["metadata"]["status_reason"]
             assert page["stale"] == []  # no value of the last sound materialization
+            assert "status_since" in page["metadata"]  # since when, as health says
 
             browser = Chromium(tmp_path / "chromium-profile")
             address = f"{server.url}/assets/state_checkpoints?view=partitions&partition="
             try:
                 shown = browser.screenshot(address + quote(broken, safe=""), tmp_path / "b.png")
                 assert BANNER in shown and "broken" in shown and lost.path in shown
-                assert "healthy" not in shown
+                assert "healthy" not in shown and "status_since" in shown
 
                 # sound again: the sensor's run on the partition materializes it
                 (storage.root / lost.path).write_bytes(content)
@@ -116,3 +119,9 @@ def test_the_broken_partition_page_says_why_and_clears_once_sound(tmp_path: Path
             finally:
                 browser.close()
             assert not server.stop()
+        console = server.log.read_text(errors="replace")
+        assert "Traceback" not in console and "Stack Trace" not in console
+        assert "Warning" not in console
+        # the failure sensor's run on the broken partition: its failure once, as its paragraph
+        [why] = [line for line in console.splitlines() if line.startswith("broken since ")]
+        assert lost.path in why

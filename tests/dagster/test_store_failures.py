@@ -133,6 +133,7 @@ def test_a_validation_in_dagster_fails_exactly_the_broken_partition_until_it_is_
     make_stream: Callable[..., StoreStream],
     instance: DagsterInstance,
     monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     stream = make_stream()
     stream.run(6)
@@ -153,7 +154,13 @@ def test_a_validation_in_dagster_fails_exactly_the_broken_partition_until_it_is_
     assert not failing.success  # the blocking lineage_valid failed its step
     assert latest_states(instance)[broken]["status"] == "broken"
     assert statuses(instance, partitions)[broken] == MATERIALIZED  # until the sensor's tick
+    capsys.readouterr()
     assert sensor.fail_broken() == [broken]
+    # The failure is expected and recorded: the console shows it once, as its paragraph.
+    console = capsys.readouterr().err
+    assert "Traceback" not in console and "Stack Trace" not in console
+    [why] = [line for line in console.splitlines() if line.startswith("broken since ")]
+    assert lost.name in why and "version 6" in why
     truth = {p: FAILED if p == broken else MATERIALIZED for p in partitions}
     assert statuses(instance, partitions) == truth
     # Failed stays failed: the next validation observes the broken store, the sensor
