@@ -1,0 +1,313 @@
+"""A steady-state hourly maintenance cycle at fleet size (issue 35).
+
+    make bench-fleet                                     # 2,000 and 20,000 stores
+    STATE_BENCH_FLEET_SIZES=100000 make bench-fleet      # 500 queries x 200 partitions
+    STATE_BENCH_FLEET_HOUR=4                             # batches per store in the hour
+
+For each size, a fleet of ``size / 200`` queries x 200 partitions (``fleet.py``: 12 versions of
+tiny deltas per store through the store and ``commit_batch``, snapshots staggered by
+partition, every file verified) in a fresh PostgreSQL catalog, and a Dagster instance on
+PostgreSQL (its own database). The previous hour's maintenance is run first, untimed: a
+cleanup of the history, every store's state reported to Dagster, one tick of each sensor.
+Then one hour of new batches (``STATE_BENCH_FLEET_HOUR`` per store) and the cycle, each pass
+through its public function, in this process, with the policy's default workers:
+
+- snapshots: the stores due (``snapshot_pass``);
+- validation: the hour's new files (``run_checks``, the library's default policy);
+- cleanup, executed (``cleanup_pass``; retention window 0: what the new snapshots free);
+- health (``store_reports``).
+
+Each pass's wall time, CPU time (every thread of this process) and peak resident memory (the
+high-water mark reset before it), and the Dagster events that pass would write: the
+validation's and health's through the code location's own ``changed_store_events`` (each
+store whose state or per-store check changed, plus the fleet's), one materialization for
+the snapshot and cleanup assets. Then one tick of each sensor (discovery, failures,
+``state_catalog_events``) timed against the fleet, as the daemon calls them. A table per
+size, then one JSON line with every figure; ``--plot PATH`` draws the passes per size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from dagster import AddDynamicPartitionsRequest, DagsterInstance, SensorResult, build_sensor_context
+from dagster._core.test_utils import instance_for_test
+from fleet import Shape, advance, build, query_storage
+from fresh_database import fresh_database
+from peak_memory import peak_rss
+from rich.console import Console
+from rich.table import Table
+
+from dagster_project.defs.catalog_events import catalog_events_sensor
+from dagster_project.defs.partitions import state_stores
+from dagster_project.defs.resources import MaintenanceResource
+from dagster_project.defs.sensors import store_discovery_sensor, store_failure_sensor
+from dagster_project.defs.store_events import changed_store_events
+from state_runtime.catalog import Catalog, RetentionPolicy
+from state_runtime.maintenance import (
+    CHECKS,
+    Fleet,
+    MaintenancePolicy,
+    StoreNames,
+    StoreReport,
+    cleanup_pass,
+    run_checks,
+    snapshot_pass,
+    store_reports,
+)
+
+SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432")
+SIZES = [int(s) for s in os.environ.get("STATE_BENCH_FLEET_SIZES", "2000,20000").split(",")]
+HOUR = int(os.environ.get("STATE_BENCH_FLEET_HOUR", "4"))
+PROCESSES = int(os.environ.get("STATE_BENCH_FLEET_PROCESSES", str(os.cpu_count() or 2)))
+POLICY = MaintenancePolicy(
+    snapshot_min_deltas=10,
+    retention=RetentionPolicy(window=timedelta(0)),
+    min_window=timedelta(0),
+)
+PER_STORE_CHECKS = [c.name.value for c in CHECKS if c.per_store]
+FLEET_CHECKS = sum(1 for c in CHECKS if not c.per_store)
+
+
+@dataclass
+class Pass:
+    """One pass of the cycle, or one sensor tick (no events)."""
+
+    step: str
+    wall: float
+    cpu: float
+    peak_mb: float
+    events: int | None
+    result: str
+
+
+def load() -> str:
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def reset_peak() -> None:
+    """Resets this process's resident high-water mark (Linux), so the next peak is one pass's."""
+    with suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def measured(step: str, work: Callable[[], tuple[str, int | None]]) -> Pass:
+    reset_peak()
+    started, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    result, events = work()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    used = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
+    row = Pass(step, time.perf_counter() - started, used, peak_rss() / 2**20, events, result)
+    print(f"  {step}: {row.wall:.1f} s wall, {row.cpu:.1f} s CPU ({result})", flush=True)
+    return row
+
+
+class Cycle:
+    """The fleet's catalog, its Dagster instance and the sensors' cursors."""
+
+    def __init__(self, url: str, folder: Path, shape: Shape, instance: DagsterInstance) -> None:
+        self.url, self.shape, self.instance = url, shape, instance
+        self.catalog = Catalog.open(url)
+        roots = [query_storage(folder, q).uri for q in range(shape.queries)]
+        self.fleet = Fleet(self.catalog, roots=roots, owner="bench-fleet")
+        self.maintenance = MaintenanceResource.of(POLICY, catalog_url=url)
+        self.cursors: dict[str, str | None] = {}
+
+    def events(self, reports: list[StoreReport], checks: list[str]) -> int:
+        """The per-store events a Dagster pass logs (those that changed), saved as reported."""
+        partitions = set(self.instance.get_dynamic_partitions(state_stores.name or ""))
+        names = StoreNames.of(self.catalog)
+        changed = changed_store_events(
+            self.instance, self.catalog, reports, names, POLICY, partitions, checks
+        )
+        changed.logged()
+        return len(changed.states) + len(changed.evaluations)
+
+    def tick(self, name: str) -> str:
+        """One tick of sensor ``name`` with its cursor; new partitions are added, as the daemon
+        does with the tick's requests."""
+        sensor = {
+            "discovery": store_discovery_sensor,
+            "failures": store_failure_sensor,
+            "state_catalog_events": catalog_events_sensor,
+        }[name]
+        context = build_sensor_context(
+            instance=self.instance,
+            cursor=self.cursors.get(name),
+            resources={"maintenance": self.maintenance},
+        )
+        found = sensor(context)
+        assert isinstance(found, SensorResult), found
+        self.cursors[name] = found.cursor
+        for request in found.dynamic_partitions_requests or []:
+            if isinstance(request, AddDynamicPartitionsRequest):
+                keys = list(request.partition_keys)
+                self.instance.add_dynamic_partitions(request.partitions_def_name, keys)
+        if found.skip_reason is not None:
+            return f"skipped: {found.skip_reason.skip_message}"
+        added = sum(len(r.partition_keys) for r in found.dynamic_partitions_requests or [])
+        return f"{len(found.run_requests or [])} runs, {added} partitions requested"
+
+    def previous_hour(self) -> None:
+        """What the last hour's maintenance left: the history cleaned, every store's state
+        reported, each sensor's cursor current."""
+        self.tick("discovery")
+        cleanup_pass(self.fleet, POLICY, dry_run=False)
+        self.events(store_reports(self.fleet, POLICY), PER_STORE_CHECKS)
+        self.tick("failures")
+        self.tick("state_catalog_events")
+
+    def run(self) -> list[Pass]:
+        def snapshots() -> tuple[str, int | None]:
+            report = snapshot_pass(self.fleet, POLICY)
+            return f"{report.counts()['written']} written", 1
+
+        def validation() -> tuple[str, int | None]:
+            report = run_checks(self.fleet, POLICY)
+            counts = report.validation.counts()
+            events = self.events(list(report.health), PER_STORE_CHECKS) + 1 + FLEET_CHECKS
+            result = f"{'ok' if report.ok else 'PROBLEMS'}, {counts['files']:,} files read"
+            return result, events
+
+        def cleanup() -> tuple[str, int | None]:
+            report = cleanup_pass(self.fleet, POLICY, dry_run=False)
+            return f"{len(report.deleted):,} files deleted", 1
+
+        def health() -> tuple[str, int | None]:
+            reports = store_reports(self.fleet, POLICY)
+            return f"{len(reports):,} stores", self.events(reports, []) + 1
+
+        rows = [
+            measured("snapshots due", snapshots),
+            measured("validation (the hour's new files)", validation),
+            measured("cleanup, executed", cleanup),
+            measured("health", health),
+        ]
+        for name in ("discovery", "failures", "state_catalog_events"):
+            rows.append(measured(f"tick: {name}", lambda n=name: (self.tick(n), None)))
+        return rows
+
+
+@contextmanager
+def dagster_instance() -> Iterator[DagsterInstance]:
+    with (
+        fresh_database(SERVER, "state_fleet_bench_dagster") as url,
+        instance_for_test(overrides={"storage": {"postgres": {"postgres_url": url}}}) as instance,
+    ):
+        yield instance
+
+
+def bench(size: int) -> dict[str, Any]:
+    shape = Shape(queries=max(1, size // 200))
+    folder = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
+    try:
+        with fresh_database(SERVER, "state_fleet_bench") as url, dagster_instance() as instance:
+            Catalog.open(url, upgrade=True).close()
+            print(f"{shape.stores:,} stores: building (load {load()})", flush=True)
+            started = time.perf_counter()
+            rate = build(url, folder, shape, PROCESSES)
+            built = time.perf_counter() - started
+            cycle = Cycle(url, folder, shape, instance)
+            with cycle.catalog.engine.connect() as connection:  # as autovacuum would have
+                connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+                    "ANALYZE"
+                )
+            print(f"  the previous hour's maintenance (untimed; load {load()})", flush=True)
+            cycle.previous_hour()
+            hour_rate = advance(url, folder, shape, HOUR, PROCESSES)
+            before = load()
+            print(f"  the cycle (load {before})", flush=True)
+            rows = cycle.run()
+            cycle.catalog.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    cycle_wall = sum(r.wall for r in rows if r.events is not None)
+    return {
+        "stores": shape.stores,
+        "queries": shape.queries,
+        "versions": shape.versions,
+        "hour_batches": HOUR,
+        "build_seconds": round(built, 1),
+        "build_store_versions_per_s": round(rate, 1),
+        "hour_store_versions_per_s": round(hour_rate, 1),
+        "load_before_cycle": before,
+        "load_after_cycle": load(),
+        "cycle_seconds": round(cycle_wall, 1),
+        "events": sum(r.events or 0 for r in rows),
+        "passes": [asdict(r) | {"wall": round(r.wall, 2), "cpu": round(r.cpu, 2)} for r in rows],
+    }
+
+
+def table(found: dict[str, Any]) -> None:
+    title = (
+        f"{found['stores']:,} stores, hourly cycle after {found['hour_batches']} batches "
+        f"(load {found['load_before_cycle']} before, {found['load_after_cycle']} after)"
+    )
+    out = Table(title=title)
+    for name in ("step", "wall", "CPU", "peak RSS", "Dagster events", "result"):
+        out.add_column(name, justify="left" if name in {"step", "result"} else "right")
+    for p in found["passes"]:
+        events = "" if p["events"] is None else f"{p['events']:,}"
+        out.add_row(
+            p["step"],
+            f"{p['wall']:.1f} s",
+            f"{p['cpu']:.1f} s",
+            f"{p['peak_mb']:.0f} MB",
+            events,
+            p["result"],
+        )
+    out.add_row("cycle", f"{found['cycle_seconds']:.1f} s", "", "", f"{found['events']:,}", "")
+    Console(width=180).print(out)
+
+
+def plot(results: list[dict[str, Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [p["step"] for p in results[0]["passes"]]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for step in steps:
+        xs = [r["stores"] for r in results]
+        walls = [next(p["wall"] for p in r["passes"] if p["step"] == step) for r in results]
+        peaks = [next(p["peak_mb"] for p in r["passes"] if p["step"] == step) for r in results]
+        axes[0].plot(xs, walls, marker="o", label=step)
+        axes[1].plot(xs, peaks, marker="o", label=step)
+    axes[0].set(xlabel="stores", ylabel="wall seconds", title="time per pass and tick")
+    axes[1].set(xlabel="stores", ylabel="peak RSS (MB)", title="peak memory per pass and tick")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"plot: {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", help="save a plot of the passes per size here (PNG)")
+    args = parser.parse_args()
+    print(f"{platform.node()}, {os.cpu_count()} CPUs, load {load()}", flush=True)
+    results = []
+    for size in SIZES:
+        results.append(bench(size))
+        table(results[-1])
+    if args.plot and len(results) > 1:
+        plot(results, args.plot)
+    print(json.dumps({"cpus": os.cpu_count(), "sizes": results}))
+
+
+if __name__ == "__main__":
+    main()

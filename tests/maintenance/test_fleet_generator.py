@@ -1,0 +1,51 @@
+"""The fleet benchmark's generator (``benchmarks/fleet.py``) builds what the catalog's views
+see: every store of every query, at the expected version, with its staggered snapshot, on
+real PostgreSQL; new batches raise every store's version and make due the stores whose chain
+passed the threshold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.fleet import Shape, advance, build, query_storage
+from state_runtime.catalog import Catalog
+from state_runtime.identity import StoreId
+from state_runtime.maintenance import Fleet, MaintenancePolicy, due_for_snapshot, store_reports
+
+SHAPE = Shape(queries=2, partitions=4, versions=12, snapshot_every=10)
+POLICY = MaintenancePolicy(snapshot_min_deltas=7)
+
+
+def last_snapshot(partition: int, latest: int) -> int:
+    """The generator's phase: a snapshot at each version v with (v + partition) % 10 == 0."""
+    return max(v for v in range(1, latest + 1) if (v + partition) % SHAPE.snapshot_every == 0)
+
+
+def test_the_generator_builds_a_fleet_the_catalog_views_see(
+    pg_catalog: Catalog, tmp_path: Path
+) -> None:
+    url = pg_catalog.engine.url.render_as_string(hide_password=False)
+    assert build(url, tmp_path, SHAPE, processes=0) > 0
+    fleet = Fleet(pg_catalog, owner="tests")
+    roots = {query_storage(tmp_path, q).uri for q in range(SHAPE.queries)}
+    expected = {(root, StoreId(0, p)) for root in roots for p in range(SHAPE.partitions)}
+
+    reports = store_reports(fleet, POLICY)
+    assert {(r.key.root, r.key.store) for r in reports} == expected
+    for report in reports:
+        partition = report.key.store.partition_id
+        assert report.health.latest.version == SHAPE.versions, report.key
+        assert report.health.last_snapshot_version == last_snapshot(partition, 12), report.key
+    # 12 - last snapshot deltas: 2, 3, 4, 5 for partitions 0..3; none reaches 7
+    assert due_for_snapshot(fleet, POLICY) == []
+
+    advance(url, tmp_path, SHAPE, batches=3, processes=0)
+    reports = store_reports(fleet, POLICY)
+    assert {r.health.latest.version for r in reports} == {15}
+    assert {r.health.last_snapshot_version for r in reports if r.key.store.partition_id == 3} == {7}
+    # now 5, 6, 7, 8 deltas: partitions 2 and 3 of each query are due
+    due = {
+        (d.record.key.root, d.record.key.store.partition_id)
+        for d in due_for_snapshot(fleet, POLICY)
+    }
+    assert due == {(root, p) for root in roots for p in (2, 3)}
