@@ -28,6 +28,9 @@ from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun
 __all__ = ["CACHE", "VersionCache", "parse_size", "set_budget"]
 from state_runtime.store.versions import Version
 
+Key = tuple[int, CheckpointRef]
+"""A cached version: its owner (a provider) and its checkpoint."""
+
 DISK_VERSIONS = 2
 """Cached versions a store keeps while they hold runs on local disk: those runs count only
 their fence index against the budget, so this bounds the disk they hold (about twice the
@@ -40,7 +43,10 @@ class VersionCache:
     def __init__(self, budget: int | None = None) -> None:
         self._lock = threading.Lock()
         self._budget = budget
-        self._entries: OrderedDict[tuple[int, CheckpointRef], Version] = OrderedDict()
+        self._entries: OrderedDict[Key, Version] = OrderedDict()
+        # Each owner's keys in the same recency order, so a put or a collected provider costs
+        # its own versions, not every cached one (a worker may host hundreds of stores).
+        self._by_owner: dict[int, OrderedDict[Key, None]] = {}
         self._owners = itertools.count()
         self._holders: dict[AnyRun, int] = {}  # run -> cached versions holding it
         self._used = 0
@@ -76,8 +82,15 @@ class VersionCache:
             self._forget(self._dead.popleft())
 
     def _forget(self, owner: int) -> None:
-        for key in [k for k in self._entries if k[0] == owner]:
-            self._release(self._entries.pop(key))
+        for key in list(self._by_owner.get(owner, ())):
+            self._release(self._pop(key))
+
+    def _pop(self, key: Key) -> Version:
+        mine = self._by_owner[key[0]]
+        del mine[key]
+        if not mine:
+            del self._by_owner[key[0]]
+        return self._entries.pop(key)
 
     def put(self, owner: int, version: Version, limit: int | None = None) -> None:
         """Cache ``version`` as the most recently used; evict past the budget, past ``limit``
@@ -87,20 +100,21 @@ class VersionCache:
         with self._lock:
             self._sweep()
             if key in self._entries:
-                self._release(self._entries.pop(key))
+                self._release(self._pop(key))
             self._entries[key] = version
+            self._by_owner.setdefault(owner, OrderedDict())[key] = None
             for run in version.runs:
                 if run not in self._holders:
                     self._used += run.nbytes
                 self._holders[run] = self._holders.get(run, 0) + 1
             if limit is not None:
-                mine = [k for k in self._entries if k[0] == owner]
+                mine = list(self._by_owner[owner])
                 for old in mine[: max(0, len(mine) - limit)]:
                     self._evict(old)
             on_disk = [
                 k
-                for k, v in self._entries.items()
-                if k[0] == owner and any(run.on_disk for run in v.runs)
+                for k in self._by_owner.get(owner, ())
+                if any(run.on_disk for run in self._entries[k].runs)
             ]
             for old in on_disk[: max(0, len(on_disk) - DISK_VERSIONS)]:
                 if old != key:
@@ -117,12 +131,13 @@ class VersionCache:
             version = self._entries.get((owner, ref))
             if version is not None:
                 self._entries.move_to_end((owner, ref))
+                self._by_owner[owner].move_to_end((owner, ref))
             return version
 
     def refs(self, owner: int) -> list[CheckpointRef]:
         """The versions ``owner`` has cached, least recently used first."""
         with self._lock:
-            return [ref for o, ref in self._entries if o == owner]
+            return [ref for _, ref in self._by_owner.get(owner, ())]
 
     def drop(self, owner: int) -> None:
         """Forget every version of ``owner``."""
@@ -137,8 +152,8 @@ class VersionCache:
             while self._used > budget and len(self._entries) > 1:
                 self._evict(next(iter(self._entries)))
 
-    def _evict(self, key: tuple[int, CheckpointRef]) -> None:
-        self._release(self._entries.pop(key))
+    def _evict(self, key: Key) -> None:
+        self._release(self._pop(key))
         self.evictions += 1
 
     def _release(self, version: Version) -> None:
