@@ -132,7 +132,7 @@ def print_checks(console: Console, report: ChecksReport) -> None:
             if o.passed
             else ("[red]ERROR[/red]" if o.severity.value == "error" else "[yellow]WARN[/yellow]")
         )
-        table.add_row(o.name.value, result, o.summary)
+        table.add_row(o.name.value, result, o.headline if o.findings else o.summary)
     show(console, table)
     for o in report.outcomes:
         for finding in o.findings[:SHOWN]:

@@ -53,6 +53,17 @@ class CheckOutcome:
     findings: list[Finding] = field(default_factory=list)
     figures: Mapping[str, float] = field(default_factory=dict)
 
+    @property
+    def headline(self) -> str:
+        """The summary without the first finding it may quote: for a view that lists the
+        findings themselves (the CLI prints each below its table)."""
+        return self.summary.partition(FIRST_FINDING)[0]
+
+
+FIRST_FINDING = "; first: "
+"""Where a summary quotes its first finding (for a view that shows only the summary: a
+Dagster description, an Airflow log line)."""
+
 
 @dataclass(frozen=True)
 class CheckInputs:
@@ -76,8 +87,8 @@ def lineage_check(validation: ValidationReport) -> CheckOutcome:
         f"{counts['files']} files read and verified"
         + (f", {counts['files_present']} more found present" if counts["files_present"] else "")
         if not errors
-        else f"{len(errors)} problem(s) in {counts['stores_with_errors']} store(s); "
-        f"first: {errors[0]}"
+        else f"{len(errors)} problem(s) in {counts['stores_with_errors']} store(s)"
+        f"{FIRST_FINDING}{errors[0]}"
     )
     return CheckOutcome(
         CheckName.LINEAGE, not errors, Severity.ERROR, summary, errors, dict(counts)

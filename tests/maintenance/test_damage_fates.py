@@ -139,6 +139,7 @@ def every_tool_agrees(night: Night, record: FileRecord, cause: str, command: str
     errors = [line for line in validated.output.splitlines() if line.startswith("  error: ")]
     assert errors and {c for e in errors for c in COMMAND.findall(e)} == {command}
     assert "a cold load reads" not in validated.output
+    assert validated.output.count(record.path) == 1  # the table counts, the error line tells
     health = night.statestore("health", "--brief")
     assert health.exit_code == 2, health.output
     assert " ".join(health.output.split()).count(" ".join(command.split())) == 1
