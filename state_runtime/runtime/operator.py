@@ -52,10 +52,18 @@ class ExtraStore:
     key_schema: str | StructType
     value_schema: str | StructType
     schema_change: SchemaChange = field(default_factory=SchemaChange)
+    label: str | None = None
+    """What the store holds, for errors (``value state variable 'count'``); else its name."""
 
     @property
     def schema(self) -> StateSchema:
         return StateSchema.of(self.key_schema, self.value_schema)
+
+    def describe(self, op: StatefulOperator) -> str:
+        """The store in an error: ``operator 0 (store default)``, or its label."""
+        if self.label is None:
+            return f"operator {op.operator_id} (store {self.name})"
+        return f"{op.name}, {self.label} (store {self.name})"
 
 
 @dataclass(frozen=True)
