@@ -280,7 +280,8 @@ class StatefulQuery:
                 planned[key] = SchemaHistory((entry,))
                 continue
             try:
-                planned[key], _ = known.evolve(store.schema, store.schema_change, batch_id)
+                change = store.change_from(known.newest.schema)
+                planned[key], _ = known.evolve(store.schema, change, batch_id)
             except SchemaMismatch as e:
                 raise SchemaMismatch(
                     f"query {self.query_id}, {store.describe(op)}: {e.reason}",

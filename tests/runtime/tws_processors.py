@@ -259,7 +259,7 @@ class Evolving(StatefulProcessor):
     - ``v1``: a count (value ``n bigint``) and the amounts seen (a list);
     - ``v2``: the count gains a nullable field ``note`` (older values read it as null) and a
       new variable ``last`` (value) appears;
-    - ``v3``: the list ``seen`` is no longer declared (its store stays, unused);
+    - ``v3``: the count's ``note`` is dropped, the list ``seen`` is no longer declared;
     - ``retyped``: the count's ``n`` becomes a string: refused before any batch runs.
 
     The output shows what each key read: the count, its note, the list's length (-1 without
@@ -274,8 +274,8 @@ class Evolving(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         stage = self.stage
-        count = {"v1": "n bigint", "retyped": "n string, note string"}
-        self.count = handle.getValueState("count", count.get(stage, "n bigint, note string"))
+        self.fields = {"v2": "n bigint, note string", "retyped": "n string"}.get(stage, "n bigint")
+        self.count = handle.getValueState("count", self.fields)
         self.seen = handle.getListState("seen", "amount bigint") if stage in ("v1", "v2") else None
         self.last = handle.getValueState("last", "amount bigint") if stage != "v1" else None
 
@@ -284,7 +284,7 @@ class Evolving(StatefulProcessor):
         stored = self.count.get()
         n = (0 if stored is None else int(stored[0])) + len(amounts)
         note = stored[1] if stored is not None and len(stored) > 1 else None
-        self.count.update((n,) if self.stage == "v1" else (n, self.stage))
+        self.count.update((n, self.stage) if "note" in self.fields else (n,))
         seen = last = -1
         if self.seen is not None:
             self.seen.appendList([(a,) for a in amounts])

@@ -76,7 +76,7 @@ class Variable:
             )
         value = StructType([*nullable, *extra])
         label = f"{self.kind} state variable {self.name!r}"
-        return ExtraStore(self.name, StructType(key), value, label=label)
+        return ExtraStore(self.name, StructType(key), value, label=label, drops_missing=True)
 
 
 def _schema(schema: StructType | str, what: str) -> StructType:
