@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -52,10 +52,32 @@ class ExtraStore:
     key_schema: str | StructType
     value_schema: str | StructType
     schema_change: SchemaChange = field(default_factory=SchemaChange)
+    label: str | None = None
+    """What the store holds, for errors (``value state variable 'count'``); else its name."""
+    drops_missing: bool = False
+    """A value field of the recorded schema that this one lacks is dropped, undeclared (a
+    ``transform_with_state`` variable: Spark's Avro schema evolution reads older values
+    without the fields its new schema lacks)."""
 
     @property
     def schema(self) -> StateSchema:
         return StateSchema.of(self.key_schema, self.value_schema)
+
+    def change_from(self, recorded: StateSchema) -> SchemaChange:
+        """The change declared from ``recorded`` to this store's schema: ``schema_change``,
+        with ``drops_missing`` plus a drop of each value field no longer there."""
+        change = self.schema_change
+        if not self.drops_missing:
+            return change
+        kept = {*self.schema.value.names, *change.renamed, *change.dropped}
+        gone = tuple(name for name in recorded.value.names if name not in kept)
+        return replace(change, dropped=(*change.dropped, *gone)) if gone else change
+
+    def describe(self, op: StatefulOperator) -> str:
+        """The store in an error: ``operator 0 (store default)``, or its label."""
+        if self.label is None:
+            return f"operator {op.operator_id} (store {self.name})"
+        return f"{op.name}, {self.label} (store {self.name})"
 
 
 @dataclass(frozen=True)

@@ -280,11 +280,11 @@ class StatefulQuery:
                 planned[key] = SchemaHistory((entry,))
                 continue
             try:
-                planned[key], _ = known.evolve(store.schema, store.schema_change, batch_id)
+                change = store.change_from(known.newest.schema)
+                planned[key], _ = known.evolve(store.schema, change, batch_id)
             except SchemaMismatch as e:
                 raise SchemaMismatch(
-                    f"query {self.query_id}, operator {op.operator_id} (store {store.name}): "
-                    f"{e.reason}",
+                    f"query {self.query_id}, {store.describe(op)}: {e.reason}",
                     path=self.root,
                 ) from None
         return planned

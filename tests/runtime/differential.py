@@ -18,7 +18,7 @@ import json
 import os
 import pickle
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -476,58 +476,75 @@ def run_ours(
     return out
 
 
-def run_stream(
-    spark: SparkSession,
-    operator: Operator,
-    stream: Stream,
-    folder: Path,
-    catalog_url: str,
-    *,
-    ours_until: int | None = None,
-) -> Outcome:
-    """Run ``stream`` through both engines, stopping and restarting both at its restart
-    point: Spark from its checkpoint, ours as a new query object. With ``ours_until``, our
-    side stops before that batch (another driver process runs the rest: :mod:`.resume`)."""
-    session = session_for(spark, stream)
-    (folder / "in").mkdir(parents=True)
-    base = time.time() - 1000
-    outcome = Outcome(operator, stream)
+def write_batch(folder: Path, stream: Stream, batch_id: int, base: float) -> None:
+    """The batch's file in the inbox, modified at ``base + batch_id`` (the file source orders
+    by modification time)."""
+    path = _file(folder, batch_id)
+    lines = (_line(e, stream.zone) + "\n" for e in stream.batches[batch_id])
+    path.write_text("".join(lines))
+    os.utime(path, (base + batch_id, base + batch_id))
+
+
+def run_spark(session: SparkSession, operator: Operator, folder: Path, outcome: Outcome) -> None:
+    """Spark's query on the inbox from its checkpoint, until every file is read; each batch's
+    rows into ``outcome.theirs`` (spilled to a file per batch: on Spark Connect
+    ``foreachBatch`` runs in a Python process of the server)."""
+    started = time.perf_counter()
     spilled = folder / "spark-out"
-    spilled.mkdir()
+    spilled.mkdir(exist_ok=True)
     spill = str(spilled)
 
     def collect(df: DataFrame, batch_id: int) -> None:
         Path(spill, f"{batch_id}.pickle").write_bytes(pickle.dumps(df.collect()))
 
-    def run_spark() -> None:
-        started = time.perf_counter()
-        source = session.readStream.schema(EVENTS).option("maxFilesPerTrigger", 1)
-        plan, mode = operator.spark(
-            operator.prepare(source.json(str(folder / "in")), stream), stream
-        )
-        running = (
-            plan.writeStream.outputMode(mode)
-            .foreachBatch(collect)
-            .option("checkpointLocation", str(folder / "spark-ckpt"))
-            .start()
-        )
-        try:
-            running.processAllAvailable()
-        finally:
-            running.stop()
+    source = session.readStream.schema(EVENTS).option("maxFilesPerTrigger", 1)
+    stream = outcome.stream
+    plan, mode = operator.spark(operator.prepare(source.json(str(folder / "in")), stream), stream)
+    running = (
+        plan.writeStream.outputMode(mode)
+        .foreachBatch(collect)
+        .option("checkpointLocation", str(folder / "spark-ckpt"))
+        .start()
+    )
+    try:
+        running.processAllAvailable()
+    finally:
+        running.stop()
         for path in spilled.glob("*.pickle"):
             outcome.theirs[int(path.stem)] = operator.rows(pickle.loads(path.read_bytes()))
         TIMES["spark"] += time.perf_counter() - started
 
-    stops = [stream.restart_at] if stream.restart_at is not None else []
-    for first, end in zip([0, *stops], [*stops, len(stream.batches)], strict=True):
-        for batch_id in range(first, end):  # the file source orders by modification time
-            path = _file(folder, batch_id)
-            lines = (_line(e, stream.zone) + "\n" for e in stream.batches[batch_id])
-            path.write_text("".join(lines))
-            os.utime(path, (base + batch_id, base + batch_id))
+
+def run_stream(
+    spark: SparkSession,
+    operator: Operator | Sequence[Operator],
+    stream: Stream,
+    folder: Path,
+    catalog_url: str,
+    *,
+    ours_until: int | None = None,
+    restarts: Sequence[int] | None = None,
+) -> Outcome:
+    """Run ``stream`` through both engines, stopping and restarting both at its restart
+    point: Spark from its checkpoint, ours as a new query object. With ``ours_until``, our
+    side stops before that batch (another driver process runs the rest: :mod:`.resume`).
+    ``restarts`` (else the stream's restart point) may be several, with one operator per run
+    (the code of a query changed between runs)."""
+    session = session_for(spark, stream)
+    (folder / "in").mkdir(parents=True)
+    base = time.time() - 1000
+    if restarts is None:
+        restarts = [stream.restart_at] if stream.restart_at is not None else []
+    runs = [operator] * (len(restarts) + 1) if isinstance(operator, Operator) else operator
+    if len(runs) != len(restarts) + 1:
+        raise ValueError(f"{len(runs)} operators for {len(restarts) + 1} runs")
+    outcome = Outcome(runs[0], stream)
+    bounds = zip([0, *restarts], [*restarts, len(stream.batches)], strict=True)
+    for run, (first, end) in zip(runs, bounds, strict=True):
+        for batch_id in range(first, end):
+            write_batch(folder, stream, batch_id, base)
         mine = range(first, end if ours_until is None else min(end, ours_until))
         if mine:
-            outcome.ours.update(run_ours(session, operator, stream, folder, catalog_url, mine))
-        run_spark()
+            outcome.ours.update(run_ours(session, run, stream, folder, catalog_url, mine))
+        run_spark(session, run, folder, outcome)
     return outcome

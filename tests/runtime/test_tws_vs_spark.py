@@ -5,19 +5,33 @@ classes (tests/runtime/tws_processors.py), including a restart of both engines."
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
+from state_runtime.errors import SchemaMismatch
 from state_runtime.runtime import StatefulQuery, read_state, transform_with_state
 
-from .differential import EPOCH_S, Event, Stream, run_stream
+from .differential import (
+    EPOCH_S,
+    Event,
+    Stream,
+    run_ours,
+    run_spark,
+    run_stream,
+    session_for,
+    write_batch,
+)
 from .resume import Resume, resume_elsewhere
 from .tws_processors import (
     Counters,
+    Evolving,
     FraudDetector,
     RowCounters,
     RowFraudDetector,
@@ -133,3 +147,37 @@ def test_each_variable_is_a_store_read_by_name_and_appends_write_only_new_elemen
     assert sorted(a for _, a in elements) == [1, 2, 3]
     assert [(r.key[:2], r.value[0]) for r in read(timers=True).collect()] == [((0, "a"), 2001)]
     assert read(state_variable="recent").count() == 1
+
+
+EVOLVING = [
+    [_at(0, "a", 1, 1), _at(0, "b", 1, 2)],
+    [_at(0, "a", 2, 3)],
+    [_at(0, "a", 3, 4), _at(0, "c", 3, 5)],  # v2 from here
+    [_at(0, "b", 4, 6)],
+    [_at(0, "a", 5, 7), _at(0, "c", 5, 8)],  # v3 from here
+    [_at(0, "b", 6, 9)],
+]
+
+
+def test_state_variables_added_evolved_dropped_and_retyped_across_restarts(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    """One query, its processor's code changed at each restart (``Evolving``: v1, v2 at
+    batch 2, v3 at batch 4), on both engines (Spark with Avro-encoded state): a new variable
+    starts empty, a nullable field added to a variable reads as null in older values, a
+    variable no longer declared is left alone; outputs equal batch by batch. Then a field's
+    type changes: both refuse before running the batch (Spark's
+    ``STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION``, our ``SchemaMismatch``)."""
+    stream = Stream(EVOLVING, "UTC", 0, 0, 0, "update", None)
+    runs = [tws_operator(f"Evolving {s}", Evolving, "None", s) for s in ("v1", "v2", "v3")]
+    outcome = run_stream(spark, runs, stream, tmp_path, sqlite_catalog_url, restarts=[2, 4])
+    assert outcome.check() == len(EVOLVING)
+    assert outcome.ours[3] == [(0, "b", 2, None, 2, -1)]  # b's count, written by v1
+    retyped = tws_operator("Evolving retyped", Evolving, "None", "retyped")
+    write_batch(tmp_path, replace(stream, batches=[*EVOLVING, [_at(0, "a", 7, 1)]]), 6, time.time())
+    session = session_for(spark, stream)
+    with pytest.raises(SchemaMismatch, match="value field 'n': bigint -> string"):
+        run_ours(session, retyped, stream, tmp_path, sqlite_catalog_url, range(6, 7))
+    with pytest.raises(StreamingQueryException, match="STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION"):
+        run_spark(session, retyped, tmp_path, outcome)
+    assert 6 not in outcome.ours and 6 not in outcome.theirs

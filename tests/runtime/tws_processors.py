@@ -250,6 +250,54 @@ def _initial(df: DataFrame) -> DataFrame:
     return df.sparkSession.createDataFrame(INITIAL, "part int, user string, total bigint")
 
 
+# --- a processor whose state variables change between runs -------------------------------
+
+
+class Evolving(StatefulProcessor):
+    """One processor class as its code changes between runs of one query (``stage``):
+
+    - ``v1``: a count (value ``n bigint``) and the amounts seen (a list);
+    - ``v2``: the count gains a nullable field ``note`` (older values read it as null) and a
+      new variable ``last`` (value) appears;
+    - ``v3``: the count's ``note`` is dropped, the list ``seen`` is no longer declared;
+    - ``retyped``: the count's ``n`` becomes a string: refused before any batch runs.
+
+    The output shows what each key read: the count, its note, the list's length (-1 without
+    the list) and the last amount (-1 without ``last``)."""
+
+    pandas = False
+    SCHEMA = "part int, user string, n bigint, note string, seen bigint, last bigint"
+    ENCODING = "avro"  # Spark evolves a variable's schema only with Avro-encoded state
+
+    def __init__(self, stage: str = "v1") -> None:
+        self.stage = stage
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        stage = self.stage
+        self.fields = {"v2": "n bigint, note string", "retyped": "n string"}.get(stage, "n bigint")
+        self.count = handle.getValueState("count", self.fields)
+        self.seen = handle.getListState("seen", "amount bigint") if stage in ("v1", "v2") else None
+        self.last = handle.getValueState("last", "amount bigint") if stage != "v1" else None
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        amounts = [int(r["amount"]) for r in _records(rows, self.pandas)]
+        stored = self.count.get()
+        n = (0 if stored is None else int(stored[0])) + len(amounts)
+        note = stored[1] if stored is not None and len(stored) > 1 else None
+        self.count.update((n, self.stage) if "note" in self.fields else (n,))
+        seen = last = -1
+        if self.seen is not None:
+            self.seen.appendList([(a,) for a in amounts])
+            seen = len(list(self.seen.get()))
+        if self.last is not None:
+            (last,) = self.last.get() or (-1,)
+            self.last.update((amounts[-1],))
+        yield from _emit(
+            self.pandas,
+            [dict(part=int(key[0]), user=key[1], n=n, note=note, seen=seen, last=last)],
+        )
+
+
 # --- the harness's entries -------------------------------------------------------------------
 
 
@@ -257,9 +305,12 @@ def _rows(rows: list[Any]) -> Rows:
     return sorted((tuple(r) for r in rows), key=repr)
 
 
-def tws_operator(name: str, processor: type[StatefulProcessor], time_mode: str) -> Operator:
-    """An :class:`Operator` running ``processor`` through our ``transform_with_state`` and
-    Spark's ``transformWithStateInPandas``/``transformWithState`` (RocksDB)."""
+def tws_operator(
+    name: str, processor: type[StatefulProcessor], time_mode: str, *args: Any
+) -> Operator:
+    """An :class:`Operator` running ``processor(*args)`` through our ``transform_with_state``
+    and Spark's ``transformWithStateInPandas``/``transformWithState`` (RocksDB, with the
+    class's ``ENCODING`` of state rows if it has one)."""
     pandas = bool(processor.pandas)  # type: ignore[attr-defined]
     schema = processor.SCHEMA  # type: ignore[attr-defined]
     seeded = issubclass(processor, Totals)
@@ -269,14 +320,17 @@ def tws_operator(name: str, processor: type[StatefulProcessor], time_mode: str) 
         active = SparkSession.getActiveSession()
         initial = _initial(active.range(1)) if seeded and active is not None else None
         op = transform_with_state(
-            0, ["part", "user"], KEY, processor(), schema, 2,
+            0, ["part", "user"], KEY, processor(*args), schema, 2,
             time_mode=time_mode, pandas=pandas, initial_state=initial,
         )  # fmt: skip
         mark = Watermark("ts", timedelta(seconds=s.delay_s)) if event_time else None
         return [op], mark
 
     def spark(df: DataFrame, s: Stream) -> tuple[DataFrame, str]:
-        df.sparkSession.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        conf = df.sparkSession.conf
+        conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        if hasattr(processor, "ENCODING"):
+            conf.set("spark.sql.streaming.stateStore.encodingFormat", processor.ENCODING)
         if event_time:
             df = df.withWatermark("ts", f"{s.delay_s} seconds")
         grouped = df.groupBy("part", "user")
@@ -284,7 +338,7 @@ def tws_operator(name: str, processor: type[StatefulProcessor], time_mode: str) 
         if seeded:
             kwargs["initialState"] = _initial(df).groupBy("part", "user")
         method = grouped.transformWithStateInPandas if pandas else grouped.transformWithState
-        return method(processor(), schema, "Update", time_mode, **kwargs), "update"
+        return method(processor(*args), schema, "Update", time_mode, **kwargs), "update"
 
     def prepare(df: DataFrame, _s: Stream) -> DataFrame:
         return df.withColumn("ts_ms", F.unix_millis("ts"))

@@ -74,7 +74,9 @@ class Variable:
                 f"state variable {self.name!r}: its key fields {names} repeat a name (a map's "
                 "user key fields must differ from the grouping key's)"
             )
-        return ExtraStore(self.name, StructType(key), StructType([*nullable, *extra]))
+        value = StructType([*nullable, *extra])
+        label = f"{self.kind} state variable {self.name!r}"
+        return ExtraStore(self.name, StructType(key), value, label=label, drops_missing=True)
 
 
 def _schema(schema: StructType | str, what: str) -> StructType:
