@@ -12,9 +12,10 @@ traceback. :func:`typed_error` is the one place that finds our error again, by i
 whatever wrapped it. :func:`log_failure` appends the full trace to the log file
 (:func:`log_file`: ``$STATE_LOG_FILE``, else ``state-runtime-<uid>.log`` in the temporary
 folder), where :func:`~state_runtime.runtime.spark_session.spark_session` also sends the
-JVM's output. :func:`quiet_warnings` hides, while one of our entry points runs (``statestore``,
-the demo, the Dagster and Airflow tasks that start Spark), the Python warnings that are not
-the user's business; a program of the user's keeps its warning filters as they are.
+JVM's output. :func:`ends_in_paragraph` ends a program (the demo, a driver of the user's) that
+way. :func:`quiet_warnings` hides, while one of our entry points runs (``statestore``, the
+demo, the Airflow tasks, Dagster's repartition job), the Python warnings that are not the
+user's business; a program of the user's keeps its warning filters as they are.
 """
 
 from __future__ import annotations
