@@ -29,7 +29,6 @@ import logging
 import os
 import sys
 import time
-import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from state_runtime.catalog import BatchMetrics, Catalog, catalog_url
-from state_runtime.failures import failure_paragraph, log_failure
+from state_runtime.failures import ends_in_paragraph, quiet_warnings
 from state_runtime.redaction import RedactingFilter
 from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
 from state_runtime.runtime.spark_kind import is_connect
@@ -128,9 +127,11 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> No
     args.output.mkdir(parents=True, exist_ok=True)
     log = (args.output / "demo.log").absolute()
     _log_to(log, args.verbose)
-    try:
-        # Creates an embedded SQLite catalog (a PostgreSQL one is created by its owner: no
-        # DDL here); opened before Spark starts, so a bad URL or a database down fails at once
+    # pyspark's warnings are not the user's business
+    with ends_in_paragraph(log=log, verbose=args.verbose), quiet_warnings():
+        # Creates an embedded SQLite catalog (a PostgreSQL one is created by its owner:
+        # no DDL here); opened before Spark starts, so that a bad URL or a database down
+        # fails at once
         Catalog.open(args.catalog_url or catalog_url(args.output), upgrade="sqlite").close()
         if spark is not None:
             run(spark, args)
@@ -145,12 +146,6 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> No
             run(own, args)
         finally:
             own.stop()
-    except Exception as exc:
-        log_failure(exc, log)
-        if args.verbose:
-            traceback.print_exception(exc)
-        print(failure_paragraph(exc, log=log), file=sys.stderr)
-        sys.exit(1)
 
 
 def batch_line(batch_id: int, m: BatchMetrics, seconds: float) -> str:

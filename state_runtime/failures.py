@@ -12,15 +12,22 @@ traceback. :func:`typed_error` is the one place that finds our error again, by i
 whatever wrapped it. :func:`log_failure` appends the full trace to the log file
 (:func:`log_file`: ``$STATE_LOG_FILE``, else ``state-runtime-<uid>.log`` in the temporary
 folder), where :func:`~state_runtime.runtime.spark_session.spark_session` also sends the
-JVM's output.
+JVM's output. :func:`ends_in_paragraph` ends a program (the demo, a driver of the user's) that
+way. :func:`quiet_warnings` hides, while one of our entry points runs (``statestore``, the
+demo, the Airflow tasks, Dagster's repartition job), the Python warnings that are not the
+user's business; a program of the user's keeps its warning filters as they are.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 import traceback
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,6 +42,12 @@ _CONTEXT = re.compile(r" \(((?:store|version|checkpoint_id|file)=[^\n]*)\)\s*$")
 _FIELD = re.compile(
     r"(store|version|checkpoint_id|file)=(.*?)(?=, (?:store|version|checkpoint_id|file)=|$)"
 )
+NOT_THE_USERS_BUSINESS = (
+    # pyspark's, each time it checks the pandas version: what the runtime uses of pandas
+    # runs (and is tested) on the pandas this project installs
+    (FutureWarning, "PySpark does not yet fully support pandas"),
+)
+"""The Python warnings (category, start of the message) :func:`quiet_warnings` hides."""
 _JVM_TRACE = "\nJVM stacktrace:"
 """Where pyspark appends the JVM's stack to an error's text (the causes, repeated)."""
 
@@ -126,11 +139,32 @@ def log_failure(exc: BaseException, path: Path | None = None) -> Path:
     :func:`log_file`) and return the file's path."""
     path = path or log_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    trace = redact("".join(traceback.format_exception(exc)))
     with path.open("a", encoding="utf-8") as out:
         out.write(f"--- {datetime.now(UTC).isoformat(timespec='seconds')} pid {os.getpid()}\n")
-        out.write(trace)
+        out.write(full_trace(exc))
     return path
+
+
+def full_trace(exc: BaseException) -> str:
+    """``exc``'s whole trace, its causes included, masked: what the log file holds and
+    ``--verbose`` prints."""
+    return redact("".join(traceback.format_exception(exc)))
+
+
+@contextmanager
+def ends_in_paragraph(*, log: Path | None = None, verbose: bool = False) -> Iterator[None]:
+    """For a program's main (the demo, a driver of the user's around ``awaitTermination``):
+    an exception raised inside ends the process (exit code 1) with its one paragraph on
+    stderr, its full trace appended to ``log`` (default :func:`log_file`) and, with
+    ``verbose``, printed first."""
+    try:
+        yield
+    except Exception as exc:
+        path = log_failure(exc, log)
+        if verbose:
+            print(full_trace(exc), file=sys.stderr)
+        print(failure_paragraph(exc, log=path), file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def reported(exc: BaseException) -> tuple[StateStoreError, str] | None:
@@ -141,3 +175,13 @@ def reported(exc: BaseException) -> tuple[StateStoreError, str] | None:
     if error is None:
         return None
     return error, failure_paragraph(error, log=log_failure(exc))
+
+
+@contextmanager
+def quiet_warnings() -> Iterator[None]:
+    """Meanwhile, the warnings of :data:`NOT_THE_USERS_BUSINESS` are not shown (the filters
+    before are restored after): for our entry points, not set on import of the library."""
+    with warnings.catch_warnings():
+        for category, message in NOT_THE_USERS_BUSINESS:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        yield

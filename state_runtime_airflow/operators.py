@@ -26,7 +26,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 
 from state_runtime.catalog import StoreKey
-from state_runtime.failures import reported
+from state_runtime.failures import quiet_warnings, reported
 from state_runtime.maintenance import (
     CHECKS,
     CallbackProgress,
@@ -153,7 +153,8 @@ class StateMaintenanceOperator(BaseOperator):
             progress = CallbackProgress(
                 lambda what, done, total: self.log.info("%s: %d/%d", what, done, total)
             )
-            with self.hook().fleet(owner_of(context), roots) as fleet:
+            # pyspark's warnings, for the tasks that start Spark (repartition)
+            with self.hook().fleet(owner_of(context), roots) as fleet, quiet_warnings():
                 yield Work(fleet, policy, only, progress)
         except AirflowException:
             raise

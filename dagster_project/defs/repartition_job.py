@@ -15,6 +15,7 @@ from pydantic import Field
 
 from dagster_project.defs.metadata import repartition_metadata
 from dagster_project.defs.resources import MaintenanceResource
+from state_runtime.failures import quiet_warnings
 from state_runtime.maintenance.progress import CallbackProgress
 from state_runtime.maintenance.repartition import repartition
 from state_runtime.runtime.spark_session import spark_session
@@ -43,7 +44,7 @@ def state_repartition(
     """Plan, estimate or carry out a repartition (see the module)."""
     log = context.log
     progress = CallbackProgress(lambda what, done, total: log.info(f"{what}: {done}/{total}"))
-    with maintenance.fleet(f"dagster:{context.run.run_id}") as fleet:
+    with maintenance.fleet(f"dagster:{context.run.run_id}") as fleet, quiet_warnings():
         plan = repartition(
             lambda: spark_session(config.spark_master, app_name="dagster-repartition"),
             fleet,

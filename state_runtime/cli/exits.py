@@ -31,13 +31,18 @@ import difflib
 import json
 import logging
 import sys
-import traceback
 from typing import Any, NoReturn
 
 import click
 
 from state_runtime.errors import InvalidArgument, MaintenanceRefused, StateStoreError
-from state_runtime.failures import error_line, log_failure, typed_error
+from state_runtime.failures import (
+    error_line,
+    full_trace,
+    log_failure,
+    quiet_warnings,
+    typed_error,
+)
 from state_runtime.redaction import RedactingFilter, redact
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_FAILED, EXIT_INTERNAL = 0, 1, 2, 3, 4, 5
@@ -125,7 +130,8 @@ class StatestoreGroup(click.Group):
         # in them (a malformed --root) then ends a monitor command as unknown (3).
         self.monitor = False
         try:
-            result = super().main(*args, **kwargs)
+            with quiet_warnings():  # pyspark's, for the commands that start Spark
+                result = super().main(*args, **kwargs)
         except click.UsageError as exc:
             where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             monitor = exc.ctx is not None and exc.ctx.info_name in MONITOR_COMMANDS
@@ -137,7 +143,7 @@ class StatestoreGroup(click.Group):
         except Exception as exc:
             log = log_failure(exc)
             if verbose:
-                click.echo(redact("".join(traceback.format_exception(exc))), err=True)
+                click.echo(full_trace(exc), err=True)
             typed = typed_error(exc)  # also one raised in a Spark task, wrapped by Spark
             if typed is not None:
                 fail_with(typed, as_json=as_json, code=MONITOR_UNKNOWN if self.monitor else None)

@@ -3,7 +3,8 @@
 The JVM a session starts writes its output (Spark's log, the Python workers' errors and the
 JVM's own start-up notes) to the log file (:func:`state_runtime.failures.log_file`, or
 ``log_file=``), not to the terminal: a failure reaches the user as the one paragraph of our
-error, and the log holds the rest. pyspark's warning about the pandas version is silenced.
+error, and the log holds the rest (our entry points also hide pyspark's warning about the
+pandas version: :func:`state_runtime.failures.quiet_warnings`).
 
 ``spark_session()`` is a classic session; ``spark_session(remote=...)`` (or the environment
 variable ``SPARK_REMOTE``, as with pyspark) a Spark Connect client (needs the ``connect``
@@ -19,7 +20,6 @@ import socket
 import sys
 import threading
 import uuid
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -161,9 +161,6 @@ def spark_session(
     first starts a server in this process on ``master`` (or ``local[N]``) with the settings
     above. The JVM's output goes to ``log_file`` (default: the library's log file).
     """
-    warnings.filterwarnings(
-        "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
-    )
     log_file = log_file or default_log_file()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -48,8 +48,9 @@ def test_repartition_refuses_before_spark_starts(
 
 
 def test_catalog_down_is_one_line_and_the_trace_goes_to_the_log(tmp_path: Path) -> None:
-    """PostgreSQL down (nothing listens on the port): one line with the next step; the trace
-    is in $STATE_LOG_FILE, and on stderr too with --verbose."""
+    """PostgreSQL down (nothing listens on the port): one line with the next step (after one
+    warning of its first retry, without -q); the trace is in $STATE_LOG_FILE, and on stderr
+    too with --verbose."""
     log = tmp_path / "state.log"
     runner = CliRunner(env={"STATE_LOG_FILE": str(log), "STATE_CATALOG_URL": None})
     down = ["--catalog-url", "postgresql+psycopg2://postgres@127.0.0.1:9/state", "-q"]
@@ -59,6 +60,12 @@ def test_catalog_down_is_one_line_and_the_trace_goes_to_the_log(tmp_path: Path) 
     assert line.startswith("error: [STATE_CATALOG_UNAVAILABLE] cannot connect to the catalog")
     assert "`pg_isready -h 127.0.0.1 -p 9`" in line
     assert "Traceback (most recent call last)" in log.read_text()
+    # without -q, the first retry's warning, then the error: the cause is not said 5 times
+    shown = runner.invoke(main, [*down[:-1], "validate"])
+    assert shown.exit_code == 4
+    first, last = shown.output.splitlines()
+    assert first.startswith("warning: catalog schema check: transient error (attempt 1 of ")
+    assert last == line
     verbose = runner.invoke(main, [*down, "--verbose", "validate"])
     assert verbose.exit_code == 4
     assert "Traceback (most recent call last)" in verbose.output

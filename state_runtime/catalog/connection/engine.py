@@ -11,6 +11,7 @@ wait, each attempt (a watchdog cuts a silent connection) and the wait for a pool
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import sqlite3
@@ -462,8 +463,12 @@ def _out_of_range(what: str, detail: str) -> InvalidArgument:
 
 
 def _sleep(retry: RetryPolicy, attempt: int, what: str, reason: str) -> None:
+    """Wait before the next attempt. The first retry of a call is a warning (the catalog is
+    struggling: a terminal shows it at once), the next ones are info: a call that still
+    fails ends in one error naming its attempts and the cause, not the same line five times."""
     delay = retry.delay(attempt)
-    log.warning(
+    log.log(
+        logging.WARNING if attempt == 1 else logging.INFO,
         "catalog %s: transient error (attempt %d of %d), retrying in %.2fs: %s",
         what,
         attempt,
