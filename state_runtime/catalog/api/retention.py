@@ -105,6 +105,19 @@ class RetentionCalls(PagedCalls):
             ),
         )
 
+    def unconfirmed_snapshots(
+        self, policy: RetentionPolicy, *, root: str | None, now: datetime | None = None
+    ) -> list[FileVerdict]:
+        """The verdicts on ``root``'s (None: every root's) committed snapshots not verified
+        yet (never checked, or failed): what validation verifies first. Cheap when there are
+        none."""
+        return self._read(
+            "judge unverified snapshots",
+            lambda c, v: retention_sql.unconfirmed_snapshot_verdicts(
+                c, v, policy, root, now or self.now()
+            ),
+        )
+
     def explain(
         self,
         root: str,
