@@ -15,7 +15,7 @@ from state_runtime.catalog.records import (
     RetainedVersion,
 )
 from state_runtime.catalog.schema.reading_views import ReaderViews
-from state_runtime.catalog.sql import deletions, explanations, lookups
+from state_runtime.catalog.sql import deletions, explanations, findings, lookups
 from state_runtime.catalog.sql import retention as retention_sql
 from state_runtime.catalog.sql.retention import Scope
 from state_runtime.errors import InvalidArgument
@@ -113,7 +113,7 @@ class RetentionCalls(PagedCalls):
         none."""
         return self._read(
             "judge unverified snapshots",
-            lambda c, v: retention_sql.unconfirmed_snapshot_verdicts(
+            lambda c, v: findings.unconfirmed_snapshot_verdicts(
                 c, v, policy, root, now or self.now()
             ),
         )

@@ -34,7 +34,6 @@ from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import FileState, RunKind, Verification
 from state_runtime.catalog.sql.lookups import store_ids
 from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_columns, file_record
-from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import Fact, RetentionPolicy, Verdict
@@ -453,36 +452,6 @@ def verdict_rows(
     return [
         (row.file_id, _file_verdict(row, policy)) for row in connection.execute(query, values).all()
     ]
-
-
-def unconfirmed_snapshot_verdicts(
-    connection: Connection,
-    views: ReaderViews,
-    policy: RetentionPolicy,
-    root: str | None,
-    now: datetime,
-) -> list[FileVerdict]:
-    """The verdicts of ``root``'s (None: every root's) committed snapshots that are not
-    verified (never checked, or failed), judged in the stores that have one: one indexed
-    query when every snapshot is verified, instead of judging every file of the root."""
-    f, s = views.files.c, views.stores.c
-    ids = connection.execute(
-        sa.select(f.store_id)
-        .distinct()
-        .join(views.stores, s.store_id == f.store_id)
-        .where(
-            sa.true() if root is None else s.checkpoint_root == root,
-            f.kind == FileKind.SNAPSHOT.value,
-            f.state == FileState.COMMITTED.value,
-            f.verification != Verification.VERIFIED.value,
-        )
-        .order_by(f.store_id)
-    ).scalars()
-    found: list[FileVerdict] = []
-    for part in chunks(list(ids)):
-        scope = Scope(root=root, store_ids=tuple(part))
-        found += file_verdicts(connection, views, policy, scope, now)
-    return [v for v in found if v.file.kind is FileKind.SNAPSHOT]
 
 
 def file_verdicts(
