@@ -235,9 +235,11 @@ MAINTENANCE = SettingGroup(
         Setting(
             "verify_sample_percent",
             "int",
-            100,
-            "Percent of already verified files a validation reads again (the longest unread "
-            "first); the others only have their presence and size checked. 100: every file.",
+            5,
+            "Percent of already verified files a validation reads again, the longest unread "
+            "first (at 5, each is read again within 20 runs, so bit rot is found); new and "
+            "changed files are always read, the others checked present with their size. "
+            "100: every file (--full).",
             floor=0,
             top=100,
             option="--verify-sample-percent",

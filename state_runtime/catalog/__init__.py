@@ -43,6 +43,7 @@ from state_runtime.catalog.records import (
     StoreProblem,
     StoreRecord,
     Suspects,
+    Validated,
     Verdict,
     VersionHistory,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "RecordedBatchMetrics",
     "RecoveryCost",
     "Repair",
+    "Validated",
     "RetainedVersion",
     "RetentionPolicy",
     "RetryPolicy",

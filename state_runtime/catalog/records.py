@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -258,6 +258,18 @@ class FoundProblem:
     problem: str
     path: str | None = None
     version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Validated:
+    """One store's validation, to record: each file read (None: intact, or the problem found),
+    what was found wrong, and when the store's validation started (problems recorded since
+    are left for the next one)."""
+
+    key: StoreKey
+    checked: Mapping[str, str | None]
+    found: Sequence[FoundProblem]
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ asset checks both call it.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -353,15 +354,23 @@ def run_checks(
     now: datetime | None = None,
     progress: Progress = SILENT,
     workers: int | None = None,
+    sampler: random.Random | None = None,
 ) -> ChecksReport:
     """Validate, read health, evaluate every check of :data:`CHECKS`; one recorded
-    'validate' run. Its health read records the status changes of the stores it validated
-    (from the facts it reads), so its close does not record them again."""
+    'validate' run (``sampler``: :func:`validate_stores`'). Its health read records the
+    status changes of the stores it validated (from the facts it reads), so its close does
+    not record them again."""
     scope = scope_of(fleet, only)
     parameters = policy.parameters() | {"scope": scope}
     with recorded_run(fleet.catalog, RunKind.VALIDATE, fleet.owner, parameters, None) as run:
         validation = validate_stores(
-            fleet, policy, only=only, progress=progress, workers=workers, run_id=run.run_id
+            fleet,
+            policy,
+            only=only,
+            progress=progress,
+            workers=workers,
+            run_id=run.run_id,
+            sampler=sampler,
         )
         health = store_reports(fleet, policy, only=only, now=now)
         totals = FleetTotals.of(health)

@@ -12,9 +12,14 @@ below it.
 What is read follows what changed since the last run (:func:`files_to_read`): a file never
 verified, one not intact when last read (or whose record changed since: a rewrite resets its
 verification), one an open problem names, and ``verify_sample_percent`` percent of the others,
-the longest unread first, so that bit rot is still found (100, the default, reads every file:
-a full validation). The files not read are checked present with their recorded size by one
-listing of the store's folder, so a missing or resized file is found every run.
+the longest unread first, so that bit rot is still found: at ``p`` percent a file is read
+again at least once every ``100 / p`` runs (5, the default: within 20 runs, 10 on average), so
+a file damaged in place with its size kept is found within that many runs; 100 (``--full``)
+reads every file. The files not read are checked present with their recorded size by one
+listing of the store's folder, so a missing or resized file is found every run. A run's
+counts say what it read: ``files_new`` (never verified), ``files_rechecked`` (failed when
+last read, named by an open problem, or not vouched for by the listing) and
+``files_sampled`` (verified before, read again by the sample).
 
 Each problem is a finding that names the file; one about a damaged committed file says its
 fate and the next command (:func:`state_runtime.maintenance.damage.classify`). What
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -39,6 +44,7 @@ from state_runtime.catalog import (
     RetainedVersion,
     StoreKey,
     StoreRecord,
+    Validated,
     Verification,
 )
 from state_runtime.errors import StorageError
@@ -88,6 +94,13 @@ class StoreValidation:
     versions: int = 0
     files: int = 0
     """Files read and verified."""
+    new: int = 0
+    """Of ``files``: never verified (recorded since the last run, or rewritten)."""
+    rechecked: int = 0
+    """Of ``files``: not intact when last read, named by an open problem, or resized (or
+    unlisted: the listing failed)."""
+    sampled: int = 0
+    """Of ``files``: verified before, read again by the sample (or a full run)."""
     present: int = 0
     """Files not read, found present with their recorded size."""
     bytes_read: int = 0
@@ -116,6 +129,9 @@ class ValidationReport:
             "versions": sum(s.versions for s in self.stores),
             "files": sum(s.files for s in self.stores),
             "files_present": sum(s.present for s in self.stores),
+            "files_new": sum(s.new for s in self.stores),
+            "files_rechecked": sum(s.rechecked for s in self.stores),
+            "files_sampled": sum(s.sampled for s in self.stores),
             "bytes_read": sum(s.bytes_read for s in self.stores),
             "errors": len(self.errors),
             "stores_with_errors": len({f.key for f in self.errors}),
@@ -130,27 +146,84 @@ def validate_stores(
     progress: Progress = SILENT,
     workers: int | None = None,
     run_id: int | None = None,
+    sampler: random.Random | None = None,
 ) -> ValidationReport:
     """Validate every store in scope, ``workers`` at once (:func:`worker_count`), and record
     what was found (see the module docstring); ``run_id``: the validation run that records
-    it."""
-    records = fleet.stores(only)
+    it; ``sampler``: where each store's rounding draw of the sample comes from (seed one to
+    make a run's choice repeatable; the draws are taken in store order, whatever the
+    workers)."""
+    draw = (sampler or random.Random()).random
+    records = [(record, draw()) for record in fleet.stores(only)]
     pending = _unconfirmed_snapshots(fleet, policy, only)
     named = _named_by_problems(fleet, policy, only)
+    count = worker_count(fleet.catalog, policy, workers)
     results: list[StoreValidation] = []
+
+    def validate(chunk: Sequence[tuple[StoreRecord, float]]) -> list[StoreValidation]:
+        return _validate_chunk(fleet, policy, chunk, pending, named, run_id)
+
     with (
         progress.stage("validation", len(records)) as advance,
-        ThreadPoolExecutor(worker_count(fleet.catalog, policy, workers)) as pool,
+        ThreadPoolExecutor(count) as pool,
     ):
-        for result in pool.map(
-            lambda r: _validate_store(
-                fleet, policy, r, pending.get(r.key, []), named.get(r.key, set()), run_id
-            ),
-            records,
-        ):
-            results.append(result)
-            advance(1)
+        for done in pool.map(validate, _chunks(records, -(-len(records) // count))):
+            results += done
+            advance(len(done))
     return ValidationReport(results)
+
+
+CHUNK_STORES = 50
+"""Stores validated, and recorded, together: their retained versions are read in one query
+and their findings recorded in one transaction (a few statements, not a few per store)."""
+
+
+def _chunks(
+    records: Sequence[tuple[StoreRecord, float]], share: int
+) -> Iterator[list[tuple[StoreRecord, float]]]:
+    """``records`` in runs of one root, each of at most :data:`CHUNK_STORES` stores and at
+    most ``share`` (so that a small fleet still spreads over the workers)."""
+    size = max(1, min(CHUNK_STORES, share))
+    chunk: list[tuple[StoreRecord, float]] = []
+    for item in records:
+        if chunk and (len(chunk) == size or item[0].key.root != chunk[0][0].key.root):
+            yield chunk
+            chunk = []
+        chunk.append(item)
+    if chunk:
+        yield chunk
+
+
+def _validate_chunk(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    chunk: Sequence[tuple[StoreRecord, float]],
+    pending: Mapping[StoreKey, Sequence[FileRecord]],
+    named: Mapping[StoreKey, Collection[str]],
+    run_id: int | None,
+) -> list[StoreValidation]:
+    """Validate a chunk of stores of one root: one read of their retained versions, each
+    store's files, one transaction recording what was found."""
+    root = chunk[0][0].key.root
+    retained = fleet.catalog.retained_versions_of(
+        root, [r.key.store for r, _ in chunk], policy.retention.retain_versions
+    )
+    results, validated = [], []
+    for record, draw in chunk:
+        key = record.key
+        result, found = _validate_store(
+            fleet,
+            policy,
+            record,
+            retained.get(key.store, []),
+            pending.get(key, []),
+            named.get(key, set()),
+            draw,
+        )
+        results.append(result)
+        validated.append(found)
+    fleet.catalog.record_validations(run_id, validated)
+    return results
 
 
 def _unconfirmed_snapshots(
@@ -160,7 +233,7 @@ def _unconfirmed_snapshots(
     at or above the floor, not verified): once verified they may replace deltas."""
     pending: dict[StoreKey, list[FileRecord]] = {}
     for root in fleet.query_roots(only):
-        for verdict in fleet.catalog.file_verdicts(policy.retention, root=root):
+        for verdict in fleet.catalog.unconfirmed_snapshots(policy.retention, root=root):
             if verdict.verdict in (Verdict.UNVERIFIED, Verdict.DAMAGED):
                 pending.setdefault(verdict.file.key, []).append(verdict.file)
     return pending
@@ -219,10 +292,13 @@ def _validate_store(
     fleet: Fleet,
     policy: MaintenancePolicy,
     record: StoreRecord,
+    retained: Sequence[RetainedVersion],
     unconfirmed: Sequence[FileRecord],
     named: Collection[str],
-    run_id: int | None,
-) -> StoreValidation:
+    draw: float,
+) -> tuple[StoreValidation, Validated]:
+    """One store's validation (``retained``: its retained versions as the chunk read them),
+    and what to record of it."""
     key, catalog = record.key, fleet.catalog
     started = catalog.now()
     result = StoreValidation(key)
@@ -232,9 +308,15 @@ def _validate_store(
     def error(problem: str, path: str | None = None, version: int | None = None) -> None:
         result.findings.append(Finding(key, Severity.ERROR, problem, path, version))
 
-    def check(file: FileRecord) -> str | None:
+    def check(file: FileRecord, resized: bool = False) -> str | None:
         if file.path not in checked:
             result.files += 1
+            if resized or file.verification == Verification.FAILED or file.path in named:
+                result.rechecked += 1
+            elif file.verification == Verification.VERIFIED:
+                result.sampled += 1
+            else:
+                result.new += 1
             problem, size = verify_file(storage, file.expected())
             result.bytes_read += size
             checked[file.path] = problem
@@ -246,18 +328,19 @@ def _validate_store(
         confirmed = {f.path: None for f in unconfirmed if check(f) is None}
         if confirmed:  # verified snapshots now replace deltas: the chains change
             catalog.record_verifications(key.root, confirmed)
-        files = _check_chains(fleet, policy, record, error, result)
-        read, unread = files_to_read(files, policy.verify_sample_percent, named, random.random())
+            retained = catalog.retained_versions(
+                key.root, key.store, policy.retention.retain_versions
+            )
+        files = _check_chains(fleet, policy, record, retained, error, result)
+        read, unread = files_to_read(files, policy.verify_sample_percent, named, draw)
         sizes = _listed_sizes(storage, key) if unread else {}
         reading = {f.path for f in read}
         for file in files:
             size = None if sizes is None else sizes.get(file.path)
-            if (
-                file.path in reading
-                or sizes is None
-                or (size is not None and size != file.size_bytes)
-            ):
+            if file.path in reading:
                 check(file)
+            elif sizes is None or (size is not None and size != file.size_bytes):
+                check(file, resized=True)  # the listing failed, or the size changed
             elif size is None:  # the same finding as reading it would give
                 checked[file.path] = MISSING
                 error(MISSING, file.path, file.version)
@@ -265,8 +348,7 @@ def _validate_store(
                 result.present += 1
         result.findings = _classified(fleet, key, result.findings, checked)
     found = [FoundProblem(f.said, f.path, f.version) for f in result.findings]
-    catalog.record_validation(run_id, key, checked, found, started_at=started)
-    return result
+    return result, Validated(key, checked, found, started)
 
 
 def _classified(
@@ -294,13 +376,13 @@ def _check_chains(
     fleet: Fleet,
     policy: MaintenancePolicy,
     record: StoreRecord,
+    retained: Sequence[RetainedVersion],
     error: Callable[[str, str | None, int | None], None],
     result: StoreValidation,
 ) -> list[FileRecord]:
     """Check the retained versions' chains (linear, complete); their files, oldest first."""
     key, latest = record.key, record.latest.version
     retain = policy.retention.retain_versions
-    retained = fleet.catalog.retained_versions(key.root, key.store, retain)
     result.versions = len(retained)
     # A store's chain may begin at a snapshot without lineage (a repartition's): the
     # versions below it belong to another layout.

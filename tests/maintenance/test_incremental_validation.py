@@ -4,6 +4,7 @@ the configured rate, and every file not read is checked present (one listing per
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -183,3 +184,85 @@ def test_the_cli_option_and_full(make_stream: Callable[..., StoreStream]) -> Non
     assert (full["figures"]["files"], full["figures"]["files_present"]) == (FILES, 0)
     bad = statestore(stream, "validate", "--verify-sample-percent", "101")
     assert bad.exit_code == 2 and "101" in bad.output
+
+
+def reads_of(stream: StoreStream, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths the stream's storage reads from now on, as read (the storage layer's own
+    calls, not a timing)."""
+    read, paths = stream.storage.read, []
+
+    def recording(path: str) -> bytes:
+        paths.append(path)
+        return read(path)
+
+    monkeypatch.setattr(stream.storage, "read", recording)
+    return paths
+
+
+@pytest.mark.parametrize("batches", [1, 3])
+def test_a_run_after_new_batches_reads_only_their_files(
+    make_stream: Callable[..., StoreStream], monkeypatch: pytest.MonkeyPatch, batches: int
+) -> None:
+    """After ``batches`` new batches an incremental run (no sample) reads exactly the new
+    deltas the retained versions load, each once; at the default rate it reads them and
+    its sample, and its counts say which is which."""
+    stream = built(make_stream)
+    validated(stream, POLICY)
+    read = reads_of(stream, monkeypatch)
+    stream.run(batches)
+    new = {f.path for s in stream.stores for f in stream.committed[s][8:]}
+    report = validated(stream, INCREMENTAL)
+    assert report.ok and sorted(read) == sorted(new)
+    counts = report.validation.counts()
+    assert (counts["files_new"], counts["files_sampled"], counts["files_rechecked"]) == (
+        len(new),
+        0,
+        0,
+    )
+    run = stream.catalog.run(report.run_id)
+    assert run is not None and run.counts["files_new"] == len(new)  # what the run read
+    assert run.parameters["verify_sample_percent"] == 0
+    read.clear()
+    stream.run(batches)
+    newer = {f.path for s in stream.stores for f in stream.committed[s][8 + batches :]}
+    again = validated(stream, MaintenancePolicy()).validation.counts()  # the default rate
+    assert set(read) >= newer and len(read) == len(set(read)) == again["files"]
+    assert (again["files_new"], again["files_rechecked"]) == (len(newer), 0)
+    assert again["files_sampled"] == len(read) - len(newer)
+
+
+def test_the_default_rate_finds_an_in_place_bit_flip_within_its_runs_and_full_at_once(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """A verified delta damaged in place (size kept): the listing cannot see it, the sample
+    reads it within about 100 / p runs (p = the default 5 percent, so 20; each store holds
+    4 verified files and reads one when its draw rounds 4 x 5% up, the longest unread
+    first), and a full validation at once. Seeded: the same runs every time."""
+    percent = MaintenancePolicy().verify_sample_percent
+    assert percent == 5
+    default = replace(POLICY, verify_sample_percent=percent)
+    stream = built(make_stream)
+    validated(stream, default)
+    rotten = corrupt_in_place(stream)
+    sampler = random.Random(35)
+    runs = 0
+    while runs < 2 * 100 // percent:
+        runs += 1
+        stream.storage.requests.reset()
+        report = run_checks(fleet_on(stream), default, sampler=sampler)
+        if not report.ok:
+            break
+    assert [f.path for f in report.validation.errors] == [rotten]
+    assert 1 < runs <= 2 * 100 // percent, runs
+    assert report.validation.counts()["files_sampled"] >= 1
+
+    second = stream.committed[stream.stores[1]][6]  # another verified delta, damaged in place
+    path = stream.storage.root / second.path
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF
+    path.write_bytes(bytes(data))
+    incremental = validated(stream, INCREMENTAL)  # the listing cannot see it
+    assert [f.path for f in incremental.validation.errors] == [rotten]
+    full = validated(stream, replace(POLICY, verify_sample_percent=100))
+    assert {f.path for f in full.validation.errors} == {rotten, second.path}
+    assert full.validation.counts()["files"] == FILES  # every file, at once

@@ -9,6 +9,7 @@ reports the same status.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,6 +37,9 @@ from tests.maintenance.test_cleanup import assert_retained_versions_load, on_dis
 from tests.maintenance.test_snapshots import fleet_on
 
 POLICY = MaintenancePolicy(snapshot_min_deltas=5)
+FULL = replace(POLICY, verify_sample_percent=100)
+"""A full validation: :func:`damage` keeps a verified file's size, so only reading it (the
+sample, in time, or ``--full`` at once) finds it."""
 LATER = datetime.now(UTC) + timedelta(days=1)  # every file is past the window
 
 
@@ -87,7 +91,7 @@ def test_a_corrupt_latest_snapshot_keeps_its_deltas_until_repaired(
 
     damage(snap)
     fleet = fleet_on(stream)
-    checks = run_checks(fleet, POLICY)
+    checks = run_checks(fleet, FULL)
     [finding] = checks.validation.errors
     assert finding.path == relative(stream, snap) and "checksum" in finding.problem
 
@@ -149,7 +153,7 @@ def test_the_snapshot_pass_does_not_count_on_a_damaged_latest_snapshot(
     snapshot_pass(fleet_on(stream), POLICY)
     store = stream.stores[0]
     damage(snapshot_file(stream, store))
-    assert not validate_stores(fleet_on(stream), POLICY).ok
+    assert not validate_stores(fleet_on(stream), FULL).ok
     again = snapshot_pass(fleet_on(stream), POLICY)  # due again: no verified snapshot
     [failed] = again.failed
     assert "failed verification after it was written" in (failed.error or "")
@@ -290,7 +294,7 @@ def test_an_interrupted_repair_is_resumed_without_loss(
     store = stream.stores[0]
     snap = snapshot_file(stream, store)
     damage(snap)
-    assert not validate_stores(fleet_on(stream), POLICY).ok
+    assert not validate_stores(fleet_on(stream), FULL).ok
     storage = stream.storage
 
     def crash(path: str, data: bytes) -> None:

@@ -529,11 +529,14 @@ def sqlite_catalog(path: Path) -> str:
 
 
 def policy(zero: bool, snapshot_min_deltas: int = 2) -> MaintenancePolicy:
-    """The default windows, or none at all (``zero``: every pass may act at once)."""
+    """The default windows, or none at all (``zero``: every pass may act at once); each
+    validation is a full one (``verify_sample_percent`` 100): the machine damages files in
+    place, keeping their size, and holds every validation to finding them at once."""
     if not zero:
-        return MaintenancePolicy(snapshot_min_deltas=snapshot_min_deltas)
+        return MaintenancePolicy(snapshot_min_deltas=snapshot_min_deltas, verify_sample_percent=100)
     return MaintenancePolicy(
         snapshot_min_deltas=snapshot_min_deltas,
+        verify_sample_percent=100,
         retention=RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0)),
         min_window=timedelta(0),
     )

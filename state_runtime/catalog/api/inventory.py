@@ -16,6 +16,7 @@ from state_runtime.catalog.records import (
     StoreKey,
     StoreProblem,
     StoreRecord,
+    Validated,
 )
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql import batch_intents, findings, inventory, lookups
@@ -122,11 +123,23 @@ class InventoryCalls(CatalogBase):
         """Record one store's validation by ``run_id``, which started at ``started_at``: each
         checked file's verification; the store's open problems become ``found`` (problems
         recorded after the validation started are left for the next one)."""
+        self.record_validations(run_id, [Validated(key, checked, found, started_at)])
+
+    def record_validations(self, run_id: int | None, validated: Sequence[Validated]) -> None:
+        """Record the validations of several stores by ``run_id`` (:meth:`record_validation`),
+        one transaction per root: a few statements for all of them."""
+        by_root: dict[str, list[Validated]] = {}
+        for v in validated:
+            by_root.setdefault(v.key.root, []).append(v)
+        for root, some in by_root.items():
+            self._record_validations(run_id, root, some)
+
+    def _record_validations(
+        self, run_id: int | None, root: str, validated: Sequence[Validated]
+    ) -> None:
         self._run(
-            "record validation",
-            lambda c: findings.record_validation(
-                c, key.root, key.store, checked, found, run_id, self.now(), started_at
-            ),
+            "record validations",
+            lambda c: findings.record_validations(c, root, validated, run_id, self.now()),
         )
 
     def add_problems(

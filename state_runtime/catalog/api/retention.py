@@ -15,7 +15,7 @@ from state_runtime.catalog.records import (
     RetainedVersion,
 )
 from state_runtime.catalog.schema.reading_views import ReaderViews
-from state_runtime.catalog.sql import deletions, explanations, lookups
+from state_runtime.catalog.sql import deletions, explanations, findings, lookups
 from state_runtime.catalog.sql import retention as retention_sql
 from state_runtime.catalog.sql.retention import Scope
 from state_runtime.errors import InvalidArgument
@@ -102,6 +102,19 @@ class RetentionCalls(PagedCalls):
             "judge files",
             lambda c, v: retention_sql.file_verdicts(
                 c, v, policy, Scope(root=root), now or self.now()
+            ),
+        )
+
+    def unconfirmed_snapshots(
+        self, policy: RetentionPolicy, *, root: str | None, now: datetime | None = None
+    ) -> list[FileVerdict]:
+        """The verdicts on ``root``'s (None: every root's) committed snapshots not verified
+        yet (never checked, or failed): what validation verifies first. Cheap when there are
+        none."""
+        return self._read(
+            "judge unverified snapshots",
+            lambda c, v: findings.unconfirmed_snapshot_verdicts(
+                c, v, policy, root, now or self.now()
             ),
         )
 

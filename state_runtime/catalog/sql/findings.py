@@ -18,7 +18,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.records import FoundProblem, Repair, StoreProblem
+from state_runtime.catalog.records import FileVerdict, FoundProblem, Repair, StoreProblem, Validated
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
@@ -31,6 +31,7 @@ from state_runtime.catalog.schema.tables import (
 )
 from state_runtime.catalog.sql.inventory import record_files
 from state_runtime.catalog.sql.lookups import files_at, lock_stores, store_ids
+from state_runtime.catalog.sql.retention import Scope, file_verdicts
 from state_runtime.catalog.sql.rows import (
     AnyRow,
     is_store,
@@ -39,7 +40,8 @@ from state_runtime.catalog.sql.rows import (
 )
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
-from state_runtime.identity import StoreId
+from state_runtime.identity import FileKind, StoreId
+from state_runtime.retention import RetentionPolicy
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
 
@@ -73,6 +75,36 @@ def record_verifications(
                 .where(f.file_id.in_(some))
                 .values(verification=state.value, verified_at=now, verification_note=note)
             )
+
+
+def unconfirmed_snapshot_verdicts(
+    connection: Connection,
+    views: ReaderViews,
+    policy: RetentionPolicy,
+    root: str | None,
+    now: datetime,
+) -> list[FileVerdict]:
+    """The verdicts of ``root``'s (None: every root's) committed snapshots that are not
+    verified (never checked, or failed), judged in the stores that have one: one indexed
+    query when every snapshot is verified, instead of judging every file of the root."""
+    f, s = views.files.c, views.stores.c
+    ids = connection.execute(
+        sa.select(f.store_id)
+        .distinct()
+        .join(views.stores, s.store_id == f.store_id)
+        .where(
+            sa.true() if root is None else s.checkpoint_root == root,
+            f.kind == FileKind.SNAPSHOT.value,
+            f.state == FileState.COMMITTED.value,
+            f.verification != Verification.VERIFIED.value,
+        )
+        .order_by(f.store_id)
+    ).scalars()
+    found: list[FileVerdict] = []
+    for part in chunks(list(ids)):
+        scope = Scope(root=root, store_ids=tuple(part))
+        found += file_verdicts(connection, views, policy, scope, now)
+    return [v for v in found if v.file.kind is FileKind.SNAPSHOT]
 
 
 def _open_rows(connection: Connection, store_id: int) -> list[AnyRow]:
@@ -166,43 +198,75 @@ def close_unneeded(
     return len(stale)
 
 
-def record_validation(
+def record_validations(
     connection: Connection,
     root: str,
-    store: StoreId,
-    checked: Mapping[str, str | None],
-    found: Sequence[FoundProblem],
+    validated: Sequence[Validated],
     run_id: int | None,
     now: datetime,
-    started_at: datetime | None = None,
 ) -> None:
-    """Record one store's validation: each checked file's verification, and its open problems
-    become ``found``: problems found before the validation ``started_at`` that it no longer
+    """Record the validations of several stores of ``root``, in a few statements whatever
+    their number: each checked file's verification, and each store's open problems become
+    its ``found``: problems found before its validation ``started_at`` that it no longer
     finds are resolved by this run (a store with none left is no longer held); a problem
     recorded meanwhile (by a snapshot pass) stays open for the next validation to judge."""
-    store_id = _store_id(connection, root, store)
-    lock_stores(connection, [store_id])
+    ids = store_ids(connection, WRITE_LOOKUPS, root, [v.key.store for v in validated])
+    unknown = [v.key.store for v in validated if v.key.store not in ids]
+    if unknown:
+        raise CatalogError(f"the catalog has no store {root}#{unknown[0]}", store=unknown[0])
+    lock_stores(connection, ids.values())
+    checked = {path: note for v in validated for path, note in v.checked.items()}
     if checked:
         record_verifications(connection, root, checked, now)
-    wanted = {(p.path, p.problem) for p in found}
-    gone = [
-        row.problem_id
-        for row in _open_rows(connection, store_id)
-        if (row.path, row.problem) not in wanted
-        and (started_at is None or row.detected_at < started_at)
-    ]
+    p = store_problems.c
+    open_rows: dict[int, list[AnyRow]] = {}
+    for part in chunks(sorted(set(ids.values()))):
+        for row in connection.execute(
+            sa.select(p.problem_id, p.store_id, p.path, p.problem, p.detected_at).where(
+                p.store_id.in_(part), p.resolved_at.is_(None)
+            )
+        ):
+            open_rows.setdefault(row.store_id, []).append(row)
+    gone: list[int] = []
+    fresh: list[dict[str, object]] = []
+    for v in validated:
+        store_id = ids[v.key.store]
+        rows = open_rows.get(store_id, [])
+        wanted = {(f.path, f.problem) for f in v.found}
+        gone += [
+            row.problem_id
+            for row in rows
+            if (row.path, row.problem) not in wanted
+            and (v.started_at is None or row.detected_at < v.started_at)
+        ]
+        known = {(row.path, row.problem) for row in rows}
+        new = {(f.path, f.problem): f for f in v.found if (f.path, f.problem) not in known}
+        fresh += [
+            {
+                "store_id": store_id,
+                "path": f.path,
+                "version": f.version,
+                "problem": f.problem,
+                "run_id": run_id,
+                "detected_at": now,
+            }
+            for f in new.values()
+        ]
     if gone:
         by = "a validation" if run_id is None else f"validation run {run_id}"
         _resolve(connection, gone, f"no longer found by {by}", run_id, now)
-    add_problems(connection, root, store, found, run_id, now)
+    if fresh:
+        connection.execute(sa.insert(store_problems), fresh)
     s = stores.c
-    connection.execute(
-        sa.update(stores)
-        .where(s.store_id == store_id)
-        .values(
-            last_validated_at=now, first_validated_at=sa.func.coalesce(s.first_validated_at, now)
+    for part in chunks(sorted(set(ids.values()))):
+        connection.execute(
+            sa.update(stores)
+            .where(s.store_id.in_(part))
+            .values(
+                last_validated_at=now,
+                first_validated_at=sa.func.coalesce(s.first_validated_at, now),
+            )
         )
-    )
 
 
 def resolve_problems(
