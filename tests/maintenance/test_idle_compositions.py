@@ -9,6 +9,7 @@ local storage."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -213,7 +214,8 @@ def test_a_damaged_snapshot_over_idle_versions_is_repairable_by_every_tool(
     damage(snap)
     path = relative(stream, snap)
 
-    [finding] = run_checks(fleet_on(stream), POLICY).validation.errors
+    full = replace(POLICY, verify_sample_percent=100)  # damaged in place, size kept
+    [finding] = run_checks(fleet_on(stream), full).validation.errors
     assert finding.damage is not None and finding.damage.fate is Fate.REPAIRABLE, finding
     explained = explain_file(fleet_on(stream), stream.root, path, POLICY)
     assert explained.damage is not None and explained.damage.fate is Fate.REPAIRABLE
