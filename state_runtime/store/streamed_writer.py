@@ -35,7 +35,6 @@ from state_runtime.store.checkpoint_format import (
     HEADER_KEY,
     checksum,
     envelope,
-    now,
 )
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.column_encoding import ENCODINGS_KEY, TableEncoder
@@ -131,18 +130,7 @@ def _write(
     assert ref.checkpoint_id is not None
     started = time.perf_counter()
     path = target.store.file_path(ref.version, ref.checkpoint_id, kind)
-    header = FileHeader(
-        kind,
-        target.store,
-        ref.version,
-        ref.checkpoint_id,
-        lineage,
-        target.schema,
-        file_rows,
-        state_rows,
-        now(),
-        target.history.newest.schema_id,
-    )
+    header = target.header(kind, ref, lineage, file_rows, state_rows)
     spool = os.path.join(LOCAL_DISK.directory, f"{uuid.uuid4().hex}.{kind.value}")
     try:
         try:

@@ -41,6 +41,29 @@ class CheckpointTarget:
         (:mod:`state_runtime.store.schema_files`)."""
         return self.history.schema_of(schema_id) or fetch(self.storage, schema_id)
 
+    def header(
+        self,
+        kind: FileKind,
+        ref: CheckpointRef,
+        lineage: tuple[CheckpointRef, ...],
+        file_rows: int,
+        state_rows: int,
+    ) -> FileHeader:
+        """The header of a file written now under the newest schema."""
+        assert ref.checkpoint_id is not None
+        return FileHeader(
+            kind,
+            self.store,
+            ref.version,
+            ref.checkpoint_id,
+            lineage,
+            self.schema,
+            file_rows,
+            state_rows,
+            now(),
+            self.history.newest.schema_id,
+        )
+
 
 def write_checkpoint(
     target: CheckpointTarget,
@@ -62,18 +85,7 @@ def write_checkpoint(
     assert ref.checkpoint_id is not None
     started = time.perf_counter()
     path = target.store.file_path(ref.version, ref.checkpoint_id, kind)
-    header = FileHeader(
-        kind,
-        target.store,
-        ref.version,
-        ref.checkpoint_id,
-        lineage,
-        target.schema,
-        len(keys),
-        state_rows,
-        now(),
-        target.history.newest.schema_id,
-    )
+    header = target.header(kind, ref, lineage, len(keys), state_rows)
     data = encode(
         header,
         keys,
