@@ -237,8 +237,9 @@ MAINTENANCE = SettingGroup(
             "int",
             5,
             "Percent of already verified files a validation reads again, the longest unread "
-            "first (at 5, each is read again within 20 runs, so bit rot is found); new and "
-            "changed files are always read, the others checked present with their size. "
+            "first (at 5, each is read again every 20 runs on average, so bit rot is "
+            "found); new and changed files are always read, the others checked present with "
+            "their size. "
             "100: every file (--full).",
             floor=0,
             top=100,

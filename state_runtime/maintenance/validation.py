@@ -13,8 +13,9 @@ What is read follows what changed since the last run (:func:`files_to_read`): a 
 verified, one not intact when last read (or whose record changed since: a rewrite resets its
 verification), one an open problem names, and ``verify_sample_percent`` percent of the others,
 the longest unread first, so that bit rot is still found: at ``p`` percent a file is read
-again at least once every ``100 / p`` runs (5, the default: within 20 runs, 10 on average), so
-a file damaged in place with its size kept is found within that many runs; 100 (``--full``)
+again on average once every ``100 / p`` runs (5, the default: every 20 runs; a store's share
+is rounded by a random draw, so in a store of few files one may wait longer), and a file
+damaged in place with its size kept is found in about that many runs; 100 (``--full``)
 reads every file. The files not read are checked present with their recorded size by one
 listing of the store's folder, so a missing or resized file is found every run. A run's
 counts say what it read: ``files_new`` (never verified), ``files_rechecked`` (failed when
@@ -35,6 +36,7 @@ import random
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 from state_runtime.catalog import (
@@ -154,6 +156,9 @@ def validate_stores(
     make a run's choice repeatable; the draws are taken in store order, whatever the
     workers)."""
     draw = (sampler or random.Random()).random
+    # One start for the run, taken before anything is read: a problem recorded after it (the
+    # runtime finding damage meanwhile) stays open for the next run, never closed unread.
+    started = fleet.catalog.now()
     records = [(record, draw()) for record in fleet.stores(only)]
     pending = _unconfirmed_snapshots(fleet, policy, only)
     named = _named_by_problems(fleet, policy, only)
@@ -161,7 +166,7 @@ def validate_stores(
     results: list[StoreValidation] = []
 
     def validate(chunk: Sequence[tuple[StoreRecord, float]]) -> list[StoreValidation]:
-        return _validate_chunk(fleet, policy, chunk, pending, named, run_id)
+        return _validate_chunk(fleet, policy, chunk, pending, named, run_id, started)
 
     with (
         progress.stage("validation", len(records)) as advance,
@@ -201,6 +206,7 @@ def _validate_chunk(
     pending: Mapping[StoreKey, Sequence[FileRecord]],
     named: Mapping[StoreKey, Collection[str]],
     run_id: int | None,
+    started: datetime,
 ) -> list[StoreValidation]:
     """Validate a chunk of stores of one root: one read of their retained versions, each
     store's files, one transaction recording what was found."""
@@ -219,6 +225,7 @@ def _validate_chunk(
             pending.get(key, []),
             named.get(key, set()),
             draw,
+            started,
         )
         results.append(result)
         validated.append(found)
@@ -296,11 +303,12 @@ def _validate_store(
     unconfirmed: Sequence[FileRecord],
     named: Collection[str],
     draw: float,
+    started: datetime,
 ) -> tuple[StoreValidation, Validated]:
     """One store's validation (``retained``: its retained versions as the chunk read them),
-    and what to record of it."""
+    and what to record of it (``started``: the run's start, which problems recorded before it
+    and not found again are closed by)."""
     key, catalog = record.key, fleet.catalog
-    started = catalog.now()
     result = StoreValidation(key)
     checked: dict[str, str | None] = {}
     storage = fleet.storage(key.root)

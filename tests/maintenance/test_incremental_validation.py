@@ -12,13 +12,15 @@ import pytest
 
 from state_runtime.catalog import FoundProblem, Verification
 from state_runtime.errors import InvalidArgument
+from state_runtime.identity import StoreId
 from state_runtime.maintenance import (
     CheckName,
     ChecksReport,
     MaintenancePolicy,
     run_checks,
 )
-from state_runtime.maintenance.validation import files_to_read
+from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.validation import files_to_read, validate_stores
 from state_runtime.status import StoreStatus
 from state_runtime.store.file_verification import MISSING
 from tests.maintenance.streams import StoreStream
@@ -99,9 +101,10 @@ def test_a_resized_file_is_read(make_stream: Callable[..., StoreStream]) -> None
     assert finding.problem == f"size is 100 bytes, the catalog recorded {newest.bytes_written}"
 
 
-def corrupt_in_place(stream: StoreStream) -> str:
-    """Flip a byte of a verified delta, keeping its size: only reading it finds it."""
-    delta = stream.committed[stream.stores[0]][5]  # version 6
+def corrupt_in_place(stream: StoreStream, store: StoreId | None = None) -> str:
+    """Flip a byte of a verified delta (of ``store``, else the first), keeping its size: only
+    reading it finds it."""
+    delta = stream.committed[store or stream.stores[0]][5]  # version 6
     path = stream.storage.root / delta.path
     data = bytearray(path.read_bytes())
     data[-10] ^= 0xFF
@@ -266,3 +269,37 @@ def test_the_default_rate_finds_an_in_place_bit_flip_within_its_runs_and_full_at
     full = validated(stream, replace(POLICY, verify_sample_percent=100))
     assert {f.path for f in full.validation.errors} == {rotten, second.path}
     assert full.validation.counts()["files"] == FILES  # every file, at once
+
+
+def test_damage_the_runtime_records_during_a_run_stays_open(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """The runtime records in-place damage on a store while a validation run is at an earlier
+    store (here: when the run lists the first store's folder). The run read the problems when
+    it started, so it does not read that file; it must leave the problem open for the next
+    run, not close it as no longer found."""
+    stream = built(make_stream)
+    validated(stream, INCREMENTAL)
+    storage = stream.storage
+    order = [r.key for r in fleet_on(stream).stores(None)]  # the run's order (one worker)
+    first, damaged = order[0], order[-1]
+    rotten = corrupt_in_place(stream, damaged.store)
+
+    class RuntimeMeanwhile:
+        """The stream's storage; listing the first store's folder records the runtime's
+        finding on the last store."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(storage, name)
+
+        def list(self, prefix: str) -> object:
+            if prefix == first.store.directory:
+                stream.catalog.add_problems(damaged, [FoundProblem("checksum mismatch", rotten)])
+            return storage.list(prefix)
+
+    fleet = Fleet(stream.catalog, open_storage=lambda root: RuntimeMeanwhile(), owner="tests")
+    validate_stores(fleet, INCREMENTAL, workers=1)
+    [problem] = stream.catalog.problems(store=damaged)
+    assert problem.path == rotten  # still open
+    again = validated(stream, INCREMENTAL)  # named by an open problem: read, and found
+    assert [f.path for f in again.validation.errors] == [rotten]
