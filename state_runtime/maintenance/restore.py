@@ -404,9 +404,8 @@ def checkpoint_to_pass(fleet: Fleet, root: str, query_id: str) -> str:
     """What a refused command should be given for the query's Spark checkpoint: the option the
     runtime recorded with the last batch, or what to fill in when it recorded none."""
     recorded = recorded_spark_checkpoint(fleet, root, query_id)
-    if recorded is None:
-        return "--spark-checkpoint followed by the stream's checkpointLocation"
-    return f"{spark_checkpoint_option(recorded)}, as the runtime recorded with its last batch"
+    option = spark_checkpoint_option(recorded)
+    return option if recorded is None else f"{option}, as the runtime recorded with its last batch"
 
 
 def spark_checkpoint_option(known: str | None) -> str:
