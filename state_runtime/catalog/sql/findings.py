@@ -12,7 +12,7 @@ sees the problem.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -107,15 +107,41 @@ def unconfirmed_snapshot_verdicts(
     return [v for v in found if v.file.kind is FileKind.SNAPSHOT]
 
 
-def _open_rows(connection: Connection, store_id: int) -> list[AnyRow]:
+def _open_rows(connection: Connection, store_ids: Collection[int]) -> dict[int, list[AnyRow]]:
+    """The open problems of each store (a few statements whatever their number)."""
     p = store_problems.c
-    return list(
-        connection.execute(
-            sa.select(p.problem_id, p.path, p.problem, p.detected_at).where(
-                p.store_id == store_id, p.resolved_at.is_(None)
+    found: dict[int, list[AnyRow]] = {}
+    for part in chunks(sorted(set(store_ids))):
+        for row in connection.execute(
+            sa.select(p.problem_id, p.store_id, p.path, p.problem, p.detected_at).where(
+                p.store_id.in_(part), p.resolved_at.is_(None)
             )
-        )
-    )
+        ):
+            found.setdefault(row.store_id, []).append(row)
+    return found
+
+
+def _new_problem_rows(
+    store_id: int,
+    found: Sequence[FoundProblem],
+    open_rows: Sequence[AnyRow],
+    run_id: int | None,
+    now: datetime,
+) -> list[dict[str, object]]:
+    """The rows that open the problems of ``found`` not among ``open_rows`` (once each)."""
+    known = {(row.path, row.problem) for row in open_rows}
+    fresh = {(f.path, f.problem): f for f in found if (f.path, f.problem) not in known}
+    return [
+        {
+            "store_id": store_id,
+            "path": f.path,
+            "version": f.version,
+            "problem": f.problem,
+            "run_id": run_id,
+            "detected_at": now,
+        }
+        for f in fresh.values()
+    ]
 
 
 def add_problems(
@@ -129,23 +155,10 @@ def add_problems(
     """Open the problems in ``found`` that are not open yet; returns how many were opened."""
     store_id = _store_id(connection, root, store)
     lock_stores(connection, [store_id])
-    known = {(row.path, row.problem) for row in _open_rows(connection, store_id)}
-    fresh = {(p.path, p.problem): p for p in found if (p.path, p.problem) not in known}
+    open_rows = _open_rows(connection, [store_id]).get(store_id, [])
+    fresh = _new_problem_rows(store_id, found, open_rows, run_id, now)
     if fresh:
-        connection.execute(
-            sa.insert(store_problems),
-            [
-                {
-                    "store_id": store_id,
-                    "path": p.path,
-                    "version": p.version,
-                    "problem": p.problem,
-                    "run_id": run_id,
-                    "detected_at": now,
-                }
-                for p in fresh.values()
-            ],
-        )
+        connection.execute(sa.insert(store_problems), fresh)
     return len(fresh)
 
 
@@ -218,15 +231,7 @@ def record_validations(
     checked = {path: note for v in validated for path, note in v.checked.items()}
     if checked:
         record_verifications(connection, root, checked, now)
-    p = store_problems.c
-    open_rows: dict[int, list[AnyRow]] = {}
-    for part in chunks(sorted(set(ids.values()))):
-        for row in connection.execute(
-            sa.select(p.problem_id, p.store_id, p.path, p.problem, p.detected_at).where(
-                p.store_id.in_(part), p.resolved_at.is_(None)
-            )
-        ):
-            open_rows.setdefault(row.store_id, []).append(row)
+    open_rows = _open_rows(connection, ids.values())
     gone: list[int] = []
     fresh: list[dict[str, object]] = []
     for v in validated:
@@ -239,19 +244,7 @@ def record_validations(
             if (row.path, row.problem) not in wanted
             and (v.started_at is None or row.detected_at < v.started_at)
         ]
-        known = {(row.path, row.problem) for row in rows}
-        new = {(f.path, f.problem): f for f in v.found if (f.path, f.problem) not in known}
-        fresh += [
-            {
-                "store_id": store_id,
-                "path": f.path,
-                "version": f.version,
-                "problem": f.problem,
-                "run_id": run_id,
-                "detected_at": now,
-            }
-            for f in new.values()
-        ]
+        fresh += _new_problem_rows(store_id, v.found, rows, run_id, now)
     if gone:
         by = "a validation" if run_id is None else f"validation run {run_id}"
         _resolve(connection, gone, f"no longer found by {by}", run_id, now)
@@ -286,7 +279,7 @@ def resolve_problems(
     lock_stores(connection, [store_id])
     ids = [
         row.problem_id
-        for row in _open_rows(connection, store_id)
+        for row in _open_rows(connection, [store_id]).get(store_id, [])
         if path is None or row.path == path
     ]
     return _resolve(connection, ids, resolution, run_id, now) if ids else 0
