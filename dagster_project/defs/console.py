@@ -27,6 +27,7 @@ from typing import Any
 
 from dagster import (
     AssetCheckEvaluation,
+    AssetCheckSeverity,
     ConfigMapping,
     DagsterEventType,
     Field,
@@ -72,12 +73,14 @@ def expected_paragraph(event: DagsterEvent, failed_checks: list[str]) -> str | N
 
 
 def failed_check(event: DagsterEvent) -> str | None:
-    """A failed blocking check's evaluation as its line (``lineage_valid failed: ...``), or
-    None for any other event."""
+    """A blocking check's evaluation failed with ERROR (what fails its step) as its line
+    (``lineage_valid failed: ...``), or None for any other event."""
     evaluation = event.event_specific_data
     if not isinstance(evaluation, AssetCheckEvaluation):
         return None
     if evaluation.passed or not evaluation.blocking:
+        return None
+    if evaluation.severity is not AssetCheckSeverity.ERROR:
         return None
     return f"{evaluation.check_name} failed: {evaluation.description or ''}".strip()
 
