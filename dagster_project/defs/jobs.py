@@ -31,7 +31,7 @@ from dagster_project.defs.assets import (
 )
 from dagster_project.defs.automation import schedule_status
 from dagster_project.defs.checkpoints import state_checkpoints
-from dagster_project.defs.console import CONSOLE
+from dagster_project.defs.console import CONSOLE, WITH_CONSOLE
 from state_runtime.maintenance import CheckName
 
 KIND_TAG = "state_runtime/maintenance"
@@ -50,6 +50,7 @@ validation_job = define_asset_job(
         "state_store_health, and run the lineage, retention, lag and orphan checks."
     ),
     tags={KIND_TAG: "validate"},
+    config=WITH_CONSOLE,  # a failed blocking check as its paragraph (console.py)
 )
 cleanup_job = define_asset_job(
     "state_cleanup_job",
@@ -75,7 +76,7 @@ store_record_job = define_asset_job(
         "broken store, so its partition shows Failed (requested by state_store_failures)."
     ),
     tags={KIND_TAG: "record"},  # its own kind: a queue of these never holds up the reports
-    config={"loggers": CONSOLE},  # a broken store's failure as its paragraph (console.py)
+    config=CONSOLE,  # a broken store's failure as its paragraph (console.py)
 )
 reconcile_job = define_asset_job(
     "state_reconcile_job",

@@ -22,6 +22,7 @@ from dagster import (
     build_sensor_context,
     materialize,
 )
+from dagster._core.system_config.objects import ResolvedRunConfig
 
 from dagster_project.definitions import defs
 from dagster_project.defs.asset_checks import state_checkpoint_checks
@@ -32,7 +33,7 @@ from dagster_project.defs.assets import (
     state_snapshots,
     state_store_health,
 )
-from dagster_project.defs.jobs import cleanup_schedule, snapshot_schedule
+from dagster_project.defs.jobs import cleanup_schedule, snapshot_schedule, validation_schedule
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import snapshot_due_sensor, store_discovery_sensor
@@ -270,7 +271,8 @@ def test_a_corrupt_snapshot_fails_lineage(
     stream.run(1)
     [snapshot, *_] = sorted(stream.storage.root.glob("state/0/0/default/*.snapshot"))
     snapshot.write_bytes(snapshot.read_bytes()[:-7] + b"corrupt")
-    lineage = check_results(run_checks(resources, instance))["lineage_valid"]
+    full = resources_for(stream.catalog, replace(FAST, verify_sample_percent=100))  # in place
+    lineage = check_results(run_checks(full, instance))["lineage_valid"]
     assert not lineage.passed
     assert (
         lineage.metadata["first_file"].value == snapshot.relative_to(stream.storage.root).as_posix()
@@ -341,6 +343,14 @@ def test_schedules_request_their_jobs() -> None:
     assert clean.run_config["ops"]["state_retention_cleanup"]["config"]["dry_run"] is False
     job = defs.resolve_job_def("state_cleanup_job")
     assert job.run_config_schema.config_type is not None
+    # The validation's run, as the daemon or the launchpad starts it, names the console logger
+    # that shows a failed blocking check as its paragraph; a resource's config still applies.
+    [valid] = validation_schedule.evaluate_tick(build_schedule_context()).run_requests or []
+    validation = defs.resolve_job_def("state_validation_job")
+    assert set(ResolvedRunConfig.build(validation, valid.run_config).loggers) == {"console"}
+    rooted = {"resources": {"maintenance": {"config": {"root": "/elsewhere"}}}}
+    resolved = ResolvedRunConfig.build(validation, rooted).resources["maintenance"]
+    assert resolved.config["root"] == "/elsewhere"
     assert AssetKey("state_retention_cleanup") in job.asset_layer.selected_asset_keys
 
 

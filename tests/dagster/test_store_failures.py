@@ -24,7 +24,7 @@ from dagster import (
 from dagster._core.storage.tags import PARTITION_NAME_TAG
 
 from dagster_project.definitions import defs
-from dagster_project.defs import sensors
+from dagster_project.defs import asset_checks, sensors
 from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.sensors import store_failure_sensor
@@ -148,10 +148,17 @@ def test_a_validation_in_dagster_fails_exactly_the_broken_partition_until_it_is_
 
     lost, content = break_store(stream)
     broken = store_name(stream, stream.stores[1])
+    capsys.readouterr()
     failing = validation.execute_in_process(
         instance=instance, resources=resources, raise_on_error=False
     )
     assert not failing.success  # the blocking lineage_valid failed its step
+    # Expected and recorded too: the failed check and its first finding, one paragraph.
+    console = capsys.readouterr().err
+    assert "Traceback" not in console and "Stack Trace" not in console
+    assert "DagsterAssetCheckFailedError" not in console
+    [why] = [line for line in console.splitlines() if line.startswith("lineage_valid failed: ")]
+    assert "1 problem(s) in 1 store(s); first: " in why and lost.name in why
     assert latest_states(instance)[broken]["status"] == "broken"
     assert statuses(instance, partitions)[broken] == MATERIALIZED  # until the sensor's tick
     capsys.readouterr()
@@ -180,6 +187,30 @@ def test_a_validation_in_dagster_fails_exactly_the_broken_partition_until_it_is_
     assert not page(instance, broken)["banner"]
     assert sensor.tick() == ([], [])
     sensor.quiet(monkeypatch)
+
+
+def test_an_unexpected_error_in_a_validation_keeps_its_trace(
+    make_stream: Callable[..., StoreStream],
+    instance: DagsterInstance,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Only an expected failure is shown without its trace: an error nobody raised on purpose
+    in a validation run is printed with its stack trace."""
+    stream = make_stream()
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("nobody expected this")
+
+    monkeypatch.setattr(asset_checks, "run_checks", boom)
+    validation = defs.resolve_job_def("state_validation_job")
+    capsys.readouterr()
+    run = validation.execute_in_process(
+        instance=instance, resources=resources_for(stream.catalog, FAST), raise_on_error=False
+    )
+    assert not run.success
+    console = capsys.readouterr().err
+    assert "RuntimeError: nobody expected this" in console and "Stack Trace" in console
 
 
 def test_the_failed_partition_shows_why_and_clears_once_sound(
