@@ -35,7 +35,7 @@ def test_health_explain_maintain_repair_on_a_damaged_snapshot(stream: StoreStrea
     assert {row["status"] for row in healthy} == {"healthy"}
 
     damage(snap)
-    assert statestore(stream, "validate").exit_code == 1
+    assert statestore(stream, "validate", "--full").exit_code == 1  # in place, size kept
     rows = {r["store"]: r for r in json.loads(statestore(stream, "health", "--json").output)}
     broken = rows[str(stream.key(store))]
     assert broken["status"] == "broken" and relative in broken["status_reason"]

@@ -123,20 +123,21 @@ class InventoryCalls(CatalogBase):
         """Record one store's validation by ``run_id``, which started at ``started_at``: each
         checked file's verification; the store's open problems become ``found`` (problems
         recorded after the validation started are left for the next one)."""
-        self.record_validations(run_id, [Validated(key, checked, found, started_at)])
+        validated = [Validated(key, checked, found, started_at)]
+        self._run(
+            "record validation",
+            lambda c: findings.record_validations(c, key.root, validated, run_id, self.now()),
+        )
 
     def record_validations(self, run_id: int | None, validated: Sequence[Validated]) -> None:
-        """Record the validations of several stores by ``run_id`` (:meth:`record_validation`),
-        one transaction per root: a few statements for all of them."""
-        by_root: dict[str, list[Validated]] = {}
-        for v in validated:
-            by_root.setdefault(v.key.root, []).append(v)
-        for root, some in by_root.items():
-            self._record_validations(run_id, root, some)
-
-    def _record_validations(
-        self, run_id: int | None, root: str, validated: Sequence[Validated]
-    ) -> None:
+        """Record the validations of several stores of one root by ``run_id``
+        (:meth:`record_validation`) in one transaction: a few statements for all of them."""
+        roots = {v.key.root for v in validated}
+        if len(roots) > 1:
+            raise InvalidArgument(f"validations of one root at a time, not of {sorted(roots)}")
+        if not roots:
+            return
+        [root] = roots
         self._run(
             "record validations",
             lambda c: findings.record_validations(c, root, validated, run_id, self.now()),
