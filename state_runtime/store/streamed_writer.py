@@ -43,7 +43,7 @@ from state_runtime.store.file_header import FileHeader
 from state_runtime.store.schema_files import publish
 from state_runtime.store.sorted_runs import Run, concat
 from state_runtime.store.versions import Version, layer_blocks
-from state_runtime.store.writer import CheckpointTarget, write_checkpoint
+from state_runtime.store.writer import CheckpointTarget, write_checkpoint, written_info
 
 _HASH_BYTES = 1 << 20
 
@@ -151,21 +151,7 @@ def _write(
     finally:
         if os.path.exists(spool):
             os.unlink(spool)
-    return CheckpointInfo(
-        store=target.store,
-        version=ref.version,
-        checkpoint_id=ref.checkpoint_id,
-        base_checkpoint_id=lineage[0].checkpoint_id if lineage else None,
-        lineage=lineage,
-        kind=kind,
-        path=path,
-        rows=state_rows,
-        file_rows=file_rows,
-        bytes_written=written,
-        checksum=found,
-        created_at=header.created_at,
-        timings_ms={kind.value: (time.perf_counter() - started) * 1000},
-    )
+    return written_info(header, path, written, found, started)
 
 
 def _spool(

@@ -104,20 +104,30 @@ def write_checkpoint(
             raise
         data = target.storage.read(path)
         written = 0
+    return written_info(header, path, written, checksum(data), started)
+
+
+def written_info(
+    header: FileHeader, path: str, written: int, found: str, started: float
+) -> CheckpointInfo:
+    """What a writer reports of the file ``header`` heads at ``path``: ``written`` bytes (0
+    when it was there already), its checksum ``found``, the time since ``started``
+    (``time.perf_counter``)."""
+    lineage = header.lineage
     return CheckpointInfo(
-        store=target.store,
-        version=ref.version,
-        checkpoint_id=ref.checkpoint_id,
+        store=header.store,
+        version=header.version,
+        checkpoint_id=header.checkpoint_id,
         base_checkpoint_id=lineage[0].checkpoint_id if lineage else None,
         lineage=lineage,
-        kind=kind,
+        kind=header.kind,
         path=path,
-        rows=state_rows,
-        file_rows=len(keys),
+        rows=header.state_rows,
+        file_rows=header.file_rows,
         bytes_written=written,
-        checksum=checksum(data),
+        checksum=found,
         created_at=header.created_at,
-        timings_ms={kind.value: (time.perf_counter() - started) * 1000},
+        timings_ms={header.kind.value: (time.perf_counter() - started) * 1000},
     )
 
 
