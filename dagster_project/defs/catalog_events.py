@@ -259,12 +259,17 @@ def batch_entry(
 
 def report_batches(instance: DagsterInstance, catalog: Catalog, after: int) -> int:
     """Reports the batches recorded after ``after`` (at most ``TICK_BATCHES``), in id order,
-    ``CHUNK`` events per write; returns the last id reported (``after`` when none)."""
-    names = StoreNames.of(catalog)
+    ``CHUNK`` events per write; returns the last id reported (``after`` when none). The
+    stores' names are read only when there is a batch to report: a quiet tick reads the page
+    of new batches alone, whatever the fleet."""
+    names: StoreNames | None = None
     last, count = after, 0
     while count < TICK_BATCHES:
         limit = min(PAGE, TICK_BATCHES - count)
         page = catalog.batch_metrics_after(last, limit=limit)
+        if not page:
+            break
+        names = names or StoreNames.of(catalog)
         for start in range(0, len(page), CHUNK):
             chunk = page[start : start + CHUNK]
             instance.event_log_storage.store_event_batch(
@@ -312,7 +317,7 @@ def report_catalog_runs(
         events += changed.evaluations
     for event in events:
         # log_event takes check evaluations too (Dagster 1.13); its annotation omits them
-        context.log_event(event)  # type: ignore[arg-type]
+        context.log_event(event)
     changed.logged()
 
 
