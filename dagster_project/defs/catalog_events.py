@@ -317,7 +317,7 @@ def report_catalog_runs(
         events += changed.evaluations
     for event in events:
         # log_event takes check evaluations too (Dagster 1.13); its annotation omits them
-        context.log_event(event)
+        context.log_event(event)  # type: ignore[arg-type]
     changed.logged()
 
 
