@@ -4,13 +4,14 @@
     STATE_BENCH_PARTITIONS=20000,100000 make bench-dagster-partitions
     STATE_BENCH_PG=postgresql://user@host:5432 python benchmarks/bench_dagster_partitions.py
 
-For each size: a Dagster instance on PostgreSQL (its own database, dropped at the end) with
-that many ``state_stores`` partitions (the time to add them, as the discovery sensor's one
-request does), each materialized once (as the first health run reports them, written in
-chunks of 500), and the time to list them (``get_dynamic_partitions``, what a sensor reads);
-then the two GraphQL queries the asset's Partitions page makes, through the real code
-location served over gRPC: the partition keys, and the partitions' statuses. *Cold* is the first query (Dagster computes its partition status cache from the
-event log), *warm* the next one (the cache is current).
+For each size: a Dagster instance on PostgreSQL (its own database, dropped at the end) with that
+many ``state_stores`` partitions (the time to add them, as the discovery sensor's one request
+does), each materialized once (as the first health run reports them, written in chunks of 500),
+and the time to list them (``get_dynamic_partitions``, what a sensor reads); then the two
+GraphQL queries the asset's Partitions page makes, through the real code location served over
+gRPC: the partition keys, and the partitions' statuses. *Cold* is the first query (Dagster
+computes its partition status cache from the event log), *warm* the next one (the cache is
+current).
 """
 
 from __future__ import annotations

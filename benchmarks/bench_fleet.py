@@ -166,7 +166,6 @@ class Cycle:
         found = sensor(context)
         assert isinstance(found, SensorResult), found
         before, self.cursors[name] = self.cursors.get(name), found.cursor
-        batches = Cursor.parse(found.cursor).metrics - Cursor.parse(before).metrics
         for request in found.dynamic_partitions_requests or []:
             if isinstance(request, AddDynamicPartitionsRequest):
                 keys = list(request.partition_keys)
@@ -174,7 +173,10 @@ class Cycle:
         if found.skip_reason is not None:
             return f"skipped: {found.skip_reason.skip_message}"
         added = sum(len(r.partition_keys) for r in found.dynamic_partitions_requests or [])
-        reported = f", {batches:,} batches reported" if name == "state_catalog_events" else ""
+        reported = ""
+        if name == "state_catalog_events":
+            batches = Cursor.parse(found.cursor).metrics - Cursor.parse(before).metrics
+            reported = f", {batches:,} batches reported"
         return f"{len(found.run_requests or [])} runs, {added} partitions requested{reported}"
 
     def minute_of_batches(self) -> None:

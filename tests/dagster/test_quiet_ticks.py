@@ -84,7 +84,7 @@ def test_a_quiet_tick_reads_what_changed_not_the_fleet(
     assert reading(statements) == ["read_stores (aggregate)"]
     with reads.counting() as statements:
         assert failures.tick() == ([], [])
-    assert reading(statements) == ["read_store_problems"]  # the open ones, their stores
+    assert reading(statements) == ["read_store_problems (aggregate)"]
     with reads.counting() as statements:
         quiet = tick(stream, instance, reported.cursor)
     assert not quiet.result.run_requests and not quiet.events
