@@ -9,7 +9,8 @@ For each size, a fleet of ``size / 200`` queries x 200 partitions (``fleet.py``:
 tiny deltas per store through the store and ``commit_batch``, snapshots staggered by
 partition, every file verified) in a fresh PostgreSQL catalog, and a Dagster instance on
 PostgreSQL (its own database). The previous hour's maintenance is run first, untimed: a
-cleanup of the history, every store's state reported to Dagster, one tick of each sensor.
+cleanup of the history, a validation, every store's state and checks reported to Dagster, one
+tick of each sensor.
 Then one hour of new batches (``STATE_BENCH_FLEET_HOUR`` per store) and the cycle, each pass
 through its public function, in this process, with the policy's default workers:
 
@@ -139,6 +140,8 @@ class Cycle:
         self.fleet = Fleet(self.catalog, roots=self.roots, owner="bench-fleet")
         self.maintenance = MaintenanceResource.of(POLICY, catalog_url=url)
         self.cursors: dict[str, str | None] = {}
+        self.versions: dict[str, tuple[int, int | None]] = {}
+        self.moved = 0
 
     def events(self, reports: list[StoreReport], checks: list[str]) -> int:
         """The per-store events a Dagster pass logs (those that changed), saved as reported."""
@@ -148,6 +151,13 @@ class Cycle:
             self.instance, self.catalog, reports, names, POLICY, partitions, checks
         )
         changed.logged()
+        versions = {
+            str(r.key): (r.health.latest.version, r.health.last_snapshot_version) for r in reports
+        }
+        # the baseline: stores whose latest version or snapshot moved since the last pass,
+        # each a store event if events followed them
+        self.moved = sum(1 for k, v in versions.items() if self.versions.get(k) != v)
+        self.versions = versions
         return len(changed.states) + len(changed.evaluations)
 
     def tick(self, name: str) -> str:
@@ -188,11 +198,12 @@ class Cycle:
             self.catalog.record_batch_metrics(self.roots[query], query_id(query), batch, FIGURES)
 
     def previous_hour(self) -> None:
-        """What the last hour's maintenance left: the history cleaned, every store's state
-        reported, each sensor's cursor current."""
+        """What the last hour's maintenance left: the history cleaned and validated, every
+        store's state and checks reported, each sensor's cursor current (the hour's events
+        are then those of a steady state, not of the fleet's first validation)."""
         self.tick("discovery")
         cleanup_pass(self.fleet, POLICY, dry_run=False)
-        self.events(store_reports(self.fleet, POLICY), PER_STORE_CHECKS)
+        self.events(list(run_checks(self.fleet, POLICY).health), PER_STORE_CHECKS)
         self.tick("failures")
         self.tick("state_catalog_events")
 
@@ -205,7 +216,10 @@ class Cycle:
             report = run_checks(self.fleet, POLICY)
             counts = report.validation.counts()
             events = self.events(list(report.health), PER_STORE_CHECKS) + 1 + FLEET_CHECKS
-            result = f"{'ok' if report.ok else 'PROBLEMS'}, {counts['files']:,} files read"
+            result = (
+                f"{'ok' if report.ok else 'PROBLEMS'}, {counts['files']:,} files read; "
+                f"{self.moved:,} stores' latest version or snapshot moved"
+            )
             return result, events
 
         def cleanup() -> tuple[str, int | None]:
