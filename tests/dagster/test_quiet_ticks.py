@@ -89,3 +89,6 @@ def test_a_quiet_tick_reads_what_changed_not_the_fleet(
         quiet = tick(stream, instance, reported.cursor)
     assert not quiet.result.run_requests and not quiet.events
     assert reading(statements) == ["read_maintenance_runs", "read_batch_metrics"]
+    # a partition added (a new store's): the next tick reports the stores' state again
+    instance.add_dynamic_partitions("state_stores", ["query-2/0/0/default"])
+    assert tick(stream, instance, quiet.cursor).result.run_requests
