@@ -3,12 +3,14 @@
     make bench-fleet                                     # 2,000 and 20,000 stores
     STATE_BENCH_FLEET_SIZES=100000 make bench-fleet      # 500 queries x 200 partitions
     STATE_BENCH_FLEET_HOUR=4                             # batches per store in the hour
+    STATE_BENCH_FLEET_MINUTE=2000                        # batches' metrics before the ticks
 
 For each size, a fleet of ``size / 200`` queries x 200 partitions (``fleet.py``: 12 versions of
 tiny deltas per store through the store and ``commit_batch``, snapshots staggered by
 partition, every file verified) in a fresh PostgreSQL catalog, and a Dagster instance on
 PostgreSQL (its own database). The previous hour's maintenance is run first, untimed: a
-cleanup of the history, every store's state reported to Dagster, one tick of each sensor.
+cleanup of the history, a validation, every store's state and checks reported to Dagster, one
+tick of each sensor.
 Then one hour of new batches (``STATE_BENCH_FLEET_HOUR`` per store) and the cycle, each pass
 through its public function, in this process, with the policy's default workers:
 
@@ -22,7 +24,9 @@ high-water mark reset before it), and the Dagster events that pass would write: 
 validation's and health's through the code location's own ``changed_store_events`` (each
 store whose state or per-store check changed, plus the fleet's), one materialization for
 the snapshot and cleanup assets. Then one tick of each sensor (discovery, failures,
-``state_catalog_events``) timed against the fleet, as the daemon calls them. A table per
+``state_catalog_events``) timed against the fleet, as the daemon calls them; before them,
+``STATE_BENCH_FLEET_MINUTE`` batches' metrics recorded over the queries (issue 35: 2,000 a
+minute), which the ``state_catalog_events`` tick reports to Dagster. A table per
 size, then one JSON line with every figure; ``--plot PATH`` draws the passes per size.
 """
 
@@ -45,18 +49,18 @@ from typing import Any
 
 from dagster import AddDynamicPartitionsRequest, DagsterInstance, SensorResult, build_sensor_context
 from dagster._core.test_utils import instance_for_test
-from fleet import Shape, advance, build, query_storage
+from fleet import Shape, advance, build, query_id, query_storage
 from fresh_database import fresh_database
 from peak_memory import peak_rss
 from rich.console import Console
 from rich.table import Table
 
-from dagster_project.defs.catalog_events import catalog_events_sensor
+from dagster_project.defs.catalog_events import Cursor, catalog_events_sensor
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import store_discovery_sensor, store_failure_sensor
 from dagster_project.defs.store_events import changed_store_events
-from state_runtime.catalog import Catalog, RetentionPolicy
+from state_runtime.catalog import BatchMetrics, Catalog, RetentionPolicy
 from state_runtime.maintenance import (
     CHECKS,
     Fleet,
@@ -72,6 +76,17 @@ from state_runtime.maintenance import (
 SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432")
 SIZES = [int(s) for s in os.environ.get("STATE_BENCH_FLEET_SIZES", "2000,20000").split(",")]
 HOUR = int(os.environ.get("STATE_BENCH_FLEET_HOUR", "4"))
+MINUTE = int(os.environ.get("STATE_BENCH_FLEET_MINUTE", "2000"))
+FIGURES = BatchMetrics(
+    rows_in=1_000,
+    keys_updated=200,
+    state_rows=20_000,
+    bytes_written=48_000,
+    commit_ms=12.0,
+    cache_hits=180,
+    cache_misses=20,
+    extra={"batch_ms": 900.0},
+)
 PROCESSES = int(os.environ.get("STATE_BENCH_FLEET_PROCESSES", str(os.cpu_count() or 2)))
 POLICY = MaintenancePolicy(
     snapshot_min_deltas=10,
@@ -121,10 +136,12 @@ class Cycle:
     def __init__(self, url: str, folder: Path, shape: Shape, instance: DagsterInstance) -> None:
         self.url, self.shape, self.instance = url, shape, instance
         self.catalog = Catalog.open(url)
-        roots = [query_storage(folder, q).uri for q in range(shape.queries)]
-        self.fleet = Fleet(self.catalog, roots=roots, owner="bench-fleet")
+        self.roots = [query_storage(folder, q).uri for q in range(shape.queries)]
+        self.fleet = Fleet(self.catalog, roots=self.roots, owner="bench-fleet")
         self.maintenance = MaintenanceResource.of(POLICY, catalog_url=url)
         self.cursors: dict[str, str | None] = {}
+        self.versions: dict[str, tuple[int, int | None]] = {}
+        self.moved = 0
 
     def events(self, reports: list[StoreReport], checks: list[str]) -> int:
         """The per-store events a Dagster pass logs (those that changed), saved as reported."""
@@ -134,6 +151,13 @@ class Cycle:
             self.instance, self.catalog, reports, names, POLICY, partitions, checks
         )
         changed.logged()
+        versions = {
+            str(r.key): (r.health.latest.version, r.health.last_snapshot_version) for r in reports
+        }
+        # the baseline: stores whose latest version or snapshot moved since the last pass,
+        # each a store event if events followed them
+        self.moved = sum(1 for k, v in versions.items() if self.versions.get(k) != v)
+        self.versions = versions
         return len(changed.states) + len(changed.evaluations)
 
     def tick(self, name: str) -> str:
@@ -151,7 +175,7 @@ class Cycle:
         )
         found = sensor(context)
         assert isinstance(found, SensorResult), found
-        self.cursors[name] = found.cursor
+        before, self.cursors[name] = self.cursors.get(name), found.cursor
         for request in found.dynamic_partitions_requests or []:
             if isinstance(request, AddDynamicPartitionsRequest):
                 keys = list(request.partition_keys)
@@ -159,14 +183,27 @@ class Cycle:
         if found.skip_reason is not None:
             return f"skipped: {found.skip_reason.skip_message}"
         added = sum(len(r.partition_keys) for r in found.dynamic_partitions_requests or [])
-        return f"{len(found.run_requests or [])} runs, {added} partitions requested"
+        reported = ""
+        if name == "state_catalog_events":
+            batches = Cursor.parse(found.cursor).metrics - Cursor.parse(before).metrics
+            reported = f", {batches:,} batches reported"
+        return f"{len(found.run_requests or [])} runs, {added} partitions requested{reported}"
+
+    def minute_of_batches(self) -> None:
+        """``MINUTE`` batches' metrics, over the queries in turn, as each query's driver records
+        them after its batch commits: what ``state_catalog_events`` reports at its next tick."""
+        for n in range(MINUTE):
+            query = n % self.shape.queries
+            batch = 1_000_000 + n // self.shape.queries
+            self.catalog.record_batch_metrics(self.roots[query], query_id(query), batch, FIGURES)
 
     def previous_hour(self) -> None:
-        """What the last hour's maintenance left: the history cleaned, every store's state
-        reported, each sensor's cursor current."""
+        """What the last hour's maintenance left: the history cleaned and validated, every
+        store's state and checks reported, each sensor's cursor current (the hour's events
+        are then those of a steady state, not of the fleet's first validation)."""
         self.tick("discovery")
         cleanup_pass(self.fleet, POLICY, dry_run=False)
-        self.events(store_reports(self.fleet, POLICY), PER_STORE_CHECKS)
+        self.events(list(run_checks(self.fleet, POLICY).health), PER_STORE_CHECKS)
         self.tick("failures")
         self.tick("state_catalog_events")
 
@@ -179,7 +216,10 @@ class Cycle:
             report = run_checks(self.fleet, POLICY)
             counts = report.validation.counts()
             events = self.events(list(report.health), PER_STORE_CHECKS) + 1 + FLEET_CHECKS
-            result = f"{'ok' if report.ok else 'PROBLEMS'}, {counts['files']:,} files read"
+            result = (
+                f"{'ok' if report.ok else 'PROBLEMS'}, {counts['files']:,} files read; "
+                f"{self.moved:,} stores' latest version or snapshot moved"
+            )
             return result, events
 
         def cleanup() -> tuple[str, int | None]:
@@ -196,6 +236,7 @@ class Cycle:
             measured("cleanup, executed", cleanup),
             measured("health", health),
         ]
+        self.minute_of_batches()
         for name in ("discovery", "failures", "state_catalog_events"):
             rows.append(measured(f"tick: {name}", lambda n=name: (self.tick(n), None)))
         return rows

@@ -94,18 +94,19 @@ def snapshot_due_sensor(
 
 @dataclass(frozen=True)
 class FailuresCursor:
-    """The partitions of the stores broken at the last full tick, and the open problems' ids
-    then (None: read everything, as the first tick does)."""
+    """The partitions of the stores broken at the last full tick, and the catalog's census of
+    open problems then (their count and newest id; None: read everything, as the first tick
+    does)."""
 
     failed: list[str]
-    problems: list[int] | None
+    census: list[int] | None
 
     @classmethod
     def parse(cls, text: str | None) -> "FailuresCursor":
         found = json.loads(text or "[]")
         if isinstance(found, list):  # the cursor before the problems were kept
             return cls(found, None)
-        return cls(found["failed"], found["problems"])
+        return cls(found["failed"], found.get("census"))  # older: the problems' ids
 
 
 @sensor(
@@ -126,14 +127,15 @@ def store_failure_sensor(
     """The stores the catalog says are broken (as ``statestore health`` does) against their
     partitions' status in Dagster: a run for each one not Failed yet, and one for each failed
     partition whose store is no longer broken (``store_events.py``). A store is broken while it
-    has open problems: a tick reads them, and only when they changed since the last tick (the
-    cursor keeps their ids, and the partitions of the stores broken then) does it read the
-    stores' reports and Dagster's partition statuses."""
+    has open problems: a tick reads their count and newest id (one row, whatever the fleet), and
+    only when they changed since the last tick (the cursor keeps them, and the partitions of
+    the stores broken then) does it read the stores' reports and Dagster's partition
+    statuses."""
     before = FailuresCursor.parse(context.cursor)
     with maintenance.fleet("dagster:store-failures") as fleet:
-        problems = sorted(p.problem_id for p in fleet.catalog.problems())
-        if before.problems == problems:
-            skip = SkipReason(f"{len(problems)} open problems, none new or resolved")
+        census = list(fleet.catalog.problem_census())
+        if before.census == census:
+            skip = SkipReason(f"{census[0]} open problems, none new or resolved")
             return SensorResult(skip_reason=skip, cursor=context.cursor)
         reports = store_reports(fleet, maintenance.policy())
         names = StoreNames.of(fleet.catalog)
@@ -146,8 +148,8 @@ def store_failure_sensor(
     # yet) shows Failed and only theirs: until then, read everything again
     broken = sum(1 for r in reports if r.status.status is StoreStatus.BROKEN)
     done = not runs.fail and not runs.clear and len(runs.failed) == broken
-    settled = problems if done else before.problems
-    cursor = json.dumps({"failed": runs.failed, "problems": settled})
+    settled = census if done else before.census
+    cursor = json.dumps({"failed": runs.failed, "census": settled})
     if not runs.fail and not runs.clear:
         skip = SkipReason("every broken store's partition shows Failed, and only theirs")
         return SensorResult(skip_reason=skip, cursor=cursor)

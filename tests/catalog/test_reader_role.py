@@ -44,6 +44,7 @@ READS: dict[str, Read] = {
     "recovery_costs": lambda c, s: c.recovery_costs(s.root),
     "health_pages": lambda c, s: list(c.health_pages(POLICY, root=s.root, now=LATER)),
     "store_census": lambda c, s: c.store_census(),
+    "problem_census": lambda c, s: c.problem_census(),
     "file_verdicts": lambda c, s: c.file_verdicts(POLICY, root=s.root, now=LATER),
     "unconfirmed_snapshots": lambda c, s: c.unconfirmed_snapshots(POLICY, root=s.root, now=LATER),
     "deletable_files": lambda c, s: c.deletable_files(POLICY, root=s.root, store=STORE, now=LATER),

@@ -152,6 +152,11 @@ class InventoryCalls(CatalogBase):
             lambda c: findings.add_problems(c, key.root, key.store, found, run_id, self.now()),
         )
 
+    def problem_census(self) -> tuple[int, int]:
+        """How many problems are open and the newest open one's id: a reader's cheap test of
+        whether any was found or resolved (Dagster's failures sensor)."""
+        return self._read("count problems", lambda c, v: findings.problem_census(c, v))
+
     def problems(
         self,
         *,

@@ -285,6 +285,18 @@ def resolve_problems(
     return _resolve(connection, ids, resolution, run_id, now) if ids else 0
 
 
+def problem_census(connection: Connection, views: ReaderViews) -> tuple[int, int]:
+    """How many problems are open and the newest open one's id (0, 0 when none): changes
+    whenever a problem is found (ids only grow) or resolved, read without listing them."""
+    p = views.problems.c
+    count, newest = connection.execute(
+        sa.select(sa.func.count(), sa.func.coalesce(sa.func.max(p.problem_id), 0)).where(
+            p.resolved_at.is_(None)
+        )
+    ).one()
+    return int(count), int(newest)
+
+
 def problems(
     connection: Connection,
     views: ReaderViews,

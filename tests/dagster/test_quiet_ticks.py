@@ -1,0 +1,94 @@
+"""A sensor tick with nothing new reads no more than what changed: the statements each sensor
+sends the catalog on a quiet tick, and the rows they return, counted on a real catalog with a
+broken store (an open problem) and every sensor's cursor current."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from dagster import DagsterInstance, SensorResult, build_sensor_context
+
+from dagster_project.defs.sensors import store_discovery_sensor
+from state_runtime.maintenance import Fleet, run_checks
+from tests.dagster.conftest import resources_for
+from tests.dagster.test_catalog_events import tick
+from tests.dagster.test_dagster_definitions import FAST
+from tests.dagster.test_store_failures import FailureSensor, break_store
+from tests.maintenance.streams import StoreStream
+
+
+@dataclass(eq=False)
+class Reads:
+    """The reading statements a sensor's tick sends the catalog (the schema revision check
+    every opening makes left out), collected while ``counting``."""
+
+    database: str
+    statements: list[str] = field(default_factory=list)
+
+    def __call__(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        text = " ".join(statement.split())
+        reads = text.startswith(("SELECT", "WITH")) and "schema_revision" not in text
+        if conn.engine.url.database == self.database and reads:
+            self.statements.append(text)
+
+    @contextmanager
+    def counting(self) -> Iterator[list[str]]:
+        self.statements.clear()
+        sa.event.listen(sa.engine.Engine, "after_cursor_execute", self)
+        try:
+            yield self.statements
+        finally:
+            sa.event.remove(sa.engine.Engine, "after_cursor_execute", self)
+
+
+def reading(statements: list[str]) -> list[str]:
+    """What each statement reads: its first reading view, and whether it only counts."""
+    found = []
+    for text in statements:
+        view = text.split(" FROM ", 1)[1].split()[0]
+        found.append(f"{view} (aggregate)" if "count(*)" in text else view)
+    return found
+
+
+def test_a_quiet_tick_reads_what_changed_not_the_fleet(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    """With every cursor current and one store broken, a quiet tick of each sensor sends the
+    catalog one statement per thing it follows (its count of stores, the open problems, the
+    runs and the batches after its cursor), none listing the stores or their commits."""
+    stream = make_stream()
+    stream.run(6)
+    break_store(stream)
+    run_checks(Fleet(stream.catalog, owner="tests"), FAST)  # one broken store: an open problem
+    resources = resources_for(stream.catalog, FAST)
+    reads = Reads(stream.catalog.engine.url.database or "")
+
+    def discovery(cursor: str | None) -> SensorResult:
+        context = build_sensor_context(instance=instance, resources=resources, cursor=cursor)
+        found = store_discovery_sensor(context)
+        for request in found.dynamic_partitions_requests:
+            instance.add_dynamic_partitions("state_stores", list(request.partition_keys))
+        return found
+
+    first = discovery(None)
+    failures = FailureSensor(stream, instance)
+    assert len(failures.fail_broken()) == 1
+    assert failures.tick() == ([], [])  # the partition shows Failed: the problems settled
+    reported = tick(stream, instance, None)
+    with reads.counting() as statements:
+        assert discovery(first.cursor).skip_reason is not None
+    assert reading(statements) == ["read_stores (aggregate)"]
+    with reads.counting() as statements:
+        assert failures.tick() == ([], [])
+    assert reading(statements) == ["read_store_problems (aggregate)"]
+    with reads.counting() as statements:
+        quiet = tick(stream, instance, reported.cursor)
+    assert not quiet.result.run_requests and not quiet.events
+    assert reading(statements) == ["read_maintenance_runs", "read_batch_metrics"]
+    # a partition added (a new store's): the next tick reports the stores' state again
+    instance.add_dynamic_partitions("state_stores", ["query-2/0/0/default"])
+    assert tick(stream, instance, quiet.cursor).result.run_requests
