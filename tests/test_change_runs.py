@@ -2,7 +2,8 @@
 the spill threshold go to local disk as they arrive, not squashed in memory at commit.
 In process, with a threshold of a few calls' rows: lookups, the row count, ``updates()``,
 the delta's row count and the committed version all equal the same calls made with every run in
-memory, removals and keys changed twice included; a small batch still writes format 3.
+memory, removals and keys changed twice included; a small batch still writes format 3; a
+spill onto a full local disk fails typed.
 The memory bound itself is measured in a fresh process (tests/test_delta_write.py)."""
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from state_runtime import StateStoreProvider
+from state_runtime.errors import LocalDiskFull
 from state_runtime.storage import LocalStorage
 from state_runtime.store import checkpoint_format
 from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun
+
+from .store_helpers import local_tmpfs
 
 KEY = pa.struct([("k", pa.int64())])
 VALUE = pa.struct([("v", pa.int64())])
@@ -109,3 +114,27 @@ def test_a_small_batch_on_disk_still_writes_format_3(tmp_path: Path) -> None:
     data = LocalStorage(tmp_path).read(info.path)
     assert int.from_bytes(data[8:10], "little") == checkpoint_format.DELTA_FORMAT_VERSION
     assert dict(provider.get_read_store(1, info.checkpoint_id).items())[(299,)] == (299,)
+
+
+def test_a_call_that_spills_onto_a_full_local_disk_fails_typed_and_keeps_the_changes(
+    tmp_path: Path,
+) -> None:
+    """A call whose change runs pass the threshold with no local room for them: LocalDiskFull
+    naming the store, no run file left, and the store still answers with every change
+    made (the spill failed, the runs stayed in memory)."""
+    provider = StateStoreProvider(
+        LocalStorage(tmp_path / "root"), 0, 0, key_schema="k bigint", value_schema="v bigint"
+    )
+    store = provider.get_store(0)
+    keys = np.arange(200_000, dtype=np.int64)  # 4.8 MB as a run, on a 1 MiB disk
+    mount = tmp_path / "small"
+    mount.mkdir()
+    with local_tmpfs(mount), _threshold(THRESHOLD):
+        store.apply_arrow(_table(keys[:10], keys[:10]))
+        with pytest.raises(LocalDiskFull) as caught:
+            store.apply_arrow(_table(keys, keys + 1))
+        assert not list(mount.rglob("*.arrow"))
+    assert caught.value.store == provider.store_id
+    assert caught.value.needed >= 200_000 * 16
+    assert store.get(5) == (6,) and store.get(199_999) == (200_000,)
+    store.abort()
