@@ -20,6 +20,7 @@ the load average.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -90,31 +91,42 @@ def _warm_up(budget_mib: int, *, memory: bool) -> int:
     return peak_rss()
 
 
-def commit(root: str, budget_mib: int, updates: int, *, memory: bool) -> dict[str, object]:
-    """Open the head, put ``updates`` rows (keys 0 to updates - 1, value = key + 2) in one
-    ``apply_arrow``, commit:
-    the commit's peak resident memory growth over the resident memory just before it (its
-    own, whatever the puts held); the new head in head.json, for ``--load`` to read back."""
+def commit(
+    root: str, budget_mib: int, updates: int, *, memory: bool, calls: int = 1
+) -> dict[str, object]:
+    """Open the head, put ``updates`` rows (keys 0 to updates - 1, value = key + 2) in
+    ``calls`` ``apply_arrow`` calls of equal size, commit: the commit's peak resident memory
+    growth over the resident memory just before it (its own, whatever the puts held), and
+    the batch's (the calls and the commit) over the resident memory before the first call;
+    the new head in head.json, for ``--load`` to read back."""
     _warm_up(budget_mib, memory=memory)
     version, checkpoint_id = json.loads(Path(root, "head.json").read_text())
     store = _provider(root).get_store(version, checkpoint_id)
-    updated = np.arange(updates, dtype=np.int64)
-    store.apply_arrow(_table(updated, updated + 2))  # one change run: no squash at commit
     written_before = LOCAL_DISK.stats.bytes_written
-    before = reset_peak()
+    batch_before = reset_peak()
     started = time.perf_counter()
+    bounds = np.linspace(0, updates, calls + 1).astype(np.int64)
+    for start, stop in itertools.pairwise(bounds.tolist()):  # each call's keys made for it
+        part = np.arange(start, stop, dtype=np.int64)
+        store.apply_arrow(_table(part, part + 2))
+    applied = time.perf_counter()
+    calls_peak = peak_rss()
+    before = reset_peak()  # the commit's own peak from here
     head = store.commit()
-    elapsed = time.perf_counter() - started
-    growth = peak_rss() - before
+    elapsed = time.perf_counter() - applied
+    commit_peak = peak_rss()
     Path(root, "head.json").write_text(json.dumps([head.version, head.checkpoint_id]))
     return {
         "mode": "memory" if memory else "streamed",
         "changed_rows": updates,
+        "calls": calls,
         "budget_bytes": budget_mib << 20,
+        "apply_s": round(applied - started, 3),
         "commit_s": round(elapsed, 3),
-        "commit_peak_rss_growth_bytes": growth,
+        "commit_peak_rss_growth_bytes": commit_peak - before,
+        "batch_peak_rss_growth_bytes": max(calls_peak, commit_peak) - batch_before,
         "delta_bytes": head.bytes_written,
-        "commit_local_disk_bytes_written": LOCAL_DISK.stats.bytes_written - written_before,
+        "batch_local_disk_bytes_written": LOCAL_DISK.stats.bytes_written - written_before,
         "load": os.getloadavg()[0],
     }
 
@@ -171,13 +183,24 @@ def main() -> None:
     parser.add_argument("--prepare", metavar="ROOT")
     parser.add_argument("--load", metavar="ROOT")
     parser.add_argument("--commit", metavar="ROOT", help="commit --updates rows on the head")
+    parser.add_argument("--calls", type=int, default=1, help="apply_arrow calls of --commit")
     parser.add_argument("--memory", action="store_true")
     args = parser.parse_args()
     if args.prepare:
         prepare(args.prepare, int(args.keys), args.updates)
         return
     if args.commit:
-        print(json.dumps(commit(args.commit, args.budget_mib, args.updates, memory=args.memory)))
+        print(
+            json.dumps(
+                commit(
+                    args.commit,
+                    args.budget_mib,
+                    args.updates,
+                    memory=args.memory,
+                    calls=args.calls,
+                )
+            )
+        )
         return
     if args.load:
         print(json.dumps(load(args.load, args.budget_mib, memory=args.memory)))

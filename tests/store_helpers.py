@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from state_runtime import CheckpointInfo, StateStoreProvider, StoreConfig
 from state_runtime.storage import Storage
@@ -88,3 +91,22 @@ def forced_disk(block_bytes: int = 64) -> Iterator[None]:
         yield
     finally:
         LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes = saved
+
+
+@contextlib.contextmanager
+def local_tmpfs(mount: Path) -> Iterator[None]:
+    """Local files written from now on (runs, snapshot spools) go to a real 1 MiB tmpfs at
+    ``mount`` (skipped where this machine cannot mount one)."""
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        LOCAL_DISK.set_directory(str(mount))
+        yield
+    finally:
+        LOCAL_DISK.set_directory(None)
+        subprocess.run(["umount", "-l", str(mount)], check=False)

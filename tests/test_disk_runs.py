@@ -3,8 +3,6 @@ typed error when local disk is short (on a real 1 MiB tmpfs when this machine ca
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,11 +13,11 @@ import pytest
 from state_runtime import StateStoreProvider
 from state_runtime.errors import LocalDiskFull
 from state_runtime.storage import LocalStorage
-from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, merge, spilled, written
+from state_runtime.store.disk_runs import DiskRun, merge, spilled, written
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run
 
-from .store_helpers import forced_disk
+from .store_helpers import forced_disk, local_tmpfs
 
 KEY = pa.struct([("k", pa.int64())])
 VALUE = pa.struct([("v", pa.int64())])
@@ -85,7 +83,7 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A real 1 MiB tmpfs (needs the right to mount; skipped where there is none)."""
     mount = tmp_path / "small"
     mount.mkdir()
-    with _tmpfs(mount):
+    with local_tmpfs(mount):
         yield mount
 
 
@@ -169,7 +167,7 @@ def test_a_snapshot_write_that_fills_local_disk_fails_typed_and_leaves_no_file(
         info = store.commit()  # its runs on disk, in the default folder
         mount = tmp_path / "small"
         mount.mkdir()
-        with _tmpfs(mount):
+        with local_tmpfs(mount):
             with pytest.raises(LocalDiskFull) as caught:
                 provider.snapshot(info.version, info.checkpoint_id)  # its spool: the tmpfs
             assert not list(mount.rglob("*.snapshot"))
@@ -199,7 +197,7 @@ def test_a_delta_write_that_fills_local_disk_fails_typed_and_aborts_the_store(
     )
     mount = tmp_path / "small"
     mount.mkdir()
-    with _tmpfs(mount):
+    with local_tmpfs(mount):
         with pytest.raises(LocalDiskFull) as caught:
             store.commit()
         assert not list(mount.rglob("*.delta"))
@@ -209,22 +207,3 @@ def test_a_delta_write_that_fills_local_disk_fails_typed_and_aborts_the_store(
     assert not list((tmp_path / "root").rglob("*.delta"))  # nothing written to storage
     assert not store.has_committed
     store.abort()  # already aborted: a no-op
-
-
-@contextlib.contextmanager
-def _tmpfs(mount: Path) -> Iterator[None]:
-    """Local files written from now on (runs, snapshot spools) go to a real 1 MiB tmpfs at
-    ``mount`` (skipped where this machine cannot mount one)."""
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        LOCAL_DISK.set_directory(str(mount))
-        yield
-    finally:
-        LOCAL_DISK.set_directory(None)
-        subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -32,6 +32,7 @@ from state_runtime.errors import (
 )
 from state_runtime.identity import CheckpointRef, FileKind, StoreId, new_checkpoint_id
 from state_runtime.store.arrow_rows import Row, struct_array, struct_rows
+from state_runtime.store.change_runs import ChangeRuns
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, disk_metrics, held_bytes, written
@@ -45,11 +46,11 @@ from state_runtime.store.scans import (
     prefix_mask,
     range_mask,
 )
-from state_runtime.store.sorted_runs import Run
+from state_runtime.store.sorted_runs import Run, concat
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.store_metrics import LoadMetrics, StoreMetrics
 from state_runtime.store.streamed_writer import write_delta
-from state_runtime.store.versions import Version, get, live_blocks, lookup, row_change, squash
+from state_runtime.store.versions import Version, get, live_blocks, lookup, row_change
 from state_runtime.store.writer import CheckpointTarget, record_unchanged
 
 
@@ -62,8 +63,6 @@ class _Absent:
 
 ABSENT: Final = _Absent()
 """Marks a removed key in a store's pending per-key changes."""
-
-_MAX_PENDING_RUNS = 8
 
 
 class _Unhashable:
@@ -326,7 +325,7 @@ class StateStore(ReadStateStore):
     def __init__(self, host: StoreHost, version: Version, load: LoadMetrics) -> None:
         super().__init__(host, version, load)
         self._puts = _Changes()  # per-key changes since the last flush
-        self._pending: list[Run] = []  # flushed changes, newest first
+        self._pending = ChangeRuns(self._indexer, self.store_id)  # flushed changes
         self._status = _State.OPEN
         self._info: CheckpointInfo | None = None
 
@@ -344,19 +343,8 @@ class StateStore(ReadStateStore):
             schema.value_arrow,
         )
         run, _ = Run.build(self._indexer, keys, values)
-        self._push(run)
+        self._pending.push(run)
         self._puts = _Changes()
-
-    def _push(self, run: Run) -> None:
-        self._pending.insert(0, run)
-        if len(self._pending) > _MAX_PENDING_RUNS:
-            self._pending = [self._squashed()]
-
-    def _squashed(self) -> Run:
-        """The pending change runs as one (in memory, as they are)."""
-        squashed = squash(self._indexer, self._pending)
-        assert isinstance(squashed, Run)
-        return squashed
 
     def _flushed(self) -> None:
         try:
@@ -366,17 +354,17 @@ class StateStore(ReadStateStore):
                 f"a value does not fit the schema: {e}", store=self.store_id
             ) from e
 
-    def _changes(self) -> Run:
+    def _changes(self) -> AnyRun:
         """This version's changes as one change run (empty when there are none)."""
         self._flush()
         if not self._pending:
             schema = self._host.schema
             return Run.empty(schema.key_arrow, schema.value_arrow)
-        return self._squashed()
+        return self._pending.squashed()
 
     def _runs(self) -> tuple[AnyRun, ...]:
         self._flushed()
-        return (*self._pending, *self._version.runs)
+        return (*self._pending.runs, *self._version.runs)
 
     def _blocks(self) -> Iterator[Run]:
         runs = self._runs()
@@ -399,7 +387,8 @@ class StateStore(ReadStateStore):
         self._flushed()
         if not self._pending:
             return self._version.rows
-        return self._version.rows + row_change(self._indexer, self._version.runs, self._squashed())
+        changes = self._pending.squashed()
+        return self._version.rows + row_change(self._indexer, self._version.runs, changes)
 
     # --- updates ------------------------------------------------------------------------
 
@@ -483,7 +472,7 @@ class StateStore(ReadStateStore):
             raise InvalidArgument("arrow data holds null keys", store=self.store_id)
         self._flushed()
         run, _ = Run.build(self._indexer, keys, table.column("value").combine_chunks())
-        self._push(run)
+        self._pending.push(run)
 
     def updates(self) -> Iterator[tuple[Row, Row | None]]:
         """This version's changes: (key, new value), or (key, None) for a removal; in key
@@ -491,11 +480,15 @@ class StateStore(ReadStateStore):
         self._flushed()
         if not self._pending:
             return
-        changes = self._squashed()
-        if not self._indexer.exact:
-            with contextlib.suppress(InvalidArgument):
-                changes = key_ordered(changes.keys, changes.values)
-        yield from changes.rows()
+        changes = self._pending.squashed()
+        if self._indexer.exact:  # index order is key order
+            for block in changes.blocks():
+                yield from block.rows()
+            return
+        whole = concat(list(changes.blocks()), changes.key_type, changes.value_type)
+        with contextlib.suppress(InvalidArgument):
+            whole = key_ordered(whole.keys, whole.values)
+        yield from whole.rows()
 
     # --- transaction --------------------------------------------------------------------
 
@@ -565,7 +558,7 @@ class StateStore(ReadStateStore):
             self._status = _State.ABORTED
             raise
         host.install(self._version)
-        self._pending = []
+        self._pending.clear()
         self._status = _State.COMMITTED
         elapsed = (time.perf_counter() - started) * 1000
         removed = changes.removals
@@ -584,5 +577,5 @@ class StateStore(ReadStateStore):
         """Discard this version's updates; no file is written. Idempotent after commit/abort."""
         if self._status is _State.OPEN:
             self._puts = _Changes()
-            self._pending = []
+            self._pending.clear()
             self._status = _State.ABORTED

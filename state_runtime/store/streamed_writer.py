@@ -38,7 +38,7 @@ from state_runtime.store.checkpoint_format import (
 )
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.column_encoding import ENCODINGS_KEY, TableEncoder
-from state_runtime.store.disk_runs import LOCAL_DISK, held_bytes, raise_if_full
+from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, held_bytes, raise_if_full
 from state_runtime.store.file_header import FileHeader
 from state_runtime.store.schema_files import publish
 from state_runtime.store.sorted_runs import Run, concat
@@ -76,26 +76,33 @@ def write_delta(
     target: CheckpointTarget,
     ref: CheckpointRef,
     lineage: tuple[CheckpointRef, ...],
-    changes: Run,
+    changes: AnyRun,
     state_rows: int,
     *,
     in_key_order: bool,
 ) -> CheckpointInfo:
     """Write ``<version>_<id>.delta`` of a commit's ``changes`` (never overwriting): encoded
     in memory when they fit one record batch (format 3 where it can), else through a local
-    file (see the module), so that the encoded copies never sit whole beside the rows."""
-    data_bytes = int(changes.keys.nbytes) + int(changes.values.nbytes)
-    if len(changes) <= checkpoint_format.batch_rows(data_bytes, len(changes)):
-        return write_checkpoint(
-            target,
-            FileKind.DELTA,
-            ref,
-            lineage,
-            changes.keys,
-            changes.values,
-            state_rows,
-            in_key_order=in_key_order,
-        )
+    file (see the module), so that the encoded copies never sit whole beside the rows.
+    Changes on local disk (a batch of many large ``apply_arrow`` calls) are read a block at
+    a time."""
+    small = len(changes) <= checkpoint_format.batch_rows(held_bytes(changes), len(changes))
+    if not isinstance(changes, Run) and small:
+        # A small change run on disk (a tiny budget): one batch, written as in memory.
+        changes = concat(list(changes.blocks()), changes.key_type, changes.value_type)
+    if isinstance(changes, Run):
+        data_bytes = int(changes.keys.nbytes) + int(changes.values.nbytes)
+        if len(changes) <= checkpoint_format.batch_rows(data_bytes, len(changes)):
+            return write_checkpoint(
+                target,
+                FileKind.DELTA,
+                ref,
+                lineage,
+                changes.keys,
+                changes.values,
+                state_rows,
+                in_key_order=in_key_order,
+            )
     publish(target.storage, target.history.newest)  # before any file names it
     return _write(
         target,
@@ -106,7 +113,7 @@ def write_delta(
         len(changes),
         state_rows,
         in_key_order=in_key_order,
-        needed=changes.nbytes,
+        needed=held_bytes(changes),
         exists_ok=False,
     )
 

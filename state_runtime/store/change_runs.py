@@ -1,0 +1,70 @@
+"""A writable store's changes before its commit, as change runs within the memory budget.
+
+Each ``apply_arrow`` call (and each flush of per-key puts) adds a change run on top. The
+runs in memory stay within the spill threshold (a quarter of the budget,
+:meth:`~state_runtime.store.disk_runs.LocalDisk.threshold`): past it they are squashed and
+the result goes to local disk, so a batch of many large calls holds about one threshold of
+its changes in memory, whatever their total. Runs on disk merge like a binary counter (the
+newer at least half the older), so a row is rewritten about log2(changes / threshold)
+times and few runs stay on disk. In memory mode (a large budget) nothing spills and the
+runs are squashed in memory, as before.
+"""
+
+from __future__ import annotations
+
+from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, merge, spilled
+from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.sorted_runs import Run
+from state_runtime.store.versions import squash
+
+MAX_RUNS_IN_MEMORY = 8
+"""Squash the change runs in memory once there are more (lookups pass every run)."""
+
+
+class ChangeRuns:
+    """The change runs of one store's version being built: newest first, those in memory
+    above those on disk."""
+
+    def __init__(self, indexer: KeyIndexer, store: object) -> None:
+        self._indexer = indexer
+        self._store = store
+        self.runs: list[AnyRun] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.runs)
+
+    def _in_memory(self) -> list[AnyRun]:
+        return [r for r in self.runs if isinstance(r, Run)]
+
+    def push(self, run: Run) -> None:
+        """Put ``run`` on top (see the module)."""
+        self.runs.insert(0, run)
+        in_memory = self._in_memory()
+        if sum(r.nbytes for r in in_memory) > LOCAL_DISK.threshold():
+            on_disk = spilled(self._store, squash(self._indexer, in_memory))
+            self.runs = self._binary_merged([on_disk, *self.runs[len(in_memory) :]])
+        elif len(in_memory) > MAX_RUNS_IN_MEMORY:
+            self.runs[: len(in_memory)] = [squash(self._indexer, in_memory)]
+
+    def _binary_merged(self, runs: list[AnyRun]) -> list[AnyRun]:
+        """``runs`` (newest first), each merged into the older one below it while it holds
+        at least half that one's rows."""
+        while len(runs) >= 2 and 2 * len(runs[0]) >= len(runs[1]):
+            older, newer = runs[1], runs[0]
+            runs[0:2] = [merge(self._indexer, older, newer, drop_removals=False, store=self._store)]
+        return runs
+
+    def squashed(self) -> AnyRun:
+        """The change runs as one, kept as the only one: those in memory squashed in memory,
+        then merged with those on disk, streamed to disk. Not empty: call when there are
+        changes."""
+        in_memory = self._in_memory()
+        runs = self.runs
+        if len(in_memory) > 1:
+            runs = [squash(self._indexer, in_memory), *runs[len(in_memory) :]]
+        self.runs = [squash(self._indexer, runs, self._store)]
+        return self.runs[0]
+
+    def clear(self) -> None:
+        """Drop every change (the files of runs on disk go with them)."""
+        self.runs = []
