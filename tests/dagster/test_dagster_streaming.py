@@ -25,16 +25,13 @@ from dagster_project.defs.assets import (
     state_store_health,
 )
 from state_runtime.catalog import Catalog, RetentionPolicy
-from state_runtime.identity import StoreId
 from state_runtime.maintenance import (
     Fleet,
     MaintenancePolicy,
     cleanup_pass,
-    due_for_snapshot,
     run_checks,
     snapshot_pass,
 )
-from state_runtime.maintenance.spark import snapshot_on_spark
 from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
 from tests.dagster.conftest import resources_for
 from tests.runtime.reference import running_totals
@@ -183,21 +180,3 @@ def test_maintenance_beside_a_running_stream(
         assert report.validation.ok, report.validation.errors
         latest = catalog.latest_committed(stream.query.root)
         assert {ref.version for ref in latest.values()} == {8}
-
-
-@pytest.mark.connect
-def test_the_snapshot_pass_spread_over_spark_tasks(
-    spark: SparkSession, make_stream: Any, sqlite_catalog: Catalog
-) -> None:
-    """Twelve due stores dealt to three Spark tasks: each snapshotted exactly once."""
-    stream = make_stream(stores=[StoreId(0, p) for p in range(12)])
-    stream.run(4)
-    url = sqlite_catalog.engine.url.render_as_string(hide_password=False)
-    policy = MaintenancePolicy(snapshot_min_deltas=4)
-    outcomes = snapshot_on_spark(spark, Fleet(sqlite_catalog), url, policy, slices=3)
-    assert sorted(o["store"] for o in outcomes) == sorted(str(stream.key(s)) for s in stream.stores)
-    assert {o["status"] for o in outcomes} == {"written"}
-    assert len({o["run_id"] for o in outcomes}) == 3
-    assert not due_for_snapshot(Fleet(sqlite_catalog), policy)
-    for store in stream.stores:
-        assert stream.loaded(store, 4) == stream.expected(store, 4)
