@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from dagster_project.defs.assets import (
     state_snapshots,
     state_store_health,
 )
+from dagster_project.defs.resources import MaintenanceResource
 from state_runtime.catalog import Catalog, RetentionPolicy
 from state_runtime.maintenance import (
     Fleet,
@@ -32,8 +34,10 @@ from state_runtime.maintenance import (
     run_checks,
     snapshot_pass,
 )
+from state_runtime.maintenance.spark import SparkSpread
 from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
 from tests.dagster.conftest import resources_for
+from tests.maintenance.streams import StoreStream
 from tests.runtime.reference import running_totals
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -180,3 +184,27 @@ def test_maintenance_beside_a_running_stream(
         assert report.validation.ok, report.validation.errors
         latest = catalog.latest_committed(stream.query.root)
         assert {ref.version for ref in latest.values()} == {8}
+
+
+def test_the_resource_runs_the_passes_on_spark(
+    spark: SparkSession, make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    """``on_spark``: the snapshot asset and the validation checks run their passes as Spark
+    tasks (the fixture's session), with the outcome and the one recorded run of each."""
+    stream = make_stream()
+    stream.run(5)
+    url = stream.catalog.engine.url.render_as_string(hide_password=False)
+    maintenance = MaintenanceResource.of(FAST, catalog_url=url, on_spark=True)
+    assert isinstance(maintenance.spread(), SparkSpread)
+    resources = {"maintenance": maintenance}
+    snaps = materialize([state_snapshots], resources=resources, instance=instance)
+    assert metadata(snaps, "state_snapshots")["written"] == len(stream.stores)
+    checks = materialize(
+        [state_checkpoints, state_checkpoint_checks],
+        selection=AssetSelection.checks_for_assets(state_checkpoints.key),
+        resources=resources,
+        instance=instance,
+    )
+    assert all(e.passed for e in checks.get_asset_check_evaluations())
+    kinds = [r.kind for r in stream.catalog.recent_runs()]
+    assert sorted(kinds) == ["snapshot", "validate"]
