@@ -7,6 +7,7 @@ skipped by its Spark task as by a thread here."""
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from state_runtime.maintenance import (
 from state_runtime.maintenance.spark import SparkSpread
 from state_runtime.maintenance.spread import Spread
 from tests.maintenance.streams import StoreStream
+from tests.maintenance.test_cli import statestore
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -118,3 +120,20 @@ def test_a_spark_task_skips_a_store_leased_elsewhere(
     cleaned = cleanup_pass(fleet_of(stream), POLICY, now=LATER, dry_run=False, spread=spread)
     assert cleaned.busy == [busy]
     assert cleaned.deleted and all(v.file.key != busy for v in cleaned.deleted)
+
+
+@pytest.mark.parametrize("catalog", ["sqlite"], indirect=True)
+def test_the_cli_runs_the_passes_on_spark(
+    spark: SparkSession, make_stream: Callable[..., StoreStream], catalog: Catalog
+) -> None:
+    """``--on-spark``: the CLI's session (the fixture's, as ``spark_session`` finds it)."""
+    stream = make_stream()
+    stream.run(6)
+    done = statestore(stream, "maintain", "--execute", "--on-spark", "--min-deltas", "4")
+    assert done.exit_code == 0, done.output
+    assert re.search(r"snapshots \(run \d+\): 3 written", done.output)
+    checked = statestore(stream, "validate", "--full", "--on-spark")
+    assert checked.exit_code == 0, checked.output
+    [validate] = [r for r in catalog.recent_runs() if r.kind == RunKind.VALIDATE.value]
+    assert validate.counts["stores"] == 3 and validate.counts["files"] > 0
+    assert validate.counts["errors"] == 0
