@@ -17,7 +17,7 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
         bench-store bench-disk bench-cold-start bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
         bench-maintenance bench-cleanup-workers bench-validation bench-eviction bench-schema \
-        bench-dagster-partitions bench-fleet bench-tws bench-tws-task fuzz-spark \
+        bench-dagster-partitions bench-fleet bench-fleet-spark bench-tws bench-tws-task fuzz-spark \
         fuzz-tws soak clean
 
 help:
@@ -33,6 +33,7 @@ help:
 	@echo "make bench-eviction / bench-schema / bench-e2e-connect / bench-e2e-partitions / bench-delta-bytes"
 	@echo "make bench-dagster-partitions (STATE_BENCH_PARTITIONS=20000,100000)"
 	@echo "make bench-fleet  an hourly maintenance cycle at fleet size (STATE_BENCH_FLEET_SIZES=2000,20000)"
+	@echo "make bench-fleet-spark  snapshots and validation: 1 worker, default workers, Spark"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
 	@echo "make fuzz-tws    generated streams through transform_with_state and Spark's transformWithState"
 	@echo "make soak        the platform simulation for SOAK_MINUTES (default 60; docs/simulation.md)"
@@ -181,6 +182,9 @@ bench-dagster-partitions: $(STAMP)
 # 2000,20000; 100000 on demand; STATE_BENCH_FLEET_HOUR batches per store in the hour).
 bench-fleet: $(STAMP)
 	$(PY) benchmarks/bench_fleet.py --plot docs/bench-fleet.png
+
+bench-fleet-spark: $(STAMP) check-java
+	$(PY) benchmarks/bench_fleet_spark.py
 
 bench-eviction: $(STAMP)
 	$(PY) benchmarks/bench_eviction.py

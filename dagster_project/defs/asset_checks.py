@@ -63,7 +63,7 @@ def state_checkpoint_checks(
     selected = {key.name for key in context.selected_asset_check_keys}
     partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     with maintenance.run(context) as run:
-        report = run_checks(run.fleet, run.policy, progress=run.progress)
+        report = run_checks(run.fleet, run.policy, progress=run.progress, spread=run.spread)
         changed = changed_store_events(
             context.instance,
             run.fleet.catalog,

@@ -87,6 +87,7 @@ def state_snapshots(
             run.policy,
             only=config.only(run.names),
             progress=run.progress,
+            spread=run.spread,
         )
     for failed in report.failed:
         context.log.error(f"snapshot of {failed.key} failed: {failed.error}")
@@ -107,6 +108,7 @@ def state_retention_cleanup(
             dry_run=config.dry_run,
             only=config.only(run.names),
             progress=run.progress,
+            spread=run.spread,
         )
     for path, error in report.failed.items():
         context.log.warning(f"could not delete {path}: {error} (the next run retries)")

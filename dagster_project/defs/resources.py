@@ -34,6 +34,7 @@ from state_runtime.maintenance import (
     StoreNames,
     canonical_root,
 )
+from state_runtime.maintenance.spread import Spread
 from state_runtime.settings import MAINTENANCE, Setting
 from state_runtime.storage import open_storage
 
@@ -81,6 +82,9 @@ class MaintenanceRun:
     progress: Progress
     names: StoreNames
     """The stores' readable names (their Dagster partition keys), read when the run starts."""
+    spread: Spread | None = None
+    """Where the passes' per-store work runs (Spark tasks with ``on_spark``), or None: in
+    the run's own process, ``workers`` at once."""
 
 
 class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
@@ -95,6 +99,17 @@ class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
         default=None,
         description="Only this checkpoint root (path or URI). Unset: $STATE_CHECKPOINT_ROOT, "
         "else every root in the catalog.",
+    )
+    on_spark: bool = Field(
+        default=False,
+        description="Run the snapshot, validation and cleanup passes' per-store work as "
+        "Spark tasks (the run records and reports as usual; executors must reach the "
+        "catalog and the storage).",
+    )
+    spark_master: str = Field(
+        default="local[2]",
+        description="Spark master of on_spark (SPARK_REMOTE, when set, makes the session a "
+        "Spark Connect client).",
     )
 
     @classmethod
@@ -115,6 +130,17 @@ class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
         raises the library's error naming it (MaintenanceRefused below the safety floor)."""
         fields = {setting.name: getattr(self, setting.name) for setting in MAINTENANCE}
         return MaintenancePolicy.from_env().with_settings(fields, "maintenance resource")
+
+    def spread(self) -> Spread | None:
+        """Spark tasks for the passes' per-store work with ``on_spark`` (the session
+        started on ``spark_master``), else None."""
+        if not self.on_spark:
+            return None
+        from state_runtime.maintenance.spark import SparkSpread
+        from state_runtime.runtime.spark_session import spark_session
+
+        spark = spark_session(self.spark_master, app_name="dagster-maintenance")
+        return SparkSpread(spark, self.resolved_url())
 
     @contextmanager
     def catalog(self) -> Iterator[Catalog]:
@@ -141,7 +167,7 @@ class MaintenanceResource(_PolicyFields):  # type: ignore[misc,valid-type]
         progress = CallbackProgress(lambda what, done, total: log.info(f"{what}: {done}/{total}"))
         with self.fleet(f"dagster:{context.run.run_id}") as fleet:
             names = StoreNames.of(fleet.catalog)
-            yield MaintenanceRun(fleet, policy, progress, names)
+            yield MaintenanceRun(fleet, policy, progress, names, self.spread())
 
 
 def _config_value(setting: Setting, value: int | timedelta | None) -> int | str | None:

@@ -42,6 +42,7 @@ from state_runtime.maintenance import (
     parse_store_key,
 )
 from state_runtime.maintenance.policy import PRESETS, MaintenancePolicy
+from state_runtime.maintenance.spread import Spread
 from state_runtime.redaction import redact
 from state_runtime.settings import MAINTENANCE, Setting
 
@@ -223,6 +224,35 @@ store_option = click.option(
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print the whole report as JSON (see docs)."
 )
+
+master_option = click.option(
+    "--master",
+    default="local[2]",
+    help="Spark master for the job (SPARK_REMOTE, when set, makes it a Spark Connect client).",
+)
+
+
+def spark_options(command: F) -> F:
+    """``--on-spark`` and ``--master``: run the pass's per-store work as Spark tasks."""
+    command = master_option(command)
+    return click.option(
+        "--on-spark",
+        is_flag=True,
+        help="Run the per-store work as Spark tasks over the fleet (executors must reach "
+        "the catalog and the storage; see docs/maintenance.md).",
+    )(command)
+
+
+def spread_of(settings: Settings, options: dict[str, Any], command: str) -> Spread | None:
+    """The Spark spread ``--on-spark`` asks for (the session started on ``--master``), or
+    None: the pass runs on this host."""
+    if not options["on_spark"]:
+        return None
+    from state_runtime.maintenance.spark import SparkSpread
+    from state_runtime.runtime.spark_session import spark_session
+
+    spark = spark_session(options["master"], app_name=f"statestore-{command}")
+    return SparkSpread(spark, settings.url)
 
 
 @click.group(

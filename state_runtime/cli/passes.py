@@ -20,6 +20,8 @@ from state_runtime.cli.group import (
     open_fleet,
     policy_of,
     policy_options,
+    spark_options,
+    spread_of,
     store_option,
     stores_of,
 )
@@ -43,9 +45,13 @@ from state_runtime.maintenance import (
 @json_option
 @store_option
 @policy_options("snapshot_min_deltas", "snapshots_per_run", *RETENTION, "min_window", "workers")
+@spark_options
 @click.pass_obj
 def maintain(settings: Settings, /, **kw: Any) -> None:
-    """Write due snapshots, then clean up (a dry run unless --execute)."""
+    """Write due snapshots, then clean up (a dry run unless --execute).
+
+    With --on-spark the snapshots and the deletions run as Spark tasks (a dry run reads
+    only the catalog: it runs here)."""
     policy = policy_of(settings, kw)
     done: dict[str, Any] = {}
     failed = False
@@ -53,8 +59,11 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
         only = stores_of(fleet, kw["stores"])
         if kw["cleanup"]:
             policy.check_retention()  # refuse before doing anything
+        spread = None if kw["dry_run"] else spread_of(settings, kw, "maintain")
         if kw["snapshots"] and not kw["dry_run"]:
-            snaps = snapshot_pass(fleet, policy, only=only, progress=settings.progress)
+            snaps = snapshot_pass(
+                fleet, policy, only=only, progress=settings.progress, spread=spread
+            )
             done["snapshots"] = snaps
             emit_part(snaps, print_snapshots)
             failed |= bool(snaps.failed)
@@ -64,7 +73,12 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
             emit_part(due, print_due_snapshots)
         if kw["cleanup"]:
             report = cleanup_pass(
-                fleet, policy, dry_run=kw["dry_run"], only=only, progress=settings.progress
+                fleet,
+                policy,
+                dry_run=kw["dry_run"],
+                only=only,
+                progress=settings.progress,
+                spread=spread,
             )
             done["cleanup"] = report
             emit_part(report, print_cleanup)
@@ -79,18 +93,21 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
 @json_option
 @store_option
 @policy_options(*RETENTION, "min_window", "verify_sample_percent", "workers")
+@spark_options
 @click.pass_obj
 def validate(settings: Settings, /, **kw: Any) -> None:
     """Check that every retained version loads: files, sizes, checksums, lineage, commit log.
 
     Reads the files new or not intact since the last run and a sample of the others
-    (--verify-sample-percent); the rest are checked present. --full reads every file."""
+    (--verify-sample-percent); the rest are checked present. --full reads every file.
+    With --on-spark the stores are validated in Spark tasks."""
     if kw["full"]:
         kw["verify_sample_percent"] = 100
     policy = policy_of(settings, kw)
     with open_fleet(settings, storage=True) as fleet:
         only = stores_of(fleet, kw["stores"])
-        report = run_checks(fleet, policy, only=only, progress=settings.progress)
+        spread = spread_of(settings, kw, "validate")
+        report = run_checks(fleet, policy, only=only, progress=settings.progress, spread=spread)
     emit(report, print_checks, as_json=checks_json)
     exit_after(fleet, not report.ok)
 

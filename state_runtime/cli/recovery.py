@@ -21,6 +21,7 @@ from state_runtime.cli.group import (
     emit,
     exit_after,
     json_option,
+    master_option,
     open_fleet,
     policy_of,
     policy_options,
@@ -177,11 +178,7 @@ def restore(settings: Settings, /, root: str, **kw: Any) -> None:
     callback=duration,
     help="Refuse while the query committed a batch more recently than this (default 60s).",
 )
-@click.option(
-    "--master",
-    default="local[2]",
-    help="Spark master for the job (SPARK_REMOTE, when set, makes it a Spark Connect client).",
-)
+@master_option
 @click.option("--dry-run/--execute", default=True, help="Only route the keys and show the plan.")
 @json_option
 @click.pass_obj

@@ -25,6 +25,7 @@ from state_runtime.maintenance.health import FleetTotals, StoreReport, store_rep
 from state_runtime.maintenance.policy import MaintenancePolicy, format_duration
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
+from state_runtime.maintenance.spread import Spread
 from state_runtime.maintenance.validation import (
     Finding,
     Severity,
@@ -355,9 +356,10 @@ def run_checks(
     progress: Progress = SILENT,
     workers: int | None = None,
     sampler: random.Random | None = None,
+    spread: Spread | None = None,
 ) -> ChecksReport:
     """Validate, read health, evaluate every check of :data:`CHECKS`; one recorded
-    'validate' run (``sampler``: :func:`validate_stores`'). Its health read records the
+    'validate' run (``sampler``, ``spread``: :func:`validate_stores`'). Its health read records the
     status changes of the stores it validated (from the facts it reads), so its close does
     not record them again."""
     scope = scope_of(fleet, only)
@@ -371,6 +373,7 @@ def run_checks(
             workers=workers,
             run_id=run.run_id,
             sampler=sampler,
+            spread=spread,
         )
         health = store_reports(fleet, policy, only=only, now=now)
         totals = FleetTotals.of(health)

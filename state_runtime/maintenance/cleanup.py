@@ -19,10 +19,11 @@ them.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence, Set
+from collections.abc import Collection, Iterable, Iterator, Sequence, Set
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 
 from state_runtime.catalog import FileVerdict, RetentionPolicy, RunKind, StoreKey, StoreProblem
@@ -38,6 +39,7 @@ from state_runtime.maintenance.leftovers import (
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
+from state_runtime.maintenance.spread import Spread
 from state_runtime.maintenance.workers import worker_count
 from state_runtime.units import size
 
@@ -289,6 +291,7 @@ def cleanup_pass(
     delete_batch: int = DELETE_BATCH,
     chunk_files: int = CHUNK_FILES,
     workers: int | None = None,
+    spread: Spread | None = None,
 ) -> CleanupReport:
     """Plan the cleanup and, unless ``dry_run``, carry it out (see the module docstring),
     page by page of stores, each page's stores in chunks of about ``chunk_files`` files that
@@ -309,12 +312,6 @@ def cleanup_pass(
             report.plan(page)
         report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=True)
         return report
-    resumed = {
-        key
-        for root in fleet.query_roots(wanted)
-        for key in fleet.catalog.claimed_stores(root)
-        if fleet.in_scope(key, wanted)
-    }
     stores = sum(len(f) for f in folders.values())
     with (
         recorded_run(
@@ -325,27 +322,92 @@ def cleanup_pass(
             policy.status_limits(),
         ) as run,
         progress.stage("cleanup", stores) as advance,
-        _Chunks(worker_count(fleet.catalog, policy, workers), report, advance) as chunks,
     ):
         report.run_id = run.run_id
-
-        def clean(root: str, keys: Sequence[StoreKey]) -> Callable[[], _Cleaned]:
-            return lambda: _clean_stores(fleet, policy, root, keys, run.run_id, now, delete_batch)
-
-        for root in sorted({key.root for key in resumed}):  # what a stopped run had claimed
-            keys = sorted((k for k in resumed if k.root == root), key=str)
-            for part in _batches(keys, STORES_PER_CLAIM):
-                chunks.submit(clean(root, part), 0)
-        for page in plan_pages(fleet, policy, only=wanted, now=now):
-            report.plan(page)
-            root = page[0].file.key.root  # a page is of one root (query_roots)
-            for part in _chunks(page, chunk_files):
-                chunks.submit(clean(root, part), len(part))
-        chunks.wait_all()
-        advance(stores - chunks.stores)  # the stores with nothing to delete
+        parts = _parts(fleet, policy, report, wanted, now, chunk_files)
+        work = partial(clean_parts, policy, run.run_id, now, delete_batch, workers)
+        counted = 0
+        if spread is None:
+            done: Iterable[_Cleaned] = work(fleet, parts)
+        else:  # the whole plan first (its store keys): the spread deals it at once
+            done = spread.map(fleet, list(parts), work)
+        for cleaned in done:
+            report.busy += cleaned.busy
+            report.done(cleaned.deleted, cleaned.failed)
+            counted += cleaned.stores
+            advance(cleaned.stores)
+        advance(stores - counted)  # the stores with nothing to delete
         report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=False)
         run.counts = report.counts()
     return report
+
+
+_Part = tuple[str, Sequence[StoreKey], int]
+"""A chunk of stores of one root to clean, and how many of them the progress counts (none
+for a stopped run's claims, resumed first)."""
+
+
+def _parts(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    report: CleanupReport,
+    wanted: Set[StoreKey] | None,
+    now: datetime | None,
+    chunk_files: int,
+) -> Iterator[_Part]:
+    """The chunks to clean: what a stopped run had claimed, then the plan's, page by page
+    (each page counted into ``report``'s plan as it is read)."""
+    resumed = {
+        key
+        for root in fleet.query_roots(wanted)
+        for key in fleet.catalog.claimed_stores(root)
+        if fleet.in_scope(key, wanted)
+    }
+    for root in sorted({key.root for key in resumed}):
+        keys = sorted((k for k in resumed if k.root == root), key=str)
+        for part in _batches(keys, STORES_PER_CLAIM):
+            yield root, part, 0
+    for page in plan_pages(fleet, policy, only=wanted, now=now):
+        report.plan(page)
+        root = page[0].file.key.root  # a page is of one root (query_roots)
+        for keys in _chunks(page, chunk_files):
+            yield root, keys, len(keys)
+
+
+def clean_parts(
+    policy: MaintenancePolicy,
+    run_id: int,
+    now: datetime | None,
+    delete_batch: int,
+    workers: int | None,
+    fleet: Fleet,
+    parts: Iterable[_Part],
+) -> Iterator[_Cleaned]:
+    """Clean ``parts`` under run ``run_id``, ``workers`` chunks at once (at most two queued
+    a worker: the parts may be a plan read as it goes), each as it finishes: the whole pass
+    on one host, or one slice of it in a spread's worker. A chunk that raises stops the
+    work: the chunks queued are cancelled, the running ones finish (each leaves the catalog
+    and storage consistent: what a run claimed and did not record, the next run resumes),
+    and the error is raised."""
+    count = worker_count(fleet.catalog, policy, workers)
+    with ThreadPoolExecutor(count, thread_name_prefix="cleanup") as pool:
+        running: set[Future[_Cleaned]] = set()
+        try:
+            for root, keys, counted in parts:
+                while len(running) >= 2 * count:
+                    finished, running = wait(running, return_when=FIRST_COMPLETED)
+                    yield from (f.result() for f in finished)
+                running.add(
+                    pool.submit(
+                        _clean_stores, fleet, policy, root, keys, run_id, now, delete_batch, counted
+                    )
+                )
+            while running:
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                yield from (f.result() for f in finished)
+        finally:
+            for future in running:
+                future.cancel()
 
 
 @dataclass
@@ -356,46 +418,8 @@ class _Cleaned:
     deleted: list[FileVerdict] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     busy: list[StoreKey] = field(default_factory=list)
-
-
-class _Chunks:
-    """A pool of workers cleaning chunks, at most two chunks a worker queued (memory stays
-    bounded whatever the backlog); what each did is counted into the report on the calling
-    thread. A chunk that raises stops the pass: the chunks queued are cancelled, the running
-    ones finish (each leaves the catalog and storage consistent: what a run claimed and did
-    not record, the next run resumes), and the error is raised."""
-
-    def __init__(self, workers: int, report: CleanupReport, advance: Callable[[int], None]):
-        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="cleanup")
-        self.limit = 2 * workers
-        self.report = report
-        self.advance = advance
-        self.running: dict[Future[_Cleaned], int] = {}
-        self.stores = 0
-
-    def __enter__(self) -> _Chunks:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-    def submit(self, work: Callable[[], _Cleaned], stores: int) -> None:
-        while len(self.running) >= self.limit:
-            self._collect(wait(self.running, return_when=FIRST_COMPLETED).done)
-        self.running[self.pool.submit(work)] = stores
-
-    def wait_all(self) -> None:
-        while self.running:
-            self._collect(wait(self.running, return_when=FIRST_COMPLETED).done)
-
-    def _collect(self, done: Set[Future[_Cleaned]]) -> None:
-        for future in done:
-            stores = self.running.pop(future)
-            cleaned = future.result()
-            self.report.busy += cleaned.busy
-            self.report.done(cleaned.deleted, cleaned.failed)
-            self.stores += stores
-            self.advance(stores)
+    stores: int = 0
+    """The chunk's stores the progress counts."""
 
 
 def _clean_stores(
@@ -406,11 +430,13 @@ def _clean_stores(
     run_id: int,
     now: datetime | None,
     delete_batch: int,
+    counted: int,
 ) -> _Cleaned:
     """Claim, delete and record the deletable files of ``keys`` whose leases are free; each
-    batch of ``delete_batch`` files is recorded as soon as storage deleted it."""
+    batch of ``delete_batch`` files is recorded as soon as storage deleted it (``counted``:
+    the chunk's stores the progress counts)."""
     catalog, storage = fleet.catalog, fleet.storage(root)
-    cleaned = _Cleaned()
+    cleaned = _Cleaned(stores=counted)
     with leased(catalog, keys, fleet.owner, policy.lease_ttl, run_id) as held:
         cleaned.busy += held.busy
         if not held.leases:

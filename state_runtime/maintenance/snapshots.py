@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from state_runtime.catalog import RetainedVersion, RunKind, StoreKey, StoreRecord
@@ -33,6 +34,7 @@ from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
+from state_runtime.maintenance.spread import Spread
 from state_runtime.maintenance.workers import worker_count
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.file_verification import Expected, verify_file
@@ -147,27 +149,39 @@ def snapshot_pass(
     only: Collection[StoreKey] | None = None,
     progress: Progress = SILENT,
     workers: int | None = None,
+    spread: Spread | None = None,
 ) -> SnapshotReport:
-    """Snapshot every due store in scope, ``workers`` at once (:func:`worker_count`); one
+    """Snapshot every due store in scope, ``workers`` at once (:func:`worker_count`), on
+    this host or, given a ``spread``, in its workers (each slice ``workers`` at once); one
     recorded 'snapshot' run."""
     candidates = due_for_snapshot(fleet, policy, only)
     parameters = policy.parameters() | {"stores": len(candidates)}
     with recorded_run(
         fleet.catalog, RunKind.SNAPSHOT, fleet.owner, parameters, policy.status_limits()
     ) as run:
+        work = partial(snapshot_stores, policy, run.run_id, workers)
+        done = work(fleet, candidates) if spread is None else spread.map(fleet, candidates, work)
         outcomes: list[SnapshotOutcome] = []
-        with (
-            progress.stage("snapshots", len(candidates)) as advance,
-            ThreadPoolExecutor(worker_count(fleet.catalog, policy, workers)) as pool,
-        ):
-            for outcome in pool.map(
-                lambda c: _snapshot_store(fleet, policy, c, run.run_id), candidates
-            ):
+        with progress.stage("snapshots", len(candidates)) as advance:
+            for outcome in done:
                 outcomes.append(outcome)
                 advance(1)
         report = SnapshotReport(run.run_id, outcomes)
         run.counts = report.counts()
     return report
+
+
+def snapshot_stores(
+    policy: MaintenancePolicy,
+    run_id: int,
+    workers: int | None,
+    fleet: Fleet,
+    candidates: Sequence[DueStore],
+) -> Iterator[SnapshotOutcome]:
+    """Snapshot ``candidates`` under run ``run_id``, ``workers`` at once: the whole pass on
+    one host, or one slice of it in a spread's worker."""
+    with ThreadPoolExecutor(worker_count(fleet.catalog, policy, workers)) as pool:
+        yield from pool.map(lambda c: _snapshot_store(fleet, policy, c, run_id), candidates)
 
 
 def _snapshot_store(

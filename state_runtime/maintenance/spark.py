@@ -1,78 +1,91 @@
-"""Spreading the snapshot pass over a Spark cluster, for fleets of very many stores.
+"""Maintenance passes spread over a Spark cluster, for fleets of very many stores.
 
-The driver asks the catalog which stores are due and deals them into slices; each Spark task
-opens the catalog by URL and the storage by root (nothing is shipped but names and settings)
-and runs the ordinary snapshot pass over its slice, under the same per-store leases, as one
-recorded run. Outcomes come back to the driver as rows. DataFrames and ``mapInArrow`` only, so
-it runs on a classic and on a Spark Connect session alike; on Connect the tasks run on the
-server's executors, which must reach the catalog and the storage.
+:class:`SparkSpread` is the :class:`~state_runtime.maintenance.spread.Spread` of the
+snapshot, validation and cleanup passes (``statestore maintain|validate --on-spark``, the
+Dagster resource's ``on_spark``). The driver (the process that calls the pass) computes what
+is due or planned, records the pass's one run and builds its report, as on one host; the
+items (due stores, stores with their sample draws, chunks of stores to clean) are pickled
+into a DataFrame, dealt into slices by ``repartition``, and each Spark task opens the
+catalog by URL and the storage by root (nothing is shipped but names and settings) and runs
+the pass's ordinary per-store work over its slice, under the same per-store leases and the
+driver's run id. What each store's work returned comes back to the driver as Arrow batches
+of pickled results. DataFrames and ``mapInArrow`` only, so it runs on a classic and on a
+Spark Connect session alike; on Connect the tasks run on the server's executors, which must
+reach the catalog and the storage (and have this package installed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import pickle
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TypeVar
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from state_runtime.catalog import Catalog
-from state_runtime.maintenance.fleet import Fleet, format_store_key, parse_store_key
-from state_runtime.maintenance.policy import MaintenancePolicy
-from state_runtime.maintenance.snapshots import due_for_snapshot, snapshot_pass
+from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.spread import Work
 from state_runtime.runtime.spark_kind import default_parallelism
 
-_OUTCOME = pa.schema(
-    [
-        ("store", pa.string()),
-        ("status", pa.string()),
-        ("run_id", pa.int64()),
-        ("bytes", pa.int64()),
-        ("error", pa.string()),
-    ]
-)
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+RESULT_BATCH = 256
+"""Results a task sends back per Arrow batch."""
+
+_RESULT = pa.schema([("result", pa.binary())])
 
 
-def _snapshot_slice(
-    url: str, policy: MaintenancePolicy, owner: str, batches: Iterator[pa.RecordBatch]
+@dataclass(frozen=True)
+class SparkSpread:
+    """Deals a pass's items to ``slices`` Spark tasks (default: the session's parallelism);
+    each opens the catalog at ``catalog_url``."""
+
+    spark: SparkSession
+    catalog_url: str
+    slices: int | None = None
+
+    def map(
+        self,
+        fleet: Fleet,
+        items: Sequence[Item],
+        work: Work[Item, Result],
+    ) -> Iterator[Result]:
+        if not items:
+            return
+        count = max(1, min(self.slices or default_parallelism(self.spark), len(items)))
+        rows = [(pickle.dumps(item),) for item in items]
+        dealt = self.spark.createDataFrame(rows, "item binary").repartition(count)
+        roots = None if fleet.roots is None else list(fleet.roots)
+        task = partial(_task, self.catalog_url, roots, fleet.owner, work)
+        # toArrow runs every task at once (toLocalIterator would run them one by one) and
+        # keeps the results as the compact pickled batches the tasks sent
+        table = dealt.mapInArrow(task, "result binary").toArrow()
+        for chunk in table.column("result").chunks:
+            for value in chunk.to_pylist():
+                yield pickle.loads(value)
+
+
+def _task(
+    url: str,
+    roots: list[str] | None,
+    owner: str,
+    work: Work[Item, Result],
+    batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    wanted = [parse_store_key(k) for b in batches for k in b.column("store").to_pylist()]
-    if not wanted:
+    """One Spark task: its slice's work, with a catalog and storage of its own."""
+    items: list[Item] = [pickle.loads(v) for b in batches for v in b.column(0).to_pylist()]
+    if not items:
         return
     with Catalog.open(url) as catalog:
-        report = snapshot_pass(Fleet(catalog, owner=owner), policy, only=wanted)
-    yield pa.RecordBatch.from_pylist(
-        [
-            {
-                "store": format_store_key(o.key),
-                "status": o.status.value,
-                "run_id": report.run_id,
-                "bytes": o.bytes,
-                "error": o.error,
-            }
-            for o in report.outcomes
-        ],
-        schema=_OUTCOME,
-    )
-
-
-def snapshot_on_spark(
-    spark: SparkSession,
-    fleet: Fleet,
-    catalog_url: str,
-    policy: MaintenancePolicy,
-    *,
-    slices: int | None = None,
-) -> list[dict[str, Any]]:
-    """Snapshot the fleet's due stores in Spark tasks; one outcome dict per store."""
-    due = [format_store_key(d.record.key) for d in due_for_snapshot(fleet, policy)]
-    if not due:
-        return []
-    count = max(1, min(slices or default_parallelism(spark), len(due)))
-    owner = f"{fleet.owner}:spark"
-    keys = spark.createDataFrame([(k,) for k in due], "store string").repartition(count)
-    slice_ = partial(_snapshot_slice, catalog_url, policy, owner)
-    rows = keys.mapInArrow(slice_, from_arrow_schema(_OUTCOME))
-    return [row.asDict() for row in rows.collect()]
+        pending: list[bytes] = []
+        for result in work(Fleet(catalog, roots=roots, owner=owner), items):
+            pending.append(pickle.dumps(result))
+            if len(pending) == RESULT_BATCH:
+                yield pa.RecordBatch.from_arrays([pa.array(pending, pa.binary())], schema=_RESULT)
+                pending = []
+        if pending:
+            yield pa.RecordBatch.from_arrays([pa.array(pending, pa.binary())], schema=_RESULT)

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import partial
 
 from state_runtime.catalog import (
     FileRecord,
@@ -52,10 +53,11 @@ from state_runtime.catalog import (
 from state_runtime.errors import StorageError
 from state_runtime.identity import CheckpointRef, FileKind
 from state_runtime.maintenance.damage import Damage, classify
-from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.restore import Verified
+from state_runtime.maintenance.spread import Spread
 from state_runtime.maintenance.workers import worker_count
 from state_runtime.retention import Verdict
 from state_runtime.retention import retained_versions as retained_version_numbers
@@ -149,33 +151,51 @@ def validate_stores(
     workers: int | None = None,
     run_id: int | None = None,
     sampler: random.Random | None = None,
+    spread: Spread | None = None,
 ) -> ValidationReport:
-    """Validate every store in scope, ``workers`` at once (:func:`worker_count`), and record
+    """Validate every store in scope, ``workers`` at once (:func:`worker_count`), on this
+    host or, given a ``spread``, in its workers (each slice ``workers`` at once), and record
     what was found (see the module docstring); ``run_id``: the validation run that records
     it; ``sampler``: where each store's rounding draw of the sample comes from (seed one to
-    make a run's choice repeatable; the draws are taken in store order, whatever the
-    workers)."""
+    make a run's choice repeatable; the draws are taken in store order on the calling host,
+    whatever the workers)."""
     draw = (sampler or random.Random()).random
     # One start for the run, taken before anything is read: a problem recorded after it (the
     # runtime finding damage meanwhile) stays open for the next run, never closed unread.
     started = fleet.catalog.now()
     records = [(record, draw()) for record in fleet.stores(only)]
+    work = partial(validate_slice, policy, run_id, started, workers, key_set(only))
+    done = work(fleet, records) if spread is None else spread.map(fleet, records, work)
+    results: list[StoreValidation] = []
+    with progress.stage("validation", len(records)) as advance:
+        for result in done:
+            results.append(result)
+            advance(1)
+    return ValidationReport(results)
+
+
+def validate_slice(
+    policy: MaintenancePolicy,
+    run_id: int | None,
+    started: datetime,
+    workers: int | None,
+    only: Set[StoreKey] | None,
+    fleet: Fleet,
+    records: Sequence[tuple[StoreRecord, float]],
+) -> Iterator[StoreValidation]:
+    """Validate ``records`` (each store with its sample draw) in chunks, ``workers`` at once,
+    recording each chunk's findings under ``run_id``: the whole pass on one host, or one
+    slice of it in a spread's worker (``only``: the pass's scope)."""
     pending = _unconfirmed_snapshots(fleet, policy, only)
     named = _named_by_problems(fleet, policy, only)
     count = worker_count(fleet.catalog, policy, workers)
-    results: list[StoreValidation] = []
 
     def validate(chunk: Sequence[tuple[StoreRecord, float]]) -> list[StoreValidation]:
         return _validate_chunk(fleet, policy, chunk, pending, named, run_id, started)
 
-    with (
-        progress.stage("validation", len(records)) as advance,
-        ThreadPoolExecutor(count) as pool,
-    ):
+    with ThreadPoolExecutor(count) as pool:
         for done in pool.map(validate, _chunks(records, -(-len(records) // count))):
-            results += done
-            advance(len(done))
-    return ValidationReport(results)
+            yield from done
 
 
 CHUNK_STORES = 50

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,19 +25,19 @@ from dagster_project.defs.assets import (
     state_snapshots,
     state_store_health,
 )
+from dagster_project.defs.resources import MaintenanceResource
 from state_runtime.catalog import Catalog, RetentionPolicy
-from state_runtime.identity import StoreId
 from state_runtime.maintenance import (
     Fleet,
     MaintenancePolicy,
     cleanup_pass,
-    due_for_snapshot,
     run_checks,
     snapshot_pass,
 )
-from state_runtime.maintenance.spark import snapshot_on_spark
+from state_runtime.maintenance.spark import SparkSpread
 from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
 from tests.dagster.conftest import resources_for
+from tests.maintenance.streams import StoreStream
 from tests.runtime.reference import running_totals
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -185,19 +186,25 @@ def test_maintenance_beside_a_running_stream(
         assert {ref.version for ref in latest.values()} == {8}
 
 
-@pytest.mark.connect
-def test_the_snapshot_pass_spread_over_spark_tasks(
-    spark: SparkSession, make_stream: Any, sqlite_catalog: Catalog
+def test_the_resource_runs_the_passes_on_spark(
+    spark: SparkSession, make_stream: Callable[..., StoreStream], instance: DagsterInstance
 ) -> None:
-    """Twelve due stores dealt to three Spark tasks: each snapshotted exactly once."""
-    stream = make_stream(stores=[StoreId(0, p) for p in range(12)])
-    stream.run(4)
-    url = sqlite_catalog.engine.url.render_as_string(hide_password=False)
-    policy = MaintenancePolicy(snapshot_min_deltas=4)
-    outcomes = snapshot_on_spark(spark, Fleet(sqlite_catalog), url, policy, slices=3)
-    assert sorted(o["store"] for o in outcomes) == sorted(str(stream.key(s)) for s in stream.stores)
-    assert {o["status"] for o in outcomes} == {"written"}
-    assert len({o["run_id"] for o in outcomes}) == 3
-    assert not due_for_snapshot(Fleet(sqlite_catalog), policy)
-    for store in stream.stores:
-        assert stream.loaded(store, 4) == stream.expected(store, 4)
+    """``on_spark``: the snapshot asset and the validation checks run their passes as Spark
+    tasks (the fixture's session), with the outcome and the one recorded run of each."""
+    stream = make_stream()
+    stream.run(5)
+    url = stream.catalog.engine.url.render_as_string(hide_password=False)
+    maintenance = MaintenanceResource.of(FAST, catalog_url=url, on_spark=True)
+    assert isinstance(maintenance.spread(), SparkSpread)
+    resources = {"maintenance": maintenance}
+    snaps = materialize([state_snapshots], resources=resources, instance=instance)
+    assert metadata(snaps, "state_snapshots")["written"] == len(stream.stores)
+    checks = materialize(
+        [state_checkpoints, state_checkpoint_checks],
+        selection=AssetSelection.checks_for_assets(state_checkpoints.key),
+        resources=resources,
+        instance=instance,
+    )
+    assert all(e.passed for e in checks.get_asset_check_evaluations())
+    kinds = [r.kind for r in stream.catalog.recent_runs()]
+    assert sorted(kinds) == ["snapshot", "validate"]

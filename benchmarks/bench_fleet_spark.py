@@ -1,0 +1,136 @@
+"""The snapshot and validation passes on one host with one worker, with the default workers,
+and on Spark, at fleet size (issue 35).
+
+    make bench-fleet-spark                          # 2,000 stores, Spark on local[2]
+    STATE_BENCH_FLEET_SPARK_SIZE=20000              # another size
+    STATE_BENCH_SPARK_MASTER=spark://host:7077      # another master (SPARK_REMOTE: Connect)
+
+For each way of running, a fresh fleet of ``size / 200`` queries x 200 partitions
+(``fleet.py``: 12 versions per store, every file verified) in a fresh PostgreSQL catalog, then
+one hour of new batches (``STATE_BENCH_FLEET_HOUR``, default 4, per store), then the two
+passes through their public functions: ``snapshot_pass`` (the stores due) and
+``run_checks`` (validation of the hour's new files, the library's default sample). The Spark
+way passes ``spread=SparkSpread(...)``; its session starts before the timing. Each pass's
+wall time and CPU time, the CPU of this process and every process below it (Spark's JVM and
+its Python workers included, from ``/proc``), and the ratios to one worker, with the load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fleet import Shape, advance, build
+from fresh_database import fresh_database
+from rich.console import Console
+from rich.table import Table
+
+from state_runtime.catalog import Catalog
+from state_runtime.maintenance import Fleet, MaintenancePolicy, run_checks, snapshot_pass
+from state_runtime.maintenance.spark import SparkSpread
+from state_runtime.maintenance.spread import Spread
+from state_runtime.runtime.spark_session import spark_session
+
+SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432")
+SIZE = int(os.environ.get("STATE_BENCH_FLEET_SPARK_SIZE", "2000"))
+HOUR = int(os.environ.get("STATE_BENCH_FLEET_HOUR", "4"))
+MASTER = os.environ.get("STATE_BENCH_SPARK_MASTER", "local[2]")
+PROCESSES = int(os.environ.get("STATE_BENCH_FLEET_PROCESSES", str(os.cpu_count() or 2)))
+POLICY = MaintenancePolicy(snapshot_min_deltas=10)
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def load() -> str:
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def tree_cpu() -> float:
+    """CPU seconds of this process and its descendants (their waited-for children too)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        times[pid] = sum(int(f) for f in fields[11:15]) / TICK
+    below, found = {os.getpid()}, True
+    while found:
+        found = False
+        for pid, parent in parents.items():
+            if parent in below and pid not in below:
+                below.add(pid)
+                found = True
+    return sum(times.get(pid, 0.0) for pid in below)
+
+
+def timed(work: Callable[[], str]) -> dict[str, Any]:
+    started, cpu = time.perf_counter(), tree_cpu()
+    result = work()
+    return {"wall": time.perf_counter() - started, "cpu": tree_cpu() - cpu, "result": result}
+
+
+def way(name: str, workers: int | None, spread: Callable[[str], Spread | None]) -> dict[str, Any]:
+    shape = Shape(queries=max(1, SIZE // 200))
+    folder = Path(tempfile.mkdtemp(prefix="bench-fleet-spark-"))
+    try:
+        with fresh_database(SERVER, "state_fleet_spark_bench") as url:
+            Catalog.open(url, upgrade=True).close()
+            build(url, folder, shape, PROCESSES)
+            advance(url, folder, shape, HOUR, PROCESSES)
+            with Catalog.open(url) as catalog:
+                with catalog.engine.connect() as connection:  # as autovacuum would have
+                    connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+                        "ANALYZE"
+                    )
+                fleet, on = Fleet(catalog, owner="bench"), spread(url)
+                before = load()
+                print(f"{name}: {shape.stores:,} stores (load {before})", flush=True)
+                snapshots = timed(
+                    lambda: snapshot_pass(fleet, POLICY, workers=workers, spread=on).summary()
+                )
+                validation = timed(
+                    lambda: str(
+                        run_checks(fleet, POLICY, workers=workers, spread=on).validation.counts()
+                    )
+                )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    for step, row in (("snapshots", snapshots), ("validation", validation)):
+        print(f"  {step}: {row['wall']:.1f} s wall, {row['cpu']:.1f} s CPU: {row['result']}")
+    return {"way": name, "load": before, "snapshots": snapshots, "validation": validation}
+
+
+def main() -> None:
+    spark = spark_session(MASTER, app_name="bench-fleet-spark")  # started before the timing
+    ways = [
+        way("1 worker", 1, lambda _: None),
+        way("default workers", None, lambda _: None),
+        way(f"Spark {MASTER}", None, lambda url: SparkSpread(spark, url)),
+    ]
+    table = Table(title=f"{SIZE:,} stores, {HOUR} new batches each")
+    for column in ("way", "pass", "wall s", "CPU s", "wall ÷ 1 worker", "load before"):
+        table.add_column(column)
+    for found in ways:
+        for step in ("snapshots", "validation"):
+            row, base = found[step], ways[0][step]
+            ratio = f"{row['wall'] / base['wall']:.2f}"
+            table.add_row(
+                found["way"], step, f"{row['wall']:.1f}", f"{row['cpu']:.1f}", ratio, found["load"]
+            )
+    Console().print(table)
+    print(json.dumps({"stores": SIZE, "hour_batches": HOUR, "ways": ways}))
+
+
+if __name__ == "__main__":
+    main()
