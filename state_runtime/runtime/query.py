@@ -38,6 +38,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField, StructType
 
 from state_runtime.catalog import BatchMetrics, BatchStart, Catalog, NewLayout, StoreKey, Suspects
@@ -51,7 +52,7 @@ from state_runtime.errors import (
 )
 from state_runtime.failures import log_failure, typed_error
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
-from state_runtime.maintenance.restore import SPARK_CHECKPOINT, spark_checkpoint_option
+from state_runtime.maintenance.restore import SPARK_CHECKPOINT, run_step, spark_checkpoint_option
 from state_runtime.runtime.batch_reports import (
     batch_metrics,
     choose,
@@ -225,11 +226,13 @@ class StatefulQuery:
                 raise InvalidArgument(
                     f"operator {op.operator_id} (store {spec.name}) of query {self.query_id} "
                     f"has {count} state partitions in the catalog; it cannot run with "
-                    f"{op.num_partitions}. Keep num_partitions={count}, or change it with "
-                    f"`statestore repartition {self.root} --query {self.query_id} --operator "
-                    f"{op.operator_id} --partitions {op.num_partitions} "
-                    f"{spark_checkpoint_option(self.spark_checkpoint)}` (a dry run; then with "
-                    "--execute) while the query is stopped (docs/repartition.md)"
+                    f"{op.num_partitions}. Keep num_partitions={count}, or stop the query and "
+                    + run_step(
+                        f"statestore repartition {self.root} --query {self.query_id} --operator "
+                        f"{op.operator_id} --partitions {op.num_partitions} "
+                        f"{spark_checkpoint_option(self.spark_checkpoint)}"
+                    )
+                    + " (a dry run; then with --execute; docs/repartition.md)"
                 )
         histories = self._planned_histories(batch_id)
         routings = dict(zip(map(id, self.operators), self._routings(schema), strict=True))
@@ -571,6 +574,26 @@ class StatefulQuery:
         return retried | {r.info.store for r in duplicates}
 
     # --- Structured Streaming -----------------------------------------------------------
+
+    def write_stream(
+        self,
+        stream: DataFrame,
+        checkpoint_location: str,
+        sink: Sink | None = None,
+        *,
+        cache_output: bool = False,
+    ) -> DataStreamWriter:
+        """``stream.writeStream`` running this query in ``foreachBatch`` (:meth:`foreach_batch`)
+        with Spark's checkpoint at ``checkpoint_location``; add a trigger or a name, then
+        ``start()``. The runtime learns the folder as Spark is given it, records it with each
+        batch and names it in the command a loss or a partition mismatch advises: Spark tells
+        a running query's ``checkpointLocation`` to no Connect-safe reader (not its progress,
+        status or listener events), so the one place to learn it is where it is set."""
+        self.spark_checkpoint = checkpoint_location  # before foreachBatch pickles the query
+        process = self.foreach_batch(sink, cache_output=cache_output)
+        return stream.writeStream.foreachBatch(process).option(
+            "checkpointLocation", checkpoint_location
+        )
 
     def foreach_batch(
         self, sink: Sink | None = None, *, cache_output: bool = False
