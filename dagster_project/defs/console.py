@@ -34,7 +34,6 @@ from dagster import (
     DagsterEventType,
     Field,
     InitLoggerContext,
-    Permissive,
     logger,
 )
 from dagster._core.events import DagsterEvent
@@ -69,7 +68,7 @@ def console_with_op_config(op: str, config: type[Config]) -> ConfigMapping:
         config_fn=with_console,
         config_schema={
             "ops": Field({op: fields}, is_required=False),
-            **{part: Field(Permissive(), is_required=False) for part in RUN_CONFIG_REST},
+            **{part: Field(dict, is_required=False) for part in RUN_CONFIG_REST},
         },
     )
 

@@ -425,7 +425,7 @@ def spark_checkpoint_option(known: str | None) -> str:
 
 
 def run_step(command: str) -> str:
-    """"run `command`"; when the command needs the Spark checkpoint the runtime was not told
+    """ "run `command`"; when the command needs the Spark checkpoint the runtime was not told
     (Spark tells no Connect-safe reader a running query's checkpointLocation), the step
     before it: find DIR, then run the command with it."""
     if UNKNOWN_SPARK not in command:

@@ -38,7 +38,6 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField, StructType
 
 from state_runtime.catalog import BatchMetrics, BatchStart, Catalog, NewLayout, StoreKey, Suspects
@@ -142,7 +141,7 @@ class StatefulQuery:
     was observed with :func:`with_state_progress` (one more small job per batch; see
     ``spark_progress.py``). ``spark_checkpoint``: the stream's ``checkpointLocation`` (""
     when batches run without one), recorded with each batch and named in the command a loss
-    advises (see ``loss.py``).
+    advises (see ``loss.py``); :func:`write_stream` sets it with the stream's.
     """
 
     def __init__(
@@ -574,26 +573,6 @@ class StatefulQuery:
         return retried | {r.info.store for r in duplicates}
 
     # --- Structured Streaming -----------------------------------------------------------
-
-    def write_stream(
-        self,
-        stream: DataFrame,
-        checkpoint_location: str,
-        sink: Sink | None = None,
-        *,
-        cache_output: bool = False,
-    ) -> DataStreamWriter:
-        """``stream.writeStream`` running this query in ``foreachBatch`` (:meth:`foreach_batch`)
-        with Spark's checkpoint at ``checkpoint_location``; add a trigger or a name, then
-        ``start()``. The runtime learns the folder as Spark is given it, records it with each
-        batch and names it in the command a loss or a partition mismatch advises: Spark tells
-        a running query's ``checkpointLocation`` to no Connect-safe reader (not its progress,
-        status or listener events), so the one place to learn it is where it is set."""
-        self.spark_checkpoint = checkpoint_location  # before foreachBatch pickles the query
-        process = self.foreach_batch(sink, cache_output=cache_output)
-        return stream.writeStream.foreachBatch(process).option(
-            "checkpointLocation", checkpoint_location
-        )
 
     def foreach_batch(
         self, sink: Sink | None = None, *, cache_output: bool = False

@@ -16,7 +16,13 @@ from pyspark.sql import functions as F
 
 from state_runtime.catalog import Catalog
 from state_runtime.cli import main
-from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
+from state_runtime.runtime import (
+    Agg,
+    StatefulQuery,
+    read_state,
+    running_aggregation,
+    write_stream,
+)
 
 from .reference import assert_lineage_linear
 
@@ -57,9 +63,7 @@ def test_restore_rewinds_catalog_and_spark_checkpoint_and_the_stream_resumes(
             .json(str(source))
         )
         stream = (
-            query.write_stream(events, str(spark_ckpt), sink)
-            .trigger(availableNow=True)
-            .start()
+            write_stream(query, events, str(spark_ckpt), sink).trigger(availableNow=True).start()
         )
         try:
             stream.awaitTermination(300)
