@@ -16,7 +16,8 @@ partitioned job takes the run config itself (``CONSOLE``: each partition's run c
 unpartitioned job takes ``WITH_CONSOLE``, a config mapping that adds the logger to the run
 config given: a dict there would become Dagster's default for the whole run config, its
 resources' config included, which then overrides the resources a run is given
-(``execute_in_process(resources=...)`` would run on the code location's resources).
+(``execute_in_process(resources=...)`` would run on the code location's resources). The
+cleanup job takes ``console_with_op_config``: the same, its op's config shown by its fields.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckSeverity,
+    Config,
     ConfigMapping,
     DagsterEventType,
     Field,
@@ -42,16 +44,33 @@ FAILURE = "Failure"  # the class of a failure raised on purpose (dagster.Failure
 CHECK_FAILED = "DagsterAssetCheckFailedError"  # Dagster's, after a blocking check failed
 EXPECTED = (FAILURE, CHECK_FAILED)
 CONSOLE: dict[str, Any] = {"loggers": {"console": {}}}  # a run config naming this logger
+RUN_CONFIG_REST = ("resources", "loggers", "execution")  # a run config's parts beside ops
 
 
 def with_console(run_config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The run config given, naming this console logger unless it names loggers itself."""
-    return {**CONSOLE, **run_config}
+    """The run config given, naming this console logger unless it names loggers itself (a
+    ``RunConfig``'s dict names none as ``{}``)."""
+    return {**run_config, **({} if run_config.get("loggers") else CONSOLE)}
 
 
 WITH_CONSOLE = ConfigMapping(  # any run config (``dict``), checked by the job's own schema after
     config_fn=with_console, config_schema=dict, receive_processed_config_values=False
 )
+
+
+def console_with_op_config(op: str, config: type[Config]) -> ConfigMapping:
+    """Like ``WITH_CONSOLE`` for a job with one configurable op: the run config keeps its
+    shape (``ops.<op>.config``, the rest as given), but ``op``'s config is shown by its own
+    fields, with their defaults and descriptions, so the launchpad offers them (a ``dict``
+    schema would offer an empty dict: a ``dry_run`` an operator does not see)."""
+    fields = Field({"config": Field(config.to_fields_dict(), is_required=False)}, is_required=False)
+    return ConfigMapping(
+        config_fn=with_console,
+        config_schema={
+            "ops": Field({op: fields}, is_required=False),
+            **{part: Field(dict, is_required=False) for part in RUN_CONFIG_REST},
+        },
+    )
 
 
 def expected_paragraph(event: DagsterEvent, failed_checks: list[str]) -> str | None:

@@ -31,7 +31,7 @@ from dagster_project.defs.assets import (
 )
 from dagster_project.defs.automation import schedule_status
 from dagster_project.defs.checkpoints import state_checkpoints
-from dagster_project.defs.console import CONSOLE, WITH_CONSOLE
+from dagster_project.defs.console import CONSOLE, WITH_CONSOLE, console_with_op_config
 from state_runtime.maintenance import CheckName
 
 KIND_TAG = "state_runtime/maintenance"
@@ -61,6 +61,8 @@ cleanup_job = define_asset_job(
         "A failing lineage_valid check blocks the deletion."
     ),
     tags={KIND_TAG: "cleanup"},
+    # a failed lineage_valid as its paragraph; dry_run still a field of its own (console.py)
+    config=console_with_op_config("state_retention_cleanup", CleanupConfig),
 )
 repair_job = define_asset_job(
     "state_repair_job",

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -322,26 +323,30 @@ def health_json(report: StoreReport) -> dict[str, Any]:
 
 
 def print_explanation(console: Console, explained: FileExplanation) -> None:
+    """At most 7 lines, each one line however narrow the terminal (no line is wrapped into
+    several: a path or the command stays whole to copy); the file's checkpoint id is in its
+    name, not repeated."""
     e = explained.explanation
-    console.print(f"[bold]{e.root}/{e.path}[/bold]")
-    console.print(f"verdict: {e.verdict.value}")
-    console.print(f"why: {e.reason}")
+    lines = [f"[bold]{escape(e.root)}/{escape(e.path)}[/bold]", f"verdict: {e.verdict.value}"]
+    lines.append(f"why: {escape(e.reason)}")
     if e.file is not None:
         f = e.file
-        console.print(
-            f"file: {f.kind.value} of store {f.key.store}, version {f.version}, checkpoint id "
-            f"{f.checkpoint_id}, {size(f.size_bytes)}, {f.file_rows} rows in the file, state "
-            f"{f.state}, written {f.created_at.isoformat()} (writer's clock), recorded "
+        lines.append(
+            f"file: {f.kind.value} of store {f.key.store}, version {f.version}, "
+            f"{size(f.size_bytes)}, {f.file_rows} rows, {f.state}, written "
+            f"{f.created_at.isoformat()} (writer's clock), recorded "
             f"{f.recorded_at.isoformat()} (its age counts from the later)"
         )
     if e.needed_by is not None and e.verdict.value == "needed":
         lo, hi = e.needed_by
-        console.print(f"needed by retained versions {lo}..{hi}")
+        lines.append(f"needed by retained versions {lo}..{hi}")
     if explained.status is not None:  # a damaged file's advice below says what its reason says
         why = "" if explained.damage else f": {explained.status.reason}"
-        console.print(f"store status: {status_label(explained.status)}{why}")
+        lines.append(f"store status: {status_label(explained.status)}{escape(why)}")
     if explained.damage is not None:
-        console.print(f"next: {explained.damage.advice}", soft_wrap=True, markup=False)
+        lines.append(f"next: {escape(explained.damage.advice)}")
+    for line in lines:
+        console.print(line, soft_wrap=True)
 
 
 def print_schema_check(console: Console, check: SchemaCheck) -> None:

@@ -36,6 +36,7 @@ from state_runtime.maintenance.restore import (
     Verified,
     newest_intact_batch,
     recorded_spark_checkpoint,
+    run_step,
     spark_checkpoint_option,
 )
 from state_runtime.retention import intact, loading_files
@@ -77,13 +78,13 @@ class Damage:
         if self.fate is Fate.RESTORABLE:
             return (
                 f"the store does not load; batch {self.batch} is the newest batch of query "
-                f"{self.query_id} whose stores all load; stop the query, run `{self.command}` "
+                f"{self.query_id} whose stores all load; stop the query, {run_step(self.command)} "
                 "and start it again"
             )
         return (
             f"no committed batch of query {self.query_id} has all its stores intact: the "
             f"store's state is lost; to start it again from empty (the other stores keep "
-            f"batch {self.batch}), stop the query, run `{self.command}` and start it again"
+            f"batch {self.batch}), stop the query, {run_step(self.command)} and start it again"
         )
 
     def paragraph(self, *, store: bool = True) -> str:

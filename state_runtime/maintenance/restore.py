@@ -405,16 +405,35 @@ def checkpoint_to_pass(fleet: Fleet, root: str, query_id: str) -> str:
     runtime recorded with the last batch, or what to fill in when it recorded none."""
     recorded = recorded_spark_checkpoint(fleet, root, query_id)
     option = spark_checkpoint_option(recorded)
-    return option if recorded is None else f"{option}, as the runtime recorded with its last batch"
+    if recorded is None:
+        return f"{option} with DIR its checkpointLocation (the runtime was not told it)"
+    return f"{option}, as the runtime recorded with its last batch"
+
+
+UNKNOWN_SPARK = "--spark-checkpoint DIR"
+"""The option of a command whose Spark checkpoint the runtime was not told: DIR to fill in."""
 
 
 def spark_checkpoint_option(known: str | None) -> str:
     """``--spark-checkpoint DIR``, or ``--no-spark-checkpoint`` for a query that runs without
-    one (""), for a command that rewrites a query (restore, repartition); a placeholder naming
-    what to fill in when the folder is not known (None)."""
+    one (""), for a command that rewrites a query (restore, repartition); the placeholder
+    :data:`UNKNOWN_SPARK` when the folder is not known (None): :func:`run_step` then says
+    what DIR is."""
     if known is None:
-        return "--spark-checkpoint <the query's checkpointLocation>"
+        return UNKNOWN_SPARK
     return f"--spark-checkpoint {shlex.quote(known)}" if known else "--no-spark-checkpoint"
+
+
+def run_step(command: str) -> str:
+    """ "run `command`"; when the command needs the Spark checkpoint the runtime was not told
+    (Spark tells no Connect-safe reader a running query's checkpointLocation), the step
+    before it: find DIR, then run the command with it."""
+    if UNKNOWN_SPARK not in command:
+        return f"run `{command}`"
+    return (
+        "find the stream's checkpointLocation (its writeStream option; the runtime was not "
+        f"told it), then run `{command}` with DIR set to it"
+    )
 
 
 def spark_batches(folder: Path) -> set[int]:

@@ -10,6 +10,7 @@ from state_runtime.runtime.query import BatchResult, StatefulQuery
 from state_runtime.runtime.reader import read_state, read_state_metadata
 from state_runtime.runtime.session_windows import SessionWindow, session_window_aggregation
 from state_runtime.runtime.spark_progress import state_figures, with_state_progress
+from state_runtime.runtime.stream_writer import write_stream
 from state_runtime.runtime.tws import transform_with_state
 from state_runtime.runtime.watermark import Watermark
 from state_runtime.runtime.windows import Window, windowed_aggregation
@@ -39,4 +40,5 @@ __all__ = [
     "transform_with_state",
     "windowed_aggregation",
     "with_state_progress",
+    "write_stream",
 ]

@@ -51,7 +51,7 @@ from state_runtime.errors import (
 )
 from state_runtime.failures import log_failure, typed_error
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
-from state_runtime.maintenance.restore import SPARK_CHECKPOINT, spark_checkpoint_option
+from state_runtime.maintenance.restore import SPARK_CHECKPOINT, run_step, spark_checkpoint_option
 from state_runtime.runtime.batch_reports import (
     batch_metrics,
     choose,
@@ -141,7 +141,7 @@ class StatefulQuery:
     was observed with :func:`with_state_progress` (one more small job per batch; see
     ``spark_progress.py``). ``spark_checkpoint``: the stream's ``checkpointLocation`` (""
     when batches run without one), recorded with each batch and named in the command a loss
-    advises (see ``loss.py``).
+    advises (see ``loss.py``); :func:`write_stream` sets it with the stream's.
     """
 
     def __init__(
@@ -225,11 +225,13 @@ class StatefulQuery:
                 raise InvalidArgument(
                     f"operator {op.operator_id} (store {spec.name}) of query {self.query_id} "
                     f"has {count} state partitions in the catalog; it cannot run with "
-                    f"{op.num_partitions}. Keep num_partitions={count}, or change it with "
-                    f"`statestore repartition {self.root} --query {self.query_id} --operator "
-                    f"{op.operator_id} --partitions {op.num_partitions} "
-                    f"{spark_checkpoint_option(self.spark_checkpoint)}` (a dry run; then with "
-                    "--execute) while the query is stopped (docs/repartition.md)"
+                    f"{op.num_partitions}. Keep num_partitions={count}, or stop the query and "
+                    + run_step(
+                        f"statestore repartition {self.root} --query {self.query_id} --operator "
+                        f"{op.operator_id} --partitions {op.num_partitions} "
+                        f"{spark_checkpoint_option(self.spark_checkpoint)}"
+                    )
+                    + " (a dry run; then with --execute; docs/repartition.md)"
                 )
         histories = self._planned_histories(batch_id)
         routings = dict(zip(map(id, self.operators), self._routings(schema), strict=True))

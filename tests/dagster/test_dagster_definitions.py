@@ -343,6 +343,20 @@ def test_schedules_request_their_jobs() -> None:
     assert clean.run_config["ops"]["state_retention_cleanup"]["config"]["dry_run"] is False
     job = defs.resolve_job_def("state_cleanup_job")
     assert job.run_config_schema.config_type is not None
+    # The cleanup's run names the console logger too (a failed lineage_valid as its
+    # paragraph), while the launchpad still offers dry_run as a field, true by default.
+    assert set(ResolvedRunConfig.build(job, clean.run_config).loggers) == {"console"}
+    assert ResolvedRunConfig.build(job, {}).ops["state_retention_cleanup"].config == {
+        "dry_run": True,
+        "stores": [],
+    }
+    ops = job.run_config_schema.config_type.fields["ops"].config_type  # type: ignore[attr-defined]
+    cleanup_fields = ops.fields["state_retention_cleanup"].config_type.fields["config"]
+    assert set(cleanup_fields.config_type.fields) == {"dry_run", "stores"}
+    rooted = {"resources": {"maintenance": {"config": {"root": "/elsewhere"}}}}
+    assert ResolvedRunConfig.build(job, rooted).resources["maintenance"].config["root"] == (
+        "/elsewhere"
+    )
     # The validation's run, as the daemon or the launchpad starts it, names the console logger
     # that shows a failed blocking check as its paragraph; a resource's config still applies.
     [valid] = validation_schedule.evaluate_tick(build_schedule_context()).run_requests or []

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 from dagster import AssetCheckKey, DagsterInstance, materialize
@@ -105,7 +106,9 @@ def _cli_health(stream: StoreStream) -> dict[str, dict[str, Any]]:
 
 @BOTH_CATALOGS
 def test_a_corrupt_snapshot_is_broken_everywhere_blocks_cleanup_and_is_repaired(
-    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+    make_stream: Callable[..., StoreStream],
+    instance: DagsterInstance,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     stream = make_stream()
     stream.run(6)
@@ -177,13 +180,20 @@ def test_a_corrupt_snapshot_is_broken_everywhere_blocks_cleanup_and_is_repaired(
             ).one()
         assert (row[0], row[1], row[2].isoformat()) == tuple(cli[f] for f in fields)
 
-    # The cleanup job validates first; the failing lineage check blocks its deletion.
+    # The cleanup job validates first; the failing lineage check blocks its deletion, and
+    # its console tells it once, as the validation job does: the check and its first finding.
     cleanup = defs.resolve_job_def("state_cleanup_job")
     run_config = {"ops": {"state_retention_cleanup": {"config": {"dry_run": False}}}}
+    capsys.readouterr()
     blocked = cleanup.execute_in_process(
         instance=instance, run_config=run_config, raise_on_error=False, resources=resources
     )
     assert not blocked.success
+    console = capsys.readouterr().err
+    assert "Traceback" not in console and "Stack Trace" not in console
+    assert "DagsterAssetCheckFailedError" not in console
+    [why] = [line for line in console.splitlines() if line.startswith("lineage_valid failed: ")]
+    assert relative in why and "statestore" in why, why
     assert not blocked.asset_materializations_for_node("state_retention_cleanup")
     assert stream.catalog.deletion_history(root=stream.root) == []
     # The library holds the broken store even when cleanup runs without the check.

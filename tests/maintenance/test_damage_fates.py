@@ -356,3 +356,30 @@ def test_a_command_without_the_spark_checkpoint_is_told_the_recorded_one(
         f"keeps its Spark checkpoint: --spark-checkpoint {night.spark}, as the runtime "
         "recorded with its last batch" in said
     ), said
+
+
+@pytest.mark.parametrize("columns", ["120", "80"])
+def test_explain_on_a_long_path_stays_within_8_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columns: str
+) -> None:
+    """A store below a deep folder (its root, the file's path and the command's Spark
+    checkpoint each longer than a line): explain's report on a missing file prints at most 8
+    lines at 120 or 80 columns, none wrapped into several, and its command runs as printed."""
+    deep = tmp_path.joinpath(*[f"on-call-night-folder-{n}" for n in range(6)])
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    night = Night(deep)
+    night.run(4)
+    newest = night.files(FileKind.DELTA)[-1]
+    night.path(newest).unlink()
+    env = {"COLUMNS": columns, "STATE_CATALOG_URL": night.platform.catalog_url}
+    explained = CliRunner(env=env).invoke(main, ["explain", str(night.path(newest))])
+    assert explained.exit_code == 0, explained.output
+    lines = explained.output.strip().splitlines()
+    assert 1 <= len(lines) <= 8 and "" not in lines, explained.output
+    # no line broken in two: the file's path and the command stay whole, to copy
+    assert f"{night.platform.root}/{newest.path}" in lines[0]
+    assert "verdict: missing" in lines and "store status: broken since " in explained.output
+    (command,) = COMMAND.findall(explained.output)
+    assert command.endswith(f"--to-batch 2 --spark-checkpoint {night.spark} --execute")
+    run_as_printed(night, command)

@@ -201,7 +201,7 @@ def test_restore_refuses_without_knowing_the_spark_checkpoint(
     unsure = statestore(stream, "restore", stream.root, "--query", stream.query, "--to-batch", "3")
     assert unsure.exit_code == 3
     said = " ".join(unsure.output.split())
-    assert "--spark-checkpoint <the query's checkpointLocation>" in said
+    assert "--spark-checkpoint DIR with DIR its checkpointLocation" in said
     assert "--no-spark-checkpoint" in said
     # A Spark checkpoint that never committed batch 3 cannot resume there.
     spark = tmp_path / "spark"

@@ -48,9 +48,10 @@ def test_a_lost_store_folder_is_named_once_with_the_next_commands(
     assert f"store {query.root}#0/1/default: delta state/0/1/default/1_" in message
     assert "(version 1) is missing from storage" in message
     assert "no committed batch of query loss has all its stores intact" in message
-    assert (  # this query did not say where its Spark checkpoint is: the advice says what to fill
-        f"`statestore restore {query.root} --query loss --to-batch 2 --spark-checkpoint "
-        "<the query's checkpointLocation> --allow-lost-state --execute`"
+    assert (  # this query did not say where its Spark checkpoint is: the step says what DIR is
+        "find the stream's checkpointLocation (its writeStream option; the runtime was not told "
+        f"it), then run `statestore restore {query.root} --query loss --to-batch 2 "
+        "--spark-checkpoint DIR --allow-lost-state --execute` with DIR set to it"
     ) in message
 
     cli = CliRunner(env={"COLUMNS": "200", "STATE_CATALOG_URL": None})

@@ -5,6 +5,8 @@ restarted query resumes there, and its state equals Spark's own aggregation of e
 from __future__ import annotations
 
 import random
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,13 @@ from pyspark.sql import functions as F
 
 from state_runtime.catalog import Catalog
 from state_runtime.cli import main
-from state_runtime.runtime import Agg, StatefulQuery, read_state, running_aggregation
+from state_runtime.runtime import (
+    Agg,
+    StatefulQuery,
+    read_state,
+    running_aggregation,
+    write_stream,
+)
 
 from .reference import assert_lineage_linear
 
@@ -48,15 +56,14 @@ def test_restore_rewinds_catalog_and_spark_checkpoint_and_the_stream_resumes(
 
     def run() -> None:
         query = StatefulQuery("clicks", root, [op], catalog_url=sqlite_catalog_url)
-        stream = (
+        events = (
             spark.readStream.schema("user string, amount bigint")
             .option("maxFilesPerTrigger", 1)
             .option("recursiveFileLookup", "true")
             .json(str(source))
-            .writeStream.foreachBatch(query.foreach_batch(sink))
-            .option("checkpointLocation", str(spark_ckpt))
-            .trigger(availableNow=True)
-            .start()
+        )
+        stream = (
+            write_stream(query, events, str(spark_ckpt), sink).trigger(availableNow=True).start()
         )
         try:
             stream.awaitTermination(300)
@@ -76,9 +83,11 @@ def test_restore_rewinds_catalog_and_spark_checkpoint_and_the_stream_resumes(
     refused = runner.invoke(main, [*args, "--to-batch", "3", "--spark-checkpoint", str(spark_ckpt)])
     assert refused.exit_code == 3, refused.output
     assert lost.name in refused.output and "--to-batch 2" in refused.output
-    done = runner.invoke(
-        main, [*args, "--to-batch", "2", "--spark-checkpoint", str(spark_ckpt), "--execute"]
-    )
+    # explain's command, run as printed: write_stream told the runtime Spark's checkpoint
+    explained = runner.invoke(main, ["--catalog-url", sqlite_catalog_url, "explain", str(lost)])
+    (command,) = re.findall(r"run `(statestore [^`]+)`", " ".join(explained.output.split()))
+    assert f"--to-batch 2 --spark-checkpoint {spark_ckpt} --execute" in command, command
+    done = runner.invoke(main, ["--catalog-url", sqlite_catalog_url, *shlex.split(command)[1:]])
     assert done.exit_code == 0, done.output
     assert "resumes at batch 3" in done.output
     for log in ("offsets", "commits"):
