@@ -148,3 +148,33 @@ def test_a_damaged_delta_is_refused_while_streamed_and_leaves_no_run(
     del e
     gc.collect()
     assert LOCAL_DISK.stats.local_disk_bytes == before
+
+
+def _wider(storage: Storage) -> StateStoreProvider:
+    return StateStoreProvider(
+        storage, 0, 0, key_schema="k bigint", value_schema="v bigint, last string"
+    )
+
+
+@pytest.mark.parametrize("streamed", [[FileKind.DELTA, FileKind.DELTA], [FileKind.SNAPSHOT]])
+def test_large_files_written_before_a_nullable_column_was_appended_stream_under_it(
+    storage: Storage, streamed: list[FileKind], streamed_kinds: list[FileKind]
+) -> None:
+    """Rows of format 2 deltas (or of a snapshot) streamed to disk read under the widened
+    schema (the new column null), as a whole read gives them."""
+    large = _deltas(_fresh(storage, "integer"), _key("integer"))
+    assert _format(storage, large) == 2
+    if streamed == [FileKind.SNAPSHOT]:
+        _fresh(storage, "integer").snapshot(*_ref(large))
+    store = _wider(storage).get_store(*_ref(large))
+    store.put((0,), (5, "x"))
+    last = store.commit()
+    expected = dict(_wider(storage).get_read_store(*_ref(last)).items())
+    assert expected[(3,)] == (-3, None) and expected[(0,)] == (5, "x")
+    assert not streamed_kinds
+    with forced_disk(block_bytes=4096):
+        loaded = _wider(storage).get_read_store(*_ref(last))
+        assert streamed_kinds == streamed
+        assert any(isinstance(run, DiskRun) for run in loaded._version.runs)  # type: ignore[attr-defined]
+        assert dict(loaded.items()) == expected
+        assert loaded.get((2,)) == (14, None)

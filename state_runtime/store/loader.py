@@ -19,8 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import pyarrow as pa
-
 from state_runtime.errors import (
     CannotLoadState,
     CheckpointFileCorrupt,
@@ -41,6 +39,7 @@ from state_runtime.store.checkpoint_format import (
 )
 from state_runtime.store.disk_runs import AnyRun
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.schema_evolution import Projection
 from state_runtime.store.snapshot_stream import read_streamed, streams
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
@@ -360,13 +359,8 @@ class VersionLoader:
                 path=path,
             ) from None
         check_identity(header, self.store, ref, kind, path)
-        assert header.schema is not None
-        keys, values = self._project(
-            ref,
-            path,
-            header,
-            table.column("key").combine_chunks(),
-            table.column("value").combine_chunks(),
+        keys, values = self._projection(ref, path, header).apply(
+            table.column("key").combine_chunks(), table.column("value").combine_chunks()
         )
         run, duplicates = Run.build(self.indexer, keys, values)
         problem = None
@@ -378,15 +372,9 @@ class VersionLoader:
             raise self._fault(CheckpointFileCorrupt, problem, ref, path)
         return CheckpointFile(ref, kind, path, header, run)
 
-    def _project(
-        self,
-        ref: CheckpointRef,
-        path: str,
-        header: FileHeader,
-        keys: pa.StructArray,
-        values: pa.StructArray,
-    ) -> tuple[pa.StructArray, pa.StructArray]:
-        """Rows of a file written under ``header``'s schema, as the store's schema has them."""
+    def _projection(self, ref: CheckpointRef, path: str, header: FileHeader) -> Projection:
+        """How rows of a file written under ``header``'s schema read under the store's schema:
+        the one place a whole read and a streamed one widen rows."""
         assert header.schema is not None
         try:
             projection = self.target.history.projection(header.schema_id, header.schema)
@@ -398,7 +386,7 @@ class VersionLoader:
                 checkpoint_id=ref.checkpoint_id,
                 path=path,
             ) from None
-        return projection.apply(keys, values)
+        return projection
 
     def _read_streamed(
         self,
@@ -419,7 +407,7 @@ class VersionLoader:
             store=self.store,
             ref=ref,
             indexer=self.indexer,
-            project=lambda h, k, v: self._project(ref, path, h, k, v),
+            project=lambda header: self._projection(ref, path, header),
         )
         metrics.files_read += 1
         metrics.bytes_read += size

@@ -41,17 +41,18 @@ from state_runtime.store.compact_format import COMPACT_FORMAT_VERSION
 from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_builder import RunBuilder
+from state_runtime.store.schema_evolution import Projection
 
 STREAM_RATIO = 8
 """A file is streamed when its payload times this passes the spill threshold: rows
 decode to several times their stored bytes (zstd, narrow integers), so a smaller file may
 still decode to more than the threshold."""
 
-Projector = Callable[
-    [FileHeader, pa.StructArray, pa.StructArray], tuple[pa.StructArray, pa.StructArray]
-]
-"""Maps a batch's decoded keys and values to the store's schema (the file's header says the
-schema they were written under); raises SchemaMismatch when it cannot."""
+Projector = Callable[[FileHeader], Projection]
+"""The projection from the schema a file's header says its rows were written under to the
+store's schema (the one place a whole read widens rows too); raises SchemaMismatch when there
+is none. The run is built in its target's types: rows written before a value column was
+appended are widened before they reach it."""
 
 
 def streams(head: bytes) -> bool:
@@ -130,8 +131,10 @@ def read_streamed(
         check_identity(header, store, ref, kind, path)
         schema = header.schema
         assert schema is not None
+        projection = project(header)
+        target = projection.target
         needed = length * STREAM_RATIO
-        builder = RunBuilder(indexer, store, schema.key_arrow, schema.value_arrow, needed)
+        builder = RunBuilder(indexer, store, target.key_arrow, target.value_arrow, needed)
         carry: dict[str, int] = {}
         rows = 0
         batches = iter(reader)
@@ -147,8 +150,8 @@ def read_streamed(
                 raise corrupt(problem)
             if batch is None:
                 break
-            keys, values = project(
-                header, table.column("key").combine_chunks(), table.column("value").combine_chunks()
+            keys, values = projection.apply(
+                table.column("key").combine_chunks(), table.column("value").combine_chunks()
             )
             if values.null_count and kind is FileKind.SNAPSHOT:
                 raise corrupt("a snapshot holds removals")
