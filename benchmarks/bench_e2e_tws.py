@@ -45,7 +45,7 @@ OUTPUT = "k bigint, count bigint"
 
 def _size(rows: Any) -> int:
     """The number of input rows, in either form (frames or Rows)."""
-    return sum(len(r) if hasattr(r, "columns") else 1 for r in rows)
+    return sum(1 if isinstance(r, tuple) else len(r) for r in rows)
 
 
 class _Form(StatefulProcessor):
