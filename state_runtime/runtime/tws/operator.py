@@ -16,6 +16,7 @@ import copy
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -25,7 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
-from pyspark.sql.types import LongType, Row, StructField, StructType, TimestampType
+from pyspark.sql.types import AtomicType, LongType, Row, StructField, StructType, TimestampType
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.runtime.context import current_batch
@@ -152,17 +153,23 @@ class _Form:
         rows = [make(*r) for r in zip(*local.to_pydict().values(), strict=True)]
         return lambda start, stop: iter(rows[start:stop])
 
+    @cached_property
+    def _stamps(self) -> list[str]:
+        """The output's timestamp columns."""
+        return [f.name for f in self.output.fields if isinstance(f.dataType, TimestampType)]
+
     def keep(self, produced: Iterable[Any] | None, into: list[Any], zone: str) -> None:
         """Take the processor's output now (a generator reads state as it runs): frames
         narrowed to the output's columns (a missing one raises here), naive timestamps as
         wall-clock times of ``zone``."""
-        names = self.output.names
-        stamps = [f.name for f in self.output.fields if isinstance(f.dataType, TimestampType)]
+        if not self.pandas:
+            into.extend(produced or ())
+            return
+        names, stamps = self.output.names, self._stamps
         for item in produced or ():
-            if not self.pandas:
-                into.append(item)
-                continue
-            frame = item.copy(deep=False) if list(item.columns) == names else item[names]
+            frame = item if list(item.columns) == names else item[names]
+            if stamps:  # localised on a copy: the user's frame stays as it was
+                frame = frame.copy(deep=False)
             for name in stamps:
                 column = frame[name]
                 if getattr(column.dt, "tz", None) is None:
@@ -197,10 +204,13 @@ def _local_table(table: pa.Table, zone: str) -> pa.Table:
 
 
 def _row_table(rows: list[Any], output: StructType, schema: pa.Schema, zone: str) -> pa.Table:
+    # a Row's nested Rows become dicts only when the output has nested fields: the recursive
+    # asDict costs more than the rest of a key's work
+    nested = any(not isinstance(f.dataType, AtomicType) for f in output.fields)
     records = []
     for row in rows:
         if isinstance(row, Row):
-            record = row.asDict(True)
+            record = row.asDict(nested)
         else:
             record = dict(zip(output.names, row, strict=True))
         for field in output.fields:
