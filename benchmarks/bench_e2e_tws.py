@@ -72,7 +72,7 @@ class RunningCount(_Form):
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
         n = (self.count.get() or (0,))[0] + _size(rows)
         self.count.update((n,))
-        return self.emit(key[0], n)
+        return self.emit(int(key[0]), n)
 
 
 class Appends(_Form):
@@ -83,8 +83,8 @@ class Appends(_Form):
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
         n = _size(rows)
-        self.seen.appendList([(key[0],)] * n)
-        return self.emit(key[0], n)
+        self.seen.appendList([(int(key[0]),)] * n)
+        return self.emit(int(key[0]), n)
 
 
 class Timers(_Form):
@@ -106,7 +106,7 @@ class Timers(_Form):
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[Any]:
-        return self.emit(key[0], (self.count.get() or (0,))[0])
+        return self.emit(int(key[0]), (self.count.get() or (0,))[0])
 
 
 PROCESSORS: dict[str, tuple[type[_Form], str]] = {
@@ -220,12 +220,14 @@ def main() -> None:
         work = Path(tmp)
         write_inputs(work / "in", args.keys, args.batches, args.updates)
         for engine in engines:
-            out = subprocess.run(
+            child = subprocess.run(
                 [sys.executable, __file__, "--engine", engine, "--work", str(work),
                  "--partitions", str(args.partitions), "--workloads", args.workloads],
-                check=True, capture_output=True, text=True,
-            ).stdout  # fmt: skip
-            runs[engine] = json.loads(out.strip().splitlines()[-1])
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if child.returncode:
+                sys.exit(f"{engine} failed:\n{child.stderr[-3000:]}")
+            runs[engine] = json.loads(child.stdout.strip().splitlines()[-1])
             print(f"{engine}: {json.dumps(runs[engine])}", flush=True)
     print(f"{args.keys} keys, {args.updates} updates per batch, {args.batches} batches")
     print(f"{'workload':<10}{'engine':<16}{'first s':>10}{'median s':>10}{'p90 s':>10}")

@@ -79,6 +79,15 @@ class Variable:
         return ExtraStore(self.name, StructType(key), value, label=label, drops_missing=True)
 
 
+def deleted_store(name: str) -> ExtraStore:
+    """The store of a variable ``init`` gives to ``deleteIfExists`` without declaring it
+    (Spark removes its state): schemas are the catalog's, resolved when the query starts
+    (:attr:`ExtraStore.deleted`); these are placeholders."""
+    placeholder = StructType([StructField(INDEX, LongType(), True)])
+    label = f"deleted state variable {name!r}"
+    return ExtraStore(name, placeholder, placeholder, label=label, deleted=True)
+
+
 def _schema(schema: StructType | str, what: str) -> StructType:
     parsed = parse_schema(schema)
     if not parsed.fields:
@@ -93,6 +102,12 @@ class Declarations:
     def __init__(self, time_mode: str) -> None:
         self.time_mode = time_mode
         self.variables: dict[str, Variable] = {}
+        self._deleted: dict[str, None] = {}
+
+    @property
+    def deleted(self) -> tuple[str, ...]:
+        """The variables given to ``deleteIfExists`` and not declared, in call order."""
+        return tuple(n for n in self._deleted if n not in self.variables)
 
     def _declare(self, variable: Variable) -> None:
         validate_name(variable.name, "state variable name")
@@ -135,7 +150,10 @@ class Declarations:
         self._declare(Variable(stateName, "map", value, user_key, ttlDurationMs))
 
     def deleteIfExists(self, stateName: str) -> None:
-        """Nothing to delete before the query runs."""
+        """Nothing to delete before the query runs: the name is recorded, so that the store
+        of a variable no longer declared is opened in each task for the deletion."""
+        validate_name(stateName, "state variable name")
+        self._deleted[stateName] = None
 
     def registerTimer(self, expiryTimestampMs: int) -> None:
         raise InvalidArgument("timers cannot be registered in init()")
