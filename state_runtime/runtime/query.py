@@ -81,6 +81,7 @@ from state_runtime.runtime.tasks import (
     TaskSpec,
     base_refs,
     run_partitions,
+    with_skipped,
 )
 from state_runtime.runtime.telemetry import OtelExport
 from state_runtime.runtime.times import SESSION_TIME_ZONE_CONF
@@ -207,9 +208,7 @@ class StatefulQuery:
     def _register(self, batch_id: int, schema: StructType) -> None:
         """Register every store, record each operator's layout (partition count and routing)
         and schema history; refuse a partition count other than the catalog's layout, or a
-        schema change the planner refuses (before any task runs). A deleted store of an
-        operator is opened with the schema the catalog recorded
-        (:meth:`StatefulOperator.opened`)."""
+        schema change the planner refuses (before any task runs). Deleted stores: ``opened``."""
         recorded = self.catalog.schema_histories(self.root)
         self.operators = [op.opened(recorded) for op in self.operators]
         known = self.catalog.stores(self.root)
@@ -333,7 +332,8 @@ class StatefulQuery:
         if batch_id - 1 == start.restored:
             return start.previous
         if batch_id == 0 or start.previous:
-            return self._with_skipped(start.previous)
+            latest = partial(self.catalog.latest_committed, self.root)
+            return with_skipped(start.previous, self._stores(), latest)
         ours = {
             store: ref
             for store, ref in self.catalog.latest_committed(self.root).items()
@@ -347,20 +347,6 @@ class StatefulQuery:
                 "Spark checkpoint and the state catalog disagree"
             )
         return {}
-
-    def _with_skipped(
-        self, committed: dict[StoreId, CheckpointRef]
-    ) -> dict[StoreId, CheckpointRef]:
-        """``committed`` plus the latest committed version of each store of the query that
-        the previous batch did not open (a state variable deleted or declared again after
-        runs without it): its next version follows its last one, not version 1."""
-        wanted = {(op.operator_id, s.name) for op, s in self._stores()}
-        skipped = wanted - {(s.operator_id, s.store_name) for s in committed}
-        if not committed or not skipped:
-            return committed
-        latest = self.catalog.latest_committed(self.root)
-        found = {s: r for s, r in latest.items() if (s.operator_id, s.store_name) in skipped}
-        return {**committed, **found}
 
     # --- one batch ----------------------------------------------------------------------
 

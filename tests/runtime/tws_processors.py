@@ -301,6 +301,12 @@ class Evolving(StatefulProcessor):
         )
 
 
+class PandasEvolving(Evolving):
+    """:class:`Evolving` in the pandas form."""
+
+    pandas = True
+
+
 # --- the harness's entries -------------------------------------------------------------------
 
 
