@@ -1,11 +1,20 @@
-"""transformWithState end to end: one running-count ``StatefulProcessor`` on this runtime
-(``transform_with_state``) and on Spark's ``transformWithStateInPandas`` (RocksDB).
+"""transformWithState end to end: three ``StatefulProcessor`` workloads on this runtime
+(``transform_with_state``) and on Spark's ``transformWithStateInPandas`` and
+``transformWithState`` (RocksDB), each processor class the same on both engines.
 
-The same input for both: one file with each of ``--keys`` keys once (builds the state), then
-``--batches`` files of ``--updates`` random keys; a file-source stream reads one file per
-micro-batch (``availableNow``) into a ``noop`` sink. Each engine runs in its own process.
+Workloads: ``value`` (a running count in a value state), ``list`` (each input row appended
+to a list state, the list never read back whole), ``timers`` (a running count; each key with
+rows registers a processing-time timer 1 ms ahead, which fires in the next batch and emits
+the count: after the first batch, where only a tenth of the keys register, timers fire on
+about a tenth of the keys per batch).
+
+The same input for every run: one file with each of ``--keys`` keys once (builds the state),
+then ``--batches`` files of ``--updates`` random keys; a file-source stream reads one file per
+micro-batch (``availableNow``) into a ``noop`` sink. Each engine (ours and Spark's, each in
+the pandas and the Row form) runs every workload in its own process (one JVM per engine).
 Per-batch latency is Spark's ``triggerExecution`` duration. Prints the first batch, median
-and p90 per engine and the ratios (Spark / ours). ``--quick`` is a short run.
+and p90 per engine and workload and the ratios (Spark / ours, in the same form).
+``--quick`` is a short run.
 """
 
 from __future__ import annotations
@@ -21,24 +30,90 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+from pyspark.sql import Row
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    TimerValues,
+)
 
-ENGINES = ("state_runtime", "transformWithStateInPandas")
+ENGINES = ("ours-pandas", "spark-pandas", "ours-row", "spark-row")
+WORKLOADS = ("value", "list", "timers")
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+OUTPUT = "k bigint, count bigint"
 
 
-class RunningCount(StatefulProcessor):
-    """The same class on both engines."""
+def _size(rows: Any) -> int:
+    """The number of input rows, in either form (frames or Rows)."""
+    return sum(1 if isinstance(r, tuple) else len(r) for r in rows)
+
+
+class _Form(StatefulProcessor):
+    """A processor in the pandas or the Row form (one output row per call)."""
+
+    def __init__(self, pandas: bool) -> None:
+        self.pandas = pandas
+
+    def emit(self, key: int, count: int) -> Iterator[Any]:
+        if self.pandas:
+            import pandas as pd
+
+            yield pd.DataFrame({"k": [key], "count": [count]})
+        else:
+            yield Row(k=key, count=count)
+
+
+class RunningCount(_Form):
+    """``value``: the key's row count so far."""
 
     def init(self, handle: Any) -> None:
         self.count = handle.getValueState("count", "count bigint")
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
-        import pandas as pd
-
-        n = (self.count.get() or (0,))[0] + sum(len(r) for r in rows)
+        n = (self.count.get() or (0,))[0] + _size(rows)
         self.count.update((n,))
-        yield pd.DataFrame({"k": [key[0]], "count": [n]})
+        return self.emit(int(key[0]), n)
+
+
+class Appends(_Form):
+    """``list``: each input row appended to the key's list; emits the number appended."""
+
+    def init(self, handle: Any) -> None:
+        self.seen = handle.getListState("seen", "k bigint")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+        n = _size(rows)
+        self.seen.appendList([(int(key[0]),)] * n)
+        return self.emit(int(key[0]), n)
+
+
+class Timers(_Form):
+    """``timers``: a running count; a timer 1 ms ahead for each key with rows (in the first
+    batch, a tenth of the keys), emitting the count when it fires."""
+
+    def init(self, handle: Any) -> None:
+        self.handle = handle
+        self.count = handle.getValueState("count", "count bigint")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        before = self.count.get()
+        n = (before or (0,))[0] + _size(rows)
+        self.count.update((n,))
+        if before is not None or key[0] % 10 == 0:
+            self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 1)
+        return iter(())
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[Any]:
+        return self.emit(int(key[0]), (self.count.get() or (0,))[0])
+
+
+PROCESSORS: dict[str, tuple[type[_Form], str]] = {
+    "value": (RunningCount, "None"),
+    "list": (Appends, "None"),
+    "timers": (Timers, "ProcessingTime"),
+}
 
 
 def write_inputs(folder: Path, keys: int, batches: int, updates: int) -> None:
@@ -55,7 +130,10 @@ def write_inputs(folder: Path, keys: int, batches: int, updates: int) -> None:
     spark.stop()
 
 
-def run_engine(engine: str, work: Path, partitions: int) -> list[float]:
+def run_engine(
+    engine: str, workloads: list[str], work: Path, partitions: int
+) -> dict[str, list[float]]:
+    """Each workload's per-batch seconds on ``engine``, one session for all."""
     from pyspark.sql import DataFrame
 
     from state_runtime.runtime import StatefulQuery, transform_with_state
@@ -69,81 +147,106 @@ def run_engine(engine: str, work: Path, partitions: int) -> list[float]:
             "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
         },
     )
-    source = (
-        spark.readStream.schema("k bigint")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(work / "in" / "f*"))
-    )
-    if engine == "state_runtime":
-        op = transform_with_state(
-            0, ["k"], "k bigint", RunningCount(), "k bigint, count bigint", partitions
+    pandas = engine.endswith("pandas")
+    results = {}
+    for workload in workloads:
+        cls, time_mode = PROCESSORS[workload]
+        source = (
+            spark.readStream.schema("k bigint")
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(work / "in" / "f*"))
         )
-        query = StatefulQuery(
-            "bench", str(work / "state"), [op], catalog_url=f"sqlite:///{work / 'catalog.db'}"
-        )
+        if engine.startswith("ours"):
+            op = transform_with_state(
+                0, ["k"], "k bigint", cls(pandas), OUTPUT, partitions,
+                time_mode=time_mode, pandas=pandas,
+            )  # fmt: skip
+            query = StatefulQuery(
+                workload,
+                str(work / f"state-{engine}-{workload}"),
+                [op],
+                catalog_url=f"sqlite:///{work / f'catalog-{engine}-{workload}.db'}",
+            )
 
-        def sink(output: DataFrame, batch_id: int) -> None:
-            output.write.format("noop").mode("overwrite").save()
+            def sink(output: DataFrame, batch_id: int) -> None:
+                output.write.format("noop").mode("overwrite").save()
 
-        writer = source.writeStream.foreachBatch(query.foreach_batch(sink))
-    else:
-        counted = source.groupBy("k").transformWithStateInPandas(
-            RunningCount(), "k bigint, count bigint", "Update", "None"
+            writer = source.writeStream.foreachBatch(query.foreach_batch(sink))
+        else:
+            grouped = source.groupBy("k")
+            method = grouped.transformWithStateInPandas if pandas else grouped.transformWithState
+            out = method(cls(pandas), OUTPUT, "Update", time_mode)
+            writer = out.writeStream.outputMode("update").format("noop")
+        stream = (
+            writer.option("checkpointLocation", str(work / f"ckpt-{engine}-{workload}"))
+            .trigger(availableNow=True)
+            .start()
         )
-        writer = counted.writeStream.outputMode("update").format("noop")
-    stream = (
-        writer.option("checkpointLocation", str(work / f"ckpt-{engine}"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    stream.awaitTermination()
-    progress = [p for p in stream.recentProgress if p.numInputRows > 0]
+        # not awaitTermination: with processing-time timers Spark runs no-data batches
+        # without end (measured: 430 after the last file), so the stream stops once the
+        # files are processed
+        stream.processAllAvailable()
+        stream.stop()
+        progress = [p for p in stream.recentProgress if p.numInputRows > 0]
+        results[workload] = [p.durationMs["triggerExecution"] / 1000 for p in progress]
     spark.stop()
-    return [p.durationMs["triggerExecution"] / 1000 for p in progress]
+    return results
+
+
+def _figures(latencies: list[float]) -> tuple[float, float, float]:
+    """First batch, median and p90 of the update batches."""
+    updates = sorted(latencies[1:]) or latencies
+    return latencies[0], statistics.median(updates), updates[int(0.9 * (len(updates) - 1))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--updates", type=int, default=10_000)
-    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--quick", action="store_true", help="10k keys, 1k updates, 4 batches")
     parser.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    workloads = args.workloads.split(",")
     if args.engine:  # a child: one engine, the latencies as JSON on the last line
-        print(json.dumps(run_engine(args.engine, Path(args.work), args.partitions)))
+        results = run_engine(args.engine, workloads, Path(args.work), args.partitions)
+        print(json.dumps(results))
         return
     if args.quick:
         args.keys, args.updates, args.batches = 10_000, 1_000, 4
+    engines = args.engines.split(",")
+    runs: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         write_inputs(work / "in", args.keys, args.batches, args.updates)
-        results: dict[str, list[float]] = {}
-        for engine in ENGINES:
-            out = subprocess.run(
+        for engine in engines:
+            child = subprocess.run(
                 [sys.executable, __file__, "--engine", engine, "--work", str(work),
-                 "--partitions", str(args.partitions)],
-                check=True, capture_output=True, text=True,
-            ).stdout  # fmt: skip
-            results[engine] = json.loads(out.strip().splitlines()[-1])
+                 "--partitions", str(args.partitions), "--workloads", args.workloads],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if child.returncode:
+                sys.exit(f"{engine} failed:\n{child.stderr[-3000:]}")
+            runs[engine] = json.loads(child.stdout.strip().splitlines()[-1])
+            print(f"{engine}: {json.dumps(runs[engine])}", flush=True)
     print(f"{args.keys} keys, {args.updates} updates per batch, {args.batches} batches")
-    print(f"{'engine':<28}{'first s':>10}{'median s':>10}{'p90 s':>10}")
-    figures = {}
-    for engine, latencies in results.items():
-        updates = sorted(latencies[1:]) or latencies
-        figures[engine] = (
-            latencies[0],
-            statistics.median(updates),
-            updates[int(0.9 * (len(updates) - 1))],
-        )
-        first, median, p90 = figures[engine]
-        print(f"{engine:<28}{first:>10.2f}{median:>10.2f}{p90:>10.2f}")
-    ours, theirs = figures["state_runtime"], figures["transformWithStateInPandas"]
-    print(
-        f"Spark / ours: first batch {theirs[0] / ours[0]:.1f}x, median {theirs[1] / ours[1]:.1f}x"
-    )
+    print(f"{'workload':<10}{'engine':<16}{'first s':>10}{'median s':>10}{'p90 s':>10}")
+    for workload in workloads:
+        figures = {e: _figures(runs[e][workload]) for e in engines}
+        for engine, (first, median, p90) in figures.items():
+            print(f"{workload:<10}{engine:<16}{first:>10.2f}{median:>10.2f}{p90:>10.2f}")
+        for form in ("pandas", "row"):
+            ours, theirs = figures.get(f"ours-{form}"), figures.get(f"spark-{form}")
+            if ours and theirs:
+                print(
+                    f"{workload:<10}Spark / ours ({form}): first batch "
+                    f"{theirs[0] / ours[0]:.1f}x, median {theirs[1] / ours[1]:.1f}x, "
+                    f"p90 {theirs[2] / ours[2]:.1f}x"
+                )
 
 
 if __name__ == "__main__":

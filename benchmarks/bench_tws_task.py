@@ -1,6 +1,6 @@
-"""transformWithState without Spark: one state partition's batches of the running-count
-processor of ``bench_e2e_tws.py``, the task function driven directly on real stores (local
-files), so the figures are the operator's own cost (no Spark job, no worker start).
+"""transformWithState without Spark: one state partition's batches of a workload of
+``bench_e2e_tws.py`` (``--workload``, ``--form``), the task function driven directly on real
+stores (local files), so the figures are the operator's own cost (no Spark job, no worker start).
 
 A first batch with each of ``--keys`` keys once, then ``--batches`` batches of ``--updates``
 random keys. Prints each batch's seconds; ``--profile`` adds the top costs of the last batch.
@@ -16,7 +16,7 @@ import tempfile
 import time
 
 import pyarrow as pa
-from bench_e2e_tws import RunningCount
+from bench_e2e_tws import OUTPUT, PROCESSORS
 
 from state_runtime.runtime import transform_with_state
 from state_runtime.runtime.context import BatchContext, batch_scope
@@ -30,9 +30,15 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=25_000)
     parser.add_argument("--updates", type=int, default=2_500)
     parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--workload", choices=sorted(PROCESSORS), default="value")
+    parser.add_argument("--form", choices=("pandas", "row"), default="pandas")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    op = transform_with_state(0, ["k"], "k bigint", RunningCount(), "k bigint, count bigint", 1)
+    cls, time_mode = PROCESSORS[args.workload]
+    pandas = args.form == "pandas"
+    op = transform_with_state(
+        0, ["k"], "k bigint", cls(pandas), OUTPUT, 1, time_mode=time_mode, pandas=pandas
+    )
     rng = random.Random(42)
     inputs = [pa.table({"k": pa.array(range(args.keys), pa.int64())})] + [
         pa.table({"k": pa.array([rng.randrange(args.keys) for _ in range(args.updates)])})

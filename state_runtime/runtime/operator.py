@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -14,6 +14,7 @@ from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME, validate_name, validate_non_negative
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.schema_evolution import SchemaChange
+from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.state_schema import StateSchema, parse_schema
 from state_runtime.store.state_store import StateStore
 
@@ -58,6 +59,11 @@ class ExtraStore:
     """A value field of the recorded schema that this one lacks is dropped, undeclared (a
     ``transform_with_state`` variable: Spark's Avro schema evolution reads older values
     without the fields its new schema lacks)."""
+    deleted: bool = False
+    """A store the operator no longer declares but deletes (a ``transform_with_state``
+    variable given to ``deleteIfExists``): its schemas here are placeholders; the query opens
+    it with the schema the catalog recorded (:meth:`resolved`), so that the update function
+    can empty it, or leaves it out when the catalog has none (nothing to delete)."""
 
     @property
     def schema(self) -> StateSchema:
@@ -72,6 +78,16 @@ class ExtraStore:
         kept = {*self.schema.value.names, *change.renamed, *change.dropped}
         gone = tuple(name for name in recorded.value.names if name not in kept)
         return replace(change, dropped=(*change.dropped, *gone)) if gone else change
+
+    def resolved(self, recorded: SchemaHistory | None) -> ExtraStore | None:
+        """This store as the query opens it: a deleted store with the catalog's newest
+        schema (None when the catalog has no history of it), any other as it is."""
+        if not self.deleted:
+            return self
+        if recorded is None:
+            return None
+        newest = recorded.newest.schema
+        return replace(self, key_schema=newest.key, value_schema=newest.value)
 
     def describe(self, op: StatefulOperator) -> str:
         """The store in an error: ``operator 0 (store default)``, or its label."""
@@ -164,6 +180,14 @@ class StatefulOperator:
         """Every store of the operator, the main one first."""
         main = ExtraStore(self.store_name, self.key_schema, self.value_schema, self.schema_change)
         return (main, *self.extra_stores)
+
+    def opened(self, recorded: Mapping[tuple[int, str], SchemaHistory]) -> StatefulOperator:
+        """The operator as a query opens its stores: each deleted store resolved against the
+        catalog's schema histories ``recorded`` (:meth:`ExtraStore.resolved`)."""
+        if not any(x.deleted for x in self.extra_stores):
+            return self
+        stores = (x.resolved(recorded.get((self.operator_id, x.name))) for x in self.extra_stores)
+        return replace(self, extra_stores=tuple(x for x in stores if x is not None))
 
     @property
     def output_struct(self) -> StructType:

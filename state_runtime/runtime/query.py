@@ -81,6 +81,7 @@ from state_runtime.runtime.tasks import (
     TaskSpec,
     base_refs,
     run_partitions,
+    with_skipped,
 )
 from state_runtime.runtime.telemetry import OtelExport
 from state_runtime.runtime.times import SESSION_TIME_ZONE_CONF
@@ -207,7 +208,9 @@ class StatefulQuery:
     def _register(self, batch_id: int, schema: StructType) -> None:
         """Register every store, record each operator's layout (partition count and routing)
         and schema history; refuse a partition count other than the catalog's layout, or a
-        schema change the planner refuses (before any task runs)."""
+        schema change the planner refuses (before any task runs). Deleted stores: ``opened``."""
+        recorded = self.catalog.schema_histories(self.root)
+        self.operators = [op.opened(recorded) for op in self.operators]
         known = self.catalog.stores(self.root)
         layouts = self.catalog.layouts(self.root)
         existing: dict[tuple[int, str], set[int]] = {}
@@ -328,8 +331,11 @@ class StatefulQuery:
                     f"{layout.from_batch} (docs/repartition.md)",
                     store=start.last_store,
                 )
-        if batch_id == 0 or start.previous or batch_id - 1 == start.restored:
+        if batch_id - 1 == start.restored:
             return start.previous
+        if batch_id == 0 or start.previous:
+            latest = partial(self.catalog.latest_committed, self.root)
+            return with_skipped(start.previous, self._stores(), latest)
         ours = {
             store: ref
             for store, ref in self.catalog.latest_committed(self.root).items()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.runtime import worker
 from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.runtime.event_time import EventTimeSpec, event_time_report, prepare_rows
-from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.runtime.operator import ExtraStore, StatefulOperator
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
 from state_runtime.store.cache import CACHE, set_budget
@@ -275,3 +275,20 @@ def base_refs(
         if store.operator_id == operator.operator_id and store.store_name in base:
             base[store.store_name][store.partition_id] = (ref.version, ref.checkpoint_id)
     return base
+
+
+def with_skipped(
+    committed: dict[StoreId, CheckpointRef],
+    stores: Iterable[tuple[StatefulOperator, ExtraStore]],
+    latest: Callable[[], dict[StoreId, CheckpointRef]],
+) -> dict[StoreId, CheckpointRef]:
+    """``committed`` (the previous batch's ids) plus the ``latest`` committed version of each
+    of the query's ``stores`` that the previous batch did not open (a
+    ``transform_with_state`` variable deleted or declared again after runs without it): its
+    next version follows its last one, not version 1. ``latest`` is read only then."""
+    wanted = {(op.operator_id, store.name) for op, store in stores}
+    skipped = wanted - {(s.operator_id, s.store_name) for s in committed}
+    if not committed or not skipped:
+        return committed
+    found = {s: r for s, r in latest().items() if (s.operator_id, s.store_name) in skipped}
+    return {**committed, **found}

@@ -89,6 +89,18 @@ def freeze(value: Any) -> Any:
     return value
 
 
+_PLAIN = frozenset({int, str, bytes, bool, type(None)})
+
+
+def freeze_key(key: tuple[Any, ...]) -> Any:
+    """:func:`freeze` of a key tuple, the tuple itself when every value is a plain scalar
+    (the common case, with no nested value or float to normalise: no copy, no recursion)."""
+    for value in key:
+        if type(value) not in _PLAIN:
+            return freeze(key)
+    return key
+
+
 _NUMERIC_VIEWS = {
     pa.date32(): np.int32,
     pa.date64(): np.int64,

@@ -42,8 +42,9 @@ def test_variables_added_evolved_and_dropped_across_restarts(
     """A new variable gets a new store; a nullable field added to a variable evolves its store
     (a new entry of its schema history, read by ``read_state(state_variable=)``), a field no
     longer declared is dropped (as Spark's Avro evolution); a variable no longer declared keeps
-    its store and rows; a type change is refused, naming the variable, before anything is
-    written."""
+    its store and rows until ``init`` deletes it (``deleteIfExists``: every row goes, as Spark
+    removes the variable's column family); a type change is refused, naming the variable,
+    before anything is written."""
     root = tmp_path / "ckpt"
     assert _run(spark, _query(root, sqlite_catalog_url, "v1"), 0, "ab") == [
         ("a", 1, None, 1, -1),
@@ -72,11 +73,15 @@ def test_variables_added_evolved_and_dropped_across_restarts(
         ("b", 2, None, -1, -1),
     ]
     assert read("seen").count() == 7  # as v2 left it: a's 2 elements, b's and c's 1, 3 heads
+    v4 = _query(root, sqlite_catalog_url, "v4")  # deletes "seen" without declaring it
+    assert _run(spark, v4, 3, "b") == [("b", 3, None, -1, 5)]
+    assert read("seen").count() == 0  # every partition's, not only the batch's keys'
+    assert read("count").count() == 3
     histories = Catalog.open(sqlite_catalog_url).schema_histories(root.as_uri())
     assert histories[(0, "count")].newest.change == SchemaChange(dropped=("note",))
 
     with pytest.raises(SchemaMismatch) as refused:
-        _run(spark, _query(root, sqlite_catalog_url, "retyped"), 3, "a")
+        _run(spark, _query(root, sqlite_catalog_url, "retyped"), 4, "a")
     assert str(refused.value).startswith(
         "[STATE_SCHEMA_MISMATCH] query evolving, transform_with_state (operator 0), value state "
         "variable 'count' (store count): schema change <key <part:int,user:string>, value "
@@ -86,7 +91,7 @@ def test_variables_added_evolved_and_dropped_across_restarts(
     assert "\n" not in str(refused.value)
     assert Catalog.open(sqlite_catalog_url).schema_histories(root.as_uri()) == histories
     # refused before anything was written: the previous code goes on at the same batch
-    assert _run(spark, _query(root, sqlite_catalog_url, "v3"), 3, "c") == [("c", 2, None, -1, 5)]
+    assert _run(spark, _query(root, sqlite_catalog_url, "v3"), 4, "c") == [("c", 2, None, -1, 5)]
 
 
 class Declares(StatefulProcessor):

@@ -33,6 +33,7 @@ from .tws_processors import (
     Counters,
     Evolving,
     FraudDetector,
+    PandasEvolving,
     RowCounters,
     RowFraudDetector,
     RowSessionTracker,
@@ -159,8 +160,11 @@ EVOLVING = [
 ]
 
 
+@pytest.mark.parametrize(
+    "processor", [Evolving, pytest.param(PandasEvolving, marks=LONG)], ids=["Row", "pandas"]
+)
 def test_state_variables_added_evolved_dropped_and_retyped_across_restarts(
-    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str, processor: type[Evolving]
 ) -> None:
     """One query, its processor's code changed at each restart (``Evolving``: v1, v2 at
     batch 2, v3 at batch 4), on both engines (Spark with Avro-encoded state): a new variable
@@ -169,11 +173,11 @@ def test_state_variables_added_evolved_dropped_and_retyped_across_restarts(
     type changes: both refuse before running the batch (Spark's
     ``STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION``, our ``SchemaMismatch``)."""
     stream = Stream(EVOLVING, "UTC", 0, 0, 0, "update", None)
-    runs = [tws_operator(f"Evolving {s}", Evolving, "None", s) for s in ("v1", "v2", "v3")]
+    runs = [tws_operator(f"Evolving {s}", processor, "None", s) for s in ("v1", "v2", "v3")]
     outcome = run_stream(spark, runs, stream, tmp_path, sqlite_catalog_url, restarts=[2, 4])
     assert outcome.check() == len(EVOLVING)
     assert outcome.ours[3] == [(0, "b", 2, None, 2, -1)]  # b's count, written by v1
-    retyped = tws_operator("Evolving retyped", Evolving, "None", "retyped")
+    retyped = tws_operator("Evolving retyped", processor, "None", "retyped")
     write_batch(tmp_path, replace(stream, batches=[*EVOLVING, [_at(0, "a", 7, 1)]]), 6, time.time())
     session = session_for(spark, stream)
     with pytest.raises(SchemaMismatch, match="value field 'n': bigint -> string"):

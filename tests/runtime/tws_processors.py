@@ -260,6 +260,7 @@ class Evolving(StatefulProcessor):
     - ``v2``: the count gains a nullable field ``note`` (older values read it as null) and a
       new variable ``last`` (value) appears;
     - ``v3``: the count's ``note`` is dropped, the list ``seen`` is no longer declared;
+    - ``v4``: as v3, and ``init`` deletes ``seen`` (``deleteIfExists``, undeclared);
     - ``retyped``: the count's ``n`` becomes a string: refused before any batch runs.
 
     The output shows what each key read: the count, its note, the list's length (-1 without
@@ -274,6 +275,8 @@ class Evolving(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         stage = self.stage
+        if stage == "v4":
+            handle.deleteIfExists("seen")
         self.fields = {"v2": "n bigint, note string", "retyped": "n string"}.get(stage, "n bigint")
         self.count = handle.getValueState("count", self.fields)
         self.seen = handle.getListState("seen", "amount bigint") if stage in ("v1", "v2") else None
@@ -296,6 +299,12 @@ class Evolving(StatefulProcessor):
             self.pandas,
             [dict(part=int(key[0]), user=key[1], n=n, note=note, seen=seen, last=last)],
         )
+
+
+class PandasEvolving(Evolving):
+    """:class:`Evolving` in the pandas form."""
+
+    pandas = True
 
 
 # --- the harness's entries -------------------------------------------------------------------

@@ -16,6 +16,7 @@ import copy
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -25,7 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
-from pyspark.sql.types import LongType, Row, StructField, StructType, TimestampType
+from pyspark.sql.types import AtomicType, LongType, Row, StructField, StructType, TimestampType
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.runtime.context import current_batch
@@ -43,6 +44,7 @@ from state_runtime.runtime.tws.variables import (
     Scope,
     ValueState,
     Variable,
+    deleted_store,
     expire,
 )
 from state_runtime.store.arrow_rows import struct_rows
@@ -92,7 +94,9 @@ class Handle:
         return state
 
     def deleteIfExists(self, stateName: str) -> None:
-        """Remove every value of the variable, for every key of this partition."""
+        """Remove every value of the variable, for every key of this partition: a declared
+        variable, or one ``init`` no longer declares whose store the query opened (as Spark
+        removes its column family)."""
         store = self._scope.stores.get(stateName)
         if store is not None:
             store.remove_all()
@@ -115,13 +119,14 @@ class Handle:
         return iter([int(key[-1]) for key, _ in self._timers.prefix_scan(self._scope.key)])
 
 
-def declare(processor: StatefulProcessor, time_mode: str) -> dict[str, Variable]:
-    """The processor's state variables: ``init`` run on a copy with a recording handle."""
+def declare(processor: StatefulProcessor, time_mode: str) -> Declarations:
+    """The processor's state variables (and those it deletes without declaring them):
+    ``init`` run on a copy with a recording handle."""
     declarations = Declarations(time_mode)
     probe = copy.deepcopy(processor)
     probe.init(declarations)  # type: ignore[arg-type]
     probe.close()
-    return declarations.variables
+    return declarations
 
 
 @dataclass(frozen=True)
@@ -152,17 +157,23 @@ class _Form:
         rows = [make(*r) for r in zip(*local.to_pydict().values(), strict=True)]
         return lambda start, stop: iter(rows[start:stop])
 
+    @cached_property
+    def _stamps(self) -> list[str]:
+        """The output's timestamp columns."""
+        return [f.name for f in self.output.fields if isinstance(f.dataType, TimestampType)]
+
     def keep(self, produced: Iterable[Any] | None, into: list[Any], zone: str) -> None:
         """Take the processor's output now (a generator reads state as it runs): frames
         narrowed to the output's columns (a missing one raises here), naive timestamps as
         wall-clock times of ``zone``."""
-        names = self.output.names
-        stamps = [f.name for f in self.output.fields if isinstance(f.dataType, TimestampType)]
+        if not self.pandas:
+            into.extend(produced or ())
+            return
+        names, stamps = self.output.names, self._stamps
         for item in produced or ():
-            if not self.pandas:
-                into.append(item)
-                continue
-            frame = item.copy(deep=False) if list(item.columns) == names else item[names]
+            frame = item if list(item.columns) == names else item[names]
+            if stamps:  # localised on a copy: the user's frame stays as it was
+                frame = frame.copy(deep=False)
             for name in stamps:
                 column = frame[name]
                 if getattr(column.dt, "tz", None) is None:
@@ -197,10 +208,13 @@ def _local_table(table: pa.Table, zone: str) -> pa.Table:
 
 
 def _row_table(rows: list[Any], output: StructType, schema: pa.Schema, zone: str) -> pa.Table:
+    # a Row's nested Rows become dicts only when the output has nested fields: the recursive
+    # asDict costs more than the rest of a key's work
+    nested = any(not isinstance(f.dataType, AtomicType) for f in output.fields)
     records = []
     for row in rows:
         if isinstance(row, Row):
-            record = row.asDict(True)
+            record = row.asDict(nested)
         else:
             record = dict(zip(output.names, row, strict=True))
         for field in output.fields:
@@ -223,11 +237,15 @@ class _TransformWithState:
     time_mode: str
     form: _Form
     initial: pa.Table | None
+    deleted: tuple[str, ...]
+    """Variables ``init`` deletes without declaring them: their stores, when the query
+    opened them (the catalog knew them), are there for ``deleteIfExists`` only."""
 
     def __call__(self, timers: StateStore, rows: pa.Table) -> pa.Table:
         batch = current_batch()
         zone = batch.time_zone
-        stores = {name: Buffered(batch.stores[name]) for name in self.variables}
+        names = [*self.variables, *(n for n in self.deleted if n in batch.stores)]
+        stores = {name: Buffered(batch.stores[name]) for name in names}
         scope = Scope(stores, batch.batch_time_ms)
         processor = copy.deepcopy(self.processor)
         processor.init(Handle(scope, self.variables, timers, self.time_mode))  # type: ignore[arg-type]
@@ -362,7 +380,8 @@ def transform_with_state(
     if event_time_column is not None and mode != "EventTime":
         raise InvalidArgument("event_time_column needs time_mode='EventTime'")
     grouping = parse_schema(key_schema)
-    variables = declare(stateful_processor, mode)
+    declared = declare(stateful_processor, mode)
+    variables = declared.variables
     timers_key = StructType([*grouping.fields, StructField(EXPIRY, LongType(), False)])
     timers_value = StructType([StructField(EXPIRY, LongType(), True)])
     initial = None
@@ -382,7 +401,7 @@ def transform_with_state(
         value_schema=timers_value,
         output_schema=output_schema,
         update=_TransformWithState(
-            tuple(key_columns), stateful_processor, variables, mode, form, initial
+            tuple(key_columns), stateful_processor, variables, mode, form, initial, declared.deleted
         ),
         num_partitions=num_partitions,
         store_name=TIMERS_STORE,
@@ -392,6 +411,9 @@ def transform_with_state(
         kind="transform_with_state",
         reads=ColumnUse.event_time(event_time_column),
         output_mode=out_mode,  # type: ignore[arg-type]
-        extra_stores=tuple(v.store(grouping) for v in variables.values()),
+        extra_stores=(
+            *(v.store(grouping) for v in variables.values()),
+            *map(deleted_store, declared.deleted),
+        ),
         derived_key_fields=1,
     )

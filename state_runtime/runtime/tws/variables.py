@@ -30,7 +30,7 @@ from state_runtime.errors import InvalidArgument
 from state_runtime.identity import validate_name
 from state_runtime.runtime.operator import ExtraStore
 from state_runtime.store.arrow_rows import struct_rows
-from state_runtime.store.keys import freeze
+from state_runtime.store.keys import freeze_key
 from state_runtime.store.state_schema import parse_schema
 from state_runtime.store.state_store import StateStore
 
@@ -79,6 +79,15 @@ class Variable:
         return ExtraStore(self.name, StructType(key), value, label=label, drops_missing=True)
 
 
+def deleted_store(name: str) -> ExtraStore:
+    """The store of a variable ``init`` gives to ``deleteIfExists`` without declaring it
+    (Spark removes its state): schemas are the catalog's, resolved when the query starts
+    (:attr:`ExtraStore.deleted`); these are placeholders."""
+    placeholder = StructType([StructField(INDEX, LongType(), True)])
+    label = f"deleted state variable {name!r}"
+    return ExtraStore(name, placeholder, placeholder, label=label, deleted=True)
+
+
 def _schema(schema: StructType | str, what: str) -> StructType:
     parsed = parse_schema(schema)
     if not parsed.fields:
@@ -93,6 +102,12 @@ class Declarations:
     def __init__(self, time_mode: str) -> None:
         self.time_mode = time_mode
         self.variables: dict[str, Variable] = {}
+        self._deleted: dict[str, None] = {}
+
+    @property
+    def deleted(self) -> tuple[str, ...]:
+        """The variables given to ``deleteIfExists`` and not declared, in call order."""
+        return tuple(n for n in self._deleted if n not in self.variables)
 
     def _declare(self, variable: Variable) -> None:
         validate_name(variable.name, "state variable name")
@@ -135,7 +150,10 @@ class Declarations:
         self._declare(Variable(stateName, "map", value, user_key, ttlDurationMs))
 
     def deleteIfExists(self, stateName: str) -> None:
-        """Nothing to delete before the query runs."""
+        """Nothing to delete before the query runs: the name is recorded, so that the store
+        of a variable no longer declared is opened in each task for the deletion."""
+        validate_name(stateName, "state variable name")
+        self._deleted[stateName] = None
 
     def registerTimer(self, expiryTimestampMs: int) -> None:
         raise InvalidArgument("timers cannot be registered in init()")
@@ -150,7 +168,7 @@ class Buffered:
     """One variable's store for a task: the values of the batch's keys read in one vectorised
     lookup (:meth:`prefetch`) and kept, the task's writes kept too and written in one
     :meth:`flush` (so a read between writes never turns the writes into a store run). Keys
-    are told apart as the store does (:func:`freeze`: nested values, NaN)."""
+    are told apart as the store does (:func:`freeze_key`: nested values, NaN)."""
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
@@ -160,14 +178,14 @@ class Buffered:
 
     def prefetch(self, keys: Sequence[Row]) -> None:
         """Read ``keys`` in one lookup."""
-        slots = {freeze(k): k for k in keys}
+        slots = {freeze_key(k): k for k in keys}
         missing = [k for s, k in slots.items() if s not in self._changed and s not in self._read]
         if missing:
             values = self.store.get_many(missing)
-            self._read.update(zip(map(freeze, missing), values, strict=True))
+            self._read.update(zip(map(freeze_key, missing), values, strict=True))
 
     def get(self, key: Row) -> Row | None:
-        slot = freeze(key)
+        slot = freeze_key(key)
         change = self._changed.get(slot)
         if change is not None:
             return change[1]
@@ -178,16 +196,16 @@ class Buffered:
     def get_many(self, keys: Sequence[Row]) -> list[Row | None]:
         self.prefetch(keys)
         changed, read = self._changed, self._read
-        slots = [freeze(k) for k in keys]
+        slots = [freeze_key(k) for k in keys]
         return [changed[s][1] if s in changed else read[s] for s in slots]
 
     def put(self, key: Row, value: Row) -> None:
         if len(value) != self._arity:
             self.store.put(key, value)  # raises the store's typed error
-        self._changed[freeze(key)] = (key, value)
+        self._changed[freeze_key(key)] = (key, value)
 
     def remove(self, key: Row) -> None:
-        self._changed[freeze(key)] = (key, None)
+        self._changed[freeze_key(key)] = (key, None)
 
     def flush(self) -> None:
         """Write the task's changes to the store, in one call."""
