@@ -96,7 +96,9 @@ def one(files: int, per_store: int) -> dict[str, float]:
         catalog.close()
     return {
         "files": report.deleted_files,
+        "planned": report.planned_files,
         "failed": report.failed_files,
+        "busy_stores": len(report.busy),
         "stores": queries * PARTITIONS,
         "build_s": round(built, 1),
         "cleanup_s": round(seconds, 1),

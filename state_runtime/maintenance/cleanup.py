@@ -221,6 +221,14 @@ def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def _by_root(page: Sequence[FileVerdict]) -> dict[str, list[FileVerdict]]:
+    """A plan page's files by root."""
+    found: dict[str, list[FileVerdict]] = {}
+    for verdict in page:
+        found.setdefault(verdict.file.key.root, []).append(verdict)
+    return found
+
+
 def _chunks(page: Sequence[FileVerdict], files: int) -> Iterator[list[StoreKey]]:
     """A plan page's stores in chunks of about ``files`` planned files (a store is never
     split: its claim is one transaction) and at most :data:`STORES_PER_CLAIM` stores."""
@@ -338,9 +346,10 @@ def cleanup_pass(
                 chunks.submit(clean(root, part), 0)
         for page in plan_pages(fleet, policy, only=wanted, now=now):
             report.plan(page)
-            root = page[0].file.key.root  # a page is of one root (query_roots)
-            for part in _chunks(page, chunk_files):
-                chunks.submit(clean(root, part), len(part))
+            # a page of the whole catalog (query_roots: [None]) spans roots; a claim is of one
+            for root, verdicts in _by_root(page).items():
+                for part in _chunks(verdicts, chunk_files):
+                    chunks.submit(clean(root, part), len(part))
         chunks.wait_all()
         advance(stores - chunks.stores)  # the stores with nothing to delete
         report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=False)
