@@ -17,7 +17,8 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
         bench-store bench-disk bench-cold-start bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
         bench-maintenance bench-cleanup-workers bench-validation bench-eviction bench-schema \
-        bench-dagster-partitions bench-fleet bench-fleet-spark bench-tws bench-tws-task fuzz-spark \
+        bench-dagster-partitions bench-cleanup-backlog bench-fleet bench-fleet-spark bench-tws \
+        bench-tws-task fuzz-spark \
         fuzz-tws soak clean
 
 help:
@@ -170,6 +171,9 @@ bench-maintenance: $(STAMP)
 
 bench-cleanup-workers: $(STAMP)  ## issue 35: a cleanup backlog with 1 worker and the default count
 	$(PY) benchmarks/bench_cleanup_workers.py
+
+bench-cleanup-backlog: $(STAMP)  ## issue 35: peak memory of a cleanup against its backlog's size
+	$(PY) benchmarks/bench_cleanup_backlog.py
 
 bench-validation: $(STAMP)  ## full vs incremental validation (STATE_BENCH_STORES, default 2000)
 	$(PY) benchmarks/bench_validation.py

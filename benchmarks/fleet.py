@@ -25,10 +25,12 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+import sqlalchemy as sa
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from state_runtime import CheckpointInfo, StateStoreProvider
 from state_runtime.catalog import Catalog
+from state_runtime.catalog.schema.tables import checkpoint_files, commit_log, stores
 from state_runtime.identity import StoreId
 from state_runtime.storage import LocalStorage
 
@@ -153,3 +155,65 @@ def build(url: str, folder: Path, shape: Shape, processes: int = 2) -> float:
 def advance(url: str, folder: Path, shape: Shape, batches: int, processes: int = 2) -> float:
     """``batches`` new batches of every query, nothing verified yet; returns the rate."""
     return _each_query("new batches", url, folder, shape, batches, False, processes)
+
+
+def _copy_records(connection: sa.Connection, template: str, root: str) -> None:
+    """Copy the catalog's records of ``template``'s stores (their rows, files and commit
+    log) below ``root``: set-based ``INSERT ... SELECT``, each store's rows its own."""
+    names = [c.name for c in stores.columns if c.name not in ("store_id", "checkpoint_root")]
+    connection.execute(
+        stores.insert().from_select(
+            [*names, "checkpoint_root"],
+            sa.select(
+                *(stores.c[n] for n in names), sa.literal(root, stores.c.checkpoint_root.type)
+            ).where(stores.c.checkpoint_root == template),
+        )
+    )
+    old, new = stores.alias("old"), stores.alias("new")
+    same_store = sa.and_(
+        new.c.checkpoint_root == root,
+        new.c.operator_id == old.c.operator_id,
+        new.c.partition_id == old.c.partition_id,
+        new.c.store_name == old.c.store_name,
+    )
+    f = checkpoint_files
+    names = [c.name for c in f.columns if c.name not in ("file_id", "store_id")]
+    connection.execute(
+        f.insert().from_select(
+            [*names, "store_id"],
+            sa.select(*(f.c[n] for n in names), new.c.store_id)
+            .join(old, old.c.store_id == f.c.store_id)
+            .join(new, same_store)
+            .where(old.c.checkpoint_root == template),
+        )
+    )
+    c, new_file = commit_log, checkpoint_files.alias("new_file")
+    names = [n.name for n in c.columns if n.name not in ("commit_id", "store_id", "file_id")]
+    connection.execute(
+        c.insert().from_select(
+            [*names, "store_id", "file_id"],
+            sa.select(*(c.c[n] for n in names), new.c.store_id, new_file.c.file_id)
+            .join(old, old.c.store_id == c.c.store_id)
+            .join(new, same_store)
+            .join(f, f.c.file_id == c.c.file_id)
+            .join(
+                new_file,
+                sa.and_(new_file.c.store_id == new.c.store_id, new_file.c.path == f.c.path),
+            )
+            .where(old.c.checkpoint_root == template),
+        )
+    )
+
+
+def copy_root(catalog: Catalog, template: Path, root: Path) -> None:
+    """Another query just like the one at ``template`` (a root on local disk), at ``root``:
+    its catalog records copied in one transaction, its files hard-linked. The bulk path of a
+    large fleet or backlog (memory tests and benchmarks): a query copied in a fraction of a
+    second, where committing it batch by batch takes seconds (61 store versions/s)."""
+    with catalog.engine.begin() as connection:
+        _copy_records(connection, LocalStorage(template).uri, LocalStorage(root).uri)
+    for folder, _, names in os.walk(template):
+        target = root / Path(folder).relative_to(template)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            os.link(Path(folder) / name, target / name)

@@ -82,18 +82,20 @@ class CheckInputs:
 
 
 def lineage_check(validation: ValidationReport) -> CheckOutcome:
+    """Fails when validation found a problem; its findings are the report's first
+    :data:`~state_runtime.maintenance.validation.FINDINGS_KEPT` (the summary counts all)."""
     counts = validation.counts()
     errors = validation.errors
     summary = (
         f"{counts['stores']} stores, {counts['versions']} retained versions and "
         f"{counts['files']} files read and verified"
         + (f", {counts['files_present']} more found present" if counts["files_present"] else "")
-        if not errors
-        else f"{len(errors)} problem(s) in {counts['stores_with_errors']} store(s)"
+        if validation.ok
+        else f"{counts['errors']} problem(s) in {counts['stores_with_errors']} store(s)"
         f"{FIRST_FINDING}{errors[0]}"
     )
     return CheckOutcome(
-        CheckName.LINEAGE, not errors, Severity.ERROR, summary, errors, dict(counts)
+        CheckName.LINEAGE, validation.ok, Severity.ERROR, summary, errors, dict(counts)
     )
 
 

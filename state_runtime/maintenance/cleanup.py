@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence, Set
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -40,7 +39,7 @@ from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.maintenance.spread import Spread
-from state_runtime.maintenance.workers import worker_count
+from state_runtime.maintenance.workers import map_bounded, worker_count
 from state_runtime.units import size
 
 T = TypeVar("T")
@@ -223,6 +222,14 @@ def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def _by_root(page: Sequence[FileVerdict]) -> dict[str, list[FileVerdict]]:
+    """A plan page's files by root."""
+    found: dict[str, list[FileVerdict]] = {}
+    for verdict in page:
+        found.setdefault(verdict.file.key.root, []).append(verdict)
+    return found
+
+
 def _chunks(page: Sequence[FileVerdict], files: int) -> Iterator[list[StoreKey]]:
     """A plan page's stores in chunks of about ``files`` planned files (a store is never
     split: its claim is one transaction) and at most :data:`STORES_PER_CLAIM` stores."""
@@ -369,9 +376,10 @@ def _parts(
             yield root, part, 0
     for page in plan_pages(fleet, policy, only=wanted, now=now):
         report.plan(page)
-        root = page[0].file.key.root  # a page is of one root (query_roots)
-        for keys in _chunks(page, chunk_files):
-            yield root, keys, len(keys)
+        # a page of the whole catalog (query_roots: [None]) spans roots; a claim is of one
+        for root, verdicts in _by_root(page).items():
+            for keys in _chunks(verdicts, chunk_files):
+                yield root, keys, len(keys)
 
 
 def clean_parts(
@@ -384,30 +392,17 @@ def clean_parts(
     parts: Iterable[_Part],
 ) -> Iterator[_Cleaned]:
     """Clean ``parts`` under run ``run_id``, ``workers`` chunks at once (at most two queued
-    a worker: the parts may be a plan read as it goes), each as it finishes: the whole pass
+    a worker: the parts may be a plan read as it goes), in their order: the whole pass
     on one host, or one slice of it in a spread's worker. A chunk that raises stops the
     work: the chunks queued are cancelled, the running ones finish (each leaves the catalog
     and storage consistent: what a run claimed and did not record, the next run resumes),
     and the error is raised."""
-    count = worker_count(fleet.catalog, policy, workers)
-    with ThreadPoolExecutor(count, thread_name_prefix="cleanup") as pool:
-        running: set[Future[_Cleaned]] = set()
-        try:
-            for root, keys, counted in parts:
-                while len(running) >= 2 * count:
-                    finished, running = wait(running, return_when=FIRST_COMPLETED)
-                    yield from (f.result() for f in finished)
-                running.add(
-                    pool.submit(
-                        _clean_stores, fleet, policy, root, keys, run_id, now, delete_batch, counted
-                    )
-                )
-            while running:
-                finished, running = wait(running, return_when=FIRST_COMPLETED)
-                yield from (f.result() for f in finished)
-        finally:
-            for future in running:
-                future.cancel()
+
+    def clean(part: _Part) -> _Cleaned:
+        root, keys, counted = part
+        return _clean_stores(fleet, policy, root, keys, run_id, now, delete_batch, counted)
+
+    yield from map_bounded(clean, parts, worker_count(fleet.catalog, policy, workers), "cleanup")
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Callable, Collection, Sequence, Set
+from collections.abc import Callable, Collection, Iterator, Sequence, Set
 from dataclasses import dataclass, field
 
 from state_runtime.catalog import Catalog, FileRecord, StoreKey, StoreRecord
@@ -86,13 +86,23 @@ class Fleet:
             records = [r for r in records if r.key in wanted]
         return records
 
+    def store_pages(self, only: Set[StoreKey] | None = None) -> Iterator[list[StoreRecord]]:
+        """:meth:`stores`, a page of stores at a time, root by root (keyset paging: what is
+        held is one page, whatever the fleet's size); pages left empty by ``only`` are
+        skipped."""
+        for root in self.root_names(only):
+            for page in self.catalog.store_pages(root):
+                found = [r for r in page if only is None or r.key in only]
+                if found:
+                    yield found
+
     def root_names(self, only: Collection[StoreKey] | None = None) -> list[str]:
         """The roots in scope: given, or every root the catalog knows."""
         if only is not None:
             return sorted({key.root for key in only})
         if self.roots is not None:
             return list(self.roots)
-        return sorted({r.key.root for r in self.catalog.stores()})
+        return sorted(self.catalog.roots())
 
     def query_roots(self, only: Collection[StoreKey] | None = None) -> Sequence[str | None]:
         """Roots to ask the catalog about; ``[None]`` (one question for all) when unnarrowed."""

@@ -29,7 +29,7 @@ from state_runtime.errors import (
     StateStoreError,
 )
 from state_runtime.identity import FileKind
-from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
@@ -124,22 +124,32 @@ def due_for_snapshot(
     fleet: Fleet, policy: MaintenancePolicy, only: Collection[StoreKey] | None = None
 ) -> list[DueStore]:
     """Stores due for a snapshot by priority: the costliest cold load first (recovery bytes,
-    then the longest chain), at most ``snapshots_per_run`` of them (from the catalog alone)."""
-    records = {r.key: r for r in fleet.stores(only)}
+    then the longest chain), at most ``snapshots_per_run`` of them (from the catalog alone).
+
+    The catalog is read a page of stores at a time; what is held is the stores due (with
+    ``snapshots_per_run``, at most twice that: the best are kept as the pages go), never the
+    fleet."""
+    wanted = key_set(only)
     max_bytes = policy.snapshot_max_recovery_bytes
+    threshold = policy.snapshot_min_deltas if max_bytes is None else 1
+    limit = policy.snapshots_per_run
     found: list[DueStore] = []
-    for root in fleet.query_roots(only):
-        threshold = policy.snapshot_min_deltas if max_bytes is None else 1
-        chains = fleet.catalog.snapshot_candidates(threshold, root)
-        costs = fleet.catalog.recovery_costs(root)
-        for c in chains:
-            cost = costs.get(c.key)
-            recovery = 0 if cost is None else cost.bytes
-            too_long = c.deltas_since_snapshot >= policy.snapshot_min_deltas
-            if c.key in records and (too_long or (max_bytes is not None and recovery >= max_bytes)):
-                found.append(DueStore(records[c.key], c.deltas_since_snapshot, recovery))
-    found.sort(key=lambda c: (-c.recovery_bytes, -c.deltas_since_snapshot, str(c.record.key)))
-    return found[: policy.snapshots_per_run]
+    for root in fleet.query_roots(wanted):
+        for page in fleet.catalog.snapshot_candidate_pages(threshold, root=root):
+            for record, chain, cost in page:
+                too_long = chain.deltas_since_snapshot >= policy.snapshot_min_deltas
+                costly = max_bytes is not None and cost.bytes >= max_bytes
+                if fleet.in_scope(record.key, wanted) and (too_long or costly):
+                    found.append(DueStore(record, chain.deltas_since_snapshot, cost.bytes))
+            if limit is not None and len(found) > 2 * limit:
+                found = _by_priority(found)[:limit]
+    return _by_priority(found)[:limit]
+
+
+def _by_priority(due: list[DueStore]) -> list[DueStore]:
+    return sorted(
+        due, key=lambda c: (-c.recovery_bytes, -c.deltas_since_snapshot, str(c.record.key))
+    )
 
 
 def snapshot_pass(

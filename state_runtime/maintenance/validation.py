@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence, Set
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import partial
+from itertools import islice
 
 from state_runtime.catalog import (
     FileRecord,
@@ -58,7 +58,7 @@ from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.restore import Verified
 from state_runtime.maintenance.spread import Spread
-from state_runtime.maintenance.workers import worker_count
+from state_runtime.maintenance.workers import map_bounded, worker_count
 from state_runtime.retention import Verdict
 from state_runtime.retention import retained_versions as retained_version_numbers
 from state_runtime.storage import Storage
@@ -111,34 +111,61 @@ class StoreValidation:
     findings: list[Finding] = field(default_factory=list)
 
 
+FINDINGS_KEPT = 1000
+"""A report keeps the first this many errors in detail (and counts every one): its memory is
+bounded whatever the fleet and however much of it is broken; the catalog keeps every store's
+open problems."""
+
+
 @dataclass
 class ValidationReport:
-    stores: list[StoreValidation]
+    """What a validation found, summed over its stores as each chunk is done (no store's
+    result is held: a fleet of 100,000 stores costs what a fleet of 100 does); ``errors``:
+    the first :data:`FINDINGS_KEPT` (``error_count``: all of them)."""
 
-    @property
-    def findings(self) -> list[Finding]:
-        return [f for s in self.stores for f in s.findings]
+    stores: int = 0
+    versions: int = 0
+    files: int = 0
+    present: int = 0
+    new: int = 0
+    rechecked: int = 0
+    sampled: int = 0
+    bytes_read: int = 0
+    error_count: int = 0
+    stores_with_errors: int = 0
+    errors: list[Finding] = field(default_factory=list)
 
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity is Severity.ERROR]
+    def add(self, store: StoreValidation) -> None:
+        """Count one store's validation in."""
+        self.stores += 1
+        self.versions += store.versions
+        self.files += store.files
+        self.present += store.present
+        self.new += store.new
+        self.rechecked += store.rechecked
+        self.sampled += store.sampled
+        self.bytes_read += store.bytes_read
+        errors = [f for f in store.findings if f.severity is Severity.ERROR]
+        self.error_count += len(errors)
+        self.stores_with_errors += bool(errors)
+        self.errors += errors[: max(0, FINDINGS_KEPT - len(self.errors))]
 
     @property
     def ok(self) -> bool:
-        return not self.errors
+        return not self.error_count
 
     def counts(self) -> dict[str, int]:
         return {
-            "stores": len(self.stores),
-            "versions": sum(s.versions for s in self.stores),
-            "files": sum(s.files for s in self.stores),
-            "files_present": sum(s.present for s in self.stores),
-            "files_new": sum(s.new for s in self.stores),
-            "files_rechecked": sum(s.rechecked for s in self.stores),
-            "files_sampled": sum(s.sampled for s in self.stores),
-            "bytes_read": sum(s.bytes_read for s in self.stores),
-            "errors": len(self.errors),
-            "stores_with_errors": len({f.key for f in self.errors}),
+            "stores": self.stores,
+            "versions": self.versions,
+            "files": self.files,
+            "files_present": self.present,
+            "files_new": self.new,
+            "files_rechecked": self.rechecked,
+            "files_sampled": self.sampled,
+            "bytes_read": self.bytes_read,
+            "errors": self.error_count,
+            "stores_with_errors": self.stores_with_errors,
         }
 
 
@@ -163,15 +190,18 @@ def validate_stores(
     # One start for the run, taken before anything is read: a problem recorded after it (the
     # runtime finding damage meanwhile) stays open for the next run, never closed unread.
     started = fleet.catalog.now()
-    records = [(record, draw()) for record in fleet.stores(only)]
-    work = partial(validate_slice, policy, run_id, started, workers, key_set(only))
-    done = work(fleet, records) if spread is None else spread.map(fleet, records, work)
-    results: list[StoreValidation] = []
-    with progress.stage("validation", len(records)) as advance:
+    wanted = key_set(only)
+    total = len(wanted) if wanted is not None else fleet.catalog.store_census()[0]
+    # the draws are taken here, in store order, a page of stores at a time
+    records = ((record, draw()) for page in fleet.store_pages(wanted) for record in page)
+    work = partial(validate_slice, policy, run_id, started, workers, wanted)
+    done = work(fleet, records) if spread is None else spread.map(fleet, list(records), work)
+    report = ValidationReport()
+    with progress.stage("validation", total) as advance:
         for result in done:
-            results.append(result)
+            report.add(result)
             advance(1)
-    return ValidationReport(results)
+    return report
 
 
 def validate_slice(
@@ -181,11 +211,12 @@ def validate_slice(
     workers: int | None,
     only: Set[StoreKey] | None,
     fleet: Fleet,
-    records: Sequence[tuple[StoreRecord, float]],
+    records: Iterable[tuple[StoreRecord, float]],
 ) -> Iterator[StoreValidation]:
     """Validate ``records`` (each store with its sample draw) in chunks, ``workers`` at once,
     recording each chunk's findings under ``run_id``: the whole pass on one host, or one
-    slice of it in a spread's worker (``only``: the pass's scope)."""
+    slice of it in a spread's worker (``only``: the pass's scope). ``records`` is read as the
+    workers free up, so a fleet of any size streams through."""
     pending = _unconfirmed_snapshots(fleet, policy, only)
     named = _named_by_problems(fleet, policy, only)
     count = worker_count(fleet.catalog, policy, workers)
@@ -193,9 +224,8 @@ def validate_slice(
     def validate(chunk: Sequence[tuple[StoreRecord, float]]) -> list[StoreValidation]:
         return _validate_chunk(fleet, policy, chunk, pending, named, run_id, started)
 
-    with ThreadPoolExecutor(count) as pool:
-        for done in pool.map(validate, _chunks(records, -(-len(records) // count))):
-            yield from done
+    for done in map_bounded(validate, _chunks(records, count), count, "validation"):
+        yield from done
 
 
 CHUNK_STORES = 50
@@ -204,19 +234,23 @@ and their findings recorded in one transaction (a few statements, not a few per 
 
 
 def _chunks(
-    records: Sequence[tuple[StoreRecord, float]], share: int
+    records: Iterable[tuple[StoreRecord, float]], workers: int
 ) -> Iterator[list[tuple[StoreRecord, float]]]:
-    """``records`` in runs of one root, each of at most :data:`CHUNK_STORES` stores and at
-    most ``share`` (so that a small fleet still spreads over the workers)."""
-    size = max(1, min(CHUNK_STORES, share))
-    chunk: list[tuple[StoreRecord, float]] = []
-    for item in records:
-        if chunk and (len(chunk) == size or item[0].key.root != chunk[0][0].key.root):
+    """``records`` in runs of one root, each of at most :data:`CHUNK_STORES` stores, read a
+    window of one chunk a worker at a time; a window that is not full (a small fleet, the
+    last stores) is split in a ``workers``-th each, so that it still spreads over the
+    workers."""
+    items = iter(records)
+    while page := list(islice(items, CHUNK_STORES * workers)):
+        size = max(1, min(CHUNK_STORES, -(-len(page) // workers)))
+        chunk: list[tuple[StoreRecord, float]] = []
+        for item in page:
+            if chunk and (len(chunk) == size or item[0].key.root != chunk[0][0].key.root):
+                yield chunk
+                chunk = []
+            chunk.append(item)
+        if chunk:
             yield chunk
-            chunk = []
-        chunk.append(item)
-    if chunk:
-        yield chunk
 
 
 def _validate_chunk(
@@ -254,7 +288,7 @@ def _validate_chunk(
 
 
 def _unconfirmed_snapshots(
-    fleet: Fleet, policy: MaintenancePolicy, only: Collection[StoreKey] | None
+    fleet: Fleet, policy: MaintenancePolicy, only: Set[StoreKey] | None
 ) -> dict[StoreKey, list[FileRecord]]:
     """Per store, the snapshots the retention rule keeps as unverified or damaged (committed,
     at or above the floor, not verified): once verified they may replace deltas."""
@@ -267,7 +301,7 @@ def _unconfirmed_snapshots(
 
 
 def _named_by_problems(
-    fleet: Fleet, policy: MaintenancePolicy, only: Collection[StoreKey] | None
+    fleet: Fleet, policy: MaintenancePolicy, only: Set[StoreKey] | None
 ) -> dict[StoreKey, set[str]]:
     """Per store, the files its open problems name (read again, so that a validation settles
     each problem on what it finds now); nothing to look up when every file is read."""

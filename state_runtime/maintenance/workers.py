@@ -11,6 +11,10 @@ pool's timeout fail.
 from __future__ import annotations
 
 import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 
 from state_runtime.catalog import Catalog
 from state_runtime.maintenance.policy import MaintenancePolicy
@@ -18,6 +22,8 @@ from state_runtime.redaction import get_logger
 from state_runtime.settings import MAINTENANCE
 
 log = get_logger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
 
 WORKERS_PER_CPU = 4
 RESERVED_CONNECTIONS = 2
@@ -49,3 +55,23 @@ def worker_count(catalog: Catalog, policy: MaintenancePolicy, asked: int | None 
         )
         return allowed
     return max(1, wanted)
+
+
+def map_bounded(work: Callable[[T], R], items: Iterable[T], workers: int, name: str) -> Iterator[R]:
+    """``work`` of each of ``items`` on ``workers`` threads, the results in ``items``' order;
+    ``items`` is read (on the calling thread) only as workers free up, at most two items a
+    worker ahead: a pass streams a fleet of any size through a bounded queue (an executor's
+    ``map`` would take every item, and hold every result, at once). An item that raises
+    stops the map: those queued are cancelled, the running ones finish, the error is raised."""
+    with ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
+        queued: deque[Future[R]] = deque()
+        try:
+            for item in items:
+                if len(queued) >= 2 * workers:
+                    yield queued.popleft().result()
+                queued.append(pool.submit(work, item))
+            while queued:
+                yield queued.popleft().result()
+        finally:
+            for future in queued:
+                future.cancel()

@@ -257,3 +257,18 @@ def test_a_worker_cache_behind_cleanup_still_loads(make_stream: Callable[..., St
     latest = stream.committed[store][-1]
     loaded = stale.get_read_store(latest.version, latest.checkpoint_id)
     assert {k[0]: v[0] for k, v in loaded.items()} == stream.expected(store, latest.version)
+
+
+def test_a_catalog_of_several_roots_is_cleaned_in_one_pass(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """Unnarrowed, the plan's pages span roots: each root's files are claimed and deleted
+    (a chunk claimed under another page's root claimed nothing, and the files stayed)."""
+    first = snapshotted(make_stream("first"))
+    second = snapshotted(make_stream("second"))
+    fleet = Fleet(first.catalog, owner="tests")
+    plan = cleanup_pass(fleet, POLICY, now=LATER)
+    assert {v.file.key.root for v in plan.planned} == {first.root, second.root}
+    report = cleanup_pass(fleet, POLICY, now=LATER, dry_run=False)
+    assert report.deleted_files == plan.planned_files and not report.failed
+    assert not cleanup_pass(fleet, POLICY, now=LATER).planned_files

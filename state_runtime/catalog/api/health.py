@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 
+from sqlalchemy.engine import Connection
+
 from state_runtime.catalog.api.pages import PAGE_STORES, PagedCalls
 from state_runtime.catalog.records import (
     RecoveryCost,
@@ -12,8 +14,11 @@ from state_runtime.catalog.records import (
     StatusChange,
     StoreHealth,
     StoreKey,
+    StoreRecord,
 )
+from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql import health as health_queries
+from state_runtime.catalog.sql.inventory import store_records_in
 from state_runtime.catalog.sql.retention import Scope
 from state_runtime.catalog.sql.status_changes import record_statuses
 from state_runtime.errors import InvalidArgument
@@ -31,8 +36,33 @@ class HealthCalls(PagedCalls):
             raise InvalidArgument(f"min_deltas must be at least 1, got {min_deltas}")
         return self._read(
             "find snapshot candidates",
-            lambda c, v: health_queries.snapshot_candidates(c, v, min_deltas, root),
+            lambda c, v: health_queries.snapshot_candidates(c, v, min_deltas, Scope(root=root)),
         )
+
+    def snapshot_candidate_pages(
+        self, min_deltas: int, *, root: str | None = None, page_size: int = PAGE_STORES
+    ) -> Iterator[list[tuple[StoreRecord, SnapshotCandidate, RecoveryCost]]]:
+        """:meth:`snapshot_candidates`, ``page_size`` stores a page (one transaction each, in
+        store id order; pages without a candidate are skipped), each with its store's record
+        and recovery cost: what the snapshot pass ranks, streamed."""
+        if min_deltas < 1:
+            raise InvalidArgument(f"min_deltas must be at least 1, got {min_deltas}")
+
+        def work(
+            c: Connection, v: ReaderViews, scope: Scope
+        ) -> list[tuple[StoreRecord, SnapshotCandidate, RecoveryCost]]:
+            found = health_queries.snapshot_candidates(c, v, min_deltas, scope)
+            if not found:
+                return []
+            costs = health_queries.recovery_costs(c, v, scope)
+            records = {r.key: r for r in store_records_in(c, v, scope)}
+            return [
+                (records[f.key], f, costs.get(f.key, RecoveryCost(0, 0)))
+                for f in found
+                if f.key in records
+            ]
+
+        return self._pages("find snapshot candidates", root, work, page_size)
 
     def store_health(
         self, policy: RetentionPolicy, *, root: str | None = None, now: datetime | None = None

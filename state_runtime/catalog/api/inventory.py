@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.api.transactions import CatalogBase, conflict
+from state_runtime.catalog.api.pages import PAGE_STORES, PagedCalls
+from state_runtime.catalog.api.transactions import conflict
 from state_runtime.catalog.records import (
     AttemptSweep,
     FileRecord,
@@ -27,7 +28,7 @@ from state_runtime.storage.root_rule import parse_root
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
 
-class InventoryCalls(CatalogBase):
+class InventoryCalls(PagedCalls):
     """The inventory maintenance reads and validation and repair record."""
 
     def roots(self) -> list[str]:
@@ -47,6 +48,18 @@ class InventoryCalls(CatalogBase):
         """Every store the catalog knows (below ``root``, if given)."""
 
         return self._read("list stores", lambda c, v: inventory.store_records(c, v, root))
+
+    def store_pages(
+        self, root: str | None = None, *, page_size: int = PAGE_STORES
+    ) -> Iterator[list[StoreRecord]]:
+        """:meth:`stores`, ``page_size`` stores a page (one transaction each, in store id
+        order; by key within a page): what a fleet-wide pass walks, whatever the fleet's size."""
+        return self._pages(
+            "list stores",
+            root,
+            lambda c, v, scope: inventory.store_records_in(c, v, scope),
+            page_size,
+        )
 
     def store_census(self) -> tuple[int, int]:
         """How many stores the catalog knows and the newest store id: a reader's cheap test

@@ -22,16 +22,14 @@ from state_runtime.identity import EMPTY, CheckpointRef
 from state_runtime.retention import RetentionPolicy
 
 
-def snapshot_candidates_query(
-    views: ReaderViews, min_deltas: int, root: str | None
-) -> sa.Select[Any]:
-    """Stores with at least ``min_deltas`` committed deltas since their last snapshot,
-    longest chains first."""
+def snapshot_candidates_query(views: ReaderViews, min_deltas: int, scope: Scope) -> sa.Select[Any]:
+    """Stores in ``scope`` with at least ``min_deltas`` committed deltas since their last
+    snapshot, longest chains first."""
     s = views.stores.c
-    snap = last_snapshots(views, Scope(root=root))
+    snap = last_snapshots(views, scope)
     since = sa.func.coalesce(snap.c.snapshot_version, 0)
     deltas = (s.latest_version - since).label("deltas")
-    query = (
+    return (
         sa.select(
             *store_key_columns(views.stores),
             s.latest_version,
@@ -41,13 +39,13 @@ def snapshot_candidates_query(
         )
         .outerjoin(snap, snap.c.store_id == s.store_id)
         .where(s.latest_version > 0, s.latest_version - since >= min_deltas)
+        .where(scope.filter(views, s.store_id))
         .order_by(deltas.desc(), s.store_id)
     )
-    return query if root is None else query.where(s.checkpoint_root == root)
 
 
 def snapshot_candidates(
-    connection: Connection, views: ReaderViews, min_deltas: int, root: str | None
+    connection: Connection, views: ReaderViews, min_deltas: int, scope: Scope
 ) -> list[SnapshotCandidate]:
     return [
         SnapshotCandidate(
@@ -56,7 +54,7 @@ def snapshot_candidates(
             last_snapshot_version=r.snapshot_version,
             deltas_since_snapshot=r.deltas,
         )
-        for r in connection.execute(snapshot_candidates_query(views, min_deltas, root))
+        for r in connection.execute(snapshot_candidates_query(views, min_deltas, scope))
     ]
 
 

@@ -32,6 +32,7 @@ from state_runtime.catalog.sql.lookups import (
     mark_maintained,
     rows_at,
 )
+from state_runtime.catalog.sql.retention import Scope
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.rows import AnyRow, key_of, store_key_columns
 from state_runtime.catalog.sql.statements import chunks
@@ -321,9 +322,16 @@ def store_records(
     connection: Connection, views: ReaderViews, root: str | None
 ) -> list[StoreRecord]:
     """Every store the catalog knows (below ``root``, if given)."""
-    query = views.stores.select().order_by(*store_key_columns(views.stores))
-    if root is not None:
-        query = query.where(views.stores.c.checkpoint_root == root)
+    return store_records_in(connection, views, Scope(root=root))
+
+
+def store_records_in(connection: Connection, views: ReaderViews, scope: Scope) -> list[StoreRecord]:
+    """The stores in ``scope`` (a root, a page of store ids), by key."""
+    query = (
+        views.stores.select()
+        .where(scope.filter(views, views.stores.c.store_id))
+        .order_by(*store_key_columns(views.stores))
+    )
     return [
         StoreRecord(
             key=key_of(r),
