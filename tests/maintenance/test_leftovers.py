@@ -27,7 +27,14 @@ from tests.s3_fixtures import CREDENTIALS, REGION, MotoS3
 
 A = StoreId(0, 0)
 POLICY = MaintenancePolicy()  # window and orphan grace: 1h
-LATER = datetime.now(UTC) + timedelta(hours=2)
+
+
+def later() -> datetime:
+    """Two hours from now, past the grace: taken when the test runs, not when the module is
+    collected (a long test session reaches a writer killed more than an hour after that)."""
+    return datetime.now(UTC) + timedelta(hours=2)
+
+
 # moto answers ListMultipartUploads with this start time for every upload (real S3 gives the
 # upload's own): on moto an unfinished upload is never "too young", so the grace is checked
 # on local files, where the start is the temporary file's real modification time.
@@ -167,11 +174,11 @@ def test_cleanup_removes_a_killed_writers_leftover_once_older_than_the_grace(
         assert young.leftovers.young == [where] and not young.leftovers.removed
         assert leftovers(stream.storage) == [left]
 
-    dry = cleanup_pass(fleet, POLICY, now=LATER)
+    dry = cleanup_pass(fleet, POLICY, now=later())
     assert dry.leftovers.removed == [where]
     assert leftovers(stream.storage) == [left]
 
-    done = cleanup_pass(fleet, POLICY, dry_run=False, now=LATER)
+    done = cleanup_pass(fleet, POLICY, dry_run=False, now=later())
     assert done.leftovers.removed == [where] and not done.leftovers.failed
     assert leftovers(stream.storage) == []
     assert done.run_id is not None
@@ -191,9 +198,9 @@ def test_reconcile_removes_a_killed_writers_leftover_once_older_than_the_grace(
     if isinstance(stream.storage, LocalStorage):  # see MOTO_INITIATED
         young = reconcile(fleet, POLICY)
         assert len(young.leftovers.young) == 1 and len(leftovers(stream.storage)) == 1
-    dry = reconcile(fleet, POLICY, now=LATER, dry_run=True)
+    dry = reconcile(fleet, POLICY, now=later(), dry_run=True)
     assert len(dry.leftovers.removed) == 1 and len(leftovers(stream.storage)) == 1
-    done = reconcile(fleet, POLICY, now=LATER)
+    done = reconcile(fleet, POLICY, now=later())
     assert len(done.leftovers.removed) == 1 and leftovers(stream.storage) == []
     assert not done.untracked  # the unfinished write was never a checkpoint file
 
