@@ -1,7 +1,7 @@
 """Differential tests: hypothesis streams through our operators and through Spark's own
 streaming engine, every batch's output compared (the harness: ``differential.py``).
 
-``DIFF_STREAMS`` sets the streams per operator (default 50; ``make fuzz-spark`` runs
+``DIFF_STREAMS`` sets the streams per operator (default 20; ``make fuzz-spark`` runs
 thousands), ``DIFF_RESTARTS`` the examples of the new-driver-process restart test (default 2,
 each one stream of four operators); ``DIFF_SAVE`` names a folder where every diverging
 stream is saved as JSON. The streams run and divergences found per operator are printed at
@@ -104,10 +104,10 @@ def _diverged(name: str, stream: Stream) -> None:
 
 
 def _examples(operator: str) -> int:
-    """Queries to run for ``DIFF_STREAMS`` streams (default 50) of ``operator``: each query
+    """Queries to run for ``DIFF_STREAMS`` streams (default 20) of ``operator``: each query
     carries the operator's ``pack`` streams."""
     pack = OPERATORS[operator].pack
-    return -(-int(STREAMS or 50) // pack)
+    return -(-int(STREAMS or 20) // pack)
 
 
 SETTINGS = {
