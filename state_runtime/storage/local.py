@@ -192,20 +192,23 @@ class LocalStorage(Storage):
 
     def _walk(self, prefix: str, *, temporary: bool) -> Iterator[FileInfo]:
         """Files below ``prefix``: the temporary ones of unfinished writes, or the others."""
-        base = self._abs(prefix)
-        if not base.is_dir():
+        # strings, not paths: pathlib interns every part it parses, and a fleet-wide pass
+        # listing each store would churn the interpreter's table of interned strings (a
+        # resize of it is megabytes: test_fleet_memory measured it as the pass's growth)
+        base = os.path.join(self.root, check_relative_path(prefix))
+        if not os.path.isdir(base):
             return
         for folder, _dirs, files in os.walk(base):
             for name in files:
                 if _is_temporary(name) != temporary:
                     continue
-                full = Path(folder) / name
+                full = os.path.join(folder, name)
                 try:
-                    st = full.stat()
+                    st = os.stat(full)
                 except FileNotFoundError:
                     continue  # deleted while listing
                 yield FileInfo(
-                    path=full.relative_to(self.root).as_posix(),
+                    path=os.path.relpath(full, self.root),
                     size=st.st_size,
                     modified=datetime.fromtimestamp(st.st_mtime, UTC),
                 )

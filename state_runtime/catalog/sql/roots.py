@@ -10,6 +10,7 @@ stored form (the operators' SQL views on SQLite do).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
@@ -45,8 +46,12 @@ def stored_root(root: str, folder: Path | None) -> str:
     return RELATIVE + relative.as_posix() if relative.parts else "."
 
 
+@functools.lru_cache(maxsize=1024)
 def resolved_root(stored: str, folder: Path | None) -> str:
-    """The URI of a root as stored (the inverse of :func:`stored_root`)."""
+    """The URI of a root as stored (the inverse of :func:`stored_root`): resolved once per
+    root, not per row (a fleet has a few roots per query, and pathlib interns each part it
+    parses, so resolving every row of a fleet-wide pass churned the interpreter's table of
+    interned strings: a resize of it is megabytes, which test_fleet_memory saw as growth)."""
     if folder is None or not (stored == "." or stored.startswith(RELATIVE)):
         return stored
     return (folder / PurePosixPath(stored)).as_uri()

@@ -28,10 +28,12 @@ def store_key_columns(s: sa.TableClause) -> Columns:
 STORE_KEY_COLUMNS = store_key_columns(stores)
 
 
-KEYS_CACHED = 2048
-"""Store keys (and ids) kept built: a few pages' worth (a page is 500 stores), so that a
-fleet-wide pass reuses a key for each of its store's rows without the cache growing with the
-fleet (at 65,536 it held a key per store of a 20,000-store fleet: 10 MB)."""
+KEYS_CACHED = 256
+"""Store keys (and ids) kept built: a store's rows come together in an answer, so a few
+hundred let a pass build a key once per store, not once per file row, while the cache stays
+far below a fleet (at 65,536 it held a key per store of a 20,000-store fleet: 10 MB; at
+2,048 it still grew with fleets of up to 2,048 stores, which a memory test at a few
+thousand stores measures as growth)."""
 
 
 @functools.lru_cache(maxsize=KEYS_CACHED)
