@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -213,12 +214,9 @@ class StatefulQuery:
         self.operators = [op.opened(recorded) for op in self.operators]
         known = self.catalog.stores(self.root)
         layouts = self.catalog.layouts(self.root)
-        existing: dict[tuple[int, str], set[int]] = {}
-        for record in known:
-            store = record.key.store
-            existing.setdefault((store.operator_id, store.store_name), set()).add(
-                store.partition_id
-            )
+        existing: defaultdict[tuple[int, str], set[int]] = defaultdict(set)
+        for store in (record.key.store for record in known):
+            existing[store.operator_id, store.store_name].add(store.partition_id)
         for op, spec in self._stores():
             key = (op.operator_id, spec.name)
             layout = layouts.get(key)
