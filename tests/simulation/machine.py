@@ -58,6 +58,8 @@ from state_runtime.maintenance import (
 )
 from state_runtime.store.schema_history import SchemaHistory
 from tests.simulation.platform import (
+    KEYS,
+    LAYOUTS,
     QUERY,
     Batch,
     Between,
@@ -72,12 +74,15 @@ from tests.simulation.platform import (
 )
 
 PARTITIONS = 2
-KEYS = ("a", "b", "c", "d")
+"""The query's first layout (``repartition`` moves it between ``LAYOUTS``)."""
 changes_of_a_store = st.dictionaries(
     st.sampled_from(KEYS), st.one_of(st.none(), st.integers(-3, 5)), min_size=1, max_size=3
 )
-batches = st.dictionaries(st.integers(0, PARTITIONS - 1), changes_of_a_store, max_size=PARTITIONS)
-"""A batch's input: every store, some or none of them changing."""
+batches = st.dictionaries(
+    st.integers(0, max(LAYOUTS) - 1), changes_of_a_store, max_size=max(LAYOUTS)
+)
+"""A batch's input: every store, some or none of them changing (a partition beyond the
+query's layout receives nothing)."""
 failures = st.sampled_from([None, None, None, None, "task", "sink", "driver"])
 STEPS = 0
 """Steps checked in this process (the soak's count)."""
@@ -154,6 +159,7 @@ WEIGHTS = {
     "validate": 2,
     "zombie": 3,
     "damage": 3,
+    "repartition": 2,
 }
 """How many shares of hypothesis's draw each rule gets (any other rule: one). Hypothesis draws
 a step's rule evenly from the machine's rules, so batches were 4 % of steps and the
@@ -301,6 +307,30 @@ class PlatformMachine(RuleBasedStateMachine):
         fail_at: int,
         between: Between | None = None,
     ) -> None:
+        """A batch: it commits, or fails as it must. One at or before the last repartition is
+        one Spark had committed (the repartition's precondition) and never runs again: run
+        anyway, it is refused before any task runs, and changes nothing."""
+        moved = self.repartitioned_at
+        if moved is None or batch_id > moved:
+            self._batch(batch_id, changes, fail, fail_at, between)
+            return
+        before, files = self.platform.committed_refs(), self.platform.files()
+        try:
+            self.platform.run_batch(batch_id, changes)
+        except BatchOutOfOrder:
+            assert self.platform.committed_refs() == before
+            assert self.platform.files() == files, f"refused batch {batch_id} wrote files"
+            return
+        raise AssertionError(f"batch {batch_id} committed again after the repartition at {moved}")
+
+    def _batch(
+        self,
+        batch_id: int,
+        changes: Batch,
+        fail: Failure,
+        fail_at: int,
+        between: Between | None,
+    ) -> None:
         self.validated = False
         last = self.model.last
         in_order = batch_id == 0 if last is None else last <= batch_id <= last + 1
@@ -386,6 +416,24 @@ class PlatformMachine(RuleBasedStateMachine):
         self.model.rewind(target, restarted)
         p.last_commit = None  # a driver's retry would now undo the operator's restore
 
+    @rule()
+    def repartition(self) -> None:
+        """The stopped query moves between 2 and 3 partitions, routed by Spark's hash of each
+        key; its state must not change."""
+        p = self.platform
+        if self.model.last is None or not p.committed_refs():
+            return  # every store restarted: the query has nothing to move
+        target = sum(LAYOUTS) - p.partitions
+        try:
+            p.repartition(target)
+        except MaintenanceRefused:
+            assert p.catalog.problems(root=p.root), "repartition refused, no problem open"
+            return
+        self.validated = False
+        self.model.repartition(target, p.routes[target])
+        self.repartitioned_at = self.model.last
+        p.last_commit = None  # the commit of the old layout's batch is no longer the catalog's
+
     # --- maintenance ---------------------------------------------------------------------
 
     @rule(zero=st.booleans())
@@ -463,7 +511,7 @@ class PlatformMachine(RuleBasedStateMachine):
         return self._reads
 
     def _stores(self) -> list[StoreId]:
-        return [StoreId(0, partition) for partition in range(PARTITIONS)]
+        return [StoreId(0, partition) for partition in range(max(LAYOUTS))]
 
     def _unloadable(self, reads: CatalogReads) -> set[StoreId]:
         """The stores with a retained version that does not load; checks every one that
