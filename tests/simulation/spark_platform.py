@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, ClassVar
 
+from hypothesis.stateful import rule
 from pyspark.sql import DataFrame, SparkSession
 
 from state_runtime.errors import (
@@ -106,6 +107,7 @@ class SparkMachine(PlatformMachine):
     platform_type = SparkPlatform
     root_name = "root"  # roots that need encoding: the library-level run
     platform: SparkPlatform
+    repartition = rule()(PlatformMachine.repartition)
 
 
 def spark_steps(seed: int, count: int) -> list[tuple[str, dict[str, Any]]]:
