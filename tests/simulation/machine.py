@@ -413,6 +413,10 @@ class PlatformMachine(RuleBasedStateMachine):
             assert target not in p.committed_refs(), f"batch {target} refused as unknown"
             return
         self._guarded(lambda: restore_query(p.fleet, plan, policy(zero)))
+        # The restored window may hold versions no validation has read (a delta corrupted in
+        # place after it left the window loads nowhere but is present): what was validated no
+        # longer covers every retained version.
+        self.validated = False
         restarted = frozenset(k.store.partition_id for k in plan.restarted)
         self.model.rewind(target, restarted)
         p.last_commit = None  # a driver's retry would now undo the operator's restore
