@@ -424,9 +424,9 @@ class PlatformMachine(RuleBasedStateMachine):
     def repartition(self) -> None:
         """The stopped query moves between 2 and 3 partitions, routed by Spark's hash of each
         key; its state must not change. A step of replayed scenarios here, not of the random
-        mix: with it, the derandomized runs find retained versions of a store the move from 3
-        to 2 partitions left that do not load (open, tests/simulation/open_findings/); the
-        Spark-level machine draws it (``SparkMachine``)."""
+        mix: with it, the derandomized runs found the catalog listing old versions of the store
+        a move from 3 to 2 partitions dropped as retained (fixed, test_found.py); back in the
+        mix once a run with it is clean. The Spark-level machine draws it (``SparkMachine``)."""
         p = self.platform
         if self.model.last is None or not p.committed_refs():
             return  # every store restarted: the query has nothing to move
