@@ -37,7 +37,13 @@ from state_runtime.maintenance.fleet import Fleet, canonical_root
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
-from state_runtime.maintenance.rerouting import Rerouting, figures, routed, write_partitions
+from state_runtime.maintenance.rerouting import (
+    Rerouting,
+    figures,
+    routed,
+    write_partitions,
+    write_partitions_locally,
+)
 from state_runtime.maintenance.restore import checkpoint_to_pass, spark_batches
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.units import size
@@ -252,14 +258,16 @@ def estimate_partitions(
 
 
 def execute_repartition(
-    spark: SparkSession,
+    spark: SparkSession | None,
     fleet: Fleet,
     plan: RepartitionPlan,
     policy: MaintenancePolicy,
     *,
     progress: Progress = SILENT,
 ) -> RepartitionPlan:
-    """Carry ``plan`` out (see the module): one recorded run, every store leased throughout."""
+    """Carry ``plan`` out (see the module): one recorded run, every store leased throughout.
+    ``spark`` None: the new snapshots are written in this process
+    (:func:`~state_runtime.maintenance.rerouting.write_partitions_locally`)."""
     catalog = fleet.catalog
     parameters = {
         "query_id": plan.query_id,
@@ -301,7 +309,12 @@ def execute_repartition(
             snapshots = []
             with progress.stage("writing new partitions", len(plan.moves)) as advance:
                 for move in plan.moves:
-                    written = write_partitions(spark, _rerouting(fleet, plan, move))
+                    rerouting = _rerouting(fleet, plan, move)
+                    written = (
+                        write_partitions_locally(rerouting)
+                        if spark is None
+                        else write_partitions(spark, rerouting)
+                    )
                     bad = {p: w.problem for p, w in written.items() if w.problem is not None}
                     if bad or set(written) != set(range(move.new_partitions)):
                         raise MaintenanceRefused(
@@ -348,7 +361,7 @@ def execute_repartition(
 
 
 def repartition(
-    spark: SparkSession | Callable[[], SparkSession],
+    spark: SparkSession | Callable[[], SparkSession] | None,
     fleet: Fleet,
     root: str,
     query_id: str,
@@ -366,7 +379,8 @@ def repartition(
     ``spark`` is the session, or a function that starts one: called only once the plan has
     passed every check that needs only the catalog and the Spark checkpoint folder (an unknown
     query, a folder that is no Spark checkpoint, a batch too recent), so that a refusal costs
-    no JVM start."""
+    no JVM start. None: no Spark at all, the snapshots written in this process (small
+    stores; a dry run's estimate needs Spark)."""
     plan = plan_repartition(
         fleet,
         root,
@@ -378,6 +392,8 @@ def repartition(
     )
     session = spark() if callable(spark) else spark
     if dry_run:
+        if session is None:
+            raise InvalidArgument("a repartition's dry run estimates in Spark: give a session")
         return estimate_partitions(session, fleet, plan, progress=progress)
     return execute_repartition(
         session, fleet, plan, policy or MaintenancePolicy(), progress=progress

@@ -11,13 +11,17 @@ heartbeat row per partition, as in the runtime's batches); checkpoint ids are fi
 driver per partition, so a retried or speculative task writes the same file (put-if-absent)
 rather than a second one. Each task reads its snapshots back and verifies them before it
 reports.
+
+``write_partitions_locally`` does the same in this process, without Spark: the same reads, the
+same writer and verification, with the keys routed by :mod:`~state_runtime.maintenance.spark_hash`
+(Spark's hash in Python) for small stores, and the library-level simulation.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -34,8 +38,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.maintenance.snapshots import expected_of
+from state_runtime.maintenance.spark_hash import spark_partition
 from state_runtime.runtime.reader import load_state
 from state_runtime.runtime.spark_kind import default_parallelism
 from state_runtime.storage import Storage
@@ -182,11 +188,76 @@ def write_partitions(
         ]
     )
     reports = shuffled.mapInArrow(partial(_write, move), out).collect()
+    return _written(row.asDict() for row in reports)
+
+
+def _written(reports: Iterable[Mapping[str, Any]]) -> dict[int, Written]:
     written: dict[int, Written] = {}
     for row in reports:
         info = CheckpointInfo.from_dict(json.loads(row["info"]))
         written.setdefault(int(row["partition"]), Written(info, row["problem"]))
     return written
+
+
+_ROUTING_TYPES = {
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "boolean": pa.bool_(),
+    "tinyint": pa.int8(),
+    "smallint": pa.int16(),
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "date": pa.date32(),
+    "timestamp_ntz": pa.timestamp("us"),
+}
+"""The routing types :mod:`~state_runtime.maintenance.spark_hash` hashes as Spark does, as
+Arrow types (a key field is cast to its column's type in the query's input, as in Spark)."""
+
+
+def write_partitions_locally(move: Rerouting) -> dict[int, Written]:
+    """:func:`write_partitions` in this process, without Spark: every old partition's rows
+    routed by Spark's hash in Python, one verified snapshot per new partition (empty ones
+    too). Raises InvalidArgument for a routing type it does not hash (Spark's job does)."""
+    schema = move.history.newest.schema
+    keys, values, routes = [], [], []
+    for partition, ref in sorted(move.sources.items()):
+        reference = (partition, ref.version, ref.checkpoint_id)
+        for part in load_state(
+            move.storage, move.operator_id, move.store_name, move.history, reference
+        ):
+            key = part.column("key").cast(schema.key_arrow)
+            keys.append(key)
+            values.append(part.column("value").cast(schema.value_arrow))
+            routes.append(spark_partition(_routing_columns(move, key), move.num_partitions))
+    beats = list(range(move.num_partitions))
+    data = pa.table(
+        {
+            PARTITION: pa.array([*(p for r in routes for p in r.tolist()), *beats], pa.int32()),
+            "key": pa.concat_arrays([*keys, pa.nulls(len(beats), schema.key_arrow)]),
+            "value": pa.concat_arrays([*values, pa.nulls(len(beats), schema.value_arrow)]),
+            HEARTBEAT: [False] * sum(len(k) for k in keys) + [True] * len(beats),
+        }
+    )
+    return _written(
+        row for batch in _write(move, iter(data.to_batches())) for row in batch.to_pylist()
+    )
+
+
+def _routing_columns(move: Rerouting, key: pa.StructArray) -> list[pa.Array]:
+    """The key's leading fields cast to the routing's types (``_route``, in Arrow)."""
+    columns = []
+    for index, spec in enumerate(move.routing):
+        wanted = _ROUTING_TYPES.get(str(spec["type"]))
+        if wanted is None:
+            raise InvalidArgument(
+                f"operator {move.operator_id} (store {move.store_name}) routes by "
+                f"{spec['column']} of type {spec['type']}, which only Spark's own hash routes: "
+                "repartition it with a Spark session"
+            )
+        columns.append(key.field(index).cast(wanted))
+    return columns
 
 
 def _write(move: Rerouting, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

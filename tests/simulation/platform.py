@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import pyarrow as pa
+from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
@@ -42,7 +43,9 @@ from state_runtime.catalog import Catalog
 from state_runtime.errors import CannotLoadState, CatalogError, StateStoreError
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance import Fleet, MaintenancePolicy
+from state_runtime.maintenance.repartition import repartition
 from state_runtime.maintenance.restore import SPARK_CHECKPOINT
+from state_runtime.maintenance.spark_hash import spark_partition
 from state_runtime.retention import RetentionPolicy
 from state_runtime.runtime import StatefulOperator, StatefulQuery, worker
 from state_runtime.runtime.batch_reports import batch_metrics, choose, duplicates_of
@@ -64,6 +67,10 @@ from state_runtime.store.provider import StateStoreProvider
 from state_runtime.store.schema_history import SchemaHistory
 
 QUERY = "simulated"
+KEYS = ("a", "b", "c", "d")
+"""The model's keys: each is played in each partition by a key Spark routes there."""
+LAYOUTS = (2, 3)
+"""The partition counts the query moves between (``Platform.repartition``)."""
 FAIL_KEY = "__fail__"
 """An input row with this key makes the update function raise (a task failure)."""
 INPUT = StructType(
@@ -238,6 +245,15 @@ class Platform:
         """The maintenance process's catalog (the driver's is ``query.catalog``)."""
         self.catalog.clock.wall = self._maintenance_wall
         self.fleet = self.maintenance_fleet()
+        self.routes = {n: routes(n) for n in LAYOUTS}
+        self._pick_keys()
+
+    def _pick_keys(self) -> None:
+        """The key that plays each model key of each partition on the current layout: one
+        that Spark's hash routes there, so that a repartition moves no two rows to one key."""
+        self.keys: dict[tuple[int, str], str] = {}
+        for key, partition in sorted(self.routes[self.partitions].items()):
+            self.keys.setdefault((partition, key.rstrip("0123456789")), key)
 
     def open_root(self) -> Storage:
         """The query's root: a local folder in ``folder``."""
@@ -277,8 +293,37 @@ class Platform:
         self.catalog.close()
 
     def model_changes(self, changes: Batch) -> Batch:
-        """A batch's changes as the model records them (the keys the stores hold)."""
-        return changes
+        """A batch's changes as the model records them: the keys the stores hold (each
+        partition's model key played by a key routed there; partitions beyond the layout's
+        receive nothing)."""
+        return {
+            p: {self.keys[p, k]: c for k, c in keys.items()}
+            for p, keys in changes.items()
+            if p < self.partitions
+        }
+
+    def repartition_session(self) -> SparkSession | None:
+        """The Spark session a repartition runs on: none, its snapshots are written in this
+        process (``write_partitions_locally``)."""
+        return None
+
+    def repartition(self, partitions: int) -> None:
+        """The stopped query moved to ``partitions`` partitions (the library's offline job),
+        then started again: a new driver on the new layout."""
+        repartition(
+            self.repartition_session(),
+            self.fleet,
+            self.root,
+            QUERY,
+            partitions,
+            operator_id=0,
+            spark_checkpoint="",
+            dry_run=False,
+            idle=timedelta(0),
+        )
+        self.partitions = partitions
+        self._pick_keys()
+        self.restart_driver()
 
     def change_schema(self) -> None:
         """The query restarts with an added nullable value field."""
@@ -395,8 +440,9 @@ class Platform:
         )
         reports: list[TaskReport] = []
         failure: Exception | None = None
+        routed = self.model_changes(changes)
         for partition in range(op.num_partitions):
-            rows = dict(changes.get(partition, {}))
+            rows = dict(routed.get(partition, {}))
             if fail == "task" and partition == fail_at:
                 rows[FAIL_KEY] = 0
             try:
@@ -511,9 +557,25 @@ class Platform:
 
 
 @functools.cache
+def routes(partitions: int) -> dict[str, int]:
+    """Where Spark routes each candidate key (a model key and a number) on ``partitions``."""
+    candidates = [f"{k}{i}" for k in (*KEYS, FAIL_KEY) for i in range(40)]
+    routed = spark_partition([pa.array(candidates)], partitions)
+    return dict(zip(candidates, routed.tolist(), strict=True))
+
+
+@functools.cache
+def scratch() -> str | None:
+    """Where a run's folders go: a RAM-backed folder when the host has one (``/dev/shm``:
+    the same files, ``fsync`` and all, without waiting for a disk), else the default."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+@functools.cache
 def _template_catalog() -> Path:
     """A SQLite catalog at head, migrated once per process (and removed at its exit)."""
-    folder = Path(tempfile.mkdtemp(prefix="simulation-template-"))
+    folder = Path(tempfile.mkdtemp(prefix="simulation-template-", dir=scratch()))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     path = folder / "catalog.db"
     Catalog.open(f"sqlite:///{path}", upgrade=True).close()

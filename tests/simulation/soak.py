@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+import unittest
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, settings
@@ -115,6 +116,8 @@ def _shrunk(
     """The failure just found, replayed from the example database and shrunk."""
     try:
         one_run(steps, examples, database, shrink=True)
+    except unittest.SkipTest:  # nothing saved to replay: keep the failure as found
+        return None
     except Exception as error:
         return error
     return None

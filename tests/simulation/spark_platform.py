@@ -16,23 +16,17 @@ from typing import Any, ClassVar
 
 from hypothesis.stateful import rule
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from state_runtime.errors import (
-    BatchOutOfOrder,
     CannotLoadState,
-    MaintenanceRefused,
     StateStoreError,
 )
-from state_runtime.identity import StoreId
-from state_runtime.maintenance.repartition import repartition
 from state_runtime.runtime import StatefulQuery
 from state_runtime.runtime.tasks import TaskReport
 from tests.simulation.machine import KEYS, PlatformMachine
 from tests.simulation.platform import (
     FAIL_KEY,
     INPUT,
-    QUERY,
     Batch,
     Between,
     Failure,
@@ -51,53 +45,8 @@ class SparkPlatform(Platform):
 
     spark: ClassVar[SparkSession | None] = None
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.routes = {n: self._route(n) for n in (2, 3)}
-        self._pick_keys()
-
-    def _route(self, partitions: int) -> dict[str, int]:
-        """Where Spark routes each candidate key on ``partitions`` partitions."""
-        assert self.spark is not None
-        candidates = [f"{k}{i}" for k in (*KEYS, FAIL_KEY) for i in range(40)]
-        routed = self.spark.createDataFrame([(c,) for c in candidates], "k string").select(
-            "k", F.expr(f"pmod(hash(k), {partitions})").alias("p")
-        )
-        return {key: partition for key, partition in routed.collect()}
-
-    def _pick_keys(self) -> None:
-        """The key that plays each model key of each partition on the current layout."""
-        self.keys: dict[tuple[int, str], str] = {}
-        for key, partition in sorted(self.routes[self.partitions].items()):
-            self.keys.setdefault((partition, key.rstrip("0123456789")), key)
-
-    def model_changes(self, changes: Batch) -> Batch:
-        """The model holds the keys Spark's stores hold (each partition's model key is played
-        by a key routed there; partitions beyond the layout's receive nothing)."""
-        return {
-            p: {self.keys[p, k]: c for k, c in keys.items()}
-            for p, keys in changes.items()
-            if p < self.partitions
-        }
-
-    def repartition(self, partitions: int) -> None:
-        """The stopped query moved to ``partitions`` partitions (the library's offline job on
-        this Spark session), then started again: a new driver on the new layout."""
-        assert self.spark is not None
-        repartition(
-            self.spark,
-            self.fleet,
-            self.root,
-            QUERY,
-            partitions,
-            operator_id=0,
-            spark_checkpoint="",
-            dry_run=False,
-            idle=timedelta(0),
-        )
-        self.partitions = partitions
-        self._pick_keys()
-        self.restart_driver()
+    def repartition_session(self) -> SparkSession | None:
+        return self.spark
 
     def run_batch(
         self,
@@ -158,50 +107,7 @@ class SparkMachine(PlatformMachine):
     platform_type = SparkPlatform
     root_name = "root"  # roots that need encoding: the library-level run
     platform: SparkPlatform
-
-    @rule()
-    def repartition(self) -> None:
-        """The stopped query moves between 2 and 3 partitions; its state must not change."""
-        p = self.platform
-        if self.model.last is None or not p.committed_refs():
-            return  # every store restarted: the query has nothing to move
-        target = 5 - p.partitions
-        try:
-            p.repartition(target)
-        except MaintenanceRefused:
-            assert p.catalog.problems(root=p.root), "repartition refused, no problem open"
-            return
-        self.validated = False
-        self.model.repartition(target, p.routes[target])
-        self.repartitioned_at = self.model.last
-        p.last_commit = None  # the commit of the old layout's batch is no longer the catalog's
-
-    def batch(
-        self,
-        batch_id: int,
-        changes: Batch,
-        fail: Failure,
-        fail_at: int,
-        between: Between | None = None,
-    ) -> None:
-        """As the machine's; a batch at or before the last repartition is one Spark had
-        committed (the repartition's precondition) and never runs again: run anyway, it is
-        refused before any task runs, and changes nothing."""
-        moved = self.repartitioned_at
-        if moved is None or batch_id > moved:
-            super().batch(batch_id, changes, fail, fail_at, between)
-            return
-        before, files = self.platform.committed_refs(), self.platform.files()
-        try:
-            self.platform.run_batch(batch_id, changes)
-        except BatchOutOfOrder:
-            assert self.platform.committed_refs() == before
-            assert self.platform.files() == files, f"refused batch {batch_id} wrote files"
-            return
-        raise AssertionError(f"batch {batch_id} committed again after the repartition at {moved}")
-
-    def _stores(self) -> list[StoreId]:
-        return [StoreId(0, partition) for partition in range(3)]
+    repartition = rule()(PlatformMachine.repartition)
 
 
 def spark_steps(seed: int, count: int) -> list[tuple[str, dict[str, Any]]]:

@@ -503,6 +503,9 @@ def _retained_queries(
         .join(views.stores, s.store_id == c.store_id)
         .where(
             c.store_id.in_(store_ids),
+            # the versions retained_bases retains: none above the latest (a store a
+            # repartition dropped has latest 0 and keeps its old commits: it retains none)
+            c.version <= s.latest_version,
             c.version > s.latest_version - retain_versions,
             c.version > s.expired_through,
         )
