@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -110,3 +111,20 @@ def local_tmpfs(mount: Path) -> Iterator[None]:
     finally:
         LOCAL_DISK.set_directory(None)
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+INT_KEY = pa.struct([("k", pa.int64())])
+INT_VALUE = pa.struct([("v", pa.int64())])
+
+
+def int_table(keys: np.ndarray, values: np.ndarray | None) -> pa.Table:
+    """Rows of the int64 key ``k`` and value ``v`` (``values`` None: removals, null values),
+    as ``apply_arrow`` takes them."""
+    value = (
+        pa.nulls(len(keys), INT_VALUE)
+        if values is None
+        else pa.StructArray.from_arrays([pa.array(values)], fields=list(INT_VALUE))
+    )
+    return pa.table(
+        {"key": pa.StructArray.from_arrays([pa.array(keys)], fields=list(INT_KEY)), "value": value}
+    )

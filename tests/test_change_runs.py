@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from state_runtime import StateStoreProvider
@@ -22,10 +21,8 @@ from state_runtime.storage import LocalStorage
 from state_runtime.store import checkpoint_format
 from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun
 
-from .store_helpers import local_tmpfs
+from .store_helpers import int_table, local_tmpfs
 
-KEY = pa.struct([("k", pa.int64())])
-VALUE = pa.struct([("v", pa.int64())])
 THRESHOLD = 100_000  # bytes: about four calls of 1,000 rows (24 bytes a row as a run)
 
 
@@ -39,17 +36,6 @@ def _threshold(nbytes: int | None) -> Iterator[None]:
         LOCAL_DISK.spill_bytes = saved
 
 
-def _table(keys: np.ndarray, values: np.ndarray | None) -> pa.Table:
-    value = (
-        pa.nulls(len(keys), VALUE)
-        if values is None
-        else pa.StructArray.from_arrays([pa.array(values)], fields=list(VALUE))
-    )
-    return pa.table(
-        {"key": pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY)), "value": value}
-    )
-
-
 def _batch(root: Path, spill_bytes: int | None) -> dict[str, object]:
     """Version 1 of 5,000 keys, then 40 calls of 1,000 rows (every fifth a removal,
     overlapping keys, some new) and a commit: what the store answered before and after."""
@@ -59,7 +45,7 @@ def _batch(root: Path, spill_bytes: int | None) -> dict[str, object]:
     with _threshold(1 << 62):
         store = provider.get_store(0)
         base = np.arange(5_000, dtype=np.int64)
-        store.apply_arrow(_table(base, base))
+        store.apply_arrow(int_table(base, base))
         first = store.commit()
     rng = np.random.default_rng(3)
     with _threshold(spill_bytes):
@@ -67,7 +53,7 @@ def _batch(root: Path, spill_bytes: int | None) -> dict[str, object]:
         written = LOCAL_DISK.stats.bytes_written
         for call in range(40):
             keys = np.unique(rng.integers(0, 8_000, 1_000))
-            store.apply_arrow(_table(keys, None if call % 5 == 4 else keys * 10 + call))
+            store.apply_arrow(int_table(keys, None if call % 5 == 4 else keys * 10 + call))
         on_disk = sum(isinstance(run, DiskRun) for run in store._pending.runs)
         probes = [int(k) for k in rng.integers(0, 8_000, 200)]
         before = {
@@ -108,7 +94,7 @@ def test_a_small_batch_on_disk_still_writes_format_3(tmp_path: Path) -> None:
         store = provider.get_store(0)
         for start in range(0, 300, 100):
             keys = np.arange(start, start + 100, dtype=np.int64)
-            store.apply_arrow(_table(keys, keys))
+            store.apply_arrow(int_table(keys, keys))
         assert isinstance(store._pending.runs[0], DiskRun)
         info = store.commit()
     data = LocalStorage(tmp_path).read(info.path)
@@ -130,9 +116,9 @@ def test_a_call_that_spills_onto_a_full_local_disk_fails_typed_and_keeps_the_cha
     mount = tmp_path / "small"
     mount.mkdir()
     with local_tmpfs(mount), _threshold(THRESHOLD):
-        store.apply_arrow(_table(keys[:10], keys[:10]))
+        store.apply_arrow(int_table(keys[:10], keys[:10]))
         with pytest.raises(LocalDiskFull) as caught:
-            store.apply_arrow(_table(keys, keys + 1))
+            store.apply_arrow(int_table(keys, keys + 1))
         assert not list(mount.rglob("*.arrow"))
     assert caught.value.store == provider.store_id
     assert caught.value.needed >= 200_000 * 16

@@ -24,11 +24,10 @@ from state_runtime.store.disk_runs import LOCAL_DISK
 
 from .bench_runs import run_benchmark
 from .s3_fixtures import MotoS3
+from .store_helpers import int_table
 
 BUDGET_MIB = 4
 MIB = 1 << 20
-KEY = pa.struct([("k", pa.int64())])
-VALUE = pa.struct([("v", pa.int64())])
 
 
 def test_a_large_commit_peaks_within_the_budget_and_reads_back_equal(tmp_path: Path) -> None:
@@ -61,17 +60,6 @@ def test_a_batch_of_many_large_calls_peaks_within_the_budget(tmp_path: Path) -> 
     assert (read["rows"], read["checksum"]) == (500_000, expected), read
 
 
-def _table(keys: np.ndarray, values: np.ndarray | None) -> pa.Table:
-    value = (
-        pa.nulls(len(keys), VALUE)
-        if values is None
-        else pa.StructArray.from_arrays([pa.array(values)], fields=list(VALUE))
-    )
-    return pa.table(
-        {"key": pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY)), "value": value}
-    )
-
-
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
 def root(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
     """A fresh checkpoint root; on S3 one whose files above 1 MiB are multipart uploads."""
@@ -89,7 +77,7 @@ def test_a_large_delta_goes_through_a_local_file_and_reads_back_equal(root: Stor
     keys = np.arange(rows, dtype=np.int64)
     values = np.random.default_rng(7).integers(0, 1 << 62, rows)  # 2.4 MB: barely compresses
     store = provider().get_store(0)
-    store.apply_arrow(_table(keys, values))
+    store.apply_arrow(int_table(keys, values))
     root.requests.reset()
     first = store.commit()
     if isinstance(root, LocalStorage):
@@ -98,8 +86,8 @@ def test_a_large_delta_goes_through_a_local_file_and_reads_back_equal(root: Stor
         assert root.requests.counts["multipart"] == 3
     store = provider().get_store(first.version, first.checkpoint_id)
     changed = keys[::2]
-    store.apply_arrow(_table(changed, changed))
-    store.apply_arrow(_table(keys[1::6], None))  # removals
+    store.apply_arrow(int_table(changed, changed))
+    store.apply_arrow(int_table(keys[1::6], None))  # removals
     second = store.commit()
     assert not list(Path(LOCAL_DISK.directory).glob("*.delta"))  # the local file is gone
     expected = dict(zip(keys.tolist(), values.tolist(), strict=True))
@@ -145,7 +133,7 @@ def test_a_large_delta_goes_through_a_local_file_and_reads_back_equal(root: Stor
         == expected
     )
     store = provider().get_store(second.version, second.checkpoint_id)
-    store.apply_arrow(_table(keys[:10], keys[:10]))
+    store.apply_arrow(int_table(keys[:10], keys[:10]))
     small = store.commit()
     data = root.read(small.path)
     assert int.from_bytes(data[8:10], "little") == checkpoint_format.DELTA_FORMAT_VERSION

@@ -30,6 +30,21 @@ def run(
 ONLY_THE_FIRST_STORE = {0: {"a": 1}}
 """A batch in which store 1 changes nothing (an idle version)."""
 
+AROUND_A_REPARTITION: list[Step] = [
+    run({0: {"a": 2}, 1: {"c": 5, "b": None}}),
+    ("repartition", {}),
+    run({0: {"a": 1}, 2: {"d": 3}}),
+    run({1: {"b": -1}}),
+    ("snapshot", {"zero": True}),
+    ("cleanup", {"zero": True}),
+    ("validate", {"zero": False}),
+    ("restore", {"back": 2, "allow_lost_state": False, "zero": True}),
+    ("restore", {"back": 1, "allow_lost_state": False, "zero": True}),
+]
+"""Batches on 2 partitions, a repartition to 3, batches on the new layout (one store idle),
+snapshot and cleanup at zero windows, validation, and restores to the repartitioned batch and
+before it: the library and the runtime simulations both replay it."""
+
 
 @pytest.mark.parametrize("failure", ["sink", "task"])
 def test_a_failed_batch_after_an_idle_version_is_no_loss(failure: str) -> None:

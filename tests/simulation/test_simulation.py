@@ -16,7 +16,7 @@ from tests.simulation.machine import PlatformMachine
 from tests.simulation.postgres import PostgresCatalogs
 from tests.simulation.s3_platform import S3Machine, S3Platform
 from tests.simulation.steps import replay
-from tests.simulation.test_found import run
+from tests.simulation.test_found import AROUND_A_REPARTITION, run
 
 RUNS = settings(
     max_examples=38,  # 1,446 steps: some 110 s of CPU (docs/simulation.md)
@@ -68,15 +68,7 @@ def test_batches_around_repartitions_without_spark() -> None:
     at the repartitioned one refused before any task; every version equals the model."""
     machine = replay(
         [
-            run({0: {"a": 2}, 1: {"c": 5, "b": None}}),
-            ("repartition", {}),
-            run({0: {"a": 1}, 2: {"d": 3}}),
-            run({1: {"b": -1}}),
-            ("snapshot", {"zero": True}),
-            ("cleanup", {"zero": True}),
-            ("validate", {"zero": False}),
-            ("restore", {"back": 2, "allow_lost_state": False, "zero": True}),
-            ("restore", {"back": 1, "allow_lost_state": False, "zero": True}),
+            *AROUND_A_REPARTITION,
             run({}, step=-1),
             run({2: {"c": 1}}),
             ("repartition", {}),

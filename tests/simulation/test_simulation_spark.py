@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from tests.simulation.spark_platform import SparkMachine, SparkPlatform, spark_steps
 from tests.simulation.steps import replay
-from tests.simulation.test_found import ONLY_THE_FIRST_STORE, run
+from tests.simulation.test_found import AROUND_A_REPARTITION, ONLY_THE_FIRST_STORE, run
 
 pytestmark = pytest.mark.spark
 
@@ -43,17 +43,7 @@ def test_batches_around_a_repartition_through_the_runtime() -> None:
     the new layout (one store idle), cleanup at zero windows, validation, and a restore to the
     repartitioned batch: every version equals the model, loads and is called sound."""
     machine = replay(
-        [
-            run({0: {"a": 2}, 1: {"c": 5, "b": None}}),
-            ("repartition", {}),
-            run({0: {"a": 1}, 2: {"d": 3}}),
-            run({1: {"b": -1}}),
-            ("snapshot", {"zero": True}),
-            ("cleanup", {"zero": True}),
-            ("validate", {"zero": False}),
-            ("restore", {"back": 2, "allow_lost_state": False, "zero": True}),
-            ("restore", {"back": 1, "allow_lost_state": False, "zero": True}),
-        ],
+        AROUND_A_REPARTITION,
         SparkMachine,
     )
     assert machine.model.partitions == 3 and machine.repartitioned_at == 1
