@@ -332,8 +332,8 @@ class StatefulQuery:
         if batch_id - 1 == start.restored:
             return start.previous
         if batch_id == 0 or start.previous:
-            latest = partial(self.catalog.latest_committed, self.root)
-            return with_skipped(start.previous, self._stores(), latest)
+            before = partial(self.catalog.committed_before, self.root, self.query_id, batch_id)
+            return with_skipped(start.previous, self._stores(), before)
         ours = {
             store: ref
             for store, ref in self.catalog.latest_committed(self.root).items()

@@ -280,15 +280,16 @@ def base_refs(
 def with_skipped(
     committed: dict[StoreId, CheckpointRef],
     stores: Iterable[tuple[StatefulOperator, ExtraStore]],
-    latest: Callable[[], dict[StoreId, CheckpointRef]],
+    before: Callable[[], dict[StoreId, CheckpointRef]],
 ) -> dict[StoreId, CheckpointRef]:
-    """``committed`` (the previous batch's ids) plus the ``latest`` committed version of each
-    of the query's ``stores`` that the previous batch did not open (a
-    ``transform_with_state`` variable deleted or declared again after runs without it): its
-    next version follows its last one, not version 1. ``latest`` is read only then."""
+    """``committed`` (the previous batch's ids) plus, for each of the query's ``stores`` that
+    the previous batch did not open (a ``transform_with_state`` variable deleted or declared
+    again after runs without it), its newest commit ``before`` this batch: its next version
+    follows its last one, not version 1, and a replay of this batch builds on what came
+    before it, not on its own commit. ``before`` is read only then."""
     wanted = {(op.operator_id, store.name) for op, store in stores}
     skipped = wanted - {(s.operator_id, s.store_name) for s in committed}
     if not committed or not skipped:
         return committed
-    found = {s: r for s, r in latest().items() if (s.operator_id, s.store_name) in skipped}
+    found = {s: r for s, r in before().items() if (s.operator_id, s.store_name) in skipped}
     return {**committed, **found}

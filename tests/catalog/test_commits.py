@@ -129,6 +129,29 @@ def test_a_replay_resolves_the_problems_about_the_files_it_replaced(catalog: Cat
     assert len(catalog.problems(root=ROOT)) == 3
 
 
+def test_a_replay_reopening_a_store_builds_on_its_commit_before_the_batch(
+    catalog: Catalog,
+) -> None:
+    """Store C (a ``transform_with_state`` variable) skips batch 1 and is opened again in
+    batch 2: where C starts in batch 2 is its batch-0 commit, and stays so when batch 2 runs
+    again (not batch 2's own commit, which a replay cannot build on); its replay commits."""
+    a1, c1 = info(A, 1, None), info(C, 1, None)
+    catalog.commit_batch(ROOT, QUERY, 0, [a1, c1])
+    a2 = info(A, 2, a1.checkpoint_id, lineage=(a1.ref,))
+    catalog.commit_batch(ROOT, QUERY, 1, [a2])
+    a3 = info(A, 3, a2.checkpoint_id, lineage=(a2.ref,))
+    c2 = info(C, 2, c1.checkpoint_id, lineage=(c1.ref,))
+    catalog.commit_batch(ROOT, QUERY, 2, [a3, c2])
+
+    assert catalog.committed_before(ROOT, QUERY, 2) == {A: a2.ref, C: c1.ref}
+    assert catalog.committed_before(ROOT, QUERY, 3) == {A: a3.ref, C: c2.ref}
+    assert catalog.committed_before(ROOT, "another query", 2) == {A: a3.ref, C: c2.ref}
+    again = info(C, 2, c1.checkpoint_id, lineage=(c1.ref,))
+    replay = [info(A, 3, a2.checkpoint_id, lineage=(a2.ref,)), again]
+    catalog.commit_batch(ROOT, QUERY, 2, replay)
+    assert catalog.latest_committed(ROOT) == {i.store: i.ref for i in replay}
+
+
 def test_recommitting_the_same_batch_is_a_no_op(catalog: Catalog) -> None:
     stream = Stream(catalog, [A, B])
     infos = stream.commit()

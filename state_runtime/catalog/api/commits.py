@@ -186,6 +186,16 @@ class CommitCalls(CatalogBase):
         """Each store's latest committed (version, checkpoint id) below ``root``."""
         return self._read("read latest versions", lambda c, v: commits.latest_committed(c, v, root))
 
+    def committed_before(
+        self, root: str, query_id: str, batch_id: int
+    ) -> dict[StoreId, CheckpointRef]:
+        """Each store's newest commit by ``query_id`` from a batch before ``batch_id`` (else its
+        latest): where a store the batch before did not open starts."""
+        return self._read(
+            "read versions before a batch",
+            lambda c, v: commits.committed_before(c, v, root, query_id, batch_id),
+        )
+
     def commit_history(
         self,
         root: str,

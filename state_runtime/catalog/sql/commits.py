@@ -431,6 +431,31 @@ def latest_committed(
     return {store_id_of(r): CheckpointRef(r.latest_version, r.latest_checkpoint_id) for r in rows}
 
 
+def committed_before(
+    connection: Connection, views: ReaderViews, root: str, query_id: str, batch_id: int
+) -> dict[StoreId, CheckpointRef]:
+    """Each store's newest commit by ``query_id`` below ``root`` from a batch before
+    ``batch_id``; a store whose commits the log no longer holds: its latest committed
+    version. Where a store the batch before did not open starts (a replay of ``batch_id``
+    builds on what came before it, never on its own commit)."""
+    c, s = views.commits.c, views.stores.c
+    newest = (
+        sa.select(c.store_id, sa.func.max(c.batch_id).label("batch_id"))
+        .where(c.query_id == query_id, c.batch_id < batch_id)
+        .group_by(c.store_id)
+        .subquery()
+    )
+    rows = connection.execute(
+        sa.select(s.operator_id, s.partition_id, s.store_name, c.version, c.checkpoint_id)
+        .select_from(views.commits)
+        .join(views.stores, s.store_id == c.store_id)
+        .join(newest, (newest.c.store_id == c.store_id) & (newest.c.batch_id == c.batch_id))
+        .where(s.checkpoint_root == root, c.query_id == query_id)
+    )
+    before = {store_id_of(r): CheckpointRef(r.version, r.checkpoint_id) for r in rows}
+    return {**latest_committed(connection, views, root), **before}
+
+
 _STORE_FIELDS = ("operator_id", "partition_id", "store_name")
 
 
