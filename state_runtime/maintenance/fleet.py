@@ -97,9 +97,10 @@ class Fleet:
                     yield found
 
     def root_names(self, only: Collection[StoreKey] | None = None) -> list[str]:
-        """The roots in scope: given, or every root the catalog knows."""
+        """The roots in scope: given, or every root the catalog knows (narrowed to those of
+        ``only``, as :meth:`stores` narrows: a store of a root out of scope is not in it)."""
         if only is not None:
-            return sorted({key.root for key in only})
+            return sorted({k.root for k in only if self.roots is None or k.root in self.roots})
         if self.roots is not None:
             return list(self.roots)
         return sorted(self.catalog.roots())

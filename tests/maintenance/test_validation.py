@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -13,6 +14,7 @@ from state_runtime.catalog.schema.tables import checkpoint_files, deletion_ledge
 from state_runtime.maintenance import (
     CheckName,
     Fate,
+    Fleet,
     MaintenancePolicy,
     Severity,
     run_checks,
@@ -61,6 +63,23 @@ def test_a_healthy_fleet_passes_every_check(make_stream: Callable[..., StoreStre
     assert counts["bytes_read"] == stream.storage.requests.bytes_read
     run = stream.catalog.run(report.run_id)
     assert run is not None and run.kind == "validate" and run.counts["orphan_files"] == 0
+
+
+def test_only_stores_of_the_fleets_roots_are_validated(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """A fleet narrowed to one root validates a store of another root named in ``only``
+    no more than it lists it (that root's folder is gone: reading it would fail the run)."""
+    here, there = make_stream("here"), make_stream("there")
+    here.run(2)
+    there.run(2)
+    shutil.rmtree(there.storage.root)
+    fleet = Fleet(here.catalog, roots=[here.root], owner="tests")
+    store = here.stores[0]
+    only = [here.key(store), there.key(store)]
+    assert [r.key for r in fleet.stores(only)] == [here.key(store)]
+    report = validate_stores(fleet, POLICY, only=only)
+    assert report.ok and report.stores == 1, report.errors
 
 
 def test_a_deleted_middle_delta_is_named(make_stream: Callable[..., StoreStream]) -> None:
