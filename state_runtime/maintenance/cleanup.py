@@ -39,7 +39,7 @@ from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.maintenance.spread import Spread
-from state_runtime.maintenance.workers import map_bounded, worker_count
+from state_runtime.maintenance.workers import closing_items, map_bounded, worker_count
 from state_runtime.units import size
 
 T = TypeVar("T")
@@ -335,14 +335,15 @@ def cleanup_pass(
         work = partial(clean_parts, policy, run.run_id, now, delete_batch, workers)
         counted = 0
         if spread is None:
-            done: Iterable[_Cleaned] = work(fleet, parts)
+            done: Iterator[_Cleaned] = work(fleet, parts)
         else:  # the whole plan first (its store keys): the spread deals it at once
             done = spread.map(fleet, list(parts), work)
-        for cleaned in done:
-            report.busy += cleaned.busy
-            report.done(cleaned.deleted, cleaned.failed)
-            counted += cleaned.stores
-            advance(cleaned.stores)
+        with closing_items(done) as cleaned_parts:
+            for cleaned in cleaned_parts:
+                report.busy += cleaned.busy
+                report.done(cleaned.deleted, cleaned.failed)
+                counted += cleaned.stores
+                advance(cleaned.stores)
         advance(stores - counted)  # the stores with nothing to delete
         report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=False)
         run.counts = report.counts()

@@ -58,7 +58,7 @@ from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.restore import Verified
 from state_runtime.maintenance.spread import Spread
-from state_runtime.maintenance.workers import map_bounded, worker_count
+from state_runtime.maintenance.workers import closing_items, map_bounded, worker_count
 from state_runtime.retention import Verdict
 from state_runtime.retention import retained_versions as retained_version_numbers
 from state_runtime.storage import Storage
@@ -197,8 +197,8 @@ def validate_stores(
     work = partial(validate_slice, policy, run_id, started, workers, wanted)
     done = work(fleet, records) if spread is None else spread.map(fleet, list(records), work)
     report = ValidationReport()
-    with progress.stage("validation", total) as advance:
-        for result in done:
+    with progress.stage("validation", total) as advance, closing_items(done) as results:
+        for result in results:
             report.add(result)
             advance(1)
     return report

@@ -14,6 +14,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TypeVar
 
 from state_runtime.catalog import Catalog
@@ -75,3 +76,16 @@ def map_bounded(work: Callable[[T], R], items: Iterable[T], workers: int, name: 
         finally:
             for future in queued:
                 future.cancel()
+
+
+@contextmanager
+def closing_items(items: Iterator[R]) -> Iterator[Iterator[R]]:
+    """``items``, closed when the block ends however it ends: a consumer that raises stops a
+    generator such as :func:`map_bounded` at once (its queued work cancelled), not whenever
+    the traceback that holds it is freed."""
+    try:
+        yield items
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import pytest
 
@@ -15,6 +16,8 @@ from state_runtime.maintenance import MaintenancePolicy
 from state_runtime.maintenance.workers import (
     RESERVED_CONNECTIONS,
     WORKERS_PER_CPU,
+    closing_items,
+    map_bounded,
     pool_allows,
     worker_count,
 )
@@ -58,3 +61,22 @@ def test_one_setting_for_the_cli_the_environment_dagster_and_airflow() -> None:
 
     assert MaintenanceResource().policy().workers is None
     assert MaintenanceResource(workers=5).policy().workers == 5
+
+
+def test_a_consumer_that_raises_cancels_the_queued_work() -> None:
+    """map_bounded keeps two items a worker queued; a pass whose consumer raises (a progress
+    callback, a report) closes the map on leaving the block, so the queued item never runs,
+    although the traceback still holds the generator."""
+    started: set[int] = set()
+
+    def work(item: int) -> int:
+        started.add(item)
+        time.sleep(0.5 if item else 0)
+        return item
+
+    done = map_bounded(work, range(10), 2, "test")
+    with pytest.raises(RuntimeError), closing_items(done) as results:
+        for _ in results:  # items 1 to 3 submitted: running or queued
+            raise RuntimeError("the consumer failed")
+    time.sleep(1.0)  # what was queued would have started by now
+    assert 0 in started and not started & {3, 4}, started
