@@ -15,7 +15,7 @@ from state_runtime.catalog import (
     StoreKey,
     Verification,
 )
-from state_runtime.catalog.schema.tables import checkpoint_files, commit_log
+from state_runtime.catalog.schema.tables import checkpoint_files, commit_log, store_problems, stores
 from state_runtime.errors import CatalogError, CommitConflict, InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
 from tests.catalog.factory import QUERY, ROOT, Stream, info
@@ -150,6 +150,35 @@ def test_a_replay_reopening_a_store_builds_on_its_commit_before_the_batch(
     replay = [info(A, 3, a2.checkpoint_id, lineage=(a2.ref,)), again]
     catalog.commit_batch(ROOT, QUERY, 2, replay)
     assert catalog.latest_committed(ROOT) == {i.store: i.ref for i in replay}
+
+
+def test_the_problem_census_moves_whatever_order_ids_commit_in(catalog: Catalog) -> None:
+    """The failures sensor's census: on PostgreSQL a problem's id is taken when its
+    transaction starts, so a lower id can commit after a higher one; a problem found with a
+    lower id while another is resolved still moves the census."""
+    Stream(catalog, [A]).commit()
+    with catalog.engine.begin() as connection:
+        (store_id,) = connection.execute(sa.select(stores.c.store_id)).one()
+        for problem_id in (1, 5):
+            connection.execute(
+                sa.insert(store_problems).values(
+                    problem_id=problem_id, store_id=store_id, problem="damaged",
+                    detected_at=catalog.now(),
+                )
+            )  # fmt: skip
+    before = catalog.problem_census()
+    with catalog.engine.begin() as connection:
+        connection.execute(
+            sa.insert(store_problems).values(
+                problem_id=3, store_id=store_id, problem="damaged", detected_at=catalog.now()
+            )
+        )
+        connection.execute(
+            sa.update(store_problems)
+            .where(store_problems.c.problem_id == 1)
+            .values(resolved_at=catalog.now(), resolution="repaired")
+        )
+    assert before == (2, 2) and catalog.problem_census() == (2, 3)
 
 
 def test_recommitting_the_same_batch_is_a_no_op(catalog: Catalog) -> None:

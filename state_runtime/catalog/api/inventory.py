@@ -166,8 +166,8 @@ class InventoryCalls(PagedCalls):
         )
 
     def problem_census(self) -> tuple[int, int]:
-        """How many problems are open and the newest open one's id: a reader's cheap test of
-        whether any was found or resolved (Dagster's failures sensor)."""
+        """How many problems are open and how many were ever recorded: a reader's cheap test
+        of whether any was found or resolved (Dagster's failures sensor)."""
         return self._read("count problems", lambda c, v: findings.problem_census(c, v))
 
     def problems(

@@ -286,15 +286,14 @@ def resolve_problems(
 
 
 def problem_census(connection: Connection, views: ReaderViews) -> tuple[int, int]:
-    """How many problems are open and the newest open one's id (0, 0 when none): changes
-    whenever a problem is found (ids only grow) or resolved, read without listing them."""
+    """How many problems are open, and how many were ever recorded (0, 0 when none): a
+    problem found adds to the second, one resolved takes from the first, so any change moves
+    the pair, whatever order concurrent transactions commit their ids in; read without
+    listing them."""
     p = views.problems.c
-    count, newest = connection.execute(
-        sa.select(sa.func.count(), sa.func.coalesce(sa.func.max(p.problem_id), 0)).where(
-            p.resolved_at.is_(None)
-        )
-    ).one()
-    return int(count), int(newest)
+    still_open = sa.func.coalesce(sa.func.sum(sa.case((p.resolved_at.is_(None), 1), else_=0)), 0)
+    count, recorded = connection.execute(sa.select(still_open, sa.func.count())).one()
+    return int(count), int(recorded)
 
 
 def problems(
