@@ -453,6 +453,8 @@ class StateStore(ReadStateStore):
 
         A null ``value`` removes the key; of rows with equal keys the last wins. Field order
         and types must match the schemas. Costs O(rows log rows), no Python object per row.
+        ``LocalDiskFull`` (no room to spill the changes past the budget) comes after the rows
+        were applied: they stay, in memory (docs/state-on-disk.md).
         """
         self._check_open()
         table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
