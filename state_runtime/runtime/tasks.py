@@ -282,12 +282,13 @@ def with_skipped(
     stores: Iterable[tuple[StatefulOperator, ExtraStore]],
     before: Callable[[], dict[StoreId, CheckpointRef]],
 ) -> dict[StoreId, CheckpointRef]:
-    """``committed`` (the previous batch's ids) plus, for each of the query's ``stores`` that
-    the previous batch did not open (a ``transform_with_state`` variable deleted or declared
-    again after runs without it), its newest commit ``before`` this batch: its next version
-    follows its last one, not version 1, and a replay of this batch builds on what came
-    before it, not on its own commit. ``before`` is read only then."""
-    wanted = {(op.operator_id, store.name) for op, store in stores}
+    """``committed`` (the previous batch's ids) plus, for each of the query's further
+    ``stores`` (never an operator's main one) that the previous batch did not open (a
+    ``transform_with_state`` variable deleted or declared again after runs without it), its
+    newest commit ``before`` this batch: its next version follows its last one, not version
+    1, and a replay of this batch builds on what came before it, not on its own commit.
+    ``before`` is read only then."""
+    wanted = {(op.operator_id, x.name) for op, x in stores if x.name != op.store_name}
     skipped = wanted - {(s.operator_id, s.store_name) for s in committed}
     if not committed or not skipped:
         return committed

@@ -198,7 +198,11 @@ class PlatformMachine(RuleBasedStateMachine):
         self.folder = Path(tempfile.mkdtemp(prefix="simulation-", dir=scratch()))
         url = self.catalogs() if self.catalogs is not None else ""
         self.platform = self.platform_type(
-            self.folder, partitions=PARTITIONS, catalog_url=url, root_name=self.root_name
+            self.folder,
+            partitions=PARTITIONS,
+            catalog_url=url,
+            root_name=self.root_name,
+            routed=True,
         )
         self.model = Model(PARTITIONS)
         self.catalog_version = CatalogVersion(self.platform.catalog_url)

@@ -230,6 +230,9 @@ class Platform:
     """How far the maintenance host's wall clock was stepped (``step_host_clock``)."""
     spark_checkpoint: str | None = None
     """The stream's ``checkpointLocation`` the driver is given (``StatefulQuery``'s)."""
+    routed: bool = False
+    """Each partition's model keys played by keys Spark's hash routes there (the simulation,
+    whose repartitions move rows); else every key is itself (tests driving batches)."""
 
     def __post_init__(self) -> None:
         self._loaded: dict[tuple[Any, ...], State | StateStoreError] = {}
@@ -297,10 +300,14 @@ class Platform:
         partition's model key played by a key routed there; partitions beyond the layout's
         receive nothing)."""
         return {
-            p: {self.keys[p, k]: c for k, c in keys.items()}
+            p: {self.key(p, k): c for k, c in keys.items()}
             for p, keys in changes.items()
             if p < self.partitions
         }
+
+    def key(self, partition: int, model_key: str) -> str:
+        """The key that plays ``model_key`` of ``partition`` (see ``routed``)."""
+        return self.keys[partition, model_key] if self.routed else model_key
 
     def repartition_session(self) -> SparkSession | None:
         """The Spark session a repartition runs on: none, its snapshots are written in this

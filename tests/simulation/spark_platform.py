@@ -68,7 +68,7 @@ class SparkPlatform(Platform):
             for k, c in sorted(keys.items())
         ]
         if fail == "task":
-            rows.append((self.keys[fail_at, FAIL_KEY], 0, False))
+            rows.append((self.key(fail_at, FAIL_KEY), 0, False))
         df = self.spark.createDataFrame(rows, INPUT)
 
         def sink(output: DataFrame, _: int) -> None:
