@@ -155,17 +155,22 @@ class Fleet:
         *,
         listed: bool = False,
         staged: bool = False,
+        history: SchemaHistory | None = None,
     ) -> StateStoreProvider:
         """A fresh provider for ``record`` that knows its folder from ``files`` (no LIST);
         with ``listed`` it lists the storage instead (the fallback when the catalog is off);
         with ``staged`` its writes stay in memory (its storage is a :class:`StagedWrites`).
 
-        The schema history comes from the catalog; a store registered without schemas takes
-        those of its newest file in ``files``.
+        The schema history is ``history`` (read by the caller for many stores at once), else
+        the catalog's; a store registered without schemas takes those of its newest file in
+        ``files``.
         """
         storage = self.storage(record.key.root)
         store = record.key.store
-        history = self.catalog.schema_history(record.key.root, store.operator_id, store.store_name)
+        if history is None:
+            history = self.catalog.schema_history(
+                record.key.root, store.operator_id, store.store_name
+            )
         if history is None and files:
             newest = max(files, key=lambda f: f.version)
             header = read_header(storage.read(newest.path), newest.path)

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Collection, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
 from typing import Any
@@ -35,9 +34,10 @@ from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.maintenance.spread import Spread
-from state_runtime.maintenance.workers import worker_count
+from state_runtime.maintenance.workers import closing_items, map_bounded, worker_count
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.file_verification import Expected, verify_file
+from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.units import size
 
 
@@ -61,21 +61,37 @@ class SnapshotOutcome:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+OUTCOMES_KEPT = 1000
+"""A report keeps the first this many outcomes, and the first this many failures, in detail
+(and counts every one): its memory is bounded whatever the fleet."""
+
+
+@dataclass
 class SnapshotReport:
+    """What a snapshot pass did, counted as each store is done (no store's outcome is held
+    past the first :data:`OUTCOMES_KEPT`): ``outcomes``, the first ones in the pass's order;
+    ``failed``, the first failures (also those past ``outcomes``)."""
+
     run_id: int
-    outcomes: list[SnapshotOutcome]
+    outcomes: list[SnapshotOutcome] = field(default_factory=list)
+    failed: list[SnapshotOutcome] = field(default_factory=list)
+    statuses: dict[SnapshotStatus, int] = field(
+        default_factory=lambda: dict.fromkeys(SnapshotStatus, 0)
+    )
+    bytes_written: int = 0
+
+    def add(self, outcome: SnapshotOutcome) -> None:
+        """Count one store's outcome in."""
+        self.statuses[outcome.status] += 1
+        if outcome.status is SnapshotStatus.WRITTEN:
+            self.bytes_written += outcome.bytes
+        if len(self.outcomes) < OUTCOMES_KEPT:
+            self.outcomes.append(outcome)
+        if outcome.status is SnapshotStatus.FAILED and len(self.failed) < OUTCOMES_KEPT:
+            self.failed.append(outcome)
 
     def count(self, status: SnapshotStatus) -> int:
-        return sum(o.status is status for o in self.outcomes)
-
-    @property
-    def bytes_written(self) -> int:
-        return sum(o.bytes for o in self.outcomes if o.status is SnapshotStatus.WRITTEN)
-
-    @property
-    def failed(self) -> list[SnapshotOutcome]:
-        return [o for o in self.outcomes if o.status is SnapshotStatus.FAILED]
+        return self.statuses[status]
 
     def summary(self) -> str:
         """The pass in one line, as every front end shows it."""
@@ -87,7 +103,9 @@ class SnapshotReport:
         )
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per store: its outcome's figures and ``detail``, the outcome in words."""
+        """One row per kept store (the first outcomes, then the kept failures past them):
+        its outcome's figures and ``detail``, the outcome in words."""
+        shown = sum(o.status is SnapshotStatus.FAILED for o in self.outcomes)
         return [
             {
                 "store": str(o.key),
@@ -101,11 +119,11 @@ class SnapshotReport:
                 + ")"
                 + (f": {o.error}" if o.error else ""),
             }
-            for o in self.outcomes
+            for o in [*self.outcomes, *self.failed[shown:]]
         ]
 
     def counts(self) -> dict[str, int]:
-        return {s.value: self.count(s) for s in SnapshotStatus} | {
+        return {s.value: n for s, n in self.statuses.items()} | {
             "bytes_written": self.bytes_written
         }
 
@@ -163,7 +181,7 @@ def snapshot_pass(
 ) -> SnapshotReport:
     """Snapshot every due store in scope, ``workers`` at once (:func:`worker_count`), on
     this host or, given a ``spread``, in its workers (each slice ``workers`` at once); one
-    recorded 'snapshot' run."""
+    recorded 'snapshot' run, its report counted as the stores are done."""
     candidates = due_for_snapshot(fleet, policy, only)
     parameters = policy.parameters() | {"stores": len(candidates)}
     with recorded_run(
@@ -171,14 +189,19 @@ def snapshot_pass(
     ) as run:
         work = partial(snapshot_stores, policy, run.run_id, workers)
         done = work(fleet, candidates) if spread is None else spread.map(fleet, candidates, work)
-        outcomes: list[SnapshotOutcome] = []
-        with progress.stage("snapshots", len(candidates)) as advance:
-            for outcome in done:
-                outcomes.append(outcome)
+        report = SnapshotReport(run.run_id)
+        with progress.stage("snapshots", len(candidates)) as advance, closing_items(done) as items:
+            for outcome in items:
+                report.add(outcome)
                 advance(1)
-        report = SnapshotReport(run.run_id, outcomes)
         run.counts = report.counts()
     return report
+
+
+CHUNK_STORES = 20
+"""Stores of one root a worker snapshots together: their leases taken in one transaction,
+their retained versions and their root's schema histories read in one query each, and their
+snapshots recorded in one transaction (a few catalog round trips for all, not five each)."""
 
 
 def snapshot_stores(
@@ -189,69 +212,138 @@ def snapshot_stores(
     candidates: Sequence[DueStore],
 ) -> Iterator[SnapshotOutcome]:
     """Snapshot ``candidates`` under run ``run_id``, ``workers`` at once: the whole pass on
-    one host, or one slice of it in a spread's worker."""
-    with ThreadPoolExecutor(worker_count(fleet.catalog, policy, workers)) as pool:
-        yield from pool.map(lambda c: _snapshot_store(fleet, policy, c, run_id), candidates)
+    one host, or one slice of it in a spread's worker. The candidates are handed out in
+    their order (by priority) as workers free up, in chunks of one root (:func:`_chunks`)."""
+    count = worker_count(fleet.catalog, policy, workers)
+    work = partial(_snapshot_chunk, fleet, policy, run_id)
+    with closing_items(map_bounded(work, _chunks(candidates, count), count, "snapshots")) as done:
+        for outcomes in done:
+            yield from outcomes
 
 
-def _snapshot_store(
-    fleet: Fleet, policy: MaintenancePolicy, candidate: DueStore, run_id: int
-) -> SnapshotOutcome:
-    key, catalog = candidate.record.key, fleet.catalog
-    started = time.perf_counter()
+def _chunks(candidates: Sequence[DueStore], workers: int) -> Iterator[list[DueStore]]:
+    """``candidates`` a window of one chunk per worker at a time, in priority order; within
+    a window (stores worked on at once anyway), each root's stores form a chunk of at most
+    :data:`CHUNK_STORES`; a window that is not full is split a ``workers``-th each, so that
+    it still spreads over the workers."""
+    window = CHUNK_STORES * workers
+    for start in range(0, len(candidates), window):
+        page = candidates[start : start + window]
+        size = max(1, min(CHUNK_STORES, -(-len(page) // workers)))
+        by_root: dict[str, list[DueStore]] = {}
+        for candidate in page:
+            by_root.setdefault(candidate.record.key.root, []).append(candidate)
+        for same_root in by_root.values():
+            for first in range(0, len(same_root), size):
+                yield same_root[first : first + size]
 
-    def outcome(
-        status: SnapshotStatus,
-        version: int,
-        info: CheckpointInfo | None = None,
-        error: StateStoreError | None = None,
-    ) -> SnapshotOutcome:
+
+def _snapshot_chunk(
+    fleet: Fleet, policy: MaintenancePolicy, run_id: int, chunk: Sequence[DueStore]
+) -> list[SnapshotOutcome]:
+    """Snapshot a chunk of stores of one root under their leases: one transaction takes the
+    leases, one read each gets their retained versions and the root's schema histories, each
+    snapshot is written and read back, and one transaction records them all."""
+    catalog, root = fleet.catalog, chunk[0].record.key.root
+    keys = [c.record.key for c in chunk]
+    with leased(catalog, keys, fleet.owner, policy.lease_ttl, run_id) as held:
+        busy = set(held.busy)
+        free = [c for c in chunk if c.record.key not in busy]
+        retained = catalog.retained_versions_of(root, [c.record.key.store for c in free])
+        histories = catalog.schema_histories(root) if free else {}
+        outcomes = {c.record.key: _Snapshot(c) for c in chunk}
+        written: list[_Snapshot] = []
+        for candidate in chunk:
+            done = outcomes[candidate.record.key]
+            if candidate.record.key in busy:
+                done.status, done.version = SnapshotStatus.BUSY, candidate.record.latest.version
+                continue
+            if done.write(fleet, retained.get(candidate.record.key.store, []), histories):
+                written.append(done)
+        problems = catalog.record_verified_snapshots(
+            root, [(w.info, w.problem) for w in written if w.info is not None], run_id=run_id
+        )
+        for done, problem in zip(written, problems, strict=True):
+            done.recorded(problem)
+    return [outcomes[key].outcome() for key in keys]
+
+
+class _Snapshot:
+    """One store's snapshot in a chunk: written and read back by :meth:`write`, then, once
+    the chunk's transaction recorded it, settled by :meth:`recorded`."""
+
+    def __init__(self, candidate: DueStore) -> None:
+        self.candidate = candidate
+        self.status = SnapshotStatus.UP_TO_DATE
+        self.version = 0
+        self.info: CheckpointInfo | None = None
+        self.problem: str | None = None
+        self.error: StateStoreError | None = None
+        self.seconds = 0.0
+
+    def write(
+        self,
+        fleet: Fleet,
+        retained: Sequence[RetainedVersion],
+        histories: Mapping[tuple[int, str], SchemaHistory],
+    ) -> bool:
+        """Write the snapshot of the latest retained version (unless it has one) and verify
+        the file storage now holds; whether there is a snapshot to record."""
+        started = time.perf_counter()
+        try:
+            if not retained:
+                return False
+            latest = retained[0]
+            self.version = latest.ref.version
+            first = latest.files[0] if latest.files else None
+            if first is not None and first.kind is FileKind.SNAPSHOT and first.ref == latest.ref:
+                return False
+            store = self.candidate.record.key.store
+            history = histories.get((store.operator_id, store.store_name))
+            try:
+                info = _write_snapshot(fleet, self.candidate.record, latest, history)
+            except CatalogError:
+                raise
+            except StateStoreError as exc:
+                self.status, self.error = SnapshotStatus.FAILED, exc
+                return False
+            self.status = SnapshotStatus.WRITTEN
+            storage = fleet.storage(self.candidate.record.key.root)
+            if not info.bytes_written:  # the file existed: record its real size
+                self.status = SnapshotStatus.RECORDED
+                info = dataclasses.replace(info, bytes_written=storage.size(info.path))
+            self.info, self.version = info, info.version
+            self.problem, _ = verify_file(storage, expected_of(info))
+            return True
+        finally:
+            self.seconds = time.perf_counter() - started
+
+    def recorded(self, problem: str | None) -> None:
+        """What recording found: a snapshot that failed verification (read back, or its
+        record says other bytes) supersedes nothing and fails, naming its file."""
+        if problem is None or self.info is None:
+            return
+        self.status = SnapshotStatus.FAILED
+        self.error = CheckpointFileCorrupt(
+            f"the snapshot failed verification after it was written: {problem}; it "
+            "supersedes nothing (`statestore repair` rebuilds it)",
+            store=self.info.store,
+            version=self.info.version,
+            path=self.info.path,
+        )
+
+    def outcome(self) -> SnapshotOutcome:
+        info, error = self.info, self.error
         return SnapshotOutcome(
-            key,
-            status,
-            version,
-            candidate.deltas_since_snapshot,
-            path=info.path if info else error.path if error else None,
-            bytes=info.bytes_written if info else 0,
-            seconds=time.perf_counter() - started,
+            self.candidate.record.key,
+            self.status,
+            self.version,
+            self.candidate.deltas_since_snapshot,
+            path=error.path if error else info.path if info else None,
+            bytes=info.bytes_written if info and self.status is not SnapshotStatus.FAILED else 0,
+            seconds=self.seconds,
             error=None if error is None else str(error),
         )
-
-    with leased(catalog, [key], fleet.owner, policy.lease_ttl, run_id) as held:
-        if held.busy:
-            return outcome(SnapshotStatus.BUSY, candidate.record.latest.version)
-        retained = catalog.retained_versions(key.root, key.store)
-        if not retained:
-            return outcome(SnapshotStatus.UP_TO_DATE, 0)
-        latest = retained[0]
-        first = latest.files[0] if latest.files else None
-        if first is not None and first.kind is FileKind.SNAPSHOT and first.ref == latest.ref:
-            return outcome(SnapshotStatus.UP_TO_DATE, latest.ref.version)
-        try:
-            info = _write_snapshot(fleet, candidate.record, latest)
-        except CatalogError:
-            raise
-        except StateStoreError as exc:
-            return outcome(SnapshotStatus.FAILED, latest.ref.version, error=exc)
-        status = SnapshotStatus.WRITTEN
-        storage = fleet.storage(key.root)
-        if not info.bytes_written:  # the file existed: record its real size
-            status = SnapshotStatus.RECORDED
-            info = dataclasses.replace(info, bytes_written=storage.size(info.path))
-        found, _ = verify_file(storage, expected_of(info))
-        problem = catalog.record_snapshot(
-            key.root, info, run_id=run_id, verified=found is None, problem=found
-        )
-        if problem is not None:
-            damaged = CheckpointFileCorrupt(
-                f"the snapshot failed verification after it was written: {problem}; it "
-                "supersedes nothing (`statestore repair` rebuilds it)",
-                store=key.store,
-                version=info.version,
-                path=info.path,
-            )
-            return outcome(SnapshotStatus.FAILED, info.version, error=damaged)
-        return outcome(status, info.version, info)
 
 
 def expected_of(info: CheckpointInfo) -> Expected:
@@ -267,14 +359,17 @@ def expected_of(info: CheckpointInfo) -> Expected:
     )
 
 
-def _write_snapshot(fleet: Fleet, record: StoreRecord, latest: RetainedVersion) -> CheckpointInfo:
+def _write_snapshot(
+    fleet: Fleet, record: StoreRecord, latest: RetainedVersion, history: SchemaHistory | None
+) -> CheckpointInfo:
     """Load the latest version through the catalog's inventory and snapshot it; when the
     inventory does not lead to a loadable chain, retry once with a real listing."""
     ref = latest.ref
     if latest.complete:
         try:
-            return fleet.provider(record, latest.files).snapshot(ref.version, ref.checkpoint_id)
+            provider = fleet.provider(record, latest.files, history=history)
+            return provider.snapshot(ref.version, ref.checkpoint_id)
         except CannotLoadState:
             pass
-    provider = fleet.provider(record, latest.files, listed=True)
+    provider = fleet.provider(record, latest.files, listed=True, history=history)
     return provider.snapshot(ref.version, ref.checkpoint_id)

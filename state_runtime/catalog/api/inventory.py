@@ -106,14 +106,36 @@ class InventoryCalls(PagedCalls):
         A snapshot already recorded with another size or checksum (the file changed since)
         keeps its record and is recorded as damaged. Returns the problem recorded, if any.
         """
-        if info.kind is not FileKind.SNAPSHOT:
-            raise InvalidArgument(f"record_snapshot got a {info.kind.value} file", path=info.path)
+        return self._record_snapshots(root, [(info, problem)], run_id, verified)[0]
 
+    def record_verified_snapshots(
+        self, root: str, checked: Sequence[tuple[CheckpointInfo, str | None]], *, run_id: int
+    ) -> list[str | None]:
+        """:meth:`record_snapshot` of several snapshots below ``root``, each verified: its
+        problem None (intact) or what verifying it found; in one transaction (the snapshot
+        pass records a chunk of stores with one commit, not one per store). The problems
+        recorded, in order."""
+        return self._record_snapshots(root, checked, run_id, True) if checked else []
+
+    def _record_snapshots(
+        self,
+        root: str,
+        checked: Sequence[tuple[CheckpointInfo, str | None]],
+        run_id: int | None,
+        verified: bool,
+    ) -> list[str | None]:
+        for info, _ in checked:
+            if info.kind is not FileKind.SNAPSHOT:
+                raise InvalidArgument(
+                    f"record_snapshot got a {info.kind.value} file", path=info.path
+                )
+        now = self.now()
         return self._run(
             "record snapshot",
-            lambda c: findings.record_snapshot(
-                c, root, info, run_id, verified, problem, self.now()
-            ),
+            lambda c: [
+                findings.record_snapshot(c, root, info, run_id, verified, problem, now)
+                for info, problem in checked
+            ],
             conflict,
         )
 

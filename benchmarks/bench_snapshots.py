@@ -1,0 +1,173 @@
+"""The snapshot pass at fleet size: CPU per snapshot and the pass's wall time (issue 35).
+
+    .venv/bin/python benchmarks/bench_snapshots.py [--stores 2000] [--backend sqlite,postgresql]
+        [--runs 1] [--profile 500] [--workers N]
+
+A fleet of ``stores / 200`` queries x 200 partitions (``fleet.py``: 12 versions of tiny deltas
+per store, snapshots staggered by partition, every file verified, then 4 new batches: 40% of
+the stores are due at ``snapshot_min_deltas`` 10) is built once per backend as a template (one
+query through the store and ``commit_batch``, the others copied by ``copy_root``), kept under
+``$STATE_BENCH_SNAP_DIR`` (default ``/tmp/bench-snapshots``). Each run starts from a fresh
+copy of it (the catalog copied, SQLite's file or PostgreSQL's ``CREATE DATABASE ... TEMPLATE``;
+the files hard-linked: a snapshot is a new file) and times one ``snapshot_pass`` with the
+default workers: its wall time and this process's CPU time (every thread) per snapshot
+written. ``--profile N`` also runs a pass over the first N due stores under cProfile (one
+worker) and prints where its time goes. The code measured is whatever ``state_runtime`` the
+interpreter imports: run it with another checkout's ``PYTHONPATH`` for a before/after in the
+same window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg2
+from fleet import Shape, advance, build, copy_root, query_id
+from sqlalchemy.engine import make_url
+
+from state_runtime.catalog import Catalog, RunKind
+from state_runtime.maintenance import Fleet, MaintenancePolicy, due_for_snapshot, snapshot_pass
+from state_runtime.maintenance.runs import recorded_run
+from state_runtime.maintenance.snapshots import _snapshot_store
+
+SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432")
+FOLDER = Path(os.environ.get("STATE_BENCH_SNAP_DIR", "/tmp/bench-snapshots"))
+POLICY = MaintenancePolicy(snapshot_min_deltas=10)
+HOUR = 4
+
+
+def _admin(sql: str) -> None:
+    url = make_url(SERVER)
+    connection = psycopg2.connect(
+        host=url.host, port=url.port or 5432, user=url.username, dbname="postgres"
+    )
+    connection.autocommit = True
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+    finally:
+        connection.close()
+
+
+def _url(backend: str, folder: Path, name: str) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{folder}/{name}.db"
+    return make_url(SERVER).set(database=f"bench_snap_{name}").render_as_string(False)
+
+
+def template(backend: str, stores: int) -> Path:
+    """The backend's template fleet of ``stores`` stores (built if absent)."""
+    folder = FOLDER / f"{backend}-{stores}"
+    done = folder / "built"
+    if done.exists():
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    run = folder / "run"
+    run.mkdir(parents=True)
+    url = _url(backend, folder, "template")
+    if backend == "postgresql":
+        _admin(f'DROP DATABASE IF EXISTS "bench_snap_template_{stores}" WITH (FORCE)')
+        url = _url(backend, folder, f"template_{stores}")
+        _admin(f'CREATE DATABASE "bench_snap_template_{stores}"')
+    Catalog.open(url, upgrade=True).close()
+    one = Shape(queries=1)
+    build(url, run, one, processes=1)
+    advance(url, run, one, HOUR, processes=1)
+    catalog = Catalog.open(url)
+    try:
+        for q in range(1, stores // one.partitions):
+            copy_root(catalog, run / query_id(0), run / query_id(q))
+    finally:
+        catalog.close()
+    subprocess.run(["cp", "-al", str(run), str(folder / "files")], check=True)
+    done.write_text(url)
+    return folder
+
+
+def fresh(backend: str, folder: Path, stores: int) -> str:
+    """A fresh copy of the template's catalog and files; its catalog URL."""
+    shutil.rmtree(folder / "run", ignore_errors=True)
+    subprocess.run(["cp", "-al", str(folder / "files"), str(folder / "run")], check=True)
+    if backend == "sqlite":
+        shutil.copyfile(folder / "template.db", folder / "run.db")
+        return _url(backend, folder, "run")
+    _admin('DROP DATABASE IF EXISTS "bench_snap_run" WITH (FORCE)')
+    _admin(f'CREATE DATABASE "bench_snap_run" TEMPLATE "bench_snap_template_{stores}"')
+    return _url(backend, folder, "run")
+
+
+def measure(url: str, workers: int | None) -> dict[str, float]:
+    catalog = Catalog.open(url)
+    try:
+        fleet = Fleet(catalog, owner="bench-snapshots")
+        started, cpu = time.perf_counter(), time.process_time()
+        report = snapshot_pass(fleet, POLICY, workers=workers)
+        wall, used = time.perf_counter() - started, time.process_time() - cpu
+    finally:
+        catalog.close()
+    written = report.count(report_status("written"))
+    assert written and not report.count(report_status("failed")), report.summary()
+    return {"written": written, "wall_s": wall, "cpu_s": used, "cpu_ms_each": 1000 * used / written}
+
+
+def report_status(name: str):  # type: ignore[no-untyped-def]
+    from state_runtime.maintenance import SnapshotStatus
+
+    return SnapshotStatus(name)
+
+
+def profile(url: str, count: int) -> None:
+    """``count`` due stores snapshotted on this thread under cProfile (the pass's workers are
+    threads, which cProfile does not follow), in one recorded run."""
+    catalog = Catalog.open(url)
+    try:
+        fleet = Fleet(catalog, owner="bench-snapshots")
+        due = due_for_snapshot(fleet, POLICY)[:count]
+        profiler = cProfile.Profile()
+        limits = POLICY.status_limits()
+        with recorded_run(catalog, RunKind.SNAPSHOT, fleet.owner, {}, limits) as run:
+            cpu = time.process_time()
+            profiler.enable()
+            for candidate in due:
+                _snapshot_store(fleet, POLICY, candidate, run.run_id)
+            profiler.disable()
+            used = time.process_time() - cpu
+    finally:
+        catalog.close()
+    print(f"  profile: {count} stores, {1000 * used / count:.1f} ms CPU a store (profiled)")
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(60)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stores", type=int, default=2000)
+    parser.add_argument("--backend", default="sqlite,postgresql")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--profile", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=None)
+    args = parser.parse_args()
+    for backend in args.backend.split(","):
+        folder = template(backend, args.stores)
+        if args.profile:
+            profile(fresh(backend, folder, args.stores), args.profile)
+        for _ in range(args.runs):
+            url = fresh(backend, folder, args.stores)
+            load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+            figures = measure(url, args.workers)
+            print(
+                json.dumps({"backend": backend, "stores": args.stores, "load": load, **figures}),
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
