@@ -36,7 +36,7 @@ from sqlalchemy.engine import make_url
 from state_runtime.catalog import Catalog, RunKind
 from state_runtime.maintenance import Fleet, MaintenancePolicy, due_for_snapshot, snapshot_pass
 from state_runtime.maintenance.runs import recorded_run
-from state_runtime.maintenance.snapshots import _snapshot_store
+from state_runtime.maintenance.snapshots import _chunks, _snapshot_chunk
 
 SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432")
 FOLDER = Path(os.environ.get("STATE_BENCH_SNAP_DIR", "/tmp/bench-snapshots"))
@@ -136,8 +136,8 @@ def profile(url: str, count: int) -> None:
         with recorded_run(catalog, RunKind.SNAPSHOT, fleet.owner, {}, limits) as run:
             cpu = time.process_time()
             profiler.enable()
-            for candidate in due:
-                _snapshot_store(fleet, POLICY, candidate, run.run_id)
+            for chunk in _chunks(due, 1):
+                _snapshot_chunk(fleet, POLICY, run.run_id, chunk)
             profiler.disable()
             used = time.process_time() - cpu
     finally:

@@ -204,11 +204,12 @@ class VersionLoader:
                     return self._relabel(self.apply(base, chain, metrics), ref)
                 if cur == ref and target is not None:
                     delta = target
-                elif unchanged(cur, names):  # no file: its state is its parent's
-                    cur = CheckpointRef(cur.version - 1, cur.checkpoint_id)
-                    continue
                 elif f"{cur}.{FileKind.DELTA.value}" in names:
                     delta = self._need_delta(cur, child, metrics)
+                elif unchanged(cur, names):  # no file: its state is its parent's
+                    # (asked only without a delta: it parses every name of the folder)
+                    cur = CheckpointRef(cur.version - 1, cur.checkpoint_id)
+                    continue
                 elif child is None:
                     raise self._fault(
                         UnknownCheckpointId,

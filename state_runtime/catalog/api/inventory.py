@@ -129,13 +129,9 @@ class InventoryCalls(PagedCalls):
                 raise InvalidArgument(
                     f"record_snapshot got a {info.kind.value} file", path=info.path
                 )
-        now = self.now()
         return self._run(
             "record snapshot",
-            lambda c: [
-                findings.record_snapshot(c, root, info, run_id, verified, problem, now)
-                for info, problem in checked
-            ],
+            lambda c: findings.record_snapshots(c, root, checked, run_id, verified, self.now()),
             conflict,
         )
 

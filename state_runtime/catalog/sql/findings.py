@@ -486,44 +486,59 @@ def repairs(connection: Connection, views: ReaderViews, root: str | None) -> lis
     ]
 
 
-def record_snapshot(
+def record_snapshots(
     connection: Connection,
     root: str,
-    info: CheckpointInfo,
+    checked: Sequence[tuple[CheckpointInfo, str | None]],
     run_id: int | None,
     verified: bool,
-    problem: str | None,
     now: datetime,
-) -> str | None:
-    """Record a snapshot maintenance wrote and what verifying it found: verified, or the
-    problem (a snapshot whose record says other bytes is damaged, its record kept). Returns
-    the problem recorded, if any."""
-    found = problem
+) -> list[str | None]:
+    """Record snapshots maintenance wrote (of distinct paths) and what verifying each found:
+    verified, or the problem (a snapshot whose record says other bytes is damaged, its record
+    kept). A few statements for all of them (the files looked up, recorded and their
+    verifications written together). Returns the problem recorded for each, in order."""
     v = WRITE_LOOKUPS.files.c
-    recorded = files_at(
-        connection, WRITE_LOOKUPS, root, [info.path], v.checksum, v.size_bytes, v.state
-    )
-    if (
-        recorded
-        and recorded[0].state != FileState.DELETED.value
-        and (recorded[0].checksum, recorded[0].size_bytes) != (info.checksum, info.bytes_written)
-    ):
-        found = found or (
-            f"the file ({info.bytes_written} bytes) differs from its record "
-            f"({recorded[0].size_bytes} bytes, another checksum)"
+    paths = [info.path for info, _ in checked]
+    recorded = {
+        row.located_path: row
+        for row in files_at(
+            connection, WRITE_LOOKUPS, root, paths, v.checksum, v.size_bytes, v.state
         )
-    else:
-        # A deleted file's record is replaced: the snapshot was written there anew.
-        record_files(connection, root, [info], now, run_id=run_id, rewritten=True)
-    if verified or found is not None:
-        record_verifications(connection, root, {info.path: found}, now)
-    if found is not None:
-        add_problems(
-            connection,
-            root,
-            info.store,
-            [FoundProblem(found, info.path, info.version)],
-            run_id,
-            now,
-        )
+    }
+    found: list[str | None] = []
+    fresh: list[CheckpointInfo] = []
+    for info, problem in checked:
+        row = recorded.get(info.path)
+        if (
+            row is not None
+            and row.state != FileState.DELETED.value
+            and (row.checksum, row.size_bytes) != (info.checksum, info.bytes_written)
+        ):
+            problem = problem or (
+                f"the file ({info.bytes_written} bytes) differs from its record "
+                f"({row.size_bytes} bytes, another checksum)"
+            )
+        else:
+            fresh.append(info)  # a deleted file's record is replaced: written there anew
+        found.append(problem)
+    if fresh:
+        record_files(connection, root, fresh, now, run_id=run_id, rewritten=True)
+    results = {
+        info.path: problem
+        for (info, _), problem in zip(checked, found, strict=True)
+        if verified or problem is not None
+    }
+    if results:
+        record_verifications(connection, root, results, now)
+    for (info, _), problem in zip(checked, found, strict=True):
+        if problem is not None:
+            add_problems(
+                connection,
+                root,
+                info.store,
+                [FoundProblem(problem, info.path, info.version)],
+                run_id,
+                now,
+            )
     return found
