@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
-from state_runtime.catalog import Catalog
-from state_runtime.identity import StoreId
+import pytest
+
+from state_runtime.catalog import Catalog, StoreKey, StoreRecord
+from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance import (
     Fleet,
     MaintenancePolicy,
+    SnapshotReport,
     SnapshotStatus,
     due_for_snapshot,
     snapshot_pass,
+    snapshots,
     store_reports,
 )
+from state_runtime.maintenance.snapshots import DueStore, SnapshotOutcome, _chunks
 from tests.maintenance.streams import StoreStream
 
 POLICY = MaintenancePolicy(snapshot_min_deltas=5)
@@ -171,3 +176,79 @@ def test_snapshots_go_costliest_cold_load_first_and_at_most_per_run(
         d.record.key for d in due[2:]
     ]
     assert long.catalog.runs_after(0)[-1].parameters["snapshots_per_run"] == 2
+
+
+def test_the_pass_hands_stores_out_by_priority_whatever_their_roots(
+    make_stream: Callable[..., StoreStream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers take the due stores a window at a time in priority order (a chunk is one
+    root's stores of a window): with windows of one store, the pass snapshots them exactly in
+    priority order, across roots whose costs interleave."""
+    monkeypatch.setattr(snapshots, "CHUNK_STORES", 1)
+    streams = [make_stream(f"root-{n}") for n in range(3)]
+    for n, stream in enumerate(streams):
+        stream.run(5 + n)  # each root's chains a different length: the priority interleaves
+    fleet = Fleet(streams[0].catalog, owner="tests")
+    due = due_for_snapshot(fleet, POLICY)
+    assert len({d.record.key.root for d in due}) == 3
+    report = snapshot_pass(fleet, POLICY, workers=1)
+    assert [o.key for o in report.outcomes] == [d.record.key for d in due]
+    assert report.count(SnapshotStatus.WRITTEN) == len(due) == 9
+
+
+def test_a_chunk_is_one_roots_stores_of_a_window() -> None:
+    """Chunks follow the priority a window (a chunk a worker) at a time; within a window
+    they group each root's stores, at most CHUNK_STORES, spread over the workers."""
+    due = [
+        DueStore(record, 10, cost)
+        for cost, record in zip(range(100, 0, -1), _records(100, roots=3), strict=True)
+    ]
+    chunks = list(_chunks(due, workers=2))
+    window = 2 * snapshots.CHUNK_STORES
+    assert [d for c in chunks for d in c] != due  # regrouped within windows
+    seen = 0
+    for chunk in chunks:
+        assert len({d.record.key.root for d in chunk}) == 1
+        assert len(chunk) <= snapshots.CHUNK_STORES
+        start = seen // window * window  # the window this chunk came from
+        assert all(d in due[start : start + window] for d in chunk)
+        seen += len(chunk)
+    assert sorted(id(d) for c in chunks for d in c) == sorted(id(d) for d in due)
+
+
+def _records(count: int, roots: int) -> list[StoreRecord]:
+    """``count`` store records over ``roots`` roots, in turn."""
+    return [
+        StoreRecord(
+            StoreKey(f"file:///data/root-{n % roots}", StoreId(0, n)),
+            "k bigint",
+            "v bigint",
+            datetime(2026, 1, 1, tzinfo=UTC),
+            CheckpointRef(12, "0" * 32),
+            None,
+        )
+        for n in range(count)
+    ]
+
+
+def test_a_report_keeps_its_first_outcomes_and_failures_and_counts_all() -> None:
+    """A pass over a fleet of any size holds at most OUTCOMES_KEPT outcomes and as many
+    failures (a failure past the first outcomes is still shown), and counts every one."""
+    report = SnapshotReport(run_id=1)
+    kept = snapshots.OUTCOMES_KEPT
+    for n, record in enumerate(_records(3 * kept, roots=1)):
+        status = SnapshotStatus.FAILED if n % 2 else SnapshotStatus.WRITTEN
+        report.add(SnapshotOutcome(record.key, status, 12, 10, bytes=100, error="e" * (n % 2)))
+    assert (
+        report.count(SnapshotStatus.WRITTEN)
+        == report.count(SnapshotStatus.FAILED)
+        == (3 * kept // 2)
+    )
+    assert report.bytes_written == 100 * 3 * kept // 2
+    assert len(report.outcomes) == len(report.failed) == kept
+    rows = report.rows()
+    assert len(rows) == kept + kept // 2  # the first outcomes, then the failures past them
+    assert [r["store"] for r in rows if r["status"] == "failed"] == [
+        str(o.key) for o in report.failed
+    ]
+    assert "1500 failed" in report.summary()
