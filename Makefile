@@ -17,7 +17,7 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
         bench-store bench-disk bench-cold-start bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
         bench-maintenance bench-cleanup-workers bench-validation bench-eviction bench-schema \
-        bench-dagster-partitions bench-cleanup-backlog bench-fleet bench-fleet-spark bench-tws \
+        bench-dagster-partitions bench-cleanup-backlog bench-fleet bench-fleet-spark bench-snapshots bench-tws \
         bench-tws-task fuzz-spark \
         fuzz-tws soak clean
 
@@ -35,6 +35,7 @@ help:
 	@echo "make bench-dagster-partitions (STATE_BENCH_PARTITIONS=20000,100000)"
 	@echo "make bench-fleet  an hourly maintenance cycle at fleet size (STATE_BENCH_FLEET_SIZES=2000,20000)"
 	@echo "make bench-fleet-spark  snapshots and validation: 1 worker, default workers, Spark"
+	@echo "make bench-snapshots  the snapshot pass at 2,000 stores: CPU per snapshot, wall (SQLite, PostgreSQL)"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
 	@echo "make fuzz-tws    generated streams through transform_with_state and Spark's transformWithState"
 	@echo "make soak        the platform simulation for SOAK_MINUTES (default 60; docs/simulation.md)"
@@ -186,6 +187,9 @@ bench-dagster-partitions: $(STAMP)
 # 2000,20000; 100000 on demand; STATE_BENCH_FLEET_HOUR batches per store in the hour).
 bench-fleet: $(STAMP)
 	$(PY) benchmarks/bench_fleet.py --plot docs/bench-fleet.png
+
+bench-snapshots: $(STAMP)
+	$(PY) benchmarks/bench_snapshots.py
 
 bench-fleet-spark: $(STAMP) check-java
 	$(PY) benchmarks/bench_fleet_spark.py

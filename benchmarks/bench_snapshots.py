@@ -1,7 +1,7 @@
 """The snapshot pass at fleet size: CPU per snapshot and the pass's wall time (issue 35).
 
     .venv/bin/python benchmarks/bench_snapshots.py [--stores 2000] [--backend sqlite,postgresql]
-        [--runs 1] [--profile 500] [--workers N]
+        [--runs 1] [--workers N]
 
 A fleet of ``stores / 200`` queries x 200 partitions (``fleet.py``: 12 versions of tiny deltas
 per store, snapshots staggered by partition, every file verified, then 4 new batches: 40% of
@@ -11,8 +11,7 @@ query through the store and ``commit_batch``, the others copied by ``copy_root``
 copy of it (the catalog copied, SQLite's file or PostgreSQL's ``CREATE DATABASE ... TEMPLATE``;
 the files hard-linked: a snapshot is a new file) and times one ``snapshot_pass`` with the
 default workers: its wall time and this process's CPU time (every thread) per snapshot
-written. ``--profile N`` also runs a pass over the first N due stores under cProfile (one
-worker) and prints where its time goes. The code measured is whatever ``state_runtime`` the
+written. The code measured is whatever ``state_runtime`` the
 interpreter imports: run it with another checkout's ``PYTHONPATH`` for a before/after in the
 same window.
 """
@@ -20,10 +19,8 @@ same window.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
 import os
-import pstats
 import shutil
 import subprocess
 import time
@@ -33,10 +30,8 @@ import psycopg2
 from fleet import Shape, advance, build, copy_root, query_id
 from sqlalchemy.engine import make_url
 
-from state_runtime.catalog import Catalog, RunKind
-from state_runtime.maintenance import Fleet, MaintenancePolicy, due_for_snapshot, snapshot_pass
-from state_runtime.maintenance.runs import recorded_run
-from state_runtime.maintenance.snapshots import _chunks, _snapshot_chunk
+from state_runtime.catalog import Catalog
+from state_runtime.maintenance import Fleet, MaintenancePolicy, SnapshotStatus, snapshot_pass
 
 SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432")
 FOLDER = Path(os.environ.get("STATE_BENCH_SNAP_DIR", "/tmp/bench-snapshots"))
@@ -113,38 +108,9 @@ def measure(url: str, workers: int | None) -> dict[str, float]:
         wall, used = time.perf_counter() - started, time.process_time() - cpu
     finally:
         catalog.close()
-    written = report.count(report_status("written"))
-    assert written and not report.count(report_status("failed")), report.summary()
+    written = report.count(SnapshotStatus.WRITTEN)
+    assert written and not report.count(SnapshotStatus.FAILED), report.summary()
     return {"written": written, "wall_s": wall, "cpu_s": used, "cpu_ms_each": 1000 * used / written}
-
-
-def report_status(name: str):  # type: ignore[no-untyped-def]
-    from state_runtime.maintenance import SnapshotStatus
-
-    return SnapshotStatus(name)
-
-
-def profile(url: str, count: int) -> None:
-    """``count`` due stores snapshotted on this thread under cProfile (the pass's workers are
-    threads, which cProfile does not follow), in one recorded run."""
-    catalog = Catalog.open(url)
-    try:
-        fleet = Fleet(catalog, owner="bench-snapshots")
-        due = due_for_snapshot(fleet, POLICY)[:count]
-        profiler = cProfile.Profile()
-        limits = POLICY.status_limits()
-        with recorded_run(catalog, RunKind.SNAPSHOT, fleet.owner, {}, limits) as run:
-            cpu = time.process_time()
-            profiler.enable()
-            for chunk in _chunks(due, 1):
-                _snapshot_chunk(fleet, POLICY, run.run_id, chunk)
-            profiler.disable()
-            used = time.process_time() - cpu
-    finally:
-        catalog.close()
-    print(f"  profile: {count} stores, {1000 * used / count:.1f} ms CPU a store (profiled)")
-    pstats.Stats(profiler).sort_stats("cumulative").print_stats(60)
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
 
 
 def main() -> None:
@@ -152,13 +118,10 @@ def main() -> None:
     parser.add_argument("--stores", type=int, default=2000)
     parser.add_argument("--backend", default="sqlite,postgresql")
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--profile", type=int, default=0)
     parser.add_argument("--workers", type=int, default=None)
     args = parser.parse_args()
     for backend in args.backend.split(","):
         folder = template(backend, args.stores)
-        if args.profile:
-            profile(fresh(backend, folder, args.stores), args.profile)
         for _ in range(args.runs):
             url = fresh(backend, folder, args.stores)
             load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
