@@ -81,3 +81,16 @@ def test_upgrade_makes_existing_roots_relative_and_downgrade_restores_them(
     assert stored_roots(database) == {"./ckpt", outside.root}
     with Catalog.open(f"sqlite:///{database}") as catalog:
         assert set(catalog.roots()) == absolute
+
+
+def test_catalogs_in_two_folders_store_each_root_relative_to_its_own(tmp_path: Path) -> None:
+    """Catalog engines share one cache of compiled statements (statement_cache.py), and a
+    compiled statement's root column reads its folder from the dialect that compiled it: the
+    second catalog must not store its root against the first one's folder."""
+    for name in ("first", "second"):
+        here = tmp_path / name
+        with Catalog.open(f"sqlite:///{here / 'catalog.db'}", upgrade=True) as catalog:
+            storage = LocalStorage(here / "checkpoint")
+            StoreStream(catalog, storage, list(STORES)).run(1)
+            assert catalog.roots() == [storage.uri]
+        assert stored_roots(here / "catalog.db") == {"./checkpoint"}, name

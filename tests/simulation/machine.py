@@ -365,8 +365,13 @@ class PlatformMachine(RuleBasedStateMachine):
             self.model.commit(batch_id, self.platform.model_changes(changes))
 
     def _loads(self, batch_id: int) -> bool:
-        refs = self.platform.committed_refs().get(batch_id, {})
-        return all(self.platform.loads(store, ref) for store, ref in refs.items())
+        """Whether every store of committed batch ``batch_id`` loads (from the invariants'
+        catalog reads, read again when the catalog changed)."""
+        reads, p = self.catalog_reads(), self.platform
+        return all(
+            p.loads(store, ref, reads.histories.get((store.operator_id, store.store_name)))
+            for store, ref in reads.committed.get(batch_id, {}).items()
+        )
 
     @rule()
     def retry_commit(self) -> None:

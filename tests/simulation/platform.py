@@ -526,9 +526,11 @@ class Platform:
             raise CannotLoadState(f"{store} {ref} loads only by {read.metrics.load.repairs}")
         return {k[0]: tuple(v) for k, v in read.items()}
 
-    def loads(self, store: StoreId, ref: CheckpointRef) -> bool:
+    def loads(
+        self, store: StoreId, ref: CheckpointRef, history: SchemaHistory | None = None
+    ) -> bool:
         try:
-            self.load(store, ref)
+            self.load(store, ref, history)
         except StateStoreError:
             return False
         return True

@@ -28,6 +28,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from state_runtime.catalog.connection.settings import CatalogTimeouts
+from state_runtime.catalog.connection.statement_cache import COMPILED
 from state_runtime.catalog.connection.watchdog import WATCHDOG, Alarm
 from state_runtime.catalog.sql.roots import anchor_roots
 from state_runtime.errors import (
@@ -168,7 +169,9 @@ def create_catalog_engine(url: str, timeouts: CatalogTimeouts | None = None) -> 
     SQLite runs in WAL mode with foreign keys and ``BEGIN IMMEDIATE`` (a write transaction
     holds the database lock from its first statement). PostgreSQL goes through psycopg2 with
     connect, statement, lock and idle-in-transaction timeouts, TCP keepalives and
-    ``tcp_user_timeout``, JIT off, a bounded pool, and the watchdog on every attempt.
+    ``tcp_user_timeout``, JIT off, a bounded pool, and the watchdog on every attempt. Every
+    engine compiles into the process's one cache (:mod:`.statement_cache`), so a catalog
+    opened later runs the statements an earlier one compiled without compiling them again.
     Creating an engine opens no connection and creates no file.
     """
     parsed = parse_url(url)
@@ -210,7 +213,10 @@ def _postgres_engine(url: URL, limits: CatalogTimeouts) -> Engine:
         pool_size=POOL_SIZE,
         max_overflow=POOL_OVERFLOW,
         pool_timeout=limits.pool.total_seconds(),
-        execution_options={ATTEMPT_TIMEOUT_OPTION: limits.attempt.total_seconds()},
+        execution_options={
+            ATTEMPT_TIMEOUT_OPTION: limits.attempt.total_seconds(),
+            "compiled_cache": COMPILED,
+        },
         connect_args={
             "connect_timeout": max(2, int(limits.connect.total_seconds())),
             "application_name": "state_runtime.catalog",
@@ -246,6 +252,7 @@ def _sqlite_engine(url: URL, limits: CatalogTimeouts) -> Engine:
     engine = sa.create_engine(
         url,
         connect_args={"timeout": limits.lock.total_seconds(), "check_same_thread": False},
+        execution_options={"compiled_cache": COMPILED},
         **pooled,
     )
 
