@@ -45,7 +45,7 @@ from state_runtime.store.disk_runs import LOCAL_DISK
 
 KEY = pa.struct([("k", pa.int64())])
 VALUE = pa.struct([("v", pa.int64())])
-ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_MMAP_THRESHOLD_": "65536"}
+ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_MMAP_THRESHOLD_": "262144"}
 """The allocator settings docs/state-on-disk.md gives workers that hold state on disk."""
 
 

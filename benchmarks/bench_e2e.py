@@ -433,7 +433,7 @@ def main() -> None:
         budget_env = {
             "STATE_CACHE_BYTES": str(args.keys * 16 // args.cache_fraction),
             "ARROW_DEFAULT_MEMORY_POOL": "system",
-            "MALLOC_MMAP_THRESHOLD_": "65536",
+            "MALLOC_MMAP_THRESHOLD_": "262144",
         }
     results: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for partitions, round_, engine in itertools.product(counts, range(args.rounds), engines):
