@@ -120,8 +120,8 @@ bench-store: $(STAMP)
 	$(PY) benchmarks/bench_store.py
 
 bench-disk: $(STAMP)  ## issue 37: 8M keys under a 32 MiB budget, on disk and in memory
-	ARROW_DEFAULT_MEMORY_POOL=system MALLOC_MMAP_THRESHOLD_=65536 $(PY) benchmarks/bench_disk.py
-	ARROW_DEFAULT_MEMORY_POOL=system MALLOC_MMAP_THRESHOLD_=65536 $(PY) benchmarks/bench_disk.py --memory
+	ARROW_DEFAULT_MEMORY_POOL=system MALLOC_MMAP_THRESHOLD_=262144 $(PY) benchmarks/bench_disk.py
+	ARROW_DEFAULT_MEMORY_POOL=system MALLOC_MMAP_THRESHOLD_=262144 $(PY) benchmarks/bench_disk.py --memory
 
 bench-cold-start: $(STAMP)  ## issue 37: cold start streamed vs whole, 200k and 2M keys
 	$(PY) benchmarks/bench_cold_start.py

@@ -13,6 +13,10 @@ the load average.
     python benchmarks/bench_cold_start.py [--keys 200000,2000000] [--budget-mib 4]
         [--updates 10000]   (the delta's size: as large as the state, it is streamed too)
 
+``--s3`` keeps the store on S3 instead of a local folder: moto's server on loopback, in this
+process, the children reaching it at ``BENCH_S3_URL`` (the cold open streams the snapshot's
+GetObject body, or reads it whole).
+
 ``--prepare ROOT``, ``--load ROOT`` and ``--commit ROOT`` run one step each, as the tests do;
 ``--commit`` measures the peak of a commit of ``--updates`` changed rows on the head.
 """
@@ -34,20 +38,54 @@ import pyarrow as pa
 from peak_memory import peak_rss, reset_peak
 
 from state_runtime import StateStoreProvider
-from state_runtime.storage import LocalStorage
+from state_runtime.storage import LocalStorage, Storage
+from state_runtime.storage.s3 import S3Storage
 from state_runtime.store.cache import set_budget
 from state_runtime.store.disk_runs import LOCAL_DISK
 
 KEY = pa.struct([("k", pa.int64())])
 VALUE = pa.struct([("v", pa.int64())])
-ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_MMAP_THRESHOLD_": "65536"}
+ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_MMAP_THRESHOLD_": "262144"}
 """The allocator settings docs/state-on-disk.md gives workers that hold state on disk."""
+
+
+def _storage(root: str) -> Storage:
+    """The folder ``root``; with ``BENCH_S3_URL`` set (``--s3``), the prefix named after it
+    in moto's bucket."""
+    url = os.environ.get("BENCH_S3_URL")
+    if not url:
+        return LocalStorage(root)
+    return S3Storage("bench", Path(root).name, endpoint_url=url, **S3_CREDENTIALS)
+
+
+S3_CREDENTIALS = {
+    "region_name": "us-east-1",
+    "aws_access_key_id": "bench",
+    "aws_secret_access_key": "bench",
+}
 
 
 def _provider(root: str, partition: int = 0) -> StateStoreProvider:
     return StateStoreProvider(
-        LocalStorage(root), 0, partition, key_schema="k bigint", value_schema="v bigint"
+        _storage(root), 0, partition, key_schema="k bigint", value_schema="v bigint"
     )
+
+
+def _moto() -> object:
+    """moto's S3 server on loopback with the bucket ``bench``; its URL in ``BENCH_S3_URL``."""
+    import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    os.environ["BENCH_S3_URL"] = f"http://{host}:{port}"
+    s3 = boto3.client("s3", endpoint_url=os.environ["BENCH_S3_URL"], **S3_CREDENTIALS)
+    s3.create_bucket(Bucket="bench")
+    return server
 
 
 def _table(keys: np.ndarray, values: np.ndarray) -> pa.Table:
@@ -185,6 +223,7 @@ def main() -> None:
     parser.add_argument("--commit", metavar="ROOT", help="commit --updates rows on the head")
     parser.add_argument("--calls", type=int, default=1, help="apply_arrow calls of --commit")
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--s3", action="store_true", help="the store on moto's S3 server")
     args = parser.parse_args()
     if args.prepare:
         prepare(args.prepare, int(args.keys), args.updates)
@@ -205,6 +244,9 @@ def main() -> None:
     if args.load:
         print(json.dumps(load(args.load, args.budget_mib, memory=args.memory)))
         return
+    if args.s3:
+        _moto()
+        print(f"storage: moto's S3 server at {os.environ['BENCH_S3_URL']}")
     print(f"load average before: {os.getloadavg()}")
     print(
         "keys       mode      open s  total s  peak RSS growth  local bytes written  "

@@ -39,7 +39,6 @@ import argparse
 import itertools
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -50,7 +49,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from e2e_report import BASELINE, CONNECT, PANDAS, plot, report, summary
+from e2e_report import BASELINE, CONNECT, PANDAS, plot, processes_report, report, summary
+from process_tree import TreeSampler
 
 ENGINES = ["state_runtime", BASELINE, PANDAS, "transformWithStateInPandas"]
 OURS = ("state_runtime", CONNECT)
@@ -70,14 +70,24 @@ def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def write_inputs(spark: Any, folder: Path, keys: int, batches: int, updates: int) -> None:
-    rng = random.Random(42)
-    spark.range(keys).toDF("k").coalesce(1).write.parquet(str(folder / "f0000"))
+def write_inputs(
+    spark: Any,
+    folder: Path,
+    keys: int,
+    batches: int,
+    updates: int,
+    seed: int = 42,
+    sample_of: int = 0,
+) -> None:
+    """A file of ``keys`` keys (none if 0), then ``batches`` files of ``updates`` keys drawn
+    at random (seeded) from ``sample_of`` keys (default ``keys``)."""
+    from pyspark.sql import functions as F
+
+    if keys:
+        spark.range(keys).toDF("k").coalesce(1).write.parquet(str(folder / "f0000"))
     for b in range(1, batches + 1):
-        sample = [(rng.randrange(keys),) for _ in range(updates)]
-        spark.createDataFrame(sample, "k bigint").coalesce(1).write.parquet(
-            str(folder / f"f{b:04d}")
-        )
+        drawn = F.floor(F.rand(seed + b) * (sample_of or keys)).cast("long").alias("k")
+        spark.range(updates).select(drawn).coalesce(1).write.parquet(str(folder / f"f{b:04d}"))
 
 
 def count_in_pandas(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
@@ -238,6 +248,7 @@ def run_engine(
     from state_runtime.runtime import Agg, StatefulQuery, running_aggregation
     from state_runtime.runtime.spark_session import spark_session
 
+    sampler = TreeSampler().start()
     conf = {"spark.sql.streaming.stateStore.maintenanceInterval": "600s"}
     if engine != "spark-hdfs" and not ours(engine):
         conf |= {
@@ -305,9 +316,15 @@ def run_engine(
     stream.awaitTermination()
     # attributes, not keys: a Connect client's progress objects only have the attributes
     progress = [p for p in stream.recentProgress if p.numInputRows > 0]
+    processes = sampler.stop()
     spark.stop()
     latencies = [p.durationMs["triggerExecution"] / 1000 for p in progress]
-    result = {"latencies": latencies, "final_bytes": folder_bytes(state_dir), "sizes": sizes}
+    result = {
+        "latencies": latencies,
+        "final_bytes": folder_bytes(state_dir),
+        "sizes": sizes,
+        "processes": processes,
+    }
     if query is not None and probe is not None:
         with Catalog.open(query.catalog_url) as catalog:
             recorded = catalog.batch_metrics(query.root, "bench", limit=10_000)
@@ -319,6 +336,11 @@ def run_engine(
                 "hit_rate": m.metrics.extra["cache_hit_rate"],
                 "max_load_ms": m.metrics.extra["max_load_ms"],
                 "sources": m.metrics.extra["load_sources"],
+                "resident_bytes": m.metrics.resident_bytes,
+                "local_disk_bytes": m.metrics.local_disk_bytes,
+                "compaction_bytes": m.metrics.compaction_bytes,
+                "block_cache_hits": m.metrics.block_cache_hits,
+                "block_cache_misses": m.metrics.block_cache_misses,
             }
             for m in sorted(recorded, key=lambda m: m.batch_id)
         ]
@@ -326,14 +348,26 @@ def run_engine(
 
 
 def child(args: argparse.Namespace) -> None:
-    result = run_engine(
-        args.engine,
-        Path(args.work),
-        Path(args.inputs),
-        int(args.partitions),
-        args.catalogs,
-        args.pg,
-    )
+    def run() -> dict[str, Any]:
+        return run_engine(
+            args.engine,
+            Path(args.work),
+            Path(args.inputs),
+            int(args.partitions),
+            args.catalogs,
+            args.pg,
+        )
+
+    result = run()
+    if args.restart_input:  # one more file, read by a new session on the same checkpoint
+        added = Path(args.inputs) / "restart"
+        shutil.copytree(args.restart_input, added)
+        try:
+            again = run()
+        finally:
+            shutil.rmtree(added)
+        result["restart"] = again["latencies"]
+        result["restart_processes"] = again["processes"]
     print("RESULT " + json.dumps(result))
 
 
@@ -357,7 +391,19 @@ def main() -> None:
         default=1,
         help="run the engines this many times, alternating (A B A B ...), and pool the batches",
     )
+    parser.add_argument(
+        "--cache-fraction",
+        type=int,
+        help="STATE_CACHE_BYTES at 1/N of the state (16 bytes a key), with the allocator "
+        "settings for state on disk (docs/state-on-disk.md), for our engines",
+    )
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="after the batches, stop Spark and run one more batch on the same checkpoint",
+    )
     parser.add_argument("--engine", help=argparse.SUPPRESS)
+    parser.add_argument("--restart-input", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--inputs", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -373,12 +419,22 @@ def main() -> None:
     inputs = base / "inputs"
     spark = spark_session("local[2]", app_name="bench-inputs")
     write_inputs(spark, inputs, args.keys, args.batches, args.updates)
+    restart_input = base / "restart-input"
+    if args.restart:
+        write_inputs(spark, restart_input, 0, 1, args.updates, seed=7, sample_of=args.keys)
     spark.stop()
     engines = args.engines.split(",")
     if args.baseline_tree and "state_runtime@baseline" not in engines:
         engines.append("state_runtime@baseline")
     trees = {"state_runtime@baseline": args.baseline_tree}
     counts = [int(n) for n in str(args.partitions).split(",")]
+    budget_env: dict[str, str] = {}
+    if args.cache_fraction:
+        budget_env = {
+            "STATE_CACHE_BYTES": str(args.keys * 16 // args.cache_fraction),
+            "ARROW_DEFAULT_MEMORY_POOL": "system",
+            "MALLOC_MMAP_THRESHOLD_": "262144",
+        }
     results: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for partitions, round_, engine in itertools.product(counts, range(args.rounds), engines):
         for catalog in args.catalogs.split(",") if ours(engine) else [""]:
@@ -407,11 +463,14 @@ def main() -> None:
                     catalog or "sqlite",
                     "--pg",
                     args.pg,
+                    *(["--restart-input", str(restart_input)] if args.restart else []),
                 ],
                 capture_output=True,
                 text=True,
                 cwd=tree,  # local Python workers put their working folder first on sys.path
-                env=os.environ | {"PYTHONUNBUFFERED": "1", "PYTHONPATH": tree},
+                env=os.environ
+                | {"PYTHONUNBUFFERED": "1", "PYTHONPATH": tree}
+                | (budget_env if ours(engine) else {}),
             )
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
             if line is None:
@@ -424,6 +483,7 @@ def main() -> None:
     shutil.rmtree(base, ignore_errors=True)
     for partitions, found in results.items():
         report(found, args, partitions)
+        processes_report(found, args.keys * 16, budget_env.get("STATE_CACHE_BYTES"))
     if len(results) > 1:
         summary(results, args)
     plot(results[counts[0]], args.plot)

@@ -212,3 +212,64 @@ def plot(results: dict[str, list[dict[str, Any]]], path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     print(f"\nplot: {path}")
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def processes_report(
+    results: dict[str, list[dict[str, Any]]], state_bytes: int, budget: str | None
+) -> None:
+    """Each engine's processes: the peak resident memory of each Python worker and of the
+    JVM, the bytes read and written (block device, and every call), the first batch after a
+    restart; for ours the local-disk figures of its last batch."""
+    print(
+        f"\nstate: {_mib(state_bytes)} (16 bytes a key); STATE_CACHE_BYTES: "
+        f"{_mib(int(budget)) + ' per Python worker' if budget else 'default'}"
+    )
+    for engine, runs in results.items():
+        for r in runs:
+            for when, key in (("run", "processes"), ("restart", "restart_processes")):
+                for kind, p in sorted(r.get(key, {}).items()):
+                    if not max(p["peak_rss"]) >> 20:
+                        continue  # scripts and tools, not an engine's process
+                    peaks = ", ".join(_mib(x) for x in sorted(p["peak_rss"], reverse=True)[:6])
+                    anon = ", ".join(_mib(x) for x in sorted(p["peak_anon"], reverse=True)[:6])
+                    print(
+                        f"  {engine} {when} {kind} x{len(p['peak_rss'])}: peak RSS {peaks} "
+                        f"(anonymous, sampled: {anon}); "
+                        f"disk read {_mib(p['read_bytes'])}, written {_mib(p['write_bytes'])}; "
+                        f"read calls {_mib(p['rchar'])}, write calls {_mib(p['wchar'])}"
+                    )
+            if r.get("restart"):
+                print(f"  {engine} first batch after a restart: {r['restart'][0]:.2f} s")
+            warm = r.get("warm", [])
+            if warm and "local_disk_bytes" in warm[-1]:
+                last = warm[-1]
+                print(
+                    f"  {engine} last batch: resident {_mib(last['resident_bytes'])}, local disk "
+                    f"{_mib(last['local_disk_bytes'])}; over the update batches: compaction "
+                    f"{_mib(sum(w['compaction_bytes'] for w in warm[1:]))}, block cache hits "
+                    f"{sum(w['block_cache_hits'] for w in warm[1:])}, misses "
+                    f"{sum(w['block_cache_misses'] for w in warm[1:])}"
+                )
+    rows = {e: runs[0] for e, runs in results.items() if runs[0].get("restart")}
+    base = rows.get(BASELINE)
+    for engine, r in rows.items():
+        if base is not None and engine != BASELINE:
+            ratio = r["restart"][0] / base["restart"][0]
+            print(
+                f"  target first batch after a restart <= 0.5x RocksDB's: {ratio:.2f}x -> "
+                f"{'met' if ratio <= 0.5 else 'NOT met'}"
+            )
+    if budget:
+        limit = int(budget) + (200 << 20)
+        for engine, r in results.items():
+            workers = r[0].get("processes", {}).get("python_worker")
+            if workers and engine != BASELINE:
+                peak = max(workers["peak_rss"])
+                print(
+                    f"  target worker peak RSS <= budget + 200 MiB ({_mib(limit)}): {_mib(peak)}"
+                    f" -> {'met' if peak <= limit else 'NOT met'}"
+                )

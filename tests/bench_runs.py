@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-ALLOCATOR_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_MMAP_THRESHOLD_": "65536"}
+ALLOCATOR_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_MMAP_THRESHOLD_": "262144"}
 """The allocator settings docs/state-on-disk.md gives workers that hold state on disk."""
 
 

@@ -13,7 +13,8 @@ import pytest
 from state_runtime import StateStoreProvider
 from state_runtime.errors import LocalDiskFull
 from state_runtime.storage import LocalStorage
-from state_runtime.store.disk_runs import DiskRun, merge, spilled, written
+from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, merge, spilled, written
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run
 
@@ -207,3 +208,56 @@ def test_a_delta_write_that_fills_local_disk_fails_typed_and_aborts_the_store(
     assert not list((tmp_path / "root").rglob("*.delta"))  # nothing written to storage
     assert not store.has_committed
     store.abort()  # already aborted: a no-op
+
+
+def _count_store(tmp_path: Path, keys: int) -> tuple[StateStoreProvider, CheckpointInfo]:
+    provider = StateStoreProvider(
+        LocalStorage(str(tmp_path)), 0, 0, key_schema="k bigint", value_schema="v bigint"
+    )
+    store = provider.get_store(0)
+    store.apply_arrow(_table(np.arange(keys), np.arange(keys)))
+    return provider, store.commit()
+
+
+def _table(keys: np.ndarray, values: np.ndarray) -> pa.Table:
+    return pa.table(
+        {
+            "key": pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY)),
+            "value": pa.StructArray.from_arrays([pa.array(values)], fields=list(VALUE)),
+        }
+    )
+
+
+@pytest.mark.parametrize("changed_first", [False, True])
+def test_a_commit_counts_rows_from_its_batch_lookup_without_reading_blocks_again(
+    tmp_path: Path, changed_first: bool
+) -> None:
+    """A read-modify-write batch on disk: the commit counts the rows its changes add (new
+    keys) or remove from what the batch's lookup found, reading no block again. A change
+    made before the lookup (a new key, looked up too) makes the lookup's answers the store's,
+    not the version's: the commit then looks its changes up in the version, and the count
+    stays right (it would count the new key as present before)."""
+    with forced_disk(block_bytes=1024):
+        provider, info = _count_store(tmp_path, 5000)
+        store = provider.get_store(info.version, info.checkpoint_id)
+        if changed_first:
+            store.put(6050, 7)  # a new key, before the lookup
+        rng = np.random.default_rng(3)
+        keys = np.concatenate([np.unique(rng.integers(0, 5000, 300)), np.arange(6000, 6100)])
+        key_array = pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY))
+        old = store.lookup(key_array).field("v").to_numpy(zero_copy_only=False)
+        new_keys = keys >= 6000
+        assert np.isnan(old[new_keys]).sum() == 100 - int(changed_first)
+        store.apply_arrow(_table(keys, np.nan_to_num(old).astype(np.int64) + 1))
+        removed = keys[:50]
+        for k in removed:
+            store.remove(int(k))
+        before = LOCAL_DISK.snapshot()
+        info = store.commit()
+        reads = LOCAL_DISK.activity_since(before)
+        expected = 5000 + 100 - 50
+        assert len(store) == expected
+        fresh = provider.get_read_store(info.version, info.checkpoint_id)
+        assert sum(1 for _ in fresh.items()) == expected
+        looked_again = reads.block_cache_hits + reads.block_cache_misses
+        assert (looked_again > 0) == changed_first

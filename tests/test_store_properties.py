@@ -94,6 +94,16 @@ class StoreModel(RuleBasedStateMachine):
             self.pending.pop(key, None)
 
     @precondition(lambda self: self.store is not None)
+    @rule(keys=st.lists(KEYS, max_size=6))
+    def lookup(self, keys: list[str]) -> None:
+        """A batch lookup (before any change, the commit counts its rows with its answers)."""
+        assert self.store is not None
+        key_type = self.provider.schema.key_arrow
+        found = self.store.lookup(pa.array([{"k": k} for k in keys], type=key_type))
+        values = [None if row is None else row["v"] for row in found.to_pylist()]
+        assert values == [self.pending.get(k) for k in keys]
+
+    @precondition(lambda self: self.store is not None)
     @rule(record=st.booleans())
     def commit(self, record: bool) -> None:
         """Commit; ``record`` says whether the driver puts it in the commit log."""

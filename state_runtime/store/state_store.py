@@ -50,7 +50,14 @@ from state_runtime.store.sorted_runs import Run, concat
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.store_metrics import LoadMetrics, StoreMetrics
 from state_runtime.store.streamed_writer import write_delta
-from state_runtime.store.versions import Version, get, live_blocks, lookup, row_change
+from state_runtime.store.versions import (
+    LookupMemo,
+    Version,
+    get,
+    live_blocks,
+    lookup,
+    row_change,
+)
 from state_runtime.store.writer import CheckpointTarget, record_unchanged
 
 
@@ -326,6 +333,7 @@ class StateStore(ReadStateStore):
         super().__init__(host, version, load)
         self._puts = _Changes()  # per-key changes since the last flush
         self._pending = ChangeRuns(self._indexer, self.store_id)  # flushed changes
+        self._looked_up = LookupMemo(self._indexer)  # the version's answers, for the commit
         self._status = _State.OPEN
         self._info: CheckpointInfo | None = None
 
@@ -373,6 +381,14 @@ class StateStore(ReadStateStore):
         return live_blocks(self._indexer, runs, self._version.store)
 
     # --- reads see this instance's own updates -----------------------------------------
+
+    def lookup(self, keys: pa.StructArray | pa.ChunkedArray) -> pa.StructArray:
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+        values = super().lookup(keys)
+        if not self._pending:  # no change yet: these are the version's own answers
+            self._looked_up.add(keys, values)
+        return values
 
     def get(self, key: Any) -> Row | None:
         k = self._key(key)
@@ -520,7 +536,7 @@ class StateStore(ReadStateStore):
         lineage = host.lineage_for_child(base)
         try:
             changes = self._changes()
-            rows = base.rows + row_change(self._indexer, base.runs, changes)
+            rows = base.rows + row_change(self._indexer, self._looked_up.above(base), changes)
             if not len(changes) and base.ref.version >= 1:
                 # Nothing changed: the version keeps its parent's id and writes no file.
                 info = record_unchanged(host.checkpoints, base.ref, lineage, rows)

@@ -20,7 +20,7 @@ import pyarrow as pa
 from state_runtime.identity import CheckpointRef
 from state_runtime.store.arrow_rows import Row
 from state_runtime.store.checkpoint_format import BATCH_BYTES
-from state_runtime.store.disk_runs import AnyRun, merge, merge_blocks, spilled
+from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, merge, merge_blocks, spilled
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run, concat
 
@@ -127,6 +127,31 @@ def row_change(indexer: KeyIndexer, runs: Sequence[AnyRun], changes: AnyRun) -> 
             puts = np.asarray(piece.values.is_valid().to_numpy(zero_copy_only=False))
             change += int(np.count_nonzero(puts & ~existed) - np.count_nonzero(~puts & existed))
     return change
+
+
+class LookupMemo:
+    """What a writable store's batch lookups found in its version (absent keys as removals),
+    as runs to put above the version's own: its commit counts the rows its changes add or
+    remove by looking them up (:func:`row_change`), and the keys it looked up before (a
+    read-modify-write batch: all of them) are answered here instead of by the version's runs
+    again, which on disk means reading their blocks a second time. At most the memory budget
+    in all, for the store's lifetime."""
+
+    def __init__(self, indexer: KeyIndexer) -> None:
+        self._indexer = indexer
+        self.runs: list[Run] = []
+        self._bytes = 0
+
+    def add(self, keys: pa.StructArray, values: pa.StructArray) -> None:
+        """Remember that the version holds ``values`` (null: absent) for ``keys``."""
+        run, _ = Run.build(self._indexer, keys, values)
+        if self._bytes + run.nbytes <= LOCAL_DISK.budget():
+            self.runs.append(run)
+            self._bytes += run.nbytes
+
+    def above(self, version: Version) -> tuple[AnyRun, ...]:
+        """These runs above ``version``'s (the one they were looked up in)."""
+        return (*self.runs, *version.runs)
 
 
 @dataclass(frozen=True, eq=False)
