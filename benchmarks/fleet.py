@@ -166,7 +166,8 @@ def _copy_records(connection: sa.Connection, template: str, root: str, above: in
     """Copy the catalog's records of ``template``'s stores below ``root``: set-based
     ``INSERT ... SELECT``, each store's rows its own. ``above`` 0: the stores, their files and
     commit log; else only the files and commits above version ``above``, ``root``'s stores
-    taking the template's latest version. Returns the paths of the files copied."""
+    taking the template's latest version. Returns the paths of the files copied above
+    ``above`` (none for a whole copy: its files are linked by walking the folder)."""
     old, new = stores.alias("old"), stores.alias("new")
     same_store = sa.and_(
         new.c.checkpoint_root == root,
@@ -216,7 +217,7 @@ def _copy_records(connection: sa.Connection, template: str, root: str, above: in
             .where(old.c.checkpoint_root == template, c.c.version > above),
         )
     )
-    return list(connection.scalars(copied.with_only_columns(f.c.path)))
+    return list(connection.scalars(copied.with_only_columns(f.c.path))) if above else []
 
 
 def copy_root(catalog: Catalog, template: Path, root: Path, *, above: int = 0) -> None:
