@@ -41,7 +41,6 @@ SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.
 SIZE = int(os.environ.get("STATE_BENCH_FLEET_SPARK_SIZE", "2000"))
 HOUR = int(os.environ.get("STATE_BENCH_FLEET_HOUR", "4"))
 MASTER = os.environ.get("STATE_BENCH_SPARK_MASTER", "local[2]")
-PROCESSES = int(os.environ.get("STATE_BENCH_FLEET_PROCESSES", str(os.cpu_count() or 2)))
 POLICY = MaintenancePolicy(snapshot_min_deltas=10)
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -86,8 +85,8 @@ def way(name: str, workers: int | None, spread: Callable[[str], Spread | None]) 
     try:
         with fresh_database(SERVER, "state_fleet_spark_bench") as url:
             Catalog.open(url, upgrade=True).close()
-            build(url, folder, shape, PROCESSES)
-            advance(url, folder, shape, HOUR, PROCESSES)
+            build(url, folder, shape)
+            advance(url, folder, shape, HOUR)
             with Catalog.open(url) as catalog:
                 with catalog.engine.connect() as connection:  # as autovacuum would have
                     connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(

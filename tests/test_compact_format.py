@@ -7,6 +7,7 @@ import contextlib
 import datetime as dt
 import decimal
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from state_runtime.store.checkpoint_format import (
     now,
     read_header,
 )
+from state_runtime.store.file_verification import Expected, verify_bytes
 from state_runtime.store.schema_files import schema_path
 from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.state_schema import StateSchema
@@ -383,3 +385,22 @@ def test_a_cached_copy_rolls_forward_through_format_3_deltas(storage: Storage) -
     child = commit_rows(behind, infos[4], {"z": 9})
     assert child.lineage == tuple(i.ref for i in reversed(infos))[: len(child.lineage)]
     assert len(child.lineage) == 5
+
+
+def test_rows_are_parsed_again_only_when_asked() -> None:
+    """A delta whose recorded checksum covers its bytes is verified by its header (the rows
+    parsed when recorded); ``rows=True`` (reconcile, before it records a file) parses them:
+    rows crafted with a right CRC and a matching checksum are found only then."""
+    header, data = _small_file()
+    rest = bytearray(data[compact_format.PREFIX.size :])
+    rest[-4] ^= 0x55  # in the rows' buffers
+    bad = _recrc(bytes(rest))
+    path = header.store.file_path(header.version, header.checkpoint_id, FileKind.DELTA)
+    base = header.lineage[0].checkpoint_id if header.lineage else None
+    ref = CheckpointRef(header.version, header.checkpoint_id)
+    expected = Expected(header.store, ref, FileKind.DELTA, path, len(bad), checksum(bad), base)
+    assert verify_bytes(bad, expected, HISTORY.schema_of) is None
+    found = verify_bytes(bad, expected, HISTORY.schema_of, rows=True)
+    assert found is not None and "rows do not parse" in found
+    intact = replace(expected, size=len(data), checksum=checksum(data))
+    assert verify_bytes(data, intact, HISTORY.schema_of, rows=True) is None

@@ -76,15 +76,18 @@ class Fleet:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def stores(self, only: Collection[StoreKey] | None = None) -> list[StoreRecord]:
-        """The stores in scope (all roots, or ``roots``), narrowed to ``only`` if given."""
-        if self.roots is None:
-            records = self.catalog.stores()
-        else:
-            records = [r for root in self.roots for r in self.catalog.stores(root)]
+        """The stores in scope (all roots, or ``roots``), narrowed to ``only`` if given: every
+        page of :meth:`store_pages` (one way to narrow), for the callers that need them all
+        (a few stores, or a listing)."""
+        return [record for page in self.store_pages(key_set(only)) for record in page]
+
+    def store_count(self, only: Set[StoreKey] | None = None) -> int:
+        """How many stores :meth:`store_pages` walks, counted without listing them: those of
+        ``only`` in scope, or the catalog's count below the roots in scope (a pass's progress
+        total)."""
         if only is not None:
-            wanted = set(only)
-            records = [r for r in records if r.key in wanted]
-        return records
+            return sum(1 for key in only if self.roots is None or key.root in self.roots)
+        return self.catalog.store_census(self.roots)[0]
 
     def store_pages(self, only: Set[StoreKey] | None = None) -> Iterator[list[StoreRecord]]:
         """:meth:`stores`, a page of stores at a time, root by root (keyset paging: what is

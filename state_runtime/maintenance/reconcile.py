@@ -18,7 +18,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from state_runtime.catalog import FileState, RunKind
-from state_runtime.errors import CannotLoadState, InvalidArgument, StorageError
+from state_runtime.errors import (
+    CannotLoadState,
+    CheckpointFileCorrupt,
+    InvalidArgument,
+    StorageError,
+)
 from state_runtime.identity import StoreId, parse_file_name
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leftovers import (
@@ -32,6 +37,8 @@ from state_runtime.maintenance.runs import recorded_run
 from state_runtime.storage import FileInfo, Storage
 from state_runtime.store.checkpoint_format import check_identity, checksum, read_header
 from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.file_verification import Expected, verify_bytes
+from state_runtime.store.schema_files import fetch
 
 RECORD_BATCH = 500
 
@@ -103,13 +110,15 @@ def _store_of(path: str) -> StoreId | None:
 
 
 def describe_file(storage: Storage, path: str, store: StoreId) -> CheckpointInfo:
-    """Read and verify an untracked file; its record as the writer would have made it."""
+    """Read and verify an untracked file, rows and all (validation trusts a format 3 file
+    whose bytes match its record to parse: :func:`verify_bytes`); its record as the writer
+    would have made it. CheckpointFileCorrupt naming the file if it does not verify."""
     parsed = parse_file_name(path.rsplit("/", 1)[-1])
     assert parsed is not None
     data = storage.read(path)
     header = read_header(data, path, store, parsed.ref)
     check_identity(header, store, parsed.ref, parsed.kind, path)
-    return CheckpointInfo(
+    info = CheckpointInfo(
         store=store,
         version=header.version,
         checkpoint_id=header.checkpoint_id,
@@ -123,6 +132,19 @@ def describe_file(storage: Storage, path: str, store: StoreId) -> CheckpointInfo
         checksum=checksum(data),
         created_at=header.created_at,
     )
+    expected = Expected(
+        store, parsed.ref, parsed.kind, path, len(data), info.checksum, info.base_checkpoint_id
+    )
+    problem = verify_bytes(data, expected, lambda schema_id: fetch(storage, schema_id), rows=True)
+    if problem is not None:
+        raise CheckpointFileCorrupt(
+            f"corrupt checkpoint file: {problem}",
+            store=store,
+            path=path,
+            version=parsed.ref.version,
+            checkpoint_id=parsed.ref.checkpoint_id,
+        )
+    return info
 
 
 def reconcile(

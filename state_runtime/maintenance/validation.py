@@ -191,7 +191,7 @@ def validate_stores(
     # runtime finding damage meanwhile) stays open for the next run, never closed unread.
     started = fleet.catalog.now()
     wanted = key_set(only)
-    total = len(wanted) if wanted is not None else fleet.catalog.store_census()[0]
+    total = fleet.store_count(wanted)
     # the draws are taken here, in store order, a page of stores at a time
     records = ((record, draw()) for page in fleet.store_pages(wanted) for record in page)
     work = partial(validate_slice, policy, run_id, started, workers, wanted)

@@ -49,18 +49,31 @@ class ByteReader:
         return out
 
     def byte(self) -> int:
-        return int(self.take(1)[0])
+        if self.pos >= len(self.data):
+            self.take(1)  # raises: truncated
+        b = self.data[self.pos]
+        self.pos += 1
+        return b
 
     def varint(self) -> int:
+        # indexing the view directly: a header is a few dozen varints, and validation parses
+        # the header of every file it reads
+        data, pos = self.data, self.pos
         n = shift = 0
         for _ in range(_MAX_VARINT_BYTES):
-            b = self.byte()
+            if pos >= len(data):
+                self.pos = pos
+                self.take(1)  # raises: truncated
+            b = data[pos]
+            pos += 1
             n |= (b & 0x7F) << shift
             if not b & 0x80:
+                self.pos = pos
                 if n >= 1 << 64:
                     raise ValueError(f"varint at offset {self.pos} exceeds 64 bits")
                 return n
             shift += 7
+        self.pos = pos
         raise ValueError(f"varint at offset {self.pos} is longer than {_MAX_VARINT_BYTES} bytes")
 
     def zigzag(self) -> int:

@@ -150,6 +150,13 @@ def checksum(data: bytes) -> str:
     return data[20:ENVELOPE_SIZE].hex() if len(data) >= ENVELOPE_SIZE else ""
 
 
+def checksum_covers_file(data: bytes) -> bool:
+    """Whether :func:`checksum` hashes every byte of ``data`` (format 3): a match with the
+    recorded checksum then means these are the very bytes recorded. In formats 1 and 2 it is
+    the digest the envelope claims for the payload, which only decoding checks."""
+    return _format_of(data) == DELTA_FORMAT_VERSION
+
+
 def _format_of(data: bytes) -> int | None:
     """The format version a file's first 10 bytes claim, if it has our magic."""
     if len(data) < 10 or data[:8] != MAGIC:

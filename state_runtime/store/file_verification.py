@@ -21,9 +21,11 @@ from state_runtime.store.checkpoint_format import (
     SchemaLookup,
     check_identity,
     checksum,
+    checksum_covers_file,
     decode,
     read_header,
 )
+from state_runtime.store.file_header import FileHeader
 from state_runtime.store.schema_files import fetch
 
 MISSING = "file is missing from storage"
@@ -43,22 +45,27 @@ class Expected:
 
 
 def verify_bytes(
-    data: bytes, expected: Expected, schemas: SchemaLookup | None = None
+    data: bytes, expected: Expected, schemas: SchemaLookup | None = None, *, rows: bool = False
 ) -> str | None:
     """The problem with ``data`` as the file ``expected`` describes, or None if intact.
 
-    A format 3 delta's rows are parsed when ``schemas`` knows the schema it names; otherwise
-    its envelope (CRC-32 over every byte), header and identity are verified."""
+    A format 3 delta's checksum covers every byte, so once it matches the recorded one the
+    bytes are those recorded, whose rows parsed when they were recorded (the writer encoded
+    them; reconcile parses a file before it records it: ``rows``): its envelope, header and
+    identity are verified, its rows parsed again only given ``rows`` (and a ``schemas`` that
+    knows the schema it names). Parsing the rows is most of a tiny file's cost (0.6 of 0.7
+    ms), and validation reads every new delta. Older formats are decoded whole: their
+    checksum is the digest their envelope claims, which only decoding checks."""
     if len(data) != expected.size:
         return f"size is {len(data)} bytes, the catalog recorded {expected.size}"
     if checksum(data) != expected.checksum:
         return "checksum differs from the one the catalog recorded"
     table: pa.Table | None
     try:
-        try:
-            header, table = decode(data, expected.path, expected.store, expected.ref, schemas)
-        except SchemaMismatch:  # a format 3 delta whose schema is not at hand
+        if checksum_covers_file(data) and not rows:  # as recorded: the header suffices
             header, table = read_header(data, expected.path, expected.store, expected.ref), None
+        else:
+            header, table = _decoded(data, expected, schemas)
         check_identity(header, expected.store, expected.ref, expected.kind, expected.path)
     except CannotLoadState as exc:
         return exc.reason
@@ -76,6 +83,16 @@ def verify_bytes(
         if table is not None and table.column("value").null_count:
             return "snapshot holds removals"
     return None
+
+
+def _decoded(
+    data: bytes, expected: Expected, schemas: SchemaLookup | None
+) -> tuple[FileHeader, pa.Table | None]:
+    """The file's header and rows; a format 3 delta whose schema is not at hand: its header."""
+    try:
+        return decode(data, expected.path, expected.store, expected.ref, schemas)
+    except SchemaMismatch:
+        return read_header(data, expected.path, expected.store, expected.ref), None
 
 
 def verify_file(storage: Storage, expected: Expected) -> tuple[str | None, int]:

@@ -1,16 +1,24 @@
 """The fleet benchmark's generator (``benchmarks/fleet.py``) builds what the catalog's views
 see: every store of every query, at the expected version, with its staggered snapshot, on
 real PostgreSQL; new batches raise every store's version and make due the stores whose chain
-passed the threshold."""
+passed the threshold. Query 0 is written through the runtime's calls and query 1 copied from
+it (history and new batches alike): every file of both verifies."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.fleet import Shape, advance, build, query_storage
 from state_runtime.catalog import Catalog
 from state_runtime.identity import StoreId
-from state_runtime.maintenance import Fleet, MaintenancePolicy, due_for_snapshot, store_reports
+from state_runtime.maintenance import (
+    Fleet,
+    MaintenancePolicy,
+    due_for_snapshot,
+    store_reports,
+    validate_stores,
+)
 
 SHAPE = Shape(queries=2, partitions=4, versions=12, snapshot_every=10)
 POLICY = MaintenancePolicy(snapshot_min_deltas=7)
@@ -25,7 +33,7 @@ def test_the_generator_builds_a_fleet_the_catalog_views_see(
     pg_catalog: Catalog, tmp_path: Path
 ) -> None:
     url = pg_catalog.engine.url.render_as_string(hide_password=False)
-    assert build(url, tmp_path, SHAPE, processes=0) > 0
+    assert build(url, tmp_path, SHAPE) > 0
     fleet = Fleet(pg_catalog, owner="tests")
     roots = {query_storage(tmp_path, q).uri for q in range(SHAPE.queries)}
     expected = {(root, StoreId(0, p)) for root in roots for p in range(SHAPE.partitions)}
@@ -39,7 +47,7 @@ def test_the_generator_builds_a_fleet_the_catalog_views_see(
     # 12 - last snapshot deltas: 2, 3, 4, 5 for partitions 0..3; none reaches 7
     assert due_for_snapshot(fleet, POLICY) == []
 
-    advance(url, tmp_path, SHAPE, batches=3, processes=0)
+    advance(url, tmp_path, SHAPE, batches=3)
     reports = store_reports(fleet, POLICY)
     assert {r.health.latest.version for r in reports} == {15}
     assert {r.health.last_snapshot_version for r in reports if r.key.store.partition_id == 3} == {7}
@@ -49,3 +57,5 @@ def test_the_generator_builds_a_fleet_the_catalog_views_see(
         for d in due_for_snapshot(fleet, POLICY)
     }
     assert due == {(root, p) for root in roots for p in (2, 3)}
+    full = validate_stores(fleet, replace(POLICY, verify_sample_percent=100))
+    assert full.ok and full.stores == SHAPE.stores and full.new == 3 * SHAPE.stores, full.errors

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from state_runtime.catalog import RetentionPolicy
 from state_runtime.catalog.schema.tables import checkpoint_files, deletion_ledger
 from state_runtime.maintenance import (
+    CallbackProgress,
     CheckName,
     Fate,
     Fleet,
@@ -80,6 +81,27 @@ def test_only_stores_of_the_fleets_roots_are_validated(
     assert [r.key for r in fleet.stores(only)] == [here.key(store)]
     report = validate_stores(fleet, POLICY, only=only)
     assert report.ok and report.stores == 1, report.errors
+
+
+def test_the_progress_total_is_the_fleets_own_count(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """A fleet narrowed to one root counts that root's stores for its progress total (not
+    the whole catalog's), and a run naming stores counts those in scope: the total is what
+    the pass then walks."""
+    here, there = make_stream("here"), make_stream("there")
+    here.run(2)
+    there.run(2)
+    fleet = Fleet(here.catalog, roots=[here.root], owner="tests")
+    seen: list[tuple[int, int]] = []
+    progress = CallbackProgress(lambda _, done, total: seen.append((done, total)))
+    validate_stores(fleet, POLICY, progress=progress)
+    assert seen == [(0, 3), (3, 3)]
+    seen.clear()
+    only = [here.key(here.stores[0]), there.key(there.stores[0])]
+    validate_stores(fleet, POLICY, only=only, progress=progress)
+    assert seen == [(0, 1), (1, 1)]
+    assert Fleet(here.catalog, owner="tests").store_count() == 6
 
 
 def test_a_deleted_middle_delta_is_named(make_stream: Callable[..., StoreStream]) -> None:

@@ -61,10 +61,12 @@ class InventoryCalls(PagedCalls):
             page_size,
         )
 
-    def store_census(self) -> tuple[int, int]:
-        """How many stores the catalog knows and the newest store id: a reader's cheap test
-        of whether the set of stores changed (Dagster's discovery sensor)."""
-        return self._read("count stores", lambda c, v: inventory.store_census(c, v))
+    def store_census(self, roots: Collection[str] | None = None) -> tuple[int, int]:
+        """How many stores the catalog knows and the newest store id (below ``roots``, if
+        given): a reader's cheap test of whether the set of stores changed (Dagster's
+        discovery sensor), and a narrowed pass's count of its stores, read without listing
+        them."""
+        return self._read("count stores", lambda c, v: inventory.store_census(c, v, roots))
 
     def store_files(self, root: str, store: StoreId) -> list[FileRecord]:
         """The live files of one store, oldest versions first (with their verification)."""

@@ -5,7 +5,7 @@ of :mod:`state_runtime.catalog.sql.lookups`, by the driver's batch commit and by
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -308,14 +308,22 @@ def relocate_root(connection: Connection, old: str, new: str) -> int:
     return int(moved)
 
 
-def store_census(connection: Connection, views: ReaderViews) -> tuple[int, int]:
-    """How many stores the catalog knows and the newest store id (0, 0 when none): changes
-    whenever a store is added or removed, read without listing them."""
+def store_census(
+    connection: Connection, views: ReaderViews, roots: Collection[str] | None = None
+) -> tuple[int, int]:
+    """How many stores the catalog knows and the newest store id (0, 0 when none), below
+    ``roots`` if given: changes whenever a store is added or removed, read without listing
+    them."""
     s = views.stores.c
-    count, newest = connection.execute(
-        sa.select(sa.func.count(), sa.func.coalesce(sa.func.max(s.store_id), 0))
-    ).one()
-    return int(count), int(newest)
+    query = sa.select(sa.func.count(), sa.func.coalesce(sa.func.max(s.store_id), 0))
+    if roots is None:
+        count, newest = connection.execute(query).one()
+        return int(count), int(newest)
+    count, newest = 0, 0
+    for part in chunks(sorted(roots)):
+        found, top = connection.execute(query.where(s.checkpoint_root.in_(part))).one()
+        count, newest = count + int(found), max(newest, int(top))
+    return count, newest
 
 
 def store_records(
