@@ -372,3 +372,37 @@ def test_a_repartition_over_a_damaged_file_fails_and_changes_nothing() -> None:
         ]
     )
     assert machine.model.partitions == 3 and machine.platform.partitions == 3
+
+
+def test_a_snapshot_intact_again_after_a_failed_validation_restores() -> None:
+    """Found (make soak at 5f94219, "restore refused", its steps lost; rebuilt from the
+    restore's chain rule): version 3's only file is its snapshot (cleanup at zero windows
+    took the delta it superseded); the snapshot is corrupted, a validation records it as
+    failed, and it is put back intact (the machine's second flip of the same byte). It
+    loads, yet the restore to its batch was refused ("no complete chain of files for version
+    3"): the plan judged a delta that failed a past validation again, but kept a failed
+    snapshot as no base. It now reads such a snapshot itself; the next validation closes the
+    problem (until then health calls the store broken: the lenient machine's excuse)."""
+
+    class StrictOnceValidated(PlatformMachine):
+        """No excuse after a validation: every file was put back intact."""
+
+        def validate(self, zero: bool) -> None:
+            super().validate(zero)
+            self.damaged_stores.clear()
+
+    snapshot_of_store_0 = 2  # the files by store, version and kind: 1.delta, 2.delta, 3.snapshot
+    replay(
+        [
+            run({0: {"a": 2}, 1: {"b": 2}}),
+            run({0: {"a": 3}, 1: {"b": 3}}),
+            ("snapshot", {"zero": True}),
+            ("cleanup", {"zero": True}),
+            ("damage", {"pick": snapshot_of_store_0, "corrupt": True}),
+            ("validate", {"zero": False}),
+            ("damage", {"pick": snapshot_of_store_0, "corrupt": True}),
+            ("restore", {"back": 0, "allow_lost_state": False, "zero": False}),
+            ("validate", {"zero": False}),
+        ],
+        StrictOnceValidated,
+    )
