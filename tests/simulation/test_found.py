@@ -406,3 +406,26 @@ def test_a_snapshot_intact_again_after_a_failed_validation_restores() -> None:
         ],
         StrictOnceValidated,
     )
+
+
+def test_a_repartition_after_a_restore_restarted_every_store_is_refused() -> None:
+    """Found (make soak, i34-soak, 40 steps; rebuilt in 8): 2 partitions to 3 and back, so
+    the commit log keeps store 2's commits of batches 0 and 1 (the store the second move
+    dropped); the new layout's snapshots deleted, a restore with --allow-lost-state restarts
+    both its stores and drops all their commits. The last commit left in the log was then
+    store 2's of batch 0, which the repartition took for the query's last batch and moved
+    (the machine saw the catalog's last batch go back to 0). It is refused: no store of the
+    current layout has a commit; a batch first."""
+    machine = replay(
+        [
+            ("repartition", {}),
+            run({2: {"c": 1}}),
+            ("repartition", {}),
+            run({0: {"a": 2}}),
+            ("damage", {"pick": 6, "corrupt": False}),  # store 1's snapshot of the move
+            ("damage", {"pick": 2, "corrupt": False}),  # store 0's
+            ("restore", {"back": 0, "allow_lost_state": True, "zero": False}),
+            ("repartition", {}),
+        ]
+    )
+    assert machine.platform.partitions == 2 and machine.repartitioned_at == 1
