@@ -50,6 +50,10 @@ from state_runtime.units import size
 
 DEFAULT_IDLE = timedelta(seconds=60)
 """How long the query must have committed nothing before a repartition runs."""
+CLOCK_NOISE = timedelta(seconds=1)
+"""How far two processes' readings of the catalog's clock may part without a clock step: each
+reads the database's clock and goes on by its own monotonic clock. A last commit up to this
+far after the clock now counts as made just now."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +205,13 @@ def plan_repartition(
                 f"operator {key[0]} (store {key[1]}) of query {query_id} has no layout in the "
                 "catalog (the query started before layouts were recorded): run one batch with "
                 "this version, stop the query, then repartition"
+            )
+        if batch_id < layout.from_batch - 1:
+            raise MaintenanceRefused(
+                f"query {query_id}'s last commit, batch {batch_id}, is of a store its "
+                f"repartition at batch {layout.from_batch - 1} dropped: no store of operator "
+                f"{key[0]}'s {layout.num_partitions} partitions has a commit (a restore "
+                "restarted them all). Run a batch, stop the query, then repartition"
             )
         sources = {
             s.partition_id: ref
@@ -428,7 +439,24 @@ def _rerouting(fleet: Fleet, plan: RepartitionPlan, move: OperatorMove) -> Rerou
 
 
 def _check_idle(fleet: Fleet, query_id: str, last: CommitEntry, idle: timedelta) -> None:
-    quiet = fleet.catalog.now() - last.committed_at
+    """Refuse while the query looks running. A last commit after the catalog's clock (a clock
+    stepped back: on SQLite the catalog's clock is its host's) tells nothing of how long the
+    query has been quiet, whatever ``idle`` is: refused naming the skew, not as "-N s ago"."""
+    now = fleet.catalog.now()
+    quiet = now - last.committed_at
+    if quiet < -CLOCK_NOISE:
+        raise MaintenanceRefused(
+            f"query {query_id} committed batch {last.batch_id} at "
+            f"{last.committed_at.isoformat(timespec='seconds')}, {-quiet.total_seconds():.0f} s "
+            f"after the catalog's clock now ({now.isoformat(timespec='seconds')}): a clock was "
+            "stepped back or the hosts' clocks disagree, so whether the query still runs "
+            "cannot be told. Check the hosts' time sync; repartition once the clock has passed "
+            f"{(last.committed_at + idle).isoformat(timespec='seconds')} with the query stopped",
+            setting="idle",
+            value=quiet,
+            limit=idle,
+        )
+    quiet = max(quiet, timedelta(0))
     if quiet < idle:
         raise MaintenanceRefused(
             f"query {query_id} committed batch {last.batch_id} {quiet.total_seconds():.0f} s "

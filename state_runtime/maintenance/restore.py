@@ -30,7 +30,7 @@ from typing import Any
 
 from state_runtime.catalog import CommitEntry, FileRecord, RunKind, StoreKey
 from state_runtime.errors import InvalidArgument, MaintenanceRefused
-from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
@@ -301,7 +301,7 @@ def _committed_with(
 
 def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified) -> str | None:
     files = checked.store_files(fleet, key)
-    facts = [_unjudged(f.facts()) for f in files]
+    facts = [_judged_now(fleet, key.root, f, checked) for f in files]
     if ref.version == 0:
         return None
     if not intact(facts, ref.version, fleet.catalog.idle_versions(key.root, key.store)):
@@ -322,13 +322,19 @@ def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified)
     return None
 
 
-def _unjudged(fact: StoreFile) -> StoreFile:
-    """A file's facts without a failed verification's verdict: the plan reads every file of
-    the chain itself, so a delta that failed a past validation and is intact now (put back
+def _judged_now(fleet: Fleet, root: str, record: FileRecord, checked: Verified) -> StoreFile:
+    """A file's facts with a failed verification judged again: the plan reads every file of
+    the chain itself, so a file that failed a past validation and is intact now (put back
     from a backup, or read wrong once) does not refuse the restore until the next validation.
-    A failed snapshot stays unverified, which is no base, as before."""
-    if fact.verification is Verification.FAILED:
+    A delta is read below with the rest of the chain; a snapshot is read here, and is a base
+    again if it reads intact (else it stays failed: no base)."""
+    fact = record.facts()
+    if fact.verification is not Verification.FAILED:
+        return fact
+    if fact.kind is FileKind.DELTA:
         return replace(fact, verification=Verification.UNVERIFIED)
+    if checked.problem(fleet, root, record) is None:
+        return replace(fact, verification=Verification.VERIFIED)
     return fact
 
 

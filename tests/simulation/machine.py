@@ -159,6 +159,7 @@ WEIGHTS = {
     "validate": 2,
     "zombie": 3,
     "damage": 3,
+    "repartition": 2,
 }
 """How many shares of hypothesis's draw each rule gets (any other rule: one). Hypothesis draws
 a step's rule evenly from the machine's rules, so batches were 4 % of steps and the
@@ -215,6 +216,8 @@ class PlatformMachine(RuleBasedStateMachine):
         """True from a validation until the next step that may change what loads."""
         self.repartitioned_at: int | None = None
         """The batch at which the query was last repartitioned (restore refuses older ones)."""
+        self.stepped_back = False
+        """Whether the maintenance host's wall clock was ever stepped back."""
 
     @initialize()
     def first_batch(self) -> None:
@@ -302,6 +305,7 @@ class PlatformMachine(RuleBasedStateMachine):
                 return
         finally:
             old.catalog.close()
+            self.model.generation = p.recorded_generation
         assert p.committed_refs() == taken_over[0], f"the zombie changed batch {batch_id}"
 
     def batch(
@@ -326,6 +330,8 @@ class PlatformMachine(RuleBasedStateMachine):
             assert self.platform.committed_refs() == before
             assert self.platform.files() == files, f"refused batch {batch_id} wrote files"
             return
+        finally:  # a new query records its schema before the batch's order is checked
+            self.model.generation = self.platform.recorded_generation
         raise AssertionError(f"batch {batch_id} committed again after the repartition at {moved}")
 
     def _batch(
@@ -430,25 +436,53 @@ class PlatformMachine(RuleBasedStateMachine):
         self.model.rewind(target, restarted)
         p.last_commit = None  # a driver's retry would now undo the operator's restore
 
+    @rule()
     def repartition(self) -> None:
         """The stopped query moves between 2 and 3 partitions, routed by Spark's hash of each
-        key; its state must not change. A step of replayed scenarios here, not of the random
-        mix: with it, the derandomized runs found the catalog listing old versions of the store
-        a move from 3 to 2 partitions dropped as retained (fixed, test_found.py); back in the
-        mix once a run with it is clean. The Spark-level machine draws it (``SparkMachine``)."""
+        key; its state must not change. Refused only with a problem open, or when the
+        maintenance host's clock was stepped back behind the driver's last commit (a SQLite
+        catalog's clock is its host's): the refusal names the clock, not "-N s ago". It fails
+        only when a file of the last batch was damaged on purpose and its state cannot load
+        (no validation recorded the problem yet), and changes no commit."""
         p = self.platform
         if self.model.last is None or not p.committed_refs():
             return  # every store restarted: the query has nothing to move
-        target = sum(LAYOUTS) - p.partitions
+        target, before = sum(LAYOUTS) - p.partitions, p.committed_refs()
         try:
             p.repartition(target)
-        except MaintenanceRefused:
+        except MaintenanceRefused as exc:
+            if "a restore restarted them all" in str(exc):  # left: a dropped store's commits
+                assert not self._current_commits(before), f"refused: {exc}"
+                return
+            if "after the catalog's clock now" in str(exc):
+                assert self._clock_behind(), f"a clock skew, no clock was stepped back: {exc}"
+                return
             assert p.catalog.problems(root=p.root), "repartition refused, no problem open"
+            return
+        except CannotLoadState as exc:  # a file damaged on purpose, no validation since
+            assert self.damaged and not self._loads(self.model.last), f"repartition: {exc}"
+            assert p.committed_refs() == before, "a failed repartition changed the commits"
             return
         self.validated = False
         self.model.repartition(target, p.routes[target])
         self.repartitioned_at = self.model.last
         p.last_commit = None  # the commit of the old layout's batch is no longer the catalog's
+
+    def _current_commits(self, committed: dict[int, dict[StoreId, CheckpointRef]]) -> set[int]:
+        """The batches a store of the current layout committed (the commit log also keeps
+        those of the stores a repartition dropped, before it)."""
+        layout = self.platform.partitions
+        return {b for b, refs in committed.items() if any(s.partition_id < layout for s in refs)}
+
+    def _clock_behind(self) -> bool:
+        """Whether the catalog's clock is behind the query's last commit, as it can be only
+        when the maintenance host's wall clock was stepped back and the catalog's clock
+        follows it (SQLite): the driver's commits are on its own clock, a repartition's on
+        the maintenance host's as it then was."""
+        p = self.platform
+        follows_host = sqlite_file(parse_url(p.catalog_url)) is not None
+        last = p.catalog.commit_history(p.root, query_id=QUERY, limit=1)[0]
+        return follows_host and self.stepped_back and last.committed_at > p.catalog.now()
 
     # --- maintenance ---------------------------------------------------------------------
 
@@ -490,6 +524,7 @@ class PlatformMachine(RuleBasedStateMachine):
         """The maintenance host's wall clock steps: the catalog's clock must not follow it on
         PostgreSQL (a SQLite catalog's clock is its host's)."""
         self.platform.step_host_clock(step)
+        self.stepped_back = self.stepped_back or step < timedelta(0)
 
     @rule(partition=st.integers(0, PARTITIONS - 1), hours=st.sampled_from([0, 2, 48]))
     def torn_write(self, partition: int, hours: int) -> None:
@@ -565,8 +600,9 @@ class PlatformMachine(RuleBasedStateMachine):
         STEPS += 1
         reads = self.catalog_reads()
         self.state_and_health(reads)
-        if reads.committed:  # none when a restore restarted every store
-            assert max(reads.committed) == self.model.last
+        current = self._current_commits(reads.committed)
+        if current:  # none when a restore restarted every store
+            assert max(current) == self.model.last, f"the catalog's last batch is {max(current)}"
 
     def state_and_health(self, reads: CatalogReads) -> None:
         unloadable = self._unloadable(reads)

@@ -6,7 +6,7 @@ each model key of each partition is played by a key Spark routes there (found on
 platform with Spark's own hash). Failures are Spark's: a task's refusal fails the job after
 its retries, the sink counts the output (the tasks write) and then raises, and a driver
 "dies" by a sink raising what ``run_batch``'s failure handling does not catch.
-:class:`SparkMachine` adds a rule only Spark can run: a repartition of the stopped query.
+In :class:`SparkMachine` a repartition of the stopped query runs as Spark's job.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from hypothesis.stateful import rule
 from pyspark.sql import DataFrame, SparkSession
 
 from state_runtime.errors import (
@@ -107,7 +106,6 @@ class SparkMachine(PlatformMachine):
     platform_type = SparkPlatform
     root_name = "root"  # roots that need encoding: the library-level run
     platform: SparkPlatform
-    repartition = rule()(PlatformMachine.repartition)
 
 
 def spark_steps(seed: int, count: int) -> list[tuple[str, dict[str, Any]]]:

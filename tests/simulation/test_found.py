@@ -334,3 +334,107 @@ def test_a_store_a_repartition_dropped_retains_no_version() -> None:
             ("repartition", {}),
         ]
     )
+
+
+def test_a_repartition_after_the_clock_stepped_back_names_the_skew() -> None:
+    """Found (make test's derandomized runs with repartition in the mix, shrunk from 28 steps
+    to 2): the maintenance host's clock steps back 30 minutes, which on SQLite (the catalog's
+    clock is its host's) puts the driver's last commit in the future; the repartition was
+    refused as "committed batch 0 -1800 s ago: it looks running", at idle 0. Whether the
+    query still runs cannot be told then, so it is still refused, naming the clock; once the
+    clock has passed the commit, it runs."""
+    machine = replay(
+        [
+            ("host_clock_step", {"step": timedelta(minutes=-30)}),
+            ("repartition", {}),
+            ("host_clock_step", {"step": timedelta(minutes=10)}),
+            ("repartition", {}),
+            ("host_clock_step", {"step": timedelta(hours=2)}),
+            ("repartition", {}),
+            run({0: {"a": 2}, 2: {"d": 1}}),
+        ]
+    )
+    assert machine.repartitioned_at == 0 and machine.model.partitions == 3
+
+
+def test_a_repartition_over_a_damaged_file_fails_and_changes_nothing() -> None:
+    """Found (make test's S3 runs with repartition in the mix; a model error): a file of the
+    last batch is corrupted behind the platform's back and no validation has run, so no
+    problem is open and the plan passes; the repartition then cannot load that store's state
+    and fails with its typed load error (naming the store, version and file). The model took
+    any failure but a refusal for a defect; the commits and the layout stay as they were."""
+    machine = replay(
+        [
+            ("repartition", {}),
+            ("damage", {"pick": 1, "corrupt": True}),
+            ("restart", {"driver": True}),
+            ("repartition", {}),
+        ]
+    )
+    assert machine.model.partitions == 3 and machine.platform.partitions == 3
+
+
+def test_a_snapshot_intact_again_after_a_failed_validation_restores() -> None:
+    """Found (make soak at 5f94219, "restore refused", its steps lost; rebuilt from the
+    restore's chain rule): version 3's only file is its snapshot (cleanup at zero windows
+    took the delta it superseded); the snapshot is corrupted, a validation records it as
+    failed, and it is put back intact (the machine's second flip of the same byte). It
+    loads, yet the restore to its batch was refused ("no complete chain of files for version
+    3"): the plan judged a delta that failed a past validation again, but kept a failed
+    snapshot as no base. It now reads such a snapshot itself; the next validation closes the
+    problem (until then health calls the store broken: the lenient machine's excuse)."""
+
+    class StrictOnceValidated(PlatformMachine):
+        """No excuse after a validation: every file was put back intact."""
+
+        def validate(self, zero: bool) -> None:
+            super().validate(zero)
+            self.damaged_stores.clear()
+
+    snapshot_of_store_0 = 2  # the files by store, version and kind: 1.delta, 2.delta, 3.snapshot
+    replay(
+        [
+            run({0: {"a": 2}, 1: {"b": 2}}),
+            run({0: {"a": 3}, 1: {"b": 3}}),
+            ("snapshot", {"zero": True}),
+            ("cleanup", {"zero": True}),
+            ("damage", {"pick": snapshot_of_store_0, "corrupt": True}),
+            ("validate", {"zero": False}),
+            ("damage", {"pick": snapshot_of_store_0, "corrupt": True}),
+            ("restore", {"back": 0, "allow_lost_state": False, "zero": False}),
+            ("validate", {"zero": False}),
+        ],
+        StrictOnceValidated,
+    )
+
+
+def test_a_repartition_after_a_restore_restarted_every_store_is_refused() -> None:
+    """Found (make soak, i34-soak, 40 steps; rebuilt in 8): 2 partitions to 3 and back, so
+    the commit log keeps store 2's commits of batches 0 and 1 (the store the second move
+    dropped); the new layout's snapshots deleted, a restore with --allow-lost-state restarts
+    both its stores and drops all their commits. The last commit left in the log was then
+    store 2's of batch 0, which the repartition took for the query's last batch and moved
+    (the machine saw the catalog's last batch go back to 0). It is refused: no store of the
+    current layout has a commit; a batch first."""
+    machine = replay(
+        [
+            ("repartition", {}),
+            run({2: {"c": 1}}),
+            ("repartition", {}),
+            run({0: {"a": 2}}),
+            ("damage", {"pick": 6, "corrupt": False}),  # store 1's snapshot of the move
+            ("damage", {"pick": 2, "corrupt": False}),  # store 0's
+            ("restore", {"back": 0, "allow_lost_state": True, "zero": False}),
+            ("repartition", {}),
+        ]
+    )
+    assert machine.platform.partitions == 2 and machine.repartitioned_at == 1
+
+
+def test_a_batch_refused_after_a_repartition_records_the_new_schema() -> None:
+    """Found (make test's derandomized runs with repartition in the mix; a model error):
+    after a repartition at batch 0 and a schema change, batch 0 run again is refused before
+    any task, but the new query has recorded its widened schema first, so every version now
+    loads widened; the model synced its schema generation only after batches that ran."""
+    machine = replay([("repartition", {}), ("change_schema", {}), run({}, step=-1)])
+    assert machine.model.generation == 1
