@@ -361,15 +361,16 @@ def cleanup_pass(
     attempts = sweep_attempts(fleet, policy, dry_run=dry_run, now=now)
     report = CleanupReport(dry_run, policy.retention, held_stores(fleet, wanted))
     report.attempts = attempts
-    folders = store_folders(fleet, wanted)
     leftovers_before = partial_write_cutoff(policy.retention, now or fleet.catalog.now())
     if dry_run:
         for counts in count_pages(fleet, policy, only=wanted, now=now):
             report.plan(counts)
         _sample(fleet, policy, report, now)
-        report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=True)
+        report.leftovers = sweep_leftovers(
+            fleet, store_folders(fleet, wanted), leftovers_before, dry_run=True
+        )
         return report
-    stores = sum(len(f) for f in folders.values())
+    stores = sum(len(page) for page in fleet.store_pages(wanted))
     with (
         recorded_run(
             fleet.catalog,
@@ -395,7 +396,9 @@ def cleanup_pass(
                 counted += cleaned.stores
                 advance(cleaned.stores)
         advance(stores - counted)  # the stores with nothing to delete
-        report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=False)
+        report.leftovers = sweep_leftovers(
+            fleet, store_folders(fleet, wanted), leftovers_before, dry_run=False
+        )
         run.counts = report.counts()
     return report
 
