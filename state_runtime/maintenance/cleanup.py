@@ -3,13 +3,16 @@
 The plan comes from the catalog's inventory (no listing) under the retention rule of
 :mod:`state_runtime.retention`: a snapshot replaces deltas only once verified, and a store with
 an open validation failure is held (only its orphans may go; the plan lists each held store
-with the reason and since when). Executing refuses a retention below the safety floor, then,
-a chunk of stores at a time (about :data:`CHUNK_FILES` files; several chunks at once, one per
-worker) under the stores' leases: claims the deletable files in the catalog (a concurrent
-commit can no longer reference them; the rule is evaluated again under the store's lock, so a
-problem recorded meanwhile holds the store), deletes them from storage in batches (S3: one
-``DeleteObjects`` of up to 1,000 keys), and records each batch's deletions with their reason
-in the ledger as soon as storage deleted them. A run that stops anywhere leaves
+with the reason and since when). The plan is counted in SQL (files and bytes per store and verdict,
+a page of stores at a time); a dry run reads the first files in detail. Executing refuses a
+retention below the safety floor, then, a chunk of stores at a time (about
+:data:`CHUNK_FILES` files; several chunks at once, one per worker) under the stores' leases:
+claims deletable files in the catalog, at most :data:`CHUNK_FILES` a claim, again until a
+claim comes back short (a concurrent commit can no longer reference them; the rule is
+evaluated again under the store's lock, so a problem recorded meanwhile holds the store),
+deletes them from storage in batches (S3: one ``DeleteObjects`` of up to 1,000 keys), and
+records each batch's deletions with their reason in the ledger as soon as storage deleted
+them: a store's backlog of any size is held a claim at a time. A run that stops anywhere leaves
 claims behind that the next run resumes; deleting a file that is already gone is fine.
 It also removes the stores' unfinished writes (temporary files of killed writers) older than
 the grace and no live writer's (``leftovers``), held stores included: no version references
