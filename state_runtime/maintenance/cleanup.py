@@ -247,15 +247,17 @@ def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:
 
 
 def _chunks(page: Sequence[DeletableCount], files: int) -> Iterator[list[StoreKey]]:
-    """A plan page's stores in chunks of about ``files`` planned files (a store is never
-    split: its claims are its own) and at most :data:`STORES_PER_CLAIM` stores."""
+    """A plan page's stores in chunks of fewer than ``files`` planned files, so that one
+    claim of ``files`` comes back short and takes them all (a store is never split: one with
+    more is a chunk of its own, worked through in claims), and at most
+    :data:`STORES_PER_CLAIM` stores."""
     counts: Counter[StoreKey] = Counter()
     for count in page:
         counts[count.key] += count.files
     chunk: list[StoreKey] = []
     planned = 0
     for key in sorted(counts, key=str):
-        if chunk and (planned + counts[key] > files or len(chunk) >= STORES_PER_CLAIM):
+        if chunk and (planned + counts[key] >= files or len(chunk) >= STORES_PER_CLAIM):
             yield chunk
             chunk, planned = [], 0
         chunk.append(key)
