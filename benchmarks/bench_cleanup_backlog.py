@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -73,7 +74,7 @@ def _query(catalog: Catalog, root: Path, per_store: int) -> None:
             (root / i.path).touch()
 
 
-def one(files: int, per_store: int) -> dict[str, float]:
+def one(files: int, per_store: int, workers: int | None) -> dict[str, float]:
     """Build a backlog of about ``files`` files and delete it; the figures."""
     with tempfile.TemporaryDirectory(prefix="backlog-") as folder:
         catalog = Catalog.open(f"sqlite:///{folder}/catalog.db", upgrade=True)
@@ -85,14 +86,15 @@ def one(files: int, per_store: int) -> dict[str, float]:
             copy_root(catalog, template, Path(folder) / f"query-{query:05d}")
         built = time.perf_counter() - started
         base = reset_peak()
-        started = time.perf_counter()
+        load = os.getloadavg()[0]
+        started, cpu = time.perf_counter(), time.process_time()
         report = cleanup_pass(
             Fleet(catalog, owner="bench"),
-            MaintenancePolicy(),
+            MaintenancePolicy(workers=workers),
             dry_run=False,
             now=datetime.now(UTC) + timedelta(days=30),
         )
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         catalog.close()
     return {
         "files": report.deleted_files,
@@ -102,7 +104,10 @@ def one(files: int, per_store: int) -> dict[str, float]:
         "stores": queries * PARTITIONS,
         "build_s": round(built, 1),
         "cleanup_s": round(seconds, 1),
+        "cpu_s": round(cpu, 1),
         "files_per_s": round(report.deleted_files / seconds),
+        "files_per_cpu_s": round(report.deleted_files / cpu),
+        "load": round(load, 1),
         "rss_before_mb": round(base / 2**20, 1),
         "peak_rss_mb": round(peak_rss() / 2**20, 1),
     }
@@ -112,15 +117,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, nargs="+", default=[20_000, 100_000, 300_000])
     parser.add_argument("--per-store", type=int, default=50)
+    parser.add_argument("--workers", type=int, help="cleanup's workers (default: the host's)")
     parser.add_argument("--one", type=int, help="run one size in this process")
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.per_store)))
+        print(json.dumps(one(args.one, args.per_store, args.workers)))
         return
     found = []
     for files in args.files:
         done = subprocess.run(
-            [sys.executable, __file__, "--one", str(files), "--per-store", str(args.per_store)],
+            [sys.executable, __file__, "--one", str(files), "--per-store", str(args.per_store)]
+            + ([] if args.workers is None else ["--workers", str(args.workers)]),
             capture_output=True,
             text=True,
             check=True,
@@ -129,7 +136,9 @@ def main() -> None:
         found.append(figures)
         print(
             f"{figures['files']:>9,} files in {figures['stores']:>6,} stores: cleanup "
-            f"{figures['cleanup_s']:>6.1f} s ({figures['files_per_s']:,} files/s), peak RSS "
+            f"{figures['cleanup_s']:>6.1f} s, CPU {figures['cpu_s']:.1f} s "
+            f"({figures['files_per_s']:,} files/s, {figures['files_per_cpu_s']:,} per CPU-s), "
+            f"load {figures['load']}, peak RSS "
             f"{figures['peak_rss_mb']:.0f} MB (before {figures['rss_before_mb']:.0f} MB; "
             f"ratio to the first {figures['peak_rss_mb'] / found[0]['peak_rss_mb']:.2f})",
             flush=True,

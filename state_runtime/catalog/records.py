@@ -129,6 +129,17 @@ class FileVerdict:
 
 
 @dataclass(frozen=True, slots=True)
+class DeletableCount:
+    """How many of a store's files cleanup may delete for one reason (``verdict``), and
+    their bytes: the cleanup plan's figures, a row per store and verdict (not per file)."""
+
+    key: StoreKey
+    verdict: Verdict
+    files: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Deletion:
     """A ledger entry: a file deleted, by which run, when and why."""
 

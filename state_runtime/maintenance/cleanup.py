@@ -3,13 +3,16 @@
 The plan comes from the catalog's inventory (no listing) under the retention rule of
 :mod:`state_runtime.retention`: a snapshot replaces deltas only once verified, and a store with
 an open validation failure is held (only its orphans may go; the plan lists each held store
-with the reason and since when). Executing refuses a retention below the safety floor, then,
-a chunk of stores at a time (about :data:`CHUNK_FILES` files; several chunks at once, one per
-worker) under the stores' leases: claims the deletable files in the catalog (a concurrent
-commit can no longer reference them; the rule is evaluated again under the store's lock, so a
-problem recorded meanwhile holds the store), deletes them from storage in batches (S3: one
-``DeleteObjects`` of up to 1,000 keys), and records each batch's deletions with their reason
-in the ledger as soon as storage deleted them. A run that stops anywhere leaves
+with the reason and since when). The plan is counted in SQL (files and bytes per store and verdict,
+a page of stores at a time); a dry run reads the first files in detail. Executing refuses a
+retention below the safety floor, then, a chunk of stores at a time (about
+:data:`CHUNK_FILES` files; several chunks at once, one per worker) under the stores' leases:
+claims deletable files in the catalog, at most :data:`CHUNK_FILES` a claim, again until a
+claim comes back short (a concurrent commit can no longer reference them; the rule is
+evaluated again under the store's lock, so a problem recorded meanwhile holds the store),
+deletes them from storage in batches (S3: one ``DeleteObjects`` of up to 1,000 keys), and
+records each batch's deletions with their reason in the ledger as soon as storage deleted
+them: a store's backlog of any size is held a claim at a time. A run that stops anywhere leaves
 claims behind that the next run resumes; deleting a file that is already gone is fine.
 It also removes the stores' unfinished writes (temporary files of killed writers) older than
 the grace and no live writer's (``leftovers``), held stores included: no version references
@@ -25,7 +28,14 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from state_runtime.catalog import FileVerdict, RetentionPolicy, RunKind, StoreKey, StoreProblem
+from state_runtime.catalog import (
+    DeletableCount,
+    FileVerdict,
+    RetentionPolicy,
+    RunKind,
+    StoreKey,
+    StoreProblem,
+)
 from state_runtime.maintenance.attempts import AttemptSweepReport, sweep_attempts
 from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.leases import leased
@@ -45,8 +55,9 @@ from state_runtime.units import size
 T = TypeVar("T")
 STORES_PER_CLAIM = 200
 CHUNK_FILES = 1000
-"""Files a chunk of stores is made of (about: a store is never split), what one worker
-claims, deletes and records at a time."""
+"""Files a chunk of stores is made of (about: a store is never split), and the most one
+claim takes: what one worker claims, deletes and records at a time (a store with more is
+worked through in claims of this many)."""
 DELETE_BATCH = 1000
 """Files per storage delete (one S3 ``DeleteObjects`` takes at most 1,000 keys), each batch
 recorded in the ledger as soon as it is deleted."""
@@ -79,8 +90,9 @@ class StoreTally:
 @dataclass
 class CleanupReport:
     """The plan (and the stores held back); when executed, also what was deleted, what
-    failed and what was busy. Counters cover everything; ``planned``, ``deleted``,
-    ``failed`` and the per-store rows keep the first :data:`SAMPLE` of each."""
+    failed and what was busy. Counters cover everything; ``planned`` (a dry run's),
+    ``deleted``, ``failed`` and the per-store rows keep the first :data:`SAMPLE` of each,
+    each row the first :data:`FILES_PER_STORE` files (planned, or when executed deleted)."""
 
     dry_run: bool
     policy: RetentionPolicy
@@ -100,34 +112,46 @@ class CleanupReport:
     reasons: Counter[str] = field(default_factory=Counter)
     stores: dict[StoreKey, StoreTally] = field(default_factory=dict)
 
-    def plan(self, verdicts: Iterable[FileVerdict]) -> None:
-        """Count ``verdicts`` into the plan."""
+    def plan(self, counts: Iterable[DeletableCount]) -> None:
+        """Count a page of the plan's figures (per store and verdict) into the plan."""
+        for count in counts:
+            self.planned_files += count.files
+            self.planned_bytes += count.size_bytes
+            self.reasons[count.verdict.value] += count.files
+            tally = self._tally(count.key)
+            if tally is not None:
+                tally.planned_files += count.files
+                tally.planned_bytes += count.size_bytes
+
+    def sample(self, verdicts: Iterable[FileVerdict]) -> None:
+        """Keep files of the plan in detail: the first :data:`SAMPLE`, and the first
+        :data:`FILES_PER_STORE` of each store with a row."""
         for v in verdicts:
-            self.planned_files += 1
-            self.planned_bytes += v.file.size_bytes
-            self.reasons[v.verdict.value] += 1
             if len(self.planned) < SAMPLE:
                 self.planned.append(v)
-            tally = self._tally(v.file.key)
-            if tally is not None:
-                tally.planned_files += 1
-                tally.planned_bytes += v.file.size_bytes
-                if len(tally.files) < FILES_PER_STORE:
-                    tally.files.append(f"{v.file.path}: {v.reason}")
+            self._name(v)
 
-    def done(self, deleted: Iterable[FileVerdict], failed: dict[str, str]) -> None:
-        """Count files deleted from storage (and recorded), and files that failed."""
-        for v in deleted:
-            self.deleted_files += 1
-            self.deleted_bytes += v.file.size_bytes
+    def done(self, cleaned: _Cleaned) -> None:
+        """Count what a chunk's worker deleted from storage (and recorded), and what failed."""
+        self.deleted_files += cleaned.deleted_files
+        self.deleted_bytes += cleaned.deleted_bytes
+        for v in cleaned.deleted:
             if len(self.deleted) < SAMPLE:
                 self.deleted.append(v)
-            tally = self.stores.get(v.file.key)
+            if not self.dry_run:
+                self._name(v)
+        for key, files in cleaned.per_store.items():
+            tally = self.stores.get(key)
             if tally is not None:
-                tally.deleted_files += 1
-        self.failed_files += len(failed)
-        for path, why in list(failed.items())[: max(0, SAMPLE - len(self.failed))]:
+                tally.deleted_files += files
+        self.failed_files += cleaned.failed_files
+        for path, why in list(cleaned.failed.items())[: max(0, SAMPLE - len(self.failed))]:
             self.failed[path] = why
+
+    def _name(self, v: FileVerdict) -> None:
+        tally = self.stores.get(v.file.key)
+        if tally is not None and len(tally.files) < FILES_PER_STORE:
+            tally.files.append(f"{v.file.path}: {v.reason}")
 
     def _tally(self, key: StoreKey) -> StoreTally | None:
         tally = self.stores.get(key)
@@ -222,28 +246,58 @@ def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _by_root(page: Sequence[FileVerdict]) -> dict[str, list[FileVerdict]]:
-    """A plan page's files by root."""
-    found: dict[str, list[FileVerdict]] = {}
-    for verdict in page:
-        found.setdefault(verdict.file.key.root, []).append(verdict)
-    return found
-
-
-def _chunks(page: Sequence[FileVerdict], files: int) -> Iterator[list[StoreKey]]:
-    """A plan page's stores in chunks of about ``files`` planned files (a store is never
-    split: its claim is one transaction) and at most :data:`STORES_PER_CLAIM` stores."""
-    counts = Counter(v.file.key for v in page)
+def _chunks(page: Sequence[DeletableCount], files: int) -> Iterator[list[StoreKey]]:
+    """A plan page's stores in chunks of fewer than ``files`` planned files, so that one
+    claim of ``files`` comes back short and takes them all (a store is never split: one with
+    more is a chunk of its own, worked through in claims), and at most
+    :data:`STORES_PER_CLAIM` stores."""
+    counts: Counter[StoreKey] = Counter()
+    for count in page:
+        counts[count.key] += count.files
     chunk: list[StoreKey] = []
     planned = 0
     for key in sorted(counts, key=str):
-        if chunk and (planned + counts[key] > files or len(chunk) >= STORES_PER_CLAIM):
+        if chunk and (planned + counts[key] >= files or len(chunk) >= STORES_PER_CLAIM):
             yield chunk
             chunk, planned = [], 0
         chunk.append(key)
         planned += counts[key]
     if chunk:
         yield chunk
+
+
+def count_pages(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    *,
+    only: Set[StoreKey] | None = None,
+    now: datetime | None = None,
+) -> Iterator[list[DeletableCount]]:
+    """The plan's figures (files and bytes per store and verdict), a page of stores at a
+    time (:meth:`~state_runtime.catalog.Catalog.deletable_counts`): no row per file."""
+    for root in fleet.query_roots(only):
+        for page in fleet.catalog.deletable_counts(policy.retention, root=root, now=now):
+            found = [c for c in page if fleet.in_scope(c.key, only)]
+            if found:
+                yield found
+
+
+def _sample(
+    fleet: Fleet, policy: MaintenancePolicy, report: CleanupReport, now: datetime | None
+) -> None:
+    """A dry run's files in detail: those of the stores with a row, oldest first (one
+    bounded read a store, never a store's whole backlog)."""
+    for key, tally in list(report.stores.items()):
+        if tally.planned_files:
+            report.sample(
+                fleet.catalog.deletable_files(
+                    policy.retention,
+                    root=key.root,
+                    store=key.store,
+                    now=now,
+                    limit=max(FILES_PER_STORE, SAMPLE - len(report.planned)),
+                )
+            )
 
 
 def plan_pages(
@@ -312,14 +366,16 @@ def cleanup_pass(
     attempts = sweep_attempts(fleet, policy, dry_run=dry_run, now=now)
     report = CleanupReport(dry_run, policy.retention, held_stores(fleet, wanted))
     report.attempts = attempts
-    folders = store_folders(fleet, wanted)
     leftovers_before = partial_write_cutoff(policy.retention, now or fleet.catalog.now())
     if dry_run:
-        for page in plan_pages(fleet, policy, only=wanted, now=now):
-            report.plan(page)
-        report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=True)
+        for counts in count_pages(fleet, policy, only=wanted, now=now):
+            report.plan(counts)
+        _sample(fleet, policy, report, now)
+        report.leftovers = sweep_leftovers(
+            fleet, store_folders(fleet, wanted), leftovers_before, dry_run=True
+        )
         return report
-    stores = sum(len(f) for f in folders.values())
+    stores = sum(len(page) for page in fleet.store_pages(wanted))
     with (
         recorded_run(
             fleet.catalog,
@@ -332,7 +388,7 @@ def cleanup_pass(
     ):
         report.run_id = run.run_id
         parts = _parts(fleet, policy, report, wanted, now, chunk_files)
-        work = partial(clean_parts, policy, run.run_id, now, delete_batch, workers)
+        work = partial(clean_parts, policy, run.run_id, now, delete_batch, chunk_files, workers)
         counted = 0
         if spread is None:
             done: Iterator[_Cleaned] = work(fleet, parts)
@@ -341,11 +397,13 @@ def cleanup_pass(
         with closing_items(done) as cleaned_parts:
             for cleaned in cleaned_parts:
                 report.busy += cleaned.busy
-                report.done(cleaned.deleted, cleaned.failed)
+                report.done(cleaned)
                 counted += cleaned.stores
                 advance(cleaned.stores)
         advance(stores - counted)  # the stores with nothing to delete
-        report.leftovers = sweep_leftovers(fleet, folders, leftovers_before, dry_run=False)
+        report.leftovers = sweep_leftovers(
+            fleet, store_folders(fleet, wanted), leftovers_before, dry_run=False
+        )
         run.counts = report.counts()
     return report
 
@@ -375,11 +433,14 @@ def _parts(
         keys = sorted((k for k in resumed if k.root == root), key=str)
         for part in _batches(keys, STORES_PER_CLAIM):
             yield root, part, 0
-    for page in plan_pages(fleet, policy, only=wanted, now=now):
+    for page in count_pages(fleet, policy, only=wanted, now=now):
         report.plan(page)
         # a page of the whole catalog (query_roots: [None]) spans roots; a claim is of one
-        for root, verdicts in _by_root(page).items():
-            for keys in _chunks(verdicts, chunk_files):
+        by_root: dict[str, list[DeletableCount]] = {}
+        for count in page:
+            by_root.setdefault(count.key.root, []).append(count)
+        for root, counts in by_root.items():
+            for keys in _chunks(counts, chunk_files):
                 yield root, keys, len(keys)
 
 
@@ -388,6 +449,7 @@ def clean_parts(
     run_id: int,
     now: datetime | None,
     delete_batch: int,
+    chunk_files: int,
     workers: int | None,
     fleet: Fleet,
     parts: Iterable[_Part],
@@ -401,21 +463,39 @@ def clean_parts(
 
     def clean(part: _Part) -> _Cleaned:
         root, keys, counted = part
-        return _clean_stores(fleet, policy, root, keys, run_id, now, delete_batch, counted)
+        return _clean_stores(
+            fleet, policy, root, keys, run_id, now, delete_batch, counted, chunk_files
+        )
 
     yield from map_bounded(clean, parts, worker_count(fleet.catalog, policy, workers), "cleanup")
 
 
 @dataclass
 class _Cleaned:
-    """What one chunk's worker did: files deleted (and recorded), files that failed, the
-    stores another run held."""
+    """What one chunk's worker did: files deleted (and recorded) and failed, counted, the
+    first :data:`SAMPLE` of each kept; the stores another run held."""
 
     deleted: list[FileVerdict] = field(default_factory=list)
+    deleted_files: int = 0
+    deleted_bytes: int = 0
+    per_store: Counter[StoreKey] = field(default_factory=Counter)
     failed: dict[str, str] = field(default_factory=dict)
+    failed_files: int = 0
     busy: list[StoreKey] = field(default_factory=list)
     stores: int = 0
     """The chunk's stores the progress counts."""
+
+    def add(self, batch: Sequence[FileVerdict], deleted: Set[str], failed: dict[str, str]) -> None:
+        for v in batch:
+            if v.file.path in deleted:
+                self.deleted_files += 1
+                self.deleted_bytes += v.file.size_bytes
+                self.per_store[v.file.key] += 1
+                if len(self.deleted) < SAMPLE:
+                    self.deleted.append(v)
+        self.failed_files += len(failed)
+        for path, why in list(failed.items())[: max(0, SAMPLE - len(self.failed))]:
+            self.failed[path] = why
 
 
 def _clean_stores(
@@ -427,24 +507,30 @@ def _clean_stores(
     now: datetime | None,
     delete_batch: int,
     counted: int,
+    claim_files: int,
 ) -> _Cleaned:
-    """Claim, delete and record the deletable files of ``keys`` whose leases are free; each
-    batch of ``delete_batch`` files is recorded as soon as storage deleted it (``counted``:
-    the chunk's stores the progress counts)."""
+    """Claim, delete and record the deletable files of ``keys`` whose leases are free, at
+    most ``claim_files`` a claim (a store's backlog of any size goes in bounded claims,
+    until a claim comes back short, or deletes nothing: what failed stays claimed for the
+    next run); each batch of ``delete_batch`` files is recorded as soon as storage deleted
+    it (``counted``: the chunk's stores the progress counts)."""
     catalog, storage = fleet.catalog, fleet.storage(root)
     cleaned = _Cleaned(stores=counted)
     with leased(catalog, keys, fleet.owner, policy.lease_ttl, run_id) as held:
         cleaned.busy += held.busy
         if not held.leases:
             return cleaned
-        claimed = catalog.claim_deletions(
-            run_id, policy.retention, root, [k.store for k in held.keys], now=now
-        )
-        for batch in _batches(claimed, delete_batch):
-            result = storage.delete([v.file.path for v in batch])
-            if result.deleted:
-                catalog.record_deletions(run_id, root, result.deleted)
-            done = set(result.deleted)
-            cleaned.deleted += [v for v in batch if v.file.path in done]
-            cleaned.failed |= result.failed
-    return cleaned
+        stores = [k.store for k in held.keys]
+        while True:
+            claimed = catalog.claim_deletions(
+                run_id, policy.retention, root, stores, limit=claim_files, now=now
+            )
+            deleted = 0
+            for batch in _batches(claimed, delete_batch):
+                result = storage.delete([v.file.path for v in batch])
+                if result.deleted:
+                    catalog.record_deletions(run_id, root, result.deleted)
+                deleted += len(result.deleted)
+                cleaned.add(batch, set(result.deleted), result.failed)
+            if len(claimed) < claim_files or not deleted:
+                return cleaned

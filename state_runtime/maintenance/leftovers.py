@@ -19,7 +19,7 @@ setting, covers S3, whose uploads carry no liveness.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +30,8 @@ from state_runtime.maintenance.fleet import Fleet
 from state_runtime.retention import RetentionPolicy
 from state_runtime.storage import PartialWrite
 
+Folders = tuple[str, Sequence[str]]
+"""A root and folders below it to sweep."""
 MIN_PARTIAL_WRITE_AGE = timedelta(hours=1)
 """No unfinished write younger than this is removed, whatever the retention settings."""
 
@@ -81,26 +83,29 @@ class LeftoverReport:
         return removed + failed
 
 
-def store_folders(fleet: Fleet, only: Collection[StoreKey] | None = None) -> dict[str, list[str]]:
-    """The folders of the stores in scope, by root."""
-    folders: dict[str, list[str]] = {}
-    for record in fleet.stores(only):
-        folders.setdefault(record.key.root, []).append(record.key.store.directory)
-    return folders
+def store_folders(fleet: Fleet, only: Set[StoreKey] | None = None) -> Iterator[Folders]:
+    """The folders of the stores in scope, a page of stores of one root at a time (never the
+    fleet's at once)."""
+    for page in fleet.store_pages(only):
+        by_root: dict[str, list[str]] = {}
+        for record in page:
+            by_root.setdefault(record.key.root, []).append(record.key.store.directory)
+        yield from by_root.items()
 
 
 def sweep_leftovers(
     fleet: Fleet,
-    folders: Mapping[str, Sequence[str]],
+    folders: Iterable[Folders],
     older_than: datetime,
     *,
     dry_run: bool,
 ) -> LeftoverReport:
-    """Find the unfinished writes below ``folders`` (root -> folders relative to it); with
-    ``dry_run`` is false remove those started before ``older_than`` (:func:`partial_write_cutoff`)
-    that no live writer holds (a dry run reports them in ``removed`` as what would go)."""
+    """Find the unfinished writes below ``folders`` ((root, folders relative to it), as
+    :func:`store_folders` pages them); with ``dry_run`` false remove those started before
+    ``older_than`` (:func:`partial_write_cutoff`) that no live writer holds (a dry run
+    reports them in ``removed`` as what would go)."""
     report = LeftoverReport(dry_run=dry_run)
-    for root, below in sorted(folders.items()):
+    for root, below in folders:
         if root in fleet.failed_roots:
             continue
         storage = fleet.storage(root)

@@ -173,7 +173,7 @@ def reconcile(
                 fleet.set_aside(root, exc)
         report.leftovers = sweep_leftovers(
             fleet,
-            {root: ["state"] for root in roots},
+            [(root, ["state"]) for root in roots],
             partial_write_cutoff(policy.retention, now),
             dry_run=dry_run,
         )

@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from state_runtime.catalog import Catalog
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.spread import Work
+from state_runtime.maintenance.workers import RESERVED_CONNECTIONS
 from state_runtime.runtime.spark_kind import default_parallelism
 
 Item = TypeVar("Item")
@@ -35,6 +36,11 @@ Result = TypeVar("Result")
 
 RESULT_BATCH = 256
 """Results a task sends back per Arrow batch."""
+TASK_WORKERS = 2
+"""Worker threads a Spark task runs by default: its catalog pool holds these plus
+:data:`~state_runtime.maintenance.workers.RESERVED_CONNECTIONS`, so a pass asking more is
+lowered to it (with a warning). Spark's parallelism is the slices; slices x workers
+connections are open at once, which PostgreSQL's ``max_connections`` must hold."""
 
 _RESULT = pa.schema([("result", pa.binary())])
 
@@ -47,6 +53,7 @@ class SparkSpread:
     spark: SparkSession
     catalog_url: str
     slices: int | None = None
+    task_workers: int = TASK_WORKERS
 
     def map(
         self,
@@ -60,7 +67,7 @@ class SparkSpread:
         rows = [(pickle.dumps(item),) for item in items]
         dealt = self.spark.createDataFrame(rows, "item binary").repartition(count)
         roots = None if fleet.roots is None else list(fleet.roots)
-        task = partial(_task, self.catalog_url, roots, fleet.owner, work)
+        task = partial(_task, self.catalog_url, self.task_workers, roots, fleet.owner, work)
         # toArrow runs every task at once (toLocalIterator would run them one by one) and
         # keeps the results as the compact pickled batches the tasks sent
         table = dealt.mapInArrow(task, "result binary").toArrow()
@@ -71,21 +78,28 @@ class SparkSpread:
 
 def _task(
     url: str,
+    workers: int,
     roots: list[str] | None,
     owner: str,
     work: Work[Item, Result],
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """One Spark task: its slice's work, with a catalog and storage of its own."""
+    """One Spark task: its slice's work, with a catalog (a pool for ``workers`` threads) and
+    storage of its own; the results sent back :data:`RESULT_BATCH` a batch."""
     items: list[Item] = [pickle.loads(v) for b in batches for v in b.column(0).to_pylist()]
     if not items:
         return
-    with Catalog.open(url) as catalog:
+    with Catalog.open(url, connections=workers + RESERVED_CONNECTIONS) as catalog:
         pending: list[bytes] = []
         for result in work(Fleet(catalog, roots=roots, owner=owner), items):
             pending.append(pickle.dumps(result))
             if len(pending) == RESULT_BATCH:
-                yield pa.RecordBatch.from_arrays([pa.array(pending, pa.binary())], schema=_RESULT)
+                yield _batch(pending)
                 pending = []
         if pending:
-            yield pa.RecordBatch.from_arrays([pa.array(pending, pa.binary())], schema=_RESULT)
+            yield _batch(pending)
+
+
+def _batch(results: list[bytes]) -> pa.RecordBatch:
+    """Pickled results as one Arrow batch of :data:`_RESULT`."""
+    return pa.RecordBatch.from_arrays([pa.array(results, pa.binary())], schema=_RESULT)

@@ -52,6 +52,7 @@ READS: dict[str, Read] = {
     "unconfirmed_snapshots": lambda c, s: c.unconfirmed_snapshots(POLICY, root=s.root, now=LATER),
     "deletable_files": lambda c, s: c.deletable_files(POLICY, root=s.root, store=STORE, now=LATER),
     "deletable_pages": lambda c, s: list(c.deletable_pages(POLICY, root=s.root, now=LATER)),
+    "deletable_counts": lambda c, s: list(c.deletable_counts(POLICY, root=s.root, now=LATER)),
     "retained_versions": lambda c, s: c.retained_versions(s.root, STORE),
     "retained_versions_of": lambda c, s: c.retained_versions_of(s.root, STORES),
     "explain": lambda c, s: c.explain(s.root, s.committed[STORE][-1].path, POLICY, now=LATER),

@@ -105,10 +105,16 @@ class StoreStream:
 
     def abandoned_attempt(self, store: StoreId) -> CheckpointInfo:
         """A task attempt that wrote and recorded a delta but lost: never committed."""
-        info, _ = self.write(store)
-        self.providers[store].drop_cache()
-        self.catalog.record_files(self.root, [info])
-        return info
+        return self.abandoned_attempts(store, 1)[0]
+
+    def abandoned_attempts(self, store: StoreId, count: int) -> list[CheckpointInfo]:
+        """``count`` such attempts at the store's next version, recorded in one call."""
+        infos = []
+        for _ in range(count):
+            infos.append(self.write(store)[0])
+            self.providers[store].drop_cache()
+        self.catalog.record_files(self.root, infos)
+        return infos
 
     def loaded(self, store: StoreId, version: int) -> dict[str, int]:
         """The rows of a committed version, loaded by a fresh provider from files."""

@@ -13,6 +13,7 @@ import pytest
 from state_runtime.catalog import Catalog
 from state_runtime.cli import main
 from state_runtime.maintenance import MaintenancePolicy
+from state_runtime.maintenance.spark import TASK_WORKERS
 from state_runtime.maintenance.workers import (
     RESERVED_CONNECTIONS,
     WORKERS_PER_CPU,
@@ -42,6 +43,17 @@ def test_a_count_beyond_the_pool_is_lowered_with_a_warning(
     [warning] = caplog.messages
     assert f"{allowed + 50} workers asked (--workers or STATE_MAINTENANCE_WORKERS)" in warning
     assert f"serves {allowed} at once ({catalog.pool_capacity} connections" in warning
+
+
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"], indirect=True)
+def test_a_spark_tasks_catalog_runs_two_workers_by_default(catalog: Catalog) -> None:
+    """A Spark task opens its catalog with a pool for :data:`TASK_WORKERS` threads: a pass
+    there defaults to them, and a larger ``workers`` is lowered to them."""
+    url = catalog.engine.url.render_as_string(hide_password=False)
+    with Catalog.open(url, connections=TASK_WORKERS + RESERVED_CONNECTIONS) as task:
+        assert task.pool_capacity == TASK_WORKERS + RESERVED_CONNECTIONS
+        assert worker_count(task, MaintenancePolicy()) == TASK_WORKERS
+        assert worker_count(task, MaintenancePolicy(workers=8)) == TASK_WORKERS
 
 
 def test_an_in_memory_catalog_is_worked_on_by_one_thread() -> None:

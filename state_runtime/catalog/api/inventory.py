@@ -20,8 +20,7 @@ from state_runtime.catalog.records import (
     Validated,
 )
 from state_runtime.catalog.schema.reading_views import ReaderViews
-from state_runtime.catalog.sql import batch_intents, findings, inventory, lookups
-from state_runtime.catalog.sql import retention as retention_sql
+from state_runtime.catalog.sql import batch_intents, findings, inventory, lookups, store_files
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import FileKind, StoreId
 from state_runtime.storage.root_rule import parse_root
@@ -75,7 +74,7 @@ class InventoryCalls(PagedCalls):
             found = lookups.store_ids(connection, views, root, [store])
             if store not in found:
                 return []
-            return retention_sql.live_files(connection, views, found[store])
+            return store_files.live_files(connection, views, found[store])
 
         return self._read("read store files", work)
 
@@ -87,7 +86,7 @@ class InventoryCalls(PagedCalls):
             found = lookups.store_ids(connection, views, root, [store])
             if store not in found:
                 return frozenset()
-            return retention_sql.idle_versions(connection, views, found[store])
+            return store_files.idle_versions(connection, views, found[store])
 
         return self._read("read idle versions", work)
 

@@ -9,6 +9,7 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.api.pages import PAGE_STORES, PagedCalls
 from state_runtime.catalog.records import (
+    DeletableCount,
     Deletion,
     Explanation,
     FileVerdict,
@@ -56,8 +57,10 @@ class RetentionCalls(PagedCalls):
         root: str | None = None,
         store: StoreId | None = None,
         now: datetime | None = None,
+        limit: int | None = None,
     ) -> list[FileVerdict]:
-        """What cleanup under ``policy`` would delete now, each with its reason (a dry run)."""
+        """What cleanup under ``policy`` would delete now, each with its reason (a dry run);
+        at most ``limit`` files, oldest versions first."""
         if store is not None and root is None:
             raise InvalidArgument("a store is identified within a root: pass root too")
 
@@ -68,11 +71,37 @@ class RetentionCalls(PagedCalls):
                 if store not in found:
                     return []
                 scope = Scope(store_ids=(found[store],))
-            return retention_sql.file_verdicts(
-                connection, views, policy, scope, now or self.now(), only_deletable=True
+            rows = retention_sql.verdict_rows(
+                connection,
+                views,
+                policy,
+                scope,
+                now or self.now(),
+                only_deletable=True,
+                limit=limit,
             )
+            return [verdict for _, verdict in rows]
 
         return self._read("find deletable files", work)
+
+    def deletable_counts(
+        self,
+        policy: RetentionPolicy,
+        *,
+        root: str | None = None,
+        now: datetime | None = None,
+        page_size: int = PAGE_STORES,
+    ) -> Iterator[list[DeletableCount]]:
+        """What cleanup would delete now, counted per store and verdict in SQL, ``page_size``
+        stores a page (as :meth:`deletable_pages`): the plan's figures, whatever a store's
+        backlog, in a few rows per store."""
+        at = now or self.now()
+        return self._pages(
+            "count deletable files",
+            root,
+            lambda c, v, scope: deletions.deletable_counts(c, v, policy, scope, at),
+            page_size,
+        )
 
     def deletable_pages(
         self,
@@ -148,9 +177,10 @@ class RetentionCalls(PagedCalls):
         now: datetime | None = None,
     ) -> list[FileVerdict]:
         """Mark the deletable files of ``root`` (or of the given stores) as being deleted by
-        ``run_id`` and return them, at most ``limit`` new ones (oldest versions first); files
-        an interrupted run had claimed come back too. Delete them from storage, then call
-        ``record_deletions``."""
+        ``run_id`` and return them, at most ``limit`` in all: first the files a run had claimed
+        and not recorded, then new ones (oldest versions first). Delete them from storage,
+        then call ``record_deletions``; claim again until a claim returns fewer than
+        ``limit``."""
         if limit is not None and limit < 1:
             raise InvalidArgument(f"limit must be at least 1, got {limit}")
         return self._run(

@@ -54,6 +54,7 @@ class CatalogBase:
         upgrade: bool | Literal["sqlite"] = False,
         retry: RetryPolicy | None = None,
         timeouts: CatalogTimeouts | None = None,
+        connections: int | None = None,
     ) -> Self:
         """Connect to the catalog at ``url`` (default: ``catalog_url()``) and check its schema.
 
@@ -64,9 +65,11 @@ class CatalogBase:
         and a missing SQLite file or an older schema raises CatalogSchemaOutdated naming the
         command that upgrades it. A schema newer than this code raises CatalogSchemaTooNew;
         a malformed URL InvalidCatalogUrl; an unreachable database CatalogUnavailable.
-        ``timeouts`` default to ``CatalogTimeouts.from_env()``.
+        ``timeouts`` default to ``CatalogTimeouts.from_env()``; ``connections`` bounds the
+        pool (default: :data:`~state_runtime.catalog.connection.engine.POOL_SIZE` plus its
+        overflow).
         """
-        engine = create_catalog_engine(url or catalog_url(), timeouts)
+        engine = create_catalog_engine(url or catalog_url(), timeouts, connections)
         policy = retry or RetryPolicy()
         try:
             if upgrade is True or (upgrade == "sqlite" and engine.dialect.name == "sqlite"):

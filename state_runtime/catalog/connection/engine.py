@@ -162,9 +162,12 @@ def sqlite_file(url: URL) -> Path | None:
     return Path(database)
 
 
-def create_catalog_engine(url: str, timeouts: CatalogTimeouts | None = None) -> Engine:
+def create_catalog_engine(
+    url: str, timeouts: CatalogTimeouts | None = None, connections: int | None = None
+) -> Engine:
     """An engine for ``url`` whose every wait is bounded by ``timeouts`` (default: from the
-    environment, see CatalogTimeouts).
+    environment, see CatalogTimeouts), and whose pool opens at most ``connections`` at once
+    (default ``POOL_SIZE + POOL_OVERFLOW``; a Spark task's catalog opens fewer).
 
     SQLite runs in WAL mode with foreign keys and ``BEGIN IMMEDIATE`` (a write transaction
     holds the database lock from its first statement). PostgreSQL goes through psycopg2 with
@@ -176,10 +179,16 @@ def create_catalog_engine(url: str, timeouts: CatalogTimeouts | None = None) -> 
     """
     parsed = parse_url(url)
     limits = timeouts or CatalogTimeouts.from_env()
+    size = min(POOL_SIZE, connections or POOL_SIZE)
+    pool: dict[str, Any] = {
+        "pool_size": size,
+        "max_overflow": POOL_OVERFLOW if connections is None else max(0, connections - size),
+        "pool_timeout": limits.pool.total_seconds(),
+    }
     try:
         if parsed.get_backend_name() == "sqlite":
-            return _sqlite_engine(parsed, limits)
-        return _postgres_engine(parsed, limits)
+            return _sqlite_engine(parsed, limits, pool)
+        return _postgres_engine(parsed, limits, pool)
     except ModuleNotFoundError as exc:  # the driver: psycopg2 comes with the postgres extra
         raise InvalidCatalogUrl(
             f"catalog URL {display_url(parsed)!r} needs {extra_hint('postgres', exc.name)}"
@@ -194,7 +203,7 @@ def _ms(value: timedelta) -> int:
     return int(value.total_seconds() * 1000)
 
 
-def _postgres_engine(url: URL, limits: CatalogTimeouts) -> Engine:
+def _postgres_engine(url: URL, limits: CatalogTimeouts, pool: dict[str, Any]) -> Engine:
     # Server-side limits travel in the startup packet (no extra round trip, no statement
     # outside the watchdog); the URL's own ``options`` come last and so win.
     server = (
@@ -210,9 +219,7 @@ def _postgres_engine(url: URL, limits: CatalogTimeouts) -> Engine:
     # the attempt is retried on a fresh one.
     engine = sa.create_engine(
         url,
-        pool_size=POOL_SIZE,
-        max_overflow=POOL_OVERFLOW,
-        pool_timeout=limits.pool.total_seconds(),
+        **pool,
         execution_options={
             ATTEMPT_TIMEOUT_OPTION: limits.attempt.total_seconds(),
             "compiled_cache": COMPILED,
@@ -239,16 +246,8 @@ def _watch_new_connection(dbapi_connection: Any, _record: Any) -> None:
     WATCHDOG.watch(dbapi_connection.fileno())
 
 
-def _sqlite_engine(url: URL, limits: CatalogTimeouts) -> Engine:
-    pooled: dict[str, Any] = (
-        {
-            "pool_size": POOL_SIZE,
-            "max_overflow": POOL_OVERFLOW,
-            "pool_timeout": limits.pool.total_seconds(),
-        }
-        if sqlite_file(url)
-        else {}
-    )
+def _sqlite_engine(url: URL, limits: CatalogTimeouts, pool: dict[str, Any]) -> Engine:
+    pooled = pool if sqlite_file(url) else {}
     engine = sa.create_engine(
         url,
         connect_args={"timeout": limits.lock.total_seconds(), "check_same_thread": False},
@@ -282,7 +281,7 @@ def pool_capacity(engine: Engine) -> int:
     for any other pool (an in-memory SQLite database is one connection per thread, each its
     own empty database, so it is worked on by one thread)."""
     if isinstance(engine.pool, sa.pool.QueuePool):
-        return POOL_SIZE + POOL_OVERFLOW
+        return engine.pool.size() + max(0, engine.pool._max_overflow)
     return 1
 
 

@@ -9,10 +9,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.records import (
-    Deletion,
-    FileVerdict,
-)
+from state_runtime.catalog.records import DeletableCount, Deletion, FileVerdict
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
@@ -21,7 +18,12 @@ from state_runtime.catalog.schema.tables import (
     stores,
 )
 from state_runtime.catalog.sql.lookups import files_at, lock_stores, mark_maintained, store_ids
-from state_runtime.catalog.sql.retention import Scope, verdict_rows, verified_snapshot_versions
+from state_runtime.catalog.sql.retention import (
+    Scope,
+    verdict_query,
+    verdict_rows,
+    verified_snapshot_versions,
+)
 from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_record, key_of
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
@@ -38,14 +40,17 @@ def claim_deletions(
     now: datetime,
     limit: int | None = None,
 ) -> list[FileVerdict]:
-    """Lock the stores, compute their deletable files and mark them 'deleting' for ``run_id``
-    (at most ``limit`` new claims, oldest versions first, so a run can work in slices).
+    """Lock the stores and claim for ``run_id`` at most ``limit`` of their files (every one
+    when None): first the files a run had claimed and not recorded as deleted (an
+    interrupted run's, or this run's on a retry), then deletable ones, oldest versions first,
+    marked 'deleting'. The limit is the SQL's (``LIMIT``), so a store with millions of
+    deletable files is worked through in bounded claims: claim, delete, record, again.
 
-    Files an interrupted run had claimed are handed out again: once claimed a file is never
-    needed again, because a commit refuses to name a claimed file. The caller deletes the
-    files from storage, then calls ``record_deletions``. A commit waiting on the same store
-    lock sees the claims, so cleanup never deletes a file a concurrent commit references; a
-    validation that opens a problem on the store waits too, so a held store is never claimed.
+    Once claimed a file is never needed again, because a commit refuses to name a claimed
+    file. The caller deletes the files from storage, then calls ``record_deletions``. A
+    commit waiting on the same store lock sees the claims, so cleanup never deletes a file a
+    concurrent commit references; a validation that opens a problem on the store waits too,
+    so a held store is never claimed.
     """
     s, f = stores.c, checkpoint_files.c
     if wanted is None:
@@ -56,11 +61,34 @@ def claim_deletions(
         ids = sorted(store_ids(connection, WRITE_LOOKUPS, root, wanted).values())
     claimed: list[FileVerdict] = []
     for part in chunks(ids):
+        if limit is not None and len(claimed) >= limit:
+            break
         lock_stores(connection, part)
-        scope = Scope(store_ids=tuple(part))
-        fresh = verdict_rows(connection, WRITE_LOOKUPS, policy, scope, now, only_deletable=True)
+        mark_maintained(connection, part, run_id)
+        earlier = (
+            sa.select(*FILE_COLUMNS)
+            .join(stores, s.store_id == f.store_id)
+            .where(f.state == FileState.DELETING.value, f.store_id.in_(part))
+            .order_by(f.store_id, f.version, f.file_id)
+        )
         if limit is not None:
-            fresh = fresh[: max(0, limit - sum(v.verdict.deletable for v in claimed))]
+            earlier = earlier.limit(limit - len(claimed))
+        resumed = connection.execute(earlier).all()
+        for some in chunks([row.file_id for row in resumed]):
+            connection.execute(
+                sa.update(checkpoint_files).where(f.file_id.in_(some)).values(claimed_by_run=run_id)
+            )
+        claimed += [
+            FileVerdict(file_record(row), Verdict.DELETING, str(row.state_reason), None)
+            for row in resumed
+        ]
+        room = None if limit is None else limit - len(claimed)
+        if room == 0:
+            break
+        scope = Scope(store_ids=tuple(part))
+        fresh = verdict_rows(
+            connection, WRITE_LOOKUPS, policy, scope, now, only_deletable=True, limit=room
+        )
         _expire(connection, fresh)
         by_reason: dict[str, list[int]] = {}
         for fid, verdict in fresh:
@@ -77,25 +105,37 @@ def claim_deletions(
                         claimed_by_run=run_id,
                     )
                 )
-        fresh_ids = {fid for fid, _ in fresh}
-        earlier = connection.execute(
-            sa.select(*FILE_COLUMNS)
-            .join(stores, s.store_id == f.store_id)
-            .where(f.state == FileState.DELETING.value, f.store_id.in_(part))
-            .order_by(f.store_id, f.version)
-        ).all()
-        resumed = [row for row in earlier if row.file_id not in fresh_ids]
-        for some in chunks([row.file_id for row in resumed]):
-            connection.execute(
-                sa.update(checkpoint_files).where(f.file_id.in_(some)).values(claimed_by_run=run_id)
-            )
-        mark_maintained(connection, part, run_id)
         claimed += [v for _, v in fresh]
-        claimed += [
-            FileVerdict(file_record(row), Verdict.DELETING, str(row.state_reason), None)
-            for row in resumed
-        ]
     return claimed
+
+
+def deletable_counts(
+    connection: Connection,
+    views: ReaderViews,
+    policy: RetentionPolicy,
+    scope: Scope,
+    now: datetime,
+) -> list[DeletableCount]:
+    """The deletable files of each store in ``scope``, counted and summed by verdict in SQL:
+    the plan's figures with a row per store and verdict, not per file."""
+    query, values = verdict_query(views, policy, scope, now, only_deletable=True)
+    v = query.order_by(None).subquery("deletable")
+    keys = (v.c.checkpoint_root, v.c.operator_id, v.c.partition_id, v.c.store_name)
+    rows = connection.execute(
+        sa.select(
+            *keys,
+            v.c.verdict,
+            sa.func.count().label("files"),
+            sa.func.sum(v.c.size_bytes).label("size_bytes"),
+        )
+        .group_by(v.c.store_id, *keys, v.c.verdict)
+        .order_by(v.c.store_id, v.c.verdict),
+        values,
+    )
+    return [
+        DeletableCount(key_of(row), Verdict(row.verdict), int(row.files), int(row.size_bytes))
+        for row in rows
+    ]
 
 
 def _expire(connection: Connection, claims: Sequence[tuple[int, FileVerdict]]) -> None:
@@ -167,19 +207,17 @@ def record_deletions(
     if not pending:
         return 0
     lock_stores(connection, {row.store_id for row in pending})
-    connection.execute(
-        sa.insert(deletion_ledger),
-        [
-            {
-                "file_id": row.file_id,
-                "run_id": run_id,
-                "reason": row.state_reason,
-                "deleted_at": now,
-            }
-            for row in pending
-        ],
-    )
+    at = sa.literal(now, deletion_ledger.c.deleted_at.type)
     for some in chunks([row.file_id for row in pending]):
+        # set-based: one INSERT ... SELECT and one UPDATE a chunk, the reason the claim's
+        connection.execute(
+            sa.insert(deletion_ledger).from_select(
+                ["file_id", "run_id", "reason", "deleted_at"],
+                sa.select(f.file_id, sa.literal(run_id, sa.BigInteger()), f.state_reason, at).where(
+                    f.file_id.in_(some)
+                ),
+            )
+        )
         connection.execute(
             sa.update(checkpoint_files)
             .where(f.file_id.in_(some))

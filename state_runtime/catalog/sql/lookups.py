@@ -191,7 +191,9 @@ def rows_at(
     files: sa.TableClause = checkpoint_files,
 ) -> list[tuple[str, AnyRow]]:
     """(path, row) for the files at the given (store id, version, path) triples. Per-column
-    IN lists on (store_id, version) let the checkpoint index serve; exact paths are kept."""
+    IN lists on (store_id, path) let the unique path index serve with exact probes (IN lists
+    on (store_id, version) read every file of a version: a store with a million orphans at
+    one version read them all per chunk); exact pairs are kept."""
     f = files.c
     found: list[tuple[str, AnyRow]] = []
     for part in chunks(sorted(wanted)):
@@ -201,7 +203,7 @@ def rows_at(
         rows = connection.execute(
             sa.select(f.path.label("located_path"), f.store_id.label("located_in"), *columns).where(
                 f.store_id.in_({sid for sid, _, _ in part}),
-                f.version.in_({version for _, version, _ in part}),
+                f.path.in_({path for _, _, path in part}),
             )
         )
         found += [(row[0], row) for row in rows if (row[1], row[0]) in pairs]

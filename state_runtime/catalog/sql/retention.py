@@ -396,10 +396,11 @@ def _verdict_query(
     shape: tuple[bool, bool, bool],
     only_deletable: bool,
     by_path: bool,
+    limited: bool,
 ) -> sa.Select[Any]:
-    """:func:`verdict_rows`' statement, built once per process and shape (building it costs
+    """:func:`verdict_query`'s statement, built once per process and shape (building it costs
     more than running it): the cutoffs, and the scope's root (``root``), store ids
-    (``store_ids``), page (``after``, ``through``) and ``path`` are bind parameters
+    (``store_ids``), page (``after``, ``through``), ``path`` and ``limit`` are bind parameters
     (:func:`_verdict_values`)."""
     by_root, by_ids, paged = shape
     ids = sa.BigInteger()
@@ -415,7 +416,8 @@ def _verdict_query(
     f = views.files.c
     if by_path:
         query = query.where(f.path == sa.bindparam("path", type_=f.path.type))
-    return query.order_by(f.version, f.store_id, f.kind, f.file_id)
+    query = query.order_by(f.version, f.store_id, f.kind, f.file_id)
+    return query.limit(sa.bindparam("limit", type_=sa.Integer())) if limited else query
 
 
 def _verdict_values(scope: Scope) -> tuple[tuple[bool, bool, bool], dict[str, Any]]:
@@ -432,6 +434,34 @@ def _verdict_values(scope: Scope) -> tuple[tuple[bool, bool, bool], dict[str, An
     return (scope.root is not None, scope.store_ids is not None, scope.ids is not None), values
 
 
+def verdict_query(
+    views: ReaderViews,
+    policy: RetentionPolicy,
+    scope: Scope,
+    now: datetime,
+    *,
+    only_deletable: bool,
+    path: str | None = None,
+    limit: int | None = None,
+) -> tuple[sa.Select[Any], dict[str, Any]]:
+    """The verdicts' statement (oldest versions first; at most ``limit`` rows) and its values."""
+    shape, values = _verdict_values(scope)
+    query = _verdict_query(
+        views,
+        policy.retain_versions,
+        shape,
+        only_deletable,
+        by_path=path is not None,
+        limited=limit is not None,
+    )
+    values |= PolicySql.cutoffs(policy, now)
+    if path is not None:
+        values["path"] = path
+    if limit is not None:
+        values["limit"] = limit
+    return query, values
+
+
 def verdict_rows(
     connection: Connection,
     views: ReaderViews,
@@ -441,14 +471,11 @@ def verdict_rows(
     *,
     only_deletable: bool,
     path: str | None = None,
+    limit: int | None = None,
 ) -> list[tuple[int, FileVerdict]]:
-    shape, values = _verdict_values(scope)
-    query = _verdict_query(
-        views, policy.retain_versions, shape, only_deletable, by_path=path is not None
+    query, values = verdict_query(
+        views, policy, scope, now, only_deletable=only_deletable, path=path, limit=limit
     )
-    values |= PolicySql.cutoffs(policy, now)
-    if path is not None:
-        values["path"] = path
     return [
         (row.file_id, _file_verdict(row, policy)) for row in connection.execute(query, values).all()
     ]
@@ -466,18 +493,6 @@ def file_verdicts(
     """The verdict on each live or claimed file in ``scope`` (or only the deletable ones)."""
     rows = verdict_rows(connection, views, policy, scope, now, only_deletable=only_deletable)
     return [verdict for _, verdict in rows]
-
-
-def live_files(connection: Connection, views: ReaderViews, store_id: int) -> list[FileRecord]:
-    """The live files of one store, oldest versions first."""
-    f = views.files.c
-    rows = connection.execute(
-        sa.select(*file_columns(views.files, views.stores))
-        .join(views.stores, views.stores.c.store_id == f.store_id)
-        .where(f.store_id == store_id, is_live(f))
-        .order_by(f.version, f.kind, f.file_id)
-    )
-    return [file_record(row) for row in rows]
 
 
 @functools.cache
@@ -548,18 +563,6 @@ def retained_versions(
         ref = CheckpointRef(entry.version, entry.checkpoint_id)
         result[store].append(RetainedVersion(StoreKey(root, store), ref, tuple(chain), complete))
     return result
-
-
-@functools.cache
-def _idle_query(views: ReaderViews) -> sa.Select[Any]:
-    c = views.commits.c
-    store_id = sa.bindparam("store_id", type_=sa.BigInteger())
-    return sa.select(c.version).where(c.store_id == store_id, c.file_id.is_(None))
-
-
-def idle_versions(connection: Connection, views: ReaderViews, store_id: int) -> frozenset[int]:
-    """The store's committed versions that changed nothing: their commits name no file."""
-    return frozenset(connection.execute(_idle_query(views), {"store_id": store_id}).scalars())
 
 
 def _chain(
