@@ -18,10 +18,11 @@ engines also the slowest state partition's task per batch (``max_task_ms`` of th
 batch metrics: the rest of a batch is outside the operator). ``--quick`` is a short run.
 
 The baseline ``ours-mgws`` runs the ``value`` workload's count on our older operator,
-``map_groups_with_state``, in the same run. Spark runs ``local[2,4]``: a task may be tried
-4 times, as on a cluster; under load a Python worker may miss Spark's fixed 10 s wait to
-connect back (``PythonWorkerFactory.createSimpleWorker`` in pyspark 4.3, no setting raises
-it), which then costs a retried task instead of the whole run.
+``map_groups_with_state``, in the same run. Spark runs ``local[2,4]``: a failed task is
+tried again, as on a cluster. Spark's fixed 10 s wait for a Python worker to connect back
+(``PythonWorkerFactory.createSimpleWorker``, pyspark 4.3) has no setting; the worker it
+starts on the driver for a processor's ``init`` (``PRE_INIT``) is no task and is not tried
+again: under heavy load Spark's engines may fail there (docs/transform-with-state.md).
 """
 
 from __future__ import annotations

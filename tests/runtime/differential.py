@@ -26,6 +26,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from hypothesis import strategies as st
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -60,6 +61,14 @@ Event = tuple[int, str | None, int | None, int]
 independent streams packed into one query where Spark's semantics allow it (no watermark)."""
 Rows = list[tuple[Any, ...]]
 TIMES: dict[str, float] = {"ours": 0.0, "spark": 0.0, "resume": 0.0}
+
+CONNECT_BACK = "Python worker failed to connect back"
+"""Spark's error when a Python worker it started misses its fixed 10 s wait to connect back
+(``PythonWorkerFactory.createSimpleWorker``, pyspark 4.3; no setting raises it): under load,
+e.g. the driver's worker that runs a ``transformWithState`` processor's ``init`` before the
+first batch of each run. Not a divergence: Spark's query is started again from its
+checkpoint (the failed batch was not committed)."""
+CONNECT_BACK_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -500,16 +509,23 @@ def run_spark(session: SparkSession, operator: Operator, folder: Path, outcome: 
     source = session.readStream.schema(EVENTS).option("maxFilesPerTrigger", 1)
     stream = outcome.stream
     plan, mode = operator.spark(operator.prepare(source.json(str(folder / "in")), stream), stream)
-    running = (
+    writer = (
         plan.writeStream.outputMode(mode)
         .foreachBatch(collect)
         .option("checkpointLocation", str(folder / "spark-ckpt"))
-        .start()
     )
     try:
-        running.processAllAvailable()
+        for attempt in range(1, CONNECT_BACK_ATTEMPTS + 1):
+            running = writer.start()
+            try:
+                running.processAllAvailable()
+                break
+            except StreamingQueryException as e:
+                if CONNECT_BACK not in str(e) or attempt == CONNECT_BACK_ATTEMPTS:
+                    raise
+            finally:
+                running.stop()
     finally:
-        running.stop()
         for path in spilled.glob("*.pickle"):
             outcome.theirs[int(path.stem)] = operator.rows(pickle.loads(path.read_bytes()))
         TIMES["spark"] += time.perf_counter() - started
