@@ -26,7 +26,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from hypothesis import strategies as st
-from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -66,8 +65,9 @@ CONNECT_BACK = "Python worker failed to connect back"
 """Spark's error when a Python worker it started misses its fixed 10 s wait to connect back
 (``PythonWorkerFactory.createSimpleWorker``, pyspark 4.3; no setting raises it): under load,
 e.g. the driver's worker that runs a ``transformWithState`` processor's ``init`` before the
-first batch of each run. Not a divergence: Spark's query is started again from its
-checkpoint (the failed batch was not committed)."""
+first batch of each run, or on Connect the server's ``foreachBatch`` worker at ``start()``.
+Not a divergence: Spark's query is started again from its checkpoint (the failed batch was
+not committed)."""
 CONNECT_BACK_ATTEMPTS = 3
 
 
@@ -516,15 +516,17 @@ def run_spark(session: SparkSession, operator: Operator, folder: Path, outcome: 
     )
     try:
         for attempt in range(1, CONNECT_BACK_ATTEMPTS + 1):
-            running = writer.start()
-            try:
+            running = None
+            try:  # on Connect, start() itself starts foreachBatch's worker on the server
+                running = writer.start()
                 running.processAllAvailable()
                 break
-            except StreamingQueryException as e:
+            except Exception as e:  # StreamingQueryException, or Connect's SparkException
                 if CONNECT_BACK not in str(e) or attempt == CONNECT_BACK_ATTEMPTS:
                     raise
             finally:
-                running.stop()
+                if running is not None:
+                    running.stop()
     finally:
         for path in spilled.glob("*.pickle"):
             outcome.theirs[int(path.stem)] = operator.rows(pickle.loads(path.read_bytes()))
