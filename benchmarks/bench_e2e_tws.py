@@ -13,8 +13,16 @@ then ``--batches`` files of ``--updates`` random keys; a file-source stream read
 micro-batch (``availableNow``) into a ``noop`` sink. Each engine (ours and Spark's, each in
 the pandas and the Row form) runs every workload in its own process (one JVM per engine).
 Per-batch latency is Spark's ``triggerExecution`` duration. Prints the first batch, median
-and p90 per engine and workload and the ratios (Spark / ours, in the same form).
-``--quick`` is a short run.
+and p90 per engine and workload and the ratios (Spark / ours, in the same form); for our
+engines also the slowest state partition's task per batch (``max_task_ms`` of the catalog's
+batch metrics: the rest of a batch is outside the operator). ``--quick`` is a short run.
+
+The baseline ``ours-mgws`` runs the ``value`` workload's count on our older operator,
+``map_groups_with_state``, in the same run. Spark runs ``local[2,4]``: a failed task is
+tried again, as on a cluster. Spark's fixed 10 s wait for a Python worker to connect back
+(``PythonWorkerFactory.createSimpleWorker``, pyspark 4.3) has no setting; the worker it
+starts on the driver for a processor's ``init`` (``PRE_INIT``) is no task and is not tried
+again: under heavy load Spark's engines may fail there (docs/transform-with-state.md).
 """
 
 from __future__ import annotations
@@ -37,7 +45,9 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-ENGINES = ("ours-pandas", "spark-pandas", "ours-row", "spark-row")
+ENGINES = ("ours-mgws", "ours-pandas", "spark-pandas", "ours-row", "spark-row")
+BASELINE = "ours-mgws"
+"""``map_groups_with_state``'s count: the ``value`` workload only."""
 WORKLOADS = ("value", "list", "timers")
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 OUTPUT = "k bigint, count bigint"
@@ -109,6 +119,13 @@ class Timers(_Form):
         return self.emit(int(key[0]), (self.count.get() or (0,))[0])
 
 
+def count(key: tuple[Any, ...], rows: list[tuple[Any, ...]], state: Any) -> list[tuple[Any, ...]]:
+    """``value`` on ``map_groups_with_state`` (the baseline): the key's row count so far."""
+    n = (state.get() or (0,))[0] + len(rows)
+    state.update((n,))
+    return [(key[0], n)]
+
+
 PROCESSORS: dict[str, tuple[type[_Form], str]] = {
     "value": (RunningCount, "None"),
     "list": (Appends, "None"),
@@ -132,15 +149,17 @@ def write_inputs(folder: Path, keys: int, batches: int, updates: int) -> None:
 
 def run_engine(
     engine: str, workloads: list[str], work: Path, partitions: int
-) -> dict[str, list[float]]:
-    """Each workload's per-batch seconds on ``engine``, one session for all."""
+) -> dict[str, dict[str, list[float]]]:
+    """Each workload's per-batch seconds on ``engine`` (``latencies``; for ours also
+    ``tasks``, the slowest task's seconds), one session for all."""
     from pyspark.sql import DataFrame
 
-    from state_runtime.runtime import StatefulQuery, transform_with_state
+    from state_runtime.catalog import Catalog
+    from state_runtime.runtime import StatefulQuery, map_groups_with_state, transform_with_state
     from state_runtime.runtime.spark_session import spark_session
 
     spark = spark_session(
-        "local[2]",
+        "local[2,4]",
         app_name=f"bench-tws-{engine}",
         extra={
             "spark.sql.shuffle.partitions": str(partitions),
@@ -150,17 +169,25 @@ def run_engine(
     pandas = engine.endswith("pandas")
     results = {}
     for workload in workloads:
+        if engine == BASELINE and workload != "value":
+            continue
         cls, time_mode = PROCESSORS[workload]
+        query = None
         source = (
             spark.readStream.schema("k bigint")
             .option("maxFilesPerTrigger", 1)
             .parquet(str(work / "in" / "f*"))
         )
-        if engine.startswith("ours"):
+        if engine == BASELINE:
+            op = map_groups_with_state(
+                0, ["k"], "k bigint", "count bigint", OUTPUT, count, partitions
+            )
+        elif engine.startswith("ours"):
             op = transform_with_state(
                 0, ["k"], "k bigint", cls(pandas), OUTPUT, partitions,
                 time_mode=time_mode, pandas=pandas,
             )  # fmt: skip
+        if engine.startswith("ours"):
             query = StatefulQuery(
                 workload,
                 str(work / f"state-{engine}-{workload}"),
@@ -188,7 +215,15 @@ def run_engine(
         stream.processAllAvailable()
         stream.stop()
         progress = [p for p in stream.recentProgress if p.numInputRows > 0]
-        results[workload] = [p.durationMs["triggerExecution"] / 1000 for p in progress]
+        results[workload] = {
+            "latencies": [p.durationMs["triggerExecution"] / 1000 for p in progress]
+        }
+        if query is not None:
+            with Catalog.open(query.catalog_url) as catalog:
+                recorded = catalog.batch_metrics(query.root, workload, limit=10_000)
+            query.catalog.close()
+            ordered = sorted(recorded, key=lambda m: m.batch_id)
+            results[workload]["tasks"] = [m.metrics.extra["max_task_ms"] / 1000 for m in ordered]
     spark.stop()
     return results
 
@@ -219,7 +254,7 @@ def main() -> None:
     if args.quick:
         args.keys, args.updates, args.batches = 10_000, 1_000, 4
     engines = args.engines.split(",")
-    runs: dict[str, dict[str, list[float]]] = {}
+    runs: dict[str, dict[str, dict[str, list[float]]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         write_inputs(work / "in", args.keys, args.batches, args.updates)
@@ -236,9 +271,13 @@ def main() -> None:
     print(f"{args.keys} keys, {args.updates} updates per batch, {args.batches} batches")
     print(f"{'workload':<10}{'engine':<16}{'first s':>10}{'median s':>10}{'p90 s':>10}")
     for workload in workloads:
-        figures = {e: _figures(runs[e][workload]) for e in engines}
+        ran = [e for e in engines if workload in runs[e]]
+        figures = {e: _figures(runs[e][workload]["latencies"]) for e in ran}
         for engine, (first, median, p90) in figures.items():
             print(f"{workload:<10}{engine:<16}{first:>10.2f}{median:>10.2f}{p90:>10.2f}")
+            if "tasks" in runs[engine][workload]:
+                first, median, p90 = _figures(runs[engine][workload]["tasks"])
+                print(f"{'':<10}{'  slowest task':<16}{first:>10.2f}{median:>10.2f}{p90:>10.2f}")
         for form in ("pandas", "row"):
             ours, theirs = figures.get(f"ours-{form}"), figures.get(f"spark-{form}")
             if ours and theirs:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from state_runtime.catalog import Catalog
 from state_runtime.errors import InvalidArgument
 from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.runtime.watermark import (
@@ -26,6 +25,9 @@ from state_runtime.runtime.watermark import (
     drop_late,
     max_event_ms,
 )
+
+if TYPE_CHECKING:  # the driver's side alone: tasks never import the catalog (SQLAlchemy)
+    from state_runtime.catalog import Catalog
 
 
 class EventTimeFigures(Protocol):

@@ -61,6 +61,15 @@ independent streams packed into one query where Spark's semantics allow it (no w
 Rows = list[tuple[Any, ...]]
 TIMES: dict[str, float] = {"ours": 0.0, "spark": 0.0, "resume": 0.0}
 
+CONNECT_BACK = "Python worker failed to connect back"
+"""Spark's error when a Python worker it started misses its fixed 10 s wait to connect back
+(``PythonWorkerFactory.createSimpleWorker``, pyspark 4.3; no setting raises it): under load,
+e.g. the driver's worker that runs a ``transformWithState`` processor's ``init`` before the
+first batch of each run, or on Connect the server's ``foreachBatch`` worker at ``start()``.
+Not a divergence: Spark's query is started again from its checkpoint (the failed batch was
+not committed)."""
+CONNECT_BACK_ATTEMPTS = 3
+
 
 @dataclass(frozen=True)
 class Stream:
@@ -500,16 +509,25 @@ def run_spark(session: SparkSession, operator: Operator, folder: Path, outcome: 
     source = session.readStream.schema(EVENTS).option("maxFilesPerTrigger", 1)
     stream = outcome.stream
     plan, mode = operator.spark(operator.prepare(source.json(str(folder / "in")), stream), stream)
-    running = (
+    writer = (
         plan.writeStream.outputMode(mode)
         .foreachBatch(collect)
         .option("checkpointLocation", str(folder / "spark-ckpt"))
-        .start()
     )
     try:
-        running.processAllAvailable()
+        for attempt in range(1, CONNECT_BACK_ATTEMPTS + 1):
+            running = None
+            try:  # on Connect, start() itself starts foreachBatch's worker on the server
+                running = writer.start()
+                running.processAllAvailable()
+                break
+            except Exception as e:  # StreamingQueryException, or Connect's SparkException
+                if CONNECT_BACK not in str(e) or attempt == CONNECT_BACK_ATTEMPTS:
+                    raise
+            finally:
+                if running is not None:
+                    running.stop()
     finally:
-        running.stop()
         for path in spilled.glob("*.pickle"):
             outcome.theirs[int(path.stem)] = operator.rows(pickle.loads(path.read_bytes()))
         TIMES["spark"] += time.perf_counter() - started

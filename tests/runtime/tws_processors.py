@@ -261,6 +261,8 @@ class Evolving(StatefulProcessor):
       new variable ``last`` (value) appears;
     - ``v3``: the count's ``note`` is dropped, the list ``seen`` is no longer declared;
     - ``v4``: as v3, and ``init`` deletes ``seen`` (``deleteIfExists``, undeclared);
+    - ``v5``: ``seen`` declared again after ``v4`` deleted it, and ``last`` deleted and
+      declared again by every ``init`` (each batch reads it empty);
     - ``retyped``: the count's ``n`` becomes a string: refused before any batch runs.
 
     The output shows what each key read: the count, its note, the list's length (-1 without
@@ -277,9 +279,12 @@ class Evolving(StatefulProcessor):
         stage = self.stage
         if stage == "v4":
             handle.deleteIfExists("seen")
+        if stage == "v5":
+            handle.deleteIfExists("last")
         self.fields = {"v2": "n bigint, note string", "retyped": "n string"}.get(stage, "n bigint")
         self.count = handle.getValueState("count", self.fields)
-        self.seen = handle.getListState("seen", "amount bigint") if stage in ("v1", "v2") else None
+        declares_seen = stage in ("v1", "v2", "v5")
+        self.seen = handle.getListState("seen", "amount bigint") if declares_seen else None
         self.last = handle.getValueState("last", "amount bigint") if stage != "v1" else None
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:

@@ -19,7 +19,6 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -141,6 +140,8 @@ class _Form:
         (timestamps as Spark gives them: naive wall-clock times of the session zone); the
         table is converted once, each call slices it."""
         if self.pandas:
+            import pandas as pd  # the pandas form's workers alone pay for importing pandas
+
             frame = table.to_pandas()
             for field in table.schema:
                 if pa.types.is_timestamp(field.type):
@@ -189,6 +190,8 @@ class _Form:
             return schema.empty_table()
         if not self.pandas:
             return _row_table(produced, self.output, schema, zone)
+        import pandas as pd
+
         frame = pd.concat(produced, ignore_index=True) if len(produced) > 1 else produced[0]
         return pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
 
