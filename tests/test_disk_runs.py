@@ -13,10 +13,12 @@ import pytest
 from state_runtime import StateStoreProvider
 from state_runtime.errors import LocalDiskFull
 from state_runtime.storage import LocalStorage
+from state_runtime.store.cache import CACHE, set_budget
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, merge, spilled, written
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run
+from state_runtime.store.versions import MEMO_FRACTION
 
 from .store_helpers import forced_disk, local_tmpfs
 
@@ -261,3 +263,52 @@ def test_a_commit_counts_rows_from_its_batch_lookup_without_reading_blocks_again
         assert sum(1 for _ in fresh.items()) == expected
         looked_again = reads.block_cache_hits + reads.block_cache_misses
         assert (looked_again > 0) == changed_first
+
+
+@pytest.mark.parametrize("ending", ["commit", "abort"])
+def test_the_lookup_memo_stays_within_its_cap_and_is_dropped_at_commit_or_abort(
+    tmp_path: Path, ending: str
+) -> None:
+    """Ten read-modify-write lookups under a 256 KiB budget: the memo keeps what fits its cap
+    (1/MEMO_FRACTION of the budget) and no more; the commit looks the rest up in the version
+    (reading blocks on disk), so its row count and rows are those of a store with no cap. The
+    memo is gone after the commit or the abort, and a later lookup adds nothing."""
+    saved = CACHE.budget
+    set_budget(256 << 10)
+    try:
+        with forced_disk(block_bytes=1024):
+            provider, info = _count_store(tmp_path, 5000)
+            store = provider.get_store(info.version, info.checkpoint_id)
+            cap = (256 << 10) // MEMO_FRACTION
+            batches = [np.arange(i * 500, i * 500 + 300) for i in range(10)]
+            batches[-1] = np.arange(4800, 5100)  # 100 new keys
+            for keys in batches:
+                key_array = pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY))
+                old = store.lookup(key_array).field("v").to_numpy(zero_copy_only=False)
+                assert np.isnan(old).sum() == int((keys >= 5000).sum())
+                assert 0 < store._looked_up.nbytes <= cap
+            kept = len(store._looked_up.runs)
+            assert 0 < kept < len(batches)  # the cap was reached
+            looked_up = np.concatenate(batches)
+            if ending == "abort":
+                store.abort()
+            else:
+                store.apply_arrow(_table(looked_up, looked_up + 1))
+                for k in looked_up[:50]:
+                    store.remove(int(k))
+                before = LOCAL_DISK.snapshot()
+                info = store.commit()
+                reads = LOCAL_DISK.activity_since(before)
+                assert reads.block_cache_hits + reads.block_cache_misses > 0  # past the cap
+                expected = {k: k for k in range(5000)}
+                expected.update({int(k): int(k) + 1 for k in looked_up})
+                for k in looked_up[:50]:
+                    del expected[int(k)]
+                assert len(store) == info.rows == len(expected) == 5000 + 100 - 50
+                fresh = provider.get_read_store(info.version, info.checkpoint_id)
+                assert dict(fresh.items()) == {(k,): (v,) for k, v in expected.items()}
+            assert store._looked_up.runs == [] and store._looked_up.nbytes == 0
+            store.lookup(pa.StructArray.from_arrays([pa.array([1, 2])], fields=list(KEY)))
+            assert store._looked_up.runs == []
+    finally:
+        set_budget(saved)

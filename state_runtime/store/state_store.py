@@ -50,14 +50,7 @@ from state_runtime.store.sorted_runs import Run, concat
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.store_metrics import LoadMetrics, StoreMetrics
 from state_runtime.store.streamed_writer import write_delta
-from state_runtime.store.versions import (
-    LookupMemo,
-    Version,
-    get,
-    live_blocks,
-    lookup,
-    row_change,
-)
+from state_runtime.store.versions import LookupMemo, Version, get, live_blocks, lookup, row_change
 from state_runtime.store.writer import CheckpointTarget, record_unchanged
 
 
@@ -536,7 +529,7 @@ class StateStore(ReadStateStore):
         lineage = host.lineage_for_child(base)
         try:
             changes = self._changes()
-            rows = base.rows + row_change(self._indexer, self._looked_up.above(base), changes)
+            rows = base.rows + self._looked_up.row_change(base, changes)
             if not len(changes) and base.ref.version >= 1:
                 # Nothing changed: the version keeps its parent's id and writes no file.
                 info = record_unchanged(host.checkpoints, base.ref, lineage, rows)
@@ -593,6 +586,7 @@ class StateStore(ReadStateStore):
 
     def abort(self) -> None:
         """Discard this version's updates; no file is written. Idempotent after commit/abort."""
+        self._looked_up.drop()  # also after a failed commit (aborted already)
         if self._status is _State.OPEN:
             self._puts = _Changes()
             self._pending.clear()

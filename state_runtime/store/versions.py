@@ -129,29 +129,48 @@ def row_change(indexer: KeyIndexer, runs: Sequence[AnyRun], changes: AnyRun) -> 
     return change
 
 
+MEMO_FRACTION = 8
+"""A writable store's :class:`LookupMemo` holds at most 1/MEMO_FRACTION of the budget."""
+
+
 class LookupMemo:
     """What a writable store's batch lookups found in its version (absent keys as removals),
     as runs to put above the version's own: its commit counts the rows its changes add or
     remove by looking them up (:func:`row_change`), and the keys it looked up before (a
     read-modify-write batch: all of them) are answered here instead of by the version's runs
-    again, which on disk means reading their blocks a second time. At most the memory budget
-    in all, for the store's lifetime."""
+    again, which on disk means reading their blocks a second time. At most
+    1/:data:`MEMO_FRACTION` of the memory budget (a lookup past it is not remembered: its
+    keys are looked up in the version again, same count), and only until the commit has
+    counted its rows or the store is aborted (:meth:`drop`)."""
 
     def __init__(self, indexer: KeyIndexer) -> None:
         self._indexer = indexer
         self.runs: list[Run] = []
-        self._bytes = 0
+        self.nbytes = 0
+        self._open = True
 
     def add(self, keys: pa.StructArray, values: pa.StructArray) -> None:
-        """Remember that the version holds ``values`` (null: absent) for ``keys``."""
+        """Remember that the version holds ``values`` (null: absent) for ``keys``, if the
+        memo is still open and they fit its cap."""
+        cap = LOCAL_DISK.budget() // MEMO_FRACTION
+        if not self._open or self.nbytes + keys.nbytes + values.nbytes > cap:
+            return  # not even the columns fit: skip building their run
         run, _ = Run.build(self._indexer, keys, values)
-        if self._bytes + run.nbytes <= LOCAL_DISK.budget():
+        if self.nbytes + run.nbytes <= cap:
             self.runs.append(run)
-            self._bytes += run.nbytes
+            self.nbytes += run.nbytes
 
-    def above(self, version: Version) -> tuple[AnyRun, ...]:
-        """These runs above ``version``'s (the one they were looked up in)."""
-        return (*self.runs, *version.runs)
+    def row_change(self, version: Version, changes: AnyRun) -> int:
+        """:func:`row_change` of ``changes`` on ``version`` (the version looked up), answered
+        here first; the memo is dropped afterwards, as nothing asks it again."""
+        try:
+            return row_change(self._indexer, (*self.runs, *version.runs), changes)
+        finally:
+            self.drop()
+
+    def drop(self) -> None:
+        """Forget every answer and remember no more (the store committed or aborted)."""
+        self.runs, self.nbytes, self._open = [], 0, False
 
 
 @dataclass(frozen=True, eq=False)
