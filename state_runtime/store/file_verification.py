@@ -52,10 +52,11 @@ def verify_bytes(
     A format 3 delta's checksum covers every byte, so once it matches the recorded one the
     bytes are those recorded, whose rows parsed when they were recorded (the writer encoded
     them; reconcile parses a file before it records it: ``rows``): its envelope, header and
-    identity are verified, its rows parsed again only given ``rows`` (and a ``schemas`` that
-    knows the schema it names). Parsing the rows is most of a tiny file's cost (0.6 of 0.7
-    ms), and validation reads every new delta. Older formats are decoded whole: their
-    checksum is the digest their envelope claims, which only decoding checks."""
+    identity are verified, its rows parsed again only given ``rows`` (then a schema that
+    ``schemas`` does not know is a problem: the rows cannot be parsed). Parsing the rows is
+    most of a tiny file's cost (0.6 of 0.7 ms), and validation reads every new delta. Older
+    formats are decoded whole: their checksum is the digest their envelope claims, which only
+    decoding checks."""
     if len(data) != expected.size:
         return f"size is {len(data)} bytes, the catalog recorded {expected.size}"
     if checksum(data) != expected.checksum:
@@ -65,7 +66,7 @@ def verify_bytes(
         if checksum_covers_file(data) and not rows:  # as recorded: the header suffices
             header, table = read_header(data, expected.path, expected.store, expected.ref), None
         else:
-            header, table = _decoded(data, expected, schemas)
+            header, table = _decoded(data, expected, schemas, rows)
         check_identity(header, expected.store, expected.ref, expected.kind, expected.path)
     except CannotLoadState as exc:
         return exc.reason
@@ -86,12 +87,21 @@ def verify_bytes(
 
 
 def _decoded(
-    data: bytes, expected: Expected, schemas: SchemaLookup | None
+    data: bytes, expected: Expected, schemas: SchemaLookup | None, rows: bool
 ) -> tuple[FileHeader, pa.Table | None]:
-    """The file's header and rows; a format 3 delta whose schema is not at hand: its header."""
+    """The file's header and rows; a format 3 delta whose schema is not at hand: its header,
+    unless its ``rows`` must be parsed (CannotLoadState: they cannot be)."""
     try:
         return decode(data, expected.path, expected.store, expected.ref, schemas)
-    except SchemaMismatch:
+    except SchemaMismatch as exc:
+        if rows:
+            raise CannotLoadState(
+                f"rows cannot be parsed: {exc.reason}",
+                store=expected.store,
+                path=expected.path,
+                version=expected.ref.version,
+                checkpoint_id=expected.ref.checkpoint_id,
+            ) from exc
         return read_header(data, expected.path, expected.store, expected.ref), None
 
 

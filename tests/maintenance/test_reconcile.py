@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from state_runtime import StateStoreProvider
 from state_runtime.catalog import Verdict
 from state_runtime.maintenance import MaintenancePolicy, cleanup_pass, reconcile
+from state_runtime.storage import LocalStorage
 from tests.maintenance.streams import StoreStream
 from tests.maintenance.test_snapshots import fleet_on
 
@@ -48,3 +50,35 @@ def test_untracked_files_are_recorded_and_then_cleaned(
     verdicts = {v.file.path: v.verdict for v in plan.planned}
     assert verdicts[lost.path] is Verdict.DELETABLE_ORPHAN
     assert foreign.exists() and garbage.exists()
+
+
+def test_a_delta_whose_schema_is_not_published_is_unreadable_not_recorded(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """A delta written under a schema this root's schemas/ folder does not hold (its writer
+    published it elsewhere, or not yet): reconcile cannot parse its rows, so it reports the
+    file as unreadable, naming the schema, and does not record it."""
+    stream = make_stream()
+    stream.run(2)
+    store = stream.stores[0]
+    elsewhere = LocalStorage(stream.storage.root.parent / "elsewhere")
+    writer = StateStoreProvider(
+        elsewhere,
+        store.operator_id,
+        store.partition_id,
+        store.store_name,
+        key_schema="user string",
+        value_schema="count bigint, note string",
+    )
+    handle = writer.get_store(0)
+    handle.put(("user1",), (1, "x"))
+    written = handle.commit()
+    assert written.path.endswith(".delta")
+    copied = stream.storage.root / written.path
+    copied.write_bytes((elsewhere.root / written.path).read_bytes())
+
+    report = reconcile(fleet_on(stream), POLICY, min_age=timedelta(0))
+    assert written.path in report.untracked and written.path not in report.recorded
+    reason = report.unreadable[written.path]
+    assert "rows cannot be parsed" in reason and "schema" in reason
+    assert written.path not in fleet_on(stream).catalog.known_paths(stream.root)
