@@ -28,14 +28,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from state_runtime.catalog import CommitEntry, FileRecord, RunKind, StoreKey
+from state_runtime.catalog import CommitEntry, FileRecord, FileState, RunKind, StoreKey
 from state_runtime.errors import InvalidArgument, MaintenanceRefused
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.runs import recorded_run
-from state_runtime.retention import StoreFile, Verification, intact, loading_files
+from state_runtime.retention import StoreFile, Verification, base_version, intact, loading_files
 from state_runtime.store.file_verification import MISSING, verify_file
 
 SPARK_LOGS = ("offsets", "commits")
@@ -300,10 +300,10 @@ def _committed_with(
 
 
 def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified) -> str | None:
-    files = checked.store_files(fleet, key)
-    facts = [_judged_now(fleet, key.root, f, checked) for f in files]
     if ref.version == 0:
         return None
+    files = checked.store_files(fleet, key)
+    facts = _judged_now(fleet, key.root, files, ref.version, checked)
     if not intact(facts, ref.version, fleet.catalog.idle_versions(key.root, key.store)):
         return (
             f"the catalog has no complete chain of files for version {ref.version} of store "
@@ -322,20 +322,40 @@ def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified)
     return None
 
 
-def _judged_now(fleet: Fleet, root: str, record: FileRecord, checked: Verified) -> StoreFile:
-    """A file's facts with a failed verification judged again: the plan reads every file of
-    the chain itself, so a file that failed a past validation and is intact now (put back
-    from a backup, or read wrong once) does not refuse the restore until the next validation.
-    A delta is read below with the rest of the chain; a snapshot is read here, and is a base
-    again if it reads intact (else it stays failed: no base)."""
-    fact = record.facts()
-    if fact.verification is not Verification.FAILED:
-        return fact
-    if fact.kind is FileKind.DELTA:
-        return replace(fact, verification=Verification.UNVERIFIED)
-    if checked.problem(fleet, root, record) is None:
-        return replace(fact, verification=Verification.VERIFIED)
-    return fact
+def _judged_now(
+    fleet: Fleet, root: str, files: Sequence[FileRecord], version: int, checked: Verified
+) -> list[StoreFile]:
+    """The files' facts with the failed verifications that matter for loading ``version``
+    judged again: the plan reads every file of the chain itself, so a file that failed a past
+    validation and is intact now (put back from a backup, or read wrong once) does not refuse
+    the restore until the next validation. A failed delta is read below with the rest of the
+    chain. A failed snapshot that could be the base (committed, at or below ``version``,
+    above the newest verified one) is read here, newest first, and the first that reads
+    intact is a base again; the others stay failed unread (no base, or below the base)."""
+    facts = [record.facts() for record in files]
+    floor = base_version(facts, version)
+    candidates = sorted(
+        (
+            i
+            for i, f in enumerate(facts)
+            if f.kind is FileKind.SNAPSHOT
+            and f.state is FileState.COMMITTED
+            and f.verification is Verification.FAILED
+            and floor < f.version <= version
+        ),
+        key=lambda i: facts[i].version,
+        reverse=True,
+    )
+    for i in candidates:
+        if checked.problem(fleet, root, files[i]) is None:
+            facts[i] = replace(facts[i], verification=Verification.VERIFIED)
+            break
+    return [
+        replace(f, verification=Verification.UNVERIFIED)
+        if f.kind is FileKind.DELTA and f.verification is Verification.FAILED
+        else f
+        for f in facts
+    ]
 
 
 def newest_intact_batch(

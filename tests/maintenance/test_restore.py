@@ -29,6 +29,7 @@ from state_runtime.maintenance import (
     store_reports,
 )
 from state_runtime.retention import RetentionPolicy
+from state_runtime.storage import LocalStorage
 from tests.maintenance.streams import StoreStream
 
 LOST = StoreId(0, 1)
@@ -294,3 +295,51 @@ def test_a_delta_intact_again_after_a_failed_validation_is_restored(stream: Stor
     restore_query(fleet, plan, MaintenancePolicy.from_env(preset="demo"))
     rewind_model(stream, 6)
     assert_state_matches_model(stream)
+
+
+class ReadLog(LocalStorage):
+    """A local root that notes every path read."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(str(root))
+        self.read_paths: list[str] = []
+
+    def read(self, path: str) -> bytes:
+        self.read_paths.append(path)
+        return super().read(path)
+
+
+def test_a_plan_reads_only_the_failed_snapshots_that_could_be_its_base(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """Snapshots at versions 3 and 6, the one at 3 corrupted by hand and failed by validation:
+    planning batch 6 (version 7, based on the verified 6) does not read it; planning batch 3
+    (version 4) reads it, and not the snapshot at 6, above the version."""
+    stream = make_stream()
+    policy = MaintenancePolicy(snapshot_min_deltas=3)
+    for _ in range(2):
+        stream.run(3)
+        assert snapshot_pass(Fleet(stream.catalog, owner="tests"), policy).outcomes
+    stream.run(2)
+    snaps = {
+        f.version: f.path
+        for f in stream.catalog.store_files(stream.root, LOST)
+        if f.path.endswith(".snapshot")
+    }
+    assert sorted(snaps) == [3, 6]
+    damaged = stream.storage.root / snaps[3]
+    damaged.write_bytes(damaged.read_bytes()[:-10])
+    checks = MaintenancePolicy(
+        retention=RetentionPolicy(retain_versions=8),
+        verify_sample_percent=100,
+        min_window=timedelta(0),
+    )
+    assert not run_checks(Fleet(stream.catalog, owner="tests"), checks).ok
+
+    log = ReadLog(stream.storage.root)
+    fleet = Fleet(stream.catalog, open_storage=lambda root: log, owner="tests")
+    plan_restore(fleet, stream.root, stream.query, 6, spark_checkpoint="")
+    assert snaps[3] not in log.read_paths
+    log.read_paths.clear()
+    plan_restore(fleet, stream.root, stream.query, 3, spark_checkpoint="")
+    assert snaps[3] in log.read_paths and snaps[6] not in log.read_paths
