@@ -1,12 +1,15 @@
 """Per-store maintenance leases held around a block: what was taken, what another run holds.
 
-Leases for many stores are taken (and given back) in one catalog call each
+Leases for many stores are taken, renewed and given back in one catalog call each
 (:meth:`Catalog.acquire_leases <state_runtime.catalog.Catalog.acquire_leases>`), so a pass over
-thousands of stores does not pay a round trip and a commit per store.
+thousands of stores does not pay a round trip and a commit per store. A block that works on
+its stores one after another may outlast the leases' time to live: it calls
+:meth:`Held.renew` between stores, so that no other run takes a store it still works on.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,14 +20,33 @@ from state_runtime.catalog import Catalog, Lease, StoreKey
 
 @dataclass
 class Held:
-    """Stores whose leases this run holds, and stores another run holds."""
+    """Stores whose leases this run holds, stores another run holds, and stores whose lease
+    this run lost (it ran out before a renewal and another run took it)."""
 
+    catalog: Catalog
+    ttl: timedelta
     leases: list[Lease] = field(default_factory=list)
     busy: list[StoreKey] = field(default_factory=list)
+    lost: list[StoreKey] = field(default_factory=list)
+    renewed_at: float = field(default_factory=time.monotonic)
+    """When (``time.monotonic``) the leases were taken or last renewed."""
 
     @property
     def keys(self) -> list[StoreKey]:
         return [lease.key for lease in self.leases]
+
+    def renew(self) -> None:
+        """Extend the held leases by their time to live (one transaction) once a third of it
+        has passed since they were taken or last renewed (more often costs commits, less
+        risks a slow store outrunning them). A lease lost meanwhile (it ran out and another
+        run took it) moves from ``leases`` to ``lost``: the caller stops working on its store."""
+        started = time.monotonic()
+        if not self.leases or started - self.renewed_at < self.ttl.total_seconds() / 3:
+            return
+        renewed = self.catalog.renew_leases(self.leases, self.ttl)
+        self.renewed_at = started  # each expiry is at least ``ttl`` past this
+        self.lost += [old.key for old, new in zip(self.leases, renewed, strict=True) if new is None]
+        self.leases = [new for new in renewed if new is not None]
 
 
 @contextmanager
@@ -33,7 +55,7 @@ def leased(
 ) -> Iterator[Held]:
     """Take every free lease among ``keys`` for the block; skip (and report) the taken ones."""
     ordered = sorted(set(keys), key=str)  # one order everywhere: no lock-order deadlocks
-    held = Held()
+    held = Held(catalog, ttl)
     taken = catalog.acquire_leases(ordered, owner, ttl, run_id)
     for key, lease in zip(ordered, taken, strict=True):
         if lease is None:

@@ -1,13 +1,14 @@
 """The snapshot pass: snapshot every store whose delta chain (or recovery cost) is too long.
 
 Candidates come from the catalog (no listing). Each store is worked on under its catalog
-lease, so overlapping runs never snapshot the same store at once; a store whose lease is
-held elsewhere is skipped and picked up by the next run. The latest committed version is
-loaded through the catalog's inventory, written as ``<v>_<id>.snapshot`` (put-if-absent,
-idempotent), read back and verified (size, checksum, header naming the store, version and id),
-and recorded in the catalog with that verification in one transaction: only a verified
-snapshot replaces the deltas before it. A snapshot that fails verification is recorded as
-damaged, opens a problem on the store, and waits for ``repair``.
+lease, renewed while its chunk is worked on, so overlapping runs never snapshot the same store
+at once; a store whose lease is held elsewhere is skipped and picked up by the next run. The
+latest committed version is loaded through the catalog's inventory, written as
+``<v>_<id>.snapshot`` (put-if-absent, idempotent), read back and verified (size, checksum,
+header naming the store, version and id), and recorded in the catalog with that verification
+in one transaction: only a verified snapshot replaces the deltas before it. A snapshot that
+fails verification is recorded as damaged, opens a problem on the store, and waits for
+``repair``.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from enum import StrEnum
 from functools import partial
 from typing import Any
 
-from state_runtime.catalog import RetainedVersion, RunKind, StoreKey, StoreRecord
+from state_runtime.catalog import Catalog, RetainedVersion, RunKind, StoreKey, StoreRecord
 from state_runtime.errors import (
     CannotLoadState,
     CatalogError,
     CheckpointFileCorrupt,
+    MaintenanceRefused,
     StateStoreError,
 )
 from state_runtime.identity import FileKind
@@ -62,36 +64,42 @@ class SnapshotOutcome:
 
 
 OUTCOMES_KEPT = 1000
-"""A report keeps the first this many outcomes, and the first this many failures, in detail
-(and counts every one): its memory is bounded whatever the fleet."""
+"""A report keeps the first this many outcomes, and failures past them until it keeps this many
+failures, in detail (and counts every one): its memory is bounded whatever the fleet."""
 
 
 @dataclass
 class SnapshotReport:
-    """What a snapshot pass did, counted as each store is done (no store's outcome is held
-    past the first :data:`OUTCOMES_KEPT`): ``outcomes``, the first ones in the pass's order;
-    ``failed``, the first failures (also those past ``outcomes``)."""
+    """What a snapshot pass did, counted as each store is done: ``outcomes`` holds the first
+    :data:`OUTCOMES_KEPT` outcomes in the pass's order, then the failures past them until it
+    holds that many failures (each outcome once: ``--json`` prints ``run_id``, ``outcomes``
+    and ``counts``, which count every store, kept or not)."""
 
     run_id: int
     outcomes: list[SnapshotOutcome] = field(default_factory=list)
-    failed: list[SnapshotOutcome] = field(default_factory=list)
-    statuses: dict[SnapshotStatus, int] = field(
-        default_factory=lambda: dict.fromkeys(SnapshotStatus, 0)
+    _statuses: dict[SnapshotStatus, int] = field(
+        default_factory=lambda: dict.fromkeys(SnapshotStatus, 0), repr=False
     )
-    bytes_written: int = 0
+    _bytes_written: int = field(default=0, repr=False)
+    _failures_kept: int = field(default=0, repr=False)
 
     def add(self, outcome: SnapshotOutcome) -> None:
-        """Count one store's outcome in."""
-        self.statuses[outcome.status] += 1
+        """Count one store's outcome in (and keep it, while there is room)."""
+        self._statuses[outcome.status] += 1
+        failed = outcome.status is SnapshotStatus.FAILED
         if outcome.status is SnapshotStatus.WRITTEN:
-            self.bytes_written += outcome.bytes
-        if len(self.outcomes) < OUTCOMES_KEPT:
+            self._bytes_written += outcome.bytes
+        if len(self.outcomes) < OUTCOMES_KEPT or (failed and self._failures_kept < OUTCOMES_KEPT):
             self.outcomes.append(outcome)
-        if outcome.status is SnapshotStatus.FAILED and len(self.failed) < OUTCOMES_KEPT:
-            self.failed.append(outcome)
+            self._failures_kept += failed
+
+    @property
+    def failed(self) -> list[SnapshotOutcome]:
+        """The failures kept (the first :data:`OUTCOMES_KEPT`)."""
+        return [o for o in self.outcomes if o.status is SnapshotStatus.FAILED]
 
     def count(self, status: SnapshotStatus) -> int:
-        return self.statuses[status]
+        return self._statuses[status]
 
     def summary(self) -> str:
         """The pass in one line, as every front end shows it."""
@@ -105,7 +113,6 @@ class SnapshotReport:
     def rows(self) -> list[dict[str, Any]]:
         """One row per kept store (the first outcomes, then the kept failures past them):
         its outcome's figures and ``detail``, the outcome in words."""
-        shown = sum(o.status is SnapshotStatus.FAILED for o in self.outcomes)
         return [
             {
                 "store": str(o.key),
@@ -119,12 +126,12 @@ class SnapshotReport:
                 + ")"
                 + (f": {o.error}" if o.error else ""),
             }
-            for o in [*self.outcomes, *self.failed[shown:]]
+            for o in self.outcomes
         ]
 
     def counts(self) -> dict[str, int]:
-        return {s.value: n for s, n in self.statuses.items()} | {
-            "bytes_written": self.bytes_written
+        return {s.value: n for s, n in self._statuses.items()} | {
+            "bytes_written": self._bytes_written
         }
 
 
@@ -199,9 +206,10 @@ def snapshot_pass(
 
 
 CHUNK_STORES = 20
-"""Stores of one root a worker snapshots together: their leases taken in one transaction,
-their retained versions and their root's schema histories read in one query each, and their
-snapshots recorded in one transaction (a few catalog round trips for all, not five each)."""
+"""Stores of one root a worker snapshots together: their leases taken in one transaction (and
+renewed in one between stores, as the chunk may outlast them), their retained versions and
+their root's schema histories read in one query each, and their snapshots recorded in one
+transaction (a few catalog round trips for all, not five each)."""
 
 
 def snapshot_stores(
@@ -243,7 +251,10 @@ def _snapshot_chunk(
 ) -> list[SnapshotOutcome]:
     """Snapshot a chunk of stores of one root under their leases: one transaction takes the
     leases, one read each gets their retained versions and the root's schema histories, each
-    snapshot is written and read back, and one transaction records them all."""
+    snapshot is written and read back (the leases renewed before each store, when due), and
+    one transaction records them all. A store whose lease ran out and passed to another run
+    meanwhile is left to that run: BUSY if not started, FAILED (its snapshot not recorded)
+    if written."""
     catalog, root = fleet.catalog, chunk[0].record.key.root
     keys = [c.record.key for c in chunk]
     with leased(catalog, keys, fleet.owner, policy.lease_ttl, run_id) as held:
@@ -255,17 +266,40 @@ def _snapshot_chunk(
         written: list[_Snapshot] = []
         for candidate in chunk:
             done = outcomes[candidate.record.key]
-            if candidate.record.key in busy:
+            held.renew()
+            if candidate.record.key in busy or candidate.record.key in held.lost:
                 done.status, done.version = SnapshotStatus.BUSY, candidate.record.latest.version
                 continue
             if done.write(fleet, retained.get(candidate.record.key.store, []), histories):
                 written.append(done)
-        problems = catalog.record_verified_snapshots(
-            root, [(w.info, w.problem) for w in written if w.info is not None], run_id=run_id
+        held.renew()
+        lost = set(held.lost)
+        for done in written:
+            if done.candidate.record.key in lost:
+                done.lost()
+        _record(
+            catalog, root, [w for w in written if w.status is not SnapshotStatus.FAILED], run_id
         )
-        for done, problem in zip(written, problems, strict=True):
-            done.recorded(problem)
     return [outcomes[key].outcome() for key in keys]
+
+
+def _record(catalog: Catalog, root: str, written: Sequence[_Snapshot], run_id: int) -> None:
+    """Record a chunk's written snapshots in one transaction; a failure names the chunk's
+    stores and the files written (the next pass finds and records them)."""
+    recorded = [(w, w.info) for w in written if w.info is not None]
+    try:
+        problems = catalog.record_verified_snapshots(
+            root, [(info, w.problem) for w, info in recorded], run_id=run_id
+        )
+    except StateStoreError as exc:
+        stores = ", ".join(str(info.store) for _, info in recorded)
+        paths = ", ".join(info.path for _, info in recorded)
+        raise exc.labelled(
+            f"recording the snapshots of {len(recorded)} store(s) of {root} ({stores}) failed; "
+            f"written and not recorded (the next snapshot pass records them): {paths}"
+        ) from exc
+    for (done, _), problem in zip(recorded, problems, strict=True):
+        done.recorded(problem)
 
 
 class _Snapshot:
@@ -317,6 +351,21 @@ class _Snapshot:
             return True
         finally:
             self.seconds = time.perf_counter() - started
+
+    def lost(self) -> None:
+        """The store's lease ran out while its snapshot was written, and another run took it
+        (and may be changing the store): the snapshot is not recorded, and fails naming its
+        file (the next pass finds it)."""
+        if self.info is None:
+            return
+        self.status = SnapshotStatus.FAILED
+        self.error = MaintenanceRefused(
+            "the store's lease ran out while its snapshot was written and another run took "
+            "it: the snapshot is not recorded (the next snapshot pass finds it)",
+            store=self.info.store,
+            version=self.info.version,
+            path=self.info.path,
+        )
 
     def recorded(self, problem: str | None) -> None:
         """What recording found: a snapshot that failed verification (read back, or its

@@ -86,6 +86,7 @@ NOT_READS = frozenset(
         "fix_watermark",
         "record_max_event_time",
         "record_snapshot",
+        "record_verified_snapshots",
         "record_verifications",
         "record_validation",
         "record_validations",
@@ -108,6 +109,7 @@ NOT_READS = frozenset(
         "try_acquire_lease",
         "store_lease",
         "renew_lease",
+        "renew_leases",
         "release_lease",
         "release_leases",
         # the workers' holders: the runtime's own, no reading view (schema/reading_views.py)

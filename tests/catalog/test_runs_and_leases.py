@@ -79,6 +79,23 @@ def test_a_lost_lease_cannot_be_renewed_or_released(catalog: Catalog) -> None:
     assert catalog.try_acquire_lease(KEY, "slow", timedelta(seconds=30)) is None
 
 
+def test_leases_are_renewed_together_and_a_lost_one_is_none(catalog: Catalog) -> None:
+    b = StoreId(0, 1)
+    Stream(catalog, [A, b]).commit()
+    keys = [KEY, StoreKey(ROOT, b)]
+    held = catalog.acquire_leases(
+        keys, "slow", timedelta(milliseconds=100), catalog.start_run("snapshot", "slow")
+    )
+    assert all(lease is not None for lease in held)
+    time.sleep(0.2)
+    taken = catalog.try_acquire_lease(KEY, "fast", timedelta(seconds=30))  # the first passed on
+    assert taken is not None
+    lost, kept = catalog.renew_leases([h for h in held if h is not None], timedelta(minutes=5))
+    assert lost is None and kept is not None and kept.token == held[1].token  # type: ignore[union-attr]
+    assert catalog.try_acquire_lease(keys[1], "fast", timedelta(seconds=30)) is None
+    assert catalog.renew_lease(taken, timedelta(minutes=5)).token == taken.token
+
+
 HOLDER = """
 import sys
 from datetime import timedelta

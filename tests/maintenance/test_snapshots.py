@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import multiprocessing
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
-from state_runtime.catalog import Catalog, StoreKey, StoreRecord
+from state_runtime.catalog import Catalog, Lease, RetainedVersion, StoreKey, StoreRecord
+from state_runtime.cli.jsonable import jsonable
+from state_runtime.errors import CommitConflict
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance import (
     Fleet,
@@ -21,7 +28,10 @@ from state_runtime.maintenance import (
     store_reports,
 )
 from state_runtime.maintenance.snapshots import DueStore, SnapshotOutcome, _chunks
+from state_runtime.storage import LocalStorage
+from state_runtime.storage.base import ByteStream
 from tests.maintenance.streams import StoreStream
+from tests.maintenance.test_cli import statestore
 
 POLICY = MaintenancePolicy(snapshot_min_deltas=5)
 
@@ -244,11 +254,175 @@ def test_a_report_keeps_its_first_outcomes_and_failures_and_counts_all() -> None
         == report.count(SnapshotStatus.FAILED)
         == (3 * kept // 2)
     )
-    assert report.bytes_written == 100 * 3 * kept // 2
-    assert len(report.outcomes) == len(report.failed) == kept
+    assert report.counts()["bytes_written"] == 100 * 3 * kept // 2
+    assert len(report.failed) == kept
+    assert len(report.outcomes) == kept + kept // 2  # the first, then the failures past them
     rows = report.rows()
-    assert len(rows) == kept + kept // 2  # the first outcomes, then the failures past them
+    assert [r["store"] for r in rows] == [str(o.key) for o in report.outcomes]
     assert [r["store"] for r in rows if r["status"] == "failed"] == [
         str(o.key) for o in report.failed
     ]
     assert "1500 failed" in report.summary()
+    printed = jsonable(report)  # what --json prints: each outcome once, the counts once
+    assert set(printed) == {"run_id", "outcomes", "counts"}
+    assert len({o["key"] for o in printed["outcomes"]}) == len(rows)
+    assert printed["counts"]["failed"] == 3 * kept // 2
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), f"duplicate keys in --json output: {keys}"
+    return dict(pairs)
+
+
+def test_maintain_json_shows_each_snapshot_outcome_once(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    stream = make_stream()
+    stream.run(6)
+    broken = stream.stores[1]
+    (stream.storage.root / stream.committed[broken][2].path).unlink()
+    done = statestore(
+        stream, "maintain", "--execute", "--no-cleanup", "--min-deltas", "5", "--json"
+    )
+    assert done.exit_code != 0, done.output  # a store failed
+    report = json.loads(done.output, object_pairs_hook=_unique_keys)["snapshots"]
+    assert set(report) == {"run_id", "outcomes", "counts"}
+    assert sorted(o["key"] for o in report["outcomes"]) == sorted(
+        str(stream.key(s)) for s in stream.stores
+    )
+    assert [o["key"] for o in report["outcomes"] if o["status"] == "failed"] == [
+        str(stream.key(broken))
+    ]
+    assert report["counts"]["bytes_written"] > 0
+    assert report["counts"] | {"bytes_written": 0} == {
+        "written": 2,
+        "recorded": 0,
+        "up_to_date": 0,
+        "busy": 0,
+        "failed": 1,
+        "bytes_written": 0,
+    }
+
+
+class SlowSnapshots(LocalStorage):
+    """A stream's local files, each snapshot written after ``seconds`` (a large store's),
+    and after each wait an intruder (another run) tries every lease of ``keys``, keeping
+    what it takes in ``taken``: what a long chunk leaves unprotected."""
+
+    def __init__(
+        self, stream: StoreStream, ttl: timedelta, seconds: float, keys: list[StoreKey]
+    ) -> None:
+        super().__init__(stream.storage.root)
+        self.catalog, self.ttl, self.seconds, self.keys = stream.catalog, ttl, seconds, keys
+        self.taken: dict[StoreKey, Lease] = {}
+
+    def write_if_absent(self, path: str, data: bytes) -> None:
+        self._slow(path)
+        super().write_if_absent(path, data)
+
+    def write_stream_if_absent(self, path: str, source: ByteStream, size: int) -> None:
+        self._slow(path)
+        super().write_stream_if_absent(path, source, size)
+
+    def _slow(self, path: str) -> None:
+        if not path.endswith(".snapshot"):
+            return
+        time.sleep(self.seconds)
+        for key in self.keys:
+            if key not in self.taken:
+                lease = self.catalog.try_acquire_lease(key, "intruder", self.ttl)
+                if lease is not None:
+                    self.taken[key] = lease
+
+
+def test_a_chunk_longer_than_the_lease_ttl_keeps_its_leases(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """One worker, one chunk of three stores, each snapshot taking two thirds of the lease's
+    time to live: the chunk outlasts its leases, which it renews between stores."""
+    stream = make_stream()
+    stream.run(5)
+    ttl = timedelta(seconds=1.2)
+    keys = [stream.key(s) for s in stream.stores]
+    slow = SlowSnapshots(stream, ttl, 0.8, keys)
+    fleet = Fleet(stream.catalog, open_storage=lambda root: slow, owner="tests")
+    started = time.monotonic()
+    report = snapshot_pass(fleet, dataclasses.replace(POLICY, lease_ttl=ttl), workers=1)
+    assert time.monotonic() - started > 2 * ttl.total_seconds()  # outlasted the leases
+    assert slow.taken == {}  # no store was ever free to another run
+    assert report.count(SnapshotStatus.WRITTEN) == len(keys)
+    for key in keys:  # and every lease went back at the end
+        lease = stream.catalog.try_acquire_lease(key, "after", timedelta(minutes=1))
+        assert lease is not None
+        stream.catalog.release_lease(lease)
+
+
+def test_a_lease_lost_mid_chunk_leaves_its_store_to_the_run_that_took_it(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """The first snapshot outlasts the whole lease time to live and another run takes every
+    lease meanwhile: the written snapshot is not recorded (FAILED, naming its file), the
+    stores not yet started are BUSY, and the next pass records the file."""
+    stream = make_stream()
+    stream.run(5)
+    ttl = timedelta(seconds=1)  # the shortest a policy allows
+    keys = [stream.key(s) for s in stream.stores]
+    slow = SlowSnapshots(stream, ttl, 1.3, keys)
+    fleet = Fleet(stream.catalog, open_storage=lambda root: slow, owner="tests")
+    report = snapshot_pass(fleet, dataclasses.replace(POLICY, lease_ttl=ttl), workers=1)
+    assert set(slow.taken) == set(keys)
+    first, *rest = report.outcomes
+    assert first.status is SnapshotStatus.FAILED and first.path and first.error
+    assert "lease ran out" in first.error and first.path in first.error
+    assert (stream.storage.root / first.path).exists()
+    assert [o.status for o in rest] == [SnapshotStatus.BUSY] * len(rest)
+    assert all(f.kind.value == "delta" for v in retained(stream) for f in v.files)
+    stream.catalog.release_leases(list(slow.taken.values()))  # the intruder's run ends
+    again = snapshot_pass(fleet_on(stream), POLICY)
+    statuses = {o.key: o.status for o in again.outcomes}
+    assert statuses.pop(first.key) is SnapshotStatus.RECORDED
+    assert set(statuses.values()) == {SnapshotStatus.WRITTEN}
+
+
+def retained(stream: StoreStream) -> list[RetainedVersion]:
+    return [
+        v for store in stream.stores for v in stream.catalog.retained_versions(stream.root, store)
+    ]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("catalog", ["postgresql"], indirect=True)
+def test_a_chunk_whose_recording_fails_names_its_stores_and_files(
+    make_stream: Callable[..., StoreStream], catalog: Catalog
+) -> None:
+    """The catalog refuses the chunk's one recording transaction (a constraint the snapshot
+    rows break): the error names the chunk's stores and the snapshot files written, which
+    stay unrecorded until a later pass records them."""
+    stream = make_stream()
+    stream.run(5)
+    refuse = sa.text(
+        "ALTER TABLE checkpoint_files ADD CONSTRAINT no_snapshots CHECK (kind <> 'snapshot') "
+        "NOT VALID"
+    )
+    with catalog.engine.begin() as connection:
+        connection.execute(refuse)
+    try:
+        with pytest.raises(CommitConflict) as failed:
+            snapshot_pass(fleet_on(stream), POLICY, workers=1)
+    finally:
+        with catalog.engine.begin() as connection:
+            connection.execute(sa.text("ALTER TABLE checkpoint_files DROP CONSTRAINT no_snapshots"))
+    message = str(failed.value)
+    written = sorted(
+        p.relative_to(stream.storage.root).as_posix()
+        for p in stream.storage.root.rglob("*.snapshot")
+    )
+    assert len(written) == len(stream.stores)
+    assert f"3 store(s) of {stream.root}" in message and "no_snapshots" in message
+    assert all(str(s) in message for s in stream.stores)
+    assert all(path in message for path in written)
+    [run] = [r for r in catalog.recent_runs() if r.kind == "snapshot"]
+    assert run.outcome == "failed" and run.error and all(p in run.error for p in written)
+    again = snapshot_pass(fleet_on(stream), POLICY)
+    assert {o.status for o in again.outcomes} == {SnapshotStatus.RECORDED}

@@ -106,6 +106,26 @@ class RunCalls(CatalogBase):
             ),
         )
 
+    def renew_leases(self, leases: Sequence[Lease], ttl: timedelta) -> list[Lease | None]:
+        """Extend ``leases`` to ``ttl`` from now in one transaction (a pass holding a chunk's
+        leases renews them all with one commit): each renewed, or None where it was lost (it
+        expired and another holder took it)."""
+
+        def work(connection: Connection) -> list[Lease | None]:
+            now = self.now()
+            return [
+                runs_and_leases.extended_lease(
+                    connection,
+                    runs_and_leases.known_store_id(connection, lease.key),
+                    lease,
+                    ttl,
+                    now,
+                )
+                for lease in leases
+            ]
+
+        return self._run("renew leases", work)
+
     def release_lease(self, lease: Lease) -> bool:
         return self._run(
             "release lease",

@@ -2,8 +2,9 @@
 
 A lease is a row in ``store_leases``: whoever inserts it (or takes over an expired one) holds
 the store until releasing it or until it expires, so a crashed run never blocks a store for
-longer than its time to live. Long runs renew their lease. Holders compare their token, so a
-run whose lease expired and was taken over cannot release or renew the new holder's lease.
+longer than its time to live. Long runs renew their leases (the snapshot pass between stores:
+``maintenance.leases.Held.renew``). Holders compare their token, so a run whose lease expired
+and was taken over cannot release or renew the new holder's lease.
 
 Every function here is safe to run twice (the transaction helper retries a COMMIT whose answer
 was lost): runs and leases carry a token the client generated before the first attempt, so a
@@ -293,6 +294,20 @@ def renew_lease(
     connection: Connection, store_id: int, lease: Lease, ttl: timedelta, now: datetime
 ) -> Lease:
     """Extend a held lease; MaintenanceRefused if it expired and someone else took it."""
+    renewed = extended_lease(connection, store_id, lease, ttl, now)
+    if renewed is None:
+        raise MaintenanceRefused(
+            f"lease on {lease.key} was lost (expired and taken over); stop working on the store",
+            store=lease.key.store,
+        )
+    return renewed
+
+
+def extended_lease(
+    connection: Connection, store_id: int, lease: Lease, ttl: timedelta, now: datetime
+) -> Lease | None:
+    """The held lease extended to ``now + ttl``; None if it expired and someone else took it
+    (its token no longer holds the store)."""
     c = store_leases.c
     renewed = connection.execute(
         sa.update(store_leases)
@@ -300,10 +315,7 @@ def renew_lease(
         .values(expires_at=now + ttl)
     ).rowcount
     if renewed != 1:
-        raise MaintenanceRefused(
-            f"lease on {lease.key} was lost (expired and taken over); stop working on the store",
-            store=lease.key.store,
-        )
+        return None
     return Lease(lease.key, lease.token, lease.owner, lease.run_id, now + ttl)
 
 
