@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.schema.reading_views import ReaderViews
-from state_runtime.catalog.sql.pages import page_end
+from state_runtime.catalog.sql.pages import page_ids
 from state_runtime.catalog.sql.retention import Scope
 from state_runtime.errors import InvalidArgument
 
@@ -41,8 +41,8 @@ class PagedCalls(CatalogBase):
 
         def page(start: int) -> Callable[[Connection, ReaderViews], tuple[int | None, list[T]]]:
             def read(c: Connection, v: ReaderViews) -> tuple[int | None, list[T]]:
-                end = page_end(c, v, root, start, page_size)
-                return end, [] if end is None else work(c, v, Scope(root=root, ids=(start, end)))
+                ids = page_ids(c, v, root, start, page_size)
+                return (ids[-1], work(c, v, Scope(store_ids=ids))) if ids else (None, [])
 
             return read
 

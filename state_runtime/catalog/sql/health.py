@@ -60,30 +60,23 @@ def snapshot_candidates(
 
 def _bound_scope(views: ReaderViews, by_root: bool, paged: bool) -> Scope:
     """Every store, or those of the root given as the bind parameter ``root``; if ``paged``,
-    only those of the page of store ids (``after``, ``through``]."""
+    only those of the page, the store ids given as the bind parameter ``store_ids``."""
     root = sa.bindparam("root", type_=views.stores.c.checkpoint_root.type) if by_root else None
-    page = (
-        (
-            sa.bindparam("after", type_=sa.BigInteger()),
-            sa.bindparam("through", type_=sa.BigInteger()),
-        )
-        if paged
-        else None
-    )
-    return Scope(root=root, ids=page)
+    page = sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger()) if paged else None
+    return Scope(root=root, store_ids=page)
 
 
 def _scope_values(scope: Scope) -> tuple[bool, bool, dict[str, Any]]:
     """Whether ``scope`` (of values) names a root and a page, and the values of
     :func:`_bound_scope`'s bind parameters: the shape and the values of a cached statement."""
-    if scope.store_ids is not None:
-        raise InvalidArgument("health reads a root or a page of stores, not given store ids")
+    if scope.store_ids is not None and not isinstance(scope.store_ids, tuple):
+        raise InvalidArgument("health reads a root or a page of store ids, not a query's")
     values: dict[str, Any] = {}
     if scope.root is not None:
         values["root"] = scope.root
-    if scope.ids is not None:
-        values["after"], values["through"] = scope.ids
-    return scope.root is not None, scope.ids is not None, values
+    if scope.store_ids is not None:
+        values["store_ids"] = list(scope.store_ids)
+    return scope.root is not None, scope.store_ids is not None, values
 
 
 @functools.cache
@@ -92,7 +85,7 @@ def _store_health_query(
 ) -> sa.Select[Any]:
     """:func:`store_health`'s statement, built once per shape: the cutoffs, the root and the
     page are bind parameters (``committed_cutoff``, ``uncommitted_cutoff``, ``root``,
-    ``after``, ``through``)."""
+    ``store_ids``)."""
     at = views.files.c.created_at.type
     policy = PolicySql(
         offsets(retain_versions),
@@ -146,8 +139,8 @@ def _value(value: Any) -> Any:
 
 @functools.cache
 def _recovery_query(views: ReaderViews, by_root: bool, paged: bool) -> sa.Select[Any]:
-    """:func:`recovery_costs`' statement, built once per shape (``root``, ``after``,
-    ``through``: bind parameters)."""
+    """:func:`recovery_costs`' statement, built once per shape (``root``, ``store_ids``:
+    bind parameters)."""
     nf = needed_files(views, 1, _bound_scope(views, by_root, paged)).subquery("nf")
     f, key = views.files.c, store_key_columns(views.stores)
     return (

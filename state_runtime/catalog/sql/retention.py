@@ -41,21 +41,18 @@ from state_runtime.retention import Fact, RetentionPolicy, Verdict
 
 @dataclass(frozen=True)
 class Scope:
-    """Which stores a question covers: all, one root, or given store ids; narrowed to the
-    store ids in ``ids`` (after, through], a page of :mod:`state_runtime.catalog.api.pages`.
-    Each is a value, or a bind parameter of a statement built once and run with each call's
-    values."""
+    """Which stores a question covers: all, one root, or given store ids (a page of
+    :mod:`state_runtime.catalog.api.pages` is its store ids, so that every part of a page's
+    statement reads the page's stores by key, whatever the catalog's size). Each is a value,
+    or a bind parameter of a statement built once and run with each call's values."""
 
     root: str | BindParameter[str] | None = None
     store_ids: tuple[int, ...] | BindParameter[Any] | sa.Select[Any] | None = None
-    ids: tuple[int | BindParameter[int], int | BindParameter[int]] | None = None
 
     def filter(self, views: ReaderViews, store_id: ColumnElement[int]) -> ColumnElement[bool]:
         conditions: list[ColumnElement[bool]] = []
         if self.store_ids is not None:
             conditions.append(store_id.in_(self.store_ids))
-        if self.ids is not None:
-            conditions += [store_id > self.ids[0], store_id <= self.ids[1]]
         if self.root is not None:
             conditions.append(
                 store_id.in_(
@@ -325,7 +322,10 @@ def verdicts(
             .where(
                 scope.filter(views, f.store_id),
                 is_live(f),  # lets the live partial index serve
-                ~sa.exists().where(nf.c.file_id == f.file_id),
+                # NOT IN, not NOT EXISTS: PostgreSQL hashes the page's needed files once,
+                # where an anti-join planned from the CTE's low estimate compares every
+                # live file with every needed one (quadratic in the page)
+                f.file_id.not_in(sa.select(nf.c.file_id)),
                 verdict.in_(sorted(v.value for v in rule.DELETABLE)),
             )
         )
@@ -393,22 +393,19 @@ def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
 def _verdict_query(
     views: ReaderViews,
     retain_versions: int,
-    shape: tuple[bool, bool, bool],
+    shape: tuple[bool, bool],
     only_deletable: bool,
     by_path: bool,
     limited: bool,
 ) -> sa.Select[Any]:
     """:func:`verdict_query`'s statement, built once per process and shape (building it costs
-    more than running it): the cutoffs, and the scope's root (``root``), store ids
-    (``store_ids``), page (``after``, ``through``), ``path`` and ``limit`` are bind parameters
-    (:func:`_verdict_values`)."""
-    by_root, by_ids, paged = shape
-    ids = sa.BigInteger()
+    more than running it): the cutoffs, and the scope's root (``root``) and store ids
+    (``store_ids``), ``path`` and ``limit`` are bind parameters (:func:`_verdict_values`)."""
+    by_root, by_ids = shape
     scope = Scope(
         root=sa.bindparam("root", type_=views.stores.c.checkpoint_root.type) if by_root else None,
-        store_ids=sa.bindparam("store_ids", expanding=True, type_=ids) if by_ids else None,
-        ids=(sa.bindparam("after", type_=ids), sa.bindparam("through", type_=ids))
-        if paged
+        store_ids=sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger())
+        if by_ids
         else None,
     )
     policy = PolicySql.bound(views, retain_versions)
@@ -420,7 +417,7 @@ def _verdict_query(
     return query.limit(sa.bindparam("limit", type_=sa.Integer())) if limited else query
 
 
-def _verdict_values(scope: Scope) -> tuple[tuple[bool, bool, bool], dict[str, Any]]:
+def _verdict_values(scope: Scope) -> tuple[tuple[bool, bool], dict[str, Any]]:
     """The shape of ``scope`` (of values) and the values of its bind parameters."""
     values: dict[str, Any] = {}
     if scope.root is not None:
@@ -429,9 +426,7 @@ def _verdict_values(scope: Scope) -> tuple[tuple[bool, bool, bool], dict[str, An
         if not isinstance(scope.store_ids, tuple):
             raise InvalidArgument("file verdicts are read for given store ids, not a query's")
         values["store_ids"] = list(scope.store_ids)
-    if scope.ids is not None:
-        values["after"], values["through"] = scope.ids
-    return (scope.root is not None, scope.store_ids is not None, scope.ids is not None), values
+    return (scope.root is not None, scope.store_ids is not None), values
 
 
 def verdict_query(
