@@ -287,6 +287,8 @@ def _record(catalog: Catalog, root: str, written: Sequence[_Snapshot], run_id: i
     """Record a chunk's written snapshots in one transaction; a failure names the chunk's
     stores and the files written (the next pass finds and records them)."""
     recorded = [(w, w.info) for w in written if w.info is not None]
+    if not recorded:
+        return
     try:
         problems = catalog.record_verified_snapshots(
             root, [(info, w.problem) for w, info in recorded], run_id=run_id

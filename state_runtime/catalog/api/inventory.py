@@ -107,7 +107,13 @@ class InventoryCalls(PagedCalls):
         A snapshot already recorded with another size or checksum (the file changed since)
         keeps its record and is recorded as damaged. Returns the problem recorded, if any.
         """
-        return self._record_snapshots(root, [(info, problem)], run_id, verified)[0]
+        checked = [(info, problem)]
+        _only_snapshots(checked)
+        return self._run(
+            "record snapshot",
+            lambda c: findings.record_snapshots(c, root, checked, run_id, verified, self.now()),
+            conflict,
+        )[0]
 
     def record_verified_snapshots(
         self, root: str, checked: Sequence[tuple[CheckpointInfo, str | None]], *, run_id: int
@@ -116,23 +122,10 @@ class InventoryCalls(PagedCalls):
         problem None (intact) or what verifying it found; in one transaction (the snapshot
         pass records a chunk of stores with one commit, not one per store). The problems
         recorded, in order."""
-        return self._record_snapshots(root, checked, run_id, True) if checked else []
-
-    def _record_snapshots(
-        self,
-        root: str,
-        checked: Sequence[tuple[CheckpointInfo, str | None]],
-        run_id: int | None,
-        verified: bool,
-    ) -> list[str | None]:
-        for info, _ in checked:
-            if info.kind is not FileKind.SNAPSHOT:
-                raise InvalidArgument(
-                    f"record_snapshot got a {info.kind.value} file", path=info.path
-                )
+        _only_snapshots(checked)
         return self._run(
-            "record snapshot",
-            lambda c: findings.record_snapshots(c, root, checked, run_id, verified, self.now()),
+            "record snapshots",
+            lambda c: findings.record_snapshots(c, root, checked, run_id, True, self.now()),
             conflict,
         )
 
@@ -279,3 +272,10 @@ class InventoryCalls(PagedCalls):
             "finish attempt sweeps",
             lambda c: batch_intents.finish_sweeps(c, runs, self.now(), forget_before),
         )
+
+
+def _only_snapshots(checked: Sequence[tuple[CheckpointInfo, str | None]]) -> None:
+    """Refuse a file that is not a snapshot before any transaction."""
+    for info, _ in checked:
+        if info.kind is not FileKind.SNAPSHOT:
+            raise InvalidArgument(f"record_snapshot got a {info.kind.value} file", path=info.path)
