@@ -7,10 +7,11 @@ with the reason and since when). The plan is counted in SQL (files and bytes per
 a page of stores at a time); a dry run reads the first files in detail. Executing refuses a
 retention below the safety floor, then, a chunk of stores at a time (about
 :data:`CHUNK_FILES` files; several chunks at once, one per worker) under the stores' leases:
-claims deletable files in the catalog, at most :data:`CHUNK_FILES` a claim, again until a
-claim comes back short (a concurrent commit can no longer reference them; the rule is
-evaluated again under the store's lock, so a problem recorded meanwhile holds the store),
-deletes them from storage in batches (S3: one ``DeleteObjects`` of up to 1,000 keys), and
+claims deletable files in the catalog, at most :data:`CHUNK_FILES` new ones a claim (and as
+many an earlier run left claimed), again until a claim comes back short, each file once a
+run (a concurrent commit can no longer reference them; the rule is evaluated again under
+the store's lock, so a problem recorded meanwhile holds the store), deletes them from
+storage in batches (S3: one ``DeleteObjects`` of up to 1,000 keys), and
 records each batch's deletions with their reason in the ledger as soon as storage deleted
 them: a store's backlog of any size is held a claim at a time. A run that stops anywhere leaves
 claims behind that the next run resumes; deleting a file that is already gone is fine.
@@ -282,9 +283,7 @@ def count_pages(
                 yield found
 
 
-def _sample(
-    fleet: Fleet, policy: MaintenancePolicy, report: CleanupReport, now: datetime | None
-) -> None:
+def _sample(fleet: Fleet, policy: MaintenancePolicy, report: CleanupReport, now: datetime) -> None:
     """A dry run's files in detail: those of the stores with a row, oldest first (one
     bounded read a store, never a store's whole backlog)."""
     for key, tally in list(report.stores.items()):
@@ -368,14 +367,15 @@ def cleanup_pass(
     report.attempts = attempts
     leftovers_before = partial_write_cutoff(policy.retention, now or fleet.catalog.now())
     if dry_run:
-        for counts in count_pages(fleet, policy, only=wanted, now=now):
+        at = now or fleet.catalog.now()  # one time for the counts and the files in detail
+        for counts in count_pages(fleet, policy, only=wanted, now=at):
             report.plan(counts)
-        _sample(fleet, policy, report, now)
+        _sample(fleet, policy, report, at)
         report.leftovers = sweep_leftovers(
             fleet, store_folders(fleet, wanted), leftovers_before, dry_run=True
         )
         return report
-    stores = sum(len(page) for page in fleet.store_pages(wanted))
+    stores = fleet.store_count(wanted)
     with (
         recorded_run(
             fleet.catalog,
@@ -510,9 +510,10 @@ def _clean_stores(
     claim_files: int,
 ) -> _Cleaned:
     """Claim, delete and record the deletable files of ``keys`` whose leases are free, at
-    most ``claim_files`` a claim (a store's backlog of any size goes in bounded claims,
-    until a claim comes back short, or deletes nothing: what failed stays claimed for the
-    next run); each batch of ``delete_batch`` files is recorded as soon as storage deleted
+    most ``claim_files`` new and ``claim_files`` resumed files a claim (a store's backlog of
+    any size goes in bounded claims, until both parts of a claim come back short; the run
+    claims each file once, and what storage refused to delete stays claimed for the next
+    run); each batch of ``delete_batch`` files is recorded as soon as storage deleted
     it (``counted``: the chunk's stores the progress counts)."""
     catalog, storage = fleet.catalog, fleet.storage(root)
     cleaned = _Cleaned(stores=counted)
@@ -525,12 +526,11 @@ def _clean_stores(
             claimed = catalog.claim_deletions(
                 run_id, policy.retention, root, stores, limit=claim_files, now=now
             )
-            deleted = 0
             for batch in _batches(claimed, delete_batch):
                 result = storage.delete([v.file.path for v in batch])
                 if result.deleted:
                     catalog.record_deletions(run_id, root, result.deleted)
-                deleted += len(result.deleted)
                 cleaned.add(batch, set(result.deleted), result.failed)
-            if len(claimed) < claim_files or not deleted:
+            fresh = sum(v.verdict.deletable for v in claimed)
+            if fresh < claim_files and len(claimed) - fresh < claim_files:
                 return cleaned

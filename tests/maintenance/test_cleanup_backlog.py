@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import pytest
@@ -57,3 +57,47 @@ def test_a_store_with_many_more_files_than_a_claim_is_deleted_in_bounded_claims(
     assert_retained_versions_load(stream)
     again = cleanup_pass(fleet_on(stream), POLICY, now=LATER)
     assert again.planned_files == 0
+
+
+def _undeletable(stream: StoreStream, paths: Collection[str]) -> None:
+    """Make each file at ``paths`` one storage refuses to delete, for real: a folder with a
+    file in it where the file was (unlinking it fails, even for root)."""
+    for path in paths:
+        at = stream.storage.root / path
+        at.unlink()
+        at.mkdir()
+        (at / "kept").write_bytes(b"")
+
+
+def test_files_storage_refuses_to_delete_never_stop_a_store_cleanup(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """A claim's worth of files an earlier run claimed that storage refuses to delete, and a
+    few the run itself claims that it refuses too: each run tries each of them once (and
+    counts it failed once), while every other deletable file goes in the same run."""
+    big, small = StoreId(0, 0), StoreId(0, 1)
+    stream = snapshotted(make_stream(stores=[big, small]))
+    stream.abandoned_attempts(big, ORPHANS)
+    catalog = stream.catalog
+    crashed = catalog.start_run("cleanup", "crashed-run")
+    stuck = {
+        v.file.path
+        for v in catalog.claim_deletions(
+            crashed, POLICY.retention, stream.root, [big], limit=CHUNK, now=LATER
+        )
+    }
+    later = catalog.deletable_files(POLICY.retention, root=stream.root, store=big, now=LATER)
+    stuck_too = {v.file.path for v in later[CHUNK : CHUNK + 3]}  # claimed by the run itself
+    _undeletable(stream, stuck | stuck_too)
+    plan = cleanup_pass(fleet_on(stream), POLICY, now=LATER)
+    assert len(stuck) == CHUNK and plan.planned_files > 2 * CHUNK
+    before = on_disk(stream)
+    report = cleanup_pass(fleet_on(stream), POLICY, now=LATER, dry_run=False, chunk_files=CHUNK)
+    assert report.failed_files == len(stuck | stuck_too)
+    assert set(report.failed) == stuck | stuck_too
+    assert report.deleted_files == plan.planned_files + len(stuck) - len(stuck | stuck_too)
+    assert len(before - on_disk(stream)) == report.deleted_files
+    assert cleanup_pass(fleet_on(stream), POLICY, now=LATER).planned_files == 0
+    again = cleanup_pass(fleet_on(stream), POLICY, now=LATER, dry_run=False, chunk_files=CHUNK)
+    assert (again.failed_files, again.deleted_files) == (len(stuck | stuck_too), 0)
+    assert_retained_versions_load(stream)

@@ -177,10 +177,11 @@ class RetentionCalls(PagedCalls):
         now: datetime | None = None,
     ) -> list[FileVerdict]:
         """Mark the deletable files of ``root`` (or of the given stores) as being deleted by
-        ``run_id`` and return them, at most ``limit`` in all: first the files a run had claimed
-        and not recorded, then new ones (oldest versions first). Delete them from storage,
-        then call ``record_deletions``; claim again until a claim returns fewer than
-        ``limit``."""
+        ``run_id`` and return them: first at most ``limit`` files another run had claimed and
+        not recorded (verdict ``deleting``), then at most ``limit`` new ones (oldest versions
+        first). A file this run claimed is never returned to it again (one storage refused
+        waits for the next run). Delete them from storage, then call ``record_deletions``;
+        claim again until both parts come back with fewer than ``limit``."""
         if limit is not None and limit < 1:
             raise InvalidArgument(f"limit must be at least 1, got {limit}")
         return self._run(

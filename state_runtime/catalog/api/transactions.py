@@ -36,8 +36,12 @@ def conflict(exc: DBAPIError) -> Exception | None:
 class CatalogBase:
     """One catalog database: its engine and retry policy; each call is one transaction."""
 
-    def __init__(self, engine: Engine, *, retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self, engine: Engine, *, retry: RetryPolicy | None = None, connections: int | None = None
+    ) -> None:
+        """``connections``: what the engine was created with (its pool's bound)."""
         self.engine = engine
+        self.connections = connections
         self.retry = retry or RetryPolicy()
         self.clock = DatabaseClock(engine, self.retry)
 
@@ -78,7 +82,7 @@ class CatalogBase:
         except BaseException:
             engine.dispose()
             raise
-        return cls(engine, retry=policy)
+        return cls(engine, retry=policy, connections=connections)
 
     @property
     def url(self) -> str:
@@ -88,7 +92,7 @@ class CatalogBase:
     @property
     def pool_capacity(self) -> int:
         """Connections this catalog opens at once: what bounds the threads that call it."""
-        return pool_capacity(self.engine)
+        return pool_capacity(self.engine, self.connections)
 
     @property
     def dialect(self) -> str:

@@ -179,10 +179,10 @@ def create_catalog_engine(
     """
     parsed = parse_url(url)
     limits = timeouts or CatalogTimeouts.from_env()
-    size = min(POOL_SIZE, connections or POOL_SIZE)
+    size, overflow = _pool_bounds(connections)
     pool: dict[str, Any] = {
         "pool_size": size,
-        "max_overflow": POOL_OVERFLOW if connections is None else max(0, connections - size),
+        "max_overflow": overflow,
         "pool_timeout": limits.pool.total_seconds(),
     }
     try:
@@ -276,12 +276,19 @@ def _sqlite_engine(url: URL, limits: CatalogTimeouts, pool: dict[str, Any]) -> E
     return engine
 
 
-def pool_capacity(engine: Engine) -> int:
-    """How many connections ``engine`` opens at once: a bounded pool's size and overflow; one
-    for any other pool (an in-memory SQLite database is one connection per thread, each its
-    own empty database, so it is worked on by one thread)."""
+def _pool_bounds(connections: int | None) -> tuple[int, int]:
+    """The pool size and overflow of an engine that opens at most ``connections`` at once."""
+    size = min(POOL_SIZE, connections or POOL_SIZE)
+    return size, POOL_OVERFLOW if connections is None else max(0, connections - size)
+
+
+def pool_capacity(engine: Engine, connections: int | None = None) -> int:
+    """How many connections ``engine``, made by :func:`create_catalog_engine` with
+    ``connections``, opens at once: a bounded pool's size and overflow; one for any other
+    pool (an in-memory SQLite database is one connection per thread, each its own empty
+    database, so it is worked on by one thread)."""
     if isinstance(engine.pool, sa.pool.QueuePool):
-        return engine.pool.size() + max(0, engine.pool._max_overflow)
+        return sum(_pool_bounds(connections))
     return 1
 
 

@@ -40,11 +40,15 @@ def claim_deletions(
     now: datetime,
     limit: int | None = None,
 ) -> list[FileVerdict]:
-    """Lock the stores and claim for ``run_id`` at most ``limit`` of their files (every one
-    when None): first the files a run had claimed and not recorded as deleted (an
-    interrupted run's, or this run's on a retry), then deletable ones, oldest versions first,
-    marked 'deleting'. The limit is the SQL's (``LIMIT``), so a store with millions of
-    deletable files is worked through in bounded claims: claim, delete, record, again.
+    """Lock the stores and claim for ``run_id`` their files: first (at most ``limit``; every
+    one when None) the files another run had claimed and not recorded as deleted (an
+    interrupted run's), which come back with the verdict ``deleting``; then, with their own
+    room of ``limit``, deletable ones, oldest versions first, marked 'deleting'. The limit is
+    the SQL's (``LIMIT``), so a store with millions of deletable files is worked through in
+    bounded claims: claim, delete, record, again until fewer than ``limit`` new files (a
+    deletable verdict) come back. A file this run already claimed is never claimed again by
+    it: one that storage refused to delete waits for the next run, and never takes the room
+    of new ones (files that can never be deleted would otherwise stop the store's cleanup).
 
     Once claimed a file is never needed again, because a commit refuses to name a claimed
     file. The caller deletes the files from storage, then calls ``record_deletions``. A
@@ -60,20 +64,24 @@ def claim_deletions(
     else:
         ids = sorted(store_ids(connection, WRITE_LOOKUPS, root, wanted).values())
     claimed: list[FileVerdict] = []
+    resumed_room = fresh_room = limit
     for part in chunks(ids):
-        if limit is not None and len(claimed) >= limit:
+        if resumed_room == 0 and fresh_room == 0:
             break
         lock_stores(connection, part)
         mark_maintained(connection, part, run_id)
         earlier = (
             sa.select(*FILE_COLUMNS)
             .join(stores, s.store_id == f.store_id)
-            .where(f.state == FileState.DELETING.value, f.store_id.in_(part))
+            .where(
+                f.state == FileState.DELETING.value,
+                f.claimed_by_run != run_id,
+                f.store_id.in_(part),
+            )
             .order_by(f.store_id, f.version, f.file_id)
+            .limit(resumed_room)
         )
-        if limit is not None:
-            earlier = earlier.limit(limit - len(claimed))
-        resumed = connection.execute(earlier).all()
+        resumed = connection.execute(earlier).all() if resumed_room != 0 else []
         for some in chunks([row.file_id for row in resumed]):
             connection.execute(
                 sa.update(checkpoint_files).where(f.file_id.in_(some)).values(claimed_by_run=run_id)
@@ -82,13 +90,16 @@ def claim_deletions(
             FileVerdict(file_record(row), Verdict.DELETING, str(row.state_reason), None)
             for row in resumed
         ]
-        room = None if limit is None else limit - len(claimed)
-        if room == 0:
-            break
+        if resumed_room is not None:
+            resumed_room -= len(resumed)
+        if fresh_room == 0:
+            continue
         scope = Scope(store_ids=tuple(part))
         fresh = verdict_rows(
-            connection, WRITE_LOOKUPS, policy, scope, now, only_deletable=True, limit=room
+            connection, WRITE_LOOKUPS, policy, scope, now, only_deletable=True, limit=fresh_room
         )
+        if fresh_room is not None:
+            fresh_room -= len(fresh)
         _expire(connection, fresh)
         by_reason: dict[str, list[int]] = {}
         for fid, verdict in fresh:
@@ -208,22 +219,26 @@ def record_deletions(
         return 0
     lock_stores(connection, {row.store_id for row in pending})
     at = sa.literal(now, deletion_ledger.c.deleted_at.type)
+    recorded = 0
     for some in chunks([row.file_id for row in pending]):
-        # set-based: one INSERT ... SELECT and one UPDATE a chunk, the reason the claim's
+        # set-based: one INSERT ... SELECT and one UPDATE a chunk, the reason the claim's; only
+        # files still 'deleting' under the lock (another recorder, whose lease expired under
+        # it, may have recorded some since they were read)
+        still = sa.and_(f.file_id.in_(some), f.state == FileState.DELETING.value)
         connection.execute(
             sa.insert(deletion_ledger).from_select(
                 ["file_id", "run_id", "reason", "deleted_at"],
                 sa.select(f.file_id, sa.literal(run_id, sa.BigInteger()), f.state_reason, at).where(
-                    f.file_id.in_(some)
+                    still
                 ),
             )
         )
-        connection.execute(
+        recorded += connection.execute(
             sa.update(checkpoint_files)
-            .where(f.file_id.in_(some))
+            .where(still)
             .values(state=FileState.DELETED.value, state_changed_at=now)
-        )
-    return len(pending)
+        ).rowcount
+    return recorded
 
 
 def record_lost(
