@@ -7,11 +7,12 @@ A fleet of ``stores / 200`` queries x 200 partitions (``fleet.py``: 12 versions 
 per store, snapshots staggered by partition, every file verified, then 4 new batches: 40% of
 the stores are due at ``snapshot_min_deltas`` 10) is built once per backend as a template (one
 query through the store and ``commit_batch``, the others copied by ``copy_root``), kept under
-``$STATE_BENCH_SNAP_DIR`` (default ``/tmp/bench-snapshots``). Each run starts from a fresh
-copy of it (the catalog copied, SQLite's file or PostgreSQL's ``CREATE DATABASE ... TEMPLATE``;
-the files hard-linked: a snapshot is a new file) and times one ``snapshot_pass`` with the
-default workers: its wall time and this process's CPU time (every thread) per snapshot
-written. The code measured is whatever ``state_runtime`` the
+``$STATE_BENCH_SNAP_DIR`` (default ``/tmp/bench-snapshots``; PostgreSQL's databases are named
+after ``$STATE_BENCH_SNAP_DB``, default ``bench_snap``, so that two benches can run at once).
+Each run starts from a fresh copy of it (the catalog copied, SQLite's file or PostgreSQL's
+``CREATE DATABASE ... TEMPLATE``; the files hard-linked: a snapshot is a new file) and times
+one ``snapshot_pass`` with the default workers: its wall time and this process's CPU time
+(every thread) per snapshot written. The code measured is whatever ``state_runtime`` the
 interpreter imports: run it with another checkout's ``PYTHONPATH`` for a before/after in the
 same window.
 """
@@ -37,6 +38,7 @@ SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.
 FOLDER = Path(os.environ.get("STATE_BENCH_SNAP_DIR", "/tmp/bench-snapshots"))
 POLICY = MaintenancePolicy(snapshot_min_deltas=10)
 HOUR = 4
+DB = os.environ.get("STATE_BENCH_SNAP_DB", "bench_snap")
 
 
 def _admin(sql: str) -> None:
@@ -55,7 +57,7 @@ def _admin(sql: str) -> None:
 def _url(backend: str, folder: Path, name: str) -> str:
     if backend == "sqlite":
         return f"sqlite:///{folder}/{name}.db"
-    return make_url(SERVER).set(database=f"bench_snap_{name}").render_as_string(False)
+    return make_url(SERVER).set(database=f"{DB}_{name}").render_as_string(False)
 
 
 def template(backend: str, stores: int) -> Path:
@@ -69,13 +71,13 @@ def template(backend: str, stores: int) -> Path:
     run.mkdir(parents=True)
     url = _url(backend, folder, "template")
     if backend == "postgresql":
-        _admin(f'DROP DATABASE IF EXISTS "bench_snap_template_{stores}" WITH (FORCE)')
+        _admin(f'DROP DATABASE IF EXISTS "{DB}_template_{stores}" WITH (FORCE)')
         url = _url(backend, folder, f"template_{stores}")
-        _admin(f'CREATE DATABASE "bench_snap_template_{stores}"')
+        _admin(f'CREATE DATABASE "{DB}_template_{stores}"')
     Catalog.open(url, upgrade=True).close()
     one = Shape(queries=1)
-    build(url, run, one, processes=1)
-    advance(url, run, one, HOUR, processes=1)
+    build(url, run, one)
+    advance(url, run, one, HOUR)
     catalog = Catalog.open(url)
     try:
         for q in range(1, stores // one.partitions):
@@ -94,8 +96,8 @@ def fresh(backend: str, folder: Path, stores: int) -> str:
     if backend == "sqlite":
         shutil.copyfile(folder / "template.db", folder / "run.db")
         return _url(backend, folder, "run")
-    _admin('DROP DATABASE IF EXISTS "bench_snap_run" WITH (FORCE)')
-    _admin(f'CREATE DATABASE "bench_snap_run" TEMPLATE "bench_snap_template_{stores}"')
+    _admin(f'DROP DATABASE IF EXISTS "{DB}_run" WITH (FORCE)')
+    _admin(f'CREATE DATABASE "{DB}_run" TEMPLATE "{DB}_template_{stores}"')
     return _url(backend, folder, "run")
 
 

@@ -15,7 +15,7 @@ and delete the deltas it replaces; a load that finds a file gone re-lists and wa
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -43,7 +43,7 @@ from state_runtime.store.schema_evolution import Projection
 from state_runtime.store.snapshot_stream import read_streamed, streams
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
-from state_runtime.store.versions import Version, row_change, squash
+from state_runtime.store.versions import Version, row_change, row_changes, squash
 from state_runtime.store.writer import CheckpointTarget
 
 _Fault = TypeVar("_Fault", bound=CannotLoadState)
@@ -292,14 +292,13 @@ class VersionLoader:
 
     def apply(self, base: Version, chain: list[CheckpointFile], metrics: LoadMetrics) -> Version:
         """Apply deltas (given newest first) on top of ``base`` as one change, checking each
-        one's row count against its header on the way."""
+        one's row count against its header on the way (oldest first)."""
         if not chain:
             return base
-        runs = list(base.runs)
+        deltas = [delta.run for delta in reversed(chain)]
         rows = base.rows
-        for delta in reversed(chain):
-            rows += row_change(self.indexer, runs, delta.run)
-            runs.insert(0, delta.run)
+        for delta, change in zip(reversed(chain), self._row_changes(base, deltas), strict=True):
+            rows += change
             if rows != delta.header.state_rows:
                 raise self._fault(
                     CheckpointFileCorrupt,
@@ -312,6 +311,19 @@ class VersionLoader:
         changes = squash(self.indexer, [delta.run for delta in chain], self.store)
         target = chain[0]
         return base.derive(changes, target.ref, _lineage(chain, base), rows)
+
+    def _row_changes(self, base: Version, deltas: list[AnyRun]) -> Iterator[int]:
+        """The rows each delta (oldest first) adds or removes: counted from one union of the
+        chain's runs (:func:`row_changes`) when they are in memory; a chain with a large
+        delta on local disk looks each one up in the runs below it, a piece at a time."""
+        in_memory = [run for run in deltas if isinstance(run, Run)]
+        if len(in_memory) == len(deltas):
+            yield from (int(n) for n in row_changes(self.indexer, base.runs, in_memory))
+            return
+        runs = list(base.runs)
+        for run in deltas:
+            yield row_change(self.indexer, runs, run)
+            runs.insert(0, run)
 
     # --- files --------------------------------------------------------------------------
 
