@@ -47,6 +47,11 @@ BATCH_BYTES = 1 << 20
 a reader can take a large snapshot a batch at a time
 (:mod:`state_runtime.store.snapshot_stream`)."""
 
+THREADED_BYTES = 1 << 20
+"""A file's Arrow stream is compressed or decompressed on Arrow's thread pool from this many
+bytes (decoded, resp. stored); a smaller one on the calling thread, as handing its few
+buffers to the pool costs more than the work (a tiny store's snapshot: most of its CPU)."""
+
 SchemaLookup = Callable[[str], StateSchema | None]
 """Maps a schema id to its schema (e.g. :meth:`SchemaHistory.schema_of`): how a format 3
 delta's rows find the schema it names. None where the caller has no history."""
@@ -110,9 +115,8 @@ def encode_json_format(
     arrow_schema = table.schema.with_metadata(metadata)
     codec = None if compression == "none" else pa.Codec(compression, compression_level)
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(
-        sink, arrow_schema, options=pa.ipc.IpcWriteOptions(compression=codec)
-    ) as writer:
+    options = pa.ipc.IpcWriteOptions(compression=codec, use_threads=table.nbytes >= THREADED_BYTES)
+    with pa.ipc.new_stream(sink, arrow_schema, options=options) as writer:
         writer.write_table(
             table.replace_schema_metadata(arrow_schema.metadata), max_chunksize=batch_rows
         )
@@ -145,7 +149,7 @@ def _sorted_by_key(table: pa.Table) -> tuple[pa.Table, bool]:
 def checksum(data: bytes) -> str:
     """What the catalog records as a file's checksum (SHA-256 as hex): of the payload in
     formats 1 and 2 (the envelope holds it), of the whole file in format 3."""
-    if _format_of(data) == DELTA_FORMAT_VERSION:
+    if format_of(data) == DELTA_FORMAT_VERSION:
         return hashlib.sha256(data).hexdigest()
     return data[20:ENVELOPE_SIZE].hex() if len(data) >= ENVELOPE_SIZE else ""
 
@@ -154,10 +158,10 @@ def checksum_covers_file(data: bytes) -> bool:
     """Whether :func:`checksum` hashes every byte of ``data`` (format 3): a match with the
     recorded checksum then means these are the very bytes recorded. In formats 1 and 2 it is
     the digest the envelope claims for the payload, which only decoding checks."""
-    return _format_of(data) == DELTA_FORMAT_VERSION
+    return format_of(data) == DELTA_FORMAT_VERSION
 
 
-def _format_of(data: bytes) -> int | None:
+def format_of(data: bytes) -> int | None:
     """The format version a file's first 10 bytes claim, if it has our magic."""
     if len(data) < 10 or data[:8] != MAGIC:
         return None
@@ -175,7 +179,7 @@ def decode(
     """Verify and parse a checkpoint file. Raises CheckpointFileCorrupt naming ``path``, or
     SchemaMismatch for a format 3 delta whose schema id ``schemas`` does not know."""
     corrupt = corrupt_reporter(path, store, ref)
-    if _format_of(data) == DELTA_FORMAT_VERSION:
+    if format_of(data) == DELTA_FORMAT_VERSION:
         parsed = _parse_compact(data, corrupt)
         header = parsed.header
         schema = None if schemas is None or header.schema_id is None else schemas(header.schema_id)
@@ -213,7 +217,7 @@ def read_header(
     """Verify a checkpoint file's bytes and parse what it says about itself, without needing
     its schema: a format 3 delta's rows are not parsed (its ``schema`` is None), an older
     file is decoded whole. Raises CheckpointFileCorrupt naming ``path``."""
-    if _format_of(data) == DELTA_FORMAT_VERSION:
+    if format_of(data) == DELTA_FORMAT_VERSION:
         return _parse_compact(data, corrupt_reporter(path, store, ref)).header
     return decode(data, path, store, ref)[0]
 
@@ -266,7 +270,8 @@ def _decode_json_format(
     payload = memoryview(data)[ENVELOPE_SIZE:]
     check_payload(len(payload), length, hashlib.sha256(payload).digest() == digest, corrupt)
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(payload))
+        options = pa.ipc.IpcReadOptions(use_threads=len(payload) >= THREADED_BYTES)
+        reader = pa.ipc.open_stream(pa.py_buffer(payload), options=options)
         table = reader.read_all()
         header, encodings = stream_header(reader.schema, fmt)
         assert header.schema is not None

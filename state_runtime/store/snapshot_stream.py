@@ -33,6 +33,7 @@ from state_runtime.store.checkpoint_format import (
     check_payload,
     corrupt_reporter,
     envelope_of,
+    format_of,
     layout_problem,
     stream_header,
 )
@@ -59,12 +60,12 @@ def streams(head: bytes) -> bool:
     """Whether a file whose first :data:`ENVELOPE_SIZE` bytes are ``head`` is read as a
     stream: a format 1 or 2 envelope whose payload is large against the spill threshold (a
     format 3 delta holds at most one record batch of rows, under one CRC-32)."""
+    if format_of(head) == COMPACT_FORMAT_VERSION:
+        return False  # one body under one CRC-32: read whole (asked first: most files are)
     try:
-        fmt, length, _ = envelope_of(head, corrupt_reporter("", None, None))
+        _, length, _ = envelope_of(head, corrupt_reporter("", None, None))
     except CheckpointFileCorrupt:
         return False  # the whole read names the problem
-    if fmt == COMPACT_FORMAT_VERSION:
-        return False  # one body under one CRC-32: read whole
     return length * STREAM_RATIO > LOCAL_DISK.threshold()
 
 
