@@ -206,6 +206,7 @@ class DiskRun:
         firsts: np.ndarray,
         lasts: np.ndarray,
         offsets: np.ndarray,
+        starts: np.ndarray,
         removals: int,
         file_bytes: int,
     ) -> None:
@@ -214,7 +215,7 @@ class DiskRun:
         self._firsts = firsts  # first index key of each block
         self._lasts = lasts  # last index key of each block
         self._offsets = offsets  # first row of each block, then the row count
-        self._starts = index_words(path, len(firsts))  # each block's index column in the file
+        self._starts = starts  # where each block's index column is in the file, in words
         self.removals = removals
         self.file_bytes = file_bytes
         self._lock = threading.Lock()
@@ -374,6 +375,7 @@ class RunWriter:
         self._firsts: list[int] = []
         self._lasts: list[int] = []
         self._offsets = [0]
+        self._messages: list[int] = []  # where each block's IPC message starts in the file
         self._removals = 0
         try:
             self._sink = pa.OSFile(self.path, "wb")
@@ -415,6 +417,7 @@ class RunWriter:
             names=["index", "key", "value"],
         )
         try:
+            self._messages.append(self._sink.tell())
             self._writer.write_batch(batch)
         except OSError as e:
             self._failed(e)
@@ -450,12 +453,14 @@ class RunWriter:
             return Run.empty(self._key_type, self._value_type)
         size = os.path.getsize(self.path)
         LOCAL_DISK.count_file(size, compaction=compaction)
+        firsts = np.array(self._firsts, dtype=np.int64)
         return DiskRun(
             self.path,
             self._store,
-            np.array(self._firsts, dtype=np.int64),
+            firsts,
             np.array(self._lasts, dtype=np.int64),
             np.array(self._offsets, dtype=np.int64),
+            index_words(self.path, self._messages, firsts),
             self._removals,
             size,
         )

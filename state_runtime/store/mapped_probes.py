@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+import os
+import struct
 from collections.abc import Iterator
 
 import numpy as np
@@ -41,21 +43,35 @@ def _mapped(path: str) -> Iterator[mmap.mmap]:
             mapping.close()
 
 
-def index_words(path: str, blocks: int) -> np.ndarray:
-    """Where each block's index column starts in the file, in 8-byte words (Arrow aligns
-    buffers to 8 bytes; checked)."""
-    starts = np.empty(blocks, dtype=np.int64)
-    with _mapped(path) as mapping:
-        whole = pa.py_buffer(mapping)
-        reader = pa.ipc.open_file(whole)
-        for b in range(blocks):
-            data = reader.get_batch(b).column(0).buffers()[1]
-            assert data is not None
-            starts[b] = data.address - whole.address
-        del whole, reader, data
-    if (starts % 8).any():
-        raise ValueError(f"{path}: an index column is not 8-byte aligned")
-    return starts // 8
+def index_words(path: str, messages: list[int], firsts: np.ndarray) -> np.ndarray:
+    """Where each block's index column starts in the file, in 8-byte words, given where
+    each block's message starts (the first one after the magic and the schema).
+
+    An Arrow IPC message is a continuation marker, the metadata's length, the metadata and
+    the body; a block's body starts with its index column (no validity bytes: it has no
+    nulls). Read with two small ``pread`` calls a block, never mapped: mapping would bring
+    in the pages around each (fault-around), the whole file. Each block's first word is
+    checked against its first index key, and the alignment to 8 bytes."""
+    starts = np.empty(len(messages), dtype=np.int64)
+    with open(path, "rb") as file:
+        fd = file.fileno()
+        for b, at in enumerate(messages):
+            if not b:  # the magic (8 bytes), then the schema's message (no body)
+                at = 16 + _header(fd, 8)
+            start = at + 8 + _header(fd, at)
+            word = np.frombuffer(os.pread(fd, 8, start), dtype=np.int64)
+            if start % 8 or len(word) != 1 or word[0] != firsts[b]:
+                raise ValueError(f"{path}: block {b}'s index column is not where expected")
+            starts[b] = start // 8
+    return starts
+
+
+def _header(fd: int, at: int) -> int:
+    """The metadata length of the IPC message at byte ``at``."""
+    marker, length = struct.unpack("<Ii", os.pread(fd, 8, at))
+    if marker != 0xFFFFFFFF:
+        raise ValueError(f"no Arrow IPC message at byte {at}")
+    return int(length)
 
 
 def _span(mapping: mmap.mmap, starts: np.ndarray, first: int, last: int) -> tuple[int, int]:
