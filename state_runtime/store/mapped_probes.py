@@ -30,6 +30,9 @@ from state_runtime.store.keys import INT64_MIN, KeyIndexer
 MADV_POPULATE_READ = 22
 """Linux 5.14+: map a range's pages in one call (older kernels refuse it: pages fault in)."""
 
+FAULT_AROUND = 64 << 10
+"""Bytes around a page fault that Linux maps too (``fault_around_bytes``, 64 KiB)."""
+
 
 @contextlib.contextmanager
 def _mapped(path: str) -> Iterator[mmap.mmap]:
@@ -129,7 +132,7 @@ def find_mapped(
         whole = pa.py_buffer(mapping)
         words = np.frombuffer(mapping, dtype=np.int64, count=len(mapping) // 8)
         reader = pa.ipc.open_file(whole)
-        lo = 0
+        lo = dropped = 0
         for hi in bounds.tolist():
             if hi > lo:
                 group = order[lo:hi]
@@ -147,7 +150,13 @@ def find_mapped(
                     probes.append(group[kept])
                     values.append(taken)
                     collided.append(group[clash])
-                mapping.madvise(mmap.MADV_DONTNEED, *span)  # its pages leave this process
+                # The pages this group touched leave this process: its blocks' metadata
+                # before the span and what the kernel mapped around each fault included.
+                start = max(0, min(dropped, span[0] - 2 * FAULT_AROUND))
+                start = start // mmap.PAGESIZE * mmap.PAGESIZE
+                end = min(len(mapping), span[0] + span[1] + FAULT_AROUND)
+                mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
+                dropped = span[0]
             lo = hi
         del whole, words, reader
     clashes = np.concatenate(collided) if collided else np.empty(0, dtype=np.int64)
