@@ -97,6 +97,34 @@ def test_a_batch_lookup_on_disk_reads_no_block_whole_and_keeps_few_of_its_pages(
     assert grown < on_disk.file_bytes // 4, (grown, on_disk.file_bytes)
 
 
+class _FewHashes(KeyIndexer):
+    """String keys hashed to 128 index keys only: most keys collide."""
+
+    def index(self, keys: pa.StructArray) -> np.ndarray:
+        return super().index(keys) % 128
+
+
+def test_a_batch_lookup_on_disk_finds_keys_whose_index_keys_collide() -> None:
+    """Hashed keys sharing an index key: the mapped search lands on the first row with that
+    index key; the key comparison sends the others to their block, found as in memory."""
+    key_type = pa.struct([("s", pa.string())])
+    indexer = _FewHashes(key_type)
+    names = [f"key-{i}" for i in range(1200)]
+    keys = pa.StructArray.from_arrays([pa.array(names)], fields=list(key_type))
+    values = pa.StructArray.from_arrays([pa.array(np.arange(1200))], fields=list(VALUE))
+    run = Run.build(indexer, keys, values)[0]
+    with forced_disk(block_bytes=1024):
+        on_disk = spilled("s", run)
+    assert isinstance(on_disk, DiskRun) and on_disk.block_count > 8
+    probe_names = [f"key-{i}" for i in range(0, 1320, 3)]  # some absent
+    probes = pa.StructArray.from_arrays([pa.array(probe_names)], fields=list(key_type))
+    index = indexer.index(probes)
+    expected, expected_values = run.find(indexer, index, probes)
+    found, found_values = on_disk.find(indexer, index, probes)
+    assert (found == expected).all() and found_values.equals(expected_values)
+    assert (found >= 0).sum() == 400
+
+
 def test_a_streamed_merge_equals_the_in_memory_merge() -> None:
     indexer = KeyIndexer(KEY)
     old = _run(np.arange(0, 20000, 2), np.arange(10000))
