@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from benchmarks.peak_memory import peak_rss, reset_peak
 from state_runtime import StateStoreProvider
 from state_runtime.errors import LocalDiskFull
 from state_runtime.storage import LocalStorage
@@ -61,6 +62,67 @@ def test_a_run_on_disk_answers_as_in_memory() -> None:
         )
     assert len(values) == int((expected >= 0).sum()) >= 1500
     assert _rows(on_disk) == list(run.rows())
+
+
+def test_a_batch_lookup_on_disk_reads_no_block_whole_and_keeps_few_of_its_pages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch of random keys touching every block of a 38 MB run on disk answers as in
+    memory without reading any block whole (the file is mapped and only the pages the probes
+    touch are read), and the pages leave the process group by group: its peak resident memory
+    grows by far less than the file."""
+    indexer = KeyIndexer(KEY)
+    keys = np.arange(0, 3_200_000, 2, dtype=np.int64)
+    run = _run(keys, keys * 3)
+    with forced_disk(block_bytes=64 << 10):
+        on_disk = spilled("s", run)
+    assert isinstance(on_disk, DiskRun) and on_disk.block_count > 50
+
+    def no_whole_block(self: DiskRun, b: int) -> object:
+        raise AssertionError(f"block {b} read whole")
+
+    monkeypatch.setattr(DiskRun, "_read", no_whole_block)
+    rng = np.random.default_rng(5)
+    probes = rng.integers(-10, 3_200_010, 20_000)
+    probe_keys = pa.StructArray.from_arrays([pa.array(probes)], fields=list(KEY))
+    index = indexer.index(probe_keys)
+    expected, expected_values = run.find(indexer, index, probe_keys)
+    before = LOCAL_DISK.snapshot()
+    with forced_disk(block_bytes=64 << 10):  # a spill threshold of 0: groups of one block
+        resident = reset_peak()
+        found, values = on_disk.find(indexer, index, probe_keys)
+        grown = peak_rss() - resident
+    assert (found == expected).all() and values.equals(expected_values)
+    assert LOCAL_DISK.activity_since(before).block_cache_misses == on_disk.block_count
+    assert grown < on_disk.file_bytes // 4, (grown, on_disk.file_bytes)
+
+
+class _FewHashes(KeyIndexer):
+    """String keys hashed to 128 index keys only: most keys collide."""
+
+    def index(self, keys: pa.StructArray) -> np.ndarray:
+        return super().index(keys) % 128
+
+
+def test_a_batch_lookup_on_disk_finds_keys_whose_index_keys_collide() -> None:
+    """Hashed keys sharing an index key: the mapped search lands on the first row with that
+    index key; the key comparison sends the others to their block, found as in memory."""
+    key_type = pa.struct([("s", pa.string())])
+    indexer = _FewHashes(key_type)
+    names = [f"key-{i}" for i in range(1200)]
+    keys = pa.StructArray.from_arrays([pa.array(names)], fields=list(key_type))
+    values = pa.StructArray.from_arrays([pa.array(np.arange(1200))], fields=list(VALUE))
+    run = Run.build(indexer, keys, values)[0]
+    with forced_disk(block_bytes=1024):
+        on_disk = spilled("s", run)
+    assert isinstance(on_disk, DiskRun) and on_disk.block_count > 8
+    probe_names = [f"key-{i}" for i in range(0, 1320, 3)]  # some absent
+    probes = pa.StructArray.from_arrays([pa.array(probe_names)], fields=list(key_type))
+    index = indexer.index(probes)
+    expected, expected_values = run.find(indexer, index, probes)
+    found, found_values = on_disk.find(indexer, index, probes)
+    assert (found == expected).all() and found_values.equals(expected_values)
+    assert (found >= 0).sum() == 400
 
 
 def test_a_streamed_merge_equals_the_in_memory_merge() -> None:

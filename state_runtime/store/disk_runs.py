@@ -18,7 +18,6 @@ import atexit
 import contextlib
 import dataclasses
 import errno
-import itertools
 import os
 import shutil
 import tempfile
@@ -36,6 +35,7 @@ from state_runtime.errors import LocalDiskFull
 from state_runtime.settings import WorkerSettings
 from state_runtime.store.arrow_rows import Row
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.mapped_probes import find_mapped, index_words
 from state_runtime.store.sorted_runs import Run, concat, run_of
 from state_runtime.store.store_metrics import DiskMetrics
 
@@ -124,6 +124,11 @@ class LocalDisk:
         with contextlib.suppress(FileNotFoundError):  # the folder went at exit first
             os.unlink(path)
 
+    def count_block_reads(self, blocks: int) -> None:
+        """Count blocks a batch lookup read from their files (block-cache misses)."""
+        with self._lock:
+            self.stats.block_cache_misses += blocks
+
     def count_file(self, size: int, *, compaction: bool) -> None:
         """Count a run file just written."""
         with self._lock:
@@ -201,6 +206,7 @@ class DiskRun:
         firsts: np.ndarray,
         lasts: np.ndarray,
         offsets: np.ndarray,
+        starts: np.ndarray,
         removals: int,
         file_bytes: int,
     ) -> None:
@@ -209,6 +215,7 @@ class DiskRun:
         self._firsts = firsts  # first index key of each block
         self._lasts = lasts  # last index key of each block
         self._offsets = offsets  # first row of each block, then the row count
+        self._starts = starts  # where each block's index column is in the file, in words
         self.removals = removals
         self.file_bytes = file_bytes
         self._lock = threading.Lock()
@@ -222,7 +229,8 @@ class DiskRun:
     @property
     def nbytes(self) -> int:
         """Bytes held in memory: the fence index (blocks count in the block cache)."""
-        return int(self._firsts.nbytes + self._lasts.nbytes + self._offsets.nbytes)
+        fences = (self._firsts, self._lasts, self._offsets, self._starts)
+        return sum(int(fence.nbytes) for fence in fences)
 
     @property
     def key_type(self) -> pa.DataType:
@@ -272,18 +280,6 @@ class DiskRun:
         inside = (b >= 0) & (index <= self._lasts[np.maximum(b, 0)])
         return np.where(inside, b, -1)
 
-    def _by_block(self, blocks: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-        """(block, the positions in ``blocks`` naming it) for every block named."""
-        order = np.argsort(blocks, kind="stable")
-        ordered = blocks[order]
-        if not len(order):
-            return
-        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        bounds = [*starts.tolist(), len(order)]
-        for s, e in itertools.pairwise(bounds):
-            if ordered[s] >= 0:
-                yield int(ordered[s]), order[s:e]
-
     def find(
         self,
         indexer: KeyIndexer,
@@ -292,23 +288,32 @@ class DiskRun:
         rows: np.ndarray | None = None,
     ) -> tuple[np.ndarray, pa.StructArray]:
         """For each probe, its row in this run or -1 (see :meth:`Run.positions`), and the
-        values of the probes found, in probe order: one pass, a block read once."""
-        found = np.full(len(index), -1, dtype=np.int64)
-        parts: list[pa.Array] = []
-        order: list[np.ndarray] = []
-        for b, probes in self._by_block(self._block_of(index)):
-            probe_rows = probes if rows is None else rows[probes]
+        values of the probes found, in probe order: through a memory map of the file, reading
+        only the pages the probes touch (:mod:`~state_runtime.store.mapped_probes`)."""
+        rows = np.arange(len(index)) if rows is None else rows
+        blocks = self._block_of(index)
+        found, probes, parts, clashes = find_mapped(
+            self.path,
+            self._offsets,
+            self._starts,
+            blocks,
+            indexer,
+            (index, keys, rows),
+            LOCAL_DISK.threshold(),
+        )
+        LOCAL_DISK.count_block_reads(len(np.unique(blocks[blocks >= 0])))
+        for p in clashes.tolist():  # hashed keys that collide: searched in their block
+            b = int(blocks[p])
             block = self.block(b)
-            pos = block.positions(indexer, index[probes], keys, probe_rows)
-            hit = pos >= 0
-            if hit.any():
-                found[probes[hit]] = pos[hit] + self._offsets[b]
-                parts.append(block.take_values(pos[hit]))
-                order.append(probes[hit])
+            pos = block.positions(indexer, index[p : p + 1], keys, rows[p : p + 1])
+            if pos[0] >= 0:
+                found[p] = pos[0] + self._offsets[b]
+                probes.append(np.array([p]))
+                parts.append(block.take_values(pos))
         if not parts:
             return found, pa.array([], type=self.value_type)
         values = pa.concat_arrays(parts)
-        by_probe = np.argsort(np.concatenate(order), kind="stable")
+        by_probe = np.argsort(np.concatenate(probes), kind="stable")
         return found, values.take(pa.array(by_probe))
 
     def positions(
@@ -370,6 +375,7 @@ class RunWriter:
         self._firsts: list[int] = []
         self._lasts: list[int] = []
         self._offsets = [0]
+        self._messages: list[int] = []  # where each block's IPC message starts in the file
         self._removals = 0
         try:
             self._sink = pa.OSFile(self.path, "wb")
@@ -411,6 +417,7 @@ class RunWriter:
             names=["index", "key", "value"],
         )
         try:
+            self._messages.append(self._sink.tell())
             self._writer.write_batch(batch)
         except OSError as e:
             self._failed(e)
@@ -446,12 +453,14 @@ class RunWriter:
             return Run.empty(self._key_type, self._value_type)
         size = os.path.getsize(self.path)
         LOCAL_DISK.count_file(size, compaction=compaction)
+        firsts = np.array(self._firsts, dtype=np.int64)
         return DiskRun(
             self.path,
             self._store,
-            np.array(self._firsts, dtype=np.int64),
+            firsts,
             np.array(self._lasts, dtype=np.int64),
             np.array(self._offsets, dtype=np.int64),
+            index_words(self.path, self._messages, firsts),
             self._removals,
             size,
         )
