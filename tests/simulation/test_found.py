@@ -374,6 +374,14 @@ def test_a_repartition_over_a_damaged_file_fails_and_changes_nothing() -> None:
     assert machine.model.partitions == 3 and machine.platform.partitions == 3
 
 
+class StrictOnceValidated(PlatformMachine):
+    """No excuse after a validation: every file was put back intact."""
+
+    def validate(self, zero: bool) -> None:
+        super().validate(zero)
+        self.damaged_stores.clear()
+
+
 def test_a_snapshot_intact_again_after_a_failed_validation_restores() -> None:
     """Found (make soak at 5f94219, "restore refused", its steps lost; rebuilt from the
     restore's chain rule): version 3's only file is its snapshot (cleanup at zero windows
@@ -383,13 +391,6 @@ def test_a_snapshot_intact_again_after_a_failed_validation_restores() -> None:
     3"): the plan judged a delta that failed a past validation again, but kept a failed
     snapshot as no base. It now reads such a snapshot itself; the next validation closes the
     problem (until then health calls the store broken: the lenient machine's excuse)."""
-
-    class StrictOnceValidated(PlatformMachine):
-        """No excuse after a validation: every file was put back intact."""
-
-        def validate(self, zero: bool) -> None:
-            super().validate(zero)
-            self.damaged_stores.clear()
 
     snapshot_of_store_0 = 2  # the files by store, version and kind: 1.delta, 2.delta, 3.snapshot
     replay(
@@ -438,3 +439,25 @@ def test_a_batch_refused_after_a_repartition_records_the_new_schema() -> None:
     loads widened; the model synced its schema generation only after batches that ran."""
     machine = replay([("repartition", {}), ("change_schema", {}), run({}, step=-1)])
     assert machine.model.generation == 1
+
+
+def test_a_problem_a_driver_ahead_recorded_is_closed_by_the_next_validation() -> None:
+    """Found by the driver's clock steps (i34-clock): the driver host's clock 2 hours ahead
+    (its catalog connection on SQLite records by it), batch 0's delta of store 0 corrupted,
+    a new driver's batch 1 fails on it (the runtime records the problem, detected 2 hours
+    "from now"), the file put back intact; the validation read every file intact, yet left
+    the problem open (it closed only problems detected before its own start, by the
+    maintenance host's clock) and health called store 0 broken while it loads, for two
+    hours. A validation now closes the problems open when it started, by id."""
+    corrupt_store_0: Step = ("damage", {"pick": 0, "corrupt": True})
+    replay(
+        [
+            ("driver_clock_step", {"step": timedelta(hours=2)}),
+            corrupt_store_0,
+            ("restart", {"driver": True}),
+            run({0: {"a": 1}}),
+            corrupt_store_0,
+            ("validate", {"zero": False}),
+        ],
+        StrictOnceValidated,
+    )
