@@ -442,8 +442,9 @@ class PlatformMachine(RuleBasedStateMachine):
     def repartition(self) -> None:
         """The stopped query moves between 2 and 3 partitions, routed by Spark's hash of each
         key; its state must not change. Refused only with a problem open, or when the
-        maintenance host's clock was stepped back behind the driver's last commit (a SQLite
-        catalog's clock is its host's): the refusal names the clock, not "-N s ago". It fails
+        driver's last commit is after the maintenance host's clock, one stepped back or the
+        driver's ahead (a SQLite catalog's clock is its host's): the refusal names the clock,
+        not "-N s ago". It fails
         only when a file of the last batch was damaged on purpose and its state cannot load
         (no validation recorded the problem yet), and changes no commit."""
         p = self.platform
