@@ -461,3 +461,52 @@ def test_a_problem_a_driver_ahead_recorded_is_closed_by_the_next_validation() ->
         ],
         StrictOnceValidated,
     )
+
+
+def stepped(
+    changes: dict[int, dict[str, int | None]], step: timedelta, at: str, chore: str
+) -> Step:
+    return ("stepped_batch", {"changes": changes, "step": step, "at": at, "chore": chore})
+
+
+DRIVER_CLOCK_STEPS: list[Step] = [
+    ("driver_clock_step", {"step": timedelta(hours=2)}),
+    run({0: {"a": 1}}),
+    stepped({1: {"b": 2}}, timedelta(days=8), "begun", "cleanup"),
+    ("repartition", {}),
+    ("driver_clock_step", {"step": timedelta(minutes=-30)}),
+    stepped({2: {"c": 1}}, timedelta(minutes=-30), "written", "sweep_attempts"),
+    stepped({}, timedelta(minutes=10), "begun", "reconcile"),
+    ("validate", {"zero": False}),
+]
+"""The driver host's clock ahead 2 hours, then 8 days inside a batch raced by cleanup, a
+repartition, then steps back inside batches raced by the attempt sweep and reconcile."""
+
+
+@pytest.mark.postgres
+def test_the_driver_clock_steps_move_no_catalog_time_on_postgresql() -> None:
+    """On PostgreSQL the catalog's clock is the database's: the driver's steps move none of
+    the times it records (every batch commits, the repartition after the driver's clock went
+    8 days ahead runs, not refused as a skew), whatever its host's wall clock says."""
+    try:
+        catalogs = PostgresCatalogs()
+    except sa.exc.OperationalError as exc:
+        service_missing("PostgreSQL", str(exc).strip())
+
+    class OnPostgres(PlatformMachine):
+        pass
+
+    OnPostgres.catalogs = catalogs
+    try:
+        machine = replay(DRIVER_CLOCK_STEPS, OnPostgres)
+        assert machine.repartitioned_at == 2 and machine.model.partitions == 3
+    finally:
+        catalogs.close()
+
+
+def test_the_driver_clock_steps_on_sqlite() -> None:
+    """The same steps on SQLite, whose clock is each host's own: every batch commits, nothing
+    needed is deleted, no store is called broken; the repartition is refused, naming the skew
+    (the driver's last commit is 8 days after the maintenance host's clock)."""
+    machine = replay(DRIVER_CLOCK_STEPS)
+    assert machine.repartitioned_at is None and machine.model.partitions == 2
