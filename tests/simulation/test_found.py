@@ -485,9 +485,9 @@ repartition, then steps back inside batches raced by the attempt sweep and recon
 
 @pytest.mark.postgres
 def test_the_driver_clock_steps_move_no_catalog_time_on_postgresql() -> None:
-    """On PostgreSQL the catalog's clock is the database's: the driver's steps move none of
-    the times it records (every batch commits, the repartition after the driver's clock went
-    8 days ahead runs, not refused as a skew), whatever its host's wall clock says."""
+    """On PostgreSQL the catalog's clock is the database's, which the driver's steps do not
+    move: every batch commits, and the repartition after the driver's clock went 8 days
+    ahead runs (its last commit is not in the future, as it is on SQLite, below)."""
     try:
         catalogs = PostgresCatalogs()
     except sa.exc.OperationalError as exc:
