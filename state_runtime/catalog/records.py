@@ -484,6 +484,10 @@ class BatchStart:
     previous: dict[StoreId, CheckpointRef]
     restored: int | None = None
     layouts: dict[tuple[int, str], Layout] = field(default_factory=dict)
+    restarted_base: bool = False
+    """The commit log has nothing of the previous batch, and a restore (not the latest) once
+    returned the query to it, restarting every store there: the batch starts from empty
+    stores (a later restore kept the batches after it)."""
 
 
 @dataclass(frozen=True, slots=True)
