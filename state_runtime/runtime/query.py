@@ -303,8 +303,7 @@ class StatefulQuery:
 
         The query's position is its last committed batch or, if later, the batch a restore
         returned it to: a restore that restarted every store leaves no commit of that batch,
-        and the next batch starts from empty stores (as its replay does after a later restore
-        to it)."""
+        and the next batch (or its replay after a later restore) starts from empty stores."""
         last = max((b for b in (start.last_batch, start.restored) if b is not None), default=None)
         if last is not None and batch_id < last:
             raise BatchOutOfOrder(
