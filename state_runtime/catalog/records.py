@@ -274,13 +274,16 @@ class FoundProblem:
 @dataclass(frozen=True, slots=True)
 class Validated:
     """One store's validation, to record: each file read (None: intact, or the problem found),
-    what was found wrong, and when the store's validation started (problems recorded since
-    are left for the next one)."""
+    what was found wrong, and the ids of the problems open when the validation started (None:
+    every open one). Only those are closed when not found again: one recorded since (the
+    runtime found damage meanwhile) is left for the next validation. Ids, never times: a
+    problem's ``detected_at`` is its recorder's clock (on SQLite, a driver's host's), which
+    a validation's start on another host cannot be compared with."""
 
     key: StoreKey
     checked: Mapping[str, str | None]
     found: Sequence[FoundProblem]
-    started_at: datetime | None = None
+    open_before: frozenset[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,6 +484,10 @@ class BatchStart:
     previous: dict[StoreId, CheckpointRef]
     restored: int | None = None
     layouts: dict[tuple[int, str], Layout] = field(default_factory=dict)
+    restarted_base: bool = False
+    """The commit log has nothing of the previous batch, and a restore (not the latest) once
+    returned the query to it, restarting every store there: the batch starts from empty
+    stores (a later restore kept the batches after it)."""
 
 
 @dataclass(frozen=True, slots=True)

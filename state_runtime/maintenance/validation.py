@@ -35,7 +35,6 @@ import dataclasses
 import random
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 from functools import partial
 from itertools import islice
@@ -187,9 +186,11 @@ def validate_stores(
     make a run's choice repeatable; the draws are taken in store order on the calling host,
     whatever the workers)."""
     draw = (sampler or random.Random()).random
-    # One start for the run, taken before anything is read: a problem recorded after it (the
-    # runtime finding damage meanwhile) stays open for the next run, never closed unread.
-    started = fleet.catalog.now()
+    # The problems open at the run's start, read before anything else: a problem recorded
+    # after it (the runtime finding damage meanwhile) stays open for the next run, never
+    # closed unread. By id, not by time: a driver on SQLite records its problems by its own
+    # host's clock, which may be ahead of this one's.
+    started = frozenset(p.problem_id for p in fleet.catalog.problems())
     wanted = key_set(only)
     total = fleet.store_count(wanted)
     # the draws are taken here, in store order, a page of stores at a time
@@ -207,7 +208,7 @@ def validate_stores(
 def validate_slice(
     policy: MaintenancePolicy,
     run_id: int | None,
-    started: datetime,
+    started: frozenset[int],
     workers: int | None,
     only: Set[StoreKey] | None,
     fleet: Fleet,
@@ -260,7 +261,7 @@ def _validate_chunk(
     pending: Mapping[StoreKey, Sequence[FileRecord]],
     named: Mapping[StoreKey, Collection[str]],
     run_id: int | None,
-    started: datetime,
+    started: frozenset[int],
 ) -> list[StoreValidation]:
     """Validate a chunk of stores of one root: one read of their retained versions, each
     store's files, one transaction recording what was found."""
@@ -357,11 +358,11 @@ def _validate_store(
     unconfirmed: Sequence[FileRecord],
     named: Collection[str],
     draw: float,
-    started: datetime,
+    started: frozenset[int],
 ) -> tuple[StoreValidation, Validated]:
     """One store's validation (``retained``: its retained versions as the chunk read them),
-    and what to record of it (``started``: the run's start, which problems recorded before it
-    and not found again are closed by)."""
+    and what to record of it (``started``: the problems open at the run's start, those that
+    are not found again are closed)."""
     key, catalog = record.key, fleet.catalog
     result = StoreValidation(key)
     checked: dict[str, str | None] = {}

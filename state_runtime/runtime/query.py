@@ -303,7 +303,7 @@ class StatefulQuery:
 
         The query's position is its last committed batch or, if later, the batch a restore
         returned it to: a restore that restarted every store leaves no commit of that batch,
-        and the next batch starts from empty stores."""
+        and the next batch (or its replay after a later restore) starts from empty stores."""
         last = max((b for b in (start.last_batch, start.restored) if b is not None), default=None)
         if last is not None and batch_id < last:
             raise BatchOutOfOrder(
@@ -329,7 +329,7 @@ class StatefulQuery:
                     f"{layout.from_batch} (docs/repartition.md)",
                     store=start.last_store,
                 )
-        if batch_id - 1 == start.restored:
+        if batch_id - 1 == start.restored or start.restarted_base:
             return start.previous
         if batch_id == 0 or start.previous:
             before = partial(self.catalog.committed_before, self.root, self.query_id, batch_id)

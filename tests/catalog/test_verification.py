@@ -71,9 +71,9 @@ def test_validation_sets_the_open_problems(catalog: Catalog) -> None:
 
     # A validation that started before a problem was recorded leaves it open.
     later = catalog.start_run("validate", "tests")
-    started = catalog.now()  # the database's clock, as every catalog time
+    started = frozenset(p.problem_id for p in catalog.problems(root=ROOT))
     catalog.add_problems(KEY, [FoundProblem("snapshot failed verification", "s", 8)])
-    catalog.record_validation(later, KEY, {first: None}, [], started_at=started)
+    catalog.record_validation(later, KEY, {first: None}, [], open_before=started)
     [left] = catalog.problems(store=KEY)
     assert left.problem == "snapshot failed verification"
     resolved = [p for p in catalog.problems(root=ROOT, only_open=False) if p.resolved_at]

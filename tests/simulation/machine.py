@@ -4,7 +4,8 @@
 rules are batches (none, some or every store changing; replays, gaps, older batches; task,
 sink and driver failures), new query objects and driver processes, a schema change, restore,
 snapshot, cleanup, reconcile, the attempt and leftover sweeps, validation, repair and health
-at zero and default windows, clock steps, torn writes, and a file deleted or corrupted. After
+at zero and default windows, clock steps (maintenance's, and the driver host's between and
+inside batches), torn writes, and a file deleted or corrupted. After
 every step the invariants hold:
 
 - every retained committed version that loads equals the model (a version never loads wrong);
@@ -216,8 +217,9 @@ class PlatformMachine(RuleBasedStateMachine):
         """True from a validation until the next step that may change what loads."""
         self.repartitioned_at: int | None = None
         """The batch at which the query was last repartitioned (restore refuses older ones)."""
-        self.stepped_back = False
-        """Whether the maintenance host's wall clock was ever stepped back."""
+        self.skewed = False
+        """Whether the driver's clock was ever stepped ahead of the maintenance host's (the
+        maintenance host's stepped back, or the driver's ahead)."""
 
     @initialize()
     def first_batch(self) -> None:
@@ -440,8 +442,9 @@ class PlatformMachine(RuleBasedStateMachine):
     def repartition(self) -> None:
         """The stopped query moves between 2 and 3 partitions, routed by Spark's hash of each
         key; its state must not change. Refused only with a problem open, or when the
-        maintenance host's clock was stepped back behind the driver's last commit (a SQLite
-        catalog's clock is its host's): the refusal names the clock, not "-N s ago". It fails
+        driver's last commit is after the maintenance host's clock, one stepped back or the
+        driver's ahead (a SQLite catalog's clock is its host's): the refusal names the clock,
+        not "-N s ago". It fails
         only when a file of the last batch was damaged on purpose and its state cannot load
         (no validation recorded the problem yet), and changes no commit."""
         p = self.platform
@@ -476,13 +479,13 @@ class PlatformMachine(RuleBasedStateMachine):
 
     def _clock_behind(self) -> bool:
         """Whether the catalog's clock is behind the query's last commit, as it can be only
-        when the maintenance host's wall clock was stepped back and the catalog's clock
-        follows it (SQLite): the driver's commits are on its own clock, a repartition's on
-        the maintenance host's as it then was."""
+        when the catalog's clock follows its hosts' (SQLite) and the maintenance host's wall
+        clock was stepped back or the driver's ahead: the driver's commits are on its own
+        clock, a repartition's on the maintenance host's as it then was."""
         p = self.platform
         follows_host = sqlite_file(parse_url(p.catalog_url)) is not None
         last = p.catalog.commit_history(p.root, query_id=QUERY, limit=1)[0]
-        return follows_host and self.stepped_back and last.committed_at > p.catalog.now()
+        return follows_host and self.skewed and last.committed_at > p.catalog.now()
 
     # --- maintenance ---------------------------------------------------------------------
 
@@ -524,7 +527,42 @@ class PlatformMachine(RuleBasedStateMachine):
         """The maintenance host's wall clock steps: the catalog's clock must not follow it on
         PostgreSQL (a SQLite catalog's clock is its host's)."""
         self.platform.step_host_clock(step)
-        self.stepped_back = self.stepped_back or step < timedelta(0)
+        self.skewed = self.skewed or step < timedelta(0)
+
+    @rule(step=clock_steps)
+    def driver_clock_step(self, step: timedelta) -> None:
+        """The driver host's wall clock steps between batches: the catalog's clock, as the
+        driver's connection reads it, must not follow it on PostgreSQL (on SQLite it does)."""
+        self._step_driver_clock(step)
+
+    @rule(changes=batches, step=clock_steps, at=stages, chore=st.sampled_from([None, *CHORES]))
+    def stepped_batch(self, changes: Batch, step: timedelta, at: Stage, chore: str | None) -> None:
+        """The driver host's wall clock steps inside the next batch: after its intent is
+        recorded (its tasks stamp their files by the stepped clock), or after its tasks wrote;
+        then, after the tasks wrote, a maintenance pass at the default windows may run. The
+        batch commits: at default windows no pass may take what a batch in flight wrote,
+        whichever way the driver's clock went. Only when the clock maintenance is given
+        (``clock_step``) is ahead by more than the grace may cleanup take them: then, as in
+        ``raced_batch``, the commit is refused whole and the replay commits."""
+
+        def between(stage: Stage) -> None:
+            if stage == at:
+                self._step_driver_clock(step)
+            if stage == "written" and chore is not None:
+                getattr(self, chore)(zero=False)
+
+        batch_id = self._following(0)
+        try:
+            self.batch(batch_id, changes, None, 0, between)
+        except CommitConflict as exc:
+            grace = policy(False).retention.orphan_grace
+            assert chore == "cleanup" and self.platform.offset > grace, exc
+            self.batch(batch_id, changes, None, 0)
+        assert self.damaged or self.model.last == batch_id, f"batch {batch_id} did not commit"
+
+    def _step_driver_clock(self, step: timedelta) -> None:
+        self.platform.step_driver_clock(step)
+        self.skewed = self.skewed or step > timedelta(0)
 
     @rule(partition=st.integers(0, PARTITIONS - 1), hours=st.sampled_from([0, 2, 48]))
     def torn_write(self, partition: int, hours: int) -> None:

@@ -21,9 +21,10 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -62,6 +63,7 @@ from state_runtime.runtime.tasks import (
 )
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import LocalStorage, Storage
+from state_runtime.store import writer
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.provider import StateStoreProvider
 from state_runtime.store.schema_history import SchemaHistory
@@ -228,6 +230,9 @@ class Platform:
     """The generation whose schema the catalog's history ends with (a query records it)."""
     host_step: timedelta = timedelta(0)
     """How far the maintenance host's wall clock was stepped (``step_host_clock``)."""
+    driver_step: timedelta = timedelta(0)
+    """How far the driver host's wall clock was stepped (``step_driver_clock``): its
+    catalog connection's and its tasks' (the writers' stamps)."""
     spark_checkpoint: str | None = None
     """The stream's ``checkpointLocation`` the driver is given (``StatefulQuery``'s)."""
     routed: bool = False
@@ -274,6 +279,31 @@ class Platform:
         the catalog's clock notices and reads the database again; a SQLite catalog's clock is
         its host's, so it moves with it."""
         self.host_step += step
+
+    def _driver_wall(self) -> float:
+        return time.time() + self.driver_step.total_seconds()
+
+    def step_driver_clock(self, step: timedelta) -> None:
+        """The driver host's wall clock steps: the clock of every driver's catalog connection
+        (on PostgreSQL it notices and reads the database again; a SQLite catalog's clock, as
+        the driver sees it, is the driver's host's) and of the tasks it runs (in local mode,
+        on its host), which stamp the files they write."""
+        self.driver_step += step
+
+    @contextmanager
+    def _on_driver_host(self) -> Iterator[None]:
+        """The writers' stamps (``created_at``) by the driver host's clock, to the millisecond
+        as ``file_header.now``'s (storage stamps its files' times by its own clock)."""
+
+        def stepped() -> datetime:
+            t = datetime.fromtimestamp(self._driver_wall(), UTC)
+            return t.replace(microsecond=t.microsecond // 1000 * 1000)
+
+        real, writer.now = writer.now, stepped
+        try:
+            yield
+        finally:
+            writer.now = real
 
     # --- processes ------------------------------------------------------------------------
 
@@ -342,13 +372,15 @@ class Platform:
     def spare_driver(self) -> StatefulQuery:
         """Another driver's query object, with its own catalog connection (the caller closes
         it): a zombie when the platform's driver took over after it began a batch."""
-        return StatefulQuery(
+        query = StatefulQuery(
             QUERY,
             self.storage,
             [operator(self.partitions, self.generation)],
             catalog_url=self.catalog_url,
             spark_checkpoint=self.spark_checkpoint,
         )
+        query.catalog.clock.wall = self._driver_wall
+        return query
 
     def run_batch(
         self,
@@ -453,7 +485,8 @@ class Platform:
             if fail == "task" and partition == fail_at:
                 rows[FAIL_KEY] = 0
             try:
-                out = list(run_partitions(spec, iter(_rows(partition, rows).to_batches())))
+                with self._on_driver_host():
+                    out = list(run_partitions(spec, iter(_rows(partition, rows).to_batches())))
             except TaskFailed as exc:
                 failure = failure or exc
                 continue

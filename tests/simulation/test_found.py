@@ -220,6 +220,25 @@ def test_the_first_batch_after_every_store_restarted_can_be_replayed() -> None:
     replay([*RESTART_EVERY_STORE, run({0: {"a": 1}}), run({0: {"a": 1}}, step=-1)])
 
 
+def test_a_replay_after_a_restore_to_the_first_batch_after_a_restart() -> None:
+    """Found by i34-clock's soak (not a clock defect: it fails with every clock step at zero;
+    shrunk by hand from 42 steps to 5): every store restarted at batch 0, batches 1 and 2,
+    a restore to batch 1, then its replay was refused as out of order ("batch 0 is not
+    committed, but its stores already have committed versions"): only the latest restore's
+    position was known to start from empty stores. A batch now starts from empty stores
+    when the commit log has nothing of the batch before it and a restore once returned the
+    query there."""
+    replay(
+        [
+            *RESTART_EVERY_STORE,
+            run({0: {"a": 1}}),
+            run({1: {"b": 1}}),
+            ("restore", {"back": 1, "allow_lost_state": False, "zero": False}),
+            run({0: {"a": 2}}, step=-1),
+        ]
+    )
+
+
 def test_a_gap_after_every_store_restarted_is_refused() -> None:
     """Found (make soak): with every store restarted at batch 0, batch 2 ran (from empty)
     although batch 1 never did: the query's commit log is empty, so no order was checked."""
@@ -374,6 +393,14 @@ def test_a_repartition_over_a_damaged_file_fails_and_changes_nothing() -> None:
     assert machine.model.partitions == 3 and machine.platform.partitions == 3
 
 
+class StrictOnceValidated(PlatformMachine):
+    """No excuse after a validation: every file was put back intact."""
+
+    def validate(self, zero: bool) -> None:
+        super().validate(zero)
+        self.damaged_stores.clear()
+
+
 def test_a_snapshot_intact_again_after_a_failed_validation_restores() -> None:
     """Found (make soak at 5f94219, "restore refused", its steps lost; rebuilt from the
     restore's chain rule): version 3's only file is its snapshot (cleanup at zero windows
@@ -383,13 +410,6 @@ def test_a_snapshot_intact_again_after_a_failed_validation_restores() -> None:
     3"): the plan judged a delta that failed a past validation again, but kept a failed
     snapshot as no base. It now reads such a snapshot itself; the next validation closes the
     problem (until then health calls the store broken: the lenient machine's excuse)."""
-
-    class StrictOnceValidated(PlatformMachine):
-        """No excuse after a validation: every file was put back intact."""
-
-        def validate(self, zero: bool) -> None:
-            super().validate(zero)
-            self.damaged_stores.clear()
 
     snapshot_of_store_0 = 2  # the files by store, version and kind: 1.delta, 2.delta, 3.snapshot
     replay(
@@ -438,3 +458,74 @@ def test_a_batch_refused_after_a_repartition_records_the_new_schema() -> None:
     loads widened; the model synced its schema generation only after batches that ran."""
     machine = replay([("repartition", {}), ("change_schema", {}), run({}, step=-1)])
     assert machine.model.generation == 1
+
+
+def test_a_problem_a_driver_ahead_recorded_is_closed_by_the_next_validation() -> None:
+    """Found by the driver's clock steps (i34-clock): the driver host's clock 2 hours ahead
+    (its catalog connection on SQLite records by it), batch 0's delta of store 0 corrupted,
+    a new driver's batch 1 fails on it (the runtime records the problem, detected 2 hours
+    "from now"), the file put back intact; the validation read every file intact, yet left
+    the problem open (it closed only problems detected before its own start, by the
+    maintenance host's clock) and health called store 0 broken while it loads, for two
+    hours. A validation now closes the problems open when it started, by id."""
+    corrupt_store_0: Step = ("damage", {"pick": 0, "corrupt": True})
+    replay(
+        [
+            ("driver_clock_step", {"step": timedelta(hours=2)}),
+            corrupt_store_0,
+            ("restart", {"driver": True}),
+            run({0: {"a": 1}}),
+            corrupt_store_0,
+            ("validate", {"zero": False}),
+        ],
+        StrictOnceValidated,
+    )
+
+
+def stepped(
+    changes: dict[int, dict[str, int | None]], step: timedelta, at: str, chore: str
+) -> Step:
+    return ("stepped_batch", {"changes": changes, "step": step, "at": at, "chore": chore})
+
+
+DRIVER_CLOCK_STEPS: list[Step] = [
+    ("driver_clock_step", {"step": timedelta(hours=2)}),
+    run({0: {"a": 1}}),
+    stepped({1: {"b": 2}}, timedelta(days=8), "begun", "cleanup"),
+    ("repartition", {}),
+    ("driver_clock_step", {"step": timedelta(minutes=-30)}),
+    stepped({2: {"c": 1}}, timedelta(minutes=-30), "written", "sweep_attempts"),
+    stepped({}, timedelta(minutes=10), "begun", "reconcile"),
+    ("validate", {"zero": False}),
+]
+"""The driver host's clock ahead 2 hours, then 8 days inside a batch raced by cleanup, a
+repartition, then steps back inside batches raced by the attempt sweep and reconcile."""
+
+
+@pytest.mark.postgres
+def test_the_driver_clock_steps_move_no_catalog_time_on_postgresql() -> None:
+    """On PostgreSQL the catalog's clock is the database's, which the driver's steps do not
+    move: every batch commits, and the repartition after the driver's clock went 8 days
+    ahead runs (its last commit is not in the future, as it is on SQLite, below)."""
+    try:
+        catalogs = PostgresCatalogs()
+    except sa.exc.OperationalError as exc:
+        service_missing("PostgreSQL", str(exc).strip())
+
+    class OnPostgres(PlatformMachine):
+        pass
+
+    OnPostgres.catalogs = catalogs
+    try:
+        machine = replay(DRIVER_CLOCK_STEPS, OnPostgres)
+        assert machine.repartitioned_at == 2 and machine.model.partitions == 3
+    finally:
+        catalogs.close()
+
+
+def test_the_driver_clock_steps_on_sqlite() -> None:
+    """The same steps on SQLite, whose clock is each host's own: every batch commits, nothing
+    needed is deleted, no store is called broken; the repartition is refused, naming the skew
+    (the driver's last commit is 8 days after the maintenance host's clock)."""
+    machine = replay(DRIVER_CLOCK_STEPS)
+    assert machine.repartitioned_at is None and machine.model.partitions == 2

@@ -143,12 +143,12 @@ class InventoryCalls(PagedCalls):
         checked: Mapping[str, str | None],
         found: Sequence[FoundProblem],
         *,
-        started_at: datetime | None = None,
+        open_before: frozenset[int] | None = None,
     ) -> None:
-        """Record one store's validation by ``run_id``, which started at ``started_at``: each
-        checked file's verification; the store's open problems become ``found`` (problems
-        recorded after the validation started are left for the next one)."""
-        validated = [Validated(key, checked, found, started_at)]
+        """Record one store's validation by ``run_id``: each checked file's verification; the
+        store's open problems become ``found`` (of those open when the validation started,
+        ``open_before``, by id: problems recorded since are left for the next one)."""
+        validated = [Validated(key, checked, found, open_before)]
         self._run(
             "record validation",
             lambda c: findings.record_validations(c, key.root, validated, run_id, self.now()),

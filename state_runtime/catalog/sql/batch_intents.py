@@ -71,12 +71,19 @@ def begin_batch(
             )
         )
     restored = restored_to(connection, root, query_id)
+    restarted_base = (
+        batch_id > 0
+        and not previous
+        and restored != batch_id - 1
+        and restored_to(connection, root, query_id, batch_id - 1) is not None
+    )
     wanted = {(operator_id, name) for operator_id, name, _ in operators}
     return BatchStart(
         last_batch=None if last is None else last[0],
         last_store=None if last is None else last[1],
         previous=previous,
         restored=restored,
+        restarted_base=restarted_base,
         layouts={
             key: layout
             for key, layout in current_layouts(connection, WRITE_LOOKUPS, root).items()
@@ -85,24 +92,25 @@ def begin_batch(
     )
 
 
-def restored_to(connection: Connection, root: str, query_id: str) -> int | None:
-    """The batch the query's latest successful restore returned it to, or None.
+def restored_to(
+    connection: Connection, root: str, query_id: str, batch_id: int | None = None
+) -> int | None:
+    """The batch the query's latest successful restore returned it to (with ``batch_id``: its
+    latest to that batch), or None.
 
     The commit log alone cannot say where a query stands once a restore restarted every store
     from empty (their entries are gone): the restore's run is the record of that position.
     Restores before the run named its root (catalog revision 0014 and older) are not read."""
     r = maintenance_runs.c
-    row = connection.execute(
-        sa.select(r.parameters["to_batch"].as_integer())
-        .where(
-            r.kind == RunKind.RESTORE.value,
-            r.outcome == RunOutcome.SUCCEEDED.value,
-            r.parameters["root"].as_string() == root,
-            r.parameters["query_id"].as_string() == query_id,
-        )
-        .order_by(r.run_id.desc())
-        .limit(1)
-    ).first()
+    query = sa.select(r.parameters["to_batch"].as_integer()).where(
+        r.kind == RunKind.RESTORE.value,
+        r.outcome == RunOutcome.SUCCEEDED.value,
+        r.parameters["root"].as_string() == root,
+        r.parameters["query_id"].as_string() == query_id,
+    )
+    if batch_id is not None:
+        query = query.where(r.parameters["to_batch"].as_integer() == batch_id)
+    row = connection.execute(query.order_by(r.run_id.desc()).limit(1)).first()
     return None if row is None else int(row[0])
 
 

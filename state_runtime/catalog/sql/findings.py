@@ -220,8 +220,8 @@ def record_validations(
 ) -> None:
     """Record the validations of several stores of ``root``, in a few statements whatever
     their number: each checked file's verification, and each store's open problems become
-    its ``found``: problems found before its validation ``started_at`` that it no longer
-    finds are resolved by this run (a store with none left is no longer held); a problem
+    its ``found``: problems open when its validation started (``open_before``) that it no
+    longer finds are resolved by this run (a store with none left is no longer held); a problem
     recorded meanwhile (by a snapshot pass) stays open for the next validation to judge."""
     ids = store_ids(connection, WRITE_LOOKUPS, root, [v.key.store for v in validated])
     unknown = [v.key.store for v in validated if v.key.store not in ids]
@@ -242,7 +242,7 @@ def record_validations(
             row.problem_id
             for row in rows
             if (row.path, row.problem) not in wanted
-            and (v.started_at is None or row.detected_at < v.started_at)
+            and (v.open_before is None or row.problem_id in v.open_before)
         ]
         fresh += _new_problem_rows(store_id, v.found, rows, run_id, now)
     if gone:
