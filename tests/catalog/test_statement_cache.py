@@ -15,7 +15,7 @@ from state_runtime.catalog import Catalog
 from state_runtime.catalog.connection.statement_cache import COMPILED
 from state_runtime.catalog.schema.reading_views import READER_VIEWS
 from state_runtime.catalog.schema.tables import checkpoint_files
-from state_runtime.catalog.sql import commits, layouts, lookups
+from state_runtime.catalog.sql import batch_intents, commits, layouts, lookups
 from state_runtime.identity import StoreId
 from tests.catalog.factory import Stream
 
@@ -39,8 +39,9 @@ def test_a_catalog_opened_later_compiles_nothing_an_earlier_one_compiled(tmp_pat
 
 
 def test_the_hot_lookups_run_statements_built_once(catalog: Catalog) -> None:
-    """The lookups a batch's commit, a file record and a maintenance run make (committed
-    ids, files by path, a store's last run, the layouts) run the same statement objects
+    """The lookups a batch's start and commit, a file record and a maintenance run make
+    (committed ids, the last batch, the last restore, files by path, a store's last run, the
+    layouts) run the same statement objects
     call after call, so SQLAlchemy keeps each one's cache key instead of building the
     statement and its key again; and they still answer each call's own values."""
     stream = Stream(catalog, [StoreId(0, 0), StoreId(0, 1)])
@@ -61,6 +62,8 @@ def test_the_hot_lookups_run_statements_built_once(catalog: Catalog) -> None:
             [row[0] for row in lookups.rows_at(connection, wanted, (f.file_id,))],
             layouts.layout_history(connection, READER_VIEWS, stream.root),
             commits.committed_ids(connection, READER_VIEWS, stream.root, stream.query, version - 1),
+            commits.latest_entry(connection, READER_VIEWS, stream.root, stream.query),
+            batch_intents.restored_to(connection, stream.root, stream.query),
         )
 
     answers = []
@@ -73,7 +76,7 @@ def test_the_hot_lookups_run_statements_built_once(catalog: Catalog) -> None:
             transaction.rollback()
         event.remove(catalog.engine, "before_execute", listener)
         statements.append(ran)
-    assert statements[0] == statements[1] and len(statements[0]) == 5
+    assert statements[0] == statements[1] and len(statements[0]) == 7
     one, two = answers
     assert one[0] != two[0] and one[1] != two[1] and one[3] != two[3]
     assert one[3] == {s: stream.committed[s][0].ref for s in stream.stores}
