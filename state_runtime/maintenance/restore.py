@@ -249,16 +249,23 @@ def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) ->
 
 @dataclass
 class Verified:
-    """What one plan has read: each store's file records and each file's verification
-    (path -> problem or None), so that a file shared by many batches' chains is read once."""
+    """What one plan has read: each store's file records and idle versions and each file's
+    verification (path -> problem or None), so that a file shared by many batches' chains is
+    read once, and a store's records once however many batches the plan weighs."""
 
     files: dict[StoreKey, list[FileRecord]] = field(default_factory=dict)
+    idle: dict[StoreKey, frozenset[int]] = field(default_factory=dict)
     problems: dict[str, str | None] = field(default_factory=dict)
 
     def store_files(self, fleet: Fleet, key: StoreKey) -> list[FileRecord]:
         if key not in self.files:
             self.files[key] = fleet.catalog.store_files(key.root, key.store)
         return self.files[key]
+
+    def idle_versions(self, fleet: Fleet, key: StoreKey) -> frozenset[int]:
+        if key not in self.idle:
+            self.idle[key] = fleet.catalog.idle_versions(key.root, key.store)
+        return self.idle[key]
 
     def problem(self, fleet: Fleet, root: str, record: FileRecord) -> str | None:
         if record.path not in self.problems:
@@ -304,7 +311,7 @@ def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified)
         return None
     files = checked.store_files(fleet, key)
     facts = _judged_now(fleet, key.root, files, ref.version, checked)
-    if not intact(facts, ref.version, fleet.catalog.idle_versions(key.root, key.store)):
+    if not intact(facts, ref.version, checked.idle_versions(fleet, key)):
         return (
             f"the catalog has no complete chain of files for version {ref.version} of store "
             f"{key} (deleted or failed files)"

@@ -139,11 +139,18 @@ def test_a_refused_lease_is_one_transaction(catalog: Catalog) -> None:
 
 
 def test_a_paged_read_is_one_transaction_per_page(catalog: Catalog) -> None:
-    """Health of 25 stores, 10 a page: 3 pages, and the empty read that ends the loop."""
+    """Health of 25 stores, 10 a page: 3 pages, 3 transactions (a page shorter than the page
+    size is the last: no empty read ends the loop); a fleet smaller than a page is one
+    transaction; one the size of whole pages ends with the empty read."""
     stream = Stream(catalog, [StoreId(0, p) for p in range(25)])
     stream.commit()
     with _transactions(catalog) as begun:
         pages = list(catalog.health_pages(RetentionPolicy(), page_size=10))
     assert [len(page) for page in pages] == [10, 10, 5]
-    assert len(begun) == 4
+    assert len(begun) == 3
     assert [h.key.store.partition_id for page in pages for h, _ in page] == list(range(25))
+    for size, transactions in ((30, 1), (25, 2)):
+        with _transactions(catalog) as begun:
+            pages = list(catalog.health_pages(RetentionPolicy(), page_size=size))
+        assert [len(page) for page in pages] == [25]
+        assert len(begun) == transactions, size

@@ -1,15 +1,23 @@
 """Every catalog engine of a process compiles into one cache (statement_cache.py): a catalog
-opened later runs the statements an earlier one compiled without compiling them again."""
+opened later runs the statements an earlier one compiled without compiling them again; the
+hot statements are built once."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
+from sqlalchemy.engine import Connection
 
 from state_runtime.catalog import Catalog
 from state_runtime.catalog.connection.statement_cache import COMPILED
+from state_runtime.catalog.schema.reading_views import READER_VIEWS
+from state_runtime.catalog.schema.tables import checkpoint_files
+from state_runtime.catalog.sql import batch_intents, commits, layouts, lookups
+from state_runtime.identity import StoreId
+from tests.catalog.factory import Stream
 
 
 def test_a_catalog_opened_later_compiles_nothing_an_earlier_one_compiled(tmp_path: Path) -> None:
@@ -28,3 +36,47 @@ def test_a_catalog_opened_later_compiles_nothing_an_earlier_one_compiled(tmp_pat
 
         assert second.roots() == []
     assert hits and all(hits), hits
+
+
+def test_the_hot_lookups_run_statements_built_once(catalog: Catalog) -> None:
+    """The lookups a batch's start and commit, a file record and a maintenance run make
+    (committed ids, the last batch, the last restore, files by path, a store's last run, the
+    layouts) run the same statement objects
+    call after call, so SQLAlchemy keeps each one's cache key instead of building the
+    statement and its key again; and they still answer each call's own values."""
+    stream = Stream(catalog, [StoreId(0, 0), StoreId(0, 1)])
+    stream.commit()
+    stream.commit()
+    with catalog.engine.connect() as connection:
+        found = lookups.store_ids(connection, READER_VIEWS, stream.root, stream.stores)
+    store_ids = sorted(found.values())
+    statements: list[list[int]] = []
+
+    def calls(connection: Connection, version: int) -> tuple[object, ...]:
+        f = checkpoint_files.c
+        path = stream.committed[StoreId(0, 0)][version - 1].path
+        wanted = {(store_ids[0], version, path)}
+        lookups.mark_maintained(connection, store_ids, None)  # type: ignore[arg-type]
+        return (
+            lookups.committed_ids_at(connection, [(store_ids[0], version)]),
+            [row[0] for row in lookups.rows_at(connection, wanted, (f.file_id,))],
+            layouts.layout_history(connection, READER_VIEWS, stream.root),
+            commits.committed_ids(connection, READER_VIEWS, stream.root, stream.query, version - 1),
+            commits.latest_entry(connection, READER_VIEWS, stream.root, stream.query),
+            batch_intents.restored_to(connection, stream.root, stream.query),
+        )
+
+    answers = []
+    for version in (1, 2):
+        ran: list[int] = []
+        listener = functools.partial(lambda seen, *args: seen.append(id(args[1])), ran)
+        event.listen(catalog.engine, "before_execute", listener)
+        with catalog.engine.connect() as connection, connection.begin() as transaction:
+            answers.append(calls(connection, version))
+            transaction.rollback()
+        event.remove(catalog.engine, "before_execute", listener)
+        statements.append(ran)
+    assert statements[0] == statements[1] and len(statements[0]) == 7
+    one, two = answers
+    assert one[0] != two[0] and one[1] != two[1] and one[3] != two[3]
+    assert one[3] == {s: stream.committed[s][0].ref for s in stream.stores}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from state_runtime.catalog import FileState
+from state_runtime.catalog import Catalog, FileState
 from state_runtime.cli import main
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.identity import StoreId
@@ -144,6 +144,27 @@ def test_restore_to_an_intact_batch_after_a_later_file_was_lost(stream: StoreStr
     )
     assert any(f.path in reasons for f in later)
     assert_state_matches_model(stream)
+
+
+def test_a_plan_reads_each_stores_records_once(
+    stream: StoreStream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refused plan weighs batch after batch for the newest intact one: each store's idle
+    versions are read once per plan, as its file records are, not once per batch weighed."""
+    (stream.storage.root / stream.committed[LOST][-3].path).unlink()  # batch 5's delta
+    read: list[StoreId] = []
+    idle_versions = type(stream.catalog).idle_versions
+
+    def counted(catalog: Catalog, root: str, store: StoreId) -> frozenset[int]:
+        read.append(store)
+        return idle_versions(catalog, root, store)
+
+    monkeypatch.setattr(type(stream.catalog), "idle_versions", counted)
+    with pytest.raises(MaintenanceRefused, match="batch 4 is the newest batch"):
+        plan_restore(
+            Fleet(stream.catalog, owner="tests"), stream.root, stream.query, 7, spark_checkpoint=""
+        )
+    assert sorted(read) == sorted(set(read)) and set(read) <= set(stream.stores), read
 
 
 def test_a_lost_store_restarts_from_empty_only_when_the_user_accepts(

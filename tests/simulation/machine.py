@@ -611,13 +611,13 @@ class PlatformMachine(RuleBasedStateMachine):
             for batch, refs in reads.committed.items()
             for store, ref in refs.items()
         }
-        digests = {store: p.folder_digest(store) for store in self._stores()}
+        files = {store: p.folder_files(store) for store in self._stores()}
         broken: set[StoreId] = set()
         for version in reads.retained:
             store = version.key.store
             history = reads.histories.get((store.operator_id, store.store_name))
             try:
-                state = p.load(store, version.ref, history, digests[store])
+                state = p.load(store, version.ref, history, files[store])
             except StateStoreError:
                 broken.add(store)
                 continue

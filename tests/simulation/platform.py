@@ -42,7 +42,7 @@ from pyspark.sql.types import (
 
 from state_runtime.catalog import Catalog
 from state_runtime.errors import CannotLoadState, CatalogError, StateStoreError
-from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.identity import CheckpointRef, StoreId, parse_file_name
 from state_runtime.maintenance import Fleet, MaintenancePolicy
 from state_runtime.maintenance.repartition import repartition
 from state_runtime.maintenance.restore import SPARK_CHECKPOINT
@@ -90,6 +90,8 @@ Change = int | None
 Batch = Mapping[int, Mapping[str, Change]]
 """A batch's input: partition -> key -> change (a partition left out changes nothing)."""
 State = dict[str, tuple[Any, ...]]
+FolderFiles = tuple[tuple[int | None, str, bytes], ...]
+"""A store folder's files: version (None: not a checkpoint file's name), path, digest."""
 Failure = Literal["task", "sink", "driver"] | None
 Stage = Literal["begun", "written"]
 Between = Callable[[Stage], None]
@@ -514,23 +516,28 @@ class Platform:
         store: StoreId,
         ref: CheckpointRef,
         history: SchemaHistory | None = None,
-        digest: bytes | None = None,
+        files: FolderFiles | None = None,
     ) -> State:
         """A version's rows as a fresh process loads them from files: raises if it cannot, or
         if it could only by passing over an unusable file (a damaged snapshot: the platform
         calls that store broken until ``repair`` rebuilds it, and so does the model).
-        ``history``: the store's schema history, and ``digest`` its folder's
-        (:meth:`folder_digest`), if the caller read them already.
+        ``history``: the store's schema history, and ``files`` its folder's
+        (:meth:`folder_files`), if the caller read them already.
 
         A load's outcome depends only on the version, the history and the store folder's
-        files (names and bytes), so it is kept under those: a later load with the same inputs
-        (most steps change no file of most stores) gives it again without decoding; any
-        written, deleted or damaged file is another key."""
+        files at or below the version (names and bytes: the loader of version v reads no file
+        of a later version, nor lets one change its walk), so it is kept under those: a later
+        load with the same inputs (most steps change no file of most stores, and a batch
+        writes above every version retained before it) gives it again without decoding; any
+        such file written, deleted or damaged, and any name that is no checkpoint file's, is
+        another key."""
         history = history or self.catalog.schema_history(
             self.root, store.operator_id, store.store_name
         )
         assert history is not None
-        key = (store, ref, repr(history.entries), digest or self.folder_digest(store))
+        files = self.folder_files(store) if files is None else files
+        inputs = tuple(f for f in files if f[0] is None or f[0] <= ref.version)
+        key = (store, ref, repr(history.entries), inputs)
         outcome = self._loaded.get(key)
         if outcome is None:
             try:
@@ -542,13 +549,19 @@ class Platform:
             raise outcome
         return dict(outcome)
 
-    def folder_digest(self, store: StoreId) -> bytes:
-        """A digest of the names and bytes of every file in the store's folder."""
-        digest = hashlib.blake2b(digest_size=16)
-        for info in sorted(self.storage.list(store.directory), key=lambda i: i.path):
-            digest.update(info.path.encode() + b"\0")
-            digest.update(hashlib.blake2b(self.storage.read(info.path)).digest())
-        return digest.digest()
+    def folder_files(self, store: StoreId) -> FolderFiles:
+        """Every file in the store's folder: its version (None: not a checkpoint file's
+        name), path and a digest of its bytes, in path order."""
+        return tuple(
+            (
+                None
+                if (name := parse_file_name(PurePosixPath(info.path).name)) is None
+                else name.version,
+                info.path,
+                hashlib.blake2b(self.storage.read(info.path), digest_size=16).digest(),
+            )
+            for info in sorted(self.storage.list(store.directory), key=lambda i: i.path)
+        )
 
     def _load_from_files(self, store: StoreId, ref: CheckpointRef, history: SchemaHistory) -> State:
         provider = StateStoreProvider(

@@ -35,22 +35,25 @@ class PagedCalls(CatalogBase):
         page_size: int,
     ) -> Iterator[list[T]]:
         """``work``'s answer for each page of ``page_size`` stores (of ``root``, or all), in
-        store id order; one transaction per page; pages with an empty answer are skipped."""
+        store id order; one transaction per page; pages with an empty answer are skipped. A
+        page of fewer than ``page_size`` stores is the last: a fleet smaller than a page is
+        one transaction, not two (a store created after that page was read is the next
+        call's, as it would be after an empty page)."""
         if page_size < 1:
             raise InvalidArgument(f"page_size must be at least 1, got {page_size}")
 
-        def page(start: int) -> Callable[[Connection, ReaderViews], tuple[int | None, list[T]]]:
-            def read(c: Connection, v: ReaderViews) -> tuple[int | None, list[T]]:
+        def page(
+            start: int,
+        ) -> Callable[[Connection, ReaderViews], tuple[tuple[int, ...], list[T]]]:
+            def read(c: Connection, v: ReaderViews) -> tuple[tuple[int, ...], list[T]]:
                 ids = page_ids(c, v, root, start, page_size)
-                return (ids[-1], work(c, v, Scope(store_ids=ids))) if ids else (None, [])
+                return ids, work(c, v, Scope(store_ids=ids)) if ids else []
 
             return read
 
-        after = 0
-        while True:
-            end, found = self._read(f"{what} (stores after id {after})", page(after))
-            if end is None:
-                return
+        after: int | None = 0
+        while after is not None:
+            ids, found = self._read(f"{what} (stores after id {after})", page(after))
             if found:
                 yield found
-            after = end
+            after = ids[-1] if len(ids) == page_size else None

@@ -13,6 +13,7 @@ docs/architecture.md, "Attempts the driver never hears of".
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
@@ -51,9 +52,7 @@ def begin_batch(
     previous = (
         committed_ids(connection, WRITE_LOOKUPS, root, query_id, batch_id - 1) if batch_id else {}
     )
-    exists = connection.execute(
-        sa.select(batch_intents.c.run).where(batch_intents.c.run == run)
-    ).first()
+    exists = connection.execute(_intent_query(), {"run": run}).first()
     if exists is None:  # a retry after a lost COMMIT finds its own intent
         numbered: dict[str, Any] = {}
         if connection.dialect.name != "postgresql":  # an identity there; here the write lock
@@ -101,17 +100,36 @@ def restored_to(
     The commit log alone cannot say where a query stands once a restore restarted every store
     from empty (their entries are gone): the restore's run is the record of that position.
     Restores before the run named its root (catalog revision 0014 and older) are not read."""
+    params: dict[str, Any] = {"root": root, "query_id": query_id}
+    if batch_id is not None:
+        params["batch_id"] = batch_id
+    row = connection.execute(_restored_to_query(batch_id is not None), params).first()
+    return None if row is None else int(row[0])
+
+
+@functools.cache
+def _intent_query() -> sa.Select[Any]:
+    """Whether the intent of the run given as ``run`` is recorded: built once."""
+    i = batch_intents.c
+    return sa.select(i.run).where(i.run == sa.bindparam("run", type_=i.run.type))
+
+
+@functools.cache
+def _restored_to_query(to_batch: bool) -> sa.Select[Any]:
+    """:func:`restored_to`'s statement, built once per form (``root``, ``query_id`` and, with
+    ``to_batch``, ``batch_id``: bind parameters)."""
     r = maintenance_runs.c
     query = sa.select(r.parameters["to_batch"].as_integer()).where(
         r.kind == RunKind.RESTORE.value,
         r.outcome == RunOutcome.SUCCEEDED.value,
-        r.parameters["root"].as_string() == root,
-        r.parameters["query_id"].as_string() == query_id,
+        r.parameters["root"].as_string() == sa.bindparam("root", type_=sa.String()),
+        r.parameters["query_id"].as_string() == sa.bindparam("query_id", type_=sa.String()),
     )
-    if batch_id is not None:
-        query = query.where(r.parameters["to_batch"].as_integer() == batch_id)
-    row = connection.execute(query.order_by(r.run_id.desc()).limit(1)).first()
-    return None if row is None else int(row[0])
+    if to_batch:
+        query = query.where(
+            r.parameters["to_batch"].as_integer() == sa.bindparam("batch_id", type_=sa.Integer())
+        )
+    return query.order_by(r.run_id.desc()).limit(1)
 
 
 def settle(connection: Connection, run: str, suspects: Suspects, now: datetime) -> None:

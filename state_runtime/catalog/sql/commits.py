@@ -389,32 +389,54 @@ def _batch_entries(
     return {r.store_id: dict(r._mapping) for r in rows}
 
 
+@functools.cache
+def _committed_ids_query(views: ReaderViews) -> sa.Select[Any]:
+    """:func:`committed_ids`' statement, built once (its values: bind parameters)."""
+    c, s = views.commits.c, views.stores.c
+    return (
+        sa.select(s.operator_id, s.partition_id, s.store_name, c.version, c.checkpoint_id)
+        .join(views.stores, s.store_id == c.store_id)
+        .where(
+            s.checkpoint_root == sa.bindparam("root", type_=s.checkpoint_root.type),
+            c.query_id == sa.bindparam("query_id", type_=c.query_id.type),
+            c.batch_id == sa.bindparam("batch_id", type_=c.batch_id.type),
+        )
+    )
+
+
 def committed_ids(
     connection: Connection, views: ReaderViews, root: str, query_id: str, batch_id: int
 ) -> dict[StoreId, CheckpointRef]:
     """The (version, checkpoint id) batch ``batch_id`` committed for each store; {} if none."""
     validate_non_negative(batch_id, "batch id")
-    c, s = views.commits.c, views.stores.c
-    rows = connection.execute(
-        sa.select(s.operator_id, s.partition_id, s.store_name, c.version, c.checkpoint_id)
-        .join(views.stores, s.store_id == c.store_id)
-        .where(s.checkpoint_root == root, c.query_id == query_id, c.batch_id == batch_id)
-    )
+    values = {"root": root, "query_id": query_id, "batch_id": batch_id}
+    rows = connection.execute(_committed_ids_query(views), values)
     return {store_id_of(r): CheckpointRef(r.version, r.checkpoint_id) for r in rows}
+
+
+@functools.cache
+def _latest_entry_query(views: ReaderViews) -> sa.Select[Any]:
+    """:func:`latest_entry`'s statement, built once (``root``, ``query_id``: bind
+    parameters)."""
+    c, s = views.commits.c, views.stores.c
+    return (
+        sa.select(c.batch_id, s.operator_id, s.partition_id, s.store_name)
+        .join(views.stores, s.store_id == c.store_id)
+        .where(
+            s.checkpoint_root == sa.bindparam("root", type_=s.checkpoint_root.type),
+            c.query_id == sa.bindparam("query_id", type_=c.query_id.type),
+        )
+        .order_by(c.batch_id.desc())
+        .limit(1)
+    )
 
 
 def latest_entry(
     connection: Connection, views: ReaderViews, root: str, query_id: str
 ) -> tuple[int, StoreId] | None:
     """The query's last committed batch below ``root`` and one of its stores; None if none."""
-    c, s = views.commits.c, views.stores.c
-    row = connection.execute(
-        sa.select(c.batch_id, s.operator_id, s.partition_id, s.store_name)
-        .join(views.stores, s.store_id == c.store_id)
-        .where(s.checkpoint_root == root, c.query_id == query_id)
-        .order_by(c.batch_id.desc())
-        .limit(1)
-    ).first()
+    values = {"root": root, "query_id": query_id}
+    row = connection.execute(_latest_entry_query(views), values).first()
     return None if row is None else (row.batch_id, store_id_of(row))
 
 

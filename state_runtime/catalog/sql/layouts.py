@@ -12,6 +12,7 @@ happens or none: a crash leaves the old layout or the new one.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,14 +52,20 @@ class Switch:
     orphaned_files: int
 
 
-def layout_history(connection: Connection, views: ReaderViews, root: str) -> list[Layout]:
-    """Every layout recorded below ``root``, oldest first per operator."""
+@functools.cache
+def _layout_history_query(views: ReaderViews) -> sa.Select[Any]:
+    """:func:`layout_history`'s statement, built once (``root``: a bind parameter)."""
     o = views.operator_layouts.c
-    rows = connection.execute(
+    return (
         sa.select(views.operator_layouts)
-        .where(o.checkpoint_root == root)
+        .where(o.checkpoint_root == sa.bindparam("root", type_=o.checkpoint_root.type))
         .order_by(o.operator_id, o.store_name, o.seq)
     )
+
+
+def layout_history(connection: Connection, views: ReaderViews, root: str) -> list[Layout]:
+    """Every layout recorded below ``root``, oldest first per operator."""
+    rows = connection.execute(_layout_history_query(views), {"root": root})
     return [
         Layout(
             root=r.checkpoint_root,

@@ -29,6 +29,21 @@ from state_runtime.identity import StoreId, parse_file_name
 from state_runtime.storage.root_rule import parse_root
 
 
+def _among(column: sa.ColumnElement[Any], name: str | None = None) -> sa.ColumnElement[bool]:
+    """``column IN (:<name>)``, an expanding bind parameter (named after the column by
+    default): the statement is built once and run with each call's list."""
+    return column.in_(sa.bindparam(name or column.key, expanding=True, type_=column.type))
+
+
+@functools.cache
+def _committed_ids_query() -> sa.Select[Any]:
+    """:func:`committed_ids_at`'s statement, built once."""
+    c = commit_log.c
+    return sa.select(c.store_id, c.version, c.checkpoint_id).where(
+        _among(c.store_id), _among(c.version)
+    )
+
+
 def committed_ids_at(
     connection: Connection, pairs: Iterable[tuple[int, int]]
 ) -> dict[tuple[int, int], str]:
@@ -38,13 +53,14 @@ def committed_ids_at(
     it; a batch's stores mostly share one version) and keeps the exact pairs.
     """
     wanted = set(pairs)
-    c = commit_log.c
     found: dict[tuple[int, int], str] = {}
     for part in chunks(sorted(wanted)):
         rows = connection.execute(
-            sa.select(c.store_id, c.version, c.checkpoint_id).where(
-                c.store_id.in_({sid for sid, _ in part}), c.version.in_({v for _, v in part})
-            )
+            _committed_ids_query(),
+            {
+                "store_id": sorted({sid for sid, _ in part}),
+                "version": sorted({v for _, v in part}),
+            },
         )
         found.update(
             {
@@ -184,6 +200,15 @@ def recorded_paths(
     return {row[0] for row in files_at(connection, views, root, paths)}
 
 
+@functools.cache
+def _rows_at_query(columns: tuple[Any, ...], files: sa.TableClause) -> sa.Select[Any]:
+    """:func:`rows_at`'s statement for these columns of ``files``, built once."""
+    f = files.c
+    return sa.select(f.path.label("located_path"), f.store_id.label("located_in"), *columns).where(
+        _among(f.store_id), _among(f.path)
+    )
+
+
 def rows_at(
     connection: Connection,
     wanted: set[tuple[int, int, str]],
@@ -194,17 +219,18 @@ def rows_at(
     IN lists on (store_id, path) let the unique path index serve with exact probes (IN lists
     on (store_id, version) read every file of a version: a store with a million orphans at
     one version read them all per chunk); exact pairs are kept."""
-    f = files.c
+    statement = _rows_at_query(tuple(columns), files)
     found: list[tuple[str, AnyRow]] = []
     for part in chunks(sorted(wanted)):
         # Match each chunk against its own files only: a file of another chunk may fall in
         # this chunk's IN lists, and must not be returned twice.
         pairs = {(sid, path) for sid, _, path in part}
         rows = connection.execute(
-            sa.select(f.path.label("located_path"), f.store_id.label("located_in"), *columns).where(
-                f.store_id.in_({sid for sid, _, _ in part}),
-                f.path.in_({path for _, _, path in part}),
-            )
+            statement,
+            {
+                "store_id": sorted({sid for sid, _, _ in part}),
+                "path": sorted({path for _, _, path in part}),
+            },
         )
         found += [(row[0], row) for row in rows if (row[1], row[0]) in pairs]
     return found
@@ -213,9 +239,14 @@ def rows_at(
 def mark_maintained(connection: Connection, ids: Iterable[int], run_id: int) -> None:
     """Note ``run_id`` as the stores' last maintenance run."""
     for part in chunks(sorted(set(ids))):
-        connection.execute(
-            sa.update(stores).where(stores.c.store_id.in_(part)).values(last_run_id=run_id)
-        )
+        connection.execute(_mark_maintained_query(), {"ids": part, "run_id": run_id})
+
+
+@functools.cache
+def _mark_maintained_query() -> sa.Update:
+    """:func:`mark_maintained`'s statement, built once."""
+    run = sa.bindparam("run_id", type_=stores.c.last_run_id.type)
+    return sa.update(stores).where(_among(stores.c.store_id, "ids")).values(last_run_id=run)
 
 
 def restored_expiry(version: int) -> ColumnElement[int]:
