@@ -160,9 +160,9 @@ def test_a_lease_retry_finds_its_own_lease_and_a_release_retry_is_success(
     token = "f" * 32
 
     def acquire(connection: Connection) -> object:
-        return runs_and_leases.try_acquire_lease(
-            connection, KEY, "me", timedelta(minutes=1), None, token, datetime.now(UTC)
-        )
+        return runs_and_leases.acquire_leases(
+            connection, [KEY], "me", timedelta(minutes=1), None, token, datetime.now(UTC)
+        )[0]
 
     first = run_transaction(catalog.engine, acquire, retry=FAST_RETRY, what="acquire")
     again = run_transaction(catalog.engine, acquire, retry=FAST_RETRY, what="acquire")
