@@ -172,6 +172,8 @@ def _expire(connection: Connection, claims: Sequence[tuple[int, FileVerdict]]) -
     snapshot, those up to the next one above it. A later snapshot always exists: without one,
     the latest version, always retained, would load through the file."""
     committed = {fid: v.file for fid, v in claims if v.file.state == FileState.COMMITTED}
+    if not committed:  # orphans only: no version loaded through them
+        return
     f, s = checkpoint_files.c, stores.c
     store_of: dict[int, int] = {}
     for some in chunks(sorted(committed)):

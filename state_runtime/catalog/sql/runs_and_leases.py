@@ -262,10 +262,9 @@ def acquire_leases(
     lease = store_leases.c
     taken: set[int] = set()
     for part in chunks(sorted(set(ids.values()))):
-        connection.execute(
-            insert_ignoring(connection, store_leases).values(
-                [{"store_id": store_id, **values} for store_id in part]
-            )
+        connection.execute(  # one statement (insertmanyvalues), compiled once
+            insert_ignoring(connection, store_leases),
+            [{"store_id": store_id, **values} for store_id in part],
         )
         connection.execute(
             sa.update(store_leases)
