@@ -4,6 +4,14 @@ backlog's size.
     python benchmarks/bench_cleanup_backlog.py                    # 20,000 / 100,000 / 300,000
     python benchmarks/bench_cleanup_backlog.py --files 1000000
     python benchmarks/bench_cleanup_backlog.py --one 100000       # one size, this process
+    python benchmarks/bench_cleanup_backlog.py --files 100000 --per-store 5 \
+        --catalog postgresql --baseline /work/main                # this code against another
+
+``--per-store 5`` is a fleet's shape (many stores, a few files each: the per-store catalog work
+counts), 50 a backlog's. ``--catalog postgresql``: a fresh database on ``STATE_BENCH_PG``
+(dropped at the end), whose backends' CPU time (``/proc``) is counted with the pass's.
+``--baseline PATH``: each size also runs with the code at PATH (``PYTHONPATH``), right before
+this code, on a backlog built the same way: the ratio of files per CPU-second is printed.
 
 Each size runs in a fresh process with its own SQLite catalog and local root: one query of
 200 stores, each with ``--per-store`` files that a writer recorded and never committed (an
@@ -26,10 +34,13 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from fleet import copy_root
+from fresh_database import fresh_database
 from peak_memory import peak_rss, reset_peak
 
 from state_runtime.catalog import Catalog
@@ -39,6 +50,7 @@ from state_runtime.storage import LocalStorage
 from state_runtime.store.checkpoint_info import CheckpointInfo
 
 PARTITIONS = 200
+SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432")
 LONG_AGO = datetime(2024, 1, 1, tzinfo=UTC)
 
 
@@ -74,10 +86,41 @@ def _query(catalog: Catalog, root: Path, per_store: int) -> None:
             (root / i.path).touch()
 
 
-def one(files: int, per_store: int, workers: int | None) -> dict[str, float]:
+def _backend_cpu(catalog: Catalog) -> dict[int, float]:
+    """CPU seconds each PostgreSQL backend of the catalog's database has used (``/proc``: the
+    server is on this host); empty for SQLite, whose work is this process's."""
+    if catalog.engine.dialect.name != "postgresql":
+        return {}
+    with catalog.engine.connect() as connection:
+        pids = connection.exec_driver_sql(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        ).scalars()
+        found = {}
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
+
+
+@contextmanager
+def _catalog_url(kind: str, folder: str) -> Iterator[str]:
+    if kind == "sqlite":
+        yield f"sqlite:///{folder}/catalog.db"
+        return
+    with fresh_database(SERVER, f"state_backlog_bench_{os.getpid()}") as url:
+        yield url
+
+
+def one(files: int, per_store: int, workers: int | None, kind: str) -> dict[str, float]:
     """Build a backlog of about ``files`` files and delete it; the figures."""
-    with tempfile.TemporaryDirectory(prefix="backlog-") as folder:
-        catalog = Catalog.open(f"sqlite:///{folder}/catalog.db", upgrade=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="backlog-") as folder,
+        _catalog_url(kind, folder) as url,
+    ):
+        catalog = Catalog.open(url, upgrade=True)
         queries = max(1, round(files / (PARTITIONS * per_store)))
         started = time.perf_counter()
         template = Path(folder) / "query-00000"
@@ -85,6 +128,12 @@ def one(files: int, per_store: int, workers: int | None) -> dict[str, float]:
         for query in range(1, queries):
             copy_root(catalog, template, Path(folder) / f"query-{query:05d}")
         built = time.perf_counter() - started
+        if kind == "postgresql":
+            with catalog.engine.connect() as connection:  # as autovacuum would have
+                connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+                    "ANALYZE"
+                )
+        server = _backend_cpu(catalog)
         base = reset_peak()
         load = os.getloadavg()[0]
         started, cpu = time.perf_counter(), time.process_time()
@@ -95,6 +144,7 @@ def one(files: int, per_store: int, workers: int | None) -> dict[str, float]:
             now=datetime.now(UTC) + timedelta(days=30),
         )
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        server_cpu = sum(t - server.get(pid, 0.0) for pid, t in _backend_cpu(catalog).items())
         catalog.close()
     return {
         "files": report.deleted_files,
@@ -105,12 +155,40 @@ def one(files: int, per_store: int, workers: int | None) -> dict[str, float]:
         "build_s": round(built, 1),
         "cleanup_s": round(seconds, 1),
         "cpu_s": round(cpu, 1),
+        "server_cpu_s": round(server_cpu, 1),
         "files_per_s": round(report.deleted_files / seconds),
-        "files_per_cpu_s": round(report.deleted_files / cpu),
+        "files_per_cpu_s": round(report.deleted_files / (cpu + server_cpu)),
         "load": round(load, 1),
         "rss_before_mb": round(base / 2**20, 1),
         "peak_rss_mb": round(peak_rss() / 2**20, 1),
     }
+
+
+def _run(files: int, args: argparse.Namespace, code: str | None) -> dict[str, float]:
+    """One size in a fresh process, with the code at ``code`` (None: this code)."""
+    env = dict(os.environ) | ({} if code is None else {"PYTHONPATH": code})
+    done = subprocess.run(
+        [sys.executable, __file__, "--one", str(files), "--per-store", str(args.per_store)]
+        + ["--catalog", args.catalog]
+        + ([] if args.workers is None else ["--workers", str(args.workers)]),
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def _line(label: str, figures: dict[str, float], first: dict[str, float]) -> str:
+    return (
+        f"{label}{figures['files']:>9,} files in {figures['stores']:>6,} stores: cleanup "
+        f"{figures['cleanup_s']:>6.1f} s, CPU {figures['cpu_s']:.1f} s + catalog server "
+        f"{figures['server_cpu_s']:.1f} s ({figures['files_per_s']:,} files/s, "
+        f"{figures['files_per_cpu_s']:,} per CPU-s), load {figures['load']}, peak RSS "
+        f"{figures['peak_rss_mb']:.0f} MB (before {figures['rss_before_mb']:.0f} MB; "
+        f"ratio to the first {figures['peak_rss_mb'] / first['peak_rss_mb']:.2f})"
+    )
 
 
 def main() -> None:
@@ -118,31 +196,25 @@ def main() -> None:
     parser.add_argument("--files", type=int, nargs="+", default=[20_000, 100_000, 300_000])
     parser.add_argument("--per-store", type=int, default=50)
     parser.add_argument("--workers", type=int, help="cleanup's workers (default: the host's)")
+    parser.add_argument("--catalog", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--baseline", help="the code to compare with (a checkout's path)")
     parser.add_argument("--one", type=int, help="run one size in this process")
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.per_store, args.workers)))
+        print(json.dumps(one(args.one, args.per_store, args.workers, args.catalog)))
         return
     found = []
     for files in args.files:
-        done = subprocess.run(
-            [sys.executable, __file__, "--one", str(files), "--per-store", str(args.per_store)]
-            + ([] if args.workers is None else ["--workers", str(args.workers)]),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        if args.baseline:
+            before = _run(files, args, args.baseline)
+            print(_line("baseline: ", before, before), flush=True)
+        figures = _run(files, args, None)
         found.append(figures)
-        print(
-            f"{figures['files']:>9,} files in {figures['stores']:>6,} stores: cleanup "
-            f"{figures['cleanup_s']:>6.1f} s, CPU {figures['cpu_s']:.1f} s "
-            f"({figures['files_per_s']:,} files/s, {figures['files_per_cpu_s']:,} per CPU-s), "
-            f"load {figures['load']}, peak RSS "
-            f"{figures['peak_rss_mb']:.0f} MB (before {figures['rss_before_mb']:.0f} MB; "
-            f"ratio to the first {figures['peak_rss_mb'] / found[0]['peak_rss_mb']:.2f})",
-            flush=True,
-        )
+        print(_line("this code: " if args.baseline else "", figures, found[0]), flush=True)
+        if args.baseline:
+            ratio = figures["files_per_cpu_s"] / before["files_per_cpu_s"]
+            print(f"  files per CPU-second, this code / baseline: {ratio:.2f}x", flush=True)
+            figures["baseline"] = before  # type: ignore[assignment]
     print(json.dumps(found))
 
 

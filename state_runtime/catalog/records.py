@@ -391,6 +391,8 @@ class Lease:
     owner: str
     run_id: int | None
     expires_at: datetime
+    store_id: int
+    """The catalog's id of the store: renewing and releasing look nothing up."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -473,7 +473,7 @@ def clean_parts(
 @dataclass
 class _Cleaned:
     """What one chunk's worker did: files deleted (and recorded) and failed, counted, the
-    first :data:`SAMPLE` of each kept; the stores another run held."""
+    first :data:`SAMPLE` of each kept; the stores another run held (or took from it)."""
 
     deleted: list[FileVerdict] = field(default_factory=list)
     deleted_files: int = 0
@@ -513,24 +513,34 @@ def _clean_stores(
     most ``claim_files`` new and ``claim_files`` resumed files a claim (a store's backlog of
     any size goes in bounded claims, until both parts of a claim come back short; the run
     claims each file once, and what storage refused to delete stays claimed for the next
-    run); each batch of ``delete_batch`` files is recorded as soon as storage deleted
+    run; each claim pages by keyset from where the last one's new files ended, and renews the
+    leases when a third of their time to live has passed, dropping a store whose lease was
+    lost); each batch of ``delete_batch`` files is recorded as soon as storage deleted
     it (``counted``: the chunk's stores the progress counts)."""
     catalog, storage = fleet.catalog, fleet.storage(root)
     cleaned = _Cleaned(stores=counted)
     with leased(catalog, keys, fleet.owner, policy.lease_ttl, run_id) as held:
         cleaned.busy += held.busy
-        if not held.leases:
-            return cleaned
-        stores = [k.store for k in held.keys]
-        while True:
+        start: int | None = None  # the keyset: where the last claim's new files ended
+        while held.leases:
             claimed = catalog.claim_deletions(
-                run_id, policy.retention, root, stores, limit=claim_files, now=now
+                run_id,
+                policy.retention,
+                root,
+                [k.store for k in held.keys],
+                limit=claim_files,
+                now=now,
+                from_version=start,
             )
             for batch in _batches(claimed, delete_batch):
                 result = storage.delete([v.file.path for v in batch])
                 if result.deleted:
                     catalog.record_deletions(run_id, root, result.deleted)
                 cleaned.add(batch, set(result.deleted), result.failed)
-            fresh = sum(v.verdict.deletable for v in claimed)
-            if fresh < claim_files and len(claimed) - fresh < claim_files:
-                return cleaned
+            fresh = [v for v in claimed if v.verdict.deletable]
+            if len(fresh) < claim_files and len(claimed) - len(fresh) < claim_files:
+                break
+            start = fresh[-1].file.version if fresh else start
+            held.renew()  # a huge store's claims may outlast the leases' time to live
+        cleaned.busy += held.lost  # its lease ran out between two claims: another run has it
+    return cleaned

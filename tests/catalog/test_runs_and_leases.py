@@ -6,10 +6,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, StoreKey
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
@@ -20,6 +24,7 @@ from tests.catalog.factory import ROOT, Stream
 
 A = StoreId(0, 0)
 KEY = StoreKey(ROOT, A)
+TTL = timedelta(minutes=5)
 
 
 def test_runs_are_recorded_and_closed_once(catalog: Catalog) -> None:
@@ -96,6 +101,50 @@ def test_leases_are_renewed_together_and_a_lost_one_is_none(catalog: Catalog) ->
     assert catalog.renew_lease(taken, timedelta(minutes=5)).token == taken.token
 
 
+@contextmanager
+def _statements(catalog: Catalog) -> Iterator[list[str]]:
+    """The statements sent to the catalog while the block runs (BEGIN and COMMIT aside)."""
+    seen: list[str] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(statement)
+
+    sa.event.listen(catalog.engine, "before_cursor_execute", note)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(catalog.engine, "before_cursor_execute", note)
+
+
+def _lease_costs(catalog: Catalog, keys: list[StoreKey], run: int) -> tuple[int, int, int]:
+    """The statements of taking, renewing and giving back the leases of ``keys``."""
+    with _statements(catalog) as acquire:
+        taken = catalog.acquire_leases(keys, "me", TTL, run)
+    held = [lease for lease in taken if lease is not None]
+    assert len(held) == len(keys)
+    with _statements(catalog) as renew:
+        assert None not in catalog.renew_leases(held, TTL)
+    with _statements(catalog) as release:
+        catalog.release_leases(held)
+    return len(acquire), len(renew), len(release)
+
+
+def test_a_chunk_of_leases_costs_the_same_statements_whatever_its_stores(
+    catalog: Catalog,
+) -> None:
+    """Taking, renewing and giving back the leases of 4 stores or of 120 sends as many
+    statements: set-based per chunk, no round trip per store (a fleet pass at 20,000 stores
+    otherwise pays tens of thousands)."""
+    few, many = [StoreId(0, p) for p in range(4)], [StoreId(1, p) for p in range(120)]
+    Stream(catalog, few + many).commit()
+    run = catalog.start_run("cleanup", "tests")
+    costs = [
+        _lease_costs(catalog, [StoreKey(ROOT, s) for s in stores], run) for stores in (few, many)
+    ]
+    assert costs[0] == costs[1]
+    assert catalog.try_acquire_lease(StoreKey(ROOT, many[-1]), "x", TTL) is not None
+
+
 HOLDER = """
 import sys
 from datetime import timedelta
@@ -160,9 +209,9 @@ def test_a_lease_retry_finds_its_own_lease_and_a_release_retry_is_success(
     token = "f" * 32
 
     def acquire(connection: Connection) -> object:
-        return runs_and_leases.try_acquire_lease(
-            connection, KEY, "me", timedelta(minutes=1), None, token, datetime.now(UTC)
-        )
+        return runs_and_leases.acquire_leases(
+            connection, [KEY], "me", timedelta(minutes=1), None, token, datetime.now(UTC)
+        )[0]
 
     first = run_transaction(catalog.engine, acquire, retry=FAST_RETRY, what="acquire")
     again = run_transaction(catalog.engine, acquire, retry=FAST_RETRY, what="acquire")

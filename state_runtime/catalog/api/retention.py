@@ -175,19 +175,22 @@ class RetentionCalls(PagedCalls):
         *,
         limit: int | None = None,
         now: datetime | None = None,
+        from_version: int | None = None,
     ) -> list[FileVerdict]:
         """Mark the deletable files of ``root`` (or of the given stores) as being deleted by
         ``run_id`` and return them: first at most ``limit`` files another run had claimed and
         not recorded (verdict ``deleting``), then at most ``limit`` new ones (oldest versions
-        first). A file this run claimed is never returned to it again (one storage refused
-        waits for the next run). Delete them from storage, then call ``record_deletions``;
-        claim again until both parts come back with fewer than ``limit``."""
+        first, none below ``from_version``). A file this run claimed is never returned to it
+        again (one storage refused waits for the next run). Delete them from storage, then
+        call ``record_deletions``; claim again until both parts come back with fewer than
+        ``limit``, each claim ``from_version`` the newest version of the new files the one
+        before took (a keyset: no claim reads again what the ones before it read)."""
         if limit is not None and limit < 1:
             raise InvalidArgument(f"limit must be at least 1, got {limit}")
         return self._run(
             "claim deletions",
             lambda c: deletions.claim_deletions(
-                c, run_id, policy, root, only_stores, now or self.now(), limit
+                c, run_id, policy, root, only_stores, now or self.now(), limit, from_version
             ),
         )
 

@@ -93,46 +93,27 @@ class RunCalls(CatalogBase):
         token = new_checkpoint_id()
         return self._run(
             "acquire lease",
-            lambda c: runs_and_leases.try_acquire_lease(
-                c, key, owner, ttl, run_id, token, self.now()
-            ),
+            lambda c: runs_and_leases.acquire_leases(
+                c, [key], owner, ttl, run_id, token, self.now()
+            )[0],
         )
 
     def renew_lease(self, lease: Lease, ttl: timedelta) -> Lease:
         return self._run(
-            "renew lease",
-            lambda c: runs_and_leases.renew_lease(
-                c, runs_and_leases.known_store_id(c, lease.key), lease, ttl, self.now()
-            ),
+            "renew lease", lambda c: runs_and_leases.renew_lease(c, lease, ttl, self.now())
         )
 
     def renew_leases(self, leases: Sequence[Lease], ttl: timedelta) -> list[Lease | None]:
-        """Extend ``leases`` to ``ttl`` from now in one transaction (a pass holding a chunk's
-        leases renews them all with one commit): each renewed, or None where it was lost (it
-        expired and another holder took it)."""
-
-        def work(connection: Connection) -> list[Lease | None]:
-            now = self.now()
-            return [
-                runs_and_leases.extended_lease(
-                    connection,
-                    runs_and_leases.known_store_id(connection, lease.key),
-                    lease,
-                    ttl,
-                    now,
-                )
-                for lease in leases
-            ]
-
-        return self._run("renew leases", work)
+        """Extend ``leases`` to ``ttl`` from now in one transaction of a statement or two (a
+        pass holding a chunk's leases renews them all with one commit): each renewed, or None
+        where it was lost (it expired and another holder took it)."""
+        return self._run(
+            "renew leases",
+            lambda c: runs_and_leases.extend_leases(c, leases, ttl, self.now()),
+        )
 
     def release_lease(self, lease: Lease) -> bool:
-        return self._run(
-            "release lease",
-            lambda c: runs_and_leases.release_lease(
-                c, runs_and_leases.known_store_id(c, lease.key), lease
-            ),
-        )
+        return self._run("release lease", lambda c: runs_and_leases.release_lease(c, lease))
 
     @contextlib.contextmanager
     def store_lease(
@@ -145,8 +126,8 @@ class RunCalls(CatalogBase):
 
         def take(connection: Connection) -> tuple[Lease | None, Any]:
             now = self.now()
-            lease = runs_and_leases.try_acquire_lease(
-                connection, key, owner, ttl, run_id, token, now
+            (lease,) = runs_and_leases.acquire_leases(
+                connection, [key], owner, ttl, run_id, token, now
             )
             if lease is not None:
                 return lease, None
@@ -178,27 +159,18 @@ class RunCalls(CatalogBase):
     def acquire_leases(
         self, keys: Sequence[StoreKey], owner: str, ttl: timedelta, run_id: int
     ) -> list[Lease | None]:
-        """Take the free leases among ``keys`` in one transaction (None for a taken one), so
-        that a pass over thousands of stores does not pay a commit per store. The tokens are
-        made before the first attempt: a retry after a lost COMMIT finds the leases it took."""
-        tokens = [new_checkpoint_id() for _ in keys]
-
-        def work(connection: Connection) -> list[Lease | None]:
-            now = self.now()
-            return [
-                runs_and_leases.try_acquire_lease(connection, key, owner, ttl, run_id, token, now)
-                for key, token in zip(keys, tokens, strict=True)
-            ]
-
-        return self._run("acquire leases", work)
+        """Take the free leases among ``keys`` in one transaction of a few set-based statements
+        (None for a taken one), so that a pass over thousands of stores pays neither a commit
+        nor a round trip per store. The leases share one token, made before the first attempt:
+        a retry after a lost COMMIT finds the leases it took."""
+        token = new_checkpoint_id()
+        return self._run(
+            "acquire leases",
+            lambda c: runs_and_leases.acquire_leases(
+                c, keys, owner, ttl, run_id, token, self.now()
+            ),
+        )
 
     def release_leases(self, leases: Sequence[Lease]) -> None:
-        """Give back ``leases`` in one transaction."""
-
-        def work(connection: Connection) -> None:
-            for lease in leases:
-                runs_and_leases.release_lease(
-                    connection, runs_and_leases.known_store_id(connection, lease.key), lease
-                )
-
-        self._run("release leases", work)
+        """Give back ``leases`` in one transaction (one statement a token and chunk)."""
+        self._run("release leases", lambda c: runs_and_leases.release_leases(c, leases))

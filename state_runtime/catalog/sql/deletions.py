@@ -25,7 +25,7 @@ from state_runtime.catalog.sql.retention import (
     verified_snapshot_versions,
 )
 from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_record, key_of
-from state_runtime.catalog.sql.statements import chunks
+from state_runtime.catalog.sql.statements import CHUNK, chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import FileKind, StoreId
 from state_runtime.retention import RetentionPolicy, Verdict
@@ -39,6 +39,7 @@ def claim_deletions(
     wanted: Sequence[StoreId] | None,
     now: datetime,
     limit: int | None = None,
+    from_version: int | None = None,
 ) -> list[FileVerdict]:
     """Lock the stores and claim for ``run_id`` their files: first (at most ``limit``; every
     one when None) the files another run had claimed and not recorded as deleted (an
@@ -49,6 +50,9 @@ def claim_deletions(
     deletable verdict) come back. A file this run already claimed is never claimed again by
     it: one that storage refused to delete waits for the next run, and never takes the room
     of new ones (files that can never be deleted would otherwise stop the store's cleanup).
+    ``from_version`` pages claims by keyset: the new files come from that version up (the
+    last version the previous claim took: the live files below it were all claimed), so a
+    claim reads the live index from there, not again from the store's oldest version.
 
     Once claimed a file is never needed again, because a commit refuses to name a claimed
     file. The caller deletes the files from storage, then calls ``record_deletions``. A
@@ -63,6 +67,9 @@ def claim_deletions(
         )
     else:
         ids = sorted(store_ids(connection, WRITE_LOOKUPS, root, wanted).values())
+    if from_version is not None and len(ids) > CHUNK:
+        # the stores are claimed a chunk at a time: one version cannot say where each stands
+        raise InvalidArgument(f"a claim from a version is of at most {CHUNK} stores")
     claimed: list[FileVerdict] = []
     resumed_room = fresh_room = limit
     for part in chunks(ids):
@@ -96,7 +103,14 @@ def claim_deletions(
             continue
         scope = Scope(store_ids=tuple(part))
         fresh = verdict_rows(
-            connection, WRITE_LOOKUPS, policy, scope, now, only_deletable=True, limit=fresh_room
+            connection,
+            WRITE_LOOKUPS,
+            policy,
+            scope,
+            now,
+            only_deletable=True,
+            limit=fresh_room,
+            from_version=from_version,
         )
         if fresh_room is not None:
             fresh_room -= len(fresh)
@@ -158,6 +172,8 @@ def _expire(connection: Connection, claims: Sequence[tuple[int, FileVerdict]]) -
     snapshot, those up to the next one above it. A later snapshot always exists: without one,
     the latest version, always retained, would load through the file."""
     committed = {fid: v.file for fid, v in claims if v.file.state == FileState.COMMITTED}
+    if not committed:  # orphans only: no version loaded through them
+        return
     f, s = checkpoint_files.c, stores.c
     store_of: dict[int, int] = {}
     for some in chunks(sorted(committed)):
@@ -173,10 +189,11 @@ def _expire(connection: Connection, claims: Sequence[tuple[int, FileVerdict]]) -
         above = [v for v in snapshots.get(store_id, []) if v >= first]
         if above and above[0] > record.version:
             through[store_id] = max(through.get(store_id, 0), above[0] - 1)
-    for store_id, version in through.items():
+    if through:  # one statement for the claim's stores
+        version = sa.case(through, value=s.store_id)
         connection.execute(
             sa.update(stores)
-            .where(s.store_id == store_id, s.expired_through < version)
+            .where(s.store_id.in_(sorted(through)), s.expired_through < version)
             .values(expired_through=version)
         )
 

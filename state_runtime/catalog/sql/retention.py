@@ -397,10 +397,12 @@ def _verdict_query(
     only_deletable: bool,
     by_path: bool,
     limited: bool,
+    from_version: bool = False,
 ) -> sa.Select[Any]:
     """:func:`verdict_query`'s statement, built once per process and shape (building it costs
     more than running it): the cutoffs, and the scope's root (``root``) and store ids
-    (``store_ids``), ``path`` and ``limit`` are bind parameters (:func:`_verdict_values`)."""
+    (``store_ids``), ``path``, ``from_version`` and ``limit`` are bind parameters
+    (:func:`_verdict_values`)."""
     by_root, by_ids = shape
     scope = Scope(
         root=sa.bindparam("root", type_=views.stores.c.checkpoint_root.type) if by_root else None,
@@ -413,6 +415,8 @@ def _verdict_query(
     f = views.files.c
     if by_path:
         query = query.where(f.path == sa.bindparam("path", type_=f.path.type))
+    if from_version:  # a keyset: the live index's range from there, not the store's whole
+        query = query.where(f.version >= sa.bindparam("from_version", type_=sa.BigInteger()))
     query = query.order_by(f.version, f.store_id, f.kind, f.file_id)
     return query.limit(sa.bindparam("limit", type_=sa.Integer())) if limited else query
 
@@ -438,8 +442,10 @@ def verdict_query(
     only_deletable: bool,
     path: str | None = None,
     limit: int | None = None,
+    from_version: int | None = None,
 ) -> tuple[sa.Select[Any], dict[str, Any]]:
-    """The verdicts' statement (oldest versions first; at most ``limit`` rows) and its values."""
+    """The verdicts' statement (oldest versions first, none below ``from_version``; at most
+    ``limit`` rows) and its values."""
     shape, values = _verdict_values(scope)
     query = _verdict_query(
         views,
@@ -448,7 +454,10 @@ def verdict_query(
         only_deletable,
         by_path=path is not None,
         limited=limit is not None,
+        from_version=from_version is not None,
     )
+    if from_version is not None:
+        values["from_version"] = from_version
     values |= PolicySql.cutoffs(policy, now)
     if path is not None:
         values["path"] = path
@@ -467,10 +476,10 @@ def verdict_rows(
     only_deletable: bool,
     path: str | None = None,
     limit: int | None = None,
+    from_version: int | None = None,
 ) -> list[tuple[int, FileVerdict]]:
-    query, values = verdict_query(
-        views, policy, scope, now, only_deletable=only_deletable, path=path, limit=limit
-    )
+    asked: dict[str, Any] = {"path": path, "limit": limit, "from_version": from_version}
+    query, values = verdict_query(views, policy, scope, now, only_deletable=only_deletable, **asked)
     return [
         (row.file_id, _file_verdict(row, policy)) for row in connection.execute(query, values).all()
     ]

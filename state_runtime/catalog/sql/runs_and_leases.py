@@ -17,8 +17,10 @@ process is gone (same host, no such process) or whose heartbeat is older than
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,7 +32,7 @@ from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderView
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance_runs, store_leases
 from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
 from state_runtime.catalog.sql.rows import AnyRow
-from state_runtime.catalog.sql.statements import insert_ignoring
+from state_runtime.catalog.sql.statements import chunks, insert_ignoring
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import validate_non_negative
 
@@ -232,23 +234,24 @@ def _run(row: AnyRow) -> MaintenanceRun:
     )
 
 
-def try_acquire_lease(
+def acquire_leases(
     connection: Connection,
-    key: StoreKey,
+    keys: Sequence[StoreKey],
     owner: str,
     ttl: timedelta,
     run_id: int | None,
     token: str,
     now: datetime,
-) -> Lease | None:
-    """Take the store's lease if it is free, expired, or already ours (``token``: a retry
-    after a lost COMMIT finds the lease its first attempt took); None if someone else
-    holds it."""
+) -> list[Lease | None]:
+    """Take the leases of ``keys`` that are free, expired, or already ours (``token``, one
+    for the call: a retry after a lost COMMIT finds the leases its first attempt took); None
+    for a store someone else holds. Set-based: the stores are read once, and each chunk of
+    them is one insert, one update and one read, whatever their number."""
     if ttl <= timedelta(0):
         raise InvalidArgument(f"lease time to live must be positive, got {ttl}")
     if not owner:
         raise InvalidArgument("a lease needs an owner")
-    store_id = known_store_id(connection, key)
+    ids = known_store_ids(connection, keys)
     values = {
         "token": token,
         "owner": owner,
@@ -256,31 +259,58 @@ def try_acquire_lease(
         "acquired_at": now,
         "expires_at": now + ttl,
     }
-    connection.execute(
-        insert_ignoring(connection, store_leases).values(store_id=store_id, **values)
-    )
     lease = store_leases.c
-    taken = connection.execute(
-        sa.update(store_leases)
-        .where(
-            lease.store_id == store_id,
-            sa.or_(lease.token == token, lease.expires_at <= now),
+    taken: set[int] = set()
+    for part in chunks(sorted(set(ids.values()))):
+        connection.execute(  # one statement (insertmanyvalues), compiled once
+            insert_ignoring(connection, store_leases),
+            [{"store_id": store_id, **values} for store_id in part],
         )
-        .values(**values)
-    ).rowcount
-    if taken != 1:
-        return None
+        connection.execute(
+            sa.update(store_leases)
+            .where(
+                lease.store_id.in_(part),
+                sa.or_(lease.token == token, lease.expires_at <= now),
+            )
+            .values(**values)
+        )
+        taken.update(_held_by(connection, part, token))
     if run_id is not None:
-        mark_maintained(connection, [store_id], run_id)
-    return Lease(key=key, token=token, owner=owner, run_id=run_id, expires_at=now + ttl)
+        mark_maintained(connection, taken, run_id)
+    return [
+        Lease(key, token, owner, run_id, now + ttl, ids[key]) if ids[key] in taken else None
+        for key in keys
+    ]
+
+
+def _held_by(connection: Connection, ids: Sequence[int], token: str) -> set[int]:
+    """Which of the stores ``ids`` the lease token ``token`` holds."""
+    lease = store_leases.c
+    return set(
+        connection.execute(
+            sa.select(lease.store_id).where(lease.store_id.in_(ids), lease.token == token)
+        ).scalars()
+    )
+
+
+def known_store_ids(connection: Connection, keys: Sequence[StoreKey]) -> dict[StoreKey, int]:
+    """The stores' ids (one read a root and chunk); CatalogError if the catalog has never seen
+    one of them."""
+    found: dict[StoreKey, int] = {}
+    for root in sorted({key.root for key in keys}):
+        ids = store_ids(connection, WRITE_LOOKUPS, root, [k.store for k in keys if k.root == root])
+        found.update({StoreKey(root, store): store_id for store, store_id in ids.items()})
+    for key in keys:
+        if key not in found:
+            raise CatalogError(
+                f"unknown store {key}: no file of it was ever recorded", store=key.store
+            )
+    return found
 
 
 def known_store_id(connection: Connection, key: StoreKey) -> int:
     """The store's id; CatalogError if the catalog has never seen the store."""
-    found = store_ids(connection, WRITE_LOOKUPS, key.root, [key.store])
-    if key.store not in found:
-        raise CatalogError(f"unknown store {key}: no file of it was ever recorded", store=key.store)
-    return found[key.store]
+    return known_store_ids(connection, [key])[key]
 
 
 def lease_holder(connection: Connection, store_id: int) -> AnyRow | None:
@@ -290,11 +320,41 @@ def lease_holder(connection: Connection, store_id: int) -> AnyRow | None:
     ).first()
 
 
-def renew_lease(
-    connection: Connection, store_id: int, lease: Lease, ttl: timedelta, now: datetime
-) -> Lease:
+def _by_token(leases: Sequence[Lease]) -> dict[str, list[int]]:
+    """The leases' store ids by token (leases taken together share one)."""
+    groups: dict[str, list[int]] = {}
+    for lease in leases:
+        groups.setdefault(lease.token, []).append(lease.store_id)
+    return groups
+
+
+def extend_leases(
+    connection: Connection, leases: Sequence[Lease], ttl: timedelta, now: datetime
+) -> list[Lease | None]:
+    """The held leases extended to ``now + ttl``, each None where it was lost (it expired and
+    someone else took it: its token no longer holds the store); one update and one read a
+    token and chunk."""
+    c = store_leases.c
+    kept: set[tuple[str, int]] = set()
+    for token, ids in _by_token(leases).items():
+        for part in chunks(sorted(ids)):
+            connection.execute(
+                sa.update(store_leases)
+                .where(c.store_id.in_(part), c.token == token)
+                .values(expires_at=now + ttl)
+            )
+            kept.update((token, store_id) for store_id in _held_by(connection, part, token))
+    return [
+        dataclasses.replace(lease, expires_at=now + ttl)
+        if (lease.token, lease.store_id) in kept
+        else None
+        for lease in leases
+    ]
+
+
+def renew_lease(connection: Connection, lease: Lease, ttl: timedelta, now: datetime) -> Lease:
     """Extend a held lease; MaintenanceRefused if it expired and someone else took it."""
-    renewed = extended_lease(connection, store_id, lease, ttl, now)
+    (renewed,) = extend_leases(connection, [lease], ttl, now)
     if renewed is None:
         raise MaintenanceRefused(
             f"lease on {lease.key} was lost (expired and taken over); stop working on the store",
@@ -303,30 +363,27 @@ def renew_lease(
     return renewed
 
 
-def extended_lease(
-    connection: Connection, store_id: int, lease: Lease, ttl: timedelta, now: datetime
-) -> Lease | None:
-    """The held lease extended to ``now + ttl``; None if it expired and someone else took it
-    (its token no longer holds the store)."""
+def release_leases(connection: Connection, leases: Sequence[Lease]) -> int:
+    """Give the leases back (one delete a token and chunk); how many were still ours (a lease
+    that expired and passed to someone else, or that an earlier attempt of the call released,
+    is not)."""
     c = store_leases.c
-    renewed = connection.execute(
-        sa.update(store_leases)
-        .where(c.store_id == store_id, c.token == lease.token)
-        .values(expires_at=now + ttl)
-    ).rowcount
-    if renewed != 1:
-        return None
-    return Lease(lease.key, lease.token, lease.owner, lease.run_id, now + ttl)
+    released = 0
+    for token, ids in _by_token(leases).items():
+        for part in chunks(sorted(ids)):
+            released += connection.execute(
+                sa.delete(store_leases).where(c.store_id.in_(part), c.token == token)
+            ).rowcount
+    return released
 
 
-def release_lease(connection: Connection, store_id: int, lease: Lease) -> bool:
+def release_lease(connection: Connection, lease: Lease) -> bool:
     """Give the lease back: True once no lease of ours is held, also when an earlier attempt
     of this call released it; False if it had expired and passed to someone else."""
-    c = store_leases.c
-    released = connection.execute(
-        sa.delete(store_leases).where(c.store_id == store_id, c.token == lease.token)
-    ).rowcount
-    return bool(released == 1) or lease_holder(connection, store_id) is None
+    return (
+        bool(release_leases(connection, [lease]))
+        or lease_holder(connection, lease.store_id) is None
+    )
 
 
 def previous_run_counts(
