@@ -3,7 +3,8 @@
 stores (local files), so the figures are the operator's own cost (no Spark job, no worker start).
 
 A first batch with each of ``--keys`` keys once, then ``--batches`` batches of ``--updates``
-random keys. Prints each batch's seconds; ``--profile`` adds the top costs of the last batch.
+random keys. Prints each batch's wall and CPU seconds (CPU: what the task costs whatever the
+load); ``--profile [N]`` adds the top CPU costs of batch N (default: the last).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--workload", choices=sorted(PROCESSORS), default="value")
     parser.add_argument("--form", choices=("pandas", "row"), default="pandas")
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile", nargs="?", const=-1, type=int, help="a batch to profile")
     args = parser.parse_args()
     cls, time_mode = PROCESSORS[args.workload]
     pandas = args.form == "pandas"
@@ -44,7 +45,7 @@ def main() -> None:
         pa.table({"k": pa.array([rng.randrange(args.keys) for _ in range(args.updates)])})
         for _ in range(args.batches)
     ]
-    profile = cProfile.Profile()
+    profile = cProfile.Profile(time.process_time)
     with tempfile.TemporaryDirectory() as root:
         storage = open_storage(root)
         providers = {
@@ -60,11 +61,12 @@ def main() -> None:
             for s in op.stores
         }
         ids: dict[str, str | None] = dict.fromkeys(providers)
+        profiled = None if args.profile is None else range(len(inputs))[args.profile]
         for version, rows in enumerate(inputs):
             stores = {n: p.get_store(version, ids[n]) for n, p in providers.items()}
             batch = BatchContext("bench", version, 1000 * version, 0, stores=stores)
-            started = time.perf_counter()
-            if args.profile and version == len(inputs) - 1:
+            started, cpu = time.perf_counter(), time.process_time()
+            if version == profiled:
                 profile.enable()
             try:
                 with batch_scope(batch):
@@ -72,9 +74,9 @@ def main() -> None:
                     ids.update((n, s.commit().checkpoint_id) for n, s in stores.items())
             finally:
                 profile.disable()
-            seconds = time.perf_counter() - started
-            print(f"batch {version}: {rows.num_rows} rows, {seconds:.3f} s", flush=True)
-    if args.profile:
+            seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+            print(f"batch {version}: {rows.num_rows} rows, {seconds:.3f} s, CPU {cpu:.3f} s")
+    if profiled is not None:
         pstats.Stats(profile).sort_stats("cumulative").print_stats(20)
 
 

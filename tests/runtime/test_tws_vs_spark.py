@@ -194,16 +194,18 @@ def test_state_variables_added_evolved_dropped_and_retyped_across_restarts(
     assert 6 not in outcome.ours and 6 not in outcome.theirs
 
 
+@pytest.mark.parametrize("processor", [Evolving, PandasEvolving], ids=["Row", "pandas"])
 def test_a_variable_deleted_then_declared_again_reads_empty_on_both_engines(
-    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str, processor: type[Evolving]
 ) -> None:
-    """``deleteIfExists`` on both engines (``Evolving``): v4's ``init`` deletes the list
-    ``seen`` it no longer declares, v5 declares it again (it starts empty) and deletes and
-    declares ``last`` again in every ``init`` (each batch reads it empty); outputs equal batch
-    by batch. Then each variable as the query left it: ours by ``read_state(state_variable=)``
-    against Spark's state data source (``statestore`` with ``stateVarName``)."""
+    """``deleteIfExists`` on both engines, in the Row and the pandas form (``Evolving``): v4's
+    ``init`` deletes the list ``seen`` it no longer declares, v5 declares it again (it starts
+    empty) and deletes and declares ``last`` again in every ``init`` (each batch reads it
+    empty); outputs equal batch by batch. Then each variable as the query left it: ours by
+    ``read_state(state_variable=)`` against Spark's state data source (``statestore`` with
+    ``stateVarName``)."""
     stream = Stream(EVOLVING, "UTC", 0, 0, 0, "update", None)
-    runs = [tws_operator(f"Evolving {s}", Evolving, "None", s) for s in ("v1", "v4", "v5")]
+    runs = [tws_operator(f"Evolving {s}", processor, "None", s) for s in ("v1", "v4", "v5")]
     outcome = run_stream(spark, runs, stream, tmp_path, sqlite_catalog_url, restarts=[2, 4])
     assert outcome.check() == len(EVOLVING)
     # the list holds only what v5 appended; last, deleted by every init, reads empty
