@@ -20,8 +20,8 @@ from typing import Any
 
 from state_runtime.catalog import RunKind, StoreKey, Verdict
 from state_runtime.errors import MaintenanceRefused
-from state_runtime.maintenance.cleanup import plan_cleanup
-from state_runtime.maintenance.fleet import Fleet, format_store_key
+from state_runtime.maintenance.cleanup import plan_pages
+from state_runtime.maintenance.fleet import Fleet, format_store_key, key_set
 from state_runtime.maintenance.health import (
     FleetTotals,
     HealthSpool,
@@ -155,20 +155,33 @@ def retention_check(
     now: datetime | None = None,
 ) -> CheckOutcome:
     """The configured retention respects the safety floor, and cleanup keeps up: no file has
-    been deletable for longer than ``overdue_after``."""
+    been deletable for longer than ``overdue_after``. The plan is read a page of stores at a
+    time; the findings are the first :data:`FINDINGS_KEPT` stores by name (the summary and
+    figures count them all)."""
     try:
         policy.check_retention()
     except MaintenanceRefused as exc:
         return CheckOutcome(CheckName.RETENTION, False, Severity.ERROR, exc.reason)
     now = now or fleet.catalog.now()  # the database's clock, as cleanup's
     retention = policy.retention
-    overdue: dict[StoreKey, tuple[int, str]] = {}  # store -> (files, the first one)
-    for verdict in plan_cleanup(fleet, policy, only=only, now=now):
-        committed = verdict.verdict is Verdict.DELETABLE_SUPERSEDED
-        cutoff = retention.committed_cutoff(now) if committed else retention.uncommitted_cutoff(now)
-        if verdict.file.facts().aged_from < cutoff - policy.overdue_after:
-            files, first = overdue.get(verdict.file.key, (0, verdict.file.path))
-            overdue[verdict.file.key] = (files + 1, first)
+    stores = 0
+    kept: list[tuple[StoreKey, int, str]] = []  # the first FINDINGS_KEPT by name
+    for page in plan_pages(fleet, policy, only=key_set(only), now=now):  # a store in one page
+        overdue: dict[StoreKey, tuple[int, str]] = {}  # store -> (files, the first one)
+        for verdict in page:
+            committed = verdict.verdict is Verdict.DELETABLE_SUPERSEDED
+            cutoff = (
+                retention.committed_cutoff(now) if committed else retention.uncommitted_cutoff(now)
+            )
+            if verdict.file.facts().aged_from < cutoff - policy.overdue_after:
+                files, first = overdue.get(verdict.file.key, (0, verdict.file.path))
+                overdue[verdict.file.key] = (files + 1, first)
+        stores += len(overdue)
+        kept = heapq.nsmallest(
+            FINDINGS_KEPT,
+            [*kept, *((k, *found) for k, found in overdue.items())],
+            key=lambda e: str(e[0]),
+        )
     findings = [
         Finding(
             key,
@@ -177,15 +190,15 @@ def retention_check(
             "not keeping up",
             path=first,
         )
-        for key, (files, first) in sorted(overdue.items(), key=lambda kv: str(kv[0]))
+        for key, files, first in kept
     ]
     summary = (
         f"retention: last {retention.retain_versions} versions, window {retention.window}; "
-        f"{len(findings)} store(s) with overdue deletions"
+        f"{stores} store(s) with overdue deletions"
     )
-    figures = {"stores_with_overdue_files": len(findings)}
+    figures = {"stores_with_overdue_files": stores}
     return CheckOutcome(
-        CheckName.RETENTION, not findings, Severity.WARNING, summary, findings, figures
+        CheckName.RETENTION, not stores, Severity.WARNING, summary, findings, figures
     )
 
 

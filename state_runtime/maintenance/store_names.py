@@ -69,9 +69,9 @@ class StoreNames:
 
     @classmethod
     def of(cls, catalog: Catalog) -> StoreNames:
-        """The labels of every root the catalog knows (one query per root): over all of them,
-        so that a store has one name whatever scope a pass works on."""
-        return cls(root_labels({root: catalog.query_ids(root) for root in catalog.roots()}))
+        """The labels of every root the catalog knows (one read): over all of them, so that a
+        store has one name whatever scope a pass works on."""
+        return cls(root_labels(catalog.root_queries()))
 
     def name(self, key: StoreKey) -> str:
         """``<label>/<operator>/<partition>/<store>`` (the full key for a root not listed)."""
