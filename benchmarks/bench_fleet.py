@@ -17,7 +17,7 @@ through its public function, in this process, with the policy's default workers:
 - snapshots: the stores due (``snapshot_pass``);
 - validation: the hour's new files (``run_checks``, the library's default policy);
 - cleanup, executed (``cleanup_pass``; retention window 0: what the new snapshots free);
-- health (``store_reports``).
+- health (``store_report_pages``, spooled as the health asset reads it).
 
 Each pass's wall time, CPU time (every thread of this process) and peak resident memory (the
 high-water mark reset before it), and the Dagster events that pass would write: the
@@ -59,24 +59,25 @@ from dagster_project.defs.catalog_events import Cursor, catalog_events_sensor
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.sensors import store_discovery_sensor, store_failure_sensor
-from dagster_project.defs.store_events import changed_store_events
+from dagster_project.defs.store_events import changed_store_events, fleet_materialization
 from state_runtime.catalog import BatchMetrics, Catalog, RetentionPolicy
 from state_runtime.maintenance import (
     CHECKS,
     Fleet,
+    HealthSpool,
     MaintenancePolicy,
     StoreNames,
-    StoreReport,
     cleanup_pass,
     run_checks,
     snapshot_pass,
-    store_reports,
+    store_report_pages,
 )
 
 SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432")
 SIZES = [int(s) for s in os.environ.get("STATE_BENCH_FLEET_SIZES", "2000,20000").split(",")]
 HOUR = int(os.environ.get("STATE_BENCH_FLEET_HOUR", "4"))
 MINUTE = int(os.environ.get("STATE_BENCH_FLEET_MINUTE", "2000"))
+DATABASE = f"state_fleet_bench_{os.getpid()}"  # its own: runs side by side do not collide
 FIGURES = BatchMetrics(
     rows_in=1_000,
     keys_updated=200,
@@ -142,22 +143,27 @@ class Cycle:
         self.versions: dict[str, tuple[int, int | None]] = {}
         self.moved = 0
 
-    def events(self, reports: list[StoreReport], checks: list[str]) -> int:
-        """The per-store events a Dagster pass logs (those that changed), saved as reported."""
+    def events(self, health: HealthSpool, checks: list[str]) -> int:
+        """The events a Dagster pass logs (each page's stores that changed, saved as
+        reported, and the fleet's materialization), read back page by page as the code
+        location does."""
         partitions = set(self.instance.get_dynamic_partitions(state_stores.name or ""))
         names = StoreNames.of(self.catalog)
-        changed = changed_store_events(
-            self.instance, self.catalog, reports, names, POLICY, partitions, checks
-        )
-        changed.logged()
+        fleet_materialization(health.pages(), names)
+        events = 1
+        for changed in changed_store_events(
+            self.instance, self.catalog, health.pages(), names, POLICY, partitions, checks
+        ):
+            events += len(changed.states) + len(changed.evaluations)
+            changed.logged()
         versions = {
-            str(r.key): (r.health.latest.version, r.health.last_snapshot_version) for r in reports
+            str(r.key): (r.health.latest.version, r.health.last_snapshot_version) for r in health
         }
         # the baseline: stores whose latest version or snapshot moved since the last pass,
         # each a store event if events followed them
         self.moved = sum(1 for k, v in versions.items() if self.versions.get(k) != v)
         self.versions = versions
-        return len(changed.states) + len(changed.evaluations)
+        return events
 
     def tick(self, name: str) -> str:
         """One tick of sensor ``name`` with its cursor; new partitions are added, as the daemon
@@ -202,7 +208,7 @@ class Cycle:
         are then those of a steady state, not of the fleet's first validation)."""
         self.tick("discovery")
         cleanup_pass(self.fleet, POLICY, dry_run=False)
-        self.events(list(run_checks(self.fleet, POLICY).health), PER_STORE_CHECKS)
+        self.events(run_checks(self.fleet, POLICY).health, PER_STORE_CHECKS)
         self.tick("failures")
         self.tick("state_catalog_events")
 
@@ -214,7 +220,7 @@ class Cycle:
         def validation() -> tuple[str, int | None]:
             report = run_checks(self.fleet, POLICY)
             counts = report.validation.counts()
-            events = self.events(list(report.health), PER_STORE_CHECKS) + 1 + FLEET_CHECKS
+            events = self.events(report.health, PER_STORE_CHECKS) + FLEET_CHECKS
             result = (
                 f"{'ok' if report.ok else 'PROBLEMS'}, {counts['files']:,} files read; "
                 f"{self.moved:,} stores' latest version or snapshot moved"
@@ -226,8 +232,8 @@ class Cycle:
             return f"{len(report.deleted):,} files deleted", 1
 
         def health() -> tuple[str, int | None]:
-            reports = store_reports(self.fleet, POLICY)
-            return f"{len(reports):,} stores", self.events(reports, []) + 1
+            health = HealthSpool.of(store_report_pages(self.fleet, POLICY))
+            return f"{health.stores:,} stores", self.events(health, [])
 
         rows = [
             measured("snapshots due", snapshots),
@@ -244,7 +250,7 @@ class Cycle:
 @contextmanager
 def dagster_instance() -> Iterator[DagsterInstance]:
     with (
-        fresh_database(SERVER, "state_fleet_bench_dagster") as url,
+        fresh_database(SERVER, f"{DATABASE}_dagster") as url,
         instance_for_test(overrides={"storage": {"postgres": {"postgres_url": url}}}) as instance,
     ):
         yield instance
@@ -254,7 +260,7 @@ def bench(size: int) -> dict[str, Any]:
     shape = Shape(queries=max(1, size // 200))
     folder = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     try:
-        with fresh_database(SERVER, "state_fleet_bench") as url, dagster_instance() as instance:
+        with fresh_database(SERVER, DATABASE) as url, dagster_instance() as instance:
             Catalog.open(url, upgrade=True).close()
             print(f"{shape.stores:,} stores: building (load {load()})", flush=True)
             built = build(url, folder, shape)

@@ -58,25 +58,29 @@ def state_checkpoint_checks(
 ) -> Iterator[AssetCheckEvaluation]:
     """One validation pass (recorded in the catalog) evaluates every check of the registry;
     the ones selected are reported. Each store's state and the fleet's totals are recorded
-    here too, before any check is reported: a failing blocking check stops what comes
-    downstream, never the report of the failure."""
+    here too, before any fleet-wide check is reported: a failing blocking check stops what
+    comes downstream, never the report of the failure. The stores' reports are read back a
+    page at a time (the report keeps them on disk), each page's events logged as it goes."""
     selected = {key.name for key in context.selected_asset_check_keys}
     partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     with maintenance.run(context) as run:
         report = run_checks(run.fleet, run.policy, progress=run.progress, spread=run.spread)
-        changed = changed_store_events(
+        log_event = context.op_execution_context.log_event
+        log_event(fleet_materialization(report.health.pages(), run.names))
+        for changed in changed_store_events(
             context.instance,
             run.fleet.catalog,
-            report.health,
+            report.health.pages(),
             run.names,
             run.policy,
             partitions,
             selected,
-        )
-    for event in [*changed.states, fleet_materialization(report.health, run.names)]:
-        context.op_execution_context.log_event(event)
-    yield from changed.evaluations
-    changed.logged()
+        ):
+            for event in changed.states:
+                log_event(event)
+            yield from changed.evaluations
+            changed.logged()
+    report.health.close()
     for outcome in report.outcomes:
         if outcome.name.value in selected:
             yield fleet_evaluation(outcome, run.names)

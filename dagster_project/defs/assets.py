@@ -29,13 +29,14 @@ from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.store_events import changed_store_events, fleet_metadata
 from state_runtime.catalog import StoreKey
 from state_runtime.maintenance import (
+    HealthSpool,
     StoreNames,
     cleanup_pass,
     rebuild_plan,
     reconcile,
     repair_pass,
     snapshot_pass,
-    store_reports,
+    store_report_pages,
 )
 
 
@@ -144,16 +145,24 @@ def state_store_health(
     the last report (a materialization or, broken, an observation: its history). The
     validation job records the same after validating."""
     with maintenance.run(context) as run:
-        reports = store_reports(run.fleet, run.policy)
+        health = HealthSpool.of(store_report_pages(run.fleet, run.policy))
         if config.observe_stores:
             partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
-            changed = changed_store_events(
-                context.instance, run.fleet.catalog, reports, run.names, run.policy, partitions
-            )
-            for event in changed.states:
-                context.log_event(event)
-            changed.logged()
-    return MaterializeResult(metadata=fleet_metadata(reports, run.names))
+            for changed in changed_store_events(
+                context.instance,
+                run.fleet.catalog,
+                health.pages(),
+                run.names,
+                run.policy,
+                partitions,
+            ):
+                for event in changed.states:
+                    context.log_event(event)
+                changed.logged()
+    try:
+        return MaterializeResult(metadata=fleet_metadata(health.pages(), run.names))
+    finally:
+        health.close()
 
 
 @asset(group_name=GROUP, deps=[state_checkpoints], pool=POOL, kinds={"python"})

@@ -39,7 +39,6 @@ from dagster import (
     AssetCheckSeverity,
     AssetKey,
     AssetMaterialization,
-    AssetObservation,
     AssetSpec,
     Config,
     DagsterEvent,
@@ -73,7 +72,7 @@ from dagster_project.defs.store_events import (
     fleet_materialization,
 )
 from state_runtime.catalog import Catalog, MaintenanceRun, RecordedBatchMetrics, RunKind, RunOutcome
-from state_runtime.maintenance import CHECKS, StoreNames, store_reports
+from state_runtime.maintenance import CHECKS, HealthSpool, StoreNames, store_report_pages
 from state_runtime.units import millis, size
 
 RUNS = 50
@@ -304,7 +303,9 @@ def report_catalog_runs(
 ) -> None:
     """Each run's own events, then every store's state, per-store checks and the fleet's
     totals, logged in this Dagster run (its id tells each per-store check evaluation apart:
-    Dagster 1.13 keeps one runless evaluation per check and partition only)."""
+    Dagster 1.13 keeps one runless evaluation per check and partition only), the stores a
+    page at a time. ``log_event`` takes check evaluations too (Dagster 1.13); its annotation
+    omits them."""
     policy = maintenance.policy()
     partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     with maintenance.fleet(f"dagster:{context.run.run_id}") as fleet:
@@ -313,20 +314,25 @@ def report_catalog_runs(
         runs = [r for r in found if r.run_id <= config.until and not _in_dagster(r)]
         about = "; ".join(_by(r) for r in runs) or "the stores' state in the catalog"
         names = StoreNames.of(catalog)
-        reports = store_reports(fleet, policy)
-        events: list[AssetMaterialization | AssetObservation | AssetCheckEvaluation] = []
         for run in runs:
-            events += run_events(run)
-        changed = changed_store_events(
-            context.instance, catalog, reports, names, policy, partitions, PER_STORE, f"{about}: "
-        )
-        events += changed.states
-        events.append(fleet_materialization(reports, names, about))
-        events += changed.evaluations
-    for event in events:
-        # log_event takes check evaluations too (Dagster 1.13); its annotation omits them
-        context.log_event(event)  # type: ignore[arg-type]
-    changed.logged()
+            for run_event in run_events(run):
+                context.log_event(run_event)  # type: ignore[arg-type]
+        health = HealthSpool.of(store_report_pages(fleet, policy))
+        context.log_event(fleet_materialization(health.pages(), names, about))
+        for changed in changed_store_events(
+            context.instance,
+            catalog,
+            health.pages(),
+            names,
+            policy,
+            partitions,
+            PER_STORE,
+            f"{about}: ",
+        ):
+            for event in [*changed.states, *changed.evaluations]:
+                context.log_event(event)  # type: ignore[arg-type]
+            changed.logged()
+        health.close()
 
 
 @job(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -59,9 +60,16 @@ def _more(total: int, shown: int) -> str:
     return f"\n\n... and {total - shown} more" if total > shown else ""
 
 
+def longest_chains(reports: Sequence[StoreReport]) -> list[StoreReport]:
+    """The stores a table shows: the longest delta chains first, at most ``TABLE_ROWS``."""
+    return heapq.nsmallest(
+        TABLE_ROWS, reports, key=lambda r: (-r.health.deltas_since_snapshot, str(r.key))
+    )
+
+
 def store_table(reports: Sequence[StoreReport], names: StoreNames) -> Meta:
     """The stores with the longest delta chains first, as a table (sizes and lags in units)."""
-    ordered = sorted(reports, key=lambda r: (-r.health.deltas_since_snapshot, str(r.key)))
+    ordered = longest_chains(reports)
     schema = TableSchema(
         columns=[TableColumn("store", "string"), TableColumn("root", "string")]
         + [TableColumn(name, "string" if name in TEXT_COLUMNS else "int") for name in STORE_COLUMNS]
@@ -71,7 +79,7 @@ def store_table(reports: Sequence[StoreReport], names: StoreNames) -> Meta:
             {"store": names.name(r.key), "root": r.key.root}
             | {k: v for k, v in _shown(r).items() if k in STORE_COLUMNS}
         )
-        for r in ordered[:TABLE_ROWS]
+        for r in ordered
     ]
     return MetadataValue.table(records, schema)
 

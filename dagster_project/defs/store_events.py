@@ -39,7 +39,7 @@ records it.
 """
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dagster import (
@@ -61,6 +61,7 @@ from dagster_project.defs.metadata import (
     MetadataMap,
     check_metadata,
     layout_metadata,
+    longest_chains,
     schema_metadata,
     status_metadata,
     store_figures,
@@ -220,19 +221,23 @@ def partition_runs(
 
 
 def fleet_materialization(
-    reports: Sequence[StoreReport], names: StoreNames, description: str = ""
+    pages: Iterable[Sequence[StoreReport]], names: StoreNames, description: str = ""
 ) -> AssetMaterialization:
     """The fleet's totals and table as a materialization of ``state_store_health``."""
     return AssetMaterialization(
-        HEALTH_KEY, description=description or None, metadata=fleet_metadata(reports, names)
+        HEALTH_KEY, description=description or None, metadata=fleet_metadata(pages, names)
     )
 
 
-def fleet_metadata(reports: Sequence[StoreReport], names: StoreNames) -> MetadataMap:
-    return {
-        **totals_metadata(FleetTotals.of(reports)),
-        "stores_table": store_table(reports, names),
-    }
+def fleet_metadata(pages: Iterable[Sequence[StoreReport]], names: StoreNames) -> MetadataMap:
+    """The fleet's totals and its table (the longest chains), from its stores' reports a page
+    at a time: what is held is a page and the table's rows, whatever the fleet's size."""
+    totals, table = FleetTotals.of(()), list[StoreReport]()
+    for page in pages:
+        for report in page:
+            totals = totals.plus(report)
+        table = longest_chains([*table, *page])
+    return {**totals_metadata(totals), "stores_table": store_table(table, names)}
 
 
 def store_evaluations(
@@ -305,17 +310,20 @@ class LastReported:
     pending: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def changed(self, fingerprints: Mapping[str, str]) -> set[str]:
-        """The partitions whose fingerprint differs from the last one reported."""
+        """The partitions whose fingerprint differs from the last one reported (of a page of
+        stores: the other partitions of their query labels keep theirs)."""
         by_key: dict[str, dict[str, str]] = {}
         for name, value in fingerprints.items():
             label = name.rsplit("/", 3)[0]
             by_key.setdefault(f"{REPORTED}/{self.kind}/{label}", {})[name] = value
         stored = self.instance.run_storage.get_cursor_values(set(by_key))
-        before: dict[str, str] = {}
-        for text in stored.values():
-            before.update(json.loads(text))
-        self.pending = by_key
-        return {name for name, value in fingerprints.items() if before.get(name) != value}
+        changed: set[str] = set()
+        self.pending = {}
+        for key, found in by_key.items():
+            before: dict[str, str] = json.loads(stored[key]) if key in stored else {}
+            changed |= {name for name, value in found.items() if before.get(name) != value}
+            self.pending[key] = before | found
+        return changed
 
     def save(self) -> None:
         if self.pending:
@@ -325,44 +333,72 @@ class LastReported:
 
 @dataclass
 class StoreEvents:
-    """The per-store events of one pass that tell Dagster something new; :meth:`logged` once
-    they are logged."""
+    """The per-store events of one page of stores that tell Dagster something new;
+    :meth:`logged` once they are logged."""
 
     states: list[AssetMaterialization | AssetObservation]
     evaluations: list[AssetCheckEvaluation]
-    trackers: list[LastReported]
+    trackers: list[LastReported] = field(default_factory=list)
 
     def logged(self) -> None:
         for tracker in self.trackers:
             tracker.save()
 
 
+@dataclass
+class _Worst:
+    """A per-store check's worst evaluation so far in a pass, held back to be its last."""
+
+    rank: tuple[int, str]
+    evaluation: AssetCheckEvaluation
+    changed: bool
+
+
 def changed_store_events(
     instance: DagsterInstance,
     catalog: Catalog,
-    reports: Sequence[StoreReport],
+    pages: Iterable[Sequence[StoreReport]],
     names: StoreNames,
     policy: MaintenancePolicy,
     partitions: Collection[str],
     selected: Collection[str] = (),
     description: str = "",
-) -> StoreEvents:
-    """Each store's state whose fingerprint changed, and each ``selected`` per-store check
-    whose result changed since the last report, and the worst store's (module docstring)."""
-    named = {names.name(r.key): r for r in reports if names.name(r.key) in partitions}
-    states = LastReported(instance, "state")
-    fresh = states.changed({name: state_fingerprint(r) for name, r in named.items()})
-    events = store_states(
-        catalog, [r for n, r in named.items() if n in fresh], names, partitions, description
-    )
-    trackers = [states]
-    evaluations: list[AssetCheckEvaluation] = []
-    for check in [c.name.value for c in CHECKS if c.judge is not None and c.name.value in selected]:
-        found = store_evaluations(reports, names, policy, partitions, {check}, description)
-        tracker = LastReported(instance, f"check/{check}")
-        results = {e.partition or "": f"{e.passed}/{e.severity.value}" for e in found}
-        changed = tracker.changed(results)
-        # the worst store's always: the check's latest execution, its headline, is the worst
-        evaluations += [e for e in found[:-1] if e.partition in changed] + found[-1:]
-        trackers.append(tracker)
-    return StoreEvents(events, evaluations, trackers)
+) -> Iterator[StoreEvents]:
+    """For each page of stores, each store's state whose fingerprint changed and each
+    ``selected`` per-store check whose result changed since the last report; then, last,
+    each check's evaluation of the pass's worst store (module docstring), whether or not it
+    changed. The caller logs each page's events, then calls :meth:`StoreEvents.logged`: what
+    is held is a page's events, whatever the fleet's size."""
+    checks = [c.name.value for c in CHECKS if c.judge is not None and c.name.value in selected]
+    worst: dict[str, _Worst] = {}
+    for page in pages:
+        named = {names.name(r.key): r for r in page if names.name(r.key) in partitions}
+        if not named:
+            continue
+        states = LastReported(instance, "state")
+        fresh = states.changed({name: state_fingerprint(r) for name, r in named.items()})
+        events = store_states(
+            catalog, [r for n, r in named.items() if n in fresh], names, partitions, description
+        )
+        worst_here = worst_last(list(named.values()))[-1]
+        rank = (WORST_LAST[worst_here.status.status], str(worst_here.key))
+        trackers, evaluations = [states], list[AssetCheckEvaluation]()
+        for check in checks:
+            found = store_evaluations(page, names, policy, partitions, {check}, description)
+            tracker = LastReported(instance, f"check/{check}")
+            changed = tracker.changed({e.partition or "": _result(e) for e in found})
+            held = worst.get(check)
+            if held is None or rank > held.rank:  # this page's worst is the pass's worst
+                if held is not None and held.changed:
+                    evaluations.append(held.evaluation)
+                worst[check] = _Worst(rank, found[-1], found[-1].partition in changed)
+                found = found[:-1]
+            evaluations += [e for e in found if e.partition in changed]
+            trackers.append(tracker)
+        yield StoreEvents(events, evaluations, trackers)
+    if worst:
+        yield StoreEvents([], [held.evaluation for held in worst.values()])
+
+
+def _result(evaluation: AssetCheckEvaluation) -> str:
+    return f"{evaluation.passed}/{evaluation.severity.value}"

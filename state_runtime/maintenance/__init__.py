@@ -43,10 +43,12 @@ from state_runtime.maintenance.fleet import (
 )
 from state_runtime.maintenance.health import (
     FleetTotals,
+    HealthSpool,
     StoreReport,
     health_rows,
     health_summary,
     iter_store_reports,
+    store_report_pages,
     store_reports,
 )
 from state_runtime.maintenance.leftovers import LeftoverReport, sweep_leftovers
@@ -151,6 +153,7 @@ __all__ = [
     "format_store_key",
     "health_rows",
     "health_summary",
+    "HealthSpool",
     "iter_store_reports",
     "held_stores",
     "lineage_check",
@@ -170,6 +173,7 @@ __all__ = [
     "schema_changes",
     "snapshot_lag_check",
     "snapshot_pass",
+    "store_report_pages",
     "store_reports",
     "store_status",
     "sweep_attempts",

@@ -10,8 +10,9 @@ asset checks both call it.
 
 from __future__ import annotations
 
+import heapq
 import random
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -19,14 +20,20 @@ from typing import Any
 
 from state_runtime.catalog import RunKind, StoreKey, Verdict
 from state_runtime.errors import MaintenanceRefused
-from state_runtime.maintenance.cleanup import plan_cleanup
-from state_runtime.maintenance.fleet import Fleet, format_store_key
-from state_runtime.maintenance.health import FleetTotals, StoreReport, store_reports
+from state_runtime.maintenance.cleanup import plan_pages
+from state_runtime.maintenance.fleet import Fleet, format_store_key, key_set
+from state_runtime.maintenance.health import (
+    FleetTotals,
+    HealthSpool,
+    StoreReport,
+    store_report_pages,
+)
 from state_runtime.maintenance.policy import MaintenancePolicy, format_duration
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.maintenance.spread import Spread
 from state_runtime.maintenance.validation import (
+    FINDINGS_KEPT,
     Finding,
     Severity,
     ValidationReport,
@@ -76,8 +83,7 @@ class CheckInputs:
     only: Collection[StoreKey] | None
     now: datetime | None
     validation: ValidationReport
-    health: list[StoreReport]
-    totals: FleetTotals
+    health: HealthSpool
     previous: dict[str, Any] | None
 
 
@@ -99,37 +105,46 @@ def lineage_check(validation: ValidationReport) -> CheckOutcome:
     )
 
 
-def snapshot_lag_check(reports: Collection[StoreReport], policy: MaintenancePolicy) -> CheckOutcome:
+def snapshot_lag_check(reports: Iterable[StoreReport], policy: MaintenancePolicy) -> CheckOutcome:
     """Fails with WARN at ``lag_warn_deltas`` deltas since the last snapshot, ERROR at
     ``lag_error_deltas``. A broken store is left out: its chain does not load as counted
-    (its finding is the lineage check's, with the next command)."""
-    reports = [r for r in reports if r.status.status is not StoreStatus.BROKEN]
-    findings = []
-    for report in sorted(reports, key=lambda r: -r.health.deltas_since_snapshot):
+    (its finding is the lineage check's, with the next command). One pass over a stream of
+    any length: the findings are the :data:`FINDINGS_KEPT` longest chains (the summary and
+    figures count every store over)."""
+    over: list[tuple[int, str, StoreReport]] = []  # a heap: the shortest kept chain first
+    worst = count = errors = 0
+    for report in reports:
+        if report.status.status is StoreStatus.BROKEN:
+            continue
         lag = report.health.deltas_since_snapshot
+        worst = max(worst, lag)
         if lag < policy.lag_warn_deltas:
-            break
-        severity = Severity.ERROR if lag >= policy.lag_error_deltas else Severity.WARNING
-        findings.append(
-            Finding(
-                report.key,
-                severity,
-                f"{lag} deltas since the last snapshot (version "
-                f"{report.health.last_snapshot_version}); a cold load reads "
-                f"{report.recovery.files} files, {report.recovery.bytes} bytes",
-                version=report.health.latest.version,
-            )
+            continue
+        count += 1
+        errors += lag >= policy.lag_error_deltas
+        entry = (lag, str(report.key), report)
+        if len(over) < FINDINGS_KEPT:
+            heapq.heappush(over, entry)
+        elif entry[:2] > over[0][:2]:
+            heapq.heapreplace(over, entry)
+    findings = [
+        Finding(
+            report.key,
+            Severity.ERROR if lag >= policy.lag_error_deltas else Severity.WARNING,
+            f"{lag} deltas since the last snapshot (version "
+            f"{report.health.last_snapshot_version}); a cold load reads "
+            f"{report.recovery.files} files, {report.recovery.bytes} bytes",
+            version=report.health.latest.version,
         )
-    worst = max((r.health.deltas_since_snapshot for r in reports), default=0)
-    severity = (
-        Severity.ERROR if any(f.severity is Severity.ERROR for f in findings) else Severity.WARNING
-    )
+        for lag, _, report in sorted(over, key=lambda e: (-e[0], e[1]))
+    ]
+    severity = Severity.ERROR if errors else Severity.WARNING
     summary = (
         f"longest chain {worst} deltas (warn at {policy.lag_warn_deltas}, error at "
-        f"{policy.lag_error_deltas}); {len(findings)} store(s) over"
+        f"{policy.lag_error_deltas}); {count} store(s) over"
     )
-    figures = {"max_deltas_since_snapshot": worst, "stores_over_threshold": len(findings)}
-    return CheckOutcome(CheckName.SNAPSHOT_LAG, not findings, severity, summary, findings, figures)
+    figures = {"max_deltas_since_snapshot": worst, "stores_over_threshold": count}
+    return CheckOutcome(CheckName.SNAPSHOT_LAG, not count, severity, summary, findings, figures)
 
 
 def retention_check(
@@ -140,20 +155,33 @@ def retention_check(
     now: datetime | None = None,
 ) -> CheckOutcome:
     """The configured retention respects the safety floor, and cleanup keeps up: no file has
-    been deletable for longer than ``overdue_after``."""
+    been deletable for longer than ``overdue_after``. The plan is read a page of stores at a
+    time; the findings are the first :data:`FINDINGS_KEPT` stores by name (the summary and
+    figures count them all)."""
     try:
         policy.check_retention()
     except MaintenanceRefused as exc:
         return CheckOutcome(CheckName.RETENTION, False, Severity.ERROR, exc.reason)
     now = now or fleet.catalog.now()  # the database's clock, as cleanup's
     retention = policy.retention
-    overdue: dict[StoreKey, tuple[int, str]] = {}  # store -> (files, the first one)
-    for verdict in plan_cleanup(fleet, policy, only=only, now=now):
-        committed = verdict.verdict is Verdict.DELETABLE_SUPERSEDED
-        cutoff = retention.committed_cutoff(now) if committed else retention.uncommitted_cutoff(now)
-        if verdict.file.facts().aged_from < cutoff - policy.overdue_after:
-            files, first = overdue.get(verdict.file.key, (0, verdict.file.path))
-            overdue[verdict.file.key] = (files + 1, first)
+    stores = 0
+    kept: list[tuple[StoreKey, int, str]] = []  # the first FINDINGS_KEPT by name
+    for page in plan_pages(fleet, policy, only=key_set(only), now=now):  # a store in one page
+        overdue: dict[StoreKey, tuple[int, str]] = {}  # store -> (files, the first one)
+        for verdict in page:
+            committed = verdict.verdict is Verdict.DELETABLE_SUPERSEDED
+            cutoff = (
+                retention.committed_cutoff(now) if committed else retention.uncommitted_cutoff(now)
+            )
+            if verdict.file.facts().aged_from < cutoff - policy.overdue_after:
+                files, first = overdue.get(verdict.file.key, (0, verdict.file.path))
+                overdue[verdict.file.key] = (files + 1, first)
+        stores += len(overdue)
+        kept = heapq.nsmallest(
+            FINDINGS_KEPT,
+            [*kept, *((k, *found) for k, found in overdue.items())],
+            key=lambda e: str(e[0]),
+        )
     findings = [
         Finding(
             key,
@@ -162,15 +190,15 @@ def retention_check(
             "not keeping up",
             path=first,
         )
-        for key, (files, first) in sorted(overdue.items(), key=lambda kv: str(kv[0]))
+        for key, files, first in kept
     ]
     summary = (
         f"retention: last {retention.retain_versions} versions, window {retention.window}; "
-        f"{len(findings)} store(s) with overdue deletions"
+        f"{stores} store(s) with overdue deletions"
     )
-    figures = {"stores_with_overdue_files": len(findings)}
+    figures = {"stores_with_overdue_files": stores}
     return CheckOutcome(
-        CheckName.RETENTION, not findings, Severity.WARNING, summary, findings, figures
+        CheckName.RETENTION, not stores, Severity.WARNING, summary, findings, figures
     )
 
 
@@ -265,7 +293,7 @@ CHECKS = (
     CheckInfo(
         CheckName.ORPHAN_GROWTH,
         "Orphan files do not pile up between validations.",
-        lambda i: orphan_growth_check(i.totals, i.previous, i.policy),
+        lambda i: orphan_growth_check(i.health.totals, i.previous, i.policy),
     ),
     CheckInfo(
         CheckName.STORE_STATUS,
@@ -287,20 +315,25 @@ it. Adding a check is one entry here."""
 
 @dataclass
 class ChecksReport:
+    """A validation run's checks; ``health`` the stores' reports its checks judged, kept a
+    page at a time (:class:`HealthSpool`): a consumer reads them back page by page
+    (``health.pages()``), holding a page, never the fleet."""
+
     run_id: int
     validation: ValidationReport
-    health: list[StoreReport]
+    health: HealthSpool
     outcomes: list[CheckOutcome]
 
     def summary(self) -> str:
         """The run in one line: the stores validated and the checks that failed."""
         failed = [o.name.value for o in self.outcomes if not o.passed]
-        return f"validation run {self.run_id}: {len(self.health)} store(s); " + (
+        return f"validation run {self.run_id}: {self.health.stores} store(s); " + (
             f"failed checks: {', '.join(failed)}" if failed else "every check passed"
         )
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per store: its status, its validation errors and ``detail`` in words."""
+        """One row per store: its status, its validation errors and ``detail`` in words (a
+        task's result over its chunk of stores)."""
         problems: dict[str, list[str]] = {}
         for finding in self.validation.errors:
             problems.setdefault(str(finding.key), []).append(str(finding))
@@ -377,10 +410,10 @@ def run_checks(
             sampler=sampler,
             spread=spread,
         )
-        health = store_reports(fleet, policy, only=only, now=now)
-        totals = FleetTotals.of(health)
+        health = HealthSpool.of(store_report_pages(fleet, policy, only=only, now=now))
+        totals = health.totals
         previous = fleet.catalog.previous_run_counts(RunKind.VALIDATE, scope, run.run_id)
-        inputs = CheckInputs(fleet, policy, only, now, validation, health, totals, previous)
+        inputs = CheckInputs(fleet, policy, only, now, validation, health, previous)
         outcomes = [check.evaluate(inputs) for check in CHECKS if check.evaluate is not None]
         run.counts = validation.counts() | {
             "orphan_files": totals.orphan_files,

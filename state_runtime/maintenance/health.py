@@ -6,6 +6,9 @@ No storage I/O: everything comes from the catalog.
 from __future__ import annotations
 
 import dataclasses
+import os
+import pickle
+import tempfile
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,17 +69,17 @@ class StoreReport:
         }
 
 
-def iter_store_reports(
+def store_report_pages(
     fleet: Fleet,
     policy: MaintenancePolicy,
     *,
     only: Collection[StoreKey] | None = None,
     now: datetime | None = None,
-) -> Iterator[StoreReport]:
-    """Health of every store in scope, streamed: set-based catalog reads, one page of
-    stores at a time (:meth:`~state_runtime.catalog.Catalog.health_pages`), so what is held
-    is one page whatever the fleet's size. The stores of a page whose status differs from the
-    one last recorded are recorded from the facts just read (one more transaction only when
+) -> Iterator[list[StoreReport]]:
+    """Health of every store in scope, a page at a time: set-based catalog reads, one page of
+    stores each (:meth:`~state_runtime.catalog.Catalog.health_pages`), so what is held is one
+    page whatever the fleet's size. The stores of a page whose status differs from the one
+    last recorded are recorded from the facts just read (one more transaction only when
     some changed), so that each "since" is a recorded change; a role that may not write, the
     reader, reads what was recorded last."""
     wanted = key_set(only)
@@ -96,7 +99,65 @@ def iter_store_reports(
                     log.debug("status changes not recorded: %s", exc)
                     recording, since = False, {}
                 reports = [_recorded(r, since) for r in reports]
-            yield from reports
+            if reports:
+                yield reports
+
+
+def iter_store_reports(
+    fleet: Fleet,
+    policy: MaintenancePolicy,
+    *,
+    only: Collection[StoreKey] | None = None,
+    now: datetime | None = None,
+) -> Iterator[StoreReport]:
+    """:func:`store_report_pages`, store by store."""
+    for page in store_report_pages(fleet, policy, only=only, now=now):
+        yield from page
+
+
+class HealthSpool:
+    """The store reports of one health read, kept on disk a page at a time (a temporary
+    file, gone when closed or collected) for the consumers that read them after the pass
+    (Dagster's events, a task's rows): each reads them back page by page, so a fleet-wide
+    report holds one page in memory, not one entry per store (issue 35)."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 (kept open until close())
+        self._pages: list[tuple[int, int]] = []  # each page's offset and length
+        self.stores = 0
+        self.totals = FleetTotals.of(())
+
+    @classmethod
+    def of(cls, pages: Iterable[list[StoreReport]]) -> HealthSpool:
+        """``pages`` (a health read) spooled."""
+        spool = cls()
+        for page in pages:
+            spool.append(page)
+        return spool
+
+    def append(self, page: list[StoreReport]) -> None:
+        data = pickle.dumps(page, protocol=pickle.HIGHEST_PROTOCOL)
+        self._pages.append((self._file.seek(0, os.SEEK_END), len(data)))
+        self._file.write(data)
+        self.stores += len(page)
+        for report in page:
+            self.totals = self.totals.plus(report)
+
+    def pages(self) -> Iterator[list[StoreReport]]:
+        """The pages in the order they were read (any number of times, one at a time)."""
+        self._file.flush()
+        for offset, length in self._pages:
+            yield pickle.loads(os.pread(self._file.fileno(), length, offset))
+
+    def __iter__(self) -> Iterator[StoreReport]:
+        for page in self.pages():
+            yield from page
+
+    def __len__(self) -> int:
+        return self.stores
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def _status(health: StoreHealth, policy: MaintenancePolicy) -> Status:

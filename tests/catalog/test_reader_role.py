@@ -34,6 +34,7 @@ READS: dict[str, Read] = {
     "committed_deltas": lambda c, s: c.committed_deltas(s.root, 0, STORE.store_name, 0, 9),
     "version_history": lambda c, s: c.version_history(s.root, stores=[STORE]),
     "query_ids": lambda c, s: c.query_ids(s.root),
+    "root_queries": lambda c, s: c.root_queries(),
     "batch_metrics": lambda c, s: c.batch_metrics(s.root, s.query),
     "batch_metrics_after": lambda c, s: c.batch_metrics_after(0),
     "batch_watermark": lambda c, s: c.batch_watermark(s.root, s.query, 9),

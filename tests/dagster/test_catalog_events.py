@@ -8,6 +8,7 @@ recorded it), and the instance then shows the stores' truth.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -242,6 +243,18 @@ def test_root_labels_are_the_query_or_the_shortest_telling_tail() -> None:
         "s3://b/p/ckpt": "b/p/ckpt",
         "file:///q/p/ckpt": "q/p/ckpt",
     }
+
+
+def test_the_labels_of_500_roots_of_one_query_take_well_under_a_second() -> None:
+    """A query seen below 500 roots (a fleet's copies; a query moved many times): each root's
+    tail was found by comparing it with every other root, once per root, 125 million
+    comparisons (227 s of CPU in a profile of ``StoreNames.of`` at 100,000 stores)."""
+    roots = {f"file:///fleet/query-{n:05d}/checkpoint": ["clicks"] for n in range(500)}
+    started = time.process_time()
+    labels = root_labels(roots)
+    assert time.process_time() - started < 1.0
+    assert labels["file:///fleet/query-00007/checkpoint"] == "clicks@query-00007/checkpoint"
+    assert len(set(labels.values())) == 500
 
 
 def test_a_store_name_leads_back_to_its_store() -> None:

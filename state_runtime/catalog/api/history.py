@@ -36,6 +36,11 @@ class HistoryCalls(CatalogBase):
         """The queries that committed below ``root``."""
         return self._read("list queries", lambda c, v: history.query_ids(c, v, root))
 
+    def root_queries(self) -> dict[str, list[str]]:
+        """Every root the catalog knows, with the queries that committed below it (one
+        read, whatever the number of roots)."""
+        return self._read("list queries by root", history.root_queries)
+
     def batch_metrics_after(
         self, after_id: int, *, limit: int = 200
     ) -> list[tuple[int, RecordedBatchMetrics]]:

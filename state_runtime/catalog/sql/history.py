@@ -149,6 +149,23 @@ def _files(
     return found
 
 
+def root_queries(connection: Connection, views: ReaderViews) -> dict[str, list[str]]:
+    """Every root the catalog knows with the queries that committed below it (none yet: an
+    empty list), in one statement (one scan of the commit log, where a statement per root
+    costs a transaction each: minutes at 500 roots under load)."""
+    s, c = views.stores.c, views.commits.c
+    query = (
+        sa.select(s.checkpoint_root, c.query_id)
+        .distinct()
+        .select_from(views.stores.outerjoin(views.commits, s.store_id == c.store_id))
+        .order_by(s.checkpoint_root, c.query_id)
+    )
+    found: dict[str, list[str]] = defaultdict(list)
+    for root, query_id in connection.execute(query):
+        found[root] += [] if query_id is None else [query_id]
+    return {root: found[root] for root in sorted(found)}
+
+
 def query_ids(connection: Connection, views: ReaderViews, root: str) -> list[str]:
     """The queries that committed below ``root``."""
     s, c = views.stores.c, views.commits.c
