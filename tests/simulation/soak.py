@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 import unittest
 from pathlib import Path
 
@@ -41,6 +42,14 @@ def kind_of(error: BaseException) -> str:
 def steps_of(error: BaseException) -> str:
     """The failing steps hypothesis attached to ``error``."""
     return "\n".join(getattr(error, "__notes__", [])) or repr(error)
+
+
+def report_of(kind: str, error: BaseException) -> str:
+    """What a saved failure holds: its class, the steps, and the whole traceback, with every
+    sub-exception of a group (a run hypothesis could not replay raises ``FlakyFailure``, whose
+    only record of what failed is its sub-exceptions)."""
+    trace = "".join(traceback.format_exception(error))
+    return f"{kind}\n\n{steps_of(error)}\n\n{trace}\n"
 
 
 def one_run(
@@ -91,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             if kinds[kind] == 1:
                 shrunk = _shrunk(args.steps, args.examples, database) or error
                 saved = args.out / f"failure-{len(kinds)}.txt"
-                saved.write_text(f"{kind}\n\n{shrunk}\n\n{steps_of(shrunk)}\n")
+                saved.write_text(report_of(kind, shrunk))
                 print(f"new failure {len(kinds)}: {kind} (steps in {saved})", flush=True)
         shutil.rmtree(examples, ignore_errors=True)
         now = time.monotonic()
