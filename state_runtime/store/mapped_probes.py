@@ -62,7 +62,7 @@ def _mapped(path: str) -> Iterator[mmap.mmap]:
 def _advise(mapping: mmap.mmap, advice: int | None, span: tuple[int, int]) -> None:
     """``madvise`` over ``span`` (start, length) where the platform and the kernel have it:
     only advice, which changes what is resident, never an answer."""
-    if advice is not None and MADV_DONTNEED is not None:
+    if advice is not None and MADV_DONTNEED is not None:  # no MADV_* constants: no madvise
         with contextlib.suppress(OSError):
             mapping.madvise(advice, *span)
 
