@@ -3,6 +3,7 @@ typed error when local disk is short (on a real 1 MiB tmpfs when this machine ca
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,11 +13,19 @@ import pytest
 
 from benchmarks.peak_memory import peak_rss, reset_peak
 from state_runtime import StateStoreProvider
-from state_runtime.errors import LocalDiskFull
+from state_runtime.errors import InvalidArgument, LocalDiskFull, StateStoreError
 from state_runtime.storage import LocalStorage
+from state_runtime.store import mapped_probes
 from state_runtime.store.cache import CACHE, set_budget
 from state_runtime.store.checkpoint_info import CheckpointInfo
-from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, merge, spilled, written
+from state_runtime.store.disk_runs import (
+    LOCAL_DISK,
+    DiskRun,
+    RunWriter,
+    merge,
+    spilled,
+    written,
+)
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.versions import MEMO_FRACTION
@@ -64,37 +73,127 @@ def test_a_run_on_disk_answers_as_in_memory() -> None:
     assert _rows(on_disk) == list(run.rows())
 
 
-def test_a_batch_lookup_on_disk_reads_no_block_whole_and_keeps_few_of_its_pages(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A batch of random keys touching every block of a 38 MB run on disk answers as in
-    memory without reading any block whole (the file is mapped and only the pages the probes
-    touch are read), and the pages leave the process group by group: its peak resident memory
-    grows by far less than the file."""
-    indexer = KeyIndexer(KEY)
+@pytest.fixture(scope="module")
+def big_run() -> tuple[Run, DiskRun]:
+    """A run of 1.6M rows in memory and on disk (38 MB, blocks of 64 KiB)."""
     keys = np.arange(0, 3_200_000, 2, dtype=np.int64)
     run = _run(keys, keys * 3)
     with forced_disk(block_bytes=64 << 10):
         on_disk = spilled("s", run)
     assert isinstance(on_disk, DiskRun) and on_disk.block_count > 50
+    return run, on_disk
+
+
+def _grown_by_lookup(
+    run: Run, on_disk: DiskRun, probes: np.ndarray, spill_bytes: int
+) -> tuple[int, pa.StructArray]:
+    """How much the peak resident memory grows while ``on_disk`` looks ``probes`` up with
+    that spill threshold (groups of blocks at most that long), checked against ``run``."""
+    indexer = KeyIndexer(KEY)
+    probe_keys = pa.StructArray.from_arrays([pa.array(probes)], fields=list(KEY))
+    index = indexer.index(probe_keys)
+    expected, expected_values = run.find(indexer, index, probe_keys)
+    with forced_disk(block_bytes=64 << 10):
+        LOCAL_DISK.spill_bytes = spill_bytes
+        resident = reset_peak()
+        found, values = on_disk.find(indexer, index, probe_keys)
+        grown = peak_rss() - resident
+    assert (found == expected).all() and values.equals(expected_values)
+    return grown, values
+
+
+def test_a_batch_lookup_on_disk_reads_no_block_whole_and_keeps_few_of_its_pages(
+    monkeypatch: pytest.MonkeyPatch, big_run: tuple[Run, DiskRun]
+) -> None:
+    """A batch of random keys touching every block of a 38 MB run on disk answers as in
+    memory without reading any block whole (the file is mapped and only the pages the probes
+    touch are read), and the pages leave the process group by group: its peak resident memory
+    grows by far less than the file."""
+    run, on_disk = big_run
 
     def no_whole_block(self: DiskRun, b: int) -> object:
         raise AssertionError(f"block {b} read whole")
 
     monkeypatch.setattr(DiskRun, "_read", no_whole_block)
-    rng = np.random.default_rng(5)
-    probes = rng.integers(-10, 3_200_010, 20_000)
-    probe_keys = pa.StructArray.from_arrays([pa.array(probes)], fields=list(KEY))
-    index = indexer.index(probe_keys)
-    expected, expected_values = run.find(indexer, index, probe_keys)
+    probes = np.random.default_rng(5).integers(-10, 3_200_010, 20_000)
     before = LOCAL_DISK.snapshot()
-    with forced_disk(block_bytes=64 << 10):  # a spill threshold of 0: groups of one block
-        resident = reset_peak()
-        found, values = on_disk.find(indexer, index, probe_keys)
-        grown = peak_rss() - resident
-    assert (found == expected).all() and values.equals(expected_values)
+    grown, _ = _grown_by_lookup(run, on_disk, probes, 0)  # groups of one block
     assert LOCAL_DISK.activity_since(before).block_cache_misses == on_disk.block_count
     assert grown < on_disk.file_bytes // 4, (grown, on_disk.file_bytes)
+
+
+def test_a_sparse_batch_lookup_on_disk_maps_only_the_pages_its_probes_touch(
+    big_run: tuple[Run, DiskRun],
+) -> None:
+    """Two keys, in the first and the last block of a 38 MB run, with a spill threshold of
+    1 GiB (one group spanning the whole file): the pages between them are never mapped,
+    so the peak resident memory grows by far less than the file (mapping the group's span
+    at once grew it by the whole file)."""
+    run, on_disk = big_run
+    grown, values = _grown_by_lookup(run, on_disk, np.array([2, 3_199_996]), 1 << 30)
+    assert len(values) == 2
+    assert grown < on_disk.file_bytes // 8, (grown, on_disk.file_bytes)
+
+
+def test_a_run_file_unreadable_once_written_fails_typed_and_leaves_no_file() -> None:
+    """The blocks written first are lost from the file (truncated: the writer goes on past a
+    hole of zeros), so finding each block's index column fails: the error is the store's,
+    names the store and the file, and neither the file nor its bytes are left counted."""
+    run = _run(np.arange(20_000), np.arange(20_000))
+    before = LOCAL_DISK.snapshot().local_disk_bytes
+    with forced_disk(block_bytes=1024):
+        writer = RunWriter("store-y", KEY, VALUE, 0)
+        writer.add(run.slice(0, 10_000))
+        os.truncate(writer.path, 100)
+        writer.add(run.slice(10_000, 20_000))
+        with pytest.raises(StateStoreError) as caught:
+            writer.finish(compaction=False)
+    error = caught.value
+    assert error.store == "store-y" and error.path == writer.path
+    assert "index column" in error.reason or "Arrow IPC message" in error.reason
+    assert not os.path.exists(writer.path)
+    assert LOCAL_DISK.snapshot().local_disk_bytes == before
+
+
+def test_a_run_on_disk_refuses_dictionary_typed_columns() -> None:
+    """Dictionary batches would precede the blocks in the file, where the index column of
+    each is looked for: refused before anything is written."""
+    key_type = pa.struct([("k", pa.dictionary(pa.int32(), pa.string()))])
+    with pytest.raises(InvalidArgument, match="dictionary"):
+        RunWriter("store-z", key_type, VALUE, 0)
+
+
+def test_a_failed_batch_lookup_on_disk_unmaps_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lookup failing midway drops its views of the map before closing it, so the file
+    is unmapped at once, not when the traceback holding them is collected."""
+    indexer = KeyIndexer(KEY)
+    with forced_disk(block_bytes=1024):
+        on_disk = spilled("s", _run(np.arange(5000), np.arange(5000)))
+    assert isinstance(on_disk, DiskRun)
+
+    def failing(*args: object) -> object:
+        raise RuntimeError("lookup failed")
+
+    monkeypatch.setattr(mapped_probes, "_span", failing)
+    probe_keys = pa.StructArray.from_arrays([pa.array(np.arange(10))], fields=list(KEY))
+    with pytest.raises(RuntimeError) as caught:
+        on_disk.find(indexer, indexer.index(probe_keys), probe_keys)
+    assert caught.traceback  # the frames that held the views are still alive
+    assert on_disk.path not in Path("/proc/self/maps").read_text()
+
+
+def test_a_batch_lookup_on_disk_answers_without_madvise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the platform has no ``madvise`` the pages simply fault in: the same answers."""
+    monkeypatch.setattr(mapped_probes, "MADV_DONTNEED", None)
+    indexer = KeyIndexer(KEY)
+    run = _run(np.arange(0, 10_000, 2), np.arange(5000))
+    with forced_disk(block_bytes=1024):
+        on_disk = spilled("s", run)
+    probe_keys = pa.StructArray.from_arrays([pa.array(np.arange(0, 10_000, 3))], fields=list(KEY))
+    index = indexer.index(probe_keys)
+    expected, expected_values = run.find(indexer, index, probe_keys)
+    found, values = on_disk.find(indexer, index, probe_keys)
+    assert (found == expected).all() and values.equals(expected_values)
 
 
 class _FewHashes(KeyIndexer):

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from state_runtime.errors import LocalDiskFull
+from state_runtime.errors import InvalidArgument, LocalDiskFull, StateStoreError
 from state_runtime.settings import WorkerSettings
 from state_runtime.store.arrow_rows import Row
 from state_runtime.store.keys import KeyIndexer
@@ -364,6 +364,8 @@ class RunWriter:
     def __init__(
         self, store: object, key_type: pa.DataType, value_type: pa.DataType, needed: int
     ) -> None:
+        if _has_dictionary(key_type) or _has_dictionary(value_type):
+            raise InvalidArgument("a run on disk cannot hold dictionary types", store=store)
         LOCAL_DISK.check_free(store, needed)
         self._store = store
         self._needed = needed
@@ -451,19 +453,35 @@ class RunWriter:
         if not self._firsts:
             os.unlink(self.path)
             return Run.empty(self._key_type, self._value_type)
+        firsts = np.array(self._firsts, dtype=np.int64)
+        try:
+            starts = index_words(self.path, self._messages, firsts)
+        except (OSError, ValueError) as e:
+            self.discard()
+            raise StateStoreError(
+                f"a run file just written is not as written ({e})",
+                store=self._store,
+                path=self.path,
+            ) from e
         size = os.path.getsize(self.path)
         LOCAL_DISK.count_file(size, compaction=compaction)
-        firsts = np.array(self._firsts, dtype=np.int64)
         return DiskRun(
             self.path,
             self._store,
             firsts,
             np.array(self._lasts, dtype=np.int64),
             np.array(self._offsets, dtype=np.int64),
-            index_words(self.path, self._messages, firsts),
+            starts,
             self._removals,
             size,
         )
+
+
+def _has_dictionary(data_type: pa.DataType) -> bool:
+    """Whether ``data_type`` or a type nested in it is dictionary-encoded."""
+    return pa.types.is_dictionary(data_type) or any(
+        _has_dictionary(data_type.field(i).type) for i in range(data_type.num_fields)
+    )
 
 
 def raise_if_full(error: OSError, what: str, store: object, needed: int, path: str) -> None:

@@ -1,5 +1,6 @@
 """Batch lookups in a run file on local disk through a memory map: only the pages a probe's
-binary search and its value touch are read, never whole blocks.
+binary search and its value touch are read (and the 64 KiB the kernel maps around each
+fault), never whole blocks.
 
 A batch of random keys touches nearly every block of a run (2,500 keys over 470 blocks), and
 reading a block whole (a 64 KiB ``pread``, an Arrow batch decoded, a run built and searched,
@@ -9,16 +10,21 @@ binary-searched together (one vectorised search over every block's index column,
 lies in the file as plain int64 words: :func:`index_words`), and the values (and, where the
 index key cannot settle it, the keys) of the rows found are taken by Arrow from zero-copy
 views of the blocks that hold them. The blocks are visited in groups of at most the spill
-threshold's bytes, and the pages a group touched are dropped from the process
-(``MADV_DONTNEED``) before the next: the resident set grows by a group, whatever the run's
-size. The pages stay in the operating system's page cache, which serves a later lookup.
+threshold's bytes. A dense group (at least as many probes as blocks it spans) has its pages
+mapped in one call (``MADV_POPULATE_READ``); a sparse one lets the pages its probes touch
+fault in, so a few probes far apart never map the pages between them. The pages a group
+touched are dropped from the process (``MADV_DONTNEED``) before the next: the resident set
+grows by at most a group, whatever the run's size. The pages stay in the operating system's
+page cache, which serves a later lookup. Where ``madvise`` is missing (not Unix) the pages
+fault in and stay mapped until the lookup ends.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
+import logging
 import mmap
-import os
 import struct
 from collections.abc import Iterator
 
@@ -30,20 +36,35 @@ from state_runtime.store.keys import INT64_MIN, KeyIndexer
 MADV_POPULATE_READ = 22
 """Linux 5.14+: map a range's pages in one call (older kernels refuse it: pages fault in)."""
 
+MADV_DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
+"""Drop a range's pages from the process (None where ``madvise`` is missing)."""
+
 FAULT_AROUND = 64 << 10
 """Bytes around a page fault that Linux maps too (``fault_around_bytes``, 64 KiB)."""
+
+log = logging.getLogger("state_runtime.store")
 
 
 @contextlib.contextmanager
 def _mapped(path: str) -> Iterator[mmap.mmap]:
-    """The file mapped read-only; unmapped once nothing refers to it any more."""
+    """The file mapped read-only, unmapped at the end (the caller drops its views first)."""
     with open(path, "rb") as file:
         mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
     try:
         yield mapping
     finally:
-        with contextlib.suppress(BufferError):  # a view still alive: unmapped when collected
+        try:
             mapping.close()
+        except BufferError:  # an Arrow array still refers to it: unmapped when collected
+            log.warning("%s: a view of its memory map outlived the lookup", path)
+
+
+def _advise(mapping: mmap.mmap, advice: int | None, span: tuple[int, int]) -> None:
+    """``madvise`` over ``span`` (start, length) where the platform and the kernel have it:
+    only advice, which changes what is resident, never an answer."""
+    if advice is not None and MADV_DONTNEED is not None:  # no MADV_* constants: no madvise
+        with contextlib.suppress(OSError):
+            mapping.madvise(advice, *span)
 
 
 def index_words(path: str, messages: list[int], firsts: np.ndarray) -> np.ndarray:
@@ -52,26 +73,34 @@ def index_words(path: str, messages: list[int], firsts: np.ndarray) -> np.ndarra
 
     An Arrow IPC message is a continuation marker, the metadata's length, the metadata and
     the body; a block's body starts with its index column (no validity bytes: it has no
-    nulls). Read with two small ``pread`` calls a block, never mapped: mapping would bring
-    in the pages around each (fault-around), the whole file. Each block's first word is
-    checked against its first index key, and the alignment to 8 bytes."""
+    nulls; the columns' types hold no dictionary, so no dictionary batch comes before the
+    first block). Read with two small unbuffered reads a block, never mapped: mapping would
+    bring in the pages around each (fault-around), the whole file. Each block's first word
+    is checked against its first index key, and the alignment to 8 bytes: ValueError if the
+    file is not as written."""
     starts = np.empty(len(messages), dtype=np.int64)
-    with open(path, "rb") as file:
-        fd = file.fileno()
+    with open(path, "rb", buffering=0) as file:
         for b, at in enumerate(messages):
             if not b:  # the magic (8 bytes), then the schema's message (no body)
-                at = 16 + _header(fd, 8)
-            start = at + 8 + _header(fd, at)
-            word = np.frombuffer(os.pread(fd, 8, start), dtype=np.int64)
+                at = 16 + _header(file, 8)
+            start = at + 8 + _header(file, at)
+            word = np.frombuffer(_read(file, start), dtype=np.int64)
             if start % 8 or len(word) != 1 or word[0] != firsts[b]:
-                raise ValueError(f"{path}: block {b}'s index column is not where expected")
+                raise ValueError(f"block {b}'s index column is not where expected")
             starts[b] = start // 8
     return starts
 
 
-def _header(fd: int, at: int) -> int:
+def _read(file: io.RawIOBase, at: int) -> bytes:
+    """The 8 bytes at byte ``at`` (fewer at the end of the file)."""
+    file.seek(at)
+    return file.read(8) or b""
+
+
+def _header(file: io.RawIOBase, at: int) -> int:
     """The metadata length of the IPC message at byte ``at``."""
-    marker, length = struct.unpack("<Ii", os.pread(fd, 8, at))
+    head = _read(file, at)
+    marker, length = struct.unpack("<Ii", head) if len(head) == 8 else (0, 0)
     if marker != 0xFFFFFFFF:
         raise ValueError(f"no Arrow IPC message at byte {at}")
     return int(length)
@@ -82,6 +111,16 @@ def _span(mapping: mmap.mmap, starts: np.ndarray, first: int, last: int) -> tupl
     begin = int(starts[first]) * 8 // mmap.PAGESIZE * mmap.PAGESIZE
     end = int(starts[last + 1]) * 8 if last + 1 < len(starts) else len(mapping)
     return begin, end - begin
+
+
+def _touched(mapping: mmap.mmap, span: tuple[int, int]) -> tuple[int, int]:
+    """The pages a group with ``span`` may have mapped: its first block's metadata before the
+    span (under 64 KiB) and the window the kernel maps around each fault (64 KiB aligned),
+    so from two windows before the span to one after. Not from an earlier group's span: the
+    ranges of consecutive groups overlap by three windows at most."""
+    start = max(0, span[0] - 2 * FAULT_AROUND) // mmap.PAGESIZE * mmap.PAGESIZE
+    end = min(len(mapping), span[0] + span[1] + FAULT_AROUND)
+    return start, end - start
 
 
 def _search(words: np.ndarray, start: np.ndarray, n: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -132,14 +171,13 @@ def find_mapped(
         whole = pa.py_buffer(mapping)
         words = np.frombuffer(mapping, dtype=np.int64, count=len(mapping) // 8)
         reader = pa.ipc.open_file(whole)
-        lo = dropped = 0
-        for hi in bounds.tolist():
-            if hi > lo:
-                group = order[lo:hi]
-                b = ordered[lo:hi]
+        try:
+            lo = 0
+            for hi in bounds.tolist():  # every group holds a probe
+                group, b, lo = order[lo:hi], ordered[lo:hi], hi
                 span = _span(mapping, starts, int(b[0]), int(b[-1]))
-                with contextlib.suppress(OSError):  # one call maps the pages, not a fault each
-                    mapping.madvise(MADV_POPULATE_READ, *span)
+                if len(group) > b[-1] - b[0]:  # dense: one call maps the pages, not a fault each
+                    _advise(mapping, MADV_POPULATE_READ, span)
                 n = offsets[b + 1] - offsets[b]
                 pos = _search(words, starts[b], n, index[group])
                 hit = (pos < n) & (words[starts[b] + np.minimum(pos, n - 1)] == index[group])
@@ -150,15 +188,9 @@ def find_mapped(
                     probes.append(group[kept])
                     values.append(taken)
                     collided.append(group[clash])
-                # The pages this group touched leave this process: its blocks' metadata
-                # before the span and what the kernel mapped around each fault included.
-                start = max(0, min(dropped, span[0] - 2 * FAULT_AROUND))
-                start = start // mmap.PAGESIZE * mmap.PAGESIZE
-                end = min(len(mapping), span[0] + span[1] + FAULT_AROUND)
-                mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
-                dropped = span[0]
-            lo = hi
-        del whole, words, reader
+                _advise(mapping, MADV_DONTNEED, _touched(mapping, span))
+        finally:
+            del whole, words, reader
     clashes = np.concatenate(collided) if collided else np.empty(0, dtype=np.int64)
     return found, probes, values, clashes
 
