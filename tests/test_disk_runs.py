@@ -473,3 +473,37 @@ def test_the_lookup_memo_stays_within_its_cap_and_is_dropped_at_commit_or_abort(
             assert store._looked_up.runs == []
     finally:
         set_budget(saved)
+
+
+def test_a_roll_forward_and_a_cold_load_on_disk_read_no_block(tmp_path: Path) -> None:
+    """A store that moved between workers rolls its older copy forward over the deltas it
+    missed, and a worker that never held it loads it from files: both take the row count
+    from the newest delta's header (its bytes verified), reading no block of the runs on
+    disk (counting it again looked every delta's keys up: a batch lookup a delta), and both
+    equal the store that committed."""
+    with forced_disk(block_bytes=1024):
+        writer, info = _count_store(tmp_path, 5000)
+        lagging = StateStoreProvider(
+            LocalStorage(str(tmp_path)), 0, 0, key_schema="k bigint", value_schema="v bigint"
+        )
+        lagging.get_store(info.version, info.checkpoint_id).abort()  # holds version 1
+        rng = np.random.default_rng(5)
+        for batch in range(2):
+            store = writer.get_store(info.version, info.checkpoint_id)
+            keys = np.unique(np.r_[rng.integers(0, 5000, 200), 7000 + np.arange(30) + batch])
+            store.apply_arrow(_table(keys, keys + batch))
+            for k in rng.integers(0, 5000, 20):
+                store.remove(int(k))
+            info = store.commit()
+        expected = sorted(writer.get_read_store(info.version, info.checkpoint_id).items())
+        cold = StateStoreProvider(
+            LocalStorage(str(tmp_path)), 0, 0, key_schema="k bigint", value_schema="v bigint"
+        )
+        for provider, source in ((lagging, "roll_forward"), (cold, "files")):
+            before = LOCAL_DISK.snapshot()
+            store = provider.get_store(info.version, info.checkpoint_id)
+            reads = LOCAL_DISK.activity_since(before)
+            assert store.metrics.load.source.value == source
+            assert reads.block_cache_hits + reads.block_cache_misses == 0
+            assert len(store) == len(expected) and sorted(store.items()) == expected
+            store.abort()

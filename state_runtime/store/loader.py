@@ -15,7 +15,7 @@ and delete the deltas it replaces; a load that finds a file gone re-lists and wa
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -43,7 +43,7 @@ from state_runtime.store.schema_evolution import Projection
 from state_runtime.store.snapshot_stream import read_streamed, streams
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
-from state_runtime.store.versions import Version, row_change, row_changes, squash
+from state_runtime.store.versions import Version, row_changes, squash
 from state_runtime.store.writer import CheckpointTarget
 
 _Fault = TypeVar("_Fault", bound=CannotLoadState)
@@ -291,14 +291,34 @@ class VersionLoader:
         return Version.of(self.indexer, snap.run, ref, snap.header.lineage, self.store)
 
     def apply(self, base: Version, chain: list[CheckpointFile], metrics: LoadMetrics) -> Version:
-        """Apply deltas (given newest first) on top of ``base`` as one change, checking each
-        one's row count against its header on the way (oldest first)."""
+        """Apply deltas (given newest first) on top of ``base`` as one change.
+
+        The row count is the newest delta's header's. Each file's bytes are verified when read
+        and its parent by :meth:`_check_chain`; when every run is in memory, each delta's count
+        is also checked against one sorted union of the chain (:func:`row_changes`, cheap).
+        With runs on local disk that recount would be a batch lookup of every delta's keys in
+        the runs on disk, about as much as a batch itself in every roll forward and cold load,
+        so there the header's count is taken, as Spark's providers take theirs."""
         if not chain:
             return base
-        deltas = [delta.run for delta in reversed(chain)]
+        in_memory = [delta.run for delta in reversed(chain) if isinstance(delta.run, Run)]
+        if len(in_memory) == len(chain) and all(isinstance(run, Run) for run in base.runs):
+            self._check_rows(base, chain[::-1], in_memory)
+        metrics.deltas_applied += len(chain)
+        changes = squash(self.indexer, [delta.run for delta in chain], self.store)
+        target = chain[0]
+        return base.derive(changes, target.ref, _lineage(chain, base), target.header.state_rows)
+
+    def _check_rows(
+        self, base: Version, oldest_first: list[CheckpointFile], deltas: list[Run]
+    ) -> None:
+        """Each delta's row count (oldest first) against its header, counted from one union of
+        the chain's runs, all in memory."""
         rows = base.rows
-        for delta, change in zip(reversed(chain), self._row_changes(base, deltas), strict=True):
-            rows += change
+        for delta, change in zip(
+            oldest_first, row_changes(self.indexer, base.runs, deltas), strict=True
+        ):
+            rows += int(change)
             if rows != delta.header.state_rows:
                 raise self._fault(
                     CheckpointFileCorrupt,
@@ -307,23 +327,6 @@ class VersionLoader:
                     delta.ref,
                     delta.path,
                 )
-            metrics.deltas_applied += 1
-        changes = squash(self.indexer, [delta.run for delta in chain], self.store)
-        target = chain[0]
-        return base.derive(changes, target.ref, _lineage(chain, base), rows)
-
-    def _row_changes(self, base: Version, deltas: list[AnyRun]) -> Iterator[int]:
-        """The rows each delta (oldest first) adds or removes: counted from one union of the
-        chain's runs (:func:`row_changes`) when they are in memory; a chain with a large
-        delta on local disk looks each one up in the runs below it, a piece at a time."""
-        in_memory = [run for run in deltas if isinstance(run, Run)]
-        if len(in_memory) == len(deltas):
-            yield from (int(n) for n in row_changes(self.indexer, base.runs, in_memory))
-            return
-        runs = list(base.runs)
-        for run in deltas:
-            yield row_change(self.indexer, runs, run)
-            runs.insert(0, run)
 
     # --- files --------------------------------------------------------------------------
 
