@@ -23,14 +23,7 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import AttemptSweep, BatchStart, Suspects
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
-from state_runtime.catalog.schema.tables import (
-    RunKind,
-    RunOutcome,
-    batch_intents,
-    commit_log,
-    maintenance_runs,
-    stores,
-)
+from state_runtime.catalog.schema.tables import RunKind, RunOutcome, batch_intents, maintenance_runs
 from state_runtime.catalog.sql.commits import committed_ids, latest_entry
 from state_runtime.catalog.sql.layouts import current_layouts
 from state_runtime.catalog.sql.roots import validate_root
@@ -135,12 +128,13 @@ def _restored_to_query(to_batch: bool) -> sa.Select[Any]:
     )
     if to_batch:
         batch = sa.bindparam("batch_id", type_=sa.Integer())
-        c, s = commit_log.c, stores.c
+        views = WRITE_LOOKUPS
+        c, s = views.commits.c, views.stores.c
         # the query's newest commit of a batch before ``batch_id``: a restore older than it
         # did not restart the stores the batch builds on (a later batch committed over them)
         newest = (
             sa.select(sa.func.max(c.committed_at))
-            .join(stores, s.store_id == c.store_id)
+            .join(views.stores, s.store_id == c.store_id)
             .where(
                 s.checkpoint_root == sa.bindparam("root", type_=sa.String()),
                 c.query_id == sa.bindparam("query_id", type_=sa.String()),
