@@ -487,8 +487,9 @@ class BatchStart:
     restored: int | None = None
     layouts: dict[tuple[int, str], Layout] = field(default_factory=dict)
     restarted_base: bool = False
-    """The commit log has nothing of the previous batch, and a restore (not the latest) once
-    returned the query to it, restarting every store there: the batch starts from empty
+    """The commit log has nothing of the previous batch, and a restore (not the latest),
+    ended after the query's last commit of an earlier batch, returned the query to it,
+    restarting every store there: the batch starts from empty
     stores (a later restore kept the batches after it)."""
 
 

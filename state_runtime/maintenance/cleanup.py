@@ -513,10 +513,11 @@ def _clean_stores(
     most ``claim_files`` new and ``claim_files`` resumed files a claim (a store's backlog of
     any size goes in bounded claims, until both parts of a claim come back short; the run
     claims each file once, and what storage refused to delete stays claimed for the next
-    run; each claim pages by keyset from where the last one's new files ended, and renews the
-    leases when a third of their time to live has passed, dropping a store whose lease was
-    lost); each batch of ``delete_batch`` files is recorded as soon as storage deleted
-    it (``counted``: the chunk's stores the progress counts)."""
+    run; each claim pages by keyset from where the last one's new files ended; after each
+    delete batch the leases are renewed once a third of their time to live has passed, and a
+    store whose lease was lost is dropped, its claimed files left for the next run); each
+    batch of ``delete_batch`` files is recorded as soon as storage deleted it (``counted``:
+    the chunk's stores the progress counts)."""
     catalog, storage = fleet.catalog, fleet.storage(root)
     cleaned = _Cleaned(stores=counted)
     with leased(catalog, keys, fleet.owner, policy.lease_ttl, run_id) as held:
@@ -532,15 +533,18 @@ def _clean_stores(
                 now=now,
                 from_version=start,
             )
-            for batch in _batches(claimed, delete_batch):
-                result = storage.delete([v.file.path for v in batch])
-                if result.deleted:
-                    catalog.record_deletions(run_id, root, result.deleted)
-                cleaned.add(batch, set(result.deleted), result.failed)
+            for part in _batches(claimed, delete_batch):
+                kept = set(held.keys)  # a lost store's files stay claimed, for the next run
+                batch = [v for v in part if v.file.key in kept]
+                if batch:
+                    result = storage.delete([v.file.path for v in batch])
+                    if result.deleted:
+                        catalog.record_deletions(run_id, root, result.deleted)
+                    cleaned.add(batch, set(result.deleted), result.failed)
+                held.renew()  # when due: one claim's batches on a slow store may outlast them
             fresh = [v for v in claimed if v.verdict.deletable]
             if len(fresh) < claim_files and len(claimed) - len(fresh) < claim_files:
                 break
             start = fresh[-1].file.version if fresh else start
-            held.renew()  # a huge store's claims may outlast the leases' time to live
-        cleaned.busy += held.lost  # its lease ran out between two claims: another run has it
+        cleaned.busy += held.lost  # its lease ran out mid-chunk: another run has it
     return cleaned

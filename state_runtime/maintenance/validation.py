@@ -189,9 +189,14 @@ def validate_stores(
     # The problems open at the run's start, read before anything else: a problem recorded
     # after it (the runtime finding damage meanwhile) stays open for the next run, never
     # closed unread. By id, not by time: a driver on SQLite records its problems by its own
-    # host's clock, which may be ahead of this one's.
-    started = frozenset(p.problem_id for p in fleet.catalog.problems())
+    # host's clock, which may be ahead of this one's. Only the scope's roots: a run over a
+    # few stores does not read every open problem of the catalog.
     wanted = key_set(only)
+    started = frozenset(
+        p.problem_id
+        for root in fleet.query_roots(wanted)
+        for p in fleet.catalog.problems(root=root)
+    )
     total = fleet.store_count(wanted)
     # the draws are taken here, in store order, a page of stores at a time
     records = ((record, draw()) for page in fleet.store_pages(wanted) for record in page)

@@ -15,7 +15,13 @@ from state_runtime.catalog import (
     StoreKey,
     Verification,
 )
-from state_runtime.catalog.schema.tables import checkpoint_files, commit_log, store_problems, stores
+from state_runtime.catalog.schema.tables import (
+    RunKind,
+    checkpoint_files,
+    commit_log,
+    store_problems,
+    stores,
+)
 from state_runtime.errors import CatalogError, CommitConflict, InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId
 from tests.catalog.factory import QUERY, ROOT, Stream, info
@@ -338,3 +344,34 @@ def test_database_constraints_refuse_wrong_states(catalog: Catalog) -> None:
             connection.execute(sa.update(checkpoint_files).values(state="lost"))
         connection.rollback()
     assert catalog.committed_ids(ROOT, QUERY, 0) == {A: CheckpointRef(1, first.checkpoint_id)}
+
+
+def test_only_a_restore_after_the_last_earlier_commit_restarted_a_batchs_base(
+    catalog: Catalog,
+) -> None:
+    """Batch 2 of a query whose commit log has nothing of batch 1 starts from empty stores
+    (``restarted_base``) only after a restore to batch 1 that ended after the query's last
+    commit of an earlier batch (with a later restore elsewhere being the latest): an older
+    restore to batch 1 restarted nothing batch 0's commit, made after it, left."""
+    stream = Stream(catalog, [StoreId(0, 0)])
+    runs = iter(range(1, 10))
+
+    def restore(to_batch: int) -> None:
+        parameters = {"root": stream.root, "query_id": stream.query, "to_batch": to_batch}
+        catalog.finish_run(
+            catalog.start_run(RunKind.RESTORE.value, "tests", parameters), "succeeded"
+        )
+
+    def restarted_base() -> bool:
+        start = catalog.begin_batch(
+            stream.root, stream.query, 2, f"r{next(runs)}", [(0, "default", 1)]
+        )
+        return start.restarted_base
+
+    restore(1)
+    stream.commit()  # batch 0, after the restore to batch 1
+    restore(5)
+    assert not restarted_base()
+    restore(1)
+    restore(5)
+    assert restarted_base()

@@ -50,13 +50,14 @@ def test_the_hot_lookups_run_statements_built_once(catalog: Catalog) -> None:
     with catalog.engine.connect() as connection:
         found = lookups.store_ids(connection, READER_VIEWS, stream.root, stream.stores)
     store_ids = sorted(found.values())
+    run_id = catalog.start_run("snapshot", "tests")
     statements: list[list[int]] = []
 
     def calls(connection: Connection, version: int) -> tuple[object, ...]:
         f = checkpoint_files.c
         path = stream.committed[StoreId(0, 0)][version - 1].path
         wanted = {(store_ids[0], version, path)}
-        lookups.mark_maintained(connection, store_ids, None)  # type: ignore[arg-type]
+        lookups.mark_maintained(connection, store_ids, run_id)
         return (
             lookups.committed_ids_at(connection, [(store_ids[0], version)]),
             [row[0] for row in lookups.rows_at(connection, wanted, (f.file_id,))],

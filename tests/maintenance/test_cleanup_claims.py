@@ -6,13 +6,14 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from state_runtime.catalog import Catalog, FileVerdict, Lease, StoreKey
+from state_runtime.catalog import Catalog, FileVerdict, Lease
 from state_runtime.identity import StoreId
-from state_runtime.maintenance import Fleet, cleanup_pass
+from state_runtime.maintenance import Fleet, cleanup_pass, leases
 from state_runtime.storage import LocalStorage
 from state_runtime.storage.base import DeleteResult
 from tests.maintenance.streams import StoreStream
@@ -69,54 +70,73 @@ def test_claims_page_by_keyset_and_delete_exactly_the_unpaged_plan(
 
 
 class SlowDeletes(LocalStorage):
-    """The stream's files, each delete taking ``seconds`` (a large store's backlog on a slow
-    object store), after which an intruder (another run) tries every lease of ``keys``,
-    keeping what it takes in ``taken``."""
+    """The stream's files, each delete taking ``step`` seconds of a clock the leases' renewals
+    go by (:meth:`now`: this host's monotonic clock plus the steps; a slow object store,
+    without wall-clock margins); ``longest``: the most time any delete ended after the leases
+    were taken or last renewed (the catalog's calls spied by :meth:`spy`)."""
 
-    def __init__(
-        self, stream: StoreStream, ttl: timedelta, seconds: float, keys: list[StoreKey]
-    ) -> None:
+    def __init__(self, stream: StoreStream, step: float) -> None:
         super().__init__(stream.storage.root)
-        self.catalog, self.ttl, self.seconds, self.keys = stream.catalog, ttl, seconds, keys
-        self.taken: dict[StoreKey, Lease] = {}
+        self.step, self.stepped, self.longest, self.renewals = step, 0.0, 0.0, 0
+        self.renewed = self.now()
+
+    def now(self) -> float:
+        return time.monotonic() + self.stepped
+
+    def spy(self, catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Note when ``catalog`` takes or renews leases; make :class:`Held` go by :meth:`now`."""
+        acquire, renew = catalog.acquire_leases, catalog.renew_leases
+
+        def acquired(*args: Any) -> list[Lease | None]:
+            self.renewed = self.now()
+            return acquire(*args)
+
+        def renewed(*args: Any) -> list[Lease | None]:
+            self.renewed, self.renewals = self.now(), self.renewals + 1
+            return renew(*args)
+
+        monkeypatch.setattr(catalog, "acquire_leases", acquired)
+        monkeypatch.setattr(catalog, "renew_leases", renewed)
+        monkeypatch.setattr(leases, "time", SimpleNamespace(monotonic=self.now))
 
     def delete(self, paths: Sequence[str]) -> DeleteResult:
-        time.sleep(self.seconds)
-        for key in self.keys:
-            if key not in self.taken:
-                lease = self.catalog.try_acquire_lease(key, "intruder", self.ttl)
-                if lease is not None:
-                    self.taken[key] = lease
+        self.stepped += self.step
+        self.longest = max(self.longest, self.now() - self.renewed)
         return super().delete(paths)
 
 
 @pytest.mark.parametrize("catalog", ["sqlite", "postgresql"], indirect=True)
-def test_a_claim_loop_longer_than_the_lease_ttl_keeps_its_leases(
-    make_stream: Callable[..., StoreStream], catalog: Catalog
+@pytest.mark.parametrize("many", ["claims", "batches"])
+def test_a_chunk_longer_than_the_lease_ttl_keeps_its_leases(
+    make_stream: Callable[..., StoreStream],
+    catalog: Catalog,
+    monkeypatch: pytest.MonkeyPatch,
+    many: str,
 ) -> None:
-    """A store whose claims (about 8), each deleted in two fifths of the lease's time to
-    live, take more than twice that time to live: the loop renews the leases between claims, so no
-    other run ever takes the store while it deletes, and every lease goes back at the end."""
+    """A store deleted in about 8 claims (or in one claim of about 8 delete batches), each
+    delete taking two fifths of the lease's time to live, takes more than twice that time to
+    live: the leases are renewed between (and within) claims, so no delete ends after its
+    leases could have run out, and every lease goes back at the end."""
     stream = snapshotted(make_stream(stores=[BIG]))
     _spread_backlog(stream)
-    ttl = timedelta(seconds=3)
-    keys = [stream.key(store) for store in stream.stores]
-    slow = SlowDeletes(stream, ttl, 1.2, keys)
+    ttl = timedelta(minutes=1)
+    slow = SlowDeletes(stream, 0.4 * ttl.total_seconds())
     fleet = Fleet(catalog, open_storage=lambda root: slow, owner="tests")
     plan = cleanup_pass(fleet, POLICY, now=LATER).planned_files
-    started = time.monotonic()
+    slow.spy(catalog, monkeypatch)
     report = cleanup_pass(
         fleet,
         dataclasses.replace(POLICY, lease_ttl=ttl),
         now=LATER,
         dry_run=False,
-        chunk_files=plan // 8 + 1,
+        chunk_files=plan // 8 + 1 if many == "claims" else plan + 1,
+        delete_batch=plan // 8 + 1 if many == "batches" else plan + 1,
         workers=1,
     )
-    assert time.monotonic() - started > 2 * ttl.total_seconds()  # outlasted the leases
-    assert slow.taken == {}  # no store was ever free to another run
+    assert slow.stepped > 2 * ttl.total_seconds()  # outlasted the leases
+    assert slow.renewals >= 2 and slow.longest < ttl.total_seconds()
     assert report.deleted_files == plan and not report.busy
-    for key in keys:
+    for key in (stream.key(store) for store in stream.stores):
         lease = catalog.try_acquire_lease(key, "after", timedelta(minutes=1))
         assert lease is not None
         catalog.release_lease(lease)

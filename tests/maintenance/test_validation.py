@@ -6,10 +6,12 @@ import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
-from state_runtime.catalog import RetentionPolicy
+from state_runtime.catalog import RetentionPolicy, StoreProblem
 from state_runtime.catalog.schema.tables import checkpoint_files, deletion_ledger
 from state_runtime.maintenance import (
     CallbackProgress,
@@ -81,6 +83,28 @@ def test_only_stores_of_the_fleets_roots_are_validated(
     assert [r.key for r in fleet.stores(only)] == [here.key(store)]
     report = validate_stores(fleet, POLICY, only=only)
     assert report.ok and report.stores == 1, report.errors
+
+
+def test_a_run_over_a_few_stores_reads_the_open_problems_of_their_roots_only(
+    make_stream: Callable[..., StoreStream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole-catalog fleet validating one store of one root reads the open problems (those
+    open at the run's start, and those naming files) of that root only, not the catalog's."""
+    here, there = make_stream("here"), make_stream("there")
+    here.run(2)
+    there.run(2)
+    catalog = here.catalog
+    read = catalog.problems
+    roots: list[str | None] = []
+
+    def spied(**kw: Any) -> list[StoreProblem]:
+        roots.append(kw.get("root"))
+        return read(**kw)
+
+    monkeypatch.setattr(catalog, "problems", spied)
+    report = validate_stores(Fleet(catalog, owner="tests"), POLICY, only=[here.key(here.stores[0])])
+    assert report.ok and report.stores == 1, report.errors
+    assert roots and set(roots) == {here.root}, roots
 
 
 def test_the_progress_total_is_the_fleets_own_count(

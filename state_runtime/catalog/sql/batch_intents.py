@@ -95,7 +95,8 @@ def restored_to(
     connection: Connection, root: str, query_id: str, batch_id: int | None = None
 ) -> int | None:
     """The batch the query's latest successful restore returned it to (with ``batch_id``: its
-    latest to that batch), or None.
+    latest to that batch that ended after the query's last commit of a batch before it, so
+    one that could have restarted the stores the next batch starts from), or None.
 
     The commit log alone cannot say where a query stands once a restore restarted every store
     from empty (their entries are gone): the restore's run is the record of that position.
@@ -126,8 +127,24 @@ def _restored_to_query(to_batch: bool) -> sa.Select[Any]:
         r.parameters["query_id"].as_string() == sa.bindparam("query_id", type_=sa.String()),
     )
     if to_batch:
+        batch = sa.bindparam("batch_id", type_=sa.Integer())
+        views = WRITE_LOOKUPS
+        c, s = views.commits.c, views.stores.c
+        # the query's newest commit of a batch before ``batch_id``: a restore older than it
+        # did not restart the stores the batch builds on (a later batch committed over them)
+        newest = (
+            sa.select(sa.func.max(c.committed_at))
+            .join(views.stores, s.store_id == c.store_id)
+            .where(
+                s.checkpoint_root == sa.bindparam("root", type_=sa.String()),
+                c.query_id == sa.bindparam("query_id", type_=sa.String()),
+                c.batch_id < batch,
+            )
+            .scalar_subquery()
+        )
         query = query.where(
-            r.parameters["to_batch"].as_integer() == sa.bindparam("batch_id", type_=sa.Integer())
+            r.parameters["to_batch"].as_integer() == batch,
+            sa.or_(newest.is_(None), r.ended_at >= newest),
         )
     return query.order_by(r.run_id.desc()).limit(1)
 
