@@ -22,7 +22,8 @@ from state_runtime.catalog import FileRecord
 from state_runtime.cli import main
 from state_runtime.errors import StateLost
 from state_runtime.identity import FileKind, StoreId
-from tests.simulation.platform import Batch, Model, Platform
+from tests.simulation.model import Batch, Model
+from tests.simulation.platform import Platform
 
 DAMAGED = StoreId(0, 1)
 COMMAND = re.compile(r"run `(statestore [^`]+)`")

@@ -21,19 +21,15 @@ never a false loss), one out of order is refused before any task runs.
 
 from __future__ import annotations
 
-import functools
 import shutil
-import sqlite3
 import tempfile
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path, PurePosixPath
-from typing import TypeVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from state_runtime.catalog import RetainedVersion
 from state_runtime.catalog.connection.engine import parse_url, sqlite_file
 from state_runtime.errors import (
     AttemptSuperseded,
@@ -46,7 +42,6 @@ from state_runtime.errors import (
 )
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance import (
-    StoreStatus,
     cleanup_pass,
     plan_restore,
     reconcile,
@@ -54,129 +49,34 @@ from state_runtime.maintenance import (
     restore_query,
     run_checks,
     snapshot_pass,
-    store_reports,
     sweep_attempts,
 )
-from state_runtime.store.schema_history import SchemaHistory
+from tests.simulation.catalog_reads import CatalogReads, CatalogVersion
+from tests.simulation.model import Batch, Model, TaskFailed
 from tests.simulation.platform import (
-    KEYS,
     LAYOUTS,
     QUERY,
-    Batch,
     Between,
     Failure,
-    Model,
     Platform,
     SinkDown,
     Stage,
-    TaskFailed,
     policy,
     scratch,
+)
+from tests.simulation.strategies import (
+    CHORES,
+    batches,
+    clock_steps,
+    failures,
+    stages,
+    weighted,
 )
 
 PARTITIONS = 2
 """The query's first layout (``repartition`` moves it between ``LAYOUTS``)."""
-changes_of_a_store = st.dictionaries(
-    st.sampled_from(KEYS), st.one_of(st.none(), st.integers(-3, 5)), min_size=1, max_size=3
-)
-batches = st.dictionaries(
-    st.integers(0, max(LAYOUTS) - 1), changes_of_a_store, max_size=max(LAYOUTS)
-)
-"""A batch's input: every store, some or none of them changing (a partition beyond the
-query's layout receives nothing)."""
-failures = st.sampled_from([None, None, None, None, "task", "sink", "driver"])
 STEPS = 0
 """Steps checked in this process (the soak's count)."""
-clock_steps = st.sampled_from(
-    [timedelta(minutes=-30), timedelta(minutes=10), timedelta(hours=2), timedelta(days=8)]
-)
-stages = st.sampled_from(["begun", "written"])
-"""Where in a batch another step runs: after its intent, or after its tasks wrote."""
-CHORES = ("snapshot", "cleanup", "reconcile", "sweep_attempts")
-"""The maintenance passes that may race a batch (the machine's rules of those names)."""
-
-
-M = TypeVar("M", bound=RuleBasedStateMachine)
-
-
-class CatalogReads:
-    """What the invariants read from the catalog, as of one ``data_version`` of it, each read
-    when first asked for: the commit log, the retained versions, the schema histories and
-    the stores health calls broken (a store is broken by its open problems: the catalog's
-    content alone, whatever the clock)."""
-
-    def __init__(self, platform: Platform, stores: list[StoreId], version: int | None) -> None:
-        self.platform, self.stores, self.version = platform, stores, version
-
-    @functools.cached_property
-    def committed(self) -> dict[int, dict[StoreId, CheckpointRef]]:
-        return self.platform.committed_refs()
-
-    @functools.cached_property
-    def retained(self) -> list[RetainedVersion]:
-        p = self.platform
-        by_store = p.catalog.retained_versions_of(p.root, self.stores)
-        return [v for versions in by_store.values() for v in versions]
-
-    @functools.cached_property
-    def histories(self) -> dict[tuple[int, str], SchemaHistory]:
-        return self.platform.catalog.schema_histories(self.platform.root)
-
-    @functools.cached_property
-    def broken(self) -> frozenset[StoreId]:
-        """Health may record status changes (a commit): the next reads are then taken
-        again, at the version after it."""
-        p = self.platform
-        reports = store_reports(p.fleet, policy(False), now=p.now())
-        return frozenset(r.key.store for r in reports if r.status.status is StoreStatus.BROKEN)
-
-
-class CatalogVersion:
-    """SQLite's ``PRAGMA data_version`` on a connection of its own that never writes: it
-    changes whenever another connection commits (sqlite.org/pragma.html#pragma_data_version),
-    so reads taken at one value hold until it changes. None for other databases (every check
-    reads the catalog again)."""
-
-    def __init__(self, url: str) -> None:
-        path = sqlite_file(parse_url(url))
-        self._connection = None if path is None else sqlite3.connect(path)
-
-    def __call__(self) -> int | None:
-        if self._connection is None:
-            return None
-        return int(self._connection.execute("PRAGMA data_version").fetchone()[0])
-
-    def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-
-
-WEIGHTS = {
-    "run": 8,
-    "raced_batch": 3,
-    "restore": 3,
-    "cleanup": 3,
-    "snapshot": 2,
-    "validate": 2,
-    "zombie": 3,
-    "damage": 3,
-    "repartition": 2,
-}
-"""How many shares of hypothesis's draw each rule gets (any other rule: one). Hypothesis draws
-a step's rule evenly from the machine's rules, so batches were 4 % of steps and the
-compositions that need several of them (a restore after batches, cleanup and snapshots
-between them, a raced batch) were rare in ``make test``'s derandomized runs."""
-
-
-def weighted(machine: type[M]) -> type[M]:
-    """Give each rule of :data:`WEIGHTS` its shares: ``weight - 1`` more names for the same
-    rule (hypothesis lists a rule once per name it finds on the class, prints a step by the
-    rule's own name, so the steps replay unchanged, and turns a rule's copies on and off
-    together in its swarm testing)."""
-    for name, weight in WEIGHTS.items():
-        for share in range(1, weight):
-            setattr(machine, f"{name}_share_{share}", getattr(machine, name))
-    return machine
 
 
 @weighted

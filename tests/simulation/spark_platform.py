@@ -22,16 +22,13 @@ from state_runtime.errors import (
 )
 from state_runtime.runtime import StatefulQuery
 from state_runtime.runtime.tasks import TaskReport
-from tests.simulation.machine import KEYS, PlatformMachine
+from tests.simulation.machine import PlatformMachine
+from tests.simulation.model import FAIL_KEY, INPUT, KEYS, Batch, TaskFailed
 from tests.simulation.platform import (
-    FAIL_KEY,
-    INPUT,
-    Batch,
     Between,
     Failure,
     Platform,
     SinkDown,
-    TaskFailed,
 )
 
 
