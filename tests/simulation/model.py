@@ -143,7 +143,8 @@ class Model:
             del self.states[later]
         for p in restarted:  # its state is lost: every batch up to here starts it from empty
             for b in [b for b in self.states if b <= batch]:
-                self.states[b][p] = {}
+                if p < len(self.states[b]):  # a batch before a repartition may not have it
+                    self.states[b][p] = {}
         self.last = batch
 
     def expected(self, batch: int, partition: int) -> State:
