@@ -529,3 +529,122 @@ def test_the_driver_clock_steps_on_sqlite() -> None:
     (the driver's last commit is 8 days after the maintenance host's clock)."""
     machine = replay(DRIVER_CLOCK_STEPS)
     assert machine.repartitioned_at is None and machine.model.partitions == 2
+
+
+def test_a_restore_that_restarts_a_partition_a_repartition_added() -> None:
+    """A model error found by the soak of integ and by make test's derandomized PostgreSQL
+    run (not shrunk further): a restore with ``allow_lost_state`` after a repartition
+    restarts a partition the batches before the repartition never had, and the model cleared
+    it there too (``IndexError`` in ``Model.rewind``)."""
+    replay(
+        [
+            ("snapshot", {"zero": True}),
+            ("run", {"changes": {2: {"a": 2, "d": -1}}, "fail": "sink", "fail_at": 1, "step": -2}),
+            (
+                "zombie",
+                {
+                    "at": "begun",
+                    "changes": {},
+                    "step": 0,
+                    "takeover": {2: {"a": None, "b": None, "c": None}},
+                },
+            ),
+            ("cleanup", {"zero": True}),
+            ("change_schema", {}),
+            (
+                "run",
+                {
+                    "changes": {
+                        1: {"d": None, "c": -2, "a": None},
+                        2: {"b": None, "d": 2, "c": None},
+                    },
+                    "fail": "task",
+                    "fail_at": 0,
+                    "step": 0,
+                },
+            ),
+            (
+                "run",
+                {
+                    "changes": {
+                        0: {"b": 2, "c": 5, "d": 3},
+                        2: {"d": 2},
+                        1: {"d": 0, "c": None, "a": None},
+                    },
+                    "fail": "task",
+                    "fail_at": 1,
+                    "step": 0,
+                },
+            ),
+            (
+                "run",
+                {
+                    "changes": {
+                        2: {"b": 0, "c": None, "d": 4},
+                        1: {"d": 5, "b": -1, "c": None},
+                        0: {"c": None, "a": -3, "d": 3},
+                    },
+                    "fail": None,
+                    "fail_at": 0,
+                    "step": 0,
+                },
+            ),
+            ("host_clock_step", {"step": timedelta(seconds=600)}),
+            ("damage", {"corrupt": True, "pick": 102}),
+            (
+                "zombie",
+                {
+                    "at": "written",
+                    "changes": {
+                        0: {"b": 3},
+                        1: {"c": 3, "a": 4, "b": -2},
+                        2: {"b": 3, "d": 5, "a": None},
+                    },
+                    "step": -1,
+                    "takeover": {},
+                },
+            ),
+            ("damage", {"corrupt": True, "pick": 109}),
+            ("validate", {"zero": True}),
+            (
+                "run",
+                {
+                    "changes": {
+                        1: {"d": 2, "c": None, "b": -3},
+                        0: {"a": -2, "c": 3},
+                        2: {"c": None},
+                    },
+                    "fail": "sink",
+                    "fail_at": 1,
+                    "step": 0,
+                },
+            ),
+            ("repartition", {}),
+            ("snapshot", {"zero": False}),
+            ("restart", {"driver": True}),
+            ("driver_clock_step", {"step": timedelta(seconds=600)}),
+            ("cleanup", {"zero": True}),
+            ("damage", {"corrupt": False, "pick": 285}),
+            (
+                "run",
+                {
+                    "changes": {0: {"b": None, "c": None, "d": 2}},
+                    "fail": None,
+                    "fail_at": 1,
+                    "step": 1,
+                },
+            ),
+            ("damage", {"corrupt": True, "pick": 445}),
+            (
+                "zombie",
+                {
+                    "at": "begun",
+                    "changes": {2: {"c": None, "b": -2}},
+                    "step": -1,
+                    "takeover": {2: {"d": None, "a": None}, 0: {"d": None}, 1: {"c": 5}},
+                },
+            ),
+            ("sweep_attempts", {"zero": False}),
+            ("restore", {"allow_lost_state": True, "back": 0, "zero": True}),
+        ]
+    )
