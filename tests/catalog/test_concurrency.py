@@ -117,6 +117,21 @@ def _store_with_old_attempt(catalog: Catalog) -> tuple[Stream, CheckpointInfo]:
     stream.run(3)
     attempt = stream.delta(STORES[0])
     catalog.record_files(ROOT, [attempt])
+    # Written and recorded an hour ago: at zero grace, a file stamped this instant is old
+    # only if every client's estimate of the database's clock agrees to the millisecond,
+    # which two clients under load need not (each reads it within a round trip).
+    f = checkpoint_files.c
+    with catalog.engine.begin() as connection:
+        created, recorded = connection.execute(
+            sa.select(f.created_at, f.recorded_at).where(f.path == attempt.path)
+        ).one()
+        connection.execute(
+            sa.update(checkpoint_files)
+            .where(f.path == attempt.path)
+            .values(
+                created_at=created - timedelta(hours=1), recorded_at=recorded - timedelta(hours=1)
+            )
+        )
     return stream, attempt
 
 
