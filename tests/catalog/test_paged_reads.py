@@ -5,8 +5,8 @@ pages together answer what the unpaged read answers; on SQLite and PostgreSQL.""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any
 
@@ -16,6 +16,7 @@ from state_runtime.catalog import Catalog, RetentionPolicy
 from state_runtime.catalog.schema.tables import stores
 from state_runtime.identity import StoreId
 from tests.catalog.factory import LONG_AGO, Stream
+from tests.statements import executed
 
 NOW = LONG_AGO + timedelta(days=2)
 POLICY = RetentionPolicy(retain_versions=2, window=timedelta(hours=1))
@@ -42,20 +43,14 @@ def ids_of(catalog: Catalog, root: str) -> set[int]:
         return set(found.scalars())
 
 
-@contextmanager
-def parameters(catalog: Catalog) -> Iterator[list[dict[str, Any]]]:
+def parameters(catalog: Catalog) -> AbstractContextManager[list[dict[str, Any]]]:
     """The bound parameters of every statement the catalog runs meanwhile."""
-    seen: list[dict[str, Any]] = []
-
-    def record(*args: Any) -> None:
-        values = dict(args[4].compiled_parameters[0]) if args[4].compiled else {}
-        seen.append({"statement": args[2]} | values)
-
-    sa.event.listen(catalog.engine, "after_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        sa.event.remove(catalog.engine, "after_cursor_execute", record)
+    return executed(
+        catalog.engine,
+        lambda _conn, text, context: (
+            {"statement": text} | (dict(context.compiled_parameters[0]) if context.compiled else {})
+        ),
+    )
 
 
 PAGED: dict[str, Callable[[Catalog, str], list[list[Any]]]] = {

@@ -6,14 +6,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, StoreKey
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
@@ -21,6 +17,7 @@ from state_runtime.identity import StoreId
 from state_runtime.status import DEFAULT_LIMITS
 from tests.catalog.conftest import FAST_RETRY
 from tests.catalog.factory import ROOT, Stream
+from tests.statements import statements
 
 A = StoreId(0, 0)
 KEY = StoreKey(ROOT, A)
@@ -101,30 +98,15 @@ def test_leases_are_renewed_together_and_a_lost_one_is_none(catalog: Catalog) ->
     assert catalog.renew_lease(taken, timedelta(minutes=5)).token == taken.token
 
 
-@contextmanager
-def _statements(catalog: Catalog) -> Iterator[list[str]]:
-    """The statements sent to the catalog while the block runs (BEGIN and COMMIT aside)."""
-    seen: list[str] = []
-
-    def note(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    sa.event.listen(catalog.engine, "before_cursor_execute", note)
-    try:
-        yield seen
-    finally:
-        sa.event.remove(catalog.engine, "before_cursor_execute", note)
-
-
 def _lease_costs(catalog: Catalog, keys: list[StoreKey], run: int) -> tuple[int, int, int]:
     """The statements of taking, renewing and giving back the leases of ``keys``."""
-    with _statements(catalog) as acquire:
+    with statements(catalog.engine) as acquire:
         taken = catalog.acquire_leases(keys, "me", TTL, run)
     held = [lease for lease in taken if lease is not None]
     assert len(held) == len(keys)
-    with _statements(catalog) as renew:
+    with statements(catalog.engine) as renew:
         assert None not in catalog.renew_leases(held, TTL)
-    with _statements(catalog) as release:
+    with statements(catalog.engine) as release:
         catalog.release_leases(held)
     return len(acquire), len(renew), len(release)
 

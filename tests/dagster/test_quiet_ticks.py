@@ -4,13 +4,12 @@ broken store (an open problem) and every sensor's cursor current."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import sqlalchemy as sa
 from dagster import DagsterInstance, SensorResult, build_sensor_context
+from sqlalchemy.engine import Connection
 
 from dagster_project.defs.sensors import store_discovery_sensor
 from state_runtime.maintenance import Fleet, run_checks
@@ -19,30 +18,19 @@ from tests.dagster.test_catalog_events import tick
 from tests.dagster.test_dagster_definitions import FAST
 from tests.dagster.test_store_failures import FailureSensor, break_store
 from tests.maintenance.streams import StoreStream
+from tests.statements import executed
 
 
-@dataclass(eq=False)
-class Reads:
-    """The reading statements a sensor's tick sends the catalog (the schema revision check
-    every opening makes left out), collected while ``counting``."""
+def reads_of(database: str) -> AbstractContextManager[list[str]]:
+    """The reading statements a sensor's tick sends the catalog in ``database`` (the schema
+    revision check every opening makes left out), collected while the block runs."""
 
-    database: str
-    statements: list[str] = field(default_factory=list)
-
-    def __call__(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+    def keep(conn: Connection, statement: str, _context: object) -> str | None:
         text = " ".join(statement.split())
         reads = text.startswith(("SELECT", "WITH")) and "schema_revision" not in text
-        if conn.engine.url.database == self.database and reads:
-            self.statements.append(text)
+        return text if reads and conn.engine.url.database == database else None
 
-    @contextmanager
-    def counting(self) -> Iterator[list[str]]:
-        self.statements.clear()
-        sa.event.listen(sa.engine.Engine, "after_cursor_execute", self)
-        try:
-            yield self.statements
-        finally:
-            sa.event.remove(sa.engine.Engine, "after_cursor_execute", self)
+    return executed(sa.engine.Engine, keep)
 
 
 def reading(statements: list[str]) -> list[str]:
@@ -65,7 +53,7 @@ def test_a_quiet_tick_reads_what_changed_not_the_fleet(
     break_store(stream)
     run_checks(Fleet(stream.catalog, owner="tests"), FAST)  # one broken store: an open problem
     resources = resources_for(stream.catalog, FAST)
-    reads = Reads(stream.catalog.engine.url.database or "")
+    database = stream.catalog.engine.url.database or ""
 
     def discovery(cursor: str | None) -> SensorResult:
         context = build_sensor_context(instance=instance, resources=resources, cursor=cursor)
@@ -79,13 +67,13 @@ def test_a_quiet_tick_reads_what_changed_not_the_fleet(
     assert len(failures.fail_broken()) == 1
     assert failures.tick() == ([], [])  # the partition shows Failed: the problems settled
     reported = tick(stream, instance, None)
-    with reads.counting() as statements:
+    with reads_of(database) as statements:
         assert discovery(first.cursor).skip_reason is not None
     assert reading(statements) == ["read_stores (aggregate)"]
-    with reads.counting() as statements:
+    with reads_of(database) as statements:
         assert failures.tick() == ([], [])
     assert reading(statements) == ["read_store_problems (aggregate)"]
-    with reads.counting() as statements:
+    with reads_of(database) as statements:
         quiet = tick(stream, instance, reported.cursor)
     assert not quiet.result.run_requests and not quiet.events
     assert reading(statements) == ["read_maintenance_runs", "read_batch_metrics"]

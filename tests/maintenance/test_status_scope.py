@@ -4,11 +4,8 @@ read of them), and a validation records each store once."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
-
-import sqlalchemy as sa
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from state_runtime.catalog import Catalog, RetentionPolicy
 from state_runtime.identity import StoreId
@@ -22,6 +19,7 @@ from state_runtime.maintenance import (
 from state_runtime.status import StoreStatus
 from tests.maintenance.streams import StoreStream
 from tests.maintenance.test_snapshots import fleet_on
+from tests.statements import executed
 
 A, B, C = StoreId(0, 0), StoreId(0, 1), StoreId(0, 2)
 POLICY = MaintenancePolicy(snapshot_min_deltas=1)
@@ -31,20 +29,14 @@ def recorded(catalog: Catalog) -> dict[StoreId, str | None]:
     return {h.key.store: h.recorded_status for h in catalog.store_health(RetentionPolicy())}
 
 
-@contextmanager
-def status_writes(catalog: Catalog) -> Iterator[list[str]]:
+def status_writes(catalog: Catalog) -> AbstractContextManager[list[str]]:
     """The statements that write ``store_status_changes`` while the block runs."""
-    seen: list[str] = []
-
-    def note(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if "INSERT INTO STORE_STATUS_CHANGES" in statement.upper():
-            seen.append(statement)
-
-    sa.event.listen(catalog.engine, "before_cursor_execute", note)
-    try:
-        yield seen
-    finally:
-        sa.event.remove(catalog.engine, "before_cursor_execute", note)
+    return executed(
+        catalog.engine,
+        lambda _conn, text, _context: (
+            text if "INSERT INTO STORE_STATUS_CHANGES" in text.upper() else None
+        ),
+    )
 
 
 def test_a_run_records_the_status_of_its_stores_only(

@@ -4,11 +4,15 @@ for every run of the machine (dropped with the database)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog
 from tests.catalog.conftest import pg_url
+from tests.services import service_missing
+from tests.simulation.machine import PlatformMachine
 
 
 class PostgresCatalogs:
@@ -34,3 +38,23 @@ class PostgresCatalogs:
         with self._admin.connect() as connection:
             connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
         self._admin.dispose()
+
+
+@contextmanager
+def machine_on_postgresql() -> Iterator[type[PlatformMachine]]:
+    """A :class:`PlatformMachine` whose every run gets a fresh migrated schema in a database
+    of its own, dropped on the way out; the test fails (under ``CI``) or skips when
+    PostgreSQL is not reachable."""
+    try:
+        catalogs = PostgresCatalogs()
+    except sa.exc.OperationalError as exc:
+        service_missing("PostgreSQL", str(exc).strip())
+
+    class OnPostgres(PlatformMachine):
+        pass
+
+    OnPostgres.catalogs = catalogs
+    try:
+        yield OnPostgres
+    finally:
+        catalogs.close()

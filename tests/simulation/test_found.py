@@ -13,11 +13,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-import sqlalchemy as sa
 
-from tests.services import service_missing
 from tests.simulation.machine import PlatformMachine
-from tests.simulation.postgres import PostgresCatalogs
+from tests.simulation.postgres import machine_on_postgresql
 from tests.simulation.steps import Step, replay
 
 
@@ -275,22 +273,11 @@ def test_a_delta_put_back_intact_after_a_failed_validation_restores() -> None:
 def test_the_restored_position_on_postgresql() -> None:
     """Both restart cases with a PostgreSQL catalog (the restore's position is read from its
     run's JSON parameters, which each dialect queries its own way)."""
-    try:
-        catalogs = PostgresCatalogs()
-    except sa.exc.OperationalError as exc:
-        service_missing("PostgreSQL", str(exc).strip())
-
-    class OnPostgres(PlatformMachine):
-        pass
-
-    OnPostgres.catalogs = catalogs
-    try:
+    with machine_on_postgresql() as machine:
         replay(
             [*RESTART_EVERY_STORE, run({0: {"a": 1}}, step=1), run({0: {"a": 1}}, step=-1)],
-            OnPostgres,
+            machine,
         )
-    finally:
-        catalogs.close()
 
 
 def test_a_store_a_repartition_dropped_retains_no_version() -> None:
@@ -507,20 +494,9 @@ def test_the_driver_clock_steps_move_no_catalog_time_on_postgresql() -> None:
     """On PostgreSQL the catalog's clock is the database's, which the driver's steps do not
     move: every batch commits, and the repartition after the driver's clock went 8 days
     ahead runs (its last commit is not in the future, as it is on SQLite, below)."""
-    try:
-        catalogs = PostgresCatalogs()
-    except sa.exc.OperationalError as exc:
-        service_missing("PostgreSQL", str(exc).strip())
-
-    class OnPostgres(PlatformMachine):
-        pass
-
-    OnPostgres.catalogs = catalogs
-    try:
-        machine = replay(DRIVER_CLOCK_STEPS, OnPostgres)
-        assert machine.repartitioned_at == 2 and machine.model.partitions == 3
-    finally:
-        catalogs.close()
+    with machine_on_postgresql() as on_postgresql:
+        machine = replay(DRIVER_CLOCK_STEPS, on_postgresql)
+    assert machine.repartitioned_at == 2 and machine.model.partitions == 3
 
 
 def test_the_driver_clock_steps_on_sqlite() -> None:

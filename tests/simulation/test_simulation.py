@@ -6,14 +6,12 @@ soak`` runs fresh random ones for as long as it is given."""
 from __future__ import annotations
 
 import pytest
-import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.s3_fixtures import MotoS3
-from tests.services import service_missing
 from tests.simulation.machine import PlatformMachine
-from tests.simulation.postgres import PostgresCatalogs
+from tests.simulation.postgres import machine_on_postgresql
 from tests.simulation.s3_platform import S3Machine, S3Platform
 from tests.simulation.steps import replay
 from tests.simulation.test_found import AROUND_A_REPARTITION, run
@@ -34,21 +32,10 @@ def test_the_platform_against_the_model() -> None:
 
 @pytest.mark.postgres
 def test_the_platform_against_the_model_on_postgresql() -> None:
-    try:
-        catalogs = PostgresCatalogs()
-    except sa.exc.OperationalError as exc:
-        service_missing("PostgreSQL", str(exc).strip())
-
-    class OnPostgres(PlatformMachine):
-        pass
-
-    OnPostgres.catalogs = catalogs
-    try:
+    with machine_on_postgresql() as machine:
         run_state_machine_as_test(
-            OnPostgres, settings=settings(RUNS, max_examples=4, stateful_step_count=30)
+            machine, settings=settings(RUNS, max_examples=4, stateful_step_count=30)
         )
-    finally:
-        catalogs.close()
 
 
 def test_the_platform_against_the_model_on_s3(
