@@ -162,17 +162,32 @@ def lock_stores(connection: Connection, ids: Iterable[int]) -> None:
         ).all()
 
 
-def _located(path: str) -> tuple[StoreId, int] | None:
+def _located(
+    path: str, folders: dict[str, StoreId | None] | None = None
+) -> tuple[StoreId, int] | None:
     """The store and version of a checkpoint file path,
-    ``state/<op>/<partition>/<name>/<version>_<id>.<kind>``; None for anything else."""
-    parts = path.split("/")
-    if len(parts) != 5 or parts[0] != "state" or not (parts[1].isdigit() and parts[2].isdigit()):
+    ``state/<op>/<partition>/<name>/<version>_<id>.<kind>``; None for anything else.
+    ``folders`` keeps each store folder's parse: a call's paths are a few stores' files."""
+    folder, _, name = path.rpartition("/")
+    if folders is None:
+        found = _store_of(folder)
+    elif folder in folders:
+        found = folders[folder]
+    else:
+        found = folders[folder] = _store_of(folder)
+    if found is None:
         return None
-    parsed = parse_file_name(parts[4])
-    if parsed is None:
+    parsed = parse_file_name(name)
+    return None if parsed is None else (found, parsed.version)
+
+
+def _store_of(folder: str) -> StoreId | None:
+    """The store of a store folder, ``state/<op>/<partition>/<name>``; None for another."""
+    parts = folder.split("/")
+    if len(parts) != 4 or parts[0] != "state" or not (parts[1].isdigit() and parts[2].isdigit()):
         return None
     try:
-        return StoreId(int(parts[1]), int(parts[2]), parts[3]), parsed.version
+        return StoreId(int(parts[1]), int(parts[2]), parts[3])
     except InvalidArgument:
         return None
 
@@ -184,7 +199,10 @@ def files_at(
     know are left out). Looks files up through the index, never
     by scanning paths, so that a cleanup recording 100,000 deletions costs index probes, not
     table scans."""
-    located = {path: where for path in set(paths) if (where := _located(path)) is not None}
+    folders: dict[str, StoreId | None] = {}
+    located = {
+        path: where for path in set(paths) if (where := _located(path, folders)) is not None
+    }
     ids = store_ids(connection, views, root, {store for store, _ in located.values()})
     wanted = {
         (ids[store], version, path) for path, (store, version) in located.items() if store in ids
