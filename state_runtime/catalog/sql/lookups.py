@@ -255,7 +255,9 @@ def rows_at(
 
 
 def mark_maintained(connection: Connection, ids: Iterable[int], run_id: int) -> None:
-    """Note ``run_id`` as the stores' last maintenance run."""
+    """Note ``run_id`` as the stores' last maintenance run (the rows it already names are
+    left alone: a run's leases and its claims both note it, and on PostgreSQL a rewrite of
+    an unchanged row still costs a new row version and its index entries)."""
     for part in chunks(sorted(set(ids))):
         connection.execute(_mark_maintained_query(), {"ids": part, "run_id": run_id})
 
@@ -264,7 +266,12 @@ def mark_maintained(connection: Connection, ids: Iterable[int], run_id: int) -> 
 def _mark_maintained_query() -> sa.Update:
     """:func:`mark_maintained`'s statement, built once."""
     run = sa.bindparam("run_id", type_=stores.c.last_run_id.type)
-    return sa.update(stores).where(_among(stores.c.store_id, "ids")).values(last_run_id=run)
+    last = stores.c.last_run_id
+    return (
+        sa.update(stores)
+        .where(_among(stores.c.store_id, "ids"), sa.or_(last.is_(None), last != run))
+        .values(last_run_id=run)
+    )
 
 
 def restored_expiry(version: int) -> ColumnElement[int]:
