@@ -200,9 +200,7 @@ def files_at(
     by scanning paths, so that a cleanup recording 100,000 deletions costs index probes, not
     table scans."""
     folders: dict[str, StoreId | None] = {}
-    located = {
-        path: where for path in set(paths) if (where := _located(path, folders)) is not None
-    }
+    located = {path: where for path in set(paths) if (where := _located(path, folders)) is not None}
     ids = store_ids(connection, views, root, {store for store, _ in located.values()})
     wanted = {
         (ids[store], version, path) for path, (store, version) in located.items() if store in ids
