@@ -16,6 +16,7 @@ from state_runtime import StateStoreProvider
 from state_runtime.errors import CheckpointFileCorrupt
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.storage import LocalStorage
+from state_runtime.store import column_encoding
 from state_runtime.store.checkpoint_format import (
     _ENVELOPE,
     HEADER_KEY,
@@ -24,7 +25,6 @@ from state_runtime.store.checkpoint_format import (
     encode,
     now,
 )
-from state_runtime.store import column_encoding
 from state_runtime.store.column_encoding import ENCODINGS_KEY
 from state_runtime.store.state_schema import StateSchema
 

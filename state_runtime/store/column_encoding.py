@@ -123,9 +123,9 @@ class _Choice:
         if len(column) <= SMALL:  # in Python integers: see SMALL
             stored: list[int | None] = column.to_pylist()
             if self.spec["kind"] == "delta":
-                values = [int(x) for x in stored if x is not None]
-                before = values[:1] if previous is None else [previous]
-                stored = [b - a for a, b in zip(before + values, values, strict=False)]
+                present = [int(x) for x in stored if x is not None]
+                start = present[:1] if previous is None else [previous]
+                stored = [b - a for a, b in zip(start + present, present, strict=False)]
             else:
                 base = self.spec["base"]
                 stored = [None if x is None else x - base for x in stored]
