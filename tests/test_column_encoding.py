@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from state_runtime import StateStoreProvider
 from state_runtime.errors import CheckpointFileCorrupt
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.storage import LocalStorage
+from state_runtime.store import column_encoding
 from state_runtime.store.checkpoint_format import (
     _ENVELOPE,
     HEADER_KEY,
@@ -79,8 +80,19 @@ def _tables(draw: st.DrawFn) -> tuple[StateSchema, pa.Table]:
     return schema, table
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.fixture(params=["python", "arrow"])
+def decode_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A field is decoded in Python when short (a tiny file's few values), else by Arrow
+    compute: each test below runs through both, for the same values and the same errors."""
+    small = column_encoding.SMALL if request.param == "python" else -1
+    monkeypatch.setattr(column_encoding, "SMALL", small)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(_tables())
+@pytest.mark.usefixtures("decode_path")
 def test_every_file_reads_back_exactly(case: tuple[StateSchema, pa.Table]) -> None:
     schema, table = case
     data = encode(_header(schema, table.num_rows), table.column("key"), table.column("value"))
@@ -114,6 +126,7 @@ def test_repeated_field_names_read_back() -> None:
     assert decoded.column("value").combine_chunks().flatten()[1].to_pylist() == [100, 200, None]
 
 
+@pytest.mark.usefixtures("decode_path")
 def test_extremes_and_one_row_read_back() -> None:
     schema = StateSchema.of("k bigint", "v bigint, w int")
     for keys in ([INT64[0], INT64[1]], [INT64[1]], [0, 1, INT64[1]], [INT64[0], -1, 0]):
@@ -265,6 +278,7 @@ CRAFTED: dict[str, tuple[pa.Table, object]] = {
 
 
 @pytest.mark.parametrize("case", sorted(CRAFTED))
+@pytest.mark.usefixtures("decode_path")
 def test_crafted_encodings_are_corrupt_files(tmp_path: Path, case: str) -> None:
     table, encodings = CRAFTED[case]
     path = STORE.file_path(1, "a" * 32, FileKind.DELTA)

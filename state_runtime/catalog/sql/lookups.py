@@ -162,17 +162,32 @@ def lock_stores(connection: Connection, ids: Iterable[int]) -> None:
         ).all()
 
 
-def _located(path: str) -> tuple[StoreId, int] | None:
+def _located(
+    path: str, folders: dict[str, StoreId | None] | None = None
+) -> tuple[StoreId, int] | None:
     """The store and version of a checkpoint file path,
-    ``state/<op>/<partition>/<name>/<version>_<id>.<kind>``; None for anything else."""
-    parts = path.split("/")
-    if len(parts) != 5 or parts[0] != "state" or not (parts[1].isdigit() and parts[2].isdigit()):
+    ``state/<op>/<partition>/<name>/<version>_<id>.<kind>``; None for anything else.
+    ``folders`` keeps each store folder's parse: a call's paths are a few stores' files."""
+    folder, _, name = path.rpartition("/")
+    if folders is None:
+        found = _store_of(folder)
+    elif folder in folders:
+        found = folders[folder]
+    else:
+        found = folders[folder] = _store_of(folder)
+    if found is None:
         return None
-    parsed = parse_file_name(parts[4])
-    if parsed is None:
+    parsed = parse_file_name(name)
+    return None if parsed is None else (found, parsed.version)
+
+
+def _store_of(folder: str) -> StoreId | None:
+    """The store of a store folder, ``state/<op>/<partition>/<name>``; None for another."""
+    parts = folder.split("/")
+    if len(parts) != 4 or parts[0] != "state" or not (parts[1].isdigit() and parts[2].isdigit()):
         return None
     try:
-        return StoreId(int(parts[1]), int(parts[2]), parts[3]), parsed.version
+        return StoreId(int(parts[1]), int(parts[2]), parts[3])
     except InvalidArgument:
         return None
 
@@ -184,7 +199,8 @@ def files_at(
     know are left out). Looks files up through the index, never
     by scanning paths, so that a cleanup recording 100,000 deletions costs index probes, not
     table scans."""
-    located = {path: where for path in set(paths) if (where := _located(path)) is not None}
+    folders: dict[str, StoreId | None] = {}
+    located = {path: where for path in set(paths) if (where := _located(path, folders)) is not None}
     ids = store_ids(connection, views, root, {store for store, _ in located.values()})
     wanted = {
         (ids[store], version, path) for path, (store, version) in located.items() if store in ids
@@ -237,7 +253,9 @@ def rows_at(
 
 
 def mark_maintained(connection: Connection, ids: Iterable[int], run_id: int) -> None:
-    """Note ``run_id`` as the stores' last maintenance run."""
+    """Note ``run_id`` as the stores' last maintenance run (the rows it already names are
+    left alone: a run's leases and its claims both note it, and on PostgreSQL a rewrite of
+    an unchanged row still costs a new row version and its index entries)."""
     for part in chunks(sorted(set(ids))):
         connection.execute(_mark_maintained_query(), {"ids": part, "run_id": run_id})
 
@@ -246,7 +264,12 @@ def mark_maintained(connection: Connection, ids: Iterable[int], run_id: int) -> 
 def _mark_maintained_query() -> sa.Update:
     """:func:`mark_maintained`'s statement, built once."""
     run = sa.bindparam("run_id", type_=stores.c.last_run_id.type)
-    return sa.update(stores).where(_among(stores.c.store_id, "ids")).values(last_run_id=run)
+    last = stores.c.last_run_id
+    return (
+        sa.update(stores)
+        .where(_among(stores.c.store_id, "ids"), sa.or_(last.is_(None), last != run))
+        .values(last_run_id=run)
+    )
 
 
 def restored_expiry(version: int) -> ColumnElement[int]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections import defaultdict
 from datetime import datetime
 from typing import Any
@@ -51,8 +52,13 @@ def _history_queries(views: ReaderViews, one: bool) -> tuple[sa.Select[Any], sa.
         .where(*where)
         .order_by(o.operator_id, o.store_name, o.seq)
     )
-    registered = (
-        sa.select(st.operator_id, st.store_name, st.key_schema, st.value_schema)
+    registered = (  # as text: only the first usable row of each operator store is parsed
+        sa.select(
+            st.operator_id,
+            st.store_name,
+            sa.cast(st.key_schema, sa.Text).label("key_schema"),
+            sa.cast(st.value_schema, sa.Text).label("value_schema"),
+        )
         .where(*registered_where, st.key_schema.is_not(None))
         .order_by(st.operator_id, st.store_name, st.partition_id)
     )
@@ -83,11 +89,14 @@ def histories(
             )
         )
     found = {key: SchemaHistory(tuple(e)) for key, e in entries.items()}
-    registered = connection.execute(registered_query, values).all()
-    for store in registered:
+    for store in connection.execute(registered_query, values):
         key = (store.operator_id, store.store_name)
-        if key not in found and store.value_schema is not None:
-            found[key] = SchemaHistory.of(StateSchema.of(store.key_schema, store.value_schema))
+        if key in found or store.value_schema is None:
+            continue
+        value_schema = json.loads(store.value_schema)  # JSON null: not registered here
+        if value_schema is not None:
+            key_schema = json.loads(store.key_schema)
+            found[key] = SchemaHistory.of(StateSchema.of(key_schema, value_schema))
     return found
 
 
