@@ -17,6 +17,7 @@ from state_runtime.catalog.schema.reading_views import READER_VIEWS
 from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.catalog.sql import batch_intents, commits, layouts, lookups
 from state_runtime.identity import StoreId
+from state_runtime.retention import RetentionPolicy
 from tests.catalog.factory import Stream
 
 
@@ -81,3 +82,28 @@ def test_the_hot_lookups_run_statements_built_once(catalog: Catalog) -> None:
     one, two = answers
     assert one[0] != two[0] and one[1] != two[1] and one[3] != two[3]
     assert one[3] == {s: stream.committed[s][0].ref for s in stream.stores}
+
+
+def test_the_store_questions_keep_their_prepared_statements(tmp_path: Path) -> None:
+    """SQLite prepares a statement again at every new binding when a bound value was compared
+    with a partial index's constant (a file's state, kind or verification): the conditions
+    those indexes read are written into the SQL, so health, the retained versions and the
+    file verdicts, asked again, run the statements SQLite prepared the first time
+    (``sqlite_stmt``: each prepared statement of the connection and its re-prepare count)."""
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    with Catalog.open(url, upgrade=True, connections=1) as catalog:
+        stream = Stream(catalog, [StoreId(0, 0), StoreId(0, 1)])
+        for _ in range(3):
+            stream.commit()
+        policy = RetentionPolicy()
+        for _ in range(3):
+            list(catalog.health_pages(policy, root=stream.root, now=catalog.now()))
+            catalog.retained_versions_of(stream.root, stream.stores)
+            catalog.file_verdicts(policy, root=stream.root, now=catalog.now())
+        prepared = catalog._read(
+            "prepared statements",
+            lambda c, v: c.exec_driver_sql("SELECT sql, reprep, run FROM sqlite_stmt").all(),
+        )
+    reads = [(sql, reprep) for sql, reprep, run in prepared if "read_checkpoint_files" in sql]
+    assert len(reads) >= 3, prepared
+    assert all(reprep == 0 for _, reprep in reads), [r for r in reads if r[1]]

@@ -7,6 +7,10 @@ operators' views render them as SQL (:func:`render`). Change what "live" or "ver
 snapshot" means here, and the indexes' migration with it. "Verified snapshot" has two
 declared forms, each named for what decides it: the file's row, or the commit log (their
 docstrings say why both exist).
+
+Their values are written into the SQL (:func:`constant`), not bound: SQLite uses a partial
+index only for a query whose WHERE names the index's own constants, so a bound value would
+leave every query over these conditions scanning the store's rows in the full index.
 """
 
 from __future__ import annotations
@@ -22,16 +26,23 @@ from state_runtime.identity import FileKind
 from state_runtime.retention import LIVE_STATES, FileState, Verification
 
 
+def constant(value: str) -> ColumnElement[str]:
+    """``value`` as an SQL string literal in the statement's text (the same text
+    ``literal_binds`` renders), so that the planner sees it (sqlite.org/partialindex.html:
+    "the terms in the WHERE clause of the query must be ... identical" to the index's)."""
+    return sa.literal_column("'" + value.replace("'", "''") + "'", sa.String())
+
+
 def is_live(f: Any) -> ColumnElement[bool]:
     """The file is in storage and may still matter: written, committed or orphan (not claimed
     by cleanup, not deleted)."""
-    live: ColumnElement[bool] = f.state.in_([state.value for state in LIVE_STATES])
+    live: ColumnElement[bool] = f.state.in_([constant(state.value) for state in LIVE_STATES])
     return live
 
 
 def is_orphan(f: Any) -> ColumnElement[bool]:
     """The file is known never to be committed."""
-    orphan: ColumnElement[bool] = f.state == FileState.ORPHAN.value
+    orphan: ColumnElement[bool] = f.state == constant(FileState.ORPHAN.value)
     return orphan
 
 
@@ -47,9 +58,9 @@ def is_verified_snapshot_by_row(f: Any) -> ColumnElement[bool]:
     the status may be off, but retention still keeps what a retained version loads.
     """
     return sa.and_(
-        f.kind == FileKind.SNAPSHOT.value,
-        f.state == FileState.COMMITTED.value,
-        f.verification == Verification.VERIFIED.value,
+        f.kind == constant(FileKind.SNAPSHOT.value),
+        f.state == constant(FileState.COMMITTED.value),
+        f.verification == constant(Verification.VERIFIED.value),
     )
 
 
@@ -60,9 +71,9 @@ def is_verified_snapshot_by_commit_log(f: Any, commits: Any) -> ColumnElement[bo
     rule): the commit log, not a row, decides what cleanup keeps. Its indexable part is
     :func:`is_verified_snapshot_by_row`'s index (see there why both exist)."""
     return sa.and_(
-        f.kind == FileKind.SNAPSHOT.value,
+        f.kind == constant(FileKind.SNAPSHOT.value),
         is_live(f),
-        f.verification == Verification.VERIFIED.value,
+        f.verification == constant(Verification.VERIFIED.value),
         sa.exists().where(
             commits.c.store_id == f.store_id,
             commits.c.version == f.version,

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import AttemptSweep, BatchStart, Suspects
+from state_runtime.catalog.schema.predicates import constant
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, batch_intents, maintenance_runs
 from state_runtime.catalog.sql.commits import committed_ids, latest_entry
@@ -122,7 +123,7 @@ def _restored_to_query(to_batch: bool) -> sa.Select[Any]:
     r = maintenance_runs.c
     query = sa.select(r.parameters["to_batch"].as_integer()).where(
         r.kind == RunKind.RESTORE.value,
-        r.outcome == RunOutcome.SUCCEEDED.value,
+        r.outcome == constant(RunOutcome.SUCCEEDED.value),
         r.parameters["root"].as_string() == sa.bindparam("root", type_=sa.String()),
         r.parameters["query_id"].as_string() == sa.bindparam("query_id", type_=sa.String()),
     )

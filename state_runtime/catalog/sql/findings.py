@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import FileVerdict, FoundProblem, Repair, StoreProblem, Validated
+from state_runtime.catalog.schema.predicates import constant
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
@@ -94,9 +95,9 @@ def unconfirmed_snapshot_verdicts(
         .join(views.stores, s.store_id == f.store_id)
         .where(
             sa.true() if root is None else s.checkpoint_root == root,
-            f.kind == FileKind.SNAPSHOT.value,
-            f.state == FileState.COMMITTED.value,
-            f.verification != Verification.VERIFIED.value,
+            f.kind == constant(FileKind.SNAPSHOT.value),
+            f.state == constant(FileState.COMMITTED.value),
+            f.verification != constant(Verification.VERIFIED.value),
         )
         .order_by(f.store_id)
     ).scalars()

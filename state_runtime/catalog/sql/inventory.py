@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import StoreKey, StoreRecord
+from state_runtime.catalog.schema.predicates import constant
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
@@ -247,7 +248,7 @@ def claimed_stores(connection: Connection, views: ReaderViews, root: str | None)
         sa.select(*store_key_columns(views.stores))
         .distinct()
         .join(views.files, f.store_id == s.store_id)
-        .where(f.state == FileState.DELETING.value)
+        .where(f.state == constant(FileState.DELETING.value))
     )
     if root is not None:
         query = query.where(s.checkpoint_root == root)

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import Layout, NewLayout
+from state_runtime.catalog.schema.predicates import constant
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
@@ -198,7 +199,9 @@ def switch_layout(
                 f.store_id == r.store_id,
                 f.version == r.version,
                 f.checkpoint_id == r.checkpoint_id,
-                f.state.in_([FileState.WRITTEN.value, FileState.COMMITTED.value]),
+                f.state.in_(
+                    [constant(FileState.WRITTEN.value), constant(FileState.COMMITTED.value)]
+                ),
             )
             .values(state=FileState.ORPHAN.value, state_changed_at=now, state_reason=reason)
         ).rowcount

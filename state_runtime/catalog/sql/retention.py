@@ -29,7 +29,11 @@ from state_runtime.catalog.records import (
     RetainedVersion,
     StoreKey,
 )
-from state_runtime.catalog.schema.predicates import is_live, is_verified_snapshot_by_commit_log
+from state_runtime.catalog.schema.predicates import (
+    constant,
+    is_live,
+    is_verified_snapshot_by_commit_log,
+)
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import FileState, RunKind, Verification
 from state_runtime.catalog.sql.lookups import store_ids
@@ -211,7 +215,7 @@ def needed_from(views: ReaderViews, retained: sa.CTE) -> sa.CompoundSelect[Any]:
             ),
         )
         .join(f, f.c.file_id == c.c.file_id)
-        .where(f.c.kind == FileKind.DELTA.value, is_live(f.c))
+        .where(f.c.kind == constant(FileKind.DELTA.value), is_live(f.c))
     )
     return sa.union_all(snapshots, deltas)
 
@@ -232,14 +236,16 @@ def fact_sql(
     """Each fact of the rule about a ``checkpoint_files`` row, in SQL (``needed``, ``floor``
     and ``held`` come from the joins :func:`verdicts` makes)."""
     f = views.files.c
-    snapshot = f.kind == FileKind.SNAPSHOT.value
+    snapshot = f.kind == constant(FileKind.SNAPSHOT.value)
     return {
         Fact.NEEDED: needed,
-        Fact.CLAIMED: f.state == FileState.DELETING.value,
-        Fact.COMMITTED: f.state == FileState.COMMITTED.value,
-        Fact.ORPHAN: f.state == FileState.ORPHAN.value,
-        Fact.DAMAGED: sa.and_(snapshot, f.verification == Verification.FAILED.value),
-        Fact.UNVERIFIED: sa.and_(snapshot, f.verification == Verification.UNVERIFIED.value),
+        Fact.CLAIMED: f.state == constant(FileState.DELETING.value),
+        Fact.COMMITTED: f.state == constant(FileState.COMMITTED.value),
+        Fact.ORPHAN: f.state == constant(FileState.ORPHAN.value),
+        Fact.DAMAGED: sa.and_(snapshot, f.verification == constant(Verification.FAILED.value)),
+        Fact.UNVERIFIED: sa.and_(
+            snapshot, f.verification == constant(Verification.UNVERIFIED.value)
+        ),
         Fact.ABOVE_FLOOR: sa.and_(floor.is_not(None), f.version >= floor),
         Fact.STORE_HELD: held,
         Fact.PAST_WINDOW: _aged_by(views, policy.committed_cutoff),
@@ -360,7 +366,7 @@ def verdicts(
         .outerjoin(held, held.c.store_id == f.store_id)
         .where(
             scope.filter(views, f.store_id),
-            sa.or_(is_live(f), f.state == FileState.DELETING.value),
+            sa.or_(is_live(f), f.state == constant(FileState.DELETING.value)),
         )
     )
 

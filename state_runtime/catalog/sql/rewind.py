@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import CommitEntry
+from state_runtime.catalog.schema.predicates import constant
 from state_runtime.catalog.schema.tables import (
     FileState,
     batch_metrics,
@@ -149,7 +150,9 @@ def _orphan_above(
             .where(
                 f.store_id == store_id,
                 f.version > floor,
-                f.state.in_([FileState.WRITTEN.value, FileState.COMMITTED.value]),
+                f.state.in_(
+                    [constant(FileState.WRITTEN.value), constant(FileState.COMMITTED.value)]
+                ),
             )
             .values(state=FileState.ORPHAN.value, state_changed_at=now, state_reason=reason)
         ).rowcount

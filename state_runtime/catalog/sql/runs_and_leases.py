@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
+from state_runtime.catalog.schema.predicates import constant
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance_runs, store_leases
 from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
@@ -110,7 +111,9 @@ def finish_run(
         sa.update(maintenance_runs)
         .where(
             r.run_id == run_id,
-            r.outcome.in_([RunOutcome.RUNNING.value, RunOutcome.ABANDONED.value]),
+            r.outcome.in_(
+                [constant(RunOutcome.RUNNING.value), constant(RunOutcome.ABANDONED.value)]
+            ),
         )
         .values(outcome=outcome, counts=counts, error=error, ended_at=now, heartbeat_at=now)
     ).rowcount
@@ -130,7 +133,7 @@ def heartbeat(connection: Connection, run_id: int, now: datetime) -> bool:
     return bool(
         connection.execute(
             sa.update(maintenance_runs)
-            .where(r.run_id == run_id, r.outcome == RunOutcome.RUNNING.value)
+            .where(r.run_id == run_id, r.outcome == constant(RunOutcome.RUNNING.value))
             .values(heartbeat_at=now)
         ).rowcount
     )
@@ -141,7 +144,7 @@ def close_abandoned_runs(connection: Connection, now: datetime) -> list[Maintena
     heartbeat is older than ABANDON_AFTER; return them as they are now."""
     r = maintenance_runs.c
     running = connection.execute(
-        sa.select(maintenance_runs).where(r.outcome == RunOutcome.RUNNING.value)
+        sa.select(maintenance_runs).where(r.outcome == constant(RunOutcome.RUNNING.value))
     ).all()
     host = this_host()
     closed: list[int] = []
@@ -157,7 +160,7 @@ def close_abandoned_runs(connection: Connection, now: datetime) -> list[Maintena
             continue
         changed = connection.execute(
             sa.update(maintenance_runs)
-            .where(r.run_id == run.run_id, r.outcome == RunOutcome.RUNNING.value)
+            .where(r.run_id == run.run_id, r.outcome == constant(RunOutcome.RUNNING.value))
             .values(
                 outcome=RunOutcome.ABANDONED.value,
                 ended_at=max(now, run.started_at),
@@ -396,7 +399,7 @@ def previous_run_counts(
         sa.select(r.parameters, r.counts)
         .where(
             r.kind == kind.value,
-            r.outcome == RunOutcome.SUCCEEDED.value,
+            r.outcome == constant(RunOutcome.SUCCEEDED.value),
             r.run_id < before_run_id,
         )
         .order_by(r.run_id.desc())
