@@ -22,11 +22,11 @@ from state_runtime.store.disk_runs import (
     LOCAL_DISK,
     DiskRun,
     RunWriter,
-    merge,
     spilled,
     written,
 )
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.run_merges import merge
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.versions import MEMO_FRACTION
 

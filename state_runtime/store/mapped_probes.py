@@ -9,9 +9,11 @@ file is mapped read-only; the probes, grouped by the block their fences name, ar
 binary-searched together (one vectorised search over every block's index column, which
 lies in the file as plain int64 words: :func:`index_words`), and the values (and, where the
 index key cannot settle it, the keys) of the rows found are taken by Arrow from zero-copy
-views of the blocks that hold them. The blocks are visited in groups of at most the spill
-threshold's bytes. A dense group (at least as many probes as blocks it spans) has its pages
-mapped in one call (``MADV_POPULATE_READ``); a sparse one lets the pages its probes touch
+views of the blocks that hold them, block by block. The blocks are visited in groups
+spanning at most the larger of the spill threshold and 8 MiB (``LocalDisk.map_window``: a
+fixed overhead, since each group costs a few calls whatever its size). A dense group (at
+least as many probes as blocks it spans) has its pages mapped in one call
+(``MADV_POPULATE_READ``); a sparse one lets the pages its probes touch
 fault in, so a few probes far apart never map the pages between them. The pages a group
 touched are dropped from the process (``MADV_DONTNEED``) before the next: the resident set
 grows by at most a group, whatever the run's size. The pages stay in the operating system's
@@ -208,18 +210,28 @@ def _values(
     """For probes ``group`` whose index key is at row ``pos`` of block ``b`` (``b`` sorted):
     which of them hold their key there (a mask), the values of those, and the positions in
     ``group`` of those that do not (another key with the same index key)."""
-    touched, first = np.unique(b, return_index=True)
+    touched, chunk = np.unique(b, return_inverse=True)
     batches = [reader.get_batch(int(t)) for t in touched.tolist()]
-    sizes = np.array([batch.num_rows for batch in batches], dtype=np.int64)
-    before = np.r_[0, np.cumsum(sizes)[:-1]]
-    chunk = np.repeat(np.arange(len(touched)), np.diff(np.r_[first, len(b)]))
-    at = pa.array(before[chunk] + pos, type=pa.int64())
     kept = np.ones(len(group), dtype=bool)
     unsure = np.flatnonzero(index[group] == INT64_MIN) if indexer.exact else np.arange(len(b))
     if len(unsure):
-        stored = pa.chunked_array([batch.column(1) for batch in batches]).take(at.take(unsure))
+        stored = _gathered([batch.column(1) for batch in batches], chunk[unsure], pos[unsure])
         probe_keys = keys.take(pa.array(rows[group[unsure]], type=pa.int64()))
-        kept[unsure] = indexer.same(stored.combine_chunks(), probe_keys)
-    held = pa.chunked_array([batch.column(2) for batch in batches])
-    taken = held.take(at.filter(pa.array(kept))).combine_chunks()
+        kept[unsure] = indexer.same(stored, probe_keys)
+    taken = _gathered([batch.column(2) for batch in batches], chunk[kept], pos[kept])
     return kept, taken, np.flatnonzero(~kept)
+
+
+def _gathered(columns: list[pa.Array], chunk: np.ndarray, pos: np.ndarray) -> pa.Array:
+    """Row ``pos[i]`` of ``columns[chunk[i]]`` for each ``i`` (``chunk`` sorted), taken
+    block by block: Arrow's take over a chunked array of structs copies its chunks into one
+    array first, and over the blocks of a mapped file that copy cost more than the take
+    (measured: 2.6 ms for 8 blocks against 30 us a block taken alone)."""
+    cuts = np.searchsorted(chunk, np.arange(len(columns) + 1)).tolist()
+    at = pa.array(pos, type=pa.int64())
+    parts = [
+        column.take(at.slice(lo, hi - lo))
+        for column, lo, hi in zip(columns, cuts[:-1], cuts[1:], strict=True)
+        if hi > lo
+    ]
+    return pa.concat_arrays(parts) if parts else columns[0].slice(0, 0)
