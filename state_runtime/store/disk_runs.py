@@ -34,6 +34,7 @@ import pyarrow as pa
 from state_runtime.errors import InvalidArgument, LocalDiskFull, StateStoreError
 from state_runtime.settings import WorkerSettings
 from state_runtime.store.arrow_rows import Row
+from state_runtime.store.field_words import FieldWords
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.mapped_probes import find_mapped, index_words
 from state_runtime.store.sorted_runs import Run, concat, run_of
@@ -232,6 +233,7 @@ class DiskRun:
         self._lock = threading.Lock()
         self._file = pa.OSFile(path, "rb")  # plain reads: the blocks we drop leave memory
         self._reader = pa.ipc.open_file(self._file)
+        self._fields = FieldWords.of(self.value_type, len(firsts))
         weakref.finalize(self, _close_and_delete, self._file, path, file_bytes)
 
     def __len__(self) -> int:
@@ -239,9 +241,11 @@ class DiskRun:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held in memory: the fence index (blocks count in the block cache)."""
+        """Bytes held in memory: the fence index and where value fields lie (blocks count
+        in the block cache)."""
         fences = (self._firsts, self._lasts, self._offsets, self._starts)
-        return sum(int(fence.nbytes) for fence in fences)
+        words = self._fields.nbytes if self._fields is not None else 0
+        return sum(int(fence.nbytes) for fence in fences) + words
 
     @property
     def key_type(self) -> pa.DataType:
@@ -311,6 +315,7 @@ class DiskRun:
             indexer,
             (index, keys, rows),
             LOCAL_DISK.map_window(),
+            self._fields,
         )
         LOCAL_DISK.count_block_reads(len(np.unique(blocks[blocks >= 0])))
         for p in clashes.tolist():  # hashed keys that collide: searched in their block

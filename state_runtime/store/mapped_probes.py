@@ -33,6 +33,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+from state_runtime.store.field_words import FieldWords
 from state_runtime.store.keys import INT64_MIN, KeyIndexer
 
 MADV_POPULATE_READ = 22
@@ -148,15 +149,17 @@ def find_mapped(
     indexer: KeyIndexer,
     wanted: tuple[np.ndarray, pa.StructArray, np.ndarray],
     group_bytes: int,
+    fields: FieldWords | None,
 ) -> tuple[np.ndarray, list[np.ndarray], list[pa.Array], np.ndarray]:
     """The probes ``wanted``: index keys ``index`` and keys ``keys[rows[i]]``, in the run
     file at ``path`` whose blocks start at rows ``offsets`` and index words ``starts``, each
-    probe in block ``blocks[i]`` (-1: none).
+    probe in block ``blocks[i]`` (-1: none); the values of blocks whose ``fields`` are
+    learnt are read as words, the others' through Arrow (which learns them).
 
     Returns each probe's row in the run or -1, then the probes found and their values in
     pieces, and the probes whose index key matched a row with another key (a collision of
     hashed keys: the caller searches those in their blocks; their row here is -1)."""
-    index, keys, rows = wanted
+    index = wanted[0]
     found = np.full(len(index), -1, dtype=np.int64)
     probes: list[np.ndarray] = []
     values: list[pa.Array] = []
@@ -173,6 +176,7 @@ def find_mapped(
         whole = pa.py_buffer(mapping)
         words = np.frombuffer(mapping, dtype=np.int64, count=len(mapping) // 8)
         reader = pa.ipc.open_file(whole)
+        source = (reader, whole.address)
         try:
             lo = 0
             for hi in bounds.tolist():  # every group holds a probe
@@ -184,34 +188,46 @@ def find_mapped(
                 pos = _search(words, starts[b], n, index[group])
                 hit = (pos < n) & (words[starts[b] + np.minimum(pos, n - 1)] == index[group])
                 group, b, pos = group[hit], b[hit], pos[hit]
+                if fields is not None and indexer.exact:  # a key whose index key settles it
+                    quick = fields.known(b) & (index[group] != INT64_MIN)
+                    if quick.any():
+                        found[group[quick]] = offsets[b[quick]] + pos[quick]
+                        probes.append(group[quick])
+                        values.append(fields.gather(mapping, b[quick], pos[quick]))
+                        group, b, pos = group[~quick], b[~quick], pos[~quick]
                 if len(group):
-                    kept, taken, clash = _values(reader, indexer, b, pos, group, index, keys, rows)
+                    wanted_here = (b, pos, group)
+                    kept, taken, clash = _values(source, indexer, wanted_here, wanted, fields)
                     found[group[kept]] = offsets[b[kept]] + pos[kept]
                     probes.append(group[kept])
                     values.append(taken)
                     collided.append(group[clash])
                 _advise(mapping, MADV_DONTNEED, _touched(mapping, span))
         finally:
-            del whole, words, reader
+            del whole, words, reader, source
     clashes = np.concatenate(collided) if collided else np.empty(0, dtype=np.int64)
     return found, probes, values, clashes
 
 
 def _values(
-    reader: pa.ipc.RecordBatchFileReader,
+    source: tuple[pa.ipc.RecordBatchFileReader, int],
     indexer: KeyIndexer,
-    b: np.ndarray,
-    pos: np.ndarray,
-    group: np.ndarray,
-    index: np.ndarray,
-    keys: pa.StructArray,
-    rows: np.ndarray,
+    here: tuple[np.ndarray, np.ndarray, np.ndarray],
+    wanted: tuple[np.ndarray, pa.StructArray, np.ndarray],
+    fields: FieldWords | None,
 ) -> tuple[np.ndarray, pa.Array, np.ndarray]:
-    """For probes ``group`` whose index key is at row ``pos`` of block ``b`` (``b`` sorted):
-    which of them hold their key there (a mask), the values of those, and the positions in
-    ``group`` of those that do not (another key with the same index key)."""
+    """For probes ``group`` whose index key is at row ``pos`` of block ``b`` (``here``, ``b``
+    sorted): which of them hold their key there (a mask), the values of those, and the
+    positions in ``group`` of those that do not (another key with the same index key).
+    The blocks are read from ``source``'s reader over a mapping of the file at address
+    ``source[1]``; ``fields`` learns them."""
+    reader, base = source
+    b, pos, group = here
+    index, keys, rows = wanted
     touched, chunk = np.unique(b, return_inverse=True)
     batches = [reader.get_batch(int(t)) for t in touched.tolist()]
+    if fields is not None:
+        fields.learn(base, touched.tolist(), batches)
     kept = np.ones(len(group), dtype=bool)
     unsure = np.flatnonzero(index[group] == INT64_MIN) if indexer.exact else np.arange(len(b))
     if len(unsure):
