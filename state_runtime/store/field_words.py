@@ -54,7 +54,8 @@ class FieldWords:
 
     def known(self, blocks: np.ndarray) -> np.ndarray:
         """Whether each of ``blocks`` has been learnt."""
-        return self._at[blocks, 0] >= 0
+        known: np.ndarray = self._at[blocks, 0] >= 0
+        return known
 
     def learn(self, base: int, blocks: list[int], batches: list[pa.RecordBatch]) -> None:
         """Learn ``blocks`` from their record batches, zero-copy views of a mapping of the
