@@ -85,13 +85,14 @@ def arrow_stream(
 
 @contextlib.contextmanager
 def forced_disk(block_bytes: int = 64) -> Iterator[None]:
-    """Every run of a store goes to local disk, in blocks of a few rows (a tiny budget)."""
-    saved = LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes
-    LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes = 0, block_bytes
+    """Every run of a store goes to local disk, in blocks of a few rows (a tiny budget), and
+    a batch lookup maps at most the threshold at once."""
+    saved = LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes, LOCAL_DISK.map_bytes
+    LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes, LOCAL_DISK.map_bytes = 0, block_bytes, 0
     try:
         yield
     finally:
-        LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes = saved
+        LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes, LOCAL_DISK.map_bytes = saved
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -22,11 +23,11 @@ from state_runtime.store.disk_runs import (
     LOCAL_DISK,
     DiskRun,
     RunWriter,
-    merge,
     spilled,
     written,
 )
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.run_merges import merge
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.versions import MEMO_FRACTION
 
@@ -71,6 +72,46 @@ def test_a_run_on_disk_answers_as_in_memory() -> None:
         )
     assert len(values) == int((expected >= 0).sum()) >= 1500
     assert _rows(on_disk) == list(run.rows())
+
+
+def test_plain_values_are_read_as_words_once_their_block_is_learnt() -> None:
+    """Values of plain numbers (an int32 and a float64 field) in a run on disk with removals
+    in some blocks: the first batch lookup takes them through Arrow and learns where each
+    block's fields lie, the second reads the learnt blocks' values as words (no record batch
+    read for them), both equal to the run in memory; blocks holding a removal are never
+    learnt."""
+    indexer = KeyIndexer(KEY)
+    value_type = pa.struct([("a", pa.int32()), ("b", pa.float64())])
+    keys = np.arange(0, 40_000, 2, dtype=np.int64)
+    removed = (keys // 2) % 997 == 0  # a removal every 997 rows: some blocks hold one
+    a = pa.array((keys % 1000).astype(np.int32))
+    b = pa.array(keys * 0.5)
+    values = pa.StructArray.from_arrays([a, b], fields=list(value_type), mask=pa.array(removed))
+    key_array = pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY))
+    run = Run.build(indexer, key_array, values)[0]
+    with forced_disk(block_bytes=4096):
+        on_disk = spilled("s", run)
+    assert isinstance(on_disk, DiskRun) and on_disk.block_count > 40
+    probes = np.random.default_rng(3).integers(-10, 40_010, 6000)
+    probe_keys = pa.StructArray.from_arrays([pa.array(probes)], fields=list(KEY))
+    index = indexer.index(probe_keys)
+    expected, expected_values = run.find(indexer, index, probe_keys)
+    reads: list[int] = []
+    real_get_batch = pa.ipc.RecordBatchFileReader.get_batch
+    answers = []
+    for _ in range(2):
+        reads.clear()
+        with mock.patch.object(
+            pa.ipc.RecordBatchFileReader,
+            "get_batch",
+            lambda self, i: reads.append(i) or real_get_batch(self, i),
+        ):
+            found, got = on_disk.find(indexer, index, probe_keys)
+        assert (found == expected).all() and got.equals(expected_values)
+        answers.append(sorted(set(reads)))
+    holding_removals = {blk for blk in range(on_disk.block_count) if on_disk.block(blk).removals}
+    assert len(answers[0]) == on_disk.block_count  # every block touched, read once
+    assert set(answers[1]) == holding_removals and holding_removals
 
 
 @pytest.fixture(scope="module")

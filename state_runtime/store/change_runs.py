@@ -12,8 +12,9 @@ runs are squashed in memory, as before.
 
 from __future__ import annotations
 
-from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, merge, spilled
+from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, spilled
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.run_merges import merge
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.versions import squash
 

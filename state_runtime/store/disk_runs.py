@@ -34,6 +34,7 @@ import pyarrow as pa
 from state_runtime.errors import InvalidArgument, LocalDiskFull, StateStoreError
 from state_runtime.settings import WorkerSettings
 from state_runtime.store.arrow_rows import Row
+from state_runtime.store.field_words import FieldWords
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.mapped_probes import find_mapped, index_words
 from state_runtime.store.sorted_runs import Run, concat, run_of
@@ -45,6 +46,10 @@ BLOCK_BYTES = 64 << 10
 SPILL_FRACTION = 4
 """A run larger than 1/SPILL_FRACTION of the budget goes to disk; the block cache holds as
 much."""
+
+MAP_BYTES = 8 << 20
+"""Bytes of a run file a batch lookup may map at once whatever the budget: a fixed part of a
+worker's overhead, so that a small budget does not split a lookup into many groups."""
 
 
 @dataclass
@@ -69,6 +74,8 @@ class LocalDisk:
         self.spill_bytes: int | None = None
         """If set, the run size past which runs spill (tests force disk with 0)."""
         self.block_bytes = BLOCK_BYTES
+        self.map_bytes = MAP_BYTES
+        """The least a batch lookup maps at once (tests of the tiny budget set 0)."""
         self.budget: Callable[[], int] = lambda: WorkerSettings.from_env().cache_bytes
         """The process's memory budget (:mod:`state_runtime.store.cache` sets its own)."""
         self.stats = DiskStats()
@@ -100,6 +107,11 @@ class LocalDisk:
         if self.spill_bytes is not None:
             return self.spill_bytes
         return self.budget() // SPILL_FRACTION
+
+    def map_window(self) -> int:
+        """Bytes of a run file a batch lookup maps at once at most: the threshold, and at
+        least :attr:`map_bytes` (:mod:`~state_runtime.store.mapped_probes`)."""
+        return max(self.threshold(), self.map_bytes)
 
     def free_bytes(self) -> int:
         return shutil.disk_usage(self.directory).free
@@ -221,6 +233,7 @@ class DiskRun:
         self._lock = threading.Lock()
         self._file = pa.OSFile(path, "rb")  # plain reads: the blocks we drop leave memory
         self._reader = pa.ipc.open_file(self._file)
+        self._fields = FieldWords.of(self.value_type, len(firsts))
         weakref.finalize(self, _close_and_delete, self._file, path, file_bytes)
 
     def __len__(self) -> int:
@@ -228,9 +241,11 @@ class DiskRun:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held in memory: the fence index (blocks count in the block cache)."""
+        """Bytes held in memory: the fence index and where value fields lie (blocks count
+        in the block cache)."""
         fences = (self._firsts, self._lasts, self._offsets, self._starts)
-        return sum(int(fence.nbytes) for fence in fences)
+        words = self._fields.nbytes if self._fields is not None else 0
+        return sum(int(fence.nbytes) for fence in fences) + words
 
     @property
     def key_type(self) -> pa.DataType:
@@ -299,7 +314,8 @@ class DiskRun:
             blocks,
             indexer,
             (index, keys, rows),
-            LOCAL_DISK.threshold(),
+            LOCAL_DISK.map_window(),
+            self._fields,
         )
         LOCAL_DISK.count_block_reads(len(np.unique(blocks[blocks >= 0])))
         for p in clashes.tolist():  # hashed keys that collide: searched in their block
@@ -538,62 +554,3 @@ def spilled(store: object | None, run: AnyRun) -> AnyRun:
     if not len(run):
         return run
     return written(store, [run], run.keys.type, run.values.type, run.nbytes, compaction=False)
-
-
-def merge_blocks(
-    indexer: KeyIndexer,
-    older: Iterable[Run],
-    newer: Iterable[Run],
-    *,
-    drop_removals: bool,
-) -> Iterator[Run]:
-    """``older`` overlaid by ``newer`` (both blocks in index order), in pieces in index order.
-
-    Rows up to the smaller of the two current blocks' last index keys are complete on both
-    sides (equal index keys never straddle blocks), so they merge; the rest waits.
-    """
-    olds, news = iter(older), iter(newer)
-    old, new = next(olds, None), next(news, None)
-    empty: Run | None = None
-    while old is not None or new is not None:
-        if old is not None and not len(old):
-            old = next(olds, None)
-            continue
-        if new is not None and not len(new):
-            new = next(news, None)
-            continue
-        if old is None or new is None:
-            rest = old if old is not None else new
-            assert rest is not None
-            if empty is None:
-                empty = Run.empty(rest.keys.type, rest.values.type)
-            if old is not None:
-                yield rest.merged_with(indexer, empty, drop_removals=drop_removals)
-                old = next(olds, None)
-            else:
-                yield empty.merged_with(indexer, rest, drop_removals=drop_removals)
-                new = next(news, None)
-            continue
-        t = min(old.index[-1], new.index[-1])
-        o = int(np.searchsorted(old.index, t, side="right"))
-        n = int(np.searchsorted(new.index, t, side="right"))
-        yield old.slice(0, o).merged_with(indexer, new.slice(0, n), drop_removals=drop_removals)
-        old = old.slice(o, len(old)) if o < len(old) else next(olds, None)
-        new = new.slice(n, len(new)) if n < len(new) else next(news, None)
-
-
-def merge(
-    indexer: KeyIndexer, older: AnyRun, newer: AnyRun, *, drop_removals: bool, store: object | None
-) -> AnyRun:
-    """``older`` overlaid by ``newer``: in memory if both are, else streamed to disk; over
-    an empty ``older``, ``newer`` itself when it has no removal to drop (a store's first
-    version on disk is not written twice)."""
-    if not len(older) and not (drop_removals and newer.removals):
-        return spilled(store, newer) if isinstance(newer, Run) else newer
-    if isinstance(older, Run) and isinstance(newer, Run):
-        return spilled(store, older.merged_with(indexer, newer, drop_removals=drop_removals))
-    pieces = merge_blocks(indexer, older.blocks(), newer.blocks(), drop_removals=drop_removals)
-    first = older if isinstance(older, DiskRun) else newer
-    assert isinstance(first, DiskRun)
-    needed = held_bytes(older) + held_bytes(newer)
-    return written(first.store, pieces, first.key_type, first.value_type, needed, compaction=True)

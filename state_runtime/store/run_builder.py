@@ -17,8 +17,9 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, RunWriter, merge_blocks, written
+from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, RunWriter, written
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.run_merges import merge_blocks
 from state_runtime.store.sorted_runs import Run, concat
 
 FAN_IN = 16

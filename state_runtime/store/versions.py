@@ -20,8 +20,9 @@ import pyarrow as pa
 from state_runtime.identity import CheckpointRef
 from state_runtime.store.arrow_rows import Row, to_python
 from state_runtime.store.checkpoint_format import BATCH_BYTES
-from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, merge, merge_blocks, spilled
+from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, spilled
 from state_runtime.store.keys import INT64_MIN, KeyIndexer, freeze
+from state_runtime.store.run_merges import merge, merge_blocks
 from state_runtime.store.sorted_runs import Run, concat
 
 COMPACT_FRACTION = 4
