@@ -15,7 +15,8 @@ the pandas and the Row form) runs every workload in its own process (one JVM per
 Per-batch latency is Spark's ``triggerExecution`` duration. Prints the first batch, median
 and p90 per engine and workload and the ratios (Spark / ours, in the same form); for our
 engines also the slowest state partition's task per batch (``max_task_ms`` of the catalog's
-batch metrics: the rest of a batch is outside the operator). ``--quick`` is a short run.
+batch metrics: the rest of a batch is outside the operator) and the catalog's commit.
+``--quick`` is a short run.
 
 The baseline ``ours-mgws`` runs the ``value`` workload's count on our older operator,
 ``map_groups_with_state``, in the same run. ``floor`` runs, on the ``value`` workload's
@@ -167,9 +168,7 @@ def write_inputs(folder: Path, keys: int, batches: int, updates: int) -> None:
     spark.stop()
 
 
-def run_engine(
-    engine: str, workloads: list[str], work: Path, partitions: int, rows: int
-) -> None:
+def run_engine(engine: str, workloads: list[str], work: Path, partitions: int, rows: int) -> None:
     """Print each workload's per-data-batch seconds on ``engine`` (``latencies``; for ours
     also ``tasks``, the slowest task's seconds) and 1-minute loads as a JSON line, one
     session for all; each stream stopped once its data batches hold the input's ``rows``."""
@@ -249,8 +248,13 @@ def run_engine(
             with Catalog.open(query.catalog_url) as catalog:
                 recorded = catalog.batch_metrics(query.root, workload, limit=10_000)
             query.catalog.close()
-            tasks = {m.batch_id: m.metrics.extra["max_task_ms"] / 1000 for m in recorded}
-            results[workload]["tasks"] = [tasks[p.batchId] for p in progress]
+            by_batch = {m.batch_id: m.metrics for m in recorded}
+            results[workload]["tasks"] = [
+                by_batch[p.batchId].extra["max_task_ms"] / 1000 for p in progress
+            ]
+            results[workload]["catalog commit"] = [
+                by_batch[p.batchId].commit_ms / 1000 for p in progress
+            ]
         print(json.dumps({"workload": workload, **results[workload]}), flush=True)
     spark.stop()
 
@@ -337,7 +341,7 @@ def main() -> None:
                 f"{workload:<10}{engine:<16}{first:>10.2f}{median:>10.2f}{p90:>10.2f}"
                 f"  load {min(loads):.0f} to {max(loads):.0f}"
             )
-            for part in ("tasks", *PARTS):
+            for part in ("tasks", "catalog commit", *PARTS):
                 if part in runs[engine][workload]:
                     first, median, p90 = _figures(runs[engine][workload][part])
                     label = "  slowest task" if part == "tasks" else f"  {part}"

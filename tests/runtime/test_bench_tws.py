@@ -34,5 +34,5 @@ def test_the_timers_workload_ends_on_every_engine_after_its_data_batches() -> No
         # the first file and two update files: three data batches, no no-data batch
         assert len(figures["latencies"]) == len(figures["loads"]) == 3, engine
         assert all(s > 0 for s in figures["latencies"]), engine
-    assert len(runs["ours-row"]["tasks"]) == 3
+    assert len(runs["ours-row"]["tasks"]) == len(runs["ours-row"]["catalog commit"]) == 3
     assert "timers    spark-row" in done.stdout and "Spark / ours (row)" in done.stdout
