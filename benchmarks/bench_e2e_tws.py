@@ -10,10 +10,14 @@ about a tenth of the keys per batch).
 
 The same input for every run: one file with each of ``--keys`` keys once (builds the state),
 then ``--batches`` files of ``--updates`` random keys; a file-source stream reads one file per
-micro-batch (``availableNow``) into a ``noop`` sink. Each engine (ours and Spark's, each in
-the pandas and the Row form) runs every workload in its own process (one JVM per engine).
-Per-batch latency is Spark's ``triggerExecution`` duration. Prints the first batch, median
-and p90 per engine and workload and the ratios (Spark / ours, in the same form); for our
+micro-batch (``availableNow``) into a ``noop`` sink; each stream is stopped once its data
+batches have read every input row (Spark runs no-data batches without end while
+processing-time timers are pending), and only data batches count, for every engine. Each
+engine (ours and Spark's, each in the pandas and the Row form) runs the workloads one after
+another in its own process (one JVM per engine): only the first workload's first batch
+starts the Python workers. Per-batch latency is Spark's ``triggerExecution`` duration, with
+the 1-minute load when the batch was seen. Prints the first batch, median and p90 per engine
+and workload and the ratios (Spark / ours, in the same form); for our
 engines also the slowest state partition's task per batch (``max_task_ms`` of the catalog's
 batch metrics: the rest of a batch is outside the operator) and the catalog's commit.
 ``--quick`` is a short run.
@@ -355,9 +359,14 @@ def main() -> None:
                     f"p90 {theirs[2] / ours[2]:.1f}x"
                 )
             if floor and theirs:  # no engine of this shape goes below the floor's batch
+                # first batches compare only in each session's first workload: later ones
+                # start with the Python workers and the JVM warm
+                first = (
+                    f"first batch {theirs[0] / floor[0]:.1f}x, " if workload == workloads[0] else ""
+                )
                 print(
                     f"{workload:<10}Spark ({form}) / floor, the most any engine reaches: "
-                    f"first batch {theirs[0] / floor[0]:.1f}x, median {theirs[1] / floor[1]:.1f}x"
+                    f"{first}median {theirs[1] / floor[1]:.1f}x"
                 )
 
 
