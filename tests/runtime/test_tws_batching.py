@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pytest
+from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
     StatefulProcessorHandle,
@@ -64,8 +65,12 @@ class Task:
     """One state partition of a ``transform_with_state`` operator, a committed version of
     each store per batch."""
 
-    def __init__(self, tmp_path: Path, processor: StatefulProcessor, output: str) -> None:
-        self.op: StatefulOperator = transform_with_state(0, ["k"], "k string", processor, output, 1)
+    def __init__(
+        self, tmp_path: Path, processor: StatefulProcessor, output: str, pandas: bool = True
+    ) -> None:
+        self.op: StatefulOperator = transform_with_state(
+            0, ["k"], "k string", processor, output, 1, pandas=pandas
+        )
         storage = open_storage(str(tmp_path))
         self.providers = {
             s.name: StateStoreProvider(
@@ -113,6 +118,47 @@ def test_reads_within_a_batch_see_its_writes(tmp_path: Path) -> None:
         {"k": "a", "n": 3, "listed": "2", "odd": 8},
         {"k": "b", "n": 4, "listed": "1", "odd": 4},
     ]
+
+
+class Shapes(StatefulProcessor):
+    """Row form: each input row back in the shape its amount picks: a Row in the output's
+    field order, a Row in another order, a tuple, a Row of a ``Row(*names)`` factory."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        for row in rows:
+            assert row.asDict() == {"k": key[0], "amount": row.amount}
+            k, n = row.k, row.amount
+            yield [
+                Row(k=k, amount=n, shape="row"),
+                Row(shape="reordered", amount=n, k=k),
+                (k, n, "tuple"),
+                Row("k", "amount", "shape")(k, n, "factory"),
+            ][n % 4]
+
+
+@pytest.mark.parametrize(
+    "amounts",
+    [[0, 4], [2, 6], [1, 5], [3, 7], [0, 1, 2, 3]],
+    ids=["rows", "tuples", "reordered", "factory", "mixed"],
+)
+def test_row_outputs_of_every_shape_become_the_output_table(
+    tmp_path: Path, amounts: list[int]
+) -> None:
+    """Rows in the output's order and tuples go in by column, others by name (one path each
+    batch): the table is the same either way."""
+    task = Task(tmp_path, Shapes(), "k string, amount bigint, shape string", pandas=False)
+    shapes = ["row", "reordered", "tuple", "factory"]
+    rows = [(f"k{a}", a) for a in amounts]
+    assert task.batch(rows) == [{"k": k, "amount": a, "shape": shapes[a % 4]} for k, a in rows]
+
+
+def test_a_row_output_of_another_width_is_refused(tmp_path: Path) -> None:
+    task = Task(tmp_path, Shapes(), "k string, amount bigint", pandas=False)
+    with pytest.raises(ValueError, match="zip"):
+        task.batch([("k2", 2)])
 
 
 class RunningCount(StatefulProcessor):
