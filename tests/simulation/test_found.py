@@ -684,3 +684,24 @@ def test_a_warm_worker_passes_over_a_corrupt_delta_its_snapshot_replaces(
     )
     assert machine.model.last == 2
     assert machine.model.partitions == (3 if repartition else 2)
+
+
+def test_a_restore_passes_over_a_missing_snapshot_to_the_deltas_below() -> None:
+    """Found by i34-found's probe of the storage's clock (not a clock defect: shrunk by
+    removing steps from 33 to 4, none of them a clock step): batch 1 changes nothing (store
+    1's version 2 keeps version 1's id), a snapshot pass inside batch 2 writes version 2's
+    snapshot, and it is deleted. Version 2 loads from version 1's delta (the loader passes
+    over a snapshot it does not find), yet the restore to batch 1 was refused: the plan took
+    the catalog's chain (the snapshot) as the only one. It now passes over a base snapshot
+    storage no longer has, or has damaged, to the chain below, as the loader does."""
+    replay(
+        [
+            ("raced_batch", {"at": "begun", "changes": {}, "chore": "cleanup"}),
+            (
+                "raced_batch",
+                {"at": "written", "changes": {0: {"a": None}, 1: {"d": None}}, "chore": "snapshot"},
+            ),
+            ("damage", {"pick": 4, "corrupt": False}),  # store 1's version 2 snapshot
+            ("restore", {"back": 1, "allow_lost_state": False, "zero": False}),
+        ]
+    )
