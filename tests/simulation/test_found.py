@@ -5,8 +5,9 @@ The idle-version and encoded-root cases are issue 34's defects, fixed by the idl
 defects34 branches, the cases after every store restarted, fixed by restart-all, the
 stale problem after a replay, fixed by i34-problem, and the restore after a failed validation,
 fixed by i34-findings, the retained versions of a store a repartition dropped, fixed by
-i34-sim, and a warm worker failing on a corrupt delta a snapshot replaces, fixed by i34-found;
-each failed before its fix.
+i34-sim, and a warm worker failing on a corrupt delta a snapshot replaces and a restore refused
+over a missing snapshot whose deltas load the version, fixed by i34-found; each failed before
+its fix.
 """
 
 from __future__ import annotations
