@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from state_runtime import StateStoreProvider
+from state_runtime import LoadSource, StateStoreProvider
 from state_runtime.errors import (
     CannotLoadState,
     CheckpointFileCorrupt,
@@ -122,6 +122,43 @@ def test_corrupt_snapshot_without_a_way_around_is_a_typed_error(storage: Storage
     with pytest.raises(CheckpointFileCorrupt) as err:
         provider_for(storage).get_read_store(3, v3.checkpoint_id)
     assert err.value.path == snap.path
+
+
+@pytest.mark.parametrize("damaged_version", [3, 2])
+def test_a_cached_copy_passes_over_a_corrupt_delta_a_snapshot_replaces(
+    storage: Storage, damaged_version: int
+) -> None:
+    """A provider caching version 1 loads version 3 as a fresh one does: through version 3's
+    snapshot (its own delta corrupt) or version 2's (the parent's delta corrupt), never
+    failing on a delta the snapshot replaces (found by the simulation: a repartition's warm
+    worker failed on it where every load from files succeeded); the repair names the file."""
+    versions = _three_versions(storage)
+    behind = provider_for(storage)
+    assert state_of(behind, versions[0]) == {"a": 1}  # behind caches version 1
+    damaged = versions[damaged_version - 1]
+    provider_for(storage).snapshot(damaged_version, damaged.checkpoint_id)
+    data = bytearray(storage.read(damaged.path))
+    data[len(data) // 2] ^= 0xFF
+    _replace(storage, damaged.path, bytes(data))
+    assert state_of(provider_for(storage), versions[2]) == {"a": 1, "b": 2, "c": 3}
+    store = behind.get_read_store(3, versions[2].checkpoint_id)
+    assert {k[0]: v[0] for k, v in store.items()} == {"a": 1, "b": 2, "c": 3}
+    assert store.metrics.load.source is LoadSource.FILES
+    assert [r for r in store.metrics.load.repairs if damaged.path in r]
+
+
+def test_a_cached_copy_fails_on_a_corrupt_delta_as_a_fresh_load_does(storage: Storage) -> None:
+    """Without a snapshot around it, a corrupt delta fails a warm load with the same typed
+    error, naming the same file, as a load from files."""
+    v1, v2, v3 = _three_versions(storage)
+    behind = provider_for(storage)
+    assert state_of(behind, v1) == {"a": 1}
+    data = bytearray(storage.read(v2.path))
+    data[len(data) // 2] ^= 0xFF
+    _replace(storage, v2.path, bytes(data))
+    with pytest.raises(CheckpointFileCorrupt, match="checksum mismatch") as err:
+        behind.get_read_store(3, v3.checkpoint_id)
+    assert err.value.path == v2.path
 
 
 def test_negative_version_and_unknown_id(storage: Storage) -> None:

@@ -307,26 +307,40 @@ def _committed_with(
 
 
 def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified) -> str | None:
+    """Why version ``ref`` of the store does not load from the files kept (None: it loads).
+
+    The chain is the catalog's, each file read: a base snapshot storage no longer has, or has
+    damaged, is passed over for the chain below it, as the loader passes over it; the store is
+    lost only when no chain is left, and then the snapshot is named if one was passed over."""
     if ref.version == 0:
         return None
     files = checked.store_files(fleet, key)
     facts = _judged_now(fleet, key.root, files, ref.version, checked)
-    if not intact(facts, ref.version, checked.idle_versions(fleet, key)):
-        return (
-            f"the catalog has no complete chain of files for version {ref.version} of store "
-            f"{key} (deleted or failed files)"
-        )
     by_path = {f.path: f for f in files}
-    for fact in loading_files(facts, ref.version):
-        record = by_path[fact.path]
-        problem = checked.problem(fleet, key.root, record)
-        if problem is not None:
-            return (
+    passed_over: str | None = None
+    while intact(facts, ref.version, checked.idle_versions(fleet, key)):
+        for fact in loading_files(facts, ref.version):
+            record = by_path[fact.path]
+            problem = checked.problem(fleet, key.root, record)
+            if problem is None:
+                continue
+            why = (
                 f"the catalog recorded {record.path} for version {record.version} of store "
                 f"{record.key}, and storage "
                 f"{'no longer has it' if problem == MISSING else 'has: ' + problem}"
             )
-    return None
+            if fact.kind is not FileKind.SNAPSHOT:
+                return why
+            passed_over = passed_over or why
+            failed = replace(fact, verification=Verification.FAILED)
+            facts = [failed if f.path == fact.path else f for f in facts]
+            break
+        else:
+            return None
+    return passed_over or (
+        f"the catalog has no complete chain of files for version {ref.version} of store "
+        f"{key} (deleted or failed files)"
+    )
 
 
 def _judged_now(

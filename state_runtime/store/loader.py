@@ -102,22 +102,25 @@ class VersionLoader:
 
     def load(self, ref: CheckpointRef, metrics: LoadMetrics, *, warm: bool) -> Version:
         """Version ``ref`` (not cached): rolled forward from a cached ancestor if ``warm`` and
-        one is on its lineage, else from files."""
+        one is on its lineage, else from files (also when a delta the roll forward needs is
+        unusable: a load from files reads a version's snapshot before its delta, so a warm
+        load fails only where a cold one does)."""
         target = None
         if warm:
             same = self._cached_unchanged(ref)
             if same is not None:  # a version without a file, on top of a cached one
                 metrics.source = LoadSource.ROLL_FORWARD
                 return self._relabel(same, ref)
-            target = self.read(ref, FileKind.DELTA, metrics, missing_ok=True)
-        if target is not None:
             try:
-                rolled = self._roll_forward(target, metrics)
-            except LineageBroken as e:
+                target = self.read(ref, FileKind.DELTA, metrics, missing_ok=True)
+                rolled = None if target is None else self._roll_forward(target, metrics)
+            except CannotLoadState as e:
                 # A delta the cached copy would need was cleaned up (a newer snapshot replaced
-                # it): load from files instead.
+                # it) or is unusable (corrupt): the files may hold the version without it (a
+                # snapshot of it or of an ancestor, which a load from files reads first).
+                where = f"{e.path}: " if e.path else ""
                 metrics.repairs.append(
-                    f"cached copy cannot roll forward ({e.reason}); loaded from files"
+                    f"cached copy cannot roll forward ({where}{e.reason}); loaded from files"
                 )
                 rolled = None
             if rolled is not None:

@@ -4,8 +4,8 @@
 rules are batches (none, some or every store changing; replays, gaps, older batches; task,
 sink and driver failures), new query objects and driver processes, a schema change, restore,
 snapshot, cleanup, reconcile, the attempt and leftover sweeps, validation, repair and health
-at zero and default windows, clock steps (maintenance's, and the driver host's between and
-inside batches), torn writes, and a file deleted or corrupted. After
+at zero and default windows, clock steps (maintenance's, the driver host's between and
+inside batches, and the storage's), torn writes, and a file deleted or corrupted. After
 every step the invariants hold:
 
 - every retained committed version that loads equals the model (a version never loads wrong);
@@ -70,6 +70,7 @@ from tests.simulation.strategies import (
     clock_steps,
     failures,
     stages,
+    storage_clock_steps,
     weighted,
 )
 
@@ -434,6 +435,14 @@ class PlatformMachine(RuleBasedStateMachine):
         """The driver host's wall clock steps between batches: the catalog's clock, as the
         driver's connection reads it, must not follow it on PostgreSQL (on SQLite it does)."""
         self._step_driver_clock(step)
+
+    @rule(step=storage_clock_steps)
+    def storage_clock_step(self, step: timedelta) -> None:
+        """The storage's clock steps: the files written from now on (a batch's, a torn write)
+        carry its stamps, by which reconcile's in-flight cutoff and the leftover sweep age
+        what no catalog records yet; no invariant changes (a batch raced by a pass at the
+        default windows still commits: ``stepped_batch``)."""
+        self.platform.step_storage_clock(step)
 
     @rule(changes=batches, step=clock_steps, at=stages, chore=st.sampled_from([None, *CHORES]))
     def stepped_batch(self, changes: Batch, step: timedelta, at: Stage, chore: str | None) -> None:

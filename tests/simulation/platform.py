@@ -99,6 +99,10 @@ class Platform:
     driver_step: timedelta = timedelta(0)
     """How far the driver host's wall clock was stepped (``step_driver_clock``): its
     catalog connection's and its tasks' (the writers' stamps)."""
+    storage_step: timedelta = timedelta(0)
+    """How far the storage's clock was stepped (``step_storage_clock``): the modification
+    times of the files written since, which reconcile's in-flight cutoff and the leftover
+    sweep read."""
     spark_checkpoint: str | None = None
     """The stream's ``checkpointLocation`` the driver is given (``StatefulQuery``'s)."""
     routed: bool = False
@@ -155,6 +159,21 @@ class Platform:
         the driver sees it, is the driver's host's) and of the tasks it runs (in local mode,
         on its host), which stamp the files they write."""
         self.driver_step += step
+
+    def step_storage_clock(self, step: timedelta) -> None:
+        """The storage's clock steps (a file server's, apart from every host's): the files
+        written from now on carry its stamps, by which maintenance ages the files no catalog
+        records yet (a batch's before its commit, unfinished writes)."""
+        self.storage_step += step
+
+    def _stamp(self, paths: list[str]) -> None:
+        """Files just written, stamped by the storage's clock (a local file takes its host's
+        time, so the step is set on it)."""
+        if not self.storage_step:
+            return
+        stamp = time.time() + self.storage_step.total_seconds()
+        for path in paths:
+            os.utime(self.folder / self.root_name / path, (stamp, stamp))
 
     @contextmanager
     def _on_driver_host(self) -> Iterator[None]:
@@ -358,6 +377,7 @@ class Platform:
                 continue
             notes = pa.Table.from_batches(out).column(REPORT_COLUMN).drop_null().to_pylist()
             reports += [TaskReport.from_json(n) for n in notes]
+        self._stamp([r.info.path for r in reports if r.info.has_file])
         if failure is not None:
             raise failure
         return reports
@@ -466,12 +486,13 @@ class Platform:
             self.storage.write_if_absent(path, bytes(data))
 
     def torn_write(self, partition: int, age: timedelta) -> None:
-        """An unfinished write a crashed writer left ``age`` ago in a store's folder."""
+        """An unfinished write a crashed writer left ``age`` ago in a store's folder (as
+        maintenance's clock sees it, stamped by the storage's)."""
         folder = self.folder / self.root_name / StoreId(0, partition).directory
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f".tmp-{uuid.uuid4().hex[:8]}.part"
         path.write_bytes(b"half a delta")
-        stamp = (self.now() - age).timestamp()
+        stamp = (self.now() + self.storage_step - age).timestamp()
         os.utime(path, (stamp, stamp))
 
 

@@ -3,7 +3,7 @@ tests/s3_fixtures.py), with the same catalog, rules and invariants as on local f
 
 What differs is S3's own: files are objects (a corrupt file is an object written anew), and an
 unfinished write is an incomplete multipart upload, which S3 dates itself (a torn write is
-always fresh)."""
+always fresh), and the storage's clock never steps."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ class S3Platform(Platform):
         """The root's URI names the bucket, not moto's endpoint: maintenance is handed the
         storage the driver opened."""
         return Fleet(self.catalog, owner="simulation", open_storage=lambda _: self.storage)
+
+    def step_storage_clock(self, step: timedelta) -> None:
+        """S3 dates its objects by its own clock, which the simulation cannot step."""
 
     def torn_write(self, partition: int, age: timedelta) -> None:
         """A multipart upload a killed writer never completed (S3 dates it: ``age`` is not

@@ -24,6 +24,18 @@ failures = st.sampled_from([None, None, None, None, "task", "sink", "driver"])
 clock_steps = st.sampled_from(
     [timedelta(minutes=-30), timedelta(minutes=10), timedelta(hours=2), timedelta(days=8)]
 )
+storage_clock_steps = st.sampled_from(
+    [
+        timedelta(minutes=-30),
+        timedelta(hours=-2),
+        timedelta(days=-8),
+        timedelta(minutes=10),
+        timedelta(hours=2),
+        timedelta(days=8),
+    ]
+)
+"""The storage's clock is a file server's, apart from the hosts': it may be far behind too
+(files written now look older than the grace)."""
 stages = st.sampled_from(["begun", "written"])
 """Where in a batch another step runs: after its intent, or after its tasks wrote."""
 CHORES = ("snapshot", "cleanup", "reconcile", "sweep_attempts")

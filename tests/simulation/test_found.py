@@ -4,8 +4,10 @@
 The idle-version and encoded-root cases are issue 34's defects, fixed by the idle-commits and
 defects34 branches, the cases after every store restarted, fixed by restart-all, the
 stale problem after a replay, fixed by i34-problem, and the restore after a failed validation,
-fixed by i34-findings, and the retained versions of a store a repartition dropped, fixed by
-i34-sim; each failed before its fix.
+fixed by i34-findings, the retained versions of a store a repartition dropped, fixed by
+i34-sim, and a warm worker failing on a corrupt delta a snapshot replaces and a restore refused
+over a missing snapshot whose deltas load the version, fixed by i34-found; each failed before
+its fix.
 """
 
 from __future__ import annotations
@@ -622,5 +624,61 @@ def test_a_restore_that_restarts_a_partition_a_repartition_added() -> None:
             ),
             ("sweep_attempts", {"zero": False}),
             ("restore", {"allow_lost_state": True, "back": 0, "zero": True}),
+        ]
+    )
+
+
+BOTH_STORES = {0: {"a": 1}, 1: {"b": 1}}
+"""A batch in which both stores change (each writes a delta)."""
+
+
+@pytest.mark.parametrize("repartition", [True, False])
+def test_a_warm_worker_passes_over_a_corrupt_delta_its_snapshot_replaces(
+    repartition: bool,
+) -> None:
+    """Found (make soak at 226f63a, a repartition failing on a corrupt delta, 59 steps;
+    shrunk to 12 by removing steps, then rebuilt by hand: seven steps, then the
+    repartition or a batch): version 2 has a snapshot and
+    its delta of store 0 is corrupted; a new driver's batch caches versions 3 and 4 only; a
+    restore returns the query to version 2. A load from files reads version 2's snapshot and
+    never its delta, but the worker's provider, warm with versions it could not roll forward
+    from, read the target's delta first and failed on it: the repartition raised
+    CheckpointFileCorrupt, and the replayed batch a false loss. The loader now falls back to
+    the files (snapshot first) when a delta the roll forward needs is unusable."""
+    machine = replay(
+        [
+            run(BOTH_STORES),
+            ("snapshot", {"zero": True}),  # version 2's snapshots
+            run(BOTH_STORES),
+            ("damage", {"pick": 1, "corrupt": True}),  # store 0's version 2 delta
+            ("restart", {"driver": True}),
+            run(BOTH_STORES),  # the new driver's worker caches versions 3 and 4 only
+            ("restore", {"back": 2, "allow_lost_state": False, "zero": False}),  # version 2
+            *([("repartition", {})] if repartition else []),
+            run(BOTH_STORES),
+        ],
+        Strict,
+    )
+    assert machine.model.last == 2
+    assert machine.model.partitions == (3 if repartition else 2)
+
+
+def test_a_restore_passes_over_a_missing_snapshot_to_the_deltas_below() -> None:
+    """Found by i34-found's probe of the storage's clock (not a clock defect: shrunk by
+    removing steps from 33 to 4, none of them a clock step): batch 1 changes nothing (store
+    1's version 2 keeps version 1's id), a snapshot pass inside batch 2 writes version 2's
+    snapshot, and it is deleted. Version 2 loads from version 1's delta (the loader passes
+    over a snapshot it does not find), yet the restore to batch 1 was refused: the plan took
+    the catalog's chain (the snapshot) as the only one. It now passes over a base snapshot
+    storage no longer has, or has damaged, to the chain below, as the loader does."""
+    replay(
+        [
+            ("raced_batch", {"at": "begun", "changes": {}, "chore": "cleanup"}),
+            (
+                "raced_batch",
+                {"at": "written", "changes": {0: {"a": None}, 1: {"d": None}}, "chore": "snapshot"},
+            ),
+            ("damage", {"pick": 4, "corrupt": False}),  # store 1's version 2 snapshot
+            ("restore", {"back": 1, "allow_lost_state": False, "zero": False}),
         ]
     )
