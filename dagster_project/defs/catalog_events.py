@@ -14,16 +14,22 @@ every store's current state and the latest validation (and so does a tick that f
 newest store partition changed: new stores get theirs), so that the stores no validation has
 checked show *unknown* (a warning) from the start, never a green tick.
 
-The sensor also reports each batch the runtime recorded as a runless materialization of
-``state_batch_metrics`` whose metadata names the query: ``<query>/commit_ms``,
-``<query>/rows_in``, ... Dagster plots each numeric metadata key against its events'
-timestamps, so each query's figures form their own lines, batch by batch, and each batch is
-reported at the time the runtime recorded it (its commit), not at the sensor's tick
-(:func:`report_batches`). Each batch is reported exactly once: its event carries the catalog's
-metrics id (``catalog_metrics_id``), a tick starts after the newer of its cursor and the newest
-id Dagster already holds, and writes in id order (pages of ``PAGE`` batches, events in chunks of
-``CHUNK``, at most ``TICK_BATCHES`` a tick), so a tick that failed partway (its cursor not
-saved) is continued by the next, never repeated.
+The sensor also reports the batches the runtime recorded as runless materializations of
+``state_batch_metrics``, one per query and page of batches (``PAGE``; at most one or two a
+tick), whose metadata names the query: ``<query>/commit_ms``, ``<query>/rows_in``, ... the
+query's newest batch's figures, and every batch's in the ``batch_figures`` table. Dagster plots
+each numeric metadata key against its events' timestamps, so each query's figures form their
+own lines, a point per tick (every batch when a query commits less often than the sensor
+ticks), each at the time the runtime recorded the newest batch (its commit), not at the
+sensor's tick (:func:`report_batches`). One event per batch cost a tick about 2 to 5 ms a
+batch of Dagster's storage, whatever their queries (25 s at 20,000 stores and 2,000 batches
+under load); one per query costs what the queries cost. Each batch is reported exactly once:
+an event carries its newest batch's catalog metrics id (``catalog_metrics_id``) and its page's
+(``catalog_metrics_from``, ``_through``); a page's events are written at once, in the order of
+their newest batch, and a tick starts after the newer of its cursor and the newest page Dagster
+holds, or completes that page first when it was written partway (its queries after the newest
+event's), so a tick that failed partway (its cursor not saved) is continued by the next, never
+repeated.
 
 It only reads the catalog and reports: it runs from the start.
 """
@@ -52,6 +58,9 @@ from dagster import (
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
+    TableColumn,
+    TableRecord,
+    TableSchema,
     job,
     op,
     sensor,
@@ -76,10 +85,10 @@ from state_runtime.maintenance import CHECKS, HealthSpool, StoreNames, store_rep
 from state_runtime.units import millis, size
 
 RUNS = 50
-PAGE = 1_000  # batches read from the catalog per query
-CHUNK = 500  # events written to the event log at once
+PAGE = 1_000  # batches read from the catalog at once, their events written at once
 TICK_BATCHES = 20_000  # at most this many a tick: 40,000 a minute at the 30 s interval
-METRICS_ID = "catalog_metrics_id"
+METRICS_ID = "catalog_metrics_id"  # an event's newest batch
+PAGE_FROM, PAGE_THROUGH = "catalog_metrics_from", "catalog_metrics_through"  # its page
 RUN_ASSETS = {
     RunKind.SNAPSHOT.value: AssetKey("state_snapshots"),
     RunKind.CLEANUP.value: AssetKey("state_retention_cleanup"),
@@ -200,55 +209,105 @@ def _verdict_metadata(run: MaintenanceRun, verdict: dict[str, Any]) -> MetadataM
     return metadata
 
 
-def batch_event(
-    metrics_id: int, recorded: RecordedBatchMetrics, names: StoreNames
-) -> AssetMaterialization:
-    """One batch's figures, each under ``<query>/<figure>`` (the query's label, see
-    ``StoreNames``), so each query's figures plot as their own lines; ``committed_at`` the
-    batch's commit (the catalog's time, the event's own: each plotted point's x), to the second
-    where the plots' axis shows minutes; ``catalog_metrics_id`` says which batches Dagster
-    holds."""
+@dataclass(frozen=True)
+class Held:
+    """What Dagster holds of the batches, from its newest batch event: that event's newest
+    batch and the page it was written with (``first`` to ``through``); ``newest`` short of
+    ``through``: the page was written partway (its events go in order of their newest
+    batch, so the ones written are those up to ``newest``)."""
+
+    newest: int = 0
+    first: int = 0
+    through: int = 0
+
+    @classmethod
+    def of(cls, instance: DagsterInstance) -> "Held":
+        found = instance.fetch_materializations(state_batch_metrics.key, limit=1).records
+        event = found[0].asset_event if found else None
+        ids = [
+            value.value if value is not None and isinstance(value.value, int) else None
+            for value in (
+                event.metadata.get(name) if event is not None else None
+                for name in (METRICS_ID, PAGE_FROM, PAGE_THROUGH)
+            )
+        ]
+        newest = ids[0] or 0  # 0: none, or only events from before the id was recorded
+        return cls(newest, ids[1] or newest, ids[2] or newest)  # one batch an event before
+
+
+Page = Sequence[tuple[int, RecordedBatchMetrics]]
+
+
+def by_query(page: Page) -> list[Page]:
+    """A page's batches by query (root and query id), each in id order, the queries in the
+    order of their newest batch: the order their events are written in."""
+    queries: dict[tuple[str, str], list[tuple[int, RecordedBatchMetrics]]] = {}
+    for found in page:
+        queries.setdefault((found[1].root, found[1].query_id), []).append(found)
+    return sorted(queries.values(), key=lambda batches: batches[-1][0])
+
+
+def _figure(value: float) -> MetadataValue:
+    return MetadataValue.int(value) if isinstance(value, int) else MetadataValue.float(value)
+
+
+def batches_table(batches: Page) -> MetadataValue:
+    """Every batch's figures, a row each (the Table view shows them): the plots take one
+    point per query and tick, this keeps each batch."""
+    rows = [
+        {"batch": r.batch_id, "committed_at": r.recorded_at.isoformat()}
+        | {name: round(float(v), 3) if isinstance(v, float) else v for name, v in figures.items()}
+        for r, figures in ((r, r.metrics.figures()) for _, r in batches)
+    ]
+    columns = {name: type(value) for row in rows for name, value in row.items()}
+    kinds = {int: "int", float: "float", str: "string"}
+    return MetadataValue.table(
+        records=[TableRecord(row) for row in rows],
+        schema=TableSchema([TableColumn(name, kinds[kind]) for name, kind in columns.items()]),
+    )
+
+
+def query_event(batches: Page, page: Page, names: StoreNames) -> AssetMaterialization:
+    """One query's batches in a page: its newest batch's figures, each under
+    ``<query>/<figure>`` (the query's label, see ``StoreNames``), so each query's figures plot
+    as their own lines, and every batch's in ``batch_figures``; ``committed_at`` the newest
+    batch's commit (the catalog's time, the event's own: the plotted point's x), to the second
+    where the plots' axis shows minutes; ``catalog_metrics_id`` (the newest batch's) and the
+    page's ids say which batches Dagster holds."""
+    newest, recorded = batches[-1]
     label = names.labels.get(recorded.root, recorded.query_id)
-    figures = recorded.metrics.figures()
     metadata: MetadataMap = {
-        METRICS_ID: MetadataValue.int(metrics_id),
+        METRICS_ID: MetadataValue.int(newest),
+        PAGE_FROM: MetadataValue.int(page[0][0]),
+        PAGE_THROUGH: MetadataValue.int(page[-1][0]),
         "query": MetadataValue.text(label),
         "batch": MetadataValue.int(recorded.batch_id),
+        "batches": MetadataValue.int(len(batches)),
         "committed_at": MetadataValue.timestamp(recorded.recorded_at),
         "root": MetadataValue.path(recorded.root),
     }
-    for name, value in figures.items():
-        rounded = round(float(value), 3)
-        metadata[f"{label}/{name}"] = (
-            MetadataValue.int(value) if isinstance(value, int) else MetadataValue.float(rounded)
-        )
+    for name, value in recorded.metrics.figures().items():
+        metadata[f"{label}/{name}"] = _figure(value if isinstance(value, int) else round(value, 3))
+    metadata["batch_figures"] = batches_table(batches)
     m = recorded.metrics
+    first = batches[0][1].batch_id
     return AssetMaterialization(
         state_batch_metrics.key,
         description=(
-            f"{label} batch {recorded.batch_id}: {m.rows_in:,} rows in, {m.keys_updated:,} keys "
-            f"updated, {size(m.bytes_written)} written, commit {millis(m.commit_ms)}, batch "
+            f"{label} batch {recorded.batch_id}"
+            + (f" ({len(batches)} batches from {first})" if len(batches) > 1 else "")
+            + f": {m.rows_in:,} rows in, {m.keys_updated:,} keys updated, "
+            f"{size(m.bytes_written)} written, commit {millis(m.commit_ms)}, batch "
             f"{millis(m.extra.get('batch_ms'))}"
         ),
         metadata=metadata,
     )
 
 
-def reported_through(instance: DagsterInstance) -> int:
-    """The newest catalog metrics id Dagster holds (0: none, or only events from before the id
-    was recorded): the batches are written in id order, so every older one is there too."""
-    found = instance.fetch_materializations(state_batch_metrics.key, limit=1).records
-    event = found[0].asset_event if found else None
-    value = event.metadata.get(METRICS_ID) if event is not None else None
-    return value.value if value is not None and isinstance(value.value, int) else 0
-
-
-def batch_entry(
-    metrics_id: int, recorded: RecordedBatchMetrics, names: StoreNames
-) -> EventLogEntry:
-    """One batch's runless materialization, stamped with the time the runtime recorded the
-    batch (``report_runless_asset_event`` and a sensor's ``asset_events`` stamp the time of
-    reporting, so a tick's batches would share one x on the Plots tab)."""
+def batch_entry(event: AssetMaterialization, recorded: RecordedBatchMetrics) -> EventLogEntry:
+    """A runless materialization stamped with the time the runtime recorded ``recorded``
+    (``report_runless_asset_event`` and a sensor's ``asset_events`` stamp the time of
+    reporting, so a tick's queries would share one x on the Plots tab)."""
     return EventLogEntry(  # type: ignore[no-untyped-call]
         user_message="",
         level=logging.INFO,
@@ -259,34 +318,41 @@ def batch_entry(
         dagster_event=DagsterEvent(
             event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
             job_name=RUNLESS_JOB_NAME,
-            event_specific_data=StepMaterializationData(batch_event(metrics_id, recorded, names)),
+            event_specific_data=StepMaterializationData(event),
         ),
     )
 
 
-def report_batches(instance: DagsterInstance, catalog: Catalog, after: int) -> int:
-    """Reports the batches recorded after ``after`` (at most ``TICK_BATCHES``), in id order,
-    ``CHUNK`` events per write; returns the last id reported (``after`` when none). The
-    stores' names are read only when there is a batch to report: a quiet tick reads the page
-    of new batches alone, whatever the fleet."""
+def report_batches(instance: DagsterInstance, catalog: Catalog, after: int) -> tuple[int, int]:
+    """Reports the batches recorded after ``after`` and what Dagster holds (at most
+    ``TICK_BATCHES``), a page of ``PAGE`` at a time in id order, one event per query and
+    page in one write; a page written partway is completed first. Returns the last id
+    reported and the events written. The stores' names are read only when there is a batch
+    to report: a quiet tick reads the page of new batches alone, whatever the fleet."""
+    held = Held.of(instance)
+    partway = held.newest < held.through and held.through > after
+    last = held.first - 1 if partway else max(after, held.through)
     names: StoreNames | None = None
-    last, count = after, 0
+    count = events = 0
     while count < TICK_BATCHES:
         limit = min(PAGE, TICK_BATCHES - count)
         page = catalog.batch_metrics_after(last, limit=limit)
+        if partway:  # the page as it was written, its queries up to the newest held skipped
+            page = [found for found in page if found[0] <= held.through]
         if not page:
             break
         names = names or StoreNames.of(catalog)
-        for start in range(0, len(page), CHUNK):
-            chunk = page[start : start + CHUNK]
-            instance.event_log_storage.store_event_batch(
-                [batch_entry(i, recorded, names) for i, recorded in chunk]
-            )
-            last = chunk[-1][0]
-        count += len(page)
-        if len(page) < limit:
+        queries = by_query(page)
+        if partway:
+            queries = [batches for batches in queries if batches[-1][0] > held.newest]
+        instance.event_log_storage.store_event_batch(
+            [batch_entry(query_event(q, page, names), q[-1][1]) for q in queries]
+        )
+        last, count, events = page[-1][0], count + len(page), events + len(queries)
+        if len(page) < limit and not partway:
             break
-    return last
+        partway = False
+    return last, events
 
 
 class ReportConfig(Config):
@@ -374,8 +440,7 @@ def catalog_events_sensor(
             outside, last = finished_outside(catalog.runs_after(cursor.run, limit=RUNS))
             after, until = cursor.run, cursor.run if last is None else last
             new = bool(outside) or partitions != cursor.partitions
-        held = max(cursor.metrics, reported_through(context.instance))
-        reported = report_batches(context.instance, catalog, held)
+        reported, events = report_batches(context.instance, catalog, cursor.metrics)
     next_cursor = Cursor(until, reported, partitions).text()
     requests = []
     if new:
@@ -386,7 +451,7 @@ def catalog_events_sensor(
                 run_config=RunConfig(ops={"report_catalog_runs": config}),
             )
         )
-    if reported == held and not requests:
+    if not events and not requests:
         skip = SkipReason(f"nothing new in the catalog after run {until}")
         return SensorResult(skip_reason=skip, cursor=next_cursor)
     return SensorResult(run_requests=requests, cursor=next_cursor)
