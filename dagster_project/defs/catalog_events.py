@@ -15,21 +15,21 @@ newest store partition changed: new stores get theirs), so that the stores no va
 checked show *unknown* (a warning) from the start, never a green tick.
 
 The sensor also reports the batches the runtime recorded as runless materializations of
-``state_batch_metrics``, one per query and page of batches (``PAGE``; at most one or two a
-tick), whose metadata names the query: ``<query>/commit_ms``, ``<query>/rows_in``, ... the
-query's newest batch's figures, and every batch's in the ``batch_figures`` table. Dagster plots
-each numeric metadata key against its events' timestamps, so each query's figures form their
-own lines, a point per tick (every batch when a query commits less often than the sensor
-ticks), each at the time the runtime recorded the newest batch (its commit), not at the
-sensor's tick (:func:`report_batches`). One event per batch cost a tick about 2 to 5 ms a
-batch of Dagster's storage, whatever their queries (25 s at 20,000 stores and 2,000 batches
-under load); one per query costs what the queries cost. Each batch is reported exactly once:
-an event carries its newest batch's catalog metrics id (``catalog_metrics_id``) and its page's
-(``catalog_metrics_from``, ``_through``); a page's events are written at once, in the order of
-their newest batch, and a tick starts after the newer of its cursor and the newest page Dagster
-holds, or completes that page first when it was written partway (its queries after the newest
-event's), so a tick that failed partway (its cursor not saved) is continued by the next, never
-repeated.
+``state_batch_metrics``, whose metadata names the query: ``<query>/commit_ms``,
+``<query>/rows_in``, ... Dagster plots each numeric metadata key against its events'
+timestamps, so each query's figures form their own lines, each point at the time the runtime
+recorded its batch (its commit), not at the sensor's tick (:func:`report_batches`). A page of
+batches (``PAGE``) has one event per batch while it holds at most ``EVENTS`` batches, else
+one per run of a query's consecutive batches, ``len(page) / EVENTS`` a run (the newest
+batch's figures to plot, every batch's in the ``batch_figures`` table): about ``EVENTS``
+events a page, one a query more, where one a batch cost a tick 2 to 5 ms a batch of Dagster's
+storage (25 s at 20,000 stores and 2,000 batches under load). Each batch is reported exactly
+once: an event carries its newest batch's catalog metrics id (``catalog_metrics_id``) and its
+page's (``catalog_metrics_from``, ``_through``); a page's events are written at once, in the
+order of their newest batch, and a tick starts after the newer of its cursor and the newest
+page Dagster holds, or completes that page first when it was written partway (its runs after
+the newest event's), so a tick that failed partway (its cursor not saved) is continued by the
+next, never repeated.
 
 It only reads the catalog and reports: it runs from the start.
 """
@@ -87,6 +87,7 @@ from state_runtime.units import millis, size
 RUNS = 50
 PAGE = 1_000  # batches read from the catalog at once, their events written at once
 TICK_BATCHES = 20_000  # at most this many a tick: 40,000 a minute at the 30 s interval
+EVENTS = 200  # a page's events: one a batch up to this many, then runs of a query's (docs)
 METRICS_ID = "catalog_metrics_id"  # an event's newest batch
 PAGE_FROM, PAGE_THROUGH = "catalog_metrics_from", "catalog_metrics_through"  # its page
 RUN_ASSETS = {
@@ -239,12 +240,20 @@ Page = Sequence[tuple[int, RecordedBatchMetrics]]
 
 
 def by_query(page: Page) -> list[Page]:
-    """A page's batches by query (root and query id), each in id order, the queries in the
-    order of their newest batch: the order their events are written in."""
+    """A page's batches in runs of one query's (root and query id) consecutive batches, each
+    in id order, a run each event: one batch each while the page has at most ``EVENTS``,
+    else ``len(page) / EVENTS`` (so at most ``EVENTS`` events and one a query more); in the
+    order of their newest batch, the order their events are written in."""
     queries: dict[tuple[str, str], list[tuple[int, RecordedBatchMetrics]]] = {}
     for found in page:
         queries.setdefault((found[1].root, found[1].query_id), []).append(found)
-    return sorted(queries.values(), key=lambda batches: batches[-1][0])
+    per_event = -(-len(page) // EVENTS)
+    runs = [
+        batches[start : start + per_event]
+        for batches in queries.values()
+        for start in range(0, len(batches), per_event)
+    ]
+    return sorted(runs, key=lambda batches: batches[-1][0])
 
 
 def _figure(value: float) -> MetadataValue:
@@ -254,11 +263,15 @@ def _figure(value: float) -> MetadataValue:
 def batches_table(batches: Page) -> MetadataValue:
     """Every batch's figures, a row each (the Table view shows them): the plots take one
     point per query and tick, this keeps each batch."""
-    rows = [
-        {"batch": r.batch_id, "committed_at": r.recorded_at.isoformat()}
-        | {name: round(float(v), 3) if isinstance(v, float) else v for name, v in figures.items()}
-        for r, figures in ((r, r.metrics.figures()) for _, r in batches)
-    ]
+    rows: list[dict[str, str | int | float]] = []
+    for _, recorded in batches:
+        row: dict[str, str | int | float] = {
+            "batch": recorded.batch_id,
+            "committed_at": recorded.recorded_at.isoformat(),
+        }
+        for name, value in recorded.metrics.figures().items():
+            row[name] = value if isinstance(value, int) else round(value, 3)
+        rows.append(row)
     columns = {name: type(value) for row in rows for name, value in row.items()}
     kinds = {int: "int", float: "float", str: "string"}
     return MetadataValue.table(
@@ -268,7 +281,7 @@ def batches_table(batches: Page) -> MetadataValue:
 
 
 def query_event(batches: Page, page: Page, names: StoreNames) -> AssetMaterialization:
-    """One query's batches in a page: its newest batch's figures, each under
+    """A run of one query's batches in a page: its newest batch's figures, each under
     ``<query>/<figure>`` (the query's label, see ``StoreNames``), so each query's figures plot
     as their own lines, and every batch's in ``batch_figures``; ``committed_at`` the newest
     batch's commit (the catalog's time, the event's own: the plotted point's x), to the second
@@ -325,8 +338,8 @@ def batch_entry(event: AssetMaterialization, recorded: RecordedBatchMetrics) -> 
 
 def report_batches(instance: DagsterInstance, catalog: Catalog, after: int) -> tuple[int, int]:
     """Reports the batches recorded after ``after`` and what Dagster holds (at most
-    ``TICK_BATCHES``), a page of ``PAGE`` at a time in id order, one event per query and
-    page in one write; a page written partway is completed first. Returns the last id
+    ``TICK_BATCHES``), a page of ``PAGE`` at a time in id order, its events (``by_query``)
+    in one write; a page written partway is completed first. Returns the last id
     reported and the events written. The stores' names are read only when there is a batch
     to report: a quiet tick reads the page of new batches alone, whatever the fleet."""
     held = Held.of(instance)
@@ -337,18 +350,18 @@ def report_batches(instance: DagsterInstance, catalog: Catalog, after: int) -> t
     while count < TICK_BATCHES:
         limit = min(PAGE, TICK_BATCHES - count)
         page = catalog.batch_metrics_after(last, limit=limit)
-        if partway:  # the page as it was written, its queries up to the newest held skipped
+        if partway:  # the page as it was written, its runs up to the newest held skipped
             page = [found for found in page if found[0] <= held.through]
         if not page:
             break
         names = names or StoreNames.of(catalog)
-        queries = by_query(page)
+        runs = by_query(page)
         if partway:
-            queries = [batches for batches in queries if batches[-1][0] > held.newest]
+            runs = [batches for batches in runs if batches[-1][0] > held.newest]
         instance.event_log_storage.store_event_batch(
-            [batch_entry(query_event(q, page, names), q[-1][1]) for q in queries]
+            [batch_entry(query_event(run, page, names), run[-1][1]) for run in runs]
         )
-        last, count, events = page[-1][0], count + len(page), events + len(queries)
+        last, count, events = page[-1][0], count + len(page), events + len(runs)
         if len(page) < limit and not partway:
             break
         partway = False

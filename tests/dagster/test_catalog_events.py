@@ -114,25 +114,22 @@ def test_runs_outside_dagster_become_the_same_asset_events(
     assert set(status) == set(names.values())
     assert all(not e.passed and e.severity.value == "WARN" for e in status.values())
     assert set(latest_status(instance).values()) == {"unknown"}
-    # one event for the query's batches: its newest batch's figures, each batch in its table
-    [batches] = [e for e in first.events if e.asset_key == BATCH_KEY]
-    table = batches.metadata["batch_figures"].value
-    assert [row.data["batch"] for row in table.records] == [0, 1, 2]
-    assert [row.data["rows_in"] for row in table.records] == [100, 101, 102]
-    assert batches.metadata["batch"].value == 2 and batches.metadata["batches"].value == 3
-    # at the time the runtime recorded the newest batch (the Plots tab's x), not at the tick
-    recorded = [m.recorded_at for _, m in stream.catalog.batch_metrics_after(0)]
-    assert [r.timestamp for r in batch_records(instance)] == pytest.approx(
-        [recorded[-1].timestamp()], abs=1e-3
-    )
+    # few batches: an event each, its figures to plot and in its table
+    batches = [e for e in first.events if e.asset_key == BATCH_KEY]
+    assert [b.metadata["batch"].value for b in batches] == [0, 1, 2]
+    tables = [b.metadata["batch_figures"].value.records for b in batches]
+    assert [[row.data["rows_in"] for row in rows] for rows in tables] == [[100], [101], [102]]
+    # each batch at the time the runtime recorded it (the Plots tab's x), not at the tick
+    recorded = [m.recorded_at.timestamp() for _, m in stream.catalog.batch_metrics_after(0)]
+    assert [r.timestamp for r in batch_records(instance)] == pytest.approx(recorded, abs=1e-3)
+    assert recorded == sorted(set(recorded))  # one point per batch, in commit order
     # and said to the second, where the plots' axis shows minutes
-    committed = batches.metadata["committed_at"].value
-    assert committed == pytest.approx(recorded[-1].timestamp(), abs=1e-3)
-    assert [row.data["committed_at"] for row in table.records] == [t.isoformat() for t in recorded]
-    assert batches.metadata["query-1/rows_in"].value == 102
-    assert batches.metadata["catalog_metrics_id"].value == recorded_ids(stream)[2]
-    assert batches.metadata["query-1/batch_ms"].value == 250.0
-    assert batches.metadata["query-1/cache_hit_rate"].value == 0.667
+    committed = [b.metadata["committed_at"].value for b in batches]
+    assert committed == pytest.approx(recorded, abs=1e-3)
+    assert batches[2].metadata["query-1/rows_in"].value == 102
+    assert batches[2].metadata["catalog_metrics_id"].value == recorded_ids(stream)[2]
+    assert batches[2].metadata["query-1/batch_ms"].value == 250.0
+    assert batches[2].metadata["query-1/cache_hit_rate"].value == 0.667
 
     # The CLI's validation (the library, recorded as a 'validate' run) finds a lost file.
     broken = stream.stores[1]
@@ -221,10 +218,11 @@ def test_each_batch_is_reported_exactly_once_after_a_tick_failed_partway(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A tick that fails partway through a page is continued by the next one from the page
-    Dagster holds, never repeated (its cursor was not saved), one event per query and page,
+    Dagster holds, never repeated (its cursor was not saved), in runs of a query's batches,
     at most a tick's bound per tick; each event at the time the runtime recorded its newest
     batch."""
     monkeypatch.setattr(catalog_events, "PAGE", 7)
+    monkeypatch.setattr(catalog_events, "EVENTS", 3)  # 7 batches: runs of 3
     monkeypatch.setattr(catalog_events, "TICK_BATCHES", 20)
     stream = make_stream()
     stream.run(1)
@@ -233,7 +231,7 @@ def test_each_batch_is_reported_exactly_once_after_a_tick_failed_partway(
         stream.catalog.record_batch_metrics(stream.root, f"query-{batch % 3}", batch, figures)
     first = tick(stream, instance, None)
     assert sorted(reported_batches(stream, instance)) == list(range(20))  # the tick's bound
-    assert len(batch_records(instance)) == 9  # three pages of three queries
+    assert len(batch_records(instance)) == 9  # three pages, each a run of each query
     refusing = RefusingStorage(instance, monkeypatch, fail_at=2)
     with pytest.raises(OSError, match="refused"):
         tick(stream, instance, first.cursor)  # one query's event, then the failure
@@ -243,6 +241,27 @@ def test_each_batch_is_reported_exactly_once_after_a_tick_failed_partway(
     assert sorted(reported_batches(stream, instance)) == list(range(30))  # each once
     quiet = tick(stream, instance, again.cursor)
     assert quiet.result.skip_reason is not None and len(reported_batches(stream, instance)) == 30
+
+
+def test_a_tick_of_many_batches_writes_a_bounded_number_of_events(
+    make_stream: Callable[..., StoreStream],
+    instance: DagsterInstance,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past ``EVENTS`` batches a page, an event reports a run of a query's consecutive
+    batches: its newest batch's figures to plot, each batch's in its table."""
+    monkeypatch.setattr(catalog_events, "EVENTS", 4)
+    stream = make_stream()
+    stream.run(1)
+    for batch in range(30):
+        figures = BatchMetrics(batch, 1, 5, 64, 1.5, 1, 0, {"batch_ms": 10.0})
+        stream.catalog.record_batch_metrics(stream.root, "query-1", batch, figures)
+    tick(stream, instance, None)
+    events = [r.asset_event for r in batch_records(instance) if r.asset_event is not None]
+    assert [e.metadata["batch"].value for e in events] == [7, 15, 23, 29]
+    assert [e.metadata["batches"].value for e in events] == [8, 8, 8, 6]
+    assert [e.metadata["query-1/rows_in"].value for e in events] == [7, 15, 23, 29]
+    assert reported_batches(stream, instance) == list(range(30))
 
 
 def test_root_labels_are_the_query_or_the_shortest_telling_tail() -> None:
