@@ -7,10 +7,12 @@
 For each size, the fleet of ``bench_fleet.py`` (``fleet.py``: ``size / 200`` queries x 200
 stores, PostgreSQL) and a Dagster instance on PostgreSQL, the sensors' first ticks run
 untimed (the discovery sensor adds every store's partition). Then, timed as the daemon calls
-them: ``ROUNDS`` quiet ticks of each sensor (nothing changed since its last), and ``ROUNDS``
-ticks of ``state_catalog_events`` each after a minute of batches' metrics (``MINUTE``, over
-the queries in turn), with the events that tick wrote to Dagster's event log. Each figure with
-the load average; a JSON line at the end.
+them: ``ROUNDS`` quiet ticks of each sensor (nothing changed since its last), and ``2 x
+ROUNDS`` ticks of ``state_catalog_events`` each after a minute of batches' metrics
+(``MINUTE``, over the queries in turn), with the events that tick wrote to Dagster's event
+log: alternately under the rule before (one event a batch: ``EVENTS`` set to the page) and
+the one now (past ``EVENTS`` batches a page, an event a run of a query's batches), on the
+same fleet and instance. Each figure with the load average; a JSON line at the end.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +31,16 @@ from dagster._core.test_utils import instance_for_test
 from fleet import Shape, build
 from fresh_database import fresh_database
 
+from dagster_project.defs import catalog_events
+from state_runtime.catalog import Catalog
+
 SIZES = [int(s) for s in os.environ.get("STATE_BENCH_TICK_SIZES", "20000").split(",")]
 ROUNDS = 3
 SENSORS = ("discovery", "failures", "state_catalog_events")
+RULES = [  # the batch events' rule: one a batch (before), at most about EVENTS a page (now)
+    ("one event a batch", catalog_events.PAGE),
+    (f"runs of a query's batches past {catalog_events.EVENTS} a page", catalog_events.EVENTS),
+]
 
 
 def batch_events(dagster_url: str) -> int:
@@ -48,6 +58,47 @@ def batch_events(dagster_url: str) -> int:
         engine.dispose()
 
 
+class Spent:
+    """Wall seconds spent in each of the tick's reads and writes, by wrapping them where they
+    are defined: the catalog's pages of batches and its roots' queries (the stores' names),
+    Dagster's newest batch event and its event-log writes."""
+
+    def __init__(self, storage: type) -> None:
+        self.seconds: dict[str, float] = {}
+        self.wrapped = [
+            (next(k for k in owner.__mro__ if name in k.__dict__), name, label)
+            for owner, name, label in [
+                (Catalog, "batch_metrics_after", "catalog: batches"),
+                (Catalog, "root_queries", "catalog: names"),
+                (catalog_events.Held, "of", "dagster: newest event"),
+                (storage, "store_event_batch", "dagster: writes"),
+            ]
+        ]
+        self.originals = [owner.__dict__[name] for owner, name, _ in self.wrapped]
+
+    def __enter__(self) -> Spent:
+        for (owner, name, label), original in zip(self.wrapped, self.originals, strict=True):
+            setattr(owner, name, self._timed(label, original))
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for (owner, name, _), original in zip(self.wrapped, self.originals, strict=True):
+            setattr(owner, name, original)
+
+    def _timed(self, label: str, original: Any) -> Any:
+        function = original.__func__ if isinstance(original, classmethod) else original
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent = time.perf_counter() - started
+                self.seconds[label] = self.seconds.get(label, 0.0) + spent
+
+        return classmethod(timed) if isinstance(original, classmethod) else timed
+
+
 def bench(size: int) -> dict[str, Any]:
     shape = Shape(queries=max(1, size // 200))
     folder = Path(tempfile.mkdtemp(prefix="bench-ticks-"))
@@ -55,13 +106,15 @@ def bench(size: int) -> dict[str, Any]:
 
     def timed(step: str, cycle: Cycle, sensor: str, events: str | None = None) -> None:
         before = batch_events(events) if events else 0
-        found = measured(step, lambda: (cycle.tick(sensor), None))
+        with Spent(type(cycle.instance.event_log_storage)) as spent:
+            found = measured(step, lambda: (cycle.tick(sensor), None))
         written = batch_events(events) - before if events else 0
+        parts = {label: round(seconds, 2) for label, seconds in spent.seconds.items()}
         rows.append(
             {"step": step, "wall": round(found.wall, 2), "cpu": round(found.cpu, 2)}
-            | {"events": written, "result": found.result, "load": load()}
+            | {"events": written, "result": found.result, "load": load(), "spent": parts}
         )
-        print(f"    {written:,} batch events written, load {load()}", flush=True)
+        print(f"    {written:,} batch events written, load {load()}; {parts}", flush=True)
 
     try:
         with (
@@ -71,8 +124,6 @@ def bench(size: int) -> dict[str, Any]:
                 overrides={"storage": {"postgres": {"postgres_url": dagster_url}}}
             ) as instance,
         ):
-            from state_runtime.catalog import Catalog
-
             Catalog.open(url, upgrade=True).close()
             print(f"{shape.stores:,} stores: building (load {load()})", flush=True)
             built = build(url, folder, shape)
@@ -87,9 +138,12 @@ def bench(size: int) -> dict[str, Any]:
             for _ in range(ROUNDS):
                 for sensor in SENSORS:
                     timed(f"quiet tick: {sensor}", cycle, sensor)
-            for minute in range(ROUNDS):
+            for minute in range(2 * ROUNDS):  # alternated, the old rule first
+                rule = RULES[minute % 2]
+                catalog_events.EVENTS = rule[1]
                 cycle.minute_of_batches(minute)
-                timed(f"tick after {MINUTE:,} batches", cycle, SENSORS[2], dagster_url)
+                step = f"tick after {MINUTE:,} batches, {rule[0]}"
+                timed(step, cycle, SENSORS[2], dagster_url)
             cycle.catalog.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
