@@ -19,17 +19,16 @@ The sensor also reports the batches the runtime recorded as runless materializat
 ``<query>/rows_in``, ... Dagster plots each numeric metadata key against its events'
 timestamps, so each query's figures form their own lines, each point at the time the runtime
 recorded its batch (its commit), not at the sensor's tick (:func:`report_batches`). A page of
-batches (``PAGE``) has one event per batch while it holds at most ``EVENTS`` batches, else
-one per run of a query's consecutive batches, ``len(page) / EVENTS`` a run (the newest
-batch's figures to plot, every batch's in the ``batch_figures`` table): about ``EVENTS``
-events a page, one a query more, where one a batch cost a tick 2 to 5 ms a batch of Dagster's
-storage (25 s at 20,000 stores and 2,000 batches under load). Each batch is reported exactly
-once: an event carries its newest batch's catalog metrics id (``catalog_metrics_id``) and its
-page's (``catalog_metrics_from``, ``_through``); a page's events are written at once, in the
-order of their newest batch, and a tick starts after the newer of its cursor and the newest
-page Dagster holds, or completes that page first when it was written partway (its runs after
-the newest event's), so a tick that failed partway (its cursor not saved) is continued by the
-next, never repeated.
+batches (``PAGE``) has one event a batch while it holds at most ``EVENTS`` batches, else one a
+run of consecutive batches, ``len(page) / EVENTS`` a run, with each query's newest batch in
+it to plot and every batch's figures in the ``batch_figures`` table: at most ``EVENTS``
+events a page, whatever its batches and queries, where one a batch cost a tick 3 to 5 ms a
+batch of Dagster's storage (10 to 14 s at 20,000 stores and 2,000 batches under load). Each
+batch is reported exactly once: an event carries its newest batch's catalog metrics id
+(``catalog_metrics_id``), a tick starts after the newer of its cursor and the newest id
+Dagster already holds, and writes in id order (a page's events in one write, at most
+``TICK_BATCHES`` batches a tick), so a tick that failed partway (its cursor not saved) is
+continued by the next, never repeated.
 
 It only reads the catalog and reports: it runs from the start.
 """
@@ -87,9 +86,8 @@ from state_runtime.units import millis, size
 RUNS = 50
 PAGE = 1_000  # batches read from the catalog at once, their events written at once
 TICK_BATCHES = 20_000  # at most this many a tick: 40,000 a minute at the 30 s interval
-EVENTS = 200  # a page's events: one a batch up to this many, then runs of a query's (docs)
+EVENTS = 200  # a page's events at most: one a batch up to this many, then runs (docs)
 METRICS_ID = "catalog_metrics_id"  # an event's newest batch
-PAGE_FROM, PAGE_THROUGH = "catalog_metrics_from", "catalog_metrics_through"  # its page
 RUN_ASSETS = {
     RunKind.SNAPSHOT.value: AssetKey("state_snapshots"),
     RunKind.CLEANUP.value: AssetKey("state_retention_cleanup"),
@@ -210,62 +208,37 @@ def _verdict_metadata(run: MaintenanceRun, verdict: dict[str, Any]) -> MetadataM
     return metadata
 
 
-@dataclass(frozen=True)
-class Held:
-    """What Dagster holds of the batches, from its newest batch event: that event's newest
-    batch and the page it was written with (``first`` to ``through``); ``newest`` short of
-    ``through``: the page was written partway (its events go in order of their newest
-    batch, so the ones written are those up to ``newest``)."""
-
-    newest: int = 0
-    first: int = 0
-    through: int = 0
-
-    @classmethod
-    def of(cls, instance: DagsterInstance) -> "Held":
-        found = instance.fetch_materializations(state_batch_metrics.key, limit=1).records
-        event = found[0].asset_event if found else None
-        ids = [
-            value.value if value is not None and isinstance(value.value, int) else None
-            for value in (
-                event.metadata.get(name) if event is not None else None
-                for name in (METRICS_ID, PAGE_FROM, PAGE_THROUGH)
-            )
-        ]
-        newest = ids[0] or 0  # 0: none, or only events from before the id was recorded
-        return cls(newest, ids[1] or newest, ids[2] or newest)  # one batch an event before
+def reported_through(instance: DagsterInstance) -> int:
+    """The newest catalog metrics id Dagster holds (0: none, or only events from before the id
+    was recorded): the batches are written in id order, so every older one is there too."""
+    found = instance.fetch_materializations(state_batch_metrics.key, limit=1).records
+    event = found[0].asset_event if found else None
+    value = event.metadata.get(METRICS_ID) if event is not None else None
+    return value.value if value is not None and isinstance(value.value, int) else 0
 
 
-Page = Sequence[tuple[int, RecordedBatchMetrics]]
+Run = Sequence[tuple[int, RecordedBatchMetrics]]
 
 
-def by_query(page: Page) -> list[Page]:
-    """A page's batches in runs of one query's (root and query id) consecutive batches, each
-    in id order, a run each event: one batch each while the page has at most ``EVENTS``,
-    else ``len(page) / EVENTS`` (so at most ``EVENTS`` events and one a query more); in the
-    order of their newest batch, the order their events are written in."""
-    queries: dict[tuple[str, str], list[tuple[int, RecordedBatchMetrics]]] = {}
-    for found in page:
-        queries.setdefault((found[1].root, found[1].query_id), []).append(found)
-    per_event = -(-len(page) // EVENTS)
-    runs = [
-        batches[start : start + per_event]
-        for batches in queries.values()
-        for start in range(0, len(batches), per_event)
-    ]
-    return sorted(runs, key=lambda batches: batches[-1][0])
+def runs(page: Run) -> list[Run]:
+    """A page's batches in runs of consecutive ones (in id order), a run each event: one batch
+    each while the page has at most ``EVENTS``, else ``len(page) / EVENTS``, so a page writes
+    at most ``EVENTS`` events whatever its batches and queries."""
+    size = -(-len(page) // EVENTS)
+    return [page[start : start + size] for start in range(0, len(page), size)]
 
 
 def _figure(value: float) -> MetadataValue:
     return MetadataValue.int(value) if isinstance(value, int) else MetadataValue.float(value)
 
 
-def batches_table(batches: Page) -> MetadataValue:
-    """Every batch's figures, a row each (the Table view shows them): the plots take one
-    point per query and tick, this keeps each batch."""
+def batches_table(run: Run, names: StoreNames) -> MetadataValue:
+    """Every batch's figures, a row each (the event's Table view): past ``EVENTS`` batches a
+    page the plots take a query's newest batch in each run, this keeps each batch."""
     rows: list[dict[str, str | int | float]] = []
-    for _, recorded in batches:
+    for _, recorded in run:
         row: dict[str, str | int | float] = {
+            "query": names.labels.get(recorded.root, recorded.query_id),
             "batch": recorded.batch_id,
             "committed_at": recorded.recorded_at.isoformat(),
         }
@@ -280,35 +253,36 @@ def batches_table(batches: Page) -> MetadataValue:
     )
 
 
-def query_event(batches: Page, page: Page, names: StoreNames) -> AssetMaterialization:
-    """A run of one query's batches in a page: its newest batch's figures, each under
+def run_event(run: Run, names: StoreNames) -> AssetMaterialization:
+    """A run of consecutive batches: each query's newest batch in it, its figures under
     ``<query>/<figure>`` (the query's label, see ``StoreNames``), so each query's figures plot
-    as their own lines, and every batch's in ``batch_figures``; ``committed_at`` the newest
-    batch's commit (the catalog's time, the event's own: the plotted point's x), to the second
-    where the plots' axis shows minutes; ``catalog_metrics_id`` (the newest batch's) and the
-    page's ids say which batches Dagster holds."""
-    newest, recorded = batches[-1]
+    as their own lines, and every batch's in ``batch_figures``; ``committed_at`` the run's
+    newest batch's commit (the catalog's time, the event's own: the plotted point's x), to the
+    second where the plots' axis shows minutes; ``catalog_metrics_id`` (the newest batch's)
+    says which batches Dagster holds."""
+    newest, recorded = run[-1]
     label = names.labels.get(recorded.root, recorded.query_id)
     metadata: MetadataMap = {
         METRICS_ID: MetadataValue.int(newest),
-        PAGE_FROM: MetadataValue.int(page[0][0]),
-        PAGE_THROUGH: MetadataValue.int(page[-1][0]),
         "query": MetadataValue.text(label),
         "batch": MetadataValue.int(recorded.batch_id),
-        "batches": MetadataValue.int(len(batches)),
+        "batches": MetadataValue.int(len(run)),
         "committed_at": MetadataValue.timestamp(recorded.recorded_at),
         "root": MetadataValue.path(recorded.root),
     }
-    for name, value in recorded.metrics.figures().items():
-        metadata[f"{label}/{name}"] = _figure(value if isinstance(value, int) else round(value, 3))
-    metadata["batch_figures"] = batches_table(batches)
+    for _, batch in run:  # each query's newest batch last
+        query = names.labels.get(batch.root, batch.query_id)
+        for name, value in batch.metrics.figures().items():
+            metadata[f"{query}/{name}"] = _figure(
+                value if isinstance(value, int) else round(value, 3)
+            )
+    metadata["batch_figures"] = batches_table(run, names)
     m = recorded.metrics
-    first = batches[0][1].batch_id
     return AssetMaterialization(
         state_batch_metrics.key,
         description=(
             f"{label} batch {recorded.batch_id}"
-            + (f" ({len(batches)} batches from {first})" if len(batches) > 1 else "")
+            + (f" and the {len(run) - 1} batches before it" if len(run) > 1 else "")
             + f": {m.rows_in:,} rows in, {m.keys_updated:,} keys updated, "
             f"{size(m.bytes_written)} written, commit {millis(m.commit_ms)}, batch "
             f"{millis(m.extra.get('batch_ms'))}"
@@ -320,7 +294,7 @@ def query_event(batches: Page, page: Page, names: StoreNames) -> AssetMaterializ
 def batch_entry(event: AssetMaterialization, recorded: RecordedBatchMetrics) -> EventLogEntry:
     """A runless materialization stamped with the time the runtime recorded ``recorded``
     (``report_runless_asset_event`` and a sensor's ``asset_events`` stamp the time of
-    reporting, so a tick's queries would share one x on the Plots tab)."""
+    reporting, so a tick's batches would share one x on the Plots tab)."""
     return EventLogEntry(  # type: ignore[no-untyped-call]
         user_message="",
         level=logging.INFO,
@@ -336,36 +310,26 @@ def batch_entry(event: AssetMaterialization, recorded: RecordedBatchMetrics) -> 
     )
 
 
-def report_batches(instance: DagsterInstance, catalog: Catalog, after: int) -> tuple[int, int]:
-    """Reports the batches recorded after ``after`` and what Dagster holds (at most
-    ``TICK_BATCHES``), a page of ``PAGE`` at a time in id order, its events (``by_query``)
-    in one write; a page written partway is completed first. Returns the last id
-    reported and the events written. The stores' names are read only when there is a batch
-    to report: a quiet tick reads the page of new batches alone, whatever the fleet."""
-    held = Held.of(instance)
-    partway = held.newest < held.through and held.through > after
-    last = held.first - 1 if partway else max(after, held.through)
+def report_batches(instance: DagsterInstance, catalog: Catalog, after: int) -> int:
+    """Reports the batches recorded after ``after`` (at most ``TICK_BATCHES``), in id order, a
+    page of ``PAGE`` at a time, its events (:func:`runs`) in one write; returns the last id
+    reported (``after`` when none). The stores' names are read only when there is a batch to
+    report: a quiet tick reads the page of new batches alone, whatever the fleet."""
     names: StoreNames | None = None
-    count = events = 0
+    last, count = after, 0
     while count < TICK_BATCHES:
         limit = min(PAGE, TICK_BATCHES - count)
         page = catalog.batch_metrics_after(last, limit=limit)
-        if partway:  # the page as it was written, its runs up to the newest held skipped
-            page = [found for found in page if found[0] <= held.through]
         if not page:
             break
         names = names or StoreNames.of(catalog)
-        runs = by_query(page)
-        if partway:
-            runs = [batches for batches in runs if batches[-1][0] > held.newest]
         instance.event_log_storage.store_event_batch(
-            [batch_entry(query_event(run, page, names), run[-1][1]) for run in runs]
+            [batch_entry(run_event(run, names), run[-1][1]) for run in runs(page)]
         )
-        last, count, events = page[-1][0], count + len(page), events + len(runs)
-        if len(page) < limit and not partway:
+        last, count = page[-1][0], count + len(page)
+        if len(page) < limit:
             break
-        partway = False
-    return last, events
+    return last
 
 
 class ReportConfig(Config):
@@ -453,7 +417,8 @@ def catalog_events_sensor(
             outside, last = finished_outside(catalog.runs_after(cursor.run, limit=RUNS))
             after, until = cursor.run, cursor.run if last is None else last
             new = bool(outside) or partitions != cursor.partitions
-        reported, events = report_batches(context.instance, catalog, cursor.metrics)
+        held = max(cursor.metrics, reported_through(context.instance))
+        reported = report_batches(context.instance, catalog, held)
     next_cursor = Cursor(until, reported, partitions).text()
     requests = []
     if new:
@@ -464,7 +429,7 @@ def catalog_events_sensor(
                 run_config=RunConfig(ops={"report_catalog_runs": config}),
             )
         )
-    if not events and not requests:
+    if reported == held and not requests:
         skip = SkipReason(f"nothing new in the catalog after run {until}")
         return SensorResult(skip_reason=skip, cursor=next_cursor)
     return SensorResult(run_requests=requests, cursor=next_cursor)

@@ -217,12 +217,11 @@ def test_each_batch_is_reported_exactly_once_after_a_tick_failed_partway(
     instance: DagsterInstance,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A tick that fails partway through a page is continued by the next one from the page
-    Dagster holds, never repeated (its cursor was not saved), in runs of a query's batches,
-    at most a tick's bound per tick; each event at the time the runtime recorded its newest
-    batch."""
+    """A tick that fails partway is continued by the next one from the newest batch Dagster
+    holds, never repeated (its cursor was not saved), in pages and runs of batches, at most a
+    tick's bound per tick; each event at the time the runtime recorded its newest batch."""
     monkeypatch.setattr(catalog_events, "PAGE", 7)
-    monkeypatch.setattr(catalog_events, "EVENTS", 3)  # 7 batches: runs of 3
+    monkeypatch.setattr(catalog_events, "EVENTS", 3)  # 7 batches: runs of 3, 3 and 1
     monkeypatch.setattr(catalog_events, "TICK_BATCHES", 20)
     stream = make_stream()
     stream.run(1)
@@ -231,10 +230,10 @@ def test_each_batch_is_reported_exactly_once_after_a_tick_failed_partway(
         stream.catalog.record_batch_metrics(stream.root, f"query-{batch % 3}", batch, figures)
     first = tick(stream, instance, None)
     assert sorted(reported_batches(stream, instance)) == list(range(20))  # the tick's bound
-    assert len(batch_records(instance)) == 9  # three pages, each a run of each query
+    assert len(batch_records(instance)) == 9  # three pages, three runs each
     refusing = RefusingStorage(instance, monkeypatch, fail_at=2)
     with pytest.raises(OSError, match="refused"):
-        tick(stream, instance, first.cursor)  # one query's event, then the failure
+        tick(stream, instance, first.cursor)  # one run's event, then the failure
     assert refusing.written == 2 and len(batch_records(instance)) == 10
     again = tick(stream, instance, first.cursor)
     assert Cursor.parse(again.cursor).metrics == recorded_ids(stream)[-1]
@@ -248,19 +247,25 @@ def test_a_tick_of_many_batches_writes_a_bounded_number_of_events(
     instance: DagsterInstance,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Past ``EVENTS`` batches a page, an event reports a run of a query's consecutive
-    batches: its newest batch's figures to plot, each batch's in its table."""
+    """Past ``EVENTS`` batches a page, an event reports a run of consecutive batches: each
+    query's newest batch in it to plot, each batch's figures in its table."""
     monkeypatch.setattr(catalog_events, "EVENTS", 4)
     stream = make_stream()
     stream.run(1)
+    other = "file:///elsewhere/checkpoint"  # a second query, in turn with the first
     for batch in range(30):
         figures = BatchMetrics(batch, 1, 5, 64, 1.5, 1, 0, {"batch_ms": 10.0})
-        stream.catalog.record_batch_metrics(stream.root, "query-1", batch, figures)
+        root, query = (stream.root, "query-1") if batch % 2 == 0 else (other, "query-2")
+        stream.catalog.record_batch_metrics(root, query, batch, figures)
     tick(stream, instance, None)
     events = [r.asset_event for r in batch_records(instance) if r.asset_event is not None]
     assert [e.metadata["batch"].value for e in events] == [7, 15, 23, 29]
     assert [e.metadata["batches"].value for e in events] == [8, 8, 8, 6]
-    assert [e.metadata["query-1/rows_in"].value for e in events] == [7, 15, 23, 29]
+    # each query's newest batch in the run, on its own charts
+    assert [e.metadata["query-1/rows_in"].value for e in events] == [6, 14, 22, 28]
+    assert [e.metadata["query-2/rows_in"].value for e in events] == [7, 15, 23, 29]
+    table = events[0].metadata["batch_figures"].value
+    assert [row.data["query"] for row in table.records] == ["query-1", "query-2"] * 4
     assert reported_batches(stream, instance) == list(range(30))
 
 
