@@ -21,7 +21,7 @@ timestamps, so each query's figures form their own lines, each point at the time
 recorded its batch (its commit), not at the sensor's tick (:func:`report_batches`). A page of
 batches (``PAGE``) has one event a batch while it holds at most ``EVENTS`` batches, else one a
 run of consecutive batches, ``len(page) / EVENTS`` a run, with each query's newest batch in
-it to plot and every batch's figures in the ``batch_figures`` table: at most ``EVENTS``
+it to plot and every batch's figures in ``batch_figures`` (JSON rows): at most ``EVENTS``
 events a page, whatever its batches and queries, where one a batch cost a tick 3 to 5 ms a
 batch of Dagster's storage (10 to 14 s at 20,000 stores and 2,000 batches under load). Each
 batch is reported exactly once: an event carries its newest batch's catalog metrics id
