@@ -194,12 +194,13 @@ class Cycle:
             reported = f", {batches:,} batches reported"
         return f"{len(found.run_requests or [])} runs, {added} partitions requested{reported}"
 
-    def minute_of_batches(self) -> None:
+    def minute_of_batches(self, minute: int = 0) -> None:
         """``MINUTE`` batches' metrics, over the queries in turn, as each query's driver records
-        them after its batch commits: what ``state_catalog_events`` reports at its next tick."""
+        them after its batch commits: what ``state_catalog_events`` reports at its next tick
+        (``minute``: which minute, each its own batches)."""
         for n in range(MINUTE):
             query = n % self.shape.queries
-            batch = 1_000_000 + n // self.shape.queries
+            batch = 1_000_000 + (minute * MINUTE + n) // self.shape.queries
             self.catalog.record_batch_metrics(self.roots[query], query_id(query), batch, FIGURES)
 
     def previous_hour(self) -> None:

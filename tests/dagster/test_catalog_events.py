@@ -114,8 +114,10 @@ def test_runs_outside_dagster_become_the_same_asset_events(
     assert set(status) == set(names.values())
     assert all(not e.passed and e.severity.value == "WARN" for e in status.values())
     assert set(latest_status(instance).values()) == {"unknown"}
+    # few batches: an event each, its figures to plot
     batches = [e for e in first.events if e.asset_key == BATCH_KEY]
     assert [b.metadata["batch"].value for b in batches] == [0, 1, 2]
+    assert [b.metadata["batches"].value for b in batches] == [1, 1, 1]
     # each batch at the time the runtime recorded it (the Plots tab's x), not at the tick
     recorded = [m.recorded_at.timestamp() for _, m in stream.catalog.batch_metrics_after(0)]
     assert [r.timestamp for r in batch_records(instance)] == pytest.approx(recorded, abs=1e-3)
@@ -194,36 +196,78 @@ class RefusingStorage:
         self.store(event)
 
 
+def reported_batches(stream: StoreStream, instance: DagsterInstance) -> list[int]:
+    """The batches Dagster holds, from each event's table, in the order they were written;
+    each event stamped with its newest batch's commit."""
+    batches = stream.catalog.batch_metrics_after(0, limit=10_000)
+    recorded = {m.batch_id: m.recorded_at.timestamp() for _, m in batches}
+    found = []
+    for record in batch_records(instance):
+        assert record.asset_event is not None
+        metadata = record.asset_event.metadata
+        table = metadata["batch_figures"].value if "batch_figures" in metadata else None
+        rows = [row["batch"] for row in table] if table else [metadata["batch"].value]
+        assert record.timestamp == pytest.approx(recorded[rows[-1]], abs=1e-3)
+        found += rows
+    return found
+
+
 def test_each_batch_is_reported_exactly_once_after_a_tick_failed_partway(
     make_stream: Callable[..., StoreStream],
     instance: DagsterInstance,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A tick that fails partway is continued by the next one from the newest batch Dagster
-    holds, never repeated (its cursor was not saved), in pages and chunks, at most a tick's
-    bound per tick; each batch at the time the runtime recorded it."""
+    holds, never repeated (its cursor was not saved), in pages and runs of batches, at most a
+    tick's bound per tick; each event at the time the runtime recorded its newest batch."""
     monkeypatch.setattr(catalog_events, "PAGE", 7)
-    monkeypatch.setattr(catalog_events, "CHUNK", 3)
+    monkeypatch.setattr(catalog_events, "EVENTS", 3)  # 7 batches: runs of 3, 3 and 1
     monkeypatch.setattr(catalog_events, "TICK_BATCHES", 20)
     stream = make_stream()
     stream.run(1)
-    for batch in range(30):
+    for batch in range(30):  # three queries in turn, each batch number its own
         figures = BatchMetrics(batch, 1, 5, 64, 1.5, 1, 0, {"batch_ms": 10.0})
-        stream.catalog.record_batch_metrics(stream.root, "query-1", batch, figures)
+        stream.catalog.record_batch_metrics(stream.root, f"query-{batch % 3}", batch, figures)
     first = tick(stream, instance, None)
-    assert len(batch_records(instance)) == 20  # the tick's bound
-    refusing = RefusingStorage(instance, monkeypatch, fail_at=5)
+    assert sorted(reported_batches(stream, instance)) == list(range(20))  # the tick's bound
+    assert len(batch_records(instance)) == 9  # three pages, three runs each
+    refusing = RefusingStorage(instance, monkeypatch, fail_at=2)
     with pytest.raises(OSError, match="refused"):
-        tick(stream, instance, first.cursor)  # 4 written, then the failure: cursor not saved
-    assert refusing.written == 5
+        tick(stream, instance, first.cursor)  # one run's event, then the failure
+    assert refusing.written == 2 and len(batch_records(instance)) == 10
     again = tick(stream, instance, first.cursor)
     assert Cursor.parse(again.cursor).metrics == recorded_ids(stream)[-1]
-    records = batch_records(instance)
-    assert [r.asset_event.metadata["batch"].value for r in records] == list(range(30))
-    recorded = [m.recorded_at.timestamp() for _, m in stream.catalog.batch_metrics_after(0)]
-    assert [r.timestamp for r in records] == pytest.approx(recorded, abs=1e-3)
+    assert sorted(reported_batches(stream, instance)) == list(range(30))  # each once
     quiet = tick(stream, instance, again.cursor)
-    assert quiet.result.skip_reason is not None and len(batch_records(instance)) == 30
+    assert quiet.result.skip_reason is not None and len(reported_batches(stream, instance)) == 30
+
+
+def test_a_tick_of_many_batches_writes_a_bounded_number_of_events(
+    make_stream: Callable[..., StoreStream],
+    instance: DagsterInstance,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past ``EVENTS`` batches a page, an event reports a run of consecutive batches: each
+    query's newest batch in it to plot, each batch's figures in its table."""
+    monkeypatch.setattr(catalog_events, "EVENTS", 4)
+    stream = make_stream()
+    stream.run(1)
+    other = "file:///elsewhere/checkpoint"  # a second query, in turn with the first
+    for batch in range(30):
+        figures = BatchMetrics(batch, 1, 5, 64, 1.5, 1, 0, {"batch_ms": 10.0})
+        root, query = (stream.root, "query-1") if batch % 2 == 0 else (other, "query-2")
+        stream.catalog.record_batch_metrics(root, query, batch, figures)
+    tick(stream, instance, None)
+    events = [r.asset_event for r in batch_records(instance) if r.asset_event is not None]
+    assert [e.metadata["batch"].value for e in events] == [7, 15, 23, 29]
+    assert [e.metadata["batches"].value for e in events] == [8, 8, 8, 6]
+    # each query's newest batch in the run, on its own charts
+    assert [e.metadata["query-1/rows_in"].value for e in events] == [6, 14, 22, 28]
+    assert [e.metadata["query-2/rows_in"].value for e in events] == [7, 15, 23, 29]
+    table = events[0].metadata["batch_figures"].value
+    assert [row["query"] for row in table] == ["query-1", "query-2"] * 4
+    assert [row["rows_in"] for row in table] == list(range(8))
+    assert reported_batches(stream, instance) == list(range(30))
 
 
 def test_root_labels_are_the_query_or_the_shortest_telling_tail() -> None:

@@ -1,0 +1,157 @@
+"""Each sensor's tick at fleet size, quiet and with a minute's batches (issue 35).
+
+    make bench-ticks                                  # 20,000 stores
+    STATE_BENCH_TICK_SIZES=2000,100000 make bench-ticks
+    STATE_BENCH_FLEET_MINUTE=2000                     # batches' metrics a minute
+
+For each size, the fleet of ``bench_fleet.py`` (``fleet.py``: ``size / 200`` queries x 200
+stores, PostgreSQL) and a Dagster instance on PostgreSQL, the sensors' first ticks run
+untimed (the discovery sensor adds every store's partition). Then, timed as the daemon calls
+them: ``ROUNDS`` quiet ticks of each sensor (nothing changed since its last), and ``2 x
+ROUNDS`` ticks of ``state_catalog_events`` each after a minute of batches' metrics
+(``MINUTE``, over the queries in turn), with the events that tick wrote to Dagster's event
+log: alternately under the rule before (one event a batch: ``EVENTS`` set to the page) and
+the one now (past ``EVENTS`` batches a page, an event a run of consecutive batches), on the
+same fleet and instance. Each figure with the load average; a JSON line at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from bench_fleet import DATABASE, MINUTE, SERVER, Cycle, load, measured
+from dagster._core.test_utils import instance_for_test
+from fleet import Shape, build
+from fresh_database import fresh_database
+
+from dagster_project.defs import catalog_events
+from state_runtime.catalog import Catalog
+
+SIZES = [int(s) for s in os.environ.get("STATE_BENCH_TICK_SIZES", "20000").split(",")]
+ROUNDS = 3
+SENSORS = ("discovery", "failures", "state_catalog_events")
+RULES = [  # the batch events' rule: one a batch (before), at most EVENTS a page (now)
+    ("one event a batch", catalog_events.PAGE),
+    (f"at most {catalog_events.EVENTS} events a page", catalog_events.EVENTS),
+]
+
+
+def batch_events(dagster_url: str) -> int:
+    """The ``state_batch_metrics`` events in Dagster's event log."""
+    engine = sa.create_engine(dagster_url)
+    try:
+        with engine.connect() as connection:
+            return int(
+                connection.execute(
+                    sa.text("SELECT count(*) FROM event_logs WHERE asset_key LIKE :key"),
+                    {"key": "%state_batch_metrics%"},
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
+
+
+class Spent:
+    """Wall seconds spent in each of the tick's reads and writes, by wrapping them where they
+    are defined: the catalog's pages of batches and its roots' queries (the stores' names),
+    Dagster's newest batch event and its event-log writes."""
+
+    def __init__(self, storage: type) -> None:
+        self.seconds: dict[str, float] = {}
+        self.wrapped: list[tuple[Any, str, str]] = [
+            (next(k for k in owner.__mro__ if name in k.__dict__), name, label)
+            for owner, name, label in [
+                (Catalog, "batch_metrics_after", "catalog: batches"),
+                (Catalog, "root_queries", "catalog: names"),
+                (storage, "store_event_batch", "dagster: writes"),
+            ]
+        ]
+        self.wrapped.append((catalog_events, "reported_through", "dagster: newest event"))
+        self.originals = [owner.__dict__[name] for owner, name, _ in self.wrapped]
+
+    def __enter__(self) -> Spent:
+        for (owner, name, label), original in zip(self.wrapped, self.originals, strict=True):
+            setattr(owner, name, self._timed(label, original))
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for (owner, name, _), original in zip(self.wrapped, self.originals, strict=True):
+            setattr(owner, name, original)
+
+    def _timed(self, label: str, original: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent = time.perf_counter() - started
+                self.seconds[label] = self.seconds.get(label, 0.0) + spent
+
+        return timed
+
+
+def bench(size: int) -> dict[str, Any]:
+    shape = Shape(queries=max(1, size // 200))
+    folder = Path(tempfile.mkdtemp(prefix="bench-ticks-"))
+    rows: list[dict[str, Any]] = []
+
+    def timed(step: str, cycle: Cycle, sensor: str, events: str | None = None) -> None:
+        before = batch_events(events) if events else 0
+        with Spent(type(cycle.instance.event_log_storage)) as spent:
+            found = measured(step, lambda: (cycle.tick(sensor), None))
+        written = batch_events(events) - before if events else 0
+        parts = {label: round(seconds, 2) for label, seconds in spent.seconds.items()}
+        rows.append(
+            {"step": step, "wall": round(found.wall, 2), "cpu": round(found.cpu, 2)}
+            | {"events": written, "result": found.result, "load": load(), "spent": parts}
+        )
+        print(f"    {written:,} batch events written, load {load()}; {parts}", flush=True)
+
+    try:
+        with (
+            fresh_database(SERVER, DATABASE) as url,
+            fresh_database(SERVER, f"{DATABASE}_dagster") as dagster_url,
+            instance_for_test(
+                overrides={"storage": {"postgres": {"postgres_url": dagster_url}}}
+            ) as instance,
+        ):
+            Catalog.open(url, upgrade=True).close()
+            print(f"{shape.stores:,} stores: building (load {load()})", flush=True)
+            built = build(url, folder, shape)
+            print(f"  built in {built:.0f} s (load {load()})", flush=True)
+            cycle = Cycle(url, folder, shape, instance)
+            with cycle.catalog.engine.connect() as connection:  # as autovacuum would have
+                connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+                    "ANALYZE"
+                )
+            for sensor in SENSORS:  # the first ticks: partitions added, the first report
+                print(f"  first tick of {sensor}: {cycle.tick(sensor)}", flush=True)
+            for _ in range(ROUNDS):
+                for sensor in SENSORS:
+                    timed(f"quiet tick: {sensor}", cycle, sensor)
+            for minute in range(2 * ROUNDS):  # alternated, the old rule first
+                rule = RULES[minute % 2]
+                catalog_events.EVENTS = rule[1]
+                cycle.minute_of_batches(minute)
+                step = f"tick after {MINUTE:,} batches, {rule[0]}"
+                timed(step, cycle, SENSORS[2], dagster_url)
+            cycle.catalog.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"stores": shape.stores, "queries": shape.queries, "ticks": rows}
+
+
+def main() -> None:
+    print(f"{os.cpu_count()} CPUs, load {load()}", flush=True)
+    print(json.dumps({"sizes": [bench(size) for size in SIZES]}))
+
+
+if __name__ == "__main__":
+    main()
