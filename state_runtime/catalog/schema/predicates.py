@@ -9,14 +9,16 @@ declared forms, each named for what decides it: the file's row, or the commit lo
 docstrings say why both exist).
 
 Their values are written into the SQL (:func:`constant`), not bound: SQLite uses a partial
-index only for a query whose WHERE names the index's own constants, so a bound value would
-leave every query over these conditions scanning the store's rows in the full index.
+index for a bound value too, but then prepares the statement again at every new binding, that
+is at every execution, so each query over these conditions would be compiled anew each time it
+runs. :func:`constant` takes only the enums these conditions name, so no other text reaches
+the SQL.
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
@@ -25,24 +27,29 @@ from sqlalchemy.sql.elements import ColumnElement
 from state_runtime.identity import FileKind
 from state_runtime.retention import LIVE_STATES, FileState, Verification
 
+if TYPE_CHECKING:  # tables imports this module for its partial indexes
+    from state_runtime.catalog.schema.tables import RunOutcome
 
-def constant(value: str) -> ColumnElement[str]:
-    """``value`` as an SQL string literal in the statement's text (the same text
+
+def constant(member: FileState | FileKind | Verification | RunOutcome) -> ColumnElement[str]:
+    """``member``'s value as an SQL string literal in the statement's text (the same text
     ``literal_binds`` renders), so that the planner sees it (sqlite.org/partialindex.html:
-    "the terms in the WHERE clause of the query must be ... identical" to the index's)."""
+    "the terms in the WHERE clause of the query must be ... identical" to the index's). Only
+    these enums are accepted, so no user text reaches the statement's text."""
+    value = member.value
     return sa.literal_column("'" + value.replace("'", "''") + "'", sa.String())
 
 
 def is_live(f: Any) -> ColumnElement[bool]:
     """The file is in storage and may still matter: written, committed or orphan (not claimed
     by cleanup, not deleted)."""
-    live: ColumnElement[bool] = f.state.in_([constant(state.value) for state in LIVE_STATES])
+    live: ColumnElement[bool] = f.state.in_([constant(state) for state in LIVE_STATES])
     return live
 
 
 def is_orphan(f: Any) -> ColumnElement[bool]:
     """The file is known never to be committed."""
-    orphan: ColumnElement[bool] = f.state == constant(FileState.ORPHAN.value)
+    orphan: ColumnElement[bool] = f.state == constant(FileState.ORPHAN)
     return orphan
 
 
@@ -58,9 +65,9 @@ def is_verified_snapshot_by_row(f: Any) -> ColumnElement[bool]:
     the status may be off, but retention still keeps what a retained version loads.
     """
     return sa.and_(
-        f.kind == constant(FileKind.SNAPSHOT.value),
-        f.state == constant(FileState.COMMITTED.value),
-        f.verification == constant(Verification.VERIFIED.value),
+        f.kind == constant(FileKind.SNAPSHOT),
+        f.state == constant(FileState.COMMITTED),
+        f.verification == constant(Verification.VERIFIED),
     )
 
 
@@ -71,9 +78,9 @@ def is_verified_snapshot_by_commit_log(f: Any, commits: Any) -> ColumnElement[bo
     rule): the commit log, not a row, decides what cleanup keeps. Its indexable part is
     :func:`is_verified_snapshot_by_row`'s index (see there why both exist)."""
     return sa.and_(
-        f.kind == constant(FileKind.SNAPSHOT.value),
+        f.kind == constant(FileKind.SNAPSHOT),
         is_live(f),
-        f.verification == constant(Verification.VERIFIED.value),
+        f.verification == constant(Verification.VERIFIED),
         sa.exists().where(
             commits.c.store_id == f.store_id,
             commits.c.version == f.version,

@@ -123,7 +123,7 @@ def _restored_to_query(to_batch: bool) -> sa.Select[Any]:
     r = maintenance_runs.c
     query = sa.select(r.parameters["to_batch"].as_integer()).where(
         r.kind == RunKind.RESTORE.value,
-        r.outcome == constant(RunOutcome.SUCCEEDED.value),
+        r.outcome == constant(RunOutcome.SUCCEEDED),
         r.parameters["root"].as_string() == sa.bindparam("root", type_=sa.String()),
         r.parameters["query_id"].as_string() == sa.bindparam("query_id", type_=sa.String()),
     )

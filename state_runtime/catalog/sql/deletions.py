@@ -82,7 +82,7 @@ def claim_deletions(
             sa.select(*FILE_COLUMNS)
             .join(stores, s.store_id == f.store_id)
             .where(
-                f.state == constant(FileState.DELETING.value),
+                f.state == constant(FileState.DELETING),
                 f.claimed_by_run != run_id,
                 f.store_id.in_(part),
             )
@@ -242,7 +242,7 @@ def record_deletions(
         # set-based: one INSERT ... SELECT and one UPDATE a chunk, the reason the claim's; only
         # files still 'deleting' under the lock (another recorder, whose lease expired under
         # it, may have recorded some since they were read)
-        still = sa.and_(f.file_id.in_(some), f.state == constant(FileState.DELETING.value))
+        still = sa.and_(f.file_id.in_(some), f.state == constant(FileState.DELETING))
         connection.execute(
             sa.insert(deletion_ledger).from_select(
                 ["file_id", "run_id", "reason", "deleted_at"],

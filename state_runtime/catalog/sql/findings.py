@@ -95,9 +95,9 @@ def unconfirmed_snapshot_verdicts(
         .join(views.stores, s.store_id == f.store_id)
         .where(
             sa.true() if root is None else s.checkpoint_root == root,
-            f.kind == constant(FileKind.SNAPSHOT.value),
-            f.state == constant(FileState.COMMITTED.value),
-            f.verification != constant(Verification.VERIFIED.value),
+            f.kind == constant(FileKind.SNAPSHOT),
+            f.state == constant(FileState.COMMITTED),
+            f.verification != constant(Verification.VERIFIED),
         )
         .order_by(f.store_id)
     ).scalars()

@@ -248,7 +248,7 @@ def claimed_stores(connection: Connection, views: ReaderViews, root: str | None)
         sa.select(*store_key_columns(views.stores))
         .distinct()
         .join(views.files, f.store_id == s.store_id)
-        .where(f.state == constant(FileState.DELETING.value))
+        .where(f.state == constant(FileState.DELETING))
     )
     if root is not None:
         query = query.where(s.checkpoint_root == root)

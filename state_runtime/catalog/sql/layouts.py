@@ -199,9 +199,7 @@ def switch_layout(
                 f.store_id == r.store_id,
                 f.version == r.version,
                 f.checkpoint_id == r.checkpoint_id,
-                f.state.in_(
-                    [constant(FileState.WRITTEN.value), constant(FileState.COMMITTED.value)]
-                ),
+                f.state.in_([constant(FileState.WRITTEN), constant(FileState.COMMITTED)]),
             )
             .values(state=FileState.ORPHAN.value, state_changed_at=now, state_reason=reason)
         ).rowcount

@@ -215,7 +215,7 @@ def needed_from(views: ReaderViews, retained: sa.CTE) -> sa.CompoundSelect[Any]:
             ),
         )
         .join(f, f.c.file_id == c.c.file_id)
-        .where(f.c.kind == constant(FileKind.DELTA.value), is_live(f.c))
+        .where(f.c.kind == constant(FileKind.DELTA), is_live(f.c))
     )
     return sa.union_all(snapshots, deltas)
 
@@ -236,16 +236,14 @@ def fact_sql(
     """Each fact of the rule about a ``checkpoint_files`` row, in SQL (``needed``, ``floor``
     and ``held`` come from the joins :func:`verdicts` makes)."""
     f = views.files.c
-    snapshot = f.kind == constant(FileKind.SNAPSHOT.value)
+    snapshot = f.kind == constant(FileKind.SNAPSHOT)
     return {
         Fact.NEEDED: needed,
-        Fact.CLAIMED: f.state == constant(FileState.DELETING.value),
-        Fact.COMMITTED: f.state == constant(FileState.COMMITTED.value),
-        Fact.ORPHAN: f.state == constant(FileState.ORPHAN.value),
-        Fact.DAMAGED: sa.and_(snapshot, f.verification == constant(Verification.FAILED.value)),
-        Fact.UNVERIFIED: sa.and_(
-            snapshot, f.verification == constant(Verification.UNVERIFIED.value)
-        ),
+        Fact.CLAIMED: f.state == constant(FileState.DELETING),
+        Fact.COMMITTED: f.state == constant(FileState.COMMITTED),
+        Fact.ORPHAN: f.state == constant(FileState.ORPHAN),
+        Fact.DAMAGED: sa.and_(snapshot, f.verification == constant(Verification.FAILED)),
+        Fact.UNVERIFIED: sa.and_(snapshot, f.verification == constant(Verification.UNVERIFIED)),
         Fact.ABOVE_FLOOR: sa.and_(floor.is_not(None), f.version >= floor),
         Fact.STORE_HELD: held,
         Fact.PAST_WINDOW: _aged_by(views, policy.committed_cutoff),
@@ -366,7 +364,7 @@ def verdicts(
         .outerjoin(held, held.c.store_id == f.store_id)
         .where(
             scope.filter(views, f.store_id),
-            sa.or_(is_live(f), f.state == constant(FileState.DELETING.value)),
+            sa.or_(is_live(f), f.state == constant(FileState.DELETING)),
         )
     )
 

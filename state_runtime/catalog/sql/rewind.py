@@ -150,9 +150,7 @@ def _orphan_above(
             .where(
                 f.store_id == store_id,
                 f.version > floor,
-                f.state.in_(
-                    [constant(FileState.WRITTEN.value), constant(FileState.COMMITTED.value)]
-                ),
+                f.state.in_([constant(FileState.WRITTEN), constant(FileState.COMMITTED)]),
             )
             .values(state=FileState.ORPHAN.value, state_changed_at=now, state_reason=reason)
         ).rowcount

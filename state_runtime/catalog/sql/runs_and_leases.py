@@ -111,9 +111,7 @@ def finish_run(
         sa.update(maintenance_runs)
         .where(
             r.run_id == run_id,
-            r.outcome.in_(
-                [constant(RunOutcome.RUNNING.value), constant(RunOutcome.ABANDONED.value)]
-            ),
+            r.outcome.in_([constant(RunOutcome.RUNNING), constant(RunOutcome.ABANDONED)]),
         )
         .values(outcome=outcome, counts=counts, error=error, ended_at=now, heartbeat_at=now)
     ).rowcount
@@ -133,7 +131,7 @@ def heartbeat(connection: Connection, run_id: int, now: datetime) -> bool:
     return bool(
         connection.execute(
             sa.update(maintenance_runs)
-            .where(r.run_id == run_id, r.outcome == constant(RunOutcome.RUNNING.value))
+            .where(r.run_id == run_id, r.outcome == constant(RunOutcome.RUNNING))
             .values(heartbeat_at=now)
         ).rowcount
     )
@@ -144,7 +142,7 @@ def close_abandoned_runs(connection: Connection, now: datetime) -> list[Maintena
     heartbeat is older than ABANDON_AFTER; return them as they are now."""
     r = maintenance_runs.c
     running = connection.execute(
-        sa.select(maintenance_runs).where(r.outcome == constant(RunOutcome.RUNNING.value))
+        sa.select(maintenance_runs).where(r.outcome == constant(RunOutcome.RUNNING))
     ).all()
     host = this_host()
     closed: list[int] = []
@@ -160,7 +158,7 @@ def close_abandoned_runs(connection: Connection, now: datetime) -> list[Maintena
             continue
         changed = connection.execute(
             sa.update(maintenance_runs)
-            .where(r.run_id == run.run_id, r.outcome == constant(RunOutcome.RUNNING.value))
+            .where(r.run_id == run.run_id, r.outcome == constant(RunOutcome.RUNNING))
             .values(
                 outcome=RunOutcome.ABANDONED.value,
                 ended_at=max(now, run.started_at),
@@ -399,7 +397,7 @@ def previous_run_counts(
         sa.select(r.parameters, r.counts)
         .where(
             r.kind == kind.value,
-            r.outcome == constant(RunOutcome.SUCCEEDED.value),
+            r.outcome == constant(RunOutcome.SUCCEEDED),
             r.run_id < before_run_id,
         )
         .order_by(r.run_id.desc())
