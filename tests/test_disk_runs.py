@@ -19,6 +19,7 @@ from state_runtime.storage import LocalStorage
 from state_runtime.store import mapped_probes
 from state_runtime.store.cache import CACHE, set_budget
 from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.field_words import FieldWords
 from state_runtime.store.disk_runs import (
     LOCAL_DISK,
     DiskRun,
@@ -112,6 +113,21 @@ def test_plain_values_are_read_as_words_once_their_block_is_learnt() -> None:
     holding_removals = {blk for blk in range(on_disk.block_count) if on_disk.block(blk).removals}
     assert len(answers[0]) == on_disk.block_count  # every block touched, read once
     assert set(answers[1]) == holding_removals and holding_removals
+
+
+def test_a_block_whose_fields_lie_past_the_mapping_is_not_learnt() -> None:
+    """A block is learnt only where its field data lies wholly inside the mapping: one byte
+    short, and it keeps the Arrow path."""
+    value_type = pa.struct([("a", pa.int64())])
+    values = pa.StructArray.from_arrays([pa.array(np.arange(64))], fields=list(value_type))
+    keys = pa.array(np.arange(64))
+    batch = pa.RecordBatch.from_arrays([keys, keys, values], names=["i", "k", "v"])
+    base = values.field(0).buffers()[1].address
+    for size, learnt in ((64 * 8 - 1, False), (64 * 8, True)):
+        words = FieldWords.of(value_type, 1)
+        assert words is not None
+        words.learn((base, size), [0], [batch])
+        assert words.known(np.array([0])).tolist() == [learnt]
 
 
 @pytest.fixture(scope="module")

@@ -57,9 +57,14 @@ class FieldWords:
         known: np.ndarray = self._at[blocks, 0] >= 0
         return known
 
-    def learn(self, base: int, blocks: list[int], batches: list[pa.RecordBatch]) -> None:
+    def learn(
+        self, mapping: tuple[int, int], blocks: list[int], batches: list[pa.RecordBatch]
+    ) -> None:
         """Learn ``blocks`` from their record batches, zero-copy views of a mapping of the
-        file starting at address ``base``."""
+        file starting at address ``mapping[0]``, ``mapping[1]`` bytes long. A block whose
+        field data does not lie wholly inside the mapping (a batch that is not such a view)
+        is not learnt and keeps the Arrow path."""
+        base, size = mapping
         for b, batch in zip(blocks, batches, strict=True):
             column = batch.column(2)
             if column.null_count:
@@ -71,7 +76,10 @@ class FieldWords:
                 (field.buffers()[1].address + field.offset * dtype.itemsize - base, dtype)
                 for field, dtype in zip(fields, self._dtypes, strict=True)
             ]
-            if any(where < 0 or where % dtype.itemsize for where, dtype in at):
+            if any(
+                where < 0 or where % dtype.itemsize or where + len(field) * dtype.itemsize > size
+                for (where, dtype), field in zip(at, fields, strict=True)
+            ):
                 continue
             self._at[b, 1:] = [where // dtype.itemsize for where, dtype in at[1:]]
             self._at[b, 0] = at[0][0] // at[0][1].itemsize  # last: a reader checks it first

@@ -176,7 +176,7 @@ def find_mapped(
         whole = pa.py_buffer(mapping)
         words = np.frombuffer(mapping, dtype=np.int64, count=len(mapping) // 8)
         reader = pa.ipc.open_file(whole)
-        source = (reader, whole.address)
+        source = (reader, (whole.address, whole.size))
         try:
             lo = 0
             for hi in bounds.tolist():  # every group holds a probe
@@ -210,7 +210,7 @@ def find_mapped(
 
 
 def _values(
-    source: tuple[pa.ipc.RecordBatchFileReader, int],
+    source: tuple[pa.ipc.RecordBatchFileReader, tuple[int, int]],
     indexer: KeyIndexer,
     here: tuple[np.ndarray, np.ndarray, np.ndarray],
     wanted: tuple[np.ndarray, pa.StructArray, np.ndarray],
@@ -219,15 +219,15 @@ def _values(
     """For probes ``group`` whose index key is at row ``pos`` of block ``b`` (``here``, ``b``
     sorted): which of them hold their key there (a mask), the values of those, and the
     positions in ``group`` of those that do not (another key with the same index key).
-    The blocks are read from ``source``'s reader over a mapping of the file at address
-    ``source[1]``; ``fields`` learns them."""
-    reader, base = source
+    The blocks are read from ``source``'s reader over a mapping of the file (``source[1]``:
+    its address and length); ``fields`` learns them."""
+    reader, mapping = source
     b, pos, group = here
     index, keys, rows = wanted
     touched, chunk = np.unique(b, return_inverse=True)
     batches = [reader.get_batch(int(t)) for t in touched.tolist()]
     if fields is not None:
-        fields.learn(base, touched.tolist(), batches)
+        fields.learn(mapping, touched.tolist(), batches)
     kept = np.ones(len(group), dtype=bool)
     unsure = np.flatnonzero(index[group] == INT64_MIN) if indexer.exact else np.arange(len(b))
     if len(unsure):
