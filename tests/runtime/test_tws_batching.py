@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyspark.sql.types
 import pytest
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import (
@@ -20,8 +21,10 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
+from state_runtime.errors import InvalidArgument
 from state_runtime.runtime import StatefulOperator, transform_with_state
 from state_runtime.runtime.context import BatchContext, batch_scope
+from state_runtime.runtime.tws.operator import _make_row, _public_row, _row_builder
 from state_runtime.storage import open_storage
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.provider import StateStoreProvider
@@ -156,9 +159,23 @@ def test_row_outputs_of_every_shape_become_the_output_table(
 
 
 def test_a_row_output_of_another_width_is_refused(tmp_path: Path) -> None:
+    """A positional row (here a tuple) of another width than the output's is refused with a
+    typed error naming the operator."""
     task = Task(tmp_path, Shapes(), "k string, amount bigint", pandas=False)
-    with pytest.raises(ValueError, match="zip"):
+    with pytest.raises(InvalidArgument, match=r"transform_with_state \(operator 0\).* 3 values"):
         task.batch([("k2", 2)])
+
+
+def test_the_row_builder_gives_the_rows_of_the_public_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Input Rows built by pyspark's private builder equal those of ``Row(*names)(*values)``
+    (values and names); without that builder, the public form is used."""
+    names, values = ["k", "amount", "at"], ("k1", 3, None)
+    fast, public = _make_row(names, values), _public_row(names, values)
+    assert fast == public and fast.asDict() == public.asDict() == dict(
+        zip(names, values, strict=True)
+    )
+    monkeypatch.delattr(pyspark.sql.types, "_create_row")
+    assert _row_builder() is _public_row
 
 
 class RunningCount(StatefulProcessor):

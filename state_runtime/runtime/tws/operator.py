@@ -32,7 +32,6 @@ from pyspark.sql.types import (
     StructField,
     StructType,
     TimestampType,
-    _create_row,
 )
 
 from state_runtime.errors import InvalidArgument
@@ -136,12 +135,33 @@ def declare(processor: StatefulProcessor, time_mode: str) -> Declarations:
     return declarations
 
 
+def _public_row(names: list[str], values: Sequence[Any]) -> Row:
+    """A Row of ``values`` named ``names``, built as pyspark's public API builds it."""
+    return Row(*names)(*values)
+
+
+def _row_builder() -> Callable[[list[str], Sequence[Any]], Row]:
+    """pyspark's own Row builder (what ``Row(*names)(*values)`` calls, without its per-row
+    argument check: 2x faster per input row), or :func:`_public_row` where this pyspark
+    lacks that private function."""
+    try:
+        from pyspark.sql.types import _create_row
+    except ImportError:
+        return _public_row
+    return _create_row
+
+
+_make_row = _row_builder()
+
+
 @dataclass(frozen=True)
 class _Form:
-    """How rows reach the processor and its output comes back: pandas or Rows."""
+    """How rows reach the processor and its output comes back: pandas or Rows; ``operator``
+    names the operator in errors about its output."""
 
     pandas: bool
     output: StructType
+    operator: str
 
     def rows(self, table: pa.Table, zone: str) -> Callable[[int, int], Iterator[Any]]:
         """The rows ``start:stop`` of ``table`` as the processor's ``rows`` argument
@@ -163,9 +183,7 @@ class _Form:
             return frames
         local = _local_table(table, zone)
         names = table.column_names
-        # pyspark's own Row builder (what ``Row(*names)(*values)`` calls, without its
-        # per-row argument check): 2x faster per input row
-        rows = [_create_row(names, r) for r in zip(*local.to_pydict().values(), strict=True)]
+        rows = [_make_row(names, r) for r in zip(*local.to_pydict().values(), strict=True)]
         return lambda start, stop: iter(rows[start:stop])
 
     @cached_property
@@ -199,7 +217,7 @@ class _Form:
         if not produced:
             return schema.empty_table()
         if not self.pandas:
-            return _row_table(produced, self.output, schema, zone)
+            return _row_table(produced, self.output, schema, zone, self.operator)
         import pandas as pd
 
         frame = pd.concat(produced, ignore_index=True) if len(produced) > 1 else produced[0]
@@ -220,7 +238,12 @@ def _local_table(table: pa.Table, zone: str) -> pa.Table:
     return pa.Table.from_arrays(columns, names=table.column_names)
 
 
-def _row_table(rows: list[Any], output: StructType, schema: pa.Schema, zone: str) -> pa.Table:
+def _row_table(
+    rows: list[Any], output: StructType, schema: pa.Schema, zone: str, operator: str
+) -> pa.Table:
+    """The processor's output Rows and tuples as a table of ``schema``: Rows with field names
+    by name, the others by position (a typed error naming ``operator`` where their width is
+    not the output's)."""
     names = output.names
     nested = any(not isinstance(f.dataType, AtomicType) for f in output.fields)
     if not nested and not any(isinstance(f.dataType, TimestampType) for f in output.fields):
@@ -239,10 +262,15 @@ def _row_table(rows: list[Any], output: StructType, schema: pa.Schema, zone: str
     # asDict costs more than the rest of a key's work
     records = []
     for row in rows:
-        if isinstance(row, Row):
+        if isinstance(row, Row) and hasattr(row, "__fields__"):
             record = row.asDict(nested)
+        elif len(row) == len(names):
+            record = dict(zip(names, row, strict=True))
         else:
-            record = dict(zip(output.names, row, strict=True))
+            raise InvalidArgument(
+                f"{operator} returned a row of {len(row)} values; its output schema has "
+                f"{len(names)} columns ({', '.join(names)})"
+            )
         for field in output.fields:
             value = record.get(field.name)
             if (
@@ -419,7 +447,9 @@ def transform_with_state(
         initial = initial_state.select(
             "*", F.pmod(F.hash(*keys), F.lit(num_partitions)).alias(INITIAL_PARTITION)
         ).toArrow()
-    form = _Form(pandas, parse_schema(output_schema))
+    form = _Form(
+        pandas, parse_schema(output_schema), f"transform_with_state (operator {operator_id})"
+    )
     return StatefulOperator(
         operator_id=operator_id,
         key_columns=tuple(key_columns),
