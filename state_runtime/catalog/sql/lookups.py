@@ -162,16 +162,12 @@ def lock_stores(connection: Connection, ids: Iterable[int]) -> None:
         ).all()
 
 
-def _located(
-    path: str, folders: dict[str, StoreId | None] | None = None
-) -> tuple[StoreId, int] | None:
+def _located(path: str, folders: dict[str, StoreId | None]) -> tuple[StoreId, int] | None:
     """The store and version of a checkpoint file path,
     ``state/<op>/<partition>/<name>/<version>_<id>.<kind>``; None for anything else.
     ``folders`` keeps each store folder's parse: a call's paths are a few stores' files."""
     folder, _, name = path.rpartition("/")
-    if folders is None:
-        found = _store_of(folder)
-    elif folder in folders:
+    if folder in folders:
         found = folders[folder]
     else:
         found = folders[folder] = _store_of(folder)
