@@ -13,8 +13,7 @@ from tests.s3_fixtures import MotoS3
 from tests.simulation.machine import PlatformMachine
 from tests.simulation.postgres import machine_on_postgresql
 from tests.simulation.s3_platform import S3Machine, S3Platform
-from tests.simulation.steps import replay
-from tests.simulation.test_found import AROUND_A_REPARTITION, run
+from tests.simulation.steps import AROUND_A_REPARTITION, replay, run
 
 RUNS = settings(
     max_examples=56,  # 1,970 checked steps: some 63 s of CPU (docs/simulation.md)

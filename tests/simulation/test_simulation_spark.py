@@ -11,8 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.simulation.spark_platform import SparkMachine, SparkPlatform, spark_steps
-from tests.simulation.steps import replay
-from tests.simulation.test_found import AROUND_A_REPARTITION, ONLY_THE_FIRST_STORE, run
+from tests.simulation.steps import AROUND_A_REPARTITION, ONLY_THE_FIRST_STORE, replay, run
 
 pytestmark = pytest.mark.spark
 
