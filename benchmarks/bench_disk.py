@@ -68,77 +68,79 @@ def main() -> None:
     budget = args.budget_mib << 20
     set_budget(budget if not args.memory else 1 << 40)
     root = tempfile.mkdtemp(prefix="bench-disk-")
-    warm_up = StateStoreProvider(
-        LocalStorage(root), 0, 1, key_schema="k bigint", value_schema="v bigint"
-    )
-    _round_trip(warm_up)  # the first call of each code path loads what it needs, once
-    baseline = peak_rss()
-    provider = StateStoreProvider(
-        LocalStorage(root), 0, 0, key_schema="k bigint", value_schema="v bigint"
-    )
-    info = None
-    started = time.perf_counter()
-    for start in range(0, args.keys, args.chunk):  # build: keys in chunks, value = key
-        store = (
-            provider.get_store(0)
-            if info is None
-            else provider.get_store(info.version, info.checkpoint_id)
+    try:
+        warm_up = StateStoreProvider(
+            LocalStorage(root), 0, 1, key_schema="k bigint", value_schema="v bigint"
         )
-        keys = np.arange(start, min(args.keys, start + args.chunk), dtype=np.int64)
-        store.apply_arrow(_table(keys, keys))
-        info = store.commit()
-    build_s = time.perf_counter() - started
-    assert info is not None
-    written_before = LOCAL_DISK.stats.bytes_written
-    rng = np.random.default_rng(1)
-    times = []
-    change_bytes = 0
-    for _ in range(args.batches):  # read-modify-write: v += 1 on random keys
+        _round_trip(warm_up)  # the first call of each code path loads what it needs, once
+        baseline = peak_rss()
+        provider = StateStoreProvider(
+            LocalStorage(root), 0, 0, key_schema="k bigint", value_schema="v bigint"
+        )
+        info = None
+        started = time.perf_counter()
+        for start in range(0, args.keys, args.chunk):  # build: keys in chunks, value = key
+            store = (
+                provider.get_store(0)
+                if info is None
+                else provider.get_store(info.version, info.checkpoint_id)
+            )
+            keys = np.arange(start, min(args.keys, start + args.chunk), dtype=np.int64)
+            store.apply_arrow(_table(keys, keys))
+            info = store.commit()
+        build_s = time.perf_counter() - started
+        assert info is not None
+        written_before = LOCAL_DISK.stats.bytes_written
+        rng = np.random.default_rng(1)
+        times = []
+        change_bytes = 0
+        for _ in range(args.batches):  # read-modify-write: v += 1 on random keys
+            t0 = time.perf_counter()
+            store = provider.get_store(info.version, info.checkpoint_id)
+            keys = np.unique(rng.integers(0, args.keys, args.updates))
+            key_array = pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY))
+            old = store.lookup(key_array).field("v").to_numpy()
+            table = _table(keys, old + 1)
+            change_bytes += table.nbytes + 8 * len(keys)  # as a run holds them: with the index
+            store.apply_arrow(table)
+            info = store.commit()
+            times.append(time.perf_counter() - t0)
+        read = provider.get_read_store(info.version, info.checkpoint_id)
+        probes = rng.integers(0, args.keys, 2000)
         t0 = time.perf_counter()
-        store = provider.get_store(info.version, info.checkpoint_id)
-        keys = np.unique(rng.integers(0, args.keys, args.updates))
-        key_array = pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY))
-        old = store.lookup(key_array).field("v").to_numpy()
-        table = _table(keys, old + 1)
-        change_bytes += table.nbytes + 8 * len(keys)  # as a run holds them: with the index
-        store.apply_arrow(table)
-        info = store.commit()
-        times.append(time.perf_counter() - t0)
-    read = provider.get_read_store(info.version, info.checkpoint_id)
-    probes = rng.integers(0, args.keys, 2000)
-    t0 = time.perf_counter()
-    for k in probes[:2000]:
-        read.get(int(k))
-    get_us = (time.perf_counter() - t0) / 2000 * 1e6
-    total = 0
-    rows = 0
-    for block in read._blocks():
-        total = (total + int(block.values.field("v").to_numpy().sum())) % (1 << 61)
-        rows += len(block)
-    print(
-        json.dumps(
-            {
-                "mode": "memory" if args.memory else "disk",
-                "keys": args.keys,
-                "state_bytes": args.keys * 16,
-                "budget_bytes": budget,
-                "peak_rss_growth_bytes": peak_rss() - baseline,
-                "local_disk_bytes_written": LOCAL_DISK.stats.bytes_written,
-                "compaction_bytes": LOCAL_DISK.stats.compaction_bytes,
-                "write_amplification": (LOCAL_DISK.stats.bytes_written - written_before)
-                / max(1, change_bytes),
-                "block_cache_hits": LOCAL_DISK.stats.block_cache_hits,
-                "block_cache_misses": LOCAL_DISK.stats.block_cache_misses,
-                "build_s": round(build_s, 2),
-                "median_batch_ms": round(statistics.median(times) * 1000, 1),
-                "get_us": round(get_us, 1),
-                "rows": rows,
-                "checksum": total,
-                "load": os.getloadavg()[0],
-            }
+        for k in probes[:2000]:
+            read.get(int(k))
+        get_us = (time.perf_counter() - t0) / 2000 * 1e6
+        total = 0
+        rows = 0
+        for block in read._blocks():
+            total = (total + int(block.values.field("v").to_numpy().sum())) % (1 << 61)
+            rows += len(block)
+        print(
+            json.dumps(
+                {
+                    "mode": "memory" if args.memory else "disk",
+                    "keys": args.keys,
+                    "state_bytes": args.keys * 16,
+                    "budget_bytes": budget,
+                    "peak_rss_growth_bytes": peak_rss() - baseline,
+                    "local_disk_bytes_written": LOCAL_DISK.stats.bytes_written,
+                    "compaction_bytes": LOCAL_DISK.stats.compaction_bytes,
+                    "write_amplification": (LOCAL_DISK.stats.bytes_written - written_before)
+                    / max(1, change_bytes),
+                    "block_cache_hits": LOCAL_DISK.stats.block_cache_hits,
+                    "block_cache_misses": LOCAL_DISK.stats.block_cache_misses,
+                    "build_s": round(build_s, 2),
+                    "median_batch_ms": round(statistics.median(times) * 1000, 1),
+                    "get_us": round(get_us, 1),
+                    "rows": rows,
+                    "checksum": total,
+                    "load": os.getloadavg()[0],
+                }
+            )
         )
-    )
-    shutil.rmtree(root, ignore_errors=True)  # the checkpoints written: hundreds of MB at 8M
+    finally:
+        shutil.rmtree(root, ignore_errors=True)  # the checkpoints written: hundreds of MB at 8M
 
 
 if __name__ == "__main__":
