@@ -135,12 +135,12 @@ def declare(processor: StatefulProcessor, time_mode: str) -> Declarations:
     return declarations
 
 
-def _public_row(names: list[str], values: Sequence[Any]) -> Row:
+def _public_row(names: list[str], values: tuple[Any, ...]) -> Row:
     """A Row of ``values`` named ``names``, built as pyspark's public API builds it."""
     return Row(*names)(*values)
 
 
-def _row_builder() -> Callable[[list[str], Sequence[Any]], Row]:
+def _row_builder() -> Callable[[list[str], tuple[Any, ...]], Row]:
     """pyspark's own Row builder (what ``Row(*names)(*values)`` calls, without its per-row
     argument check: 2x faster per input row), or :func:`_public_row` where this pyspark
     lacks that private function."""
