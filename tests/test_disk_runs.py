@@ -19,7 +19,6 @@ from state_runtime.storage import LocalStorage
 from state_runtime.store import mapped_probes
 from state_runtime.store.cache import CACHE, set_budget
 from state_runtime.store.checkpoint_info import CheckpointInfo
-from state_runtime.store.field_words import FieldWords
 from state_runtime.store.disk_runs import (
     LOCAL_DISK,
     DiskRun,
@@ -27,6 +26,7 @@ from state_runtime.store.disk_runs import (
     spilled,
     written,
 )
+from state_runtime.store.field_words import FieldWords
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_merges import merge
 from state_runtime.store.sorted_runs import Run
