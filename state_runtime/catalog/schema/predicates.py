@@ -18,17 +18,15 @@ the SQL.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
+from state_runtime.catalog.schema.runs import RunOutcome
 from state_runtime.identity import FileKind
 from state_runtime.retention import LIVE_STATES, FileState, Verification
-
-if TYPE_CHECKING:  # tables imports this module for its partial indexes
-    from state_runtime.catalog.schema.tables import RunOutcome
 
 
 def constant(member: FileState | FileKind | Verification | RunOutcome) -> ColumnElement[str]:

@@ -9,7 +9,6 @@ fails if it drifts from what the migrations build. CHECK constraints live only i
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,6 +17,10 @@ from sqlalchemy.engine import Dialect
 
 from state_runtime.catalog.records import DISK_FIGURES
 from state_runtime.catalog.schema import predicates
+
+# A run's kinds and outcomes live in runs.py (predicates names them); re-exported here.
+from state_runtime.catalog.schema.runs import RunKind as RunKind
+from state_runtime.catalog.schema.runs import RunOutcome as RunOutcome
 from state_runtime.catalog.sql.roots import folder_of, resolved_root, stored_root
 
 # The file life cycle and verification states belong to the retention rule; re-exported here.
@@ -60,22 +63,6 @@ class CheckpointRoot(sa.TypeDecorator[str]):
 
     def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
         return None if value is None else resolved_root(value, folder_of(dialect))
-
-
-class RunKind(StrEnum):
-    SNAPSHOT = "snapshot"
-    CLEANUP = "cleanup"
-    VALIDATE = "validate"
-    RECONCILE = "reconcile"
-    RESTORE = "restore"
-    REPARTITION = "repartition"
-
-
-class RunOutcome(StrEnum):
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    ABANDONED = "abandoned"  # its process died or went silent; closed by a later pass
 
 
 def _id_type() -> sa.types.TypeEngine[int]:
