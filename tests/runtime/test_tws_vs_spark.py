@@ -23,6 +23,7 @@ from state_runtime.runtime.spark_kind import is_connect
 
 from .differential import (
     EPOCH_S,
+    Divergence,
     Event,
     Stream,
     run_ours,
@@ -36,6 +37,7 @@ from .tws_processors import (
     Counters,
     Evolving,
     FraudDetector,
+    KeyEcho,
     PandasEvolving,
     Reshaped,
     RowCounters,
@@ -311,3 +313,21 @@ def test_a_schema_change_on_restart_has_sparks_outcome(
     assert outcome.ours[2] == [(0, "a", a_counts[0], None, a_counts[1]), (0, "c", -1, None, 1)]
     if spark_says == "runs":
         assert outcome.ours[2] == outcome.theirs[2]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=Divergence,
+    reason="open: Spark's transformWithStateInPandas hands a null string key as nan, ours None",
+)
+def test_a_null_key_reaches_the_pandas_processor_as_spark_hands_it(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    """Found by ``make fuzz-tws``: a processor that echoes its key into its output frame
+    fails on Spark (its worker cannot convert a float ``nan`` in a string column) when a
+    ``user`` is null; the key itself differs (``nan`` on Spark, ``None`` on ours)."""
+    stream = Stream([[_at(0, None, 1, 1), _at(0, "a", 1, 2)]], "UTC", 0, 0, 0, "update", None)
+    outcome = run_stream(
+        spark, tws_operator("KeyEcho", KeyEcho, "None"), stream, tmp_path, sqlite_catalog_url
+    )
+    outcome.check()

@@ -355,6 +355,20 @@ class UnsafeReshaped(Reshaped):
     ENCODING = "unsaferow"
 
 
+class KeyEcho(StatefulProcessor):
+    """Outputs the ``repr`` of the user key it is handed (pandas form): Spark's
+    ``transformWithStateInPandas`` hands a null string key as ``nan``, its Row form ``None``."""
+
+    pandas = True
+    SCHEMA = "user_key string"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        yield from _emit(self.pandas, [dict(user_key=repr(key[1]))])
+
+
 # --- the harness's entries -------------------------------------------------------------------
 
 
