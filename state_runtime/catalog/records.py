@@ -126,6 +126,8 @@ class FileVerdict:
     verdict: Verdict
     reason: str
     needed_by: tuple[int, int] | None  # (oldest, newest) retained version that needs it
+    file_id: int | None = None
+    """The catalog's id of the file (a claim's: its deletion is recorded by it, not by path)."""
 
 
 @dataclass(frozen=True, slots=True)

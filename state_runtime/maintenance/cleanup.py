@@ -37,6 +37,7 @@ from state_runtime.catalog import (
     StoreKey,
     StoreProblem,
 )
+from state_runtime.errors import CatalogError
 from state_runtime.maintenance.attempts import AttemptSweepReport, sweep_attempts
 from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.leases import leased
@@ -538,9 +539,11 @@ def _clean_stores(
                 batch = [v for v in part if v.file.key in kept]
                 if batch:
                     result = storage.delete([v.file.path for v in batch])
-                    if result.deleted:
-                        catalog.record_deletions(run_id, root, result.deleted)
-                    cleaned.add(batch, set(result.deleted), result.failed)
+                    done = set(result.deleted)
+                    if done:
+                        ids = [_claimed_id(v) for v in batch if v.file.path in done]
+                        catalog.record_deletions_by_id(run_id, root, ids)
+                    cleaned.add(batch, done, result.failed)
                 held.renew()  # when due: one claim's batches on a slow store may outlast them
             fresh = [v for v in claimed if v.verdict.deletable]
             if len(fresh) < claim_files and len(claimed) - len(fresh) < claim_files:
@@ -548,3 +551,10 @@ def _clean_stores(
             start = fresh[-1].file.version if fresh else start
         cleaned.busy += held.lost  # its lease ran out mid-chunk: another run has it
     return cleaned
+
+
+def _claimed_id(claimed: FileVerdict) -> int:
+    """The catalog id a claim gave ``claimed`` (its deletion is recorded by it)."""
+    if claimed.file_id is None:
+        raise CatalogError(f"claimed file {claimed.file.path} came without its id")
+    return claimed.file_id

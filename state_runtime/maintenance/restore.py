@@ -9,14 +9,16 @@ accepts the loss (``allow_lost_state``, after Flink's ``--allowNonRestoredState`
 store then starts again from empty, and the plan says so.
 
 ``restore_query`` carries a plan out, under the stores' leases, as one recorded run (kind
-``restore``): one catalog transaction makes ``B`` the query's last committed batch (the
-runtime's next batch ``B + 1`` builds on it; the later commit-log entries are listed in the
-run's counts, their files become orphans whose reason names the run, and cleanup deletes them
-under the usual grace, the ledger keeping that reason); then Spark's own checkpoint is rewound
-the way a Spark user does it: its ``offsets/N`` and ``commits/N`` files (and ``.N.crc``) for
-``N > B`` are moved into ``restored-by-run-<id>/`` inside the checkpoint (kept, not deleted).
-Run again after a crash in between, the same command finishes the Spark side. The query must
-be stopped while it runs.
+``restore``): it first records the verification of each file the plan found missing or damaged
+(failed, as a validation records it: retention then keeps the deltas below such a snapshot, which
+the restored version loads from, and health reports it); then one catalog transaction makes ``B``
+the query's last committed batch (the runtime's next batch ``B + 1`` builds on it; the later
+commit-log entries are listed in the run's counts, their files become orphans whose reason names
+the run, and cleanup deletes them under the usual grace, the ledger keeping that reason); then
+Spark's own checkpoint is rewound the way a Spark user does it: its ``offsets/N`` and ``commits/N``
+files (and ``.N.crc``) for ``N > B`` are moved into ``restored-by-run-<id>/`` inside the checkpoint
+(kept, not deleted). Run again after a crash in between, the same command finishes the Spark side.
+The query must be stopped while it runs.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ class RestorePlan:
     run_id: int | None = None
     orphaned_files: int = 0
     moved_spark_files: list[str] = field(default_factory=list)
+    damaged: dict[str, str] = field(default_factory=dict)
+    """The files the plan read and found missing or damaged (path -> problem)."""
 
     def summary(self) -> str:
         """The restore in one line: the batches, done or planned, the stores and what it
@@ -194,6 +198,7 @@ def plan_restore(
         lost=lost,
         restarted=restarted,
         spark=spark,
+        damaged={path: p for path, p in checked.problems.items() if p is not None},
     )
 
 
@@ -220,6 +225,8 @@ def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) ->
                     f"{len(held.busy)} store(s) of query {plan.query_id} are leased by another "
                     f"maintenance run (e.g. {held.busy[0]}); run the restore again when it ends"
                 )
+            if plan.damaged:  # failed: retention keeps the chain below a failed snapshot
+                catalog.record_verifications(plan.root, plan.damaged)
             why = (
                 f"superseded: query {plan.query_id} restored to batch {plan.batch_id} by run "
                 f"{run.run_id}"

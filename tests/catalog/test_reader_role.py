@@ -105,6 +105,7 @@ NOT_READS = frozenset(
         "record_statuses",
         "claim_deletions",
         "record_deletions",
+        "record_deletions_by_id",
         "record_lost",
         "acquire_leases",
         "try_acquire_lease",

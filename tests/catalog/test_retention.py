@@ -191,6 +191,31 @@ def test_cleanup_claims_deletes_and_records_with_reasons(catalog: Catalog) -> No
     assert all(r.complete for r in catalog.retained_versions(ROOT, A))
 
 
+def test_deletions_recorded_by_the_claims_file_ids_once(catalog: Catalog) -> None:
+    """Cleanup records what it deleted by the ids its claim returned: each file once, the
+    claim's reason in the ledger, and no id that is unclaimed or not of the root."""
+    _, files = twelve_versions(catalog)
+    run = catalog.start_run("cleanup", "test")
+    claimed = catalog.claim_deletions(run, POLICY, ROOT, [A], now=NOW)
+    ids = [v.file_id for v in claimed if v.file_id is not None]
+    assert len(ids) == len(claimed) == 11
+    first = ids[:4]
+    assert catalog.record_deletions_by_id(run, ROOT, first) == 4
+    assert catalog.record_deletions_by_id(run, ROOT, ids) == len(ids) - 4  # each once
+    assert catalog.record_deletions(run, ROOT, [v.file.path for v in claimed]) == 0
+    ledger = catalog.deletion_history(root=ROOT)
+    assert sorted(d.path for d in ledger) == sorted(v.file.path for v in claimed)
+    assert {d.reason for d in ledger} == {v.reason for v in claimed}
+    kept = {v.file.path: v for v in catalog.file_verdicts(POLICY, root=ROOT, now=NOW)}
+    needed = kept[files["d12"].path].file_id
+    assert needed is not None
+    with pytest.raises(CatalogError, match="not claimed"):
+        catalog.record_deletions_by_id(run, ROOT, [needed])
+    with pytest.raises(CatalogError, match="not of"):
+        catalog.record_deletions_by_id(run, "file:///elsewhere", [needed])
+    assert all(r.complete for r in catalog.retained_versions(ROOT, A))
+
+
 def test_snapshot_candidates_count_committed_deltas(catalog: Catalog) -> None:
     twelve_versions(catalog)
     candidates = catalog.snapshot_candidates(5, root=ROOT)

@@ -30,6 +30,7 @@ from state_runtime.maintenance import (
 )
 from state_runtime.retention import RetentionPolicy
 from state_runtime.storage import LocalStorage
+from state_runtime.store.file_verification import MISSING
 from tests.maintenance.streams import StoreStream
 
 LOST = StoreId(0, 1)
@@ -364,3 +365,51 @@ def test_a_plan_reads_only_the_failed_snapshots_that_could_be_its_base(
     log.read_paths.clear()
     plan_restore(fleet, stream.root, stream.query, 3, spark_checkpoint="")
     assert snaps[3] in log.read_paths and snaps[6] not in log.read_paths
+
+
+def test_a_restore_records_the_missing_snapshot_it_passed_over(
+    make_stream: Callable[..., StoreStream],
+) -> None:
+    """Versions 1-6, a snapshot of 6, versions 7-8; the snapshot of one store is deleted by
+    hand. A restore to batch 5 loads that store's version 6 from deltas 1-6, passing over the
+    snapshot; executed (not in its dry run), it records the snapshot as failed, so cleanup at
+    zero windows keeps the deltas below it (it deleted them: the catalog judged the snapshot
+    their base), and health reports the missing file. The stream resumes on them."""
+    stream = make_stream()
+    fleet = Fleet(stream.catalog, owner="tests")
+    zero = MaintenancePolicy(
+        snapshot_min_deltas=2,
+        retention=RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0)),
+        min_window=timedelta(0),
+    )
+    stream.run(6)
+    snapshot_pass(fleet, zero)
+    stream.run(2)
+    (snapshot,) = [
+        f for f in stream.catalog.store_files(stream.root, LOST) if f.path.endswith(".snapshot")
+    ]
+    assert snapshot.version == 6 and snapshot.verification == "verified"
+    (stream.storage.root / snapshot.path).unlink()
+
+    plan = plan_restore(fleet, stream.root, stream.query, 5, spark_checkpoint="")
+    assert not plan.restarted and plan.damaged == {snapshot.path: MISSING}
+    assert _verification(stream, snapshot.path) == ("verified", None)  # a dry run records none
+    restore_query(fleet, plan, zero)
+    assert _verification(stream, snapshot.path) == ("failed", MISSING)
+
+    below = {f.path for f in stream.committed[LOST][:6]}  # deltas 1-6
+    deleted = {d.file.path for d in cleanup_pass(fleet, zero, dry_run=False).deleted}
+    assert deleted and not deleted & below
+    assert all((stream.storage.root / path).exists() for path in below)
+    reports = {r.key.store: r.status.status for r in store_reports(fleet, zero)}
+    assert reports[LOST] is not StoreStatus.HEALTHY, reports
+
+    rewind_model(stream, 5)
+    assert_state_matches_model(stream)
+    stream.run(2)
+    assert_state_matches_model(stream)
+
+
+def _verification(stream: StoreStream, path: str) -> tuple[str, str | None]:
+    (found,) = [f for f in stream.catalog.store_files(stream.root, LOST) if f.path == path]
+    return found.verification, found.verification_note

@@ -5,7 +5,9 @@ classes (tests/runtime/tws_processors.py), including a restart of both engines."
 from __future__ import annotations
 
 import os
+import re
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -21,6 +23,7 @@ from state_runtime.runtime.spark_kind import is_connect
 
 from .differential import (
     EPOCH_S,
+    Divergence,
     Event,
     Stream,
     run_ours,
@@ -34,13 +37,16 @@ from .tws_processors import (
     Counters,
     Evolving,
     FraudDetector,
+    KeyEcho,
     PandasEvolving,
+    Reshaped,
     RowCounters,
     RowFraudDetector,
     RowSessionTracker,
     RowTotals,
     SessionTracker,
     Totals,
+    UnsafeReshaped,
     tws_operator,
     tws_operator_named,
 )
@@ -98,6 +104,32 @@ def test_transform_with_state_equals_spark(
     operator = tws_operator(processor.__name__, processor, time_mode)
     outcome = run_stream(spark, operator, _stream(3), tmp_path, sqlite_catalog_url)
     assert outcome.check() == len(BATCHES)
+    if issubclass(processor, Counters):
+        _the_maps_read_equal(spark, tmp_path, sqlite_catalog_url)
+
+
+def _the_maps_read_equal(spark: SparkSession, folder: Path, catalog_url: str) -> None:
+    """The map ``counts`` as the query left it, after ``removeKey`` (a's buckets reaching 3)
+    and ``clear`` (b's 0 at batch 1): ours by ``read_state(state_variable=)``, Spark's by its
+    state data source (``statestore`` with ``stateVarName``, one row per map entry)."""
+    ours = read_state(
+        spark, str(folder / "ckpt"), 0, catalog_url=catalog_url, state_variable="counts"
+    ).collect()
+    theirs = (
+        spark.read.format("statestore")
+        .option("path", str(folder / "spark-ckpt"))
+        .option("stateVarName", "counts")
+        .load()
+        .collect()
+    )
+    mine = sorted((tuple(r.key), tuple(r.value)) for r in ours)
+    spark_rows = sorted(
+        ((*r.key, *r.user_map_key), tuple(r.user_map_value)) for r in theirs
+    )  # fmt: skip
+    assert mine == spark_rows
+    # a's buckets all reached 3 (removed); b's 7 before its 0 was cleared (bucket 1 is 1)
+    assert [k for k, _ in mine if k[1] == "a"] == []
+    assert [(k[2], v[0]) for k, v in mine if k[1] == "b"] == [(0, 1), (1, 1), (2, 1)]
 
 
 @pytest.mark.connect
@@ -221,3 +253,81 @@ def test_a_variable_deleted_then_declared_again_reads_empty_on_both_engines(
         mine = sorted((r.key[0], r.key[1], r.value[0]) for r in ours(state_variable=name).collect())
         spark_rows = theirs.option("stateVarName", name).load().collect()
         assert mine == sorted((r.key.part, r.key.user, r.value[0]) for r in spark_rows), name
+
+
+RESHAPES = [
+    pytest.param(Reshaped, "bigint", "runs", (2, 3), id="widened"),
+    pytest.param(Reshaped, "renamed", "runs", (None, 1), id="renamed"),
+    pytest.param(UnsafeReshaped, "added", "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", (2, 3),
+                 id="added-unsaferow"),
+    pytest.param(UnsafeReshaped, "bigint", "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", (2, 3),
+                 id="widened-unsaferow"),
+]  # fmt: skip
+"""(processor, stage, Spark's outcome, what ours reads of a's count of 2 written as ``n int``
+and the count after its row): ours runs every one; Spark refuses any change of a variable's
+schema unless its state rows are Avro-encoded (``UnsafeRow``, its default, is positional)."""
+
+
+def _outcome(run: Callable[[], object]) -> str:
+    """``runs``, or the error class (``STATE_...``) of the refusal."""
+    try:
+        run()
+    except (SchemaMismatch, StreamingQueryException) as e:
+        found = re.search(r"\b(STATE_[A-Z_]+)", str(e))
+        return found.group(1) if found else str(e)
+    return "runs"
+
+
+@pytest.mark.parametrize(("processor", "change", "spark_says", "a_counts"), RESHAPES)
+def test_a_schema_change_on_restart_has_sparks_outcome(
+    spark: SparkSession,
+    tmp_path: Path,
+    sqlite_catalog_url: str,
+    processor: type[Reshaped],
+    change: str,
+    spark_says: str,
+    a_counts: tuple[int | None, int],
+) -> None:
+    """A value variable's field changed when the query restarts (``Reshaped``: ``n int``,
+    then widened, renamed or with a field added) on both engines: with Avro-encoded state
+    Spark runs the next batch and the outputs are equal (a widened value read as it was, a
+    renamed one as null); with ``UnsafeRow`` Spark refuses (its error class) where ours runs
+    as with Avro."""
+    stream = Stream(EVOLVING[:3], "UTC", 0, 0, 0, "update", None)
+    first = replace(stream, batches=EVOLVING[:2])
+    outcome = run_stream(
+        spark, tws_operator("Reshaped int", processor, "None"), first, tmp_path, sqlite_catalog_url
+    )
+    assert outcome.check() == 2
+    changed = tws_operator(f"Reshaped {change}", processor, "None", change)
+    write_batch(tmp_path, stream, 2, time.time())
+    session = session_for(spark, stream)
+
+    def ours() -> None:
+        outcome.ours.update(
+            run_ours(session, changed, stream, tmp_path, sqlite_catalog_url, range(2, 3))
+        )
+
+    assert _outcome(partial(run_spark, session, changed, tmp_path, outcome)) == spark_says
+    assert _outcome(ours) == "runs"
+    assert outcome.ours[2] == [(0, "a", a_counts[0], None, a_counts[1]), (0, "c", -1, None, 1)]
+    if spark_says == "runs":
+        assert outcome.ours[2] == outcome.theirs[2]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=Divergence,
+    reason="open: Spark's transformWithStateInPandas hands a null string key as nan, ours None",
+)
+def test_a_null_key_reaches_the_pandas_processor_as_spark_hands_it(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    """Found by ``make fuzz-tws``: a processor that echoes its key into its output frame
+    fails on Spark (its worker cannot convert a float ``nan`` in a string column) when a
+    ``user`` is null; the key itself differs (``nan`` on Spark, ``None`` on ours)."""
+    stream = Stream([[_at(0, None, 1, 1), _at(0, "a", 1, 2)]], "UTC", 0, 0, 0, "update", None)
+    outcome = run_stream(
+        spark, tws_operator("KeyEcho", KeyEcho, "None"), stream, tmp_path, sqlite_catalog_url
+    )
+    outcome.check()

@@ -119,8 +119,9 @@ class RowSessionTracker(SessionTracker):
 
 
 class Counters(StatefulProcessor):
-    """A map of counters per key by ``amount % 3``; a bucket reaching 3 is removed; the
-    output is every touched bucket and the map's size."""
+    """A map of counters per key by ``amount % 3``; a bucket reaching 3 is removed
+    (``removeKey``), an amount of 0 empties the map first (``clear``); the output is every
+    touched bucket and the map's size."""
 
     pandas = True
     SCHEMA = "part int, user string, bucket int, n bigint, size int, has_zero boolean"
@@ -129,8 +130,11 @@ class Counters(StatefulProcessor):
         self.counts = handle.getMapState("counts", "bucket int", "n bigint")
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        records = _records(rows, self.pandas)
+        if any(int(r["amount"]) == 0 for r in records):
+            self.counts.clear()
         touched: dict[int, int] = {}
-        for r in _records(rows, self.pandas):
+        for r in records:
             bucket = int(r["amount"]) % 3
             current = touched.get(bucket)
             if current is None:
@@ -310,6 +314,59 @@ class PandasEvolving(Evolving):
     """:class:`Evolving` in the pandas form."""
 
     pandas = True
+
+
+RESHAPED_FIELDS = {"bigint": "n bigint", "renamed": "total bigint", "added": "n int, note string"}
+""":class:`Reshaped`'s count by stage (``n int`` in the first)."""
+
+
+class Reshaped(StatefulProcessor):
+    """A count whose declared fields change between runs of one query (``stage``), for
+    Spark's outcome of each schema change on restart: ``int`` (``n int``), ``bigint`` (``n``
+    widened), ``renamed`` (``n`` renamed ``total``), ``added`` (a nullable ``note`` added).
+    The output is what the key read (``n`` before this batch's rows, -1 without a value) and
+    the count after them."""
+
+    pandas = False
+    SCHEMA = "part int, user string, read bigint, note string, n bigint"
+    ENCODING = "avro"
+
+    def __init__(self, stage: str = "int") -> None:
+        self.stage = stage
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.fields = RESHAPED_FIELDS.get(self.stage, "n int")
+        self.count = handle.getValueState("count", self.fields)
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        stored = self.count.get()
+        read = -1 if stored is None else stored[0]
+        note = stored[1] if stored is not None and len(stored) > 1 else None
+        n = (read if read is not None and read >= 0 else 0) + len(_records(rows, self.pandas))
+        self.count.update((n, self.stage) if "note" in self.fields else (n,))
+        yield from _emit(
+            self.pandas, [dict(part=int(key[0]), user=key[1], read=read, note=note, n=n)]
+        )
+
+
+class UnsafeReshaped(Reshaped):
+    """:class:`Reshaped` with Spark's default encoding of state rows (``UnsafeRow``)."""
+
+    ENCODING = "unsaferow"
+
+
+class KeyEcho(StatefulProcessor):
+    """Outputs the ``repr`` of the user key it is handed (pandas form): Spark's
+    ``transformWithStateInPandas`` hands a null string key as ``nan``, its Row form ``None``."""
+
+    pandas = True
+    SCHEMA = "user_key string"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        yield from _emit(self.pandas, [dict(user_key=repr(key[1]))])
 
 
 # --- the harness's entries -------------------------------------------------------------------

@@ -5,9 +5,10 @@ findings around a repartition are test_found_repartitions.py's.
 The idle-version and encoded-root cases are issue 34's defects, fixed by the idle-commits and
 defects34 branches, the cases after every store restarted, fixed by restart-all, the
 stale problem after a replay, fixed by i34-problem, the restore after a failed validation,
-fixed by i34-findings, the problem a driver ahead recorded, fixed by i34-clock, and a warm
-worker failing on a corrupt delta a snapshot replaces and a restore refused over a missing
-snapshot whose deltas load the version, fixed by i34-found; each failed before its fix.
+fixed by i34-findings, the problem a driver ahead recorded, fixed by i34-clock, a warm worker
+failing on a corrupt delta a snapshot replaces and a restore refused over a missing snapshot
+whose deltas load the version, fixed by i34-found, and the cleanup after that restore
+deleting those deltas, fixed by fix-restore; each failed before its fix.
 """
 
 from __future__ import annotations
@@ -395,14 +396,40 @@ def test_a_restore_passes_over_a_missing_snapshot_to_the_deltas_below() -> None:
     over a snapshot it does not find), yet the restore to batch 1 was refused: the plan took
     the catalog's chain (the snapshot) as the only one. It now passes over a base snapshot
     storage no longer has, or has damaged, to the chain below, as the loader does."""
-    replay(
-        [
-            ("raced_batch", {"at": "begun", "changes": {}, "chore": "cleanup"}),
-            (
-                "raced_batch",
-                {"at": "written", "changes": {0: {"a": None}, 1: {"d": None}}, "chore": "snapshot"},
-            ),
-            ("damage", {"pick": 4, "corrupt": False}),  # store 1's version 2 snapshot
-            ("restore", {"back": 1, "allow_lost_state": False, "zero": False}),
-        ]
-    )
+    replay(THE_RESTORE_OVER_A_MISSING_SNAPSHOT)
+
+
+THE_RESTORE_OVER_A_MISSING_SNAPSHOT: list[Step] = [
+    ("raced_batch", {"at": "begun", "changes": {}, "chore": "cleanup"}),
+    (
+        "raced_batch",
+        {"at": "written", "changes": {0: {"a": None}, 1: {"d": None}}, "chore": "snapshot"},
+    ),
+    ("damage", {"pick": 4, "corrupt": False}),  # store 1's version 2 snapshot
+    ("restore", {"back": 1, "allow_lost_state": False, "zero": False}),
+]
+"""Store 1's version 2 snapshot is deleted, then a restore to batch 1 passes over it."""
+
+
+def test_cleanup_after_a_restore_over_a_missing_snapshot_keeps_the_deltas_below() -> None:
+    """Found by fix-restore (the hole i34-found noted): the restore above passes over store
+    1's missing snapshot, but the catalog still believed it sound; two batches on, cleanup at
+    zero windows judged it their base and deleted version 1's delta below it, the only chain
+    left to load them (the machine excused it: the store was damaged on purpose). The restore
+    now records the missing snapshot as failed, so cleanup keeps the delta."""
+    machine = PlatformMachine()
+    try:
+        machine.first_batch()
+        for name, arguments in [
+            *THE_RESTORE_OVER_A_MISSING_SNAPSHOT,
+            run({1: {"d": 1}}),
+            run({1: {"d": 2}}),
+            ("cleanup", {"zero": True}),
+            run({0: {"a": 3}, 1: {"d": 3}}),
+        ]:
+            getattr(machine, name)(**arguments)
+            machine.check()
+            assert not machine._unloadable(machine.catalog_reads()), f"after {name}"
+        machine.damaged = False  # every retained version loads: the query must go on
+    finally:
+        machine.teardown()

@@ -201,6 +201,14 @@ class RetentionCalls(PagedCalls):
             lambda c: deletions.record_deletions(c, run_id, root, paths, self.now()),
         )
 
+    def record_deletions_by_id(self, run_id: int, root: str, file_ids: Sequence[int]) -> int:
+        """``record_deletions`` of claimed files named by their ids (``FileVerdict.file_id``,
+        set by ``claim_deletions``): what cleanup records, without looking paths up again."""
+        return self._run(
+            "record deletions",
+            lambda c: deletions.record_deletions_by_id(c, run_id, root, file_ids, self.now()),
+        )
+
     def record_lost(self, run_id: int, root: str, paths: Sequence[str], reason: str) -> int:
         """Record files validation found missing or corrupt as gone (ledger: ``lost: reason``),
         so that retention stops counting on them and keeps what loads their versions instead."""

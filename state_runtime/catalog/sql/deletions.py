@@ -95,7 +95,9 @@ def claim_deletions(
                 sa.update(checkpoint_files).where(f.file_id.in_(some)).values(claimed_by_run=run_id)
             )
         claimed += [
-            FileVerdict(file_record(row), Verdict.DELETING, str(row.state_reason), None)
+            FileVerdict(
+                file_record(row), Verdict.DELETING, str(row.state_reason), None, row.file_id
+            )
             for row in resumed
         ]
         if resumed_room is not None:
@@ -208,23 +210,40 @@ def record_deletions(
     Returns the number of files newly recorded. A path that is not claimed for deletion is
     an error: only claimed files may be deleted.
     """
-    f, v = checkpoint_files.c, WRITE_LOOKUPS.files.c
-    rows = files_at(
-        connection,
-        WRITE_LOOKUPS,
-        root,
-        paths,
-        v.file_id,
-        v.store_id,
-        v.path,
-        v.state,
-        v.state_reason,
-    )
+    v = WRITE_LOOKUPS.files.c
+    rows = files_at(connection, WRITE_LOOKUPS, root, paths, v.file_id, v.store_id, v.path, v.state)
     unknown = sorted(set(paths) - {row.path for row in rows})
     if unknown:
         raise CatalogError(
             f"cannot record deletion of untracked file(s) {unknown[:5]}", path=unknown[0]
         )
+    return _record(connection, run_id, rows, now)
+
+
+def record_deletions_by_id(
+    connection: Connection, run_id: int, root: str, file_ids: Sequence[int], now: datetime
+) -> int:
+    """:func:`record_deletions` of the files a claim returned, named by their catalog ids
+    (``FileVerdict.file_id``): one indexed read of the ids, not a lookup of each path's store
+    and version. An id that is not a file of ``root`` is an error, as an untracked path is."""
+    f, s = checkpoint_files.c, stores.c
+    rows: list[AnyRow] = []
+    for some in chunks(sorted(set(file_ids))):
+        rows += connection.execute(
+            sa.select(f.file_id, f.store_id, f.path, f.state)
+            .join(stores, s.store_id == f.store_id)
+            .where(f.file_id.in_(some), s.checkpoint_root == root)
+        ).all()
+    unknown = sorted(set(file_ids) - {row.file_id for row in rows})
+    if unknown:
+        raise CatalogError(f"cannot record deletion of file id(s) {unknown[:5]}: not of {root}")
+    return _record(connection, run_id, rows, now)
+
+
+def _record(connection: Connection, run_id: int, rows: Sequence[AnyRow], now: datetime) -> int:
+    """Record the files of ``rows`` (file_id, store_id, path, state) deleted by ``run_id``:
+    those still 'deleting', each once; one neither deleting nor deleted is an error."""
+    f = checkpoint_files.c
     pending = [row for row in rows if row.state != FileState.DELETED.value]
     wrong = [row.path for row in pending if row.state != FileState.DELETING.value]
     if wrong:

@@ -390,7 +390,7 @@ def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
         note=record.verification_note,
         above_floor=bool(above_floor),
     )
-    return FileVerdict(record, verdict, text, needed_by)
+    return FileVerdict(record, verdict, text, needed_by, row.file_id)
 
 
 @functools.cache
