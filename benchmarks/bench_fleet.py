@@ -257,20 +257,27 @@ def dagster_instance() -> Iterator[DagsterInstance]:
         yield instance
 
 
+def built_cycle(
+    url: str, folder: Path, shape: Shape, instance: DagsterInstance
+) -> tuple[Cycle, float]:
+    """A fleet of ``shape`` built in the fresh catalog at ``url`` and analyzed (as autovacuum
+    would have): the cycle that maintains it, and the seconds the build took."""
+    Catalog.open(url, upgrade=True).close()
+    print(f"{shape.stores:,} stores: building (load {load()})", flush=True)
+    built = build(url, folder, shape)
+    print(f"  built in {built:.0f} s (load {load()})", flush=True)
+    cycle = Cycle(url, folder, shape, instance)
+    with cycle.catalog.engine.connect() as connection:
+        connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
+    return cycle, built
+
+
 def bench(size: int) -> dict[str, Any]:
     shape = Shape(queries=max(1, size // 200))
     folder = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     try:
         with fresh_database(SERVER, DATABASE) as url, dagster_instance() as instance:
-            Catalog.open(url, upgrade=True).close()
-            print(f"{shape.stores:,} stores: building (load {load()})", flush=True)
-            built = build(url, folder, shape)
-            print(f"  built in {built:.0f} s (load {load()})", flush=True)
-            cycle = Cycle(url, folder, shape, instance)
-            with cycle.catalog.engine.connect() as connection:  # as autovacuum would have
-                connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
-                    "ANALYZE"
-                )
+            cycle, built = built_cycle(url, folder, shape, instance)
             print(f"  the previous hour's maintenance (untimed; load {load()})", flush=True)
             cycle.previous_hour()
             hour = advance(url, folder, shape, HOUR)

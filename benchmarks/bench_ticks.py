@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from bench_fleet import DATABASE, MINUTE, SERVER, Cycle, load, measured
+from bench_fleet import DATABASE, MINUTE, SERVER, Cycle, built_cycle, load, measured
 from dagster._core.test_utils import instance_for_test
-from fleet import Shape, build
+from fleet import Shape
 from fresh_database import fresh_database
 
 from dagster_project.defs import catalog_events
@@ -124,15 +124,7 @@ def bench(size: int) -> dict[str, Any]:
                 overrides={"storage": {"postgres": {"postgres_url": dagster_url}}}
             ) as instance,
         ):
-            Catalog.open(url, upgrade=True).close()
-            print(f"{shape.stores:,} stores: building (load {load()})", flush=True)
-            built = build(url, folder, shape)
-            print(f"  built in {built:.0f} s (load {load()})", flush=True)
-            cycle = Cycle(url, folder, shape, instance)
-            with cycle.catalog.engine.connect() as connection:  # as autovacuum would have
-                connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
-                    "ANALYZE"
-                )
+            cycle, _ = built_cycle(url, folder, shape, instance)
             for sensor in SENSORS:  # the first ticks: partitions added, the first report
                 print(f"  first tick of {sensor}: {cycle.tick(sensor)}", flush=True)
             for _ in range(ROUNDS):

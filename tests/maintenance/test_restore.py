@@ -34,6 +34,12 @@ from state_runtime.store.file_verification import MISSING
 from tests.maintenance.streams import StoreStream
 
 LOST = StoreId(0, 1)
+# snapshots after two deltas; nothing retained beyond the latest version, no grace
+ZERO = MaintenancePolicy(
+    snapshot_min_deltas=2,
+    retention=RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0)),
+    min_window=timedelta(0),
+)
 
 
 @pytest.fixture
@@ -268,32 +274,27 @@ def test_a_restore_next_to_versions_cleanup_deleted_leaves_them_expired(
     simulation: version 5 was retained again and could not load.)"""
     stream = make_stream()
     fleet = Fleet(stream.catalog, owner="tests")
-    zero = MaintenancePolicy(
-        snapshot_min_deltas=2,
-        retention=RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0)),
-        min_window=timedelta(0),
-    )
     stream.run(6)
-    snapshot_pass(fleet, zero)
+    snapshot_pass(fleet, ZERO)
     stream.run(2)
-    deleted = cleanup_pass(fleet, zero, dry_run=False).deleted
+    deleted = cleanup_pass(fleet, ZERO, dry_run=False).deleted
     assert {d.file.version for d in deleted} == {1, 2, 3, 4, 5, 6}
     assert {s.expired_through for s in stream.catalog.stores(stream.root)} == {5}
 
     plan = plan_restore(fleet, stream.root, stream.query, 5, spark_checkpoint="")
-    restore_query(fleet, plan, zero)
+    restore_query(fleet, plan, ZERO)
     for store in stream.stores:
         retained = stream.catalog.retained_versions(stream.root, store)
         assert [v.ref.version for v in retained] == [6] and retained[0].complete, store
-    checks = run_checks(fleet, zero)
+    checks = run_checks(fleet, ZERO)
     assert checks.ok, [str(e) for o in checks.outcomes if not o.passed for e in o.findings]
-    reports = store_reports(fleet, zero)
+    reports = store_reports(fleet, ZERO)
     assert not [r for r in reports if r.status.status is StoreStatus.BROKEN]
 
     rewind_model(stream, 5)
     stream.run(2)  # versions 7 and 8 again
     assert_state_matches_model(stream)
-    assert run_checks(fleet, zero).ok
+    assert run_checks(fleet, ZERO).ok
     assert {s.expired_through for s in stream.catalog.stores(stream.root)} == {5}
 
 
@@ -377,13 +378,8 @@ def test_a_restore_records_the_missing_snapshot_it_passed_over(
     their base), and health reports the missing file. The stream resumes on them."""
     stream = make_stream()
     fleet = Fleet(stream.catalog, owner="tests")
-    zero = MaintenancePolicy(
-        snapshot_min_deltas=2,
-        retention=RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0)),
-        min_window=timedelta(0),
-    )
     stream.run(6)
-    snapshot_pass(fleet, zero)
+    snapshot_pass(fleet, ZERO)
     stream.run(2)
     (snapshot,) = [
         f for f in stream.catalog.store_files(stream.root, LOST) if f.path.endswith(".snapshot")
@@ -394,14 +390,14 @@ def test_a_restore_records_the_missing_snapshot_it_passed_over(
     plan = plan_restore(fleet, stream.root, stream.query, 5, spark_checkpoint="")
     assert not plan.restarted and plan.damaged == {snapshot.path: MISSING}
     assert _verification(stream, snapshot.path) == ("verified", None)  # a dry run records none
-    restore_query(fleet, plan, zero)
+    restore_query(fleet, plan, ZERO)
     assert _verification(stream, snapshot.path) == ("failed", MISSING)
 
     below = {f.path for f in stream.committed[LOST][:6]}  # deltas 1-6
-    deleted = {d.file.path for d in cleanup_pass(fleet, zero, dry_run=False).deleted}
+    deleted = {d.file.path for d in cleanup_pass(fleet, ZERO, dry_run=False).deleted}
     assert deleted and not deleted & below
     assert all((stream.storage.root / path).exists() for path in below)
-    reports = {r.key.store: r.status.status for r in store_reports(fleet, zero)}
+    reports = {r.key.store: r.status.status for r in store_reports(fleet, ZERO)}
     assert reports[LOST] is not StoreStatus.HEALTHY, reports
 
     rewind_model(stream, 5)
