@@ -3,11 +3,12 @@
 Per state partition and batch, as Spark's ``TransformWithStateInPandasExec`` does: a fresh
 copy of the processor gets ``init(handle)``; on the query's first batch each key of the
 initial state gets ``handleInitialState``; each key with rows (in key order) gets
-``handleInputRows``; then every timer due (processing time: before the batch's time; event
-time: before the watermark; Spark's strict ``<``) fires once, in (time, key) order, with
-``handleExpiredTimer`` and is deleted; values whose TTL passed are removed; ``close()``. The
-handle is :class:`Handle`; state variables are stores of the operator
-(:mod:`.variables`), timers the main store :data:`TIMERS_STORE`.
+``handleInputRows`` (the pandas form hands the key as Spark's worker reads it from its
+pandas frame: a null is ``nan`` or ``NaT``); then every timer due (processing time: before
+the batch's time; event time: before the watermark; Spark's strict ``<``) fires once, in
+(time, key) order, with ``handleExpiredTimer`` and is deleted; values whose TTL passed are
+removed; ``close()``. The handle is :class:`Handle`; state variables are stores of the
+operator (:mod:`.variables`), timers the main store :data:`TIMERS_STORE`.
 """
 
 from __future__ import annotations
