@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +70,15 @@ class Task:
     each store per batch."""
 
     def __init__(
-        self, tmp_path: Path, processor: StatefulProcessor, output: str, pandas: bool = True
+        self,
+        tmp_path: Path,
+        processor: StatefulProcessor,
+        output: str,
+        pandas: bool = True,
+        key_type: str = "string",
     ) -> None:
         self.op: StatefulOperator = transform_with_state(
-            0, ["k"], "k string", processor, output, 1, pandas=pandas
+            0, ["k"], f"k {key_type}", processor, output, 1, pandas=pandas
         )
         storage = open_storage(str(tmp_path))
         self.providers = {
@@ -90,7 +96,7 @@ class Task:
         self.ids: dict[str, str | None] = dict.fromkeys(self.providers)
         self.version = 0
 
-    def batch(self, rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    def batch(self, rows: list[tuple[Any, int]]) -> list[dict[str, Any]]:
         stores = {n: p.get_store(self.version, self.ids[n]) for n, p in self.providers.items()}
         with batch_scope(BatchContext("q", self.version, 1000, 0, stores=stores)):
             table = pa.table({"k": [r[0] for r in rows], "amount": [r[1] for r in rows]})
@@ -209,3 +215,45 @@ def test_a_batch_reads_and_writes_a_value_variable_once(
         ("count", "get_many"): 1,
         ("count", "apply"): 1,
     }
+
+
+class KeyRepr(StatefulProcessor):
+    """Outputs the ``repr`` of the key it is handed and the number of rows with it."""
+
+    def __init__(self, pandas: bool) -> None:
+        self.pandas = pandas
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        if self.pandas:
+            yield pd.DataFrame({"key": [repr(key)], "n": [sum(len(r) for r in rows)]})
+        else:
+            yield Row(key=repr(key), n=sum(1 for _ in rows))
+
+
+T = datetime(2026, 1, 1, tzinfo=UTC)  # input tables hold UTC times
+
+
+@pytest.mark.parametrize(
+    ("key_type", "keys", "pandas", "handed"),
+    [
+        ("string", [None, "a", None], True, {"(nan,)": 2, "('a',)": 1}),
+        ("bigint", [None, 1, None], True, {"(nan,)": 2, "(1.0,)": 1}),
+        ("bigint", [2, 1], True, {"(1,)": 1, "(2,)": 1}),
+        ("timestamp", [None, T], True, {"(NaT,)": 1, "(Timestamp('2026-01-01 00:00:00'),)": 1}),
+        ("bigint", [None, 1, None], False, {"(None,)": 2, "(1,)": 1}),
+    ],
+    ids=["string", "bigint", "bigint-no-null", "timestamp", "bigint-Row"],
+)
+def test_keys_reach_the_processor_as_spark_hands_them(
+    tmp_path: Path, key_type: str, keys: list[Any], pandas: bool, handed: dict[str, int]
+) -> None:
+    """The pandas form hands the key as Spark's worker takes it from its pandas frame: a null
+    is the column's pandas null and an int column with a null is float (measured on Spark
+    4.3 for string and bigint: ``(nan,)``, ``(1.0,)``; Spark splits a null bigint key's
+    rows into one call per row, ours makes one call); the Row form hands ``None``."""
+    task = Task(tmp_path, KeyRepr(pandas), "key string, n bigint", pandas, key_type)
+    out = task.batch([(k, i) for i, k in enumerate(keys)])
+    assert {r["key"]: r["n"] for r in out} == handed

@@ -23,7 +23,6 @@ from state_runtime.runtime.spark_kind import is_connect
 
 from .differential import (
     EPOCH_S,
-    Divergence,
     Event,
     Stream,
     run_ours,
@@ -315,17 +314,11 @@ def test_a_schema_change_on_restart_has_sparks_outcome(
         assert outcome.ours[2] == outcome.theirs[2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Divergence,
-    reason="open: Spark's transformWithStateInPandas hands a null string key as nan, ours None",
-)
 def test_a_null_key_reaches_the_pandas_processor_as_spark_hands_it(
     spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
 ) -> None:
-    """Found by ``make fuzz-tws``: a processor that echoes its key into its output frame
-    fails on Spark (its worker cannot convert a float ``nan`` in a string column) when a
-    ``user`` is null; the key itself differs (``nan`` on Spark, ``None`` on ours)."""
+    """Found by ``make fuzz-tws``: Spark's ``transformWithStateInPandas`` hands a null
+    ``user`` key as the pandas frame holds it (``nan``), not ``None``; ours the same."""
     stream = Stream([[_at(0, None, 1, 1), _at(0, "a", 1, 2)]], "UTC", 0, 0, 0, "update", None)
     outcome = run_stream(
         spark, tws_operator("KeyEcho", KeyEcho, "None"), stream, tmp_path, sqlite_catalog_url

@@ -3,11 +3,12 @@
 Per state partition and batch, as Spark's ``TransformWithStateInPandasExec`` does: a fresh
 copy of the processor gets ``init(handle)``; on the query's first batch each key of the
 initial state gets ``handleInitialState``; each key with rows (in key order) gets
-``handleInputRows``; then every timer due (processing time: before the batch's time; event
-time: before the watermark; Spark's strict ``<``) fires once, in (time, key) order, with
-``handleExpiredTimer`` and is deleted; values whose TTL passed are removed; ``close()``. The
-handle is :class:`Handle`; state variables are stores of the operator
-(:mod:`.variables`), timers the main store :data:`TIMERS_STORE`.
+``handleInputRows`` (the pandas form hands the key as Spark's worker reads it from its
+pandas frame: a null is ``nan`` or ``NaT``); then every timer due (processing time: before
+the batch's time; event time: before the watermark; Spark's strict ``<``) fires once, in
+(time, key) order, with ``handleExpiredTimer`` and is deleted; values whose TTL passed are
+removed; ``close()``. The handle is :class:`Handle`; state variables are stores of the
+operator (:mod:`.variables`), timers the main store :data:`TIMERS_STORE`.
 """
 
 from __future__ import annotations
@@ -155,6 +156,15 @@ _make_row = _row_builder()
 
 
 @dataclass(frozen=True)
+class _Converted:
+    """A table as the processor is handed it: ``rows(start, stop)`` its rows ``start:stop``,
+    ``key(start, key)`` the key (stored as ``key``) of the rows from ``start``."""
+
+    rows: Callable[[int, int], Iterator[Any]]
+    key: Callable[[int, tuple[Any, ...]], tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
 class _Form:
     """How rows reach the processor and its output comes back: pandas or Rows; ``operator``
     names the operator in errors about its output."""
@@ -163,10 +173,10 @@ class _Form:
     output: StructType
     operator: str
 
-    def rows(self, table: pa.Table, zone: str) -> Callable[[int, int], Iterator[Any]]:
-        """The rows ``start:stop`` of ``table`` as the processor's ``rows`` argument
-        (timestamps as Spark gives them: naive wall-clock times of the session zone); the
-        table is converted once, each call slices it."""
+    def rows(self, table: pa.Table, zone: str, key_columns: Sequence[str]) -> _Converted:
+        """``table`` as the processor's ``rows`` argument (timestamps as Spark gives them:
+        naive wall-clock times of the session zone) and its keys; converted once, each
+        call slices it."""
         if self.pandas:
             import pandas as pd  # the pandas form's workers alone pay for importing pandas
 
@@ -174,17 +184,21 @@ class _Form:
             for field in table.schema:
                 if pa.types.is_timestamp(field.type):
                     frame[field.name] = _local(frame[field.name], zone)
+            # Spark's worker takes the key from its converted frame's rows (``itertuples``,
+            # which iterates each column): a null is the column's pandas null (``nan`` for a
+            # string or an int, ``NaT``), and a batch's other int keys are floats with it
+            columns = [list(frame[c]) for c in key_columns]
 
             def frames(start: int, stop: int) -> Iterator[Any]:
                 part = frame.iloc[start:stop]
                 part.index = pd.RangeIndex(stop - start)
                 return iter([part])
 
-            return frames
+            return _Converted(frames, lambda start, _key: tuple(c[start] for c in columns))
         local = _local_table(table, zone)
         names = table.column_names
         rows = [_make_row(names, r) for r in zip(*local.to_pydict().values(), strict=True)]
-        return lambda start, stop: iter(rows[start:stop])
+        return _Converted(lambda start, stop: iter(rows[start:stop]), lambda _start, key: key)
 
     @cached_property
     def _stamps(self) -> list[str]:
@@ -311,24 +325,29 @@ class _TransformWithState:
         )
         out: list[Any] = []
         table, groups = _groups(rows, self.key_columns)
-        inputs = self.form.rows(table, zone)
+        inputs = self.form.rows(table, zone, self.key_columns)
         initial: dict[tuple[Any, ...], tuple[int, int]] = {}
         if self.initial is not None and timers.version == 0:
             mine = self.initial.filter(
                 pc.equal(self.initial.column(INITIAL_PARTITION), batch.partition_id)
             ).drop_columns([INITIAL_PARTITION])
             initial_table, initial = _groups(mine, self.key_columns)
-            initial_rows = self.form.rows(initial_table, zone)
+            states = self.form.rows(initial_table, zone, self.key_columns)
         keys = sorted(set(groups) | set(initial), key=_order)
         for variable in self.variables.values():
             _prefetch(stores[variable.name], variable, keys)
         for key in keys:
             scope.key = key
             if key in initial:
-                for state in initial_rows(*initial[key]):  # a frame, or each Row
-                    processor.handleInitialState(key, state, values)
+                start, stop = initial[key]
+                handed = states.key(start, key)
+                for state in states.rows(start, stop):  # a frame, or each Row
+                    processor.handleInitialState(handed, state, values)
             if key in groups:
-                produced = processor.handleInputRows(key, inputs(*groups[key]), values)
+                start, stop = groups[key]
+                produced = processor.handleInputRows(
+                    inputs.key(start, key), inputs.rows(start, stop), values
+                )
                 self.form.keep(produced, out, zone)
         self._fire(processor, timers, scope, values, zone, out)
         for variable in self.variables.values():
