@@ -21,6 +21,10 @@ from state_runtime.store.state_store import StateStore
 AggFunction = Literal["count", "sum", "min", "max"]
 _ARROW_AGG = {"count": "count_all", "sum": "sum", "min": "min", "max": "max"}
 _KIND: dict[str, ColumnKind] = {"sum": "numeric", "min": "orderable", "max": "orderable"}
+CHUNK_ROWS = 1 << 17
+"""Input rows one step of a batch aggregates, looks up and applies: a batch larger than this
+is taken in chunks of whole keys, so the worker's transient memory (hash table, lookup, sorted
+change run) follows the chunk, not the batch (docs/state-on-disk.md)."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,8 @@ def _combine(function: AggFunction, old: pa.Array, new: pa.Array) -> pa.Array:
 @dataclass(frozen=True)
 class _RunningAggregate:
     """The update function: aggregate the batch with Arrow, then merge into the state in bulk
-    (one lookup of the batch's keys, vectorised combine, one ``apply_arrow``)."""
+    (one lookup of the keys, vectorised combine, one ``apply_arrow``), in chunks of at most
+    :data:`CHUNK_ROWS` rows holding whole keys (a large batch's output is then in key order)."""
 
     key_columns: tuple[str, ...]
     aggs: tuple[Agg, ...]
@@ -58,6 +63,18 @@ class _RunningAggregate:
     def __call__(self, store: StateStore, rows: pa.Table) -> pa.Table | None:
         if rows.num_rows == 0:
             return None
+        if rows.num_rows <= CHUNK_ROWS:
+            return self._apply(store, rows)
+        keys = rows.select(list(self.key_columns))
+        order = pc.sort_indices(keys, [(c, "ascending") for c in self.key_columns])
+        chunks = [
+            self._apply(store, rows.take(order.slice(start, stop - start)))
+            for start, stop in _key_chunks(keys, order)
+        ]
+        return pa.concat_tables(chunks)
+
+    def _apply(self, store: StateStore, rows: pa.Table) -> pa.Table:
+        """Aggregate ``rows`` (every row of each of their keys) into the state."""
         specs: list[tuple[Any, str]] = [
             ([], "count_all") if a.function == "count" else (a.column, _ARROW_AGG[a.function])
             for a in self.aggs
@@ -84,6 +101,47 @@ class _RunningAggregate:
         return pa.Table.from_arrays(
             [*keys.flatten(), *totals], names=[*key_type.names, *value_type.names]
         )
+
+
+def _key_chunks(keys: pa.Table, order: pa.Array) -> list[tuple[int, int]]:
+    """``[start, stop)`` ranges of ``order`` (``keys``' rows in key order) of about
+    :data:`CHUNK_ROWS` rows each, every range ending where the key changes."""
+    ranges, start, n = [], 0, len(order)
+    while start < n:
+        stop = min(start + CHUNK_ROWS, n)
+        if stop < n:
+            stop = _key_end(keys, order, stop - 1)
+        ranges.append((start, stop))
+        start = stop
+    return ranges
+
+
+def _key_end(keys: pa.Table, order: pa.Array, i: int) -> int:
+    """The first position after ``i`` in key order holding another key (galloping, then
+    bisecting: the rows of one key are contiguous)."""
+    key, n = _key_at(keys, order, i), len(order)
+    low, step = i, 1  # the key is at low; is it at low + step?
+    while low + step < n and _same_key(key, _key_at(keys, order, low + step)):
+        low, step = low + step, 2 * step
+    high = min(low + step, n)  # another key at high (or the end)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _same_key(key, _key_at(keys, order, middle)):
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def _key_at(keys: pa.Table, order: pa.Array, i: int) -> tuple[Any, ...]:
+    """The key of the ``i``-th row in key order, as Python values."""
+    row = keys.take(order.slice(i, 1))
+    return tuple(row.column(c)[0].as_py() for c in range(row.num_columns))
+
+
+def _same_key(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two keys group together (NaN with NaN, as Arrow groups them)."""
+    return all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True))
 
 
 def aggregate_schema(aggs: Sequence[Agg]) -> StructType:

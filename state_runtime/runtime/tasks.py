@@ -185,8 +185,10 @@ def run_partitions(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
     data = table.filter(pc.invert(pc.fill_null(table.column(HEARTBEAT_COLUMN), False)))
     data_route = data.column(PARTITION_COLUMN)
     rows = data.drop_columns(internal)
-    for partition in sorted(pc.unique(route).to_pylist()):
-        mine = rows.filter(pc.equal(data_route, partition))
+    partitions = sorted(pc.unique(route).to_pylist())
+    for partition in partitions:
+        # A task of one partition (the usual case) hands its rows on without another copy.
+        mine = rows if len(partitions) == 1 else rows.filter(pc.equal(data_route, partition))
         output, reports = _run_partition(spec, int(partition), mine)
         note = pa.array([r.to_json() for r in reports], type=pa.string())
         yield from _with_reports(output, note, schema).to_batches()

@@ -1,0 +1,74 @@
+"""A running aggregation taken in chunks of whole keys (``aggregation.CHUNK_ROWS``) gives the
+output and the state of the whole batch at once: keys of two columns with nulls and NaN, a
+key of many rows straddling chunk ends, and a second batch over the first's state."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from state_runtime.runtime import Agg, aggregation, running_aggregation
+from state_runtime.runtime.context import BatchContext, batch_scope
+from state_runtime.storage import LocalStorage
+from state_runtime.store.provider import StateStoreProvider
+
+OP = running_aggregation(
+    0,
+    ["a", "b"],
+    "a double, b string",
+    [Agg("n", "count"), Agg("total", "sum", "v"), Agg("low", "min", "v")],
+    1,
+)
+
+
+def _batch(seed: int) -> pa.Table:
+    rng = random.Random(seed)
+    a = [None, float("nan"), -0.5, 0.0, 1.0, 2.5]
+    b = [None, "", "x", "y"]
+    rows = [(rng.choice(a), rng.choice(b), rng.randrange(-50, 50)) for _ in range(3000)]
+    rows += [(1.0, "x", 1)] * 500  # one key of many rows
+    rng.shuffle(rows)
+    a_col, b_col, v_col = zip(*rows, strict=True)
+    return pa.table(
+        {"a": pa.array(a_col, pa.float64()), "b": pa.array(b_col), "v": pa.array(v_col)}
+    )
+
+
+def _canonical(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted(repr(sorted(r.items())) for r in rows)
+
+
+def _run(root: Path, chunk_rows: int, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    monkeypatch.setattr(aggregation, "CHUNK_ROWS", chunk_rows)
+    provider = StateStoreProvider(
+        LocalStorage(root),
+        0,
+        0,
+        OP.store_name,
+        key_schema=OP.schema.key,
+        value_schema=OP.schema.value,
+        config=OP.config,
+    )
+    seen, checkpoint = [], None
+    for version, seed in enumerate((1, 2)):
+        store = provider.get_store(version, checkpoint)
+        with batch_scope(BatchContext("q", version, 0, 0, stores={OP.store_name: store})):
+            output = OP.update(store, _batch(seed))
+            checkpoint = store.commit().checkpoint_id
+        assert output is not None
+        seen.append(_canonical(output.to_pylist()))
+    state = provider.get_store(2, checkpoint)
+    seen.append(_canonical(state.to_arrow().to_pylist()))
+    return seen
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
+def test_chunks_give_the_whole_batch_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_rows: int
+) -> None:
+    whole = _run(tmp_path / "whole", 1 << 40, monkeypatch)
+    assert _run(tmp_path / "chunks", chunk_rows, monkeypatch) == whole
