@@ -24,11 +24,14 @@ run of consecutive batches, ``len(page) / EVENTS`` a run, with each query's newe
 it to plot and every batch's figures in ``batch_figures`` (JSON rows): at most ``EVENTS``
 events a page, whatever its batches and queries, where one a batch cost a tick 3 to 5 ms a
 batch of Dagster's storage (10 to 14 s at 20,000 stores and 2,000 batches under load). Each
-batch is reported exactly once: an event carries its newest batch's catalog metrics id
+batch is reported at most once: an event carries its newest batch's catalog metrics id
 (``catalog_metrics_id``), a tick starts after the newer of its cursor and the newest id
-Dagster already holds, and writes in id order (a page's events in one write, at most
-``TICK_BATCHES`` batches a tick), so a tick that failed partway (its cursor not saved) is
-continued by the next, never repeated.
+Dagster already holds, and writes in id order (a page's events in one call to the event log,
+at most ``TICK_BATCHES`` batches a tick), so a tick that failed partway (its cursor not
+saved) is continued by the next, never repeated. Exactly once while batches become visible
+in id order, as on SQLite (one writer at a time); on PostgreSQL two drivers' commits that
+race can become visible out of id order, and a lower id committed after a tick read a higher
+one is then never reported (open: docs/maintenance.md).
 
 It only reads the catalog and reports: it runs from the start.
 """
@@ -214,10 +217,10 @@ def reported_through(instance: DagsterInstance) -> int:
     return value.value if value is not None and isinstance(value.value, int) else 0
 
 
-Run = Sequence[tuple[int, RecordedBatchMetrics]]
+BatchRun = Sequence[tuple[int, RecordedBatchMetrics]]
 
 
-def runs(page: Run) -> list[Run]:
+def batch_runs(page: BatchRun) -> list[BatchRun]:
     """A page's batches in runs of consecutive ones (in id order), a run each event: one batch
     each while the page has at most ``EVENTS``, else ``len(page) / EVENTS``, so a page writes
     at most ``EVENTS`` events whatever its batches and queries."""
@@ -225,11 +228,11 @@ def runs(page: Run) -> list[Run]:
     return [page[start : start + size] for start in range(0, len(page), size)]
 
 
-def _figure(value: float) -> MetadataValue:
+def _figure(value: int | float) -> MetadataValue:
     return MetadataValue.int(value) if isinstance(value, int) else MetadataValue.float(value)
 
 
-def batch_figures(run: Run, names: StoreNames) -> MetadataValue:
+def batch_figures(run: BatchRun, names: StoreNames) -> MetadataValue:
     """Every batch's figures, a row each: past ``EVENTS`` batches a page the plots take each
     query's newest batch in a run, this keeps each batch. JSON rows, a third of a table's
     bytes (Dagster serializes a table's schema with each event), and the events' bytes are
@@ -247,7 +250,7 @@ def batch_figures(run: Run, names: StoreNames) -> MetadataValue:
     return MetadataValue.json(rows)
 
 
-def run_event(run: Run, names: StoreNames) -> AssetMaterialization:
+def batch_run_event(run: BatchRun, names: StoreNames) -> AssetMaterialization:
     """A run of consecutive batches: each query's newest batch in it, its figures under
     ``<query>/<figure>`` (the query's label, see ``StoreNames``), so each query's figures plot
     as their own lines, and every batch's in ``batch_figures``; ``committed_at`` the run's
@@ -277,7 +280,7 @@ def run_event(run: Run, names: StoreNames) -> AssetMaterialization:
         state_batch_metrics.key,
         description=(
             f"{label} batch {recorded.batch_id}"
-            + (f" and the {len(run) - 1} batches before it" if len(run) > 1 else "")
+            + (f" and {len(run) - 1} other batches (see batch_figures)" if len(run) > 1 else "")
             + f": {m.rows_in:,} rows in, {m.keys_updated:,} keys updated, "
             f"{size(m.bytes_written)} written, commit {millis(m.commit_ms)}, batch "
             f"{millis(m.extra.get('batch_ms'))}"
@@ -319,7 +322,7 @@ def report_batches(instance: DagsterInstance, catalog: Catalog, after: int) -> i
             break
         names = names or StoreNames.of(catalog)
         instance.event_log_storage.store_event_batch(
-            [batch_entry(run_event(run, names), run[-1][1]) for run in runs(page)]
+            [batch_entry(batch_run_event(run, names), run[-1][1]) for run in batch_runs(page)]
         )
         last, count = page[-1][0], count + len(page)
         if len(page) < limit:
