@@ -49,6 +49,13 @@ def _records(rows: Any, pandas: bool) -> list[dict[str, Any]]:
     return [r.asDict() for r in rows]
 
 
+def _user(key: Any) -> Any:
+    """The key's ``user`` for a string output column: Spark's pandas form hands a null key as
+    a float ``nan``, which its worker cannot write to a string column, so a null is output as
+    ``None`` (what the Row form hands already)."""
+    return None if pd.isna(key[1]) else key[1]
+
+
 # --- a session tracker: a list with a long TTL, a value with a 1 ms TTL, timers -------------
 
 
@@ -78,7 +85,7 @@ class SessionTracker(StatefulProcessor):
             [
                 dict(
                     part=int(key[0]),
-                    user=key[1],
+                    user=_user(key),
                     kind="rows",
                     n=n,
                     recent=recent_before,
@@ -98,7 +105,7 @@ class SessionTracker(StatefulProcessor):
             [
                 dict(
                     part=int(key[0]),
-                    user=key[1],
+                    user=_user(key),
                     kind="timer",
                     n=n,
                     recent=self.recent.exists(),
@@ -150,7 +157,7 @@ class Counters(StatefulProcessor):
         assert len(list(self.counts.values())) == size == len(list(self.counts.iterator()))
         has_zero = self.counts.containsKey((0,))
         out = [
-            dict(part=int(key[0]), user=key[1], bucket=b, n=n, size=size, has_zero=has_zero)
+            dict(part=int(key[0]), user=_user(key), bucket=b, n=n, size=size, has_zero=has_zero)
             for b, n in sorted(touched.items())
         ]
         yield from _emit(self.pandas, out)
@@ -193,7 +200,7 @@ class FraudDetector(StatefulProcessor):
                 self.handle.registerTimer(int(at) + 3000)
                 self.total.update((amount,))
                 out.append(
-                    dict(part=int(key[0]), user=key[1], kind="open", at=int(at), total=amount)
+                    dict(part=int(key[0]), user=_user(key), kind="open", at=int(at), total=amount)
                 )
         yield from _emit(self.pandas, out)
 
@@ -204,7 +211,7 @@ class FraudDetector(StatefulProcessor):
         self.total.clear()
         at = expiredTimerInfo.getExpiryTimeInMs()
         yield from _emit(
-            self.pandas, [dict(part=int(key[0]), user=key[1], kind="alert", at=at, total=total)]
+            self.pandas, [dict(part=int(key[0]), user=_user(key), kind="alert", at=at, total=total)]
         )
 
 
@@ -238,7 +245,7 @@ class Totals(StatefulProcessor):
         self.total.update((total,))
         seeded = self.seeded.exists()
         yield from _emit(
-            self.pandas, [dict(part=int(key[0]), user=key[1], total=total, seeded=seeded)]
+            self.pandas, [dict(part=int(key[0]), user=_user(key), total=total, seeded=seeded)]
         )
 
 
@@ -306,7 +313,7 @@ class Evolving(StatefulProcessor):
             self.last.update((amounts[-1],))
         yield from _emit(
             self.pandas,
-            [dict(part=int(key[0]), user=key[1], n=n, note=note, seen=seen, last=last)],
+            [dict(part=int(key[0]), user=_user(key), n=n, note=note, seen=seen, last=last)],
         )
 
 
@@ -345,7 +352,7 @@ class Reshaped(StatefulProcessor):
         n = (read if read is not None and read >= 0 else 0) + len(_records(rows, self.pandas))
         self.count.update((n, self.stage) if "note" in self.fields else (n,))
         yield from _emit(
-            self.pandas, [dict(part=int(key[0]), user=key[1], read=read, note=note, n=n)]
+            self.pandas, [dict(part=int(key[0]), user=_user(key), read=read, note=note, n=n)]
         )
 
 
