@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -28,6 +30,12 @@ def test_untracked_files_are_recorded_and_then_cleaned(
     foreign.write_text("not ours")
     garbage = stream.storage.root / f"state/0/1/default/9_{'a' * 32}.delta"
     garbage.write_bytes(b"garbage")
+    # a minute old: older than a zero min age by any client's estimate of the database's clock
+    # (stamped this instant, a file is old only if that estimate is not behind the disk's
+    # clock), younger than the default min age
+    minute_ago = time.time() - 60
+    for path in (stream.storage.root / lost.path, foreign, garbage):
+        os.utime(path, (minute_ago, minute_ago))
 
     dry = reconcile(fleet_on(stream), POLICY, dry_run=True, min_age=timedelta(0))
     assert set(dry.untracked) == {lost.path, f"state/0/1/default/9_{'a' * 32}.delta"}
