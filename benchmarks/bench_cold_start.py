@@ -118,15 +118,15 @@ def _warm_up(budget_mib: int, *, memory: bool) -> int:
     """Set the budget, commit, snapshot and reopen a small store (imports, first
     allocations); return the peak resident memory after it."""
     set_budget(1 << 40 if memory else budget_mib << 20)
-    warm = tempfile.mkdtemp(prefix="bench-cold-warm-")
-    warm_up = _provider(warm, 1)
-    small = np.arange(50_000, dtype=np.int64)
-    store = warm_up.get_store(0)
-    store.apply_arrow(_table(small, small))
-    done = store.commit()
-    warm_up.snapshot(done.version, done.checkpoint_id)
-    _provider(warm, 1).get_read_store(done.version, done.checkpoint_id).get(7)
-    return peak_rss()
+    with tempfile.TemporaryDirectory(prefix="bench-cold-warm-") as warm:
+        warm_up = _provider(warm, 1)
+        small = np.arange(50_000, dtype=np.int64)
+        store = warm_up.get_store(0)
+        store.apply_arrow(_table(small, small))
+        done = store.commit()
+        warm_up.snapshot(done.version, done.checkpoint_id)
+        _provider(warm, 1).get_read_store(done.version, done.checkpoint_id).get(7)
+        return peak_rss()
 
 
 def commit(

@@ -66,7 +66,7 @@ class LocalStorage(Storage):
             )
 
     def _abs(self, path: str) -> Path:
-        return self.root / check_relative_path(path)
+        return Path(self._abs_str(path))
 
     def _abs_str(self, path: str) -> str:
         """:meth:`_abs` as a string: what the per-file calls (read, delete) open, without

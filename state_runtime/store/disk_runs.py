@@ -9,18 +9,18 @@ row. A lookup finds a probe's block by a binary search on the fences, then binar
 the block; blocks come through one process-wide :class:`BlockCache` of a quarter of the
 budget. Scans and merges read blocks in order, one at a time, outside the cache. The files
 are a cache of what storage holds: they are deleted when their run is dropped, and the folder
-at exit; a lost worker rebuilds them from snapshots and deltas.
+at exit or, when the process was killed, by the next worker to make its folder there
+(:mod:`~state_runtime.store.local_folder`); a lost worker rebuilds them from snapshots and
+deltas.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import errno
 import os
 import shutil
-import tempfile
 import threading
 import uuid
 import weakref
@@ -36,6 +36,7 @@ from state_runtime.settings import WorkerSettings
 from state_runtime.store.arrow_rows import Row
 from state_runtime.store.field_words import FieldWords
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.local_folder import make_worker_folder
 from state_runtime.store.mapped_probes import find_mapped, index_words
 from state_runtime.store.sorted_runs import Run, concat, run_of
 from state_runtime.store.store_metrics import DiskMetrics
@@ -87,12 +88,7 @@ class LocalDisk:
         with self._lock:
             if self._directory is None:
                 parent = self._parent or os.environ.get("STATE_LOCAL_DIR") or None
-                if parent is not None:
-                    os.makedirs(parent, exist_ok=True)
-                self._directory = tempfile.mkdtemp(
-                    prefix=f"state_runtime-{os.getpid()}-", dir=parent
-                )
-                atexit.register(shutil.rmtree, self._directory, True)
+                self._directory = make_worker_folder(parent)
             return self._directory
 
     def set_directory(self, parent: str | None) -> None:

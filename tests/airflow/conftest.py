@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,11 @@ from tests.maintenance.conftest import (  # noqa: E402, F401  (fixtures)
 )
 from tests.orchestrator_catalog import BOTH_CATALOGS, catalog  # noqa: E402, F401  (fixture)
 from tests.s3_fixtures import CREDENTIALS, REGION, MotoS3  # noqa: E402
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The Airflow home made above goes when the session ends."""
+    shutil.rmtree(HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,7 @@ def resume_elsewhere(jobs: list[Resume]) -> list[dict[int, Rows]]:
         timeout=900,
     )
     resumed: list[dict[int, Rows]] = pickle.loads((work / "out").read_bytes())
+    shutil.rmtree(work, ignore_errors=True)
     return resumed
 
 

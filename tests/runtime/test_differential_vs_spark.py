@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -81,8 +82,9 @@ def _check(
     except Divergence as divergence:
         _diverged(name, stream)
         _tally(name, packed, diverged=True)
-        raise AssertionError(str(divergence)) from None
+        raise AssertionError(f"{divergence} (both engines' files: {folder})") from None
     _tally(name, packed, diverged=False)
+    shutil.rmtree(folder, ignore_errors=True)  # a diverging stream's files are kept
 
 
 def _tally(name: str, streams: int, *, diverged: bool) -> None:
@@ -203,7 +205,7 @@ def test_a_restart_in_a_new_driver_process_gives_sparks_output(
     started = time.perf_counter()
     resumed = resume_elsewhere(jobs)
     TIMES["resume"] += time.perf_counter() - started
-    for (name, stream), outcome, rows in zip(cases, outcomes, resumed, strict=True):
+    for (name, stream), outcome, rows, job in zip(cases, outcomes, resumed, jobs, strict=True):
         assert sorted(rows) == list(range(stream.restart_at or 0, len(stream.batches)))
         outcome.ours.update(rows)
         label = f"{name} (new driver)"
@@ -213,7 +215,8 @@ def test_a_restart_in_a_new_driver_process_gives_sparks_output(
             outcome.check()
         except Divergence as divergence:
             _diverged(label, stream)
-            raise AssertionError(str(divergence)) from None
+            raise AssertionError(f"{divergence} (both engines' files: {job.folder})") from None
+        shutil.rmtree(job.folder, ignore_errors=True)
 
 
 T0 = EPOCH_S * 1000
@@ -261,13 +264,9 @@ same batch with 4 rows."""
 
 
 def test_a_late_row_merges_two_sessions_as_sparks(spark: SparkSession, catalog_url: str) -> None:
-    outcome = run_stream(
-        spark,
-        OPERATORS["session_windows"],
-        BRIDGE,
-        Path(tempfile.mkdtemp(prefix="diff-bridge-")),
-        catalog_url,
-    )
+    folder = Path(tempfile.mkdtemp(prefix="diff-bridge-"))
+    outcome = run_stream(spark, OPERATORS["session_windows"], BRIDGE, folder, catalog_url)
     outcome.check()
+    shutil.rmtree(folder, ignore_errors=True)
     [(_part, user, start, end, n, *_)] = outcome.ours[3]
     assert (user, n, (end - start).total_seconds()) == ("a", 4, 13)
