@@ -7,6 +7,7 @@ anything imports it. These tests run in the Airflow environment (``make test-air
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -19,6 +20,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "state_runtime_airflow" / "dags"
 HOME = Path(tempfile.mkdtemp(prefix="airflow-home-"))
+# Registered before Airflow is imported, so it runs after Airflow's own exit handlers (which
+# write its logs folder again).
+atexit.register(shutil.rmtree, HOME, True)
 
 os.environ.update(
     {
@@ -39,11 +43,6 @@ from tests.maintenance.conftest import (  # noqa: E402, F401  (fixtures)
 )
 from tests.orchestrator_catalog import BOTH_CATALOGS, catalog  # noqa: E402, F401  (fixture)
 from tests.s3_fixtures import CREDENTIALS, REGION, MotoS3  # noqa: E402
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """The Airflow home made above goes when the session ends."""
-    shutil.rmtree(HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
