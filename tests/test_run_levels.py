@@ -63,11 +63,14 @@ def _chunked_batch(root: Path, chunks: list[np.ndarray], *, on_disk: bool) -> di
         pending = list(store._pending.runs)
         answers = [store.get(int(k)) for k in probes[:50]], len(store)
         first = store.commit()
-        figures = {
+        figures: dict[str, object] = {
             "written": LOCAL_DISK.stats.bytes_written - written,
             "compaction": LOCAL_DISK.stats.compaction_bytes - compaction,
             "held": sum(held_bytes(run) for run in provider.get_read_store(1)._runs()),
         }
+        provider.snapshot(first.version, first.checkpoint_id)  # written from the level
+        cold = _provider(root).get_read_store(first.version, first.checkpoint_id)
+        figures["snapshot"] = sorted(cold.items())
         store = provider.get_store(first.version, first.checkpoint_id)
         every = np.concatenate(chunks)
         store.apply_arrow(int_table(every[::7], None))
@@ -94,7 +97,7 @@ def test_chunks_in_key_order_are_written_once_and_equal_the_store_in_memory(
     chunks = [np.arange(i * CHUNK, (i + 1) * CHUNK, dtype=np.int64) for i in range(12)]
     disk = _chunked_batch(tmp_path / "disk", chunks, on_disk=True)
     memory = _chunked_batch(tmp_path / "memory", chunks, on_disk=False)
-    for figure in ("answers", "rows", "state", "lookup"):
+    for figure in ("answers", "rows", "state", "lookup", "snapshot"):
         assert disk[figure] == memory[figure], figure
     assert disk["compaction"] == 0
     assert disk["written"] == disk["held"]  # each row written once: the level's files
