@@ -95,7 +95,7 @@ def test_a_small_batch_on_disk_still_writes_format_3(tmp_path: Path) -> None:
         for start in range(0, 300, 100):
             keys = np.arange(start, start + 100, dtype=np.int64)
             store.apply_arrow(int_table(keys, keys))
-        assert isinstance(store._pending.runs[0], DiskRun)
+        assert store._pending.runs[0].on_disk
         info = store.commit()
     data = LocalStorage(tmp_path).read(info.path)
     assert int.from_bytes(data[8:10], "little") == checkpoint_format.DELTA_FORMAT_VERSION

@@ -100,7 +100,8 @@ def test_a_compaction_counts_the_bytes_it_wrote(
 ) -> None:
     provider = _provider(tmp_path)
     before = LOCAL_DISK.snapshot()
-    store = _commits(provider, [range(0, 1000), range(1000, 2000), range(2000, 3000)])
+    # Keys that interleave, so that the runs overlap and merge (runs side by side do not).
+    store = _commits(provider, [range(0, 3000, 3), range(1, 3000, 3), range(2, 3000, 3)])
     disk = store.metrics.disk  # the third commit folds the changes into the base
     written = LOCAL_DISK.snapshot().bytes_written - before.bytes_written
     if state_mode == "memory":

@@ -23,7 +23,7 @@ from state_runtime.store.disk_runs import (
     LOCAL_DISK,
     DiskRun,
     RunWriter,
-    spilled,
+    spill_run,
     written,
 )
 from state_runtime.store.field_words import FieldWords
@@ -59,7 +59,7 @@ def test_a_run_on_disk_answers_as_in_memory() -> None:
     keys = np.unique(rng.integers(-(10**6), 10**6, 5000))
     run = _run(keys, keys * 3)
     with forced_disk(block_bytes=1024):
-        on_disk = spilled("s", run)
+        on_disk = spill_run("s", run)
     assert isinstance(on_disk, DiskRun) and on_disk.block_count > 10
     probes = np.concatenate([rng.choice(keys, 1500), rng.integers(-(10**6), 10**6, 1500)])
     probe_keys = pa.StructArray.from_arrays([pa.array(probes)], fields=list(KEY))
@@ -91,7 +91,7 @@ def test_plain_values_are_read_as_words_once_their_block_is_learnt() -> None:
     key_array = pa.StructArray.from_arrays([pa.array(keys)], fields=list(KEY))
     run = Run.build(indexer, key_array, values)[0]
     with forced_disk(block_bytes=4096):
-        on_disk = spilled("s", run)
+        on_disk = spill_run("s", run)
     assert isinstance(on_disk, DiskRun) and on_disk.block_count > 40
     probes = np.random.default_rng(3).integers(-10, 40_010, 6000)
     probe_keys = pa.StructArray.from_arrays([pa.array(probes)], fields=list(KEY))
@@ -136,7 +136,7 @@ def big_run() -> tuple[Run, DiskRun]:
     keys = np.arange(0, 3_200_000, 2, dtype=np.int64)
     run = _run(keys, keys * 3)
     with forced_disk(block_bytes=64 << 10):
-        on_disk = spilled("s", run)
+        on_disk = spill_run("s", run)
     assert isinstance(on_disk, DiskRun) and on_disk.block_count > 50
     return run, on_disk
 
@@ -225,7 +225,7 @@ def test_a_failed_batch_lookup_on_disk_unmaps_the_file(monkeypatch: pytest.Monke
     is unmapped at once, not when the traceback holding them is collected."""
     indexer = KeyIndexer(KEY)
     with forced_disk(block_bytes=1024):
-        on_disk = spilled("s", _run(np.arange(5000), np.arange(5000)))
+        on_disk = spill_run("s", _run(np.arange(5000), np.arange(5000)))
     assert isinstance(on_disk, DiskRun)
 
     def failing(*args: object) -> object:
@@ -245,7 +245,7 @@ def test_a_batch_lookup_on_disk_answers_without_madvise(monkeypatch: pytest.Monk
     indexer = KeyIndexer(KEY)
     run = _run(np.arange(0, 10_000, 2), np.arange(5000))
     with forced_disk(block_bytes=1024):
-        on_disk = spilled("s", run)
+        on_disk = spill_run("s", run)
     probe_keys = pa.StructArray.from_arrays([pa.array(np.arange(0, 10_000, 3))], fields=list(KEY))
     index = indexer.index(probe_keys)
     expected, expected_values = run.find(indexer, index, probe_keys)
@@ -270,7 +270,7 @@ def test_a_batch_lookup_on_disk_finds_keys_whose_index_keys_collide() -> None:
     values = pa.StructArray.from_arrays([pa.array(np.arange(1200))], fields=list(VALUE))
     run = Run.build(indexer, keys, values)[0]
     with forced_disk(block_bytes=1024):
-        on_disk = spilled("s", run)
+        on_disk = spill_run("s", run)
     assert isinstance(on_disk, DiskRun) and on_disk.block_count > 8
     probe_names = [f"key-{i}" for i in range(0, 1320, 3)]  # some absent
     probes = pa.StructArray.from_arrays([pa.array(probe_names)], fields=list(key_type))
@@ -292,7 +292,7 @@ def test_a_streamed_merge_equals_the_in_memory_merge() -> None:
         expected = old.merged_with(indexer, changes, drop_removals=drop)
         with forced_disk(block_bytes=2048):
             merged = merge(
-                indexer, spilled("s", old), spilled("s", changes), drop_removals=drop, store="s"
+                indexer, spill_run("s", old), spill_run("s", changes), drop_removals=drop, store="s"
             )
         assert isinstance(merged, DiskRun)
         assert _rows(merged) == list(expected.rows())

@@ -23,9 +23,10 @@ from collections import OrderedDict, deque
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef
 from state_runtime.settings import WorkerSettings, parse_size
-from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun
+from state_runtime.store.disk_runs import LOCAL_DISK
 
 __all__ = ["CACHE", "VersionCache", "parse_size", "set_budget"]
+from state_runtime.store.run_levels import AnyRun
 from state_runtime.store.versions import Version
 
 Key = tuple[int, CheckpointRef]

@@ -4,17 +4,20 @@ Each ``apply_arrow`` call (and each flush of per-key puts) adds a change run on 
 runs in memory stay within the spill threshold (a quarter of the budget,
 :meth:`~state_runtime.store.disk_runs.LocalDisk.threshold`): past it they are squashed and
 the result goes to local disk, so a batch of many large calls holds about one threshold of
-its changes in memory, whatever their total. Runs on disk merge like a binary counter (the
-newer at least half the older), so a row is rewritten about log2(changes / threshold)
-times and few runs stay on disk. In memory mode (a large budget) nothing spills and the
+its changes in memory, whatever their total. Runs on disk whose index ranges do not overlap
+are kept side by side as one level and never rewritten (a running aggregation's chunks of
+whole keys, in key order); others merge like a binary counter (the newer at least half the
+rows it overlaps), so a row is rewritten about log2(changes / threshold) times and few runs
+stay on disk. In memory mode (a large budget) nothing spills and the
 runs are squashed in memory, as before.
 """
 
 from __future__ import annotations
 
-from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, spilled
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.keys import KeyIndexer
-from state_runtime.store.run_merges import merge
+from state_runtime.store.run_levels import AnyRun, spilled
+from state_runtime.store.run_merges import due, merge
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.versions import squash
 
@@ -48,9 +51,10 @@ class ChangeRuns:
             self.runs[: len(in_memory)] = [squash(self._indexer, in_memory)]
 
     def _binary_merged(self, runs: list[AnyRun]) -> list[AnyRun]:
-        """``runs`` (newest first), each merged into the older one below it while it holds
-        at least half that one's rows."""
-        while len(runs) >= 2 and 2 * len(runs[0]) >= len(runs[1]):
+        """``runs`` (newest first), each put onto the older one below it while it is
+        :func:`~state_runtime.store.run_merges.due`: at once when their ranges do not
+        overlap (nothing written), else once it holds at least half the rows it overlaps."""
+        while len(runs) >= 2 and due(runs[1], runs[0]):
             older, newer = runs[1], runs[0]
             runs[0:2] = [merge(self._indexer, older, newer, drop_removals=False, store=self._store)]
         return runs

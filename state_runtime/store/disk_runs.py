@@ -252,6 +252,16 @@ class DiskRun:
         return self._reader.schema.field(2).type
 
     @property
+    def first(self) -> int:
+        """The first index key."""
+        return int(self._firsts[0])
+
+    @property
+    def last(self) -> int:
+        """The last index key."""
+        return int(self._lasts[-1])
+
+    @property
     def block_count(self) -> int:
         return len(self._firsts)
 
@@ -361,10 +371,6 @@ class DiskRun:
         return table.select([1, 2]).rename_columns(["key", "value"])
 
 
-AnyRun = Run | DiskRun
-"""A run in memory or on local disk."""
-
-
 def _close_and_delete(file: pa.NativeFile, path: str, size: int) -> None:
     file.close()
     LOCAL_DISK.forget_file(path, size)
@@ -454,7 +460,7 @@ class RunWriter:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
-    def finish(self, *, compaction: bool) -> AnyRun:
+    def finish(self, *, compaction: bool) -> Run | DiskRun:
         """The run written (an empty in-memory run if no rows came)."""
         self._cut(final=True)
         try:
@@ -508,21 +514,6 @@ def raise_if_full(error: OSError, what: str, store: object, needed: int, path: s
         ) from error
 
 
-def held_bytes(run: AnyRun) -> int:
-    """Bytes of a run's rows, on disk or in memory."""
-    return run.file_bytes if isinstance(run, DiskRun) else run.nbytes
-
-
-def disk_metrics(runs: tuple[AnyRun, ...], earlier: DiskStats) -> DiskMetrics:
-    """The figures of a version made of ``runs`` (bytes in memory, bytes of its files on
-    local disk) and this process's activity since ``earlier``."""
-    return dataclasses.replace(
-        LOCAL_DISK.activity_since(earlier),
-        resident_bytes=sum(run.nbytes for run in runs),
-        local_disk_bytes=sum(run.file_bytes for run in runs if isinstance(run, DiskRun)),
-    )
-
-
 def written(
     store: object,
     pieces: Iterable[Run],
@@ -531,7 +522,7 @@ def written(
     needed: int,
     *,
     compaction: bool,
-) -> AnyRun:
+) -> Run | DiskRun:
     """The rows of ``pieces`` (in index order) as a run on disk."""
     writer = RunWriter(store, key_type, value_type, needed)
     try:
@@ -543,10 +534,8 @@ def written(
     return writer.finish(compaction=compaction)
 
 
-def spilled(store: object | None, run: AnyRun) -> AnyRun:
-    """``run``, on disk if it is in memory, larger than the threshold and ``store`` is set."""
-    if store is None or isinstance(run, DiskRun) or run.nbytes <= LOCAL_DISK.threshold():
-        return run
-    if not len(run):
+def spill_run(store: object | None, run: Run) -> Run | DiskRun:
+    """``run``, on disk if it is larger than the threshold and ``store`` is set."""
+    if store is None or run.nbytes <= LOCAL_DISK.threshold() or not len(run):
         return run
     return written(store, [run], run.keys.type, run.values.type, run.nbytes, compaction=False)

@@ -37,8 +37,8 @@ from state_runtime.store.checkpoint_format import (
     check_identity,
     decode,
 )
-from state_runtime.store.disk_runs import AnyRun
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.run_levels import AnyRun
 from state_runtime.store.schema_evolution import Projection
 from state_runtime.store.snapshot_stream import read_streamed, streams
 from state_runtime.store.sorted_runs import Run

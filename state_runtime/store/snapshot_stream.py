@@ -39,9 +39,10 @@ from state_runtime.store.checkpoint_format import (
 )
 from state_runtime.store.column_encoding import decode_table
 from state_runtime.store.compact_format import COMPACT_FORMAT_VERSION
-from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_builder import RunBuilder
+from state_runtime.store.run_levels import AnyRun
 from state_runtime.store.schema_evolution import Projection
 
 STREAM_RATIO = 8

@@ -20,9 +20,10 @@ import pyarrow as pa
 from state_runtime.identity import CheckpointRef
 from state_runtime.store.arrow_rows import Row, to_python
 from state_runtime.store.checkpoint_format import BATCH_BYTES
-from state_runtime.store.disk_runs import LOCAL_DISK, AnyRun, spilled
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.keys import INT64_MIN, KeyIndexer, freeze
-from state_runtime.store.run_merges import merge, merge_blocks
+from state_runtime.store.run_levels import AnyRun, spilled
+from state_runtime.store.run_merges import due, merge, merge_blocks
 from state_runtime.store.sorted_runs import Run, concat
 
 COMPACT_FRACTION = 4
@@ -311,7 +312,7 @@ class Version:
         overlays: list[AnyRun] = list(self.overlays)
         if len(changes):
             overlays.insert(0, spilled(self.store, changes))
-        while len(overlays) >= 2 and 2 * len(overlays[0]) >= len(overlays[1]):
+        while len(overlays) >= 2 and due(overlays[1], overlays[0]):
             overlays[0:2] = [
                 merge(self.indexer, overlays[1], overlays[0], drop_removals=False, store=self.store)
             ]

@@ -1,0 +1,247 @@
+"""Runs whose index ranges do not overlap are kept side by side, never rewritten against each
+other (issue 37, compaction): a batch of change runs in key order (a running aggregation's
+chunks of whole keys) writes each row to local disk once, where merging them pairwise wrote
+about log2(runs) times as much. In process, on real run files: the store answers and commits
+exactly as in memory, runs that overlap still merge (only the parts they overlap), removals
+are dropped when a level is folded into the base, and a level keeps at most ``MAX_PARTS``
+parts."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from state_runtime import StateStoreProvider
+from state_runtime.runtime import Agg, aggregation, running_aggregation
+from state_runtime.runtime.context import BatchContext, batch_scope
+from state_runtime.storage import LocalStorage
+from state_runtime.store import run_merges
+from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, spill_run
+from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.run_levels import AnyRun, RunLevel, held_bytes
+from state_runtime.store.run_merges import merge
+from state_runtime.store.sorted_runs import Run
+
+from .store_helpers import INT_KEY, INT_VALUE, int_table
+
+THRESHOLD = 20_000  # bytes: a chunk of 2,000 rows (16 bytes a row as a run) spills
+CHUNK = 2_000
+
+
+@contextlib.contextmanager
+def _small_budget() -> Iterator[None]:
+    saved = LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes
+    LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes = THRESHOLD, 4096
+    try:
+        yield
+    finally:
+        LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes = saved
+
+
+def _provider(root: Path) -> StateStoreProvider:
+    return StateStoreProvider(
+        LocalStorage(root), 0, 0, key_schema="k bigint", value_schema="v bigint"
+    )
+
+
+def _chunked_batch(root: Path, chunks: list[np.ndarray], *, on_disk: bool) -> dict[str, object]:
+    """Version 1 from ``chunks`` of keys (one ``apply_arrow`` each, value = key * 3), then
+    version 2 removing every seventh key and updating every fifth: what the store answered,
+    what it wrote locally, and the committed state."""
+    provider = _provider(root)
+    probes = np.arange(-5, CHUNK * len(chunks) + 5, 13, dtype=np.int64)
+    with _small_budget() if on_disk else contextlib.nullcontext():
+        written, compaction = LOCAL_DISK.stats.bytes_written, LOCAL_DISK.stats.compaction_bytes
+        store = provider.get_store(0)
+        for keys in chunks:
+            store.apply_arrow(int_table(keys, keys * 3))
+        pending = list(store._pending.runs)
+        answers = [store.get(int(k)) for k in probes[:50]], len(store)
+        first = store.commit()
+        figures: dict[str, object] = {
+            "written": LOCAL_DISK.stats.bytes_written - written,
+            "compaction": LOCAL_DISK.stats.compaction_bytes - compaction,
+            "held": sum(held_bytes(run) for run in provider.get_read_store(1)._runs()),
+        }
+        provider.snapshot(first.version, first.checkpoint_id)  # written from the level
+        cold = _provider(root).get_read_store(first.version, first.checkpoint_id)
+        figures["snapshot"] = sorted(cold.items())
+        store = provider.get_store(first.version, first.checkpoint_id)
+        every = np.concatenate(chunks)
+        store.apply_arrow(int_table(every[::7], None))
+        store.apply_arrow(int_table(every[3::5], every[3::5] + 1))
+        second = store.commit()
+    read = provider.get_read_store(second.version, second.checkpoint_id)
+    values = read.lookup(pa.StructArray.from_arrays([pa.array(probes)], fields=list(INT_KEY)))
+    return {
+        "answers": answers,
+        "rows": (first.rows, second.rows),
+        "state": sorted(read.items()),
+        "lookup": values.to_pylist(),
+        "pending": pending,
+        **figures,
+    }
+
+
+def test_chunks_in_key_order_are_written_once_and_equal_the_store_in_memory(
+    tmp_path: Path,
+) -> None:
+    """Twelve chunk runs of 2,000 keys in key order, each past the spill threshold: one run
+    file each, no compaction, the bytes written those of the state's files (merged pairwise
+    they wrote about 3.5 times as much), and every answer as in memory."""
+    chunks = [np.arange(i * CHUNK, (i + 1) * CHUNK, dtype=np.int64) for i in range(12)]
+    disk = _chunked_batch(tmp_path / "disk", chunks, on_disk=True)
+    memory = _chunked_batch(tmp_path / "memory", chunks, on_disk=False)
+    for figure in ("answers", "rows", "state", "lookup", "snapshot"):
+        assert disk[figure] == memory[figure], figure
+    assert disk["compaction"] == 0
+    assert disk["written"] == disk["held"]  # each row written once: the level's files
+    pending = disk["pending"]
+    assert isinstance(pending, list) and len(pending) == 1
+    assert isinstance(pending[0], RunLevel) and len(pending[0].parts) == 12
+
+
+def test_overlapping_chunks_still_merge_and_equal_the_store_in_memory(tmp_path: Path) -> None:
+    """Chunks whose keys interleave (every chunk spans the whole range, as hashed keys do)
+    merge as before: compaction bytes, the same answers as in memory."""
+    every = np.arange(12 * CHUNK, dtype=np.int64)
+    chunks = [every[i::12] for i in range(12)]
+    disk = _chunked_batch(tmp_path / "disk", chunks, on_disk=True)
+    memory = _chunked_batch(tmp_path / "memory", chunks, on_disk=False)
+    for figure in ("answers", "rows", "state", "lookup"):
+        assert disk[figure] == memory[figure], figure
+    assert disk["compaction"] > 0
+
+
+def _run(keys: np.ndarray, values: np.ndarray | None) -> Run:
+    value = (
+        pa.nulls(len(keys), INT_VALUE)
+        if values is None
+        else pa.StructArray.from_arrays([pa.array(values)], fields=list(INT_VALUE))
+    )
+    keys_array = pa.StructArray.from_arrays([pa.array(keys)], fields=list(INT_KEY))
+    return Run.build(KeyIndexer(INT_KEY), keys_array, value)[0]
+
+
+def _rows(run: AnyRun) -> list[tuple[object, object]]:
+    return [row for block in run.blocks() for row in block.rows()]
+
+
+def test_a_run_overlapping_one_part_rewrites_that_part_alone() -> None:
+    """A level of three parts on disk under a change run overlapping the middle one: the
+    first and last parts are kept (the same files), the middle is merged with the change, the
+    rows equal the in-memory merge, with removals dropped or kept as asked."""
+    indexer = KeyIndexer(INT_KEY)
+    with _small_budget():
+        parts = [
+            spill_run("s", _run(np.arange(a, a + 3000), np.arange(3000))) for a in (0, 5000, 10000)
+        ]
+        assert all(isinstance(p, DiskRun) for p in parts)
+        older = merge(
+            indexer,
+            merge(indexer, parts[0], parts[1], drop_removals=False, store="s"),
+            parts[2],
+            drop_removals=False,
+            store="s",
+        )
+        assert isinstance(older, RunLevel) and older.parts == tuple(parts)
+        changes = _run(np.arange(6000, 7000), None).merged_with(
+            indexer, _run(np.arange(6500, 9000), -np.arange(6500, 9000)), drop_removals=False
+        )
+        for drop in (False, True):
+            merged = merge(indexer, older, spill_run("s", changes), drop_removals=drop, store="s")
+            assert isinstance(merged, RunLevel)
+            assert merged.parts[0] is parts[0] and merged.parts[-1] is parts[2]
+            expected = _level_rows(older).merged_with(indexer, changes, drop_removals=drop)
+            assert _rows(merged) == list(expected.rows())
+            assert len(merged) == len(expected) and merged.removals == expected.removals
+            probes = np.arange(-10, 13010, 7)
+            keys = pa.StructArray.from_arrays([pa.array(probes)], fields=list(INT_KEY))
+            found, values = merged.find(indexer, probes, keys)
+            want, want_values = expected.find(indexer, probes, keys)
+            assert (found == want).all() and values.equals(want_values)
+            assert [merged.value_at(int(i)) for i in found[found >= 0][::50]] == [
+                expected.value_at(int(i)) for i in want[want >= 0][::50]
+            ]
+
+
+def _level_rows(run: AnyRun) -> Run:
+    blocks = list(run.blocks())
+    return Run(
+        np.concatenate([b.index for b in blocks]),
+        pa.concat_arrays([b.keys for b in blocks]),
+        pa.concat_arrays([b.values for b in blocks]),
+    )
+
+
+def test_folding_a_level_drops_its_removals_and_keeps_its_parts_in_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Disjoint change runs with removals folded into a base (``drop_removals``): the parts
+    holding removals are rewritten without them, the others kept; past ``MAX_PARTS`` the
+    adjacent parts with the fewest rows together are rewritten as one."""
+    monkeypatch.setattr(run_merges, "MAX_PARTS", 4)
+    indexer = KeyIndexer(INT_KEY)
+    with _small_budget():
+        base = spill_run("s", _run(np.arange(0, 2000), np.arange(2000)))
+        level: AnyRun = base
+        for i in range(1, 7):
+            keys = np.arange(i * 2000, (i + 1) * 2000)
+            level = merge(
+                indexer, level, spill_run("s", _run(keys, keys)), drop_removals=True, store="s"
+            )
+        assert isinstance(level, RunLevel) and len(level.parts) == 4
+        assert _rows(level) == list(
+            _run(np.arange(14000), np.r_[np.arange(2000), np.arange(2000, 14000)]).rows()
+        )
+        removals = spill_run("s", _run(np.arange(20000, 22000), None))
+        folded = merge(indexer, level, removals, drop_removals=True, store="s")
+        assert isinstance(folded, RunLevel) and folded.parts == level.parts
+        assert not folded.removals
+
+
+def _first_batch(root: Path, keys: np.ndarray, *, on_disk: bool) -> dict[str, object]:
+    """A running count's first batch of ``keys`` (every key new), in chunks of 2,000 rows."""
+    op = running_aggregation(0, ["k"], "k bigint", [Agg("count", "count")], 1)
+    provider = StateStoreProvider(
+        LocalStorage(root),
+        0,
+        0,
+        op.store_name,
+        key_schema=op.schema.key,
+        value_schema=op.schema.value,
+        config=op.config,
+    )
+    with _small_budget() if on_disk else contextlib.nullcontext():
+        compaction = LOCAL_DISK.stats.compaction_bytes
+        store = provider.get_store(0)
+        with batch_scope(BatchContext("t", 0, 0, 0, stores={op.store_name: store})):
+            output = op.update(store, pa.table({"k": pa.array(keys)}))
+        info = store.commit()
+        compaction = LOCAL_DISK.stats.compaction_bytes - compaction
+    state = provider.get_read_store(info.version, info.checkpoint_id)
+    assert output is not None
+    return {
+        "output": sorted(output.to_pylist(), key=lambda r: r["k"]),
+        "state": sorted(state.items()),
+        "compaction": compaction,
+    }
+
+
+def test_a_running_aggregations_first_batch_in_chunks_writes_no_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The case of issue 37's 5M-key run: a first batch of shuffled new keys taken in
+    chunks of whole keys, in key order; each chunk spills and none is merged."""
+    monkeypatch.setattr(aggregation, "CHUNK_ROWS", CHUNK)
+    keys = np.random.default_rng(5).permutation(24_000).astype(np.int64)
+    keys = np.concatenate([keys, keys[:3000]])  # some keys twice
+    disk = _first_batch(tmp_path / "disk", keys, on_disk=True)
+    memory = _first_batch(tmp_path / "memory", keys, on_disk=False)
+    assert disk["output"] == memory["output"] and disk["state"] == memory["state"]
+    assert disk["compaction"] == 0
