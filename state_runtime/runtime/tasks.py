@@ -129,15 +129,18 @@ def stage_arrow_schema(operator: StatefulOperator) -> pa.Schema:
     return operator.output_arrow_schema().append(pa.field(REPORT_COLUMN, pa.string()))
 
 
-def _with_reports(output: pa.Table, reports: pa.Array, schema: pa.Schema) -> pa.Table:
-    """Output rows (report null) followed by report rows (output columns null)."""
+def _with_reports(
+    output: pa.Table, reports: pa.Array, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """Output rows (report null) batch by batch, then report rows (output columns null)."""
+    field = schema.field(REPORT_COLUMN)
+    for batch in output.to_batches():
+        yield batch.append_column(field, pa.nulls(batch.num_rows, pa.string()))
     n = len(reports)
-    rows = output.append_column(schema.field(REPORT_COLUMN), pa.nulls(output.num_rows, pa.string()))
-    notes = pa.Table.from_arrays(
+    yield pa.record_batch(
         [pa.nulls(n, f.type) for f in schema if f.name != REPORT_COLUMN] + [reports],
         schema=schema,
     )
-    return pa.concat_tables([rows, notes])
 
 
 def _output_table(out: pa.Table | Iterable[tuple[Any, ...]] | None, schema: pa.Schema) -> pa.Table:
@@ -191,13 +194,13 @@ def run_partitions(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
             schema.empty_table().drop_columns([REPORT_COLUMN]),
             pa.concat_arrays(carried),
             schema,
-        ).to_batches()
+        )
     for partition in sorted(inputs):
         mine = pa.Table.from_batches(inputs.pop(partition))
         output, reports = _run_partition(spec, int(partition), mine)
         del mine
         note = pa.array([r.to_json() for r in reports], type=pa.string())
-        yield from _with_reports(output, note, schema).to_batches()
+        yield from _with_reports(output, note, schema)
         del output
     worker.settle()
 
