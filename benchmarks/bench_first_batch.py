@@ -6,11 +6,21 @@ Prints, as JSON: the rows, the budget, the peak resident memory growth over the 
 baseline (VmHWM, after the input is built: ``peak_memory.py``), the bytes of the update's
 output (the updated keys' totals, which the task hands to Spark whole), the transient bytes
 (growth less the output and the 8-byte sort order of the rows, which a batch holds whole),
-the seconds, and the local disk's figures: bytes written, of which compaction, the bytes of
-the committed state's run files, the write amplification (written / state) and its bound for
-the batch's chunks of whole keys in key order (docs/state-on-disk.md, "Write amplification").
+the seconds, and the local disk's figures: bytes written, of which compaction, and (without
+``--task``) the bytes of the committed state's run files, the write amplification (written /
+state) and its bound for the batch's chunks of whole keys in key order (docs/state-on-disk.md,
+"Write amplification"). A task of 1,000 rows runs first, so that what the libraries load on
+first use (pandas, which Arrow imports at its first array made from Python objects) is in the
+baseline.
 
-    python benchmarks/bench_first_batch.py [--rows 1250000] [--budget-mib 4]
+``--task N`` runs the whole task body instead (``tasks.run_partitions``, as a Spark worker
+does): the rows arrive as Spark sends them, in batches of 10,000 with the routing and
+heartbeat columns, spread over ``N`` state partitions, made one at a time as the task asks;
+the output batches are dropped as Spark would send them on. The output and the sort order
+are then one partition's, and the transient is also less the input's own column (8 bytes a
+row), which the task holds once.
+
+    python benchmarks/bench_first_batch.py [--rows 1250000] [--budget-mib 4] [--task 2]
 """
 
 from __future__ import annotations
@@ -20,62 +30,141 @@ import json
 import math
 import tempfile
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 from peak_memory import peak_rss, reset_peak
 
-from state_runtime.runtime import Agg, aggregation, running_aggregation
+from state_runtime.runtime import Agg, StatefulOperator, aggregation, running_aggregation
 from state_runtime.runtime.context import BatchContext, batch_scope
+from state_runtime.runtime.tasks import (
+    HEARTBEAT_COLUMN,
+    PARTITION_COLUMN,
+    REPORT_COLUMN,
+    TaskSpec,
+    run_partitions,
+)
+from state_runtime.settings import WorkerSettings
 from state_runtime.storage import LocalStorage
 from state_runtime.store.cache import set_budget
 from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.provider import StateStoreProvider
 from state_runtime.store.run_levels import held_bytes
 from state_runtime.store.run_merges import MAX_PARTS
+from state_runtime.store.schema_history import SchemaHistory
+
+SPARK_BATCH = 10_000
+"""Rows in an Arrow batch Spark sends a Python worker (``maxRecordsPerBatch``)."""
+
+
+def _update(op: StatefulOperator, root: str, keys: np.ndarray) -> tuple[int, int, int]:
+    """The update and commit alone; the output's rows and bytes, and the bytes of the
+    committed state's runs."""
+    provider = StateStoreProvider(
+        LocalStorage(root),
+        0,
+        0,
+        op.store_name,
+        key_schema=op.schema.key,
+        value_schema=op.schema.value,
+        config=op.config,
+    )
+    store = provider.get_store(0, None)
+    with batch_scope(BatchContext("bench", 0, 0, 0, stores={op.store_name: store})):
+        output = op.update(store, pa.table({"k": pa.array(keys)}))
+        info = store.commit()
+    state = provider.get_read_store(info.version, info.checkpoint_id)
+    state_bytes = sum(held_bytes(run) for run in state._runs())
+    if output is None:
+        return 0, 0, state_bytes
+    return output.num_rows, output.nbytes, state_bytes
+
+
+def _spark_batches(keys: np.ndarray, partitions: int) -> Iterator[pa.RecordBatch]:
+    """The rows as Spark sends them, made one batch at a time; then a heartbeat row for each
+    state partition."""
+    for start in range(0, len(keys), SPARK_BATCH):
+        k = keys[start : start + SPARK_BATCH]
+        yield pa.record_batch(
+            {
+                "k": pa.array(k.copy()),
+                PARTITION_COLUMN: pa.array((k % partitions).astype(np.int32)),
+                HEARTBEAT_COLUMN: pa.array(np.zeros(len(k), dtype=bool)),
+            }
+        )
+    yield pa.record_batch(
+        {
+            "k": pa.nulls(partitions, pa.int64()),
+            PARTITION_COLUMN: pa.array(np.arange(partitions, dtype=np.int32)),
+            HEARTBEAT_COLUMN: pa.array(np.ones(partitions, dtype=bool)),
+        }
+    )
+
+
+def _task(
+    op: StatefulOperator, root: str, keys: np.ndarray, partitions: int, budget: int
+) -> tuple[int, int]:
+    """The whole task body; the output's rows and its largest batch's bytes (the output is
+    dropped as sent)."""
+    spec = TaskSpec(
+        storage=LocalStorage(root),
+        query_id="bench",
+        batch_id=0,
+        run="bench",
+        operator=op,
+        schema_histories={op.store_name: SchemaHistory.of(op.schema)},
+        base={},
+        batch_time_ms=0,
+        worker_settings=WorkerSettings(cache_bytes=budget),
+    )
+    rows, largest, reports = 0, 0, 0
+    for batch in run_partitions(spec, _spark_batches(keys, partitions)):
+        largest = max(largest, batch.nbytes)
+        notes = batch.num_rows - batch.column(REPORT_COLUMN).null_count
+        rows, reports = rows + batch.num_rows - notes, reports + notes
+    assert reports == partitions, reports
+    return rows, largest
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=1_250_000)
     parser.add_argument("--budget-mib", type=int, default=4)
+    parser.add_argument("--task", type=int, default=0, metavar="PARTITIONS")
     args = parser.parse_args()
     budget = args.budget_mib << 20
     set_budget(budget)
-    op = running_aggregation(0, ["k"], "k bigint", [Agg("count", "count")], 1)
+    op = running_aggregation(0, ["k"], "k bigint", [Agg("count", "count")], max(1, args.task))
     keys = np.random.default_rng(1).permutation(args.rows).astype(np.int64)
-    rows = pa.table({"k": pa.array(keys)})
+    with tempfile.TemporaryDirectory() as warm:  # libraries loaded, pandas by Arrow's shim
+        _task(op, warm, keys[:1000], max(1, args.task), budget)
     with tempfile.TemporaryDirectory() as root:
-        provider = StateStoreProvider(
-            LocalStorage(root),
-            0,
-            0,
-            op.store_name,
-            key_schema=op.schema.key,
-            value_schema=op.schema.value,
-            config=op.config,
-        )
         baseline = reset_peak() or peak_rss()
         before = LOCAL_DISK.snapshot()
         started = time.perf_counter()
-        store = provider.get_store(0, None)
-        with batch_scope(BatchContext("bench", 0, 0, 0, stores={op.store_name: store})):
-            output = op.update(store, rows)
-            info = store.commit()
+        if args.task:
+            output_rows, largest = _task(op, root, keys, args.task, budget)
+            held = 8 * args.rows + 8 * -(-args.rows // args.task)  # input; a partition's order
+            output_bytes = 16 * -(-args.rows // args.task)  # a partition's keys and counts
+            state_bytes = None
+        else:
+            output_rows, output_bytes, state_bytes = _update(op, root, keys)
+            largest = output_bytes
+            held = 8 * args.rows
         seconds = time.perf_counter() - started
         growth = peak_rss() - baseline
         after = LOCAL_DISK.snapshot()
-        state = provider.get_read_store(info.version, info.checkpoint_id)
-        state_bytes = sum(held_bytes(run) for run in state._runs())
     chunks = -(-args.rows // aggregation.CHUNK_ROWS)
     written = after.bytes_written - before.bytes_written
-    output_bytes = 0 if output is None else output.nbytes
     figures = {
         "rows": args.rows,
         "budget_bytes": budget,
         "peak_rss_growth_bytes": growth,
+        "output_rows": output_rows,
         "output_bytes": output_bytes,
-        "transient_bytes": growth - output_bytes - 8 * args.rows,
+        "largest_output_batch_bytes": largest,
+        "transient_bytes": growth - output_bytes - held,
         "seconds": round(seconds, 3),
         "local_disk_bytes_written": written,
         "compaction_bytes": after.compaction_bytes - before.compaction_bytes,

@@ -38,8 +38,7 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from state_runtime.catalog import BatchMetrics, BatchStart, Catalog, NewLayout, StoreKey, Suspects
 from state_runtime.catalog import catalog_url as default_catalog_url
@@ -412,13 +411,6 @@ class StatefulQuery:
         if op is self.operators[0] and REPORT_COLUMN in schema.names:
             raise InvalidArgument(f"input column name {REPORT_COLUMN!r} is reserved")
         routed = self._routed(df, schema.names, op, self._tasks(df.sparkSession, op))
-        input_schema = StructType(
-            [
-                *schema.fields,
-                StructField(PARTITION_COLUMN, IntegerType()),
-                StructField(HEARTBEAT_COLUMN, BooleanType()),
-            ]
-        )
         spec = TaskSpec(
             storage=self.storage,
             query_id=self.query_id,
@@ -427,7 +419,6 @@ class StatefulQuery:
             operator=op,
             schema_histories={s.name: self._histories[op.operator_id, s.name] for s in op.stores},
             base=base_refs(committed, op),
-            input_schema=to_arrow_schema(input_schema, timezone="UTC"),
             batch_time_ms=batch_time_ms,
             worker_settings=WorkerSettings.from_env(),
             event_time=self.event_time.spec(watermarks, first=op is self.operators[0]),

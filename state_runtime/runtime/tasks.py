@@ -65,7 +65,6 @@ class TaskSpec:
     operator's schema), by store name."""
     base: dict[str, dict[int, tuple[int, str | None]]]
     """Each store's committed ``(version, id)`` per partition, by store name."""
-    input_schema: pa.Schema
     batch_time_ms: int
     worker_settings: WorkerSettings
     event_time: EventTimeSpec | None = None
@@ -130,15 +129,18 @@ def stage_arrow_schema(operator: StatefulOperator) -> pa.Schema:
     return operator.output_arrow_schema().append(pa.field(REPORT_COLUMN, pa.string()))
 
 
-def _with_reports(output: pa.Table, reports: pa.Array, schema: pa.Schema) -> pa.Table:
-    """Output rows (report null) followed by report rows (output columns null)."""
+def _with_reports(
+    output: pa.Table, reports: pa.Array, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """Output rows (report null) batch by batch, then report rows (output columns null)."""
+    field = schema.field(REPORT_COLUMN)
+    for batch in output.to_batches():
+        yield batch.append_column(field, pa.nulls(batch.num_rows, pa.string()))
     n = len(reports)
-    rows = output.append_column(schema.field(REPORT_COLUMN), pa.nulls(output.num_rows, pa.string()))
-    notes = pa.Table.from_arrays(
+    yield pa.record_batch(
         [pa.nulls(n, f.type) for f in schema if f.name != REPORT_COLUMN] + [reports],
         schema=schema,
     )
-    return pa.concat_tables([rows, notes])
 
 
 def _output_table(out: pa.Table | Iterable[tuple[Any, ...]] | None, schema: pa.Schema) -> pa.Table:
@@ -166,32 +168,40 @@ def _output_table(out: pa.Table | Iterable[tuple[Any, ...]] | None, schema: pa.S
 
 def run_partitions(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The stateful stage's ``mapInArrow`` function: every state partition among the rows,
-    each followed by its report row; earlier operators' report rows pass through."""
-    received = list(batches)  # nullability flags may differ from the planned schema's
-    table = pa.Table.from_batches(received) if received else spec.input_schema.empty_table()
+    each followed by its report row; earlier operators' report rows pass through first.
+
+    The input is taken batch by batch as Spark sends it: each batch's data rows are copied
+    out by state partition without the heartbeat and routing columns, so the task holds its
+    input once, in its own columns only; a partition's input is let go once it has run."""
     schema = stage_arrow_schema(spec.operator)
-    internal = [PARTITION_COLUMN, HEARTBEAT_COLUMN]
-    if REPORT_COLUMN in table.column_names:  # a later operator in a chain
-        carried = table.column(REPORT_COLUMN)
-        passing = pc.is_valid(carried)
+    internal = {PARTITION_COLUMN, HEARTBEAT_COLUMN, REPORT_COLUMN}
+    inputs: dict[int, list[pa.RecordBatch]] = {}
+    carried: list[pa.Array] = []
+    for batch in batches:
+        if REPORT_COLUMN in batch.schema.names:  # a later operator in a chain
+            notes = batch.column(REPORT_COLUMN)
+            carried.append(notes.filter(pc.is_valid(notes)))
+            batch = batch.filter(pc.is_null(notes))
+        route = batch.column(PARTITION_COLUMN)
+        data = pc.invert(pc.fill_null(batch.column(HEARTBEAT_COLUMN), False))
+        rows = batch.select([n for n in batch.schema.names if n not in internal])
+        for partition in pc.unique(route).to_pylist():
+            kept = pc.and_(data, pc.equal(route, partition))
+            inputs.setdefault(partition, []).append(rows.filter(kept))
+        del batch, rows, route, data  # the batch as Spark sent it goes now
+    if carried:
         yield from _with_reports(
             schema.empty_table().drop_columns([REPORT_COLUMN]),
-            carried.filter(passing).combine_chunks(),
+            pa.concat_arrays(carried),
             schema,
-        ).to_batches()
-        table = table.filter(pc.invert(passing))
-        internal.append(REPORT_COLUMN)
-    route = table.column(PARTITION_COLUMN)
-    data = table.filter(pc.invert(pc.fill_null(table.column(HEARTBEAT_COLUMN), False)))
-    data_route = data.column(PARTITION_COLUMN)
-    rows = data.drop_columns(internal)
-    partitions = sorted(pc.unique(route).to_pylist())
-    for partition in partitions:
-        # A task of one partition (the usual case) hands its rows on without another copy.
-        mine = rows if len(partitions) == 1 else rows.filter(pc.equal(data_route, partition))
+        )
+    for partition in sorted(inputs):
+        mine = pa.Table.from_batches(inputs.pop(partition))
         output, reports = _run_partition(spec, int(partition), mine)
+        del mine
         note = pa.array([r.to_json() for r in reports], type=pa.string())
-        yield from _with_reports(output, note, schema).to_batches()
+        yield from _with_reports(output, note, schema)
+        del output
     worker.settle()
 
 

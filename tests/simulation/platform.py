@@ -358,7 +358,6 @@ class Platform:
             operator=op,
             schema_histories={op.store_name: query._histories[op.operator_id, op.store_name]},
             base=base_refs(committed, op),
-            input_schema=_input_arrow(),
             batch_time_ms=0,
             worker_settings=WorkerSettings.from_env(),
         )
