@@ -190,7 +190,8 @@ class Cycle:
         added = sum(len(r.partition_keys) for r in found.dynamic_partitions_requests or [])
         reported = ""
         if name == "state_catalog_events":
-            batches = Cursor.parse(found.cursor).metrics - Cursor.parse(before).metrics
+            # the metrics ids between the positions: the fleet's one writer records in order
+            batches = Cursor.parse(found.cursor).metrics.row - Cursor.parse(before).metrics.row
             reported = f", {batches:,} batches reported"
         return f"{len(found.run_requests or [])} runs, {added} partitions requested{reported}"
 

@@ -2,14 +2,15 @@
 
 Maintenance runs from the CLI, the library or a Spark job are recorded in the catalog like
 Dagster's own. The ``state_catalog_events`` sensor reads the runs it has not seen (a cursor on
-the run id, at most ``RUNS`` a tick, never past a run still running) and, when some were not
-started by Dagster, requests a ``state_catalog_report_job`` run for them (its run key names the
-range: a range is reported once). That run logs the same events a run in Dagster records: a
-snapshot, cleanup or reconcile run as a materialization of its asset, a validation as the
-evaluations of the fleet-wide checks it recorded, then each store's state on its partition,
-the per-store checks and the fleet's totals (``store_events.py``). A run, not runless events:
-Dagster 1.13 keeps a single runless evaluation per check and partition (a unique index on
-run id and partition), so per-store checks could be reported only once. The first tick reports
+the catalog's position of a run, at most ``RUNS`` a tick, never past a run still running) and,
+when some were not started by Dagster, requests a ``state_catalog_report_job`` run for them
+(its run key names the range: a range is reported once). That run logs the same events a
+run in Dagster records: a snapshot, cleanup or reconcile run as a materialization of its
+asset, a validation as the evaluations of the fleet-wide checks it recorded, then each
+store's state on its partition, the per-store checks and the fleet's totals
+(``store_events.py``). A run, not runless events: Dagster 1.13 keeps a single runless
+evaluation per check and partition (a unique index on run id and partition), so per-store
+checks could be reported only once. The first tick reports
 every store's current state and the latest validation (and so does a tick that finds the
 newest store partition changed: new stores get theirs), so that the stores no validation has
 checked show *unknown* (a warning) from the start, never a green tick.
@@ -24,14 +25,15 @@ run of consecutive batches, ``len(page) / EVENTS`` a run, with each query's newe
 it to plot and every batch's figures in ``batch_figures`` (JSON rows): at most ``EVENTS``
 events a page, whatever its batches and queries, where one a batch cost a tick 3 to 5 ms a
 batch of Dagster's storage (10 to 14 s at 20,000 stores and 2,000 batches under load). Each
-batch is reported at most once: an event carries its newest batch's catalog metrics id
-(``catalog_metrics_id``), a tick starts after the newer of its cursor and the newest id
-Dagster already holds, and writes in id order (a page's events in one call to the event log,
-at most ``TICK_BATCHES`` batches a tick), so a tick that failed partway (its cursor not
-saved) is continued by the next, never repeated. Exactly once while batches become visible
-in id order, as on SQLite (one writer at a time); on PostgreSQL two drivers' commits that
-race can become visible out of id order, and a lower id committed after a tick read a higher
-one is then never reported (open: docs/maintenance.md).
+batch is reported exactly once. Both cursors are the catalog's positions (its writing
+transaction, then its id: ``state_runtime/catalog/sql/positions.py``), read only once every
+older writing transaction ended, so a row that commits after a newer one was read (two
+drivers racing on PostgreSQL) still sorts after the cursor. An event carries its newest
+batch's position (``catalog_metrics_xact``, ``catalog_metrics_id``), a tick starts after the
+newer of its cursor and the newest position Dagster already holds, and writes in position
+order (a page's events in one call to the event log, at most ``TICK_BATCHES`` batches a
+tick), so a tick that failed partway (its cursor not saved) is continued by the next, never
+repeated.
 
 It only reads the catalog and reports: it runs from the start.
 """
@@ -39,7 +41,7 @@ It only reads the catalog and reports: it runs from the start.
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dagster import (
@@ -79,7 +81,14 @@ from dagster_project.defs.store_events import (
     changed_store_events,
     fleet_materialization,
 )
-from state_runtime.catalog import Catalog, MaintenanceRun, RecordedBatchMetrics, RunKind, RunOutcome
+from state_runtime.catalog import (
+    Catalog,
+    MaintenanceRun,
+    Position,
+    RecordedBatchMetrics,
+    RunKind,
+    RunOutcome,
+)
 from state_runtime.maintenance import CHECKS, HealthSpool, StoreNames, store_report_pages
 from state_runtime.units import millis, size
 
@@ -87,7 +96,8 @@ RUNS = 50
 PAGE = 1_000  # batches read from the catalog at once, their events written at once
 TICK_BATCHES = 20_000  # at most this many a tick: 40,000 a minute at the 30 s interval
 EVENTS = 200  # a page's events at most: one a batch up to this many, then runs (docs)
-METRICS_ID = "catalog_metrics_id"  # an event's newest batch
+METRICS_ID = "catalog_metrics_id"  # an event's newest batch: its id...
+METRICS_XACT = "catalog_metrics_xact"  # ...and its transaction (the catalog's position)
 RUN_ASSETS = {
     RunKind.SNAPSHOT.value: AssetKey("state_snapshots"),
     RunKind.CLEANUP.value: AssetKey("state_retention_cleanup"),
@@ -108,22 +118,42 @@ state_batch_metrics = AssetSpec(
 )
 
 
+def position(value: int | list[int]) -> Position:
+    """A position as a cursor or a run's config holds it, ``[transaction, id]``; an id alone
+    is a cursor from before the catalog recorded transactions (the rows recorded then sort
+    first, at transaction 0)."""
+    return Position(0, value) if isinstance(value, int) else Position(*value)
+
+
+def pair(at: Position) -> list[int]:
+    return [at.xact, at.row]
+
+
 @dataclass(frozen=True)
 class Cursor:
-    """The last run and batch metrics reported (``run`` is None before the first tick), and
-    the newest store partition (its storage id, as Dagster's page cursor says it: new stores
-    get their state reported)."""
+    """The positions of the last run and batch metrics reported (``run`` is None before the
+    first tick), and the newest store partition (its storage id, as Dagster's page cursor
+    says it: new stores get their state reported)."""
 
-    run: int | None = None
-    metrics: int = 0
+    run: Position | None = None
+    metrics: Position = field(default_factory=Position)
     partitions: str = ""
 
     @classmethod
     def parse(cls, text: str | None) -> "Cursor":
-        return cls(**json.loads(text)) if text else cls()
+        if not text:
+            return cls()
+        found = json.loads(text)
+        run = found["run"]
+        return cls(
+            None if run is None else position(run), position(found["metrics"]), found["partitions"]
+        )
 
     def text(self) -> str:
-        return json.dumps(asdict(self))
+        run = None if self.run is None else pair(self.run)
+        return json.dumps(
+            {"run": run, "metrics": pair(self.metrics), "partitions": self.partitions}
+        )
 
 
 def newest_partition(instance: DagsterInstance) -> str:
@@ -141,16 +171,18 @@ def _in_dagster(run: MaintenanceRun) -> bool:
     return run.owner.startswith("dagster:")
 
 
-def finished_outside(runs: Sequence[MaintenanceRun]) -> tuple[list[MaintenanceRun], int | None]:
+def finished_outside(
+    runs: Sequence[tuple[Position, MaintenanceRun]],
+) -> tuple[list[MaintenanceRun], Position | None]:
     """The runs up to the first one still running (the cursor stops before it), the ones not
-    started by Dagster among them, and the id to continue after."""
-    done: list[MaintenanceRun] = []
-    for run in runs:
+    started by Dagster among them, and the position to continue after."""
+    done: list[tuple[Position, MaintenanceRun]] = []
+    for at, run in runs:
         if run.outcome == RunOutcome.RUNNING.value:
             break
-        done.append(run)
-    last = done[-1].run_id if done else None
-    return [r for r in done if not _in_dagster(r)], last
+        done.append((at, run))
+    last = done[-1][0] if done else None
+    return [r for _, r in done if not _in_dagster(r)], last
 
 
 def run_events(run: MaintenanceRun) -> list[AssetMaterialization | AssetCheckEvaluation]:
@@ -208,20 +240,26 @@ def _verdict_metadata(run: MaintenanceRun, verdict: dict[str, Any]) -> MetadataM
     return metadata
 
 
-def reported_through(instance: DagsterInstance) -> int:
-    """The newest catalog metrics id Dagster holds (0: none, or only events from before the id
-    was recorded): the batches are written in id order, so every older one is there too."""
+def reported_through(instance: DagsterInstance) -> Position:
+    """The newest catalog position of batch metrics Dagster holds (the start: none, or only
+    events from before it was recorded; transaction 0: events from before transactions were):
+    the batches are written in position order, so every older one is there too."""
     found = instance.fetch_materializations(state_batch_metrics.key, limit=1).records
     event = found[0].asset_event if found else None
-    value = event.metadata.get(METRICS_ID) if event is not None else None
-    return value.value if value is not None and isinstance(value.value, int) else 0
+    metadata = event.metadata if event is not None else {}
+
+    def number(key: str) -> int:
+        value = metadata.get(key)
+        return value.value if value is not None and isinstance(value.value, int) else 0
+
+    return Position(number(METRICS_XACT), number(METRICS_ID))
 
 
-BatchRun = Sequence[tuple[int, RecordedBatchMetrics]]
+BatchRun = Sequence[tuple[Position, RecordedBatchMetrics]]
 
 
 def batch_runs(page: BatchRun) -> list[BatchRun]:
-    """A page's batches in runs of consecutive ones (in id order), a run each event: one batch
+    """A page's batches in runs of consecutive ones (in position order), a run each event: one batch
     each while the page has at most ``EVENTS``, else ``len(page) / EVENTS``, so a page writes
     at most ``EVENTS`` events whatever its batches and queries."""
     size = -(-len(page) // EVENTS)
@@ -255,12 +293,13 @@ def batch_run_event(run: BatchRun, names: StoreNames) -> AssetMaterialization:
     ``<query>/<figure>`` (the query's label, see ``StoreNames``), so each query's figures plot
     as their own lines, and every batch's in ``batch_figures``; ``committed_at`` the run's
     newest batch's commit (the catalog's time, the event's own: the plotted point's x), to the
-    second where the plots' axis shows minutes; ``catalog_metrics_id`` (the newest batch's)
-    says which batches Dagster holds."""
+    second where the plots' axis shows minutes; ``catalog_metrics_xact`` and
+    ``catalog_metrics_id`` (the newest batch's position) say which batches Dagster holds."""
     newest, recorded = run[-1]
     label = names.labels.get(recorded.root, recorded.query_id)
     metadata: MetadataMap = {
-        METRICS_ID: MetadataValue.int(newest),
+        METRICS_XACT: MetadataValue.int(newest.xact),
+        METRICS_ID: MetadataValue.int(newest.row),
         "query": MetadataValue.text(label),
         "batch": MetadataValue.int(recorded.batch_id),
         "batches": MetadataValue.int(len(run)),
@@ -308,11 +347,12 @@ def batch_entry(event: AssetMaterialization, recorded: RecordedBatchMetrics) -> 
     )
 
 
-def report_batches(instance: DagsterInstance, catalog: Catalog, after: int) -> int:
-    """Reports the batches recorded after ``after`` (at most ``TICK_BATCHES``), in id order, a
-    page of ``PAGE`` at a time, its events (:func:`runs`) in one write; returns the last id
-    reported (``after`` when none). The stores' names are read only when there is a batch to
-    report: a quiet tick reads the page of new batches alone, whatever the fleet."""
+def report_batches(instance: DagsterInstance, catalog: Catalog, after: Position) -> Position:
+    """Reports the batches recorded after ``after`` (at most ``TICK_BATCHES``), in position
+    order, a page of ``PAGE`` at a time, its events (:func:`batch_runs`) in one write; returns
+    the last position reported (``after`` when none). The stores' names are read only when
+    there is a batch to report: a quiet tick reads the page of new batches alone, whatever
+    the fleet."""
     names: StoreNames | None = None
     last, count = after, 0
     while count < TICK_BATCHES:
@@ -331,11 +371,11 @@ def report_batches(instance: DagsterInstance, catalog: Catalog, after: int) -> i
 
 
 class ReportConfig(Config):
-    """The catalog runs to report: ids above ``after`` up to ``until``; ``first``: also when
-    none (the first report of the stores' state)."""
+    """The catalog runs to report: positions after ``after`` up to ``until`` (at most
+    ``RUNS``: the sensor read them)."""
 
-    after: int = Field(description="Report the runs with an id above this one...")
-    until: int = Field(description="...up to this one.")
+    after: list[int] = Field(description="Report the runs after this position, [xact, id]...")
+    until: list[int] = Field(description="...up to this one.")
 
 
 @op(description="Reports maintenance runs from outside Dagster and the stores' state after them.")
@@ -351,8 +391,9 @@ def report_catalog_runs(
     partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     with maintenance.fleet(f"dagster:{context.run.run_id}") as fleet:
         catalog = fleet.catalog
-        found = catalog.runs_after(config.after, limit=max(config.until - config.after, 0))
-        runs = [r for r in found if r.run_id <= config.until and not _in_dagster(r)]
+        until = position(config.until)
+        found = catalog.runs_after(position(config.after), limit=RUNS)
+        runs = [r for at, r in found if at <= until and not _in_dagster(r)]
         about = "; ".join(_by(r) for r in runs) or "the stores' state in the catalog"
         names = StoreNames.of(catalog)
         for run in runs:
@@ -406,10 +447,10 @@ def catalog_events_sensor(
     with maintenance.fleet("dagster:catalog-events") as fleet:
         catalog = fleet.catalog
         if cursor.run is None:  # the first tick: the stores' state now, and the latest checks
-            recent = catalog.recent_runs(limit=RUNS)
-            until = max((r.run_id for r in recent), default=0)
-            validated = [r.run_id for r in recent if r.kind == RunKind.VALIDATE.value]
-            after = validated[0] - 1 if validated else until
+            recent = catalog.runs_after(Position(), limit=RUNS, newest=True)
+            until = recent[-1][0] if recent else Position()
+            validated = [at for at, r in recent if r.kind == RunKind.VALIDATE.value]
+            after = Position(validated[-1].xact, validated[-1].row - 1) if validated else until
             new = True
         else:
             outside, last = finished_outside(catalog.runs_after(cursor.run, limit=RUNS))
@@ -420,14 +461,15 @@ def catalog_events_sensor(
     next_cursor = Cursor(until, reported, partitions).text()
     requests = []
     if new:
-        config = ReportConfig(after=after, until=until)
+        config = ReportConfig(after=pair(after), until=pair(until))
+        span = f"{after.xact}.{after.row}-{until.xact}.{until.row}"
         requests.append(
             RunRequest(
-                run_key=f"catalog-runs-{after}-{until}-{partitions}",
+                run_key=f"catalog-runs-{span}-{partitions}",
                 run_config=RunConfig(ops={"report_catalog_runs": config}),
             )
         )
     if reported == held and not requests:
-        skip = SkipReason(f"nothing new in the catalog after run {until}")
+        skip = SkipReason(f"nothing new in the catalog after run {until.row}")
         return SensorResult(skip_reason=skip, cursor=next_cursor)
     return SensorResult(run_requests=requests, cursor=next_cursor)

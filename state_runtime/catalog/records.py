@@ -359,6 +359,18 @@ class BatchMetrics:
         return figures
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Position:
+    """A reader's place in rows that concurrent writers record (batch metrics, maintenance
+    runs): the id of the transaction that wrote a row, then the row's id (0 on SQLite, where
+    one writer at a time commits, and for rows from before the catalog recorded it). A read
+    after a position returns only rows whose transaction ended, as does every older one, in
+    this order: no row can become visible behind a position once read (docs/catalog.md)."""
+
+    xact: int = 0
+    row: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class RecordedBatchMetrics:
     root: str

@@ -15,7 +15,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 
-from state_runtime.catalog import Catalog, RetentionPolicy, head_revision
+from state_runtime.catalog import BatchMetrics, Catalog, Position, RetentionPolicy, head_revision
 from state_runtime.catalog.__main__ import main as catalog_main
 from state_runtime.catalog.connection.engine import create_catalog_engine
 from state_runtime.catalog.schema.revision import (
@@ -28,6 +28,7 @@ from state_runtime.catalog.schema.tables import metadata
 from state_runtime.errors import CatalogError, CatalogSchemaOutdated, CatalogSchemaTooNew
 from state_runtime.identity import CheckpointRef, StoreId
 from tests.catalog.conftest import DIALECTS, FAST_RETRY
+from tests.catalog.settled import settled
 
 ID1, ID2, ID2_OLD = "a" * 32, "b" * 32, "c" * 32
 
@@ -392,4 +393,53 @@ def test_batches_recorded_before_the_disk_figures_read_zero_after_the_upgrade(
         columns = {c["name"] for c in sa.inspect(connection).get_columns("batch_metrics")}
         assert "local_disk_bytes" not in columns
         assert connection.execute(sa.text("SELECT rows_in FROM batch_metrics")).scalar() == 5
+    engine.dispose()
+
+
+def test_rows_recorded_before_commit_positions_sort_first_and_an_old_cursor_continues(
+    empty_url: str,
+) -> None:
+    """Before 0020 a reader's cursor was an id: the rows recorded then read transaction 0,
+    so the old id is the position (0, id) and the rows after it follow, old then new."""
+    engine = create_catalog_engine(empty_url)
+    upgrade(engine, "0019_expired_versions")
+    at = {"at": datetime(2026, 11, 1, tzinfo=UTC)}
+    with engine.begin() as connection:
+        for batch in (0, 1):
+            connection.execute(
+                sa.text(
+                    "INSERT INTO batch_metrics (checkpoint_root, query_id, batch_id, rows_in,"
+                    " keys_updated, state_rows, bytes_written, commit_ms, cache_hits,"
+                    f" cache_misses, extra, recorded_at) VALUES ('/ckpt', 'q', {batch}, 5, 4,"
+                    " 3, 2, 1.5, 1, 0, '{}', :at)"
+                ),
+                at,
+            )
+        connection.execute(
+            sa.text(
+                "INSERT INTO maintenance_runs (kind, owner, parameters, started_at, ended_at,"
+                " outcome, counts) VALUES ('snapshot', 'ops', '{}', :at, :at, 'succeeded', '{}')"
+            ),
+            at,
+        )
+    upgrade(engine)
+    engine.dispose()
+    with Catalog.open(empty_url, retry=FAST_RETRY) as catalog:
+        catalog.record_batch_metrics("/ckpt", "q", 2, BatchMetrics(1, 1, 1, 1, 1.0, 0, 0, {}))
+        first, *rest = settled(lambda: catalog.batch_metrics_after(Position()), 3)
+        found = catalog.batch_metrics_after(first[0])  # an old cursor: the first batch's id
+        [(old, run)] = catalog.runs_after(Position())
+    assert first[0] == Position(0, first[0].row) and [b.batch_id for _, b in found] == [1, 2]
+    assert found == rest and found[0][0].xact == 0
+    new = found[1][0].xact  # the new batch's transaction: 0 on SQLite, one writer at a time
+    assert new == 0 if empty_url.startswith("sqlite") else new > 0
+    assert old.xact == 0 and run.owner == "ops"
+    engine = create_catalog_engine(empty_url)
+    with engine.begin() as connection:  # and back: every row kept
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0019_expired_versions")
+        columns = {c["name"] for c in sa.inspect(connection).get_columns("batch_metrics")}
+        assert "xact_id" not in columns
+        assert connection.execute(sa.text("SELECT count(*) FROM batch_metrics")).scalar() == 3
     engine.dispose()

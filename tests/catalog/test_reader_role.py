@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from state_runtime.catalog import Catalog, RetentionPolicy, RunKind
+from state_runtime.catalog import Catalog, Position, RetentionPolicy, RunKind
 from tests.catalog.test_roles import STORES, Roles, roles, runtime_stream  # noqa: F401
 from tests.maintenance.streams import StoreStream
 
@@ -36,7 +36,7 @@ READS: dict[str, Read] = {
     "query_ids": lambda c, s: c.query_ids(s.root),
     "root_queries": lambda c, s: c.root_queries(),
     "batch_metrics": lambda c, s: c.batch_metrics(s.root, s.query),
-    "batch_metrics_after": lambda c, s: c.batch_metrics_after(0),
+    "batch_metrics_after": lambda c, s: c.batch_metrics_after(Position()),
     "batch_watermark": lambda c, s: c.batch_watermark(s.root, s.query, 9),
     "layouts": lambda c, s: c.layouts(s.root),
     "layout_history": lambda c, s: c.layout_history(s.root),
@@ -65,7 +65,7 @@ READS: dict[str, Read] = {
     "known_paths": lambda c, s: c.known_paths(s.root),
     "run": lambda c, s: c.run(1),
     "recent_runs": lambda c, s: c.recent_runs(),
-    "runs_after": lambda c, s: c.runs_after(0),
+    "runs_after": lambda c, s: c.runs_after(Position()),
     "previous_run_counts": lambda c, s: c.previous_run_counts(RunKind.VALIDATE, s.root, 10**6),
     "attempt_sweeps": lambda c, s: c.attempt_sweeps(c.now()),
 }

@@ -29,12 +29,13 @@ from dagster_project.defs import catalog_events
 from dagster_project.defs.catalog_events import Cursor, catalog_events_sensor, catalog_report_job
 from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.store_events import HEALTH_KEY
-from state_runtime.catalog import BatchMetrics, StoreKey
+from state_runtime.catalog import BatchMetrics, Position, StoreKey
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import Fleet, StoreNames, run_checks, snapshot_pass
 from state_runtime.maintenance.store_names import distinct_tails, root_labels
-from tests.dagster.conftest import latest_states, resources_for, store_name
+from tests.catalog.settled import settled
+from tests.dagster.conftest import BOTH_CATALOGS, latest_states, resources_for, store_name
 from tests.dagster.test_dagster_definitions import FAST
 from tests.maintenance.streams import StoreStream
 
@@ -109,7 +110,7 @@ def test_runs_outside_dagster_become_the_same_asset_events(
 
     # Before anything ran: every store is unknown, a warning on its partition, never green.
     first = tick(stream, instance, None)
-    assert Cursor.parse(first.cursor).run == 0
+    assert Cursor.parse(first.cursor).run == Position()
     status = checks(first.events, "store_status")
     assert set(status) == set(names.values())
     assert all(not e.passed and e.severity.value == "WARN" for e in status.values())
@@ -119,14 +120,16 @@ def test_runs_outside_dagster_become_the_same_asset_events(
     assert [b.metadata["batch"].value for b in batches] == [0, 1, 2]
     assert [b.metadata["batches"].value for b in batches] == [1, 1, 1]
     # each batch at the time the runtime recorded it (the Plots tab's x), not at the tick
-    recorded = [m.recorded_at.timestamp() for _, m in stream.catalog.batch_metrics_after(0)]
+    recorded = [
+        m.recorded_at.timestamp() for _, m in stream.catalog.batch_metrics_after(Position())
+    ]
     assert [r.timestamp for r in batch_records(instance)] == pytest.approx(recorded, abs=1e-3)
     assert recorded == sorted(set(recorded))  # one point per batch, in commit order
     # and said to the second, where the plots' axis shows minutes
     committed = [b.metadata["committed_at"].value for b in batches]
     assert committed == pytest.approx(recorded, abs=1e-3)
     assert batches[2].metadata["query-1/rows_in"].value == 102
-    assert batches[2].metadata["catalog_metrics_id"].value == recorded_ids(stream)[2]
+    assert batches[2].metadata["catalog_metrics_id"].value == recorded_ids(stream)[2].row
     assert batches[2].metadata["query-1/batch_ms"].value == 250.0
     assert batches[2].metadata["query-1/cache_hit_rate"].value == 0.667
 
@@ -168,14 +171,15 @@ def test_runs_outside_dagster_become_the_same_asset_events(
     assert snap.metadata["catalog_run_id"].value == snapshots.run_id
     assert snap.metadata["written"].value == 1
     assert snap.metadata["run_by"].value == "ops-laptop:4242"
-    assert Cursor.parse(third.cursor).run == snapshots.run_id + 1
+    after = Cursor.parse(third.cursor).run  # past the run Dagster started
+    assert after is not None and after.row == snapshots.run_id + 1
     quiet = tick(stream, instance, third.cursor)
     assert not quiet.events and quiet.result.skip_reason is not None
     assert quiet.cursor == third.cursor
 
 
-def recorded_ids(stream: StoreStream) -> list[int]:
-    return [i for i, _ in stream.catalog.batch_metrics_after(0, limit=10_000)]
+def recorded_ids(stream: StoreStream) -> list[Position]:
+    return [at for at, _ in stream.catalog.batch_metrics_after(Position(), limit=10_000)]
 
 
 class RefusingStorage:
@@ -199,7 +203,7 @@ class RefusingStorage:
 def reported_batches(stream: StoreStream, instance: DagsterInstance) -> list[int]:
     """The batches Dagster holds, from each event's table, in the order they were written;
     each event stamped with its newest batch's commit."""
-    batches = stream.catalog.batch_metrics_after(0, limit=10_000)
+    batches = stream.catalog.batch_metrics_after(Position(), limit=10_000)
     recorded = {m.batch_id: m.recorded_at.timestamp() for _, m in batches}
     found = []
     for record in batch_records(instance):
@@ -212,6 +216,7 @@ def reported_batches(stream: StoreStream, instance: DagsterInstance) -> list[int
     return found
 
 
+@BOTH_CATALOGS
 def test_each_batch_is_reported_exactly_once_after_a_tick_failed_partway(
     make_stream: Callable[..., StoreStream],
     instance: DagsterInstance,
@@ -228,6 +233,7 @@ def test_each_batch_is_reported_exactly_once_after_a_tick_failed_partway(
     for batch in range(30):  # three queries in turn, each batch number its own
         figures = BatchMetrics(batch, 1, 5, 64, 1.5, 1, 0, {"batch_ms": 10.0})
         stream.catalog.record_batch_metrics(stream.root, f"query-{batch % 3}", batch, figures)
+    settled(lambda: recorded_ids(stream), 30)  # PostgreSQL: once older writers ended
     first = tick(stream, instance, None)
     assert sorted(reported_batches(stream, instance)) == list(range(20))  # the tick's bound
     assert len(batch_records(instance)) == 9  # three pages, three runs each

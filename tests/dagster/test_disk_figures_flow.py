@@ -15,10 +15,11 @@ import sqlalchemy as sa
 from dagster import AssetKey, AssetMaterialization, DagsterInstance, build_sensor_context
 
 from dagster_project.defs.catalog_events import catalog_events_sensor
-from state_runtime.catalog import DISK_FIGURES, BatchMetrics, Catalog
+from state_runtime.catalog import DISK_FIGURES, BatchMetrics, Catalog, Position
 from state_runtime.runtime.spark_progress import SPARK_NAMES, figures
 from state_runtime.store.cache import CACHE, set_budget
 from state_runtime.store.disk_runs import LOCAL_DISK
+from tests.catalog.settled import settled
 from tests.dagster.conftest import resources_for
 from tests.orchestrator_catalog import BOTH_CATALOGS
 from tests.simulation.platform import QUERY, Platform
@@ -93,6 +94,7 @@ def _views_show(catalog: Catalog, recorded: dict[int, BatchMetrics]) -> None:
 def _dagster_shows(
     catalog: Catalog, instance: DagsterInstance, recorded: dict[int, BatchMetrics]
 ) -> None:
+    settled(lambda: catalog.batch_metrics_after(Position()), BATCHES)  # PostgreSQL: readable
     context = build_sensor_context(instance=instance, resources=resources_for(catalog))
     catalog_events_sensor(context)  # reports each batch itself
     found = instance.fetch_materializations(AssetKey("state_batch_metrics"), limit=100)

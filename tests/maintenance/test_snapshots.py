@@ -185,7 +185,8 @@ def test_snapshots_go_costliest_cold_load_first_and_at_most_per_run(
     assert [d.record.key for d in due_for_snapshot(fleet, POLICY)] == [
         d.record.key for d in due[2:]
     ]
-    assert long.catalog.runs_after(0)[-1].parameters["snapshots_per_run"] == 2
+    run = long.catalog.run(report.run_id)
+    assert run is not None and run.parameters["snapshots_per_run"] == 2
 
 
 def test_the_pass_hands_stores_out_by_priority_whatever_their_roots(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from state_runtime.catalog.api.transactions import CatalogBase
-from state_runtime.catalog.records import RecordedBatchMetrics, VersionHistory
+from state_runtime.catalog.records import Position, RecordedBatchMetrics, VersionHistory
 from state_runtime.catalog.sql import batch_metrics, history
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId
@@ -42,10 +42,12 @@ class HistoryCalls(CatalogBase):
         return self._read("list queries by root", history.root_queries)
 
     def batch_metrics_after(
-        self, after_id: int, *, limit: int = 200
-    ) -> list[tuple[int, RecordedBatchMetrics]]:
-        """Batch metrics recorded with an id above ``after_id`` (every root and query), oldest
-        first, with their ids: what a reader such as Dagster's sensor has not seen yet."""
+        self, after: Position, *, limit: int = 200
+    ) -> list[tuple[Position, RecordedBatchMetrics]]:
+        """Batch metrics recorded after ``after`` (every root and query), in the order they
+        became visible, with their positions: what a reader such as Dagster's sensor has not
+        seen yet, each exactly once (``sql/positions.py``: only once their transactions
+        ended)."""
         return self._read(
-            "read batch metrics", lambda c, v: batch_metrics.metrics_after(c, v, after_id, limit)
+            "read batch metrics", lambda c, v: batch_metrics.metrics_after(c, v, after, limit)
         )

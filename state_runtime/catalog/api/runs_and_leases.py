@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.api.transactions import CatalogBase
-from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
+from state_runtime.catalog.records import Lease, MaintenanceRun, Position, StoreKey
 from state_runtime.catalog.schema.tables import RunKind
 from state_runtime.catalog.sql import runs_and_leases
 from state_runtime.catalog.sql.status_changes import record_run_status_changes
@@ -80,10 +80,15 @@ class RunCalls(CatalogBase):
             "read maintenance runs", lambda c, v: runs_and_leases.recent_runs(c, v, limit)
         )
 
-    def runs_after(self, after_id: int, *, limit: int = 50) -> list[MaintenanceRun]:
-        """Runs with an id above ``after_id``, oldest first: what a reader has not seen yet."""
+    def runs_after(
+        self, after: Position, *, limit: int = 50, newest: bool = False
+    ) -> list[tuple[Position, MaintenanceRun]]:
+        """Runs started after ``after`` (the first ``limit``; ``newest``: the last), in the
+        order they became visible, with their positions: what a reader has not seen yet, each
+        exactly once (``sql/positions.py``: only once their transactions ended)."""
         return self._read(
-            "read maintenance runs", lambda c, v: runs_and_leases.runs_after(c, v, after_id, limit)
+            "read maintenance runs",
+            lambda c, v: runs_and_leases.runs_after(c, v, after, limit, newest),
         )
 
     def try_acquire_lease(

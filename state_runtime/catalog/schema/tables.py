@@ -122,7 +122,9 @@ maintenance_runs = sa.Table(
     sa.Column("host", sa.Text(), nullable=True),
     sa.Column("pid", sa.Integer(), nullable=True),
     sa.Column("heartbeat_at", UtcDateTime(), nullable=True),
+    sa.Column("xact_id", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Index("ix_maintenance_runs_started_at", "started_at"),
+    sa.Index("ix_maintenance_runs_position", "xact_id", "run_id"),
     sa.Index("uq_maintenance_runs_token", "run_token", unique=True),
     sa.Index(
         "ix_maintenance_runs_running",
@@ -294,7 +296,9 @@ batch_metrics = sa.Table(
         sa.Column(name, sa.BigInteger(), nullable=False, server_default="0")
         for name in DISK_FIGURES
     ),
+    sa.Column("xact_id", sa.BigInteger(), nullable=False, server_default="0"),
     sa.UniqueConstraint("checkpoint_root", "query_id", "batch_id", name="uq_batch_metrics_batch"),
+    sa.Index("ix_batch_metrics_position", "xact_id", "metrics_id"),
 )
 
 store_holders = sa.Table(

@@ -8,9 +8,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.records import DISK_FIGURES, BatchMetrics, RecordedBatchMetrics
+from state_runtime.catalog.records import (
+    DISK_FIGURES,
+    BatchMetrics,
+    Position,
+    RecordedBatchMetrics,
+)
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import batch_metrics
+from state_runtime.catalog.sql.positions import settled_after, writing_transaction
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.statements import upsert
 from state_runtime.errors import InvalidArgument
@@ -52,9 +58,14 @@ def record_batch_metrics(
         "recorded_at": now,
         **{name: getattr(metrics, name) for name in DISK_FIGURES},
     }
-    # An upsert, not delete-then-insert: the runtime's role has no DELETE.
+    # An upsert, not delete-then-insert: the runtime's role has no DELETE. A replayed batch
+    # keeps its id and position (``positions.py``): a reader that reported it does not again.
     insert = upsert(connection, batch_metrics).values(
-        checkpoint_root=root, query_id=query_id, batch_id=batch_id, **figures
+        checkpoint_root=root,
+        query_id=query_id,
+        batch_id=batch_id,
+        xact_id=writing_transaction(connection),
+        **figures,
     )
     connection.execute(
         insert.on_conflict_do_update(
@@ -78,19 +89,20 @@ def batch_metrics_history(
 
 
 def metrics_after(
-    connection: Connection, views: ReaderViews, after_id: int, limit: int
-) -> list[tuple[int, RecordedBatchMetrics]]:
-    """Up to ``limit`` batches recorded with an id above ``after_id`` (any root and query),
-    oldest first, each with its id: a reader's cursor. A replayed batch keeps its id."""
+    connection: Connection, views: ReaderViews, after: Position, limit: int
+) -> list[tuple[Position, RecordedBatchMetrics]]:
+    """Up to ``limit`` batches recorded after ``after`` whose transactions ended (any root
+    and query), in position order, each with its position: an exact reader's cursor
+    (``positions.py``)."""
     validate_non_negative(limit, "limit")
     m = views.batch_metrics.c
     rows = connection.execute(
         sa.select(views.batch_metrics)
-        .where(m.metrics_id > after_id)
-        .order_by(m.metrics_id)
+        .where(settled_after(connection, m.xact_id, m.metrics_id, after))
+        .order_by(m.xact_id, m.metrics_id)
         .limit(limit)
     )
-    return [(r.metrics_id, _recorded(r)) for r in rows]
+    return [(Position(r.xact_id, r.metrics_id), _recorded(r)) for r in rows]
 
 
 def _recorded(r: sa.Row[Any]) -> RecordedBatchMetrics:

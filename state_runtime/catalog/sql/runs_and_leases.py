@@ -27,11 +27,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.records import Lease, MaintenanceRun, StoreKey
+from state_runtime.catalog.records import Lease, MaintenanceRun, Position, StoreKey
 from state_runtime.catalog.schema.predicates import constant
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance_runs, store_leases
 from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
+from state_runtime.catalog.sql.positions import settled_after, writing_transaction
 from state_runtime.catalog.sql.rows import AnyRow
 from state_runtime.catalog.sql.statements import chunks, insert_ignoring
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
@@ -84,6 +85,7 @@ def start_run(
             host=this_host(),
             pid=os.getpid(),
             heartbeat_at=now,
+            xact_id=writing_transaction(connection),
         )
     )
     run_id = connection.execute(sa.select(r.run_id).where(r.run_token == token)).scalar_one()
@@ -209,13 +211,22 @@ def recent_runs(connection: Connection, views: ReaderViews, limit: int) -> list[
 
 
 def runs_after(
-    connection: Connection, views: ReaderViews, after_id: int, limit: int
-) -> list[MaintenanceRun]:
-    """Up to ``limit`` runs with an id above ``after_id``, oldest first (a reader's cursor)."""
+    connection: Connection, views: ReaderViews, after: Position, limit: int, newest: bool
+) -> list[tuple[Position, MaintenanceRun]]:
+    """Up to ``limit`` runs started after ``after`` whose transactions ended, the first ones
+    (``newest``: the last ones), in position order, each with its position: an exact
+    reader's cursor (``positions.py``)."""
     validate_non_negative(limit, "limit")
     r = views.runs.c
-    query = sa.select(views.runs).where(r.run_id > after_id).order_by(r.run_id).limit(limit)
-    return [_run(row) for row in connection.execute(query)]
+    order = (r.xact_id.desc(), r.run_id.desc()) if newest else (r.xact_id, r.run_id)
+    query = (
+        sa.select(views.runs)
+        .where(settled_after(connection, r.xact_id, r.run_id, after))
+        .order_by(*order)
+        .limit(limit)
+    )
+    found = [(Position(row.xact_id, row.run_id), _run(row)) for row in connection.execute(query)]
+    return found[::-1] if newest else found
 
 
 def _run(row: AnyRow) -> MaintenanceRun:

@@ -1,0 +1,48 @@
+"""An exact reader's cursor over rows that writers commit out of id order (batch metrics,
+maintenance runs): the rows a reader has not seen, each exactly once.
+
+PostgreSQL hands out a row's id at its ``INSERT`` and shows the row at its ``COMMIT``, so a
+transaction holding a lower id can commit after a reader has read past a higher one: a cursor
+on ids alone skips that row for good. Each such row therefore records the transaction that
+wrote it (``xact_id``: ``pg_current_xact_id()``, 64 bits, never wraps), and a read returns
+the rows after a :class:`~state_runtime.catalog.records.Position` (transaction, then id)
+whose transaction lies below its snapshot's ``xmin``: every transaction below it has ended,
+so no row can ever appear there again, and any later row sorts after what was read. A row is
+reported once its transaction and every older writing transaction of the server have ended
+(a delay of the oldest open write, never a loss). On SQLite one writer at a time commits, so
+ids become visible in order: ``xact_id`` is 0 and the position is the id.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
+
+from state_runtime.catalog.records import Position
+
+
+def _xid(value: ColumnElement[object]) -> ColumnElement[int]:
+    """A PostgreSQL ``xid8`` as a BIGINT (through text: xid8 has no cast to numbers)."""
+    return sa.cast(sa.cast(value, sa.Text()), sa.BigInteger())
+
+
+def writing_transaction(connection: Connection) -> ColumnElement[int]:
+    """What a new row records as ``xact_id``: its transaction's id (0 on SQLite)."""
+    if connection.dialect.name == "postgresql":
+        return _xid(sa.func.pg_current_xact_id())
+    return sa.literal(0, sa.BigInteger())
+
+
+def settled_after(
+    connection: Connection, xact: ColumnElement[int], row: ColumnElement[int], after: Position
+) -> ColumnElement[bool]:
+    """The rows after ``after`` (by ``xact``, then ``row``) whose transaction, and every older
+    one, has ended: the statement's own snapshot's ``xmin`` (``pg_current_snapshot``, the
+    snapshot the rows are read with)."""
+    later = sa.tuple_(xact, row) > sa.tuple_(
+        sa.literal(after.xact, sa.BigInteger()), sa.literal(after.row, sa.BigInteger())
+    )
+    if connection.dialect.name != "postgresql":
+        return later
+    return sa.and_(later, xact < _xid(sa.func.pg_snapshot_xmin(sa.func.pg_current_snapshot())))
