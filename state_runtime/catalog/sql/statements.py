@@ -3,6 +3,7 @@ one parameter, and the dialect's upserts."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
@@ -30,8 +31,14 @@ def upsert(connection: Connection, table: sa.Table) -> Any:
 
 
 def insert_ignoring(connection: Connection, table: sa.Table) -> Any:
-    """``INSERT ... ON CONFLICT DO NOTHING`` for the connection's dialect."""
-    return upsert(connection, table).on_conflict_do_nothing()
+    """``INSERT ... ON CONFLICT DO NOTHING`` for the connection's dialect (one statement per
+    dialect and table, its values given at execution)."""
+    return _insert_ignoring(connection.dialect.name == "postgresql", table)
+
+
+@functools.cache
+def _insert_ignoring(postgres: bool, table: sa.Table) -> Any:
+    return (postgresql.insert if postgres else sqlite.insert)(table).on_conflict_do_nothing()
 
 
 class IdList(sa.types.TypeDecorator[Sequence[int]]):
