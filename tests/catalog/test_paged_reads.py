@@ -88,7 +88,6 @@ def test_a_page_selects_its_own_stores_by_id(catalog: Catalog) -> None:
         for values in reads:
             assert not {"after", "through", "root"} & set(values), (name, values)
             page = {v for k, v in values.items() if re.fullmatch(r"store_ids?(_\d+)+", k)}
-            page |= set(values.get("store_ids", ()))  # the ids bound as one list
             assert page and len(page) <= PAGE and page <= wanted, (name, page, wanted)
             named |= page
         assert named == wanted, name

@@ -23,7 +23,6 @@ from state_runtime.catalog.sql import batch_intents, commits, layouts, lookups
 from state_runtime.identity import StoreId
 from state_runtime.retention import RetentionPolicy
 from tests.catalog.factory import Stream
-from tests.statements import executed
 
 
 def test_a_catalog_opened_later_compiles_nothing_an_earlier_one_compiled(tmp_path: Path) -> None:
@@ -112,35 +111,6 @@ def test_the_store_questions_keep_their_prepared_statements(tmp_path: Path) -> N
     reads = [(sql, reprep) for sql, reprep, run in prepared if "read_checkpoint_files" in sql]
     assert len(reads) >= 3, prepared
     assert all(reprep == 0 for _, reprep in reads), [r for r in reads if r[1]]
-
-
-def test_a_list_of_store_ids_is_one_parameter(catalog: Catalog) -> None:
-    """The retained versions and health read a list of store ids bound as one value
-    (``json_each`` on SQLite, ``= ANY`` on PostgreSQL), not an expanding ``IN`` whose text
-    SQLAlchemy renders again for each list: one store or three, the same statements' text."""
-    stores = [StoreId(0, p) for p in range(3)]
-    stream = Stream(catalog, stores)
-    stream.commit()
-    stream.commit()
-    policy = RetentionPolicy()
-    texts: list[set[str]] = []
-    answers = []
-    for asked, page in ((stores[:1], 1), (stores, 3)):
-        with executed(catalog.engine) as seen:
-            retained = catalog.retained_versions_of(stream.root, asked)
-            pages = list(
-                catalog.health_pages(policy, root=stream.root, now=catalog.now(), page_size=page)
-            )
-        texts.append({text for text in seen if "read_commit_log" in text})
-        answers.append((retained, pages))
-    assert len(texts[0]) >= 4 and texts[0] == texts[1], texts
-    (one, one_pages), (three, three_pages) = answers
-    assert set(one) == {stores[0]} and set(three) == set(stores)
-    assert [v.ref.version for v in three[stores[2]]] == [2, 1] and one[stores[0]] == three[
-        stores[0]
-    ]
-    assert [len(p) for p in one_pages] == [1, 1, 1] and [len(p) for p in three_pages] == [3]
-    assert [h.key.store for p in one_pages for h, _ in p] == stores
 
 
 def test_a_sqlite_transaction_holds_the_lock_from_its_start_with_no_engine_events(

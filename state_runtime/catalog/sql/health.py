@@ -62,7 +62,8 @@ def _bound_scope(views: ReaderViews, by_root: bool, paged: bool) -> Scope:
     """Every store, or those of the root given as the bind parameter ``root``; if ``paged``,
     only those of the page, the store ids given as the bind parameter ``store_ids``."""
     root = sa.bindparam("root", type_=views.stores.c.checkpoint_root.type) if by_root else None
-    return Scope(root=root, store_ids="store_ids" if paged else None)
+    page = sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger()) if paged else None
+    return Scope(root=root, store_ids=page)
 
 
 def _scope_values(scope: Scope) -> tuple[bool, bool, dict[str, Any]]:

@@ -38,7 +38,6 @@ from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import FileState, RunKind, Verification
 from state_runtime.catalog.sql.lookups import store_ids
 from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_columns, file_record
-from state_runtime.catalog.sql.statements import AmongIds
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import Fact, RetentionPolicy, Verdict
@@ -52,15 +51,11 @@ class Scope:
     or a bind parameter of a statement built once and run with each call's values."""
 
     root: str | BindParameter[str] | None = None
-    store_ids: tuple[int, ...] | str | sa.Select[Any] | None = None
-    """The ids, a query of them, or the name of the bind parameter holding them (a list
-    bound as one value: :class:`~state_runtime.catalog.sql.statements.AmongIds`)."""
+    store_ids: tuple[int, ...] | BindParameter[Any] | sa.Select[Any] | None = None
 
     def filter(self, views: ReaderViews, store_id: ColumnElement[int]) -> ColumnElement[bool]:
         conditions: list[ColumnElement[bool]] = []
-        if isinstance(self.store_ids, str):
-            conditions.append(AmongIds(store_id, self.store_ids))
-        elif self.store_ids is not None:
+        if self.store_ids is not None:
             conditions.append(store_id.in_(self.store_ids))
         if self.root is not None:
             conditions.append(
@@ -415,7 +410,9 @@ def _verdict_query(
     by_root, by_ids = shape
     scope = Scope(
         root=sa.bindparam("root", type_=views.stores.c.checkpoint_root.type) if by_root else None,
-        store_ids="store_ids" if by_ids else None,
+        store_ids=sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger())
+        if by_ids
+        else None,
     )
     policy = PolicySql.bound(views, retain_versions)
     query = verdicts(views, policy, scope, only_deletable=only_deletable)
@@ -514,7 +511,8 @@ def _retained_queries(
     retained commits, the idle commits) for the stores whose ids are the bind parameter
     ``store_ids``; built once per process and shape (building costs more than running them;
     SQLAlchemy compiles each once per engine)."""
-    nf = needed_files(views, retain_versions, Scope(store_ids="store_ids")).subquery("nf")
+    store_ids = sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger())
+    nf = needed_files(views, retain_versions, Scope(store_ids=store_ids)).subquery("nf")
     f, c, s = views.files.c, views.commits.c, views.stores.c
     files = (
         sa.select(*file_columns(views.files, views.stores), nf.c.retained_version)
@@ -527,7 +525,7 @@ def _retained_queries(
         sa.select(c.store_id, c.version, c.checkpoint_id)
         .join(views.stores, s.store_id == c.store_id)
         .where(
-            AmongIds(c.store_id, "store_ids"),
+            c.store_id.in_(store_ids),
             # the versions retained_bases retains: none above the latest (a store a
             # repartition dropped has latest 0 and keeps its old commits: it retains none)
             c.version <= s.latest_version,
@@ -536,9 +534,7 @@ def _retained_queries(
         )
         .order_by(c.store_id, c.version.desc())
     )
-    idle = sa.select(c.store_id, c.version).where(
-        AmongIds(c.store_id, "store_ids"), c.file_id.is_(None)
-    )
+    idle = sa.select(c.store_id, c.version).where(c.store_id.in_(store_ids), c.file_id.is_(None))
     return files, retained, idle
 
 

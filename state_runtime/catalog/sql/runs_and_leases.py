@@ -33,7 +33,7 @@ from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderView
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance_runs, store_leases
 from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
 from state_runtime.catalog.sql.rows import AnyRow
-from state_runtime.catalog.sql.statements import AmongIds, chunks, insert_ignoring
+from state_runtime.catalog.sql.statements import chunks, insert_ignoring
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import validate_non_negative
 
@@ -56,8 +56,8 @@ def this_host() -> str:
 @dataclasses.dataclass(frozen=True)
 class _Statements:
     """The statements every maintenance run executes (its start and finish, the sweep of
-    abandoned runs, its leases), built once: their values are bind parameters, and a lease's
-    store ids one list (:class:`~state_runtime.catalog.sql.statements.AmongIds`)."""
+    abandoned runs, its leases), built once: their values are bind parameters (a lease's store
+    ids an expanding one, ``store_ids``)."""
 
     run_of_token: sa.Select[Any]
     finish: sa.Update
@@ -70,7 +70,8 @@ class _Statements:
 def _statements() -> _Statements:
     r, lease = maintenance_runs.c, store_leases.c
     token = sa.bindparam("lease_token", type_=lease.token.type)  # not "token": a SET column
-    ours = [AmongIds(lease.store_id, "store_ids"), lease.token == token]
+    among = lease.store_id.in_(sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger()))
+    ours = [among, lease.token == token]
     unfinished = [constant(RunOutcome.RUNNING), constant(RunOutcome.ABANDONED)]
     return _Statements(
         run_of_token=sa.select(r.run_id).where(r.run_token == sa.bindparam("token")),
@@ -79,7 +80,7 @@ def _statements() -> _Statements:
         ),
         running=sa.select(maintenance_runs).where(r.outcome == constant(RunOutcome.RUNNING)),
         take=sa.update(store_leases).where(
-            ours[0],
+            among,
             sa.or_(
                 lease.token == token,
                 lease.expires_at <= sa.bindparam("now", type_=lease.expires_at.type),
