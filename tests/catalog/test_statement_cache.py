@@ -5,14 +5,18 @@ hot statements are built once."""
 from __future__ import annotations
 
 import functools
+import sqlite3
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog import Catalog
 from state_runtime.catalog.connection.statement_cache import COMPILED
+from state_runtime.catalog.records import StoreKey
 from state_runtime.catalog.schema.reading_views import READER_VIEWS
 from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.catalog.sql import batch_intents, commits, layouts, lookups
@@ -107,3 +111,51 @@ def test_the_store_questions_keep_their_prepared_statements(tmp_path: Path) -> N
     reads = [(sql, reprep) for sql, reprep, run in prepared if "read_checkpoint_files" in sql]
     assert len(reads) >= 3, prepared
     assert all(reprep == 0 for _, reprep in reads), [r for r in reads if r[1]]
+
+
+def test_a_sqlite_transaction_holds_the_lock_from_its_start_with_no_engine_events(
+    tmp_path: Path,
+) -> None:
+    """``BEGIN IMMEDIATE`` is the SQLite dialect's own begin, not a ``begin`` event's
+    statement: the engine has no connection events to dispatch at every statement, and a
+    transaction still holds the database's write lock from its start."""
+    path = tmp_path / "catalog.db"
+    with Catalog.open(f"sqlite:///{path}", upgrade=True) as catalog:
+        assert not catalog.engine.dispatch.begin and not catalog.engine.dispatch.before_execute
+        other = sqlite3.connect(path, timeout=0, isolation_level=None)
+        try:
+            with (
+                catalog.engine.connect() as connection,
+                connection.begin(),
+                pytest.raises(sqlite3.OperationalError, match="locked"),
+            ):
+                other.execute("BEGIN IMMEDIATE")
+            other.execute("BEGIN IMMEDIATE")
+            other.rollback()
+        finally:
+            other.close()
+
+
+def test_a_maintenance_runs_statements_are_built_once(catalog: Catalog) -> None:
+    """A maintenance run's start, the sweep of abandoned runs, its leases (taken, held,
+    released) and its finish run the same statement objects run after run; each run still
+    takes, and gives back, its own leases."""
+    stream = Stream(catalog, [StoreId(0, 0), StoreId(0, 1)])
+    stream.commit()
+    keys = [StoreKey(stream.root, store) for store in stream.stores]
+    statements: list[list[int]] = []
+    for _ in range(2):
+        ran: list[int] = []
+        listener = functools.partial(lambda seen, *args: seen.append(id(args[1])), ran)
+        event.listen(catalog.engine, "before_execute", listener)
+        assert catalog.close_abandoned_runs() == []
+        run_id = catalog.start_run("snapshot", "tests")
+        leases = catalog.acquire_leases(keys, "tests", timedelta(minutes=1), run_id)
+        assert all(lease is not None and lease.run_id == run_id for lease in leases)
+        catalog.release_leases([lease for lease in leases if lease is not None])
+        catalog.finish_run(run_id, "succeeded", {}, status_limits=None)
+        event.remove(catalog.engine, "before_execute", listener)
+        statements.append(ran)
+        run = catalog.run(run_id)
+        assert run is not None and run.outcome == "succeeded"
+    assert statements[0] == statements[1] and len(statements[0]) >= 9, statements

@@ -54,6 +54,47 @@ def this_host() -> str:
     return f"{socket.gethostname()}{namespace}"
 
 
+@dataclasses.dataclass(frozen=True)
+class _Statements:
+    """The statements every maintenance run executes (its start and finish, the sweep of
+    abandoned runs, its leases), built once: their values are bind parameters (a lease's store
+    ids an expanding one, ``store_ids``)."""
+
+    run_of_token: sa.Select[Any]
+    finish: sa.Update
+    running: sa.Select[Any]
+    take: sa.Update
+    held: sa.Select[Any]
+    release: sa.Delete
+
+
+def _statements() -> _Statements:
+    r, lease = maintenance_runs.c, store_leases.c
+    token = sa.bindparam("lease_token", type_=lease.token.type)  # not "token": a SET column
+    among = lease.store_id.in_(sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger()))
+    ours = [among, lease.token == token]
+    unfinished = [constant(RunOutcome.RUNNING), constant(RunOutcome.ABANDONED)]
+    return _Statements(
+        run_of_token=sa.select(r.run_id).where(r.run_token == sa.bindparam("token")),
+        finish=sa.update(maintenance_runs).where(
+            r.run_id == sa.bindparam("run", type_=r.run_id.type), r.outcome.in_(unfinished)
+        ),
+        running=sa.select(maintenance_runs).where(r.outcome == constant(RunOutcome.RUNNING)),
+        take=sa.update(store_leases).where(
+            among,
+            sa.or_(
+                lease.token == token,
+                lease.expires_at <= sa.bindparam("now", type_=lease.expires_at.type),
+            ),
+        ),
+        held=sa.select(lease.store_id).where(*ours),
+        release=sa.delete(store_leases).where(*ours),
+    )
+
+
+_STATEMENTS = _statements()
+
+
 def start_run(
     connection: Connection,
     kind: str,
@@ -72,24 +113,24 @@ def start_run(
         ) from None
     if not owner:
         raise InvalidArgument("a maintenance run needs an owner (who or what runs it)")
-    r = maintenance_runs.c
     connection.execute(
         insert_ignoring(connection, maintenance_runs).values(
-            kind=kind,
-            owner=owner,
-            parameters=parameters,
-            started_at=now,
-            outcome=RunOutcome.RUNNING.value,
-            counts={},
-            run_token=token,
-            host=this_host(),
-            pid=os.getpid(),
-            heartbeat_at=now,
-            xact_id=writing_transaction(connection),
-        )
+            xact_id=writing_transaction(connection)
+        ),
+        {
+            "kind": kind,
+            "owner": owner,
+            "parameters": parameters,
+            "started_at": now,
+            "outcome": RunOutcome.RUNNING.value,
+            "counts": {},
+            "run_token": token,
+            "host": this_host(),
+            "pid": os.getpid(),
+            "heartbeat_at": now,
+        },
     )
-    run_id = connection.execute(sa.select(r.run_id).where(r.run_token == token)).scalar_one()
-    return int(run_id)
+    return int(connection.execute(_STATEMENTS.run_of_token, {"token": token}).scalar_one())
 
 
 def finish_run(
@@ -110,12 +151,9 @@ def finish_run(
     validate_non_negative(run_id, "run id")
     r = maintenance_runs.c
     done = connection.execute(
-        sa.update(maintenance_runs)
-        .where(
-            r.run_id == run_id,
-            r.outcome.in_([constant(RunOutcome.RUNNING), constant(RunOutcome.ABANDONED)]),
-        )
-        .values(outcome=outcome, counts=counts, error=error, ended_at=now, heartbeat_at=now)
+        _STATEMENTS.finish,
+        {"run": run_id, "outcome": outcome, "counts": counts, "error": error}
+        | {"ended_at": now, "heartbeat_at": now},
     ).rowcount
     if done == 1:
         return
@@ -143,9 +181,7 @@ def close_abandoned_runs(connection: Connection, now: datetime) -> list[Maintena
     """Close as ``abandoned`` every running run whose process is gone (this host) or whose
     heartbeat is older than ABANDON_AFTER; return them as they are now."""
     r = maintenance_runs.c
-    running = connection.execute(
-        sa.select(maintenance_runs).where(r.outcome == constant(RunOutcome.RUNNING))
-    ).all()
+    running = connection.execute(_STATEMENTS.running).all()
     host = this_host()
     closed: list[int] = []
     gone: list[int] = []
@@ -271,7 +307,6 @@ def acquire_leases(
         "acquired_at": now,
         "expires_at": now + ttl,
     }
-    lease = store_leases.c
     taken: set[int] = set()
     for part in chunks(sorted(set(ids.values()))):
         connection.execute(  # one statement (insertmanyvalues), compiled once
@@ -279,12 +314,7 @@ def acquire_leases(
             [{"store_id": store_id, **values} for store_id in part],
         )
         connection.execute(
-            sa.update(store_leases)
-            .where(
-                lease.store_id.in_(part),
-                sa.or_(lease.token == token, lease.expires_at <= now),
-            )
-            .values(**values)
+            _STATEMENTS.take, {"store_ids": part, "now": now, "lease_token": token} | values
         )
         taken.update(_held_by(connection, part, token))
     if run_id is not None:
@@ -297,11 +327,8 @@ def acquire_leases(
 
 def _held_by(connection: Connection, ids: Sequence[int], token: str) -> set[int]:
     """Which of the stores ``ids`` the lease token ``token`` holds."""
-    lease = store_leases.c
     return set(
-        connection.execute(
-            sa.select(lease.store_id).where(lease.store_id.in_(ids), lease.token == token)
-        ).scalars()
+        connection.execute(_STATEMENTS.held, {"store_ids": ids, "lease_token": token}).scalars()
     )
 
 
@@ -379,12 +406,11 @@ def release_leases(connection: Connection, leases: Sequence[Lease]) -> int:
     """Give the leases back (one delete a token and chunk); how many were still ours (a lease
     that expired and passed to someone else, or that an earlier attempt of the call released,
     is not)."""
-    c = store_leases.c
     released = 0
     for token, ids in _by_token(leases).items():
         for part in chunks(sorted(ids)):
             released += connection.execute(
-                sa.delete(store_leases).where(c.store_id.in_(part), c.token == token)
+                _STATEMENTS.release, {"store_ids": part, "lease_token": token}
             ).rowcount
     return released
 

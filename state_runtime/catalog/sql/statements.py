@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -24,5 +25,11 @@ def upsert(connection: Connection, table: sa.Table) -> Any:
 
 
 def insert_ignoring(connection: Connection, table: sa.Table) -> Any:
-    """``INSERT ... ON CONFLICT DO NOTHING`` for the connection's dialect."""
-    return upsert(connection, table).on_conflict_do_nothing()
+    """``INSERT ... ON CONFLICT DO NOTHING`` for the connection's dialect (one statement per
+    dialect and table, its values given at execution)."""
+    return _insert_ignoring(connection.dialect.name == "postgresql", table)
+
+
+@functools.cache
+def _insert_ignoring(postgres: bool, table: sa.Table) -> Any:
+    return (postgresql.insert if postgres else sqlite.insert)(table).on_conflict_do_nothing()
