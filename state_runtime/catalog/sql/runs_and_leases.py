@@ -93,6 +93,17 @@ def _statements() -> _Statements:
 
 
 _STATEMENTS = _statements()
+_STARTS: dict[str, Any] = {}
+
+
+def _start_statement(connection: Connection) -> Any:
+    """A run's ``INSERT``, built once per dialect: its values are given at execution, but for
+    its transaction's id (an SQL function on PostgreSQL, :func:`writing_transaction`)."""
+    name = connection.dialect.name
+    if name not in _STARTS:
+        insert = insert_ignoring(connection, maintenance_runs)
+        _STARTS[name] = insert.values(xact_id=writing_transaction(connection))
+    return _STARTS[name]
 
 
 def start_run(
@@ -114,9 +125,7 @@ def start_run(
     if not owner:
         raise InvalidArgument("a maintenance run needs an owner (who or what runs it)")
     connection.execute(
-        insert_ignoring(connection, maintenance_runs).values(
-            xact_id=writing_transaction(connection)
-        ),
+        _start_statement(connection),
         {
             "kind": kind,
             "owner": owner,
