@@ -23,7 +23,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import checkpoint_files, commit_log, stores
 from state_runtime.catalog.sql.rows import AnyRow, store_id_of
-from state_runtime.catalog.sql.statements import chunks, insert_ignoring
+from state_runtime.catalog.sql.statements import among, chunks, insert_ignoring
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId, parse_file_name
 from state_runtime.storage.root_rule import parse_root
@@ -156,7 +156,7 @@ def lock_stores(connection: Connection, ids: Iterable[int]) -> None:
     for part in chunks(ordered):
         connection.execute(
             sa.select(stores.c.store_id)
-            .where(stores.c.store_id.in_(part))
+            .where(among("postgresql", stores.c.store_id, part))
             .order_by(stores.c.store_id)
             .with_for_update()
         ).all()
@@ -253,17 +253,18 @@ def mark_maintained(connection: Connection, ids: Iterable[int], run_id: int) -> 
     left alone: a run's leases and its claims both note it, and on PostgreSQL a rewrite of
     an unchanged row still costs a new row version and its index entries)."""
     for part in chunks(sorted(set(ids))):
-        connection.execute(_mark_maintained_query(), {"ids": part, "run_id": run_id})
+        statement = _mark_maintained_query(connection.dialect.name)
+        connection.execute(statement, {"ids": part, "run_id": run_id})
 
 
 @functools.cache
-def _mark_maintained_query() -> sa.Update:
-    """:func:`mark_maintained`'s statement, built once."""
+def _mark_maintained_query(dialect: str) -> sa.Update:
+    """:func:`mark_maintained`'s statement, built once a dialect."""
     run = sa.bindparam("run_id", type_=stores.c.last_run_id.type)
     last = stores.c.last_run_id
     return (
         sa.update(stores)
-        .where(_among(stores.c.store_id, "ids"), sa.or_(last.is_(None), last != run))
+        .where(among(dialect, stores.c.store_id, "ids"), sa.or_(last.is_(None), last != run))
         .values(last_run_id=run)
     )
 

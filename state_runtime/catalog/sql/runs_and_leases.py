@@ -33,7 +33,7 @@ from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderView
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance_runs, store_leases
 from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
 from state_runtime.catalog.sql.rows import AnyRow
-from state_runtime.catalog.sql.statements import chunks, insert_ignoring
+from state_runtime.catalog.sql.statements import among, chunks, insert_ignoring, upsert
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import validate_non_negative
 
@@ -247,7 +247,8 @@ def acquire_leases(
     """Take the leases of ``keys`` that are free, expired, or already ours (``token``, one
     for the call: a retry after a lost COMMIT finds the leases its first attempt took); None
     for a store someone else holds. Set-based: the stores are read once, and each chunk of
-    them is one insert, one update and one read, whatever their number."""
+    them is one upsert (a free store's row inserted, an expired or our own one taken over,
+    each row written once) that returns the stores it took, whatever their number."""
     if ttl <= timedelta(0):
         raise InvalidArgument(f"lease time to live must be positive, got {ttl}")
     if not owner:
@@ -261,37 +262,24 @@ def acquire_leases(
         "expires_at": now + ttl,
     }
     lease = store_leases.c
+    insert = upsert(connection, store_leases)
+    take = insert.on_conflict_do_update(
+        index_elements=[lease.store_id],
+        set_={name: getattr(insert.excluded, name) for name in values},
+        where=sa.or_(lease.token == token, lease.expires_at <= now),
+    ).returning(lease.store_id)
     taken: set[int] = set()
     for part in chunks(sorted(set(ids.values()))):
-        connection.execute(  # one statement (insertmanyvalues), compiled once
-            insert_ignoring(connection, store_leases),
-            [{"store_id": store_id, **values} for store_id in part],
+        rows = connection.execute(  # one statement (insertmanyvalues), compiled once
+            take, [{"store_id": store_id, **values} for store_id in part]
         )
-        connection.execute(
-            sa.update(store_leases)
-            .where(
-                lease.store_id.in_(part),
-                sa.or_(lease.token == token, lease.expires_at <= now),
-            )
-            .values(**values)
-        )
-        taken.update(_held_by(connection, part, token))
+        taken.update(rows.scalars())
     if run_id is not None:
         mark_maintained(connection, taken, run_id)
     return [
         Lease(key, token, owner, run_id, now + ttl, ids[key]) if ids[key] in taken else None
         for key in keys
     ]
-
-
-def _held_by(connection: Connection, ids: Sequence[int], token: str) -> set[int]:
-    """Which of the stores ``ids`` the lease token ``token`` holds."""
-    lease = store_leases.c
-    return set(
-        connection.execute(
-            sa.select(lease.store_id).where(lease.store_id.in_(ids), lease.token == token)
-        ).scalars()
-    )
 
 
 def known_store_ids(connection: Connection, keys: Sequence[StoreKey]) -> dict[StoreKey, int]:
@@ -333,18 +321,19 @@ def extend_leases(
     connection: Connection, leases: Sequence[Lease], ttl: timedelta, now: datetime
 ) -> list[Lease | None]:
     """The held leases extended to ``now + ttl``, each None where it was lost (it expired and
-    someone else took it: its token no longer holds the store); one update and one read a
-    token and chunk."""
+    someone else took it: its token no longer holds the store); one update (returning the
+    stores it extended) a token and chunk."""
     c = store_leases.c
     kept: set[tuple[str, int]] = set()
     for token, ids in _by_token(leases).items():
         for part in chunks(sorted(ids)):
-            connection.execute(
+            held = connection.execute(
                 sa.update(store_leases)
-                .where(c.store_id.in_(part), c.token == token)
+                .where(among(connection.dialect.name, c.store_id, part), c.token == token)
                 .values(expires_at=now + ttl)
+                .returning(c.store_id)
             )
-            kept.update((token, store_id) for store_id in _held_by(connection, part, token))
+            kept.update((token, store_id) for store_id in held.scalars())
     return [
         dataclasses.replace(lease, expires_at=now + ttl)
         if (lease.token, lease.store_id) in kept
@@ -373,7 +362,9 @@ def release_leases(connection: Connection, leases: Sequence[Lease]) -> int:
     for token, ids in _by_token(leases).items():
         for part in chunks(sorted(ids)):
             released += connection.execute(
-                sa.delete(store_leases).where(c.store_id.in_(part), c.token == token)
+                sa.delete(store_leases).where(
+                    among(connection.dialect.name, c.store_id, part), c.token == token
+                )
             ).rowcount
     return released
 
