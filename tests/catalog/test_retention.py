@@ -13,6 +13,7 @@ from state_runtime.errors import CatalogError, CommitConflict, MaintenanceRefuse
 from state_runtime.identity import StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from tests.catalog.factory import LONG_AGO, QUERY, ROOT, Stream, info
+from tests.statements import statements
 
 A, B = StoreId(0, 0), StoreId(0, 1)
 NOW = LONG_AGO + timedelta(days=2)
@@ -246,3 +247,29 @@ def test_store_health_figures(catalog: Catalog) -> None:
     assert a.last_committed_at is not None and a.commit_lag == NOW - a.last_committed_at
     assert (b.last_run_id, b.last_run_kind, b.last_run_outcome) == (run, "snapshot", "succeeded")
     assert a.last_run_id is None
+
+
+def test_claim_and_record_statements_are_one_text_whatever_the_files(catalog: Catalog) -> None:
+    """On PostgreSQL the claim's and the record's statements pass their file and store ids as
+    one array parameter each: a claim of 3 files and one of 30 send the same statement texts
+    (an IN list had a parameter a value, named, rendered and parsed each call); SQLite keeps
+    its IN lists. Each claim still takes, and each record still records, only its files."""
+    stream = Stream(catalog, [A, B])
+    stream.commit()
+    for store, orphans in ((A, 3), (B, 30)):
+        stream.record([stream.delta(store) for _ in range(orphans)])  # attempts that lost
+    run = catalog.start_run("cleanup", "test")
+    policy = RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0))
+    texts: list[set[str]] = []
+    for store, orphans in ((A, 3), (B, 30)):
+        with statements(catalog.engine) as sent:
+            claimed = catalog.claim_deletions(run, policy, ROOT, [store], now=NOW)
+            ids = [v.file_id for v in claimed if v.file_id is not None]
+            assert len(ids) == orphans and {v.file.key.store for v in claimed} == {store}
+            assert catalog.record_deletions_by_id(run, ROOT, ids) == orphans
+        texts.append(set(sent))
+    if catalog.engine.dialect.name == "postgresql":
+        assert texts[0] == texts[1]
+        assert any("= ANY (" in text for text in texts[0])
+    else:
+        assert texts[0] != texts[1]  # an IN list of each call's length

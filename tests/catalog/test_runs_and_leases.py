@@ -127,6 +127,34 @@ def test_a_chunk_of_leases_costs_the_same_statements_whatever_its_stores(
     assert catalog.try_acquire_lease(StoreKey(ROOT, many[-1]), "x", TTL) is not None
 
 
+def test_a_chunk_of_leases_is_one_upsert_and_on_postgresql_one_text(catalog: Catalog) -> None:
+    """Taking a chunk's leases is one upsert returning the stores it took (it was an insert,
+    an update of the rows just inserted and a read back: each new lease row written twice),
+    renewing one update returning the stores it kept; on PostgreSQL the lease statements'
+    text is the same for 4 stores or 120 (the store ids one array parameter, not an IN list
+    of a parameter each)."""
+    few, many = [StoreId(0, p) for p in range(4)], [StoreId(1, p) for p in range(120)]
+    Stream(catalog, few + many).commit()
+    run = catalog.start_run("cleanup", "tests")
+    texts: list[list[str]] = []
+    for stores in (few, many):
+        keys = [StoreKey(ROOT, s) for s in stores]
+        with statements(catalog.engine) as acquire:
+            taken = catalog.acquire_leases(keys, "me", TTL, run)
+        held = [lease for lease in taken if lease is not None]
+        assert len(held) == len(keys)
+        with statements(catalog.engine) as renew:
+            assert None not in catalog.renew_leases(held, TTL)
+        with statements(catalog.engine) as release:
+            catalog.release_leases(held)
+        leases = [t for t in acquire + renew + release if "store_leases" in t]
+        assert len([t for t in acquire if "store_leases" in t]) == 1, acquire
+        assert len([t for t in renew if "store_leases" in t]) == 1, renew
+        texts.append(leases)
+    if catalog.engine.dialect.name == "postgresql":
+        assert texts[0][1:] == texts[1][1:]  # the renewal and the release (the upsert: rows)
+
+
 HOLDER = """
 import sys
 from datetime import timedelta

@@ -23,6 +23,7 @@ from state_runtime.catalog.sql import batch_intents, commits, layouts, lookups
 from state_runtime.identity import StoreId
 from state_runtime.retention import RetentionPolicy
 from tests.catalog.factory import Stream
+from tests.statements import statements as sent_by_engine
 
 
 def test_a_catalog_opened_later_compiles_nothing_an_earlier_one_compiled(tmp_path: Path) -> None:
@@ -159,3 +160,30 @@ def test_a_maintenance_runs_statements_are_built_once(catalog: Catalog) -> None:
         run = catalog.run(run_id)
         assert run is not None and run.outcome == "succeeded"
     assert statements[0] == statements[1] and len(statements[0]) >= 9, statements
+
+
+def test_the_hot_lookups_send_one_text_on_postgresql_whatever_their_lists(
+    catalog: Catalog,
+) -> None:
+    """On PostgreSQL the lookups a commit and a maintenance run make by lists (store ids,
+    committed ids, files by path, ``last_run_id``) pass each list as one array parameter: a
+    list of one and one of three send the same statement texts (SQLite: IN lists)."""
+    stream = Stream(catalog, [StoreId(0, p) for p in range(3)])
+    stream.commit()
+    run_id = catalog.start_run("snapshot", "tests")
+    texts: list[list[str]] = []
+    for stores in (stream.stores[:1], stream.stores):
+        with catalog.engine.connect() as connection, sent_by_engine(catalog.engine) as sent:
+            found = lookups.store_ids(connection, READER_VIEWS, stream.root, stores)
+            ids = sorted(found.values())
+            assert len(ids) == len(stores)
+            lookups.committed_ids_at(connection, [(i, 1) for i in ids])
+            files = {(found[s], 1, stream.committed[s][0].path) for s in stores}
+            assert len(lookups.rows_at(connection, files, (checkpoint_files.c.file_id,))) == len(
+                stores
+            )
+            lookups.mark_maintained(connection, ids, run_id)
+            connection.rollback()
+        texts.append([text for text in sent if not text.startswith("BEGIN")])
+    assert len(texts[0]) == 4
+    assert (texts[0] == texts[1]) == (catalog.engine.dialect.name == "postgresql")

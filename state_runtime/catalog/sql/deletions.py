@@ -26,7 +26,7 @@ from state_runtime.catalog.sql.retention import (
     verified_snapshot_versions,
 )
 from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_record, key_of
-from state_runtime.catalog.sql.statements import CHUNK, chunks
+from state_runtime.catalog.sql.statements import CHUNK, among, chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import FileKind, StoreId
 from state_runtime.retention import RetentionPolicy, Verdict
@@ -62,6 +62,7 @@ def claim_deletions(
     so a held store is never claimed.
     """
     s, f = stores.c, checkpoint_files.c
+    dialect = connection.dialect.name
     if wanted is None:
         ids = sorted(
             connection.execute(sa.select(s.store_id).where(s.checkpoint_root == root)).scalars()
@@ -84,7 +85,7 @@ def claim_deletions(
             .where(
                 f.state == constant(FileState.DELETING),
                 f.claimed_by_run != run_id,
-                f.store_id.in_(part),
+                among(dialect, f.store_id, part),
             )
             .order_by(f.store_id, f.version, f.file_id)
             .limit(resumed_room)
@@ -92,7 +93,9 @@ def claim_deletions(
         resumed = connection.execute(earlier).all() if resumed_room != 0 else []
         for some in chunks([row.file_id for row in resumed]):
             connection.execute(
-                sa.update(checkpoint_files).where(f.file_id.in_(some)).values(claimed_by_run=run_id)
+                sa.update(checkpoint_files)
+                .where(among(dialect, f.file_id, some))
+                .values(claimed_by_run=run_id)
             )
         claimed += [
             FileVerdict(
@@ -125,7 +128,7 @@ def claim_deletions(
             for some in chunks(file_ids):
                 connection.execute(
                     sa.update(checkpoint_files)
-                    .where(f.file_id.in_(some))
+                    .where(among(dialect, f.file_id, some))
                     .values(
                         state=FileState.DELETING.value,
                         state_changed_at=now,
@@ -180,7 +183,10 @@ def _expire(connection: Connection, claims: Sequence[tuple[int, FileVerdict]]) -
     f, s = checkpoint_files.c, stores.c
     store_of: dict[int, int] = {}
     for some in chunks(sorted(committed)):
-        rows = connection.execute(sa.select(f.file_id, f.store_id).where(f.file_id.in_(some)))
+        found = sa.select(f.file_id, f.store_id).where(
+            among(connection.dialect.name, f.file_id, some)
+        )
+        rows = connection.execute(found)
         store_of.update({int(fid): int(store_id) for fid, store_id in rows})
     snapshots = verified_snapshot_versions(
         connection, WRITE_LOOKUPS, sorted(set(store_of.values()))
@@ -232,7 +238,7 @@ def record_deletions_by_id(
         rows += connection.execute(
             sa.select(f.file_id, f.store_id, f.path, f.state)
             .join(stores, s.store_id == f.store_id)
-            .where(f.file_id.in_(some), s.checkpoint_root == root)
+            .where(among(connection.dialect.name, f.file_id, some), s.checkpoint_root == root)
         ).all()
     unknown = sorted(set(file_ids) - {row.file_id for row in rows})
     if unknown:
@@ -261,7 +267,10 @@ def _record(connection: Connection, run_id: int, rows: Sequence[AnyRow], now: da
         # set-based: one INSERT ... SELECT and one UPDATE a chunk, the reason the claim's; only
         # files still 'deleting' under the lock (another recorder, whose lease expired under
         # it, may have recorded some since they were read)
-        still = sa.and_(f.file_id.in_(some), f.state == constant(FileState.DELETING))
+        still = sa.and_(
+            among(connection.dialect.name, f.file_id, some),
+            f.state == constant(FileState.DELETING),
+        )
         connection.execute(
             sa.insert(deletion_ledger).from_select(
                 ["file_id", "run_id", "reason", "deleted_at"],

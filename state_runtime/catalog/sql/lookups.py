@@ -23,24 +23,18 @@ from sqlalchemy.sql.elements import ColumnElement
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import checkpoint_files, commit_log, stores
 from state_runtime.catalog.sql.rows import AnyRow, store_id_of
-from state_runtime.catalog.sql.statements import chunks, insert_ignoring
+from state_runtime.catalog.sql.statements import among, chunks, insert_ignoring
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId, parse_file_name
 from state_runtime.storage.root_rule import parse_root
 
 
-def _among(column: sa.ColumnElement[Any], name: str | None = None) -> sa.ColumnElement[bool]:
-    """``column IN (:<name>)``, an expanding bind parameter (named after the column by
-    default): the statement is built once and run with each call's list."""
-    return column.in_(sa.bindparam(name or column.key, expanding=True, type_=column.type))
-
-
 @functools.cache
-def _committed_ids_query() -> sa.Select[Any]:
-    """:func:`committed_ids_at`'s statement, built once."""
+def _committed_ids_query(dialect: str) -> sa.Select[Any]:
+    """:func:`committed_ids_at`'s statement, built once a dialect."""
     c = commit_log.c
     return sa.select(c.store_id, c.version, c.checkpoint_id).where(
-        _among(c.store_id), _among(c.version)
+        among(dialect, c.store_id, "store_id"), among(dialect, c.version, "version")
     )
 
 
@@ -56,7 +50,7 @@ def committed_ids_at(
     found: dict[tuple[int, int], str] = {}
     for part in chunks(sorted(wanted)):
         rows = connection.execute(
-            _committed_ids_query(),
+            _committed_ids_query(connection.dialect.name),
             {
                 "store_id": sorted({sid for sid, _ in part}),
                 "version": sorted({v for _, v in part}),
@@ -73,19 +67,16 @@ def committed_ids_at(
 
 
 @functools.cache
-def _store_ids_query(views: ReaderViews) -> sa.Select[Any]:
-    """:func:`store_ids`' statement, built once (its values are bind parameters)."""
+def _store_ids_query(views: ReaderViews, dialect: str) -> sa.Select[Any]:
+    """:func:`store_ids`' statement, built once a dialect (its values are bind parameters)."""
     s = views.stores.c
-
-    def among(column: sa.ColumnClause[Any]) -> sa.ColumnElement[bool]:
-        return column.in_(sa.bindparam(column.name, expanding=True, type_=column.type))
-
     # Per-column IN lists let the identity index serve; exact pairs are kept by the caller.
     return sa.select(s.store_id, s.operator_id, s.partition_id, s.store_name).where(
         s.checkpoint_root == sa.bindparam("root", type_=s.checkpoint_root.type),
-        among(s.operator_id),
-        among(s.partition_id),
-        among(s.store_name),
+        *(
+            among(dialect, column, column.name)
+            for column in (s.operator_id, s.partition_id, s.store_name)
+        ),
     )
 
 
@@ -97,7 +88,7 @@ def store_ids(
     found: dict[StoreId, int] = {}
     for part in chunks(sorted(wanted)):
         rows = connection.execute(
-            _store_ids_query(views),
+            _store_ids_query(views, connection.dialect.name),
             {
                 "root": root,
                 "operator_id": sorted({x.operator_id for x in part}),
@@ -156,7 +147,7 @@ def lock_stores(connection: Connection, ids: Iterable[int]) -> None:
     for part in chunks(ordered):
         connection.execute(
             sa.select(stores.c.store_id)
-            .where(stores.c.store_id.in_(part))
+            .where(among("postgresql", stores.c.store_id, part))
             .order_by(stores.c.store_id)
             .with_for_update()
         ).all()
@@ -213,11 +204,11 @@ def recorded_paths(
 
 
 @functools.cache
-def _rows_at_query(columns: tuple[Any, ...], files: sa.TableClause) -> sa.Select[Any]:
-    """:func:`rows_at`'s statement for these columns of ``files``, built once."""
+def _rows_at_query(columns: tuple[Any, ...], files: sa.TableClause, dialect: str) -> sa.Select[Any]:
+    """:func:`rows_at`'s statement for these columns of ``files``, built once a dialect."""
     f = files.c
     return sa.select(f.path.label("located_path"), f.store_id.label("located_in"), *columns).where(
-        _among(f.store_id), _among(f.path)
+        among(dialect, f.store_id, "store_id"), among(dialect, f.path, "path")
     )
 
 
@@ -231,7 +222,7 @@ def rows_at(
     IN lists on (store_id, path) let the unique path index serve with exact probes (IN lists
     on (store_id, version) read every file of a version: a store with a million orphans at
     one version read them all per chunk); exact pairs are kept."""
-    statement = _rows_at_query(tuple(columns), files)
+    statement = _rows_at_query(tuple(columns), files, connection.dialect.name)
     found: list[tuple[str, AnyRow]] = []
     for part in chunks(sorted(wanted)):
         # Match each chunk against its own files only: a file of another chunk may fall in
@@ -253,17 +244,18 @@ def mark_maintained(connection: Connection, ids: Iterable[int], run_id: int) -> 
     left alone: a run's leases and its claims both note it, and on PostgreSQL a rewrite of
     an unchanged row still costs a new row version and its index entries)."""
     for part in chunks(sorted(set(ids))):
-        connection.execute(_mark_maintained_query(), {"ids": part, "run_id": run_id})
+        statement = _mark_maintained_query(connection.dialect.name)
+        connection.execute(statement, {"ids": part, "run_id": run_id})
 
 
 @functools.cache
-def _mark_maintained_query() -> sa.Update:
-    """:func:`mark_maintained`'s statement, built once."""
+def _mark_maintained_query(dialect: str) -> sa.Update:
+    """:func:`mark_maintained`'s statement, built once a dialect."""
     run = sa.bindparam("run_id", type_=stores.c.last_run_id.type)
     last = stores.c.last_run_id
     return (
         sa.update(stores)
-        .where(_among(stores.c.store_id, "ids"), sa.or_(last.is_(None), last != run))
+        .where(among(dialect, stores.c.store_id, "ids"), sa.or_(last.is_(None), last != run))
         .values(last_run_id=run)
     )
 

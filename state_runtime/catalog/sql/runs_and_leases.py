@@ -18,6 +18,7 @@ process is gone (same host, no such process) or whose heartbeat is older than
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import socket
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import Lease, MaintenanceRun, Position, StoreKey
@@ -34,7 +36,7 @@ from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance
 from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
 from state_runtime.catalog.sql.positions import settled_after, writing_transaction
 from state_runtime.catalog.sql.rows import AnyRow
-from state_runtime.catalog.sql.statements import chunks, insert_ignoring
+from state_runtime.catalog.sql.statements import among, chunks, insert_ignoring
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import validate_non_negative
 
@@ -57,42 +59,46 @@ def this_host() -> str:
 @dataclasses.dataclass(frozen=True)
 class _Statements:
     """The statements every maintenance run executes (its start and finish, the sweep of
-    abandoned runs, its leases), built once: their values are bind parameters (a lease's store
-    ids an expanding one, ``store_ids``)."""
+    abandoned runs, its leases), built once per dialect: their values are bind parameters (a
+    chunk's store ids one list, ``store_ids``: an array on PostgreSQL, :func:`among`)."""
 
     run_of_token: sa.Select[Any]
     finish: sa.Update
     running: sa.Select[Any]
-    take: sa.Update
-    held: sa.Select[Any]
+    take: Any
+    extend: sa.Update
     release: sa.Delete
 
 
-def _statements() -> _Statements:
+@functools.cache
+def _statements(dialect: str) -> _Statements:
     r, lease = maintenance_runs.c, store_leases.c
     token = sa.bindparam("lease_token", type_=lease.token.type)  # not "token": a SET column
-    among = lease.store_id.in_(sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger()))
-    ours = [among, lease.token == token]
+    ours = [among(dialect, lease.store_id, "store_ids"), lease.token == token]
     unfinished = [constant(RunOutcome.RUNNING), constant(RunOutcome.ABANDONED)]
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(store_leases)
+    excluded = insert.excluded
     return _Statements(
         run_of_token=sa.select(r.run_id).where(r.run_token == sa.bindparam("token")),
         finish=sa.update(maintenance_runs).where(
             r.run_id == sa.bindparam("run", type_=r.run_id.type), r.outcome.in_(unfinished)
         ),
         running=sa.select(maintenance_runs).where(r.outcome == constant(RunOutcome.RUNNING)),
-        take=sa.update(store_leases).where(
-            among,
-            sa.or_(
-                lease.token == token,
-                lease.expires_at <= sa.bindparam("now", type_=lease.expires_at.type),
-            ),
-        ),
-        held=sa.select(lease.store_id).where(*ours),
+        # A free store's row inserted; an expired one, or our own (a retry), taken over.
+        take=insert.on_conflict_do_update(
+            index_elements=[lease.store_id],
+            set_={name: getattr(excluded, name) for name in _LEASE_VALUES},
+            where=sa.or_(lease.token == excluded.token, lease.expires_at <= excluded.acquired_at),
+        ).returning(lease.store_id),
+        extend=sa.update(store_leases)
+        .where(*ours)
+        .values(expires_at=sa.bindparam("expires", type_=lease.expires_at.type))
+        .returning(lease.store_id),
         release=sa.delete(store_leases).where(*ours),
     )
 
 
-_STATEMENTS = _statements()
+_LEASE_VALUES = ("token", "owner", "run_id", "acquired_at", "expires_at")
 _STARTS: dict[str, Any] = {}
 
 
@@ -139,7 +145,11 @@ def start_run(
             "heartbeat_at": now,
         },
     )
-    return int(connection.execute(_STATEMENTS.run_of_token, {"token": token}).scalar_one())
+    return int(
+        connection.execute(
+            _statements(connection.dialect.name).run_of_token, {"token": token}
+        ).scalar_one()
+    )
 
 
 def finish_run(
@@ -160,7 +170,7 @@ def finish_run(
     validate_non_negative(run_id, "run id")
     r = maintenance_runs.c
     done = connection.execute(
-        _STATEMENTS.finish,
+        _statements(connection.dialect.name).finish,
         {"run": run_id, "outcome": outcome, "counts": counts, "error": error}
         | {"ended_at": now, "heartbeat_at": now},
     ).rowcount
@@ -190,7 +200,7 @@ def close_abandoned_runs(connection: Connection, now: datetime) -> list[Maintena
     """Close as ``abandoned`` every running run whose process is gone (this host) or whose
     heartbeat is older than ABANDON_AFTER; return them as they are now."""
     r = maintenance_runs.c
-    running = connection.execute(_STATEMENTS.running).all()
+    running = connection.execute(_statements(connection.dialect.name).running).all()
     host = this_host()
     closed: list[int] = []
     gone: list[int] = []
@@ -303,7 +313,8 @@ def acquire_leases(
     """Take the leases of ``keys`` that are free, expired, or already ours (``token``, one
     for the call: a retry after a lost COMMIT finds the leases its first attempt took); None
     for a store someone else holds. Set-based: the stores are read once, and each chunk of
-    them is one insert, one update and one read, whatever their number."""
+    them is one upsert (a free store's row inserted, an expired or our own one taken over,
+    each row written once) that returns the stores it took, whatever their number."""
     if ttl <= timedelta(0):
         raise InvalidArgument(f"lease time to live must be positive, got {ttl}")
     if not owner:
@@ -318,27 +329,17 @@ def acquire_leases(
     }
     taken: set[int] = set()
     for part in chunks(sorted(set(ids.values()))):
-        connection.execute(  # one statement (insertmanyvalues), compiled once
-            insert_ignoring(connection, store_leases),
+        rows = connection.execute(  # one statement (insertmanyvalues), built once
+            _statements(connection.dialect.name).take,
             [{"store_id": store_id, **values} for store_id in part],
         )
-        connection.execute(
-            _STATEMENTS.take, {"store_ids": part, "now": now, "lease_token": token} | values
-        )
-        taken.update(_held_by(connection, part, token))
+        taken.update(rows.scalars())
     if run_id is not None:
         mark_maintained(connection, taken, run_id)
     return [
         Lease(key, token, owner, run_id, now + ttl, ids[key]) if ids[key] in taken else None
         for key in keys
     ]
-
-
-def _held_by(connection: Connection, ids: Sequence[int], token: str) -> set[int]:
-    """Which of the stores ``ids`` the lease token ``token`` holds."""
-    return set(
-        connection.execute(_STATEMENTS.held, {"store_ids": ids, "lease_token": token}).scalars()
-    )
 
 
 def known_store_ids(connection: Connection, keys: Sequence[StoreKey]) -> dict[StoreKey, int]:
@@ -380,18 +381,16 @@ def extend_leases(
     connection: Connection, leases: Sequence[Lease], ttl: timedelta, now: datetime
 ) -> list[Lease | None]:
     """The held leases extended to ``now + ttl``, each None where it was lost (it expired and
-    someone else took it: its token no longer holds the store); one update and one read a
-    token and chunk."""
-    c = store_leases.c
+    someone else took it: its token no longer holds the store); one update (returning the
+    stores it extended) a token and chunk."""
     kept: set[tuple[str, int]] = set()
     for token, ids in _by_token(leases).items():
         for part in chunks(sorted(ids)):
-            connection.execute(
-                sa.update(store_leases)
-                .where(c.store_id.in_(part), c.token == token)
-                .values(expires_at=now + ttl)
+            held = connection.execute(
+                _statements(connection.dialect.name).extend,
+                {"store_ids": part, "lease_token": token, "expires": now + ttl},
             )
-            kept.update((token, store_id) for store_id in _held_by(connection, part, token))
+            kept.update((token, store_id) for store_id in held.scalars())
     return [
         dataclasses.replace(lease, expires_at=now + ttl)
         if (lease.token, lease.store_id) in kept
@@ -419,7 +418,8 @@ def release_leases(connection: Connection, leases: Sequence[Lease]) -> int:
     for token, ids in _by_token(leases).items():
         for part in chunks(sorted(ids)):
             released += connection.execute(
-                _STATEMENTS.release, {"store_ids": part, "lease_token": token}
+                _statements(connection.dialect.name).release,
+                {"store_ids": part, "lease_token": token},
             ).rowcount
     return released
 
