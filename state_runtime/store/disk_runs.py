@@ -72,6 +72,7 @@ class LocalDisk:
         self._lock = threading.Lock()
         self._directory: str | None = None
         self._parent: str | None = None
+        self._pid = os.getpid()
         self.spill_bytes: int | None = None
         """If set, the run size past which runs spill (tests force disk with 0)."""
         self.block_bytes = BLOCK_BYTES
@@ -86,9 +87,9 @@ class LocalDisk:
         """This process's folder of runs, made on first use under the parent folder: the one
         :meth:`set_directory` gave, else ``STATE_LOCAL_DIR``, else the temporary folder."""
         with self._lock:
-            if self._directory is None:
+            if self._directory is None or self._pid != os.getpid():  # a forked child: its own
                 parent = self._parent or os.environ.get("STATE_LOCAL_DIR") or None
-                self._directory = make_worker_folder(parent)
+                self._directory, self._pid = make_worker_folder(parent), os.getpid()
             return self._directory
 
     def set_directory(self, parent: str | None) -> None:
