@@ -231,7 +231,7 @@ class Cycle:
 
         def cleanup() -> tuple[str, int | None]:
             report = cleanup_pass(self.fleet, POLICY, dry_run=False)
-            return f"{len(report.deleted):,} files deleted", 1
+            return f"{report.deleted_files:,} files deleted", 1
 
         def health() -> tuple[str, int | None]:
             health = HealthSpool.of(store_report_pages(self.fleet, POLICY))

@@ -262,7 +262,7 @@ def run(url: str) -> None:
 
         def clean() -> str:
             report = cleanup_pass(fleet, POLICY, dry_run=False)
-            return f"{len(report.deleted)} files deleted, {len(report.busy)} busy"
+            return f"{report.deleted_files} files deleted, {len(report.busy)} busy"
 
         timed(rows, "cleanup, executed", n, empty, clean)
 

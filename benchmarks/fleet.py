@@ -9,7 +9,8 @@ driver does. Every ``snapshot_every`` versions a store writes a snapshot through
 with :meth:`Catalog.record_files` and verified, as the snapshot pass records its own.
 
 Only query 0 is written that way; every other query is its copy (:func:`copy_root`: the
-catalog's records copied by set-based SQL, the files hard-linked), so that 20,000 and 100,000
+catalog's records copied by set-based SQL, the files hard-linked; each copy's commits under its
+own query id, as each query of a real fleet commits under its own), so that 20,000 and 100,000
 stores are built in minutes, where writing each store version costs 6 to 8 ms of CPU (100,000
 stores x 12 versions: about 2 hours on two cores). :func:`build` writes the history
 (``versions`` batches) and records every file of it verified, as the last validation would
@@ -162,9 +163,12 @@ def advance(url: str, folder: Path, shape: Shape, batches: int) -> float:
     return time.perf_counter() - started
 
 
-def _copy_records(connection: sa.Connection, template: str, root: str, above: int) -> list[str]:
+def _copy_records(
+    connection: sa.Connection, template: str, root: str, query: str, above: int
+) -> list[str]:
     """Copy the catalog's records of ``template``'s stores below ``root``: set-based
-    ``INSERT ... SELECT``, each store's rows its own. ``above`` 0: the stores, their files and
+    ``INSERT ... SELECT``, each store's rows its own, the commits under query id ``query``
+    (not the template's). ``above`` 0: the stores, their files and
     commit log; else only the files and commits above version ``above``, ``root``'s stores
     taking the template's latest version. Returns the paths of the files copied above
     ``above`` (none for a whole copy: its files are linked by walking the folder)."""
@@ -202,11 +206,18 @@ def _copy_records(connection: sa.Connection, template: str, root: str, above: in
     )
     connection.execute(f.insert().from_select([*names, "store_id"], copied))
     c, new_file = commit_log, checkpoint_files.alias("new_file")
-    names = [n.name for n in c.columns if n.name not in ("commit_id", "store_id", "file_id")]
+    names = [
+        n.name for n in c.columns if n.name not in ("commit_id", "query_id", "store_id", "file_id")
+    ]
     connection.execute(
         c.insert().from_select(
-            [*names, "store_id", "file_id"],
-            sa.select(*(c.c[n] for n in names), new.c.store_id, new_file.c.file_id)
+            [*names, "query_id", "store_id", "file_id"],
+            sa.select(
+                *(c.c[n] for n in names),
+                sa.literal(query, c.c.query_id.type),
+                new.c.store_id,
+                new_file.c.file_id,
+            )
             .join(old, old.c.store_id == c.c.store_id)
             .join(new, same_store)
             .join(f, f.c.file_id == c.c.file_id)
@@ -226,10 +237,18 @@ def copy_root(catalog: Catalog, template: Path, root: Path, *, above: int = 0) -
     large fleet or backlog (memory tests and benchmarks): a query copied in a fraction of a
     second, where committing it batch by batch takes seconds (61 store versions/s).
 
+    The copy is its own query: its commits carry the query id ``root``'s folder name (as
+    :func:`query_id` names the fleet's), not the template's, so each root is labelled by its
+    own query (:mod:`state_runtime.maintenance.store_names`). Checkpoint ids stay the
+    template's: each file's name and header carry its own, and a checkpoint id names a version
+    of one store (the catalog keys it by store), so no two stores share one in any lookup.
+
     ``above`` > 0: only the template's versions above ``above`` (its new batches), onto a
     copy made before them and maintained since as the template was."""
     with catalog.engine.begin() as connection:
-        paths = _copy_records(connection, LocalStorage(template).uri, LocalStorage(root).uri, above)
+        paths = _copy_records(
+            connection, LocalStorage(template).uri, LocalStorage(root).uri, root.name, above
+        )
     if above:
         for path in paths:
             os.link(template / path, root / path)

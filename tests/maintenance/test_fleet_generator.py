@@ -2,19 +2,22 @@
 see: every store of every query, at the expected version, with its staggered snapshot, on
 real PostgreSQL; new batches raise every store's version and make due the stores whose chain
 passed the threshold. Query 0 is written through the runtime's calls and query 1 copied from
-it (history and new batches alike): every file of both verifies."""
+it (history and new batches alike): every file of both verifies, and each query commits under
+its own query id, so each root is labelled by its own query, as in a real fleet (a copy once
+kept query 0's id: every root's label was ``query-00000@<its folder>``)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.fleet import Shape, advance, build, query_storage
+from benchmarks.fleet import Shape, advance, build, query_id, query_storage
 from state_runtime.catalog import Catalog
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import (
     Fleet,
     MaintenancePolicy,
+    StoreNames,
     due_for_snapshot,
     store_reports,
     validate_stores,
@@ -27,6 +30,13 @@ POLICY = MaintenancePolicy(snapshot_min_deltas=7)
 def last_snapshot(partition: int, latest: int) -> int:
     """The generator's phase: a snapshot at each version v with (v + partition) % 10 == 0."""
     return max(v for v in range(1, latest + 1) if (v + partition) % SHAPE.snapshot_every == 0)
+
+
+def own_queries(catalog: Catalog, folder: Path) -> None:
+    """Each query's root has its commits under its own query id, and is labelled by it."""
+    queries = {query_storage(folder, q).uri: query_id(q) for q in range(SHAPE.queries)}
+    assert catalog.root_queries() == {root: [query] for root, query in queries.items()}
+    assert StoreNames.of(catalog).labels == queries
 
 
 def test_the_generator_builds_a_fleet_the_catalog_views_see(
@@ -46,6 +56,7 @@ def test_the_generator_builds_a_fleet_the_catalog_views_see(
         assert report.health.last_snapshot_version == last_snapshot(partition, 12), report.key
     # 12 - last snapshot deltas: 2, 3, 4, 5 for partitions 0..3; none reaches 7
     assert due_for_snapshot(fleet, POLICY) == []
+    own_queries(pg_catalog, tmp_path)
 
     advance(url, tmp_path, SHAPE, batches=3)
     reports = store_reports(fleet, POLICY)
@@ -59,3 +70,4 @@ def test_the_generator_builds_a_fleet_the_catalog_views_see(
     assert due == {(root, p) for root in roots for p in (2, 3)}
     full = validate_stores(fleet, replace(POLICY, verify_sample_percent=100))
     assert full.ok and full.stores == SHAPE.stores and full.new == 3 * SHAPE.stores, full.errors
+    own_queries(pg_catalog, tmp_path)
