@@ -323,14 +323,20 @@ class PandasEvolving(Evolving):
     pandas = True
 
 
-RESHAPED_FIELDS = {"bigint": "n bigint", "renamed": "total bigint", "added": "n int, note string"}
+RESHAPED_FIELDS = {
+    "bigint": "n bigint",
+    "renamed": "total bigint",
+    "renamed-int": "total int",
+    "added": "n int, note string",
+}
 """:class:`Reshaped`'s count by stage (``n int`` in the first)."""
 
 
 class Reshaped(StatefulProcessor):
     """A count whose declared fields change between runs of one query (``stage``), for
     Spark's outcome of each schema change on restart: ``int`` (``n int``), ``bigint`` (``n``
-    widened), ``renamed`` (``n`` renamed ``total``), ``added`` (a nullable ``note`` added).
+    widened), ``renamed`` (``n`` renamed and widened: ``total bigint``), ``renamed-int``
+    (``n`` renamed ``total``, still ``int``), ``added`` (a nullable ``note`` added).
     The output is what the key read (``n`` before this batch's rows, -1 without a value) and
     the count after them."""
 
@@ -362,6 +368,42 @@ class UnsafeReshaped(Reshaped):
     ENCODING = "unsaferow"
 
 
+class Rekeyed(StatefulProcessor):
+    """A count per key in a variable ``counts`` whose key schema changes between runs of one
+    query (``stage``): a map with the user key ``k int`` (``int``), ``k bigint`` (``bigint``),
+    ``k string`` (``string``), or a value (``value``: no user key). The output is the count."""
+
+    pandas = False
+    SCHEMA = "part int, user string, n bigint"
+    ENCODING = "avro"
+
+    def __init__(self, stage: str = "int") -> None:
+        self.stage = stage
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        if self.stage == "value":
+            self.count = handle.getValueState("counts", "n bigint")
+        else:
+            self.counts = handle.getMapState("counts", f"k {self.stage}", "n bigint")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        n = len(_records(rows, self.pandas))
+        if self.stage == "value":
+            (before,) = self.count.get() or (0,)
+            self.count.update((before + n,))
+        else:
+            k = ("0",) if self.stage == "string" else (0,)
+            (before,) = self.counts.getValue(k) or (0,)
+            self.counts.updateValue(k, (before + n,))
+        yield from _emit(self.pandas, [dict(part=int(key[0]), user=_user(key), n=before + n)])
+
+
+class UnsafeRekeyed(Rekeyed):
+    """:class:`Rekeyed` with Spark's default encoding of state rows (``UnsafeRow``)."""
+
+    ENCODING = "unsaferow"
+
+
 class KeyEcho(StatefulProcessor):
     """Outputs the ``repr`` of the user key it is handed (pandas form): Spark's
     ``transformWithStateInPandas`` hands a null string key as ``nan``, its Row form ``None``."""
@@ -381,6 +423,15 @@ class KeyEcho(StatefulProcessor):
 
 def _rows(rows: list[Any]) -> Rows:
     return sorted((tuple(r) for r in rows), key=repr)
+
+
+def spark_null_key_as_ours(rows: Rows) -> Rows:
+    """Spark's output rows with the one documented difference on null keys undone: Spark's
+    pandas form hands a timer of a null ``user`` key to ``handleExpiredTimer`` as the string
+    ``"NaN"`` (its worker set the implicit key from the frame's float ``nan``; the JVM keeps
+    the key's state and timers under ``"NaN"``), ours as ``None``. Only for streams without
+    a real ``"NaN"`` user (the generated ones), where a ``"NaN"`` can only be that key."""
+    return sorted(((r[0], None, *r[2:]) if r[1] == "NaN" else r for r in rows), key=repr)
 
 
 def tws_operator(
