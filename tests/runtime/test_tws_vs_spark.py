@@ -382,3 +382,17 @@ def test_a_null_key_reaches_the_pandas_processor_as_spark_hands_it(
         spark, tws_operator("KeyEcho", KeyEcho, "None"), stream, tmp_path, sqlite_catalog_url
     )
     outcome.check()
+
+
+def test_rows_without_a_time_beside_timed_rows_of_one_key(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    """Found by ``make fuzz-tws`` (``RowFraudDetector``): a key's batch with a row without a
+    time and a timed row; the processor skips the first (it sorted both before, and the Row
+    form's ``None`` does not compare with an int: the query failed)."""
+    batches = [[_at(0, "c", None, 5), _at(0, "c", 0, 8)], [_at(0, "c", 10, 1)], []]
+    stream = Stream(batches, "UTC", 0, 0, 0, "update", None)
+    operator = tws_operator("RowFraudDetector", RowFraudDetector, "EventTime")
+    outcome = run_stream(spark, operator, stream, tmp_path, sqlite_catalog_url)
+    assert outcome.check() == 3
+    assert outcome.ours[0] == [(0, "c", "open", T0, 8)]

@@ -173,7 +173,9 @@ class RowCounters(Counters):
 class FraudDetector(StatefulProcessor):
     """An amount of 7 or more opens a 3-second window (an event-time timer; one per key at a
     time); the window's amounts add up; when the watermark passes the window's end an alert
-    reports the total. An amount of 0 cancels every pending window of the key."""
+    reports the total. An amount of 0 cancels every pending window of the key. Rows without
+    a time are skipped (before sorting: the Row form's ``None`` does not compare with an int,
+    the pandas form's ``nan`` with nothing)."""
 
     pandas = True
     SCHEMA = "part int, user string, kind string, at bigint, total bigint"
@@ -184,10 +186,9 @@ class FraudDetector(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
         out = []
-        for r in sorted(_records(rows, self.pandas), key=lambda r: (r["ts_ms"], r["amount"])):
-            amount, at = int(r["amount"]), r["ts_ms"]
-            if at is None or pd.isna(at):
-                continue
+        timed = [r for r in _records(rows, self.pandas) if not pd.isna(r["ts_ms"])]
+        for r in sorted(timed, key=lambda r: (int(r["ts_ms"]), int(r["amount"]))):
+            amount, at = int(r["amount"]), int(r["ts_ms"])
             pending = list(self.handle.listTimers())
             if amount == 0:
                 for t in pending:
