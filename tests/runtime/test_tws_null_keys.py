@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 from state_runtime.runtime import read_state
 
 from .differential import Rows, Stream, run_ours, run_spark, run_stream, session_for, write_batch
-from .tws_processors import FraudDetector, Totals, spark_null_key_as_ours, tws_operator
+from .tws_processors import FraudDetector, KeyEcho, Totals, spark_null_key_as_ours, tws_operator
 
 pytestmark = pytest.mark.spark
 
@@ -101,3 +101,18 @@ def test_a_null_key_and_a_nan_key_share_state_in_spark_not_in_ours(
     ).collect()
     totals = _totals([(*r.key, r.value[0]) for r in ours])
     assert [t for t in totals if t[0][0] == p] == [((p, "NaN"), 3), ((p, None), 5)]
+
+
+def test_a_null_int_keys_rows_reach_spark_one_call_each(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    """Three rows of the key ``(null, "a")`` (``part`` an int) in one batch (``KeyEcho``, one
+    output row per call): Spark's worker regroups the frame's rows with ``itertools.groupby``
+    and a ``nan`` is not equal to another, so each row is a call of its own; ours makes one
+    call with the three."""
+    stream = Stream([[(None, "a", T, a) for a in (1, 2, 3)]], "UTC", 0, 4, 4, "update", None)  # type: ignore[misc]
+    outcome = run_stream(
+        spark, tws_operator("KeyEcho", KeyEcho, "None"), stream, tmp_path, sqlite_catalog_url
+    )
+    assert outcome.ours == {0: [("'a'",)]}
+    assert outcome.theirs == {0: [("'a'",)] * 3}
