@@ -1,7 +1,11 @@
 """Generated streams through ``transform_with_state`` and Spark's ``transformWithState``
 (``make fuzz-tws``; skipped unless ``TWS_FUZZ_STREAMS`` is set, as each stream starts two
 streaming queries): out-of-order, late and duplicated rows, null keys and times, empty
-batches and restarts (the generator of tests/runtime/differential.py)."""
+batches and restarts (the generator of tests/runtime/differential.py). The pandas forms'
+comparison undoes the one documented difference a generated stream can show
+(:func:`~.tws_processors.spark_null_key_as_ours`: a null key's timer reaches Spark's
+processor as ``"NaN"``); the other documented null-key differences (null int or timestamp
+keys) cannot occur in them: ``part`` is never null, no key is a timestamp."""
 
 from __future__ import annotations
 
@@ -15,7 +19,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from .differential import Stream, run_stream, streams
-from .tws_processors import Counters, FraudDetector, RowFraudDetector, Totals, tws_operator
+from .tws_processors import (
+    Counters,
+    FraudDetector,
+    RowFraudDetector,
+    Totals,
+    spark_null_key_as_ours,
+    tws_operator,
+)
 
 STREAMS = int(os.environ.get("TWS_FUZZ_STREAMS", "0"))
 pytestmark = [
@@ -45,6 +56,9 @@ def test_generated_streams_equal_spark(
     def check(stream: Stream) -> None:
         with tempfile.TemporaryDirectory() as folder:
             catalog = f"sqlite:///{Path(folder) / 'catalog.db'}"
-            run_stream(spark, operator, stream, Path(folder), catalog).check()
+            outcome = run_stream(spark, operator, stream, Path(folder), catalog)
+            if processor.pandas:  # type: ignore[attr-defined]
+                outcome.theirs = {b: spark_null_key_as_ours(r) for b, r in outcome.theirs.items()}
+            outcome.check()
 
     check()

@@ -173,7 +173,9 @@ class RowCounters(Counters):
 class FraudDetector(StatefulProcessor):
     """An amount of 7 or more opens a 3-second window (an event-time timer; one per key at a
     time); the window's amounts add up; when the watermark passes the window's end an alert
-    reports the total. An amount of 0 cancels every pending window of the key."""
+    reports the total. An amount of 0 cancels every pending window of the key. Rows without
+    a time are skipped (before sorting: the Row form's ``None`` does not compare with an int,
+    the pandas form's ``nan`` with nothing)."""
 
     pandas = True
     SCHEMA = "part int, user string, kind string, at bigint, total bigint"
@@ -184,10 +186,9 @@ class FraudDetector(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
         out = []
-        for r in sorted(_records(rows, self.pandas), key=lambda r: (r["ts_ms"], r["amount"])):
-            amount, at = int(r["amount"]), r["ts_ms"]
-            if at is None or pd.isna(at):
-                continue
+        timed = [r for r in _records(rows, self.pandas) if not pd.isna(r["ts_ms"])]
+        for r in sorted(timed, key=lambda r: (int(r["ts_ms"]), int(r["amount"]))):
+            amount, at = int(r["amount"]), int(r["ts_ms"])
             pending = list(self.handle.listTimers())
             if amount == 0:
                 for t in pending:
@@ -323,14 +324,20 @@ class PandasEvolving(Evolving):
     pandas = True
 
 
-RESHAPED_FIELDS = {"bigint": "n bigint", "renamed": "total bigint", "added": "n int, note string"}
+RESHAPED_FIELDS = {
+    "bigint": "n bigint",
+    "renamed": "total bigint",
+    "renamed-int": "total int",
+    "added": "n int, note string",
+}
 """:class:`Reshaped`'s count by stage (``n int`` in the first)."""
 
 
 class Reshaped(StatefulProcessor):
     """A count whose declared fields change between runs of one query (``stage``), for
     Spark's outcome of each schema change on restart: ``int`` (``n int``), ``bigint`` (``n``
-    widened), ``renamed`` (``n`` renamed ``total``), ``added`` (a nullable ``note`` added).
+    widened), ``renamed`` (``n`` renamed and widened: ``total bigint``), ``renamed-int``
+    (``n`` renamed ``total``, still ``int``), ``added`` (a nullable ``note`` added).
     The output is what the key read (``n`` before this batch's rows, -1 without a value) and
     the count after them."""
 
@@ -362,6 +369,42 @@ class UnsafeReshaped(Reshaped):
     ENCODING = "unsaferow"
 
 
+class Rekeyed(StatefulProcessor):
+    """A count per key in a variable ``counts`` whose key schema changes between runs of one
+    query (``stage``): a map with the user key ``k int`` (``int``), ``k bigint`` (``bigint``),
+    ``k string`` (``string``), or a value (``value``: no user key). The output is the count."""
+
+    pandas = False
+    SCHEMA = "part int, user string, n bigint"
+    ENCODING = "avro"
+
+    def __init__(self, stage: str = "int") -> None:
+        self.stage = stage
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        if self.stage == "value":
+            self.count = handle.getValueState("counts", "n bigint")
+        else:
+            self.counts = handle.getMapState("counts", f"k {self.stage}", "n bigint")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        n = len(_records(rows, self.pandas))
+        if self.stage == "value":
+            (before,) = self.count.get() or (0,)
+            self.count.update((before + n,))
+        else:
+            k = ("0",) if self.stage == "string" else (0,)
+            (before,) = self.counts.getValue(k) or (0,)
+            self.counts.updateValue(k, (before + n,))
+        yield from _emit(self.pandas, [dict(part=int(key[0]), user=_user(key), n=before + n)])
+
+
+class UnsafeRekeyed(Rekeyed):
+    """:class:`Rekeyed` with Spark's default encoding of state rows (``UnsafeRow``)."""
+
+    ENCODING = "unsaferow"
+
+
 class KeyEcho(StatefulProcessor):
     """Outputs the ``repr`` of the user key it is handed (pandas form): Spark's
     ``transformWithStateInPandas`` hands a null string key as ``nan``, its Row form ``None``."""
@@ -381,6 +424,15 @@ class KeyEcho(StatefulProcessor):
 
 def _rows(rows: list[Any]) -> Rows:
     return sorted((tuple(r) for r in rows), key=repr)
+
+
+def spark_null_key_as_ours(rows: Rows) -> Rows:
+    """Spark's output rows with the one documented difference on null keys undone: Spark's
+    pandas form hands a timer of a null ``user`` key to ``handleExpiredTimer`` as the string
+    ``"NaN"`` (its worker set the implicit key from the frame's float ``nan``; the JVM keeps
+    the key's state and timers under ``"NaN"``), ours as ``None``. Only for streams without
+    a real ``"NaN"`` user (the generated ones), where a ``"NaN"`` can only be that key."""
+    return sorted(((r[0], None, *r[2:]) if r[1] == "NaN" else r for r in rows), key=repr)
 
 
 def tws_operator(
