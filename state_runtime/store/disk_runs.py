@@ -364,6 +364,10 @@ class DiskRun:
         return table.select([1, 2]).rename_columns(["key", "value"])
 
 
+Part = Run | DiskRun
+"""A run in memory or in one file on local disk (a level's part)."""
+
+
 def _close_and_delete(path: str, size: int) -> None:
     OPEN_RUNS.close(path)
     LOCAL_DISK.forget_file(path, size)
@@ -453,7 +457,7 @@ class RunWriter:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
-    def finish(self, *, compaction: bool) -> Run | DiskRun:
+    def finish(self, *, compaction: bool) -> Part:
         """The run written (an empty in-memory run if no rows came)."""
         self._cut(final=True)
         try:
@@ -516,7 +520,7 @@ def written(
     needed: int,
     *,
     compaction: bool,
-) -> Run | DiskRun:
+) -> Part:
     """The rows of ``pieces`` (in index order) as a run on disk."""
     writer = RunWriter(store, key_type, value_type, needed)
     try:
@@ -528,7 +532,7 @@ def written(
     return writer.finish(compaction=compaction)
 
 
-def spill_run(store: object | None, run: Run) -> Run | DiskRun:
+def spill_run(store: object | None, run: Run) -> Part:
     """``run``, on disk if it is larger than the threshold and ``store`` is set."""
     if store is None or run.nbytes <= LOCAL_DISK.threshold() or not len(run):
         return run
