@@ -21,10 +21,11 @@ from state_runtime.runtime import Agg, aggregation, running_aggregation
 from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.storage import LocalStorage
 from state_runtime.store import run_merges
-from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, spill_run
+from state_runtime.store.change_runs import ChangeRuns
+from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, Part, spill_run
 from state_runtime.store.keys import KeyIndexer
-from state_runtime.store.run_levels import AnyRun, RunLevel, held_bytes
-from state_runtime.store.run_merges import merge
+from state_runtime.store.run_levels import AnyRun, RunLevel, held_bytes, memory_held
+from state_runtime.store.run_merges import due, merge, overlapped_rows
 from state_runtime.store.sorted_runs import Run
 
 from .store_helpers import INT_KEY, INT_VALUE, int_table
@@ -182,9 +183,9 @@ def _level_rows(run: AnyRun) -> Run:
 def test_folding_a_level_drops_its_removals_and_keeps_its_parts_in_bounds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Disjoint change runs with removals folded into a base (``drop_removals``): the parts
-    holding removals are rewritten without them, the others kept; past ``MAX_PARTS`` the
-    adjacent parts with the fewest rows together are rewritten as one."""
+    """Disjoint change runs folded into a base (``drop_removals``): past ``MAX_PARTS`` the
+    adjacent parts with the fewest rows together are rewritten as one; a run of removals
+    alone, over none of the level's keys, leaves nothing and the parts are kept."""
     monkeypatch.setattr(run_merges, "MAX_PARTS", 4)
     indexer = KeyIndexer(INT_KEY)
     with _small_budget():
@@ -203,6 +204,87 @@ def test_folding_a_level_drops_its_removals_and_keeps_its_parts_in_bounds(
         folded = merge(indexer, level, removals, drop_removals=True, store="s")
         assert isinstance(folded, RunLevel) and folded.parts == level.parts
         assert not folded.removals
+
+
+def _part_with_removals(keys: np.ndarray) -> DiskRun:
+    """A part on disk whose every other key is a removal (the others' value is the key)."""
+    values = pa.StructArray.from_arrays(
+        [pa.array(keys)], fields=list(INT_VALUE), mask=pa.array(np.arange(len(keys)) % 2 == 1)
+    )
+    keys_array = pa.StructArray.from_arrays([pa.array(keys)], fields=list(INT_KEY))
+    part = spill_run("s", Run.build(KeyIndexer(INT_KEY), keys_array, values)[0])
+    assert isinstance(part, DiskRun) and part.removals == len(keys) // 2
+    return part
+
+
+def test_folding_a_level_rewrites_only_the_part_holding_removals() -> None:
+    """A level whose middle part holds removals, folded (``drop_removals``) with a run beside
+    it: that part alone is rewritten, without its removals; the others are kept as they are."""
+    indexer = KeyIndexer(INT_KEY)
+    with _small_budget():
+        left = spill_run("s", _run(np.arange(0, 2000), np.arange(2000)))
+        middle = _part_with_removals(np.arange(2000, 4000))
+        right = spill_run("s", _run(np.arange(4000, 6000), np.arange(4000, 6000)))
+        level = RunLevel([left, middle, right])
+        newer = spill_run("s", _run(np.arange(8000, 10000), np.arange(8000, 10000)))
+        folded = merge(indexer, level, newer, drop_removals=True, store="s")
+        assert isinstance(folded, RunLevel) and len(folded.parts) == 4
+        kept = folded.parts[0], folded.parts[2], folded.parts[3]
+        assert kept == (left, right, newer)
+        rewritten = folded.parts[1]
+        assert rewritten is not middle and isinstance(rewritten, DiskRun)
+        assert rewritten.removals == 0 and not folded.removals
+        assert _rows(rewritten) == [((k,), (k,)) for k in range(2000, 4000, 2)]
+
+
+def test_due_counts_only_the_parts_the_newer_parts_overlap() -> None:
+    """A newer level of two parts over an older level of three: the older part in the gap
+    between the newer parts is not overlapped, so it does not count against the merge."""
+    with _small_budget():
+        older = RunLevel(
+            [
+                spill_run("s", _run(np.arange(a, a + 3000), np.arange(3000)))
+                for a in (0, 10_000, 20_000)
+            ]
+        )
+        newer = RunLevel(
+            [spill_run("s", _run(np.arange(a, a + 1500), np.arange(1500))) for a in (0, 20_000)]
+        )
+    assert overlapped_rows(older, newer) == 6000  # the first and last parts
+    assert due(older, newer)  # 3,000 newer rows: half of 6,000
+
+
+def test_a_levels_parts_in_memory_stay_within_the_threshold() -> None:
+    """Parts in memory each under the threshold but over it together: the largest go to disk
+    until the rest fit, and the rows are unchanged."""
+    with _small_budget():
+        kept: list[Part] = []
+        for i, rows in enumerate((600, 2000, 1100, 2000, 500)):
+            part = _run(np.arange(i * 5000, i * 5000 + rows), np.arange(rows))
+            kept.append(spill_run("s", part) if rows == 2000 else part)
+        assert all(p.nbytes <= THRESHOLD for p in kept if isinstance(p, Run))
+        level = run_merges.level(kept, "s", (INT_KEY, INT_VALUE))
+        assert isinstance(level, RunLevel)
+        assert memory_held([level]) <= THRESHOLD
+        assert [isinstance(p, DiskRun) for p in level.parts] == [False, True, True, True, False]
+        assert _rows(level) == [row for p in kept for row in _rows(p)]
+
+
+def test_change_runs_count_the_parts_in_memory_of_their_levels() -> None:
+    """Pushes that squash below the threshold (each key twice) between disjoint ones that
+    spill: the change runs' levels hold no more than the threshold in memory."""
+    with _small_budget():
+        changes = ChangeRuns(KeyIndexer(INT_KEY), "s")
+        for start, rows, times in (
+            (0, 2000, 1),
+            (10_000, 800, 2),
+            (15_000, 2000, 1),
+            (20_000, 800, 2),
+        ):
+            for t in range(times):
+                changes.push(_run(np.arange(start, start + rows), np.arange(rows) + t))
+                assert memory_held(changes.runs) <= THRESHOLD
+        assert len(changes.squashed()) == 5600
 
 
 def _first_batch(root: Path, keys: np.ndarray, *, on_disk: bool) -> dict[str, object]:

@@ -1,22 +1,22 @@
 """A writable store's changes before its commit, as change runs within the memory budget.
 
 Each ``apply_arrow`` call (and each flush of per-key puts) adds a change run on top. The
-runs in memory stay within the spill threshold (a quarter of the budget,
-:meth:`~state_runtime.store.disk_runs.LocalDisk.threshold`): past it they are squashed and
-the result goes to local disk, so a batch of many large calls holds about one threshold of
-its changes in memory, whatever their total. Runs on disk whose index ranges do not overlap
-are kept side by side as one level and never rewritten (a running aggregation's chunks of
-whole keys, in key order); others merge like a binary counter (the newer at least half the
-rows it overlaps), so a row is rewritten about log2(changes / threshold) times and few runs
-stay on disk. In memory mode (a large budget) nothing spills and the
-runs are squashed in memory, as before.
+runs in memory, and the parts in memory of levels, stay within the spill threshold (a quarter
+of the budget, :meth:`~state_runtime.store.disk_runs.LocalDisk.threshold`): past it those on
+top are squashed and the result goes to local disk, so a batch of many large calls holds
+about one threshold of its changes in memory, whatever their total. Runs on disk whose
+index ranges do not overlap are kept side by side as one level and never rewritten (a
+running aggregation's chunks of whole keys, in key order); others merge like a binary
+counter (the newer at least half the rows it overlaps), so a row is rewritten about
+log2(changes / threshold) times and few runs stay on disk. In memory mode (a large budget)
+nothing spills and the runs are squashed in memory, as before.
 """
 
 from __future__ import annotations
 
-from state_runtime.store.disk_runs import LOCAL_DISK
+from state_runtime.store.disk_runs import LOCAL_DISK, written
 from state_runtime.store.keys import KeyIndexer
-from state_runtime.store.run_levels import AnyRun, spilled
+from state_runtime.store.run_levels import AnyRun, memory_held
 from state_runtime.store.run_merges import due, merge
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.versions import squash
@@ -44,8 +44,11 @@ class ChangeRuns:
         """Put ``run`` on top (see the module)."""
         self.runs.insert(0, run)
         in_memory = self._in_memory()
-        if sum(r.nbytes for r in in_memory) > LOCAL_DISK.threshold():
-            on_disk = spilled(self._store, squash(self._indexer, in_memory))
+        if memory_held(self.runs) > LOCAL_DISK.threshold():
+            top = squash(self._indexer, in_memory)
+            assert isinstance(top, Run)
+            types = top.keys.type, top.values.type
+            on_disk = written(self._store, [top], *types, top.nbytes, compaction=False)
             self.runs = self._binary_merged([on_disk, *self.runs[len(in_memory) :]])
         elif len(in_memory) > MAX_RUNS_IN_MEMORY:
             self.runs[: len(in_memory)] = [squash(self._indexer, in_memory)]

@@ -7,7 +7,9 @@ and the value columns, in index order. Equal index keys never straddle two block
 :class:`DiskRun` keeps only its fence index: each block's first and last index key and first
 row. A lookup finds a probe's block by a binary search on the fences, then binary-searches in
 the block; blocks come through one process-wide :class:`BlockCache` of a quarter of the
-budget. Scans and merges read blocks in order, one at a time, outside the cache. The files
+budget. Scans and merges read blocks in order, one at a time, outside the cache. A run holds
+no file open: its reads go through a process-wide set of at most 256 open readers
+(:mod:`~state_runtime.store.open_runs`). The files
 are a cache of what storage holds: they are deleted when their run is dropped, and the folder
 at exit or, when the process was killed, by the next worker to make its folder there
 (:mod:`~state_runtime.store.local_folder`); a lost worker rebuilds them from snapshots and
@@ -38,6 +40,7 @@ from state_runtime.store.field_words import FieldWords
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.local_folder import make_worker_folder
 from state_runtime.store.mapped_probes import find_mapped, index_words
+from state_runtime.store.open_runs import OPEN_RUNS
 from state_runtime.store.sorted_runs import Run, concat, run_of
 from state_runtime.store.store_metrics import DiskMetrics
 
@@ -218,6 +221,7 @@ class DiskRun:
         starts: np.ndarray,
         removals: int,
         file_bytes: int,
+        types: tuple[pa.DataType, pa.DataType],
     ) -> None:
         self.path = path
         self.store = store
@@ -227,11 +231,9 @@ class DiskRun:
         self._starts = starts  # where each block's index column is in the file, in words
         self.removals = removals
         self.file_bytes = file_bytes
-        self._lock = threading.Lock()
-        self._file = pa.OSFile(path, "rb")  # plain reads: the blocks we drop leave memory
-        self._reader = pa.ipc.open_file(self._file)
+        self.key_type, self.value_type = types
         self._fields = FieldWords.of(self.value_type, len(firsts))
-        weakref.finalize(self, _close_and_delete, self._file, path, file_bytes)
+        weakref.finalize(self, _close_and_delete, path, file_bytes)
 
     def __len__(self) -> int:
         return int(self._offsets[-1])
@@ -243,14 +245,6 @@ class DiskRun:
         fences = (self._firsts, self._lasts, self._offsets, self._starts)
         words = self._fields.nbytes if self._fields is not None else 0
         return sum(int(fence.nbytes) for fence in fences) + words
-
-    @property
-    def key_type(self) -> pa.DataType:
-        return self._reader.schema.field(1).type
-
-    @property
-    def value_type(self) -> pa.DataType:
-        return self._reader.schema.field(2).type
 
     @property
     def first(self) -> int:
@@ -267,9 +261,8 @@ class DiskRun:
         return len(self._firsts)
 
     def _read(self, b: int) -> tuple[Run, int]:
-        """Block ``b`` read from the file, and its size."""
-        with self._lock:
-            batch = self._reader.get_batch(b)
+        """Block ``b`` read from the file (through :data:`OPEN_RUNS`), and its size."""
+        batch = OPEN_RUNS.batch(self.path, b)
         index = np.asarray(batch.column(0).to_numpy())
         return run_of(index, batch.column(1), batch.column(2)), batch.nbytes
 
@@ -372,8 +365,12 @@ class DiskRun:
         return table.select([1, 2]).rename_columns(["key", "value"])
 
 
-def _close_and_delete(file: pa.NativeFile, path: str, size: int) -> None:
-    file.close()
+Part = Run | DiskRun
+"""A run in memory or in one file on local disk (a level's part)."""
+
+
+def _close_and_delete(path: str, size: int) -> None:
+    OPEN_RUNS.close(path)
     LOCAL_DISK.forget_file(path, size)
 
 
@@ -461,7 +458,7 @@ class RunWriter:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
-    def finish(self, *, compaction: bool) -> Run | DiskRun:
+    def finish(self, *, compaction: bool) -> Part:
         """The run written (an empty in-memory run if no rows came)."""
         self._cut(final=True)
         try:
@@ -493,6 +490,7 @@ class RunWriter:
             starts,
             self._removals,
             size,
+            (self._key_type, self._value_type),
         )
 
 
@@ -523,7 +521,7 @@ def written(
     needed: int,
     *,
     compaction: bool,
-) -> Run | DiskRun:
+) -> Part:
     """The rows of ``pieces`` (in index order) as a run on disk."""
     writer = RunWriter(store, key_type, value_type, needed)
     try:
@@ -535,7 +533,7 @@ def written(
     return writer.finish(compaction=compaction)
 
 
-def spill_run(store: object | None, run: Run) -> Run | DiskRun:
+def spill_run(store: object | None, run: Run) -> Part:
     """``run``, on disk if it is larger than the threshold and ``store`` is set."""
     if store is None or run.nbytes <= LOCAL_DISK.threshold() or not len(run):
         return run

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, RunWriter, written
+from state_runtime.store.disk_runs import LOCAL_DISK, Part, RunWriter, written
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_merges import merge_blocks
 from state_runtime.store.sorted_runs import Run, concat
@@ -43,7 +43,7 @@ class RunBuilder:
         self._expected = expected_bytes  # what local disk must have free for a spilled run
         self._pieces: list[Run] = []  # in memory, until they outgrow the threshold
         self._held = 0
-        self._stretches: list[Run | DiskRun] = []  # finished stretches in index order each
+        self._stretches: list[Part] = []  # finished stretches in index order each
         self._levels: list[int] = []  # of stretches on disk: how often merged
         self._writer: RunWriter | None = None  # the current stretch, once spilling
         self._last: int | None = None  # the current stretch's last index key
@@ -80,7 +80,7 @@ class RunBuilder:
             self._writer.add(piece)
         self._pieces, self._held = [], 0
 
-    def _written(self, blocks: Iterable[Run]) -> Run | DiskRun:
+    def _written(self, blocks: Iterable[Run]) -> Part:
         return written(self._store, blocks, *self._types, self._expected, compaction=False)
 
     def _close_stretch(self, *, more: bool = True) -> None:
@@ -105,14 +105,14 @@ class RunBuilder:
             self._stretches.append(merged)
             self._levels.append(level + 1)
 
-    def finish(self) -> Run | DiskRun:
+    def finish(self) -> Part:
         """The rows as one run; :attr:`duplicates` then counts every key added more than
         once."""
         spilling = self._writer is not None
         self._close_stretch(more=False)
         stretches, self._stretches, self._levels = self._stretches, [], []
         if not stretches:
-            result: Run | DiskRun = Run.empty(*self._types)
+            result: Part = Run.empty(*self._types)
         elif len(stretches) == 1:
             result = stretches[0]
         elif not spilling:
@@ -135,7 +135,7 @@ class RunBuilder:
         self._pieces, self._stretches, self._levels = [], [], []
 
 
-def merge_tree(indexer: KeyIndexer, runs: Sequence[Run | DiskRun]) -> Iterator[Run]:
+def merge_tree(indexer: KeyIndexer, runs: Sequence[Part]) -> Iterator[Run]:
     """Runs in index order each (a later run wins a key) merged in one pass, block by block:
     a balanced tree of :func:`merge_blocks`, a block of each run in memory at a time."""
     if len(runs) == 1:

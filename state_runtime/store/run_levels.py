@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from state_runtime.store.arrow_rows import Row
-from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, DiskStats, spill_run
+from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, DiskStats, Part, spill_run
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run, concat
 from state_runtime.store.store_metrics import DiskMetrics
@@ -29,7 +29,7 @@ class RunLevel:
     """Runs in index order whose index ranges do not overlap (at least two, one on disk), as
     one run (see the module)."""
 
-    def __init__(self, parts: Sequence[Run | DiskRun]) -> None:
+    def __init__(self, parts: Sequence[Part]) -> None:
         self.parts = tuple(parts)
         spans = [span(part) for part in self.parts]
         self._firsts = np.array([s[0] for s in spans], dtype=np.int64)
@@ -119,16 +119,6 @@ class RunLevel:
         by_probe = np.argsort(np.concatenate(probes), kind="stable")
         return found, pa.concat_arrays(values).take(pa.array(by_probe))
 
-    def positions(
-        self,
-        indexer: KeyIndexer,
-        index: np.ndarray,
-        keys: pa.StructArray,
-        rows: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """For each probe, its row in this level or -1 (see :meth:`Run.positions`)."""
-        return self.find(indexer, index, keys, rows)[0]
-
     def position_of(self, indexer: KeyIndexer, h: int, key: tuple[object, ...]) -> int:
         """The row of one Python key (with index key ``h``) or -1."""
         p = int(self._part_of(np.array([h], dtype=np.int64))[0])
@@ -153,11 +143,16 @@ def span(run: AnyRun) -> tuple[int, int]:
     return run.first, run.last
 
 
-def parts(run: AnyRun) -> tuple[Run | DiskRun, ...]:
+def parts(run: AnyRun) -> tuple[Part, ...]:
     """A run's parts in index order: a level's, else the run itself (none if empty)."""
     if isinstance(run, RunLevel):
         return run.parts
     return (run,) if len(run) else ()
+
+
+def memory_held(runs: Sequence[AnyRun]) -> int:
+    """Bytes of the rows that ``runs`` hold in memory: runs and levels' parts in memory."""
+    return sum(p.nbytes for run in runs for p in parts(run) if isinstance(p, Run))
 
 
 def held_bytes(run: AnyRun) -> int:

@@ -18,16 +18,22 @@ from itertools import chain, pairwise
 import numpy as np
 import pyarrow as pa
 
-from state_runtime.store.disk_runs import DiskRun, spill_run, written
+from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, Part, spill_run, written
 from state_runtime.store.keys import KeyIndexer
-from state_runtime.store.run_levels import AnyRun, RunLevel, held_bytes, parts, span, spilled
+from state_runtime.store.run_levels import (
+    AnyRun,
+    RunLevel,
+    held_bytes,
+    memory_held,
+    parts,
+    span,
+    spilled,
+)
 from state_runtime.store.sorted_runs import Run, concat
 
 MAX_PARTS = 64
 """Parts a level keeps at most (each on disk is an open file): past it, two adjacent parts are
 rewritten as one (:func:`level`)."""
-
-Part = Run | DiskRun
 
 
 def merge_blocks(
@@ -73,11 +79,17 @@ def merge_blocks(
 
 
 def overlapped_rows(older: AnyRun, newer: AnyRun) -> int:
-    """Rows of ``older``'s parts whose index range overlaps ``newer``'s."""
-    if not len(newer):
-        return 0
-    lo, hi = span(newer)
-    return sum(len(p) for p in parts(older) if span(p)[0] <= hi and span(p)[1] >= lo)
+    """Rows of ``older``'s parts whose index range overlaps one of ``newer``'s parts (a
+    part of ``older`` in a gap between ``newer``'s parts is not counted)."""
+    spans = np.array([span(p) for p in parts(newer)], dtype=np.int64).reshape(-1, 2)
+    rows = 0
+    for p in parts(older):
+        first, last = span(p)
+        # The first part of ``newer`` that ends at or after ``first``: it overlaps ``p`` if
+        # it starts at or before ``last`` (``newer``'s parts are in index order, disjoint).
+        n = int(np.searchsorted(spans[:, 1], first, side="left"))
+        rows += len(p) if n < len(spans) and spans[n, 0] <= last else 0
+    return rows
 
 
 def due(older: AnyRun, newer: AnyRun) -> bool:
@@ -156,7 +168,8 @@ def _merged(
 
 def level(kept: list[Part], store: object, types: tuple[pa.DataType, pa.DataType]) -> AnyRun:
     """Parts in index order whose ranges do not overlap as one run: adjacent parts in memory
-    concatenated (spilled past the threshold), one part as itself, at most :data:`MAX_PARTS`
+    concatenated, the largest in memory spilled until those left hold at most the threshold
+    together (:func:`memory_held`), one part as itself, at most :data:`MAX_PARTS`
     parts (K > MAX_PARTS equal parts arriving in key order: at most 1 + log2(K / MAX_PARTS)
     rewrites a row on average, docs/state-on-disk.md)."""
     joined: list[Part] = []
@@ -167,7 +180,13 @@ def level(kept: list[Part], store: object, types: tuple[pa.DataType, pa.DataType
             joined[-1] = concat([joined[-1], part], *types)
         else:
             joined.append(part)
-    joined = [spill_run(store, p) if isinstance(p, Run) else p for p in joined]
+    while memory_held(joined) > LOCAL_DISK.threshold():
+        i = max(
+            (i for i, p in enumerate(joined) if isinstance(p, Run)), key=lambda i: joined[i].nbytes
+        )
+        run = joined[i]
+        assert isinstance(run, Run)
+        joined[i] = written(store, [run], *types, run.nbytes, compaction=False)
     while len(joined) > MAX_PARTS:
         sizes = [len(p) for p in joined]
         # Two parts within twice each other's rows (a row's part grows 1.5 times or more
