@@ -285,7 +285,7 @@ def run(url: str) -> None:
             "cleanup, executed (real files)",
             REAL_STORES,
             counting,
-            lambda: f"{len(cleanup_pass(real_fleet, now, dry_run=False).deleted)} files deleted",
+            lambda: f"{cleanup_pass(real_fleet, now, dry_run=False).deleted_files} files deleted",
         )
         timed(
             rows,

@@ -26,7 +26,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import Lease, MaintenanceRun, Position, StoreKey
@@ -36,7 +35,7 @@ from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance
 from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
 from state_runtime.catalog.sql.positions import settled_after, writing_transaction
 from state_runtime.catalog.sql.rows import AnyRow
-from state_runtime.catalog.sql.statements import among, chunks, insert_ignoring
+from state_runtime.catalog.sql.statements import among, chunks, dialect_insert, insert_ignoring
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import validate_non_negative
 
@@ -70,13 +69,17 @@ class _Statements:
     release: sa.Delete
 
 
+_LEASE_VALUES = ("token", "owner", "run_id", "acquired_at", "expires_at")
+"""A lease's columns besides its store: what taking it (over) sets."""
+
+
 @functools.cache
 def _statements(dialect: str) -> _Statements:
     r, lease = maintenance_runs.c, store_leases.c
     token = sa.bindparam("lease_token", type_=lease.token.type)  # not "token": a SET column
     ours = [among(dialect, lease.store_id, "store_ids"), lease.token == token]
     unfinished = [constant(RunOutcome.RUNNING), constant(RunOutcome.ABANDONED)]
-    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(store_leases)
+    insert = dialect_insert(dialect, store_leases)
     excluded = insert.excluded
     return _Statements(
         run_of_token=sa.select(r.run_id).where(r.run_token == sa.bindparam("token")),
@@ -98,7 +101,6 @@ def _statements(dialect: str) -> _Statements:
     )
 
 
-_LEASE_VALUES = ("token", "owner", "run_id", "acquired_at", "expires_at")
 _STARTS: dict[str, Any] = {}
 
 

@@ -21,20 +21,26 @@ def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
+def dialect_insert(dialect: str, table: sa.Table) -> Any:
+    """The dialect's ``INSERT`` that takes ``ON CONFLICT`` clauses (``dialect``:
+    ``connection.dialect.name``)."""
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+
+
 def upsert(connection: Connection, table: sa.Table) -> Any:
     """The connection's dialect's ``INSERT`` that takes ``ON CONFLICT`` clauses."""
-    return (postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert)(table)
+    return dialect_insert(connection.dialect.name, table)
 
 
 def insert_ignoring(connection: Connection, table: sa.Table) -> Any:
     """``INSERT ... ON CONFLICT DO NOTHING`` for the connection's dialect (one statement per
     dialect and table, its values given at execution)."""
-    return _insert_ignoring(connection.dialect.name == "postgresql", table)
+    return _insert_ignoring(connection.dialect.name, table)
 
 
 @functools.cache
-def _insert_ignoring(postgres: bool, table: sa.Table) -> Any:
-    return (postgresql.insert if postgres else sqlite.insert)(table).on_conflict_do_nothing()
+def _insert_ignoring(dialect: str, table: sa.Table) -> Any:
+    return dialect_insert(dialect, table).on_conflict_do_nothing()
 
 
 def among(
