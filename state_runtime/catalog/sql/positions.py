@@ -11,13 +11,20 @@ so no row can ever appear there again, and any later row sorts after what was re
 reported once its transaction and every older writing transaction of the server have ended
 (a delay of the oldest open write, never a loss). On SQLite one writer at a time commits, so
 ids become visible in order: ``xact_id`` is 0 and the position is the id.
+
+On PostgreSQL ``xact_id`` defaults to the writing transaction too (:class:`WritingTransaction`):
+code from before the column (a rolling upgrade) inserts rows without it, and they must still
+sort after every cursor that read past older rows.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
 
 from state_runtime.catalog.records import Position
 
@@ -25,6 +32,25 @@ from state_runtime.catalog.records import Position
 def _xid(value: ColumnElement[object]) -> ColumnElement[int]:
     """A PostgreSQL ``xid8`` as a BIGINT (through text: xid8 has no cast to numbers)."""
     return sa.cast(sa.cast(value, sa.Text()), sa.BigInteger())
+
+
+class WritingTransaction(FunctionElement[int]):
+    """``xact_id``'s server default: the inserting transaction's id on PostgreSQL, 0 on
+    SQLite (what migration 0020 sets)."""
+
+    type = sa.BigInteger()
+    inherit_cache = True
+    name = "writing_transaction"
+
+
+@compiles(WritingTransaction)
+def _no_transaction(element: WritingTransaction, compiler: SQLCompiler, **kw: object) -> str:
+    return "0"
+
+
+@compiles(WritingTransaction, "postgresql")
+def _current_transaction(element: WritingTransaction, compiler: SQLCompiler, **kw: object) -> str:
+    return "(pg_current_xact_id()::text)::bigint"
 
 
 def writing_transaction(connection: Connection) -> ColumnElement[int]:
