@@ -145,8 +145,10 @@ class Cursor:
             return cls()
         found = json.loads(text)
         run = found["run"]
-        return cls(
-            None if run is None else position(run), position(found["metrics"]), found["partitions"]
+        return cls(  # a cursor from before partitions were followed has none: report them all
+            None if run is None else position(run),
+            position(found["metrics"]),
+            found.get("partitions", ""),
         )
 
     def text(self) -> str:
@@ -372,10 +374,14 @@ def report_batches(instance: DagsterInstance, catalog: Catalog, after: Position)
 
 class ReportConfig(Config):
     """The catalog runs to report: positions after ``after`` up to ``until`` (at most
-    ``RUNS``: the sensor read them)."""
+    ``RUNS``: the sensor read them). A run requested before the catalog recorded transactions
+    names ids (:func:`position`): ``Any``, as Dagster's config takes no union of int and
+    list."""
 
-    after: list[int] = Field(description="Report the runs after this position, [xact, id]...")
-    until: list[int] = Field(description="...up to this one.")
+    after: Any = Field(
+        description="Report the runs after this position, [xact, id] (or an id: [0, id])..."
+    )
+    until: Any = Field(description="...up to this one.")
 
 
 @op(description="Reports maintenance runs from outside Dagster and the stores' state after them.")
