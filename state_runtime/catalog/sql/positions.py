@@ -37,8 +37,8 @@ def _xid(value: ColumnElement[object]) -> ColumnElement[int]:
 
 
 class WritingTransaction(FunctionElement[int]):
-    """``xact_id``'s server default: the inserting transaction's id on PostgreSQL, 0 on
-    SQLite (what migration 0020 sets)."""
+    """What a new row records as ``xact_id``: its transaction's id on PostgreSQL, 0 on SQLite;
+    the column's server default too (what migration 0020 sets)."""
 
     type = sa.BigInteger()
     inherit_cache = True
@@ -53,13 +53,6 @@ def _no_transaction(element: WritingTransaction, compiler: SQLCompiler, **kw: ob
 @compiles(WritingTransaction, "postgresql")
 def _current_transaction(element: WritingTransaction, compiler: SQLCompiler, **kw: object) -> str:
     return "(pg_current_xact_id()::text)::bigint"
-
-
-def writing_transaction(connection: Connection) -> ColumnElement[int]:
-    """What a new row records as ``xact_id``: its transaction's id (0 on SQLite)."""
-    if connection.dialect.name == "postgresql":
-        return _xid(sa.func.pg_current_xact_id())
-    return sa.literal(0, sa.BigInteger())
 
 
 def settled_after(
