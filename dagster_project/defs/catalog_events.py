@@ -35,6 +35,10 @@ order (a page's events in one call to the event log, at most ``TICK_BATCHES`` ba
 tick), so a tick that failed partway (its cursor not saved) is continued by the next, never
 repeated.
 
+A tick that finds nothing while newer rows wait for an open writing transaction (anywhere on
+the PostgreSQL server: another database, a forgotten ``PREPARE TRANSACTION``) says so in its
+skip reason, with the oldest one's age when the catalog's role may see it.
+
 It only reads the catalog and reports: it runs from the start.
 """
 
@@ -88,6 +92,7 @@ from state_runtime.catalog import (
     RecordedBatchMetrics,
     RunKind,
     RunOutcome,
+    Unsettled,
 )
 from state_runtime.maintenance import CHECKS, HealthSpool, StoreNames, store_report_pages
 from state_runtime.units import millis, size
@@ -145,8 +150,10 @@ class Cursor:
             return cls()
         found = json.loads(text)
         run = found["run"]
-        return cls(
-            None if run is None else position(run), position(found["metrics"]), found["partitions"]
+        return cls(  # a cursor from before partitions were followed has none: report them all
+            None if run is None else position(run),
+            position(found["metrics"]),
+            found.get("partitions", ""),
         )
 
     def text(self) -> str:
@@ -154,6 +161,24 @@ class Cursor:
         return json.dumps(
             {"run": run, "metrics": pair(self.metrics), "partitions": self.partitions}
         )
+
+
+def stalled(waiting: Unsettled) -> str:
+    """What a quiet tick adds when rows wait for an older writing transaction of the
+    PostgreSQL server to end (``sql/positions.py``): how many, and for how long the oldest
+    open one has been open, if the catalog's role may see it."""
+    if not waiting.rows:
+        return ""
+    age = (
+        "not visible to the catalog's role (grant it pg_read_all_stats to see it)"
+        if waiting.oldest_write is None
+        else f"open for {waiting.oldest_write.total_seconds():.0f} s"
+    )
+    return (
+        f"; {waiting.rows} newer rows wait until every older writing transaction on the "
+        f"PostgreSQL server ends (the oldest, or a prepared one, {age}; pg_stat_activity, "
+        "pg_prepared_xacts)"
+    )
 
 
 def newest_partition(instance: DagsterInstance) -> str:
@@ -372,10 +397,14 @@ def report_batches(instance: DagsterInstance, catalog: Catalog, after: Position)
 
 class ReportConfig(Config):
     """The catalog runs to report: positions after ``after`` up to ``until`` (at most
-    ``RUNS``: the sensor read them)."""
+    ``RUNS``: the sensor read them). A run requested before the catalog recorded transactions
+    names ids (:func:`position`): ``Any``, as Dagster's config takes no union of int and
+    list."""
 
-    after: list[int] = Field(description="Report the runs after this position, [xact, id]...")
-    until: list[int] = Field(description="...up to this one.")
+    after: Any = Field(
+        description="Report the runs after this position, [xact, id] (or an id: [0, id])..."
+    )
+    until: Any = Field(description="...up to this one.")
 
 
 @op(description="Reports maintenance runs from outside Dagster and the stores' state after them.")
@@ -458,6 +487,8 @@ def catalog_events_sensor(
             new = bool(outside) or partitions != cursor.partitions
         held = max(cursor.metrics, reported_through(context.instance))
         reported = report_batches(context.instance, catalog, held)
+        quiet = reported == held and not new
+        waiting = catalog.unsettled(held, until) if quiet else Unsettled()
     next_cursor = Cursor(until, reported, partitions).text()
     requests = []
     if new:
@@ -469,7 +500,7 @@ def catalog_events_sensor(
                 run_config=RunConfig(ops={"report_catalog_runs": config}),
             )
         )
-    if reported == held and not requests:
-        skip = SkipReason(f"nothing new in the catalog after run {until.row}")
+    if quiet:
+        skip = SkipReason(f"nothing new in the catalog after run {until.row}{stalled(waiting)}")
         return SensorResult(skip_reason=skip, cursor=next_cursor)
     return SensorResult(run_requests=requests, cursor=next_cursor)

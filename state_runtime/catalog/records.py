@@ -372,6 +372,18 @@ class Position:
 
 
 @dataclass(frozen=True, slots=True)
+class Unsettled:
+    """Rows after a reader's positions that a read does not return yet: their transaction,
+    or an older writing transaction of the PostgreSQL server, is still open. ``oldest_write``
+    is how long the oldest open writing transaction (or prepared one) has been open, None
+    when the catalog's role sees none (another role's sessions are hidden without
+    ``pg_read_all_stats``)."""
+
+    rows: int = 0
+    oldest_write: timedelta | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RecordedBatchMetrics:
     root: str
     query_id: str

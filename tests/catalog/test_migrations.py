@@ -443,3 +443,45 @@ def test_rows_recorded_before_commit_positions_sort_first_and_an_old_cursor_cont
         assert "xact_id" not in columns
         assert connection.execute(sa.text("SELECT count(*) FROM batch_metrics")).scalar() == 3
     engine.dispose()
+
+
+def test_rows_old_code_inserts_after_the_upgrade_are_read_after_the_newer_ones(
+    empty_url: str,
+) -> None:
+    """A rolling upgrade: code from before 0020 keeps inserting rows without ``xact_id``.
+    On PostgreSQL they take their transaction's id (a default of 0 would sort them before
+    every cursor: never read); on SQLite 0, where the id alone orders them."""
+    engine = create_catalog_engine(empty_url)
+    upgrade(engine)
+    with Catalog.open(empty_url, retry=FAST_RETRY) as catalog:
+        catalog.record_batch_metrics("/ckpt", "q", 0, BatchMetrics(1, 1, 1, 1, 1.0, 0, 0, {}))
+        catalog.start_run("snapshot", "new-code")
+        [(batch, _)] = settled(lambda: catalog.batch_metrics_after(Position()), 1)
+        [(run, _)] = settled(lambda: catalog.runs_after(Position()), 1)
+        at = {"at": datetime(2026, 11, 1, tzinfo=UTC)}
+        with engine.begin() as connection:  # the old code's statements
+            connection.execute(
+                sa.text(
+                    "INSERT INTO batch_metrics (checkpoint_root, query_id, batch_id, rows_in,"
+                    " keys_updated, state_rows, bytes_written, commit_ms, cache_hits,"
+                    " cache_misses, extra, recorded_at) VALUES ('/ckpt', 'q', 1, 5, 4, 3, 2,"
+                    " 1.5, 1, 0, '{}', :at)"
+                ),
+                at,
+            )
+            connection.execute(
+                sa.text(
+                    "INSERT INTO maintenance_runs (kind, owner, parameters, started_at, ended_at,"
+                    " outcome, counts) VALUES ('cleanup', 'old-code', '{}', :at, :at,"
+                    " 'succeeded', '{}')"
+                ),
+                at,
+            )
+        [(old_batch, recorded)] = settled(lambda: catalog.batch_metrics_after(batch), 1)
+        [(old_run, started)] = settled(lambda: catalog.runs_after(run), 1)
+    engine.dispose()
+    assert (recorded.batch_id, started.owner) == (1, "old-code")
+    assert old_batch > batch and old_run > run
+    postgres = not empty_url.startswith("sqlite")
+    assert (old_batch.xact > batch.xact > 0) if postgres else old_batch.xact == 0
+    assert (old_run.xact > run.xact > 0) if postgres else old_run.xact == 0

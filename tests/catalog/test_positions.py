@@ -3,9 +3,14 @@ writers commit in, on a real second connection holding a transaction open."""
 
 from __future__ import annotations
 
-import pytest
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from state_runtime.catalog import BatchMetrics, Catalog, Position
+import pytest
+import sqlalchemy as sa
+
+from state_runtime.catalog import BatchMetrics, Catalog, Position, Unsettled
 from state_runtime.catalog.sql import batch_metrics
 from tests.catalog.settled import settled
 
@@ -25,6 +30,7 @@ def test_a_replayed_batch_keeps_its_position_and_is_not_read_again(catalog: Cata
     assert [(m.batch_id, m.metrics.rows_in) for _, m in found] == [(1, 3)]
     [(again, replayed), _] = catalog.batch_metrics_after(Position())
     assert again == first and replayed.metrics.rows_in == 2
+    assert catalog.unsettled(found[-1][0], Position(1 << 62)) == Unsettled()
 
 
 @pytest.mark.postgres
@@ -42,3 +48,34 @@ def test_a_lower_id_committed_after_a_read_passed_a_higher_one_is_read_next(
     assert [m.batch_id for _, m in found] == [0, 1]
     assert found[0][0] < found[1][0] and found[0][0].row < found[1][0].row
     assert catalog.batch_metrics_after(found[-1][0]) == []
+
+
+@contextmanager
+def writing_elsewhere(catalog: Catalog) -> Iterator[None]:
+    """A writing transaction held open in another database of the same server (the catalog's
+    readers wait for every one of the server's)."""
+    other = sa.create_engine(catalog.engine.url.set(database="postgres"))
+    try:
+        with other.connect() as held, held.begin():
+            held.execute(sa.text("SELECT pg_current_xact_id()"))  # takes a transaction id
+            yield
+    finally:
+        other.dispose()
+
+
+@pytest.mark.postgres
+def test_a_writing_transaction_in_another_database_holds_reads_back_and_is_shown(
+    pg_catalog: Catalog,
+) -> None:
+    catalog = pg_catalog
+    catalog.record_batch_metrics(ROOT, "q", 0, figures(0))
+    [(first, _)] = settled(lambda: catalog.batch_metrics_after(Position()), 1)
+    with writing_elsewhere(catalog):
+        time.sleep(1.1)
+        catalog.record_batch_metrics(ROOT, "q", 1, figures(1))
+        assert catalog.batch_metrics_after(first) == []
+        waiting = catalog.unsettled(first, Position(1 << 62))
+    assert waiting.rows == 1 and waiting.oldest_write is not None
+    assert waiting.oldest_write.total_seconds() >= 1
+    [(second, _)] = settled(lambda: catalog.batch_metrics_after(first), 1)
+    assert catalog.unsettled(second, Position(1 << 62)) == Unsettled()

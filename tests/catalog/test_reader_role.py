@@ -66,6 +66,7 @@ READS: dict[str, Read] = {
     "run": lambda c, s: c.run(1),
     "recent_runs": lambda c, s: c.recent_runs(),
     "runs_after": lambda c, s: c.runs_after(Position()),
+    "unsettled": lambda c, s: c.unsettled(Position(), Position()),
     "previous_run_counts": lambda c, s: c.previous_run_counts(RunKind.VALIDATE, s.root, 10**6),
     "attempt_sweeps": lambda c, s: c.attempt_sweeps(c.now()),
 }

@@ -314,3 +314,28 @@ def test_a_store_name_leads_back_to_its_store() -> None:
     assert names.key("clicks/2/7/default") == key == names.key(str(key))
     with pytest.raises(InvalidArgument, match="labels: clicks, views"):
         names.key("nope/2/7/default")
+
+
+def test_a_cursor_and_a_queued_run_from_before_positions_still_work(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    """Code before commit positions saved a cursor of ids and no partitions, and requested
+    report runs whose config names ids: both read as positions at transaction 0."""
+    stream = make_stream()
+    stream.run(6)
+    outside = Fleet(stream.catalog, owner="ops-laptop:4242")
+    done = snapshot_pass(outside, FAST, only=[stream.key(stream.stores[0])])
+    old = Cursor.parse('{"run": 0, "metrics": 0}')
+    assert (old.run, old.metrics, old.partitions) == (Position(), Position(), "")
+    resources = resources_for(stream.catalog, FAST)
+    queued = {"ops": {"report_catalog_runs": {"config": {"after": 0, "until": 10**9}}}}
+    run = catalog_report_job.execute_in_process(
+        run_config=queued, instance=instance, resources=resources
+    )
+    assert run.success
+    reported = [e.materialization for e in run.get_asset_materialization_events()]
+    assert [
+        m.metadata["catalog_run_id"].value
+        for m in reported
+        if m.asset_key == AssetKey("state_snapshots")
+    ] == [done.run_id]

@@ -20,6 +20,7 @@ from state_runtime.catalog.sql import batch_metrics, runs_and_leases
 from state_runtime.identity import new_checkpoint_id
 from state_runtime.maintenance import Fleet, snapshot_pass
 from tests.catalog.settled import SETTLE
+from tests.catalog.test_positions import writing_elsewhere
 from tests.dagster.test_catalog_events import Tick, reported_batches, tick
 from tests.dagster.test_dagster_definitions import FAST
 from tests.maintenance.streams import StoreStream
@@ -97,3 +98,23 @@ def test_a_run_recorded_after_a_tick_read_a_newer_one_is_reported(
 
     ticks_until(lambda: len(reported()) >= 2, stream, instance, second.cursor)
     assert reported() == [held, newer.run_id]
+
+
+@POSTGRES
+def test_a_tick_held_back_by_an_open_writing_transaction_says_so(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    """Any writing transaction on the server, here in another database, holds the new rows
+    back: a tick that finds nothing says how many wait, and for how long the oldest
+    transaction has been open."""
+    stream = make_stream()
+    stream.run(1)
+    first = ticks_until(lambda: True, stream, instance, None)
+    quiet = ticks_until(lambda: True, stream, instance, first.cursor)
+    with writing_elsewhere(stream.catalog):
+        stream.catalog.record_batch_metrics(stream.root, "query-1", 0, figures(0))
+        held = tick(stream, instance, quiet.cursor).result.skip_reason
+    assert held is not None and held.skip_message is not None
+    assert "1 newer rows wait" in held.skip_message and "open for" in held.skip_message
+    ticks_until(lambda: reported_batches(stream, instance) == [0], stream, instance, quiet.cursor)
+    assert reported_batches(stream, instance) == [0]

@@ -5,8 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from state_runtime.catalog.api.transactions import CatalogBase
-from state_runtime.catalog.records import Position, RecordedBatchMetrics, VersionHistory
-from state_runtime.catalog.sql import batch_metrics, history
+from state_runtime.catalog.records import (
+    Position,
+    RecordedBatchMetrics,
+    Unsettled,
+    VersionHistory,
+)
+from state_runtime.catalog.sql import batch_metrics, history, positions
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId
 
@@ -50,4 +55,20 @@ class HistoryCalls(CatalogBase):
         ended)."""
         return self._read(
             "read batch metrics", lambda c, v: batch_metrics.metrics_after(c, v, after, limit)
+        )
+
+    def unsettled(self, metrics_after: Position, runs_after: Position) -> Unsettled:
+        """The batch metrics after ``metrics_after`` and runs after ``runs_after`` that
+        :meth:`batch_metrics_after` and ``runs_after`` do not return yet (an older writing
+        transaction of the server is still open), and how long the oldest one has been open:
+        why a reader that found nothing waits."""
+        return self._read(
+            "read unsettled rows",
+            lambda c, v: positions.unsettled(
+                c,
+                [
+                    (v.batch_metrics.c.xact_id, v.batch_metrics.c.metrics_id, metrics_after),
+                    (v.runs.c.xact_id, v.runs.c.run_id, runs_after),
+                ],
+            ),
         )

@@ -21,6 +21,7 @@ from state_runtime.catalog.schema import predicates
 # A run's kinds and outcomes live in runs.py (predicates names them); re-exported here.
 from state_runtime.catalog.schema.runs import RunKind as RunKind
 from state_runtime.catalog.schema.runs import RunOutcome as RunOutcome
+from state_runtime.catalog.sql.positions import WritingTransaction
 from state_runtime.catalog.sql.roots import folder_of, resolved_root, stored_root
 
 # The file life cycle and verification states belong to the retention rule; re-exported here.
@@ -122,7 +123,7 @@ maintenance_runs = sa.Table(
     sa.Column("host", sa.Text(), nullable=True),
     sa.Column("pid", sa.Integer(), nullable=True),
     sa.Column("heartbeat_at", UtcDateTime(), nullable=True),
-    sa.Column("xact_id", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("xact_id", sa.BigInteger(), nullable=False, server_default=WritingTransaction()),
     sa.Index("ix_maintenance_runs_started_at", "started_at"),
     sa.Index("ix_maintenance_runs_position", "xact_id", "run_id"),
     sa.Index("uq_maintenance_runs_token", "run_token", unique=True),
@@ -296,7 +297,7 @@ batch_metrics = sa.Table(
         sa.Column(name, sa.BigInteger(), nullable=False, server_default="0")
         for name in DISK_FIGURES
     ),
-    sa.Column("xact_id", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("xact_id", sa.BigInteger(), nullable=False, server_default=WritingTransaction()),
     sa.UniqueConstraint("checkpoint_root", "query_id", "batch_id", name="uq_batch_metrics_batch"),
     sa.Index("ix_batch_metrics_position", "xact_id", "metrics_id"),
 )

@@ -16,7 +16,7 @@ from state_runtime.catalog.records import (
 )
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import batch_metrics
-from state_runtime.catalog.sql.positions import settled_after, writing_transaction
+from state_runtime.catalog.sql.positions import WritingTransaction, settled_after
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.statements import upsert
 from state_runtime.errors import InvalidArgument
@@ -64,7 +64,7 @@ def record_batch_metrics(
         checkpoint_root=root,
         query_id=query_id,
         batch_id=batch_id,
-        xact_id=writing_transaction(connection),
+        xact_id=WritingTransaction(),
         **figures,
     )
     connection.execute(

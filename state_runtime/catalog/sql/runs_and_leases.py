@@ -33,7 +33,7 @@ from state_runtime.catalog.schema.predicates import constant
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance_runs, store_leases
 from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
-from state_runtime.catalog.sql.positions import settled_after, writing_transaction
+from state_runtime.catalog.sql.positions import WritingTransaction, settled_after
 from state_runtime.catalog.sql.rows import AnyRow
 from state_runtime.catalog.sql.statements import among, chunks, dialect_insert, insert_ignoring
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
@@ -106,11 +106,11 @@ _STARTS: dict[str, Any] = {}
 
 def _start_statement(connection: Connection) -> Any:
     """A run's ``INSERT``, built once per dialect: its values are given at execution, but for
-    its transaction's id (an SQL function on PostgreSQL, :func:`writing_transaction`)."""
+    its transaction's id (an SQL function on PostgreSQL, :class:`WritingTransaction`)."""
     name = connection.dialect.name
     if name not in _STARTS:
         insert = insert_ignoring(connection, maintenance_runs)
-        _STARTS[name] = insert.values(xact_id=writing_transaction(connection))
+        _STARTS[name] = insert.values(xact_id=WritingTransaction())
     return _STARTS[name]
 
 
