@@ -35,7 +35,7 @@ from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance
 from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
 from state_runtime.catalog.sql.positions import WritingTransaction, settled_after
 from state_runtime.catalog.sql.rows import AnyRow
-from state_runtime.catalog.sql.statements import among, chunks, dialect_insert, insert_ignoring
+from state_runtime.catalog.sql.statements import among, chunks, dialect_insert
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import validate_non_negative
 
@@ -61,6 +61,7 @@ class _Statements:
     abandoned runs, its leases), built once per dialect: their values are bind parameters (a
     chunk's store ids one list, ``store_ids``: an array on PostgreSQL, :func:`among`)."""
 
+    start: Any
     run_of_token: sa.Select[Any]
     finish: sa.Update
     running: sa.Select[Any]
@@ -82,6 +83,10 @@ def _statements(dialect: str) -> _Statements:
     insert = dialect_insert(dialect, store_leases)
     excluded = insert.excluded
     return _Statements(
+        # Its transaction's id written too, though also the column's default on PostgreSQL.
+        start=dialect_insert(dialect, maintenance_runs)
+        .on_conflict_do_nothing()
+        .values(xact_id=WritingTransaction()),
         run_of_token=sa.select(r.run_id).where(r.run_token == sa.bindparam("token")),
         finish=sa.update(maintenance_runs).where(
             r.run_id == sa.bindparam("run", type_=r.run_id.type), r.outcome.in_(unfinished)
@@ -99,19 +104,6 @@ def _statements(dialect: str) -> _Statements:
         .returning(lease.store_id),
         release=sa.delete(store_leases).where(*ours),
     )
-
-
-_STARTS: dict[str, Any] = {}
-
-
-def _start_statement(connection: Connection) -> Any:
-    """A run's ``INSERT``, built once per dialect: its values are given at execution, but for
-    its transaction's id (an SQL function on PostgreSQL, :class:`WritingTransaction`)."""
-    name = connection.dialect.name
-    if name not in _STARTS:
-        insert = insert_ignoring(connection, maintenance_runs)
-        _STARTS[name] = insert.values(xact_id=WritingTransaction())
-    return _STARTS[name]
 
 
 def start_run(
@@ -133,7 +125,7 @@ def start_run(
     if not owner:
         raise InvalidArgument("a maintenance run needs an owner (who or what runs it)")
     connection.execute(
-        _start_statement(connection),
+        _statements(connection.dialect.name).start,
         {
             "kind": kind,
             "owner": owner,
