@@ -36,6 +36,7 @@ import pyarrow as pa
 from state_runtime.errors import InvalidArgument, LocalDiskFull, StateStoreError
 from state_runtime.settings import WorkerSettings
 from state_runtime.store.arrow_rows import Row
+from state_runtime.store.fences import holding, overlapping
 from state_runtime.store.field_words import FieldWords
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.local_folder import make_worker_folder
@@ -282,18 +283,12 @@ class DiskRun:
     def between(self, lo: int, hi: int) -> Run:
         """The rows whose index key is in ``[lo, hi]``: only the blocks whose fences overlap
         it are read (through the block cache)."""
-        first = int(np.searchsorted(self._lasts, np.int64(lo), side="left"))
-        stop = int(np.searchsorted(self._firsts, np.int64(hi), side="right"))
-        parts = [self.block(b).between(lo, hi) for b in range(first, stop)]
+        parts = [
+            self.block(b).between(lo, hi) for b in overlapping(self._firsts, self._lasts, lo, hi)
+        ]
         return concat(parts, self.key_type, self.value_type)
 
     # --- lookups ------------------------------------------------------------------------
-
-    def _block_of(self, index: np.ndarray) -> np.ndarray:
-        """The block that may hold each index key, or -1."""
-        b = np.searchsorted(self._firsts, index, side="right") - 1
-        inside = (b >= 0) & (index <= self._lasts[np.maximum(b, 0)])
-        return np.where(inside, b, -1)
 
     def find(
         self,
@@ -306,7 +301,7 @@ class DiskRun:
         values of the probes found, in probe order: through a memory map of the file, reading
         only the pages the probes touch (:mod:`~state_runtime.store.mapped_probes`)."""
         rows = np.arange(len(index)) if rows is None else rows
-        blocks = self._block_of(index)
+        blocks = holding(self._firsts, self._lasts, index)
         found, probes, parts, clashes = find_mapped(
             self.path,
             self._offsets,
@@ -344,7 +339,7 @@ class DiskRun:
 
     def position_of(self, indexer: KeyIndexer, h: int, key: tuple[object, ...]) -> int:
         """The row of one Python key (with index key ``h``) or -1."""
-        b = int(self._block_of(np.array([h], dtype=np.int64))[0])
+        b = int(holding(self._firsts, self._lasts, np.array([h], dtype=np.int64))[0])
         if b < 0:
             return -1
         i = self.block(b).position_of(indexer, h, key)

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from state_runtime.store.arrow_rows import Row
 from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, DiskStats, Part, spill_run
+from state_runtime.store.fences import holding, overlapping
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run, concat
 from state_runtime.store.store_metrics import DiskMetrics
@@ -82,16 +83,10 @@ class RunLevel:
 
     def between(self, lo: int, hi: int) -> Run:
         """The rows whose index key is in ``[lo, hi]``, from the parts whose range meets it."""
-        first = int(np.searchsorted(self._lasts, np.int64(lo), side="left"))
-        stop = int(np.searchsorted(self._firsts, np.int64(hi), side="right"))
-        parts = [self.parts[p].between(lo, hi) for p in range(first, stop)]
+        parts = [
+            self.parts[p].between(lo, hi) for p in overlapping(self._firsts, self._lasts, lo, hi)
+        ]
         return concat(parts, self.key_type, self.value_type)
-
-    def _part_of(self, index: np.ndarray) -> np.ndarray:
-        """The part whose range holds each index key, or -1."""
-        p = np.searchsorted(self._firsts, index, side="right") - 1
-        inside = (p >= 0) & (index <= self._lasts[np.maximum(p, 0)])
-        return np.where(inside, p, -1)
 
     def find(
         self,
@@ -104,7 +99,7 @@ class RunLevel:
         probe order: each part looks up the probes in its range."""
         rows = np.arange(len(index)) if rows is None else rows
         found = np.full(len(index), -1, dtype=np.int64)
-        part_of = self._part_of(index)
+        part_of = holding(self._firsts, self._lasts, index)
         probes: list[np.ndarray] = []
         values: list[pa.Array] = []
         for p in np.unique(part_of[part_of >= 0]).tolist():
@@ -121,7 +116,7 @@ class RunLevel:
 
     def position_of(self, indexer: KeyIndexer, h: int, key: tuple[object, ...]) -> int:
         """The row of one Python key (with index key ``h``) or -1."""
-        p = int(self._part_of(np.array([h], dtype=np.int64))[0])
+        p = int(holding(self._firsts, self._lasts, np.array([h], dtype=np.int64))[0])
         if p < 0:
             return -1
         i = self.parts[p].position_of(indexer, h, key)
