@@ -239,7 +239,7 @@ def _run_partition(
     rows_in = rows.num_rows
     try:
         with batch_scope(batch):
-            rows, max_event = prepare_rows(spec.event_time, op, rows, batch.event_time)
+            rows, max_event = prepare_rows(spec.event_time, rows, batch.event_time)
             output = _output_table(op.update(stores[op.store_name], rows), op.output_arrow_schema())
             infos = [store.commit() for store in stores.values()]
     except BaseException:
