@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.runtime.query_check import marked_columns
 from state_runtime.runtime.watermark import (
     BatchWatermarks,
     EventTimeStats,
@@ -45,22 +46,24 @@ class EventTimeFigures(Protocol):
 
 @dataclass(frozen=True)
 class EventTimeSpec:
-    """What a task needs: the batch's watermarks, and the column whose maximum it reports
-    (set for the first operator only: the watermark follows the query's input)."""
+    """What a task needs: the batch's watermarks, the column whose maximum it reports (set
+    for the first operator only: the watermark follows the query's input) and the column
+    whose late rows it drops."""
 
     watermarks: BatchWatermarks
     track_column: str | None
+    late_column: str | None
 
 
 def prepare_rows(
-    spec: EventTimeSpec | None, op: StatefulOperator, rows: pa.Table, stats: EventTimeStats
+    spec: EventTimeSpec | None, rows: pa.Table, stats: EventTimeStats
 ) -> tuple[pa.Table, int | None]:
     """The rows ``op.update`` gets (late ones dropped) and the largest event time seen."""
     if spec is None:
         return rows, None
     seen = None if spec.track_column is None else max_event_ms(rows, spec.track_column)
-    if op.late_column is not None:
-        rows, stats.late_rows = drop_late(rows, op.late_column, spec.watermarks.late_rows_ms)
+    if spec.late_column is not None:
+        rows, stats.late_rows = drop_late(rows, spec.late_column, spec.watermarks.late_rows_ms)
     return rows, seen
 
 
@@ -89,11 +92,30 @@ def event_time_metrics(
     }
 
 
+def late_columns(
+    operators: Sequence[StatefulOperator], watermark: Watermark | None
+) -> tuple[str | None, ...]:
+    """Each operator's column of late rows: its ``late_column``, else, for an operator
+    ``late_on_watermark``, the watermark's column where the watermark still marks it in the
+    operator's input (Spark's late filter on the input's watermarked attribute)."""
+    return tuple(
+        op.late_column
+        or (
+            watermark.column
+            if watermark and op.late_on_watermark and watermark.column in marked
+            else None
+        )
+        for op, marked in zip(operators, marked_columns(operators, watermark), strict=True)
+    )
+
+
 @dataclass(frozen=True)
 class EventTimeClock:
-    """A query's watermark across batches (driver side)."""
+    """A query's watermark across batches (driver side), and each operator's column of late
+    rows (:func:`late_columns`)."""
 
     watermark: Watermark | None
+    late_columns: tuple[str | None, ...]
 
     @classmethod
     def of(
@@ -106,12 +128,14 @@ class EventTimeClock:
                     f"operators {needing} use event time: the query needs a watermark "
                     "(StatefulQuery(..., watermark=Watermark(column, delay)))"
                 )
-        return cls(watermark)
+        return cls(watermark, late_columns(operators, watermark))
 
-    def spec(self, watermarks: BatchWatermarks | None, *, first: bool) -> EventTimeSpec | None:
+    def spec(self, watermarks: BatchWatermarks | None, index: int) -> EventTimeSpec | None:
+        """What the task of the query's operator number ``index`` needs."""
         if self.watermark is None or watermarks is None:
             return None
-        return EventTimeSpec(watermarks, self.watermark.column if first else None)
+        track = self.watermark.column if index == 0 else None
+        return EventTimeSpec(watermarks, track, self.late_columns[index])
 
     def watermark_for(
         self, catalog: Catalog, root: str, query_id: str, batch_id: int

@@ -209,8 +209,9 @@ def map_groups_with_state(
     each key whose timeout (or ``ttl`` since its last update) has passed.
 
     ``timeout="event_time"`` makes timeouts follow the query's watermark
-    (``state.set_timeout_timestamp``); ``event_time_column`` drops input rows at or before
-    the watermark, as Spark does for a query with a watermark on that column.
+    (``state.set_timeout_timestamp``) and drops input rows at or before the watermark on the
+    watermark's column, as Spark's ``EventTimeTimeout``; ``event_time_column`` names the column late
+    rows are judged on instead (in either timeout mode).
     ``schema_change`` declares renamed or dropped state fields (a new nullable field needs
     no declaration; older keys' states read it as None)."""
     if timeout not in ("processing_time", "event_time"):
@@ -236,6 +237,7 @@ def map_groups_with_state(
         config=config or StoreConfig(),
         late_column=event_time_column,
         uses_event_time=timeout == "event_time",
+        late_on_watermark=timeout == "event_time",
         kind="map_groups_with_state",
         reads=ColumnUse.event_time(event_time_column),
         schema_change=schema_change or SchemaChange(),

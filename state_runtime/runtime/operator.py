@@ -119,6 +119,10 @@ class StatefulOperator:
     ``update`` (set by operators that use event time; windows judge lateness themselves)."""
     uses_event_time: bool = False
     """The update function reads the watermark (event-time windows or timeouts)."""
+    late_on_watermark: bool = False
+    """Without a ``late_column``, rows late on the query's watermark column are dropped
+    before ``update`` wherever that column reaches the operator's input with the watermark
+    (Spark's event-time timeouts and timers filter on their input's watermarked column)."""
     derived_key_fields: int = 0
     """Trailing key fields the update function derives from the rows (a window's start),
     beyond the key columns that route rows to partitions."""

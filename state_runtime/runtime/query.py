@@ -421,7 +421,7 @@ class StatefulQuery:
             base=base_refs(committed, op),
             batch_time_ms=batch_time_ms,
             worker_settings=WorkerSettings.from_env(),
-            event_time=self.event_time.spec(watermarks, first=op is self.operators[0]),
+            event_time=self.event_time.spec(watermarks, self.operators.index(op)),
             time_zone=df.sparkSession.conf.get(SESSION_TIME_ZONE_CONF) or "UTC",
         )
         out = op.output_nullable().add(StructField(REPORT_COLUMN, StringType(), True))

@@ -73,11 +73,9 @@ def check_query(
     operators: Sequence[StatefulOperator], watermark: Watermark | None, schema: StructType
 ) -> None:
     """Refuse the query if it cannot run on input of ``schema``; see the module's rules."""
-    marked: set[str] = set()
     if watermark is not None:
         _column(schema, watermark.column, "the query's watermark", "event-time column", "timestamp")
-        marked = {watermark.column}
-    for op in operators:
+    for op, marked in zip(operators, marked_columns(operators, watermark), strict=True):
         for key in op.key_columns:
             _column(schema, key, op.name, "key column", None)
             if _has_map(schema[key].dataType):
@@ -89,8 +87,19 @@ def check_query(
             _column(schema, use.column, op.name, use.role, use.kind)
         if op.window_column is not None and watermark is not None:
             _watermarked(op, op.window_column, watermark, marked)
-        marked = _passed_on(op, marked)
         schema = op.output_nullable()
+
+
+def marked_columns(
+    operators: Sequence[StatefulOperator], watermark: Watermark | None
+) -> list[set[str]]:
+    """The columns of each operator's input the query's watermark marks."""
+    marked = set() if watermark is None else {watermark.column}
+    out = []
+    for op in operators:
+        out.append(marked)
+        marked = _passed_on(op, marked)
+    return out
 
 
 def _watermarked(op: StatefulOperator, column: str, watermark: Watermark, marked: set[str]) -> None:

@@ -34,6 +34,7 @@ from state_runtime.runtime import worker
 from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.runtime.event_time import EventTimeSpec, event_time_report, prepare_rows
 from state_runtime.runtime.operator import ExtraStore, StatefulOperator
+from state_runtime.runtime.watermark import EventTimeStats
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
 from state_runtime.store.cache import CACHE, set_budget
@@ -239,7 +240,7 @@ def _run_partition(
     rows_in = rows.num_rows
     try:
         with batch_scope(batch):
-            rows, max_event = prepare_rows(spec.event_time, op, rows, batch.event_time)
+            rows, max_event = prepare_rows(spec.event_time, rows, batch.event_time)
             output = _output_table(op.update(stores[op.store_name], rows), op.output_arrow_schema())
             infos = [store.commit() for store in stores.values()]
     except BaseException:
@@ -266,7 +267,9 @@ def _run_partition(
                 attempt=context.attemptNumber() if context is not None else 0,
                 worker=me,
                 repairs=list(load.repairs),
-                **event_time_report(batch.event_time, max_event if i == 0 else None),
+                **event_time_report(
+                    batch.event_time if i == 0 else EventTimeStats(), max_event if i == 0 else None
+                ),
                 resident_bytes=disk.resident_bytes,
                 local_disk_bytes=disk.local_disk_bytes,
                 block_cache_hits=activity.block_cache_hits if i == 0 else 0,

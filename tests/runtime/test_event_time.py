@@ -217,3 +217,28 @@ def test_event_time_operators_need_a_watermark(tmp_path: Path, sqlite_catalog_ur
             [_windowed("append", Window(timedelta(seconds=10)))],
             catalog_url=sqlite_catalog_url,
         )
+
+
+def test_late_rows_count_once_in_an_operator_of_several_stores(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    """``transform_with_state`` keeps each variable in a store beside its timers: every
+    store's task report carried the partition's late rows (3 late rows counted 6)."""
+    from .differential import EVENTS as TWS_EVENTS
+    from .differential import Stream
+    from .tws_processors import FraudDetector, tws_operator
+
+    operator = tws_operator("FraudDetector", FraudDetector, "EventTime")
+    stream = Stream([], "UTC", 0, 4, 4, "update", None)
+    ops, mark = operator.ours(stream)
+    query = StatefulQuery(
+        "late", str(tmp_path / "ckpt"), ops, catalog_url=sqlite_catalog_url, watermark=mark
+    )
+    batches = [[("a", 10)], [("b", 10)], [("a", 1), ("a", 1), ("c", 2)]]
+    for batch_id, events in enumerate(batches):
+        rows = [(0, user, _ts(at * S), 9) for user, at in events]
+        df = operator.prepare(spark.createDataFrame(rows, TWS_EVENTS), stream)
+        result = query.run_batch(df, batch_id)
+        late = result.metrics.extra["late_rows"]
+        result.release()
+    assert late == 3

@@ -11,11 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from state_runtime.errors import InvalidArgument
-from state_runtime.runtime.groups import GroupState
+from state_runtime.runtime import drop_duplicates, map_groups_with_state, transform_with_state
+from state_runtime.runtime.event_time import late_columns
+from state_runtime.runtime.groups import GroupState, TimeoutKind
+from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.runtime.watermark import Watermark, drop_late, max_event_ms
 from state_runtime.runtime.windows import Window
 
 from .reference import WatermarkReference, window_starts
+from .tws_processors import KEY, FraudDetector
 
 US = 1_000_000
 
@@ -97,3 +101,40 @@ def test_timeout_timestamp_rules() -> None:
         state.set_timeout_duration(10)
     with pytest.raises(InvalidArgument, match="event_time"):
         GroupState(None, 0, False).set_timeout_timestamp(10)
+
+
+def _groups(op_id: int, timeout: TimeoutKind, column: str | None = None) -> StatefulOperator:
+    return map_groups_with_state(
+        op_id, ["part", "user"], KEY, "n bigint", "part int, user string, ts timestamp",
+        lambda key, rows, state: [], 2, timeout=timeout, event_time_column=column,
+    )  # fmt: skip
+
+
+def _tws(op_id: int, time_mode: str) -> StatefulOperator:
+    schema = FraudDetector.SCHEMA
+    return transform_with_state(
+        op_id, ["part", "user"], KEY, FraudDetector(), schema, 2, time_mode=time_mode
+    )
+
+
+def test_event_time_operators_drop_rows_late_on_the_watermarked_column() -> None:
+    """Spark's event-time timeouts and timers (``EventTimeTimeout``, ``EventTime``) drop late
+    rows on their input's watermarked column with no column named; other modes keep them; an
+    ``event_time_column`` is judged instead; a function's output carries no watermark on, a
+    deduplication's rows do."""
+    mark = Watermark("ts", timedelta(0))
+    dedup = drop_duplicates(0, ["part", "user", "ts"], "part int, user string, ts timestamp",
+                            mark, 2)  # fmt: skip
+    cases: list[tuple[list[StatefulOperator], tuple[str | None, ...]]] = [
+        ([_tws(0, "EventTime")], ("ts",)),
+        ([_tws(0, "None")], (None,)),
+        ([_groups(0, "event_time")], ("ts",)),
+        ([_groups(0, "processing_time")], (None,)),
+        ([_groups(0, "event_time", "other")], ("other",)),
+        ([_groups(0, "processing_time", "other")], ("other",)),
+        ([dedup, _tws(1, "EventTime")], ("ts", "ts")),
+        ([_groups(0, "event_time"), _tws(1, "EventTime")], ("ts", None)),
+    ]
+    for operators, want in cases:
+        assert late_columns(operators, mark) == want
+    assert late_columns([_groups(0, "processing_time")], None) == (None,)

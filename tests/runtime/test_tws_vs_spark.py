@@ -396,3 +396,36 @@ def test_rows_without_a_time_beside_timed_rows_of_one_key(
     outcome = run_stream(spark, operator, stream, tmp_path, sqlite_catalog_url)
     assert outcome.check() == 3
     assert outcome.ours[0] == [(0, "c", "open", T0, 8)]
+
+
+@pytest.mark.parametrize("processor", [FraudDetector, RowFraudDetector], ids=["pandas", "Row"])
+def test_rows_late_on_the_previous_batchs_watermark_are_dropped(
+    spark: SparkSession,
+    tmp_path: Path,
+    sqlite_catalog_url: str,
+    processor: type[StatefulProcessor],
+) -> None:
+    """Found by ``make fuzz-tws`` (``FraudDetector``, shrunk by hand): in ``EventTime`` mode
+    Spark drops the rows at or before the previous batch's watermark on the input's
+    watermarked column, with no column named. Batch 1 (the null key's rows at ``T0+155``,
+    not late on batch 0's watermark 0) moves the late rows' watermark to ``T0+255``, so
+    batch 2's rows of ``a`` and ``c`` at ``T0`` are late: ``a``'s 9 opens no window (ours
+    opened one: it dropped late rows only with an ``event_time_column``)."""
+
+    def ev(user: str | None, at_ms: int, amount: int) -> Event:
+        return (0, user, T0 + at_ms, amount)
+
+    batches = [
+        [ev("a", 0, 0), ev("a", 255, 0), ev("a", 255, 0)],
+        [ev(None, 155, 9), ev(None, 155, 9)],
+        [ev("a", 0, 9), ev("c", 540, 7), ev("c", 0, 0), ev("a", 0, 4), ev("c", 540, 7)],
+    ]
+    stream = Stream(batches, "UTC", 0, 4, 2, "update", None)
+    operator = tws_operator(processor.__name__, processor, "EventTime")
+    outcome = run_stream(spark, operator, stream, tmp_path, sqlite_catalog_url)
+    assert outcome.ours == {
+        0: [],
+        1: [(0, None, "open", T0 + 155, 9)],
+        2: [(0, "c", "open", T0 + 540, 7)],
+    }
+    assert outcome.check() == 3

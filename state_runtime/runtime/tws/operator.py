@@ -438,8 +438,9 @@ def transform_with_state(
     ``time_mode``: ``"None"``, ``"ProcessingTime"`` (timers and TTL on the batch's time) or
     ``"EventTime"`` (timers on the query's watermark, which it then needs).
     ``initial_state``: a DataFrame with the key columns, read once here (``toArrow``) and
-    given to ``handleInitialState`` in the query's first batch. ``event_time_column`` drops
-    input rows at or before the watermark, as Spark's operators do for late rows."""
+    given to ``handleInitialState`` in the query's first batch. ``"EventTime"`` drops input
+    rows at or before the watermark on the watermark's column, as Spark;
+    ``event_time_column`` names the column late rows are judged on instead."""
     mode = TIME_MODES.get(str(time_mode).lower())
     if mode is None:
         raise InvalidArgument(
@@ -483,6 +484,7 @@ def transform_with_state(
         config=replace(config or StoreConfig(), scan_prefix=len(grouping.fields)),
         late_column=event_time_column,
         uses_event_time=mode == "EventTime",
+        late_on_watermark=mode == "EventTime",
         kind="transform_with_state",
         reads=ColumnUse.event_time(event_time_column),
         output_mode=out_mode,  # type: ignore[arg-type]
