@@ -3,8 +3,9 @@ sequence of steps (tests/simulation/steps.py replays it with every invariant che
 each step); the other findings are test_found.py's.
 
 The retained versions of a store a repartition dropped were fixed by i34-sim, the repartition
-after the clock stepped back and after a restore restarted every store by i34-soak; the
-others are errors of the model, fixed in it.
+after the clock stepped back and after a restore restarted every store by i34-soak, the
+store a repartition adds back after such a restore by i34-unique; the others are errors of
+the model, fixed in it.
 """
 
 from __future__ import annotations
@@ -261,5 +262,34 @@ def test_a_restore_that_restarts_a_partition_a_repartition_added() -> None:
             ),
             ("sweep_attempts", {"zero": False}),
             ("restore", {"allow_lost_state": True, "back": 0, "zero": True}),
+        ]
+    )
+
+
+def test_a_store_a_repartition_adds_back_after_a_restart_commits() -> None:
+    """Found by the soak (a 52-step run, shrunk by hand to 10 steps): 3 partitions, then 2
+    (store 2 out of the layout, its batch-0 entry at version 2 left in the commit log), a
+    snapshot raced into a batch and cleanup at zero windows, then a restore to the batch
+    before whose state is lost restarts every store. The restore orphaned store 2's files
+    (no version of it is the target's) but kept its entry; the stores start again at version
+    1, the move back to 3 partitions adds store 2 at version 2 and fails on the commit log's
+    (store, version) key, and so did every batch after (``UNIQUE constraint failed:
+    commit_log.store_id, commit_log.version``). The restore now removes the entries of a
+    store its target batch does not have, as it does a restarted store's."""
+    replay(
+        [
+            ("repartition", {}),
+            run({}),
+            ("repartition", {}),
+            run({}),
+            run({}),
+            (
+                "raced_batch",
+                {"at": "begun", "changes": {1: {"c": 3}, 0: {"a": None}}, "chore": "snapshot"},
+            ),
+            ("cleanup", {"zero": True}),
+            ("restore", {"allow_lost_state": True, "back": 2, "zero": True}),
+            run({}),
+            ("repartition", {}),
         ]
     )

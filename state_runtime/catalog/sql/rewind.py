@@ -7,8 +7,11 @@ versions must stay a linear chain, and the next batch commits those version numb
 returned, so the caller records them with its run; their files become orphans whose reason
 names the restore, and cleanup deletes them like any other orphan (the ledger keeps that
 reason). A store named in ``restart`` (its state was lost, and the user accepted that) loses
-every entry of the query and starts again from version 0. The watermarks and metrics of the
-removed batches go with them: the batches will run again.
+every entry of the query and starts again from version 0; so does a store batch ``B`` does not
+have (one a repartition dropped): its files become orphans, so no entry may keep naming them
+(nor the version a repartition that adds the store back gives it, once the restarted stores
+count from 1 again). The watermarks and metrics of the removed batches go with them: the
+batches will run again.
 """
 
 from __future__ import annotations
@@ -99,12 +102,13 @@ def rewind_query(
             f"batch {batch_id} of query {query_id} changed in the catalog since it was checked "
             "(a concurrent commit or restore): plan the restore again"
         )
-    dropped = [r for r in rows if r.batch_id > batch_id or key_of(r).store in restart]
+    kept = {store: ref for store, ref in at_batch.items() if store not in restart}
+    dropped = [r for r in rows if r.batch_id > batch_id or key_of(r).store not in kept]
     for part in chunks([r.commit_id for r in dropped]):
         connection.execute(sa.delete(commit_log).where(c.commit_id.in_(part)))
     orphaned = resolved = 0
     for store, store_id in ids.items():
-        target = None if store in restart else at_batch.get(store)
+        target = kept.get(store)
         floor = 0 if target is None else target.version
         orphaned += _orphan_above(connection, store_id, floor, reason, now)
         resolved += _resolve_above(connection, store_id, floor, reason, run_id, now)
