@@ -8,8 +8,10 @@ same version are never read. Every file is verified (envelope, checksum, layout,
 schema, duplicate keys, row counts) before any of it is used.
 
 A cold load lists the store's folder once. Maintenance may meanwhile write a newer snapshot
-and delete the deltas it replaces; a load that finds a file gone re-lists and walks again
-(at most :data:`LOAD_ATTEMPTS` times), so a retained version always loads.
+and delete the deltas it replaces; a load that finds a file gone, or finds no file at all
+for the version in a listing the folder no longer matches (a listing is not a point in time),
+re-lists and walks again (at most :data:`LOAD_ATTEMPTS` times), so a retained version always
+loads.
 """
 
 from __future__ import annotations
@@ -234,7 +236,10 @@ class VersionLoader:
                         delta.ref,
                         delta.path,
                     )
-        except (LineageBroken, CheckpointFileMissing) as e:
+        except (LineageBroken, CheckpointFileMissing, UnknownCheckpointId) as e:
+            # A listing is not a point in time: a file deleted after the folder was read is
+            # skipped, and one written meanwhile is not seen, so a snapshot that replaced the
+            # version's delta can be missing from a listing that also lost the delta.
             if self._vanished(e, names):
                 raise _Vanished(e) from e
             if ignored:  # the unusable snapshot is the root cause; the fallback failed too
