@@ -14,7 +14,6 @@ held open for the lookup (:meth:`~state_runtime.store.open_runs.OpenRuns.mapped`
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,8 +79,7 @@ class Region:
         field words say)."""
         if len(self.files) == 1:
             return self.files[0].mapped.words(dtype)
-        span = (ctypes.c_char * self._size).from_address(self._base)
-        return np.frombuffer(span, dtype=dtype, count=self._size // dtype.itemsize)
+        return np.asarray(_Addresses(self._base, self._size // dtype.itemsize, dtype))
 
     def known(self, blocks: np.ndarray) -> np.ndarray:
         """Whether each of ``blocks`` has its value fields learnt."""
@@ -127,3 +125,15 @@ class Region:
             spans.append((self.files[f].mapped, (begin, end - begin)))
         return spans
 
+
+
+class _Addresses:
+    """Read-only words at an address, as numpy takes them (``__array_interface__``)."""
+
+    def __init__(self, address: int, count: int, dtype: np.dtype) -> None:
+        self.__array_interface__ = {
+            "version": 3,
+            "data": (address, True),
+            "shape": (count,),
+            "typestr": dtype.str,
+        }
