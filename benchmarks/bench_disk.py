@@ -21,6 +21,7 @@ iteration of every block. Prints each shape's medians in ms and their ratio to o
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -79,7 +80,7 @@ def _shapes(keys: int) -> tuple[KeyIndexer, dict[str, AnyRun]]:
     shapes: dict[str, AnyRun] = {"one file": on_disk(run)}
     for count in (10, 64):
         cuts = np.linspace(0, keys, count + 1).astype(int)
-        parts = [on_disk(run.slice(lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
+        parts = [on_disk(run.slice(lo, hi)) for lo, hi in itertools.pairwise(cuts)]
         shapes[f"{count} parts"] = RunLevel(parts)  # type: ignore[arg-type]
     return indexer, shapes
 
@@ -89,7 +90,9 @@ def _levels(args: argparse.Namespace) -> None:
     set_budget(args.budget_mib << 20)
     indexer, shapes = _shapes(args.keys)
     rng = np.random.default_rng(1)
-    index = np.sort(indexer.index(_table(np.arange(args.keys), np.arange(args.keys))["key"].chunk(0)))
+    index = np.sort(
+        indexer.index(_table(np.arange(args.keys), np.arange(args.keys))["key"].chunk(0))
+    )
     width = max(1, args.keys // 1000)
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
@@ -107,7 +110,9 @@ def _levels(args: argparse.Namespace) -> None:
                 times.setdefault((name, what), []).append(time.perf_counter() - t0)
                 assert found.null_count >= len(keys) // 3
             t0 = time.perf_counter()
-            scanned = sum(len(run.between(int(index[s]), int(index[s + width - 1]))) for s in starts)
+            scanned = sum(
+                len(run.between(int(index[s]), int(index[s + width - 1]))) for s in starts
+            )
             times.setdefault((name, "100 range scans"), []).append(time.perf_counter() - t0)
             assert scanned == 100 * width, scanned
             t0 = time.perf_counter()
@@ -116,7 +121,11 @@ def _levels(args: argparse.Namespace) -> None:
     medians = {k: statistics.median(v) * 1000 for k, v in times.items()}
     for (name, what), ms in medians.items():
         ratio = ms / medians[("one file", what)]
-        print(json.dumps({"shape": name, "what": what, "median_ms": round(ms, 2), "ratio": round(ratio, 2)}))
+        print(
+            json.dumps(
+                {"shape": name, "what": what, "median_ms": round(ms, 2), "ratio": round(ratio, 2)}
+            )
+        )
     print(json.dumps({"keys": args.keys, "rounds": args.rounds, "load": os.getloadavg()}))
 
 

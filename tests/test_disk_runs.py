@@ -17,7 +17,6 @@ from state_runtime import StateStoreProvider
 from state_runtime.errors import InvalidArgument, LocalDiskFull, StateStoreError
 from state_runtime.storage import LocalStorage
 from state_runtime.store import mapped_probes
-from state_runtime.store.open_runs import OPEN_RUNS
 from state_runtime.store.cache import CACHE, set_budget
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.disk_runs import (
@@ -29,6 +28,7 @@ from state_runtime.store.disk_runs import (
 )
 from state_runtime.store.field_words import FieldWords
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.open_runs import OPEN_RUNS
 from state_runtime.store.run_merges import merge
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.versions import MEMO_FRACTION

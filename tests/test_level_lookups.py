@@ -8,6 +8,7 @@ part count."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def _level(run: Run, count: int, in_memory: int | None = None) -> RunLevel:
     cuts.append(len(run))
     parts: list[Part] = []
     with forced_disk(block_bytes=512):
-        for p, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)):
+        for p, (lo, hi) in enumerate(itertools.pairwise(cuts)):
             part = run.slice(lo, hi)
             parts.append(part if p == in_memory else spill_run("s", part))
     return RunLevel(parts)

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from state_runtime.store.field_words import FieldWords
-from state_runtime.store.open_runs import Mapped
+from state_runtime.store.open_runs import WORD, Mapped
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,17 @@ class Region:
         self.local = np.concatenate([np.arange(c) for c in counts])
         self.first_row = np.concatenate([f.offsets[:-1] + f.first_row for f in files])
         self.rows = np.concatenate([np.diff(f.offsets) for f in files])
-        self.starts = np.concatenate([f.starts + s // 8 for f, s in zip(files, self.shift)])
+        self.starts = np.concatenate(
+            [f.starts + s // 8 for f, s in zip(files, self.shift, strict=True)]
+        )
         self.ends = np.concatenate(
-            [np.r_[f.starts[1:] * 8, len(f.mapped)] + s for f, s in zip(files, self.shift)]
+            [
+                np.r_[f.starts[1:] * 8, len(f.mapped)] + s
+                for f, s in zip(files, self.shift, strict=True)
+            ]
         )
         sizes = np.cumsum([0, *(len(f.mapped) for f in files[:-1])])
-        self.place = np.concatenate([f.starts * 8 + z for f, z in zip(files, sizes)])
+        self.place = np.concatenate([f.starts * 8 + z for f, z in zip(files, sizes, strict=True)])
         self._at = self._field_words()
 
     def _field_words(self) -> np.ndarray | None:
@@ -67,13 +72,13 @@ class Region:
             return None
         itemsizes = np.array([dtype.itemsize for dtype in self.files[0].fields.dtypes])
         tables = []
-        for f, shift in zip(self.files, self.shift.tolist()):
+        for f, shift in zip(self.files, self.shift.tolist(), strict=True):
             at = f.fields.at if f.fields is not None else None
             assert at is not None
             tables.append(np.where(at >= 0, at + shift // itemsizes, -1))
         return np.concatenate(tables)
 
-    def words(self, dtype: np.dtype = np.dtype(np.int64)) -> np.ndarray:
+    def words(self, dtype: np.dtype = WORD) -> np.ndarray:
         """The span as ``dtype`` words: one map's own view, else a view of the addresses from
         the lowest map to the end of the highest (read only where :attr:`starts` and the
         field words say)."""
@@ -93,7 +98,9 @@ class Region:
         field."""
         assert self._at is not None and self.files[0].fields is not None
         arrays = []
-        for c, (field, dtype) in enumerate(zip(self._type, self.files[0].fields.dtypes)):
+        for c, (field, dtype) in enumerate(
+            zip(self._type, self.files[0].fields.dtypes, strict=True)
+        ):
             words = self.words(dtype)
             arrays.append(pa.array(words[self._at[blocks, c] + rows], type=field.type))
             del words
@@ -124,7 +131,6 @@ class Region:
             end = int(self.ends[held[-1]]) - shift
             spans.append((self.files[f].mapped, (begin, end - begin)))
         return spans
-
 
 
 class _Addresses:

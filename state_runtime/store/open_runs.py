@@ -26,6 +26,9 @@ import pyarrow as pa
 MAX_OPEN_RUNS = 256
 """Descriptors of run files a process keeps open at most (a reader and a map: one each)."""
 
+WORD = np.dtype(np.int64)
+"""An index key's word in a run file."""
+
 log = logging.getLogger("state_runtime.store")
 
 
@@ -51,7 +54,7 @@ class Mapped:
         """The map's address and length."""
         return self.whole.address, self.whole.size
 
-    def words(self, dtype: np.dtype = np.dtype(np.int64)) -> np.ndarray:
+    def words(self, dtype: np.dtype = WORD) -> np.ndarray:
         """The file as an array of ``dtype`` words (its length rounded down)."""
         view = self._views.get(dtype)
         if view is None:

@@ -115,7 +115,7 @@ class RunLevel:
         if on_disk:
             runs = [self.parts[p] for p in on_disk]
             first_rows = self._offsets[on_disk].tolist()
-            found, taken = find_on_disk(runs, first_rows, indexer, (index, keys, rows))  # type: ignore[arg-type]
+            found, taken = find_on_disk(runs, first_rows, indexer, (index, keys, rows))
             probes.append(np.flatnonzero(found >= 0))
             values.append(taken)
         for p in touched:
