@@ -15,7 +15,8 @@ of the same rows (docs/state-on-disk.md, "Compaction"): ``--keys`` rows (1.25M: 
 partition's first batch at 5M keys) on disk as one file, as a level of 10 parts and of 64,
 read alternately in one process ``--rounds`` times each: batch lookups of 2,500 and 250,000
 random keys (half of them absent), 100 range scans of 1/1000 of the keys each, and one
-iteration of every block. Prints each shape's medians in ms and their ratio to one file.
+iteration of every block. Prints each shape's medians in ms and the median over the rounds of
+its time against one file's in the same round.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def _levels(args: argparse.Namespace) -> None:
     )
     width = max(1, args.keys // 1000)
     times: dict[tuple[str, str], list[float]] = {}
-    for _ in range(args.rounds):
+    names = list(shapes)
+    for r in range(args.rounds):
         probes = {
             f"lookup {n:,}": pa.StructArray.from_arrays(
                 [pa.array(rng.integers(0, 2 * args.keys, n))], fields=list(KEY)
@@ -103,7 +105,8 @@ def _levels(args: argparse.Namespace) -> None:
             for n in (2_500, 250_000)
         }
         starts = np.sort(rng.integers(0, args.keys - width, 100))
-        for name, run in shapes.items():  # alternated: each round reads every shape
+        for name in names[r % 3 :] + names[: r % 3]:  # alternated, each round in a new order
+            run = shapes[name]
             for what, keys in probes.items():
                 t0 = time.perf_counter()
                 found = lookup(indexer, [run], keys, VALUE)
@@ -118,14 +121,16 @@ def _levels(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             assert sum(len(block) for block in run.blocks()) == args.keys
             times.setdefault((name, "iteration"), []).append(time.perf_counter() - t0)
-    medians = {k: statistics.median(v) * 1000 for k, v in times.items()}
-    for (name, what), ms in medians.items():
-        ratio = ms / medians[("one file", what)]
-        print(
-            json.dumps(
-                {"shape": name, "what": what, "median_ms": round(ms, 2), "ratio": round(ratio, 2)}
-            )
-        )
+    for (name, what), seconds in times.items():
+        one = times[("one file", what)]
+        figures = {
+            "shape": name,
+            "what": what,
+            "median_ms": round(statistics.median(seconds) * 1000, 2),
+            # each round's time against one file's in the same round: load drifts between
+            "ratio": round(statistics.median(t / o for t, o in zip(seconds, one, strict=True)), 2),
+        }
+        print(json.dumps(figures))
     print(json.dumps({"keys": args.keys, "rounds": args.rounds, "load": os.getloadavg()}))
 
 
