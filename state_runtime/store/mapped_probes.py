@@ -1,24 +1,26 @@
-"""Batch lookups in a run file on local disk through a memory map: only the pages a probe's
-binary search and its value touch are read (and the 64 KiB the kernel maps around each
-fault), never whole blocks.
+"""Batch lookups in run files on local disk (a run's, or a level's parts') through memory
+maps: only the pages a probe's binary search and its value touch are read (and the 64 KiB
+the kernel maps around each fault), never whole blocks.
 
 A batch of random keys touches nearly every block of a run (2,500 keys over 470 blocks), and
 reading a block whole (a 64 KiB ``pread``, an Arrow batch decoded, a run built and searched,
 values taken: about 0.4 ms each) made a lookup cost the run's size, not the keys'. Here the
-file is mapped read-only; the probes, grouped by the block their fences name, are
+files are mapped read-only (the maps kept open between lookups, read as one span of words:
+:mod:`~state_runtime.store.mapped_region`); the probes, grouped by the block their fences name, are
 binary-searched together (one vectorised search over every block's index column, which
 lies in the file as plain int64 words: :func:`index_words`), and the values (and, where the
 index key cannot settle it, the keys) of the rows found are taken by Arrow from zero-copy
-views of the blocks that hold them, block by block. The blocks are visited in groups
-spanning at most the larger of the spill threshold and 8 MiB (``LocalDisk.map_window``: a
-fixed overhead, since each group costs a few calls whatever its size). A dense group (at
+views of the blocks that hold them, block by block. The blocks are visited in index order,
+in groups spanning at most the larger of the spill threshold and 8 MiB of the files
+(``LocalDisk.map_window``: a fixed overhead, since each group costs a few calls whatever its
+size). A dense group (at
 least as many probes as blocks it spans) has its pages mapped in one call
 (``MADV_POPULATE_READ``); a sparse one lets the pages its probes touch
 fault in, so a few probes far apart never map the pages between them. The pages a group
 touched are dropped from the process (``MADV_DONTNEED``) before the next: the resident set
 grows by at most a group, whatever the run's size. The pages stay in the operating system's
 page cache, which serves a later lookup. Where ``madvise`` is missing (not Unix) the pages
-fault in and stay mapped until the lookup ends.
+fault in and stay resident until the map is closed.
 """
 
 from __future__ import annotations
