@@ -47,36 +47,36 @@ class Region:
         self._base = int(addresses.min())
         self._size = max(f.mapped.address[0] + len(f.mapped) for f in files) - self._base
         self.shift = addresses - self._base  # where each file lies in the span, in bytes
-        counts = [len(f.starts) for f in files]
+        counts = np.array([len(f.starts) for f in files])
+        sizes = np.array([len(f.mapped) for f in files], dtype=np.int64)
+        firsts = np.cumsum(counts) - counts  # each file's first block in the region
         self.file_of = np.repeat(np.arange(len(files)), counts)
-        self.local = np.concatenate([np.arange(c) for c in counts])
-        self.first_row = np.concatenate([f.offsets[:-1] + f.first_row for f in files])
-        self.rows = np.concatenate([np.diff(f.offsets) for f in files])
-        self.starts = np.concatenate(
-            [f.starts + s // 8 for f, s in zip(files, self.shift, strict=True)]
-        )
-        self.ends = np.concatenate(
-            [
-                np.r_[f.starts[1:] * 8, len(f.mapped)] + s
-                for f, s in zip(files, self.shift, strict=True)
-            ]
-        )
-        sizes = np.cumsum([0, *(len(f.mapped) for f in files[:-1])])
-        self.place = np.concatenate([f.starts * 8 + z for f, z in zip(files, sizes, strict=True)])
+        self.local = np.arange(int(counts.sum())) - firsts[self.file_of]
+        # Each file's block offsets, then its row count: the row counts are left out.
+        offsets = np.concatenate([f.offsets for f in files])
+        begins = np.delete(np.arange(len(offsets)), np.cumsum(counts + 1) - 1)
+        self.rows = offsets[begins + 1] - offsets[begins]
+        first_rows = np.array([f.first_row for f in files], dtype=np.int64)
+        self.first_row = offsets[begins] + first_rows[self.file_of]
+        local_starts = np.concatenate([f.starts for f in files])
+        self.starts = local_starts + (self.shift // 8)[self.file_of]
+        ends = np.r_[local_starts[1:] * 8, 0]  # the next block's start, else its file's end
+        ends[np.cumsum(counts) - 1] = sizes
+        self.ends = ends + self.shift[self.file_of]
+        self.place = local_starts * 8 + (np.cumsum(sizes) - sizes)[self.file_of]
         self._at = self._field_words()
 
     def _field_words(self) -> np.ndarray | None:
         """Each block's value fields in the span, in each field's words (-1: not learnt),
         or None where the values are not plain numbers."""
-        if self.files[0].fields is None:
+        fields = [f.fields for f in self.files]
+        if fields[0] is None:
             return None
-        itemsizes = np.array([dtype.itemsize for dtype in self.files[0].fields.dtypes])
-        tables = []
-        for f, shift in zip(self.files, self.shift.tolist(), strict=True):
-            at = f.fields.at if f.fields is not None else None
-            assert at is not None
-            tables.append(np.where(at >= 0, at + shift // itemsizes, -1))
-        return np.concatenate(tables)
+        at = np.concatenate([f.at for f in fields if f is not None])
+        itemsizes = np.array([dtype.itemsize for dtype in fields[0].dtypes])
+        shifts = self.shift[self.file_of][:, None] // itemsizes
+        joined: np.ndarray = np.where(at >= 0, at + shifts, -1)
+        return joined
 
     def words(self, dtype: np.dtype = WORD) -> np.ndarray:
         """The span as ``dtype`` words: one map's own view, else a view of the addresses from
