@@ -9,11 +9,20 @@ median batch times, and a checksum of the final state (equal in memory and on di
 
     python benchmarks/bench_disk.py [--keys 8000000] [--budget-mib 32] [--batches 10]
         [--updates 10000] [--memory]   # --memory: the same run with everything in memory
+
+``--levels`` measures instead what a level of runs side by side costs against one run file
+of the same rows (docs/state-on-disk.md, "Compaction"): ``--keys`` rows (1.25M: a
+partition's first batch at 5M keys) on disk as one file, as a level of 10 parts and of 64,
+read alternately in one process ``--rounds`` times each: batch lookups of 2,500 and 250,000
+random keys (half of them absent), 100 range scans of 1/1000 of the keys each, and one
+iteration of every block. Prints each shape's medians in ms and the median over the rounds of
+its time against one file's in the same round.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -28,7 +37,11 @@ from peak_memory import peak_rss
 from state_runtime import StateStoreProvider
 from state_runtime.storage import LocalStorage
 from state_runtime.store.cache import set_budget
-from state_runtime.store.disk_runs import LOCAL_DISK
+from state_runtime.store.disk_runs import LOCAL_DISK, written
+from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.run_levels import AnyRun, RunLevel
+from state_runtime.store.sorted_runs import Run
+from state_runtime.store.versions import lookup
 
 KEY = pa.struct([("k", pa.int64())])
 VALUE = pa.struct([("v", pa.int64())])
@@ -56,6 +69,71 @@ def _round_trip(provider: StateStoreProvider) -> None:
     sum(len(block) for block in store._blocks())
 
 
+def _shapes(keys: int) -> tuple[KeyIndexer, dict[str, AnyRun]]:
+    """The same ``keys`` rows (value = key) on disk as one file and as levels of 10 and 64."""
+    indexer = KeyIndexer(KEY)
+    table = _table(np.arange(keys, dtype=np.int64), np.arange(keys, dtype=np.int64))
+    run = Run.build(indexer, table.column("key").chunk(0), table.column("value").chunk(0))[0]
+
+    def on_disk(part: Run) -> AnyRun:
+        return written("bench", [part], KEY, VALUE, part.nbytes, compaction=False)
+
+    shapes: dict[str, AnyRun] = {"one file": on_disk(run)}
+    for count in (10, 64):
+        cuts = np.linspace(0, keys, count + 1).astype(int)
+        parts = [on_disk(run.slice(lo, hi)) for lo, hi in itertools.pairwise(cuts)]
+        shapes[f"{count} parts"] = RunLevel(parts)  # type: ignore[arg-type]
+    return indexer, shapes
+
+
+def _levels(args: argparse.Namespace) -> None:
+    """One file against levels of 10 and 64 parts (``--levels``: see the module)."""
+    set_budget(args.budget_mib << 20)
+    indexer, shapes = _shapes(args.keys)
+    rng = np.random.default_rng(1)
+    index = np.sort(
+        indexer.index(_table(np.arange(args.keys), np.arange(args.keys))["key"].chunk(0))
+    )
+    width = max(1, args.keys // 1000)
+    times: dict[tuple[str, str], list[float]] = {}
+    names = list(shapes)
+    for r in range(args.rounds):
+        probes = {
+            f"lookup {n:,}": pa.StructArray.from_arrays(
+                [pa.array(rng.integers(0, 2 * args.keys, n))], fields=list(KEY)
+            )
+            for n in (2_500, 250_000)
+        }
+        starts = np.sort(rng.integers(0, args.keys - width, 100))
+        for name in names[r % 3 :] + names[: r % 3]:  # alternated, each round in a new order
+            run = shapes[name]
+            for what, keys in probes.items():
+                t0 = time.perf_counter()
+                found = lookup(indexer, [run], keys, VALUE)
+                times.setdefault((name, what), []).append(time.perf_counter() - t0)
+                assert found.null_count >= len(keys) // 3
+            t0 = time.perf_counter()
+            scanned = sum(
+                len(run.between(int(index[s]), int(index[s + width - 1]))) for s in starts
+            )
+            times.setdefault((name, "100 range scans"), []).append(time.perf_counter() - t0)
+            assert scanned == 100 * width, scanned
+            t0 = time.perf_counter()
+            assert sum(len(block) for block in run.blocks()) == args.keys
+            times.setdefault((name, "iteration"), []).append(time.perf_counter() - t0)
+    for (name, what), seconds in times.items():
+        one = times[("one file", what)]
+        figures = {
+            "shape": name,
+            "what": what,
+            "median_ms": round(statistics.median(seconds) * 1000, 2),
+            # each round's time against one file's in the same round: load drifts between
+            "ratio": round(statistics.median(t / o for t, o in zip(seconds, one, strict=True)), 2),
+        }
+        print(json.dumps(figures))
+    print(json.dumps({"keys": args.keys, "rounds": args.rounds, "load": os.getloadavg()}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", type=int, default=8_000_000)
@@ -64,7 +142,11 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=10_000)
     parser.add_argument("--chunk", type=int, default=250_000)
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--levels", action="store_true")
+    parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
+    if args.levels:
+        return _levels(args)
     budget = args.budget_mib << 20
     set_budget(budget if not args.memory else 1 << 40)
     root = tempfile.mkdtemp(prefix="bench-disk-")

@@ -27,7 +27,7 @@ import threading
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +41,7 @@ from state_runtime.store.field_words import FieldWords
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.local_folder import make_worker_folder
 from state_runtime.store.mapped_probes import find_mapped, index_words
+from state_runtime.store.mapped_region import Region, RunFile
 from state_runtime.store.open_runs import OPEN_RUNS
 from state_runtime.store.sorted_runs import Run, concat, run_of
 from state_runtime.store.store_metrics import DiskMetrics
@@ -299,33 +300,8 @@ class DiskRun:
     ) -> tuple[np.ndarray, pa.StructArray]:
         """For each probe, its row in this run or -1 (see :meth:`Run.positions`), and the
         values of the probes found, in probe order: through a memory map of the file, reading
-        only the pages the probes touch (:mod:`~state_runtime.store.mapped_probes`)."""
-        rows = np.arange(len(index)) if rows is None else rows
-        blocks = holding(self._firsts, self._lasts, index)
-        found, probes, parts, clashes = find_mapped(
-            self.path,
-            self._offsets,
-            self._starts,
-            blocks,
-            indexer,
-            (index, keys, rows),
-            LOCAL_DISK.map_window(),
-            self._fields,
-        )
-        LOCAL_DISK.count_block_reads(len(np.unique(blocks[blocks >= 0])))
-        for p in clashes.tolist():  # hashed keys that collide: searched in their block
-            b = int(blocks[p])
-            block = self.block(b)
-            pos = block.positions(indexer, index[p : p + 1], keys, rows[p : p + 1])
-            if pos[0] >= 0:
-                found[p] = pos[0] + self._offsets[b]
-                probes.append(np.array([p]))
-                parts.append(block.take_values(pos))
-        if not parts:
-            return found, pa.array([], type=self.value_type)
-        values = pa.concat_arrays(parts)
-        by_probe = np.argsort(np.concatenate(probes), kind="stable")
-        return found, values.take(pa.array(by_probe))
+        only the pages the probes touch (:func:`find_on_disk`)."""
+        return find_on_disk([self], [0], indexer, (index, keys, rows))
 
     def positions(
         self,
@@ -345,6 +321,11 @@ class DiskRun:
         i = self.block(b).position_of(indexer, h, key)
         return -1 if i < 0 else i + int(self._offsets[b])
 
+    def tables(self) -> tuple[np.ndarray, np.ndarray, FieldWords | None]:
+        """Each block's first row (then the row count), where its index column is in the
+        file (in words) and its value fields (None: not plain numbers)."""
+        return self._offsets, self._starts, self._fields
+
     def _located(self, i: int) -> tuple[Run, int]:
         b = int(np.searchsorted(self._offsets, i, side="right")) - 1
         return self.block(b), i - int(self._offsets[b])
@@ -362,6 +343,47 @@ class DiskRun:
 
 Part = Run | DiskRun
 """A run in memory or in one file on local disk (a level's part)."""
+
+
+def find_on_disk(
+    runs: Sequence[DiskRun],
+    first_rows: Sequence[int],
+    indexer: KeyIndexer,
+    wanted: tuple[np.ndarray, pa.StructArray, np.ndarray | None],
+) -> tuple[np.ndarray, pa.StructArray]:
+    """For each probe (index keys, keys, the keys' rows: ``wanted``), its row in ``runs`` (in
+    index order, their ranges apart, ``runs[i]``'s rows from ``first_rows[i]``) or -1, and
+    the values of the probes found, in probe order. One vectorised search over the blocks of
+    every run a probe falls in, through their files' maps held open
+    (:mod:`~state_runtime.store.mapped_region`, :mod:`~state_runtime.store.mapped_probes`)."""
+    index, keys, rows = wanted
+    rows = np.arange(len(index)) if rows is None else rows
+    firsts = np.concatenate([run._firsts for run in runs])
+    blocks = holding(firsts, np.concatenate([run._lasts for run in runs]), index)
+    with contextlib.ExitStack() as held:
+        files = [
+            RunFile(held.enter_context(OPEN_RUNS.mapped(run.path)), *run.tables(), first)
+            for run, first in zip(runs, first_rows, strict=True)
+        ]
+        region = Region(files, runs[0].value_type)
+        window = LOCAL_DISK.map_window()
+        found, probes, parts, clashes = find_mapped(
+            region, blocks, indexer, (index, keys, rows), window
+        )
+    LOCAL_DISK.count_block_reads(len(np.unique(blocks[blocks >= 0])))
+    for p in clashes.tolist():  # hashed keys that collide: searched in their block
+        b = int(blocks[p])
+        block = runs[int(region.file_of[b])].block(int(region.local[b]))
+        pos = block.positions(indexer, index[p : p + 1], keys, rows[p : p + 1])
+        if pos[0] >= 0:
+            found[p] = pos[0] + region.first_row[b]
+            probes.append(np.array([p]))
+            parts.append(block.take_values(pos))
+    if not parts:
+        return found, pa.array([], type=runs[0].value_type)
+    values = pa.concat_arrays(parts)
+    by_probe = np.argsort(np.concatenate(probes), kind="stable")
+    return found, values.take(pa.array(by_probe))
 
 
 def _close_and_delete(path: str, size: int) -> None:

@@ -14,8 +14,6 @@ keeps the Arrow path.
 
 from __future__ import annotations
 
-import mmap
-
 import numpy as np
 import pyarrow as pa
 
@@ -39,8 +37,8 @@ class FieldWords:
 
     def __init__(self, value_type: pa.DataType, blocks: int) -> None:
         self._type = value_type
-        self._dtypes = [np.dtype(field.type.to_pandas_dtype()) for field in value_type]
-        self._at = np.full((blocks, len(self._dtypes)), -1, dtype=np.int64)
+        self.dtypes = [np.dtype(field.type.to_pandas_dtype()) for field in value_type]
+        self.at = np.full((blocks, len(self.dtypes)), -1, dtype=np.int64)
 
     @classmethod
     def of(cls, value_type: pa.DataType, blocks: int) -> FieldWords | None:
@@ -50,12 +48,7 @@ class FieldWords:
 
     @property
     def nbytes(self) -> int:
-        return int(self._at.nbytes)
-
-    def known(self, blocks: np.ndarray) -> np.ndarray:
-        """Whether each of ``blocks`` has been learnt."""
-        known: np.ndarray = self._at[blocks, 0] >= 0
-        return known
+        return int(self.at.nbytes)
 
     def learn(
         self, mapping: tuple[int, int], blocks: list[int], batches: list[pa.RecordBatch]
@@ -69,27 +62,17 @@ class FieldWords:
             column = batch.column(2)
             if column.null_count:
                 continue
-            fields = [column.field(i) for i in range(len(self._dtypes))]
+            fields = [column.field(i) for i in range(len(self.dtypes))]
             if any(field.null_count for field in fields):
                 continue
             at = [
                 (field.buffers()[1].address + field.offset * dtype.itemsize - base, dtype)
-                for field, dtype in zip(fields, self._dtypes, strict=True)
+                for field, dtype in zip(fields, self.dtypes, strict=True)
             ]
             if any(
                 where < 0 or where % dtype.itemsize or where + len(field) * dtype.itemsize > size
                 for (where, dtype), field in zip(at, fields, strict=True)
             ):
                 continue
-            self._at[b, 1:] = [where // dtype.itemsize for where, dtype in at[1:]]
-            self._at[b, 0] = at[0][0] // at[0][1].itemsize  # last: a reader checks it first
-
-    def gather(self, mapping: mmap.mmap, blocks: np.ndarray, rows: np.ndarray) -> pa.StructArray:
-        """The values at row ``rows[i]`` of block ``blocks[i]`` (each learnt), read from the
-        mapped file."""
-        arrays = []
-        for c, (field, dtype) in enumerate(zip(self._type, self._dtypes, strict=True)):
-            words = np.frombuffer(mapping, dtype=dtype, count=len(mapping) // dtype.itemsize)
-            arrays.append(pa.array(words[self._at[blocks, c] + rows], type=field.type))
-            del words
-        return pa.StructArray.from_arrays(arrays, fields=list(self._type))
+            self.at[b, 1:] = [where // dtype.itemsize for where, dtype in at[1:]]
+            self.at[b, 0] = at[0][0] // at[0][1].itemsize  # last: a reader checks it first

@@ -1,40 +1,40 @@
-"""Batch lookups in a run file on local disk through a memory map: only the pages a probe's
-binary search and its value touch are read (and the 64 KiB the kernel maps around each
-fault), never whole blocks.
+"""Batch lookups in run files on local disk (a run's, or a level's parts') through memory
+maps: only the pages a probe's binary search and its value touch are read (and the 64 KiB
+the kernel maps around each fault), never whole blocks.
 
 A batch of random keys touches nearly every block of a run (2,500 keys over 470 blocks), and
 reading a block whole (a 64 KiB ``pread``, an Arrow batch decoded, a run built and searched,
 values taken: about 0.4 ms each) made a lookup cost the run's size, not the keys'. Here the
-file is mapped read-only; the probes, grouped by the block their fences name, are
+files are mapped read-only (the maps kept open between lookups, read as one span of words:
+:mod:`~state_runtime.store.mapped_region`); the probes, grouped by the block their fences name, are
 binary-searched together (one vectorised search over every block's index column, which
 lies in the file as plain int64 words: :func:`index_words`), and the values (and, where the
 index key cannot settle it, the keys) of the rows found are taken by Arrow from zero-copy
-views of the blocks that hold them, block by block. The blocks are visited in groups
-spanning at most the larger of the spill threshold and 8 MiB (``LocalDisk.map_window``: a
-fixed overhead, since each group costs a few calls whatever its size). A dense group (at
-least as many probes as blocks it spans) has its pages mapped in one call
-(``MADV_POPULATE_READ``); a sparse one lets the pages its probes touch
+views of the blocks that hold them, block by block. The blocks are visited in index order,
+in groups spanning at most the larger of the spill threshold and 8 MiB of the files
+(``LocalDisk.map_window``: a fixed overhead, since each group costs a few calls whatever its
+size). A dense group (at
+least as many probes as blocks it spans) has its pages in each file from 1 MiB mapped in one
+call (``MADV_POPULATE_READ``); a sparse one lets the pages its probes touch
 fault in, so a few probes far apart never map the pages between them. The pages a group
 touched are dropped from the process (``MADV_DONTNEED``) before the next: the resident set
 grows by at most a group, whatever the run's size. The pages stay in the operating system's
 page cache, which serves a later lookup. Where ``madvise`` is missing (not Unix) the pages
-fault in and stay mapped until the lookup ends.
+fault in and stay resident until the map is closed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
-import logging
 import mmap
 import struct
-from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 
-from state_runtime.store.field_words import FieldWords
 from state_runtime.store.keys import INT64_MIN, KeyIndexer
+from state_runtime.store.mapped_region import Region
+from state_runtime.store.open_runs import Mapped
 
 MADV_POPULATE_READ = 22
 """Linux 5.14+: map a range's pages in one call (older kernels refuse it: pages fault in)."""
@@ -42,32 +42,20 @@ MADV_POPULATE_READ = 22
 MADV_DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
 """Drop a range's pages from the process (None where ``madvise`` is missing)."""
 
+POPULATE_BYTES = 1 << 20
+"""A dense group's pages in a file are mapped in one call from this size: a level's small
+parts fault in their few 64 KiB windows for less than the call (64 parts, 2,500 keys:
+32 ms against 41 ms a lookup with the call, one file's 26 ms either way)."""
+
 FAULT_AROUND = 64 << 10
 """Bytes around a page fault that Linux maps too (``fault_around_bytes``, 64 KiB)."""
 
-log = logging.getLogger("state_runtime.store")
 
-
-@contextlib.contextmanager
-def _mapped(path: str) -> Iterator[mmap.mmap]:
-    """The file mapped read-only, unmapped at the end (the caller drops its views first)."""
-    with open(path, "rb") as file:
-        mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-    try:
-        yield mapping
-    finally:
-        try:
-            mapping.close()
-        except BufferError:  # an Arrow array still refers to it: unmapped when collected
-            log.warning("%s: a view of its memory map outlived the lookup", path)
-
-
-def _advise(mapping: mmap.mmap, advice: int | None, span: tuple[int, int]) -> None:
+def _advise(mapped: Mapped, advice: int | None, span: tuple[int, int]) -> None:
     """``madvise`` over ``span`` (start, length) where the platform and the kernel have it:
     only advice, which changes what is resident, never an answer."""
     if advice is not None and MADV_DONTNEED is not None:  # no MADV_* constants: no madvise
-        with contextlib.suppress(OSError):
-            mapping.madvise(advice, *span)
+        mapped.advise(advice, span)
 
 
 def index_words(path: str, messages: list[int], firsts: np.ndarray) -> np.ndarray:
@@ -109,20 +97,13 @@ def _header(file: io.RawIOBase, at: int) -> int:
     return int(length)
 
 
-def _span(mapping: mmap.mmap, starts: np.ndarray, first: int, last: int) -> tuple[int, int]:
-    """The pages from block ``first``'s index column to the end of block ``last``."""
-    begin = int(starts[first]) * 8 // mmap.PAGESIZE * mmap.PAGESIZE
-    end = int(starts[last + 1]) * 8 if last + 1 < len(starts) else len(mapping)
-    return begin, end - begin
-
-
-def _touched(mapping: mmap.mmap, span: tuple[int, int]) -> tuple[int, int]:
-    """The pages a group with ``span`` may have mapped: its first block's metadata before the
-    span (under 64 KiB) and the window the kernel maps around each fault (64 KiB aligned),
-    so from two windows before the span to one after. Not from an earlier group's span: the
-    ranges of consecutive groups overlap by three windows at most."""
+def _touched(mapped: Mapped, span: tuple[int, int]) -> tuple[int, int]:
+    """The pages a group with ``span`` in ``mapped`` may have mapped: its first block's
+    metadata before the span (under 64 KiB) and the window the kernel maps around each fault
+    (64 KiB aligned), so from two windows before the span to one after. Not from an earlier
+    group's span: the ranges of consecutive groups overlap by three windows at most."""
     start = max(0, span[0] - 2 * FAULT_AROUND) // mmap.PAGESIZE * mmap.PAGESIZE
-    end = min(len(mapping), span[0] + span[1] + FAULT_AROUND)
+    end = min(len(mapped), span[0] + span[1] + FAULT_AROUND)
     return start, end - start
 
 
@@ -142,23 +123,21 @@ def _search(words: np.ndarray, start: np.ndarray, n: np.ndarray, x: np.ndarray) 
 
 
 def find_mapped(
-    path: str,
-    offsets: np.ndarray,
-    starts: np.ndarray,
+    region: Region,
     blocks: np.ndarray,
     indexer: KeyIndexer,
     wanted: tuple[np.ndarray, pa.StructArray, np.ndarray],
     group_bytes: int,
-    fields: FieldWords | None,
 ) -> tuple[np.ndarray, list[np.ndarray], list[pa.Array], np.ndarray]:
     """The probes ``wanted``: index keys ``index`` and keys ``keys[rows[i]]``, in the run
-    file at ``path`` whose blocks start at rows ``offsets`` and index words ``starts``, each
-    probe in block ``blocks[i]`` (-1: none); the values of blocks whose ``fields`` are
-    learnt are read as words, the others' through Arrow (which learns them).
+    files of ``region``, each probe in its block ``blocks[i]`` (-1: none); the values of
+    blocks whose field words are learnt are read as words, the others' through Arrow (which
+    learns them).
 
-    Returns each probe's row in the run or -1, then the probes found and their values in
-    pieces, and the probes whose index key matched a row with another key (a collision of
-    hashed keys: the caller searches those in their blocks; their row here is -1)."""
+    Returns each probe's row (the region's row numbers) or -1, then the probes found and
+    their values in pieces, and the probes whose index key matched a row with another key
+    (a collision of hashed keys: the caller searches those in their blocks; their row here
+    is -1)."""
     index = wanted[0]
     found = np.full(len(index), -1, dtype=np.int64)
     probes: list[np.ndarray] = []
@@ -169,65 +148,59 @@ def find_mapped(
         return found, probes, values, np.empty(0, dtype=np.int64)
     order = inside[np.argsort(blocks[inside], kind="stable")]
     ordered = blocks[order]
-    # Groups of consecutive blocks: those starting in the same group_bytes of the file.
-    group_of = starts[ordered] * 8 // max(group_bytes, 1)
+    # Groups of consecutive blocks: those starting in the same group_bytes of the files.
+    group_of = region.place[ordered] // max(group_bytes, 1)
     bounds = np.r_[np.flatnonzero(group_of[1:] != group_of[:-1]) + 1, len(order)]
-    with _mapped(path) as mapping:
-        whole = pa.py_buffer(mapping)
-        words = np.frombuffer(mapping, dtype=np.int64, count=len(mapping) // 8)
-        reader = pa.ipc.open_file(whole)
-        source = (reader, (whole.address, whole.size))
-        try:
-            lo = 0
-            for hi in bounds.tolist():  # every group holds a probe
-                group, b, lo = order[lo:hi], ordered[lo:hi], hi
-                span = _span(mapping, starts, int(b[0]), int(b[-1]))
-                if len(group) > b[-1] - b[0]:  # dense: one call maps the pages, not a fault each
-                    _advise(mapping, MADV_POPULATE_READ, span)
-                n = offsets[b + 1] - offsets[b]
-                pos = _search(words, starts[b], n, index[group])
-                hit = (pos < n) & (words[starts[b] + np.minimum(pos, n - 1)] == index[group])
-                group, b, pos = group[hit], b[hit], pos[hit]
-                if fields is not None and indexer.exact:  # a key whose index key settles it
-                    quick = fields.known(b) & (index[group] != INT64_MIN)
-                    if quick.any():
-                        found[group[quick]] = offsets[b[quick]] + pos[quick]
-                        probes.append(group[quick])
-                        values.append(fields.gather(mapping, b[quick], pos[quick]))
-                        group, b, pos = group[~quick], b[~quick], pos[~quick]
-                if len(group):
-                    wanted_here = (b, pos, group)
-                    kept, taken, clash = _values(source, indexer, wanted_here, wanted, fields)
-                    found[group[kept]] = offsets[b[kept]] + pos[kept]
-                    probes.append(group[kept])
-                    values.append(taken)
-                    collided.append(group[clash])
-                _advise(mapping, MADV_DONTNEED, _touched(mapping, span))
-        finally:
-            del whole, words, reader, source
+    starts, first_row = region.starts, region.first_row
+    words = region.words()
+    try:
+        lo = 0
+        for hi in bounds.tolist():  # every group holds a probe
+            group, b, lo = order[lo:hi], ordered[lo:hi], hi
+            spans = region.spans(int(b[0]), int(b[-1]))
+            if len(group) > b[-1] - b[0]:  # dense: one call maps the pages, not a fault each
+                for mapped, span in spans:
+                    if span[1] >= POPULATE_BYTES:
+                        _advise(mapped, MADV_POPULATE_READ, span)
+            n = region.rows[b]
+            pos = _search(words, starts[b], n, index[group])
+            hit = (pos < n) & (words[starts[b] + np.minimum(pos, n - 1)] == index[group])
+            group, b, pos = group[hit], b[hit], pos[hit]
+            if indexer.exact:  # a key whose index key settles it
+                quick = region.known(b) & (index[group] != INT64_MIN)
+                if quick.any():
+                    found[group[quick]] = first_row[b[quick]] + pos[quick]
+                    probes.append(group[quick])
+                    values.append(region.gather(b[quick], pos[quick]))
+                    group, b, pos = group[~quick], b[~quick], pos[~quick]
+            if len(group):
+                kept, taken, clash = _values(region, indexer, (b, pos, group), wanted)
+                found[group[kept]] = first_row[b[kept]] + pos[kept]
+                probes.append(group[kept])
+                values.append(taken)
+                collided.append(group[clash])
+            for mapped, span in spans:
+                _advise(mapped, MADV_DONTNEED, _touched(mapped, span))
+    finally:  # no view of the maps outlives the lookup in a traceback
+        del words
     clashes = np.concatenate(collided) if collided else np.empty(0, dtype=np.int64)
     return found, probes, values, clashes
 
 
 def _values(
-    source: tuple[pa.ipc.RecordBatchFileReader, tuple[int, int]],
+    region: Region,
     indexer: KeyIndexer,
     here: tuple[np.ndarray, np.ndarray, np.ndarray],
     wanted: tuple[np.ndarray, pa.StructArray, np.ndarray],
-    fields: FieldWords | None,
 ) -> tuple[np.ndarray, pa.Array, np.ndarray]:
     """For probes ``group`` whose index key is at row ``pos`` of block ``b`` (``here``, ``b``
     sorted): which of them hold their key there (a mask), the values of those, and the
     positions in ``group`` of those that do not (another key with the same index key).
-    The blocks are read from ``source``'s reader over a mapping of the file (``source[1]``:
-    its address and length); ``fields`` learns them."""
-    reader, mapping = source
+    The blocks are read through Arrow from the maps (their runs learn their field words)."""
     b, pos, group = here
     index, keys, rows = wanted
     touched, chunk = np.unique(b, return_inverse=True)
-    batches = [reader.get_batch(int(t)) for t in touched.tolist()]
-    if fields is not None:
-        fields.learn(mapping, touched.tolist(), batches)
+    batches = region.batches(touched.tolist())
     kept = np.ones(len(group), dtype=bool)
     unsure = np.flatnonzero(index[group] == INT64_MIN) if indexer.exact else np.arange(len(b))
     if len(unsure):

@@ -19,7 +19,14 @@ import numpy as np
 import pyarrow as pa
 
 from state_runtime.store.arrow_rows import Row
-from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, DiskStats, Part, spill_run
+from state_runtime.store.disk_runs import (
+    LOCAL_DISK,
+    DiskRun,
+    DiskStats,
+    Part,
+    find_on_disk,
+    spill_run,
+)
 from state_runtime.store.fences import holding, overlapping
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.sorted_runs import Run, concat
@@ -96,13 +103,24 @@ class RunLevel:
         rows: np.ndarray | None = None,
     ) -> tuple[np.ndarray, pa.StructArray]:
         """For each probe, its row in this level or -1, and the values of the probes found, in
-        probe order: each part looks up the probes in its range."""
+        probe order: the parts on disk that probes fall in answer together, in one search
+        (:func:`~state_runtime.store.disk_runs.find_on_disk`), each part in memory on its own."""
         rows = np.arange(len(index)) if rows is None else rows
-        found = np.full(len(index), -1, dtype=np.int64)
         part_of = holding(self._firsts, self._lasts, index)
+        touched = np.unique(part_of[part_of >= 0]).tolist()
+        on_disk = [p for p in touched if isinstance(self.parts[p], DiskRun)]
+        found = np.full(len(index), -1, dtype=np.int64)
         probes: list[np.ndarray] = []
         values: list[pa.Array] = []
-        for p in np.unique(part_of[part_of >= 0]).tolist():
+        if on_disk:
+            runs = [self.parts[p] for p in on_disk]
+            first_rows = self._offsets[on_disk].tolist()
+            found, taken = find_on_disk(runs, first_rows, indexer, (index, keys, rows))
+            probes.append(np.flatnonzero(found >= 0))
+            values.append(taken)
+        for p in touched:
+            if isinstance(self.parts[p], DiskRun):
+                continue
             mine = np.flatnonzero(part_of == p)
             pos, found_values = self.parts[p].find(indexer, index[mine], keys, rows[mine])
             hit = pos >= 0
@@ -111,6 +129,8 @@ class RunLevel:
             values.append(found_values)
         if not probes:
             return found, pa.array([], type=self.value_type)
+        if len(probes) == 1:
+            return found, values[0]
         by_probe = np.argsort(np.concatenate(probes), kind="stable")
         return found, pa.concat_arrays(values).take(pa.array(by_probe))
 
