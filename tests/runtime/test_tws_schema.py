@@ -100,7 +100,8 @@ def test_a_replay_of_the_batch_that_adds_a_variable_reads_it_empty(
 ) -> None:
     """A variable first declared in batch 1 (``last``, new in v2) has nothing before that
     batch: its replay (a driver that died before Spark's commit) reads it empty, as the batch
-    did, never the batch's own commit, which ``Catalog.committed_before`` fell back to."""
+    did. ``Catalog.committed_before`` fell back to the batch's own commit: the replay built
+    on version 1 and was refused on every run (CommitConflict: it commits version 2)."""
     root = tmp_path / "ckpt"
     _run(spark, _query(root, sqlite_catalog_url, "v1"), 0, "ab")
     first = _run(spark, _query(root, sqlite_catalog_url, "v2"), 1, "ac")
