@@ -206,13 +206,6 @@ def plan_repartition(
                 "catalog (the query started before layouts were recorded): run one batch with "
                 "this version, stop the query, then repartition"
             )
-        if batch_id < layout.from_batch - 1:
-            raise MaintenanceRefused(
-                f"query {query_id}'s last commit, batch {batch_id}, is of a store its "
-                f"repartition at batch {layout.from_batch - 1} dropped: no store of operator "
-                f"{key[0]}'s {layout.num_partitions} partitions has a commit (a restore "
-                "restarted them all). Run a batch, stop the query, then repartition"
-            )
         sources = {
             s.partition_id: ref
             for s, ref in committed.items()

@@ -333,15 +333,17 @@ class StatefulQuery:
         if batch_id == 0 or start.previous:
             before = partial(self.catalog.committed_before, self.root, self.query_id, batch_id)
             return with_skipped(start.previous, self._stores(), before)
+        # what the stores committed before this batch (a replay's own commits are no base)
+        earlier = self.catalog.committed_before(self.root, self.query_id, batch_id)
         ours = {
             store: ref
-            for store, ref in self.catalog.latest_committed(self.root).items()
+            for store, ref in earlier.items()
             if any(store.operator_id == op.operator_id for op in self.operators) and ref.version
         }
         if ours:
             raise BatchOutOfOrder(
                 f"batch {batch_id - 1} of query {self.query_id} is not committed in the catalog, "
-                f"but its stores already have committed versions (e.g. {next(iter(ours.items()))})"
+                f"but its stores committed versions before it (e.g. {next(iter(ours.items()))})"
                 f"; last committed batch: {start.last_batch}. The query's "
                 "Spark checkpoint and the state catalog disagree"
             )

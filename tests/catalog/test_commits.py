@@ -158,6 +158,20 @@ def test_a_replay_reopening_a_store_builds_on_its_commit_before_the_batch(
     assert catalog.latest_committed(ROOT) == {i.store: i.ref for i in replay}
 
 
+def test_a_store_first_committed_in_a_batch_has_nothing_before_it(catalog: Catalog) -> None:
+    """Store C is first opened in batch 1 (a variable declared then, or every store restarted
+    from empty before it): before batch 1 it has nothing, not batch 1's own commit, which a
+    replay of batch 1 would build on twice; before batch 2 it has that commit."""
+    a1 = info(A, 1, None)
+    catalog.commit_batch(ROOT, QUERY, 0, [a1])
+    a2, c1 = info(A, 2, a1.checkpoint_id, lineage=(a1.ref,)), info(C, 1, None)
+    catalog.commit_batch(ROOT, QUERY, 1, [a2, c1])
+
+    assert catalog.committed_before(ROOT, QUERY, 1) == {A: a1.ref}
+    assert catalog.committed_before(ROOT, QUERY, 2) == {A: a2.ref, C: c1.ref}
+    assert catalog.committed_before(ROOT, "another query", 1) == {A: a2.ref, C: c1.ref}
+
+
 def test_the_problem_census_moves_whatever_order_ids_commit_in(catalog: Catalog) -> None:
     """The failures sensor's census: on PostgreSQL a problem's id is taken when its
     transaction starts, so a lower id can commit after a higher one; a problem found with a

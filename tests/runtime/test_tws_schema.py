@@ -94,6 +94,21 @@ def test_variables_added_evolved_and_dropped_across_restarts(
     assert _run(spark, _query(root, sqlite_catalog_url, "v3"), 4, "c") == [("c", 2, None, -1, 5)]
 
 
+@pytest.mark.spark
+def test_a_replay_of_the_batch_that_adds_a_variable_reads_it_empty(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    """A variable first declared in batch 1 (``last``, new in v2) has nothing before that
+    batch: its replay (a driver that died before Spark's commit) reads it empty, as the batch
+    did. ``Catalog.committed_before`` fell back to the batch's own commit: the replay built
+    on version 1 and was refused on every run (CommitConflict: it commits version 2)."""
+    root = tmp_path / "ckpt"
+    _run(spark, _query(root, sqlite_catalog_url, "v1"), 0, "ab")
+    first = _run(spark, _query(root, sqlite_catalog_url, "v2"), 1, "ac")
+    assert first == [("a", 2, None, 2, -1), ("c", 1, None, 1, -1)]
+    assert _run(spark, _query(root, sqlite_catalog_url, "v2"), 1, "ac") == first
+
+
 class Declares(StatefulProcessor):
     """A processor declaring one variable, ``x``, as ``kind[+ttl];schema[;value schema]``."""
 

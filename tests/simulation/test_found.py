@@ -8,7 +8,8 @@ stale problem after a replay, fixed by i34-problem, the restore after a failed v
 fixed by i34-findings, the problem a driver ahead recorded, fixed by i34-clock, a warm worker
 failing on a corrupt delta a snapshot replaces and a restore refused over a missing snapshot
 whose deltas load the version, fixed by i34-found, and the cleanup after that restore
-deleting those deltas, fixed by fix-restore; each failed before its fix.
+deleting those deltas, fixed by fix-restore, and the second replay of a batch every store
+restarted at, fixed by i34-order; each failed before its fix.
 """
 
 from __future__ import annotations
@@ -186,7 +187,8 @@ RESTART_EVERY_STORE: list[Step] = [
     ("damage", {"pick": 0, "corrupt": False}),
     ("restore", {"back": 0, "allow_lost_state": True, "zero": False}),
 ]
-"""Batch 0's deltas lost; ``restore --allow-lost-state`` to batch 0 restarts both stores."""
+"""Batch 0's deltas lost; ``restore --allow-lost-state`` to the last batch (batch 0, or a
+later one whose stores changed nothing since) restarts both stores."""
 
 
 def test_the_first_batch_after_every_store_restarted_can_be_replayed() -> None:
@@ -213,6 +215,17 @@ def test_a_replay_after_a_restore_to_the_first_batch_after_a_restart() -> None:
             run({0: {"a": 2}}, step=-1),
         ]
     )
+
+
+def test_a_batch_every_store_restarted_at_can_be_replayed_twice() -> None:
+    """Found by stop 49's soak (70-odd steps, shrunk by removing steps to 7 and by hand to
+    these 5): batch 1 commits, both stores' deltas are deleted, and a restore to batch 1 with
+    --allow-lost-state restarts every store (the commit log keeps nothing of the query).
+    Batch 1 runs again from empty stores and commits; its next replay (a sink down, a driver
+    that died before Spark's commit) was refused as out of order ("batch 0 is not committed,
+    but its stores already have committed versions"): the versions named were batch 1's own.
+    A replay builds on what came before it, never on its own commit (committed_before)."""
+    replay([run({}), *RESTART_EVERY_STORE, run({0: {"a": 1}}, step=-1), run({}, step=-1)])
 
 
 def test_a_gap_after_every_store_restarted_is_refused() -> None:

@@ -121,8 +121,10 @@ def test_a_repartition_after_a_restore_restarted_every_store_is_refused() -> Non
     dropped); the new layout's snapshots deleted, a restore with --allow-lost-state restarts
     both its stores and drops all their commits. The last commit left in the log was then
     store 2's of batch 0, which the repartition took for the query's last batch and moved
-    (the machine saw the catalog's last batch go back to 0). It is refused: no store of the
-    current layout has a commit; a batch first."""
+    (the machine saw the catalog's last batch go back to 0). i34-soak refused it ("no store
+    of the current layout has a commit"); since i34-unique the restore also drops the
+    commits of a store its target batch does not have, so none of the query is left and the
+    repartition is refused as an unknown query (InvalidArgument, the machine's rule)."""
     machine = replay(
         [
             ("repartition", {}),

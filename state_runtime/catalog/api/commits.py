@@ -189,8 +189,9 @@ class CommitCalls(CatalogBase):
     def committed_before(
         self, root: str, query_id: str, batch_id: int
     ) -> dict[StoreId, CheckpointRef]:
-        """Each store's newest commit by ``query_id`` from a batch before ``batch_id`` (else its
-        latest): where a store the batch before did not open starts."""
+        """Each store's newest commit by ``query_id`` from a batch before ``batch_id`` (else,
+        for a store the query has no commit of, its latest): where a store the batch before
+        did not open starts; never a commit of ``batch_id`` itself (a replay's own)."""
         return self._read(
             "read versions before a batch",
             lambda c, v: commits.committed_before(c, v, root, query_id, batch_id),

@@ -457,9 +457,11 @@ def committed_before(
     connection: Connection, views: ReaderViews, root: str, query_id: str, batch_id: int
 ) -> dict[StoreId, CheckpointRef]:
     """Each store's newest commit by ``query_id`` below ``root`` from a batch before
-    ``batch_id``; a store whose commits the log no longer holds: its latest committed
-    version. Where a store the batch before did not open starts (a replay of ``batch_id``
-    builds on what came before it, never on its own commit)."""
+    ``batch_id``; a store the query has no commit of (its commits the log no longer holds,
+    or another query's): its latest committed version. Where a store the batch before did
+    not open starts: a replay of ``batch_id`` builds on what came before it, never on its own
+    commit, so a store whose commits by the query are all of ``batch_id`` or later (one first
+    opened then, or restarted from empty before it) has nothing before it."""
     c, s = views.commits.c, views.stores.c
     newest = (
         sa.select(c.store_id, sa.func.max(c.batch_id).label("batch_id"))
@@ -475,7 +477,16 @@ def committed_before(
         .where(s.checkpoint_root == root, c.query_id == query_id)
     )
     before = {store_id_of(r): CheckpointRef(r.version, r.checkpoint_id) for r in rows}
-    return {**latest_committed(connection, views, root), **before}
+    since = connection.execute(
+        sa.select(s.operator_id, s.partition_id, s.store_name)
+        .distinct()
+        .select_from(views.commits)
+        .join(views.stores, s.store_id == c.store_id)
+        .where(s.checkpoint_root == root, c.query_id == query_id, c.batch_id >= batch_id)
+    )
+    only_since = {store_id_of(r) for r in since} - before.keys()
+    latest = latest_committed(connection, views, root)
+    return {**{k: v for k, v in latest.items() if k not in only_since}, **before}
 
 
 _STORE_FIELDS = ("operator_id", "partition_id", "store_name")
