@@ -149,7 +149,9 @@ def deletable_counts(
 ) -> list[DeletableCount]:
     """The deletable files of each store in ``scope``, counted and summed by verdict in SQL:
     the plan's figures with a row per store and verdict, not per file."""
-    query, values = verdict_query(views, policy, scope, now, only_deletable=True)
+    query, values = verdict_query(
+        views, policy, scope, now, dialect=connection.dialect.name, only_deletable=True
+    )
     v = query.order_by(None).subquery("deletable")
     keys = (v.c.checkpoint_root, v.c.operator_id, v.c.partition_id, v.c.store_name)
     rows = connection.execute(
