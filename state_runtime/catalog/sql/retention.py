@@ -13,7 +13,7 @@ claimed and recorded in :mod:`~state_runtime.catalog.sql.deletions`; ``explain``
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -49,10 +49,8 @@ class Scope:
     """Which stores a question covers: all, one root, or given store ids (a page of
     :mod:`state_runtime.catalog.api.pages` is its store ids, so that every part of a page's
     statement reads the page's stores by key, whatever the catalog's size). Each is a value,
-    or a bind parameter of a statement built once and run with each call's values: the
-    store ids as the name of the parameter given the list at execution, matched by
-    :func:`~state_runtime.catalog.sql.statements.among` for ``dialect`` (on PostgreSQL one
-    array parameter, whatever the list's length)."""
+    or a bind parameter of a statement built once (store ids: the parameter's name, matched
+    by :func:`~state_runtime.catalog.sql.statements.among` for ``dialect``)."""
 
     root: str | BindParameter[str] | None = None
     store_ids: tuple[int, ...] | str | sa.Select[Any] | None = None
@@ -178,22 +176,6 @@ def retained_bases(views: ReaderViews, back: sa.FromClause, scope: Scope) -> sa.
         .where(version >= 1, version > s.expired_through, scope.filter(views, s.store_id))
         .cte("retained")
     )
-
-
-def verified_snapshot_versions(
-    connection: Connection, views: ReaderViews, store_ids: Sequence[int]
-) -> dict[int, list[int]]:
-    """Each store's versions with a snapshot a retained version may load from, ascending."""
-    f = views.files.c
-    rows = connection.execute(
-        sa.select(f.store_id, f.version)
-        .where(among(connection.dialect.name, f.store_id, store_ids), _verified_snapshot(views, f))
-        .order_by(f.store_id, f.version)
-    )
-    versions: dict[int, list[int]] = {}
-    for store_id, version in rows:
-        versions.setdefault(int(store_id), []).append(int(version))
-    return versions
 
 
 def needed_from(views: ReaderViews, retained: sa.CTE) -> sa.CompoundSelect[Any]:
@@ -492,15 +474,8 @@ def verdict_rows(
     from_version: int | None = None,
 ) -> list[tuple[int, FileVerdict]]:
     asked: dict[str, Any] = {"path": path, "limit": limit, "from_version": from_version}
-    query, values = verdict_query(
-        views,
-        policy,
-        scope,
-        now,
-        dialect=connection.dialect.name,
-        only_deletable=only_deletable,
-        **asked,
-    )
+    asked["dialect"] = connection.dialect.name
+    query, values = verdict_query(views, policy, scope, now, only_deletable=only_deletable, **asked)
     return [
         (row.file_id, _file_verdict(row, policy)) for row in connection.execute(query, values).all()
     ]
@@ -572,9 +547,8 @@ def retained_versions(
     if not ids:
         return result
     store_of = {store_id: store for store, store_id in ids.items()}
-    files_query, retained_query, idle_query = _retained_queries(
-        views, connection.dialect.name, retain_versions
-    )
+    queries = _retained_queries(views, connection.dialect.name, retain_versions)
+    files_query, retained_query, idle_query = queries
     values = {"store_ids": sorted(store_of)}
     files: dict[tuple[int, int], list[FileRecord]] = {}
     for row in connection.execute(files_query, values):
