@@ -53,6 +53,13 @@ def parameters(catalog: Catalog) -> AbstractContextManager[list[dict[str, Any]]]
     )
 
 
+def page_ids(values: dict[str, Any]) -> set[int]:
+    """The store ids a statement's parameters name: an IN list's one parameter an id
+    (SQLite), or one array (PostgreSQL: ``statements.among``)."""
+    named = {k: v for k, v in values.items() if re.fullmatch(r"store_ids?(_\d+)*", k)}
+    return {i for v in named.values() for i in (v if isinstance(v, list) else [v])}
+
+
 PAGED: dict[str, Callable[[Catalog, str], list[list[Any]]]] = {
     "deletable_pages": lambda c, root: list(
         c.deletable_pages(POLICY, root=root, now=NOW, page_size=PAGE)
@@ -87,7 +94,7 @@ def test_a_page_selects_its_own_stores_by_id(catalog: Catalog) -> None:
         named: set[int] = set()
         for values in reads:
             assert not {"after", "through", "root"} & set(values), (name, values)
-            page = {v for k, v in values.items() if re.fullmatch(r"store_ids?(_\d+)+", k)}
+            page = page_ids(values)
             assert page and len(page) <= PAGE and page <= wanted, (name, page, wanted)
             named |= page
         assert named == wanted, name

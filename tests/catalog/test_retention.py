@@ -273,3 +273,33 @@ def test_claim_and_record_statements_are_one_text_whatever_the_files(catalog: Ca
         assert any("= ANY (" in text for text in texts[0])
     else:
         assert texts[0] != texts[1]  # an IN list of each call's length
+
+
+def test_page_statements_are_one_text_whatever_the_page(catalog: Catalog) -> None:
+    """On PostgreSQL the retained versions a snapshot chunk reads, and the pages of health,
+    snapshot candidates (with their recovery costs) and the cleanup plan, pass their store
+    ids as one array parameter: 3 stores and 30 send the same statement texts (an expanding
+    IN list had a parameter a store, named, rendered and parsed each call); SQLite keeps its
+    IN lists. Each read still answers for its stores only."""
+    stores = [StoreId(0, p) for p in range(30)]
+    stream = Stream(catalog, stores)
+    for _ in range(3):
+        stream.commit()
+    texts: list[set[str]] = []
+    for size in (3, 30):
+        with statements(catalog.engine) as sent:
+            retained = catalog.retained_versions_of(ROOT, stores[:size])
+            assert set(retained) == set(stores[:size])
+            assert all(len(versions) == 2 for versions in retained.values())
+            for page in catalog.health_pages(POLICY, root=ROOT, now=NOW, page_size=size):
+                assert len(page) == size
+            for candidates in catalog.snapshot_candidate_pages(1, root=ROOT, page_size=size):
+                assert len(candidates) == size
+            for files in catalog.deletable_pages(POLICY, root=ROOT, now=NOW, page_size=size):
+                assert files is not None
+        texts.append(set(sent))
+    if catalog.engine.dialect.name == "postgresql":
+        assert texts[0] == texts[1]
+        assert any("= ANY (" in text for text in texts[0])
+    else:
+        assert texts[0] != texts[1]  # an IN list of each call's length

@@ -47,7 +47,8 @@ class PagedCalls(CatalogBase):
         ) -> Callable[[Connection, ReaderViews], tuple[tuple[int, ...], list[T]]]:
             def read(c: Connection, v: ReaderViews) -> tuple[tuple[int, ...], list[T]]:
                 ids = page_ids(c, v, root, start, page_size)
-                return ids, work(c, v, Scope(store_ids=ids)) if ids else []
+                scope = Scope(store_ids=ids, dialect=c.dialect.name)  # an array on PostgreSQL
+                return ids, work(c, v, scope) if ids else []
 
             return read
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import DeletableCount, Deletion, FileVerdict
-from state_runtime.catalog.schema.predicates import constant
+from state_runtime.catalog.schema.predicates import constant, is_verified_snapshot_by_commit_log
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
@@ -19,12 +19,7 @@ from state_runtime.catalog.schema.tables import (
     stores,
 )
 from state_runtime.catalog.sql.lookups import files_at, lock_stores, mark_maintained, store_ids
-from state_runtime.catalog.sql.retention import (
-    Scope,
-    verdict_query,
-    verdict_rows,
-    verified_snapshot_versions,
-)
+from state_runtime.catalog.sql.retention import Scope, verdict_query, verdict_rows
 from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_record, key_of
 from state_runtime.catalog.sql.statements import CHUNK, among, chunks
 from state_runtime.errors import CatalogError, InvalidArgument
@@ -149,7 +144,9 @@ def deletable_counts(
 ) -> list[DeletableCount]:
     """The deletable files of each store in ``scope``, counted and summed by verdict in SQL:
     the plan's figures with a row per store and verdict, not per file."""
-    query, values = verdict_query(views, policy, scope, now, only_deletable=True)
+    query, values = verdict_query(
+        views, policy, scope, now, dialect=connection.dialect.name, only_deletable=True
+    )
     v = query.order_by(None).subquery("deletable")
     keys = (v.c.checkpoint_root, v.c.operator_id, v.c.partition_id, v.c.store_name)
     rows = connection.execute(
@@ -376,3 +373,23 @@ def _deletion(row: AnyRow) -> Deletion:
         reason=row.reason,
         deleted_at=row.deleted_at,
     )
+
+
+def verified_snapshot_versions(
+    connection: Connection, views: ReaderViews, store_ids: Sequence[int]
+) -> dict[int, list[int]]:
+    """Each store's versions with a snapshot a retained version may load from (the commit
+    log names it), ascending."""
+    f = views.files.c
+    rows = connection.execute(
+        sa.select(f.store_id, f.version)
+        .where(
+            among(connection.dialect.name, f.store_id, store_ids),
+            is_verified_snapshot_by_commit_log(f, views.commits.alias("naming")),
+        )
+        .order_by(f.store_id, f.version)
+    )
+    versions: dict[int, list[int]] = {}
+    for store_id, version in rows:
+        versions.setdefault(int(store_id), []).append(int(version))
+    return versions

@@ -58,12 +58,12 @@ def snapshot_candidates(
     ]
 
 
-def _bound_scope(views: ReaderViews, by_root: bool, paged: bool) -> Scope:
+def _bound_scope(views: ReaderViews, dialect: str, by_root: bool, paged: bool) -> Scope:
     """Every store, or those of the root given as the bind parameter ``root``; if ``paged``,
-    only those of the page, the store ids given as the bind parameter ``store_ids``."""
+    only those of the page, the store ids given as the parameter ``store_ids`` (on
+    PostgreSQL one array: :func:`~state_runtime.catalog.sql.statements.among`)."""
     root = sa.bindparam("root", type_=views.stores.c.checkpoint_root.type) if by_root else None
-    page = sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger()) if paged else None
-    return Scope(root=root, store_ids=page)
+    return Scope(root=root, store_ids="store_ids" if paged else None, dialect=dialect)
 
 
 def _scope_values(scope: Scope) -> tuple[bool, bool, dict[str, Any]]:
@@ -81,10 +81,10 @@ def _scope_values(scope: Scope) -> tuple[bool, bool, dict[str, Any]]:
 
 @functools.cache
 def _store_health_query(
-    views: ReaderViews, retain_versions: int, by_root: bool, paged: bool
+    views: ReaderViews, dialect: str, retain_versions: int, by_root: bool, paged: bool
 ) -> sa.Select[Any]:
-    """:func:`store_health`'s statement, built once per shape: the cutoffs, the root and the
-    page are bind parameters (``committed_cutoff``, ``uncommitted_cutoff``, ``root``,
+    """:func:`store_health`'s statement, built once per dialect and shape: the cutoffs, the
+    root and the page are parameters (``committed_cutoff``, ``uncommitted_cutoff``, ``root``,
     ``store_ids``)."""
     at = views.files.c.created_at.type
     policy = PolicySql(
@@ -92,7 +92,7 @@ def _store_health_query(
         sa.bindparam("committed_cutoff", type_=at),
         sa.bindparam("uncommitted_cutoff", type_=at),
     )
-    query = store_facts(views, policy, _bound_scope(views, by_root, paged))
+    query = store_facts(views, policy, _bound_scope(views, dialect, by_root, paged))
     return query.order_by(*store_key_columns(views.stores))
 
 
@@ -106,7 +106,9 @@ def store_health(
     """Each store's facts (:func:`~state_runtime.catalog.sql.store_facts.store_facts`);
     ``reclaimable_*`` are what cleanup under ``policy`` may delete at ``now``."""
     by_root, paged, values = _scope_values(scope)
-    query = _store_health_query(views, policy.retain_versions, by_root, paged)
+    query = _store_health_query(
+        views, connection.dialect.name, policy.retain_versions, by_root, paged
+    )
     values |= {
         "committed_cutoff": policy.committed_cutoff(now),
         "uncommitted_cutoff": policy.uncommitted_cutoff(now),
@@ -138,10 +140,10 @@ def _value(value: Any) -> Any:
 
 
 @functools.cache
-def _recovery_query(views: ReaderViews, by_root: bool, paged: bool) -> sa.Select[Any]:
-    """:func:`recovery_costs`' statement, built once per shape (``root``, ``store_ids``:
-    bind parameters)."""
-    nf = needed_files(views, 1, _bound_scope(views, by_root, paged)).subquery("nf")
+def _recovery_query(views: ReaderViews, dialect: str, by_root: bool, paged: bool) -> sa.Select[Any]:
+    """:func:`recovery_costs`' statement, built once per dialect and shape (``root``,
+    ``store_ids``: parameters)."""
+    nf = needed_files(views, 1, _bound_scope(views, dialect, by_root, paged)).subquery("nf")
     f, key = views.files.c, store_key_columns(views.stores)
     return (
         sa.select(
@@ -162,7 +164,9 @@ def recovery_costs(
     """Per store in ``scope``, the files and bytes loading its latest committed version
     reads: the "files needed by the retained versions" walk, newest version only."""
     by_root, paged, values = _scope_values(scope)
-    rows = connection.execute(_recovery_query(views, by_root, paged), values)
+    rows = connection.execute(
+        _recovery_query(views, connection.dialect.name, by_root, paged), values
+    )
     return {key_of(r): RecoveryCost(int(r.files), int(r.bytes)) for r in rows}
 
 

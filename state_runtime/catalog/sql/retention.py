@@ -13,7 +13,7 @@ claimed and recorded in :mod:`~state_runtime.catalog.sql.deletions`; ``explain``
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,6 +38,7 @@ from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import FileState, RunKind, Verification
 from state_runtime.catalog.sql.lookups import store_ids
 from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_columns, file_record
+from state_runtime.catalog.sql.statements import among
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import Fact, RetentionPolicy, Verdict
@@ -48,15 +49,19 @@ class Scope:
     """Which stores a question covers: all, one root, or given store ids (a page of
     :mod:`state_runtime.catalog.api.pages` is its store ids, so that every part of a page's
     statement reads the page's stores by key, whatever the catalog's size). Each is a value,
-    or a bind parameter of a statement built once and run with each call's values."""
+    or a bind parameter of a statement built once (store ids: the parameter's name, matched
+    by :func:`~state_runtime.catalog.sql.statements.among` for ``dialect``)."""
 
     root: str | BindParameter[str] | None = None
-    store_ids: tuple[int, ...] | BindParameter[Any] | sa.Select[Any] | None = None
+    store_ids: tuple[int, ...] | str | sa.Select[Any] | None = None
+    dialect: str = ""
 
     def filter(self, views: ReaderViews, store_id: ColumnElement[int]) -> ColumnElement[bool]:
         conditions: list[ColumnElement[bool]] = []
-        if self.store_ids is not None:
+        if isinstance(self.store_ids, sa.Select):
             conditions.append(store_id.in_(self.store_ids))
+        elif self.store_ids is not None:
+            conditions.append(among(self.dialect, store_id, self.store_ids))
         if self.root is not None:
             conditions.append(
                 store_id.in_(
@@ -171,22 +176,6 @@ def retained_bases(views: ReaderViews, back: sa.FromClause, scope: Scope) -> sa.
         .where(version >= 1, version > s.expired_through, scope.filter(views, s.store_id))
         .cte("retained")
     )
-
-
-def verified_snapshot_versions(
-    connection: Connection, views: ReaderViews, store_ids: Sequence[int]
-) -> dict[int, list[int]]:
-    """Each store's versions with a snapshot a retained version may load from, ascending."""
-    f = views.files.c
-    rows = connection.execute(
-        sa.select(f.store_id, f.version)
-        .where(f.store_id.in_(store_ids), _verified_snapshot(views, f))
-        .order_by(f.store_id, f.version)
-    )
-    versions: dict[int, list[int]] = {}
-    for store_id, version in rows:
-        versions.setdefault(int(store_id), []).append(int(version))
-    return versions
 
 
 def needed_from(views: ReaderViews, retained: sa.CTE) -> sa.CompoundSelect[Any]:
@@ -396,6 +385,7 @@ def _file_verdict(row: AnyRow, policy: RetentionPolicy) -> FileVerdict:
 @functools.cache
 def _verdict_query(
     views: ReaderViews,
+    dialect: str,
     retain_versions: int,
     shape: tuple[bool, bool],
     only_deletable: bool,
@@ -403,16 +393,15 @@ def _verdict_query(
     limited: bool,
     from_version: bool = False,
 ) -> sa.Select[Any]:
-    """:func:`verdict_query`'s statement, built once per process and shape (building it costs
-    more than running it): the cutoffs, and the scope's root (``root``) and store ids
+    """:func:`verdict_query`'s statement, built once per process, dialect and shape (building
+    it costs more than running it): the cutoffs, and the scope's root (``root``) and store ids
     (``store_ids``), ``path``, ``from_version`` and ``limit`` are bind parameters
     (:func:`_verdict_values`)."""
     by_root, by_ids = shape
     scope = Scope(
         root=sa.bindparam("root", type_=views.stores.c.checkpoint_root.type) if by_root else None,
-        store_ids=sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger())
-        if by_ids
-        else None,
+        store_ids="store_ids" if by_ids else None,
+        dialect=dialect,
     )
     policy = PolicySql.bound(views, retain_versions)
     query = verdicts(views, policy, scope, only_deletable=only_deletable)
@@ -443,16 +432,18 @@ def verdict_query(
     scope: Scope,
     now: datetime,
     *,
+    dialect: str,
     only_deletable: bool,
     path: str | None = None,
     limit: int | None = None,
     from_version: int | None = None,
 ) -> tuple[sa.Select[Any], dict[str, Any]]:
-    """The verdicts' statement (oldest versions first, none below ``from_version``; at most
-    ``limit`` rows) and its values."""
+    """The verdicts' statement for ``dialect`` (oldest versions first, none below
+    ``from_version``; at most ``limit`` rows) and its values."""
     shape, values = _verdict_values(scope)
     query = _verdict_query(
         views,
+        dialect,
         policy.retain_versions,
         shape,
         only_deletable,
@@ -483,6 +474,7 @@ def verdict_rows(
     from_version: int | None = None,
 ) -> list[tuple[int, FileVerdict]]:
     asked: dict[str, Any] = {"path": path, "limit": limit, "from_version": from_version}
+    asked["dialect"] = connection.dialect.name
     query, values = verdict_query(views, policy, scope, now, only_deletable=only_deletable, **asked)
     return [
         (row.file_id, _file_verdict(row, policy)) for row in connection.execute(query, values).all()
@@ -505,14 +497,14 @@ def file_verdicts(
 
 @functools.cache
 def _retained_queries(
-    views: ReaderViews, retain_versions: int
+    views: ReaderViews, dialect: str, retain_versions: int
 ) -> tuple[sa.Select[Any], sa.Select[Any], sa.Select[Any]]:
     """:func:`retained_versions`' statements (the files of each retained version, the
-    retained commits, the idle commits) for the stores whose ids are the bind parameter
-    ``store_ids``; built once per process and shape (building costs more than running them;
-    SQLAlchemy compiles each once per engine)."""
-    store_ids = sa.bindparam("store_ids", expanding=True, type_=sa.BigInteger())
-    nf = needed_files(views, retain_versions, Scope(store_ids=store_ids)).subquery("nf")
+    retained commits, the idle commits) for the stores whose ids are the parameter
+    ``store_ids`` (:func:`among`); built once per process, dialect and shape (building costs
+    more than running them; SQLAlchemy compiles each once per engine)."""
+    in_page = Scope(store_ids="store_ids", dialect=dialect)
+    nf = needed_files(views, retain_versions, in_page).subquery("nf")
     f, c, s = views.files.c, views.commits.c, views.stores.c
     files = (
         sa.select(*file_columns(views.files, views.stores), nf.c.retained_version)
@@ -525,7 +517,7 @@ def _retained_queries(
         sa.select(c.store_id, c.version, c.checkpoint_id)
         .join(views.stores, s.store_id == c.store_id)
         .where(
-            c.store_id.in_(store_ids),
+            in_page.filter(views, c.store_id),
             # the versions retained_bases retains: none above the latest (a store a
             # repartition dropped has latest 0 and keeps its old commits: it retains none)
             c.version <= s.latest_version,
@@ -534,7 +526,9 @@ def _retained_queries(
         )
         .order_by(c.store_id, c.version.desc())
     )
-    idle = sa.select(c.store_id, c.version).where(c.store_id.in_(store_ids), c.file_id.is_(None))
+    idle = sa.select(c.store_id, c.version).where(
+        in_page.filter(views, c.store_id), c.file_id.is_(None)
+    )
     return files, retained, idle
 
 
@@ -553,7 +547,8 @@ def retained_versions(
     if not ids:
         return result
     store_of = {store_id: store for store, store_id in ids.items()}
-    files_query, retained_query, idle_query = _retained_queries(views, retain_versions)
+    queries = _retained_queries(views, connection.dialect.name, retain_versions)
+    files_query, retained_query, idle_query = queries
     values = {"store_ids": sorted(store_of)}
     files: dict[tuple[int, int], list[FileRecord]] = {}
     for row in connection.execute(files_query, values):
