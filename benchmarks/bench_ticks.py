@@ -20,12 +20,14 @@ Then the ticks after a status change. A store turns broken (a problem recorded o
 last store, as validation records what it finds): the ``failures`` tick, which must request a
 run on that store's partition, that run executed in this process as the daemon launches it
 (its partition must then show Failed: read back from Dagster), and the next ``failures`` tick
-(it settles). A snapshot pass over the first ``SNAPSHOT_QUERIES`` queries' stores (every one
-with 2 deltas or more since its snapshot: their snapshot versions change), after their state
-was reported as the report run reports it: the ``state_catalog_events`` tick, which must
-request one report run, and the events that report writes for those stores (their state's
-changes, not their snapshot versions': ``store_events.state_fingerprint``) beside the
-stores whose snapshot moved. Each figure with the load average; a JSON line at the end.
+(it settles); beside them, what such a tick read before it read the broken stores' reports
+alone (every store's report, timed once). A snapshot pass over the first ``SNAPSHOT_QUERIES``
+queries' stores (every one with 2 deltas or more since its snapshot: their snapshot versions
+change), after their state was reported as the report run reports it: the
+``state_catalog_events`` tick, which must request one report run, and the events that report
+writes for those stores (their state's changes, not their snapshot versions':
+``store_events.state_fingerprint``) beside the stores whose snapshot moved. Each figure with
+the load average; a JSON line at the end.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from state_runtime.maintenance import (
     StoreNames,
     snapshot_pass,
     store_report_pages,
+    store_reports,
 )
 
 SIZES = [int(s) for s in os.environ.get("STATE_BENCH_TICK_SIZES", "20000").split(",")]
@@ -176,7 +179,11 @@ def broken_store(cycle: Cycle, timed: Timed) -> dict[str, Any]:
     print(f"  {name}: runs requested for {named}; its partition shows {status}", flush=True)
     assert named == [name] and shown, (named, status)
     timed("tick after the run failed: failures", cycle, "failures")
-    return {"store": name, "runs_requested": named, "status": str(status)}
+    before = measured(
+        "baseline: the fleet's reports, what such a tick read before (not a tick)",
+        lambda: (f"{len(store_reports(cycle.fleet, POLICY)):,} stores", None),
+    )
+    return {"store": name, "runs_requested": named, "status": str(status), "before": before.wall}
 
 
 def snapshots_moved(cycle: Cycle, timed: Timed) -> dict[str, Any]:
