@@ -140,6 +140,7 @@ class Cycle:
         self.fleet = Fleet(self.catalog, roots=self.roots, owner="bench-fleet")
         self.maintenance = MaintenanceResource.of(POLICY, catalog_url=url)
         self.cursors: dict[str, str | None] = {}
+        self.results: dict[str, SensorResult] = {}  # each sensor's last tick
         self.versions: dict[str, tuple[int, int | None]] = {}
         self.moved = 0
 
@@ -181,6 +182,7 @@ class Cycle:
         found = sensor(context)
         assert isinstance(found, SensorResult), found
         before, self.cursors[name] = self.cursors.get(name), found.cursor
+        self.results[name] = found
         for request in found.dynamic_partitions_requests or []:
             if isinstance(request, AddDynamicPartitionsRequest):
                 keys = list(request.partition_keys)

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 
 from dagster import (
+    AssetPartitionStatus,
     DefaultSensorStatus,
     RunConfig,
     RunRequest,
@@ -26,6 +27,8 @@ from dagster_project.defs.jobs import snapshot_job, store_record_job
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.store_events import partition_runs
+from state_runtime.catalog import StoreKey
+from state_runtime.errors import InvalidArgument
 from state_runtime.maintenance import StoreNames, StoreStatus, due_for_snapshot, store_reports
 
 
@@ -92,6 +95,15 @@ def snapshot_due_sensor(
     )
 
 
+def _key(names: StoreNames, name: str) -> StoreKey | None:
+    """The store of a partition, None for a partition of no store the catalog names (one
+    gone: discovery deletes its partition)."""
+    try:
+        return names.key(name)
+    except InvalidArgument:
+        return None
+
+
 @dataclass(frozen=True)
 class FailuresCursor:
     """The partitions of the stores broken at the last full tick, and the catalog's census of
@@ -129,20 +141,26 @@ def store_failure_sensor(
     partition whose store is no longer broken (``store_events.py``). A store is broken while it
     has open problems: a tick reads their count and newest id (one row, whatever the fleet), and
     only when they changed since the last tick (the cursor keeps them, and the partitions of
-    the stores broken then) does it read the stores' reports and Dagster's partition
-    statuses."""
+    the stores broken then) does it read Dagster's partition statuses and the reports of the
+    stores that matter: those with open problems, and those whose partitions failed (in the
+    cursor or in Dagster). Not the fleet's: at 100,000 stores a tick read every store's report
+    to find one broken store."""
     before = FailuresCursor.parse(context.cursor)
     with maintenance.fleet("dagster:store-failures") as fleet:
         census = list(fleet.catalog.problem_census())
         if before.census == census:
             skip = SkipReason(f"{census[0]} open problems, none new or resolved")
             return SensorResult(skip_reason=skip, cursor=context.cursor)
-        reports = store_reports(fleet, maintenance.policy())
+        partitions = context.instance.get_dynamic_partitions(state_stores.name or "")
+        statuses = context.instance.get_status_by_partition(
+            state_checkpoints.key, partitions, state_stores
+        ) or dict.fromkeys(partitions)
         names = StoreNames.of(fleet.catalog)
-    partitions = context.instance.get_dynamic_partitions(state_stores.name or "")
-    statuses = context.instance.get_status_by_partition(
-        state_checkpoints.key, partitions, state_stores
-    ) or dict.fromkeys(partitions)
+        failed = {n for n, s in statuses.items() if s is AssetPartitionStatus.FAILED}
+        wanted = {p.key for p in fleet.catalog.problems()} | {
+            key for key in (_key(names, n) for n in failed | set(before.failed)) if key
+        }
+        reports = store_reports(fleet, maintenance.policy(), only=wanted) if wanted else []
     runs = partition_runs(reports, names, statuses, before.failed)
     # the problems are settled once every broken store's partition (discovered: it may not be
     # yet) shows Failed and only theirs: until then, read everything again
