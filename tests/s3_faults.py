@@ -2,8 +2,9 @@
 
 Faults are real HTTP behaviour, not mocks: error answers with S3's XML body, answers lost
 after the request reached S3 (the bytes were stored, the client never hears so), stalls past
-the client's read timeout (until the proxy is reset, so no sleep sets the pace), and DeleteObjects answers where S3 refused some keys. Each rule
-applies to the next ``times`` requests of one S3 operation; everything else is forwarded.
+the client's read timeout (held until the proxy is reset: no sleep races that timeout), and
+DeleteObjects answers where S3 refused some keys. Each rule applies to the next ``times``
+requests of one S3 operation; everything else is forwarded.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ class Rule:
     """What to do to the next ``times`` requests of ``operation``.
 
     ``action``: ``error`` (answer ``status``/``code``), ``drop`` (close without answering) or
-    ``stall`` (hold the connection until the proxy is reset or closed, then close it). ``forward``: whether the request reaches S3
-    first, so that its effect happens although the client sees a failure. ``skip``: let that
-    many requests of ``operation`` through untouched first. ``times`` -1: every request.
+    ``stall`` (hold the connection until the proxy is reset or closed, then close it).
+    ``forward``: whether the request reaches S3 first, so that its effect happens although
+    the client sees a failure. ``skip``: let that many requests of ``operation`` through
+    untouched first. ``times`` -1: every request.
     """
 
     operation: str
