@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -42,6 +43,8 @@ from scripts.dagster_dev import REPO, DagsterDev
 from state_runtime.catalog import Catalog
 from state_runtime.maintenance import StoreNames
 
+LOAD_S = 180
+"""Seconds a screenshot waits for the text it expects to show (a loaded machine is slow)."""
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -96,15 +99,29 @@ class Chromium:
         self.process.wait(timeout=30)
 
     def screenshot(
-        self, url: str, target: Path, *, click: str | None = None, scroll_to: str | None = None
+        self,
+        url: str,
+        target: Path,
+        *,
+        click: str | None = None,
+        scroll_to: str | None = None,
+        showing: Sequence[str] = (),
     ) -> str:
-        """Captures the page at ``url`` into ``target``; the page's text (what a test reads)."""
-        text = asyncio.run(self._screenshot(url, target, click, scroll_to))
+        """Captures the page at ``url`` into ``target``; the page's text (what a test reads).
+
+        With ``showing``, captures once the page's text holds each of those (the UI loads its
+        data in several rounds; at most :data:`LOAD_S` seconds), else after a fixed wait."""
+        text = asyncio.run(self._screenshot(url, target, click, scroll_to, showing))
         print(f"wrote {target}")
         return text
 
     async def _screenshot(
-        self, url: str, target: Path, click: str | None, scroll_to: str | None
+        self,
+        url: str,
+        target: Path,
+        click: str | None,
+        scroll_to: str | None,
+        showing: Sequence[str],
     ) -> str:
         async with websockets.connect(self.page_url, max_size=100_000_000) as ws:
             counter = 0
@@ -126,16 +143,27 @@ class Chromium:
                 deviceScaleFactor=1,
                 mobile=False,
             )
+
+            async def page_text() -> str:
+                text = await call("Runtime.evaluate", expression="document.body.innerText")
+                return str(text["result"].get("value", ""))
+
             await call("Page.navigate", url=url)
-            await asyncio.sleep(15)  # the UI loads its data in several rounds
+            if not showing:
+                await asyncio.sleep(15)  # the UI loads its data in several rounds
+            deadline = time.monotonic() + LOAD_S
+            while showing and time.monotonic() < deadline:
+                shown = await page_text()
+                if all(expected in shown for expected in showing):
+                    break
+                await asyncio.sleep(1)
             for text, script in ((click, CLICK), (scroll_to, SCROLL)):
                 if text is not None:
                     await call("Runtime.evaluate", expression=script % json.dumps(text))
                     await asyncio.sleep(3)
             shot = await call("Page.captureScreenshot", format="png")
             target.write_bytes(base64.b64decode(shot["data"]))
-            text = await call("Runtime.evaluate", expression="document.body.innerText")
-            return str(text["result"]["value"])
+            return await page_text()
 
 
 DEMO_POLICY = {

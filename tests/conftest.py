@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from state_runtime.storage import LocalStorage, Storage
 
@@ -19,6 +20,12 @@ pytest_plugins = ["tests.s3_fixtures"]
 # tests/airflow runs in the Airflow environment (`make test-airflow`); the Dagster one has no
 # Airflow to import.
 collect_ignore = [] if importlib.util.find_spec("airflow") else ["airflow"]
+
+# Hypothesis's too_slow check times data generation, so it fails on a loaded machine (CI runs
+# two workers on two cores) without saying anything about the code under test. Loaded before
+# any test module builds its settings, which inherit it unless they name their own checks.
+settings.register_profile("state_runtime", suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("state_runtime")
 
 BACKENDS = ["local", "s3"]
 _BACKEND_MARKS = {"s3": pytest.mark.s3}

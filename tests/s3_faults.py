@@ -2,8 +2,9 @@
 
 Faults are real HTTP behaviour, not mocks: error answers with S3's XML body, answers lost
 after the request reached S3 (the bytes were stored, the client never hears so), stalls past
-the client's read timeout, and DeleteObjects answers where S3 refused some keys. Each rule
-applies to the next ``times`` requests of one S3 operation; everything else is forwarded.
+the client's read timeout (held until the proxy is reset: no sleep races that timeout), and
+DeleteObjects answers where S3 refused some keys. Each rule applies to the next ``times``
+requests of one S3 operation; everything else is forwarded.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import hashlib
 import http.client
 import socket
 import threading
-import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass
@@ -30,9 +30,10 @@ class Rule:
     """What to do to the next ``times`` requests of ``operation``.
 
     ``action``: ``error`` (answer ``status``/``code``), ``drop`` (close without answering) or
-    ``stall`` (wait ``seconds``, then close). ``forward``: whether the request reaches S3
-    first, so that its effect happens although the client sees a failure. ``skip``: let that
-    many requests of ``operation`` through untouched first. ``times`` -1: every request.
+    ``stall`` (hold the connection until the proxy is reset or closed, then close it).
+    ``forward``: whether the request reaches S3 first, so that its effect happens although
+    the client sees a failure. ``skip``: let that many requests of ``operation`` through
+    untouched first. ``times`` -1: every request.
     """
 
     operation: str
@@ -41,7 +42,6 @@ class Rule:
     forward: bool = False
     status: int = 500
     code: str = "InternalError"
-    seconds: float = 0.0
     skip: int = 0
 
 
@@ -92,6 +92,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._rules: list[Rule] = []
         self._refused_keys: dict[str, str] = {}
+        self._released = threading.Event()  # set to end the current stalls
         self.seen: Counter[str] = Counter()
         self.faulted: Counter[str] = Counter()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -104,14 +105,17 @@ class FaultProxy:
         self.url = f"http://{host!s}:{port}"
 
     def reset(self) -> None:
-        """Forget every rule and count."""
+        """Forget every rule and count; end every stall."""
         with self._lock:
+            self._released.set()
+            self._released = threading.Event()
             self._rules.clear()
             self._refused_keys.clear()
             self.seen.clear()
             self.faulted.clear()
 
     def close(self) -> None:
+        self._released.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -134,11 +138,13 @@ class FaultProxy:
         """Close the connection without an answer (after forwarding if ``forward``)."""
         self._add(Rule(operation, "drop", times, forward))
 
-    def stall(
-        self, operation: str, seconds: float, *, times: int = 1, forward: bool = False
-    ) -> None:
-        """Hold the connection ``seconds`` without answering, then close it."""
-        self._add(Rule(operation, "stall", times, forward, seconds=seconds))
+    def stall(self, operation: str, *, times: int = 1, forward: bool = False) -> None:
+        """Hold the connection without answering until :meth:`reset`, then close it.
+
+        The client's read timeout ends its wait however loaded the machine is; a stall that
+        ended on its own after some seconds would race that timeout.
+        """
+        self._add(Rule(operation, "stall", times, forward))
 
     def refuse_deletes(self, keys: set[str], code: str = "AccessDenied") -> None:
         """DeleteObjects: S3 keeps these keys and reports a per-key error for each."""
@@ -149,23 +155,24 @@ class FaultProxy:
         with self._lock:
             self._rules.append(rule)
 
-    def _take_rule(self, operation: str) -> Rule | None:
+    def _take_rule(self, operation: str) -> tuple[Rule | None, threading.Event]:
+        """The rule for this request (if any) and the event that ends a stall under it."""
         with self._lock:
             self.seen[operation] += 1
             for rule in self._rules:
                 if rule.operation == operation and rule.times != 0:
                     if rule.skip > 0:
                         rule.skip -= 1
-                        return None
+                        return None, self._released
                     rule.times -= 1
                     self.faulted[operation] += 1
-                    return rule
-            return None
+                    return rule, self._released
+            return None, self._released
 
     # --- serving ------------------------------------------------------------------------
 
     def serve(self, handler: BaseHTTPRequestHandler, request: _Request) -> None:
-        rule = self._take_rule(request.operation)
+        rule, released = self._take_rule(request.operation)
         if rule is None:
             if request.operation == "DeleteObjects" and self._refused_keys:
                 self._delete_with_refusals(handler, request)
@@ -178,7 +185,7 @@ class FaultProxy:
             _answer(handler, rule.status, {}, _error_xml(rule.code), head=request.method == "HEAD")
             return
         if rule.action == "stall":
-            time.sleep(rule.seconds)
+            released.wait()
         handler.close_connection = True
         handler.connection.shutdown(socket.SHUT_RDWR)
 

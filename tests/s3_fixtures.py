@@ -125,10 +125,12 @@ def _session_fault_proxy(moto_s3: MotoS3) -> Iterator[FaultProxy]:
 
 
 @pytest.fixture
-def fault_proxy(_session_fault_proxy: FaultProxy) -> FaultProxy:
+def fault_proxy(_session_fault_proxy: FaultProxy) -> Iterator[FaultProxy]:
     """An HTTP proxy on loopback in front of moto that injects the faults a test asks for.
 
-    One per session (one endpoint, so storages share a client), reset for every test.
+    One per session (one endpoint, so storages share a client), reset before every test and
+    after it (which ends the test's stalls).
     """
     _session_fault_proxy.reset()
-    return _session_fault_proxy
+    yield _session_fault_proxy
+    _session_fault_proxy.reset()

@@ -89,7 +89,9 @@ def decode_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
 
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(_tables())
 @pytest.mark.usefixtures("decode_path")

@@ -26,13 +26,19 @@ from tests.s3_fixtures import MotoS3
 pytestmark = pytest.mark.s3
 
 ATTEMPTS = 3
+# Read timeout of the tests where a stall must time out while the retry that follows, healthy,
+# must not: far above a healthy request through proxy and moto on a loaded machine (<1 s).
+STALL_TIMEOUT = 5.0
 
 
 def faulty(moto_s3: MotoS3, proxy: FaultProxy, **options: Any) -> S3Storage:
-    """A storage on a fresh bucket whose requests go through the fault proxy."""
-    return moto_s3.storage(
-        endpoint_url=proxy.url, max_attempts=ATTEMPTS, read_timeout=0.5, **options
-    )
+    """A storage on a fresh bucket whose requests go through the fault proxy.
+
+    The read timeout stays the default unless a test stalls requests: moto shares this
+    process with the proxy and the client, so a short one would time out healthy requests
+    under load and add retries the exact counts below do not expect.
+    """
+    return moto_s3.storage(endpoint_url=proxy.url, max_attempts=ATTEMPTS, **options)
 
 
 # --- transient errors are retried by boto3 ---------------------------------------------------
@@ -63,9 +69,9 @@ def test_persistent_5xx_gives_storage_unavailable(moto_s3: MotoS3, fault_proxy: 
 
 
 def test_read_timeouts_are_retried(moto_s3: MotoS3, fault_proxy: FaultProxy) -> None:
-    storage = faulty(moto_s3, fault_proxy)
+    storage = faulty(moto_s3, fault_proxy, read_timeout=STALL_TIMEOUT)
     storage.write_if_absent("f", b"payload")
-    fault_proxy.stall("GetObject", 2.0, times=1)
+    fault_proxy.stall("GetObject", times=1)
     storage.requests.reset()
     assert storage.read("f") == b"payload"
     assert storage.requests.counts == {"get": 2, "retries": 1}
@@ -74,8 +80,9 @@ def test_read_timeouts_are_retried(moto_s3: MotoS3, fault_proxy: FaultProxy) -> 
 def test_persistent_timeouts_give_storage_unavailable(
     moto_s3: MotoS3, fault_proxy: FaultProxy
 ) -> None:
-    storage = faulty(moto_s3, fault_proxy)
-    fault_proxy.stall("HeadObject", 2.0, times=-1)
+    # Every attempt stalls and none is healthy, so a short timeout cannot add attempts.
+    storage = faulty(moto_s3, fault_proxy, read_timeout=0.5)
+    fault_proxy.stall("HeadObject", times=-1)
     with pytest.raises(StorageUnavailable) as caught:
         storage.exists("f")
     assert "read timeout" in str(caught.value) and "file=f" in str(caught.value)
@@ -99,13 +106,14 @@ def test_unreachable_endpoint(moto_s3: MotoS3) -> None:
 def test_put_that_fails_after_the_bytes_were_sent(
     moto_s3: MotoS3, fault_proxy: FaultProxy, lose: str
 ) -> None:
-    storage = faulty(moto_s3, fault_proxy)
+    stalls = {"read_timeout": STALL_TIMEOUT} if lose == "stall" else {}
+    storage = faulty(moto_s3, fault_proxy, **stalls)
     if lose == "error":
         fault_proxy.error("PutObject", status=500, forward=True)
     elif lose == "drop":
         fault_proxy.drop("PutObject", forward=True)
     else:
-        fault_proxy.stall("PutObject", 2.0, forward=True)
+        fault_proxy.stall("PutObject", forward=True)
     storage.write_if_absent("state/2_b.delta", b"committed bytes")
     # The retry met our own file (412); its write token proved it ours: success.
     assert storage.requests.counts == {"put": 2, "retries": 1, "head": 1}

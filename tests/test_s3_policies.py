@@ -79,25 +79,46 @@ class Enforcing:
         )
 
 
-@pytest.fixture(scope="module")
-def enforcing() -> Iterator[Enforcing]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env=os.environ | {"INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_ACTIONS)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
+STARTUP = 120.0  # seconds for moto's server to answer: importing moto is slow under load
+PORT_TRIES = 3
+
+
+def start_moto(log: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """moto's server with IAM authorization on, answering on a free loopback port.
+
+    The port is found free, then bound by the server a moment later: if another process took
+    it meanwhile, the server exits and another port is tried. A server that neither answers
+    nor exits within :data:`STARTUP` fails the test with its log."""
+    for _ in range(PORT_TRIES):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        with log.open("ab") as out:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                env=os.environ | {"INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_ACTIONS)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + STARTUP
+        while server.poll() is None and time.monotonic() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
+                return server, port
             except OSError:
                 time.sleep(0.1)
+        if server.poll() is None:  # neither answered nor exited
+            server.kill()
+            server.wait()
+            break
+    pytest.fail(f"moto's server did not answer within {STARTUP:.0f} s; its log:\n{log.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def enforcing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Enforcing]:
+    server, port = start_moto(tmp_path_factory.mktemp("moto") / "server.log")
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
         anyone = {"aws_access_key_id": "setup", "aws_secret_access_key": "setup"}
         boto3.client("s3", endpoint_url=endpoint, region_name=REGION, **anyone).create_bucket(
             Bucket=BUCKET

@@ -148,10 +148,13 @@ def test_maintenance_beside_a_running_stream(
     spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
 ) -> None:
     """Snapshots and an aggressive cleanup loop while the stream commits 8 batches: every
-    batch loads its state, the result equals the reference, nothing needed is deleted."""
+    batch loads its state, the result equals the reference, nothing needed is deleted. The
+    last 2 batches wait until the loop has made two passes and deleted files (however slow
+    the machine), so they run beside a cleanup that has really removed what they left."""
     stream = FileStream(spark, tmp_path, sqlite_catalog_url)
-    stream.add_files(8)
+    stream.add_files(6)
     stop = threading.Event()
+    cleaned = threading.Event()  # two passes made and files deleted (or the loop failed)
     errors: list[BaseException] = []
     passes = 0
 
@@ -166,12 +169,19 @@ def test_maintenance_beside_a_running_stream(
                     passes += 1
                 except BaseException as exc:
                     errors.append(exc)
+                    cleaned.set()
                     return
+                if passes >= 2 and catalog.deletion_history(root=stream.query.root, limit=1):
+                    cleaned.set()
                 stop.wait(0.2)
 
     worker = threading.Thread(target=maintain)
     worker.start()
     try:
+        stream.run()
+        assert cleaned.wait(120), "no deletion in 120 s of maintenance beside the stream"
+        assert not errors, errors
+        stream.add_files(2)
         stream.run()
     finally:
         stop.set()

@@ -18,6 +18,7 @@ from state_runtime.maintenance import (
     snapshot_pass,
 )
 from state_runtime.maintenance.cleanup import SAMPLE
+from tests.gates import Gates
 from tests.maintenance.streams import StoreStream
 from tests.maintenance.test_snapshots import fleet_on
 
@@ -180,6 +181,7 @@ def test_maintenance_beside_a_running_stream_never_breaks_a_load(
     )
     stop = threading.Event()
     errors: list[BaseException] = []
+    gates = Gates("maintenance")
 
     def maintain() -> None:
         fleet = Fleet(stream.catalog, owner="maintenance")
@@ -189,12 +191,16 @@ def test_maintenance_beside_a_running_stream_never_breaks_a_load(
                 cleanup_pass(fleet, aggressive, dry_run=False)
             except BaseException as exc:
                 errors.append(exc)
+                stop.set()
                 return
+            gates.made("maintenance")
 
     worker = threading.Thread(target=maintain)
     worker.start()
     try:
         for batch in range(30):
+            if not gates.passed(stop):  # a maintenance round between batches, whatever the load
+                break
             if batch % 3 == 0:
                 for provider in stream.providers.values():
                     provider.drop_cache()  # the next batch loads from files

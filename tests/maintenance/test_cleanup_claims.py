@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from state_runtime.catalog import Catalog, FileVerdict, Lease
+from state_runtime.catalog import Catalog, FileVerdict
 from state_runtime.identity import StoreId
-from state_runtime.maintenance import Fleet, cleanup_pass, leases
+from state_runtime.maintenance import Fleet, cleanup_pass
 from state_runtime.storage import LocalStorage
 from state_runtime.storage.base import DeleteResult
+from tests.maintenance.lease_clock import LeaseClock
 from tests.maintenance.streams import StoreStream
 from tests.maintenance.test_cleanup import (
     LATER,
@@ -70,38 +69,15 @@ def test_claims_page_by_keyset_and_delete_exactly_the_unpaged_plan(
 
 
 class SlowDeletes(LocalStorage):
-    """The stream's files, each delete taking ``step`` seconds of a clock the leases' renewals
-    go by (:meth:`now`: this host's monotonic clock plus the steps; a slow object store,
-    without wall-clock margins); ``longest``: the most time any delete ended after the leases
-    were taken or last renewed (the catalog's calls spied by :meth:`spy`)."""
+    """The stream's files, each delete taking ``step`` seconds of ``clock`` (a slow object
+    store, without wall-clock margins)."""
 
     def __init__(self, stream: StoreStream, step: float) -> None:
         super().__init__(stream.storage.root)
-        self.step, self.stepped, self.longest, self.renewals = step, 0.0, 0.0, 0
-        self.renewed = self.now()
-
-    def now(self) -> float:
-        return time.monotonic() + self.stepped
-
-    def spy(self, catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Note when ``catalog`` takes or renews leases; make :class:`Held` go by :meth:`now`."""
-        acquire, renew = catalog.acquire_leases, catalog.renew_leases
-
-        def acquired(*args: Any) -> list[Lease | None]:
-            self.renewed = self.now()
-            return acquire(*args)
-
-        def renewed(*args: Any) -> list[Lease | None]:
-            self.renewed, self.renewals = self.now(), self.renewals + 1
-            return renew(*args)
-
-        monkeypatch.setattr(catalog, "acquire_leases", acquired)
-        monkeypatch.setattr(catalog, "renew_leases", renewed)
-        monkeypatch.setattr(leases, "time", SimpleNamespace(monotonic=self.now))
+        self.step, self.clock = step, LeaseClock()
 
     def delete(self, paths: Sequence[str]) -> DeleteResult:
-        self.stepped += self.step
-        self.longest = max(self.longest, self.now() - self.renewed)
+        self.clock.step(self.step)
         return super().delete(paths)
 
 
@@ -123,7 +99,7 @@ def test_a_chunk_longer_than_the_lease_ttl_keeps_its_leases(
     slow = SlowDeletes(stream, 0.4 * ttl.total_seconds())
     fleet = Fleet(catalog, open_storage=lambda root: slow, owner="tests")
     plan = cleanup_pass(fleet, POLICY, now=LATER).planned_files
-    slow.spy(catalog, monkeypatch)
+    slow.clock.spy(catalog, monkeypatch)
     report = cleanup_pass(
         fleet,
         dataclasses.replace(POLICY, lease_ttl=ttl),
@@ -133,8 +109,8 @@ def test_a_chunk_longer_than_the_lease_ttl_keeps_its_leases(
         delete_batch=plan // 8 + 1 if many == "batches" else plan + 1,
         workers=1,
     )
-    assert slow.stepped > 2 * ttl.total_seconds()  # outlasted the leases
-    assert slow.renewals >= 2 and slow.longest < ttl.total_seconds()
+    assert slow.clock.stepped > 2 * ttl.total_seconds()  # outlasted the leases
+    assert slow.clock.renewals >= 2 and slow.clock.longest < ttl.total_seconds()
     assert report.deleted_files == plan and not report.busy
     for key in (stream.key(store) for store in stream.stores):
         lease = catalog.try_acquire_lease(key, "after", timedelta(minutes=1))

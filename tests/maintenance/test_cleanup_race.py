@@ -15,7 +15,6 @@ lists again.)
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,6 +26,7 @@ from state_runtime.catalog import Catalog, RetentionPolicy
 from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.identity import FileKind, StoreId
 from state_runtime.maintenance import Fleet, MaintenancePolicy, cleanup_pass, snapshot_pass
+from tests.gates import Gates
 from tests.maintenance.streams import KEY, VALUE, StoreStream
 
 VERSIONS = 110
@@ -58,7 +58,7 @@ def latest_two(catalog: Catalog, root: str, store: StoreId) -> list[tuple[int, s
     ]
 
 
-def cold_reader(stream: StoreStream, stop: threading.Event, reads: Reads) -> None:
+def cold_reader(stream: StoreStream, stop: threading.Event, reads: Reads, gates: Gates) -> None:
     while not stop.is_set():
         for store in stream.stores:
             for version, checkpoint_id in latest_two(stream.catalog, stream.root, store):
@@ -76,9 +76,12 @@ def cold_reader(stream: StoreStream, stop: threading.Event, reads: Reads) -> Non
                         reads.failures.append(f"{store} version {version}: {exc!r}")
                     else:
                         reads.superseded += 1
+        gates.made("reads")
 
 
-def maintainer(catalog: Catalog, stop: threading.Event, errors: list[BaseException]) -> int:
+def maintainer(
+    catalog: Catalog, stop: threading.Event, errors: list[BaseException], gates: Gates
+) -> int:
     fleet = Fleet(catalog, owner="race")
     while not stop.is_set():
         try:
@@ -86,7 +89,9 @@ def maintainer(catalog: Catalog, stop: threading.Event, errors: list[BaseExcepti
             cleanup_pass(fleet, ZERO, dry_run=False)
         except BaseException as exc:
             errors.append(exc)
+            stop.set()
             return 0
+        gates.made("maintenance")
     return 0
 
 
@@ -154,16 +159,20 @@ def test_cleanup_racing_a_stream_and_a_cold_reader(
     stop = threading.Event()
     errors: list[BaseException] = []
     reads = Reads()
+    gates = Gates("maintenance", "reads")
     threads = [
-        threading.Thread(target=maintainer, args=(stream.catalog, stop, errors)),
-        threading.Thread(target=cold_reader, args=(stream, stop, reads)),
+        threading.Thread(target=maintainer, args=(stream.catalog, stop, errors, gates)),
+        threading.Thread(target=cold_reader, args=(stream, stop, reads, gates)),
     ]
     for thread in threads:
         thread.start()
     try:
+        # Each commit waits for a maintenance round and a round of cold reads since the
+        # last one, so the counts below hold however loaded the machine is.
         for _ in range(VERSIONS):
+            if not gates.passed(stop):
+                break
             stream.commit()
-            time.sleep(0.002)
     finally:
         stop.set()
         for thread in threads:

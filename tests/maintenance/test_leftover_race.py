@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,8 +36,9 @@ ZERO = MaintenancePolicy(
 )
 
 # A real writer committing ``count`` versions of store 0/0/default after the given one;
-# os.link waits ``pause`` seconds (or for a line on stdin with pause < 0), so that its fsynced
-# temporary file sits there as a slow disk or a descheduled process would leave it.
+# os.link waits ``pause`` seconds, and its ``hold``-th call (from 1; 0: none) prints "linking"
+# and waits for a line on stdin, so that its fsynced temporary file sits there as a slow disk
+# or a descheduled process would leave it.
 WRITER = """
 import json, os, sys, time
 from state_runtime import StateStoreProvider
@@ -44,13 +46,15 @@ from state_runtime.storage import LocalStorage
 
 spec = json.loads(sys.argv[1])
 link = os.link
+links = 0
 
 def slow_link(*args, **kwargs):
-    if spec["pause"] < 0:
+    global links
+    links += 1
+    if links == spec["hold"]:
         print("linking", flush=True)
         sys.stdin.readline()
-    else:
-        time.sleep(spec["pause"])
+    time.sleep(spec["pause"])
     return link(*args, **kwargs)
 
 os.link = slow_link
@@ -66,7 +70,9 @@ print("committed", version, flush=True)
 """
 
 
-def start_writer(stream: StoreStream, count: int, pause: float) -> subprocess.Popen[str]:
+def start_writer(
+    stream: StoreStream, count: int, *, pause: float = 0.0, hold: int = 0
+) -> subprocess.Popen[str]:
     latest = stream.committed[A][-1]
     spec = {
         "root": str(stream.storage.root),  # type: ignore[attr-defined]
@@ -74,6 +80,7 @@ def start_writer(stream: StoreStream, count: int, pause: float) -> subprocess.Po
         "checkpoint_id": latest.checkpoint_id,
         "count": count,
         "pause": pause,
+        "hold": hold,
         "key": KEY,
         "value": VALUE,
     }
@@ -94,7 +101,7 @@ def later() -> datetime:
 def test_a_paused_writers_temporary_file_survives_every_sweep(
     local_stream: StoreStream,  # noqa: F811
 ) -> None:
-    writer = start_writer(local_stream, 1, pause=-1)
+    writer = start_writer(local_stream, 1, hold=1)
     assert writer.stdout is not None and writer.stdin is not None
     try:
         assert writer.stdout.readline().strip() == "linking", writer.stderr
@@ -125,7 +132,7 @@ def test_a_paused_writers_temporary_file_survives_every_sweep(
 
 
 def test_a_killed_writers_lock_dies_with_it(local_stream: StoreStream) -> None:  # noqa: F811
-    writer = start_writer(local_stream, 1, pause=-1)
+    writer = start_writer(local_stream, 1, hold=1)
     assert writer.stdout is not None
     assert writer.stdout.readline().strip() == "linking"
     writer.kill()
@@ -146,23 +153,45 @@ def test_a_killed_writers_lock_dies_with_it(local_stream: StoreStream) -> None: 
 def test_a_writer_racing_zero_grace_sweeps_commits_every_version(
     local_stream: StoreStream,  # noqa: F811
 ) -> None:
+    """Sweeps race a writer's commits; at its middle commit the writer holds its link until
+    a sweep has met the write in flight (and left it), so the race is run however the
+    machine's load schedules the two processes, then the writer races on."""
     count = 40
-    writer = start_writer(local_stream, count, pause=0.02)
+    writer = start_writer(local_stream, count, pause=0.02, hold=count // 2)
+    assert writer.stdout is not None and writer.stdin is not None
+    held = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in writer.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            held.set()  # the first line is "linking"
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     fleet = fleet_on(local_stream)
     seen_live = sweeps = 0
     try:
         while writer.poll() is None:
+            holding = held.is_set() and not writer.stdin.closed
             report = cleanup_pass(fleet, ZERO, dry_run=False, now=later())
             seen_live += len(report.leftovers.young)
             sweeps += 1
             assert not report.leftovers.failed
-        out, err = writer.communicate(timeout=60)
+            if holding:  # this sweep ran while the writer held its link
+                assert report.leftovers.young, "a sweep missed the write held in flight"
+                writer.stdin.write("go\n")
+                writer.stdin.close()
+        writer.wait(timeout=60)
+        reader.join(timeout=60)
+        err = writer.stderr.read() if writer.stderr is not None else ""
     finally:
         if writer.poll() is None:
             writer.kill()
             writer.wait()
     assert writer.returncode == 0, err
-    assert out.split() == ["committed", str(2 + count)]
+    assert writer.stdin.closed, "the writer ended without holding its link"
+    assert "".join(lines).split() == ["linking", "committed", str(2 + count)]
     assert seen_live > 0, f"{sweeps} sweeps never met a write in flight: no race was run"
     store = local_stream.provider(A).get_store(2 + count)
     assert [store.get((f"k{n}",)) for n in range(count)] == [(n,) for n in range(count)]

@@ -30,6 +30,7 @@ from state_runtime.maintenance import (
 from state_runtime.maintenance.snapshots import DueStore, SnapshotOutcome, _chunks
 from state_runtime.storage import LocalStorage
 from state_runtime.storage.base import ByteStream
+from tests.maintenance.lease_clock import LeaseClock
 from tests.maintenance.streams import StoreStream
 from tests.maintenance.test_cli import statestore
 
@@ -337,21 +338,41 @@ class SlowSnapshots(LocalStorage):
                     self.taken[key] = lease
 
 
+class SteppedSnapshots(LocalStorage):
+    """A stream's local files, each snapshot written after ``step`` seconds of ``clock`` (a
+    large store's, without wall-clock margins)."""
+
+    def __init__(self, stream: StoreStream, step: float) -> None:
+        super().__init__(stream.storage.root)
+        self.step, self.clock = step, LeaseClock()
+
+    def write_if_absent(self, path: str, data: bytes) -> None:
+        if path.endswith(".snapshot"):
+            self.clock.step(self.step)
+        super().write_if_absent(path, data)
+
+    def write_stream_if_absent(self, path: str, source: ByteStream, size: int) -> None:
+        if path.endswith(".snapshot"):
+            self.clock.step(self.step)
+        super().write_stream_if_absent(path, source, size)
+
+
 def test_a_chunk_longer_than_the_lease_ttl_keeps_its_leases(
-    make_stream: Callable[..., StoreStream],
+    make_stream: Callable[..., StoreStream], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One worker, one chunk of three stores, each snapshot taking two thirds of the lease's
-    time to live: the chunk outlasts its leases, which it renews between stores."""
+    """One worker, one chunk of three stores, each snapshot taking 0.7 of the lease's time to
+    live: the chunk outlasts its leases, which it renews between stores, so no snapshot ends
+    after its leases could have run out, and every lease goes back at the end."""
     stream = make_stream()
     stream.run(5)
-    ttl = timedelta(seconds=1.2)
+    ttl = timedelta(minutes=1)
     keys = [stream.key(s) for s in stream.stores]
-    slow = SlowSnapshots(stream, ttl, 0.8, keys)
+    slow = SteppedSnapshots(stream, 0.7 * ttl.total_seconds())
+    slow.clock.spy(stream.catalog, monkeypatch)
     fleet = Fleet(stream.catalog, open_storage=lambda root: slow, owner="tests")
-    started = time.monotonic()
     report = snapshot_pass(fleet, dataclasses.replace(POLICY, lease_ttl=ttl), workers=1)
-    assert time.monotonic() - started > 2 * ttl.total_seconds()  # outlasted the leases
-    assert slow.taken == {}  # no store was ever free to another run
+    assert slow.clock.stepped > 2 * ttl.total_seconds()  # outlasted the leases
+    assert slow.clock.renewals >= 2 and slow.clock.longest < ttl.total_seconds()
     assert report.count(SnapshotStatus.WRITTEN) == len(keys)
     for key in keys:  # and every lease went back at the end
         lease = stream.catalog.try_acquire_lease(key, "after", timedelta(minutes=1))

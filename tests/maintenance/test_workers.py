@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import logging
 import os
-import time
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from state_runtime.catalog import Catalog
 from state_runtime.cli import main
 from state_runtime.maintenance import MaintenancePolicy
+from state_runtime.maintenance import workers as workers_module
 from state_runtime.maintenance.spark import TASK_WORKERS
 from state_runtime.maintenance.workers import (
     RESERVED_CONNECTIONS,
@@ -75,20 +77,32 @@ def test_one_setting_for_the_cli_the_environment_dagster_and_airflow() -> None:
     assert MaintenanceResource(workers=5).policy().workers == 5
 
 
-def test_a_consumer_that_raises_cancels_the_queued_work() -> None:
+def test_a_consumer_that_raises_cancels_the_queued_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """map_bounded keeps two items a worker queued; a pass whose consumer raises (a progress
     callback, a report) closes the map on leaving the block, so the queued item never runs,
-    although the traceback still holds the generator."""
+    although the traceback still holds the generator. Items 1 and 2 hold both workers until
+    the map shuts its pool down (after cancelling what was queued), whatever the load."""
     started: set[int] = set()
+    shut_down = threading.Event()
+
+    class Pool(ThreadPoolExecutor):
+        def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+            shut_down.set()
+            super().shutdown(wait, cancel_futures=cancel_futures)
+
+    monkeypatch.setattr(workers_module, "ThreadPoolExecutor", Pool)
 
     def work(item: int) -> int:
         started.add(item)
-        time.sleep(0.5 if item else 0)
+        if item:
+            shut_down.wait(timeout=60)  # bounded: a map left open must not hang the session
         return item
 
     done = map_bounded(work, range(10), 2, "test")
     with pytest.raises(RuntimeError), closing_items(done) as results:
         for _ in results:  # items 1 to 3 submitted: running or queued
             raise RuntimeError("the consumer failed")
-    time.sleep(1.0)  # what was queued would have started by now
+    assert shut_down.is_set()  # the map was closed on leaving the block, its pool shut down
+    # The queued item 3 never ran (nor will: no pool left); 1 or 2 may have been cancelled
+    # too, if no worker had taken it yet.
     assert 0 in started and not started & {3, 4}, started
