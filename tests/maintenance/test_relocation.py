@@ -4,7 +4,6 @@ the catalog stores the root relative to its own folder."""
 from __future__ import annotations
 
 import contextlib
-
 import shutil
 from pathlib import Path
 
