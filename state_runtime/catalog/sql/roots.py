@@ -55,7 +55,9 @@ def roots_of(engine: Engine) -> Iterator[None]:
 
 def current_folder(dialect: Dialect) -> Path | None:
     """The folder roots are translated against now: the running catalog attempt's engine's
-    (:func:`roots_of`), else (a connection used outside one) ``dialect``'s own."""
+    (:func:`roots_of`). Outside one (a connection taken from a catalog's engine directly,
+    as some tests do) it is ``dialect``'s, the dialect the statement was compiled for, which
+    may be another catalog's of the process: every catalog call runs in an attempt."""
     folder = _ATTEMPT_FOLDER.get()
     return _FOLDERS.get(dialect) if folder is _UNSET else folder
 
