@@ -3,6 +3,7 @@ the catalog stores the root relative to its own folder."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -84,13 +85,20 @@ def test_upgrade_makes_existing_roots_relative_and_downgrade_restores_them(
 
 
 def test_catalogs_in_two_folders_store_each_root_relative_to_its_own(tmp_path: Path) -> None:
-    """Catalog engines share one cache of compiled statements (statement_cache.py), and a
-    compiled statement's root column reads its folder from the dialect that compiled it: the
-    second catalog must not store its root against the first one's folder."""
-    for name in ("first", "second"):
-        here = tmp_path / name
-        with Catalog.open(f"sqlite:///{here / 'catalog.db'}", upgrade=True) as catalog:
+    """Catalog engines share one cache of compiled statements (statement_cache.py), whose
+    root column's processors keep the dialect that compiled them: each catalog, used in
+    turn while both are open, must store and read its root against its own folder."""
+    with contextlib.ExitStack() as stack:
+        streams = []
+        for name in ("first", "second"):
+            here = tmp_path / name
+            url = f"sqlite:///{here / 'catalog.db'}"
+            catalog = stack.enter_context(Catalog.open(url, upgrade=True))
             storage = LocalStorage(here / "checkpoint")
-            StoreStream(catalog, storage, list(STORES)).run(1)
-            assert catalog.roots() == [storage.uri]
-        assert stored_roots(here / "catalog.db") == {"./checkpoint"}, name
+            streams.append((catalog, storage, StoreStream(catalog, storage, list(STORES))))
+        for _ in range(2):
+            for catalog, storage, stream in streams:
+                stream.run(1)
+                assert catalog.roots() == [storage.uri]
+    for name in ("first", "second"):
+        assert stored_roots(tmp_path / name / "catalog.db") == {"./checkpoint"}, name

@@ -25,6 +25,7 @@ from state_runtime.catalog.records import AttemptSweep, BatchStart, Suspects
 from state_runtime.catalog.schema.predicates import constant
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, batch_intents, maintenance_runs
+from state_runtime.catalog.sql.commit_statements import commit_statements
 from state_runtime.catalog.sql.commits import committed_ids, latest_entry
 from state_runtime.catalog.sql.layouts import current_layouts
 from state_runtime.catalog.sql.roots import validate_root
@@ -55,20 +56,16 @@ def begin_batch(
     )
     exists = connection.execute(_intent_query(), {"run": run}).first()
     if exists is None:  # a retry after a lost COMMIT finds its own intent
-        numbered: dict[str, Any] = {}
-        if connection.dialect.name != "postgresql":  # an identity there; here the write lock
-            top = sa.func.coalesce(sa.func.max(batch_intents.c.sequence), 0)
-            numbered["sequence"] = sa.select(top + 1).scalar_subquery()
         connection.execute(
-            sa.insert(batch_intents).values(
-                run=run,
-                checkpoint_root=root,
-                query_id=query_id,
-                batch_id=batch_id,
-                operators=[list(op) for op in operators],
-                started_at=now,
-                **numbered,
-            )
+            commit_statements(connection.dialect.name).begin_intent,
+            {
+                "run": run,
+                "checkpoint_root": root,
+                "query_id": query_id,
+                "batch_id": batch_id,
+                "operators": [list(op) for op in operators],
+                "started_at": now,
+            },
         )
     restored = restored_to(connection, root, query_id)
     restarted_base = (
@@ -157,16 +154,13 @@ def settle(connection: Connection, run: str, suspects: Suspects, now: datetime) 
         if suspects == "all"
         else {"stores": [[s.operator_id, s.partition_id, s.store_name] for s in sorted(suspects)]}
     )
-    nothing = suspects != "all" and not suspects
-    connection.execute(
-        sa.update(batch_intents)
-        .where(batch_intents.c.run == run)
-        .values(
-            committed_at=now,
-            suspects=None if nothing else listed,
-            swept_at=now if nothing else None,
+    built = commit_statements(connection.dialect.name)
+    if suspects != "all" and not suspects:
+        connection.execute(built.settle_clean, {"intent_run": run, "now": now})
+    else:
+        connection.execute(
+            built.settle_suspects, {"intent_run": run, "now": now, "suspects": listed}
         )
-    )
 
 
 def open_sweeps(

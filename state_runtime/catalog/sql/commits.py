@@ -26,11 +26,8 @@ from state_runtime.catalog.records import BatchCommit, CommitEntry
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import (
     FileState,
-    batch_intents,
-    checkpoint_files,
-    commit_log,
-    stores,
 )
+from state_runtime.catalog.sql.commit_statements import commit_statements
 from state_runtime.catalog.sql.findings import close_unneeded
 from state_runtime.catalog.sql.inventory import RecordedFile, check_info, record_locked
 from state_runtime.catalog.sql.lookups import committed_ids_at, ensure_stores, lock_stores
@@ -155,14 +152,11 @@ def superseding_intent(
     ``batch_id`` or later, or None. By the intents' sequence, the database's order, never a
     clock. An intent that is gone (forgotten by the attempt sweep, which keeps each query's
     newest) is older than every intent still held."""
-    i = batch_intents.c
-    own = connection.execute(sa.select(i.sequence).where(i.run == run)).scalar()
-    later = sa.select(i.run, i.batch_id).where(
-        i.checkpoint_root == root, i.query_id == query_id, i.batch_id >= batch_id, i.run != run
-    )
-    if own is not None:
-        later = later.where(i.sequence > own)
-    row = connection.execute(later.order_by(i.sequence.desc()).limit(1)).first()
+    built = commit_statements(connection.dialect.name)
+    own = connection.execute(built.own_sequence, {"run": run}).scalar()
+    values = {"root": root, "query": query_id, "batch": batch_id, "run": run, "own": own}
+    later = built.later_intent if own is None else built.later_intent_after
+    row = connection.execute(later, values).first()
     return None if row is None else (str(row.run), int(row.batch_id))
 
 
@@ -240,21 +234,16 @@ def _apply(
     handful of round trips rather than several per store. A replayed entry is updated in
     place (same batch, store and version; a new id): the runtime's role has no DELETE.
     """
-    c = commit_log.c
+    built = commit_statements(connection.dialect.name)
     if changed:
         connection.execute(
-            sa.update(commit_log)
-            .where(c.commit_id == sa.bindparam("entry"))
-            .values(
-                checkpoint_id=sa.bindparam("new_id"),
-                file_id=sa.bindparam("new_file"),
-                committed_at=now,
-            ),
+            built.replace_entry,
             [
                 {
                     "entry": entry["commit_id"],
                     "new_id": new[sid].checkpoint_id,
                     "new_file": _file_id(new[sid], files),
+                    "now": now,
                 }
                 for sid, entry in changed.items()
             ],
@@ -264,7 +253,7 @@ def _apply(
     added = [(sid, info) for sid, info in new.items() if sid not in changed]
     if added:
         connection.execute(
-            sa.insert(commit_log),
+            built.add_entries,
             [
                 {
                     "query_id": query_id,
@@ -307,17 +296,9 @@ def _apply(
         now,
     )
     for part in chunks(sorted(new)):
-        entry = sa.select(c.version).where(
-            c.store_id == stores.c.store_id, c.query_id == query_id, c.batch_id == batch_id
-        )
         connection.execute(
-            sa.update(stores)
-            .where(stores.c.store_id.in_(part))
-            .values(
-                latest_version=entry.scalar_subquery(),
-                latest_checkpoint_id=entry.with_only_columns(c.checkpoint_id).scalar_subquery(),
-                last_committed_at=now,
-            )
+            built.bump_latest,
+            {"store_ids": list(part), "query": query_id, "batch": batch_id, "now": now},
         )
     return orphaned
 
@@ -333,13 +314,15 @@ def _files_at_versions(
 ) -> list[tuple[int, tuple[int, int, str], str]]:
     """(file id, (store id, version, checkpoint id), state) of every file at the given
     (store id, version) pairs: per-column IN lists on the checkpoint index, exact pairs kept."""
-    f = checkpoint_files.c
+    statement = commit_statements(connection.dialect.name).files_at_versions
     found = []
     for part in chunks(sorted(pairs)):
         rows = connection.execute(
-            sa.select(f.file_id, f.store_id, f.version, f.checkpoint_id, f.state).where(
-                f.store_id.in_({sid for sid, _ in part}), f.version.in_({v for _, v in part})
-            )
+            statement,
+            {
+                "store_ids": sorted({sid for sid, _ in part}),
+                "versions": sorted({v for _, v in part}),
+            },
         )
         found += [
             (r.file_id, (r.store_id, r.version, r.checkpoint_id), r.state)
@@ -353,13 +336,11 @@ def _set_state(
     connection: Connection, file_ids: list[int], state: FileState, reason: str | None, now: datetime
 ) -> int:
     """Move the files to ``state`` with ``reason``; the number of files moved."""
+    statement = commit_statements(connection.dialect.name).set_state
     moved = 0
     for part in chunks(file_ids):
-        moved += connection.execute(
-            sa.update(checkpoint_files)
-            .where(checkpoint_files.c.file_id.in_(part))
-            .values(state=state.value, state_changed_at=now, state_reason=reason)
-        ).rowcount
+        values = {"file_ids": list(part), "new_state": state.value, "reason": reason, "now": now}
+        moved += connection.execute(statement, values).rowcount
     return moved
 
 
@@ -368,11 +349,10 @@ _COMMITTABLE = (FileState.WRITTEN.value, FileState.ORPHAN.value)
 
 
 def _latest(connection: Connection, ids: dict[int, CheckpointInfo]) -> dict[int, int]:
+    statement = commit_statements(connection.dialect.name).latest
     found: dict[int, int] = {}
     for part in chunks(sorted(ids)):
-        rows = connection.execute(
-            sa.select(stores.c.store_id, stores.c.latest_version).where(stores.c.store_id.in_(part))
-        )
+        rows = connection.execute(statement, {"store_ids": list(part)})
         found.update({r.store_id: r.latest_version for r in rows})
     return found
 
@@ -380,11 +360,9 @@ def _latest(connection: Connection, ids: dict[int, CheckpointInfo]) -> dict[int,
 def _batch_entries(
     connection: Connection, root: str, query_id: str, batch_id: int
 ) -> dict[int, dict[str, Any]]:
-    c = commit_log.c
     rows = connection.execute(
-        sa.select(c.commit_id, c.store_id, c.version, c.checkpoint_id)
-        .join(stores, stores.c.store_id == c.store_id)
-        .where(c.query_id == query_id, c.batch_id == batch_id, stores.c.checkpoint_root == root)
+        commit_statements(connection.dialect.name).batch_entries,
+        {"query": query_id, "batch": batch_id, "root": root},
     )
     return {r.store_id: dict(r._mapping) for r in rows}
 
