@@ -73,8 +73,8 @@ def map_bounded(work: Callable[[T], R], items: Iterable[T], workers: int, name: 
                 queued.append(pool.submit(work, item))
             while queued:
                 yield queued.popleft().result()
-        finally:
-            for future in queued:
+        finally:  # the last first: a worker freed meanwhile takes the oldest left, never
+            for future in reversed(queued):  # a later one a cancel skipped it to
                 future.cancel()
 
 
