@@ -30,7 +30,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from state_runtime.catalog.connection.settings import CatalogTimeouts
 from state_runtime.catalog.connection.statement_cache import COMPILED
 from state_runtime.catalog.connection.watchdog import WATCHDOG, Alarm
-from state_runtime.catalog.sql.roots import anchor_roots, roots_of
+from state_runtime.catalog.sql.roots import anchor_roots
 from state_runtime.errors import (
     CatalogError,
     CatalogMisconfigured,
@@ -438,7 +438,7 @@ def _attempt(engine: Engine, work: Callable[[Connection], T], alarm: Alarm | Non
         fd = _fileno(connection)
         if fd is not None:
             WATCHDOG.watch(fd)
-        with roots_of(engine), connection.begin():
+        with connection.begin():
             return work(connection)
     finally:
         WATCHDOG.disarm(alarm)

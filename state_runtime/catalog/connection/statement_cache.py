@@ -7,9 +7,8 @@ first calls cost several times its later ones. :data:`COMPILED` is shared by eve
 :func:`~state_runtime.catalog.connection.engine.create_catalog_engine` creates (SQLAlchemy's
 ``compiled_cache`` execution option): it keys a compiled statement by what its text and its
 bind and result processing depend on (the dialect's class, the server's version, the
-identifier lengths) instead of the dialect object. The folder a SQLite catalog stores local
-roots against is not among them: the ``CheckpointRoot`` column type reads it from the
-running attempt (``roots.roots_of``), so catalogs in different folders share statements.
+identifier lengths, and the folder a SQLite catalog stores local roots against, which the
+``CheckpointRoot`` column type reads from the dialect) instead of the dialect object.
 """
 
 from __future__ import annotations
@@ -20,6 +19,8 @@ from typing import Any
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.util import LRUCache
+
+from state_runtime.catalog.sql.roots import folder_of
 
 SIZE = 2000
 """Compiled statements kept (least recently used dropped first): the catalog runs a few
@@ -35,6 +36,7 @@ def dialect_key(dialect: Dialect) -> Hashable:
         dialect.max_identifier_length,
         dialect.label_length,
         dialect.paramstyle,
+        folder_of(dialect),
     )
 
 

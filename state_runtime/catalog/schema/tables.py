@@ -22,7 +22,7 @@ from state_runtime.catalog.schema import predicates
 from state_runtime.catalog.schema.runs import RunKind as RunKind
 from state_runtime.catalog.schema.runs import RunOutcome as RunOutcome
 from state_runtime.catalog.sql.positions import WritingTransaction
-from state_runtime.catalog.sql.roots import current_folder, resolved_root, stored_root
+from state_runtime.catalog.sql.roots import folder_of, resolved_root, stored_root
 
 # The file life cycle and verification states belong to the retention rule; re-exported here.
 from state_runtime.retention import LIVE_STATES as LIVE_STATES
@@ -60,10 +60,10 @@ class CheckpointRoot(sa.TypeDecorator[str]):
     cache_ok = True
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
-        return None if value is None else stored_root(value, current_folder(dialect))
+        return None if value is None else stored_root(value, folder_of(dialect))
 
     def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
-        return None if value is None else resolved_root(value, current_folder(dialect))
+        return None if value is None else resolved_root(value, folder_of(dialect))
 
 
 def _id_type() -> sa.types.TypeEngine[int]:

@@ -10,11 +10,8 @@ stored form (the operators' SQL views on SQLite do).
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
@@ -24,10 +21,6 @@ from state_runtime.errors import InvalidArgument
 
 RELATIVE = "./"
 _FOLDERS: weakref.WeakKeyDictionary[Dialect, Path] = weakref.WeakKeyDictionary()
-_UNSET = Path()
-_ATTEMPT_FOLDER: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
-    "catalog_root_folder", default=_UNSET
-)
 
 
 def anchor_roots(engine: Engine, database: Path) -> None:
@@ -38,28 +31,6 @@ def anchor_roots(engine: Engine, database: Path) -> None:
 def folder_of(dialect: Dialect) -> Path | None:
     """The folder relative roots of this engine are stored against (None: all absolute)."""
     return _FOLDERS.get(dialect)
-
-
-@contextmanager
-def roots_of(engine: Engine) -> Iterator[None]:
-    """Translate roots against ``engine``'s folder inside this block (a catalog transaction's
-    attempt). A compiled statement is shared by every engine of its dialect
-    (``statement_cache``), and its bind and result processors keep the dialect it was
-    compiled for; so the folder is the attempt's, not the compiled statement's."""
-    token = _ATTEMPT_FOLDER.set(_FOLDERS.get(engine.dialect))
-    try:
-        yield
-    finally:
-        _ATTEMPT_FOLDER.reset(token)
-
-
-def current_folder(dialect: Dialect) -> Path | None:
-    """The folder roots are translated against now: the running catalog attempt's engine's
-    (:func:`roots_of`). Outside one (a connection taken from a catalog's engine directly,
-    as some tests do) it is ``dialect``'s, the dialect the statement was compiled for, which
-    may be another catalog's of the process: every catalog call runs in an attempt."""
-    folder = _ATTEMPT_FOLDER.get()
-    return _FOLDERS.get(dialect) if folder is _UNSET else folder
 
 
 @functools.lru_cache(maxsize=1024)
