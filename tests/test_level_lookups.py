@@ -4,11 +4,14 @@ open between lookups; they cost about what one file of the same rows costs
 (``bench_disk.py --levels``). On real run files: a level answers exactly as the same rows in
 memory, whatever the keys (exact integers read as words, hashed strings that collide, values
 read through Arrow), a part in memory among parts on disk, and an open-file limit below the
-part count."""
+part count. A damaged part's file is refused, naming it, never read past its end into the
+next map; a view of the maps left in a failed lookup's traceback keeps them mapped."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from state_runtime.errors import StateStoreError
 from state_runtime.store.disk_runs import DiskRun, Part, spill_run
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.mapped_region import Region, RunFile
 from state_runtime.store.open_runs import OPEN_RUNS
 from state_runtime.store.run_levels import RunLevel
 from state_runtime.store.sorted_runs import Run
@@ -117,3 +122,72 @@ def test_a_levels_files_stay_mapped_between_lookups_within_the_open_file_limit()
         found, _ = level.find(indexer, index, keys)
         assert found.tolist() == list(range(4000))
         assert _mapped(level) == 12
+
+
+def _int_level(count: int) -> tuple[KeyIndexer, np.ndarray, pa.StructArray, RunLevel]:
+    """40,000 int keys and plain values in a level of ``count`` parts on disk."""
+    indexer = KeyIndexer(INT_KEY)
+    keys = pa.StructArray.from_arrays([pa.array(np.arange(0, 80000, 2))], fields=list(INT_KEY))
+    values = pa.StructArray.from_arrays([pa.array(np.arange(40000))], names=["v"])
+    return indexer, indexer.index(keys), keys, _level(Run.build(indexer, keys, values)[0], count)
+
+
+def _disk_parts(level: RunLevel) -> list[DiskRun]:
+    return [part for part in level.parts if isinstance(part, DiskRun)]
+
+
+@pytest.mark.parametrize("victim", [0, 1, 3])
+def test_a_part_whose_file_is_shortened_is_refused_naming_it(victim: int) -> None:
+    """A part's file cut short, its IPC footer still readable: the lookup raises naming that
+    file (a read past its end used to land in the next part's map: wrong answers)."""
+    indexer, index, keys, level = _int_level(4)
+    parts = _disk_parts(level)
+    for part in parts:
+        OPEN_RUNS.close(part.path)
+    path = Path(parts[victim].path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] + data[-(64 << 10) :])
+    with pytest.raises(StateStoreError, match="damaged") as raised:
+        level.find(indexer, index, keys)
+    assert raised.value.path == str(path)
+
+
+def test_a_region_refuses_a_block_outside_its_own_file() -> None:
+    """A table placing a block's index column past its file's end (the next map's memory
+    through the span) is refused, naming the file."""
+    _, _, _, level = _int_level(2)
+    parts = _disk_parts(level)
+    with contextlib.ExitStack() as held:
+        files = [
+            RunFile(held.enter_context(OPEN_RUNS.mapped(part.path)), *part.tables(), 0)
+            for part in parts
+        ]
+        offsets, starts, fields = parts[0].tables()
+        files[0] = RunFile(files[0].mapped, offsets, starts + len(files[0].mapped) // 8, fields, 0)
+        with pytest.raises(StateStoreError, match="damaged") as raised:
+            Region(files, parts[0].value_type, "s")
+    assert raised.value.path == parts[0].path
+
+
+def test_a_failed_lookups_view_keeps_the_maps_mapped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lookup failing while it reads values through the span of several maps leaves that
+    view in its traceback: closing the parts then warns and keeps them mapped (reading the
+    view after an unmap would crash the process)."""
+    indexer, index, keys, level = _int_level(4)
+    level.find(indexer, index, keys)  # the field words learnt: values read through the span
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("failed while gathering")
+
+    monkeypatch.setattr(pa, "array", fail)
+    with pytest.raises(RuntimeError, match="gathering") as raised:
+        level.find(indexer, index, keys)
+    monkeypatch.undo()
+    with caplog.at_level(logging.WARNING, logger="state_runtime.store"):
+        for part in _disk_parts(level):
+            OPEN_RUNS.close(part.path)
+    assert sum("outlived its lookups" in r.getMessage() for r in caplog.records) == 4
+    assert _mapped(level) == 4
+    del raised

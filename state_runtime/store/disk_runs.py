@@ -42,7 +42,7 @@ from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.local_folder import make_worker_folder
 from state_runtime.store.mapped_probes import find_mapped, index_words
 from state_runtime.store.mapped_region import Region, RunFile
-from state_runtime.store.open_runs import OPEN_RUNS
+from state_runtime.store.open_runs import OPEN_RUNS, Mapped
 from state_runtime.store.sorted_runs import Run, concat, run_of
 from state_runtime.store.store_metrics import DiskMetrics
 
@@ -360,12 +360,13 @@ def find_on_disk(
     rows = np.arange(len(index)) if rows is None else rows
     firsts = np.concatenate([run._firsts for run in runs])
     blocks = holding(firsts, np.concatenate([run._lasts for run in runs]), index)
+    assert all(run.value_type == runs[0].value_type for run in runs)
     with contextlib.ExitStack() as held:
         files = [
-            RunFile(held.enter_context(OPEN_RUNS.mapped(run.path)), *run.tables(), first)
+            RunFile(_mapped(held, run), *run.tables(), first)
             for run, first in zip(runs, first_rows, strict=True)
         ]
-        region = Region(files, runs[0].value_type)
+        region = Region(files, runs[0].value_type, runs[0].store)
         window = LOCAL_DISK.map_window()
         found, probes, parts, clashes = find_mapped(
             region, blocks, indexer, (index, keys, rows), window
@@ -384,6 +385,20 @@ def find_on_disk(
     values = pa.concat_arrays(parts)
     by_probe = np.argsort(np.concatenate(probes), kind="stable")
     return found, values.take(pa.array(by_probe))
+
+
+def _mapped(held: contextlib.ExitStack, run: DiskRun) -> Mapped:
+    """``run``'s file mapped and held by ``held``; StateStoreError naming the file if its
+    length is not the length written (a damaged file: a read past its end would read
+    another map of the lookup's span, or fault)."""
+    mapped = held.enter_context(OPEN_RUNS.mapped(run.path))
+    if len(mapped) != run.file_bytes:
+        raise StateStoreError(
+            f"a run file on local disk is damaged: {len(mapped)} bytes, {run.file_bytes} written",
+            store=run.store,
+            path=run.path,
+        )
+    return mapped
 
 
 def _close_and_delete(path: str, size: int) -> None:

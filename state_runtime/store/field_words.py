@@ -36,7 +36,6 @@ class FieldWords:
     (-1: not learnt)."""
 
     def __init__(self, value_type: pa.DataType, blocks: int) -> None:
-        self._type = value_type
         self.dtypes = [np.dtype(field.type.to_pandas_dtype()) for field in value_type]
         self.at = np.full((blocks, len(self.dtypes)), -1, dtype=np.int64)
 

@@ -51,13 +51,6 @@ FAULT_AROUND = 64 << 10
 """Bytes around a page fault that Linux maps too (``fault_around_bytes``, 64 KiB)."""
 
 
-def _advise(mapped: Mapped, advice: int | None, span: tuple[int, int]) -> None:
-    """``madvise`` over ``span`` (start, length) where the platform and the kernel have it:
-    only advice, which changes what is resident, never an answer."""
-    if advice is not None and MADV_DONTNEED is not None:  # no MADV_* constants: no madvise
-        mapped.advise(advice, span)
-
-
 def index_words(path: str, messages: list[int], firsts: np.ndarray) -> np.ndarray:
     """Where each block's index column starts in the file, in 8-byte words, given where
     each block's message starts (the first one after the magic and the schema).
@@ -161,7 +154,7 @@ def find_mapped(
             if len(group) > b[-1] - b[0]:  # dense: one call maps the pages, not a fault each
                 for mapped, span in spans:
                     if span[1] >= POPULATE_BYTES:
-                        _advise(mapped, MADV_POPULATE_READ, span)
+                        mapped.advise(MADV_POPULATE_READ, span)
             n = region.rows[b]
             pos = _search(words, starts[b], n, index[group])
             hit = (pos < n) & (words[starts[b] + np.minimum(pos, n - 1)] == index[group])
@@ -180,7 +173,7 @@ def find_mapped(
                 values.append(taken)
                 collided.append(group[clash])
             for mapped, span in spans:
-                _advise(mapped, MADV_DONTNEED, _touched(mapped, span))
+                mapped.advise(MADV_DONTNEED, _touched(mapped, span))
     finally:  # no view of the maps outlives the lookup in a traceback
         del words
     clashes = np.concatenate(collided) if collided else np.empty(0, dtype=np.int64)

@@ -9,7 +9,10 @@ its first row and row count), and the maps are read through one array of words s
 them, so the search and the gathers are each one vectorised pass whatever the part count.
 The spanning array is a view from the lowest map's address to the end of the highest: only
 the offsets inside a map (found from the table) are ever read, and only while the maps are
-held open for the lookup (:meth:`~state_runtime.store.open_runs.OpenRuns.mapped`).
+held open for the lookup (:meth:`~state_runtime.store.open_runs.OpenRuns.mapped`). A read
+past a map's end would land in another map, not fail: so a file shorter than written is
+refused (``find_on_disk``), and so is a table whose blocks do not lie inside their own files;
+and the view keeps a buffer export of each map, so a map is never unmapped under it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from state_runtime.errors import StateStoreError
 from state_runtime.store.field_words import FieldWords
 from state_runtime.store.open_runs import WORD, Mapped
 
@@ -38,9 +42,16 @@ class RunFile:
 
 class Region:
     """Run files mapped for one batch lookup, their blocks numbered in index order (see the
-    module)."""
+    module). StateStoreError naming the file if a block's index column does not lie wholly
+    inside its own file (a damaged file: read through the span, it would read another map)."""
 
-    def __init__(self, files: Sequence[RunFile], value_type: pa.DataType) -> None:
+    def __init__(self, files: Sequence[RunFile], value_type: pa.DataType, store: object) -> None:
+        first = files[0].fields
+        assert all(  # the first file's value fields are read for all
+            (f.fields is None) == (first is None)
+            and (first is None or f.fields is None or f.fields.dtypes == first.dtypes)
+            for f in files
+        )
         self.files = files
         self._type = value_type
         addresses = np.array([f.mapped.address[0] for f in files], dtype=np.int64)
@@ -59,6 +70,13 @@ class Region:
         first_rows = np.array([f.first_row for f in files], dtype=np.int64)
         self.first_row = offsets[begins] + first_rows[self.file_of]
         local_starts = np.concatenate([f.starts for f in files])
+        outside = (local_starts < 0) | ((local_starts + self.rows) * 8 > sizes[self.file_of])
+        if outside.any():
+            raise StateStoreError(
+                "a run file on local disk is damaged: a block's index column lies past its end",
+                store=store,
+                path=files[int(self.file_of[np.argmax(outside)])].mapped.path,
+            )
         self.starts = local_starts + (self.shift // 8)[self.file_of]
         ends = np.r_[local_starts[1:] * 8, 0]  # the next block's start, else its file's end
         ends[np.cumsum(counts) - 1] = sizes
@@ -84,7 +102,8 @@ class Region:
         field words say)."""
         if len(self.files) == 1:
             return self.files[0].mapped.words(dtype)
-        return np.asarray(_Addresses(self._base, self._size // dtype.itemsize, dtype))
+        views = [f.mapped.words() for f in self.files]
+        return np.asarray(_Addresses(self._base, self._size // dtype.itemsize, dtype, views))
 
     def known(self, blocks: np.ndarray) -> np.ndarray:
         """Whether each of ``blocks`` has its value fields learnt."""
@@ -134,9 +153,13 @@ class Region:
 
 
 class _Addresses:
-    """Read-only words at an address, as numpy takes them (``__array_interface__``)."""
+    """Read-only words at an address, as numpy takes them (``__array_interface__``). It holds
+    ``views`` of the maps it spans (each a buffer export), so that while an array of it lives
+    (a traceback's frame may keep one) a map's ``close`` is refused rather than unmapping the
+    memory under it (:meth:`~state_runtime.store.open_runs.Mapped.close`)."""
 
-    def __init__(self, address: int, count: int, dtype: np.dtype) -> None:
+    def __init__(self, address: int, count: int, dtype: np.dtype, views: list[np.ndarray]) -> None:
+        self.views = views
         self.__array_interface__ = {
             "version": 3,
             "data": (address, True),

@@ -62,10 +62,13 @@ class Mapped:
             view = self._views[dtype] = np.frombuffer(self.mapping, dtype=dtype, count=count)
         return view
 
-    def advise(self, advice: int, span: tuple[int, int]) -> None:
-        """``madvise`` over ``span`` (start, length): only advice, never an answer."""
-        with contextlib.suppress(OSError):
-            self.mapping.madvise(advice, *span)
+    def advise(self, advice: int | None, span: tuple[int, int]) -> None:
+        """``madvise`` over ``span`` (start, length) where the platform and the kernel have
+        it (None: an advice the platform lacks): only advice, which changes what is
+        resident, never an answer."""
+        if advice is not None and hasattr(self.mapping, "madvise"):
+            with contextlib.suppress(OSError):  # an advice the kernel does not know
+                self.mapping.madvise(advice, *span)
 
     def close(self) -> None:
         """Drop the views, then unmap (at once unless an Arrow array still refers to it)."""
