@@ -201,6 +201,7 @@ def running_aggregation(
         config=config or StoreConfig(),
         kind="running aggregation",
         passes_on="keys",
+        key_local=True,
         reads=aggregate_reads(aggs),
         schema_change=schema_change or SchemaChange(),
     )

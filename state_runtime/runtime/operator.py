@@ -150,6 +150,12 @@ class StatefulOperator:
     extra_stores: tuple[ExtraStore, ...] = ()
     """Stores beside the main one, opened and committed with it in every task; the update
     function reaches them with ``current_batch().stores``."""
+    key_local: bool = False
+    """The update function may be called several times a batch on a partition, each call
+    with every row of its keys (keys in index order, no key in two calls), and the calls
+    equal one call with all rows: a task then takes a large input in pieces spilled to local
+    disk (:mod:`state_runtime.runtime.partition_input`), not whole. Needs no derived key
+    fields (the rows' key columns are the whole key)."""
 
     def __post_init__(self) -> None:
         validate_non_negative(self.operator_id, "operator id")
@@ -163,6 +169,8 @@ class StatefulOperator:
                 f"key columns {list(self.key_columns)} do not match the key schema "
                 f"<{self.schema.key.simpleString()}>"
             )
+        if self.key_local and self.derived_key_fields:
+            raise InvalidArgument("a key-local operator's key columns must be its whole key")
         names = [self.store_name, *(x.name for x in self.extra_stores)]
         for name in names:
             validate_name(name, "store name")

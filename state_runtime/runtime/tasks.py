@@ -34,6 +34,7 @@ from state_runtime.runtime import worker
 from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.runtime.event_time import EventTimeSpec, event_time_report, prepare_rows
 from state_runtime.runtime.operator import ExtraStore, StatefulOperator, UpdateOutput
+from state_runtime.runtime.partition_input import PartitionInput
 from state_runtime.runtime.watermark import EventTimeStats
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
@@ -193,40 +194,46 @@ def run_partitions(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
     The input is taken batch by batch as Spark sends it: each batch's data rows are copied
     out by state partition without the heartbeat and routing columns, so the task holds its
     input once, in its own columns only; a partition's input is let go once it has run."""
-    schema = stage_arrow_schema(spec.operator)
+    op = spec.operator
+    schema = stage_arrow_schema(op)
     internal = {PARTITION_COLUMN, HEARTBEAT_COLUMN, REPORT_COLUMN}
-    inputs: dict[int, list[pa.RecordBatch]] = {}
+    key_type = op.schema.key_arrow if op.key_local else None
+    inputs: dict[int, PartitionInput] = {}
     carried: list[pa.Array] = []
-    for batch in batches:
-        if REPORT_COLUMN in batch.schema.names:  # a later operator in a chain
-            notes = batch.column(REPORT_COLUMN)
-            carried.append(notes.filter(pc.is_valid(notes)))
-            batch = batch.filter(pc.is_null(notes))
-        route = batch.column(PARTITION_COLUMN)
-        data = pc.invert(pc.fill_null(batch.column(HEARTBEAT_COLUMN), False))
-        rows = batch.select([n for n in batch.schema.names if n not in internal])
-        for partition in pc.unique(route).to_pylist():
-            kept = pc.and_(data, pc.equal(route, partition))
-            inputs.setdefault(partition, []).append(rows.filter(kept))
-        del batch, rows, route, data  # the batch as Spark sent it goes now
-    if carried:
-        yield _report_rows(pa.concat_arrays(carried), schema)
-    for partition in sorted(inputs):
-        mine = inputs.pop(partition)  # held by the update alone, as long as it needs it
-        reports = yield from _run_partition(spec, int(partition), mine, schema)
-        yield _report_rows(pa.array([r.to_json() for r in reports], type=pa.string()), schema)
+    try:
+        for batch in batches:
+            if REPORT_COLUMN in batch.schema.names:  # a later operator in a chain
+                notes = batch.column(REPORT_COLUMN)
+                carried.append(notes.filter(pc.is_valid(notes)))
+                batch = batch.filter(pc.is_null(notes))
+            route = batch.column(PARTITION_COLUMN)
+            data = pc.invert(pc.fill_null(batch.column(HEARTBEAT_COLUMN), False))
+            rows = batch.select([n for n in batch.schema.names if n not in internal])
+            for partition in pc.unique(route).to_pylist():
+                kept = pc.and_(data, pc.equal(route, partition))
+                mine = inputs.setdefault(partition, PartitionInput(op.key_columns, key_type))
+                mine.add(rows.filter(kept))
+            del batch, rows, route, data  # the batch as Spark sent it goes now
+        if carried:
+            yield _report_rows(pa.concat_arrays(carried), schema)
+        for partition in sorted(inputs):
+            reports = yield from _run_partition(spec, int(partition), inputs[partition], schema)
+            del inputs[partition]
+            yield _report_rows(pa.array([r.to_json() for r in reports], type=pa.string()), schema)
+    finally:
+        for left in inputs.values():
+            left.discard()
     worker.settle()
 
 
 def _run_partition(
-    spec: TaskSpec, partition: int, batches: list[pa.RecordBatch], schema: pa.Schema
+    spec: TaskSpec, partition: int, rows: PartitionInput, schema: pa.Schema
 ) -> Generator[pa.RecordBatch, None, list[TaskReport]]:
     """One state partition: open every store of the operator at its shipped checkpoint, run
-    the update function, its output yielded as it comes (rows of the stage's ``schema``,
-    report null), commit each store; returns one report per store (the main one first, which
-    alone counts the rows in). ``batches`` (the partition's input) is emptied into a table."""
-    rows = pa.Table.from_batches(batches)
-    batches.clear()
+    the update function (once, or once a piece of the input for a key-local operator), its
+    output yielded as it comes (rows of the stage's ``schema``, report null), commit each
+    store; returns one report per store (the main one first, which alone counts the rows
+    in)."""
     started = time.perf_counter()
     context = TaskContext.get()
     op = spec.operator
@@ -252,16 +259,19 @@ def _run_partition(
         spec.time_zone,
         stores=stores,
     )
-    rows_in = rows.num_rows
+    max_event: int | None = None
+    report = schema.field(REPORT_COLUMN)
     try:
         with batch_scope(batch):
-            rows, max_event = prepare_rows(spec.event_time, rows, batch.event_time)
-            output = op.update(stores[op.store_name], rows)
-            del rows  # the update holds its input as long as it needs it
-            report = schema.field(REPORT_COLUMN)
-            for out in _output_batches(output, op.output_arrow_schema()):
-                yield out.append_column(report, pa.nulls(out.num_rows, pa.string()))
-            del output
+            for piece in rows.pieces():
+                piece, seen = prepare_rows(spec.event_time, piece, batch.event_time)
+                if seen is not None:
+                    max_event = seen if max_event is None else max(max_event, seen)
+                output = op.update(stores[op.store_name], piece)
+                del piece  # the update holds its input as long as it needs it
+                for out in _output_batches(output, op.output_arrow_schema()):
+                    yield out.append_column(report, pa.nulls(out.num_rows, pa.string()))
+                del output
             infos = [store.commit() for store in stores.values()]
     except BaseException:
         for store in stores.values():
@@ -278,7 +288,7 @@ def _run_partition(
             TaskReport(
                 run=spec.run,
                 info=info,
-                rows_in=rows_in if i == 0 else 0,
+                rows_in=rows.num_rows if i == 0 else 0,
                 keys_updated=store.metrics.updated_keys + store.metrics.removed_keys,
                 load_source=load.source.value,
                 deltas_applied=load.deltas_applied,

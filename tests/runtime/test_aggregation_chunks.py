@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from state_runtime.runtime import Agg, aggregation, running_aggregation
+from state_runtime.runtime import Agg, aggregation, partition_input, running_aggregation
 from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.runtime.tasks import (
     HEARTBEAT_COLUMN,
@@ -23,6 +23,7 @@ from state_runtime.runtime.tasks import (
 )
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import LocalStorage
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.provider import StateStoreProvider
 from state_runtime.store.schema_history import SchemaHistory
 
@@ -88,12 +89,21 @@ def test_chunks_give_the_whole_batch_result(
     assert _run(tmp_path / "chunks", chunk_rows, monkeypatch) == whole
 
 
+@pytest.mark.parametrize("spilled", [False, True], ids=["held", "spilled"])
 def test_a_task_hands_each_chunks_output_to_spark_before_the_next_chunk(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spilled: bool
 ) -> None:
     """The task body yields a chunk's output as soon as the chunk is applied, and commits
-    after the last: the output is held a chunk at a time, not whole (the same rows)."""
+    after the last: the output is held a chunk at a time, not whole. Spilled, the input goes
+    to sorted files on local disk past a few hundred rows and comes back in pieces of whole
+    keys: the same rows and state, and no file left."""
     monkeypatch.setattr(aggregation, "CHUNK_ROWS", 1000)
+    if spilled:
+        monkeypatch.setattr(partition_input, "SPILL_ROWS", 500)
+        monkeypatch.setattr(partition_input, "PIECE_ROWS", 300)
+        monkeypatch.setattr(partition_input, "BLOCK_ROWS", 64)
+        LOCAL_DISK.set_directory(str(tmp_path / "local"))
+    written = LOCAL_DISK.stats.bytes_written
     events: list[str] = []
     apply = aggregation._RunningAggregate._apply
 
@@ -123,9 +133,15 @@ def test_a_task_hands_each_chunks_output_to_spark_before_the_next_chunk(
     last_apply = len(events) - 1 - events[::-1].index("apply")
     assert events.count("apply") >= 3 and events.index("output") < last_apply, events
     assert events[-1] == "report"
+    assert (LOCAL_DISK.stats.bytes_written > written) == spilled
+    if spilled:
+        assert not list((tmp_path / "local").glob("*/input-*")), "input files left"
+        LOCAL_DISK.set_directory(None)
     store = _provider(tmp_path / "whole").get_store(0, None)
     expected = aggregation.whole_output(OP.update(store, rows))
     assert expected is not None
     assert _canonical([{k: v for k, v in r.items() if k != REPORT_COLUMN} for r in output]) == (
         _canonical(expected.to_pylist())
     )
+    committed = _provider(tmp_path).get_store(1, None).to_arrow().to_pylist()
+    assert _canonical(committed) == _canonical(store.to_arrow().to_pylist())
