@@ -193,7 +193,9 @@ def run_partitions(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
 
     The input is taken batch by batch as Spark sends it: each batch's data rows are copied
     out by state partition without the heartbeat and routing columns, so the task holds its
-    input once, in its own columns only; a partition's input is let go once it has run."""
+    input once, in its own columns only (a key-local operator's large input: on local disk,
+    :class:`PartitionInput`); a partition's input is let go once it has run, and its output
+    goes to Spark as the update gives it."""
     op = spec.operator
     schema = stage_arrow_schema(op)
     internal = {PARTITION_COLUMN, HEARTBEAT_COLUMN, REPORT_COLUMN}
