@@ -4,8 +4,9 @@ memory for a batch of ``--rows`` new keys.
 
 Prints, as JSON: the rows, the budget, the peak resident memory growth over the process's
 baseline (VmHWM, after the input is built: ``peak_memory.py``), the bytes of the update's
-output (the updated keys' totals, which the task hands to Spark whole), the transient bytes
-(growth less the output and the 8-byte sort order of the rows, which a batch holds whole),
+largest output chunk (the output, the updated keys' totals, is yielded chunk by chunk and
+dropped as it comes, as the task hands it to Spark), the transient bytes (growth less the
+8-byte sort order of the rows, which a batch holds whole: the output's chunks are in it),
 the seconds, and the local disk's figures: bytes written, of which compaction, and (without
 ``--task``) the bytes of the committed state's run files, the write amplification (written /
 state) and its bound for the batch's chunks of whole keys in key order (docs/state-on-disk.md,
@@ -16,9 +17,10 @@ baseline.
 ``--task N`` runs the whole task body instead (``tasks.run_partitions``, as a Spark worker
 does): the rows arrive as Spark sends them, in batches of 10,000 with the routing and
 heartbeat columns, spread over ``N`` state partitions, made one at a time as the task asks;
-the output batches are dropped as Spark would send them on. The output and the sort order
-are then one partition's, and the transient is also less the input's own column (8 bytes a
-row), which the task holds once.
+the output batches are dropped as Spark would send them on. The task then holds neither its
+input nor its sort order whole: past ``partition_input.SPILL_ROWS`` rows a partition, both go
+to sorted files on local disk (counted in the bytes written) and come back in pieces of whole
+keys, so the transient is the whole growth.
 
     python benchmarks/bench_first_batch.py [--rows 1250000] [--budget-mib 4] [--task 2]
 """
@@ -59,8 +61,8 @@ SPARK_BATCH = 10_000
 
 
 def _update(op: StatefulOperator, root: str, keys: np.ndarray) -> tuple[int, int, int]:
-    """The update and commit alone; the output's rows and bytes, and the bytes of the
-    committed state's runs."""
+    """The update and commit alone, the output's chunks dropped as they come; the output's
+    rows and its largest chunk's bytes, and the bytes of the committed state's runs."""
     provider = StateStoreProvider(
         LocalStorage(root),
         0,
@@ -73,12 +75,15 @@ def _update(op: StatefulOperator, root: str, keys: np.ndarray) -> tuple[int, int
     store = provider.get_store(0, None)
     with batch_scope(BatchContext("bench", 0, 0, 0, stores={op.store_name: store})):
         output = op.update(store, pa.table({"k": pa.array(keys)}))
+        chunks = [output] if isinstance(output, pa.Table) else output or []
+        rows, largest = 0, 0
+        for chunk in chunks:
+            assert isinstance(chunk, pa.Table)
+            rows, largest = rows + chunk.num_rows, max(largest, chunk.nbytes)
+        del chunks, output
         info = store.commit()
     state = provider.get_read_store(info.version, info.checkpoint_id)
-    state_bytes = sum(held_bytes(run) for run in state._runs())
-    if output is None:
-        return 0, 0, state_bytes
-    return output.num_rows, output.nbytes, state_bytes
+    return rows, largest, sum(held_bytes(run) for run in state._runs())
 
 
 def _spark_batches(keys: np.ndarray, partitions: int) -> Iterator[pa.RecordBatch]:
@@ -145,12 +150,10 @@ def main() -> None:
         started = time.perf_counter()
         if args.task:
             output_rows, largest = _task(op, root, keys, args.task, budget)
-            held = 8 * args.rows + 8 * -(-args.rows // args.task)  # input; a partition's order
-            output_bytes = 16 * -(-args.rows // args.task)  # a partition's keys and counts
+            held = 0  # the input and its order go to local disk in pieces
             state_bytes = None
         else:
-            output_rows, output_bytes, state_bytes = _update(op, root, keys)
-            largest = output_bytes
+            output_rows, largest, state_bytes = _update(op, root, keys)
             held = 8 * args.rows
         seconds = time.perf_counter() - started
         growth = peak_rss() - baseline
@@ -162,9 +165,8 @@ def main() -> None:
         "budget_bytes": budget,
         "peak_rss_growth_bytes": growth,
         "output_rows": output_rows,
-        "output_bytes": output_bytes,
         "largest_output_batch_bytes": largest,
-        "transient_bytes": growth - output_bytes - held,
+        "transient_bytes": growth - held,
         "seconds": round(seconds, 3),
         "local_disk_bytes_written": written,
         "compaction_bytes": after.compaction_bytes - before.compaction_bytes,

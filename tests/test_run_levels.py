@@ -303,7 +303,7 @@ def _first_batch(root: Path, keys: np.ndarray, *, on_disk: bool) -> dict[str, ob
         compaction = LOCAL_DISK.stats.compaction_bytes
         store = provider.get_store(0)
         with batch_scope(BatchContext("t", 0, 0, 0, stores={op.store_name: store})):
-            output = op.update(store, pa.table({"k": pa.array(keys)}))
+            output = aggregation.whole_output(op.update(store, pa.table({"k": pa.array(keys)})))
         info = store.commit()
         compaction = LOCAL_DISK.stats.compaction_bytes - compaction
     state = provider.get_read_store(info.version, info.checkpoint_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -60,18 +60,20 @@ class _RunningAggregate:
     key_columns: tuple[str, ...]
     aggs: tuple[Agg, ...]
 
-    def __call__(self, store: StateStore, rows: pa.Table) -> pa.Table | None:
+    def __call__(self, store: StateStore, rows: pa.Table) -> pa.Table | Iterator[pa.Table] | None:
         if rows.num_rows == 0:
             return None
         if rows.num_rows <= CHUNK_ROWS:
             return self._apply(store, rows)
+        return self._chunks(store, rows)
+
+    def _chunks(self, store: StateStore, rows: pa.Table) -> Iterator[pa.Table]:
+        """A large batch chunk by chunk, each chunk's output yielded once it is applied: the
+        task hands it to Spark before the next, so the output is held a chunk at a time."""
         keys = rows.select(list(self.key_columns))
         order = pc.sort_indices(keys, [(c, "ascending") for c in self.key_columns])
-        chunks = [
-            self._apply(store, rows.take(order.slice(start, stop - start)))
-            for start, stop in _key_chunks(keys, order)
-        ]
-        return pa.concat_tables(chunks)
+        for start, stop in _key_chunks(keys, order):
+            yield self._apply(store, rows.take(order.slice(start, stop - start)))
 
     def _apply(self, store: StateStore, rows: pa.Table) -> pa.Table:
         """Aggregate ``rows`` (every row of each of their keys) into the state."""
@@ -101,6 +103,13 @@ class _RunningAggregate:
         return pa.Table.from_arrays(
             [*keys.flatten(), *totals], names=[*key_type.names, *value_type.names]
         )
+
+
+def whole_output(output: pa.Table | Iterator[pa.Table] | None) -> pa.Table | None:
+    """An aggregation's output in one table (its chunks consumed: the update applied)."""
+    if output is None or isinstance(output, pa.Table):
+        return output
+    return pa.concat_tables(list(output))
 
 
 def _key_chunks(keys: pa.Table, order: pa.Array) -> list[tuple[int, int]]:
@@ -192,6 +201,7 @@ def running_aggregation(
         config=config or StoreConfig(),
         kind="running aggregation",
         passes_on="keys",
+        key_local=True,
         reads=aggregate_reads(aggs),
         schema_change=schema_change or SchemaChange(),
     )

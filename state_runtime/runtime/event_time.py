@@ -63,7 +63,8 @@ def prepare_rows(
         return rows, None
     seen = None if spec.track_column is None else max_event_ms(rows, spec.track_column)
     if spec.late_column is not None:
-        rows, stats.late_rows = drop_late(rows, spec.late_column, spec.watermarks.late_rows_ms)
+        rows, late = drop_late(rows, spec.late_column, spec.watermarks.late_rows_ms)
+        stats.late_rows += late  # a key-local operator's input comes in pieces
     return rows, seen
 
 

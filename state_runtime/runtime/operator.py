@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -18,11 +18,16 @@ from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.state_schema import StateSchema, parse_schema
 from state_runtime.store.state_store import StateStore
 
-UpdateFunction = Callable[[StateStore, pa.Table], "pa.Table | Iterable[tuple[Any, ...]] | None"]
+UpdateOutput: TypeAlias = "pa.Table | Iterable[pa.Table | tuple[Any, ...]] | None"
+UpdateFunction = Callable[[StateStore, pa.Table], UpdateOutput]
 """``update(store, rows)``: apply one partition's rows of a batch to its store, return output.
 
-``rows`` is an Arrow table of the partition's input rows. The output is an Arrow table or an
-iterable of tuples matching the operator's output schema (or None for no output).
+``rows`` is an Arrow table of the partition's input rows. The output is an Arrow table, or an
+iterable (a generator, typically) of tables and tuples matching the operator's output schema,
+or None for no output. The task consumes an iterable as it goes, handing each table (and each
+group of tuples) to Spark before asking for the next, and commits once it is exhausted: an
+update that yields its output chunk by chunk holds one chunk of it, not the whole. Whoever
+calls an update function outside a task consumes its output before the commit.
 """
 
 ColumnKind = Literal["timestamp", "numeric", "orderable", "string"]
@@ -145,6 +150,12 @@ class StatefulOperator:
     extra_stores: tuple[ExtraStore, ...] = ()
     """Stores beside the main one, opened and committed with it in every task; the update
     function reaches them with ``current_batch().stores``."""
+    key_local: bool = False
+    """The update function may be called several times a batch on a partition, each call
+    with every row of its keys (keys in index order, no key in two calls), and the calls
+    equal one call with all rows: a task then takes a large input in pieces spilled to local
+    disk (:mod:`state_runtime.runtime.partition_input`), not whole. Needs no derived key
+    fields (the rows' key columns are the whole key)."""
 
     def __post_init__(self) -> None:
         validate_non_negative(self.operator_id, "operator id")
@@ -158,6 +169,8 @@ class StatefulOperator:
                 f"key columns {list(self.key_columns)} do not match the key schema "
                 f"<{self.schema.key.simpleString()}>"
             )
+        if self.key_local and self.derived_key_fields:
+            raise InvalidArgument("a key-local operator's key columns must be its whole key")
         names = [self.store_name, *(x.name for x in self.extra_stores)]
         for name in names:
             validate_name(name, "store name")

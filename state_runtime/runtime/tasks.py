@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,7 +33,8 @@ from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.runtime import worker
 from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.runtime.event_time import EventTimeSpec, event_time_report, prepare_rows
-from state_runtime.runtime.operator import ExtraStore, StatefulOperator
+from state_runtime.runtime.operator import ExtraStore, StatefulOperator, UpdateOutput
+from state_runtime.runtime.partition_input import PartitionInput
 from state_runtime.runtime.watermark import EventTimeStats
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
@@ -130,39 +131,58 @@ def stage_arrow_schema(operator: StatefulOperator) -> pa.Schema:
     return operator.output_arrow_schema().append(pa.field(REPORT_COLUMN, pa.string()))
 
 
-def _with_reports(
-    output: pa.Table, reports: pa.Array, schema: pa.Schema
-) -> Iterator[pa.RecordBatch]:
-    """Output rows (report null) batch by batch, then report rows (output columns null)."""
-    field = schema.field(REPORT_COLUMN)
-    for batch in output.to_batches():
-        yield batch.append_column(field, pa.nulls(batch.num_rows, pa.string()))
+TUPLE_ROWS = 1 << 16
+"""Tuples an update function yields that the task gathers into one table for Spark."""
+
+
+def _report_rows(reports: pa.Array, schema: pa.Schema) -> pa.RecordBatch:
+    """Report rows, output columns null."""
     n = len(reports)
-    yield pa.record_batch(
+    return pa.record_batch(
         [pa.nulls(n, f.type) for f in schema if f.name != REPORT_COLUMN] + [reports],
         schema=schema,
     )
 
 
-def _output_table(out: pa.Table | Iterable[tuple[Any, ...]] | None, schema: pa.Schema) -> pa.Table:
-    """The update function's output as a table of the operator's output schema."""
-    fields = list(schema)
+def _output_batches(out: UpdateOutput, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The update function's output as batches of the operator's output schema, as it comes:
+    each table of an iterable when it is yielded, tuples in groups of :data:`TUPLE_ROWS`."""
     if out is None:
-        return schema.empty_table()
+        return
     if isinstance(out, pa.Table):
-        columns = [out.column(i).cast(f.type) for i, f in enumerate(fields)]
-        return pa.Table.from_arrays(columns, schema=schema)
-    rows = list(out)
-    transposed: list[Sequence[Any]] = (
-        list(zip(*rows, strict=True)) if rows else [[] for _ in fields]
-    )
-    if len(transposed) != len(fields):
+        yield from _cast(out, schema).to_batches()
+        return
+    rows: list[Any] = []
+    for item in out:
+        if isinstance(item, pa.Table):
+            yield from _tuples(rows, schema)
+            yield from _cast(item, schema).to_batches()
+            rows = []
+            continue
+        rows.append(item)
+        if len(rows) >= TUPLE_ROWS:
+            yield from _tuples(rows, schema)
+            rows = []
+    yield from _tuples(rows, schema)
+
+
+def _cast(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    columns = [table.column(i).cast(f.type) for i, f in enumerate(schema)]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _tuples(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Tuple rows as one batch (none for no rows)."""
+    if not rows:
+        return
+    transposed = list(zip(*rows, strict=True))
+    if len(transposed) != len(schema):
         raise InvalidArgument(
             f"update function returned rows of {len(transposed)} fields, the output schema "
-            f"has {len(fields)}"
+            f"has {len(schema)}"
         )
-    return pa.Table.from_arrays(
-        [pa.array(col, type=f.type) for col, f in zip(transposed, fields, strict=True)],
+    yield pa.RecordBatch.from_arrays(
+        [pa.array(col, type=f.type) for col, f in zip(transposed, schema, strict=True)],
         schema=schema,
     )
 
@@ -173,45 +193,49 @@ def run_partitions(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
 
     The input is taken batch by batch as Spark sends it: each batch's data rows are copied
     out by state partition without the heartbeat and routing columns, so the task holds its
-    input once, in its own columns only; a partition's input is let go once it has run."""
-    schema = stage_arrow_schema(spec.operator)
+    input once, in its own columns only (a key-local operator's large input: on local disk,
+    :class:`PartitionInput`); a partition's input is let go once it has run, and its output
+    goes to Spark as the update gives it."""
+    op = spec.operator
+    schema = stage_arrow_schema(op)
     internal = {PARTITION_COLUMN, HEARTBEAT_COLUMN, REPORT_COLUMN}
-    inputs: dict[int, list[pa.RecordBatch]] = {}
+    key_type = op.schema.key_arrow if op.key_local else None
+    inputs: dict[int, PartitionInput] = {}
     carried: list[pa.Array] = []
-    for batch in batches:
-        if REPORT_COLUMN in batch.schema.names:  # a later operator in a chain
-            notes = batch.column(REPORT_COLUMN)
-            carried.append(notes.filter(pc.is_valid(notes)))
-            batch = batch.filter(pc.is_null(notes))
-        route = batch.column(PARTITION_COLUMN)
-        data = pc.invert(pc.fill_null(batch.column(HEARTBEAT_COLUMN), False))
-        rows = batch.select([n for n in batch.schema.names if n not in internal])
-        for partition in pc.unique(route).to_pylist():
-            kept = pc.and_(data, pc.equal(route, partition))
-            inputs.setdefault(partition, []).append(rows.filter(kept))
-        del batch, rows, route, data  # the batch as Spark sent it goes now
-    if carried:
-        yield from _with_reports(
-            schema.empty_table().drop_columns([REPORT_COLUMN]),
-            pa.concat_arrays(carried),
-            schema,
-        )
-    for partition in sorted(inputs):
-        mine = pa.Table.from_batches(inputs.pop(partition))
-        output, reports = _run_partition(spec, int(partition), mine)
-        del mine
-        note = pa.array([r.to_json() for r in reports], type=pa.string())
-        yield from _with_reports(output, note, schema)
-        del output
+    try:
+        for batch in batches:
+            if REPORT_COLUMN in batch.schema.names:  # a later operator in a chain
+                notes = batch.column(REPORT_COLUMN)
+                carried.append(notes.filter(pc.is_valid(notes)))
+                batch = batch.filter(pc.is_null(notes))
+            route = batch.column(PARTITION_COLUMN)
+            data = pc.invert(pc.fill_null(batch.column(HEARTBEAT_COLUMN), False))
+            rows = batch.select([n for n in batch.schema.names if n not in internal])
+            for partition in pc.unique(route).to_pylist():
+                kept = pc.and_(data, pc.equal(route, partition))
+                mine = inputs.setdefault(partition, PartitionInput(op.key_columns, key_type))
+                mine.add(rows.filter(kept))
+            del batch, rows, route, data  # the batch as Spark sent it goes now
+        if carried:
+            yield _report_rows(pa.concat_arrays(carried), schema)
+        for partition in sorted(inputs):
+            reports = yield from _run_partition(spec, int(partition), inputs[partition], schema)
+            del inputs[partition]
+            yield _report_rows(pa.array([r.to_json() for r in reports], type=pa.string()), schema)
+    finally:
+        for left in inputs.values():
+            left.discard()
     worker.settle()
 
 
 def _run_partition(
-    spec: TaskSpec, partition: int, rows: pa.Table
-) -> tuple[pa.Table, list[TaskReport]]:
+    spec: TaskSpec, partition: int, rows: PartitionInput, schema: pa.Schema
+) -> Generator[pa.RecordBatch, None, list[TaskReport]]:
     """One state partition: open every store of the operator at its shipped checkpoint, run
-    the update function, commit each store; one report per store (the main one first, which
-    alone counts the rows in)."""
+    the update function (once, or once a piece of the input for a key-local operator), its
+    output yielded as it comes (rows of the stage's ``schema``, report null), commit each
+    store; returns one report per store (the main one first, which alone counts the rows
+    in)."""
     started = time.perf_counter()
     context = TaskContext.get()
     op = spec.operator
@@ -237,11 +261,19 @@ def _run_partition(
         spec.time_zone,
         stores=stores,
     )
-    rows_in = rows.num_rows
+    max_event: int | None = None
+    report = schema.field(REPORT_COLUMN)
     try:
         with batch_scope(batch):
-            rows, max_event = prepare_rows(spec.event_time, rows, batch.event_time)
-            output = _output_table(op.update(stores[op.store_name], rows), op.output_arrow_schema())
+            for piece in rows.pieces():
+                piece, seen = prepare_rows(spec.event_time, piece, batch.event_time)
+                if seen is not None:
+                    max_event = seen if max_event is None else max(max_event, seen)
+                output = op.update(stores[op.store_name], piece)
+                del piece  # the update holds its input as long as it needs it
+                for out in _output_batches(output, op.output_arrow_schema()):
+                    yield out.append_column(report, pa.nulls(out.num_rows, pa.string()))
+                del output
             infos = [store.commit() for store in stores.values()]
     except BaseException:
         for store in stores.values():
@@ -258,7 +290,7 @@ def _run_partition(
             TaskReport(
                 run=spec.run,
                 info=info,
-                rows_in=rows_in if i == 0 else 0,
+                rows_in=rows.num_rows if i == 0 else 0,
                 keys_updated=store.metrics.updated_keys + store.metrics.removed_keys,
                 load_source=load.source.value,
                 deltas_applied=load.deltas_applied,
@@ -277,7 +309,7 @@ def _run_partition(
                 compaction_bytes=activity.compaction_bytes if i == 0 else 0,
             )
         )
-    return output, reports
+    return reports
 
 
 def base_refs(

@@ -12,7 +12,7 @@ per partition. ``update`` mode emits every window the batch changed, with its ne
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
@@ -24,9 +24,9 @@ from pyspark.sql.types import StructField, StructType, TimestampType
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
-from state_runtime.runtime.aggregation import Agg, running_aggregation
+from state_runtime.runtime.aggregation import Agg, running_aggregation, whole_output
 from state_runtime.runtime.context import current_batch
-from state_runtime.runtime.operator import ColumnUse, StatefulOperator, UpdateFunction
+from state_runtime.runtime.operator import ColumnUse, StatefulOperator
 from state_runtime.runtime.times import MICROS_PER_MS, duration_micros, event_micros, null_times
 from state_runtime.runtime.watermark import is_late
 from state_runtime.store.config import StoreConfig
@@ -88,7 +88,7 @@ class _WindowedAggregate:
     time_column: str
     window: Window
     mode: OutputMode
-    merge: UpdateFunction
+    merge: Callable[[StateStore, pa.Table], pa.Table | Iterator[pa.Table] | None]
     group_columns: tuple[str, ...]
 
     def __call__(self, store: StateStore, rows: pa.Table) -> pa.Table | None:
@@ -108,7 +108,7 @@ class _WindowedAggregate:
         expanded = rows.take(pa.array(indices)).append_column(
             WINDOW_START, pa.array(starts, type=pa.timestamp("us", tz="UTC"))
         )
-        updated = self.merge(store, expanded) if expanded.num_rows else None
+        updated = whole_output(self.merge(store, expanded)) if expanded.num_rows else None
         evicted = self._evict(store, batch.watermark_ms)
         if self.mode == "update":
             return None if updated is None else self._output(updated)

@@ -1,6 +1,7 @@
 """A running aggregation taken in chunks of whole keys (``aggregation.CHUNK_ROWS``) gives the
 output and the state of the whole batch at once: keys of two columns with nulls and NaN, a
-key of many rows straddling chunk ends, and a second batch over the first's state."""
+key of many rows straddling chunk ends, and a second batch over the first's state; the task
+hands each chunk's output to Spark as it goes."""
 
 from __future__ import annotations
 
@@ -11,10 +12,20 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from state_runtime.runtime import Agg, aggregation, running_aggregation
+from state_runtime.runtime import Agg, aggregation, partition_input, running_aggregation
 from state_runtime.runtime.context import BatchContext, batch_scope
+from state_runtime.runtime.tasks import (
+    HEARTBEAT_COLUMN,
+    PARTITION_COLUMN,
+    REPORT_COLUMN,
+    TaskSpec,
+    run_partitions,
+)
+from state_runtime.settings import WorkerSettings
 from state_runtime.storage import LocalStorage
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.provider import StateStoreProvider
+from state_runtime.store.schema_history import SchemaHistory
 
 OP = running_aggregation(
     0,
@@ -38,13 +49,8 @@ def _batch(seed: int) -> pa.Table:
     )
 
 
-def _canonical(rows: list[dict[str, Any]]) -> list[str]:
-    return sorted(repr(sorted(r.items())) for r in rows)
-
-
-def _run(root: Path, chunk_rows: int, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    monkeypatch.setattr(aggregation, "CHUNK_ROWS", chunk_rows)
-    provider = StateStoreProvider(
+def _provider(root: Path) -> StateStoreProvider:
+    return StateStoreProvider(
         LocalStorage(root),
         0,
         0,
@@ -53,11 +59,20 @@ def _run(root: Path, chunk_rows: int, monkeypatch: pytest.MonkeyPatch) -> list[l
         value_schema=OP.schema.value,
         config=OP.config,
     )
+
+
+def _canonical(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted(repr(sorted(r.items())) for r in rows)
+
+
+def _run(root: Path, chunk_rows: int, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    monkeypatch.setattr(aggregation, "CHUNK_ROWS", chunk_rows)
+    provider = _provider(root)
     seen, checkpoint = [], None
     for version, seed in enumerate((1, 2)):
         store = provider.get_store(version, checkpoint)
         with batch_scope(BatchContext("q", version, 0, 0, stores={OP.store_name: store})):
-            output = OP.update(store, _batch(seed))
+            output = aggregation.whole_output(OP.update(store, _batch(seed)))
             checkpoint = store.commit().checkpoint_id
         assert output is not None
         seen.append(_canonical(output.to_pylist()))
@@ -72,3 +87,61 @@ def test_chunks_give_the_whole_batch_result(
 ) -> None:
     whole = _run(tmp_path / "whole", 1 << 40, monkeypatch)
     assert _run(tmp_path / "chunks", chunk_rows, monkeypatch) == whole
+
+
+@pytest.mark.parametrize("spilled", [False, True], ids=["held", "spilled"])
+def test_a_task_hands_each_chunks_output_to_spark_before_the_next_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spilled: bool
+) -> None:
+    """The task body yields a chunk's output as soon as the chunk is applied, and commits
+    after the last: the output is held a chunk at a time, not whole. Spilled, the input goes
+    to sorted files on local disk past a few hundred rows and comes back in pieces of whole
+    keys: the same rows and state, and no file left."""
+    monkeypatch.setattr(aggregation, "CHUNK_ROWS", 1000)
+    if spilled:
+        monkeypatch.setattr(partition_input, "SPILL_ROWS", 500)
+        monkeypatch.setattr(partition_input, "PIECE_ROWS", 300)
+        monkeypatch.setattr(partition_input, "BLOCK_ROWS", 64)
+        LOCAL_DISK.set_directory(str(tmp_path / "local"))
+    written = LOCAL_DISK.stats.bytes_written
+    events: list[str] = []
+    apply = aggregation._RunningAggregate._apply
+
+    def recorded(self: Any, store: Any, rows: pa.Table) -> pa.Table:
+        events.append("apply")
+        return apply(self, store, rows)
+
+    monkeypatch.setattr(aggregation._RunningAggregate, "_apply", recorded)
+    spec = TaskSpec(
+        storage=LocalStorage(tmp_path),
+        query_id="q",
+        batch_id=0,
+        run="r",
+        operator=OP,
+        schema_histories={OP.store_name: SchemaHistory.of(OP.schema)},
+        base={},
+        batch_time_ms=0,
+        worker_settings=WorkerSettings(),
+    )
+    rows = _batch(1)
+    sent = rows.append_column(PARTITION_COLUMN, pa.array([0] * rows.num_rows, pa.int32()))
+    sent = sent.append_column(HEARTBEAT_COLUMN, pa.array([False] * rows.num_rows))
+    output = []
+    for batch in run_partitions(spec, iter(sent.to_batches(max_chunksize=700))):
+        events.append("output" if batch.column(REPORT_COLUMN).null_count else "report")
+        output += [r for r in batch.to_pylist() if r[REPORT_COLUMN] is None]
+    last_apply = len(events) - 1 - events[::-1].index("apply")
+    assert events.count("apply") >= 3 and events.index("output") < last_apply, events
+    assert events[-1] == "report"
+    assert (LOCAL_DISK.stats.bytes_written > written) == spilled
+    if spilled:
+        assert not list((tmp_path / "local").glob("*/input-*")), "input files left"
+        LOCAL_DISK.set_directory(None)
+    store = _provider(tmp_path / "whole").get_store(0, None)
+    expected = aggregation.whole_output(OP.update(store, rows))
+    assert expected is not None
+    assert _canonical([{k: v for k, v in r.items() if k != REPORT_COLUMN} for r in output]) == (
+        _canonical(expected.to_pylist())
+    )
+    committed = _provider(tmp_path).get_store(1, None).to_arrow().to_pylist()
+    assert _canonical(committed) == _canonical(store.to_arrow().to_pylist())

@@ -1,0 +1,162 @@
+"""One state partition's input rows in a task, as Spark sends them, and the pieces the update
+function gets.
+
+An operator whose update is key-local (:attr:`StatefulOperator.key_local`: every row of a key
+in one call, keys in any grouping) gets a large input in pieces instead of whole: past
+:data:`SPILL_ROWS` rows the rows are sorted by the store's index key (``KeyIndexer``) and
+written to a file in the worker's local folder (``STATE_LOCAL_DIR``), and at the end the
+files are merged a block at a time into pieces of whole keys in index order of about
+:data:`PIECE_ROWS` rows. So the task holds a piece, not the partition's input nor its sort
+order, and a running aggregation's change runs come out disjoint in index order, each
+written once (docs/state-on-disk.md). Any other operator, or an input that never passes
+:data:`SPILL_ROWS`, gets its rows in one table, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from state_runtime.store.disk_runs import LOCAL_DISK
+from state_runtime.store.keys import KeyIndexer
+
+SPILL_ROWS = 1 << 17
+"""Rows of a partition's input held in memory before they go to a sorted file."""
+PIECE_ROWS = 1 << 17
+"""Rows of a piece the update gets at least (past them, the piece ends at a merge step)."""
+BLOCK_ROWS = 1 << 13
+"""Rows of a file's record batch (never splitting an index key): the merge holds one per
+file, so the pieces grow past :data:`PIECE_ROWS` by at most this much per file."""
+INDEX = "__state_index"
+
+
+class PartitionInput:
+    """A partition's rows: kept in memory, or (``key_type`` given: the operator is
+    key-local) spilled past :data:`SPILL_ROWS` rows to sorted files."""
+
+    def __init__(self, key_columns: Sequence[str], key_type: pa.StructType | None) -> None:
+        self._key_columns = list(key_columns)
+        self._indexer = None if key_type is None else KeyIndexer(key_type)
+        self._held: list[pa.RecordBatch] = []
+        self._held_rows = 0
+        self._files: list[tuple[str, int]] = []
+        self.num_rows = 0
+
+    def add(self, rows: pa.RecordBatch) -> None:
+        self._held.append(rows)
+        self._held_rows += rows.num_rows
+        self.num_rows += rows.num_rows
+        if self._indexer is not None and self._held_rows >= SPILL_ROWS:
+            self._spill()
+
+    def pieces(self) -> Iterator[pa.Table]:
+        """The rows: one table (the first :meth:`add` made one batch at least), or pieces
+        of whole keys from the sorted files, deleted once read or the pieces dropped."""
+        if not self._files:
+            held, self._held = self._held, []
+            yield pa.Table.from_batches(held)
+            return
+        try:
+            if self._held:
+                self._spill()
+            yield from _merged(self._files)
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Delete the sorted files (the pieces were read, or never will be: a failed task)."""
+        for path, size in self._files:
+            LOCAL_DISK.forget_file(path, size)
+        self._files, self._held = [], []
+
+    def _spill(self) -> None:
+        """The held rows, sorted by index key, into a file of blocks of whole index keys."""
+        assert self._indexer is not None
+        table = pa.Table.from_batches(self._held)
+        self._held, self._held_rows = [], 0
+        key_type = self._indexer.type
+        keys = pa.StructArray.from_arrays(
+            [
+                table.column(c).combine_chunks().cast(key_type.field(i).type)
+                for i, c in enumerate(self._key_columns)
+            ],
+            fields=list(key_type),
+        )
+        index = self._indexer.index(keys)
+        del keys
+        order = np.argsort(index, kind="stable")
+        index = index[order]
+        table = table.take(pa.array(order)).append_column(INDEX, pa.array(index))
+        del order
+        LOCAL_DISK.check_free("a partition's input", table.nbytes)
+        path = os.path.join(LOCAL_DISK.directory, f"input-{uuid.uuid4().hex}.arrow")
+        try:
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                for start, stop in _blocks(index):
+                    writer.write_table(table.slice(start, stop - start))
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
+        size = os.path.getsize(path)
+        LOCAL_DISK.count_file(size, compaction=False)
+        self._files.append((path, size))
+
+
+def _blocks(index: np.ndarray) -> list[tuple[int, int]]:
+    """``[start, stop)`` of about :data:`BLOCK_ROWS` rows, never splitting an index key."""
+    ranges, start, n = [], 0, len(index)
+    while start < n:
+        stop = min(start + BLOCK_ROWS, n)
+        if stop < n:
+            stop = int(np.searchsorted(index, index[stop - 1], side="right"))
+        ranges.append((start, stop))
+        start = stop
+    return ranges
+
+
+def _merged(files: Sequence[tuple[str, int]]) -> Iterator[pa.Table]:
+    """The files' rows in index order, in pieces of whole index keys (hence whole keys): each
+    step takes, from every file's current block, the rows up to the smallest of the blocks'
+    last index keys (no later block holds one of those: blocks never split an index key)."""
+    with contextlib.ExitStack() as stack:
+        readers = [pa.ipc.open_file(stack.enter_context(pa.OSFile(p))) for p, _ in files]
+        yield from _steps(readers)
+
+
+def _steps(readers: Sequence[pa.ipc.RecordBatchFileReader]) -> Iterator[pa.Table]:
+    position = [0] * len(readers)
+    current = [r.get_batch(0) if r.num_record_batches else None for r in readers]
+    piece: list[pa.RecordBatch] = []
+    rows = 0
+    while any(b is not None for b in current):
+        bound = min(_last(b) for b in current if b is not None)
+        for i, block in enumerate(current):
+            if block is None:
+                continue
+            index = block.column(INDEX).to_numpy()
+            stop = int(np.searchsorted(index, bound, side="right"))
+            if stop:
+                piece.append(block.slice(0, stop).drop_columns([INDEX]))
+                rows += stop
+            if stop < block.num_rows:
+                current[i] = block.slice(stop)
+            else:
+                position[i] += 1
+                more = position[i] < readers[i].num_record_batches
+                current[i] = readers[i].get_batch(position[i]) if more else None
+        if rows >= PIECE_ROWS:
+            yield pa.Table.from_batches(piece)
+            piece, rows = [], 0
+    if piece:
+        yield pa.Table.from_batches(piece)
+
+
+def _last(block: pa.RecordBatch) -> int:
+    column = block.column(INDEX)
+    return int(column[len(column) - 1].as_py())
