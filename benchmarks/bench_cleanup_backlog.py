@@ -173,9 +173,12 @@ def _run(files: int, args: argparse.Namespace, code: str | None) -> dict[str, fl
         + ([] if args.workers is None else ["--workers", str(args.workers)]),
         capture_output=True,
         text=True,
-        check=True,
         env=env,
     )
+    if done.returncode != 0:  # the child's error, not only its exit status
+        raise SystemExit(
+            f"{files:,} files with {code or 'this code'} failed:\n{done.stderr[-4000:]}"
+        )
     figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
 

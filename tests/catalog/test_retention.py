@@ -13,7 +13,7 @@ from state_runtime.errors import CatalogError, CommitConflict, MaintenanceRefuse
 from state_runtime.identity import StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from tests.catalog.factory import LONG_AGO, QUERY, ROOT, Stream, info
-from tests.statements import statements
+from tests.statements import executed, statements
 
 A, B = StoreId(0, 0), StoreId(0, 1)
 NOW = LONG_AGO + timedelta(days=2)
@@ -215,6 +215,34 @@ def test_deletions_recorded_by_the_claims_file_ids_once(catalog: Catalog) -> Non
     with pytest.raises(CatalogError, match="not of"):
         catalog.record_deletions_by_id(run, "file:///elsewhere", [needed])
     assert all(r.complete for r in catalog.retained_versions(ROOT, A))
+
+
+def test_a_record_writes_its_ledger_from_the_update_on_postgresql(catalog: Catalog) -> None:
+    """Recording deleted files writes each file row once and its ledger row from it: on
+    PostgreSQL one statement a chunk (the ledger filled from the update's ``RETURNING``), on
+    SQLite the ledger's ``INSERT ... SELECT`` and the update. Each file is recorded once."""
+    stream = Stream(catalog, [A])
+    stream.commit()
+    stream.record([stream.delta(A) for _ in range(5)])  # attempts that lost
+    run = catalog.start_run("cleanup", "test")
+    policy = RetentionPolicy(window=timedelta(0), orphan_grace=timedelta(0))
+    claimed = catalog.claim_deletions(run, policy, ROOT, [A], now=NOW)
+    ids = [v.file_id for v in claimed if v.file_id is not None]
+
+    def writes(_conn: object, text: str, _context: object) -> str | None:
+        return text if text.lstrip().startswith(("INSERT", "UPDATE", "WITH")) else None
+
+    with executed(catalog.engine, writes) as sent:
+        assert catalog.record_deletions_by_id(run, ROOT, ids) == 5
+    assert catalog.record_deletions_by_id(run, ROOT, ids) == 0
+    if catalog.engine.dialect.name == "postgresql":
+        [one] = [text for text in sent if "checkpoint_files" in text]
+        assert "RETURNING" in one and "INSERT INTO deletion_ledger" in one
+    else:
+        assert sum("checkpoint_files" in text for text in sent) == 2
+    ledger = catalog.deletion_history(root=ROOT)
+    assert sorted(d.path for d in ledger) == sorted(v.file.path for v in claimed)
+    assert {(d.run_id, d.reason) for d in ledger} == {(run, v.reason) for v in claimed}
 
 
 def test_snapshot_candidates_count_committed_deltas(catalog: Catalog) -> None:

@@ -246,7 +246,6 @@ def record_deletions_by_id(
 def _record(connection: Connection, run_id: int, rows: Sequence[AnyRow], now: datetime) -> int:
     """Record the files of ``rows`` (file_id, store_id, path, state) deleted by ``run_id``:
     those still 'deleting', each once; one neither deleting nor deleted is an error."""
-    f = checkpoint_files.c
     pending = [row for row in rows if row.state != FileState.DELETED.value]
     wrong = [row.path for row in pending if row.state != FileState.DELETING.value]
     if wrong:
@@ -258,30 +257,41 @@ def _record(connection: Connection, run_id: int, rows: Sequence[AnyRow], now: da
     if not pending:
         return 0
     lock_stores(connection, {row.store_id for row in pending})
+    return sum(
+        _record_chunk(connection, run_id, some, now)
+        for some in chunks([row.file_id for row in pending])
+    )
+
+
+def _record_chunk(
+    connection: Connection, run_id: int, file_ids: Sequence[int], now: datetime
+) -> int:
+    """Mark the files of ``file_ids`` still 'deleting' under the lock (another recorder, whose
+    lease expired under it, may have recorded some since they were read) deleted, and write
+    their ledger rows with the claim's reason; the number recorded. On PostgreSQL one
+    statement: the ledger is filled from the rows the update returns (``WITH ... UPDATE ...
+    RETURNING``), each file row read and written once; on SQLite an ``INSERT ... SELECT``,
+    then the update."""
+    f = checkpoint_files.c
     at = sa.literal(now, deletion_ledger.c.deleted_at.type)
-    recorded = 0
-    for some in chunks([row.file_id for row in pending]):
-        # set-based: one INSERT ... SELECT and one UPDATE a chunk, the reason the claim's; only
-        # files still 'deleting' under the lock (another recorder, whose lease expired under
-        # it, may have recorded some since they were read)
-        still = sa.and_(
-            among(connection.dialect.name, f.file_id, some),
-            f.state == constant(FileState.DELETING),
-        )
-        connection.execute(
-            sa.insert(deletion_ledger).from_select(
-                ["file_id", "run_id", "reason", "deleted_at"],
-                sa.select(f.file_id, sa.literal(run_id, sa.BigInteger()), f.state_reason, at).where(
-                    still
-                ),
-            )
-        )
-        recorded += connection.execute(
-            sa.update(checkpoint_files)
-            .where(still)
-            .values(state=FileState.DELETED.value, state_changed_at=now)
-        ).rowcount
-    return recorded
+    run = sa.literal(run_id, sa.BigInteger())
+    columns = ["file_id", "run_id", "reason", "deleted_at"]
+    still = sa.and_(
+        among(connection.dialect.name, f.file_id, file_ids),
+        f.state == constant(FileState.DELETING),
+    )
+    update = (
+        sa.update(checkpoint_files)
+        .where(still)
+        .values(state=FileState.DELETED.value, state_changed_at=now)
+    )
+    if connection.dialect.name == "postgresql":
+        done = update.returning(f.file_id, f.state_reason).cte("done")
+        ledger = sa.select(done.c.file_id, run, done.c.state_reason, at)
+        return connection.execute(sa.insert(deletion_ledger).from_select(columns, ledger)).rowcount
+    ledger = sa.select(f.file_id, run, f.state_reason, at).where(still)
+    connection.execute(sa.insert(deletion_ledger).from_select(columns, ledger))
+    return connection.execute(update).rowcount
 
 
 def record_lost(
