@@ -22,7 +22,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from state_runtime.store.disk_runs import LOCAL_DISK
+from state_runtime.identity import StoreId
+from state_runtime.store.disk_runs import LOCAL_DISK, raise_if_full
 from state_runtime.store.keys import KeyIndexer
 
 SPILL_ROWS = 1 << 17
@@ -33,13 +34,19 @@ BLOCK_ROWS = 1 << 13
 """Rows of a file's record batch (never splitting an index key): the merge holds one per
 file, so the pieces grow past :data:`PIECE_ROWS` by at most this much per file."""
 INDEX = "__state_index"
+SPILLED = "the task's spilled input"
+"""What a disk-full error says it was writing."""
 
 
 class PartitionInput:
     """A partition's rows: kept in memory, or (``key_type`` given: the operator is
-    key-local) spilled past :data:`SPILL_ROWS` rows to sorted files."""
+    key-local) spilled past :data:`SPILL_ROWS` rows to sorted files; ``store`` (the
+    operator's main store in this partition) is what a disk-full error names."""
 
-    def __init__(self, key_columns: Sequence[str], key_type: pa.StructType | None) -> None:
+    def __init__(
+        self, key_columns: Sequence[str], key_type: pa.StructType | None, store: StoreId
+    ) -> None:
+        self._store = store
         self._key_columns = list(key_columns)
         self._indexer = None if key_type is None else KeyIndexer(key_type)
         self._held: list[pa.RecordBatch] = []
@@ -93,15 +100,17 @@ class PartitionInput:
         index = index[order]
         table = table.take(pa.array(order)).append_column(INDEX, pa.array(index))
         del order
-        LOCAL_DISK.check_free("a partition's input", table.nbytes)
+        LOCAL_DISK.check_free(self._store, table.nbytes, SPILLED)
         path = os.path.join(LOCAL_DISK.directory, f"input-{uuid.uuid4().hex}.arrow")
         try:
             with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                 for start, stop in _blocks(index):
                     writer.write_table(table.slice(start, stop - start))
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+            if isinstance(e, OSError):
+                raise_if_full(e, SPILLED, self._store, table.nbytes, path)
             raise
         size = os.path.getsize(path)
         LOCAL_DISK.count_file(size, compaction=False)

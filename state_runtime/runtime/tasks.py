@@ -213,7 +213,10 @@ def run_partitions(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
             rows = batch.select([n for n in batch.schema.names if n not in internal])
             for partition in pc.unique(route).to_pylist():
                 kept = pc.and_(data, pc.equal(route, partition))
-                mine = inputs.setdefault(partition, PartitionInput(op.key_columns, key_type))
+                mine = inputs.get(partition)
+                if mine is None:
+                    store = StoreId(op.operator_id, int(partition), op.store_name)
+                    mine = inputs[partition] = PartitionInput(op.key_columns, key_type, store)
                 mine.add(rows.filter(kept))
             del batch, rows, route, data  # the batch as Spark sent it goes now
         if carried:

@@ -118,12 +118,14 @@ class LocalDisk:
     def free_bytes(self) -> int:
         return shutil.disk_usage(self.directory).free
 
-    def check_free(self, store: object, needed: int) -> None:
-        """LocalDiskFull unless the folder has ``needed`` bytes free."""
+    def check_free(
+        self, store: object, needed: int, what: str = "a run of this store's state"
+    ) -> None:
+        """LocalDiskFull unless the folder has ``needed`` bytes free (to write ``what``)."""
         free = self.free_bytes()
         if free < needed:
             raise LocalDiskFull(
-                "local disk cannot hold a run of this store's state",
+                f"local disk cannot hold {what}",
                 needed=needed,
                 free=free,
                 store=store,
@@ -478,7 +480,7 @@ class RunWriter:
 
     def _failed(self, error: OSError) -> None:
         self.discard()
-        raise_if_full(error, "a run", self._store, self._needed, self.path)
+        raise_if_full(error, "a run of this store's state", self._store, self._needed, self.path)
         raise error
 
     def discard(self) -> None:
@@ -537,7 +539,7 @@ def raise_if_full(error: OSError, what: str, store: object, needed: int, path: s
     """LocalDiskFull if ``error`` says the local disk is full (writing ``what``)."""
     if error.errno == errno.ENOSPC or "No space left" in str(error):
         raise LocalDiskFull(
-            f"local disk filled up while writing {what} of this store's state ({error})",
+            f"local disk filled up while writing {what} ({error})",
             needed=needed,
             free=LOCAL_DISK.free_bytes(),
             store=store,

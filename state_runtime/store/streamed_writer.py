@@ -144,7 +144,7 @@ def _write(
         try:
             digest = _spool(target, header, pieces, spool, in_key_order=in_key_order)
         except OSError as e:  # pyarrow's ENOSPC is an OSError too
-            raise_if_full(e, f"a {kind.value}", target.store, needed, spool)
+            raise_if_full(e, f"a {kind.value} of this store's state", target.store, needed, spool)
             raise
         size = os.path.getsize(spool)
         try:

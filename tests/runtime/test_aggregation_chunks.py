@@ -91,7 +91,7 @@ def test_chunks_give_the_whole_batch_result(
 
 @pytest.mark.parametrize("spilled", [False, True], ids=["held", "spilled"])
 def test_a_task_hands_each_chunks_output_to_spark_before_the_next_chunk(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spilled: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, spilled: bool
 ) -> None:
     """The task body yields a chunk's output as soon as the chunk is applied, and commits
     after the last: the output is held a chunk at a time, not whole. Spilled, the input goes
@@ -103,6 +103,7 @@ def test_a_task_hands_each_chunks_output_to_spark_before_the_next_chunk(
         monkeypatch.setattr(partition_input, "PIECE_ROWS", 300)
         monkeypatch.setattr(partition_input, "BLOCK_ROWS", 64)
         LOCAL_DISK.set_directory(str(tmp_path / "local"))
+        request.addfinalizer(lambda: LOCAL_DISK.set_directory(None))
     written = LOCAL_DISK.stats.bytes_written
     events: list[str] = []
     apply = aggregation._RunningAggregate._apply
@@ -136,7 +137,6 @@ def test_a_task_hands_each_chunks_output_to_spark_before_the_next_chunk(
     assert (LOCAL_DISK.stats.bytes_written > written) == spilled
     if spilled:
         assert not list((tmp_path / "local").glob("*/input-*")), "input files left"
-        LOCAL_DISK.set_directory(None)
     store = _provider(tmp_path / "whole").get_store(0, None)
     expected = aggregation.whole_output(OP.update(store, rows))
     assert expected is not None
