@@ -109,6 +109,7 @@ def batch_metrics(
             "max_task_ms": max(r.task_ms for r in reports),
             "max_load_ms": max(r.load_ms for r in reports),
             "deltas_applied": sum(r.deltas_applied for r in reports),
+            "local_bytes_written": sum(r.local_bytes_written for r in reports),
             "duplicate_attempts": duplicates,
             "repairs": [x for r in reports for x in r.repairs],
         },

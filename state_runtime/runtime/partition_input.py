@@ -53,6 +53,8 @@ class PartitionInput:
         self._held_rows = 0
         self._files: list[tuple[str, int]] = []
         self.num_rows = 0
+        self.spilled_bytes = 0
+        """Bytes of the files the rows went to so far."""
 
     def add(self, rows: pa.RecordBatch) -> None:
         self._held.append(rows)
@@ -115,6 +117,7 @@ class PartitionInput:
         size = os.path.getsize(path)
         LOCAL_DISK.count_file(size, compaction=False)
         self._files.append((path, size))
+        self.spilled_bytes += size
 
 
 def _blocks(index: np.ndarray) -> list[tuple[int, int]]:

@@ -103,6 +103,9 @@ class TaskReport:
     block_cache_misses: int = 0
     compaction_bytes: int = 0
     """Bytes the task's merges wrote to local disk."""
+    local_bytes_written: int = 0
+    """Bytes the task wrote to local disk for the partition: run files and its spilled
+    input (:class:`PartitionInput`)."""
 
     @property
     def cache_hit(self) -> bool:
@@ -246,6 +249,7 @@ def _run_partition(
     if CACHE.budget != spec.worker_settings.cache_bytes:
         set_budget(spec.worker_settings.cache_bytes)
     disk_at_start = LOCAL_DISK.snapshot()
+    spilled_before = rows.spilled_bytes  # input spilled before this window, as Spark sent it
     stores = {}
     for name in (s.name for s in op.stores):
         store_id = StoreId(op.operator_id, partition, name)
@@ -285,6 +289,7 @@ def _run_partition(
         raise
     task_ms = (time.perf_counter() - started) * 1000
     activity = LOCAL_DISK.activity_since(disk_at_start)
+    written = spilled_before + LOCAL_DISK.snapshot().bytes_written - disk_at_start.bytes_written
     reports = []
     for i, (store, info) in enumerate(zip(stores.values(), infos, strict=True)):
         load = store.metrics.load
@@ -310,6 +315,7 @@ def _run_partition(
                 block_cache_hits=activity.block_cache_hits if i == 0 else 0,
                 block_cache_misses=activity.block_cache_misses if i == 0 else 0,
                 compaction_bytes=activity.compaction_bytes if i == 0 else 0,
+                local_bytes_written=written if i == 0 else 0,
             )
         )
     return reports

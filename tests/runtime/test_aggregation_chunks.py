@@ -13,11 +13,13 @@ import pyarrow as pa
 import pytest
 
 from state_runtime.runtime import Agg, aggregation, partition_input, running_aggregation
+from state_runtime.runtime.batch_reports import batch_metrics
 from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.runtime.tasks import (
     HEARTBEAT_COLUMN,
     PARTITION_COLUMN,
     REPORT_COLUMN,
+    TaskReport,
     TaskSpec,
     run_partitions,
 )
@@ -127,14 +129,20 @@ def test_a_task_hands_each_chunks_output_to_spark_before_the_next_chunk(
     rows = _batch(1)
     sent = rows.append_column(PARTITION_COLUMN, pa.array([0] * rows.num_rows, pa.int32()))
     sent = sent.append_column(HEARTBEAT_COLUMN, pa.array([False] * rows.num_rows))
-    output = []
+    output, reports = [], []
     for batch in run_partitions(spec, iter(sent.to_batches(max_chunksize=700))):
         events.append("output" if batch.column(REPORT_COLUMN).null_count else "report")
         output += [r for r in batch.to_pylist() if r[REPORT_COLUMN] is None]
+        reports += [
+            TaskReport.from_json(r) for r in batch.column(REPORT_COLUMN).drop_null().to_pylist()
+        ]
     last_apply = len(events) - 1 - events[::-1].index("apply")
     assert events.count("apply") >= 3 and events.index("output") < last_apply, events
     assert events[-1] == "report"
     assert (LOCAL_DISK.stats.bytes_written > written) == spilled
+    # the batch's figures count the spilled input, written before the partition ran
+    local = batch_metrics(reports, 0, 0.0, 0.0).extra["local_bytes_written"]
+    assert local == LOCAL_DISK.stats.bytes_written - written and (local > 0) == spilled
     if spilled:
         assert not list((tmp_path / "local").glob("*/input-*")), "input files left"
     store = _provider(tmp_path / "whole").get_store(0, None)
