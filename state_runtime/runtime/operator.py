@@ -18,15 +18,15 @@ from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.state_schema import StateSchema, parse_schema
 from state_runtime.store.state_store import StateStore
 
-UpdateOutput: TypeAlias = "pa.Table | Iterable[pa.Table | tuple[Any, ...]] | None"
+UpdateOutput: TypeAlias = "pa.Table | Iterable[pa.Table | pa.RecordBatch | tuple[Any, ...]] | None"
 UpdateFunction = Callable[[StateStore, pa.Table], UpdateOutput]
 """``update(store, rows)``: apply one partition's rows of a batch to its store, return output.
 
 ``rows`` is an Arrow table of the partition's input rows. The output is an Arrow table, or an
-iterable (a generator, typically) of tables and tuples matching the operator's output schema,
-or None for no output. The task consumes an iterable as it goes, handing each table (and each
-group of tuples) to Spark before asking for the next, and commits once it is exhausted: an
-update that yields its output chunk by chunk holds one chunk of it, not the whole. Whoever
+iterable (a generator, typically) of tables, record batches and tuples matching the
+operator's output schema, or None for no output. The task consumes an iterable as it goes,
+handing each table (and each group of tuples) to Spark before asking for the next, and
+commits once it is exhausted: an update that yields its output chunk by chunk holds one chunk of it, not the whole. Whoever
 calls an update function outside a task consumes its output before the commit.
 """
 

@@ -149,7 +149,8 @@ def _report_rows(reports: pa.Array, schema: pa.Schema) -> pa.RecordBatch:
 
 def _output_batches(out: UpdateOutput, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The update function's output as batches of the operator's output schema, as it comes:
-    each table of an iterable when it is yielded, tuples in groups of :data:`TUPLE_ROWS`."""
+    each table or record batch of an iterable when it is yielded, tuples in groups of
+    :data:`TUPLE_ROWS`."""
     if out is None:
         return
     if isinstance(out, pa.Table):
@@ -157,9 +158,9 @@ def _output_batches(out: UpdateOutput, schema: pa.Schema) -> Iterator[pa.RecordB
         return
     rows: list[Any] = []
     for item in out:
-        if isinstance(item, pa.Table):
+        if isinstance(item, pa.Table | pa.RecordBatch):
             yield from _tuples(rows, schema)
-            yield from _cast(item, schema).to_batches()
+            yield from _cast(pa.table(item), schema).to_batches()
             rows = []
             continue
         rows.append(item)
