@@ -26,8 +26,9 @@ UpdateFunction = Callable[[StateStore, pa.Table], UpdateOutput]
 iterable (a generator, typically) of tables, record batches and tuples matching the
 operator's output schema, or None for no output. The task consumes an iterable as it goes,
 handing each table (and each group of tuples) to Spark before asking for the next, and
-commits once it is exhausted: an update that yields its output chunk by chunk holds one chunk of it, not the whole. Whoever
-calls an update function outside a task consumes its output before the commit.
+commits once it is exhausted: an update that yields its output chunk by chunk holds one
+chunk of it, not the whole. Whoever calls an update function outside a task consumes its
+output before the commit.
 """
 
 ColumnKind = Literal["timestamp", "numeric", "orderable", "string"]
