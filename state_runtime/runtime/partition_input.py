@@ -5,7 +5,8 @@ An operator whose update is key-local (:attr:`StatefulOperator.key_local`: every
 in one call, keys in any grouping) gets a large input in pieces instead of whole: past
 :data:`SPILL_ROWS` rows the rows are sorted by the store's index key (``KeyIndexer``) and
 written to a file in the worker's local folder (``STATE_LOCAL_DIR``), and at the end the
-files are merged a block at a time into pieces of whole keys in index order of about
+files are merged a block at a time (at most :data:`FAN_IN` files at once: more are merged in
+groups into fewer files first) into pieces of whole keys in index order of about
 :data:`PIECE_ROWS` rows. So the task holds a piece, not the partition's input nor its sort
 order, and a running aggregation's change runs come out disjoint in index order, each
 written once (docs/state-on-disk.md). Any other operator, or an input that never passes
@@ -17,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,10 @@ PIECE_ROWS = 1 << 17
 BLOCK_ROWS = 1 << 13
 """Rows of a file's record batch (never splitting an index key): the merge holds one per
 file, so the pieces grow past :data:`PIECE_ROWS` by at most this much per file."""
+FAN_IN = 64
+"""Files the merge reads at once: past them, the earliest :data:`FAN_IN` files are first
+merged into one (their rows written again), so the merge holds at most this many open files
+and blocks, and each of its steps looks at as many blocks."""
 INDEX = "__state_index"
 SPILLED = "the task's spilled input"
 """What a disk-full error says it was writing."""
@@ -52,6 +57,8 @@ class PartitionInput:
         self._held: list[pa.RecordBatch] = []
         self._held_rows = 0
         self._files: list[tuple[str, int]] = []
+        self._schema = pa.schema([])
+        """The files' schema (the rows' and the index key), set by the first spill."""
         self.num_rows = 0
         self.spilled_bytes = 0
         """Bytes of the files the rows went to so far."""
@@ -73,7 +80,9 @@ class PartitionInput:
         try:
             if self._held:
                 self._spill()
-            yield from _merged(self._files)
+            while len(self._files) > FAN_IN:
+                self._combine()
+            yield from _merged(self._files, keep_index=False)
         finally:
             self.discard()
 
@@ -101,23 +110,56 @@ class PartitionInput:
         order = np.argsort(index, kind="stable")
         index = index[order]
         table = table.take(pa.array(order)).append_column(INDEX, pa.array(index))
-        del order
-        LOCAL_DISK.check_free(self._store, table.nbytes, SPILLED)
+        del index, order
+        self._schema = table.schema
+        self._files.append(self._written([table], table.nbytes))
+
+    def _combine(self) -> None:
+        """One pass: each run of :data:`FAN_IN` consecutive files merged into one, in their
+        place (rows of a key stay in the order they came)."""
+        files, done = self._files, []
+        for start in range(0, len(files), FAN_IN):
+            group = files[start : start + FAN_IN]
+            if len(group) == 1:
+                done += group
+                continue
+            self._files = done + files[start + FAN_IN :]  # the group is deleted below
+            try:
+                steps = (_sorted(t) for t in _merged(group, keep_index=True))
+                done.append(self._written(steps, sum(s for _, s in group)))
+            finally:
+                for path, size in group:
+                    LOCAL_DISK.forget_file(path, size)
+        self._files = done
+
+    def _written(self, tables: Iterable[pa.Table], needed: int) -> tuple[str, int]:
+        """``tables`` (rows in index order, each ending at an index key's end) in a new file
+        of blocks of whole index keys; its path and size."""
+        LOCAL_DISK.check_free(self._store, needed, SPILLED)
         path = os.path.join(LOCAL_DISK.directory, f"input-{uuid.uuid4().hex}.arrow")
         try:
-            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-                for start, stop in _blocks(index):
-                    writer.write_table(table.slice(start, stop - start))
+            with contextlib.ExitStack() as stack:
+                sink = stack.enter_context(pa.OSFile(path, "wb"))
+                writer = stack.enter_context(pa.ipc.new_file(sink, self._schema))
+                for table in tables:
+                    for start, stop in _blocks(table.column(INDEX).to_numpy()):
+                        writer.write_table(table.slice(start, stop - start))
         except BaseException as e:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             if isinstance(e, OSError):
-                raise_if_full(e, SPILLED, self._store, table.nbytes, path)
+                raise_if_full(e, SPILLED, self._store, needed, path)
             raise
         size = os.path.getsize(path)
         LOCAL_DISK.count_file(size, compaction=False)
-        self._files.append((path, size))
         self.spilled_bytes += size
+        return path, size
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    """A merge step's rows (each file's in index order, one file after another) in index
+    order, rows of one index key in the order they were."""
+    return table.take(pa.array(np.argsort(table.column(INDEX).to_numpy(), kind="stable")))
 
 
 def _blocks(index: np.ndarray) -> list[tuple[int, int]]:
@@ -132,16 +174,16 @@ def _blocks(index: np.ndarray) -> list[tuple[int, int]]:
     return ranges
 
 
-def _merged(files: Sequence[tuple[str, int]]) -> Iterator[pa.Table]:
+def _merged(files: Sequence[tuple[str, int]], *, keep_index: bool) -> Iterator[pa.Table]:
     """The files' rows in index order, in pieces of whole index keys (hence whole keys): each
     step takes, from every file's current block, the rows up to the smallest of the blocks'
     last index keys (no later block holds one of those: blocks never split an index key)."""
     with contextlib.ExitStack() as stack:
         readers = [pa.ipc.open_file(stack.enter_context(pa.OSFile(p))) for p, _ in files]
-        yield from _steps(readers)
+        yield from _steps(readers, keep_index)
 
 
-def _steps(readers: Sequence[pa.ipc.RecordBatchFileReader]) -> Iterator[pa.Table]:
+def _steps(readers: Sequence[pa.ipc.RecordBatchFileReader], keep_index: bool) -> Iterator[pa.Table]:
     position = [0] * len(readers)
     current = [r.get_batch(0) if r.num_record_batches else None for r in readers]
     piece: list[pa.RecordBatch] = []
@@ -154,7 +196,8 @@ def _steps(readers: Sequence[pa.ipc.RecordBatchFileReader]) -> Iterator[pa.Table
             index = block.column(INDEX).to_numpy()
             stop = int(np.searchsorted(index, bound, side="right"))
             if stop:
-                piece.append(block.slice(0, stop).drop_columns([INDEX]))
+                taken = block.slice(0, stop)
+                piece.append(taken if keep_index else taken.drop_columns([INDEX]))
                 rows += stop
             if stop < block.num_rows:
                 current[i] = block.slice(stop)

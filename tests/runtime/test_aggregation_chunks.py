@@ -98,12 +98,14 @@ def test_a_task_hands_each_chunks_output_to_spark_before_the_next_chunk(
     """The task body yields a chunk's output as soon as the chunk is applied, and commits
     after the last: the output is held a chunk at a time, not whole. Spilled, the input goes
     to sorted files on local disk past a few hundred rows and comes back in pieces of whole
-    keys: the same rows and state, and no file left."""
+    keys (past ``FAN_IN`` files, groups of files are merged into one first): the same rows
+    and state, and no file left."""
     monkeypatch.setattr(aggregation, "CHUNK_ROWS", 1000)
     if spilled:
         monkeypatch.setattr(partition_input, "SPILL_ROWS", 500)
         monkeypatch.setattr(partition_input, "PIECE_ROWS", 300)
         monkeypatch.setattr(partition_input, "BLOCK_ROWS", 64)
+        monkeypatch.setattr(partition_input, "FAN_IN", 3)  # 8 files: merged 3 at a time first
         LOCAL_DISK.set_directory(str(tmp_path / "local"))
         request.addfinalizer(lambda: LOCAL_DISK.set_directory(None))
     written = LOCAL_DISK.stats.bytes_written
