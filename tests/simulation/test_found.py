@@ -9,7 +9,8 @@ fixed by i34-findings, the problem a driver ahead recorded, fixed by i34-clock, 
 failing on a corrupt delta a snapshot replaces and a restore refused over a missing snapshot
 whose deltas load the version, fixed by i34-found, and the cleanup after that restore
 deleting those deltas, fixed by fix-restore, and the second replay of a batch every store
-restarted at, fixed by i34-order; each failed before its fix.
+restarted at, fixed by i34-order, and the replay on a base version cleanup expired, fixed by
+i34-found2; each failed before its fix.
 """
 
 from __future__ import annotations
