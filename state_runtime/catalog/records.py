@@ -517,6 +517,10 @@ class BatchStart:
     ended after the query's last commit of an earlier batch, returned the query to it,
     restarting every store there: the batch starts from empty
     stores (a later restore kept the batches after it)."""
+    expired: dict[StoreId, int] = field(default_factory=dict)
+    """The stores whose version in ``previous`` has expired (cleanup deleted files it loads
+    through, ``stores.expired_through``), with the newest expired version: no file holds the
+    state the batch would build on."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ as any of our errors, for the one paragraph to show the user.
 
 from __future__ import annotations
 
-from state_runtime.catalog import Catalog, FoundProblem, StoreKey
+from state_runtime.catalog import BatchStart, Catalog, FoundProblem, StoreKey
 from state_runtime.errors import CannotLoadState, StateLost
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance.damage import Damage, Fate, classify
@@ -85,3 +85,20 @@ def _lost(damage: Damage, query_id: str, batch_id: int) -> StateLost:
 def _loading_codes(error: type[CannotLoadState]) -> set[str]:
     """The codes of ``error`` and of every error that derives from it."""
     return {error.code}.union(*(_loading_codes(sub) for sub in error.__subclasses__()))
+
+
+def refuse_expired_base(start: BatchStart, query_id: str, batch_id: int) -> None:
+    """Fail a batch whose base version of a store expired (cleanup deleted the files it loads
+    through) before any task runs: a worker that still caches that version would otherwise
+    build on it and commit a version no load from files can read (a cold worker fails
+    loading it)."""
+    for store, through in sorted(start.expired.items()):
+        ref = start.previous[store]
+        raise StateLost(
+            f"batch {batch_id} of query {query_id} builds on version {ref.version} of {store}, "
+            f"which expired (cleanup deleted the files that load versions up to {through}): "
+            "its state is gone; restore the query to a batch whose stores load",
+            store=store,
+            version=ref.version,
+            checkpoint_id=ref.checkpoint_id,
+        )

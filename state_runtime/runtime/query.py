@@ -62,7 +62,7 @@ from state_runtime.runtime.batch_reports import (
 )
 from state_runtime.runtime.coordinator import holders
 from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
-from state_runtime.runtime.loss import lost_state
+from state_runtime.runtime.loss import lost_state, refuse_expired_base
 from state_runtime.runtime.operator import ExtraStore, StatefulOperator
 from state_runtime.runtime.query_check import check_query
 from state_runtime.runtime.spark_kind import (
@@ -328,6 +328,7 @@ class StatefulQuery:
                     f"{layout.from_batch} (docs/repartition.md)",
                     store=start.last_store,
                 )
+        refuse_expired_base(start, self.query_id, batch_id)
         if batch_id - 1 == start.restored or start.restarted_base:
             return start.previous
         if batch_id == 0 or start.previous:

@@ -9,7 +9,8 @@ fixed by i34-findings, the problem a driver ahead recorded, fixed by i34-clock, 
 failing on a corrupt delta a snapshot replaces and a restore refused over a missing snapshot
 whose deltas load the version, fixed by i34-found, and the cleanup after that restore
 deleting those deltas, fixed by fix-restore, and the second replay of a batch every store
-restarted at, fixed by i34-order; each failed before its fix.
+restarted at, fixed by i34-order, and the replay on a base version cleanup expired, fixed by
+i34-found2; each failed before its fix.
 """
 
 from __future__ import annotations
@@ -446,3 +447,29 @@ def test_cleanup_after_a_restore_over_a_missing_snapshot_keeps_the_deltas_below(
         machine.damaged = False  # every retained version loads: the query must go on
     finally:
         machine.teardown()
+
+
+A_REPLAY_ON_AN_EXPIRED_BASE: list[Step] = [
+    run({}),  # batch 1 changes nothing: version 2 keeps version 1's id
+    ("snapshot", {"zero": True}),  # version 2's snapshot holds version 1's state
+    run({0: {"a": 1}, 1: {"b": 1}}),
+    ("cleanup", {"zero": True}),  # deletes version 1's delta: version 1 expires
+    ("restore", {"back": 1, "allow_lost_state": False, "zero": True}),  # to batch 1
+    run({0: {"c": 1}}, step=-1),  # batch 1 again, on version 1, from a warm worker
+]
+"""A replay of the restored batch, whose base version cleanup expired."""
+
+
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
+def test_a_replay_on_an_expired_base_commits_no_version_that_cannot_load(catalog: str) -> None:
+    """Found by the soak of integ (67 steps, shrunk to 6): batch 1 idle, a snapshot of version
+    2, batch 2, cleanup at zero windows (version 1's delta goes, version 1 expires), a restore
+    to batch 1 and its replay. The worker still cached version 1, built version 2 on it and
+    committed a delta whose parent no file holds: a retained version that cannot load (a
+    cold worker fails loading version 1). The batch now fails with StateLost before any task
+    runs, warm or cold, naming the expired version."""
+    if catalog == "sqlite":
+        replay(A_REPLAY_ON_AN_EXPIRED_BASE)
+        return
+    with machine_on_postgresql() as machine:
+        replay(A_REPLAY_ON_AN_EXPIRED_BASE, machine)

@@ -29,9 +29,10 @@ from state_runtime.catalog.sql.commit_statements import commit_statements
 from state_runtime.catalog.sql.commits import committed_ids, latest_entry
 from state_runtime.catalog.sql.layouts import current_layouts
 from state_runtime.catalog.sql.roots import validate_root
+from state_runtime.catalog.sql.rows import store_id_of
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import InvalidArgument
-from state_runtime.identity import StoreId, validate_name, validate_non_negative
+from state_runtime.identity import CheckpointRef, StoreId, validate_name, validate_non_negative
 
 
 def begin_batch(
@@ -81,12 +82,33 @@ def begin_batch(
         previous=previous,
         restored=restored,
         restarted_base=restarted_base,
+        expired=expired_bases(connection, root, previous),
         layouts={
             key: layout
             for key, layout in current_layouts(connection, WRITE_LOOKUPS, root).items()
             if key in wanted and layout.query_id == query_id
         },
     )
+
+
+def expired_bases(
+    connection: Connection, root: str, previous: dict[StoreId, CheckpointRef]
+) -> dict[StoreId, int]:
+    """The stores whose version in ``previous`` has expired, with their ``expired_through``."""
+    if not previous:
+        return {}
+    s = WRITE_LOOKUPS.stores.c
+    rows = connection.execute(
+        sa.select(s.operator_id, s.partition_id, s.store_name, s.expired_through).where(
+            s.checkpoint_root == root, s.expired_through > 0
+        )
+    )
+    through = {store_id_of(r): int(r.expired_through) for r in rows}
+    return {
+        store: through[store]
+        for store, ref in previous.items()
+        if store in through and ref.version <= through[store]
+    }
 
 
 def restored_to(
