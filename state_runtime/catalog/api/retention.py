@@ -70,7 +70,7 @@ class RetentionCalls(PagedCalls):
                 found = lookups.store_ids(connection, views, root, [store])
                 if store not in found:
                     return []
-                scope = Scope(store_ids=(found[store],))
+                scope = Scope(store_ids=(found[store],), dialect=connection.dialect.name)
             rows = retention_sql.verdict_rows(
                 connection,
                 views,

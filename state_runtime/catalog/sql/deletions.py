@@ -102,7 +102,7 @@ def claim_deletions(
             resumed_room -= len(resumed)
         if fresh_room == 0:
             continue
-        scope = Scope(store_ids=tuple(part))
+        scope = Scope(store_ids=tuple(part), dialect=connection.dialect.name)
         fresh = verdict_rows(
             connection,
             WRITE_LOOKUPS,

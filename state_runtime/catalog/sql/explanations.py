@@ -84,7 +84,7 @@ def explain(
         connection,
         views,
         policy,
-        Scope(store_ids=(found.store_id,)),
+        Scope(store_ids=(found.store_id,), dialect=connection.dialect.name),
         now,
         only_deletable=False,
         path=path,

@@ -103,7 +103,7 @@ def unconfirmed_snapshot_verdicts(
     ).scalars()
     found: list[FileVerdict] = []
     for part in chunks(list(ids)):
-        scope = Scope(root=root, store_ids=tuple(part))
+        scope = Scope(root=root, store_ids=tuple(part), dialect=connection.dialect.name)
         found += file_verdicts(connection, views, policy, scope, now)
     return [v for v in found if v.file.kind is FileKind.SNAPSHOT]
 

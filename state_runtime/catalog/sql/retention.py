@@ -16,7 +16,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -44,17 +44,49 @@ from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import Fact, RetentionPolicy, Verdict
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Scope:
     """Which stores a question covers: all, one root, or given store ids (a page of
     :mod:`state_runtime.catalog.api.pages` is its store ids, so that every part of a page's
     statement reads the page's stores by key, whatever the catalog's size). Each is a value,
     or a bind parameter of a statement built once (store ids: the parameter's name, matched
-    by :func:`~state_runtime.catalog.sql.statements.among` for ``dialect``)."""
+    by :func:`~state_runtime.catalog.sql.statements.among` for ``dialect``). Store ids given
+    as a tuple or a parameter's name require the dialect (``connection.dialect.name``): on
+    PostgreSQL they are one array parameter, so the statement's text is the same whatever
+    their number."""
 
-    root: str | BindParameter[str] | None = None
-    store_ids: tuple[int, ...] | str | sa.Select[Any] | None = None
-    dialect: str = ""
+    root: str | BindParameter[str] | None
+    store_ids: tuple[int, ...] | str | sa.Select[Any] | None
+    dialect: str
+
+    @overload
+    def __init__(
+        self,
+        *,
+        root: str | BindParameter[str] | None = None,
+        store_ids: sa.Select[Any] | None = None,
+        dialect: str = "",
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        *,
+        root: str | BindParameter[str] | None = None,
+        store_ids: tuple[int, ...] | str,
+        dialect: str,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        *,
+        root: str | BindParameter[str] | None = None,
+        store_ids: tuple[int, ...] | str | sa.Select[Any] | None = None,
+        dialect: str = "",
+    ) -> None:
+        object.__setattr__(self, "root", root)
+        object.__setattr__(self, "store_ids", store_ids)
+        object.__setattr__(self, "dialect", dialect)
 
     def filter(self, views: ReaderViews, store_id: ColumnElement[int]) -> ColumnElement[bool]:
         conditions: list[ColumnElement[bool]] = []

@@ -98,7 +98,9 @@ def record_statuses(
     lock_stores(connection, ids.values())
     last: dict[int, tuple[str, datetime]] = {}
     for part in chunks(sorted(ids.values())):
-        newest = last_status_changes(WRITE_LOOKUPS, Scope(store_ids=tuple(part)))
+        newest = last_status_changes(
+            WRITE_LOOKUPS, Scope(store_ids=tuple(part), dialect=connection.dialect.name)
+        )
         for row in connection.execute(sa.select(newest)):
             last[row.store_id] = (row.status, row.changed_at)
     rows: list[dict[str, object]] = []
