@@ -18,7 +18,7 @@ from state_runtime.catalog.records import (
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql import deletions, explanations, findings, lookups
 from state_runtime.catalog.sql import retention as retention_sql
-from state_runtime.catalog.sql.retention import Scope
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId
 from state_runtime.retention import RetentionPolicy

@@ -32,13 +32,14 @@ from state_runtime.catalog.schema.tables import (
 )
 from state_runtime.catalog.sql.inventory import record_files
 from state_runtime.catalog.sql.lookups import files_at, lock_stores, store_ids
-from state_runtime.catalog.sql.retention import Scope, file_verdicts
+from state_runtime.catalog.sql.retention import file_verdicts
 from state_runtime.catalog.sql.rows import (
     AnyRow,
     is_store,
     key_of,
     store_key_columns,
 )
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import FileKind, StoreId

@@ -25,7 +25,8 @@ from state_runtime.catalog.records import StatusChange, StoreKey
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS
 from state_runtime.catalog.schema.tables import UtcDateTime, store_status_changes
 from state_runtime.catalog.sql.lookups import lock_stores, store_ids
-from state_runtime.catalog.sql.retention import PolicySql, Scope
+from state_runtime.catalog.sql.retention import PolicySql
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.catalog.sql.status import StatusSql
 from state_runtime.catalog.sql.store_facts import last_status_changes, store_facts
