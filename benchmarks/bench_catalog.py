@@ -37,7 +37,8 @@ from state_runtime.catalog.connection.engine import create_catalog_engine
 from state_runtime.catalog.schema.reading_views import READER_VIEWS
 from state_runtime.catalog.schema.revision import upgrade
 from state_runtime.catalog.sql.health import snapshot_candidates_query
-from state_runtime.catalog.sql.retention import Scope, verdicts
+from state_runtime.catalog.sql.retention import verdicts
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.store.checkpoint_info import CheckpointInfo
 

@@ -172,6 +172,25 @@ def test_a_store_first_committed_in_a_batch_has_nothing_before_it(catalog: Catal
     assert catalog.committed_before(ROOT, "another query", 1) == {A: a2.ref, C: c1.ref}
 
 
+def test_a_replay_builds_on_the_version_another_query_committed(catalog: Catalog) -> None:
+    """Query q2's batch 0 builds on q1's version 2 of store A and commits version 3: a replay
+    of that batch builds on version 2 again, not on nothing (a commit of version 1 that the
+    catalog refuses against the batch's version 3 on every retry)."""
+    a1 = info(A, 1, None)
+    catalog.commit_batch(ROOT, "q1", 0, [a1])
+    a2 = info(A, 2, a1.checkpoint_id, lineage=(a1.ref,))
+    catalog.commit_batch(ROOT, "q1", 1, [a2])
+    assert catalog.committed_before(ROOT, "q2", 0) == {A: a2.ref}
+    a3 = info(A, 3, a2.checkpoint_id, lineage=(a2.ref, a1.ref))
+    catalog.commit_batch(ROOT, "q2", 0, [a3])
+
+    assert catalog.committed_before(ROOT, "q2", 0) == {A: a2.ref}
+    assert catalog.committed_before(ROOT, "q2", 1) == {A: a3.ref}
+    replayed = info(A, 3, a2.checkpoint_id, lineage=(a2.ref, a1.ref))
+    catalog.commit_batch(ROOT, "q2", 0, [replayed])
+    assert catalog.latest_committed(ROOT) == {A: replayed.ref}
+
+
 def test_the_problem_census_moves_whatever_order_ids_commit_in(catalog: Catalog) -> None:
     """The failures sensor's census: on PostgreSQL a problem's id is taken when its
     transaction starts, so a lower id can commit after a higher one; a problem found with a

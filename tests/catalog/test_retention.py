@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, FileState, RetentionPolicy, Verdict
+from state_runtime.catalog.records import StatusChange, StoreKey
 from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.errors import CatalogError, CommitConflict, MaintenanceRefused
 from state_runtime.identity import StoreId
@@ -326,6 +327,30 @@ def test_page_statements_are_one_text_whatever_the_page(catalog: Catalog) -> Non
             for files in catalog.deletable_pages(POLICY, root=ROOT, now=NOW, page_size=size):
                 assert files is not None
         texts.append(set(sent))
+    if catalog.engine.dialect.name == "postgresql":
+        assert texts[0] == texts[1]
+        assert any("= ANY (" in text for text in texts[0])
+    else:
+        assert texts[0] != texts[1]  # an IN list of each call's length
+
+
+def test_status_changes_read_the_last_ones_in_one_text_whatever_their_stores(
+    catalog: Catalog,
+) -> None:
+    """Recording status changes reads each store's last recorded status by store id: on
+    PostgreSQL one array parameter (it had been an IN list of their number), so changes of 3
+    stores and of 30 send the same texts but the insert of the new rows (which the driver
+    batches into one VALUES list); SQLite keeps its IN lists."""
+    stores = [StoreId(0, p) for p in range(30)]
+    Stream(catalog, stores).commit()
+    texts: list[set[str]] = []
+    for size in (3, 30):
+        keys = [StoreKey(ROOT, store) for store in stores[:size]]
+        changes = [StatusChange(key, "healthy", "test", None) for key in keys]
+        with statements(catalog.engine) as sent:
+            since = catalog.record_statuses(changes)
+        assert set(since) == set(keys)
+        texts.append({text for text in sent if not text.startswith("INSERT")})
     if catalog.engine.dialect.name == "postgresql":
         assert texts[0] == texts[1]
         assert any("= ANY (" in text for text in texts[0])

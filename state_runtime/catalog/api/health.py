@@ -19,7 +19,7 @@ from state_runtime.catalog.records import (
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql import health as health_queries
 from state_runtime.catalog.sql.inventory import store_records_in
-from state_runtime.catalog.sql.retention import Scope
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.catalog.sql.status_changes import record_statuses
 from state_runtime.errors import InvalidArgument
 from state_runtime.retention import RetentionPolicy

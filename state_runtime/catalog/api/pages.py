@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql.pages import page_ids
-from state_runtime.catalog.sql.retention import Scope
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.errors import InvalidArgument
 
 T = TypeVar("T")

@@ -18,7 +18,7 @@ from state_runtime.catalog.records import (
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql import deletions, explanations, findings, lookups
 from state_runtime.catalog.sql import retention as retention_sql
-from state_runtime.catalog.sql.retention import Scope
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import StoreId
 from state_runtime.retention import RetentionPolicy
@@ -70,7 +70,7 @@ class RetentionCalls(PagedCalls):
                 found = lookups.store_ids(connection, views, root, [store])
                 if store not in found:
                     return []
-                scope = Scope(store_ids=(found[store],))
+                scope = Scope(store_ids=(found[store],), dialect=connection.dialect.name)
             rows = retention_sql.verdict_rows(
                 connection,
                 views,

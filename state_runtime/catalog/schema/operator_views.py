@@ -43,12 +43,12 @@ from state_runtime.catalog.schema.predicates import is_live, render
 from state_runtime.catalog.schema.reading_views import READER_VIEWS
 from state_runtime.catalog.sql.retention import (
     PolicySql,
-    Scope,
     needed_from,
     offsets,
     retained_bases,
     verdicts,
 )
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.catalog.sql.status import health_of, status_of
 from state_runtime.catalog.sql.store_facts import store_facts
 from state_runtime.errors import CatalogError

@@ -431,40 +431,76 @@ def latest_committed(
     return {store_id_of(r): CheckpointRef(r.latest_version, r.latest_checkpoint_id) for r in rows}
 
 
+@functools.cache
+def _committed_before_query(views: ReaderViews) -> sa.Select[Any]:
+    """:func:`committed_before`'s statement, built once: the root, query id and batch id are
+    bind parameters. Per store below the root: ``mine`` has the query's newest batch before
+    the batch and its earliest version at or after it; ``before`` is the query's commit of
+    that newest batch, ``parent`` the commit (by any query) of the version below that
+    earliest one, which exists unless that version is 1 or a restore removed the chain."""
+    c, s = views.commits.c, views.stores.c
+    batch = sa.bindparam("batch_id", type_=c.batch_id.type)
+    query_id = sa.bindparam("query_id", type_=c.query_id.type)
+    mine = (
+        sa.select(
+            c.store_id,
+            sa.func.max(sa.case((c.batch_id < batch, c.batch_id))).label("batch_before"),
+            sa.func.min(sa.case((c.batch_id >= batch, c.version))).label("first_since"),
+        )
+        .where(c.query_id == query_id)
+        .group_by(c.store_id)
+        .subquery("mine")
+    )
+    before = views.commits.alias("before")
+    parent = views.commits.alias("parent")
+    b, p, m = before.c, parent.c, mine.c
+    return (
+        sa.select(
+            s.operator_id,
+            s.partition_id,
+            s.store_name,
+            sa.func.coalesce(b.version, p.version, s.latest_version).label("version"),
+            sa.func.coalesce(b.checkpoint_id, p.checkpoint_id, s.latest_checkpoint_id).label(
+                "checkpoint_id"
+            ),
+        )
+        .select_from(views.stores)
+        .outerjoin(mine, m.store_id == s.store_id)
+        .outerjoin(
+            before,
+            (b.store_id == s.store_id) & (b.query_id == query_id) & (b.batch_id == m.batch_before),
+        )
+        .outerjoin(
+            parent,
+            (p.store_id == s.store_id)
+            & m.batch_before.is_(None)
+            & (p.version == m.first_since - 1),
+        )
+        .where(
+            s.checkpoint_root == sa.bindparam("root", type_=s.checkpoint_root.type),
+            sa.or_(
+                m.batch_before.is_not(None),
+                p.version.is_not(None),
+                m.store_id.is_(None) & (s.latest_version > 0),
+            ),
+        )
+    )
+
+
 def committed_before(
     connection: Connection, views: ReaderViews, root: str, query_id: str, batch_id: int
 ) -> dict[StoreId, CheckpointRef]:
-    """Each store's newest commit by ``query_id`` below ``root`` from a batch before
-    ``batch_id``; a store the query has no commit of (its commits the log no longer holds,
-    or another query's): its latest committed version. Where a store the batch before did
-    not open starts: a replay of ``batch_id`` builds on what came before it, never on its own
-    commit, so a store whose commits by the query are all of ``batch_id`` or later (one first
-    opened then, or restarted from empty before it) has nothing before it."""
-    c, s = views.commits.c, views.stores.c
-    newest = (
-        sa.select(c.store_id, sa.func.max(c.batch_id).label("batch_id"))
-        .where(c.query_id == query_id, c.batch_id < batch_id)
-        .group_by(c.store_id)
-        .subquery()
-    )
-    rows = connection.execute(
-        sa.select(s.operator_id, s.partition_id, s.store_name, c.version, c.checkpoint_id)
-        .select_from(views.commits)
-        .join(views.stores, s.store_id == c.store_id)
-        .join(newest, (newest.c.store_id == c.store_id) & (newest.c.batch_id == c.batch_id))
-        .where(s.checkpoint_root == root, c.query_id == query_id)
-    )
-    before = {store_id_of(r): CheckpointRef(r.version, r.checkpoint_id) for r in rows}
-    since = connection.execute(
-        sa.select(s.operator_id, s.partition_id, s.store_name)
-        .distinct()
-        .select_from(views.commits)
-        .join(views.stores, s.store_id == c.store_id)
-        .where(s.checkpoint_root == root, c.query_id == query_id, c.batch_id >= batch_id)
-    )
-    only_since = {store_id_of(r) for r in since} - before.keys()
-    latest = latest_committed(connection, views, root)
-    return {**{k: v for k, v in latest.items() if k not in only_since}, **before}
+    """What batch ``batch_id`` of ``query_id`` builds on, per store below ``root``: the
+    query's newest commit from a batch before it; for a store whose commits by the query are
+    all of ``batch_id`` or later, the commit of the version below the earliest of them (one
+    another query committed, or the query before its older commits were removed), nothing
+    when that is version 1 (a store first opened then, or restarted from empty before it): a
+    replay of ``batch_id`` builds on what came before it, never on its own commit; a store
+    the query has no commit of (its commits the log no longer holds, or another query's):
+    its latest committed version."""
+    values = {"root": root, "query_id": query_id, "batch_id": batch_id}
+    rows = connection.execute(_committed_before_query(views), values)
+    return {store_id_of(r): CheckpointRef(r.version, r.checkpoint_id) for r in rows}
 
 
 _STORE_FIELDS = ("operator_id", "partition_id", "store_name")

@@ -19,8 +19,9 @@ from state_runtime.catalog.schema.tables import (
     stores,
 )
 from state_runtime.catalog.sql.lookups import files_at, lock_stores, mark_maintained, store_ids
-from state_runtime.catalog.sql.retention import Scope, verdict_query, verdict_rows
+from state_runtime.catalog.sql.retention import verdict_query, verdict_rows
 from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_record, key_of
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.catalog.sql.statements import CHUNK, among, chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import FileKind, StoreId
@@ -102,7 +103,7 @@ def claim_deletions(
             resumed_room -= len(resumed)
         if fresh_room == 0:
             continue
-        scope = Scope(store_ids=tuple(part))
+        scope = Scope(store_ids=tuple(part), dialect=connection.dialect.name)
         fresh = verdict_rows(
             connection,
             WRITE_LOOKUPS,

@@ -17,8 +17,9 @@ from state_runtime.catalog.records import (
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import FileState, Verification
 from state_runtime.catalog.sql.lookups import files_at
-from state_runtime.catalog.sql.retention import Scope, verdict_rows
+from state_runtime.catalog.sql.retention import verdict_rows
 from state_runtime.catalog.sql.rows import file_columns, file_record, store_id_of
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.catalog.sql.store_files import idle_versions, live_files
 from state_runtime.retention import RetentionPolicy, Verdict
 from state_runtime.store.file_verification import MISSING
@@ -84,7 +85,7 @@ def explain(
         connection,
         views,
         policy,
-        Scope(store_ids=(found.store_id,)),
+        Scope(store_ids=(found.store_id,), dialect=connection.dialect.name),
         now,
         only_deletable=False,
         path=path,

@@ -32,13 +32,14 @@ from state_runtime.catalog.schema.tables import (
 )
 from state_runtime.catalog.sql.inventory import record_files
 from state_runtime.catalog.sql.lookups import files_at, lock_stores, store_ids
-from state_runtime.catalog.sql.retention import Scope, file_verdicts
+from state_runtime.catalog.sql.retention import file_verdicts
 from state_runtime.catalog.sql.rows import (
     AnyRow,
     is_store,
     key_of,
     store_key_columns,
 )
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import FileKind, StoreId
@@ -103,7 +104,7 @@ def unconfirmed_snapshot_verdicts(
     ).scalars()
     found: list[FileVerdict] = []
     for part in chunks(list(ids)):
-        scope = Scope(root=root, store_ids=tuple(part))
+        scope = Scope(root=root, store_ids=tuple(part), dialect=connection.dialect.name)
         found += file_verdicts(connection, views, policy, scope, now)
     return [v for v in found if v.file.kind is FileKind.SNAPSHOT]
 

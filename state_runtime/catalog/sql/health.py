@@ -14,8 +14,9 @@ from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.records import RecoveryCost, SnapshotCandidate, StoreHealth, StoreKey
 from state_runtime.catalog.schema.reading_views import ReaderViews
-from state_runtime.catalog.sql.retention import PolicySql, Scope, needed_files, offsets
+from state_runtime.catalog.sql.retention import PolicySql, needed_files, offsets
 from state_runtime.catalog.sql.rows import key_of, store_key_columns
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.catalog.sql.store_facts import last_snapshots, store_facts
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import EMPTY, CheckpointRef

@@ -33,9 +33,9 @@ from state_runtime.catalog.sql.lookups import (
     mark_maintained,
     rows_at,
 )
-from state_runtime.catalog.sql.retention import Scope
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.rows import AnyRow, key_of, store_key_columns
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import (

@@ -20,7 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.sql.elements import BindParameter, ColumnElement
+from sqlalchemy.sql.elements import ColumnElement
 
 from state_runtime import retention as rule
 from state_runtime.catalog.records import (
@@ -35,59 +35,13 @@ from state_runtime.catalog.schema.predicates import (
     is_verified_snapshot_by_commit_log,
 )
 from state_runtime.catalog.schema.reading_views import ReaderViews
-from state_runtime.catalog.schema.tables import FileState, RunKind, Verification
+from state_runtime.catalog.schema.tables import FileState, Verification
 from state_runtime.catalog.sql.lookups import store_ids
 from state_runtime.catalog.sql.rows import FILE_COLUMNS, AnyRow, file_columns, file_record
-from state_runtime.catalog.sql.statements import among
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import Fact, RetentionPolicy, Verdict
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Which stores a question covers: all, one root, or given store ids (a page of
-    :mod:`state_runtime.catalog.api.pages` is its store ids, so that every part of a page's
-    statement reads the page's stores by key, whatever the catalog's size). Each is a value,
-    or a bind parameter of a statement built once (store ids: the parameter's name, matched
-    by :func:`~state_runtime.catalog.sql.statements.among` for ``dialect``)."""
-
-    root: str | BindParameter[str] | None = None
-    store_ids: tuple[int, ...] | str | sa.Select[Any] | None = None
-    dialect: str = ""
-
-    def filter(self, views: ReaderViews, store_id: ColumnElement[int]) -> ColumnElement[bool]:
-        conditions: list[ColumnElement[bool]] = []
-        if isinstance(self.store_ids, sa.Select):
-            conditions.append(store_id.in_(self.store_ids))
-        elif self.store_ids is not None:
-            conditions.append(among(self.dialect, store_id, self.store_ids))
-        if self.root is not None:
-            conditions.append(
-                store_id.in_(
-                    sa.select(views.stores.c.store_id).where(
-                        views.stores.c.checkpoint_root == self.root
-                    )
-                )
-            )
-        return sa.and_(sa.true(), *conditions)
-
-    @staticmethod
-    def of_run(views: ReaderViews) -> Scope:
-        """The stores of the run given as the bind parameter ``run_id``: those whose last
-        maintenance run it is (it leased them, recorded a file of them, or deleted from them)
-        and, for a validation run, those validated since it started."""
-        s, r = views.stores.c, views.runs.c
-        run = sa.bindparam("run_id", type_=sa.BigInteger())
-        started = (
-            sa.select(r.started_at)
-            .where(r.run_id == run, r.kind == RunKind.VALIDATE.value)
-            .scalar_subquery()
-        )
-        ids = sa.select(s.store_id).where(
-            sa.or_(s.last_run_id == run, s.last_validated_at >= started)
-        )
-        return Scope(store_ids=ids)
 
 
 def _verified_snapshot(views: ReaderViews, f: Any) -> ColumnElement[bool]:
@@ -501,8 +455,9 @@ def _retained_queries(
 ) -> tuple[sa.Select[Any], sa.Select[Any], sa.Select[Any]]:
     """:func:`retained_versions`' statements (the files of each retained version, the
     retained commits, the idle commits) for the stores whose ids are the parameter
-    ``store_ids`` (:func:`among`); built once per process, dialect and shape (building costs
-    more than running them; SQLAlchemy compiles each once per engine)."""
+    ``store_ids`` (:class:`~state_runtime.catalog.sql.scope.Scope`); built once per process,
+    dialect and shape (building costs more than running them; SQLAlchemy compiles each once
+    per engine)."""
     in_page = Scope(store_ids="store_ids", dialect=dialect)
     nf = needed_files(views, retain_versions, in_page).subquery("nf")
     f, c, s = views.files.c, views.commits.c, views.stores.c

@@ -25,7 +25,8 @@ from state_runtime.catalog.records import StatusChange, StoreKey
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS
 from state_runtime.catalog.schema.tables import UtcDateTime, store_status_changes
 from state_runtime.catalog.sql.lookups import lock_stores, store_ids
-from state_runtime.catalog.sql.retention import PolicySql, Scope
+from state_runtime.catalog.sql.retention import PolicySql
+from state_runtime.catalog.sql.scope import Scope
 from state_runtime.catalog.sql.statements import chunks
 from state_runtime.catalog.sql.status import StatusSql
 from state_runtime.catalog.sql.store_facts import last_status_changes, store_facts
@@ -98,7 +99,9 @@ def record_statuses(
     lock_stores(connection, ids.values())
     last: dict[int, tuple[str, datetime]] = {}
     for part in chunks(sorted(ids.values())):
-        newest = last_status_changes(WRITE_LOOKUPS, Scope(store_ids=tuple(part)))
+        newest = last_status_changes(
+            WRITE_LOOKUPS, Scope(store_ids=tuple(part), dialect=connection.dialect.name)
+        )
         for row in connection.execute(sa.select(newest)):
             last[row.store_id] = (row.status, row.changed_at)
     rows: list[dict[str, object]] = []

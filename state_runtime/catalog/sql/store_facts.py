@@ -18,7 +18,8 @@ import sqlalchemy as sa
 from state_runtime.catalog.schema.predicates import is_live, is_orphan, is_verified_snapshot_by_row
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import RunKind
-from state_runtime.catalog.sql.retention import PolicySql, Scope, verdicts
+from state_runtime.catalog.sql.retention import PolicySql, verdicts
+from state_runtime.catalog.sql.scope import Scope
 
 
 def last_snapshots(views: ReaderViews, scope: Scope) -> sa.Subquery:
