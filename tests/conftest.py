@@ -55,6 +55,16 @@ def state_mode(request: pytest.FixtureRequest) -> Iterator[str]:
         yield "disk"
 
 
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A real 1 MiB tmpfs that local files (runs, spilled input, spools) go to, for running
+    out of local disk (needs the right to mount; skipped where there is none)."""
+    from tests.store_helpers import local_tmpfs
+
+    with local_tmpfs(tmp_path) as mount:
+        yield mount
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One Spark session for the whole test run, with two real executor JVMs, so that state

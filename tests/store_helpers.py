@@ -96,9 +96,12 @@ def forced_disk(block_bytes: int = 64) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def local_tmpfs(mount: Path) -> Iterator[None]:
-    """Local files written from now on (runs, snapshot spools) go to a real 1 MiB tmpfs at
-    ``mount`` (skipped where this machine cannot mount one)."""
+def local_tmpfs(folder: Path) -> Iterator[Path]:
+    """Local files written from now on (runs, snapshot spools) go to a real 1 MiB tmpfs
+    mounted in a new folder of ``folder``, which it yields (skipped where this machine cannot
+    mount one)."""
+    mount = folder / "small"
+    mount.mkdir()
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
         capture_output=True,
@@ -108,7 +111,7 @@ def local_tmpfs(mount: Path) -> Iterator[None]:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     try:
         LOCAL_DISK.set_directory(str(mount))
-        yield
+        yield mount
     finally:
         LOCAL_DISK.set_directory(None)
         subprocess.run(["umount", "-l", str(mount)], check=False)

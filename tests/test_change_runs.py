@@ -113,9 +113,7 @@ def test_a_call_that_spills_onto_a_full_local_disk_fails_typed_and_keeps_the_cha
     )
     store = provider.get_store(0)
     keys = np.arange(200_000, dtype=np.int64)  # 4.8 MB as a run, on a 1 MiB disk
-    mount = tmp_path / "small"
-    mount.mkdir()
-    with local_tmpfs(mount), _threshold(THRESHOLD):
+    with local_tmpfs(tmp_path) as mount, _threshold(THRESHOLD):
         store.apply_arrow(int_table(keys[:10], keys[:10]))
         with pytest.raises(LocalDiskFull) as caught:
             store.apply_arrow(int_table(keys, keys + 1))

@@ -4,7 +4,6 @@ typed error when local disk is short (on a real 1 MiB tmpfs when this machine ca
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
@@ -308,15 +307,6 @@ def test_a_streamed_merge_equals_the_in_memory_merge() -> None:
         assert merged.removals == expected.removals
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A real 1 MiB tmpfs (needs the right to mount; skipped where there is none)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    with local_tmpfs(mount):
-        yield mount
-
-
 def test_opening_a_store_larger_than_local_disk_fails_typed(
     small_tmpfs: Path, tmp_path: Path
 ) -> None:
@@ -395,9 +385,7 @@ def test_a_snapshot_write_that_fills_local_disk_fails_typed_and_leaves_no_file(
             )
         )
         info = store.commit()  # its runs on disk, in the default folder
-        mount = tmp_path / "small"
-        mount.mkdir()
-        with local_tmpfs(mount):
+        with local_tmpfs(tmp_path) as mount:
             with pytest.raises(LocalDiskFull) as caught:
                 provider.snapshot(info.version, info.checkpoint_id)  # its spool: the tmpfs
             assert not list(mount.rglob("*.snapshot"))
@@ -425,9 +413,7 @@ def test_a_delta_write_that_fills_local_disk_fails_typed_and_aborts_the_store(
             }
         )
     )
-    mount = tmp_path / "small"
-    mount.mkdir()
-    with local_tmpfs(mount):
+    with local_tmpfs(tmp_path) as mount:
         with pytest.raises(LocalDiskFull) as caught:
             store.commit()
         assert not list(mount.rglob("*.delta"))

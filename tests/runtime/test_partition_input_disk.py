@@ -4,7 +4,6 @@ whether the up-front check sees it or the write runs out of room, and leaves no 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,19 +16,9 @@ from state_runtime.runtime import partition_input
 from state_runtime.runtime.partition_input import PartitionInput
 from state_runtime.store.disk_runs import LOCAL_DISK
 
-from ..store_helpers import local_tmpfs
-
 STORE = StoreId(3, 5, "default")
 KEY = pa.struct([("k", pa.int64())])
 ROWS = 200_000  # 3.2 MB of two int64 columns and the index: past the 1 MiB disk
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "small"
-    mount.mkdir()
-    with local_tmpfs(mount):
-        yield mount
 
 
 def _spill(monkeypatch: pytest.MonkeyPatch) -> LocalDiskFull:
