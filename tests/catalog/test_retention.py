@@ -38,6 +38,17 @@ def paths(files: dict[str, CheckpointInfo], *names: str) -> set[str]:
     return {files[name].path for name in names}
 
 
+def assert_one_text_on_postgresql(catalog: Catalog, texts: list[set[str]]) -> None:
+    """``texts``, the statement texts of a call on few ids and of one on many: the same on
+    PostgreSQL (the ids one array parameter), different on SQLite (an IN list of each call's
+    length)."""
+    if catalog.engine.dialect.name == "postgresql":
+        assert texts[0] == texts[1]
+        assert any("= ANY (" in text for text in texts[0])
+    else:
+        assert texts[0] != texts[1]
+
+
 def test_retained_versions_load_from_the_newest_snapshot(catalog: Catalog) -> None:
     _, files = twelve_versions(catalog)
     retained = catalog.retained_versions(ROOT, A)
@@ -297,11 +308,7 @@ def test_claim_and_record_statements_are_one_text_whatever_the_files(catalog: Ca
             assert len(ids) == orphans and {v.file.key.store for v in claimed} == {store}
             assert catalog.record_deletions_by_id(run, ROOT, ids) == orphans
         texts.append(set(sent))
-    if catalog.engine.dialect.name == "postgresql":
-        assert texts[0] == texts[1]
-        assert any("= ANY (" in text for text in texts[0])
-    else:
-        assert texts[0] != texts[1]  # an IN list of each call's length
+    assert_one_text_on_postgresql(catalog, texts)
 
 
 def test_page_statements_are_one_text_whatever_the_page(catalog: Catalog) -> None:
@@ -327,11 +334,7 @@ def test_page_statements_are_one_text_whatever_the_page(catalog: Catalog) -> Non
             for files in catalog.deletable_pages(POLICY, root=ROOT, now=NOW, page_size=size):
                 assert files is not None
         texts.append(set(sent))
-    if catalog.engine.dialect.name == "postgresql":
-        assert texts[0] == texts[1]
-        assert any("= ANY (" in text for text in texts[0])
-    else:
-        assert texts[0] != texts[1]  # an IN list of each call's length
+    assert_one_text_on_postgresql(catalog, texts)
 
 
 def test_status_changes_read_the_last_ones_in_one_text_whatever_their_stores(
@@ -351,8 +354,4 @@ def test_status_changes_read_the_last_ones_in_one_text_whatever_their_stores(
             since = catalog.record_statuses(changes)
         assert set(since) == set(keys)
         texts.append({text for text in sent if not text.startswith("INSERT")})
-    if catalog.engine.dialect.name == "postgresql":
-        assert texts[0] == texts[1]
-        assert any("= ANY (" in text for text in texts[0])
-    else:
-        assert texts[0] != texts[1]  # an IN list of each call's length
+    assert_one_text_on_postgresql(catalog, texts)
