@@ -37,6 +37,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 from peak_memory import peak_rss, reset_peak
+from task_spec import first_batch_spec
 
 from state_runtime.runtime import Agg, StatefulOperator, aggregation, running_aggregation
 from state_runtime.runtime.context import BatchContext, batch_scope
@@ -44,7 +45,6 @@ from state_runtime.runtime.tasks import (
     HEARTBEAT_COLUMN,
     PARTITION_COLUMN,
     REPORT_COLUMN,
-    TaskSpec,
     run_partitions,
 )
 from state_runtime.settings import WorkerSettings
@@ -54,7 +54,6 @@ from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.provider import StateStoreProvider
 from state_runtime.store.run_levels import held_bytes
 from state_runtime.store.run_merges import MAX_PARTS
-from state_runtime.store.schema_history import SchemaHistory
 
 SPARK_BATCH = 10_000
 """Rows in an Arrow batch Spark sends a Python worker (``maxRecordsPerBatch``)."""
@@ -112,17 +111,7 @@ def _task(
 ) -> tuple[int, int]:
     """The whole task body; the output's rows and its largest batch's bytes (the output is
     dropped as sent)."""
-    spec = TaskSpec(
-        storage=LocalStorage(root),
-        query_id="bench",
-        batch_id=0,
-        run="bench",
-        operator=op,
-        schema_histories={op.store_name: SchemaHistory.of(op.schema)},
-        base={},
-        batch_time_ms=0,
-        worker_settings=WorkerSettings(cache_bytes=budget),
-    )
+    spec = first_batch_spec(op, LocalStorage(root), WorkerSettings(cache_bytes=budget))
     rows, largest, reports = 0, 0, 0
     for batch in run_partitions(spec, _spark_batches(keys, partitions)):
         largest = max(largest, batch.nbytes)

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from benchmarks.task_spec import first_batch_spec
 from state_runtime.runtime import Agg, aggregation, partition_input, running_aggregation
 from state_runtime.runtime.batch_reports import batch_metrics
 from state_runtime.runtime.context import BatchContext, batch_scope
@@ -20,14 +21,12 @@ from state_runtime.runtime.tasks import (
     PARTITION_COLUMN,
     REPORT_COLUMN,
     TaskReport,
-    TaskSpec,
     run_partitions,
 )
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import LocalStorage
 from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.provider import StateStoreProvider
-from state_runtime.store.schema_history import SchemaHistory
 
 OP = running_aggregation(
     0,
@@ -117,17 +116,7 @@ def test_a_task_hands_each_chunks_output_to_spark_before_the_next_chunk(
         return apply(self, store, rows)
 
     monkeypatch.setattr(aggregation._RunningAggregate, "_apply", recorded)
-    spec = TaskSpec(
-        storage=LocalStorage(tmp_path),
-        query_id="q",
-        batch_id=0,
-        run="r",
-        operator=OP,
-        schema_histories={OP.store_name: SchemaHistory.of(OP.schema)},
-        base={},
-        batch_time_ms=0,
-        worker_settings=WorkerSettings(),
-    )
+    spec = first_batch_spec(OP, LocalStorage(tmp_path), WorkerSettings())
     rows = _batch(1)
     sent = rows.append_column(PARTITION_COLUMN, pa.array([0] * rows.num_rows, pa.int32()))
     sent = sent.append_column(HEARTBEAT_COLUMN, pa.array([False] * rows.num_rows))
