@@ -358,9 +358,10 @@ def judged_now(
     validation and is intact now (put back from a backup, or read wrong once) does not refuse
     the restore until the next validation (nor makes a failed batch's loss check,
     :func:`state_runtime.runtime.loss.lost_state`, call a store that loads lost). A failed
-    delta is read below with the rest of the chain. A failed snapshot that could be the base (committed, at or below ``version``,
-    above the newest verified one) is read here, newest first, and the first that reads
-    intact is a base again; the others stay failed unread (no base, or below the base)."""
+    delta is read below with the rest of the chain. A failed snapshot that could be the base
+    (committed, at or below ``version``, above the newest verified one) is read here, newest
+    first, and the first that reads intact is a base again; the others stay failed unread (no
+    base, or below the base)."""
     facts = [record.facts() for record in files]
     floor = base_version(facts, version)
     candidates = sorted(
