@@ -322,7 +322,7 @@ def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified)
     if ref.version == 0:
         return None
     files = checked.store_files(fleet, key)
-    facts = _judged_now(fleet, key.root, files, ref.version, checked)
+    facts = judged_now(fleet, key.root, files, ref.version, checked)
     by_path = {f.path: f for f in files}
     passed_over: str | None = None
     while intact(facts, ref.version, checked.idle_versions(fleet, key)):
@@ -350,16 +350,18 @@ def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified)
     )
 
 
-def _judged_now(
+def judged_now(
     fleet: Fleet, root: str, files: Sequence[FileRecord], version: int, checked: Verified
 ) -> list[StoreFile]:
     """The files' facts with the failed verifications that matter for loading ``version``
     judged again: the plan reads every file of the chain itself, so a file that failed a past
     validation and is intact now (put back from a backup, or read wrong once) does not refuse
-    the restore until the next validation. A failed delta is read below with the rest of the
-    chain. A failed snapshot that could be the base (committed, at or below ``version``,
-    above the newest verified one) is read here, newest first, and the first that reads
-    intact is a base again; the others stay failed unread (no base, or below the base)."""
+    the restore until the next validation (nor makes a failed batch's loss check,
+    :func:`state_runtime.runtime.loss.lost_state`, call a store that loads lost). A failed
+    delta is read below with the rest of the chain. A failed snapshot that could be the base
+    (committed, at or below ``version``, above the newest verified one) is read here, newest
+    first, and the first that reads intact is a base again; the others stay failed unread (no
+    base, or below the base)."""
     facts = [record.facts() for record in files]
     floor = base_version(facts, version)
     candidates = sorted(

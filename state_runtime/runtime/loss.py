@@ -24,7 +24,7 @@ from state_runtime.errors import CannotLoadState, StateLost
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance.damage import Damage, Fate, classify
 from state_runtime.maintenance.fleet import Fleet
-from state_runtime.maintenance.restore import Verified
+from state_runtime.maintenance.restore import Verified, judged_now
 from state_runtime.retention import loading_files
 from state_runtime.storage import Storage
 from state_runtime.store.file_verification import MISSING
@@ -43,9 +43,12 @@ def lost_state(
 
     Each file that loads a store's base version is looked up in storage; when the batch
     failed loading state (``error`` names a loading error's code), each is also read and
-    verified, for a truncated or altered file. A snapshot the deltas below it still load is
-    no loss (the loader reads the deltas); the first file that is, is classified
-    (:func:`classify`) for the paragraph's advice, with the query's ``spark_checkpoint``.
+    verified, for a truncated or altered file. The chain is the one restore judges
+    (:func:`judged_now`): a snapshot that failed a past validation and reads intact now is a
+    base again, as the loader takes it (only such a snapshot is read when the batch failed
+    otherwise). A snapshot the deltas below it still load is no loss (the loader reads the
+    deltas); the first file that is, is classified (:func:`classify`) for the paragraph's
+    advice, with the query's ``spark_checkpoint``.
     """
     root = storage.uri
     fleet = Fleet(catalog, roots=[root], open_storage=lambda _: storage)
@@ -55,7 +58,9 @@ def lost_state(
         key = StoreKey(root, store)
         files = checked.store_files(fleet, key)
         by_path = {f.path: f for f in files}
-        for fact in loading_files([f.facts() for f in files], ref.version):
+        for fact in loading_files(
+            judged_now(fleet, root, files, ref.version, checked), ref.version
+        ):
             record = by_path[fact.path]
             if deep:
                 cause = checked.problem(fleet, root, record)

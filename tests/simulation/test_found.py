@@ -10,7 +10,8 @@ failing on a corrupt delta a snapshot replaces and a restore refused over a miss
 whose deltas load the version, fixed by i34-found, and the cleanup after that restore
 deleting those deltas, fixed by fix-restore, and the second replay of a batch every store
 restarted at, fixed by i34-order, and the replay on a base version cleanup expired, fixed by
-i34-found2; each failed before its fix.
+i34-found2, and a failed task's loss check over a snapshot put back intact, fixed by expired;
+each failed before its fix.
 """
 
 from __future__ import annotations
@@ -473,3 +474,26 @@ def test_a_replay_on_an_expired_base_commits_no_version_that_cannot_load(catalog
         return
     with machine_on_postgresql() as machine:
         replay(A_REPLAY_ON_AN_EXPIRED_BASE, machine)
+
+
+def test_a_failed_task_over_a_snapshot_intact_again_is_no_loss() -> None:
+    """Found by the soak after CI (75 steps; it failed at the commit before i34-found2 too,
+    in the runs whose damage step hit the same snapshot twice), shrunk to 7 by hand: store
+    0's snapshot of version 2 is corrupted, a validation records it as failed, it is put back
+    intact (the second flip of the same byte), and batch 1's delta below it goes. Version 2
+    loads from the snapshot; yet a batch whose task failed raised StateLost naming the
+    missing delta: the loss check walked the catalog's chain, which keeps a failed snapshot as
+    no base, where restore reads such a snapshot again (test above). It now judges the base
+    as restore does, and the task's own failure is raised."""
+    snapshot_of_store_0 = 2  # the files by store, version and kind: 1.delta, 2.delta, 2.snapshot
+    replay(
+        [
+            run({0: {"a": 2}, 1: {"b": 2}}),
+            ("snapshot", {"zero": True}),
+            ("damage", {"pick": snapshot_of_store_0, "corrupt": True}),
+            ("validate", {"zero": False}),
+            ("damage", {"pick": snapshot_of_store_0, "corrupt": True}),
+            ("damage", {"pick": 0, "corrupt": False}),  # batch 0's delta of store 0
+            run({0: {"a": 3}}, fail="task"),
+        ]
+    )
