@@ -21,11 +21,9 @@ never a false loss), one out of order is refused before any task runs.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -58,12 +56,13 @@ from tests.simulation.platform import (
     QUERY,
     Between,
     Failure,
+    FolderFiles,
     Platform,
     SinkDown,
     Stage,
     policy,
-    scratch,
 )
+from tests.simulation.run_folders import RunFolder
 from tests.simulation.strategies import (
     CHORES,
     batches,
@@ -98,8 +97,9 @@ class PlatformMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.folder = Path(tempfile.mkdtemp(prefix="simulation-", dir=scratch()))
-        url = self.catalogs() if self.catalogs is not None else ""
+        self.run_folder = RunFolder()
+        self.folder = self.run_folder.folder
+        url = self.catalogs() if self.catalogs is not None else self.run_folder.catalog()
         self.platform = self.platform_type(
             self.folder,
             partitions=PARTITIONS,
@@ -133,7 +133,7 @@ class PlatformMachine(RuleBasedStateMachine):
         finally:
             self.platform.close()
             self.catalog_version.close()
-            shutil.rmtree(self.folder, ignore_errors=True)
+            self.run_folder.release()
 
     def the_query_goes_on(self) -> None:
         """No batch stays uncommittable: the last batch replays without changes, and the
@@ -525,11 +525,13 @@ class PlatformMachine(RuleBasedStateMachine):
             for batch, refs in reads.committed.items()
             for store, ref in refs.items()
         }
-        files = {store: p.folder_files(store) for store in self._stores()}
+        files: dict[StoreId, FolderFiles] = {}  # each store's folder, read once a check
         broken: set[StoreId] = set()
         for version in reads.retained:
             store = version.key.store
             history = reads.histories.get((store.operator_id, store.store_name))
+            if store not in files:
+                files[store] = p.folder_files(store)
             try:
                 state = p.load(store, version.ref, history, files[store])
             except StateStoreError:

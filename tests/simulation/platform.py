@@ -14,12 +14,9 @@ checked against, are in ``model.py``.
 
 from __future__ import annotations
 
-import atexit
 import functools
 import hashlib
 import os
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -62,6 +59,7 @@ from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.provider import StateStoreProvider
 from state_runtime.store.schema_history import SchemaHistory
 from tests.simulation.model import FAIL_KEY, INPUT, KEYS, Batch, Change, State, TaskFailed, operator
+from tests.simulation.run_folders import sqlite_catalog
 
 QUERY = "simulated"
 LAYOUTS = (2, 3)
@@ -112,6 +110,8 @@ class Platform:
     def __post_init__(self) -> None:
         self._loaded: dict[tuple[Any, ...], State | StateStoreError] = {}
         """Each load's outcome by its inputs (``load``)."""
+        self._digests: dict[str, tuple[tuple[int, int, int, int], bytes]] = {}
+        """Each local file's digest by its identity (``_digest``)."""
         self.last_commit: tuple[int, list[CheckpointInfo]] | None = None
         """The last batch this platform committed and its checkpoints (a driver retrying its
         commit sends exactly these again)."""
@@ -441,10 +441,29 @@ class Platform:
                 if (name := parse_file_name(PurePosixPath(info.path).name)) is None
                 else name.version,
                 info.path,
-                hashlib.blake2b(self.storage.read(info.path), digest_size=16).digest(),
+                self._digest(info.path),
             )
             for info in sorted(self.storage.list(store.directory), key=lambda i: i.path)
         )
+
+    def _digest(self, path: str) -> bytes:
+        """A digest of a file's bytes. A local file's is kept under its identity (inode, size,
+        modification and change times) once its change time is ``SETTLED`` older than the
+        read: any later write or replacement at the path gets a change time at or after the
+        read's (the kernel stamps it, ``os.utime`` cannot set it), so an equal identity is
+        the same bytes; a file changed within that window is read again at every call."""
+        local = self.folder / self.root_name / path
+        if not isinstance(self.storage, LocalStorage):
+            return _blake(self.storage.read(path))
+        started, stat = time.time_ns(), os.stat(local)
+        identity = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+        kept = self._digests.get(path)
+        if kept is not None and kept[0] == identity:
+            return kept[1]
+        digest = _blake(self.storage.read(path))
+        if stat.st_ctime_ns < started - SETTLED:
+            self._digests[path] = (identity, digest)
+        return digest
 
     def _load_from_files(self, store: StoreId, ref: CheckpointRef, history: SchemaHistory) -> State:
         provider = StateStoreProvider(
@@ -495,38 +514,22 @@ class Platform:
         os.utime(path, (stamp, stamp))
 
 
+SETTLED = 100_000_000
+"""Nanoseconds by which a file's change time must precede a read for its digest to be kept
+(``Platform._digest``): more than the coarse clock the kernel stamps files by lags the
+clock ``time.time_ns`` reads (a tick, 1 to 10 ms)."""
+
+
+def _blake(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
 @functools.cache
 def routes(partitions: int) -> dict[str, int]:
     """Where Spark routes each candidate key (a model key and a number) on ``partitions``."""
     candidates = [f"{k}{i}" for k in (*KEYS, FAIL_KEY) for i in range(40)]
     routed = spark_partition([pa.array(candidates)], partitions)
     return dict(zip(candidates, routed.tolist(), strict=True))
-
-
-@functools.cache
-def scratch() -> str | None:
-    """Where a run's folders go: a RAM-backed folder when the host has one (``/dev/shm``:
-    the same files, ``fsync`` and all, without waiting for a disk), else the default."""
-    shm = Path("/dev/shm")
-    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-
-
-@functools.cache
-def _template_catalog() -> Path:
-    """A SQLite catalog at head, migrated once per process (and removed at its exit)."""
-    folder = Path(tempfile.mkdtemp(prefix="simulation-template-", dir=scratch()))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    path = folder / "catalog.db"
-    Catalog.open(f"sqlite:///{path}", upgrade=True).close()
-    assert not path.with_name(path.name + "-wal").exists()  # closed: all of it in the file
-    return path
-
-
-def sqlite_catalog(path: Path) -> str:
-    """The URL of a fresh SQLite catalog at ``path``: a copy of the process's template (a
-    run's catalog, as migrating one costs more than a few steps)."""
-    shutil.copyfile(_template_catalog(), path)
-    return f"sqlite:///{path}"
 
 
 def policy(zero: bool, snapshot_min_deltas: int = 2) -> MaintenancePolicy:
