@@ -422,8 +422,10 @@ def report_catalog_runs(
         catalog = fleet.catalog
         until = position(config.until)
         found = catalog.runs_after(position(config.after), limit=RUNS)
-        runs = [r for at, r in found if at <= until and not _in_dagster(r)]
-        about = "; ".join(_by(r) for r in runs) or "the stores' state in the catalog"
+        outside = [(at, r) for at, r in found if not _in_dagster(r)]
+        runs = [r for at, r in outside if at <= until]
+        # the state is read now: it holds what every run since recorded, reported or not yet
+        about = "; ".join(_by(r) for _, r in outside) or "the stores' state in the catalog"
         names = StoreNames.of(catalog)
         for run in runs:
             for run_event in run_events(run):
