@@ -36,8 +36,8 @@ is kept in the Dagster instance's key-value store, one key per query label and k
 (``state_runtime/reported/<kind>/<label>``), and saved once the events are logged: a pass
 that failed before that reports again. A store's own run (``record_store_state``) records
 its state whatever was reported, save a broken store's observation when a pass reported that
-very state last: the pass's event names the runs whose findings it shows (a validation from
-the CLI: who validated), which a copy logged after it would hide.
+very state last: the pass's event says who validated (its run in Dagster, or its description
+for a validation from the CLI), which a copy logged after it would hide.
 """
 
 import json
