@@ -412,7 +412,8 @@ def report_catalog_runs(
     context: OpExecutionContext, config: ReportConfig, maintenance: MaintenanceResource
 ) -> None:
     """Each run's own events, then every store's state, per-store checks and the fleet's
-    totals, logged in this Dagster run (its id tells each per-store check evaluation apart:
+    totals (described by every run outside Dagster since ``after``: the state is read now),
+    logged in this Dagster run (its id tells each per-store check evaluation apart:
     Dagster 1.13 keeps one runless evaluation per check and partition only), the stores a
     page at a time. ``log_event`` takes check evaluations too (Dagster 1.13); its annotation
     omits them."""
@@ -420,15 +421,18 @@ def report_catalog_runs(
     partitions = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     with maintenance.fleet(f"dagster:{context.run.run_id}") as fleet:
         catalog = fleet.catalog
+        # the state is read now, so it holds what every run since recorded, reported or not
+        # yet; the runs are read after it, so the description names each of them
+        health = HealthSpool.of(store_report_pages(fleet, policy))
         until = position(config.until)
         found = catalog.runs_after(position(config.after), limit=RUNS)
-        runs = [r for at, r in found if at <= until and not _in_dagster(r)]
-        about = "; ".join(_by(r) for r in runs) or "the stores' state in the catalog"
+        outside = [(at, r) for at, r in found if not _in_dagster(r)]
+        runs = [r for at, r in outside if at <= until]
+        about = "; ".join(_by(r) for _, r in outside) or "the stores' state in the catalog"
         names = StoreNames.of(catalog)
         for run in runs:
             for run_event in run_events(run):
                 context.log_event(run_event)  # type: ignore[arg-type]
-        health = HealthSpool.of(store_report_pages(fleet, policy))
         context.log_event(fleet_materialization(health.pages(), names, about))
         for changed in changed_store_events(
             context.instance,

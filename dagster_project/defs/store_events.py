@@ -34,8 +34,10 @@ evaluated none would show it *skipped*); the fleet's figures (its totals, the st
 with each latest version) are one event per pass whatever its size. What was last reported
 is kept in the Dagster instance's key-value store, one key per query label and kind of event
 (``state_runtime/reported/<kind>/<label>``), and saved once the events are logged: a pass
-that failed before that reports again. A store's own run (``record_store_state``) always
-records it.
+that failed before that reports again. A store's own run (``record_store_state``) records
+its state whatever was reported, save a broken store's observation when a pass reported that
+very state last: the pass's event says who validated (its run in Dagster, or its description
+for a validation from the CLI), which a copy logged after it would hide.
 """
 
 import json
@@ -164,17 +166,19 @@ def record_store_state(
     context: AssetExecutionContext, maintenance: MaintenanceResource
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Records one store's state from the catalog on its partition (it reads, never writes):
-    materialized with its status and figures, or for a broken store observed with them, then
-    failed with its reason."""
+    materialized with its status and figures, or for a broken store observed with them (unless
+    a report logged that state last: its event names who validated, a copy would hide it),
+    then failed with its reason."""
     name = context.partition_key
     with maintenance.run(context) as run:
         reports = store_reports(run.fleet, run.policy, only=[run.names.key(name)])
         events = store_states(run.fleet.catalog, reports, run.names, {name})
     if not events:
         raise Failure(description=f"no store {name} in the catalog")
-    [event] = events
+    [event], [report] = events, reports
     if isinstance(event, AssetObservation):
-        context.log_event(event)  # the partition's latest metadata: its status and reason
+        if LastReported(context.instance, "state").changed({name: state_fingerprint(report)}):
+            context.log_event(event)  # the partition's latest metadata: its status and reason
         raise Failure(description=event.description, metadata=event.metadata)
     return MaterializeResult(metadata=event.metadata)
 

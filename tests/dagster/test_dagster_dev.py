@@ -84,6 +84,7 @@ CHECK_EXECUTIONS = """query($key: AssetKeyInput!, $name: String!) {
     assetCheckExecutions(assetKey: $key, checkName: $name, limit: 100) {
     runId partition status evaluation { success severity description } } }"""
 REPORT_JOB = "state_catalog_report_job"
+ENDED = {"SUCCESS", "FAILURE", "CANCELED"}  # a run's status once it ended
 
 
 def _latest(server: DagsterDev, asset: str) -> dict[str | None, dict[str, Any]]:
@@ -167,8 +168,17 @@ def test_dagster_dev_tells_the_truth_about_a_broken_store_whoever_validates(
             truth = {names[s]: "broken" if s == broken else "healthy" for s in stores}
             by_cli = f"validate run {cli_run.run_id} by {cli_run.owner}"
 
-            def reported() -> bool:  # the report of the CLI's run (an earlier one may read
-                latest = _latest(server, "state_checkpoints")  # the same state undescribed)
+            def reported() -> bool:
+                """The CLI's run reported: its checks by its report, every report run ended
+                (the checks below read them), and each store's state, whichever run logged it
+                last (a report queued before the validation, the failures sensor's run), true
+                and naming the validation."""
+                [lineage, *_] = _evaluated(server, "lineage_valid") or [None]
+                if lineage is None or by_cli not in lineage["evaluation"]["description"]:
+                    return False
+                if any(r["status"] not in ENDED for r in server.job_runs(REPORT_JOB)):
+                    return False
+                latest = _latest(server, "state_checkpoints")
                 return {p: m["status"] for p, m in latest.items()} == truth and all(
                     by_cli in m["description"] for m in latest.values()
                 )

@@ -1,0 +1,92 @@
+"""Whoever reports first, each store's latest state in Dagster names the validation from the
+CLI that found it. In process, on a real catalog and real checkpoint files, the two orders
+``dagster dev`` ran into under load (tests/dagster/test_dagster_dev.py): the failures
+sensor's run on the broken partition after the catalog sensor's report, and a report
+requested before the validation that runs after it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dagster import DagsterInstance, SensorResult, build_sensor_context
+
+from dagster_project.defs.catalog_events import catalog_events_sensor, catalog_report_job
+from dagster_project.defs.checkpoints import state_checkpoints
+from state_runtime.maintenance import Fleet, run_checks
+from tests.dagster.conftest import resources_for, store_name
+from tests.dagster.test_catalog_events import tick
+from tests.dagster.test_dagster_definitions import FAST
+from tests.dagster.test_store_failures import FailureSensor, break_store
+from tests.maintenance.streams import StoreStream
+
+
+def described(instance: DagsterInstance) -> dict[str, tuple[str, str]]:
+    """Each partition's latest state (materialization or observation): status, description."""
+    key = state_checkpoints.key
+    records = [
+        *instance.fetch_materializations(key, limit=500).records,
+        *instance.fetch_observations(key, limit=500).records,
+    ]
+    latest: dict[str, tuple[str, str]] = {}
+    for record in sorted(records, key=lambda r: r.storage_id):
+        event = record.asset_event
+        assert event is not None and record.partition_key is not None
+        latest[record.partition_key] = (event.metadata["status"].value, event.description or "")
+    return latest
+
+
+def validate_from_the_cli(stream: StoreStream) -> str:
+    """Breaks the second store and validates as the CLI does; returns who validated, as the
+    events say it."""
+    break_store(stream)
+    report = run_checks(Fleet(stream.catalog, owner="ops-laptop:4242"), FAST)
+    return f"validate run {report.run_id} by ops-laptop:4242"
+
+
+def assert_named(stream: StoreStream, instance: DagsterInstance, by_cli: str) -> None:
+    broken = store_name(stream, stream.stores[1])
+    latest = described(instance)
+    assert {p: status for p, (status, _) in latest.items()} == {
+        store_name(stream, s): "broken" if store_name(stream, s) == broken else "healthy"
+        for s in stream.stores
+    }
+    assert all(by_cli in description for _, description in latest.values()), latest
+
+
+def test_the_failures_sensors_run_after_the_report_keeps_who_validated(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    stream = make_stream()
+    stream.run(6)
+    instance.add_dynamic_partitions("state_stores", [store_name(stream, s) for s in stream.stores])
+    first = tick(stream, instance, None)
+    by_cli = validate_from_the_cli(stream)
+    tick(stream, instance, first.cursor)  # the report of the CLI's validation
+    assert_named(stream, instance, by_cli)
+    assert FailureSensor(stream, instance).fail_broken() == [store_name(stream, stream.stores[1])]
+    assert_named(stream, instance, by_cli)  # failed, its state as reported
+
+
+def test_a_report_requested_before_the_validation_names_it(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    """A report requested when the partitions appeared, run after the CLI's validation: it
+    logs the states that validation found, so the validation's own report has no state left
+    to log."""
+    stream = make_stream()
+    stream.run(6)
+    first = tick(stream, instance, None)  # before the stores' partitions
+    instance.add_dynamic_partitions("state_stores", [store_name(stream, s) for s in stream.stores])
+    resources = resources_for(stream.catalog, FAST)
+    context = build_sensor_context(instance=instance, cursor=first.cursor, resources=resources)
+    queued = catalog_events_sensor(context)  # the partitions changed: a report, queued
+    assert isinstance(queued, SensorResult) and queued.run_requests
+    by_cli = validate_from_the_cli(stream)
+    for request in queued.run_requests:
+        run = catalog_report_job.execute_in_process(
+            run_config=request.run_config, instance=instance, resources=resources
+        )
+        assert run.success
+    assert_named(stream, instance, by_cli)
+    tick(stream, instance, queued.cursor)  # the validation's own report
+    assert_named(stream, instance, by_cli)
