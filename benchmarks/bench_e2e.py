@@ -40,6 +40,7 @@ import itertools
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -480,8 +481,14 @@ def main() -> None:
             if line is None:
                 print(proc.stdout[-3000:], proc.stderr[-3000:])
                 raise SystemExit(f"{label} failed")
-            results.setdefault(partitions, {}).setdefault(label, []).append(
-                json.loads(line[len("RESULT ") :])
+            result = json.loads(line[len("RESULT ") :])
+            results.setdefault(partitions, {}).setdefault(label, []).append(result)
+            latencies = result["latencies"]
+            print(
+                f"  {label} round {round_ + 1}: first batch {latencies[0]:.2f} s, median "
+                f"{statistics.median(latencies[1:] or latencies):.2f} s over "
+                f"{len(latencies) - 1} update batches (load: {os.getloadavg()[0]:.2f})",
+                flush=True,
             )
             shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(base, ignore_errors=True)
