@@ -108,17 +108,23 @@ def _key(names: StoreNames, name: str) -> StoreKey | None:
 class FailuresCursor:
     """The partitions of the stores broken at the last full tick, and the catalog's census of
     open problems then (their count and newest id; None: read everything, as the first tick
-    does)."""
+    does); the partitions Dagster showed *Failed* or in progress then, and the event log's
+    newest storage id (None: every attempt read, ``partition_status.py``)."""
 
     failed: list[str]
     census: list[int] | None
+    shown: list[str]
+    events: int | None
 
     @classmethod
     def parse(cls, text: str | None) -> "FailuresCursor":
         found = json.loads(text or "[]")
         if isinstance(found, list):  # the cursor before the problems were kept
-            return cls(found, None)
-        return cls(found["failed"], found.get("census"))  # older: the problems' ids
+            return cls(found, None, [], None)
+        # older: the problems' ids, no statuses kept
+        return cls(
+            found["failed"], found.get("census"), found.get("shown", []), found.get("events")
+        )
 
 
 @sensor(
@@ -154,9 +160,12 @@ def store_failure_sensor(
             return SensorResult(skip_reason=skip, cursor=context.cursor)
         names = StoreNames.of(fleet.catalog)
         problems = {p.key for p in fleet.catalog.problems()}
-        statuses = store_partition_statuses(
-            context.instance, {*(names.name(key) for key in problems), *before.failed}
+        shown = store_partition_statuses(
+            context.instance,
+            {*(names.name(key) for key in problems), *before.failed, *before.shown},
+            before.events,
         )
+        statuses = shown.statuses
         failed = {n for n, s in statuses.items() if s is AssetPartitionStatus.FAILED}
         wanted = problems | {
             key for key in (_key(names, n) for n in failed | set(before.failed)) if key
@@ -168,7 +177,9 @@ def store_failure_sensor(
     broken = sum(1 for r in reports if r.status.status is StoreStatus.BROKEN)
     done = not runs.fail and not runs.clear and len(runs.failed) == broken
     settled = census if done else before.census
-    cursor = json.dumps({"failed": runs.failed, "census": settled})
+    cursor = json.dumps(
+        {"failed": runs.failed, "census": settled, "shown": shown.shown, "events": shown.events}
+    )
     if not runs.fail and not runs.clear:
         skip = SkipReason("every broken store's partition shows Failed, and only theirs")
         return SensorResult(skip_reason=skip, cursor=cursor)
