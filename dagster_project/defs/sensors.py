@@ -121,7 +121,7 @@ class FailuresCursor:
         found = json.loads(text or "[]")
         if isinstance(found, list):  # the cursor before the problems were kept
             return cls(found, None, [], None)
-        # older: the problems' ids, no statuses kept
+        # older cursors: the problems' ids (not a census), no statuses kept
         return cls(
             found["failed"], found.get("census"), found.get("shown", []), found.get("events")
         )
