@@ -17,7 +17,7 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
         bench-store bench-disk bench-cold-start bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
         bench-maintenance bench-cleanup-workers bench-validation bench-eviction bench-schema \
-        bench-dagster-partitions bench-cleanup-backlog bench-fleet bench-fleet-spark bench-ticks bench-snapshots bench-tws \
+        bench-dagster-partitions bench-cleanup-backlog bench-fleet bench-fleet-spark bench-ticks bench-failure-ticks bench-snapshots bench-tws \
         bench-tws-task fuzz-spark \
         fuzz-tws soak clean
 
@@ -36,6 +36,7 @@ help:
 	@echo "make bench-fleet  an hourly maintenance cycle at fleet size (STATE_BENCH_FLEET_SIZES=2000,20000)"
 	@echo "make bench-fleet-spark  snapshots and validation: 1 worker, default workers, Spark"
 	@echo "make bench-ticks  each sensor's tick at fleet size, quiet and after a minute's batches (STATE_BENCH_TICK_SIZES=20000)"
+	@echo "make bench-failure-ticks  state_store_failures' ticks after a change, before and now (STATE_BENCH_PARTITIONS=20000,100000)"
 	@echo "make bench-snapshots  the snapshot pass at 2,000 stores: CPU per snapshot, wall (SQLite, PostgreSQL)"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
 	@echo "make fuzz-tws    generated streams through transform_with_state and Spark's transformWithState"
@@ -196,6 +197,11 @@ bench-snapshots: $(STAMP)
 # batch events' rule before and now, alternated); STATE_BENCH_TICK_SIZES, default 20000.
 bench-ticks: $(STAMP)
 	$(PY) benchmarks/bench_ticks.py
+
+# Issue 35: state_store_failures' ticks after a status change at 20,000 and 100,000 partitions
+# (STATE_BENCH_PARTITIONS) on an on-disk SQLite Dagster instance, the read before and now.
+bench-failure-ticks: $(STAMP)
+	$(PY) benchmarks/bench_failure_ticks.py
 
 bench-fleet-spark: $(STAMP) check-java
 	$(PY) benchmarks/bench_fleet_spark.py

@@ -113,11 +113,11 @@ class Spent:
                 (Catalog, "root_queries", "catalog: names"),
                 (storage, "store_event_batch", "dagster: writes"),
                 (DagsterInstance, "get_dynamic_partitions", "dagster: partitions"),
-                (DagsterInstance, "get_status_by_partition", "dagster: statuses"),
             ]
         ]
         self.wrapped.append((catalog_events, "reported_through", "dagster: newest event"))
         self.wrapped.append((sensors, "store_reports", "catalog: reports"))
+        self.wrapped.append((sensors, "store_partition_statuses", "dagster: statuses"))
         self.originals = [owner.__dict__[name] for owner, name, _ in self.wrapped]
 
     def __enter__(self) -> Spent:
