@@ -19,13 +19,15 @@ as any of our errors, for the one paragraph to show the user.
 
 from __future__ import annotations
 
-from state_runtime.catalog import BatchStart, Catalog, FoundProblem, StoreKey
+from collections.abc import Iterator
+
+from state_runtime.catalog import BatchStart, Catalog, FileRecord, FoundProblem, StoreKey
 from state_runtime.errors import CannotLoadState, StateLost
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance.damage import Damage, Fate, classify
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.restore import Verified, judged_now
-from state_runtime.retention import loading_files
+from state_runtime.retention import StoreFile, loading_files
 from state_runtime.storage import Storage
 from state_runtime.store.file_verification import MISSING
 
@@ -43,10 +45,11 @@ def lost_state(
 
     Each file that loads a store's base version is looked up in storage; when the batch
     failed loading state (``error`` names a loading error's code), each is also read and
-    verified, for a truncated or altered file. The chain is the one restore judges
-    (:func:`judged_now`): a snapshot that failed a past validation and reads intact now is a
-    base again, as the loader takes it (only such a snapshot is read when the batch failed
-    otherwise). A snapshot the deltas below it still load is no loss (the loader reads the
+    verified, for a truncated or altered file. Only when the catalog's chain has a file gone
+    or damaged is the chain judged as restore judges it (:func:`judged_now`): a failed
+    snapshot above the newest verified one that reads intact now is a base again, as the
+    loader takes it (a snapshot storage cannot read now raises the storage error, naming it:
+    no verdict). A snapshot the deltas below it still load is no loss (the loader reads the
     deltas); the first file that is, is classified (:func:`classify`) for the paragraph's
     advice, with the query's ``spark_checkpoint``.
     """
@@ -54,20 +57,27 @@ def lost_state(
     fleet = Fleet(catalog, roots=[root], open_storage=lambda _: storage)
     checked = Verified()
     deep = any(f"[{code}]" in str(error) for code in _loading_codes(CannotLoadState))
-    for store, ref in sorted(bases.items()):
-        key = StoreKey(root, store)
-        files = checked.store_files(fleet, key)
-        by_path = {f.path: f for f in files}
-        for fact in loading_files(
-            judged_now(fleet, root, files, ref.version, checked), ref.version
-        ):
+
+    def broken(facts: list[StoreFile], version: int) -> Iterator[tuple[FileRecord, str]]:
+        """Each file of the chain that loads ``version`` that is gone or damaged, in order."""
+        for fact in loading_files(facts, version):
             record = by_path[fact.path]
             if deep:
                 cause = checked.problem(fleet, root, record)
             else:
                 cause = None if storage.exists(record.path) else MISSING
-            if cause is None:
-                continue
+            if cause is not None:
+                yield record, cause
+
+    for store, ref in sorted(bases.items()):
+        key = StoreKey(root, store)
+        files = checked.store_files(fleet, key)
+        by_path = {f.path: f for f in files}
+        if next(broken([f.facts() for f in files], ref.version), None) is None:
+            continue  # the judged chain is part of this one, with an intact snapshot at most
+        for record, cause in broken(
+            judged_now(fleet, root, files, ref.version, checked), ref.version
+        ):
             damage = classify(
                 fleet, record, cause, spark_checkpoint=spark_checkpoint, checked=checked
             )

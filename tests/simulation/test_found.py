@@ -480,7 +480,7 @@ def test_a_failed_task_over_a_snapshot_intact_again_is_no_loss() -> None:
     """Found by the soak after CI (75 steps; it failed at the commit before i34-found2 too,
     in the runs whose damage step hit the same snapshot twice), shrunk to 7 by hand: store
     0's snapshot of version 2 is corrupted, a validation records it as failed, it is put back
-    intact (the second flip of the same byte), and batch 1's delta below it goes. Version 2
+    intact (the second flip of the same byte), and batch 0's delta below it goes. Version 2
     loads from the snapshot; yet a batch whose task failed raised StateLost naming the
     missing delta: the loss check walked the catalog's chain, which keeps a failed snapshot as
     no base, where restore reads such a snapshot again (test above). It now judges the base
