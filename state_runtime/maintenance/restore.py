@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from state_runtime.catalog import CommitEntry, FileRecord, FileState, RunKind, StoreKey
-from state_runtime.errors import InvalidArgument, MaintenanceRefused, StorageError
+from state_runtime.errors import InvalidArgument, MaintenanceRefused
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
@@ -274,13 +274,9 @@ class Verified:
             self.idle[key] = fleet.catalog.idle_versions(key.root, key.store)
         return self.idle[key]
 
-    def problem(
-        self, fleet: Fleet, root: str, record: FileRecord, *, unreadable_raises: bool = False
-    ) -> str | None:
+    def problem(self, fleet: Fleet, root: str, record: FileRecord) -> str | None:
         if record.path not in self.problems:
-            self.problems[record.path], _ = verify_file(
-                fleet.storage(root), record.expected(), unreadable_raises=unreadable_raises
-            )
+            self.problems[record.path], _ = verify_file(fleet.storage(root), record.expected())
         return self.problems[record.path]
 
 
@@ -363,10 +359,10 @@ def judged_now(
     validation (nor makes a failed batch's loss check,
     :func:`state_runtime.runtime.loss.lost_state`, call a store that loads lost). Such a
     snapshot (committed, at or below ``version``) is read here, newest first, and the first
-    that reads intact is a base again (one storage cannot read raises). A failed delta is
-    marked unverified, for the caller to read with the rest of the chain. Failed snapshots at
-    or below the newest verified one stay failed unread, even when that verified snapshot is
-    itself gone."""
+    that reads intact is a base again (one storage cannot read now stays failed: no base). A
+    failed delta is marked unverified, for the caller to read with the rest of the chain.
+    Failed snapshots at or below the newest verified one stay failed unread, even when that
+    verified snapshot is itself gone."""
     facts = [record.facts() for record in files]
     floor = base_version(facts, version)
     candidates = sorted(
@@ -382,7 +378,7 @@ def judged_now(
         reverse=True,
     )
     for i in candidates:
-        if _judged_again(fleet, root, files[i], checked) is None:
+        if checked.problem(fleet, root, files[i]) is None:
             facts[i] = replace(facts[i], verification=Verification.VERIFIED)
             break
     return [
@@ -391,22 +387,6 @@ def judged_now(
         else f
         for f in facts
     ]
-
-
-def _judged_again(fleet: Fleet, root: str, snapshot: FileRecord, checked: Verified) -> str | None:
-    """The failed ``snapshot``'s problem now (None: intact). A storage error other than
-    not-found raises, naming the snapshot and its store: a snapshot storage cannot read now is
-    not judged, so neither a base again nor a reason to call the chain below it lost."""
-    try:
-        return checked.problem(fleet, root, snapshot, unreadable_raises=True)
-    except StorageError as exc:
-        raise type(exc)(
-            f"the snapshot {snapshot.path}, recorded as failed verification, cannot be read "
-            f"again to judge whether it loads version {snapshot.version}: {exc.reason}",
-            store=snapshot.key,
-            version=snapshot.version,
-            path=snapshot.path,
-        ) from exc
 
 
 def newest_intact_batch(

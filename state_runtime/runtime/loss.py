@@ -48,8 +48,7 @@ def lost_state(
     verified, for a truncated or altered file. Only when the catalog's chain has a file gone
     or damaged is the chain judged as restore judges it (:func:`judged_now`): a failed
     snapshot above the newest verified one that reads intact now is a base again, as the
-    loader takes it (a snapshot storage cannot read now raises the storage error, naming it:
-    no verdict). A snapshot the deltas below it still load is no loss (the loader reads the
+    loader takes it. A snapshot the deltas below it still load is no loss (the loader reads the
     deltas); the first file that is, is classified (:func:`classify`) for the paragraph's
     advice, with the query's ``spark_checkpoint``.
     """

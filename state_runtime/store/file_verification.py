@@ -105,18 +105,12 @@ def _decoded(
         return read_header(data, expected.path, expected.store, expected.ref), None
 
 
-def verify_file(
-    storage: Storage, expected: Expected, *, unreadable_raises: bool = False
-) -> tuple[str | None, int]:
-    """Read the file and verify it: (problem or None, bytes read). A storage error other than
-    not-found is the problem "file cannot be read", or with ``unreadable_raises`` is raised:
-    for a caller to whom a file storage cannot read now is neither intact nor damaged."""
+def verify_file(storage: Storage, expected: Expected) -> tuple[str | None, int]:
+    """Read the file and verify it: (problem or None, bytes read)."""
     try:
         data = storage.read(expected.path)
     except StorageFileNotFound:
         return MISSING, 0
     except StorageError as exc:
-        if unreadable_raises:
-            raise
         return f"file cannot be read: {exc.reason}", 0
     return verify_bytes(data, expected, lambda schema_id: fetch(storage, schema_id)), len(data)

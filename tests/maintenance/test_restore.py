@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 
 from state_runtime.catalog import Catalog, FileState
 from state_runtime.cli import main
-from state_runtime.errors import MaintenanceRefused, StorageUnavailable
+from state_runtime.errors import MaintenanceRefused
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import (
     Fleet,
@@ -366,43 +366,6 @@ def test_a_plan_reads_only_the_failed_snapshots_that_could_be_its_base(
     log.read_paths.clear()
     plan_restore(fleet, stream.root, stream.query, 3, spark_checkpoint="")
     assert snaps[3] in log.read_paths and snaps[6] not in log.read_paths
-
-
-class Unavailable(LocalStorage):
-    """A local root whose reads of the paths in ``refused`` fail as S3's do once its retries
-    are exhausted."""
-
-    def __init__(self, root: Path, refused: set[str]) -> None:
-        super().__init__(str(root))
-        self.refused = refused
-
-    def read(self, path: str) -> bytes:
-        if path in self.refused:
-            raise StorageUnavailable("S3 read failed after 5 tries: SlowDown", path=path)
-        return super().read(path)
-
-
-def test_a_failed_snapshot_storage_cannot_read_again_stops_the_plan_naming_it(
-    stream: StoreStream,
-) -> None:
-    """A snapshot of version 4 recorded as failed, batch 1's delta below it gone, and storage
-    refusing to read the snapshot now: the plan for batch 3 (version 4) cannot tell whether it
-    is a base again, so it raises the storage error naming the snapshot and its store (before,
-    the snapshot counted as damaged and the store as lost, for the missing delta)."""
-    info = stream.committed[LOST][3]
-    snap = stream.provider(LOST).snapshot(4, info.checkpoint_id)
-    stream.catalog.record_files(stream.root, [snap])
-    stream.catalog.record_verifications(stream.root, {snap.path: "checksum differs"})
-    (stream.storage.root / stream.committed[LOST][1].path).unlink()
-    storage = Unavailable(stream.storage.root, {snap.path})
-    fleet = Fleet(stream.catalog, open_storage=lambda root: storage, owner="tests")
-    with pytest.raises(StorageUnavailable) as raised:
-        plan_restore(fleet, stream.root, stream.query, 3, spark_checkpoint="")
-    said = str(raised.value)
-    assert f"the snapshot {snap.path}, recorded as failed verification" in said
-    assert f"store={stream.key(LOST)}" in said
-    storage.refused.clear()  # readable again: intact, a base again, and the plan goes on
-    assert not plan_restore(fleet, stream.root, stream.query, 3, spark_checkpoint="").restarted
 
 
 def test_a_restore_records_the_missing_snapshot_it_passed_over(

@@ -2,9 +2,8 @@
 snapshot recorded as failed verification: on real files and a real catalog, without Spark.
 
 It reads such a snapshot again only when the catalog's chain has a file gone or damaged (a
-sink's failure over a complete chain reads nothing), and a snapshot storage cannot read now is
-no verdict: the storage error is raised, naming the snapshot and its store, and no problem is
-recorded. Each failed before its fix (review of the expired branch)."""
+sink's failure over a complete chain reads nothing: failed before its fix, review of the
+expired branch), and one that reads intact is the base."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from state_runtime.catalog import Catalog
-from state_runtime.errors import CheckpointFileCorrupt, StateLost, StorageUnavailable
+from state_runtime.errors import CheckpointFileCorrupt, StateLost
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.runtime.loss import lost_state
 from state_runtime.storage import LocalStorage
@@ -24,22 +23,10 @@ A = StoreId(0, 0)
 TASK = RuntimeError("a task of the batch failed")  # not a loading error: existence checks only
 
 
-class Throttled(LocalStorage):
-    """Local storage whose reads of the paths in ``refused`` fail as S3's do once its
-    retries are exhausted."""
-
-    refused: frozenset[str] = frozenset()
-
-    def read(self, path: str) -> bytes:
-        if path in self.refused:
-            raise StorageUnavailable("S3 read failed after 5 tries: SlowDown", path=path)
-        return super().read(path)
-
-
 @pytest.fixture
 def stream(tmp_path: Path) -> Iterator[StoreStream]:
     catalog = Catalog.open(f"sqlite:///{tmp_path / 'catalog.db'}", upgrade=True)
-    yield StoreStream(catalog, Throttled(tmp_path / "ckpt"), [A])
+    yield StoreStream(catalog, LocalStorage(tmp_path / "ckpt"), [A])
     catalog.close()
 
 
@@ -76,20 +63,6 @@ def test_a_failure_over_a_complete_chain_reads_no_failed_snapshot(stream: StoreS
     before = stream.storage.requests.bytes_read
     assert check(stream) is None
     assert stream.storage.requests.bytes_read == before
-
-
-def test_a_snapshot_storage_cannot_read_again_is_no_verdict(stream: StoreStream) -> None:
-    stream.run(5)
-    snapshot = failed_snapshot(stream, 3)
-    delta(stream, 2).unlink()
-    assert isinstance(stream.storage, Throttled)
-    stream.storage.refused = frozenset({snapshot.relative_to(stream.storage.root).as_posix()})
-    with pytest.raises(StorageUnavailable) as raised:
-        check(stream)
-    said = str(raised.value)
-    assert f"the snapshot {snapshot.relative_to(stream.storage.root).as_posix()}" in said
-    assert f"store={stream.key(A)}" in said and "SlowDown" in said
-    assert stream.catalog.problems(root=stream.root) == []  # no store called broken
 
 
 def test_a_snapshot_intact_again_is_the_base_and_a_loss_above_it_is_named(
