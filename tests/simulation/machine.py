@@ -22,6 +22,7 @@ never a false loss), one out of order is refused before any task runs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import PurePosixPath
 
@@ -97,18 +98,22 @@ class PlatformMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.run_folder = RunFolder()
-        self.folder = self.run_folder.folder
-        url = self.catalogs() if self.catalogs is not None else self.run_folder.catalog()
-        self.platform = self.platform_type(
-            self.folder,
-            partitions=PARTITIONS,
-            catalog_url=url,
-            root_name=self.root_name,
-            routed=True,
-        )
+        with ExitStack() as undo:  # Hypothesis tears down only a machine it got
+            self.run_folder = RunFolder()
+            undo.callback(self.run_folder.release)
+            self.folder = self.run_folder.folder
+            url = self.catalogs() if self.catalogs is not None else self.run_folder.catalog()
+            self.platform = self.platform_type(
+                self.folder,
+                partitions=PARTITIONS,
+                catalog_url=url,
+                root_name=self.root_name,
+                routed=True,
+            )
+            undo.callback(self.platform.close)
+            self.catalog_version = CatalogVersion(self.platform.catalog_url)
+            undo.pop_all()
         self.model = Model(PARTITIONS)
-        self.catalog_version = CatalogVersion(self.platform.catalog_url)
         self._reads: CatalogReads | None = None
         """The invariants' last catalog reads (``catalog_reads``)."""
         self.damaged = False
@@ -131,9 +136,10 @@ class PlatformMachine(RuleBasedStateMachine):
             if not self.damaged and self.model.last is not None:
                 self.the_query_goes_on()
         finally:
-            self.platform.close()
-            self.catalog_version.close()
-            self.run_folder.release()
+            with ExitStack() as closing:  # each runs even if one before it raises
+                closing.callback(self.run_folder.release)
+                closing.callback(self.catalog_version.close)
+                closing.callback(self.platform.close)
 
     def the_query_goes_on(self) -> None:
         """No batch stays uncommittable: the last batch replays without changes, and the

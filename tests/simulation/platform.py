@@ -451,7 +451,11 @@ class Platform:
         modification and change times) once its change time is ``SETTLED`` older than the
         read: any later write or replacement at the path gets a change time at or after the
         read's (the kernel stamps it, ``os.utime`` cannot set it), so an equal identity is
-        the same bytes; a file changed within that window is read again at every call."""
+        the same bytes; a file changed within that window is read again at every call. That
+        takes change times finer than ``SETTLED``: a digest whose change time has no
+        sub-second part (a filesystem stamping whole seconds; elsewhere rare, and merely read
+        again) is not kept, as a same-size rewrite with its modification time put back
+        within that second would leave the identity equal."""
         local = self.folder / self.root_name / path
         if not isinstance(self.storage, LocalStorage):
             return _blake(self.storage.read(path))
@@ -461,7 +465,7 @@ class Platform:
         if kept is not None and kept[0] == identity:
             return kept[1]
         digest = _blake(self.storage.read(path))
-        if stat.st_ctime_ns < started - SETTLED:
+        if stat.st_ctime_ns < started - SETTLED and stat.st_ctime_ns % 10**9:
             self._digests[path] = (identity, digest)
         return digest
 
