@@ -123,7 +123,7 @@ def unmaterialized_attempts(
     )
     attempts: dict[str, list[str]] = {}
     for record in records:
-        partition = record.partition_key
-        if partition in since and record.storage_id > since[partition]:
+        partition = record.partition_key or ""
+        if record.storage_id > since.get(partition, record.storage_id):
             attempts.setdefault(partition, []).append(record.run_id)
     return attempts
