@@ -109,7 +109,10 @@ class FailuresCursor:
     """The partitions of the stores broken at the last full tick, and the catalog's census of
     open problems then (their count and newest id; None: read everything, as the first tick
     does); the partitions Dagster showed *Failed* or in progress then, and the event log's
-    newest storage id (None: every attempt read, ``partition_status.py``)."""
+    newest storage id (None: every attempt read, ``partition_status.py``). ``shown`` holds
+    existing partitions only (a gone store's is dropped once discovery deletes it), each one
+    *Failed* until a run materializes it (the tick requests one when its store is sound), so
+    it is bounded by the partitions Dagster shows *Failed* or in progress."""
 
     failed: list[str]
     census: list[int] | None

@@ -371,3 +371,36 @@ def test_a_tick_after_a_change_reads_the_statuses_of_the_partitions_that_matter_
     shown = statuses(instance, [broken, sound])
     assert shown == {broken: FAILED, sound: MATERIALIZED}
     assert sensor.tick() == ([], [])
+
+
+def test_a_canceled_clearing_run_is_requested_again(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    """Dagster keeps a partition Failed until something materializes it: the sensor's run that
+    would clear a sound store's partition canceled before it materializes, the partition still
+    shows Failed, and the next tick requests that run again (the latest attempt, canceled, does
+    not decide)."""
+    stream = make_stream()
+    stream.run(6)
+    instance.add_dynamic_partitions("state_stores", [store_name(stream, s) for s in stream.stores])
+    sensor = FailureSensor(stream, instance)
+    cli = Fleet(stream.catalog, owner="ops-laptop:4242")
+    run_checks(cli, FAST)
+    assert sensor.tick() == ([], [])
+    lost, content = break_store(stream)
+    broken = store_name(stream, stream.stores[1])
+    run_checks(cli, FAST)
+    assert sensor.fail_broken() == [broken]
+    assert statuses(instance, [broken])[broken] == FAILED  # viewed in the UI: its cache built
+
+    lost.write_bytes(content)
+    run_checks(cli, FAST)
+    assert [r.partition_key for r in sensor.evaluate().run_requests or []] == [broken]
+    # the daemon creates the run, canceled before its step materializes the partition
+    job = defs.resolve_job_def("state_store_record_job")
+    run = instance.create_run_for_job(job_def=job, tags={PARTITION_NAME_TAG: broken})
+    instance.report_run_canceled(run)
+    assert statuses(instance, [broken])[broken] == FAILED
+    assert sensor.tick() == ([], [broken])
+    assert statuses(instance, [broken])[broken] == MATERIALIZED
+    assert sensor.tick() == ([], [])
