@@ -39,16 +39,14 @@ from state_runtime.store.checkpoint_format import (
 )
 from state_runtime.store.column_encoding import decode_table
 from state_runtime.store.compact_format import COMPACT_FORMAT_VERSION
-from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_builder import RunBuilder
 from state_runtime.store.run_levels import AnyRun
 from state_runtime.store.schema_evolution import Projection
 
 STREAM_RATIO = 8
-"""A file is streamed when its payload times this passes the spill threshold: rows
-decode to several times their stored bytes (zstd, narrow integers), so a smaller file may
-still decode to more than the threshold."""
+"""The local disk a streamed file's rows are expected to need, as a multiple of its payload:
+rows decode to several times their stored bytes (zstd, narrow integers)."""
 
 Projector = Callable[[FileHeader], Projection]
 """The projection from the schema a file's header says its rows were written under to the
@@ -59,15 +57,19 @@ appended are widened before they reach it."""
 
 def streams(head: bytes) -> bool:
     """Whether a file whose first :data:`ENVELOPE_SIZE` bytes are ``head`` is read as a
-    stream: a format 1 or 2 envelope whose payload is large against the spill threshold (a
-    format 3 delta holds at most one record batch of rows, under one CRC-32)."""
+    stream: every format 1 or 2 file (a format 3 delta holds at most one record batch of
+    rows, under one CRC-32). A file's stored size does not bound its rows: a store's first
+    version of 1.25M consecutive integer keys counted once each is a 7.5 KB delta that
+    decodes to 20 MiB, which a whole read held (and merged) in memory whatever the budget.
+    Streamed, the rows come a record batch (about 1 MiB decoded) at a time and stay in memory
+    while they are within the spill threshold."""
     if format_of(head) == COMPACT_FORMAT_VERSION:
         return False  # one body under one CRC-32: read whole (asked first: most files are)
     try:
-        _, length, _ = envelope_of(head, corrupt_reporter("", None, None))
+        envelope_of(head, corrupt_reporter("", None, None))
     except CheckpointFileCorrupt:
         return False  # the whole read names the problem
-    return length * STREAM_RATIO > LOCAL_DISK.threshold()
+    return True
 
 
 class _Payload(io.RawIOBase):
