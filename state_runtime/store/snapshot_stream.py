@@ -39,14 +39,16 @@ from state_runtime.store.checkpoint_format import (
 )
 from state_runtime.store.column_encoding import decode_table
 from state_runtime.store.compact_format import COMPACT_FORMAT_VERSION
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_builder import RunBuilder
 from state_runtime.store.run_levels import AnyRun
 from state_runtime.store.schema_evolution import Projection
 
 STREAM_RATIO = 8
-"""The local disk a streamed file's rows are expected to need, as a multiple of its payload:
-rows decode to several times their stored bytes (zstd, narrow integers)."""
+"""A file is streamed when its payload times this passes the spill threshold: rows
+decode to several times their stored bytes (zstd, narrow integers), so a smaller file may
+still decode to more than the threshold."""
 
 Projector = Callable[[FileHeader], Projection]
 """The projection from the schema a file's header says its rows were written under to the
@@ -57,19 +59,49 @@ appended are widened before they reach it."""
 
 def streams(head: bytes) -> bool:
     """Whether a file whose first :data:`ENVELOPE_SIZE` bytes are ``head`` is read as a
-    stream: every format 1 or 2 file (a format 3 delta holds at most one record batch of
-    rows, under one CRC-32). A file's stored size does not bound its rows: a store's first
-    version of 1.25M consecutive integer keys counted once each is a 7.5 KB delta that
-    decodes to 20 MiB, which a whole read held (and merged) in memory whatever the budget.
-    Streamed, the rows come a record batch (about 1 MiB decoded) at a time and stay in memory
-    while they are within the spill threshold."""
+    stream: a format 1 or 2 envelope whose payload is large against the spill threshold (a
+    format 3 delta holds at most one record batch of rows, under one CRC-32)."""
     if format_of(head) == COMPACT_FORMAT_VERSION:
         return False  # one body under one CRC-32: read whole (asked first: most files are)
     try:
-        envelope_of(head, corrupt_reporter("", None, None))
+        _, length, _ = envelope_of(head, corrupt_reporter("", None, None))
     except CheckpointFileCorrupt:
         return False  # the whole read names the problem
-    return True
+    return length * STREAM_RATIO > LOCAL_DISK.threshold()
+
+
+def decodes_large(data: bytes) -> bool:
+    """Whether a file read whole (``data``, not :func:`streams`) is still to be streamed: a
+    format 1 or 2 file whose header's rows, at its schema's row width, pass the spill
+    threshold. Its stored size does not bound its rows: a count's first batch of 1.25M
+    consecutive integer keys is a 7.5 KB delta decoding to 20 MiB, which a whole read held
+    (and merged) in memory whatever the budget."""
+    if format_of(data) == COMPACT_FORMAT_VERSION:
+        return False  # at most one record batch of rows
+    try:
+        fmt, _, _ = envelope_of(data, corrupt_reporter("", None, None))
+        reader = pa.ipc.open_stream(memoryview(data)[ENVELOPE_SIZE:])
+        header, _ = stream_header(reader.schema, fmt)
+    except (CheckpointFileCorrupt, *PARSE_ERRORS, InvalidArgument):
+        return False  # the whole read names the problem
+    assert header.schema is not None
+    width = _row_bytes(header.schema.key_arrow) + _row_bytes(header.schema.value_arrow)
+    return header.file_rows * width > LOCAL_DISK.threshold()
+
+
+def _row_bytes(struct: pa.StructType) -> int:
+    """Bytes a row of ``struct`` decodes to at least: fixed-width fields at their width (one
+    byte for a flag), others at 8 (an offset and some data)."""
+    total = 0
+    for field in struct:
+        if pa.types.is_struct(field.type):
+            total += _row_bytes(field.type)
+        else:
+            try:
+                total += max(1, field.type.bit_width // 8)
+            except ValueError:
+                total += 8
+    return total
 
 
 class _Payload(io.RawIOBase):
