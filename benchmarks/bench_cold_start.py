@@ -97,16 +97,19 @@ def _table(keys: np.ndarray, values: np.ndarray) -> pa.Table:
     )
 
 
-def prepare(root: str, keys: int, updates: int = 10_000) -> None:
+def prepare(root: str, keys: int, updates: int = 10_000, *, snapshot: bool = True) -> None:
     """A snapshot of ``keys`` keys and a delta of ``updates`` random updates on top (fewer:
-    repeats count once); the head in head.json."""
+    repeats count once); the head in head.json. Without ``snapshot`` the first version stays
+    a delta of value 1 a key, as a count's first batch leaves it (its consecutive keys and
+    equal values compress to a few KB)."""
     provider = _provider(root)
     store = provider.get_store(0)
     for start in range(0, keys, 500_000):
         chunk = np.arange(start, min(keys, start + 500_000), dtype=np.int64)
-        store.apply_arrow(_table(chunk, chunk))
+        store.apply_arrow(_table(chunk, chunk if snapshot else np.ones_like(chunk)))
     info = store.commit()
-    provider.snapshot(info.version, info.checkpoint_id)
+    if snapshot:
+        provider.snapshot(info.version, info.checkpoint_id)
     store = provider.get_store(info.version, info.checkpoint_id)
     updated = np.unique(np.random.default_rng(1).integers(0, keys, updates))
     store.apply_arrow(_table(updated, updated + 1))
@@ -223,10 +226,11 @@ def main() -> None:
     parser.add_argument("--commit", metavar="ROOT", help="commit --updates rows on the head")
     parser.add_argument("--calls", type=int, default=1, help="apply_arrow calls of --commit")
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--no-snapshot", action="store_true", help="--prepare: a first delta of 1s")
     parser.add_argument("--s3", action="store_true", help="the store on moto's S3 server")
     args = parser.parse_args()
     if args.prepare:
-        prepare(args.prepare, int(args.keys), args.updates)
+        prepare(args.prepare, int(args.keys), args.updates, snapshot=not args.no_snapshot)
         return
     if args.commit:
         print(

@@ -17,6 +17,7 @@ loads.
 from __future__ import annotations
 
 import dataclasses
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -42,7 +43,7 @@ from state_runtime.store.checkpoint_format import (
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_levels import AnyRun
 from state_runtime.store.schema_evolution import Projection
-from state_runtime.store.snapshot_stream import read_streamed, streams
+from state_runtime.store.snapshot_stream import decodes_large, read_streamed, streams
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
 from state_runtime.store.versions import Version, row_changes, squash
@@ -363,6 +364,9 @@ class VersionLoader:
                 if streams(head):
                     return self._read_streamed(ref, kind, path, head, stream, metrics)
                 data = head + stream.read()
+            if decodes_large(data):  # a small file of many rows: streamed from its bytes
+                payload = io.BytesIO(memoryview(data)[ENVELOPE_SIZE:])
+                return self._read_streamed(ref, kind, path, head, payload, metrics)
         except StorageFileNotFound:
             if missing_ok:
                 return None

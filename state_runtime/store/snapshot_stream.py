@@ -70,6 +70,40 @@ def streams(head: bytes) -> bool:
     return length * STREAM_RATIO > LOCAL_DISK.threshold()
 
 
+def decodes_large(data: bytes) -> bool:
+    """Whether a file read whole (``data``, not :func:`streams`) is still to be streamed: a
+    format 1 or 2 file whose header's rows, at its schema's row width, pass the spill
+    threshold. Its stored size does not bound its rows: a count's first batch of 1.25M
+    consecutive integer keys is a 7.5 KB delta decoding to 20 MiB, which a whole read held
+    (and merged) in memory whatever the budget."""
+    if format_of(data) == COMPACT_FORMAT_VERSION:
+        return False  # at most one record batch of rows
+    try:
+        fmt, _, _ = envelope_of(data, corrupt_reporter("", None, None))
+        reader = pa.ipc.open_stream(memoryview(data)[ENVELOPE_SIZE:])
+        header, _ = stream_header(reader.schema, fmt)
+    except (CheckpointFileCorrupt, *PARSE_ERRORS, InvalidArgument):
+        return False  # the whole read names the problem
+    assert header.schema is not None
+    width = _row_bytes(header.schema.key_arrow) + _row_bytes(header.schema.value_arrow)
+    return header.file_rows * width > LOCAL_DISK.threshold()
+
+
+def _row_bytes(struct: pa.StructType) -> int:
+    """Bytes a row of ``struct`` decodes to at least: fixed-width fields at their width (one
+    byte for a flag), others at 8 (an offset and some data)."""
+    total = 0
+    for field in struct:
+        if pa.types.is_struct(field.type):
+            total += _row_bytes(field.type)
+        else:
+            try:
+                total += max(1, field.type.bit_width // 8)
+            except ValueError:
+                total += 8
+    return total
+
+
 class _Payload(io.RawIOBase):
     """The payload after the envelope, read from ``stream``: hashed and counted on the way,
     never read past the length the envelope gives."""
