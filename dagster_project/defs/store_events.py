@@ -181,19 +181,22 @@ def record_store_state(
         raise Failure(description=f"no store {name} in the catalog")
     [event] = events
     if isinstance(event, AssetObservation):
-        event = naming_validation(context.instance, event)
+        event = naming_validation(context.instance, name, event)
         context.log_event(event)  # the partition's latest metadata: its status and reason
         raise Failure(description=event.description, metadata=event.metadata)
     return MaterializeResult(metadata=event.metadata)
 
 
-def naming_validation(instance: DagsterInstance, event: AssetObservation) -> AssetObservation:
-    """A broken store's observation, described as its partition's latest event when that one
-    shows the same state (status and reason) and names a validation (``validate run N by
-    …``, a report's description before the summary): an observation logged after the report's
-    must not hide who validated. Two reads of one event each, whatever the fleet's size."""
+def naming_validation(
+    instance: DagsterInstance, name: str, event: AssetObservation
+) -> AssetObservation:
+    """A broken store's observation on partition ``name``, described as the partition's latest
+    event when that one shows the same state (status and reason) and names a validation
+    (``validate run N by …``, a report's description before the summary): an observation
+    logged after the report's must not hide who validated. Two reads of one event each,
+    whatever the fleet's size."""
     records = [
-        fetch(AssetRecordsFilter(event.asset_key, asset_partitions=[event.partition]), limit=1)
+        fetch(AssetRecordsFilter(event.asset_key, asset_partitions=[name]), limit=1)
         for fetch in (instance.fetch_materializations, instance.fetch_observations)
     ]
     found = [r for page in records for r in page.records]
@@ -205,7 +208,7 @@ def naming_validation(instance: DagsterInstance, event: AssetObservation) -> Ass
         return event
     return AssetObservation(
         event.asset_key,
-        partition=event.partition,
+        partition=name,
         description=f"{about}: {event.description}",
         metadata=event.metadata,
     )
