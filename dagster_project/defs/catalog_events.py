@@ -214,9 +214,9 @@ def described_by(catalog: Catalog, after: Position) -> str:
     """The runs outside Dagster since ``after`` whose findings a state read now holds: the
     newest ``RUNS`` runs visible now (Dagster's own among them; not only those below an older
     transaction still open, as a cursor reads), and whether older ones are left out."""
-    found = catalog.runs_after(after, limit=RUNS, newest=True, settled=False)
-    named = [_by(r) for _, r in found if not _in_dagster(r)]
-    if len(found) == RUNS:
+    found = catalog.runs_after(after, limit=RUNS + 1, newest=True, settled=False)
+    named = [_by(r) for _, r in found[-RUNS:] if not _in_dagster(r)]
+    if len(found) > RUNS:
         named.append(f"and older runs (over {RUNS} since)")
     return "; ".join(named) or "the stores' state in the catalog"
 

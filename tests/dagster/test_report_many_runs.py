@@ -12,7 +12,7 @@ from dagster_project.defs.catalog_events import RUNS, catalog_events_sensor, cat
 from tests.dagster.conftest import resources_for, store_name
 from tests.dagster.test_catalog_events import tick
 from tests.dagster.test_dagster_definitions import FAST
-from tests.dagster.test_report_races import assert_named, validate_from_the_cli
+from tests.dagster.test_report_races import assert_named, described, validate_from_the_cli
 from tests.maintenance.streams import StoreStream
 
 
@@ -38,3 +38,4 @@ def test_a_queued_report_names_the_validation_after_many_dagster_runs(
         assert run.success
     tick(stream, instance, queued.cursor)  # the validation's own report
     assert_named(stream, instance, by_cli)
+    assert all(f"and older runs (over {RUNS} since)" in d for _, d in described(instance).values())
