@@ -210,6 +210,17 @@ def finished_outside(
     return [r for _, r in done if not _in_dagster(r)], last
 
 
+def described_by(catalog: Catalog, after: Position) -> str:
+    """The runs outside Dagster since ``after`` whose findings a state read now holds: the
+    newest ``RUNS`` runs visible now (Dagster's own among them; not only those below an older
+    transaction still open, as a cursor reads), and whether older ones are left out."""
+    found = catalog.runs_after(after, limit=RUNS + 1, newest=True, settled=False)
+    named = [_by(r) for _, r in found[-RUNS:] if not _in_dagster(r)]
+    if len(found) > RUNS:
+        named.append(f"and older runs (over {RUNS} since)")
+    return "; ".join(named) or "the stores' state in the catalog"
+
+
 def run_events(run: MaintenanceRun) -> list[AssetMaterialization | AssetCheckEvaluation]:
     """A finished run's own events: its asset's materialization, or a validation's checks."""
     about = f"{_by(run)}, {run.outcome}"
@@ -422,13 +433,15 @@ def report_catalog_runs(
     with maintenance.fleet(f"dagster:{context.run.run_id}") as fleet:
         catalog = fleet.catalog
         # the state is read now, so it holds what every run since recorded, reported or not
-        # yet; the runs are read after it, so the description names each of them
+        # yet; the runs are read after it, so the description names them
         health = HealthSpool.of(store_report_pages(fleet, policy))
         until = position(config.until)
-        found = catalog.runs_after(position(config.after), limit=RUNS)
-        outside = [(at, r) for at, r in found if not _in_dagster(r)]
-        runs = [r for at, r in outside if at <= until]
-        about = "; ".join(_by(r) for _, r in outside) or "the stores' state in the catalog"
+        runs = [
+            r
+            for at, r in catalog.runs_after(position(config.after), limit=RUNS)
+            if at <= until and not _in_dagster(r)
+        ]
+        about = described_by(catalog, position(config.after))
         names = StoreNames.of(catalog)
         for run in runs:
             for run_event in run_events(run):

@@ -35,12 +35,14 @@ with each latest version) are one event per pass whatever its size. What was las
 is kept in the Dagster instance's key-value store, one key per query label and kind of event
 (``state_runtime/reported/<kind>/<label>``), and saved once the events are logged: a pass
 that failed before that reports again. A store's own run (``record_store_state``) records
-its state whatever was reported, save a broken store's observation when a pass reported that
-very state last: the pass's event says who validated (its run in Dagster, or its description
-for a validation from the CLI), which a copy logged after it would hide.
+its state whatever was reported (what a pass reported last need not be the partition's latest
+event: the store may have been repaired and broken again since, recorded by such runs only);
+when the partition's latest event shows that very state and names a validation (a pass's, from
+the CLI), its observation names it too, so who validated survives whichever logs last.
 """
 
 import json
+import re
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -52,6 +54,7 @@ from dagster import (
     AssetMaterialization,
     AssetObservation,
     AssetPartitionStatus,
+    AssetRecordsFilter,
     DagsterInstance,
     Failure,
     MaterializeResult,
@@ -89,6 +92,7 @@ from state_runtime.units import age, size
 
 HEALTH_KEY = AssetKey("state_store_health")
 REPORTED = "state_runtime/reported"
+VALIDATION = re.compile(r"\bvalidate run \d+ by ")
 BLOCKING = {check.name for check in CHECKS if check.blocking}
 WORST_LAST = {
     StoreStatus.HEALTHY: 0,
@@ -166,21 +170,54 @@ def record_store_state(
     context: AssetExecutionContext, maintenance: MaintenanceResource
 ) -> MaterializeResult:  # type: ignore[type-arg]
     """Records one store's state from the catalog on its partition (it reads, never writes):
-    materialized with its status and figures, or for a broken store observed with them (unless
-    a report logged that state last: its event names who validated, a copy would hide it),
-    then failed with its reason."""
+    materialized with its status and figures, or for a broken store observed with them (naming
+    the validation its partition's latest event names for that state), then failed with its
+    reason."""
     name = context.partition_key
     with maintenance.run(context) as run:
         reports = store_reports(run.fleet, run.policy, only=[run.names.key(name)])
         events = store_states(run.fleet.catalog, reports, run.names, {name})
     if not events:
         raise Failure(description=f"no store {name} in the catalog")
-    [event], [report] = events, reports
+    [event] = events
     if isinstance(event, AssetObservation):
-        if LastReported(context.instance, "state").changed({name: state_fingerprint(report)}):
-            context.log_event(event)  # the partition's latest metadata: its status and reason
+        event = naming_validation(context.instance, name, event)
+        context.log_event(event)  # the partition's latest metadata: its status and reason
         raise Failure(description=event.description, metadata=event.metadata)
     return MaterializeResult(metadata=event.metadata)
+
+
+def naming_validation(
+    instance: DagsterInstance, name: str, event: AssetObservation
+) -> AssetObservation:
+    """A broken store's observation on partition ``name``, described as the partition's latest
+    event when that one shows the same state (status and reason) and names a validation
+    (``validate run N by …``, a report's description before the summary): an observation
+    logged after the report's must not hide who validated. Two reads of one event each,
+    whatever the fleet's size."""
+    records = [
+        fetch(AssetRecordsFilter(event.asset_key, asset_partitions=[name]), limit=1)
+        for fetch in (instance.fetch_materializations, instance.fetch_observations)
+    ]
+    found = [r for page in records for r in page.records]
+    before = max(found, key=lambda r: r.storage_id).asset_event if found else None
+    if before is None or not _same_state(before, event):
+        return event
+    about, colon, _ = (before.description or "").partition(": ")
+    if not (colon and VALIDATION.search(about)):
+        return event
+    return AssetObservation(
+        event.asset_key,
+        partition=name,
+        description=f"{about}: {event.description}",
+        metadata=event.metadata,
+    )
+
+
+def _same_state(before: AssetMaterialization | AssetObservation, now: AssetObservation) -> bool:
+    return all(
+        before.metadata.get(key) == now.metadata.get(key) for key in ("status", "status_reason")
+    )
 
 
 @dataclass(frozen=True)

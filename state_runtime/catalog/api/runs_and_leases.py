@@ -81,14 +81,16 @@ class RunCalls(CatalogBase):
         )
 
     def runs_after(
-        self, after: Position, *, limit: int = 50, newest: bool = False
+        self, after: Position, *, limit: int = 50, newest: bool = False, settled: bool = True
     ) -> list[tuple[Position, MaintenanceRun]]:
         """Runs started after ``after`` (the first ``limit``; ``newest``: the last), in the
         order they became visible, with their positions: what a reader has not seen yet, each
-        exactly once (``sql/positions.py``: only once their transactions ended)."""
+        exactly once (``sql/positions.py``: only once their transactions ended). Not
+        ``settled``: every run visible now, even above an older transaction still open (what
+        happened since, to name; not a cursor's next runs)."""
         return self._read(
             "read maintenance runs",
-            lambda c, v: runs_and_leases.runs_after(c, v, after, limit, newest),
+            lambda c, v: runs_and_leases.runs_after(c, v, after, limit, newest, settled),
         )
 
     def try_acquire_lease(

@@ -61,15 +61,17 @@ def settled_after(
     """The rows after ``after`` (by ``xact``, then ``row``) whose transaction, and every older
     one, has ended: the statement's own snapshot's ``xmin`` (``pg_current_snapshot``, the
     snapshot the rows are read with)."""
-    later = _later(xact, row, after)
+    later = later_than(xact, row, after)
     if connection.dialect.name != "postgresql":
         return later
     return sa.and_(later, xact < _horizon())
 
 
-def _later(
+def later_than(
     xact: ColumnElement[int], row: ColumnElement[int], after: Position
 ) -> ColumnElement[bool]:
+    """The rows after ``after`` (by ``xact``, then ``row``), visible now whatever transaction
+    is still open below them: what happened since, not a cursor's next rows."""
     return sa.tuple_(xact, row) > sa.tuple_(
         sa.literal(after.xact, sa.BigInteger()), sa.literal(after.row, sa.BigInteger())
     )
@@ -100,7 +102,7 @@ def unsettled(
     if connection.dialect.name != "postgresql":
         return Unsettled()
     counts = [
-        sa.select(sa.func.count()).where(_later(xact, row, after), xact >= _horizon())
+        sa.select(sa.func.count()).where(later_than(xact, row, after), xact >= _horizon())
         for xact, row, after in reads
     ]
     rows = sum(connection.execute(sa.select(*(c.scalar_subquery() for c in counts))).one())

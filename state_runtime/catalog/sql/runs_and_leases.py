@@ -33,7 +33,7 @@ from state_runtime.catalog.schema.predicates import constant
 from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS, ReaderViews
 from state_runtime.catalog.schema.tables import RunKind, RunOutcome, maintenance_runs, store_leases
 from state_runtime.catalog.sql.lookups import mark_maintained, store_ids
-from state_runtime.catalog.sql.positions import WritingTransaction, settled_after
+from state_runtime.catalog.sql.positions import WritingTransaction, later_than, settled_after
 from state_runtime.catalog.sql.rows import AnyRow
 from state_runtime.catalog.sql.statements import among, chunks, dialect_insert
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
@@ -260,20 +260,25 @@ def recent_runs(connection: Connection, views: ReaderViews, limit: int) -> list[
 
 
 def runs_after(
-    connection: Connection, views: ReaderViews, after: Position, limit: int, newest: bool
+    connection: Connection,
+    views: ReaderViews,
+    after: Position,
+    limit: int,
+    newest: bool,
+    settled: bool,
 ) -> list[tuple[Position, MaintenanceRun]]:
-    """Up to ``limit`` runs started after ``after`` whose transactions ended, the first ones
-    (``newest``: the last ones), in position order, each with its position: an exact
-    reader's cursor (``positions.py``)."""
+    """Up to ``limit`` runs started after ``after`` whose transactions ended (``settled``:
+    and every older one, an exact reader's cursor, ``positions.py``), the first ones
+    (``newest``: the last ones), in position order, each with its position."""
     validate_non_negative(limit, "limit")
     r = views.runs.c
     order = (r.xact_id.desc(), r.run_id.desc()) if newest else (r.xact_id, r.run_id)
-    query = (
-        sa.select(views.runs)
-        .where(settled_after(connection, r.xact_id, r.run_id, after))
-        .order_by(*order)
-        .limit(limit)
+    after_it = (
+        settled_after(connection, r.xact_id, r.run_id, after)
+        if settled
+        else later_than(r.xact_id, r.run_id, after)
     )
+    query = sa.select(views.runs).where(after_it).order_by(*order).limit(limit)
     found = [(Position(row.xact_id, row.run_id), _run(row)) for row in connection.execute(query)]
     return found[::-1] if newest else found
 
