@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, instance_for_test
+from dagster import AssetMaterialization, AssetObservation, DagsterInstance, instance_for_test
 
 from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.resources import MaintenanceResource
@@ -39,17 +39,27 @@ def instance() -> Iterator[DagsterInstance]:
         yield instance
 
 
-def latest_states(instance: DagsterInstance) -> dict[str, dict[str, Any]]:
-    """Each store's latest recorded state: its partition's latest materialization or
-    observation (a broken store's), as metadata values."""
+def latest_events(
+    instance: DagsterInstance,
+) -> dict[str, AssetMaterialization | AssetObservation]:
+    """Each store's latest recorded state event: its partition's latest materialization or
+    observation (a broken store's)."""
     key = state_checkpoints.key
     records = [
         *instance.fetch_materializations(key, limit=500).records,
         *instance.fetch_observations(key, limit=500).records,
     ]
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[str, AssetMaterialization | AssetObservation] = {}
     for record in sorted(records, key=lambda r: r.storage_id):
         event = record.asset_event
         assert event is not None and record.partition_key is not None
-        latest[record.partition_key] = {k: v.value for k, v in event.metadata.items()}
+        latest[record.partition_key] = event
     return latest
+
+
+def latest_states(instance: DagsterInstance) -> dict[str, dict[str, Any]]:
+    """Each store's latest recorded state, as metadata values."""
+    return {
+        partition: {k: v.value for k, v in event.metadata.items()}
+        for partition, event in latest_events(instance).items()
+    }

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dagster import DagsterInstance, SensorResult, build_sensor_context
+from dagster import DagsterInstance
 
-from dagster_project.defs.catalog_events import RUNS, catalog_events_sensor, catalog_report_job
-from tests.dagster.conftest import resources_for, store_name
+from dagster_project.defs.catalog_events import RUNS
 from tests.dagster.test_catalog_events import tick
-from tests.dagster.test_dagster_definitions import FAST
-from tests.dagster.test_report_races import assert_named, described, validate_from_the_cli
+from tests.dagster.test_report_races import (
+    assert_named,
+    described,
+    queued_report,
+    validate_from_the_cli,
+)
 from tests.maintenance.streams import StoreStream
 
 
@@ -21,21 +24,12 @@ def test_a_queued_report_names_the_validation_after_many_dagster_runs(
 ) -> None:
     stream = make_stream()
     stream.run(6)
-    first = tick(stream, instance, None)
-    instance.add_dynamic_partitions("state_stores", [store_name(stream, s) for s in stream.stores])
-    resources = resources_for(stream.catalog, FAST)
-    context = build_sensor_context(instance=instance, cursor=first.cursor, resources=resources)
-    queued = catalog_events_sensor(context)
-    assert isinstance(queued, SensorResult) and queued.run_requests
+    queued, run = queued_report(stream, instance)
     for _ in range(RUNS):  # Dagster's own passes, say snapshots of a busy fleet
         run_id = stream.catalog.start_run("snapshot", "dagster:some-run")
         stream.catalog.finish_run(run_id, "succeeded")
     by_cli = validate_from_the_cli(stream)
-    for request in queued.run_requests:
-        run = catalog_report_job.execute_in_process(
-            run_config=request.run_config, instance=instance, resources=resources
-        )
-        assert run.success
+    run()
     tick(stream, instance, queued.cursor)  # the validation's own report
     assert_named(stream, instance, by_cli)
     assert all(f"and older runs (over {RUNS} since)" in d for _, d in described(instance).values())

@@ -11,9 +11,8 @@ from collections.abc import Callable
 from dagster import DagsterInstance, SensorResult, build_sensor_context
 
 from dagster_project.defs.catalog_events import catalog_events_sensor, catalog_report_job
-from dagster_project.defs.checkpoints import state_checkpoints
 from state_runtime.maintenance import Fleet, run_checks
-from tests.dagster.conftest import resources_for, store_name
+from tests.dagster.conftest import latest_events, resources_for, store_name
 from tests.dagster.test_catalog_events import tick
 from tests.dagster.test_dagster_definitions import FAST
 from tests.dagster.test_store_failures import FailureSensor, break_store
@@ -22,17 +21,10 @@ from tests.maintenance.streams import StoreStream
 
 def described(instance: DagsterInstance) -> dict[str, tuple[str, str]]:
     """Each partition's latest state (materialization or observation): status, description."""
-    key = state_checkpoints.key
-    records = [
-        *instance.fetch_materializations(key, limit=500).records,
-        *instance.fetch_observations(key, limit=500).records,
-    ]
-    latest: dict[str, tuple[str, str]] = {}
-    for record in sorted(records, key=lambda r: r.storage_id):
-        event = record.asset_event
-        assert event is not None and record.partition_key is not None
-        latest[record.partition_key] = (event.metadata["status"].value, event.description or "")
-    return latest
+    return {
+        partition: (event.metadata["status"].value, event.description or "")
+        for partition, event in latest_events(instance).items()
+    }
 
 
 def validate_from_the_cli(stream: StoreStream) -> str:
@@ -51,6 +43,28 @@ def assert_named(stream: StoreStream, instance: DagsterInstance, by_cli: str) ->
         for s in stream.stores
     }
     assert all(by_cli in description for _, description in latest.values()), latest
+
+
+def queued_report(
+    stream: StoreStream, instance: DagsterInstance
+) -> tuple[SensorResult, Callable[[], None]]:
+    """The report the catalog sensor requests when the stores' partitions appear after its
+    first tick, not run yet, and a call that runs it."""
+    first = tick(stream, instance, None)  # before the stores' partitions
+    instance.add_dynamic_partitions("state_stores", [store_name(stream, s) for s in stream.stores])
+    resources = resources_for(stream.catalog, FAST)
+    context = build_sensor_context(instance=instance, cursor=first.cursor, resources=resources)
+    queued = catalog_events_sensor(context)  # the partitions changed: a report, queued
+    assert isinstance(queued, SensorResult) and queued.run_requests
+
+    def run() -> None:
+        for request in queued.run_requests:
+            report = catalog_report_job.execute_in_process(
+                run_config=request.run_config, instance=instance, resources=resources
+            )
+            assert report.success
+
+    return queued, run
 
 
 def test_the_failures_sensors_run_after_the_report_keeps_who_validated(
@@ -75,18 +89,9 @@ def test_a_report_requested_before_the_validation_names_it(
     to log."""
     stream = make_stream()
     stream.run(6)
-    first = tick(stream, instance, None)  # before the stores' partitions
-    instance.add_dynamic_partitions("state_stores", [store_name(stream, s) for s in stream.stores])
-    resources = resources_for(stream.catalog, FAST)
-    context = build_sensor_context(instance=instance, cursor=first.cursor, resources=resources)
-    queued = catalog_events_sensor(context)  # the partitions changed: a report, queued
-    assert isinstance(queued, SensorResult) and queued.run_requests
+    queued, run = queued_report(stream, instance)
     by_cli = validate_from_the_cli(stream)
-    for request in queued.run_requests:
-        run = catalog_report_job.execute_in_process(
-            run_config=request.run_config, instance=instance, resources=resources
-        )
-        assert run.success
+    run()
     assert_named(stream, instance, by_cli)
     tick(stream, instance, queued.cursor)  # the validation's own report
     assert_named(stream, instance, by_cli)

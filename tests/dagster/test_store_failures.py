@@ -139,6 +139,20 @@ def break_store(stream: StoreStream) -> tuple[Path, bytes]:
     return lost, content
 
 
+def validated(
+    stream: StoreStream, instance: DagsterInstance
+) -> tuple[list[str], FailureSensor, Fleet]:
+    """Six batches run on ``stream``, its stores' partitions added and validated from the CLI:
+    the partitions, their failures sensor and the CLI's fleet (owner ``ops-laptop:4242``)."""
+    stream.run(6)
+    partitions = [store_name(stream, s) for s in stream.stores]
+    instance.add_dynamic_partitions("state_stores", partitions)
+    sensor = FailureSensor(stream, instance)
+    cli = Fleet(stream.catalog, owner="ops-laptop:4242")
+    run_checks(cli, FAST)
+    return partitions, sensor, cli
+
+
 def test_a_validation_in_dagster_fails_exactly_the_broken_partition_until_it_is_sound(
     make_stream: Callable[..., StoreStream],
     instance: DagsterInstance,
@@ -233,12 +247,7 @@ def test_the_failed_partition_shows_why_and_clears_once_sound(
     the red banner of the page (its latest run). Then a run on the sound partition records
     it, never fails."""
     stream = make_stream()
-    stream.run(6)
-    partitions = [store_name(stream, s) for s in stream.stores]
-    instance.add_dynamic_partitions("state_stores", partitions)
-    sensor = FailureSensor(stream, instance)
-    cli = Fleet(stream.catalog, owner="ops-laptop:4242")
-    run_checks(cli, FAST)
+    partitions, sensor, cli = validated(stream, instance)
     first = tick(stream, instance, None)
     assert statuses(instance, partitions) == dict.fromkeys(partitions, MATERIALIZED)
 
@@ -325,12 +334,7 @@ def test_a_tick_after_a_change_reads_the_statuses_of_the_partitions_that_matter_
     still finds one its cursor does not know: a sound store's partition whose run failed for
     another reason (the catalog unreadable) is recorded again."""
     stream = make_stream()
-    stream.run(6)
-    partitions = [store_name(stream, s) for s in stream.stores]
-    instance.add_dynamic_partitions("state_stores", partitions)
-    sensor = FailureSensor(stream, instance)
-    cli = Fleet(stream.catalog, owner="ops-laptop:4242")
-    run_checks(cli, FAST)
+    partitions, sensor, cli = validated(stream, instance)
     assert sensor.tick() == ([], [])
 
     sound = store_name(stream, stream.stores[0])
@@ -381,11 +385,7 @@ def test_a_canceled_clearing_run_is_requested_again(
     shows Failed, and the next tick requests that run again (the latest attempt, canceled, does
     not decide)."""
     stream = make_stream()
-    stream.run(6)
-    instance.add_dynamic_partitions("state_stores", [store_name(stream, s) for s in stream.stores])
-    sensor = FailureSensor(stream, instance)
-    cli = Fleet(stream.catalog, owner="ops-laptop:4242")
-    run_checks(cli, FAST)
+    _, sensor, cli = validated(stream, instance)
     assert sensor.tick() == ([], [])
     lost, content = break_store(stream)
     broken = store_name(stream, stream.stores[1])
