@@ -3,7 +3,9 @@ snapshot recorded as failed verification: on real files and a real catalog, with
 
 It reads such a snapshot again only when the catalog's chain has a file gone or damaged (a
 sink's failure over a complete chain reads nothing: failed before its fix, review of the
-expired branch), and one that reads intact is the base."""
+expired branch), and one that reads intact is the base. One that storage cannot read now
+(an S3 outage on that object) counts as failed: it neither hides another store's loss nor
+stops a restore whose chain does not need it (review of the fixloss branch, which raised)."""
 
 from __future__ import annotations
 
@@ -13,27 +15,41 @@ from pathlib import Path
 import pytest
 
 from state_runtime.catalog import Catalog
-from state_runtime.errors import CheckpointFileCorrupt, StateLost
+from state_runtime.errors import CheckpointFileCorrupt, StateLost, StorageUnavailable
 from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.maintenance import Fleet
+from state_runtime.maintenance.restore import plan_restore
 from state_runtime.runtime.loss import lost_state
 from state_runtime.storage import LocalStorage
 from tests.maintenance.streams import StoreStream
 
-A = StoreId(0, 0)
+A, B = StoreId(0, 0), StoreId(0, 1)
 TASK = RuntimeError("a task of the batch failed")  # not a loading error: existence checks only
+
+
+class Throttled(LocalStorage):
+    """Local storage whose reads of the paths in ``refused`` fail as S3's do once its
+    retries are exhausted."""
+
+    refused: frozenset[str] = frozenset()
+
+    def read(self, path: str) -> bytes:
+        if path in self.refused:
+            raise StorageUnavailable("S3 read failed after 5 tries: SlowDown", path=path)
+        return super().read(path)
 
 
 @pytest.fixture
 def stream(tmp_path: Path) -> Iterator[StoreStream]:
     catalog = Catalog.open(f"sqlite:///{tmp_path / 'catalog.db'}", upgrade=True)
-    yield StoreStream(catalog, LocalStorage(tmp_path / "ckpt"), [A])
+    yield StoreStream(catalog, Throttled(tmp_path / "ckpt"), [A, B])
     catalog.close()
 
 
-def failed_snapshot(stream: StoreStream, version: int) -> Path:
+def failed_snapshot(stream: StoreStream, version: int, store: StoreId = A) -> Path:
     """A snapshot of ``version`` written, recorded, and recorded as failed verification."""
-    info = stream.committed[A][version - 1]
-    snap = stream.provider(A).snapshot(version, info.checkpoint_id)
+    info = stream.committed[store][version - 1]
+    snap = stream.provider(store).snapshot(version, info.checkpoint_id)
     stream.catalog.record_files(stream.root, [snap])
     stream.catalog.record_verifications(stream.root, {snap.path: "checksum differs"})
     return stream.storage.root / snap.path
@@ -45,14 +61,21 @@ def flip(file: Path) -> None:
     file.write_bytes(bytes(data))
 
 
-def delta(stream: StoreStream, version: int) -> Path:
-    return stream.storage.root / stream.committed[A][version - 1].path
+def delta(stream: StoreStream, version: int, store: StoreId = A) -> Path:
+    return stream.storage.root / stream.committed[store][version - 1].path
+
+
+def refuse_reads(stream: StoreStream, file: Path) -> None:
+    assert isinstance(stream.storage, Throttled)
+    stream.storage.refused = frozenset({file.relative_to(stream.storage.root).as_posix()})
 
 
 def check(stream: StoreStream, error: BaseException = TASK) -> StateLost | None:
-    latest = stream.committed[A][-1]
-    base = {A: CheckpointRef(latest.version, latest.checkpoint_id)}
-    return lost_state(stream.catalog, stream.storage, stream.query, stream.batch, base, error)
+    bases = {
+        s: CheckpointRef(stream.committed[s][-1].version, stream.committed[s][-1].checkpoint_id)
+        for s in stream.stores
+    }
+    return lost_state(stream.catalog, stream.storage, stream.query, stream.batch, bases, error)
 
 
 def test_a_failure_over_a_complete_chain_reads_no_failed_snapshot(stream: StoreStream) -> None:
@@ -78,3 +101,22 @@ def test_a_snapshot_intact_again_is_the_base_and_a_loss_above_it_is_named(
     assert isinstance(lost, StateLost)
     assert stream.committed[A][3].path in str(lost)
     assert stream.committed[A][1].path not in str(lost)
+
+
+def test_a_snapshot_storage_cannot_read_hides_no_loss_of_another_store(
+    stream: StoreStream,
+) -> None:
+    stream.run(5)
+    refuse_reads(stream, failed_snapshot(stream, 3, B))  # B's deltas all there
+    delta(stream, 2).unlink()  # A's loss: no snapshot covers it
+    lost = check(stream)
+    assert isinstance(lost, StateLost) and stream.committed[A][1].path in str(lost)
+
+
+def test_a_snapshot_storage_cannot_read_stops_no_restore_that_does_not_need_it(
+    stream: StoreStream,
+) -> None:
+    stream.run(5)
+    refuse_reads(stream, failed_snapshot(stream, 3, B))
+    fleet = Fleet(stream.catalog, open_storage=lambda root: stream.storage, owner="tests")
+    assert not plan_restore(fleet, stream.root, stream.query, 3, spark_checkpoint="").restarted
