@@ -12,7 +12,9 @@ after ``$STATE_BENCH_SNAP_DB``, default ``bench_snap``, so that two benches can 
 Each run starts from a fresh copy of it (the catalog copied, SQLite's file or PostgreSQL's
 ``CREATE DATABASE ... TEMPLATE``; the files hard-linked: a snapshot is a new file) and times
 one ``snapshot_pass`` with the default workers: its wall time and this process's CPU time
-(every thread) per snapshot written. The code measured is whatever ``state_runtime`` the
+(every thread) per snapshot written; on PostgreSQL also the server's, the CPU time of the run
+database's backends (those alive at the pass's end: the catalog's pool keeps its
+connections), and the two together per snapshot. The code measured is whatever ``state_runtime`` the
 interpreter imports: run it with another checkout's ``PYTHONPATH`` for a before/after in the
 same window.
 """
@@ -101,18 +103,52 @@ def fresh(backend: str, folder: Path, stores: int) -> str:
     return _url(backend, folder, "run")
 
 
+def server_cpu(database: str) -> dict[int, float]:
+    """CPU seconds (user and system) of each PostgreSQL backend of ``database`` on this host,
+    by pid (a backend's process title names its database)."""
+    found: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if title.startswith("postgres: ") and f" {database} " in title:
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
 def measure(url: str, workers: int | None) -> dict[str, float]:
     catalog = Catalog.open(url)
+    database = make_url(url).database if url.startswith("postgresql") else None
     try:
         fleet = Fleet(catalog, owner="bench-snapshots")
+        before = server_cpu(database) if database else {}
         started, cpu = time.perf_counter(), time.process_time()
         report = snapshot_pass(fleet, POLICY, workers=workers)
         wall, used = time.perf_counter() - started, time.process_time() - cpu
+        after = server_cpu(database) if database else {}
     finally:
         catalog.close()
     written = report.count(SnapshotStatus.WRITTEN)
     assert written and not report.count(SnapshotStatus.FAILED), report.summary()
-    return {"written": written, "wall_s": wall, "cpu_s": used, "cpu_ms_each": 1000 * used / written}
+    figures = {
+        "written": written,
+        "wall_s": wall,
+        "cpu_s": used,
+        "cpu_ms_each": 1000 * used / written,
+    }
+    if database:
+        server = sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
+        figures |= {
+            "server_cpu_s": server,
+            "server_ms_each": 1000 * server / written,
+            "total_ms_each": 1000 * (used + server) / written,
+        }
+    return figures
 
 
 def main() -> None:

@@ -59,6 +59,9 @@ class ByteReader:
         # indexing the view directly: a header is a few dozen varints, and validation parses
         # the header of every file it reads
         data, pos = self.data, self.pos
+        if pos < len(data) and data[pos] < 0x80:  # most header fields fit one byte
+            self.pos = pos + 1
+            return data[pos]
         n = shift = 0
         for _ in range(_MAX_VARINT_BYTES):
             if pos >= len(data):

@@ -16,6 +16,7 @@ Arrow error) that the caller reports as a corrupt file naming it.
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from datetime import UTC, datetime, timedelta
@@ -189,8 +190,17 @@ class Parsed:
 def _stored_type(name: str, t: pa.StructType, widths: dict[str, pa.DataType]) -> pa.StructType:
     """The struct type of column ``name`` as stored: narrow fields in their stored width
     (:func:`state_runtime.store.column_encoding.decode_table` checks the rest)."""
+    return _stored_type_of(name, t, tuple(widths.items()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _stored_type_of(
+    name: str, t: pa.StructType, widths: tuple[tuple[str, pa.DataType], ...]
+) -> pa.StructType:
+    """:func:`_stored_type`, kept by type and widths: a chain's deltas share a few (each
+    built anew was a few Arrow calls a field, every file)."""
     fields = list(t)
-    for where, stored in widths.items():
+    for where, stored in widths:
         column, index = where.split(".")
         if column != name:
             continue
