@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.retention import StoreFile, Verification, base_version, intact, loading_files
-from state_runtime.store.file_verification import MISSING, verify_file
+from state_runtime.store.file_verification import MISSING, UNREADABLE, verify_file
 
 SPARK_LOGS = ("offsets", "commits")
 SPARK_CHECKPOINT = "spark_checkpoint"
@@ -314,56 +314,120 @@ def _committed_with(
 
 
 def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified) -> str | None:
-    """Why version ``ref`` of the store does not load from the files kept (None: it loads).
-
-    The chain is the catalog's, each file read: a base snapshot storage no longer has, or has
-    damaged, is passed over for the chain below it, as the loader passes over it; the store is
-    lost only when no chain is left, and then the snapshot is named if one was passed over."""
+    """Why version ``ref`` of the store does not load from the files kept (None: it loads),
+    each file read (:func:`walk_chain`): a broken delta is named, else a snapshot passed over,
+    and a snapshot storage cannot read now, which may load it, is named as well."""
     if ref.version == 0:
         return None
-    files = checked.store_files(fleet, key)
-    facts = judged_now(fleet, key.root, files, ref.version, checked)
-    by_path = {f.path: f for f in files}
-    passed_over: str | None = None
-    while intact(facts, ref.version, checked.idle_versions(fleet, key)):
-        for fact in loading_files(facts, ref.version):
-            record = by_path[fact.path]
-            problem = checked.problem(fleet, key.root, record)
-            if problem is None:
-                continue
-            why = (
-                f"the catalog recorded {record.path} for version {record.version} of store "
-                f"{record.key}, and storage "
-                f"{'no longer has it' if problem == MISSING else 'has: ' + problem}"
-            )
-            if fact.kind is not FileKind.SNAPSHOT:
-                return why
-            passed_over = passed_over or why
-            failed = replace(fact, verification=Verification.FAILED)
-            facts = [failed if f.path == fact.path else f for f in facts]
-            break
-        else:
-            return None
-    return passed_over or (
-        f"the catalog has no complete chain of files for version {ref.version} of store "
+    walk = walk_chain(fleet, key, ref.version, checked)
+    if walk.loads:
+        return None
+
+    def why(record: FileRecord, problem: str) -> str:
+        return (
+            f"the catalog recorded {record.path} for version {record.version} of store "
+            f"{record.key}, and storage "
+            f"{'no longer has it' if problem == MISSING else 'has: ' + problem}"
+        )
+
+    found = walk.broken or (walk.passed_over[0] if walk.passed_over else None)
+    text = (
+        why(*found)
+        if found is not None
+        else f"the catalog has no complete chain of files for version {ref.version} of store "
         f"{key} (deleted or failed files)"
     )
+    if walk.unreadable is not None:
+        text += (
+            f" (storage cannot read the snapshot {walk.unreadable.path} now, which may load "
+            "it: try again once it does)"
+        )
+    return text
+
+
+@dataclass(frozen=True)
+class Walk:
+    """How a version of a store loads from the files kept (:func:`walk_chain`)."""
+
+    loads: bool
+    passed_over: list[tuple[FileRecord, str]]  # base snapshots found gone or damaged, in order
+    broken: tuple[FileRecord, str] | None  # the delta that breaks the last chain tried
+    unreadable: FileRecord | None  # when it does not load: a snapshot storage cannot read now
+
+    @property
+    def damaged(self) -> list[tuple[FileRecord, str]]:
+        """Each file found gone or damaged, with its problem, in the order found."""
+        return self.passed_over + ([self.broken] if self.broken else [])
+
+
+def walk_chain(
+    fleet: Fleet,
+    key: StoreKey,
+    version: int,
+    checked: Verified,
+    problem: Callable[[FileRecord], str | None] | None = None,
+) -> Walk:
+    """Walk the chains that load ``version`` as the loader does: the catalog's chain judged
+    now (:func:`judged_now`), each file checked by ``problem`` (default: read and verified);
+    a base snapshot gone or damaged is passed over for the chain judged again without it
+    (a failed snapshot below it that reads intact now is the base), until a chain loads, a
+    delta breaks it, or no complete chain is left. When it does not load, ``unreadable`` names
+    a snapshot storage could not read (a failed read, no verdict), which may load it."""
+    files = checked.store_files(fleet, key)
+    by_path = {f.path: f for f in files}
+    check = problem or (lambda record: checked.problem(fleet, key.root, record))
+    idle = checked.idle_versions(fleet, key)
+    passed: list[tuple[FileRecord, str]] = []
+    broken: tuple[FileRecord, str] | None = None
+    while broken is None:
+        facts = judged_now(fleet, key.root, files, version, checked)
+        if not intact(facts, version, idle):
+            break
+        for fact in loading_files(facts, version):
+            record = by_path[fact.path]
+            cause = check(record)
+            if cause is None:
+                continue
+            if fact.kind is not FileKind.SNAPSHOT:
+                broken = (record, cause)
+            else:
+                checked.problems[record.path] = cause  # judged_now passes over it
+                passed.append((record, cause))
+            break
+        else:
+            return Walk(True, passed, None, None)
+    above = broken[0].version if broken else 0  # a snapshot below a broken delta is no help
+    unreadable = next(
+        (
+            f
+            for f in files
+            if f.kind is FileKind.SNAPSHOT
+            and above <= f.version <= version
+            and (checked.problems.get(f.path) or "").startswith(UNREADABLE)
+        ),
+        None,
+    )
+    return Walk(False, passed, broken, unreadable)
 
 
 def judged_now(
     fleet: Fleet, root: str, files: Sequence[FileRecord], version: int, checked: Verified
 ) -> list[StoreFile]:
-    """The files' facts with the failed verifications that matter for loading ``version``
-    judged again, so that a failed snapshot above the newest verified one that is intact now
-    (put back from a backup, or read wrong once) does not refuse the restore until the next
-    validation (nor makes a failed batch's loss check,
-    :func:`state_runtime.runtime.loss.lost_state`, call a store that loads lost). Such a
-    snapshot (committed, at or below ``version``) is read here, newest first, and the first
-    that reads intact is a base again (one storage cannot read now stays failed: no base). A
-    failed delta is marked unverified, for the caller to read with the rest of the chain.
-    Failed snapshots at or below the newest verified one stay failed unread, even when that
-    verified snapshot is itself gone."""
-    facts = [record.facts() for record in files]
+    """The files' facts with the verifications that matter for loading ``version`` judged
+    again, so that a failed snapshot that is intact now (put back from a backup, or read
+    wrong once) does not refuse the restore until the next validation (nor makes a failed
+    batch's loss check, :func:`state_runtime.runtime.loss.lost_state`, call a store that loads
+    lost). A snapshot ``checked`` found gone or damaged is failed; a failed snapshot above the
+    newest verified one left (committed, at or below ``version``) is read, newest first, and
+    the first that reads intact is a base again (one storage cannot read now stays failed: no
+    base), also when a newer verified one is gone. A failed delta is marked unverified, for
+    the caller to read with the rest of the chain."""
+    facts = [
+        replace(f, verification=Verification.FAILED)
+        if f.kind is FileKind.SNAPSHOT and checked.problems.get(f.path)
+        else f
+        for f in (record.facts() for record in files)
+    ]
     floor = base_version(facts, version)
     candidates = sorted(
         (
