@@ -497,3 +497,30 @@ def test_a_failed_task_over_a_snapshot_intact_again_is_no_loss() -> None:
             run({0: {"a": 3}}, fail="task"),
         ]
     )
+
+
+def test_a_failed_snapshot_below_a_lost_verified_one_restores() -> None:
+    """Open in docs/simulation.md since the expired branch, fixed by i34base: store 0's
+    snapshot of version 2 is corrupted, a validation records it as failed, and it is put
+    back intact; version 4's snapshot, verified, is deleted, and so is batch 0's delta.
+    Version 4 loads (the loader passes over the missing snapshot to version 2's), yet the
+    restore to its batch was refused naming the missing delta: a failed snapshot below the
+    newest verified one was never read again, even with that one gone. The chain is now
+    walked as the loader walks it, a failed snapshot below a passed-over one judged again
+    (tests/runtime/test_loss_check.py has the loss check's case)."""
+    snapshot_2, snapshot_4, delta_1 = 2, 5, 0  # store 0's files: 1d, 2d, 2s, 3d, 4d, 4s
+    replay(
+        [
+            run({0: {"a": 2}, 1: {"b": 2}}),
+            ("snapshot", {"zero": True}),
+            ("damage", {"pick": snapshot_2, "corrupt": True}),
+            ("validate", {"zero": False}),
+            ("damage", {"pick": snapshot_2, "corrupt": True}),
+            run({0: {"a": 3}, 1: {"b": 3}}),
+            run({0: {"a": 4}, 1: {"b": 4}}),
+            ("snapshot", {"zero": True}),
+            ("damage", {"pick": snapshot_4, "corrupt": False}),
+            ("damage", {"pick": delta_1, "corrupt": False}),
+            ("restore", {"back": 0, "allow_lost_state": False, "zero": False}),
+        ]
+    )
