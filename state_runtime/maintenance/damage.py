@@ -31,15 +31,14 @@ from enum import StrEnum
 
 from state_runtime.catalog import FileRecord, FileState, StoreKey, StoreProblem, Verdict
 from state_runtime.identity import FileKind
+from state_runtime.maintenance.chains import Verified, walk_chain
 from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.restore import (
-    Verified,
     newest_intact_batch,
     recorded_spark_checkpoint,
     run_step,
     spark_checkpoint_option,
-    walk_chain,
 )
 from state_runtime.store.file_verification import MISSING
 

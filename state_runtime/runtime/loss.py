@@ -22,9 +22,9 @@ from __future__ import annotations
 from state_runtime.catalog import BatchStart, Catalog, FileRecord, FoundProblem, StoreKey
 from state_runtime.errors import CannotLoadState, StateLost
 from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.maintenance.chains import Verified, walk_chain
 from state_runtime.maintenance.damage import Damage, Fate, classify
 from state_runtime.maintenance.fleet import Fleet
-from state_runtime.maintenance.restore import Verified, walk_chain
 from state_runtime.retention import loading_files
 from state_runtime.storage import Storage
 from state_runtime.store.file_verification import MISSING
