@@ -10,7 +10,8 @@ failing on a corrupt delta a snapshot replaces and a restore refused over a miss
 whose deltas load the version, fixed by i34-found, and the cleanup after that restore
 deleting those deltas, fixed by fix-restore, and the second replay of a batch every store
 restarted at, fixed by i34-order, and the replay on a base version cleanup expired, fixed by
-i34-found2, and a failed task's loss check over a snapshot put back intact, fixed by expired;
+i34-found2, and a failed task's loss check over a snapshot put back intact, fixed by expired,
+and the restore over a failed snapshot below a verified one that is gone, fixed by i34base;
 each failed before its fix.
 """
 
