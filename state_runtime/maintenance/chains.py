@@ -83,7 +83,7 @@ def walk_chain(
     passed: list[tuple[FileRecord, str]] = []
     broken: tuple[FileRecord, str] | None = None
     while broken is None:
-        facts = judged_now(fleet, key.root, files, version, checked, {p for p, _ in passed})
+        facts = judged_now(fleet, key.root, files, version, checked, {r.path for r, _ in passed})
         if not intact(facts, version, idle):
             break
         for fact in loading_files(facts, version):
@@ -142,6 +142,7 @@ def judged_now(
             and f.state is FileState.COMMITTED
             and f.verification is Verification.FAILED
             and floor < f.version <= version
+            and f.path not in passed
         ),
         key=lambda i: facts[i].version,
         reverse=True,
