@@ -3,9 +3,11 @@ snapshot recorded as failed verification: on real files and a real catalog, with
 
 It reads such a snapshot again only when the catalog's chain has a file gone or damaged (a
 sink's failure over a complete chain reads nothing: failed before its fix, review of the
-expired branch), and one that reads intact is the base. One that storage cannot read now
-(an S3 outage on that object) counts as failed: it neither hides another store's loss nor
-stops a restore whose chain does not need it (review of the fixloss branch, which raised)."""
+expired branch), and one that reads intact is the base, also below a verified snapshot that
+is gone (i34base). One that storage cannot read now (an S3 outage on that object) is no
+base, but no proof of a loss below it either (i34base: the loss was reported); it neither
+hides another store's loss nor stops a restore whose chain does not need it (review of the
+fixloss branch, which raised). The two i34base cases failed before their fix."""
 
 from __future__ import annotations
 
