@@ -18,7 +18,8 @@ runtime's loss report all ask :func:`classify`, and each names the same next com
   (the store starts again from empty, the others stay at the last batch).
 
 The intact deltas below a snapshot and the restorable batch are judged from the catalog's
-records and the files themselves (each read and verified, as ``restore`` does).
+records and the files themselves (each read and verified, and the chains walked as
+``restore`` walks them: a failed snapshot that reads intact now is a base again).
 """
 
 from __future__ import annotations
@@ -30,16 +31,15 @@ from enum import StrEnum
 
 from state_runtime.catalog import FileRecord, FileState, StoreKey, StoreProblem, Verdict
 from state_runtime.identity import FileKind
+from state_runtime.maintenance.chains import Verified, walk_chain
 from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.restore import (
-    Verified,
     newest_intact_batch,
     recorded_spark_checkpoint,
     run_step,
     spark_checkpoint_option,
 )
-from state_runtime.retention import intact, loading_files
 from state_runtime.store.file_verification import MISSING
 
 
@@ -129,17 +129,11 @@ def classify(
     key = damaged.key
     checked = checked or Verified()
     checked.problems[damaged.path] = cause
-    rest = [f for f in checked.store_files(fleet, key) if f.path != damaged.path]
-    facts = [f.facts() for f in rest]
-    by_path = {f.path: f for f in rest}
     root = shlex.quote(key.root)
-    idle = fleet.catalog.idle_versions(key.root, key.store)
 
     def loads(version: int) -> bool:
-        return intact(facts, version, idle) and all(
-            checked.problem(fleet, key.root, by_path[f.path]) is None
-            for f in loading_files(facts, version)
-        )
+        """Whether ``version`` loads without ``damaged``, as restore judges it."""
+        return walk_chain(fleet, key, version, checked).loads
 
     if damaged.kind is FileKind.SNAPSHOT and loads(damaged.version):
         command = f"statestore --root {root} repair --store {key.store} --execute"

@@ -26,19 +26,19 @@ from __future__ import annotations
 import shlex
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from state_runtime.catalog import CommitEntry, FileRecord, FileState, RunKind, StoreKey
+from state_runtime.catalog import CommitEntry, FileRecord, RunKind, StoreKey
 from state_runtime.errors import InvalidArgument, MaintenanceRefused
-from state_runtime.identity import CheckpointRef, FileKind, StoreId
+from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.maintenance.chains import Verified, walk_chain
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.runs import recorded_run
-from state_runtime.retention import StoreFile, Verification, base_version, intact, loading_files
-from state_runtime.store.file_verification import MISSING, verify_file
+from state_runtime.store.file_verification import MISSING
 
 SPARK_LOGS = ("offsets", "commits")
 SPARK_CHECKPOINT = "spark_checkpoint"
@@ -254,32 +254,6 @@ def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) ->
     return plan
 
 
-@dataclass
-class Verified:
-    """What one plan has read: each store's file records and idle versions and each file's
-    verification (path -> problem or None), so that a file shared by many batches' chains is
-    read once, and a store's records once however many batches the plan weighs."""
-
-    files: dict[StoreKey, list[FileRecord]] = field(default_factory=dict)
-    idle: dict[StoreKey, frozenset[int]] = field(default_factory=dict)
-    problems: dict[str, str | None] = field(default_factory=dict)
-
-    def store_files(self, fleet: Fleet, key: StoreKey) -> list[FileRecord]:
-        if key not in self.files:
-            self.files[key] = fleet.catalog.store_files(key.root, key.store)
-        return self.files[key]
-
-    def idle_versions(self, fleet: Fleet, key: StoreKey) -> frozenset[int]:
-        if key not in self.idle:
-            self.idle[key] = fleet.catalog.idle_versions(key.root, key.store)
-        return self.idle[key]
-
-    def problem(self, fleet: Fleet, root: str, record: FileRecord) -> str | None:
-        if record.path not in self.problems:
-            self.problems[record.path], _ = verify_file(fleet.storage(root), record.expected())
-        return self.problems[record.path]
-
-
 def _lost(
     fleet: Fleet, root: str, targets: dict[StoreId, CheckpointRef], checked: Verified
 ) -> list[LostStore]:
@@ -314,79 +288,35 @@ def _committed_with(
 
 
 def _problem(fleet: Fleet, key: StoreKey, ref: CheckpointRef, checked: Verified) -> str | None:
-    """Why version ``ref`` of the store does not load from the files kept (None: it loads).
-
-    The chain is the catalog's, each file read: a base snapshot storage no longer has, or has
-    damaged, is passed over for the chain below it, as the loader passes over it; the store is
-    lost only when no chain is left, and then the snapshot is named if one was passed over."""
+    """Why version ``ref`` of the store does not load from the files kept (None: it loads),
+    each file read (:func:`walk_chain`): a broken delta is named, else a snapshot passed over,
+    and a snapshot storage cannot read now, which may load it, is named as well."""
     if ref.version == 0:
         return None
-    files = checked.store_files(fleet, key)
-    facts = judged_now(fleet, key.root, files, ref.version, checked)
-    by_path = {f.path: f for f in files}
-    passed_over: str | None = None
-    while intact(facts, ref.version, checked.idle_versions(fleet, key)):
-        for fact in loading_files(facts, ref.version):
-            record = by_path[fact.path]
-            problem = checked.problem(fleet, key.root, record)
-            if problem is None:
-                continue
-            why = (
-                f"the catalog recorded {record.path} for version {record.version} of store "
-                f"{record.key}, and storage "
-                f"{'no longer has it' if problem == MISSING else 'has: ' + problem}"
-            )
-            if fact.kind is not FileKind.SNAPSHOT:
-                return why
-            passed_over = passed_over or why
-            failed = replace(fact, verification=Verification.FAILED)
-            facts = [failed if f.path == fact.path else f for f in facts]
-            break
-        else:
-            return None
-    return passed_over or (
-        f"the catalog has no complete chain of files for version {ref.version} of store "
+    walk = walk_chain(fleet, key, ref.version, checked)
+    if walk.loads:
+        return None
+
+    def why(record: FileRecord, problem: str) -> str:
+        return (
+            f"the catalog recorded {record.path} for version {record.version} of store "
+            f"{record.key}, and storage "
+            f"{'no longer has it' if problem == MISSING else 'has: ' + problem}"
+        )
+
+    found = walk.broken or (walk.passed_over[0] if walk.passed_over else None)
+    text = (
+        why(*found)
+        if found is not None
+        else f"the catalog has no complete chain of files for version {ref.version} of store "
         f"{key} (deleted or failed files)"
     )
-
-
-def judged_now(
-    fleet: Fleet, root: str, files: Sequence[FileRecord], version: int, checked: Verified
-) -> list[StoreFile]:
-    """The files' facts with the failed verifications that matter for loading ``version``
-    judged again, so that a failed snapshot above the newest verified one that is intact now
-    (put back from a backup, or read wrong once) does not refuse the restore until the next
-    validation (nor makes a failed batch's loss check,
-    :func:`state_runtime.runtime.loss.lost_state`, call a store that loads lost). Such a
-    snapshot (committed, at or below ``version``) is read here, newest first, and the first
-    that reads intact is a base again (one storage cannot read now stays failed: no base). A
-    failed delta is marked unverified, for the caller to read with the rest of the chain.
-    Failed snapshots at or below the newest verified one stay failed unread, even when that
-    verified snapshot is itself gone."""
-    facts = [record.facts() for record in files]
-    floor = base_version(facts, version)
-    candidates = sorted(
-        (
-            i
-            for i, f in enumerate(facts)
-            if f.kind is FileKind.SNAPSHOT
-            and f.state is FileState.COMMITTED
-            and f.verification is Verification.FAILED
-            and floor < f.version <= version
-        ),
-        key=lambda i: facts[i].version,
-        reverse=True,
-    )
-    for i in candidates:
-        if checked.problem(fleet, root, files[i]) is None:
-            facts[i] = replace(facts[i], verification=Verification.VERIFIED)
-            break
-    return [
-        replace(f, verification=Verification.UNVERIFIED)
-        if f.kind is FileKind.DELTA and f.verification is Verification.FAILED
-        else f
-        for f in facts
-    ]
+    if walk.unreadable is not None:
+        text += (
+            f" (storage cannot read the snapshot {walk.unreadable.path} now, which may load "
+            "it: try again once it does)"
+        )
+    return text
 
 
 def newest_intact_batch(

@@ -51,11 +51,11 @@ from state_runtime.catalog import (
 )
 from state_runtime.errors import StorageError
 from state_runtime.identity import CheckpointRef, FileKind
+from state_runtime.maintenance.chains import Verified
 from state_runtime.maintenance.damage import Damage, classify
 from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
-from state_runtime.maintenance.restore import Verified
 from state_runtime.maintenance.spread import Spread
 from state_runtime.maintenance.workers import closing_items, map_bounded, worker_count
 from state_runtime.retention import Verdict

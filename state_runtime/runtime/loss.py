@@ -19,15 +19,13 @@ as any of our errors, for the one paragraph to show the user.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from state_runtime.catalog import BatchStart, Catalog, FileRecord, FoundProblem, StoreKey
 from state_runtime.errors import CannotLoadState, StateLost
 from state_runtime.identity import CheckpointRef, StoreId
+from state_runtime.maintenance.chains import Verified, walk_chain
 from state_runtime.maintenance.damage import Damage, Fate, classify
 from state_runtime.maintenance.fleet import Fleet
-from state_runtime.maintenance.restore import Verified, judged_now
-from state_runtime.retention import StoreFile, loading_files
+from state_runtime.retention import loading_files
 from state_runtime.storage import Storage
 from state_runtime.store.file_verification import MISSING
 
@@ -46,43 +44,42 @@ def lost_state(
     Each file that loads a store's base version is looked up in storage; when the batch
     failed loading state (``error`` names a loading error's code), each is also read and
     verified, for a truncated or altered file. Only when the catalog's chain has a file gone
-    or damaged is the chain judged as restore judges it (:func:`judged_now`): a failed
-    snapshot above the newest verified one that reads intact now is a base again, as the
-    loader takes it. A snapshot the deltas below it still load is no loss (the loader reads the
-    deltas); the first file that is, is classified (:func:`classify`) for the paragraph's
-    advice, with the query's ``spark_checkpoint``.
+    or damaged are the chains walked as restore walks them (:func:`walk_chain`): a base
+    snapshot gone or damaged is passed over for the chain below it, where a failed snapshot
+    that reads intact now is a base again, as the loader takes it. A store whose version
+    loads that way is no loss, nor is one that does not load only while storage cannot read
+    a snapshot (a failed read: no verdict). Each file found gone or damaged is classified
+    (:func:`classify`) for the paragraph's advice, with the query's ``spark_checkpoint``, and
+    recorded as a problem; the first that loses the version is the loss.
     """
     root = storage.uri
     fleet = Fleet(catalog, roots=[root], open_storage=lambda _: storage)
     checked = Verified()
     deep = any(f"[{code}]" in str(error) for code in _loading_codes(CannotLoadState))
 
-    def broken(facts: list[StoreFile], version: int) -> Iterator[tuple[FileRecord, str]]:
-        """Each file of the chain that loads ``version`` that is gone or damaged, in order."""
-        for fact in loading_files(facts, version):
-            record = by_path[fact.path]
-            if deep:
-                cause = checked.problem(fleet, root, record)
-            else:
-                cause = None if storage.exists(record.path) else MISSING
-            if cause is not None:
-                yield record, cause
+    def cause(record: FileRecord) -> str | None:
+        """What is wrong with ``record`` now (None: nothing found)."""
+        if deep:
+            return checked.problem(fleet, root, record)
+        return None if storage.exists(record.path) else MISSING
 
     for store, ref in sorted(bases.items()):
         key = StoreKey(root, store)
         files = checked.store_files(fleet, key)
         by_path = {f.path: f for f in files}
-        if next(broken([f.facts() for f in files], ref.version), None) is None:
-            continue  # the judged chain is part of this one, with an intact snapshot at most
-        for record, cause in broken(
-            judged_now(fleet, root, files, ref.version, checked), ref.version
-        ):
+        chain = loading_files([f.facts() for f in files], ref.version)
+        if all(cause(by_path[f.path]) is None for f in chain):
+            continue
+        walk = walk_chain(fleet, key, ref.version, checked, cause)
+        if walk.unreadable is not None:
+            continue  # storage cannot read a snapshot that may load it now: no verdict
+        for record, problem in walk.damaged:
             damage = classify(
-                fleet, record, cause, spark_checkpoint=spark_checkpoint, checked=checked
+                fleet, record, problem, spark_checkpoint=spark_checkpoint, checked=checked
             )
-            problem = FoundProblem(damage.paragraph(store=False), record.path, record.version)
-            catalog.add_problems(key, [problem])
-            if damage.fate is not Fate.REPAIRABLE:
+            found = FoundProblem(damage.paragraph(store=False), record.path, record.version)
+            catalog.add_problems(key, [found])
+            if not walk.loads and damage.fate is not Fate.REPAIRABLE:
                 return _lost(damage, query_id, batch_id)
     return None
 

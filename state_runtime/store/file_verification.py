@@ -29,6 +29,7 @@ from state_runtime.store.file_header import FileHeader
 from state_runtime.store.schema_files import fetch
 
 MISSING = "file is missing from storage"
+UNREADABLE = "file cannot be read"  # a storage error other than not-found: no verdict on it
 
 
 @dataclass(frozen=True)
@@ -112,5 +113,5 @@ def verify_file(storage: Storage, expected: Expected) -> tuple[str | None, int]:
     except StorageFileNotFound:
         return MISSING, 0
     except StorageError as exc:
-        return f"file cannot be read: {exc.reason}", 0
+        return f"{UNREADABLE}: {exc.reason}", 0
     return verify_bytes(data, expected, lambda schema_id: fetch(storage, schema_id)), len(data)

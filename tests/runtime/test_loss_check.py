@@ -3,9 +3,11 @@ snapshot recorded as failed verification: on real files and a real catalog, with
 
 It reads such a snapshot again only when the catalog's chain has a file gone or damaged (a
 sink's failure over a complete chain reads nothing: failed before its fix, review of the
-expired branch), and one that reads intact is the base. One that storage cannot read now
-(an S3 outage on that object) counts as failed: it neither hides another store's loss nor
-stops a restore whose chain does not need it (review of the fixloss branch, which raised)."""
+expired branch), and one that reads intact is the base, also below a verified snapshot that
+is gone (i34base). One that storage cannot read now (an S3 outage on that object) is no
+base, but no proof of a loss below it either (i34base: the loss was reported); it neither
+hides another store's loss nor stops a restore whose chain does not need it (review of the
+fixloss branch, which raised). The two i34base cases failed before their fix."""
 
 from __future__ import annotations
 
@@ -46,12 +48,15 @@ def stream(tmp_path: Path) -> Iterator[StoreStream]:
     catalog.close()
 
 
-def failed_snapshot(stream: StoreStream, version: int, store: StoreId = A) -> Path:
-    """A snapshot of ``version`` written, recorded, and recorded as failed verification."""
+def failed_snapshot(
+    stream: StoreStream, version: int, store: StoreId = A, problem: str | None = "checksum differs"
+) -> Path:
+    """A snapshot of ``version`` written, recorded, and recorded as failed verification
+    (``problem``; None: recorded as verified)."""
     info = stream.committed[store][version - 1]
     snap = stream.provider(store).snapshot(version, info.checkpoint_id)
     stream.catalog.record_files(stream.root, [snap])
-    stream.catalog.record_verifications(stream.root, {snap.path: "checksum differs"})
+    stream.catalog.record_verifications(stream.root, {snap.path: problem})
     return stream.storage.root / snap.path
 
 
@@ -120,3 +125,29 @@ def test_a_snapshot_storage_cannot_read_stops_no_restore_that_does_not_need_it(
     refuse_reads(stream, failed_snapshot(stream, 3, B))
     fleet = Fleet(stream.catalog, open_storage=lambda root: stream.storage, owner="tests")
     assert not plan_restore(fleet, stream.root, stream.query, 3, spark_checkpoint="").restarted
+
+
+def test_a_snapshot_storage_cannot_read_is_no_proof_of_a_loss_below_it(
+    stream: StoreStream,
+) -> None:
+    stream.run(5)
+    snapshot = failed_snapshot(stream, 3)  # intact: put back after the failed validation
+    delta(stream, 2).unlink()
+    assert stream.loaded(A, 5) == stream.expected(A, 5)  # the batch loads
+    refuse_reads(stream, snapshot)  # an outage on that one object during the loss check
+    assert check(stream) is None
+    assert check(stream, CheckpointFileCorrupt("bad bytes", path="any")) is None
+    assert not stream.catalog.problems(store=stream.key(A))
+
+
+def test_a_failed_snapshot_below_a_lost_verified_one_is_judged_again(
+    stream: StoreStream,
+) -> None:
+    stream.run(6)
+    failed_snapshot(stream, 2)  # intact: put back after the failed validation
+    failed_snapshot(stream, 4, problem=None).unlink()  # the newest verified snapshot, gone
+    delta(stream, 1).unlink()
+    assert stream.loaded(A, 6) == stream.expected(A, 6)  # the loader reads snapshot 2
+    assert check(stream) is None
+    fleet = Fleet(stream.catalog, open_storage=lambda root: stream.storage, owner="tests")
+    assert not plan_restore(fleet, stream.root, stream.query, 4, spark_checkpoint="").restarted

@@ -10,7 +10,8 @@ failing on a corrupt delta a snapshot replaces and a restore refused over a miss
 whose deltas load the version, fixed by i34-found, and the cleanup after that restore
 deleting those deltas, fixed by fix-restore, and the second replay of a batch every store
 restarted at, fixed by i34-order, and the replay on a base version cleanup expired, fixed by
-i34-found2, and a failed task's loss check over a snapshot put back intact, fixed by expired;
+i34-found2, and a failed task's loss check over a snapshot put back intact, fixed by expired,
+and the restore over a failed snapshot below a verified one that is gone, fixed by i34base;
 each failed before its fix.
 """
 
@@ -495,5 +496,32 @@ def test_a_failed_task_over_a_snapshot_intact_again_is_no_loss() -> None:
             ("damage", {"pick": snapshot_of_store_0, "corrupt": True}),
             ("damage", {"pick": 0, "corrupt": False}),  # batch 0's delta of store 0
             run({0: {"a": 3}}, fail="task"),
+        ]
+    )
+
+
+def test_a_failed_snapshot_below_a_lost_verified_one_restores() -> None:
+    """Open in docs/simulation.md since the expired branch, fixed by i34base: store 0's
+    snapshot of version 2 is corrupted, a validation records it as failed, and it is put
+    back intact; version 4's snapshot, verified, is deleted, and so is batch 0's delta.
+    Version 4 loads (the loader passes over the missing snapshot to version 2's), yet the
+    restore to its batch was refused naming the missing delta: a failed snapshot below the
+    newest verified one was never read again, even with that one gone. The chain is now
+    walked as the loader walks it, a failed snapshot below a passed-over one judged again
+    (tests/runtime/test_loss_check.py has the loss check's case)."""
+    snapshot_2, snapshot_4, delta_1 = 2, 5, 0  # store 0's files: 1d, 2d, 2s, 3d, 4d, 4s
+    replay(
+        [
+            run({0: {"a": 2}, 1: {"b": 2}}),
+            ("snapshot", {"zero": True}),
+            ("damage", {"pick": snapshot_2, "corrupt": True}),
+            ("validate", {"zero": False}),
+            ("damage", {"pick": snapshot_2, "corrupt": True}),
+            run({0: {"a": 3}, 1: {"b": 3}}),
+            run({0: {"a": 4}, 1: {"b": 4}}),
+            ("snapshot", {"zero": True}),
+            ("damage", {"pick": snapshot_4, "corrupt": False}),
+            ("damage", {"pick": delta_1, "corrupt": False}),
+            ("restore", {"back": 0, "allow_lost_state": False, "zero": False}),
         ]
     )
