@@ -95,6 +95,7 @@ from state_runtime.units import age, size
 HEALTH_KEY = AssetKey("state_store_health")
 REPORTED = "state_runtime/reported"
 VALIDATED_BY = "validated_by"  # a report's states: the validation it names (``Reported``)
+StateEvent = AssetMaterialization | AssetObservation  # a store's state on its partition
 BLOCKING = {check.name for check in CHECKS if check.blocking}
 WORST_LAST = {
     StoreStatus.HEALTHY: 0,
@@ -148,7 +149,7 @@ def store_states(
     names: StoreNames,
     partitions: Collection[str],
     reported: Reported = Reported(),
-) -> list[AssetMaterialization | AssetObservation]:
+) -> list[StateEvent]:
     """Each store's state on its partition (stores without a partition yet are skipped: the
     discovery sensor adds it, and the next pass records it), with its operator's schema
     history and partition layouts (repartitions) and what it was ``reported`` after: a
@@ -164,7 +165,7 @@ def store_states(
             layouts.setdefault((layout.root, layout.operator_id, layout.store_name), []).append(
                 layout
             )
-    events: list[AssetMaterialization | AssetObservation] = []
+    events: list[StateEvent] = []
     for report in worst_last(reports):
         name = names.name(report.key)
         if name not in partitions:
@@ -186,9 +187,6 @@ def store_states(
             )
         )
     return events
-
-
-StateEvent = AssetMaterialization | AssetObservation
 
 
 # skippable: its materialization is an event of its own (an output's has no description)
@@ -400,7 +398,7 @@ class StoreEvents:
     """The per-store events of one page of stores that tell Dagster something new;
     :meth:`logged` once they are logged."""
 
-    states: list[AssetMaterialization | AssetObservation]
+    states: list[StateEvent]
     evaluations: list[AssetCheckEvaluation]
     trackers: list[LastReported] = field(default_factory=list)
 
