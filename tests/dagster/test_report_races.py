@@ -29,7 +29,14 @@ def described(instance: DagsterInstance) -> dict[str, tuple[str, str]]:
     }
 
 
-def validate_from_the_cli(stream: StoreStream, owner: str = "ops-laptop:4242") -> str:
+def validate_from_the_cli(stream: StoreStream) -> str:
+    """Breaks the second store and validates as the CLI does; returns who validated, as the
+    events say it."""
+    break_store(stream)
+    return cli_validation(stream)
+
+
+def cli_validation(stream: StoreStream, owner: str = "ops-laptop:4242") -> str:
     """Validates as the CLI does (run by ``owner``); returns who validated, as the events say
     it."""
     report = run_checks(Fleet(stream.catalog, owner=owner), FAST)
@@ -83,7 +90,7 @@ def test_the_failures_sensors_runs_after_the_reports_keep_who_validated(
     instance.add_dynamic_partitions("state_stores", [store_name(stream, s) for s in stream.stores])
     first = tick(stream, instance, None)
     lost, content = break_store(stream)
-    by_cli = validate_from_the_cli(stream, owner)
+    by_cli = cli_validation(stream, owner)
     second = tick(stream, instance, first.cursor)  # the report of the CLI's validation
     assert_named(stream, instance, by_cli)
     sensor = FailureSensor(stream, instance)
@@ -91,7 +98,7 @@ def test_the_failures_sensors_runs_after_the_reports_keep_who_validated(
     assert_named(stream, instance, by_cli)  # failed, its state as reported
 
     lost.write_bytes(content)
-    by_cli = validate_from_the_cli(stream, owner)
+    by_cli = cli_validation(stream, owner)
     tick(stream, instance, second.cursor)  # the repaired store's state, reported
     repaired = store_name(stream, stream.stores[1])
     assert described(instance)[repaired][0] == "healthy"
@@ -110,7 +117,6 @@ def test_a_report_requested_before_the_validation_names_it(
     stream = make_stream()
     stream.run(6)
     queued, run = queued_report(stream, instance)
-    break_store(stream)
     by_cli = validate_from_the_cli(stream)
     run()
     assert_named(stream, instance, by_cli)
