@@ -204,7 +204,8 @@ def record_store_state(
         events = store_states(run.fleet.catalog, reports, run.names, {name})
     if not events:
         raise Failure(description=f"no store {name} in the catalog")
-    event = naming_validation(context.instance, name, events[0])
+    [recorded] = events
+    event = naming_validation(context.instance, name, recorded)
     if isinstance(event, AssetObservation):
         context.log_event(event)  # the partition's latest metadata: its status and reason
         raise Failure(description=event.description, metadata=event.metadata)
