@@ -82,6 +82,7 @@ from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.store_events import (
     BLOCKING,
+    Reported,
     changed_store_events,
     fleet_materialization,
 )
@@ -210,15 +211,21 @@ def finished_outside(
     return [r for _, r in done if not _in_dagster(r)], last
 
 
-def described_by(catalog: Catalog, after: Position) -> str:
+def described_by(catalog: Catalog, after: Position) -> Reported:
     """The runs outside Dagster since ``after`` whose findings a state read now holds: the
     newest ``RUNS`` runs visible now (Dagster's own among them; not only those below an older
-    transaction still open, as a cursor reads), and whether older ones are left out."""
+    transaction still open, as a cursor reads), whether older ones are left out, and the
+    newest validation among them."""
     found = catalog.runs_after(after, limit=RUNS + 1, newest=True, settled=False)
-    named = [_by(r) for _, r in found[-RUNS:] if not _in_dagster(r)]
+    outside = [r for _, r in found[-RUNS:] if not _in_dagster(r)]
+    named = [_by(r) for r in outside]
     if len(found) > RUNS:
         named.append(f"and older runs (over {RUNS} since)")
-    return "; ".join(named) or "the stores' state in the catalog"
+    validations = [_by(r) for r in outside if r.kind == RunKind.VALIDATE.value]
+    return Reported(
+        "; ".join(named) or "the stores' state in the catalog",
+        validations[-1] if validations else "",
+    )
 
 
 def run_events(run: MaintenanceRun) -> list[AssetMaterialization | AssetCheckEvaluation]:
@@ -446,7 +453,7 @@ def report_catalog_runs(
         for run in runs:
             for run_event in run_events(run):
                 context.log_event(run_event)  # type: ignore[arg-type]
-        context.log_event(fleet_materialization(health.pages(), names, about))
+        context.log_event(fleet_materialization(health.pages(), names, about.runs))
         for changed in changed_store_events(
             context.instance,
             catalog,
@@ -455,7 +462,7 @@ def report_catalog_runs(
             policy,
             partitions,
             PER_STORE,
-            f"{about}: ",
+            about,
         ):
             for event in [*changed.states, *changed.evaluations]:
                 context.log_event(event)  # type: ignore[arg-type]

@@ -37,12 +37,14 @@ is kept in the Dagster instance's key-value store, one key per query label and k
 that failed before that reports again. A store's own run (``record_store_state``) records
 its state whatever was reported (what a pass reported last need not be the partition's latest
 event: the store may have been repaired and broken again since, recorded by such runs only);
-when the partition's latest event shows that very state and names a validation (a pass's, from
-the CLI), its observation names it too, so who validated survives whichever logs last.
+when the partition's latest event shows that very state and names a validation (a report's of
+a validation from the CLI: its ``validated_by`` metadata, ``validate run N by <owner>``), its
+event names it too, so who validated survives whichever logs last, the run that fails a broken
+store's partition or the one that records it again once sound. Carried as metadata, never
+parsed back from a description: an owner may hold any text.
 """
 
 import json
-import re
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -57,7 +59,7 @@ from dagster import (
     AssetRecordsFilter,
     DagsterInstance,
     Failure,
-    MaterializeResult,
+    MetadataValue,
     multi_asset,
 )
 
@@ -92,7 +94,8 @@ from state_runtime.units import age, size
 
 HEALTH_KEY = AssetKey("state_store_health")
 REPORTED = "state_runtime/reported"
-VALIDATION = re.compile(r"\bvalidate run \d+ by ")
+VALIDATED_BY = "validated_by"  # a report's states: the validation it names (``Reported``)
+StateEvent = AssetMaterialization | AssetObservation  # a store's state on its partition
 BLOCKING = {check.name for check in CHECKS if check.blocking}
 WORST_LAST = {
     StoreStatus.HEALTHY: 0,
@@ -121,17 +124,37 @@ def summary(report: StoreReport) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Reported:
+    """What a report's events follow: ``runs``, the runs outside Dagster it names (its events'
+    descriptions start with them), and ``validation``, the newest validation among them
+    (``validate run N by <owner>``; empty: none), kept on its states as ``validated_by``
+    metadata for :func:`naming_validation` to carry. A pass in Dagster names none, and says so:
+    every state has the key, so a later one's value replaces an earlier one's on the
+    partition's page."""
+
+    runs: str = ""
+    validation: str = ""
+
+    def prefix(self) -> str:
+        return f"{self.runs}: " if self.runs else ""
+
+    def metadata(self) -> MetadataMap:
+        return {VALIDATED_BY: MetadataValue.text(self.validation)}
+
+
 def store_states(
     catalog: Catalog,
     reports: Sequence[StoreReport],
     names: StoreNames,
     partitions: Collection[str],
-    description: str = "",
-) -> list[AssetMaterialization | AssetObservation]:
+    reported: Reported = Reported(),
+) -> list[StateEvent]:
     """Each store's state on its partition (stores without a partition yet are skipped: the
     discovery sensor adds it, and the next pass records it), with its operator's schema
-    history and partition layouts (repartitions): a materialization, or an observation for a
-    broken store (its partition shows *Failed*, see the module's docstring)."""
+    history and partition layouts (repartitions) and what it was ``reported`` after: a
+    materialization, or an observation for a broken store (its partition shows *Failed*, see
+    the module's docstring)."""
     roots = sorted({r.key.root for r in reports})
     schemas: dict[tuple[str, int, str], list[SchemaChangeRow]] = {}
     for change in schema_changes(catalog, roots):
@@ -142,7 +165,7 @@ def store_states(
             layouts.setdefault((layout.root, layout.operator_id, layout.store_name), []).append(
                 layout
             )
-    events: list[AssetMaterialization | AssetObservation] = []
+    events: list[StateEvent] = []
     for report in worst_last(reports):
         name = names.name(report.key)
         if name not in partitions:
@@ -156,45 +179,44 @@ def store_states(
             kind(
                 state_checkpoints.key,
                 partition=name,
-                description=(description + summary(report)),
+                description=reported.prefix() + summary(report),
                 metadata=store_figures(report, names)
                 | schema_metadata(schemas.get(operator, []))
-                | layout_metadata(layouts.get(operator, [])),
+                | layout_metadata(layouts.get(operator, []))
+                | reported.metadata(),
             )
         )
     return events
 
 
-@multi_asset(specs=[state_checkpoints])
+# skippable: its materialization is an event of its own (an output's has no description)
+@multi_asset(specs=[state_checkpoints.replace_attributes(skippable=True)])
 def record_store_state(
     context: AssetExecutionContext, maintenance: MaintenanceResource
-) -> MaterializeResult:  # type: ignore[type-arg]
+) -> Iterator[AssetMaterialization]:
     """Records one store's state from the catalog on its partition (it reads, never writes):
-    materialized with its status and figures, or for a broken store observed with them (naming
-    the validation its partition's latest event names for that state), then failed with its
-    reason."""
+    materialized with its status and figures, or for a broken store observed with them, then
+    failed with its reason; either naming the validation its partition's latest event names
+    for that state (:func:`naming_validation`)."""
     name = context.partition_key
     with maintenance.run(context) as run:
         reports = store_reports(run.fleet, run.policy, only=[run.names.key(name)])
         events = store_states(run.fleet.catalog, reports, run.names, {name})
     if not events:
         raise Failure(description=f"no store {name} in the catalog")
-    [event] = events
+    [recorded] = events
+    event = naming_validation(context.instance, name, recorded)
     if isinstance(event, AssetObservation):
-        event = naming_validation(context.instance, name, event)
         context.log_event(event)  # the partition's latest metadata: its status and reason
         raise Failure(description=event.description, metadata=event.metadata)
-    return MaterializeResult(metadata=event.metadata)
+    yield event
 
 
-def naming_validation(
-    instance: DagsterInstance, name: str, event: AssetObservation
-) -> AssetObservation:
-    """A broken store's observation on partition ``name``, described as the partition's latest
-    event when that one shows the same state (status and reason) and names a validation
-    (``validate run N by …``, a report's description before the summary): an observation
-    logged after the report's must not hide who validated. Two reads of one event each,
-    whatever the fleet's size."""
+def naming_validation(instance: DagsterInstance, name: str, event: StateEvent) -> StateEvent:
+    """A store's state on partition ``name``, naming the validation the partition's latest
+    event names (its ``validated_by`` metadata, carried) when that one shows the same state
+    (status and reason): a state recorded after the report's must not hide who validated. Two
+    reads of one event each, whatever the fleet's size."""
     records = [
         fetch(AssetRecordsFilter(event.asset_key, asset_partitions=[name]), limit=1)
         for fetch in (instance.fetch_materializations, instance.fetch_observations)
@@ -203,18 +225,18 @@ def naming_validation(
     before = max(found, key=lambda r: r.storage_id).asset_event if found else None
     if before is None or not _same_state(before, event):
         return event
-    about, colon, _ = (before.description or "").partition(": ")
-    if not (colon and VALIDATION.search(about)):
+    validated = before.metadata.get(VALIDATED_BY)
+    if validated is None or not validated.value:
         return event
-    return AssetObservation(
+    return type(event)(
         event.asset_key,
         partition=name,
-        description=f"{about}: {event.description}",
-        metadata=event.metadata,
+        description=f"{validated.value}: {event.description}",
+        metadata={**event.metadata, VALIDATED_BY: validated},
     )
 
 
-def _same_state(before: AssetMaterialization | AssetObservation, now: AssetObservation) -> bool:
+def _same_state(before: StateEvent, now: StateEvent) -> bool:
     return all(
         before.metadata.get(key) == now.metadata.get(key) for key in ("status", "status_reason")
     )
@@ -287,7 +309,7 @@ def store_evaluations(
     policy: MaintenancePolicy,
     partitions: Collection[str],
     selected: Collection[str],
-    description: str = "",
+    reported: Reported = Reported(),
 ) -> list[AssetCheckEvaluation]:
     """The per-store checks (those ``selected``) on each store's partition, worst last."""
     evaluations = []
@@ -306,7 +328,7 @@ def store_evaluations(
                     partition=name,
                     passed=verdict.passed,
                     severity=severity(verdict.severity),
-                    description=description + verdict.summary,
+                    description=reported.prefix() + verdict.summary,
                     metadata=status_metadata(report, names),
                 )
             )
@@ -377,7 +399,7 @@ class StoreEvents:
     """The per-store events of one page of stores that tell Dagster something new;
     :meth:`logged` once they are logged."""
 
-    states: list[AssetMaterialization | AssetObservation]
+    states: list[StateEvent]
     evaluations: list[AssetCheckEvaluation]
     trackers: list[LastReported] = field(default_factory=list)
 
@@ -403,7 +425,7 @@ def changed_store_events(
     policy: MaintenancePolicy,
     partitions: Collection[str],
     selected: Collection[str] = (),
-    description: str = "",
+    reported: Reported = Reported(),
 ) -> Iterator[StoreEvents]:
     """For each page of stores, each store's state whose fingerprint changed and each
     ``selected`` per-store check whose result changed since the last report; then, last,
@@ -419,13 +441,13 @@ def changed_store_events(
         states = LastReported(instance, "state")
         fresh = states.changed({name: state_fingerprint(r) for name, r in named.items()})
         events = store_states(
-            catalog, [r for n, r in named.items() if n in fresh], names, partitions, description
+            catalog, [r for n, r in named.items() if n in fresh], names, partitions, reported
         )
         worst_here = worst_last(list(named.values()))[-1]
         rank = (WORST_LAST[worst_here.status.status], str(worst_here.key))
         trackers, evaluations = [states], list[AssetCheckEvaluation]()
         for check in checks:
-            found = store_evaluations(page, names, policy, partitions, {check}, description)
+            found = store_evaluations(page, names, policy, partitions, {check}, reported)
             tracker = LastReported(instance, f"check/{check}")
             changed = tracker.changed({e.partition or "": _result(e) for e in found})
             held = worst.get(check)

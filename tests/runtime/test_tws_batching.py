@@ -31,6 +31,8 @@ from state_runtime.store.config import StoreConfig
 from state_runtime.store.provider import StateStoreProvider
 from state_runtime.store.state_store import StateStore
 
+from .tws_processors import KeyCount
+
 
 class Mixed(StatefulProcessor):
     """A count (value), the amounts (list) and the amounts by parity (map), each read back
@@ -257,3 +259,19 @@ def test_keys_reach_the_processor_as_spark_hands_them(
     task = Task(tmp_path, KeyRepr(pandas), "key string, n bigint", pandas, key_type)
     out = task.batch([(k, i) for i, k in enumerate(keys)])
     assert {r["key"]: r["n"] for r in out} == handed
+
+
+def test_a_null_timestamp_key_is_handed_nat_and_keeps_its_state(tmp_path: Path) -> None:
+    """The pandas form hands a null timestamp key as ``NaT`` and keeps its state from batch
+    to batch, where Spark's worker fails setting that key (test_tws_null_keys.py; docs/
+    transform-with-state.md, Equal to Spark)."""
+    task = Task(tmp_path, KeyCount(), KeyCount.SCHEMA, key_type="timestamp")
+    first = task.batch([(None, 0), (T, 1), (None, 2)])
+    assert {r["key"]: r["n"] for r in first} == {
+        "NaT": 2,
+        "Timestamp('2026-01-01 00:00:00')": 1,
+    }
+    assert task.batch([(None, 3), (T, 4)]) == [
+        {"key": "NaT", "n": 3},
+        {"key": "Timestamp('2026-01-01 00:00:00')", "n": 2},
+    ]

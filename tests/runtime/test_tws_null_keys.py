@@ -6,7 +6,7 @@ Spark's pandas worker sets the implicit grouping key of a null string key from t
 frame's float ``nan``; the JVM stores that key's state and timers under the string ``"NaN"``,
 so a timer of a null key fires with the key ``"NaN"`` and a real ``"NaN"`` key shares the
 null key's state. Ours keeps a null key null (a merge of two distinct keys' state is not
-copied)."""
+copied). A null timestamp key fails Spark's pandas form; ours hands it ``NaT`` and runs."""
 
 from __future__ import annotations
 
@@ -20,8 +20,24 @@ from pyspark.sql import SparkSession
 
 from state_runtime.runtime import read_state
 
-from .differential import Rows, Stream, run_ours, run_spark, run_stream, session_for, write_batch
-from .tws_processors import FraudDetector, KeyEcho, Totals, spark_null_key_as_ours, tws_operator
+from .differential import (
+    Outcome,
+    Rows,
+    Stream,
+    run_ours,
+    run_spark,
+    run_stream,
+    session_for,
+    write_batch,
+)
+from .tws_processors import (
+    FraudDetector,
+    KeyEcho,
+    Totals,
+    spark_null_key_as_ours,
+    time_key_operator,
+    tws_operator,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -116,3 +132,25 @@ def test_a_null_int_keys_rows_reach_spark_one_call_each(
     )
     assert outcome.ours == {0: [("'a'",)]}
     assert outcome.theirs == {0: [("'a'",)] * 3}
+
+
+def test_a_null_timestamp_key_fails_sparks_pandas_form_and_runs_in_ours(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    """Rows of a null ``ts`` key and of a set one, keyed ``(part, ts)`` (``KeyCount``, pandas
+    form): Spark's worker fails setting the null key from the frame's ``NaT`` (its implicit
+    key is converted with ``timetuple``); ours hands ``NaT`` and counts the key's rows (its
+    state across batches: test_tws_batching.py)."""
+    stream = Stream(
+        [[(0, "a", None, 1), (0, "b", T, 2), (0, "c", None, 3)]], "UTC", 0, 4, 4, "update", None
+    )  # fmt: skip
+    operator = time_key_operator()
+    session = session_for(spark, stream)
+    (tmp_path / "in").mkdir()
+    write_batch(tmp_path, stream, 0, time.time())
+    outcome = Outcome(operator, stream)
+    outcome.ours = run_ours(session, operator, stream, tmp_path, sqlite_catalog_url, range(1))
+    assert outcome.ours == {0: [("Timestamp('2023-11-14 22:13:20')", 1), ("NaT", 2)]}
+    with pytest.raises(Exception, match="NaTType does not support timetuple"):
+        run_spark(session, operator, tmp_path, outcome)
+    assert outcome.theirs == {}

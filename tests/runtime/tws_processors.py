@@ -419,6 +419,24 @@ class KeyEcho(StatefulProcessor):
         yield from _emit(self.pandas, [dict(user_key=repr(key[1]))])
 
 
+class KeyCount(StatefulProcessor):
+    """A running count of each key's rows, output with the ``repr`` of the key's last column
+    as it is handed (pandas form): ours hands a null timestamp key as ``NaT`` and keeps its
+    state; Spark's worker fails setting it (:func:`time_key_operator`)."""
+
+    pandas = True
+    SCHEMA = "key string, n bigint"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.count = handle.getValueState("count", "n bigint")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        (n,) = self.count.get() or (0,)
+        n += len(_records(rows, self.pandas))
+        self.count.update((n,))
+        yield from _emit(self.pandas, [dict(key=repr(key[-1]), n=n)])
+
+
 # --- the harness's entries -------------------------------------------------------------------
 
 
@@ -474,6 +492,25 @@ def tws_operator(
         return df.withColumn("ts_ms", F.unix_millis("ts"))
 
     return Operator(name, ours, spark, _rows, prepare=prepare)
+
+
+def time_key_operator() -> Operator:
+    """:class:`KeyCount` keyed by ``(part, ts)``, a timestamp key, through our
+    ``transform_with_state`` and Spark's ``transformWithStateInPandas`` (RocksDB)."""
+
+    def ours(_s: Stream) -> tuple[list[StatefulOperator], Watermark | None]:
+        key = "part int, ts timestamp"
+        op = transform_with_state(0, ["part", "ts"], key, KeyCount(), KeyCount.SCHEMA, 2)
+        return [op], None
+
+    def spark(df: DataFrame, _s: Stream) -> tuple[DataFrame, str]:
+        df.sparkSession.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        grouped = df.groupBy("part", "ts")
+        return grouped.transformWithStateInPandas(
+            KeyCount(), KeyCount.SCHEMA, "Update", "None"
+        ), "update"
+
+    return Operator("KeyCount", ours, spark, _rows)
 
 
 TIME_MODES = {
