@@ -85,23 +85,7 @@ def decodes_large(data: bytes) -> bool:
     except (CheckpointFileCorrupt, *PARSE_ERRORS, InvalidArgument):
         return False  # the whole read names the problem
     assert header.schema is not None
-    width = _row_bytes(header.schema.key_arrow) + _row_bytes(header.schema.value_arrow)
-    return header.file_rows * width > LOCAL_DISK.threshold()
-
-
-def _row_bytes(struct: pa.StructType) -> int:
-    """Bytes a row of ``struct`` decodes to at least: fixed-width fields at their width (one
-    byte for a flag), others at 8 (an offset and some data)."""
-    total = 0
-    for field in struct:
-        if pa.types.is_struct(field.type):
-            total += _row_bytes(field.type)
-        else:
-            try:
-                total += max(1, field.type.bit_width // 8)
-            except ValueError:
-                total += 8
-    return total
+    return header.file_rows * header.schema.row_bytes > LOCAL_DISK.threshold()
 
 
 class _Payload(io.RawIOBase):
