@@ -16,7 +16,7 @@ from state_runtime.runtime.operator import ColumnKind, ColumnUse, StatefulOperat
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.schema_evolution import SchemaChange
-from state_runtime.store.state_schema import parse_schema
+from state_runtime.store.state_schema import StateSchema, parse_schema
 from state_runtime.store.state_store import StateStore
 
 AggFunction = Literal["count", "sum", "min", "max"]
@@ -35,10 +35,10 @@ small multiple of the threshold, not of :data:`CHUNK_ROWS` (docs/state-on-disk.m
 the first batch in smaller chunks")."""
 
 
-def chunk_rows(store: StateStore) -> int:
-    """Input rows a step takes in ``store``: :data:`CHUNK_ROWS` in memory mode (a large
-    budget), fewer under a small one (see :data:`CHUNK_SHARE`)."""
-    fitting = LOCAL_DISK.threshold() // (CHUNK_SHARE * store.schema.row_bytes)
+def chunk_rows(schema: StateSchema) -> int:
+    """Input rows a step takes in a store of ``schema``: :data:`CHUNK_ROWS` in memory mode (a
+    large budget), fewer under a small one (see :data:`CHUNK_SHARE`)."""
+    fitting = LOCAL_DISK.threshold() // (CHUNK_SHARE * schema.row_bytes)
     return min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, fitting))
 
 
@@ -78,7 +78,7 @@ class _RunningAggregate:
     def __call__(self, store: StateStore, rows: pa.Table) -> pa.Table | Iterator[pa.Table] | None:
         if rows.num_rows == 0:
             return None
-        size = chunk_rows(store)
+        size = chunk_rows(store.schema)
         if rows.num_rows <= size:
             return self._apply(store, rows)
         return self._chunks(store, rows, size)
