@@ -6,13 +6,14 @@ Prints, as JSON: the rows, the budget, the peak resident memory growth over the 
 baseline (VmHWM, after the input is built: ``peak_memory.py``), the bytes of the update's
 largest output chunk (the output, the updated keys' totals, is yielded chunk by chunk and
 dropped as it comes, as the task hands it to Spark), the transient bytes (growth less the
-8-byte sort order of the rows, which a batch holds whole: the output's chunks are in it),
-the seconds, and the local disk's figures: bytes written, of which compaction, and (without
-``--task``) the bytes of the committed state's run files, the write amplification (written /
-state) and its bound for the batch's chunks of whole keys in key order (docs/state-on-disk.md,
-"Write amplification"). A task of 1,000 rows runs first, so that what the libraries load on
-first use (pandas, which Arrow imports at its first array made from Python objects) is in the
-baseline.
+8-byte sort order of the rows, which a batch holds whole: the output's chunks are in it), the
+Arrow memory pool's peak (``arrow_peak_bytes``: the update's transient Arrow buffers, which the
+chunk size sets), the seconds, and the local disk's figures: bytes written, of which
+compaction, and (without ``--task``) the bytes of the committed state's run files, the write
+amplification (written / state) and its bound for the batch's chunks of whole keys in key order
+(docs/state-on-disk.md, "Write amplification"). A task of 1,000 rows runs first, so that what
+the libraries load on first use (pandas, which Arrow imports at its first array made from
+Python objects) is in the baseline.
 
 ``--task N`` runs the whole task body instead (``tasks.run_partitions``, as a Spark worker
 does): the rows arrive as Spark sends them, in batches of 10,000 with the routing and
@@ -147,7 +148,7 @@ def main() -> None:
         seconds = time.perf_counter() - started
         growth = peak_rss() - baseline
         after = LOCAL_DISK.snapshot()
-    chunks = -(-args.rows // aggregation.CHUNK_ROWS)
+    chunks = -(-args.rows // aggregation.chunk_rows(op.schema))
     written = after.bytes_written - before.bytes_written
     figures = {
         "rows": args.rows,
@@ -156,6 +157,7 @@ def main() -> None:
         "output_rows": output_rows,
         "largest_output_batch_bytes": largest,
         "transient_bytes": growth - held,
+        "arrow_peak_bytes": pa.default_memory_pool().max_memory(),
         "seconds": round(seconds, 3),
         "local_disk_bytes_written": written,
         "compaction_bytes": after.compaction_bytes - before.compaction_bytes,

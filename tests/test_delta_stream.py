@@ -9,6 +9,8 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from state_runtime import CheckpointInfo, StateStoreProvider
@@ -178,3 +180,55 @@ def test_large_files_written_before_a_nullable_column_was_appended_stream_under_
         assert any(isinstance(run, DiskRun) for run in loaded._version.runs)  # type: ignore[attr-defined]
         assert dict(loaded.items()) == expected
         assert loaded.get((2,)) == (14, None)
+
+
+LARGE = 100_000
+
+
+def _rows(keys: np.ndarray, values: np.ndarray | None) -> pa.Table:
+    """Rows in the checkpoint layout (``values`` None: removals)."""
+    value = (
+        pa.array(values, type=pa.int64()) if values is not None else pa.nulls(len(keys), pa.int64())
+    )
+    key_struct = pa.StructArray.from_arrays([pa.array(keys, type=pa.int64())], names=["k"])
+    value_struct = pa.StructArray.from_arrays(
+        [value], names=["v"], mask=pa.array(np.full(len(keys), values is None))
+    )
+    return pa.table({"key": key_struct, "value": value_struct})
+
+
+def test_small_deltas_of_many_rows_and_removals_stream_under_a_real_threshold(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch, streamed_kinds: list[FileKind]
+) -> None:
+    """A 4 MiB budget's threshold (1 MiB), not a tiny one: two deltas stored in a few KB
+    (consecutive keys, runs of equal values) decode to more than it, so they are streamed from
+    their bytes (``snapshot_stream.decodes_large``), removals included, and the state equals
+    a whole read's."""
+    monkeypatch.setattr(checkpoint_format, "BATCH_BYTES", 1 << 20)  # as written by default
+    provider = _fresh(storage, "integer")
+    store = provider.get_store(0)
+    keys = np.arange(LARGE, dtype=np.int64)
+    store.apply_arrow(_rows(keys, np.ones(LARGE, dtype=np.int64)))
+    first = store.commit()
+    store = provider.get_store(*_ref(first))
+    kept = keys[keys % 5 != 1]
+    store.apply_arrow(_rows(kept, np.where(kept % 3 == 0, 2, 1)))  # every row again: 1.6 MB
+    store.apply_arrow(_rows(keys[1::5], None))
+    last = store.commit()
+    threshold = 1 << 20
+    for info in (first, last):
+        size = len(storage.read(info.path))
+        assert _format(storage, info) == 2 and size * 8 <= threshold, size  # not streamed by size
+    whole = _fresh(storage, "integer").get_read_store(*_ref(last))
+    expected = dict(whole.items())
+    assert len(expected) == LARGE - len(keys[1::5])
+    assert expected[(3,)] == (2,) and (1,) not in expected and expected[(2,)] == (1,)
+    assert not streamed_kinds
+    monkeypatch.setattr(LOCAL_DISK, "spill_bytes", threshold)
+    loaded = _fresh(storage, "integer").get_read_store(*_ref(last))
+    assert streamed_kinds == [FileKind.DELTA, FileKind.DELTA]
+    assert any(isinstance(run, DiskRun) for run in loaded._version.runs)  # type: ignore[attr-defined]
+    assert loaded.metrics.rows == len(expected)
+    assert dict(loaded.items()) == expected
+    probes = [(i,) for i in range(0, LARGE + 3, 7)]
+    assert [loaded.get(p) for p in probes] == [whole.get(p) for p in probes]

@@ -15,7 +15,7 @@ from state_runtime import CheckpointInfo, StateStoreProvider
 from state_runtime.errors import CheckpointFileCorrupt, FileAlreadyExists, StorageFileNotFound
 from state_runtime.identity import CheckpointRef, FileKind
 from state_runtime.storage import Storage
-from state_runtime.store import checkpoint_format, run_builder
+from state_runtime.store import checkpoint_format, run_builder, snapshot_stream
 from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun
 
 from .s3_fixtures import MotoS3
@@ -192,3 +192,25 @@ def test_a_streamed_write_to_s3_is_a_multipart_upload_of_parts_read_one_by_one(
     with pytest.raises(FileAlreadyExists):
         storage.write_stream_if_absent("a/big.bin", io.BytesIO(data), len(data))
     assert moto_s3.pending_uploads(storage.bucket) == []
+
+
+def test_a_snapshot_read_whole_has_its_header_parsed_once(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deciding whether a file read whole is still streamed (by its rows) parses its header;
+    the decode then takes that header, not a second parse (38 to 63 us a file)."""
+    provider, ref, _ = _snapshot_path(storage)
+    parsed = []
+    parse = checkpoint_format.stream_header
+
+    def spy(schema: object, fmt: int) -> object:
+        parsed.append(fmt)
+        return parse(schema, fmt)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(checkpoint_format, "stream_header", spy)
+    monkeypatch.setattr(snapshot_stream, "stream_header", spy)
+    loaded = _int_provider(storage).get_read_store(ref.version, ref.checkpoint_id)
+    assert parsed == [2]  # the snapshot, format 2, once
+    assert dict(loaded.items()) == dict(
+        provider.get_read_store(ref.version, ref.checkpoint_id).items()
+    )

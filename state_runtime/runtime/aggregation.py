@@ -14,17 +14,32 @@ from state_runtime.errors import InvalidArgument
 from state_runtime.identity import DEFAULT_STORE_NAME
 from state_runtime.runtime.operator import ColumnKind, ColumnUse, StatefulOperator
 from state_runtime.store.config import StoreConfig
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.schema_evolution import SchemaChange
-from state_runtime.store.state_schema import parse_schema
+from state_runtime.store.state_schema import StateSchema, parse_schema
 from state_runtime.store.state_store import StateStore
 
 AggFunction = Literal["count", "sum", "min", "max"]
 _ARROW_AGG = {"count": "count_all", "sum": "sum", "min": "min", "max": "max"}
 _KIND: dict[str, ColumnKind] = {"sum": "numeric", "min": "orderable", "max": "orderable"}
 CHUNK_ROWS = 1 << 17
-"""Input rows one step of a batch aggregates, looks up and applies: a batch larger than this
-is taken in chunks of whole keys, so the worker's transient memory (hash table, lookup, sorted
+"""Input rows one step of a batch aggregates, looks up and applies at most: a larger batch is
+taken in chunks of whole keys, so the worker's transient memory (hash table, lookup, sorted
 change run) follows the chunk, not the batch (docs/state-on-disk.md)."""
+MIN_CHUNK_ROWS = 1 << 13
+"""Input rows of a chunk at least, whatever the budget (a step's fixed costs stay small)."""
+CHUNK_SHARE = 2
+"""A chunk's rows, at the store's row width, fill at most 1/CHUNK_SHARE of the spill threshold:
+each step's copies (input taken in key order, groups, lookup, change run, output) are then a
+small multiple of the threshold, not of :data:`CHUNK_ROWS` (docs/state-on-disk.md, "Issue 37,
+the first batch in smaller chunks")."""
+
+
+def chunk_rows(schema: StateSchema) -> int:
+    """Input rows a step takes in a store of ``schema``: :data:`CHUNK_ROWS` in memory mode (a
+    large budget), fewer under a small one (see :data:`CHUNK_SHARE`)."""
+    fitting = LOCAL_DISK.threshold() // (CHUNK_SHARE * schema.row_bytes)
+    return min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, fitting))
 
 
 @dataclass(frozen=True)
@@ -63,16 +78,17 @@ class _RunningAggregate:
     def __call__(self, store: StateStore, rows: pa.Table) -> pa.Table | Iterator[pa.Table] | None:
         if rows.num_rows == 0:
             return None
-        if rows.num_rows <= CHUNK_ROWS:
+        size = chunk_rows(store.schema)
+        if rows.num_rows <= size:
             return self._apply(store, rows)
-        return self._chunks(store, rows)
+        return self._chunks(store, rows, size)
 
-    def _chunks(self, store: StateStore, rows: pa.Table) -> Iterator[pa.Table]:
+    def _chunks(self, store: StateStore, rows: pa.Table, size: int) -> Iterator[pa.Table]:
         """A large batch chunk by chunk, each chunk's output yielded once it is applied: the
         task hands it to Spark before the next, so the output is held a chunk at a time."""
         keys = rows.select(list(self.key_columns))
         order = pc.sort_indices(keys, [(c, "ascending") for c in self.key_columns])
-        for start, stop in _key_chunks(keys, order):
+        for start, stop in _key_chunks(keys, order, size):
             yield self._apply(store, rows.take(order.slice(start, stop - start)))
 
     def _apply(self, store: StateStore, rows: pa.Table) -> pa.Table:
@@ -112,12 +128,12 @@ def whole_output(output: pa.Table | Iterator[pa.Table] | None) -> pa.Table | Non
     return pa.concat_tables(list(output))
 
 
-def _key_chunks(keys: pa.Table, order: pa.Array) -> list[tuple[int, int]]:
-    """``[start, stop)`` ranges of ``order`` (``keys``' rows in key order) of about
-    :data:`CHUNK_ROWS` rows each, every range ending where the key changes."""
+def _key_chunks(keys: pa.Table, order: pa.Array, size: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` ranges of ``order`` (``keys``' rows in key order) of about ``size``
+    rows each, every range ending where the key changes."""
     ranges, start, n = [], 0, len(order)
     while start < n:
-        stop = min(start + CHUNK_ROWS, n)
+        stop = min(start + size, n)
         if stop < n:
             stop = _key_end(keys, order, stop - 1)
         ranges.append((start, stop))

@@ -18,7 +18,7 @@ import hashlib
 import json
 import struct
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -175,9 +175,12 @@ def decode(
     store: object | None = None,
     ref: CheckpointRef | None = None,
     schemas: SchemaLookup | None = None,
+    opened: JsonStream | None = None,
 ) -> tuple[FileHeader, pa.Table]:
-    """Verify and parse a checkpoint file. Raises CheckpointFileCorrupt naming ``path``, or
-    SchemaMismatch for a format 3 delta whose schema id ``schemas`` does not know."""
+    """Verify and parse a checkpoint file (``opened``: a format 1 or 2 file's stream
+    :func:`open_json_format` opened on ``data``, not read yet). Raises CheckpointFileCorrupt
+    naming ``path``, or SchemaMismatch for a format 3 delta whose schema id ``schemas`` does
+    not know."""
     corrupt = corrupt_reporter(path, store, ref)
     if format_of(data) == DELTA_FORMAT_VERSION:
         parsed = _parse_compact(data, corrupt)
@@ -201,7 +204,7 @@ def decode(
                 f"rows do not parse under schema {header.schema_id} (<{schema.describe()}>): {e}"
             ) from e
     else:
-        header, table = _decode_json_format(data, corrupt)
+        header, table = _decode_json_format(data, corrupt, opened)
     assert header.schema is not None
     problem = layout_problem(table, header.schema.key_arrow, header.schema.value_arrow)
     if problem:
@@ -262,21 +265,44 @@ def _parse_compact(
         raise corrupt(f"unparsable header: {e}") from e
 
 
-def _decode_json_format(
-    data: bytes, corrupt: Callable[[str], CheckpointFileCorrupt]
-) -> tuple[FileHeader, pa.Table]:
-    """Formats 1 and 2: the 52-byte envelope and an Arrow IPC stream with a JSON header."""
-    fmt, length, digest = envelope_of(data, corrupt)
+@dataclass(frozen=True)
+class JsonStream:
+    """A format 1 or 2 file's Arrow stream opened and its header parsed, once: what deciding
+    how to read a file read whole (by its rows) and decoding it both need. Its ``reader`` is
+    read once."""
+
+    reader: pa.ipc.RecordBatchStreamReader
+    header: FileHeader
+    encodings: bytes | None
+
+
+def open_json_format(data: bytes, corrupt: Callable[[str], CheckpointFileCorrupt]) -> JsonStream:
+    """The stream and header of the format 1 or 2 file ``data`` (its checksum not checked)."""
+    fmt, _, _ = envelope_of(data, corrupt)
     payload = memoryview(data)[ENVELOPE_SIZE:]
-    check_payload(len(payload), length, hashlib.sha256(payload).digest() == digest, corrupt)
     try:
         options = pa.ipc.IpcReadOptions(use_threads=len(payload) >= THREADED_BYTES)
         reader = pa.ipc.open_stream(pa.py_buffer(payload), options=options)
-        table = reader.read_all()
         header, encodings = stream_header(reader.schema, fmt)
-        assert header.schema is not None
+    except (*PARSE_ERRORS, InvalidArgument) as e:
+        raise corrupt(f"unparsable content: {e}") from e
+    return JsonStream(reader, header, encodings)
+
+
+def _decode_json_format(
+    data: bytes, corrupt: Callable[[str], CheckpointFileCorrupt], opened: JsonStream | None
+) -> tuple[FileHeader, pa.Table]:
+    """Formats 1 and 2: the 52-byte envelope and an Arrow IPC stream with a JSON header."""
+    _, length, digest = envelope_of(data, corrupt)
+    payload = memoryview(data)[ENVELOPE_SIZE:]
+    check_payload(len(payload), length, hashlib.sha256(payload).digest() == digest, corrupt)
+    stream = opened or open_json_format(data, corrupt)
+    header = stream.header
+    assert header.schema is not None
+    try:
+        table = stream.reader.read_all()
         key_type, value_type = header.schema.key_arrow, header.schema.value_arrow
-        table = decode_table(table, encodings, key_type, value_type)
+        table = decode_table(table, stream.encodings, key_type, value_type)
     except (*PARSE_ERRORS, InvalidArgument) as e:
         raise corrupt(f"unparsable content: {e}") from e
     return header, table

@@ -43,7 +43,12 @@ from state_runtime.store.checkpoint_format import (
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_levels import AnyRun
 from state_runtime.store.schema_evolution import Projection
-from state_runtime.store.snapshot_stream import decodes_large, read_streamed, streams
+from state_runtime.store.snapshot_stream import (
+    decodes_large,
+    opened_whole,
+    read_streamed,
+    streams,
+)
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
 from state_runtime.store.versions import Version, row_changes, squash
@@ -364,7 +369,8 @@ class VersionLoader:
                 if streams(head):
                     return self._read_streamed(ref, kind, path, head, stream, metrics)
                 data = head + stream.read()
-            if decodes_large(data):  # a small file of many rows: streamed from its bytes
+            opened = opened_whole(data)
+            if decodes_large(opened):  # a small file of many rows: streamed from its bytes
                 payload = io.BytesIO(memoryview(data)[ENVELOPE_SIZE:])
                 return self._read_streamed(ref, kind, path, head, payload, metrics)
         except StorageFileNotFound:
@@ -376,7 +382,7 @@ class VersionLoader:
         metrics.files_read += 1
         metrics.bytes_read += len(data)
         try:
-            header, table = decode(data, path, self.store, ref, self.target.schema_of)
+            header, table = decode(data, path, self.store, ref, self.target.schema_of, opened)
         except SchemaMismatch as e:
             newest = self.target.history.newest.schema.describe()
             raise SchemaMismatch(

@@ -29,12 +29,14 @@ from state_runtime.store.checkpoint_format import (
     ENVELOPE_SIZE,
     PARSE_ERRORS,
     FileHeader,
+    JsonStream,
     check_identity,
     check_payload,
     corrupt_reporter,
     envelope_of,
     format_of,
     layout_problem,
+    open_json_format,
     stream_header,
 )
 from state_runtime.store.column_encoding import decode_table
@@ -70,38 +72,29 @@ def streams(head: bytes) -> bool:
     return length * STREAM_RATIO > LOCAL_DISK.threshold()
 
 
-def decodes_large(data: bytes) -> bool:
-    """Whether a file read whole (``data``, not :func:`streams`) is still to be streamed: a
-    format 1 or 2 file whose header's rows, at its schema's row width, pass the spill
-    threshold. Its stored size does not bound its rows: a count's first batch of 1.25M
-    consecutive integer keys is a 7.5 KB delta decoding to 20 MiB, which a whole read held
-    (and merged) in memory whatever the budget."""
+def opened_whole(data: bytes) -> JsonStream | None:
+    """A file read whole (``data``, not :func:`streams`) with its stream opened and header
+    parsed, for :func:`decodes_large` and then the whole read (``decode``'s ``opened``): a
+    format 1 or 2 file; None for a format 3 one (at most one record batch of rows) or one
+    that does not parse (the whole read names the problem)."""
     if format_of(data) == COMPACT_FORMAT_VERSION:
-        return False  # at most one record batch of rows
+        return None
     try:
-        fmt, _, _ = envelope_of(data, corrupt_reporter("", None, None))
-        reader = pa.ipc.open_stream(memoryview(data)[ENVELOPE_SIZE:])
-        header, _ = stream_header(reader.schema, fmt)
-    except (CheckpointFileCorrupt, *PARSE_ERRORS, InvalidArgument):
-        return False  # the whole read names the problem
-    assert header.schema is not None
-    width = _row_bytes(header.schema.key_arrow) + _row_bytes(header.schema.value_arrow)
-    return header.file_rows * width > LOCAL_DISK.threshold()
+        return open_json_format(data, corrupt_reporter("", None, None))
+    except CheckpointFileCorrupt:
+        return None
 
 
-def _row_bytes(struct: pa.StructType) -> int:
-    """Bytes a row of ``struct`` decodes to at least: fixed-width fields at their width (one
-    byte for a flag), others at 8 (an offset and some data)."""
-    total = 0
-    for field in struct:
-        if pa.types.is_struct(field.type):
-            total += _row_bytes(field.type)
-        else:
-            try:
-                total += max(1, field.type.bit_width // 8)
-            except ValueError:
-                total += 8
-    return total
+def decodes_large(opened: JsonStream | None) -> bool:
+    """Whether a file read whole (:func:`opened_whole`) is still to be streamed: its header's
+    rows, at its schema's row width, pass the spill threshold. Its stored size does not bound
+    its rows: a count's first batch of 1.25M consecutive integer keys is a 7.5 KB delta
+    decoding to 20 MiB, which a whole read held (and merged) in memory whatever the budget."""
+    if opened is None:
+        return False
+    schema = opened.header.schema
+    assert schema is not None
+    return opened.header.file_rows * schema.row_bytes > LOCAL_DISK.threshold()
 
 
 class _Payload(io.RawIOBase):

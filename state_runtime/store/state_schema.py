@@ -208,6 +208,12 @@ class StateSchema:
     def value_arrow(self) -> pa.StructType:
         return pa.struct(list(to_arrow_schema(self.value, timezone="UTC")))
 
+    @cached_property
+    def row_bytes(self) -> int:
+        """Bytes a row (key and value) takes in Arrow at least: what a count of rows is
+        weighed by against the spill threshold before the rows exist."""
+        return _struct_bytes(self.key_arrow) + _struct_bytes(self.value_arrow)
+
     @property
     def key_arity(self) -> int:
         return len(self.key.fields)
@@ -218,3 +224,18 @@ class StateSchema:
 
     def describe(self) -> str:
         return f"key <{self.key.simpleString()[7:-1]}>, value <{self.value.simpleString()[7:-1]}>"
+
+
+def _struct_bytes(struct: pa.StructType) -> int:
+    """Bytes a row of ``struct`` decodes to at least: fixed-width fields at their width (one
+    byte for a flag), others at 8 (an offset and some data)."""
+    total = 0
+    for field in struct:
+        if pa.types.is_struct(field.type):
+            total += _struct_bytes(field.type)
+        else:
+            try:
+                total += max(1, field.type.bit_width // 8)
+            except ValueError:
+                total += 8
+    return total

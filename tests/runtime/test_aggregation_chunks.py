@@ -27,6 +27,7 @@ from state_runtime.settings import WorkerSettings
 from state_runtime.storage import LocalStorage
 from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.provider import StateStoreProvider
+from state_runtime.store.state_schema import StateSchema
 
 OP = running_aggregation(
     0,
@@ -144,3 +145,19 @@ def test_a_task_hands_each_chunks_output_to_spark_before_the_next_chunk(
     )
     committed = _provider(tmp_path).get_store(1, None).to_arrow().to_pylist()
     assert _canonical(committed) == _canonical(store.to_arrow().to_pylist())
+
+
+def test_a_chunk_holds_about_half_the_spill_threshold_of_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """16-byte rows (a count by one integer key): bench_e2e's 3.8 MiB budget (a 1 MB
+    threshold) takes 31,250 rows a step; memory mode the most, a forced-disk budget the least."""
+    schema = StateSchema.of("k bigint", "n bigint")
+    assert schema.row_bytes == 16
+    for threshold, rows in [
+        (1_000_000, 31_250),
+        (1 << 40, aggregation.CHUNK_ROWS),
+        (0, aggregation.MIN_CHUNK_ROWS),
+    ]:
+        monkeypatch.setattr(LOCAL_DISK, "spill_bytes", threshold)
+        assert aggregation.chunk_rows(schema) == rows

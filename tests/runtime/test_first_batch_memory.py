@@ -10,6 +10,12 @@ partition's input goes to sorted files on local disk past ``partition_input.SPIL
 and comes back in pieces of whole keys, each piece's output handed on before the next. Its
 peak growth at 4M rows stays within 8 MiB of 1M's; holding the input, the sort order and the
 output whole grew 67 MiB between them (33 to 100 MB), the output streamed alone 42 MiB.
+
+Under a small budget a step's chunk holds about half the spill threshold of changes
+(``aggregation.chunk_rows``), so the Arrow buffers a task holds at once stay a small multiple
+of the threshold: chunks of ``CHUNK_ROWS`` (2 MiB of changes each) peaked at 17.7 MB, the
+threshold's 17 times, a worker's peak in bench_e2e (docs/state-on-disk.md, "Issue 37, the
+first batch in smaller chunks").
 """
 
 from __future__ import annotations
@@ -19,10 +25,20 @@ from ..bench_runs import run_benchmark
 BOUND = 32 << 20
 
 
-def _transient(rows: int, *task: str) -> int:
-    figures = run_benchmark("bench_first_batch.py", "--rows", str(rows), "--budget-mib", "4", *task)
+BUDGET_MIB = 4
+THRESHOLD = (BUDGET_MIB << 20) // 4  # disk_runs.SPILL_FRACTION
+
+
+def _figures(rows: int, *task: str) -> dict[str, int]:
+    figures = run_benchmark(
+        "bench_first_batch.py", "--rows", str(rows), "--budget-mib", str(BUDGET_MIB), *task
+    )
     assert figures["output_rows"] == rows  # every key came out
-    return int(figures["transient_bytes"])
+    return figures
+
+
+def _transient(rows: int, *task: str) -> int:
+    return int(_figures(rows, *task)["transient_bytes"])
 
 
 def test_first_batch_transient_memory_does_not_grow_with_its_rows() -> None:
@@ -35,3 +51,8 @@ def test_a_task_holds_neither_its_input_nor_its_output_whole() -> None:
     small, large = _transient(1_000_000, "--task", "2"), _transient(4_000_000, "--task", "2")
     assert large <= 2 * BOUND, large
     assert large - small <= 8 << 20, (small, large)
+
+
+def test_a_first_batch_holds_arrow_buffers_of_a_few_spill_thresholds() -> None:
+    arrow_peak = _figures(1_000_000, "--task", "2")["arrow_peak_bytes"]
+    assert arrow_peak <= 12 * THRESHOLD, arrow_peak / THRESHOLD
