@@ -51,7 +51,7 @@ def store_discovery_sensor(
         if census == context.cursor:
             return SensorResult(skip_reason=SkipReason("no store added or removed"), cursor=census)
         records = fleet.stores()
-        names = StoreNames.of(fleet.catalog)
+        names = StoreNames.current(fleet.catalog)
         stores = {names.name(record.key) for record in records}
     known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     added, gone = sorted(stores - known), sorted(known - stores)
@@ -84,7 +84,7 @@ def snapshot_due_sensor(
         due = due_for_snapshot(fleet, policy)
         if not due:
             return SkipReason("no store is due for a snapshot")
-        names = StoreNames.of(fleet.catalog)
+        names = StoreNames.current(fleet.catalog)
     stores = sorted(names.name(d.record.key) for d in due)
     # one run per set of (store, latest version): the same chains never trigger twice
     state = ",".join(f"{d.record.key}@{d.record.latest.version}" for d in due)
@@ -161,7 +161,7 @@ def store_failure_sensor(
         if before.census == census:
             skip = SkipReason(f"{census[0]} open problems, none new or resolved")
             return SensorResult(skip_reason=skip, cursor=context.cursor)
-        names = StoreNames.of(fleet.catalog)
+        names = StoreNames.current(fleet.catalog)
         problems = {p.key for p in fleet.catalog.problems()}
         shown = store_partition_statuses(
             context.instance,
