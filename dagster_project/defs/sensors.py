@@ -23,7 +23,7 @@ from dagster_project.defs.assets import StoresConfig
 from dagster_project.defs.automation import sensor_status
 from dagster_project.defs.catalog_events import catalog_events_sensor
 from dagster_project.defs.jobs import snapshot_job, store_record_job
-from dagster_project.defs.partition_status import store_partition_statuses
+from dagster_project.defs.partition_status import Past, store_partition_statuses
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.store_events import partition_runs
@@ -109,7 +109,8 @@ class FailuresCursor:
     """The partitions of the stores broken at the last full tick, and the catalog's census of
     open problems then (their count and newest id; None: read everything, as the first tick
     does); the partitions Dagster showed *Failed* or in progress then, and the event log's
-    newest storage id (None: every attempt read, ``partition_status.py``). ``shown`` holds
+    newest storage id (None: read from the newest, the attempts before it the past to read),
+    and what is left of that past (``partition_status.py``: a page a tick). ``shown`` holds
     existing partitions only (a gone store's is dropped once discovery deletes it), each one
     *Failed* until a run materializes it (the tick requests one when its store is sound), so
     it is bounded by the partitions Dagster shows *Failed* or in progress."""
@@ -118,6 +119,7 @@ class FailuresCursor:
     census: list[int] | None
     shown: list[str]
     events: int | None
+    past: Past | None = None
 
     @classmethod
     def parse(cls, text: str | None) -> "FailuresCursor":
@@ -125,8 +127,13 @@ class FailuresCursor:
         if isinstance(found, list):  # the cursor before the problems were kept
             return cls(found, None, [], None)
         # older cursors: the problems' ids (not a census), no statuses kept
+        past = found.get("past")
         return cls(
-            found["failed"], found.get("census"), found.get("shown", []), found.get("events")
+            found["failed"],
+            found.get("census"),
+            found.get("shown", []),
+            found.get("events"),
+            None if past is None else Past(*past),
         )
 
 
@@ -158,7 +165,7 @@ def store_failure_sensor(
     before = FailuresCursor.parse(context.cursor)
     with maintenance.fleet("dagster:store-failures") as fleet:
         census = list(fleet.catalog.problem_census())
-        if before.census == census:
+        if before.census == census and before.past is None:
             skip = SkipReason(f"{census[0]} open problems, none new or resolved")
             return SensorResult(skip_reason=skip, cursor=context.cursor)
         names = StoreNames.current(fleet.catalog)
@@ -167,6 +174,7 @@ def store_failure_sensor(
             context.instance,
             {*(names.name(key) for key in problems), *before.failed, *before.shown},
             before.events,
+            before.past,
         )
         statuses = shown.statuses
         failed = {n for n, s in statuses.items() if s is AssetPartitionStatus.FAILED}
@@ -180,8 +188,15 @@ def store_failure_sensor(
     broken = sum(1 for r in reports if r.status.status is StoreStatus.BROKEN)
     done = not runs.fail and not runs.clear and len(runs.failed) == broken
     settled = census if done else before.census
+    past = None if shown.past is None else shown.past.pair()
     cursor = json.dumps(
-        {"failed": runs.failed, "census": settled, "shown": shown.shown, "events": shown.events}
+        {
+            "failed": runs.failed,
+            "census": settled,
+            "shown": shown.shown,
+            "events": shown.events,
+            "past": past,
+        }
     )
     if not runs.fail and not runs.clear:
         skip = SkipReason("every broken store's partition shows Failed, and only theirs")
