@@ -52,7 +52,6 @@ from dagster_project.defs import sensors
 from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.partition_status import (
     PartitionStatuses,
-    Past,
     store_partition_statuses,
 )
 from dagster_project.defs.partitions import state_stores
@@ -63,13 +62,13 @@ from state_runtime.maintenance import MaintenancePolicy, StoreNames
 SIZES = [int(s) for s in os.environ.get("STATE_BENCH_PARTITIONS", "20000,100000").split(",")]
 ROUNDS = int(os.environ.get("STATE_BENCH_ROUNDS", "2"))
 STORES = 20
-Statuses = Callable[[DagsterInstance, Collection[str], int | None, Past | None], PartitionStatuses]
+Statuses = Callable[[DagsterInstance, Collection[str], int | None, str | None], PartitionStatuses]
 PLANNED = DagsterEventType.ASSET_MATERIALIZATION_PLANNED
 SHOWN = {AssetPartitionStatus.FAILED, AssetPartitionStatus.IN_PROGRESS}
 
 
 def listed(
-    instance: DagsterInstance, named: Collection[str], after: int | None, past: Past | None = None
+    instance: DagsterInstance, named: Collection[str], after: int | None, past: str | None = None
 ) -> PartitionStatuses:
     """The read before: every partition listed, and their statuses from the status cache."""
     partitions = instance.get_dynamic_partitions(state_stores.name or "")
@@ -131,7 +130,7 @@ def materialize_all(instance: DagsterInstance, partitions: list[str]) -> None:
 
 
 def every_attempt(
-    instance: DagsterInstance, named: Collection[str], after: int | None, past: Past | None = None
+    instance: DagsterInstance, named: Collection[str], after: int | None, past: str | None = None
 ) -> PartitionStatuses:
     """The first read after the upgrade before: every attempt ever made grouped by partition
     in one tick, and the statuses of those partitions."""
@@ -146,8 +145,8 @@ def upgraded(ticks: Ticks, partitions: list[str], failed: str) -> dict[str, Any]
     """The first tick of a cursor from before the upgrade (no storage id), every partition
     attempted by a run that failed, then materialized again but ``failed`` (a sound store's:
     Failed before the upgrade), alternated ``ROUNDS`` times: every attempt read in one tick
-    (before), a page of ``PAST_A_READ`` (now); then how many ticks the pages take, and the
-    tick that finds ``failed`` and requests the run that records it again."""
+    (before), a page of ``PAST_A_READ`` partitions (now); then how many ticks the pages
+    take, and the tick that finds ``failed`` and requests the run that records it again."""
     attempt_all(ticks.instance, partitions)
     materialize_all(ticks.instance, [p for p in partitions if p != failed])
     before = json.dumps({"failed": [], "census": None, "shown": []})

@@ -19,11 +19,11 @@ The first read of a cursor without a storage id (``after`` None: the first tick,
 after the upgrade that added it) must still find the partitions other runs failed before it
 (the read before the upgrade found them by listing every status; starting at the newest id
 would miss a sound store's partition failed before the upgrade by another run). Reading every
-attempt ever made at once took 14 s at 40,000 partitions attempted (Dagster on SQLite). So
-that past, the attempts up to the newest id at the first read (``Past``), is read oldest
-first, ``PAST_A_READ`` attempts a read (one index range of the event log), a read each tick
-beside the new attempts, until it is read: each tick stays bounded, and a partition another
-run failed before the upgrade is found within ``attempts / PAST_A_READ`` ticks.
+attempt ever made at once took 14 s at 40,000 partitions attempted (Dagster on SQLite),
+every one of them then read as above. So from the newest id on the attempts are read as
+always, and every partition is asked about once more, ``PAST_A_READ`` a read in Dagster's
+order (its page cursor kept), until each was: each tick stays bounded, and a partition
+another run failed before the upgrade is found within ``partitions / PAST_A_READ`` ticks.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-import sqlalchemy as sa
 from dagster import (
     AssetPartitionStatus,
     DagsterEventType,
@@ -41,54 +40,22 @@ from dagster import (
     EventRecordsFilter,
     RunsFilter,
 )
-from dagster._core.storage.event_log import SqlEventLogStorage, SqlEventLogStorageTable
 
 from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.partitions import state_stores
 
 RUNS_A_READ = 100  # run ids a runs query names, as the status cache reads them
-PAST_A_READ = 2_000  # attempts from before the first read, read a tick until none is left
+PAST_A_READ = 2_000  # partitions asked about a tick after the first read until each was
 PLANNED = DagsterEventType.ASSET_MATERIALIZATION_PLANNED
 
 
-@dataclass(frozen=True)
-class Past:
-    """The attempts from before the first read still to read: storage ids after ``after`` up
-    to ``until`` (the newest id at the first read)."""
-
-    after: int
-    until: int
-
-    def pair(self) -> list[int]:
-        return [self.after, self.until]
-
-
-def past_attempts(instance: DagsterInstance, past: Past) -> tuple[set[str], Past | None]:
-    """The partitions of the next ``PAST_A_READ`` attempts of ``past`` (oldest first), and
-    what is left of it (None: read): their storage ids and partitions alone, from the event
-    log's index by asset, type and id (Dagster's record reads deserialize each event: 4 s for
-    5,000 under load)."""
-    events = SqlEventLogStorageTable.c
-    query = (
-        sa.select(events.id, events.partition)
-        .where(
-            events.asset_key == state_checkpoints.key.to_string(),
-            events.dagster_event_type == PLANNED.value,
-            events.id > past.after,
-            events.id <= past.until,
-        )
-        .order_by(events.id)
-        .limit(PAST_A_READ)
+def past_partitions(instance: DagsterInstance, past: str) -> tuple[list[str], str | None]:
+    """The next ``PAST_A_READ`` store partitions after Dagster's page cursor ``past`` (""
+    from the first), oldest first, and the cursor of the page after them (None: none left)."""
+    found = instance.get_paginated_dynamic_partitions(
+        state_stores.name or "", limit=PAST_A_READ, ascending=True, cursor=past or None
     )
-    storage = instance.event_log_storage
-    if not isinstance(storage, SqlEventLogStorage):  # Dagster's SQLite, PostgreSQL, MySQL are
-        raise TypeError(f"the failures sensor reads an SQL event log, not {type(storage)}")
-    with storage.index_connection() as connection:
-        rows = connection.execute(query).all()
-    partitions = {partition for _, partition in rows if partition}
-    if len(rows) < PAST_A_READ:
-        return partitions, None
-    return partitions, Past(rows[-1][0], past.until)
+    return list(found.results), found.cursor if found.has_more else None
 
 
 @dataclass(frozen=True)
@@ -101,8 +68,9 @@ class PartitionStatuses:
 
     statuses: dict[str, AssetPartitionStatus | None]
     events: int
-    past: Past | None = None
-    """The attempts from before the first read not read yet (None: none left)."""
+    past: str | None = None
+    """The page cursor of the partitions not asked about yet since the first read (None:
+    none left)."""
 
     @property
     def shown(self) -> list[str]:
@@ -121,19 +89,19 @@ def runs_of(instance: DagsterInstance, run_ids: Collection[str]) -> dict[str, Da
 
 
 def store_partition_statuses(
-    instance: DagsterInstance, named: Collection[str], after: int | None, past: Past | None = None
+    instance: DagsterInstance, named: Collection[str], after: int | None, past: str | None = None
 ) -> PartitionStatuses:
     """The statuses of the partitions ``named``, of those attempted after storage id ``after``
-    and of those of the next page of ``past``; ``after`` None (the first read): from the
-    newest id, with every attempt up to it the past to read."""
+    and of the next page of partitions after ``past``; ``after`` None (the first read): the
+    attempts from the newest id on, every partition then asked about a page a read."""
     storage, key = instance.event_log_storage, state_checkpoints.key
     events = storage.get_maximum_record_id() or 0
     if after is None:
-        after, past = events, Past(0, events)
+        after, past = events, ""
     attempted = set(storage.get_latest_storage_id_by_partition(key, PLANNED, after_cursor=after))
     if past is not None:
-        older, past = past_attempts(instance, past)
-        attempted |= older
+        older, past = past_partitions(instance, past)
+        attempted |= set(older)
     existing = instance.get_existing_dynamic_partitions(
         state_stores.name or "", sorted({*named, *attempted})
     )

@@ -23,7 +23,7 @@ from dagster_project.defs.assets import StoresConfig
 from dagster_project.defs.automation import sensor_status
 from dagster_project.defs.catalog_events import catalog_events_sensor
 from dagster_project.defs.jobs import snapshot_job, store_record_job
-from dagster_project.defs.partition_status import Past, store_partition_statuses
+from dagster_project.defs.partition_status import store_partition_statuses
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from dagster_project.defs.store_events import partition_runs
@@ -109,17 +109,17 @@ class FailuresCursor:
     """The partitions of the stores broken at the last full tick, and the catalog's census of
     open problems then (their count and newest id; None: read everything, as the first tick
     does); the partitions Dagster showed *Failed* or in progress then, and the event log's
-    newest storage id (None: read from the newest, the attempts before it the past to read),
-    and what is left of that past (``partition_status.py``: a page a tick). ``shown`` holds
-    existing partitions only (a gone store's is dropped once discovery deletes it), each one
-    *Failed* until a run materializes it (the tick requests one when its store is sound), so
-    it is bounded by the partitions Dagster shows *Failed* or in progress."""
+    newest storage id (None: read from the newest on, every partition then asked about a page
+    a tick) and the page cursor of those not asked about yet (``partition_status.py``).
+    ``shown`` holds existing partitions only (a gone store's is dropped once discovery deletes
+    it), each one *Failed* until a run materializes it (the tick requests one when its store
+    is sound), so it is bounded by the partitions Dagster shows *Failed* or in progress."""
 
     failed: list[str]
     census: list[int] | None
     shown: list[str]
     events: int | None
-    past: Past | None = None
+    past: str | None = None
 
     @classmethod
     def parse(cls, text: str | None) -> "FailuresCursor":
@@ -127,13 +127,12 @@ class FailuresCursor:
         if isinstance(found, list):  # the cursor before the problems were kept
             return cls(found, None, [], None)
         # older cursors: the problems' ids (not a census), no statuses kept
-        past = found.get("past")
         return cls(
             found["failed"],
             found.get("census"),
             found.get("shown", []),
             found.get("events"),
-            None if past is None else Past(*past),
+            found.get("past"),
         )
 
 
@@ -188,14 +187,13 @@ def store_failure_sensor(
     broken = sum(1 for r in reports if r.status.status is StoreStatus.BROKEN)
     done = not runs.fail and not runs.clear and len(runs.failed) == broken
     settled = census if done else before.census
-    past = None if shown.past is None else shown.past.pair()
     cursor = json.dumps(
         {
             "failed": runs.failed,
             "census": settled,
             "shown": shown.shown,
             "events": shown.events,
-            "past": past,
+            "past": shown.past,
         }
     )
     if not runs.fail and not runs.clear:
