@@ -19,8 +19,12 @@ that settles. The reads: ``before``, the code before this benchmark (every parti
 ``get_dynamic_partitions``, and their statuses from the status cache brought up to date,
 ``get_status_by_partition``); ``after``, the code now (``partition_status.py``). The
 materializations are written by copying one real event's row in the event log's index, a
-partition at a time (writing 100,000 through the API takes minutes). Each tick with its CPU
-and the 1-minute load; the ratios of the mean walls; a JSON line at the end.
+partition at a time (writing 100,000 through the API takes minutes). Then the first tick
+after the cursor upgrade (a cursor without the event log's storage id), every partition
+attempted by a run that failed and materialized again but one sound store's
+(:func:`upgraded`): every attempt read at once (before) against a page of partitions a tick
+(now), and the ticks until every page was read. Each tick with its CPU and the 1-minute
+load; the ratios of the mean walls; a JSON line at the end.
 """
 
 from __future__ import annotations
