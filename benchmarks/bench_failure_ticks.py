@@ -19,8 +19,12 @@ that settles. The reads: ``before``, the code before this benchmark (every parti
 ``get_dynamic_partitions``, and their statuses from the status cache brought up to date,
 ``get_status_by_partition``); ``after``, the code now (``partition_status.py``). The
 materializations are written by copying one real event's row in the event log's index, a
-partition at a time (writing 100,000 through the API takes minutes). Each tick with its CPU
-and the 1-minute load; the ratios of the mean walls; a JSON line at the end.
+partition at a time (writing 100,000 through the API takes minutes). Then the first tick
+after the cursor upgrade (a cursor without the event log's storage id), every partition
+attempted by a run that failed and materialized again but one sound store's
+(:func:`upgraded`): every attempt read at once (before) against a page of partitions a tick
+(now), and the ticks until every page was read. Each tick with its CPU and the 1-minute
+load; the ratios of the mean walls; a JSON line at the end.
 """
 
 from __future__ import annotations
@@ -38,16 +42,22 @@ import sqlalchemy as sa
 from dagster import (
     AssetMaterialization,
     AssetPartitionStatus,
+    DagsterEvent,
+    DagsterEventType,
     DagsterInstance,
     SensorResult,
     build_sensor_context,
 )
+from dagster._core.events import AssetMaterializationPlannedData
 from fleet import Shape, build
 
 from dagster_project.definitions import defs
 from dagster_project.defs import sensors
 from dagster_project.defs.checkpoints import state_checkpoints
-from dagster_project.defs.partition_status import PartitionStatuses, store_partition_statuses
+from dagster_project.defs.partition_status import (
+    PartitionStatuses,
+    store_partition_statuses,
+)
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.resources import MaintenanceResource
 from state_runtime.catalog import Catalog, FoundProblem
@@ -56,12 +66,13 @@ from state_runtime.maintenance import MaintenancePolicy, StoreNames
 SIZES = [int(s) for s in os.environ.get("STATE_BENCH_PARTITIONS", "20000,100000").split(",")]
 ROUNDS = int(os.environ.get("STATE_BENCH_ROUNDS", "2"))
 STORES = 20
-Statuses = Callable[[DagsterInstance, Collection[str], int | None], PartitionStatuses]
+Statuses = Callable[[DagsterInstance, Collection[str], int | None, str | None], PartitionStatuses]
+PLANNED = DagsterEventType.ASSET_MATERIALIZATION_PLANNED
 SHOWN = {AssetPartitionStatus.FAILED, AssetPartitionStatus.IN_PROGRESS}
 
 
 def listed(
-    instance: DagsterInstance, named: Collection[str], after: int | None
+    instance: DagsterInstance, named: Collection[str], after: int | None, past: str | None = None
 ) -> PartitionStatuses:
     """The read before: every partition listed, and their statuses from the status cache."""
     partitions = instance.get_dynamic_partitions(state_stores.name or "")
@@ -73,13 +84,11 @@ def listed(
 READS: dict[str, Statuses] = {"before": listed, "after": store_partition_statuses}
 
 
-def materialize_all(instance: DagsterInstance, partitions: list[str]) -> None:
-    """One real materialization of the first partition, its index row copied for each other
-    partition, then the first's again (the asset's latest materialization is the newest row)."""
+def copied(instance: DagsterInstance, partitions: list[str], report: Callable[[str], None]) -> None:
+    """One real event of the first partition (``report``), its index row copied for each other
+    partition, then the first's again (the newest row is the first partition's)."""
     first = partitions[0]
-    instance.report_runless_asset_event(
-        AssetMaterialization(state_checkpoints.key, partition=first)
-    )
+    report(first)
     with instance.event_log_storage.index_transaction() as conn:  # type: ignore[attr-defined]
         template = conn.execute(
             sa.text("SELECT max(id) FROM event_logs WHERE partition = :first"), {"first": first}
@@ -95,9 +104,82 @@ def materialize_all(instance: DagsterInstance, partitions: list[str]) -> None:
     ]
     with instance.event_log_storage.index_transaction() as conn:  # type: ignore[attr-defined]
         conn.execute(copy, rows)
-    instance.report_runless_asset_event(
-        AssetMaterialization(state_checkpoints.key, partition=first)
+    report(first)
+
+
+def attempt_all(instance: DagsterInstance, partitions: list[str]) -> None:
+    """An attempt of each partition (a run planned to materialize it, as a backfill leaves
+    them), all of one run that failed: the past a cursor from before the upgrade reads."""
+    job = defs.resolve_job_def("state_store_record_job")
+    run = instance.create_run_for_job(job_def=job)
+    instance.report_run_failed(run)
+
+    def planned(partition: str) -> None:
+        data = AssetMaterializationPlannedData(state_checkpoints.key, partition=partition)
+        event = DagsterEvent(PLANNED.value, job.name, event_specific_data=data)
+        instance.report_dagster_event(event, run.run_id)
+
+    copied(instance, partitions, planned)
+
+
+def materialize_all(instance: DagsterInstance, partitions: list[str]) -> None:
+    """A materialization of each partition (after its attempt)."""
+    copied(
+        instance,
+        partitions,
+        lambda p: instance.report_runless_asset_event(
+            AssetMaterialization(state_checkpoints.key, partition=p)
+        ),
     )
+
+
+def every_attempt(
+    instance: DagsterInstance, named: Collection[str], after: int | None, past: str | None = None
+) -> PartitionStatuses:
+    """The first read after the upgrade before: every attempt ever made grouped by partition
+    in one tick, and the statuses of those partitions."""
+    storage = instance.event_log_storage
+    events = storage.get_maximum_record_id() or 0
+    attempted = storage.get_latest_storage_id_by_partition(state_checkpoints.key, PLANNED)
+    found = store_partition_statuses(instance, {*named, *attempted}, events)
+    return PartitionStatuses(found.statuses, found.events)
+
+
+def upgraded(ticks: Ticks, partitions: list[str], failed: str) -> dict[str, Any]:
+    """The first tick of a cursor from before the upgrade (no storage id), every partition
+    attempted by a run that failed, then materialized again but ``failed`` (a sound store's:
+    Failed before the upgrade), alternated ``ROUNDS`` times: every attempt read in one tick
+    (before), a page of ``PAST_A_READ`` partitions (now); then how many ticks the pages
+    take, and the tick that finds ``failed`` and requests the run that records it again."""
+    attempt_all(ticks.instance, partitions)
+    materialize_all(ticks.instance, [p for p in partitions if p != failed])
+    before = json.dumps({"failed": [], "census": None, "shown": []})
+    walls: dict[str, list[float]] = {"before": [], "now": []}
+    reads: dict[str, Statuses] = {"before": every_attempt, "now": store_partition_statuses}
+    for round_ in range(ROUNDS):
+        for name in list(reads) if round_ % 2 == 0 else list(reads)[::-1]:
+            ticks.cursor = before
+            result, wall, cpu = ticks.tick(reads[name])
+            walls[name].append(wall)
+            print(
+                f"    {name}, first tick after the upgrade: {wall:.2f} s wall, {cpu:.2f} s CPU, "
+                f"{len(result.run_requests or [])} runs (load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+    ticks.cursor, pages, found = before, [], None
+    while not pages or json.loads(ticks.cursor or "{}").get("past"):
+        result, wall, _ = ticks.tick(store_partition_statuses)
+        pages.append(wall)
+        if found is None and [r.partition_key for r in result.run_requests or []] == [failed]:
+            found = len(pages)
+    print(
+        f"    now: the past read in {len(pages)} ticks of {mean(pages):.2f} s on average, "
+        f"at most {max(pages):.2f} s; {failed} found Failed at tick {found} "
+        f"(load {os.getloadavg()[0]:.1f})",
+        flush=True,
+    )
+    assert found is not None
+    return {"first": walls, "pages": pages, "found_at": found}
 
 
 class Ticks:
@@ -194,6 +276,7 @@ def bench(size: int, folder: Path, url: str) -> dict[str, Any]:
             catalog.resolve_problems(names.key(broken), "bench: restored")
             for kind, wall in change(ticks, READS[name], f"{name}, sound", broken).items():
                 walls[name].setdefault(f"sound, {kind}", []).append(wall)
+    first = upgraded(ticks, [*others, *stores], stores[0])
     catalog.close()
     instance.dispose()
     for kind in walls["before"]:
@@ -203,7 +286,12 @@ def bench(size: int, folder: Path, url: str) -> dict[str, Any]:
             f"({before / after:.1f}x)",
             flush=True,
         )
-    return {"partitions": size, "walls": walls, "load": os.getloadavg()[0]}
+    return {
+        "partitions": size,
+        "walls": walls,
+        "upgrade": first,
+        "load": os.getloadavg()[0],
+    }
 
 
 def main() -> None:

@@ -403,7 +403,7 @@ def report_batches(instance: DagsterInstance, catalog: Catalog, after: Position)
         page = catalog.batch_metrics_after(last, limit=limit)
         if not page:
             break
-        names = names or StoreNames.of(catalog)
+        names = names or StoreNames.current(catalog)
         instance.event_log_storage.store_event_batch(
             [batch_entry(batch_run_event(run, names), run[-1][1]) for run in batch_runs(page)]
         )

@@ -16,11 +16,14 @@ in progress while the latest one runs (shown before *Failed*, as the UI does), e
 if any of them failed (a later one canceled or deleted does not clear it).
 
 The first read of a cursor without a storage id (``after`` None: the first tick, or the first
-after the upgrade that added it) reads every attempt ever made, each partition's latest, to
-find the partitions other runs failed (the read before the upgrade found them by listing
-every status), once: 14 s at 40,000 partitions attempted (Dagster on SQLite), 10 to 25 s
-estimated at 100,000 with a backfill's history. Starting at
-the newest id would miss a sound store's partition failed before the upgrade by another run.
+after the upgrade that added it) must still find the partitions other runs failed before it
+(the read before the upgrade found them by listing every status; starting at the newest id
+would miss a sound store's partition failed before the upgrade by another run). Reading every
+attempt ever made at once took 14 s at 40,000 partitions attempted (Dagster on SQLite),
+every one of them then read as above. So from the newest id on the attempts are read as
+always, and every partition is asked about once more, ``PAST_A_READ`` a read in Dagster's
+order (its page cursor kept), until each was: each tick stays bounded, and a partition
+another run failed before the upgrade is found within ``partitions / PAST_A_READ`` ticks.
 """
 
 from __future__ import annotations
@@ -42,7 +45,17 @@ from dagster_project.defs.checkpoints import state_checkpoints
 from dagster_project.defs.partitions import state_stores
 
 RUNS_A_READ = 100  # run ids a runs query names, as the status cache reads them
+PAST_A_READ = 2_000  # partitions asked about a tick after the first read until each was
 PLANNED = DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+
+
+def past_partitions(instance: DagsterInstance, past: str) -> tuple[list[str], str | None]:
+    """The next ``PAST_A_READ`` store partitions after Dagster's page cursor ``past`` (""
+    from the first), oldest first, and the cursor of the page after them (None: none left)."""
+    found = instance.get_paginated_dynamic_partitions(
+        state_stores.name or "", limit=PAST_A_READ, ascending=True, cursor=past or None
+    )
+    return list(found.results), found.cursor if found.has_more else None
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,9 @@ class PartitionStatuses:
 
     statuses: dict[str, AssetPartitionStatus | None]
     events: int
+    past: str | None = None
+    """The page cursor of the partitions not asked about yet since the first read (None:
+    none left)."""
 
     @property
     def shown(self) -> list[str]:
@@ -73,18 +89,24 @@ def runs_of(instance: DagsterInstance, run_ids: Collection[str]) -> dict[str, Da
 
 
 def store_partition_statuses(
-    instance: DagsterInstance, named: Collection[str], after: int | None
+    instance: DagsterInstance, named: Collection[str], after: int | None, past: str | None = None
 ) -> PartitionStatuses:
-    """The statuses of the partitions ``named`` and of those attempted after storage id
-    ``after`` (None: ever)."""
+    """The statuses of the partitions ``named``, of those attempted after storage id ``after``
+    and of the next page of partitions after ``past``; ``after`` None (the first read): the
+    attempts from the newest id on, every partition then asked about a page a read."""
     storage, key = instance.event_log_storage, state_checkpoints.key
     events = storage.get_maximum_record_id() or 0
-    attempted = storage.get_latest_storage_id_by_partition(key, PLANNED, after_cursor=after)
+    if after is None:
+        after, past = events, ""
+    attempted = set(storage.get_latest_storage_id_by_partition(key, PLANNED, after_cursor=after))
+    if past is not None:
+        older, past = past_partitions(instance, past)
+        attempted |= set(older)
     existing = instance.get_existing_dynamic_partitions(
         state_stores.name or "", sorted({*named, *attempted})
     )
     if not existing:
-        return PartitionStatuses({}, events)
+        return PartitionStatuses({}, events, past)
     latest = storage.get_latest_storage_id_by_partition(key, PLANNED, partitions=set(existing))
     done = storage.get_latest_storage_id_by_partition(
         key, DagsterEventType.ASSET_MATERIALIZATION, partitions=set(existing)
@@ -102,7 +124,7 @@ def store_partition_statuses(
             statuses[partition] = AssetPartitionStatus.FAILED
         else:
             statuses[partition] = None
-    return PartitionStatuses(statuses, events)
+    return PartitionStatuses(statuses, events, past)
 
 
 def unmaterialized_attempts(

@@ -51,7 +51,7 @@ def store_discovery_sensor(
         if census == context.cursor:
             return SensorResult(skip_reason=SkipReason("no store added or removed"), cursor=census)
         records = fleet.stores()
-        names = StoreNames.of(fleet.catalog)
+        names = StoreNames.current(fleet.catalog)
         stores = {names.name(record.key) for record in records}
     known = set(context.instance.get_dynamic_partitions(state_stores.name or ""))
     added, gone = sorted(stores - known), sorted(known - stores)
@@ -84,7 +84,7 @@ def snapshot_due_sensor(
         due = due_for_snapshot(fleet, policy)
         if not due:
             return SkipReason("no store is due for a snapshot")
-        names = StoreNames.of(fleet.catalog)
+        names = StoreNames.current(fleet.catalog)
     stores = sorted(names.name(d.record.key) for d in due)
     # one run per set of (store, latest version): the same chains never trigger twice
     state = ",".join(f"{d.record.key}@{d.record.latest.version}" for d in due)
@@ -109,15 +109,17 @@ class FailuresCursor:
     """The partitions of the stores broken at the last full tick, and the catalog's census of
     open problems then (their count and newest id; None: read everything, as the first tick
     does); the partitions Dagster showed *Failed* or in progress then, and the event log's
-    newest storage id (None: every attempt read, ``partition_status.py``). ``shown`` holds
-    existing partitions only (a gone store's is dropped once discovery deletes it), each one
-    *Failed* until a run materializes it (the tick requests one when its store is sound), so
-    it is bounded by the partitions Dagster shows *Failed* or in progress."""
+    newest storage id (None: read from the newest on, every partition then asked about a page
+    a tick) and the page cursor of those not asked about yet (``partition_status.py``).
+    ``shown`` holds existing partitions only (a gone store's is dropped once discovery deletes
+    it), each one *Failed* until a run materializes it (the tick requests one when its store
+    is sound), so it is bounded by the partitions Dagster shows *Failed* or in progress."""
 
     failed: list[str]
     census: list[int] | None
     shown: list[str]
     events: int | None
+    past: str | None = None
 
     @classmethod
     def parse(cls, text: str | None) -> "FailuresCursor":
@@ -126,7 +128,11 @@ class FailuresCursor:
             return cls(found, None, [], None)
         # older cursors: the problems' ids (not a census), no statuses kept
         return cls(
-            found["failed"], found.get("census"), found.get("shown", []), found.get("events")
+            found["failed"],
+            found.get("census"),
+            found.get("shown", []),
+            found.get("events"),
+            found.get("past"),
         )
 
 
@@ -158,15 +164,16 @@ def store_failure_sensor(
     before = FailuresCursor.parse(context.cursor)
     with maintenance.fleet("dagster:store-failures") as fleet:
         census = list(fleet.catalog.problem_census())
-        if before.census == census:
+        if before.census == census and before.past is None:
             skip = SkipReason(f"{census[0]} open problems, none new or resolved")
             return SensorResult(skip_reason=skip, cursor=context.cursor)
-        names = StoreNames.of(fleet.catalog)
+        names = StoreNames.current(fleet.catalog)
         problems = {p.key for p in fleet.catalog.problems()}
         shown = store_partition_statuses(
             context.instance,
             {*(names.name(key) for key in problems), *before.failed, *before.shown},
             before.events,
+            before.past,
         )
         statuses = shown.statuses
         failed = {n for n, s in statuses.items() if s is AssetPartitionStatus.FAILED}
@@ -181,7 +188,13 @@ def store_failure_sensor(
     done = not runs.fail and not runs.clear and len(runs.failed) == broken
     settled = census if done else before.census
     cursor = json.dumps(
-        {"failed": runs.failed, "census": settled, "shown": shown.shown, "events": shown.events}
+        {
+            "failed": runs.failed,
+            "census": settled,
+            "shown": shown.shown,
+            "events": shown.events,
+            "past": shown.past,
+        }
     )
     if not runs.fail and not runs.clear:
         skip = SkipReason("every broken store's partition shows Failed, and only theirs")

@@ -8,6 +8,11 @@ another root carries the same query (the query moved to a new checkpoint locatio
 has several queries or none, the label is the root's tail, its last path segments, as few as
 tell it apart from the other roots (``clicks@7/checkpoint``, ``runs/7/checkpoint``). A root's
 label changes only when another root with its query appears.
+
+A process that names stores again and again (Dagster's sensors, a tick every 30 s) keeps the
+labels between reads (:meth:`StoreNames.current`) while the catalog's ``names_mark`` (the
+stores' count and newest id, the roots, the query ids: each read by its index) is unchanged:
+the full read scans the commit log, 1.6 to 2.0 s at 100,000 stores.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from state_runtime.errors import InvalidArgument
 from state_runtime.maintenance.fleet import parse_store_key
 
 SEPARATOR = "@"
+_HELD: dict[str, tuple[tuple[object, ...], StoreNames]] = {}
+"""The labels last read from each catalog (by its URL), with the mark they were read at."""
 
 
 def _segments(root: str) -> list[str]:
@@ -73,6 +80,21 @@ class StoreNames:
         """The labels of every root the catalog knows (one read): over all of them, so that a
         store has one name whatever scope a pass works on."""
         return cls(root_labels(catalog.root_queries()))
+
+    @classmethod
+    def current(cls, catalog: Catalog) -> StoreNames:
+        """:meth:`of`, read again only when the catalog's ``names_mark`` changed since this
+        process last read them from the same catalog. The mark is read first: a change
+        committed between the two reads is read again next time. Not followed: a query id
+        already known committing below another root already known, no store added (its
+        label changes at the next store added or removed)."""
+        mark = catalog.names_mark()
+        held = _HELD.get(catalog.url)
+        if held is not None and held[0] == mark:
+            return held[1]
+        names = cls.of(catalog)
+        _HELD[catalog.url] = (mark, names)
+        return names
 
     def name(self, key: StoreKey) -> str:
         """``<label>/<operator>/<partition>/<store>`` (the full key for a root not listed)."""

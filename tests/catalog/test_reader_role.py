@@ -35,6 +35,7 @@ READS: dict[str, Read] = {
     "version_history": lambda c, s: c.version_history(s.root, stores=[STORE]),
     "query_ids": lambda c, s: c.query_ids(s.root),
     "root_queries": lambda c, s: c.root_queries(),
+    "names_mark": lambda c, s: c.names_mark(),
     "batch_metrics": lambda c, s: c.batch_metrics(s.root, s.query),
     "batch_metrics_after": lambda c, s: c.batch_metrics_after(Position()),
     "batch_watermark": lambda c, s: c.batch_watermark(s.root, s.query, 9),

@@ -166,6 +166,33 @@ def root_queries(connection: Connection, views: ReaderViews) -> dict[str, list[s
     return {root: found[root] for root in sorted(found)}
 
 
+def distinct_values(connection: Connection, column: sa.ColumnElement[str]) -> list[str]:
+    """The distinct values of an indexed ``column`` in order, by a loose index scan (a
+    recursive ``min(column) > previous``: one index probe a value, where ``DISTINCT`` reads
+    every row: the commit log's millions)."""
+    first = sa.select(sa.func.min(column).label("value")).cte("seen", recursive=True)
+    later = sa.select(
+        sa.select(sa.func.min(column)).where(column > first.c.value).scalar_subquery()
+    ).where(first.c.value.is_not(None))
+    seen = first.union_all(later)
+    found = connection.execute(sa.select(seen.c.value).where(seen.c.value.is_not(None)))
+    return list(found.scalars())
+
+
+def names_mark(connection: Connection, views: ReaderViews) -> tuple[object, ...]:
+    """What the stores' names follow (``StoreNames``), read without the commit log's scan of
+    ``root_queries``: the stores' count and newest id (a store added or removed), the roots
+    (one relocated) and the query ids that ever committed (a query renamed or new), each by
+    its index."""
+    s, c = views.stores.c, views.commits.c
+    count, newest = connection.execute(
+        sa.select(sa.func.count(), sa.func.coalesce(sa.func.max(s.store_id), 0))
+    ).one()
+    roots = distinct_values(connection, s.checkpoint_root)
+    queries = distinct_values(connection, c.query_id)
+    return (int(count), int(newest), tuple(roots), tuple(queries))
+
+
 def query_ids(connection: Connection, views: ReaderViews, root: str) -> list[str]:
     """The queries that committed below ``root``."""
     s, c = views.stores.c, views.commits.c
