@@ -4,20 +4,30 @@ makes too, ``close()`` per partition and batch, and what a map read costs."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.stateful_processor import (
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.runtime import StatefulQuery, read_state_changes, transform_with_state
+from state_runtime.store.state_store import StateStore
 
-from .tws_processors import RowSessionTracker
+from .test_tws_batching import RunningCount, Task
+from .tws_processors import HOUR_MS, RowSessionTracker
 
-pytestmark = pytest.mark.spark
 
-
+@pytest.mark.spark
 def test_the_change_feed_reads_one_variable_or_the_timers(
     spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
 ) -> None:
@@ -55,3 +65,151 @@ def test_the_change_feed_reads_one_variable_or_the_timers(
     ]
     with pytest.raises(InvalidArgument, match="not both"):
         feed(state_variable="amounts", timers=True)
+
+
+COUNT = "k string, count bigint"
+
+
+def test_append_runs_and_complete_is_refused_before_any_batch(tmp_path: Path) -> None:
+    """Append gives the rows Update gives (the processor's rows, as they come); Complete is
+    refused when the operator is built (Spark refuses it when the query starts:
+    ``STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION``, measured on Spark 4.3)."""
+    update = Task(tmp_path / "update", RunningCount(), COUNT)
+    append = Task(tmp_path / "append", RunningCount(), COUNT, output_mode="Append")
+    assert append.op.output_mode == "append"
+    for rows in ([("a", 1), ("b", 1), ("a", 1)], [("a", 1)], []):
+        assert append.batch(rows) == update.batch(rows)
+    with pytest.raises(InvalidArgument, match="'Complete'"):
+        transform_with_state(0, ["k"], "k string", RunningCount(), COUNT, 1, output_mode="Complete")
+
+
+class Declares(StatefulProcessor):
+    """Declares a value with a TTL of one hour (``ttl``) or without, and registers a timer
+    for each key (``timer``)."""
+
+    def __init__(self, ttl: bool = False, timer: bool = False) -> None:
+        self.ttl, self.timer = ttl, timer
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.n = handle.getValueState("n", "n bigint", HOUR_MS if self.ttl else None)
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        if self.timer:
+            self.handle.registerTimer(5_000)
+        yield pd.DataFrame({"k": [key[0]], "count": [0]})
+
+
+@pytest.mark.parametrize("time_mode", ["None", "EventTime"])
+def test_a_ttl_outside_processing_time_is_refused(time_mode: str) -> None:
+    """Spark's ``STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL``: when the operator
+    is built."""
+    with pytest.raises(InvalidArgument, match=f"TTL only with timeMode='ProcessingTime'.*{time_mode}"):
+        transform_with_state(0, ["k"], "k string", Declares(ttl=True), COUNT, 1, time_mode=time_mode)
+    transform_with_state(0, ["k"], "k string", Declares(ttl=True), COUNT, 1, time_mode="processingTime")
+
+
+def test_an_unknown_time_mode_is_refused() -> None:
+    """Spark's ``STATEFUL_PROCESSOR_UNKNOWN_TIME_MODE`` (raised by ``transformWithState``
+    itself, measured on Spark 4.3); both read the mode without regard to case."""
+    with pytest.raises(InvalidArgument, match="time_mode must be one of.*'Sometimes'"):
+        transform_with_state(0, ["k"], "k string", Declares(), COUNT, 1, time_mode="Sometimes")
+
+
+def test_a_timer_in_time_mode_none_is_refused(tmp_path: Path) -> None:
+    """Spark's ``STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE``: in the
+    task, on the first ``registerTimer``."""
+    task = Task(tmp_path, Declares(timer=True), COUNT)
+    with pytest.raises(InvalidArgument, match="registerTimer needs timeMode"):
+        task.batch([("a", 1)])
+    timed = Task(tmp_path / "timed", Declares(timer=True), COUNT, time_mode="ProcessingTime")
+    assert timed.batch([("a", 1)]) == [{"k": "a", "count": 0}]
+
+
+CALLS: list[tuple[str, int]] = []
+
+
+class Recorder(StatefulProcessor):
+    """Records each call with the batch's processing time."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        handle.getValueState("n", "n bigint")
+        self.at = -1
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        self.at = timerValues.getCurrentProcessingTimeInMs()
+        CALLS.append(("rows", self.at))
+        if key[0] == "t":
+            self.handle.registerTimer(self.at + 1)
+        yield pd.DataFrame({"k": [key[0]], "count": [0]})
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues, info: Any) -> Iterator[Any]:
+        self.at = timerValues.getCurrentProcessingTimeInMs()
+        CALLS.append(("timer", self.at))
+        return iter([])
+
+    def close(self) -> None:
+        CALLS.append(("close", self.at))
+
+
+def test_close_is_called_once_per_partition_and_batch_after_the_timers(tmp_path: Path) -> None:
+    """As Spark's worker (``COMPLETE``, after the data and the timers of the partition's
+    batch): once per partition and batch, an idle batch included; the driver's ``init`` run
+    (Spark's ``PRE_INIT``) closes its copy too."""
+    CALLS.clear()
+    task = Task(tmp_path, Recorder(), COUNT, time_mode="ProcessingTime")
+    assert CALLS == [("close", -1)]  # the driver's run of init, which learns the variables
+    CALLS.clear()
+    task.batch([("a", 1), ("t", 1)], time_ms=1_000)
+    task.batch([], time_ms=2_000)  # idle: the timer fires, then close
+    task.batch([], time_ms=3_000)  # idle, nothing due
+    assert CALLS == [
+        ("rows", 1_000), ("rows", 1_000), ("close", 1_000),
+        ("timer", 2_000), ("close", 2_000),
+        ("close", -1),
+    ]  # fmt: skip
+
+
+class Lookup(StatefulProcessor):
+    """A key with an amount of 1 puts 200 entries in its map; every key reads one entry."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.map = handle.getMapState("m", "i bigint", "v bigint")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        if int(pd.concat(list(rows))["amount"].iloc[0]) == 1:
+            for i in range(200):
+                self.map.updateValue((i,), (i * 10,))
+        (v,) = self.map.getValue((7,)) or (None,)
+        yield pd.DataFrame({"k": [key[0]], "count": [v]})
+
+
+def test_a_map_read_of_one_user_key_looks_up_that_entry_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``getValue`` is one lookup of one store key, never a scan of the key's map."""
+    task = Task(tmp_path, Lookup(), COUNT)
+    task.batch([("fill", 1)])
+    keys_read: Counter[str] = Counter()
+    original_get, original_many = StateStore.get, StateStore.get_many
+
+    def get(self: StateStore, key: Any) -> Any:
+        keys_read[f"{self.store_id.store_name}.get"] += 1
+        return original_get(self, key)
+
+    def get_many(self: StateStore, keys: Any) -> Any:
+        keys = list(keys)
+        keys_read[f"{self.store_id.store_name}.get_many"] += len(keys)
+        return original_many(self, keys)
+
+    def scan(self: StateStore, prefix: Any) -> Any:
+        raise AssertionError(f"a scan of {self.store_id.store_name}")
+
+    monkeypatch.setattr(StateStore, "get", get)
+    monkeypatch.setattr(StateStore, "get_many", get_many)
+    monkeypatch.setattr(StateStore, "prefix_scan", scan)
+    monkeypatch.setattr(StateStore, "matching", scan)
+    # one store key read: the grouping key "fill" and the user key 7
+    assert task.batch([("fill", 2)]) == [{"k": "fill", "count": 70}]
+    assert {n: c for n, c in keys_read.items() if n.startswith("m.")} == {"m.get": 1}
