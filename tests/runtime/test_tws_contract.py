@@ -104,15 +104,21 @@ class Declares(StatefulProcessor):
 def test_a_ttl_outside_processing_time_is_refused(time_mode: str) -> None:
     """Spark's ``STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL``: when the operator
     is built."""
-    with pytest.raises(InvalidArgument, match=f"TTL only with timeMode='ProcessingTime'.*{time_mode}"):
-        transform_with_state(0, ["k"], "k string", Declares(ttl=True), COUNT, 1, time_mode=time_mode)
-    transform_with_state(0, ["k"], "k string", Declares(ttl=True), COUNT, 1, time_mode="processingTime")
+    with pytest.raises(
+        InvalidArgument, match=f"TTL only with timeMode='ProcessingTime'.*{time_mode}"
+    ):
+        transform_with_state(
+            0, ["k"], "k string", Declares(ttl=True), COUNT, 1, time_mode=time_mode
+        )
+    transform_with_state(
+        0, ["k"], "k string", Declares(ttl=True), COUNT, 1, time_mode="processingTime"
+    )
 
 
 def test_an_unknown_time_mode_is_refused() -> None:
     """Spark's ``STATEFUL_PROCESSOR_UNKNOWN_TIME_MODE`` (raised by ``transformWithState``
     itself, measured on Spark 4.3); both read the mode without regard to case."""
-    with pytest.raises(InvalidArgument, match="time_mode must be one of.*'Sometimes'"):
+    with pytest.raises(InvalidArgument, match=r"time_mode must be one of.*'Sometimes'"):
         transform_with_state(0, ["k"], "k string", Declares(), COUNT, 1, time_mode="Sometimes")
 
 
@@ -213,3 +219,72 @@ def test_a_map_read_of_one_user_key_looks_up_that_entry_alone(
     # one store key read: the grouping key "fill" and the user key 7
     assert task.batch([("fill", 2)]) == [{"k": "fill", "count": 70}]
     assert {n: c for n, c in keys_read.items() if n.startswith("m.")} == {"m.get": 1}
+
+
+class Expiring(StatefulProcessor):
+    """Two maps, TTL 1 ms (``short``) and one hour (``long``); an amount of 1 puts three
+    entries in each; every key outputs how many entries each map has, and one read."""
+
+    OUTPUT = "k string, short bigint, long bigint, got bigint"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.short = handle.getMapState("short", "i bigint", "v bigint", 1)
+        self.long = handle.getMapState("long", "i bigint", "v bigint", HOUR_MS)
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        if int(pd.concat(list(rows))["amount"].iloc[0]) == 1:
+            for i in range(3):
+                self.short.updateValue((i,), (i,))
+                self.long.updateValue((i,), (i,))
+        (got,) = self.short.getValue((1,)) or (None,)
+        counts = {"short": len(list(self.short.keys())), "long": len(list(self.long.keys()))}
+        yield pd.DataFrame({"k": [key[0]], **{n: [c] for n, c in counts.items()}, "got": [got]})
+
+
+def test_map_entries_expire_after_their_ttl(tmp_path: Path) -> None:
+    """A map's entries with a TTL of 1 ms are gone in the next batch (for every read, and
+    from the store at the batch's end); those of an hour stay."""
+    task = Task(tmp_path, Expiring(), Expiring.OUTPUT, time_mode="ProcessingTime")
+
+    def stored(name: str) -> int:
+        store = task.providers[name].get_read_store(task.version, task.ids[name])
+        return int(store.to_arrow().num_rows)
+
+    assert task.batch([("a", 1)], time_ms=1_000) == [{"k": "a", "short": 3, "long": 3, "got": 1}]
+    assert (stored("short"), stored("long")) == (3, 3)  # expiring at 1_001: not yet
+    assert task.batch([("a", 2)], time_ms=1_001) == [
+        {"k": "a", "short": 0, "long": 3, "got": None}
+    ]  # expired at 1_001: a TTL of 1 ms has passed by any later batch
+    assert (stored("short"), stored("long")) == (0, 3)
+    assert task.batch([("a", 2)], time_ms=1_000 + HOUR_MS - 1) == [
+        {"k": "a", "short": 0, "long": 3, "got": None}
+    ]
+
+
+class LateHandle(StatefulProcessor):
+    """Asks the handle for its declared value outside ``init``, and for an undeclared one
+    when a key is ``undeclared``."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        handle.getValueState("n", "n bigint")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        name = "m" if key[0] == "undeclared" else "n"
+        count = self.handle.getValueState(name, "n bigint")
+        (n,) = count.get() or (0,)
+        count.update((n + 1,))
+        yield pd.DataFrame({"k": [key[0]], "count": [n + 1]})
+
+
+def test_the_handle_gives_a_declared_variable_outside_init(tmp_path: Path) -> None:
+    """A deliberate difference: Spark refuses ``getValueState`` (and the other getters,
+    ``deleteIfExists``) after ``init`` (``STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_
+    INVALID_HANDLE_STATE``); ours hands the variable ``init`` declared (and
+    ``deleteIfExists`` runs between keys: test_tws_batching.py's ``Mixed``). A name ``init``
+    did not declare is refused."""
+    task = Task(tmp_path, LateHandle(), COUNT)
+    assert task.batch([("a", 1)]) == [{"k": "a", "count": 1}]
+    assert task.batch([("a", 1)]) == [{"k": "a", "count": 2}]
+    with pytest.raises(InvalidArgument, match="'m' was not declared"):
+        task.batch([("undeclared", 1)])
