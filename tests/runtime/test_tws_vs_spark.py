@@ -443,7 +443,9 @@ def test_append_mode_and_a_maps_ttl_equal_spark(
         [_at(0, "b", 3, 5), _at(0, "a", 3, 6)],
     ]
     stream = Stream(batches, "UTC", 0, 0, 0, "append", None)
-    operator = tws_operator("RowExpiringMap", RowExpiringMap, "ProcessingTime")
+    operator = tws_operator(
+        "RowExpiringMap", RowExpiringMap, "ProcessingTime", output_mode="Append"
+    )
     outcome = run_stream(spark, operator, stream, tmp_path, sqlite_catalog_url)
     assert outcome.ours == {
         0: [(0, "a", 2, 2), (0, "b", 1, 1)],

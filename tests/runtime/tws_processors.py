@@ -462,11 +462,16 @@ def spark_null_key_as_ours(rows: Rows) -> Rows:
 
 
 def tws_operator(
-    name: str, processor: type[StatefulProcessor], time_mode: str, *args: Any
+    name: str,
+    processor: type[StatefulProcessor],
+    time_mode: str,
+    *args: Any,
+    output_mode: str = "Update",
 ) -> Operator:
     """An :class:`Operator` running ``processor(*args)`` through our ``transform_with_state``
     and Spark's ``transformWithStateInPandas``/``transformWithState`` (RocksDB, with the
-    class's ``ENCODING`` of state rows if it has one)."""
+    class's ``ENCODING`` of state rows if it has one), in ``output_mode`` on both (the
+    stream's mode is for the other operators)."""
     pandas = bool(processor.pandas)  # type: ignore[attr-defined]
     schema = processor.SCHEMA  # type: ignore[attr-defined]
     seeded = issubclass(processor, Totals)
@@ -477,7 +482,7 @@ def tws_operator(
         initial = _initial(active.range(1)) if seeded and active is not None else None
         op = transform_with_state(
             0, ["part", "user"], KEY, processor(*args), schema, 2,
-            time_mode=time_mode, pandas=pandas, initial_state=initial, output_mode=s.mode,
+            time_mode=time_mode, pandas=pandas, initial_state=initial, output_mode=output_mode,
         )  # fmt: skip
         mark = Watermark("ts", timedelta(seconds=s.delay_s)) if event_time else None
         return [op], mark
@@ -494,8 +499,8 @@ def tws_operator(
         if seeded:
             kwargs["initialState"] = _initial(df).groupBy("part", "user")
         method = grouped.transformWithStateInPandas if pandas else grouped.transformWithState
-        mode = s.mode.capitalize()
-        return method(processor(*args), schema, mode, time_mode, **kwargs), s.mode
+        plan = method(processor(*args), schema, output_mode, time_mode, **kwargs)
+        return plan, output_mode.lower()
 
     def prepare(df: DataFrame, _s: Stream) -> DataFrame:
         return df.withColumn("ts_ms", F.unix_millis("ts"))
