@@ -18,7 +18,7 @@ from state_runtime.errors import ChangesCleanedUp, InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.retention import LIVE_STATES
 from state_runtime.runtime import worker
-from state_runtime.runtime.reader import store_history
+from state_runtime.runtime.reader import store_history, store_of
 from state_runtime.runtime.spark_kind import default_parallelism
 from state_runtime.storage import Storage, open_storage
 from state_runtime.store.config import StoreConfig
@@ -142,14 +142,19 @@ def read_state_changes(
     store_name: str = "default",
     query_id: str | None = None,
     catalog_url: str | None = None,
+    state_variable: str | None = None,
+    timers: bool = False,
 ) -> DataFrame:
     """Every change batches ``start_batch_id..end_batch_id`` (inclusive) made to an
     operator's state: ``batch_id``, ``change_type`` ('update' or 'delete'), ``key``,
-    ``value`` (null for a delete) and ``partition_id``.
+    ``value`` (null for a delete) and ``partition_id``. For a ``transform_with_state``
+    operator, ``state_variable="name"`` reads one state variable's changes and
+    ``timers=True`` its timers' (as :func:`read_state`).
 
     Raises ChangesCleanedUp when maintenance has deleted a requested batch's deltas, and
     InvalidArgument when a batch in the range is not committed.
     """
+    store_name = store_of(store_name, state_variable, timers)
     storage = (
         checkpoint_root if isinstance(checkpoint_root, Storage) else open_storage(checkpoint_root)
     )

@@ -152,6 +152,17 @@ def state_plan(
     return history, rows, out
 
 
+def store_of(store_name: str, state_variable: str | None, timers: bool) -> str:
+    """The store to read: a ``transform_with_state`` operator's ``state_variable`` (Spark's
+    ``stateVarName``) or, with ``timers``, its timers (``readRegisteredTimers``), each a store
+    of the operator; otherwise ``store_name``."""
+    if state_variable is not None and timers:
+        raise InvalidArgument("read a state variable or the timers, not both")
+    if state_variable is not None:
+        return state_variable
+    return TIMERS_STORE if timers else store_name
+
+
 def read_state(
     spark: SparkSession,
     checkpoint_root: str | Storage,
@@ -173,12 +184,7 @@ def read_state(
     ``transform_with_state`` operator, ``state_variable="name"`` reads one state variable
     (Spark's ``stateVarName``) and ``timers=True`` its pending timers (Spark's
     ``readRegisteredTimers``): each is a store of the operator."""
-    if state_variable is not None and timers:
-        raise InvalidArgument("read a state variable or the timers, not both")
-    if state_variable is not None:
-        store_name = state_variable
-    elif timers:
-        store_name = TIMERS_STORE
+    store_name = store_of(store_name, state_variable, timers)
     storage = (
         checkpoint_root if isinstance(checkpoint_root, Storage) else open_storage(checkpoint_root)
     )

@@ -78,9 +78,10 @@ class Task:
         output: str,
         pandas: bool = True,
         key_type: str = "string",
+        **options: Any,
     ) -> None:
         self.op: StatefulOperator = transform_with_state(
-            0, ["k"], f"k {key_type}", processor, output, 1, pandas=pandas
+            0, ["k"], f"k {key_type}", processor, output, 1, pandas=pandas, **options
         )
         storage = open_storage(str(tmp_path))
         self.providers = {
@@ -98,9 +99,9 @@ class Task:
         self.ids: dict[str, str | None] = dict.fromkeys(self.providers)
         self.version = 0
 
-    def batch(self, rows: list[tuple[Any, int]]) -> list[dict[str, Any]]:
+    def batch(self, rows: list[tuple[Any, int]], time_ms: int = 1000) -> list[dict[str, Any]]:
         stores = {n: p.get_store(self.version, self.ids[n]) for n, p in self.providers.items()}
-        with batch_scope(BatchContext("q", self.version, 1000, 0, stores=stores)):
+        with batch_scope(BatchContext("q", self.version, time_ms, 0, stores=stores)):
             table = pa.table({"k": [r[0] for r in rows], "amount": [r[1] for r in rows]})
             out = self.op.update(stores[self.op.store_name], table)
         for name, store in stores.items():

@@ -41,6 +41,7 @@ from .tws_processors import (
     Rekeyed,
     Reshaped,
     RowCounters,
+    RowExpiringMap,
     RowFraudDetector,
     RowSessionTracker,
     RowTotals,
@@ -427,5 +428,28 @@ def test_rows_late_on_the_previous_batchs_watermark_are_dropped(
         0: [],
         1: [(0, None, "open", T0 + 155, 9)],
         2: [(0, "c", "open", T0 + 540, 7)],
+    }
+    assert outcome.check() == 3
+
+
+def test_append_mode_and_a_maps_ttl_equal_spark(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    """Both engines in Append mode (Spark's ``transformWithState`` and its sink), a map with
+    a TTL of 1 ms (gone by the next batch) beside one of an hour (kept)."""
+    batches = [
+        [_at(0, "a", 1, 1), _at(0, "a", 1, 2), _at(0, "b", 1, 4)],
+        [_at(0, "a", 2, 3)],
+        [_at(0, "b", 3, 5), _at(0, "a", 3, 6)],
+    ]
+    stream = Stream(batches, "UTC", 0, 0, 0, "append", None)
+    operator = tws_operator(
+        "RowExpiringMap", RowExpiringMap, "ProcessingTime", output_mode="Append"
+    )
+    outcome = run_stream(spark, operator, stream, tmp_path, sqlite_catalog_url)
+    assert outcome.ours == {
+        0: [(0, "a", 2, 2), (0, "b", 1, 1)],
+        1: [(0, "a", 1, 3)],
+        2: [(0, "a", 1, 3), (0, "b", 1, 2)],
     }
     assert outcome.check() == 3

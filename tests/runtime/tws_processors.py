@@ -440,6 +440,32 @@ class KeyCount(StatefulProcessor):
 # --- the harness's entries -------------------------------------------------------------------
 
 
+# --- map state with a TTL ------------------------------------------------------------------
+
+
+class RowExpiringMap(StatefulProcessor):
+    """Two maps of a key's amounts by ``amount % 3``, TTL 1 ms (``short``: gone by the next
+    batch) and one hour (``long``); outputs how many entries each has after the key's rows."""
+
+    pandas = False
+    SCHEMA = "part int, user string, short bigint, long bigint"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.short = handle.getMapState("short", "bucket int", "amount bigint", 1)
+        self.long = handle.getMapState("long", "bucket int", "amount bigint", HOUR_MS)
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        for r in _records(rows, self.pandas):
+            bucket = (int(r["amount"]) % 3,)
+            self.short.updateValue(bucket, (int(r["amount"]),))
+            self.long.updateValue(bucket, (int(r["amount"]),))
+        counts = dict(short=len(list(self.short.keys())), long=len(list(self.long.keys())))
+        yield from _emit(self.pandas, [dict(part=int(key[0]), user=_user(key), **counts)])
+
+    def close(self) -> None:
+        pass
+
+
 def _rows(rows: list[Any]) -> Rows:
     return sorted((tuple(r) for r in rows), key=repr)
 
@@ -454,11 +480,16 @@ def spark_null_key_as_ours(rows: Rows) -> Rows:
 
 
 def tws_operator(
-    name: str, processor: type[StatefulProcessor], time_mode: str, *args: Any
+    name: str,
+    processor: type[StatefulProcessor],
+    time_mode: str,
+    *args: Any,
+    output_mode: str = "Update",
 ) -> Operator:
     """An :class:`Operator` running ``processor(*args)`` through our ``transform_with_state``
     and Spark's ``transformWithStateInPandas``/``transformWithState`` (RocksDB, with the
-    class's ``ENCODING`` of state rows if it has one)."""
+    class's ``ENCODING`` of state rows if it has one), in ``output_mode`` on both (the
+    stream's mode is for the other operators)."""
     pandas = bool(processor.pandas)  # type: ignore[attr-defined]
     schema = processor.SCHEMA  # type: ignore[attr-defined]
     seeded = issubclass(processor, Totals)
@@ -469,7 +500,7 @@ def tws_operator(
         initial = _initial(active.range(1)) if seeded and active is not None else None
         op = transform_with_state(
             0, ["part", "user"], KEY, processor(*args), schema, 2,
-            time_mode=time_mode, pandas=pandas, initial_state=initial,
+            time_mode=time_mode, pandas=pandas, initial_state=initial, output_mode=output_mode,
         )  # fmt: skip
         mark = Watermark("ts", timedelta(seconds=s.delay_s)) if event_time else None
         return [op], mark
@@ -486,7 +517,8 @@ def tws_operator(
         if seeded:
             kwargs["initialState"] = _initial(df).groupBy("part", "user")
         method = grouped.transformWithStateInPandas if pandas else grouped.transformWithState
-        return method(processor(*args), schema, "Update", time_mode, **kwargs), "update"
+        plan = method(processor(*args), schema, output_mode, time_mode, **kwargs)
+        return plan, output_mode.lower()
 
     def prepare(df: DataFrame, _s: Stream) -> DataFrame:
         return df.withColumn("ts_ms", F.unix_millis("ts"))
