@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from fleet import copy_root
+from fleet import copy_roots
 from fresh_database import fresh_database
 from peak_memory import peak_rss, reset_peak
 
@@ -125,8 +125,7 @@ def one(files: int, per_store: int, workers: int | None, kind: str) -> dict[str,
         started = time.perf_counter()
         template = Path(folder) / "query-00000"
         _query(catalog, template, per_store)
-        for query in range(1, queries):
-            copy_root(catalog, template, Path(folder) / f"query-{query:05d}")
+        copy_roots(catalog, template, [Path(folder) / f"query-{q:05d}" for q in range(1, queries)])
         built = time.perf_counter() - started
         if kind == "postgresql":
             with catalog.engine.connect() as connection:  # as autovacuum would have
