@@ -16,8 +16,11 @@ this code, on a backlog built the same way: the ratio of files per CPU-second is
 Each size runs in a fresh process with its own SQLite catalog and local root: one query of
 200 stores, each with ``--per-store`` files that a writer recorded and never committed (an
 attempt that lost: orphans, deletable once past the grace), empty files on disk, recorded
-through the catalog's own ``record_files``; then copied (:func:`fleet.copy_root`, catalog rows
-and hard links) to as many queries as the size needs. The pass measured is an executed
+through the catalog's own ``record_files``; then copied (:func:`fleet.copy_roots`: each
+query's catalog rows by ``INSERT ... SELECT``, its files hard-linked by ``cp -al`` alongside) to
+as many queries as the size needs: every file is a real directory entry the pass unlinks, every
+row one the pass claims and records (5,000,000 files built in about 13 minutes under a load of
+20, where linking each file from Python took some 45 minutes). The pass measured is an executed
 ``cleanup_pass`` (every orphan past the grace), after the build, with the peak resident
 memory reset (:func:`peak_memory.reset_peak`): its peak, wall time and files deleted per
 second. One line per size, then one JSON line with every figure.
