@@ -19,8 +19,8 @@ attempt that lost: orphans, deletable once past the grace), empty files on disk,
 through the catalog's own ``record_files``; then copied (:func:`fleet.copy_roots`: each
 query's catalog rows by ``INSERT ... SELECT``, its files hard-linked by ``cp -al`` alongside) to
 as many queries as the size needs: every file is a real directory entry the pass unlinks, every
-row one the pass claims and records (5,000,000 files built in about 13 minutes under a load of
-20, where linking each file from Python took some 45 minutes). The pass measured is an executed
+row one the pass claims and records (5,000,000 files built in 19.8 minutes under a load of
+18 to 40: docs/maintenance.md, *Cleanup's row writes*). The pass measured is an executed
 ``cleanup_pass`` (every orphan past the grace), after the build, with the peak resident
 memory reset (:func:`peak_memory.reset_peak`): its peak, wall time and files deleted per
 second. One line per size, then one JSON line with every figure.
