@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -245,16 +247,35 @@ def copy_root(catalog: Catalog, template: Path, root: Path, *, above: int = 0) -
 
     ``above`` > 0: only the template's versions above ``above`` (its new batches), onto a
     copy made before them and maintained since as the template was."""
+    if not above:
+        copy_roots(catalog, template, [root])
+        return
     with catalog.engine.begin() as connection:
         paths = _copy_records(
             connection, LocalStorage(template).uri, LocalStorage(root).uri, root.name, above
         )
-    if above:
-        for path in paths:
-            os.link(template / path, root / path)
-        return
-    for folder, _, names in os.walk(template):
-        target = root / Path(folder).relative_to(template)
-        target.mkdir(parents=True, exist_ok=True)
-        for name in names:
-            os.link(Path(folder) / name, target / name)
+    for path in paths:
+        os.link(template / path, root / path)
+
+
+def copy_roots(catalog: Catalog, template: Path, roots: Sequence[Path]) -> None:
+    """:func:`copy_root` (a whole copy) of ``template`` to each of ``roots``, the hard links
+    made by ``cp -al`` (two at a time) in other threads while the catalog's records are copied
+    (one transaction a root): 2.7x faster than :func:`copy_root` root by root in the one pair
+    measured (docs/maintenance.md, *The 5M backlog*), 5,000,000 files in 20 minutes."""
+    with ThreadPoolExecutor(2) as linker:
+        linked = [linker.submit(_link_tree, template, root) for root in roots]
+        for root in roots:
+            with catalog.engine.begin() as connection:
+                _copy_records(
+                    connection, LocalStorage(template).uri, LocalStorage(root).uri, root.name, 0
+                )
+        for done in linked:
+            done.result()
+
+
+def _link_tree(template: Path, root: Path) -> None:
+    """Every file below ``template`` hard-linked at the same place below ``root`` (GNU
+    ``cp -al``: one process, no Python call a file)."""
+    root.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-al", f"{template}/.", str(root)], check=True)

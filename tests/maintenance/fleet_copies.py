@@ -1,6 +1,6 @@
 """A large fleet for memory tests, built in seconds: one query's stores recorded through the
-catalog's own calls (:class:`tests.catalog.factory.Stream`), then copied root by root
-(:func:`benchmarks.fleet.copy_root`: committing 20,000 stores batch by batch through
+catalog's own calls (:class:`tests.catalog.factory.Stream`), then copied to the other roots
+(:func:`benchmarks.fleet.copy_roots`: committing 20,000 stores batch by batch through
 ``commit_batch`` takes minutes, copying a query a fraction of a second). Each query is as the
 runtime would have recorded it: 200 stores, three committed versions (every file present,
 empty, and recorded verified, as the last validation left it) and two deletable orphans a
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.fleet import copy_root
+from benchmarks.fleet import copy_roots
 from state_runtime.catalog import Catalog
 from state_runtime.identity import StoreId
 from state_runtime.storage import LocalStorage
@@ -44,6 +44,5 @@ def fleet_of(catalog: Catalog, folder: Path, queries: int) -> list[str]:
     their roots as the catalog records them, in order."""
     folders = [folder / f"query-{query:05d}" for query in range(queries)]
     _query(catalog, folders[0])
-    for root in folders[1:]:
-        copy_root(catalog, folders[0], root)
+    copy_roots(catalog, folders[0], folders[1:])
     return [LocalStorage(root).uri for root in folders]

@@ -4,14 +4,15 @@ real PostgreSQL; new batches raise every store's version and make due the stores
 passed the threshold. Query 0 is written through the runtime's calls and query 1 copied from
 it (history and new batches alike): every file of both verifies, and each query commits under
 its own query id, so each root is labelled by its own query, as in a real fleet (a copy once
-kept query 0's id: every root's label was ``query-00000@<its folder>``)."""
+kept query 0's id: every root's label was ``query-00000@<its folder>``). A backlog's bulk copy
+(``copy_roots``) gives each root the template's files, linked, and its own records."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.fleet import Shape, advance, build, query_id, query_storage
+from benchmarks.fleet import Shape, advance, build, copy_roots, query_id, query_storage
 from state_runtime.catalog import Catalog
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import (
@@ -22,6 +23,7 @@ from state_runtime.maintenance import (
     store_reports,
     validate_stores,
 )
+from state_runtime.storage import LocalStorage
 
 SHAPE = Shape(queries=2, partitions=4, versions=12, snapshot_every=10)
 POLICY = MaintenancePolicy(snapshot_min_deltas=7)
@@ -71,3 +73,35 @@ def test_the_generator_builds_a_fleet_the_catalog_views_see(
     full = validate_stores(fleet, replace(POLICY, verify_sample_percent=100))
     assert full.ok and full.stores == SHAPE.stores and full.new == 3 * SHAPE.stores, full.errors
     own_queries(pg_catalog, tmp_path)
+
+
+def test_copy_roots_links_each_roots_files_and_copies_its_records(
+    sqlite_catalog_url: str, tmp_path: Path
+) -> None:
+    catalog = Catalog.open(sqlite_catalog_url, upgrade=True)
+    url = catalog.engine.url.render_as_string(hide_password=False)
+    small = replace(SHAPE, queries=1)
+    build(url, tmp_path, small)
+    template = tmp_path / query_id(0)
+    roots = [tmp_path / query_id(q) for q in (1, 2, 3)]
+    copy_roots(catalog, template, roots)
+
+    def files(folder: Path) -> dict[str, int]:
+        return {str(p.relative_to(folder)): p.stat().st_ino for p in folder.rglob("*.*")}
+
+    linked = files(template)
+    assert len(linked) > small.stores * small.versions
+    wanted = {
+        s.key.store: sorted(f.path for f in catalog.store_files(s.key.root, s.key.store))
+        for s in catalog.stores(LocalStorage(template).uri)
+    }
+    for root in roots:
+        assert files(root) == linked, root  # the same files, hard-linked
+        uri = LocalStorage(root).uri
+        copied = {
+            s.key.store: sorted(f.path for f in catalog.store_files(uri, s.key.store))
+            for s in catalog.stores(uri)
+        }
+        assert copied == wanted, root
+    assert catalog.root_queries()[LocalStorage(roots[2]).uri] == [query_id(3)]
+    catalog.close()
