@@ -159,11 +159,10 @@ def superseding_intent(
     ``batch_id`` or later, or None. By the intents' sequence, the database's order, never a
     clock. An intent that is gone (forgotten by the attempt sweep, which keeps each query's
     newest) is older than every intent still held."""
-    built = commit_statements(connection.dialect.name)
-    own = connection.execute(built.own_sequence, {"run": run}).scalar()
-    values = {"root": root, "query": query_id, "batch": batch_id, "run": run, "own": own}
-    later = built.later_intent if own is None else built.later_intent_after
-    row = connection.execute(later, values).first()
+    row = connection.execute(
+        commit_statements(connection.dialect.name).later_intent,
+        {"root": root, "query": query_id, "batch": batch_id, "run": run},
+    ).first()
     return None if row is None else (str(row.run), int(row.batch_id))
 
 
