@@ -15,12 +15,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
-from state_runtime.catalog import Catalog
-from state_runtime.errors import CheckpointFileCorrupt, StateLost, StorageUnavailable
+from state_runtime.catalog import Catalog, FileState, Verification
+from state_runtime.catalog.schema.tables import checkpoint_files
+from state_runtime.errors import (
+    CheckpointFileCorrupt,
+    LineageBroken,
+    MaintenanceRefused,
+    StateLost,
+    StorageUnavailable,
+)
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance import Fleet
-from state_runtime.maintenance.restore import plan_restore
+from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.maintenance.restore import plan_restore, restore_query
 from state_runtime.runtime.loss import lost_state
 from state_runtime.storage import LocalStorage
 from tests.maintenance.streams import StoreStream
@@ -151,3 +160,79 @@ def test_a_failed_snapshot_below_a_lost_verified_one_is_judged_again(
     assert check(stream) is None
     fleet = Fleet(stream.catalog, open_storage=lambda root: stream.storage, owner="tests")
     assert not plan_restore(fleet, stream.root, stream.query, 4, spark_checkpoint="").restarted
+
+
+def mark_deleted(stream: StoreStream, *files: Path) -> None:
+    """``files`` deleted as cleanup deletes them: recorded deleted, gone from storage."""
+    paths = [f.relative_to(stream.storage.root).as_posix() for f in files]
+    with stream.catalog.engine.begin() as connection:
+        connection.execute(
+            sa.update(checkpoint_files)
+            .where(checkpoint_files.c.path.in_(paths))
+            .values(state=FileState.DELETED.value)
+        )
+    for file in files:
+        file.unlink()
+
+
+def restore_last(stream: StoreStream) -> str:
+    """Why a restore to the last batch is refused."""
+    fleet = Fleet(stream.catalog, open_storage=lambda root: stream.storage, owner="tests")
+    with pytest.raises(MaintenanceRefused) as refused:
+        plan_restore(fleet, stream.root, stream.query, stream.batch - 1, spark_checkpoint="")
+    return str(refused.value)
+
+
+def test_a_snapshot_storage_cannot_read_hides_no_loss_it_could_not_load_anyway(
+    stream: StoreStream,
+) -> None:
+    """Snapshot 2 cannot be read, but deltas 3 and 4 above it are deleted: the loss stands
+    (the check said nothing before the fix)."""
+    stream.run(6)
+    snapshot = failed_snapshot(stream, 2)  # intact: put back after the failed validation
+    failed_snapshot(stream, 4, problem=None).unlink()  # the newest verified snapshot, gone
+    mark_deleted(stream, *(delta(stream, v) for v in (1, 2, 3, 4)))
+    with pytest.raises(LineageBroken):
+        stream.loaded(A, 6)
+    refuse_reads(stream, snapshot)
+    lost = check(stream)
+    assert isinstance(lost, StateLost) and lost.store == stream.key(A)
+    assert "try again" not in restore_last(stream)
+
+
+def test_a_snapshot_storage_cannot_read_above_a_broken_delta_hides_no_loss_above_it(
+    stream: StoreStream,
+) -> None:
+    """Snapshot 8 cannot be read, below the loss of delta 9: the check said nothing before
+    the fix (it looked no further than delta 5), and restore's refusal bade try again."""
+    stream.run(10)
+    failed_snapshot(stream, 3, problem=None)
+    refuse_reads(stream, failed_snapshot(stream, 8))  # intact: put back after the validation
+    delta(stream, 5).unlink()
+    delta(stream, 9).unlink()
+    lost = check(stream)
+    assert isinstance(lost, StateLost) and lost.store == stream.key(A)
+    refusal = restore_last(stream)
+    assert delta(stream, 5).name in refusal and "try again" not in refusal
+
+
+def test_a_verified_snapshot_storage_cannot_read_over_a_chain_that_loads_is_no_damage(
+    stream: StoreStream,
+) -> None:
+    """Deep check and restore over an unreadable verified snapshot the deltas below replace:
+    no problem recorded, no failed verification (both were, before the fix)."""
+    stream.run(5)
+    snapshot = failed_snapshot(stream, 4, problem=None)
+    refuse_reads(stream, snapshot)
+    assert check(stream, CheckpointFileCorrupt("bad bytes", path="any")) is None
+    assert not stream.catalog.problems(store=stream.key(A))
+    fleet = Fleet(stream.catalog, open_storage=lambda root: stream.storage, owner="tests")
+    plan = plan_restore(fleet, stream.root, stream.query, stream.batch - 1, spark_checkpoint="")
+    assert not plan.damaged
+    restore_query(fleet, plan, MaintenancePolicy())
+    (record,) = [
+        f
+        for f in stream.catalog.store_files(stream.root, A)
+        if f.path == snapshot.relative_to(stream.storage.root).as_posix()
+    ]
+    assert record.verification is not Verification.FAILED
