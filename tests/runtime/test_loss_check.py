@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from state_runtime.catalog import Catalog, FileState, Verification
+from state_runtime.catalog import Catalog, FileRecord, FileState, FoundProblem, Verification
 from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.errors import (
     CheckpointFileCorrupt,
@@ -28,10 +28,13 @@ from state_runtime.errors import (
 )
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance import Fleet
+from state_runtime.maintenance.chains import Verified, Walk, walk_chain
+from state_runtime.maintenance.damage import Fate, classify, damaged_files
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.restore import plan_restore, restore_query
 from state_runtime.runtime.loss import lost_state
 from state_runtime.storage import LocalStorage
+from state_runtime.store.file_verification import MISSING
 from tests.maintenance.streams import StoreStream
 
 A, B = StoreId(0, 0), StoreId(0, 1)
@@ -236,3 +239,60 @@ def test_a_verified_snapshot_storage_cannot_read_over_a_chain_that_loads_is_no_d
         if f.path == snapshot.relative_to(stream.storage.root).as_posix()
     ]
     assert record.verification is not Verification.FAILED
+
+
+def record_of(stream: StoreStream, file: Path) -> FileRecord:
+    path = file.relative_to(stream.storage.root).as_posix()
+    (record,) = [f for f in stream.catalog.store_files(stream.root, A) if f.path == path]
+    return record
+
+
+def test_the_chain_walk_names_passed_over_broken_and_unreadable_files(
+    stream: StoreStream,
+) -> None:
+    """walk_chain as restore, the loss check and classify take it: a damaged base snapshot
+    is passed over for the chain below it; a missing delta breaks that chain; a snapshot
+    storage cannot read is named only when the version loads with it taken as intact."""
+    stream.run(8)
+    fleet = Fleet(stream.catalog, open_storage=lambda root: stream.storage, owner="tests")
+    failed_snapshot(stream, 3, problem=None)
+    six = failed_snapshot(stream, 6, problem=None)
+    flip(six)
+
+    def walk() -> Walk:
+        return walk_chain(fleet, stream.key(A), 8, Verified())
+
+    first = walk()
+    assert first.loads and first.broken is None and first.unreadable is None
+    assert [(r.path, p.split(":")[0]) for r, p in first.passed_over] == [
+        (record_of(stream, six).path, "corrupt checkpoint file")
+    ]
+    delta(stream, 5).unlink()
+    second = walk()
+    assert not second.loads and second.unreadable is None
+    assert second.broken == (record_of(stream, delta(stream, 5)), MISSING)
+    seven = failed_snapshot(stream, 7)  # intact: put back after the failed validation
+    assert walk().loads
+    refuse_reads(stream, seven)
+    third = walk()
+    assert not third.loads and third.unreadable == record_of(stream, seven)
+    delta(stream, 8).unlink()  # now snapshot 7 could not load version 8 either
+    assert walk().unreadable is None
+
+
+def test_a_failed_snapshot_intact_now_is_no_damage_to_classify(stream: StoreStream) -> None:
+    """damaged_files over a failed snapshot that reads intact now (put back) and a verified
+    one gone: only the gone one is damage, and only older versions needed it (before the fix
+    the old note classified the intact one, then made the walks call both lost)."""
+    stream.run(6)
+    four = failed_snapshot(stream, 4, problem=None)
+    four.unlink()
+    failed_snapshot(stream, 5)  # intact: put back after the failed validation
+    delta(stream, 1).unlink()
+    assert stream.loaded(A, 6) == stream.expected(A, 6)
+    gone = record_of(stream, four)
+    stream.catalog.add_problems(stream.key(A), [FoundProblem(MISSING, gone.path, 4)])
+    fleet = Fleet(stream.catalog, open_storage=lambda root: stream.storage, owner="tests")
+    assert classify(fleet, gone, MISSING).fate is Fate.OLDER_ONLY
+    report = damaged_files(fleet, MaintenancePolicy(), [stream.key(A)])
+    assert [(d.file.path, d.fate) for d in report.damages] == [(gone.path, Fate.OLDER_ONLY)]
