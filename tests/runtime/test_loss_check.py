@@ -257,7 +257,10 @@ def test_the_chain_walk_names_passed_over_broken_and_unreadable_files(
     fleet = Fleet(stream.catalog, open_storage=lambda root: stream.storage, owner="tests")
     failed_snapshot(stream, 3, problem=None)
     six = failed_snapshot(stream, 6, problem=None)
+    seven = failed_snapshot(stream, 7)
+    backup = seven.read_bytes()
     flip(six)
+    flip(seven)  # failed, and damaged still: no base
 
     def walk() -> Walk:
         return walk_chain(fleet, stream.key(A), 8, Verified())
@@ -271,7 +274,7 @@ def test_the_chain_walk_names_passed_over_broken_and_unreadable_files(
     second = walk()
     assert not second.loads and second.unreadable is None
     assert second.broken == (record_of(stream, delta(stream, 5)), MISSING)
-    seven = failed_snapshot(stream, 7)  # intact: put back after the failed validation
+    seven.write_bytes(backup)  # put back after the failed validation: the base again
     assert walk().loads
     refuse_reads(stream, seven)
     third = walk()
