@@ -55,7 +55,7 @@ class Walk:
     loads: bool
     passed_over: list[tuple[FileRecord, str]]  # base snapshots found gone or damaged, in order
     broken: tuple[FileRecord, str] | None  # the delta that breaks the last chain tried
-    unreadable: FileRecord | None  # not loading: a snapshot storage cannot read, which would load it
+    unreadable: FileRecord | None  # not loading: an unreadable snapshot it would load from
 
     @property
     def damaged(self) -> list[tuple[FileRecord, str]]:
@@ -151,6 +151,7 @@ def _walk(
         else:
             return Walk(True, passed, None, None)
     return Walk(False, passed, broken, None)
+
 
 def judged_now(
     fleet: Fleet,

@@ -7,7 +7,14 @@ expired branch), and one that reads intact is the base, also below a verified sn
 is gone (i34base). One that storage cannot read now (an S3 outage on that object) is no
 base, but no proof of a loss below it either (i34base: the loss was reported); it neither
 hides another store's loss nor stops a restore whose chain does not need it (review of the
-fixloss branch, which raised). The two i34base cases failed before their fix."""
+fixloss branch, which raised). The two i34base cases failed before their fix.
+
+Review of i34base (fixbase; each failed before its fix): an unreadable snapshot is no verdict
+only if the version loads with it taken as intact (one that could not load it anyway hid the
+loss, and restore bade try again); a failed read of a snapshot the load does not need is no
+damage and no failed verification; ``damaged_files`` takes a failed snapshot that reads intact
+now as no damage (its old note was classified, then made the walks call the store lost); and
+the chain walk shared by restore, the loss check and classify is tested directly."""
 
 from __future__ import annotations
 
