@@ -169,8 +169,9 @@ def test_long_string_keys_keep_each_chunk_within_the_share(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``row_bytes`` counts a string as 8 bytes: 100-character keys weighed so were taken in
-    chunks of up to 125,000 rows (13 MB), here the whole 4.2 MB batch at once. Weighed by the batch's real bytes a row, every chunk's input stays within
-    1/CHUNK_SHARE of the threshold, and the state is the whole batch's."""
+    chunks of up to 125,000 rows (13 MB), here the whole 4.2 MB batch at once. Weighed by the
+    batch's real bytes a row, every chunk's input stays within 1/CHUNK_SHARE of the threshold,
+    and the state is the whole batch's."""
     threshold = 4_000_000
     monkeypatch.setattr(LOCAL_DISK, "spill_bytes", threshold)
     op = running_aggregation(0, ["k"], "k string", [Agg("n", "count")], 1)
