@@ -42,7 +42,7 @@ def chunk_rows(schema: StateSchema, rows: pa.Table) -> int:
     memory mode (a large budget), fewer under a small one (see :data:`CHUNK_SHARE`). A row is
     weighed by the batch's real bytes a row when wider than ``schema.row_bytes``, which counts
     a string, binary, list or map field as 8 bytes whatever it holds."""
-    width = max(schema.row_bytes, -(-int(rows.nbytes) // max(1, rows.num_rows)))
+    width = max(schema.row_bytes, -(-int(rows.nbytes) // max(1, int(rows.num_rows))))
     fitting = LOCAL_DISK.threshold() // (CHUNK_SHARE * width)
     return min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, fitting))
 
