@@ -148,7 +148,7 @@ def main() -> None:
         seconds = time.perf_counter() - started
         growth = peak_rss() - baseline
         after = LOCAL_DISK.snapshot()
-    chunks = -(-args.rows // aggregation.chunk_rows(op.schema))
+    chunks = -(-args.rows // aggregation.chunk_rows(op.schema, pa.table({"k": pa.array(keys)})))
     written = after.bytes_written - before.bytes_written
     figures = {
         "rows": args.rows,

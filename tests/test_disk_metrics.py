@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from state_runtime import StateStoreProvider
@@ -15,6 +16,8 @@ from state_runtime.storage import LocalStorage
 from state_runtime.store.cache import CACHE, set_budget
 from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun
 from state_runtime.store.state_store import StateStore
+from state_runtime.store.store_metrics import LoadSource
+from tests.store_helpers import int_table
 
 KEYS = 3000
 
@@ -124,3 +127,43 @@ def test_a_stores_first_version_on_disk_is_written_once(
     assert disk.compaction_bytes == 0
     assert written == disk.local_disk_bytes  # one run file, once
     assert [k for k, _ in store.items()] == [(k,) for k in range(3000)]
+
+
+def test_a_load_from_files_merges_the_small_deltas_before_the_large_first(
+    tmp_path: Path, local_dir: Path, small_budget: None
+) -> None:
+    """A load applies a large first delta (streamed to disk) and five small ones that
+    overwrite, remove and put back keys across deltas. The small ones merge with each other
+    first, then once onto the first, dropping the removals (nothing lies below): the state is
+    the commits', and the load's compaction writes about the state's bytes once (merged onto
+    the first delta one at a time, oldest first, then again to drop removals: 6.2 times)."""
+    provider = _provider(tmp_path)
+    first = 40 * KEYS  # stored in one file of many record batches: streamed to disk
+    expected = {k: k for k in range(first)}
+    store = provider.get_store(0)
+    store.apply_arrow(int_table(np.arange(first), np.arange(first)))
+    info = store.commit()
+    for step in range(1, 6):
+        store = provider.get_store(info.version, info.checkpoint_id)
+        puts = {k: k * 10 + step for k in range(step, first, 97)}  # overwrites
+        removed = list(range(step * 7, first, 89)) if step % 2 else []
+        restored = {k: -k for k in range(7, first, 89)} if step == 4 else {}
+        store.apply([*puts.items(), *restored.items()])
+        for k in removed:
+            store.remove(k)
+        info = store.commit()
+        expected.update(puts)
+        expected.update(restored)
+        for k in removed:
+            expected.pop(k, None)
+    assert info.checkpoint_id is not None
+    before = LOCAL_DISK.snapshot()
+    loaded = _provider(tmp_path).get_store(info.version, info.checkpoint_id)
+    assert loaded.metrics.load.source == LoadSource.FILES
+    assert loaded.metrics.load.deltas_applied == 6
+    assert {k[0]: v[0] for k, v in loaded.items()} == expected
+    runs = loaded._runs()
+    assert any(isinstance(run, DiskRun) for run in runs)
+    state_bytes = sum(run.file_bytes for run in runs if isinstance(run, DiskRun))
+    compaction = LOCAL_DISK.snapshot().compaction_bytes - before.compaction_bytes
+    assert 0 < compaction < 1.5 * state_bytes, (compaction, state_bytes)

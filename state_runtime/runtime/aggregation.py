@@ -29,16 +29,21 @@ change run) follows the chunk, not the batch (docs/state-on-disk.md)."""
 MIN_CHUNK_ROWS = 1 << 13
 """Input rows of a chunk at least, whatever the budget (a step's fixed costs stay small)."""
 CHUNK_SHARE = 2
-"""A chunk's rows, at the store's row width, fill at most 1/CHUNK_SHARE of the spill threshold:
-each step's copies (input taken in key order, groups, lookup, change run, output) are then a
-small multiple of the threshold, not of :data:`CHUNK_ROWS` (docs/state-on-disk.md, "Issue 37,
-the first batch in smaller chunks")."""
+"""A chunk's input rows, at the larger of the store's row width and the batch's own bytes a
+row, fill at most 1/CHUNK_SHARE of the spill threshold: each step's copies (input taken in key
+order, groups, lookup, change run, output) are then a small multiple of the threshold, not of
+:data:`CHUNK_ROWS`. The change run also holds an 8-byte index column a row, so at 16-byte rows
+it is about 0.75 of the threshold, and two chunks' runs spill together (docs/state-on-disk.md,
+"Issue 37, the first batch in smaller chunks")."""
 
 
-def chunk_rows(schema: StateSchema) -> int:
-    """Input rows a step takes in a store of ``schema``: :data:`CHUNK_ROWS` in memory mode (a
-    large budget), fewer under a small one (see :data:`CHUNK_SHARE`)."""
-    fitting = LOCAL_DISK.threshold() // (CHUNK_SHARE * schema.row_bytes)
+def chunk_rows(schema: StateSchema, rows: pa.Table) -> int:
+    """Input rows a step takes of ``rows`` in a store of ``schema``: :data:`CHUNK_ROWS` in
+    memory mode (a large budget), fewer under a small one (see :data:`CHUNK_SHARE`). A row is
+    weighed by the batch's real bytes a row when wider than ``schema.row_bytes``, which counts
+    a string, binary, list or map field as 8 bytes whatever it holds."""
+    width = max(schema.row_bytes, -(-int(rows.nbytes) // max(1, int(rows.num_rows))))
+    fitting = LOCAL_DISK.threshold() // (CHUNK_SHARE * width)
     return min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, fitting))
 
 
@@ -78,7 +83,7 @@ class _RunningAggregate:
     def __call__(self, store: StateStore, rows: pa.Table) -> pa.Table | Iterator[pa.Table] | None:
         if rows.num_rows == 0:
             return None
-        size = chunk_rows(store.schema)
+        size = chunk_rows(store.schema, rows)
         if rows.num_rows <= size:
             return self._apply(store, rows)
         return self._chunks(store, rows, size)

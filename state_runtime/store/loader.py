@@ -319,7 +319,8 @@ class VersionLoader:
         if len(in_memory) == len(chain) and all(isinstance(run, Run) for run in base.runs):
             self._check_rows(base, chain[::-1], in_memory)
         metrics.deltas_applied += len(chain)
-        changes = squash(self.indexer, [delta.run for delta in chain], self.store)
+        runs, empty = [delta.run for delta in chain], not any(len(run) for run in base.runs)
+        changes = squash(self.indexer, runs, self.store, over_nothing=empty)
         target = chain[0]
         return base.derive(changes, target.ref, _lineage(chain, base), target.header.state_rows)
 

@@ -70,24 +70,36 @@ def lookup(
     return pa.concat_arrays(parts).take(pa.array(inverse))
 
 
-def squash(indexer: KeyIndexer, runs: Sequence[AnyRun], store: object | None = None) -> AnyRun:
+def squash(
+    indexer: KeyIndexer,
+    runs: Sequence[AnyRun],
+    store: object | None = None,
+    *,
+    over_nothing: bool = False,
+) -> AnyRun:
     """Change runs (newest first) as one change run; the newest change of each key wins.
 
     Two runs merge in O(rows); more in memory are concatenated and sorted once
-    (O(rows log rows)); with runs on disk they merge pairwise, oldest first, streamed to disk.
+    (O(rows log rows)); with runs on disk they merge pairwise, the two neighbours of fewest rows
+    between them first (overlaying is associative, so any order of neighbours gives the same
+    run): a large first delta under small later ones is rewritten once, not once per delta.
+    ``over_nothing``: no rows lie below the runs, so their last merge on disk drops removals
+    (the version over an empty base then does not write the run again to drop them).
     """
-    if len(runs) <= 2 or any(run.on_disk for run in runs):
-        result = runs[-1]
-        for newer in reversed(runs[:-1]):
-            result = merge(indexer, result, newer, drop_removals=False, store=store)
-        return result
-    oldest_first = [run for run in reversed(runs) if isinstance(run, Run)]
-    squashed, _ = Run.build(
-        indexer,
-        pa.concat_arrays([r.keys for r in oldest_first]),
-        pa.concat_arrays([r.values for r in oldest_first]),
-    )
-    return squashed
+    if len(runs) > 2 and not any(run.on_disk for run in runs):
+        oldest_first = [run for run in reversed(runs) if isinstance(run, Run)]
+        squashed, _ = Run.build(
+            indexer,
+            pa.concat_arrays([r.keys for r in oldest_first]),
+            pa.concat_arrays([r.values for r in oldest_first]),
+        )
+        return squashed
+    left = list(runs)
+    while len(left) > 1:
+        i = min(range(len(left) - 1), key=lambda j: len(left[j]) + len(left[j + 1]))
+        drop = over_nothing and len(left) == 2
+        left[i : i + 2] = [merge(indexer, left[i + 1], left[i], drop_removals=drop, store=store)]
+    return left[0]
 
 
 def live_blocks(

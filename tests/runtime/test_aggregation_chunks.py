@@ -147,17 +147,59 @@ def test_a_task_hands_each_chunks_output_to_spark_before_the_next_chunk(
     assert _canonical(committed) == _canonical(store.to_arrow().to_pylist())
 
 
-def test_a_chunk_holds_about_half_the_spill_threshold_of_changes(
+def test_a_chunk_takes_at_most_a_share_of_the_spill_threshold_of_input(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """16-byte rows (a count by one integer key): bench_e2e's 3.8 MiB budget (a 1 MB
-    threshold) takes 31,250 rows a step; memory mode the most, a forced-disk budget the least."""
+    threshold) takes 31,250 rows a step, half the threshold at the store's row width;
+    memory mode the most, a forced-disk budget the least."""
     schema = StateSchema.of("k bigint", "n bigint")
     assert schema.row_bytes == 16
-    for threshold, rows in [
+    rows = pa.table({"k": pa.array(range(100), pa.int64())})
+    for threshold, expected in [
         (1_000_000, 31_250),
         (1 << 40, aggregation.CHUNK_ROWS),
         (0, aggregation.MIN_CHUNK_ROWS),
     ]:
         monkeypatch.setattr(LOCAL_DISK, "spill_bytes", threshold)
-        assert aggregation.chunk_rows(schema) == rows
+        assert aggregation.chunk_rows(schema, rows) == expected
+
+
+def test_long_string_keys_keep_each_chunk_within_the_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``row_bytes`` counts a string as 8 bytes: 100-character keys weighed so were taken in
+    chunks of up to 125,000 rows (13 MB), here the whole 4.2 MB batch at once. Weighed by the
+    batch's real bytes a row, every chunk's input stays within 1/CHUNK_SHARE of the threshold,
+    and the state is the whole batch's."""
+    threshold = 4_000_000
+    monkeypatch.setattr(LOCAL_DISK, "spill_bytes", threshold)
+    op = running_aggregation(0, ["k"], "k string", [Agg("n", "count")], 1)
+    keys = [f"{i:0100d}" for i in range(40_000)]
+    rows = pa.table({"k": pa.array(keys + keys[:500])})
+    sizes: list[int] = []
+    apply = aggregation._RunningAggregate._apply
+
+    def recorded(self: Any, store: Any, chunk: pa.Table) -> pa.Table:
+        sizes.append(chunk.nbytes)
+        return apply(self, store, chunk)
+
+    monkeypatch.setattr(aggregation._RunningAggregate, "_apply", recorded)
+    provider = StateStoreProvider(
+        LocalStorage(tmp_path),
+        0,
+        0,
+        op.store_name,
+        key_schema=op.schema.key,
+        value_schema=op.schema.value,
+        config=op.config,
+    )
+    store = provider.get_store(0, None)
+    with batch_scope(BatchContext("q", 0, 0, 0, stores={op.store_name: store})):
+        output = aggregation.whole_output(op.update(store, rows))
+    assert output is not None and output.num_rows == len(keys)
+    share = threshold // aggregation.CHUNK_SHARE  # a chunk ends past a key: a row or so over
+    assert len(sizes) > 1 and max(sizes) <= share * 1.01, sizes
+    state = store.to_arrow().flatten()
+    assert state.num_rows == len(keys)
+    assert sum(state.column("value.n").to_pylist()) == rows.num_rows

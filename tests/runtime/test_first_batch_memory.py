@@ -11,8 +11,9 @@ and comes back in pieces of whole keys, each piece's output handed on before the
 peak growth at 4M rows stays within 8 MiB of 1M's; holding the input, the sort order and the
 output whole grew 67 MiB between them (33 to 100 MB), the output streamed alone 42 MiB.
 
-Under a small budget a step's chunk holds about half the spill threshold of changes
-(``aggregation.chunk_rows``), so the Arrow buffers a task holds at once stay a small multiple
+Under a small budget a step's chunk takes input rows of about half the spill threshold
+(``aggregation.chunk_rows``; its change run, with an index column, about 0.75), so the
+Arrow buffers a task holds at once stay a small multiple
 of the threshold: chunks of ``CHUNK_ROWS`` (2 MiB of changes each) peaked at 17.7 MB, the
 threshold's 17 times, a worker's peak in bench_e2e (docs/state-on-disk.md, "Issue 37, the
 first batch in smaller chunks").
