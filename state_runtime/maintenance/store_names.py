@@ -21,12 +21,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from state_runtime.catalog import Catalog, StoreKey
+from state_runtime.catalog import Catalog, NamesMark, StoreKey
 from state_runtime.errors import InvalidArgument
 from state_runtime.maintenance.fleet import parse_store_key
 
 SEPARATOR = "@"
-_HELD: dict[str, tuple[tuple[object, ...], StoreNames]] = {}
+_HELD: dict[str, tuple[NamesMark, StoreNames]] = {}
 """The labels last read from each catalog (by its URL), with the mark they were read at."""
 
 
@@ -95,6 +95,13 @@ class StoreNames:
         names = cls.of(catalog)
         _HELD[catalog.url] = (mark, names)
         return names
+
+    @staticmethod
+    def forget() -> None:
+        """Drops the labels this process holds (each catalog's next :meth:`current` reads
+        them): for tests that reuse a catalog URL, so that one test's labels never serve
+        another's."""
+        _HELD.clear()
 
     def name(self, key: StoreKey) -> str:
         """``<label>/<operator>/<partition>/<store>`` (the full key for a root not listed)."""

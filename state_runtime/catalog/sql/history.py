@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.records import HistoryFile, VersionHistory
+from state_runtime.catalog.records import HistoryFile, NamesMark, VersionHistory
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql.rows import key_of, store_key_columns
 from state_runtime.catalog.sql.statements import chunks
@@ -179,7 +179,7 @@ def distinct_values(connection: Connection, column: sa.ColumnElement[str]) -> li
     return list(found.scalars())
 
 
-def names_mark(connection: Connection, views: ReaderViews) -> tuple[object, ...]:
+def names_mark(connection: Connection, views: ReaderViews) -> NamesMark:
     """What the stores' names follow (``StoreNames``), read without the commit log's scan of
     ``root_queries``: the stores' count and newest id (a store added or removed), the roots
     (one relocated) and the query ids that ever committed (a query renamed or new), each by
@@ -190,7 +190,7 @@ def names_mark(connection: Connection, views: ReaderViews) -> tuple[object, ...]
     ).one()
     roots = distinct_values(connection, s.checkpoint_root)
     queries = distinct_values(connection, c.query_id)
-    return (int(count), int(newest), tuple(roots), tuple(queries))
+    return NamesMark(int(count), int(newest), tuple(roots), tuple(queries))
 
 
 def query_ids(connection: Connection, views: ReaderViews, root: str) -> list[str]:
