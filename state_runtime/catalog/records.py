@@ -574,3 +574,5 @@ class NamesMark(NamedTuple):
     newest: int
     roots: tuple[str, ...]
     queries: tuple[str, ...]
+    latest: tuple[tuple[int, int], ...]
+    """Each query's latest batch: its lowest and highest store id (a query that moved)."""
