@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -166,7 +167,7 @@ def root_queries(connection: Connection, views: ReaderViews) -> dict[str, list[s
     return {root: found[root] for root in sorted(found)}
 
 
-def _distinct(column: sa.ColumnElement[str]) -> sa.Select[tuple[str]]:
+def _distinct(column: sa.ColumnElement[str]) -> sa.Select[Any]:
     """The distinct values of an indexed ``column`` in order, by a loose index scan (a
     recursive ``min(column) > previous``: one index probe a value, where ``DISTINCT`` reads
     every row: the commit log's millions)."""
