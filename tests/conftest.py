@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import HealthCheck, settings
 
+from state_runtime.maintenance import StoreNames
 from state_runtime.storage import LocalStorage, Storage
 
 if TYPE_CHECKING:
@@ -29,6 +30,15 @@ settings.load_profile("state_runtime")
 
 BACKENDS = ["local", "s3"]
 _BACKEND_MARKS = {"s3": pytest.mark.s3}
+
+
+@pytest.fixture(autouse=True)
+def forget_store_names() -> Iterator[None]:
+    """Each test starts without the store names a previous one left in this process
+    (``StoreNames.current`` keeps them by catalog URL, and PostgreSQL's test URL repeats)."""
+    StoreNames.forget()
+    yield
+    StoreNames.forget()
 
 
 @pytest.fixture(params=[pytest.param(b, marks=_BACKEND_MARKS.get(b, ())) for b in BACKENDS])

@@ -38,18 +38,25 @@ from state_runtime.maintenance import StoreNames, StoreStatus, due_for_snapshot,
     default_status=DefaultSensorStatus.RUNNING,
     description=(
         "Adds a state_stores partition for each store in the catalog (named "
-        "<query>/<operator>/<partition>/<store>), drops gone ones and those of an older naming."
+        "<query>/<operator>/<partition>/<store>), drops gone ones and those of an older name."
     ),
 )
 def store_discovery_sensor(
     context: SensorEvaluationContext, maintenance: MaintenanceResource
 ) -> SensorResult:
-    """A tick reads the catalog's count of stores and newest store id (its cursor): only when
-    they changed does it list the stores and Dagster's partitions."""
+    """A tick reads what the stores' names follow (``Catalog.names_mark``: the stores' count
+    and newest id, the roots, the query ids; its digest is the cursor): only when it changed
+    does it list the stores and Dagster's partitions. A store whose label changed (its root
+    relocated, another query committing below it) gets its new partition, and the old one is
+    deleted, logged by name: Dagster cannot rename a partition, the old one's runs and events
+    stay in the asset's history, and the failures sensor names the store by its new one."""
     with maintenance.fleet("dagster:discovery") as fleet:
-        census = json.dumps(fleet.catalog.store_census())
-        if census == context.cursor:
-            return SensorResult(skip_reason=SkipReason("no store added or removed"), cursor=census)
+        mark = fleet.catalog.names_mark()
+        cursor = hashlib.sha256(json.dumps(mark).encode()).hexdigest()[:32]
+        if cursor == context.cursor:
+            return SensorResult(
+                skip_reason=SkipReason("no store added, removed or renamed"), cursor=cursor
+            )
         records = fleet.stores()
         names = StoreNames.current(fleet.catalog)
         stores = {names.name(record.key) for record in records}
@@ -57,15 +64,18 @@ def store_discovery_sensor(
     added, gone = sorted(stores - known), sorted(known - stores)
     if not added and not gone:
         return SensorResult(
-            skip_reason=SkipReason(f"{len(known)} stores, no change"), cursor=census
+            skip_reason=SkipReason(f"{len(known)} stores, no change"), cursor=cursor
         )
     context.log.info(f"stores: {len(added)} new, {len(gone)} gone")
+    if gone:
+        shown = ", ".join(gone[:20]) + (f" and {len(gone) - 20} more" if len(gone) > 20 else "")
+        context.log.info(f"partitions deleted (store gone or renamed; history kept): {shown}")
     return SensorResult(
         dynamic_partitions_requests=[
             *([state_stores.build_add_request(added)] if added else []),
             *([state_stores.build_delete_request(gone)] if gone else []),
         ],
-        cursor=census,
+        cursor=cursor,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
 from state_runtime.retention import FileState, StoreFile, Verification
@@ -565,3 +565,14 @@ class NewLayout:
     store_name: str
     num_partitions: int
     routing: list[dict[str, Any]]
+
+
+class NamesMark(NamedTuple):
+    """What the stores' names follow, compared between reads (``StoreNames.current``)."""
+
+    stores: int
+    newest: int
+    roots: tuple[str, ...]
+    queries: tuple[str, ...]
+    latest: tuple[tuple[int, int], ...]
+    """Each query's latest batch: its lowest and highest store id (a query that moved)."""

@@ -64,9 +64,37 @@ def test_names_are_read_again_only_when_what_they_follow_changed(
 
 def test_the_mark_is_one_read_by_index(catalog: Catalog) -> None:
     """``names_mark`` answers on an empty catalog and names the roots and queries in order."""
-    assert catalog.names_mark() == (0, 0, (), ())
+    assert catalog.names_mark() == (0, 0, (), (), ())
     Stream(catalog, [StoreId(0, 0), StoreId(0, 1)], root=f"{ROOT}/b", query="zeta").commit()
     Stream(catalog, [StoreId(0, 0)], root=f"{ROOT}/a", query="alpha").commit()
-    count, newest, roots, queries = catalog.names_mark()
+    count, newest, roots, queries, _ = catalog.names_mark()
     assert (count, roots, queries) == (3, (f"{ROOT}/a", f"{ROOT}/b"), ("alpha", "zeta"))
     assert newest >= 3
+
+
+def test_a_query_moved_to_a_new_checkpoint_location_is_followed(catalog: Catalog) -> None:
+    """The runtime registers a query's stores at its new location before its first batch
+    there (the names read then: the new root has no query yet); that batch, a known query
+    committing below a known root, changes both roots' labels, and the mark with them (the
+    stores of the query's latest batch)."""
+    clicks = Stream(catalog, [StoreId(0, 0), StoreId(0, 1)], root=f"{ROOT}/q0", query="clicks")
+    clicks.commit()
+    clicks.commit()
+    Stream(catalog, [StoreId(0, 0)], root=f"{ROOT}/v", query="views").commit()
+    catalog.register_stores(f"{ROOT}/q1", clicks.stores, "k int", "v int")
+    registered = StoreNames.current(catalog)
+    assert registered.labels[f"{ROOT}/q1"] == "q1"
+    mark = catalog.names_mark()
+
+    moved = Stream(catalog, clicks.stores, root=f"{ROOT}/q1", query="clicks")
+    moved.batch = clicks.batch  # the checkpoint copied: its batches go on
+    moved.commit()
+    assert catalog.names_mark() != mark
+    assert dict(StoreNames.current(catalog).labels) == {
+        f"{ROOT}/q0": "clicks@q0",
+        f"{ROOT}/q1": "clicks@q1",
+        f"{ROOT}/v": "views",
+    }
+    marked = catalog.names_mark()
+    moved.commit()  # its next batch: the same stores, nothing the names follow
+    assert catalog.names_mark() == marked

@@ -415,8 +415,9 @@ def test_the_first_tick_after_the_upgrade_reads_the_past_attempts_a_page_a_tick(
 ) -> None:
     """A cursor from before the event log's storage id was kept must still find the sound
     stores' partitions other runs failed before the upgrade, but reading every attempt ever
-    made in one tick took 14 s at 40,000 attempts: the past is read ``PAST_A_READ`` attempts a
-    tick, oldest first, and each failed partition is recorded again once its page is read."""
+    made in one tick took 14 s at 40,000 attempts: the partitions are asked about
+    ``PAST_A_READ`` a tick (a page of Dagster's partitions, oldest first), and each failed
+    partition is recorded again once its page is read."""
     monkeypatch.setattr(partition_status, "PAST_A_READ", 2)
     stream = make_stream()
     partitions, sensor, _ = validated(stream, instance)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from state_runtime.catalog.api.transactions import CatalogBase
 from state_runtime.catalog.records import (
+    NamesMark,
     Position,
     RecordedBatchMetrics,
     Unsettled,
@@ -46,7 +47,7 @@ class HistoryCalls(CatalogBase):
         read, whatever the number of roots)."""
         return self._read("list queries by root", history.root_queries)
 
-    def names_mark(self) -> tuple[object, ...]:
+    def names_mark(self) -> NamesMark:
         """What the stores' names depend on, compared between reads (``StoreNames.current``):
         the stores' count and newest id, the roots and the query ids, each read by its index,
         in milliseconds where ``root_queries`` scans the commit log (2 s at 100,000 stores)."""

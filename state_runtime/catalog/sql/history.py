@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.records import HistoryFile, VersionHistory
+from state_runtime.catalog.records import HistoryFile, NamesMark, VersionHistory
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.sql.rows import key_of, store_key_columns
 from state_runtime.catalog.sql.statements import chunks
@@ -166,7 +167,7 @@ def root_queries(connection: Connection, views: ReaderViews) -> dict[str, list[s
     return {root: found[root] for root in sorted(found)}
 
 
-def distinct_values(connection: Connection, column: sa.ColumnElement[str]) -> list[str]:
+def _distinct(column: sa.ColumnElement[str]) -> sa.Select[Any]:
     """The distinct values of an indexed ``column`` in order, by a loose index scan (a
     recursive ``min(column) > previous``: one index probe a value, where ``DISTINCT`` reads
     every row: the commit log's millions)."""
@@ -175,22 +176,53 @@ def distinct_values(connection: Connection, column: sa.ColumnElement[str]) -> li
         sa.select(sa.func.min(column)).where(column > first.c.value).scalar_subquery()
     ).where(first.c.value.is_not(None))
     seen = first.union_all(later)
-    found = connection.execute(sa.select(seen.c.value).where(seen.c.value.is_not(None)))
-    return list(found.scalars())
+    return sa.select(seen.c.value).where(seen.c.value.is_not(None))
 
 
-def names_mark(connection: Connection, views: ReaderViews) -> tuple[object, ...]:
+def distinct_values(connection: Connection, column: sa.ColumnElement[str]) -> list[str]:
+    """The distinct values of an indexed ``column`` in order (:func:`_distinct`)."""
+    return list(connection.execute(_distinct(column)).scalars())
+
+
+def names_mark(connection: Connection, views: ReaderViews) -> NamesMark:
     """What the stores' names follow (``StoreNames``), read without the commit log's scan of
     ``root_queries``: the stores' count and newest id (a store added or removed), the roots
-    (one relocated) and the query ids that ever committed (a query renamed or new), each by
-    its index."""
+    (one relocated), and each query id that ever committed (a query renamed or new) with the
+    lowest and highest store of its latest batch (a query committing below another root: it
+    moved to a new checkpoint location), each by an index (the queries by a loose scan, each
+    query's latest batch and its stores by ``uq_commit_log_batch_store``'s prefix)."""
     s, c = views.stores.c, views.commits.c
     count, newest = connection.execute(
         sa.select(sa.func.count(), sa.func.coalesce(sa.func.max(s.store_id), 0))
     ).one()
     roots = distinct_values(connection, s.checkpoint_root)
-    queries = distinct_values(connection, c.query_id)
-    return (int(count), int(newest), tuple(roots), tuple(queries))
+    queries = _distinct(c.query_id).subquery("queries")
+    inner = views.commits.alias("latest")
+    latest = (
+        sa.select(sa.func.max(inner.c.batch_id))
+        .where(inner.c.query_id == queries.c.value)
+        .correlate(queries)
+        .scalar_subquery()
+    )
+
+    def bound(lowest: bool) -> sa.ScalarSelect[int]:
+        store = sa.func.min(c.store_id) if lowest else sa.func.max(c.store_id)
+        return (
+            sa.select(store)
+            .where(c.query_id == queries.c.value, c.batch_id == latest)
+            .scalar_subquery()
+        )
+
+    found = connection.execute(
+        sa.select(queries.c.value, bound(True), bound(False)).order_by(queries.c.value)
+    ).all()
+    return NamesMark(
+        int(count),
+        int(newest),
+        tuple(roots),
+        tuple(query for query, _, _ in found),
+        tuple((int(low), int(high)) for _, low, high in found),
+    )
 
 
 def query_ids(connection: Connection, views: ReaderViews, root: str) -> list[str]:
