@@ -84,10 +84,10 @@ def test_append_runs_and_complete_is_refused_before_any_batch(tmp_path: Path) ->
 
 
 class Declares(StatefulProcessor):
-    """Declares a value with a TTL of one hour (``ttl``) or without, and registers a timer
-    for each key (``timer``)."""
+    """Declares a value with a TTL of one hour (``ttl``) or without, and for each key calls
+    the timer method ``timer`` names (``registerTimer``, ``deleteTimer`` or ``listTimers``)."""
 
-    def __init__(self, ttl: bool = False, timer: bool = False) -> None:
+    def __init__(self, ttl: bool = False, timer: str | None = None) -> None:
         self.ttl, self.timer = ttl, timer
 
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -95,8 +95,10 @@ class Declares(StatefulProcessor):
         self.n = handle.getValueState("n", "n bigint", HOUR_MS if self.ttl else None)
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
-        if self.timer:
-            self.handle.registerTimer(5_000)
+        if self.timer == "listTimers":
+            list(self.handle.listTimers())
+        elif self.timer:
+            getattr(self.handle, self.timer)(5_000)
         yield pd.DataFrame({"k": [key[0]], "count": [0]})
 
 
@@ -122,13 +124,14 @@ def test_an_unknown_time_mode_is_refused() -> None:
         transform_with_state(0, ["k"], "k string", Declares(), COUNT, 1, time_mode="Sometimes")
 
 
-def test_a_timer_in_time_mode_none_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("call", ["registerTimer", "deleteTimer", "listTimers"])
+def test_a_timer_in_time_mode_none_is_refused(tmp_path: Path, call: str) -> None:
     """Spark's ``STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE``: in the
-    task, on the first ``registerTimer``."""
-    task = Task(tmp_path, Declares(timer=True), COUNT)
-    with pytest.raises(InvalidArgument, match="registerTimer needs timeMode"):
+    task, on the first ``registerTimer``, ``deleteTimer`` or ``listTimers``."""
+    task = Task(tmp_path, Declares(timer=call), COUNT)
+    with pytest.raises(InvalidArgument, match=f"{call} needs timeMode"):
         task.batch([("a", 1)])
-    timed = Task(tmp_path / "timed", Declares(timer=True), COUNT, time_mode="ProcessingTime")
+    timed = Task(tmp_path / "timed", Declares(timer=call), COUNT, time_mode="ProcessingTime")
     assert timed.batch([("a", 1)]) == [{"k": "a", "count": 0}]
 
 
