@@ -55,7 +55,7 @@ class Walk:
     loads: bool
     passed_over: list[tuple[FileRecord, str]]  # base snapshots found gone or damaged, in order
     broken: tuple[FileRecord, str] | None  # the delta that breaks the last chain tried
-    unreadable: FileRecord | None  # when it does not load: a snapshot storage cannot read now
+    unreadable: FileRecord | None  # not loading: an unreadable snapshot it would load from
 
     @property
     def damaged(self) -> list[tuple[FileRecord, str]]:
@@ -75,7 +75,59 @@ def walk_chain(
     a base snapshot gone or damaged is passed over for the chain judged again without it
     (a failed snapshot below it that reads intact now is the base), until a chain loads, a
     delta breaks it, or no complete chain is left. When it does not load, ``unreadable`` names
-    a snapshot storage could not read (a failed read, no verdict), which may load it."""
+    a snapshot storage could not read (a failed read, no verdict) with which it loads when
+    taken as intact (walked again so): only then may the read decide; otherwise the loss
+    stands."""
+    walk = _walk(fleet, key, version, checked, problem)
+    if walk.loads:
+        return walk
+    unreadable = next(
+        (
+            f
+            for f in checked.store_files(fleet, key)
+            if f.kind is FileKind.SNAPSHOT
+            and f.version <= version
+            and (checked.problems.get(f.path) or "").startswith(UNREADABLE)
+            and _loads_if_intact(fleet, key, version, checked, problem, f)
+        ),
+        None,
+    )
+    return replace(walk, unreadable=unreadable)
+
+
+def _loads_if_intact(
+    fleet: Fleet,
+    key: StoreKey,
+    version: int,
+    checked: Verified,
+    problem: Callable[[FileRecord], str | None] | None,
+    snapshot: FileRecord,
+) -> bool:
+    """Whether ``version`` loads when ``snapshot`` (one storage could not read) is taken as
+    intact: only then is the failed read no verdict; otherwise the loss stands whatever the
+    snapshot holds. What else this walk reads is kept in ``checked``."""
+    assumed = Verified(checked.files, checked.idle, {**checked.problems, snapshot.path: None})
+
+    def check(record: FileRecord) -> str | None:
+        if record.path == snapshot.path:
+            return None
+        return problem(record) if problem else assumed.problem(fleet, key.root, record)
+
+    loads = _walk(fleet, key, version, assumed, check).loads
+    checked.problems.update(
+        (path, found) for path, found in assumed.problems.items() if path != snapshot.path
+    )
+    return loads
+
+
+def _walk(
+    fleet: Fleet,
+    key: StoreKey,
+    version: int,
+    checked: Verified,
+    problem: Callable[[FileRecord], str | None] | None,
+) -> Walk:
+    """:func:`walk_chain` without the search for a snapshot storage cannot read."""
     files = checked.store_files(fleet, key)
     by_path = {f.path: f for f in files}
     check = problem or (lambda record: checked.problem(fleet, key.root, record))
@@ -98,18 +150,7 @@ def walk_chain(
             break
         else:
             return Walk(True, passed, None, None)
-    above = broken[0].version if broken else 0  # a snapshot below a broken delta is no help
-    unreadable = next(
-        (
-            f
-            for f in files
-            if f.kind is FileKind.SNAPSHOT
-            and above <= f.version <= version
-            and (checked.problems.get(f.path) or "").startswith(UNREADABLE)
-        ),
-        None,
-    )
-    return Walk(False, passed, broken, unreadable)
+    return Walk(False, passed, broken, None)
 
 
 def judged_now(

@@ -182,14 +182,14 @@ def damaged_files(
     """Every damaged file in scope, classified: the snapshots the retention rule calls
     damaged (their verification failed) and the committed files the open problems name,
     each read and verified again now (one that verifies is no damage)."""
-    found: dict[tuple[StoreKey, str], tuple[FileRecord, str | None]] = {}
+    found: dict[tuple[StoreKey, str], FileRecord] = {}
     other: list[StoreProblem] = []
     only = key_set(only)
     for root in fleet.query_roots(only):
         for verdict in fleet.catalog.file_verdicts(policy.retention, root=root):
             f = verdict.file
             if verdict.verdict is Verdict.DAMAGED and fleet.in_scope(f.key, only):
-                found[(f.key, f.path)] = (f, f.verification_note)
+                found[(f.key, f.path)] = f
         for p in fleet.catalog.problems(root=root):
             if not fleet.in_scope(p.key, only):
                 continue
@@ -197,12 +197,12 @@ def damaged_files(
             if record is None:
                 other.append(p)
             elif (p.key, record.path) not in found:
-                found[(p.key, record.path)] = (record, None)
+                found[(p.key, record.path)] = record
     checks: dict[str, Verified] = {}
     damages = []
-    for record, note in found.values():
+    for record in found.values():
         checked = checks.setdefault(record.key.root, Verified())
-        cause = checked.problem(fleet, record.key.root, record) or note
+        cause = checked.problem(fleet, record.key.root, record)  # the read now, not the old note
         if cause is not None:
             damages.append(classify(fleet, record, cause, checked=checked))
     return DamageReport(damages, other)

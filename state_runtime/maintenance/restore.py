@@ -38,7 +38,7 @@ from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.runs import recorded_run
-from state_runtime.store.file_verification import MISSING
+from state_runtime.store.file_verification import MISSING, UNREADABLE
 
 SPARK_LOGS = ("offsets", "commits")
 SPARK_CHECKPOINT = "spark_checkpoint"
@@ -198,7 +198,11 @@ def plan_restore(
         lost=lost,
         restarted=restarted,
         spark=spark,
-        damaged={path: p for path, p in checked.problems.items() if p is not None},
+        damaged={  # verdicts only: a failed read is no failed verification
+            path: p
+            for path, p in checked.problems.items()
+            if p is not None and not p.startswith(UNREADABLE)
+        },
     )
 
 

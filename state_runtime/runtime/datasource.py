@@ -13,7 +13,11 @@ Options (Spark's names): ``path`` (the checkpoint root: a path or URI), ``operat
 (default 0), ``storeName`` (default ``default``), ``batchId`` (with ``queryId``: the state
 that batch committed), ``version``, ``readChangeFeed`` with ``changeStartBatchId`` and
 ``changeEndBatchId`` (inclusive), ``queryId`` and ``catalogUrl`` (default
-``$STATE_CATALOG_URL``). The names differ from Spark's ``statestore`` so both can be used.
+``$STATE_CATALOG_URL``). On a ``transform_with_state`` operator ``stateVarName`` reads one
+state variable and ``readRegisteredTimers=true`` its pending timers (each a store of the
+operator, state or change feed, as ``read_state(state_variable=, timers=)``); each of
+``storeName``, ``stateVarName`` and ``readRegisteredTimers`` picks the store, so at most one.
+The format's name differs from Spark's ``statestore`` so both can be used.
 The source's ``schema`` and ``partitions`` run where Spark plans Python data sources (a Python
 worker of the driver, or of the Connect server), which must reach the catalog; the reads run
 in the executors, which must reach the checkpoint root.
@@ -33,7 +37,13 @@ from pyspark.sql.types import StructType
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.runtime.changes import changes_plan, load_changes
-from state_runtime.runtime.reader import METADATA_SCHEMA, load_state, metadata_rows, state_plan
+from state_runtime.runtime.reader import (
+    METADATA_SCHEMA,
+    load_state,
+    metadata_rows,
+    state_plan,
+    store_of,
+)
 from state_runtime.storage import open_storage
 from state_runtime.store.schema_history import SchemaHistory
 
@@ -49,6 +59,24 @@ def _int(options: Mapping[str, str], name: str, default: int | None = None) -> i
         return int(text)
     except ValueError:
         raise InvalidArgument(f"option {name}={text!r}: expected a whole number") from None
+
+
+def _bool(options: Mapping[str, str], name: str) -> bool:
+    text = options.get(name, "false").lower()
+    if text not in ("true", "false"):
+        raise InvalidArgument(f"option {name}={text!r}: expected true or false")
+    return text == "true"
+
+
+def _store(options: Mapping[str, str]) -> str:
+    """The store the options pick: ``storeName``, or a ``transform_with_state`` operator's
+    ``stateVarName`` or ``readRegisteredTimers`` (Spark's names), through ``store_of``."""
+    timers = _bool(options, "readRegisteredTimers")
+    given = [n for n in ("storeName", "stateVarName") if options.get(n) is not None]
+    given += ["readRegisteredTimers"] * timers
+    if len(given) > 1:
+        raise InvalidArgument(f"options {' and '.join(given)}: each picks the store, give one")
+    return store_of(options.get("storeName", "default"), options.get("stateVarName"), timers)
 
 
 def _root(options: Mapping[str, str]) -> str:
@@ -69,8 +97,8 @@ class _StateReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.storage = open_storage(_root(options))
         self.operator_id = _int(options, "operatorId", 0) or 0
-        self.store_name = options.get("storeName", "default")
-        self.changes = options.get("readChangeFeed", "false").lower() == "true"
+        self.store_name = _store(options)
+        self.changes = _bool(options, "readChangeFeed")
         query_id, url = options.get("queryId"), options.get("catalogUrl")
         self.history: SchemaHistory
         self.sources: Sequence[tuple[Any, ...]]

@@ -27,7 +27,7 @@ from state_runtime.maintenance.damage import Damage, Fate, classify
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.retention import loading_files
 from state_runtime.storage import Storage
-from state_runtime.store.file_verification import MISSING
+from state_runtime.store.file_verification import MISSING, UNREADABLE
 
 
 def lost_state(
@@ -74,6 +74,8 @@ def lost_state(
         if walk.unreadable is not None:
             continue  # storage cannot read a snapshot that may load it now: no verdict
         for record, problem in walk.damaged:
+            if walk.loads and problem.startswith(UNREADABLE):
+                continue  # a failed read of a snapshot the load does not need: no damage
             damage = classify(
                 fleet, record, problem, spark_checkpoint=spark_checkpoint, checked=checked
             )

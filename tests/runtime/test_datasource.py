@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import DataFrameReader, SparkSession
 
+from state_runtime.errors import InvalidArgument
 from state_runtime.runtime import (
     Agg,
     StatefulQuery,
@@ -17,10 +18,12 @@ from state_runtime.runtime import (
     read_state_changes,
     read_state_metadata,
     running_aggregation,
+    transform_with_state,
 )
-from state_runtime.runtime.datasource import register_state_sources
+from state_runtime.runtime.datasource import StateDataSource, register_state_sources
 
 from .reference import running_totals
+from .tws_processors import RowSessionTracker
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect]
 SCHEMA = "user string, amount bigint"
@@ -89,3 +92,57 @@ def test_bad_options_are_named(spark: SparkSession, sqlite_catalog_url: str) -> 
         reader().option("readChangeFeed", True).load("/tmp/nowhere").collect()
     with pytest.raises(Exception, match="batchId='one': expected a whole number"):
         reader().option("batchId", "one").load("/tmp/nowhere").collect()
+
+
+def test_a_state_variable_and_the_timers_through_the_data_source(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
+) -> None:
+    """``stateVarName`` and ``readRegisteredTimers`` (Spark's names) read what
+    ``read_state(state_variable=)`` and ``(timers=True)`` read, state and change feed."""
+    op = transform_with_state(
+        0, ["part", "user"], "part int, user string", RowSessionTracker(),
+        RowSessionTracker.SCHEMA, 1, time_mode="ProcessingTime", pandas=False,
+    )  # fmt: skip
+    root = str(tmp_path / "ckpt")
+    query = StatefulQuery("tws", root, [op], catalog_url=sqlite_catalog_url)
+    schema = "part int, user string, amount bigint"
+    for batch_id, amounts in enumerate([[1, 2], [3]]):
+        df = spark.createDataFrame([(0, "a", a) for a in amounts], schema)
+        query.run_batch(df, batch_id, batch_time_ms=1_000 * (batch_id + 1)).release()
+    register_state_sources(spark)
+
+    def reader() -> DataFrameReader:  # a DataFrameReader keeps the options it was given
+        return spark.read.format("state_runtime").option("catalogUrl", sqlite_catalog_url)
+
+    changes = {"readChangeFeed": True, "changeStartBatchId": 0, "changeEndBatchId": 1}
+    for option, which in [
+        (("stateVarName", "amounts"), {"state_variable": "amounts"}),
+        (("readRegisteredTimers", "true"), {"timers": True}),
+    ]:
+        state = _rows(reader().option(*option).load(root))
+        assert state and state == _rows(
+            read_state(spark, root, 0, catalog_url=sqlite_catalog_url, **which)  # type: ignore[arg-type]
+        )
+        feed = _rows(reader().option(*option).options(**changes).load(root))
+        assert feed and feed == _rows(
+            read_state_changes(spark, root, 0, 0, 1, catalog_url=sqlite_catalog_url, **which)  # type: ignore[arg-type]
+        )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"stateVarName": "amounts", "storeName": "default"},
+        {"stateVarName": "amounts", "readRegisteredTimers": "true"},
+        {"storeName": "default", "readRegisteredTimers": "TRUE"},
+    ],
+)
+def test_more_than_one_option_picking_the_store_is_refused(
+    options: dict[str, str], tmp_path: Path
+) -> None:
+    """Before any catalog or storage read: the options are checked first."""
+    names = [n for n in ("storeName", "stateVarName", "readRegisteredTimers") if n in options]
+    with pytest.raises(InvalidArgument, match=f"options {' and '.join(names)}: each picks"):
+        StateDataSource({"path": str(tmp_path), **options}).schema()
+    with pytest.raises(InvalidArgument, match="readRegisteredTimers='yes': expected true or"):
+        StateDataSource({"path": str(tmp_path), "readRegisteredTimers": "yes"}).schema()

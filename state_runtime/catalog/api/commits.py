@@ -135,11 +135,8 @@ class CommitCalls(CatalogBase):
                 replace=replace,
                 duplicates=duplicates,
                 run=run,
+                holders=holders,
             )
-            if holders:
-                refs = {info.store: info.ref for info in infos}
-                located = {s: (w, refs[s]) for s, w in holders.items() if s in refs}
-                holders_sql.record_holders(connection, root, located, now)
             if run is not None:
                 batch_intents.settle(connection, run, suspects, now)
             took = (time.perf_counter() - started) * 1000

@@ -76,9 +76,11 @@ class CatalogBase:
         engine = create_catalog_engine(url or catalog_url(), timeouts, connections)
         policy = retry or RetryPolicy()
         try:
+            at_head = False  # an upgrade that found a SQLite catalog at head: checked
             if upgrade is True or (upgrade == "sqlite" and engine.dialect.name == "sqlite"):
-                revision.upgrade(engine, retry=policy)
-            revision.check_schema(engine, retry=policy)
+                at_head = revision.upgrade(engine, retry=policy)
+            if not at_head:
+                revision.check_schema(engine, retry=policy)
         except BaseException:
             engine.dispose()
             raise

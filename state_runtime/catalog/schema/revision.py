@@ -71,7 +71,7 @@ def upgrade_command(engine: Engine) -> str:
     return f"python -m state_runtime.catalog upgrade --url '{display_url(engine.url)}'"
 
 
-def upgrade(engine: Engine, revision: str = "head", *, retry: RetryPolicy | None = None) -> None:
+def upgrade(engine: Engine, revision: str = "head", *, retry: RetryPolicy | None = None) -> bool:
     """Migrate the database to ``revision`` (default: head) in one transaction.
 
     PostgreSQL and SQLite both run DDL transactionally, so a failed upgrade leaves the schema
@@ -79,23 +79,25 @@ def upgrade(engine: Engine, revision: str = "head", *, retry: RetryPolicy | None
     revision this code does not know (newer code wrote it) raises CatalogSchemaTooNew and is
     left untouched. Creates the folder of a SQLite catalog. A SQLite catalog already at head
     with exactly this code's views is left as it is (what every open of a streaming job's
-    catalog meets): the upgrade would change nothing.
+    catalog meets): the upgrade would change nothing. True then (the schema is the one
+    :func:`check_schema` wants), else False.
     """
     create_sqlite_folder(engine)
 
-    def work(connection: Connection) -> None:
+    def work(connection: Connection) -> bool:
         found = current_revision(connection)
         _refuse_unknown(engine, found)
         if revision == "head" and _sqlite_at_head(connection, found):
-            return
+            return True
         config = alembic_config()
         config.attributes["connection"] = connection
         try:
             command.upgrade(config, revision)
         except CommandError as exc:
             raise CatalogError(f"cannot upgrade the catalog to {revision!r}: {exc}") from None
+        return False
 
-    run_transaction(engine, work, retry=retry or RetryPolicy(), what="schema upgrade")
+    return run_transaction(engine, work, retry=retry or RetryPolicy(), what="schema upgrade")
 
 
 def _sqlite_at_head(connection: Connection, found: str | None) -> bool:

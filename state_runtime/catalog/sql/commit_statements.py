@@ -17,14 +17,12 @@ from state_runtime.catalog.sql.statements import among
 
 @dataclass(frozen=True)
 class CommitStatements:
-    """Parameters: ``run``, ``root``, ``query``, ``batch``, ``own`` (an intent's sequence),
+    """Parameters: ``run``, ``root``, ``query``, ``batch``,
     ``store_ids``, ``versions``, ``file_ids``, ``new_state``, ``reason``, ``now``."""
 
-    own_sequence: sa.Select[Any]
     later_intent: sa.Select[Any]
-    """The newest intent of the query at ``batch`` or later but ``run``'s."""
-    later_intent_after: sa.Select[Any]
-    """The same, begun after sequence ``own``."""
+    """The newest intent of the query at ``batch`` or later but ``run``'s that began after
+    ``run``'s (all of them when ``run``'s is gone), in one statement."""
     latest: sa.Select[Any]
     batch_entries: sa.Select[Any]
     files_at_versions: sa.Select[Any]
@@ -54,6 +52,8 @@ def commit_statements(dialect: str) -> CommitStatements:
         i.run != sa.bindparam("run"),
     )
     newest = i.sequence.desc()
+    mine = batch_intents.alias("mine")
+    own = sa.select(mine.c.sequence).where(mine.c.run == sa.bindparam("run")).scalar_subquery()
     entry = sa.select(c.version).where(
         c.store_id == s.store_id,
         c.query_id == sa.bindparam("query"),
@@ -67,9 +67,7 @@ def commit_statements(dialect: str) -> CommitStatements:
         top = sa.func.coalesce(sa.func.max(i.sequence), 0)
         numbered["sequence"] = sa.select(top + 1).scalar_subquery()
     return CommitStatements(
-        own_sequence=sa.select(i.sequence).where(i.run == sa.bindparam("run")),
-        later_intent=later.order_by(newest).limit(1),
-        later_intent_after=later.where(i.sequence > sa.bindparam("own")).order_by(newest).limit(1),
+        later_intent=later.where(sa.or_(own.is_(None), i.sequence > own)).order_by(newest).limit(1),
         latest=sa.select(s.store_id, s.latest_version).where(
             among(dialect, s.store_id, "store_ids")
         ),

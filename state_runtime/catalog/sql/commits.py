@@ -15,7 +15,7 @@ retry always commits.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +29,7 @@ from state_runtime.catalog.schema.tables import (
 )
 from state_runtime.catalog.sql.commit_statements import commit_statements
 from state_runtime.catalog.sql.findings import close_unneeded
+from state_runtime.catalog.sql.holders import record_holders
 from state_runtime.catalog.sql.inventory import RecordedFile, check_info, record_locked
 from state_runtime.catalog.sql.lookups import committed_ids_at, ensure_stores, lock_stores
 from state_runtime.catalog.sql.roots import validate_root
@@ -55,11 +56,13 @@ def commit_batch(
     replace: bool,
     duplicates: Sequence[CheckpointInfo] = (),
     run: str | None = None,
+    holders: Mapping[StoreId, str] | None = None,
 ) -> BatchCommit:
     """Commit batch ``batch_id`` of ``query_id``: one checkpoint per store, atomically.
 
     ``duplicates``: other attempts' checkpoints the driver saw for this batch (duplicate
-    reports); they are recorded too, and turn orphan with the commit.
+    reports); they are recorded too, and turn orphan with the commit. ``holders``: the worker
+    that wrote each store's checkpoint (stores the batch does not commit: left out).
 
     Raises CommitConflict, leaving the catalog untouched, when a named file is being deleted,
     the batch is already committed with other ids and ``replace`` is False, a replay leaves
@@ -128,6 +131,10 @@ def commit_batch(
         for sid, e in changed.items()
     }
     orphaned = _apply(connection, query_id, batch_id, new, changed, files, now)
+    if holders:
+        refs = {info.store: info.ref for info in infos}
+        located = {s: (w, refs[s]) for s, w in holders.items() if s in refs}
+        record_holders(connection, ids, located, now)
     closed = close_unneeded(
         connection,
         {sid: info.version for sid, info in new.items()},
@@ -152,11 +159,10 @@ def superseding_intent(
     ``batch_id`` or later, or None. By the intents' sequence, the database's order, never a
     clock. An intent that is gone (forgotten by the attempt sweep, which keeps each query's
     newest) is older than every intent still held."""
-    built = commit_statements(connection.dialect.name)
-    own = connection.execute(built.own_sequence, {"run": run}).scalar()
-    values = {"root": root, "query": query_id, "batch": batch_id, "run": run, "own": own}
-    later = built.later_intent if own is None else built.later_intent_after
-    row = connection.execute(later, values).first()
+    row = connection.execute(
+        commit_statements(connection.dialect.name).later_intent,
+        {"root": root, "query": query_id, "batch": batch_id, "run": run},
+    ).first()
     return None if row is None else (str(row.run), int(row.batch_id))
 
 

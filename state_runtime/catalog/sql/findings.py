@@ -11,9 +11,11 @@ sees the problem.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -40,7 +42,7 @@ from state_runtime.catalog.sql.rows import (
     store_key_columns,
 )
 from state_runtime.catalog.sql.scope import Scope
-from state_runtime.catalog.sql.statements import chunks
+from state_runtime.catalog.sql.statements import among, chunks
 from state_runtime.errors import CatalogError, InvalidArgument
 from state_runtime.identity import FileKind, StoreId
 from state_runtime.retention import RetentionPolicy
@@ -58,7 +60,7 @@ def record_verifications(
     connection: Connection, root: str, results: Mapping[str, str | None], now: datetime
 ) -> None:
     """Record each file's verification: intact (None) or the problem found."""
-    f, v = checkpoint_files.c, WRITE_LOOKUPS.files.c
+    v = WRITE_LOOKUPS.files.c
     rows = files_at(connection, WRITE_LOOKUPS, root, results, v.file_id, v.store_id, v.path)
     unknown = sorted(set(results) - {row.path for row in rows})
     if unknown:
@@ -70,13 +72,36 @@ def record_verifications(
     for row in rows:
         by_note.setdefault(results[row.path], []).append(row.file_id)
     for note, file_ids in by_note.items():
-        state = Verification.VERIFIED if note is None else Verification.FAILED
-        for some in chunks(file_ids):
-            connection.execute(
-                sa.update(checkpoint_files)
-                .where(f.file_id.in_(some))
-                .values(verification=state.value, verified_at=now, verification_note=note)
-            )
+        mark_verified(connection, file_ids, note, now)
+
+
+@functools.cache
+def _verification_statement(dialect: str) -> Any:
+    """:func:`mark_verified`'s statement, built once a dialect."""
+    f = checkpoint_files.c
+    return (
+        sa.update(checkpoint_files)
+        .where(among(dialect, f.file_id, "files"))
+        .values(
+            verification=sa.bindparam("verification"),
+            verified_at=sa.bindparam("now"),
+            verification_note=sa.bindparam("note"),
+        )
+    )
+
+
+def mark_verified(
+    connection: Connection, file_ids: Sequence[int], note: str | None, now: datetime
+) -> None:
+    """Record the verification of the files ``file_ids`` (stores locked by the caller):
+    intact (``note`` None) or the problem found."""
+    state = Verification.VERIFIED if note is None else Verification.FAILED
+    statement = _verification_statement(connection.dialect.name)
+    for some in chunks(file_ids):
+        connection.execute(
+            statement,
+            {"files": list(some), "verification": state.value, "now": now, "note": note},
+        )
 
 
 def unconfirmed_snapshot_verdicts(

@@ -6,46 +6,51 @@ The driver records the holders from its tasks' reports in the batch's commit tra
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from state_runtime.catalog.schema.reading_views import WRITE_LOOKUPS
 from state_runtime.catalog.schema.tables import store_holders as store_holders_table
 from state_runtime.catalog.schema.tables import stores
-from state_runtime.catalog.sql.lookups import store_ids
 from state_runtime.catalog.sql.rows import store_id_of
-from state_runtime.catalog.sql.statements import upsert
+from state_runtime.catalog.sql.statements import dialect_insert
 from state_runtime.identity import CheckpointRef, StoreId
 
 
 def record_holders(
     connection: Connection,
-    root: str,
+    ids: Mapping[StoreId, int],
     holders: Mapping[StoreId, tuple[str, CheckpointRef]],
     now: datetime,
 ) -> None:
-    """Each store's (worker, checkpoint) holder; stores the catalog does not know: nothing."""
-    found = store_ids(connection, WRITE_LOOKUPS, root, holders)
+    """Each store's (worker, checkpoint) holder, by the store ids ``ids`` the caller's
+    transaction looked up (the batch's commit: no lookup of its own); stores not in ``ids``:
+    nothing."""
     rows = [
         {
-            "store_id": found[store],
+            "store_id": ids[store],
             "worker": worker,
             "version": ref.version,
             "checkpoint_id": ref.checkpoint_id,
             "updated_at": now,
         }
         for store, (worker, ref) in sorted(holders.items())
-        if store in found
+        if store in ids
     ]
-    if not rows:
-        return
-    insert = upsert(connection, store_holders_table)
+    if rows:
+        connection.execute(_record_statement(connection.dialect.name), rows)
+
+
+@functools.cache
+def _record_statement(dialect: str) -> Any:
+    """:func:`record_holders`' upsert, built once a dialect."""
+    insert = dialect_insert(dialect, store_holders_table)
     changed = {k: insert.excluded[k] for k in ("worker", "version", "checkpoint_id", "updated_at")}
-    statement = insert.on_conflict_do_update(index_elements=["store_id"], set_=changed)
-    connection.execute(statement, rows)
+    return insert.on_conflict_do_update(index_elements=["store_id"], set_=changed)
 
 
 def store_holders(connection: Connection, root: str) -> dict[StoreId, tuple[str, CheckpointRef]]:

@@ -31,13 +31,13 @@ from state_runtime.catalog.schema.tables import (
     operator_layouts,
     stores,
 )
-from state_runtime.catalog.sql.findings import record_verifications
-from state_runtime.catalog.sql.inventory import record_files
-from state_runtime.catalog.sql.lookups import ensure_stores, lock_stores, restored_expiry
+from state_runtime.catalog.sql.findings import mark_verified
+from state_runtime.catalog.sql.inventory import check_info, record_locked
+from state_runtime.catalog.sql.lookups import ensure_stores, expired_below, lock_stores
 from state_runtime.catalog.sql.roots import validate_root
 from state_runtime.catalog.sql.rows import key_of
 from state_runtime.catalog.sql.schema_history import OperatorStore
-from state_runtime.catalog.sql.statements import chunks
+from state_runtime.catalog.sql.statements import among, chunks
 from state_runtime.errors import CommitConflict, InvalidArgument
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
 from state_runtime.store.checkpoint_info import CheckpointInfo
@@ -51,6 +51,102 @@ class Switch:
     removed: int
     added: int
     orphaned_files: int
+
+
+@dataclass(frozen=True)
+class _SwitchStatements:
+    """The switch's statements, built once a dialect; their values are bind parameters.
+    ``orphan_files``, ``remove_entries``: ``entries`` (commit ids), ``now``, ``reason``;
+    ``replace_entry``: ``entry``, ``new_version``, ``new_checkpoint``, ``new_file``, ``now``;
+    ``commit_files``: ``files``, ``now``; ``set_latest``: ``store``, ``new_version``,
+    ``new_checkpoint``, ``below``, ``now``; ``reset_stores``: ``stores``; ``batch_rows``:
+    ``root``, ``query``, ``batch``; ``schemas``: ``root``."""
+
+    orphan_files: Any
+    replace_entry: Any
+    remove_entries: Any
+    commit_files: Any
+    set_latest: Any
+    reset_stores: Any
+    batch_rows: Any
+    schemas: Any
+
+
+@functools.cache
+def _switch_statements(dialect: str) -> _SwitchStatements:
+    c, f, s = commit_log.c, checkpoint_files.c, stores.c
+    held = checkpoint_files.alias("held")
+    h = held.c
+    named = held.join(
+        commit_log,
+        sa.and_(
+            h.store_id == c.store_id, h.version == c.version, h.checkpoint_id == c.checkpoint_id
+        ),
+    )
+    root = sa.bindparam("root", type_=s.checkpoint_root.type)
+    below = sa.bindparam("below", type_=s.expired_through.type)
+    return _SwitchStatements(
+        # The files the batch's entries name, in one statement (each entry's delta and
+        # snapshot share its version and checkpoint id).
+        orphan_files=sa.update(checkpoint_files)
+        .where(
+            f.file_id.in_(
+                sa.select(h.file_id)
+                .select_from(named)
+                .where(among(dialect, c.commit_id, "entries"))
+            ),
+            f.state.in_([constant(FileState.WRITTEN), constant(FileState.COMMITTED)]),
+        )
+        .values(
+            state=FileState.ORPHAN.value,
+            state_changed_at=sa.bindparam("now"),
+            state_reason=sa.bindparam("reason"),
+        ),
+        replace_entry=sa.update(commit_log)
+        .where(c.commit_id == sa.bindparam("entry"))
+        .values(
+            version=sa.bindparam("new_version"),
+            checkpoint_id=sa.bindparam("new_checkpoint"),
+            file_id=sa.bindparam("new_file"),
+            committed_at=sa.bindparam("now"),
+        ),
+        remove_entries=sa.delete(commit_log).where(among(dialect, c.commit_id, "entries")),
+        commit_files=sa.update(checkpoint_files)
+        .where(among(dialect, f.file_id, "files"))
+        .values(
+            state=FileState.COMMITTED.value, state_changed_at=sa.bindparam("now"), state_reason=None
+        ),
+        set_latest=sa.update(stores)
+        .where(s.store_id == sa.bindparam("store"))
+        .values(
+            latest_version=sa.bindparam("new_version"),
+            latest_checkpoint_id=sa.bindparam("new_checkpoint"),
+            expired_through=expired_below(below),  # below the new latest version
+            last_committed_at=sa.bindparam("now"),
+        ),
+        reset_stores=sa.update(stores)
+        .where(among(dialect, s.store_id, "stores"))
+        .values(latest_version=0, latest_checkpoint_id=None, expired_through=0),
+        batch_rows=sa.select(
+            c.commit_id,
+            c.store_id,
+            c.version,
+            c.checkpoint_id,
+            s.checkpoint_root,
+            s.operator_id,
+            s.partition_id,
+            s.store_name,
+        )
+        .join(stores, s.store_id == c.store_id)
+        .where(
+            s.checkpoint_root == root,
+            c.query_id == sa.bindparam("query"),
+            c.batch_id == sa.bindparam("batch"),
+        ),
+        schemas=sa.select(s.operator_id, s.store_name, s.key_schema, s.value_schema).where(
+            s.checkpoint_root == root, s.key_schema.is_not(None)
+        ),
+    )
 
 
 @functools.cache
@@ -106,7 +202,9 @@ def record_layout(
     validate_name(query_id, "query id")
     if (layout.operator_id, layout.store_name) in current_layouts(connection, WRITE_LOOKUPS, root):
         return
-    _insert(connection, root, query_id, layout, 0, from_batch, 0, None, now)
+    connection.execute(
+        operator_layouts.insert(), _layout_row(root, query_id, layout, 0, from_batch, 0, None, now)
+    )
 
 
 def switch_layout(
@@ -153,25 +251,35 @@ def switch_layout(
     version = versions.pop()
     ids = ensure_stores(connection, root, wanted, now, _schemas(connection, root, wanted))
     lock_stores(connection, ids.values())
-    files = record_files(connection, root, snapshots, now, run_id=run_id)
-    record_verifications(connection, root, {info.path: None for info in snapshots}, now)
-    c = commit_log.c
+    for info in snapshots:
+        check_info(info)
+    files = record_locked(connection, ids, snapshots, now, run_id=run_id)
+    new_ids = [files[info.path].file_id for info in snapshots]
+    mark_verified(connection, new_ids, None, now)
+    do = _switch_statements(connection.dialect.name)
     kept = [r for r in rows if key_of(r).store in wanted]
     gone = [r for r in rows if key_of(r).store not in wanted]
-    for r in kept:
-        info = by_store[key_of(r).store]
+    orphaned = 0
+    for part in chunks([r.commit_id for r in rows]):  # before the entries change
+        orphaned += connection.execute(
+            do.orphan_files, {"entries": list(part), "now": now, "reason": reason}
+        ).rowcount
+    if kept:
         connection.execute(
-            sa.update(commit_log)
-            .where(c.commit_id == r.commit_id)
-            .values(
-                version=info.version,
-                checkpoint_id=info.checkpoint_id,
-                file_id=files[info.path].file_id,
-                committed_at=now,
-            )
+            do.replace_entry,
+            [
+                {
+                    "entry": r.commit_id,
+                    "new_version": by_store[key_of(r).store].version,
+                    "new_checkpoint": by_store[key_of(r).store].checkpoint_id,
+                    "new_file": files[by_store[key_of(r).store].path].file_id,
+                    "now": now,
+                }
+                for r in kept
+            ],
         )
     for part in chunks([r.commit_id for r in gone]):
-        connection.execute(sa.delete(commit_log).where(c.commit_id.in_(part)))
+        connection.execute(do.remove_entries, {"entries": list(part)})
     had = {key_of(r).store for r in rows}
     added = [info for store, info in sorted(by_store.items()) if store not in had]
     if added:
@@ -190,48 +298,39 @@ def switch_layout(
                 for info in added
             ],
         )
-    f = checkpoint_files.c
-    orphaned = 0
-    for r in rows:
-        orphaned += connection.execute(
-            sa.update(checkpoint_files)
-            .where(
-                f.store_id == r.store_id,
-                f.version == r.version,
-                f.checkpoint_id == r.checkpoint_id,
-                f.state.in_([constant(FileState.WRITTEN), constant(FileState.COMMITTED)]),
-            )
-            .values(state=FileState.ORPHAN.value, state_changed_at=now, state_reason=reason)
-        ).rowcount
-    new_ids = [files[info.path].file_id for info in snapshots]
     for part in chunks(new_ids):
-        connection.execute(
-            sa.update(checkpoint_files)
-            .where(f.file_id.in_(part))
-            .values(state=FileState.COMMITTED.value, state_changed_at=now, state_reason=None)
-        )
-    s = stores.c
-    for info in snapshots:
-        connection.execute(
-            sa.update(stores)
-            .where(s.store_id == ids[info.store])
-            .values(
-                latest_version=info.version,
-                latest_checkpoint_id=info.checkpoint_id,
-                expired_through=restored_expiry(info.version),
-                last_committed_at=now,
-            )
-        )
+        connection.execute(do.commit_files, {"files": list(part), "now": now})
+    connection.execute(
+        do.set_latest,
+        [
+            {
+                "store": ids[info.store],
+                "new_version": info.version,
+                "new_checkpoint": info.checkpoint_id,
+                "below": max(info.version - 1, 0),
+                "now": now,
+            }
+            for info in snapshots
+        ],
+    )
     for part in chunks(sorted({r.store_id for r in gone})):
-        connection.execute(
-            sa.update(stores)
-            .where(s.store_id.in_(part))
-            .values(latest_version=0, latest_checkpoint_id=None, expired_through=0)
-        )
-    for layout in layouts:
-        before = current.get((layout.operator_id, layout.store_name))
-        seq = 0 if before is None else before.seq + 1
-        _insert(connection, root, query_id, layout, seq, batch_id + 1, version, run_id, now)
+        connection.execute(do.reset_stores, {"stores": list(part)})
+    connection.execute(
+        operator_layouts.insert(),
+        [
+            _layout_row(
+                root,
+                query_id,
+                layout,
+                _next_seq(current, layout),
+                batch_id + 1,
+                version,
+                run_id,
+                now,
+            )
+            for layout in layouts
+        ],
+    )
     return Switch(len(kept), len(gone), len(added), orphaned)
 
 
@@ -239,20 +338,9 @@ def _batch_rows(
     connection: Connection, root: str, query_id: str, batch_id: int, operators: set[OperatorStore]
 ) -> list[Any]:
     """Batch ``batch_id``'s commit-log entries for the stores of ``operators``."""
-    c, s = commit_log.c, stores.c
     rows = connection.execute(
-        sa.select(
-            c.commit_id,
-            c.store_id,
-            c.version,
-            c.checkpoint_id,
-            s.checkpoint_root,
-            s.operator_id,
-            s.partition_id,
-            s.store_name,
-        )
-        .join(stores, s.store_id == c.store_id)
-        .where(s.checkpoint_root == root, c.query_id == query_id, c.batch_id == batch_id)
+        _switch_statements(connection.dialect.name).batch_rows,
+        {"root": root, "query": query_id, "batch": batch_id},
     ).all()
     return [r for r in rows if (r.operator_id, r.store_name) in operators]
 
@@ -261,11 +349,8 @@ def _schemas(
     connection: Connection, root: str, wanted: set[StoreId]
 ) -> dict[StoreId, tuple[Any, Any]]:
     """The registered key and value schemas of each wanted store's operator."""
-    s = stores.c
     rows = connection.execute(
-        sa.select(s.operator_id, s.store_name, s.key_schema, s.value_schema).where(
-            s.checkpoint_root == root, s.key_schema.is_not(None)
-        )
+        _switch_statements(connection.dialect.name).schemas, {"root": root}
     ).all()
     by_operator = {(r.operator_id, r.store_name): (r.key_schema, r.value_schema) for r in rows}
     return {
@@ -275,8 +360,13 @@ def _schemas(
     }
 
 
-def _insert(
-    connection: Connection,
+def _next_seq(current: Mapping[OperatorStore, Layout], layout: NewLayout) -> int:
+    """The sequence number of ``layout``, the operator's next."""
+    before = current.get((layout.operator_id, layout.store_name))
+    return 0 if before is None else before.seq + 1
+
+
+def _layout_row(
     root: str,
     query_id: str,
     layout: NewLayout,
@@ -285,19 +375,18 @@ def _insert(
     from_version: int,
     run_id: int | None,
     now: datetime,
-) -> None:
-    connection.execute(
-        operator_layouts.insert().values(
-            checkpoint_root=root,
-            operator_id=layout.operator_id,
-            store_name=layout.store_name,
-            seq=seq,
-            query_id=query_id,
-            num_partitions=layout.num_partitions,
-            routing=layout.routing,
-            from_batch=from_batch,
-            from_version=from_version,
-            run_id=run_id,
-            recorded_at=now,
-        )
-    )
+) -> dict[str, Any]:
+    """An ``operator_layouts`` row."""
+    return {
+        "checkpoint_root": root,
+        "operator_id": layout.operator_id,
+        "store_name": layout.store_name,
+        "seq": seq,
+        "query_id": query_id,
+        "num_partitions": layout.num_partitions,
+        "routing": layout.routing,
+        "from_batch": from_batch,
+        "from_version": from_version,
+        "run_id": run_id,
+        "recorded_at": now,
+    }

@@ -263,6 +263,11 @@ def _mark_maintained_query(dialect: str) -> sa.Update:
 def restored_expiry(version: int) -> ColumnElement[int]:
     """``stores.expired_through`` once a store's latest version is set back to ``version``
     (a restore's target, checked to load; a repartition's new snapshot): below it."""
-    below = max(version - 1, 0)
+    return expired_below(sa.literal(max(version - 1, 0), sa.BigInteger()))
+
+
+def expired_below(below: ColumnElement[int]) -> ColumnElement[int]:
+    """``stores.expired_through`` lowered to ``below`` where it is above (a literal, or a bind
+    parameter of a statement built once)."""
     expired = stores.c.expired_through
-    return sa.case((expired > below, sa.literal(below, sa.BigInteger())), else_=expired)
+    return sa.case((expired > below, below), else_=expired)
