@@ -109,11 +109,11 @@ def changes_plan(
         raise InvalidArgument(f"end batch {end_batch_id} is before start batch {start_batch_id}")
     root = storage.uri
     with Catalog.open(catalog_url or default_catalog_url()) as catalog:
+        history = store_history(catalog, root, operator_id, store_name)
         deltas = catalog.committed_deltas(
             root, operator_id, store_name, start_batch_id, end_batch_id, query_id=query_id
         )
         _check(deltas, start_batch_id, end_batch_id, operator_id)
-        history = store_history(catalog, root, operator_id, store_name)
     schema = history.newest.schema
     rows = [
         (d.batch_id, d.store.partition_id, d.ref.version, d.ref.checkpoint_id)
@@ -152,7 +152,8 @@ def read_state_changes(
     ``timers=True`` its timers' (as :func:`read_state`).
 
     Raises ChangesCleanedUp when maintenance has deleted a requested batch's deltas, and
-    InvalidArgument when a batch in the range is not committed.
+    InvalidArgument when the operator has no such store (naming its stores) or a batch in
+    the range is not committed.
     """
     store_name = store_of(store_name, state_variable, timers)
     storage = (

@@ -65,14 +65,27 @@ def _load_partitions(
 
 
 def store_history(catalog: Catalog, root: str, operator_id: int, store_name: str) -> SchemaHistory:
-    """The schema history of an operator's store (InvalidArgument if the catalog has none)."""
+    """The schema history of an operator's store; InvalidArgument naming the store and
+    listing the operator's stores (a ``transform_with_state`` operator's by variable name) if
+    the catalog has none: read before any committed batch or version is looked up, so an
+    unknown name is never reported as uncommitted batches."""
     history = catalog.schema_history(root, operator_id, store_name)
-    if history is None:
+    if history is not None:
+        return history
+    names = sorted(n for op, n in catalog.schema_histories(root) if op == operator_id)
+    where = f"operator {operator_id} below {root}"
+    if not names:
+        raise InvalidArgument(f"the catalog records no store of {where}")
+    if TIMERS_STORE in names:
+        variables = ", ".join(repr(n) for n in names if n != TIMERS_STORE) or "none"
         raise InvalidArgument(
-            f"the catalog records no schema for operator {operator_id}, store {store_name} "
-            f"below {root}"
+            f"{where} has no state variable {store_name!r}: it is a transform_with_state "
+            f"operator; read one of its state variables ({variables}) with state_variable=, "
+            "or its timers with timers=True"
         )
-    return history
+    raise InvalidArgument(
+        f"{where} has no store {store_name!r}; its stores: {', '.join(map(repr, names))}"
+    )
 
 
 def _refs(
@@ -135,8 +148,8 @@ def state_plan(
     or with ``as_written`` under the schema the version was committed with."""
     root = storage.uri
     with Catalog.open(catalog_url or default_catalog_url()) as catalog:
-        refs = _refs(catalog, root, operator_id, store_name, query_id, batch_id, version)
         history = store_history(catalog, root, operator_id, store_name)
+        refs = _refs(catalog, root, operator_id, store_name, query_id, batch_id, version)
     if as_written:
         written = max(refs.values(), key=lambda r: r.version).version
         history = history.up_to(history.at_batch(max(written - 1, 0)).schema_id)
@@ -155,9 +168,18 @@ def state_plan(
 def store_of(store_name: str, state_variable: str | None, timers: bool) -> str:
     """The store to read: a ``transform_with_state`` operator's ``state_variable`` (Spark's
     ``stateVarName``) or, with ``timers``, its timers (``readRegisteredTimers``), each a store
-    of the operator; otherwise ``store_name``."""
+    of the operator; otherwise ``store_name``. InvalidArgument for an empty variable name, or
+    a store name besides the variable or the timers (each names its store already)."""
     if state_variable is not None and timers:
         raise InvalidArgument("read a state variable or the timers, not both")
+    if state_variable == "":
+        raise InvalidArgument("state_variable must name a state variable, not ''")
+    if (state_variable is not None or timers) and store_name != "default":
+        chosen = "timers=True" if timers else f"state_variable={state_variable!r}"
+        raise InvalidArgument(
+            f"read store_name={store_name!r} or {chosen}, not both: "
+            "a transform_with_state operator's variables and timers are its stores"
+        )
     if state_variable is not None:
         return state_variable
     return TIMERS_STORE if timers else store_name
