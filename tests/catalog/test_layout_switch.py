@@ -1,7 +1,8 @@
 """A repartition's layout switch (``Catalog.switch_layout``) is set-based: the batch's entries
 replaced or removed, their files orphaned, the new snapshots committed and verified and the
-stores' latest versions set take the same statements whatever the number of stores, and the
-catalog ends as the new layout says."""
+stores' latest versions set take the same number of statements whatever the number of
+stores, and the catalog ends as the new layout says (a store's expiry brought below the
+switch)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ def _switch(catalog: Catalog, root: str, partitions: int) -> tuple[Stream, Switc
     left out."""
     stream = Stream(catalog, [StoreId(0, 0), StoreId(0, 1)], root=root)
     stream.run(2)
+    with catalog.engine.begin() as connection:  # as if cleanup had expired past the switch
+        connection.execute(
+            stores.update().where(stores.c.checkpoint_root == root).values(expired_through=10)
+        )
     snapshots = [info(StoreId(0, p), 3, None, kind=FileKind.SNAPSHOT) for p in range(partitions)]
     expected = {s: stream.committed[s][-1].ref for s in stream.stores}
     layout = NewLayout(0, "default", partitions, [{"by": "hash"}])
@@ -53,6 +58,7 @@ def _switch(catalog: Catalog, root: str, partitions: int) -> tuple[Stream, Switc
         "committed"
     }
     assert all(expiry[p] <= 2 for p in range(partitions)), expiry  # below version 3
+    assert expiry[0] == 2, expiry  # brought down from 10 to below the switch, not left there
     return stream, switch, [text for text in sent if not text.lstrip().upper().startswith("BEGIN")]
 
 
