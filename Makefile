@@ -81,12 +81,12 @@ install-airflow: $(AIRFLOW_STAMP)
 # Every test: the Dagster environment's passes, then the Airflow environment's.
 test: test-dagster test-airflow
 
-# Two passes: every test on classic Spark (in TEST_WORKERS processes), then the suites marked
-# `connect` on a Spark Connect session (pyspark picks classic or Connect per process; one local
-# Connect server per pass). tests/airflow is left out here (no Airflow in this environment):
-# test-airflow runs it.
+# Two passes: every test on classic Spark (in TEST_WORKERS processes; it lists its 40 slowest
+# tests), then the suites marked `connect` on a Spark Connect session (pyspark picks classic or
+# Connect per process; one local Connect server per pass). tests/airflow is left out here (no
+# Airflow in this environment): test-airflow runs it.
 test-dagster: $(STAMP) check-java
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=40 $(PYTEST_ARGS)
 	SPARK_REMOTE=local $(PY) -m pytest -m connect $(PYTEST_ARGS)
 
 # The provider's tests (DAG integrity, dag.test() end to end) in the Airflow environment.

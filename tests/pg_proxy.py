@@ -15,6 +15,8 @@ session (and its locks) until its own timeouts end it.
   connection are reset (TCP RST).
 - ``swallow_commit_answers(n)``: the next ``n`` COMMITs reach the server (which commits), then
   their connection dies: the answer never comes back.
+- ``delay_answer_to(text, seconds)``: the answer to the next statement containing ``text``
+  reaches the client that much later (a slow return path, one way only).
 
 The proxy reads the client's side of the PostgreSQL protocol (v3; connect with
 ``sslmode=disable`` so that it is readable) just enough to count statements: every
@@ -26,6 +28,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -41,6 +44,7 @@ class _Link:
     server: socket.socket
     dead: bool = False  # passes nothing any more; both sockets stay open
     closed: bool = False
+    answer_delay: float = 0.0  # before the next answer reaches the client
 
 
 class PgFaultProxy:
@@ -56,6 +60,7 @@ class PgFaultProxy:
         self._dead_at: int | None = None
         self._reset_at: int | None = None
         self._swallow_commits = 0
+        self._delayed: tuple[str, float] | None = None
         self.statements: list[str] = []
         self.connections = 0
         self._threads: list[threading.Thread] = []
@@ -95,6 +100,10 @@ class PgFaultProxy:
     def swallow_commit_answers(self, n: int = 1) -> None:
         with self._lock:
             self._swallow_commits = n
+
+    def delay_answer_to(self, text: str, seconds: float) -> None:
+        with self._lock:
+            self._delayed = (text, seconds)
 
     def clear(self) -> None:
         """Forget faults that have not struck yet."""
@@ -172,6 +181,8 @@ class PgFaultProxy:
                 text = _statement_text(message)
                 self.statements.append(text)
                 count = len(self.statements)
+                if self._delayed is not None and self._delayed[0] in text:
+                    link.answer_delay, self._delayed = self._delayed[1], None
                 if self._reset_at is not None and count >= self._reset_at:
                     self._reset_at, reset = None, True
                 elif self._dead_at is not None and count >= self._dead_at:
@@ -191,6 +202,9 @@ class PgFaultProxy:
             if not data:
                 self._close(link, reset=False)
                 return
+            with self._lock:
+                delay, link.answer_delay = link.answer_delay, 0.0
+            time.sleep(delay)
             with self._lock:
                 if not link.dead:
                     _send(link.client, data)

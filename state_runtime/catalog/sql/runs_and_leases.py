@@ -80,6 +80,7 @@ def _statements(dialect: str) -> _Statements:
     token = sa.bindparam("lease_token", type_=lease.token.type)  # not "token": a SET column
     ours = [among(dialect, lease.store_id, "store_ids"), lease.token == token]
     unfinished = [constant(RunOutcome.RUNNING), constant(RunOutcome.ABANDONED)]
+    ended = sa.bindparam("ended", type_=r.ended_at.type)
     insert = dialect_insert(dialect, store_leases)
     excluded = insert.excluded
     return _Statements(
@@ -88,9 +89,12 @@ def _statements(dialect: str) -> _Statements:
         .on_conflict_do_nothing()
         .values(xact_id=WritingTransaction()),
         run_of_token=sa.select(r.run_id).where(r.run_token == sa.bindparam("token")),
-        finish=sa.update(maintenance_runs).where(
-            r.run_id == sa.bindparam("run", type_=r.run_id.type), r.outcome.in_(unfinished)
-        ),
+        # Its end never before its start: a run started through one reading of the database's
+        # clock may finish through another (another process, or a reading taken again) that
+        # runs a little behind it.
+        finish=sa.update(maintenance_runs)
+        .where(r.run_id == sa.bindparam("run", type_=r.run_id.type), r.outcome.in_(unfinished))
+        .values(ended_at=sa.case((r.started_at > ended, r.started_at), else_=ended)),
         running=sa.select(maintenance_runs).where(r.outcome == constant(RunOutcome.RUNNING)),
         # A free store's row inserted; an expired one, or our own (a retry), taken over.
         take=insert.on_conflict_do_update(
@@ -166,7 +170,7 @@ def finish_run(
     done = connection.execute(
         _statements(connection.dialect.name).finish,
         {"run": run_id, "outcome": outcome, "counts": counts, "error": error}
-        | {"ended_at": now, "heartbeat_at": now},
+        | {"ended": now, "heartbeat_at": now},
     ).rowcount
     if done == 1:
         return
