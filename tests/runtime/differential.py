@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -566,3 +567,21 @@ def run_stream(
             outcome.ours.update(run_ours(session, run, stream, folder, catalog_url, mine))
         run_spark(session, run, folder, outcome)
     return outcome
+
+
+def next_batch(
+    spark: SparkSession, operator: Operator, stream: Stream, folder: Path, catalog_url: str,
+    outcome: Outcome, batch_id: int,
+) -> tuple[Callable[[], None], Callable[[], None]]:  # fmt: skip
+    """Batch ``batch_id`` of ``stream`` written to the inbox, and the runs of it by
+    ``operator`` on our engine and on Spark's (each adds its rows to ``outcome``): for a test
+    that goes on from :func:`run_stream`'s batches, or expects an engine to refuse."""
+    (folder / "in").mkdir(parents=True, exist_ok=True)
+    write_batch(folder, stream, batch_id, time.time())
+    session = session_for(spark, stream)
+    mine = range(batch_id, batch_id + 1)
+
+    def ours() -> None:
+        outcome.ours.update(run_ours(session, operator, stream, folder, catalog_url, mine))
+
+    return ours, partial(run_spark, session, operator, folder, outcome)

@@ -18,12 +18,11 @@ from state_runtime.runtime import (
     read_state_changes,
     read_state_metadata,
     running_aggregation,
-    transform_with_state,
 )
 from state_runtime.runtime.datasource import StateDataSource, register_state_sources
 
 from .reference import running_totals
-from .tws_processors import RowSessionTracker
+from .tws_processors import session_tracker_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect]
 SCHEMA = "user string, amount bigint"
@@ -99,16 +98,8 @@ def test_a_state_variable_and_the_timers_through_the_data_source(
 ) -> None:
     """``stateVarName`` and ``readRegisteredTimers`` (Spark's names) read what
     ``read_state(state_variable=)`` and ``(timers=True)`` read, state and change feed."""
-    op = transform_with_state(
-        0, ["part", "user"], "part int, user string", RowSessionTracker(),
-        RowSessionTracker.SCHEMA, 1, time_mode="ProcessingTime", pandas=False,
-    )  # fmt: skip
     root = str(tmp_path / "ckpt")
-    query = StatefulQuery("tws", root, [op], catalog_url=sqlite_catalog_url)
-    schema = "part int, user string, amount bigint"
-    for batch_id, amounts in enumerate([[1, 2], [3]]):
-        df = spark.createDataFrame([(0, "a", a) for a in amounts], schema)
-        query.run_batch(df, batch_id, batch_time_ms=1_000 * (batch_id + 1)).release()
+    session_tracker_batches(spark, root, "tws", sqlite_catalog_url)
     register_state_sources(spark)
 
     def reader() -> DataFrameReader:  # a DataFrameReader keeps the options it was given

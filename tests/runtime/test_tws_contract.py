@@ -20,11 +20,11 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from state_runtime.errors import InvalidArgument
-from state_runtime.runtime import StatefulQuery, read_state_changes, transform_with_state
+from state_runtime.runtime import read_state_changes, transform_with_state
 from state_runtime.store.state_store import StateStore
 
 from .test_tws_batching import RunningCount, Task
-from .tws_processors import HOUR_MS, RowSessionTracker
+from .tws_processors import HOUR_MS, session_tracker_batches
 
 
 @pytest.mark.spark
@@ -33,16 +33,8 @@ def test_the_change_feed_reads_one_variable_or_the_timers(
 ) -> None:
     """``read_state_changes(state_variable=)`` and ``(timers=True)`` read one store of a
     ``transform_with_state`` operator, as ``read_state`` does."""
-    op = transform_with_state(
-        0, ["part", "user"], "part int, user string", RowSessionTracker(),
-        RowSessionTracker.SCHEMA, 1, time_mode="ProcessingTime", pandas=False,
-    )  # fmt: skip
     root = str(tmp_path / "ckpt")
-    query = StatefulQuery("feed", root, [op], catalog_url=sqlite_catalog_url)
-    schema = "part int, user string, amount bigint"
-    for batch_id, amounts in enumerate([[1, 2], [3]]):
-        df = spark.createDataFrame([(0, "a", a) for a in amounts], schema)
-        query.run_batch(df, batch_id, batch_time_ms=1_000 * (batch_id + 1)).release()
+    session_tracker_batches(spark, root, "feed", sqlite_catalog_url)
     feed = partial(read_state_changes, spark, root, 0, 0, 1, catalog_url=sqlite_catalog_url)
 
     def changes(**which: object) -> list[tuple[int, str, tuple[object, ...]]]:

@@ -10,7 +10,6 @@ copied). A null timestamp key fails Spark's pandas form; ours hands it ``NaT`` a
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,8 @@ from .differential import (
     Outcome,
     Rows,
     Stream,
-    run_ours,
-    run_spark,
+    next_batch,
     run_stream,
-    session_for,
-    write_batch,
 )
 from .tws_processors import (
     FraudDetector,
@@ -103,12 +99,9 @@ def test_a_null_key_and_a_nan_key_share_state_in_spark_not_in_ours(
         return [t for t in _totals([(*r.key, r.value[0]) for r in rows]) if t[0][0] == p]
 
     assert stored() == [((p, "NaN"), 5)]
-    write_batch(tmp_path, stream, 1, time.time())
-    session = session_for(spark, stream)
-    outcome.ours.update(
-        run_ours(session, operator, stream, tmp_path, sqlite_catalog_url, range(1, 2))
-    )
-    run_spark(session, operator, tmp_path, outcome)
+    ours, theirs = next_batch(spark, operator, stream, tmp_path, sqlite_catalog_url, outcome, 1)
+    ours()
+    theirs()
     assert outcome.ours[1] == [(p, "NaN", 3, False)]
     assert outcome.theirs[1] == [(p, "NaN", 8, False)]
     assert stored() == [((p, "NaN"), 8)]
@@ -145,12 +138,10 @@ def test_a_null_timestamp_key_fails_sparks_pandas_form_and_runs_in_ours(
         [[(0, "a", None, 1), (0, "b", T, 2), (0, "c", None, 3)]], "UTC", 0, 4, 4, "update", None
     )  # fmt: skip
     operator = time_key_operator()
-    session = session_for(spark, stream)
-    (tmp_path / "in").mkdir()
-    write_batch(tmp_path, stream, 0, time.time())
     outcome = Outcome(operator, stream)
-    outcome.ours = run_ours(session, operator, stream, tmp_path, sqlite_catalog_url, range(1))
+    ours, theirs = next_batch(spark, operator, stream, tmp_path, sqlite_catalog_url, outcome, 0)
+    ours()
     assert outcome.ours == {0: [("Timestamp('2023-11-14 22:13:20')", 1), ("NaT", 2)]}
     with pytest.raises(Exception, match="NaTType does not support timetuple"):
-        run_spark(session, operator, tmp_path, outcome)
+        theirs()
     assert outcome.theirs == {}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -25,11 +24,8 @@ from .differential import (
     EPOCH_S,
     Event,
     Stream,
-    run_ours,
-    run_spark,
+    next_batch,
     run_stream,
-    session_for,
-    write_batch,
 )
 from .resume import Resume, resume_elsewhere
 from .tws_processors import (
@@ -219,12 +215,12 @@ def test_state_variables_added_evolved_dropped_and_retyped_across_restarts(
     assert outcome.check() == len(EVOLVING)
     assert outcome.ours[3] == [(0, "b", 2, None, 2, -1)]  # b's count, written by v1
     retyped = tws_operator("Evolving retyped", processor, "None", "retyped")
-    write_batch(tmp_path, replace(stream, batches=[*EVOLVING, [_at(0, "a", 7, 1)]]), 6, time.time())
-    session = session_for(spark, stream)
+    seventh = replace(stream, batches=[*EVOLVING, [_at(0, "a", 7, 1)]])
+    ours, theirs = next_batch(spark, retyped, seventh, tmp_path, sqlite_catalog_url, outcome, 6)
     with pytest.raises(SchemaMismatch, match="value field 'n': bigint -> string"):
-        run_ours(session, retyped, stream, tmp_path, sqlite_catalog_url, range(6, 7))
+        ours()
     with pytest.raises(StreamingQueryException, match="STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION"):
-        run_spark(session, retyped, tmp_path, outcome)
+        theirs()
     assert 6 not in outcome.ours and 6 not in outcome.theirs
 
 
@@ -311,15 +307,8 @@ def test_a_schema_change_on_restart_has_sparks_outcome(
     )
     assert outcome.check() == 2
     changed = tws_operator(f"Reshaped {change}", processor, "None", change)
-    write_batch(tmp_path, stream, 2, time.time())
-    session = session_for(spark, stream)
-
-    def ours() -> None:
-        outcome.ours.update(
-            run_ours(session, changed, stream, tmp_path, sqlite_catalog_url, range(2, 3))
-        )
-
-    assert _outcome(partial(run_spark, session, changed, tmp_path, outcome)) == spark_says
+    ours, theirs = next_batch(spark, changed, stream, tmp_path, sqlite_catalog_url, outcome, 2)
+    assert _outcome(theirs) == spark_says
     assert _outcome(ours) == "runs"
     assert outcome.ours[2] == [(0, "a", a_counts[0], None, a_counts[1]), (0, "c", -1, None, 1)]
     if spark_a_counts is not None:
@@ -357,16 +346,8 @@ def test_a_key_schema_change_on_restart_is_refused_by_both(
     )
     assert outcome.check() == 2
     changed = tws_operator(f"Rekeyed {change}", processor, "None", change)
-    write_batch(tmp_path, stream, 2, time.time())
-    session = session_for(spark, stream)
-
-    def ours() -> None:
-        outcome.ours.update(
-            run_ours(session, changed, stream, tmp_path, sqlite_catalog_url, range(2, 3))
-        )
-
-    theirs = _outcome(partial(run_spark, session, changed, tmp_path, outcome))
-    assert (theirs, _outcome(ours)) == (
+    ours, theirs = next_batch(spark, changed, stream, tmp_path, sqlite_catalog_url, outcome, 2)
+    assert (_outcome(theirs), _outcome(ours)) == (
         "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
         "STATE_SCHEMA_MISMATCH",
     )

@@ -22,7 +22,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from state_runtime.runtime import StatefulOperator, Watermark
+from state_runtime.runtime import StatefulOperator, StatefulQuery, Watermark
 from state_runtime.runtime.tws import transform_with_state
 
 from .differential import Operator, Rows, Stream
@@ -464,6 +464,22 @@ class RowExpiringMap(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+def session_tracker_batches(
+    spark: SparkSession, root: str, query_id: str, catalog_url: str
+) -> None:
+    """Two batches of user ``a`` (amounts 1 and 2, then 3; batch times 1 s and 2 s) through
+    :class:`RowSessionTracker` (processing time) at ``root``: a list, a value and timers, for
+    the tests that read one store of a ``transform_with_state`` operator."""
+    op = transform_with_state(
+        0, ["part", "user"], KEY, RowSessionTracker(), RowSessionTracker.SCHEMA, 1,
+        time_mode="ProcessingTime", pandas=False,
+    )  # fmt: skip
+    query = StatefulQuery(query_id, root, [op], catalog_url=catalog_url)
+    for batch_id, amounts in enumerate([[1, 2], [3]]):
+        df = spark.createDataFrame([(0, "a", a) for a in amounts], f"{KEY}, amount bigint")
+        query.run_batch(df, batch_id, batch_time_ms=1_000 * (batch_id + 1)).release()
 
 
 def _rows(rows: list[Any]) -> Rows:
