@@ -38,10 +38,9 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 from peak_memory import peak_rss, reset_peak
-from task_spec import first_batch_spec
+from task_spec import first_batch_spec, first_batch_store
 
 from state_runtime.runtime import Agg, StatefulOperator, aggregation, running_aggregation
-from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.runtime.tasks import (
     HEARTBEAT_COLUMN,
     PARTITION_COLUMN,
@@ -52,7 +51,6 @@ from state_runtime.settings import WorkerSettings
 from state_runtime.storage import LocalStorage
 from state_runtime.store.cache import set_budget
 from state_runtime.store.disk_runs import LOCAL_DISK
-from state_runtime.store.provider import StateStoreProvider
 from state_runtime.store.run_levels import held_bytes
 from state_runtime.store.run_merges import MAX_PARTS
 
@@ -63,17 +61,7 @@ SPARK_BATCH = 10_000
 def _update(op: StatefulOperator, root: str, keys: np.ndarray) -> tuple[int, int, int]:
     """The update and commit alone, the output's chunks dropped as they come; the output's
     rows and its largest chunk's bytes, and the bytes of the committed state's runs."""
-    provider = StateStoreProvider(
-        LocalStorage(root),
-        0,
-        0,
-        op.store_name,
-        key_schema=op.schema.key,
-        value_schema=op.schema.value,
-        config=op.config,
-    )
-    store = provider.get_store(0, None)
-    with batch_scope(BatchContext("bench", 0, 0, 0, stores={op.store_name: store})):
+    with first_batch_store(op, LocalStorage(root)) as (provider, store):
         output = op.update(store, pa.table({"k": pa.array(keys)}))
         chunks = [output] if isinstance(output, pa.Table) else output or []
         rows, largest = 0, 0

@@ -1,10 +1,16 @@
-"""The :class:`TaskSpec` of an operator's first batch, without a driver: for the benchmarks
-and tests that run the task body (``tasks.run_partitions``) in this process, as a Spark worker
-does, over empty stores whose schema history is the operator's own schema."""
+"""An operator's first batch without a driver, for the benchmarks and tests that run it in
+this process: its :class:`TaskSpec`, for the task body (``tasks.run_partitions``, as a Spark
+worker runs it) over empty stores whose schema history is the operator's own schema; or its
+store alone, for ``op.update`` on it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from state_runtime import StateStore, StateStoreProvider
 from state_runtime.runtime import StatefulOperator
+from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.runtime.tasks import TaskSpec
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage
@@ -26,3 +32,29 @@ def first_batch_spec(
         batch_time_ms=0,
         worker_settings=worker_settings,
     )
+
+
+def operator_provider(op: StatefulOperator, storage: Storage) -> StateStoreProvider:
+    """The provider of ``op``'s store in partition 0 on ``storage``, with its schema and
+    configuration."""
+    return StateStoreProvider(
+        storage,
+        0,
+        0,
+        op.store_name,
+        key_schema=op.schema.key,
+        value_schema=op.schema.value,
+        config=op.config,
+    )
+
+
+@contextmanager
+def first_batch_store(
+    op: StatefulOperator, storage: Storage
+) -> Iterator[tuple[StateStoreProvider, StateStore]]:
+    """``op``'s empty store (version 0) on ``storage`` and its provider, in the scope of
+    batch 0 (what ``op.update`` reads of its batch)."""
+    provider = operator_provider(op, storage)
+    store = provider.get_store(0)
+    with batch_scope(BatchContext("first-batch", 0, 0, 0, stores={op.store_name: store})):
+        yield provider, store

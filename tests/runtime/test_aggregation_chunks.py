@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from benchmarks.task_spec import first_batch_spec
+from benchmarks.task_spec import first_batch_spec, first_batch_store, operator_provider
 from state_runtime.runtime import Agg, aggregation, partition_input, running_aggregation
 from state_runtime.runtime.batch_reports import batch_metrics
 from state_runtime.runtime.context import BatchContext, batch_scope
@@ -52,15 +52,7 @@ def _batch(seed: int) -> pa.Table:
 
 
 def _provider(root: Path) -> StateStoreProvider:
-    return StateStoreProvider(
-        LocalStorage(root),
-        0,
-        0,
-        OP.store_name,
-        key_schema=OP.schema.key,
-        value_schema=OP.schema.value,
-        config=OP.config,
-    )
+    return operator_provider(OP, LocalStorage(root))
 
 
 def _canonical(rows: list[dict[str, Any]]) -> list[str]:
@@ -185,17 +177,7 @@ def test_long_string_keys_keep_each_chunk_within_the_share(
         return apply(self, store, chunk)
 
     monkeypatch.setattr(aggregation._RunningAggregate, "_apply", recorded)
-    provider = StateStoreProvider(
-        LocalStorage(tmp_path),
-        0,
-        0,
-        op.store_name,
-        key_schema=op.schema.key,
-        value_schema=op.schema.value,
-        config=op.config,
-    )
-    store = provider.get_store(0, None)
-    with batch_scope(BatchContext("q", 0, 0, 0, stores={op.store_name: store})):
+    with first_batch_store(op, LocalStorage(tmp_path)) as (_, store):
         output = aggregation.whole_output(op.update(store, rows))
     assert output is not None and output.num_rows == len(keys)
     share = threshold // aggregation.CHUNK_SHARE  # a chunk ends past a key: a row or so over
