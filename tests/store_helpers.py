@@ -17,6 +17,7 @@ from state_runtime import CheckpointInfo, StateStoreProvider, StoreConfig
 from state_runtime.storage import Storage
 from state_runtime.store.checkpoint_format import _ENVELOPE, FORMAT_VERSION, MAGIC
 from state_runtime.store.disk_runs import LOCAL_DISK
+from state_runtime.store.keys import KeyIndexer
 
 KEY = "user string"
 VALUE = "count bigint"
@@ -119,6 +120,18 @@ def local_tmpfs(folder: Path) -> Iterator[Path]:
 
 INT_KEY = pa.struct([("k", pa.int64())])
 INT_VALUE = pa.struct([("v", pa.int64())])
+
+
+class FewHashes(KeyIndexer):
+    """Keys hashed to ``buckets`` index keys only: most keys collide (different keys, equal
+    index keys), so every search goes on to compare the keys."""
+
+    def __init__(self, key_type: pa.StructType, buckets: int) -> None:
+        super().__init__(key_type)
+        self.buckets = buckets
+
+    def index(self, keys: pa.StructArray) -> np.ndarray:
+        return super().index(keys) % self.buckets
 
 
 def int_table(keys: np.ndarray, values: np.ndarray | None) -> pa.Table:

@@ -24,21 +24,16 @@ from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
 from state_runtime.store.versions import row_change, row_changes
 
+from .store_helpers import FewHashes
+
 VALUE = pa.struct([("v", pa.int64())])
-
-
-class _Coarse(KeyIndexer):
-    """An indexer whose index keys collide all the time (different keys, equal index)."""
-
-    def index(self, keys: pa.StructArray) -> np.ndarray:
-        return super().index(keys) % 3
 
 
 STRING = pa.struct([("k", pa.string()), ("n", pa.int64())])
 INDEXERS = {
     "int": (KeyIndexer(pa.struct([("k", pa.int64())])), [None, INT64_MIN, -1, 0, 1, 2, 7]),
     "string": (KeyIndexer(STRING), [(s, n) for s in ("a", "b", None) for n in (0, 1)]),
-    "colliding": (_Coarse(STRING), [(s, n) for s in ("a", "b", "c", None) for n in (0, 1)]),
+    "colliding": (FewHashes(STRING, 3), [(s, n) for s in ("a", "b", "c", None) for n in (0, 1)]),
 }
 
 Changes = dict[int, int | None]  # position in the key universe -> value (None: a removal)

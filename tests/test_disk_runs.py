@@ -32,7 +32,7 @@ from state_runtime.store.run_merges import merge
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.versions import MEMO_FRACTION
 
-from .store_helpers import forced_disk, local_tmpfs
+from .store_helpers import FewHashes, forced_disk, local_tmpfs
 
 KEY = pa.struct([("k", pa.int64())])
 VALUE = pa.struct([("v", pa.int64())])
@@ -261,18 +261,11 @@ def test_a_batch_lookup_on_disk_answers_without_madvise(monkeypatch: pytest.Monk
     assert (found == expected).all() and values.equals(expected_values)
 
 
-class _FewHashes(KeyIndexer):
-    """String keys hashed to 128 index keys only: most keys collide."""
-
-    def index(self, keys: pa.StructArray) -> np.ndarray:
-        return super().index(keys) % 128
-
-
 def test_a_batch_lookup_on_disk_finds_keys_whose_index_keys_collide() -> None:
     """Hashed keys sharing an index key: the mapped search lands on the first row with that
     index key; the key comparison sends the others to their block, found as in memory."""
     key_type = pa.struct([("s", pa.string())])
-    indexer = _FewHashes(key_type)
+    indexer = FewHashes(key_type, 128)
     names = [f"key-{i}" for i in range(1200)]
     keys = pa.StructArray.from_arrays([pa.array(names)], fields=list(key_type))
     values = pa.StructArray.from_arrays([pa.array(np.arange(1200))], fields=list(VALUE))

@@ -27,17 +27,10 @@ from state_runtime.store.open_runs import OPEN_RUNS
 from state_runtime.store.run_levels import RunLevel
 from state_runtime.store.sorted_runs import Run
 
-from .store_helpers import forced_disk
+from .store_helpers import FewHashes, forced_disk
 
 INT_KEY = pa.struct([("k", pa.int64())])
 STR_KEY = pa.struct([("s", pa.string())])
-
-
-class _FewHashes(KeyIndexer):
-    """String keys hashed to 512 index keys only: many keys collide."""
-
-    def index(self, keys: pa.StructArray) -> np.ndarray:
-        return super().index(keys) % 512
 
 
 def _level(run: Run, count: int, in_memory: int | None = None) -> RunLevel:
@@ -65,7 +58,7 @@ def _cases() -> Iterator[tuple[str, KeyIndexer, pa.StructArray, pa.StructArray]]
     text = pa.StructArray.from_arrays([pa.array([f"v{k}" for k in keys])], names=["t"])
     yield "exact keys, values as words", KeyIndexer(INT_KEY), ints, plain
     yield "exact keys, values through Arrow", KeyIndexer(INT_KEY), ints, text
-    yield "hashed keys that collide", _FewHashes(STR_KEY), strings, plain
+    yield "hashed keys that collide", FewHashes(STR_KEY, 512), strings, plain
 
 
 @pytest.mark.parametrize("case", list(_cases()), ids=lambda case: case[0])

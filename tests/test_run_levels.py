@@ -15,10 +15,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from benchmarks.task_spec import first_batch_store
 from state_runtime import StateStoreProvider
 from state_runtime.runtime import Agg, aggregation, running_aggregation
-from state_runtime.runtime.context import BatchContext, batch_scope
 from state_runtime.storage import LocalStorage
 from state_runtime.store import run_merges
 from state_runtime.store.change_runs import ChangeRuns
@@ -27,17 +29,18 @@ from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_levels import AnyRun, RunLevel, held_bytes, memory_held
 from state_runtime.store.run_merges import due, merge, overlapped_rows
 from state_runtime.store.sorted_runs import Run
+from state_runtime.store.versions import lookup, squash
 
-from .store_helpers import INT_KEY, INT_VALUE, int_table
+from .store_helpers import INT_KEY, INT_VALUE, FewHashes, forced_disk, int_table
 
 THRESHOLD = 20_000  # bytes: a chunk of 2,000 rows (16 bytes a row as a run) spills
 CHUNK = 2_000
 
 
 @contextlib.contextmanager
-def _small_budget() -> Iterator[None]:
+def _small_budget(threshold: int = THRESHOLD, block_bytes: int = 4096) -> Iterator[None]:
     saved = LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes
-    LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes = THRESHOLD, 4096
+    LOCAL_DISK.spill_bytes, LOCAL_DISK.block_bytes = threshold, block_bytes
     try:
         yield
     finally:
@@ -290,21 +293,11 @@ def test_change_runs_count_the_parts_in_memory_of_their_levels() -> None:
 def _first_batch(root: Path, keys: np.ndarray, *, on_disk: bool) -> dict[str, object]:
     """A running count's first batch of ``keys`` (every key new), in chunks of 2,000 rows."""
     op = running_aggregation(0, ["k"], "k bigint", [Agg("count", "count")], 1)
-    provider = StateStoreProvider(
-        LocalStorage(root),
-        0,
-        0,
-        op.store_name,
-        key_schema=op.schema.key,
-        value_schema=op.schema.value,
-        config=op.config,
-    )
     with _small_budget() if on_disk else contextlib.nullcontext():
         compaction = LOCAL_DISK.stats.compaction_bytes
-        store = provider.get_store(0)
-        with batch_scope(BatchContext("t", 0, 0, 0, stores={op.store_name: store})):
+        with first_batch_store(op, LocalStorage(root)) as (provider, store):
             output = aggregation.whole_output(op.update(store, pa.table({"k": pa.array(keys)})))
-        info = store.commit()
+            info = store.commit()
         compaction = LOCAL_DISK.stats.compaction_bytes - compaction
     state = provider.get_read_store(info.version, info.checkpoint_id)
     assert output is not None
@@ -327,3 +320,68 @@ def test_a_running_aggregations_first_batch_in_chunks_writes_no_compaction(
     memory = _first_batch(tmp_path / "memory", keys, on_disk=False)
     assert disk["output"] == memory["output"] and disk["state"] == memory["state"]
     assert disk["compaction"] == 0
+
+
+STR_KEY = pa.struct([("s", pa.string())])
+Changes = dict[int, int | None]
+"""A change run's rows: key ``k<n>`` -> value (None: a removal)."""
+
+STACKS = st.lists(
+    st.tuples(
+        st.dictionaries(
+            st.integers(0, 80), st.none() | st.integers(-3, 3), min_size=1, max_size=60
+        ),
+        st.booleans(),
+    ),
+    min_size=2,
+    max_size=7,
+)
+"""Change runs, newest first: each its rows and whether it is spilled to disk."""
+
+
+def _keys(numbers: list[int]) -> pa.StructArray:
+    return pa.StructArray.from_arrays([pa.array([f"k{n}" for n in numbers])], fields=list(STR_KEY))
+
+
+def _string_run(indexer: KeyIndexer, changes: Changes) -> Run:
+    values = pa.StructArray.from_arrays(
+        [pa.array([v or 0 for v in changes.values()], pa.int64())],
+        fields=list(INT_VALUE),
+        mask=pa.array([v is None for v in changes.values()]),
+    )
+    return Run.build(indexer, _keys(list(changes)), values)[0]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stack=STACKS)
+def test_squashing_the_smallest_neighbours_first_equals_merging_oldest_first(
+    stack: list[tuple[Changes, bool]],
+) -> None:
+    """Random stacks of change runs, some spilled to disk and some in memory, under a budget
+    of a few dozen rows (merged runs past it spill too), string keys whose index keys
+    collide, removals: :func:`squash` (the two neighbours of fewest rows first) gives the rows
+    and lookups of merging them one by one oldest first, and of the newest change of each key
+    winning; ``over_nothing`` leaves the same live rows."""
+    indexer = FewHashes(STR_KEY, 8)
+    model: Changes = {}
+    for changes, _ in reversed(stack):
+        model.update(changes)
+    with _small_budget(threshold=600, block_bytes=128):
+        runs: list[AnyRun] = []
+        for changes, on_disk in stack:
+            run = _string_run(indexer, changes)
+            with forced_disk(block_bytes=128) if on_disk else contextlib.nullcontext():
+                runs.append(spill_run("s", run))
+        assert [isinstance(r, DiskRun) for r in runs] == [on_disk for _, on_disk in stack]
+        squashed = squash(indexer, runs, "s")
+        oldest_first = runs[-1]
+        for newer in runs[-2::-1]:
+            oldest_first = merge(indexer, oldest_first, newer, drop_removals=False, store="s")
+        over_nothing = squash(indexer, runs, "s", over_nothing=True)
+        expected = sorted(((f"k{n}",), None if v is None else (v,)) for n, v in model.items())
+        assert sorted(_rows(squashed)) == sorted(_rows(oldest_first)) == expected
+        live = [(k, v) for k, v in expected if v is not None]
+        assert [(k, v) for k, v in sorted(_rows(over_nothing)) if v is not None] == live
+        probes = _keys(list(range(90)))
+        found = lookup(indexer, [squashed], probes, INT_VALUE).to_pylist()
+        assert found == [None if model.get(n) is None else {"v": model[n]} for n in range(90)]

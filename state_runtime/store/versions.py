@@ -83,8 +83,10 @@ def squash(
     (O(rows log rows)); with runs on disk they merge pairwise, the two neighbours of fewest rows
     between them first (overlaying is associative, so any order of neighbours gives the same
     run): a large first delta under small later ones is rewritten once, not once per delta.
-    ``over_nothing``: no rows lie below the runs, so their last merge on disk drops removals
-    (the version over an empty base then does not write the run again to drop them).
+    ``over_nothing``: no rows lie below the runs, so their last pairwise merge drops removals
+    (the version over an empty base then does not write the run again on disk to drop them).
+    It has no effect on a single run, nor on more than two runs all in memory (sorted together
+    once): those keep their removals.
     """
     if len(runs) > 2 and not any(run.on_disk for run in runs):
         oldest_first = [run for run in reversed(runs) if isinstance(run, Run)]
