@@ -260,22 +260,43 @@ def copy_root(catalog: Catalog, template: Path, root: Path, *, above: int = 0) -
 
 def copy_roots(catalog: Catalog, template: Path, roots: Sequence[Path]) -> None:
     """:func:`copy_root` (a whole copy) of ``template`` to each of ``roots``, the hard links
-    made by ``cp -al`` (two at a time) in other threads while the catalog's records are copied
-    (one transaction a root): 2.7x faster than :func:`copy_root` root by root in the one pair
-    measured (docs/maintenance.md, *The 5M backlog*), 5,000,000 files in 20 minutes."""
+    made by GNU ``cp -al`` (:func:`_link_tree`, two at a time) in other threads while the
+    catalog's records are copied (one transaction a root): 2.7x faster than :func:`copy_root`
+    root by root in the one pair measured (docs/maintenance.md, *The 5M backlog*), 5,000,000
+    files in 20 minutes.
+
+    On an error (a record copy failing, a root that cannot be linked: :class:`LinkFailed`)
+    the links not yet started are cancelled and the running ones waited for before it is
+    raised: no thread or ``cp`` outlives the call, and none goes on linking the other roots."""
+    source = LocalStorage(template).uri
     with ThreadPoolExecutor(2) as linker:
         linked = [linker.submit(_link_tree, template, root) for root in roots]
-        for root in roots:
-            with catalog.engine.begin() as connection:
-                _copy_records(
-                    connection, LocalStorage(template).uri, LocalStorage(root).uri, root.name, 0
-                )
-        for done in linked:
-            done.result()
+        try:
+            for root in roots:
+                with catalog.engine.begin() as connection:
+                    _copy_records(connection, source, LocalStorage(root).uri, root.name, 0)
+            for done in linked:
+                done.result()
+        except BaseException:
+            linker.shutdown(cancel_futures=True)  # waits for the running links
+            raise
+
+
+class LinkFailed(OSError):
+    """A root's files could not be hard-linked from its template (``cp -al`` failed, or the
+    root's folder could not be made)."""
 
 
 def _link_tree(template: Path, root: Path) -> None:
-    """Every file below ``template`` hard-linked at the same place below ``root`` (GNU
-    ``cp -al``: one process, no Python call a file)."""
-    root.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cp", "-al", f"{template}/.", str(root)], check=True)
+    """Every file below ``template`` hard-linked at the same place below ``root``: ``cp -al``,
+    one process and no Python call a file. GNU coreutils' ``cp`` only (as on Linux): ``-a`` and
+    ``-l`` are not POSIX options."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["cp", "-al", f"{template}/.", str(root)], check=True, capture_output=True, text=True
+        )
+    except subprocess.CalledProcessError as e:
+        raise LinkFailed(f"{template} not linked at {root}: {e.stderr.strip()}") from e
+    except OSError as e:
+        raise LinkFailed(f"{template} not linked at {root}: {e}") from e

@@ -5,14 +5,27 @@ passed the threshold. Query 0 is written through the runtime's calls and query 1
 it (history and new batches alike): every file of both verifies, and each query commits under
 its own query id, so each root is labelled by its own query, as in a real fleet (a copy once
 kept query 0's id: every root's label was ``query-00000@<its folder>``). A backlog's bulk copy
-(``copy_roots``) gives each root the template's files, linked, and its own records."""
+(``copy_roots``) gives each root the template's files, linked, and its own records; on an
+error it raises only when no link is running, and links no more roots."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.fleet import Shape, advance, build, copy_roots, query_id, query_storage
+import pytest
+import sqlalchemy as sa
+
+from benchmarks.fleet import (
+    LinkFailed,
+    Shape,
+    advance,
+    build,
+    copy_roots,
+    query_id,
+    query_storage,
+)
 from state_runtime.catalog import Catalog
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import (
@@ -104,4 +117,48 @@ def test_copy_roots_links_each_roots_files_and_copies_its_records(
         }
         assert copied == wanted, root
     assert catalog.root_queries()[LocalStorage(roots[2]).uri] == [query_id(3)]
+    catalog.close()
+
+
+def _template(catalog: Catalog, folder: Path) -> Path:
+    """Query 0 of a one-query fleet built below ``folder``: its root."""
+    build(
+        catalog.engine.url.render_as_string(hide_password=False), folder, replace(SHAPE, queries=1)
+    )
+    return folder / query_id(0)
+
+
+def _pool_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor")}
+
+
+def test_a_root_that_cannot_be_linked_is_named_once_no_link_runs(
+    sqlite_catalog_url: str, tmp_path: Path
+) -> None:
+    """A root below a regular file (its folder cannot be made) among roots that can be
+    linked: :class:`LinkFailed` names it, raised when every link thread has ended."""
+    catalog = Catalog.open(sqlite_catalog_url, upgrade=True)
+    template = _template(catalog, tmp_path)
+    (tmp_path / "a-file").touch()
+    before = _pool_threads()
+    roots = [tmp_path / query_id(1), tmp_path / "a-file" / query_id(2), tmp_path / query_id(3)]
+    with pytest.raises(LinkFailed, match=f"not linked at {roots[1]}: .*Not a directory"):
+        copy_roots(catalog, template, roots)
+    assert _pool_threads() <= before  # the link threads ended
+    catalog.close()
+
+
+def test_a_failed_record_copy_links_no_more_roots(sqlite_catalog_url: str, tmp_path: Path) -> None:
+    """A root copied twice: its records' second copy fails at once (the catalog's unique
+    stores); the links not yet started are cancelled, the running ones ended, before it is
+    raised (the copy once went on linking every root first)."""
+    catalog = Catalog.open(sqlite_catalog_url, upgrade=True)
+    template = _template(catalog, tmp_path)
+    copy_roots(catalog, template, [tmp_path / query_id(1)])
+    others = [tmp_path / query_id(q) for q in range(2, 80)]
+    before = _pool_threads()
+    with pytest.raises(sa.exc.IntegrityError):
+        copy_roots(catalog, template, [tmp_path / query_id(1), *others])
+    assert _pool_threads() <= before  # the link threads ended
+    assert sum(root.exists() for root in others) < len(others) // 2
     catalog.close()
