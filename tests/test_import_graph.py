@@ -277,8 +277,8 @@ EXECUTOR_MODULES = (
 
 DRIVER_ONLY = ("sqlalchemy", "alembic", "psycopg2", "state_runtime.catalog", "dagster", "rich")
 """Never imported on that path: each is resident memory in every worker for nothing
-(SQLAlchemy and Alembic alone about 32 MiB; docs/state-on-disk.md, "A worker's fixed
-overhead"). pandas is not listed: pyarrow imports it at its first conversion of Python
+(SQLAlchemy and Alembic alone about 32 MiB; docs/state-on-disk.md, "Issue 37, a worker's
+fixed overhead"). pandas is not listed: pyarrow imports it at its first conversion of Python
 values whatever the runtime imports."""
 
 

@@ -4,7 +4,7 @@ for ``read_state``, ``read_changes`` and the ``state_runtime`` data source.
 Kept apart from :mod:`~state_runtime.runtime.reader` and :mod:`~state_runtime.runtime.changes`
 (the driver's plans, which read the catalog) so that a worker unpickling these functions
 imports the stores alone, not the catalog's SQLAlchemy and Alembic (about 32 MiB of a worker's
-resident memory; ``tests/test_executor_imports.py``)."""
+resident memory; ``tests/test_import_graph.py``)."""
 
 from __future__ import annotations
 
