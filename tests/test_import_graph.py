@@ -3,11 +3,14 @@ only the catalog package touches SQL: no module outside ``state_runtime.catalog`
 Dagster project, the demo and the scripts included) imports SQLAlchemy, Alembic or a module
 of the catalog package (its tables, engine, SQL helpers); they call
 :class:`state_runtime.catalog.Catalog` through the package. The benchmarks, the scripts and
-the demo use only public names of the library."""
+the demo use only public names of the library. A Python worker running the runtime's tasks
+imports neither the catalog nor an orchestrator."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import state_runtime
@@ -258,3 +261,47 @@ def test_each_orchestrator_is_a_layer_over_the_library_alone() -> None:
     }
     assert not offenders, offenders
     assert "airflow.sdk" in external_imports(AIRFLOW / "operators.py")
+
+
+EXECUTOR_MODULES = (
+    "state_runtime.runtime.tasks",  # the stateful stage's mapInArrow function
+    "state_runtime.runtime.state_reads",  # read_state's and read_changes' functions
+    "state_runtime.runtime.datasource",  # the state data source's reader
+    "state_runtime.runtime.aggregation",  # the operators, pickled with each task
+    "state_runtime.runtime.dedup",
+    "state_runtime.runtime.windows",
+    "state_runtime.runtime.session_windows",
+    "state_runtime.runtime.tws",
+)
+"""The modules a Python worker imports to run the runtime's tasks (what it unpickles)."""
+
+DRIVER_ONLY = ("sqlalchemy", "alembic", "psycopg2", "state_runtime.catalog", "dagster", "rich")
+"""Never imported on that path: each is resident memory in every worker for nothing
+(SQLAlchemy and Alembic alone about 32 MiB; docs/state-on-disk.md, "Issue 37, a worker's
+fixed overhead"). pandas is not listed: pyarrow imports it at its first conversion of Python
+values whatever the runtime imports."""
+
+
+def _imported_by(modules: tuple[str, ...]) -> set[str]:
+    """Every module a fresh interpreter holds after importing ``modules``."""
+    code = f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
+    code += "print('\\n'.join(sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    return set(out.stdout.split())
+
+
+def _driver_only(loaded: set[str]) -> list[str]:
+    return sorted(m for m in loaded if any(m == d or m.startswith(d + ".") for d in DRIVER_ONLY))
+
+
+def test_a_worker_running_the_tasks_imports_no_driver_module() -> None:
+    """A worker's fixed overhead stays lean: unpickling any task of the runtime imports
+    neither the catalog (SQL) nor an orchestrator, only the stores and the operators."""
+    assert _driver_only({"sqlalchemy.engine", "state_runtime.catalog", "pandas"}) == [
+        "sqlalchemy.engine",
+        "state_runtime.catalog",
+    ]
+    assert _driver_only(_imported_by(EXECUTOR_MODULES)) == []
+    assert "sqlalchemy" in _imported_by(("state_runtime.runtime.reader",))  # the driver's side

@@ -4,24 +4,19 @@ the delta files the catalog recorded for those batches (never by diffing whole v
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import partial
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from state_runtime.catalog import Catalog, CommittedDelta
 from state_runtime.catalog import catalog_url as default_catalog_url
 from state_runtime.errors import ChangesCleanedUp, InvalidArgument
-from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.retention import LIVE_STATES
-from state_runtime.runtime import worker
 from state_runtime.runtime.reader import store_history, store_of
 from state_runtime.runtime.spark_kind import default_parallelism
+from state_runtime.runtime.state_reads import read_deltas
 from state_runtime.storage import Storage, open_storage
-from state_runtime.store.config import StoreConfig
 from state_runtime.store.schema_history import SchemaHistory
 
 _SOURCES = StructType(
@@ -32,44 +27,6 @@ _SOURCES = StructType(
         StructField("checkpoint_id", StringType(), False),
     ]
 )
-
-
-def load_changes(
-    storage: Storage,
-    operator_id: int,
-    store_name: str,
-    history: SchemaHistory,
-    source: tuple[int, int, int, str | None],
-) -> Iterator[pa.RecordBatch]:
-    """One batch's changes to one partition: ``(batch, partition, version, checkpoint id)``
-    of its delta (runs in a task)."""
-    batch_id, partition, version, checkpoint_id = source
-    store_id = StoreId(operator_id, partition, store_name)
-    provider = worker.provider_for(storage, store_id, history, StoreConfig())
-    delta = provider.read_delta(CheckpointRef(version, checkpoint_id))
-    n = delta.num_rows
-    removed = delta.column("value").is_null()
-    yield from pa.table(
-        {
-            "batch_id": pa.array([batch_id] * n, type=pa.int64()),
-            "change_type": pc.if_else(removed, "delete", "update"),
-            "key": delta.column("key"),
-            "value": delta.column("value"),
-            "partition_id": pa.array([partition] * n, type=pa.int32()),
-        }
-    ).to_batches()
-
-
-def _read_deltas(
-    storage: Storage,
-    operator_id: int,
-    store_name: str,
-    history: SchemaHistory,
-    batches: Iterator[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        for source in zip(*batch.to_pydict().values(), strict=True):
-            yield from load_changes(storage, operator_id, store_name, history, source)
 
 
 def _check(deltas: list[CommittedDelta], start: int, end: int, operator_id: int) -> None:
@@ -171,5 +128,5 @@ def read_state_changes(
     return (
         spark.createDataFrame(rows, _SOURCES)
         .repartition(min(len(rows), default_parallelism(spark)))
-        .mapInArrow(partial(_read_deltas, storage, operator_id, store_name, history), out)
+        .mapInArrow(partial(read_deltas, storage, operator_id, store_name, history), out)
     )

@@ -20,7 +20,9 @@ operator, state or change feed, as ``read_state(state_variable=, timers=)``); ea
 The format's name differs from Spark's ``statestore`` so both can be used.
 The source's ``schema`` and ``partitions`` run where Spark plans Python data sources (a Python
 worker of the driver, or of the Connect server), which must reach the catalog; the reads run
-in the executors, which must reach the checkpoint root.
+in the executors, which must reach the checkpoint root. The plans' modules (the catalog's
+SQLAlchemy and Alembic) are imported where they run, so an executor unpickling a reader of
+state imports the stores alone (``tests/test_import_graph.py``).
 """
 
 from __future__ import annotations
@@ -36,14 +38,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from state_runtime.errors import InvalidArgument
-from state_runtime.runtime.changes import changes_plan, load_changes
-from state_runtime.runtime.reader import (
-    METADATA_SCHEMA,
-    load_state,
-    metadata_rows,
-    state_plan,
-    store_of,
-)
+from state_runtime.runtime.state_reads import load_changes, load_state
 from state_runtime.storage import open_storage
 from state_runtime.store.schema_history import SchemaHistory
 
@@ -76,6 +71,8 @@ def _store(options: Mapping[str, str]) -> str:
     given += ["readRegisteredTimers"] * timers
     if len(given) > 1:
         raise InvalidArgument(f"options {' and '.join(given)}: each picks the store, give one")
+    from state_runtime.runtime.reader import store_of
+
     return store_of(options.get("storeName", "default"), options.get("stateVarName"), timers)
 
 
@@ -95,6 +92,9 @@ class _Part(InputPartition):
 
 class _StateReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
+        from state_runtime.runtime.changes import changes_plan
+        from state_runtime.runtime.reader import state_plan
+
         self.storage = open_storage(_root(options))
         self.operator_id = _int(options, "operatorId", 0) or 0
         self.store_name = _store(options)
@@ -162,6 +162,8 @@ class _MetadataReader(DataSourceReader):
         self.url = options.get("catalogUrl")
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        from state_runtime.runtime.reader import metadata_rows
+
         yield from metadata_rows(self.root, self.url)
 
 
@@ -174,6 +176,8 @@ class StateMetadataDataSource(DataSource):
         return METADATA_FORMAT
 
     def schema(self) -> str:
+        from state_runtime.runtime.reader import METADATA_SCHEMA
+
         return METADATA_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -7,11 +7,9 @@ store below a checkpoint root with its latest committed version and checkpoint i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
@@ -19,10 +17,9 @@ from state_runtime.catalog import Catalog
 from state_runtime.catalog import catalog_url as default_catalog_url
 from state_runtime.errors import InvalidArgument, UnknownCheckpointId
 from state_runtime.identity import CheckpointRef, StoreId
-from state_runtime.runtime import worker
+from state_runtime.runtime.state_reads import load_partitions
 from state_runtime.runtime.tws.variables import TIMERS_STORE
 from state_runtime.storage import Storage, open_storage
-from state_runtime.store.config import StoreConfig
 from state_runtime.store.schema_history import SchemaHistory
 
 _REFS = StructType(
@@ -32,36 +29,6 @@ _REFS = StructType(
         StructField("checkpoint_id", StringType(), True),
     ]
 )
-
-
-def load_state(
-    storage: Storage,
-    operator_id: int,
-    store_name: str,
-    history: SchemaHistory,
-    ref: tuple[int, int, str | None],
-) -> Iterator[pa.RecordBatch]:
-    """One partition's rows at ``(partition, version, checkpoint id)`` (runs in a task)."""
-    partition, version, checkpoint_id = ref
-    store_id = StoreId(operator_id, partition, store_name)
-    provider = worker.provider_for(storage, store_id, history, StoreConfig())
-    table = provider.get_read_store(version, checkpoint_id).to_arrow()
-    ids = pa.array([partition] * table.num_rows, type=pa.int32())
-    yield from pa.table(
-        {"partition_id": ids, "key": table.column("key"), "value": table.column("value")}
-    ).to_batches()
-
-
-def _load_partitions(
-    storage: Storage,
-    operator_id: int,
-    store_name: str,
-    history: SchemaHistory,
-    batches: Iterator[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        for ref in zip(*batch.to_pydict().values(), strict=True):
-            yield from load_state(storage, operator_id, store_name, history, ref)
 
 
 def store_history(catalog: Catalog, root: str, operator_id: int, store_name: str) -> SchemaHistory:
@@ -223,7 +190,7 @@ def read_state(
     return (
         spark.createDataFrame(rows, _REFS)
         .repartition(len(rows))
-        .mapInArrow(partial(_load_partitions, storage, operator_id, store_name, history), out)
+        .mapInArrow(partial(load_partitions, storage, operator_id, store_name, history), out)
     )
 
 

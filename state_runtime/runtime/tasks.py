@@ -282,6 +282,7 @@ def _run_partition(
                 for out in _output_batches(output, op.output_arrow_schema()):
                     yield out.append_column(report, pa.nulls(out.num_rows, pa.string()))
                 del output
+                worker.release_unused()  # what the update freed, before the commit's peak
             infos = [store.commit() for store in stores.values()]
     except BaseException:
         for store in stores.values():

@@ -16,7 +16,7 @@ from state_runtime.maintenance import (
     run_checks,
     snapshot_pass,
 )
-from state_runtime.runtime.changes import load_changes
+from state_runtime.runtime.state_reads import load_changes
 from state_runtime.store.checkpoint_info import NO_FILE_CHECKSUM
 from tests.maintenance.streams import StoreStream
 from tests.maintenance.test_cleanup import assert_retained_versions_load, on_disk
