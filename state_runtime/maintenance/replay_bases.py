@@ -23,13 +23,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 
-from state_runtime.catalog import CommitEntry, StoreKey
-from state_runtime.errors import CatalogError, StateStoreError
+from state_runtime.catalog import CommitEntry, FileRecord, StoreKey, StoreRecord
+from state_runtime.errors import CannotLoadState, CatalogError, StateStoreError
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance.chains import Verified
 from state_runtime.maintenance.fleet import Fleet
-from state_runtime.maintenance.snapshots import expected_of
-from state_runtime.store.file_verification import verify_file
+from state_runtime.store.checkpoint_info import CheckpointInfo
+from state_runtime.store.file_verification import expected_of, verify_file
 
 
 def expired_bases(
@@ -70,9 +70,9 @@ def write_bases(
     reopened = []
     for store, base in sorted(bases.items()):
         target, record = targets[store], records[store]
+        files = checked.store_files(fleet, record.key)
         try:
-            provider = fleet.provider(record, checked.store_files(fleet, record.key))
-            info = provider.snapshot(target.version, target.checkpoint_id, as_version=base.version)
+            info = _write(fleet, record, files, target, base)
         except CatalogError:
             raise
         except StateStoreError:
@@ -86,3 +86,21 @@ def write_bases(
         if problem is None and recorded is None:
             reopened.append(store)
     return reopened
+
+
+def _write(
+    fleet: Fleet,
+    record: StoreRecord,
+    files: Sequence[FileRecord],
+    target: CheckpointRef,
+    base: CheckpointRef,
+) -> CheckpointInfo:
+    """``base``'s snapshot from ``target``'s state, loaded through the catalog's inventory;
+    when that does not lead to a loadable chain, through a real listing (as the snapshot
+    pass does)."""
+    try:
+        provider = fleet.provider(record, files)
+        return provider.snapshot(target.version, target.checkpoint_id, as_version=base.version)
+    except CannotLoadState:
+        provider = fleet.provider(record, files, listed=True)
+        return provider.snapshot(target.version, target.checkpoint_id, as_version=base.version)

@@ -113,6 +113,11 @@ class RestorePlan:
         for store, ref in sorted(self.targets.items(), key=lambda kv: str(kv[0])):
             name = f"{self.root}#{store}"
             words = f"returns to version {ref.version}"
+            if store in self.bases:
+                words += (
+                    f"; its expired version {self.bases[store].version} (the same state) gets "
+                    "its own snapshot, for a replay of the batch"
+                )
             if name in lost:
                 words += (
                     f"; lost, starts again from empty (--allow-lost-state): {lost[name].problem}"
