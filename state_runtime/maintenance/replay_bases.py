@@ -42,16 +42,17 @@ def expired_bases(
     """For each target store not ``lost``, the committed version below its target with the
     target's id (``history``: the query's commits), when that version expired."""
     committed = {(e.key.store, e.ref) for e in history}
-    records = fleet.stores([StoreKey(root, store) for store in targets])
+    idle = {
+        store: CheckpointRef(ref.version - 1, ref.checkpoint_id)
+        for store, ref in targets.items()
+        if store not in lost and ref.version >= 2 and ref.checkpoint_id is not None
+    }  # version 1's base is the empty store
+    idle = {store: below for store, below in idle.items() if (store, below) in committed}
+    if not idle:
+        return {}
+    records = fleet.stores([StoreKey(root, store) for store in idle])
     expired = {r.key.store: r.expired_through for r in records}
-    bases = {}
-    for store, ref in targets.items():
-        if store in lost or ref.version < 2 or ref.checkpoint_id is None:
-            continue  # version 1's base is the empty store
-        below = CheckpointRef(ref.version - 1, ref.checkpoint_id)
-        if (store, below) in committed and expired.get(store, 0) >= below.version:
-            bases[store] = below
-    return bases
+    return {store: below for store, below in idle.items() if expired.get(store, 0) >= below.version}
 
 
 def write_bases(
@@ -65,6 +66,8 @@ def write_bases(
     """Write, verify and record each base's own snapshot from its target's state; the stores
     whose base now loads (one whose snapshot could not be written or failed verification
     stays expired: its replay fails as before)."""
+    if not bases:
+        return []
     storage = fleet.storage(root)
     records = {r.key.store: r for r in fleet.stores([StoreKey(root, s) for s in bases])}
     reopened = []
