@@ -7,7 +7,9 @@ This module is the one home of the rule; it holds no SQL. Change retention here.
   file no retained version needed, the versions that loaded through it cannot load any more:
   they, and every older version, have expired (the store's ``expired_through``). None counts
   as retained again, not even after a restore moves the latest version back next to them, so
-  nothing calls them lost. A restore un-expires only what it checked loads: its target.
+  nothing calls them lost. A restore un-expires only what it checked loads: its target, and
+  the version below it with its id (the base of its replay) once it wrote that one its own
+  snapshot (``maintenance/replay_bases.py``).
 - A retained version ``r`` loads from the newest *verified* committed snapshot at or below
   ``r`` (version ``s``; 0 when there is none) plus the committed deltas ``s+1..r``. Those files
   are **needed**. A snapshot counts only once its bytes were verified after it was written

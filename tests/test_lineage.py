@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from state_runtime import FileKind, LoadSource
+from state_runtime.errors import CannotLoadState, InvalidArgument
 from state_runtime.storage import Storage
 
 from .store_helpers import commit_rows, provider_for, state_of
@@ -130,3 +133,29 @@ def test_snapshot_is_idempotent_and_never_overwrites(storage: Storage) -> None:
     assert first.kind is FileKind.SNAPSHOT and first.bytes_written > 0
     assert second.bytes_written == 0 and second.checksum == first.checksum
     assert second.path == first.path
+
+
+def test_a_snapshot_as_a_lower_version_of_the_same_id(storage: Storage) -> None:
+    """A version that changed nothing shares its parent's id and state: the state of version
+    2 is written as version 1's own snapshot (what a restore does for the expired base of a
+    replay), version 1 then loads from it, and a new version 2 commits on it."""
+    p = provider_for(storage)
+    v1 = commit_rows(p, None, {"a": 1})
+    v2 = commit_rows(p, v1, {})
+    assert v2.checkpoint_id == v1.checkpoint_id  # an idle version: no file of its own
+    p.snapshot(2, v2.checkpoint_id)
+    storage.delete([v1.path])  # cleanup took the delta the snapshot superseded
+    with pytest.raises(CannotLoadState):
+        provider_for(storage).get_read_store(1, v1.checkpoint_id)
+    with pytest.raises(InvalidArgument):
+        provider_for(storage).snapshot(2, v2.checkpoint_id, as_version=3)
+    info = provider_for(storage).snapshot(2, v2.checkpoint_id, as_version=1)
+    assert (info.kind, info.version, info.checkpoint_id) == (
+        FileKind.SNAPSHOT,
+        1,
+        v1.checkpoint_id,
+    )
+    fresh = provider_for(storage)
+    assert state_of(fresh, v1) == {"a": 1}
+    replayed = commit_rows(fresh, v1, {"b": 2})
+    assert state_of(provider_for(storage), replayed) == {"a": 1, "b": 2}

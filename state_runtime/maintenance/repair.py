@@ -54,11 +54,10 @@ from state_runtime.maintenance.listing import StagedWrites
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
-from state_runtime.maintenance.snapshots import expected_of
 from state_runtime.retention import intact, loading_files
 from state_runtime.store.checkpoint_format import checksum, decode
 from state_runtime.store.checkpoint_info import CheckpointInfo
-from state_runtime.store.file_verification import verify_bytes
+from state_runtime.store.file_verification import expected_of, verify_bytes
 
 
 class RepairStatus(StrEnum):

@@ -40,14 +40,13 @@ from pyspark.sql.types import (
 
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import CheckpointRef, FileKind, StoreId
-from state_runtime.maintenance.snapshots import expected_of
 from state_runtime.maintenance.spark_hash import spark_partition
 from state_runtime.runtime.spark_kind import default_parallelism
 from state_runtime.runtime.state_reads import load_state
 from state_runtime.storage import Storage
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
-from state_runtime.store.file_verification import verify_file
+from state_runtime.store.file_verification import expected_of, verify_file
 from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.writer import CheckpointTarget, write_checkpoint
 

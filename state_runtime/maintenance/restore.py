@@ -14,7 +14,9 @@ store then starts again from empty, and the plan says so.
 the restored version loads from, and health reports it); then one catalog transaction makes ``B``
 the query's last committed batch (the runtime's next batch ``B + 1`` builds on it; the later
 commit-log entries are listed in the run's counts, their files become orphans whose reason names
-the run, and cleanup deletes them under the usual grace, the ledger keeping that reason); then
+the run, and cleanup deletes them under the usual grace, the ledger keeping that reason; before
+it, an expired version below a target with the target's id gets its own snapshot and is no
+longer expired, so the replay of batch ``B`` can build on it: :mod:`.replay_bases`); then
 Spark's own checkpoint is rewound the way a Spark user does it: its ``offsets/N`` and ``commits/N``
 files (and ``.N.crc``) for ``N > B`` are moved into ``restored-by-run-<id>/`` inside the checkpoint
 (kept, not deleted). Run again after a crash in between, the same command finishes the Spark side.
@@ -37,6 +39,7 @@ from state_runtime.maintenance.chains import Verified, walk_chain
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.maintenance.replay_bases import expired_bases, write_bases
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.store.file_verification import MISSING, UNREADABLE
 
@@ -83,6 +86,11 @@ class RestorePlan:
     moved_spark_files: list[str] = field(default_factory=list)
     damaged: dict[str, str] = field(default_factory=dict)
     """The files the plan read and found missing or damaged (path -> problem)."""
+    bases: dict[StoreId, CheckpointRef] = field(default_factory=dict)
+    """Expired versions below a target with its id, each given its own snapshot so that the
+    replay of the batch builds on it (:mod:`~state_runtime.maintenance.replay_bases`)."""
+    reopened: list[StoreId] = field(default_factory=list)
+    """The stores whose base the restore wrote and un-expired."""
 
     def summary(self) -> str:
         """The restore in one line: the batches, done or planned, the stores and what it
@@ -105,6 +113,11 @@ class RestorePlan:
         for store, ref in sorted(self.targets.items(), key=lambda kv: str(kv[0])):
             name = f"{self.root}#{store}"
             words = f"returns to version {ref.version}"
+            if store in self.bases:
+                words += (
+                    f"; its expired version {self.bases[store].version} (the same state) gets "
+                    "its own snapshot, for a replay of the batch"
+                )
             if name in lost:
                 words += (
                     f"; lost, starts again from empty (--allow-lost-state): {lost[name].problem}"
@@ -121,6 +134,7 @@ class RestorePlan:
             "restarted_stores": len(self.restarted),
             "orphaned_files": self.orphaned_files,
             "spark_files_moved": len(self.moved_spark_files),
+            "bases_reopened": len(self.reopened),
         }
 
 
@@ -198,6 +212,7 @@ def plan_restore(
         lost=lost,
         restarted=restarted,
         spark=spark,
+        bases=expired_bases(fleet, root, targets, history, lost_ids),
         damaged={  # verdicts only: a failed read is no failed verification
             path: p
             for path, p in checked.problems.items()
@@ -231,6 +246,9 @@ def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) ->
                 )
             if plan.damaged:  # failed: retention keeps the chain below a failed snapshot
                 catalog.record_verifications(plan.root, plan.damaged)
+            plan.reopened = write_bases(
+                fleet, plan.root, plan.targets, plan.bases, run.run_id, Verified()
+            )
             why = (
                 f"superseded: query {plan.query_id} restored to batch {plan.batch_id} by run "
                 f"{run.run_id}"
@@ -243,6 +261,7 @@ def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) ->
                 restart=[k.store for k in plan.restarted],
                 reason=why,
                 run_id=run.run_id,
+                reopened=plan.reopened,
             )
             plan.superseded = rewound.superseded
             plan.orphaned_files = rewound.orphaned_files

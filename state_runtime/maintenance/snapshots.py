@@ -38,7 +38,7 @@ from state_runtime.maintenance.runs import recorded_run
 from state_runtime.maintenance.spread import Spread
 from state_runtime.maintenance.workers import closing_items, map_bounded, worker_count
 from state_runtime.store.checkpoint_info import CheckpointInfo
-from state_runtime.store.file_verification import Expected, verify_file
+from state_runtime.store.file_verification import expected_of, verify_file
 from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.units import size
 
@@ -395,19 +395,6 @@ class _Snapshot:
             seconds=self.seconds,
             error=None if error is None else str(error),
         )
-
-
-def expected_of(info: CheckpointInfo) -> Expected:
-    """What a file just written (or found) must be: its identity, size and checksum."""
-    return Expected(
-        store=info.store,
-        ref=info.ref,
-        kind=info.kind,
-        path=info.path,
-        size=info.bytes_written,
-        checksum=info.checksum,
-        base_checkpoint_id=info.base_checkpoint_id,
-    )
 
 
 def _write_snapshot(

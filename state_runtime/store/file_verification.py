@@ -25,6 +25,7 @@ from state_runtime.store.checkpoint_format import (
     decode,
     read_header,
 )
+from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.file_header import FileHeader
 from state_runtime.store.schema_files import fetch
 
@@ -43,6 +44,19 @@ class Expected:
     size: int
     checksum: str
     base_checkpoint_id: str | None
+
+
+def expected_of(info: CheckpointInfo) -> Expected:
+    """What a file just written (or found) must be: its identity, size and checksum."""
+    return Expected(
+        store=info.store,
+        ref=info.ref,
+        kind=info.kind,
+        path=info.path,
+        size=info.bytes_written,
+        checksum=info.checksum,
+        base_checkpoint_id=info.base_checkpoint_id,
+    )
 
 
 def verify_bytes(

@@ -7,6 +7,7 @@ Cached versions count against the process's memory budget (:mod:`state_runtime.s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -115,30 +116,44 @@ class StateStoreProvider:
         view, metrics = self._open(version, checkpoint_id)
         return ReadStateStore(self, view, metrics)
 
-    def snapshot(self, version: int, checkpoint_id: str | None = None) -> CheckpointInfo:
+    def snapshot(
+        self, version: int, checkpoint_id: str | None = None, *, as_version: int | None = None
+    ) -> CheckpointInfo:
         """Write ``<version>_<id>.snapshot`` of a committed version (idempotent).
 
-        If the snapshot already exists it is left untouched and described as it is. A version
-        holding runs on local disk is written from them block by block, never whole in memory
-        (:mod:`state_runtime.store.streamed_writer`).
+        With ``as_version`` (at or below ``version``) the state of ``version`` is written as
+        ``<as_version>_<id>.snapshot``: the caller knows ``(as_version, id)`` is committed, so
+        the versions between changed nothing and share that state (a restore gives an expired
+        version its own snapshot so). If the snapshot already exists it is left untouched and
+        described as it is. A version holding runs on local disk is written from them block
+        by block, never whole in memory (:mod:`state_runtime.store.streamed_writer`).
         """
         ref = self.resolve(version, checkpoint_id)
         if ref.version == 0 or ref.checkpoint_id is None:
             raise InvalidArgument("version 0 is the empty store; it has no snapshot")
+        below = ref.version if as_version is None else as_version
+        if not 1 <= below <= ref.version:
+            raise InvalidArgument(f"a snapshot of version {ref} as version {below}")
         # Written under the version's own schema, so that it still reads as written (one more
         # read, only for a store whose schema has changed).
         written = self.written_schema(ref) if len(self.history.entries) > 1 else None
         if written is not None and written != self.history.newest.schema_id:
-            return self.as_of(written).snapshot(ref.version, ref.checkpoint_id)
+            return self.as_of(written).snapshot(
+                ref.version, ref.checkpoint_id, as_version=as_version
+            )
         view, _ = self._open(ref.version, ref.checkpoint_id)
+        target = CheckpointRef(below, ref.checkpoint_id)
+        if target != ref:  # the state of ``ref`` under the lower version's name and lineage
+            lineage = tuple(r for r in view.lineage if r.version < below)
+            view = dataclasses.replace(view, ref=target, lineage=lineage)
         if any(run.on_disk for run in view.runs):
-            info = write_snapshot_streamed(self.checkpoints, ref, view, exists_ok=True)
+            info = write_snapshot_streamed(self.checkpoints, target, view, exists_ok=True)
         else:
             state = view.state()
             info = write_checkpoint(
                 self.checkpoints,
                 FileKind.SNAPSHOT,
-                ref,
+                target,
                 view.lineage,
                 state.keys,
                 state.values,
@@ -147,7 +162,7 @@ class StateStoreProvider:
                 exists_ok=True,
             )
         with self._lock:
-            self._known_snapshots.add(ref)
+            self._known_snapshots.add(target)
         return info
 
     def written_schema(self, ref: CheckpointRef) -> str:

@@ -11,12 +11,14 @@ whose deltas load the version, fixed by i34-found, and the cleanup after that re
 deleting those deltas, fixed by fix-restore, and the second replay of a batch every store
 restarted at, fixed by i34-order, and the replay on a base version cleanup expired, fixed by
 i34-found2, and a failed task's loss check over a snapshot put back intact, fixed by expired,
-and the restore over a failed snapshot below a verified one that is gone, fixed by i34base;
-each failed before its fix.
+and the restore over a failed snapshot below a verified one that is gone, fixed by i34base,
+and the replay of a restored batch on a base cleanup expired though a snapshot of the same id
+holds it, fixed by i34base2; each failed before its fix.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from datetime import timedelta
 
 import pytest
@@ -459,22 +461,45 @@ A_REPLAY_ON_AN_EXPIRED_BASE: list[Step] = [
     ("restore", {"back": 1, "allow_lost_state": False, "zero": True}),  # to batch 1
     run({0: {"c": 1}}, step=-1),  # batch 1 again, on version 1, from a warm worker
 ]
-"""A replay of the restored batch, whose base version cleanup expired."""
+"""A replay of the restored batch, whose base version cleanup expired (the restore gives
+it its own snapshot)."""
 
 
 @pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
-def test_a_replay_on_an_expired_base_commits_no_version_that_cannot_load(catalog: str) -> None:
+def test_a_replay_on_an_expired_base_commits_and_every_version_loads(catalog: str) -> None:
     """Found by the soak of integ (67 steps, shrunk to 6): batch 1 idle, a snapshot of version
     2, batch 2, cleanup at zero windows (version 1's delta goes, version 1 expires), a restore
     to batch 1 and its replay. The worker still cached version 1, built version 2 on it and
-    committed a delta whose parent no file holds: a retained version that cannot load (a
-    cold worker fails loading version 1). The batch now fails with StateLost before any task
-    runs, warm or cold, naming the expired version."""
-    if catalog == "sqlite":
-        replay(A_REPLAY_ON_AN_EXPIRED_BASE)
-        return
-    with machine_on_postgresql() as machine:
-        replay(A_REPLAY_ON_AN_EXPIRED_BASE, machine)
+    committed a delta whose parent no file holds (i34-found2 made the batch fail with
+    StateLost before any task runs instead). Yet version 1's state is intact in version 2's
+    snapshot (the same id): the batch could never run again. Fixed by i34base2: the restore
+    writes version 1 its own snapshot from version 2's and un-expires it, so the replay
+    commits store 0's new version 2 and every retained version loads, after cleanup at zero
+    windows (version 2's old snapshot goes as an orphan) and from a cold driver too."""
+    machines = nullcontext(PlatformMachine) if catalog == "sqlite" else machine_on_postgresql()
+    with machines as machine_type:
+        machine = machine_type()
+        try:
+            machine.first_batch()
+            for name, arguments in A_REPLAY_ON_AN_EXPIRED_BASE:
+                getattr(machine, name)(**arguments)
+                machine.check()
+            committed = machine.platform.committed_refs()
+            store_0 = next(s for s in committed[1] if s.partition_id == 0)
+            assert machine.model.last == 1
+            assert committed[1][store_0].version == 2
+            assert committed[1][store_0].checkpoint_id != committed[0][store_0].checkpoint_id
+            assert not machine._unloadable(machine.catalog_reads())
+            machine.cleanup(zero=True)  # version 2's old snapshot is an orphan; 1's is needed
+            machine.check()
+            machine.restart(driver=True)  # cold workers: every version loads from files
+            machine.run(step=-1, changes={0: {"c": 2}}, fail=None, fail_at=0)
+            machine.check()
+            assert machine.model.last == 1
+        except BaseException:
+            machine.platform.close()
+            raise
+        machine.teardown()
 
 
 def test_a_failed_task_over_a_snapshot_intact_again_is_no_loss() -> None:

@@ -158,13 +158,25 @@ class CommitCalls(CatalogBase):
         restart: Collection[StoreId] = (),
         reason: str,
         run_id: int | None = None,
+        reopened: Collection[StoreId] = (),
     ) -> rewind.Rewind:
         """Make ``batch_id`` the query's last committed batch, in one transaction (see
-        ``rewind.rewind_query``); ``restart``: stores that start again from version 0."""
+        ``rewind.rewind_query``); ``restart``: stores that start again from version 0;
+        ``reopened``: stores whose version below the target loads again (the restore gave it
+        its own snapshot), so it is no longer expired."""
         return self._run(
             "rewind query",
             lambda c: rewind.rewind_query(
-                c, root, query_id, batch_id, expected, restart, reason, run_id, self.now()
+                c,
+                root,
+                query_id,
+                batch_id,
+                expected,
+                restart,
+                reason,
+                run_id,
+                self.now(),
+                reopened,
             ),
             conflict,
         )

@@ -61,12 +61,15 @@ def rewind_query(
     reason: str,
     run_id: int | None,
     now: datetime,
+    reopened: Collection[StoreId] = (),
 ) -> Rewind:
     """Make batch ``batch_id`` the last committed batch of ``query_id`` (see the module).
 
     ``expected`` is what batch ``batch_id`` committed when the caller checked its files; if
     the catalog now says otherwise (a concurrent commit or restore), CommitConflict is raised
-    and nothing changes.
+    and nothing changes. A store's versions up to the one below its target stay expired,
+    except in a store of ``reopened``: the version below its target loads again (the restore
+    wrote its own snapshot), and only versions below that one stay expired.
     """
     validate_root(root)
     validate_name(query_id, "query id")
@@ -110,6 +113,7 @@ def rewind_query(
     for store, store_id in ids.items():
         target = kept.get(store)
         floor = 0 if target is None else target.version
+        loads_from = floor - 1 if target is not None and store in reopened else floor
         orphaned += _orphan_above(connection, store_id, floor, reason, now)
         resolved += _resolve_above(connection, store_id, floor, reason, run_id, now)
         connection.execute(
@@ -118,7 +122,7 @@ def rewind_query(
             .values(
                 latest_version=floor,
                 latest_checkpoint_id=None if target is None else target.checkpoint_id,
-                expired_through=restored_expiry(floor),
+                expired_through=restored_expiry(loads_from),
             )
         )
     for table in (batch_watermarks, batch_metrics):
