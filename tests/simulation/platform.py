@@ -116,6 +116,8 @@ class Platform:
         """The last batch this platform committed and its checkpoints (a driver retrying its
         commit sends exactly these again)."""
         self.storage = self.open_root()
+        self._local_root = str(self.folder / self.root_name)
+        """The root's folder as a string (``_digest`` joins a path to it per file a check)."""
         self.root = self.storage.uri
         self.catalog_url = self.catalog_url or sqlite_catalog(self.folder / "catalog.db")
         self.restart_driver()
@@ -438,7 +440,7 @@ class Platform:
         return tuple(
             (
                 None
-                if (name := parse_file_name(PurePosixPath(info.path).name)) is None
+                if (name := parse_file_name(info.path.rsplit("/", 1)[-1])) is None
                 else name.version,
                 info.path,
                 self._digest(info.path),
@@ -456,10 +458,9 @@ class Platform:
         sub-second part (a filesystem stamping whole seconds; elsewhere rare, and merely read
         again) is not kept, as a same-size rewrite with its modification time put back
         within that second would leave the identity equal."""
-        local = self.folder / self.root_name / path
         if not isinstance(self.storage, LocalStorage):
             return _blake(self.storage.read(path))
-        started, stat = time.time_ns(), os.stat(local)
+        started, stat = time.time_ns(), os.stat(f"{self._local_root}/{path}")
         identity = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
         kept = self._digests.get(path)
         if kept is not None and kept[0] == identity:
