@@ -62,15 +62,19 @@ def provider_for(
 
 
 def release_unused() -> None:
-    """Give the memory an update freed back to the system before the commit (Arrow's
-    ``release_unused``: with the system pool that disk mode runs with, glibc's
-    ``malloc_trim(0)``, which also returns the pages Python and numpy freed inside the heap).
-
-    Freed heap pages stay resident otherwise, and the commit's allocations do not all fit
-    them: a worker's peak 3.4 MiB lower on its first batch (``bench_update_task.py``, 5M
-    keys; docs/state-on-disk.md, "Issue 37, a worker's fixed overhead"), for 0.3 to 1.1 ms of
-    CPU a call."""
-    pa.default_memory_pool().release_unused()
+    """Give the memory a piece's update freed back to the system, before the next piece or
+    the commit: with Arrow's system pool (``ARROW_DEFAULT_MEMORY_POOL=system``, which
+    docs/running-for-real.md recommends for disk mode and bench_e2e sets), Arrow's
+    ``release_unused`` is glibc's ``malloc_trim(0)``, which also returns the pages Python and
+    numpy freed inside the heap. Freed heap pages stay resident otherwise, and the commit's
+    allocations do not all fit them: a worker's peak 3.4 MiB lower on its first batch
+    (``bench_update_task.py``, 5M keys; docs/state-on-disk.md, "Issue 37, a worker's fixed
+    overhead"), for 0.3 to 1.1 ms of CPU a call. Not on Arrow's other pools: on mimalloc (the
+    default) it is ``mi_collect``, which Arrow documents as detrimental outside debugging (a
+    review measured 12 to 15% more CPU a piece), and its freed pages are mimalloc's to keep."""
+    pool = pa.default_memory_pool()
+    if pool.backend_name == "system":
+        pool.release_unused()
 
 
 def settle() -> None:
