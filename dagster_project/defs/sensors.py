@@ -45,7 +45,8 @@ def store_discovery_sensor(
     context: SensorEvaluationContext, maintenance: MaintenanceResource
 ) -> SensorResult:
     """A tick reads what the stores' names follow (``Catalog.names_mark``: the stores' count
-    and newest id, the roots, the query ids; its digest is the cursor): only when it changed
+    and newest id, the roots, the (root, query) pairs' count and newest id; its digest is the
+    cursor): only when it changed
     does it list the stores and Dagster's partitions. A store whose label changed (its root
     relocated, another query committing below it) gets its new partition, and the old one is
     deleted, logged by name: Dagster cannot rename a partition, the old one's runs and events

@@ -573,6 +573,7 @@ class NamesMark(NamedTuple):
     stores: int
     newest: int
     roots: tuple[str, ...]
-    queries: tuple[str, ...]
-    latest: tuple[tuple[int, int], ...]
-    """Each query's latest batch: its lowest and highest store id (a query that moved)."""
+    pairs: int
+    """The (root, query) pairs the commit log holds (``root_queries``): a query first
+    committing below a root (new, renamed, moved), whatever its batch numbers."""
+    newest_pair: int

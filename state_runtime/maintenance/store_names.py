@@ -11,8 +11,8 @@ label changes only when another root with its query appears.
 
 A process that names stores again and again (Dagster's sensors, a tick every 30 s) keeps the
 labels between reads (:meth:`StoreNames.current`) while the catalog's ``names_mark`` (the
-stores' count and newest id, the roots, the query ids and the stores of each query's latest
-batch: each read by an index) is unchanged:
+stores' count and newest id, the roots, the count and newest id of the (root, query) pairs
+the commit log holds: each read by an index or a table of one row a pair) is unchanged:
 the full read scans the commit log, 1.6 to 2.0 s at 100,000 stores.
 """
 
@@ -86,9 +86,7 @@ class StoreNames:
     def current(cls, catalog: Catalog) -> StoreNames:
         """:meth:`of`, read again only when the catalog's ``names_mark`` changed since this
         process last read them from the same catalog. The mark is read first: a change
-        committed between the two reads is read again next time. Not followed: a query
-        committing below another root in a batch numbered below its latest, or to stores
-        within its latest batch's ids (docs/maintenance.md)."""
+        committed between the two reads is read again next time."""
         mark = catalog.names_mark()
         held = _HELD.get(catalog.url)
         if held is not None and held[0] == mark:

@@ -63,20 +63,28 @@ def test_names_are_read_again_only_when_what_they_follow_changed(
 
 
 def test_the_mark_is_one_read_by_index(catalog: Catalog) -> None:
-    """``names_mark`` answers on an empty catalog and names the roots and queries in order."""
-    assert catalog.names_mark() == (0, 0, (), (), ())
-    Stream(catalog, [StoreId(0, 0), StoreId(0, 1)], root=f"{ROOT}/b", query="zeta").commit()
+    """``names_mark`` answers on an empty catalog, names the roots in order and counts the
+    (root, query) pairs; a batch of a known pair changes nothing."""
+    assert catalog.names_mark() == (0, 0, (), 0, 0)
+    zeta = Stream(catalog, [StoreId(0, 0), StoreId(0, 1)], root=f"{ROOT}/b", query="zeta")
+    zeta.commit()
     Stream(catalog, [StoreId(0, 0)], root=f"{ROOT}/a", query="alpha").commit()
-    count, newest, roots, queries, _ = catalog.names_mark()
-    assert (count, roots, queries) == (3, (f"{ROOT}/a", f"{ROOT}/b"), ("alpha", "zeta"))
-    assert newest >= 3
+    count, newest, roots, pairs, newest_pair = catalog.names_mark()
+    assert (count, roots, pairs) == (3, (f"{ROOT}/a", f"{ROOT}/b"), 2)
+    assert newest >= 3 and newest_pair >= 2
+    zeta.commit()
+    assert catalog.names_mark() == (count, newest, roots, pairs, newest_pair)
 
 
-def test_a_query_moved_to_a_new_checkpoint_location_is_followed(catalog: Catalog) -> None:
+@pytest.mark.parametrize("first_batch", ["continued", "restarted"])
+def test_a_query_moved_to_a_new_checkpoint_location_is_followed(
+    catalog: Catalog, first_batch: str
+) -> None:
     """The runtime registers a query's stores at its new location before its first batch
     there (the names read then: the new root has no query yet); that batch, a known query
-    committing below a known root, changes both roots' labels, and the mark with them (the
-    stores of the query's latest batch)."""
+    committing below a known root, changes both roots' labels, and the mark with them (a new
+    (root, query) pair), whether its batches go on from the copied checkpoint or restart
+    below its old latest (a mark of each query's latest batch missed that one)."""
     clicks = Stream(catalog, [StoreId(0, 0), StoreId(0, 1)], root=f"{ROOT}/q0", query="clicks")
     clicks.commit()
     clicks.commit()
@@ -87,7 +95,7 @@ def test_a_query_moved_to_a_new_checkpoint_location_is_followed(catalog: Catalog
     mark = catalog.names_mark()
 
     moved = Stream(catalog, clicks.stores, root=f"{ROOT}/q1", query="clicks")
-    moved.batch = clicks.batch  # the checkpoint copied: its batches go on
+    moved.batch = clicks.batch if first_batch == "continued" else 0
     moved.commit()
     assert catalog.names_mark() != mark
     assert dict(StoreNames.current(catalog).labels) == {

@@ -15,6 +15,7 @@ from tests.dagster.conftest import resources_for, store_name
 from tests.dagster.test_dagster_definitions import FAST
 from tests.dagster.test_store_failures import FailureSensor, break_store
 from tests.maintenance.streams import StoreStream
+from tests.orchestrator_catalog import BOTH_CATALOGS
 
 
 class Discovery:
@@ -94,3 +95,33 @@ def test_a_relocated_root_gets_its_partitions_under_the_new_label(
     assert any(p.startswith(f"{first.query}@b-moved/") for p in after)
     assert not any(p.startswith(f"{first.query}@b/") for p in after)
     assert len(after) == len(before)
+
+
+@BOTH_CATALOGS
+def test_a_query_moved_with_its_batches_restarted_gets_its_new_names(
+    make_stream: Callable[..., StoreStream], instance: DagsterInstance
+) -> None:
+    """A query of six batches moves to a new checkpoint location: its stores there are
+    registered (a tick names them by the new root's tail: no query committed there yet), then
+    its batches restart from 0, below its old latest (5). The next tick gives both roots'
+    stores their new names (``<query>@<tail>``): the mark follows the (root, query) pairs,
+    where each query's latest batch (still 5, at the old root) missed the move until the new
+    root's batches passed it."""
+    old = make_stream()
+    old.run(6)
+    discovery = Discovery(old, instance)
+    discovery.tick()
+    moved = make_stream("moved")
+    registered = discovery.tick()
+    assert registered.skip_reason is None
+    assert any(p.startswith("moved/") for p in discovery.partitions())
+
+    moved.run(1)
+    assert moved.batch == 1 < old.batch
+    renamed = discovery.tick()
+    assert renamed.skip_reason is None
+    expected = sorted(store_name(s, store) for s in (old, moved) for store in s.stores)
+    assert discovery.partitions() == expected
+    assert all(p.startswith((f"{old.query}@checkpoint/", f"{old.query}@moved/")) for p in expected)
+    quiet = discovery.tick()
+    assert quiet.skip_reason is not None and quiet.cursor == renamed.cursor

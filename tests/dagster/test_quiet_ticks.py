@@ -72,8 +72,13 @@ def test_a_quiet_tick_reads_what_changed_not_the_fleet(
     reported = tick(stream, instance, None)
     with reads_of(database) as statements:
         assert discovery(first.cursor).skip_reason is not None
-    # the names' mark: the stores' count, the roots and the queries by index probes
-    assert reading(statements) == ["read_stores (aggregate)", "read_stores", "read_commit_log"]
+    # the names' mark: the stores' count, the roots by index probes, the (root, query) pairs'
+    # count (one row a pair; the commit log not read)
+    assert reading(statements) == [
+        "read_stores (aggregate)",
+        "read_stores",
+        "read_root_queries (aggregate)",
+    ]
     with reads_of(database) as statements:
         assert failures.tick() == ([], [])
     assert reading(statements) == ["read_store_problems (aggregate)"]

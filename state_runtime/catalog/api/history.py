@@ -49,7 +49,8 @@ class HistoryCalls(CatalogBase):
 
     def names_mark(self) -> NamesMark:
         """What the stores' names depend on, compared between reads (``StoreNames.current``):
-        the stores' count and newest id, the roots and the query ids, each read by its index,
+        the stores' count and newest id, the roots, the (root, query) pairs' count and
+        newest id, each read by its index or a table of one row a pair,
         in milliseconds where ``root_queries`` scans the commit log (2 s at 100,000 stores)."""
         return self._read("read what names follow", history.names_mark)
 

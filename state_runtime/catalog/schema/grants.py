@@ -5,12 +5,13 @@
 - runtime: what a streaming job does: register stores and their schema histories, record
   batch intents, files, commits, holders, batch metrics and watermarks. SELECT, INSERT and
   UPDATE on those tables, INSERT on ``store_problems`` (the loss behind a batch it cannot
-  load), SELECT on the rest; no DELETE, no DDL. On the tables that hold history
-  (``stores``, ``checkpoint_files``, ``commit_log``, ``store_problems``) its UPDATE is
-  narrowed to the protocol's own transitions: column grants (a store's latest version and
-  schemas, a file's state, a replayed commit's checkpoint, a problem's resolution) and a
-  trigger (:data:`GUARD_SQL`) that refuses, for any role without DELETE, every other change
-  of those columns: a file moves to ``committed`` only when the commit log names its
+  load) and ``root_queries`` (its commits' (root, query) pairs, by trigger), SELECT on the
+  rest; no DELETE, no DDL. On the tables that hold history (``stores``,
+  ``checkpoint_files``, ``commit_log``, ``store_problems``) its UPDATE is narrowed to the
+  protocol's own transitions: column grants (a store's latest version and schemas, a
+  file's state, a replayed commit's checkpoint, a problem's resolution) and a trigger
+  (:data:`GUARD_SQL`) that refuses, for any role without DELETE, every other change of those
+  columns: a file moves to ``committed`` only when the commit log names its
   checkpoint, to ``orphan`` only when it no longer does; a commit entry changes only at its
   store's latest version (a replay replaces a version with no successor) and names only a
   recorded file of its own store and version (or, for a version that changed nothing, no
@@ -55,6 +56,7 @@ from state_runtime.catalog.schema.tables import (
     commit_log,
     operator_layouts,
     operator_schemas,
+    root_queries,
     state_schemas,
     store_holders,
     store_problems,
@@ -78,9 +80,10 @@ RUNTIME_WRITES = tuple(
     )
 )
 """The tables a streaming job inserts into and updates (never deletes from)."""
-RUNTIME_INSERTS = (store_problems.name,)
+RUNTIME_INSERTS = (store_problems.name, root_queries.name)
 """The tables a streaming job inserts into without a table-wide UPDATE: the problem behind a
-batch it cannot load (``runtime/loss.py``), so that ``health`` calls the store broken. It
+batch it cannot load (``runtime/loss.py``), so that ``health`` calls the store broken; the
+(root, query) pair its commit adds (the commit log's trigger, with the committer's rights). It
 resolves one only as a commit that replaced the file's checkpoint (see
 :data:`GUARDED_UPDATES`); every other resolution is maintenance's (a validation, a restore,
 an operator)."""

@@ -29,6 +29,7 @@ from state_runtime.catalog.schema.tables import (
     maintenance_runs,
     operator_layouts,
     operator_schemas,
+    root_queries,
     state_schemas,
     store_problems,
     store_status_changes,
@@ -53,6 +54,7 @@ VIEWED: Final = {
     "operator_layouts": operator_layouts,
     "batch_intents": batch_intents,
     "status_changes": store_status_changes,
+    "root_queries": root_queries,
 }
 """Each table with a reading view, by its name in :class:`ReaderViews`, in creation order."""
 READABLE: Final = tuple(VIEWED.values())
@@ -89,6 +91,7 @@ class ReaderViews:
     operator_layouts: sa.TableClause
     batch_intents: sa.TableClause
     status_changes: sa.TableClause
+    root_queries: sa.TableClause
 
 
 READER_VIEWS: Final = ReaderViews(**{name: view_of(t) for name, t in VIEWED.items()})

@@ -479,6 +479,20 @@ store_status_changes = sa.Table(
 """Each store's status changes, newest last: what a "since" reads
 (``state_runtime/catalog/sql/status_changes.py`` records them)."""
 
+root_queries = sa.Table(
+    "root_queries",
+    metadata,
+    sa.Column("pair_id", _id_type(), primary_key=True, autoincrement=True),
+    sa.Column("checkpoint_root", CheckpointRoot(), nullable=False),
+    sa.Column("query_id", sa.String(128), nullable=False),
+    sa.UniqueConstraint("checkpoint_root", "query_id", name="uq_root_queries_pair"),
+)
+"""Each (root, query) pair the commit log ever held, added by a trigger on ``commit_log``
+(migration 0021: every writer of the commit log adds its pairs, whatever its code), moved
+with its root by ``relocate_root``. What the stores' names follow
+(``state_runtime/maintenance/store_names.py``): its count and newest id change exactly when
+a query first commits below a root, whatever its batch numbers."""
+
 catalog_roles = sa.Table(
     "catalog_roles",
     metadata,

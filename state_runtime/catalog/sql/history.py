@@ -187,42 +187,19 @@ def distinct_values(connection: Connection, column: sa.ColumnElement[str]) -> li
 def names_mark(connection: Connection, views: ReaderViews) -> NamesMark:
     """What the stores' names follow (``StoreNames``), read without the commit log's scan of
     ``root_queries``: the stores' count and newest id (a store added or removed), the roots
-    (one relocated), and each query id that ever committed (a query renamed or new) with the
-    lowest and highest store of its latest batch (a query committing below another root: it
-    moved to a new checkpoint location), each by an index (the queries by a loose scan, each
-    query's latest batch and its stores by ``uq_commit_log_batch_store``'s prefix)."""
-    s, c = views.stores.c, views.commits.c
+    (one relocated), and the count and newest id of the (root, query) pairs the commit log
+    holds (a query new, renamed, or committing below another root: it moved to a new
+    checkpoint location, whatever its batch numbers), each by an index or a table of one row
+    a pair (migration 0021)."""
+    s, p = views.stores.c, views.root_queries.c
     count, newest = connection.execute(
         sa.select(sa.func.count(), sa.func.coalesce(sa.func.max(s.store_id), 0))
     ).one()
     roots = distinct_values(connection, s.checkpoint_root)
-    queries = _distinct(c.query_id).subquery("queries")
-    inner = views.commits.alias("latest")
-    latest = (
-        sa.select(sa.func.max(inner.c.batch_id))
-        .where(inner.c.query_id == queries.c.value)
-        .correlate(queries)
-        .scalar_subquery()
-    )
-
-    def bound(lowest: bool) -> sa.ScalarSelect[int]:
-        store = sa.func.min(c.store_id) if lowest else sa.func.max(c.store_id)
-        return (
-            sa.select(store)
-            .where(c.query_id == queries.c.value, c.batch_id == latest)
-            .scalar_subquery()
-        )
-
-    found = connection.execute(
-        sa.select(queries.c.value, bound(True), bound(False)).order_by(queries.c.value)
-    ).all()
-    return NamesMark(
-        int(count),
-        int(newest),
-        tuple(roots),
-        tuple(query for query, _, _ in found),
-        tuple((int(low), int(high)) for _, low, high in found),
-    )
+    pairs, newest_pair = connection.execute(
+        sa.select(sa.func.count(), sa.func.coalesce(sa.func.max(p.pair_id), 0))
+    ).one()
+    return NamesMark(int(count), int(newest), tuple(roots), int(pairs), int(newest_pair))
 
 
 def query_ids(connection: Connection, views: ReaderViews, root: str) -> list[str]:

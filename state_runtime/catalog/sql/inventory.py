@@ -24,6 +24,7 @@ from state_runtime.catalog.schema.tables import (
     checkpoint_files,
     deletion_ledger,
     operator_schemas,
+    root_queries,
     stores,
 )
 from state_runtime.catalog.sql.lookups import (
@@ -302,7 +303,7 @@ def relocate_root(connection: Connection, old: str, new: str) -> int:
     moved = connection.execute(
         stores.update().where(stores.c.checkpoint_root == old).values(checkpoint_root=new)
     ).rowcount
-    for table in (batch_metrics, batch_watermarks, operator_schemas):
+    for table in (batch_metrics, batch_watermarks, operator_schemas, root_queries):
         connection.execute(
             table.update().where(table.c.checkpoint_root == old).values(checkpoint_root=new)
         )

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
+from sqlalchemy.sql.visitors import InternalTraversal
 
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import RunKind
@@ -65,12 +68,9 @@ class Scope:
         elif self.store_ids is not None:
             conditions.append(among(self.dialect, store_id, self.store_ids))
         if self.root is not None:
+            s = views.stores.c
             conditions.append(
-                store_id.in_(
-                    sa.select(views.stores.c.store_id).where(
-                        views.stores.c.checkpoint_root == self.root
-                    )
-                )
+                AmongFound(store_id, sa.select(s.store_id).where(s.checkpoint_root == self.root))
             )
         return sa.and_(sa.true(), *conditions)
 
@@ -90,3 +90,39 @@ class Scope:
             sa.or_(s.last_run_id == run, s.last_validated_at >= started)
         )
         return Scope(store_ids=ids)
+
+
+class AmongFound(ColumnElement[bool]):
+    """``column`` is one of the values ``found`` selects (a root's store ids, the roots of a
+    page's stores). On PostgreSQL ``column = ANY(ARRAY(found))``: ``found`` runs once (an
+    InitPlan) and each part of the statement searches its own index by the array, as for a
+    page's ids; as ``IN (found)`` the planner joined it to whole tables (a root's health at
+    20,000 stores hash-joined all of the commit log and the files for the root's 200: 0.8 s,
+    now 0.06 s; docs/maintenance.md, *Plans at fleet size*). Elsewhere (SQLite)
+    ``IN (found)``, which it searches by index."""
+
+    type = sa.Boolean()
+    inherit_cache = True
+    _is_implicitly_boolean = True  # a comparison: no ``= 1`` appended where booleans are ints
+    _traverse_internals = [  # noqa: RUF012  (SQLAlchemy's list) in the cache key, binds found
+        ("column", InternalTraversal.dp_clauseelement),
+        ("found", InternalTraversal.dp_clauseelement),
+    ]
+
+    def __init__(self, column: ColumnElement[Any], found: sa.Select[Any]) -> None:
+        self.column, self.found = column, found
+
+    @property
+    def _from_objects(self) -> list[Any]:
+        return self.column._from_objects
+
+
+@compiles(AmongFound)
+def _in_found(element: AmongFound, compiler: SQLCompiler, **kw: Any) -> str:
+    return compiler.process(element.column.in_(element.found), **kw)
+
+
+@compiles(AmongFound, "postgresql")
+def _any_of_found(element: AmongFound, compiler: SQLCompiler, **kw: Any) -> str:
+    column = compiler.process(element.column, **kw)
+    return f"{column} = ANY(ARRAY({compiler.process(element.found, asfrom=False, **kw)}))"

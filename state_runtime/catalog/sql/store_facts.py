@@ -19,7 +19,7 @@ from state_runtime.catalog.schema.predicates import is_live, is_orphan, is_verif
 from state_runtime.catalog.schema.reading_views import ReaderViews
 from state_runtime.catalog.schema.tables import RunKind
 from state_runtime.catalog.sql.retention import PolicySql, verdicts
-from state_runtime.catalog.sql.scope import Scope
+from state_runtime.catalog.sql.scope import AmongFound, Scope
 
 
 def last_snapshots(views: ReaderViews, scope: Scope) -> sa.Subquery:
@@ -181,8 +181,17 @@ def store_facts(
     problems, changed = _problems(views, scope), last_status_changes(views, scope)
     snap, loadable = last_snapshots(views, scope), _loadable_versions(views, scope)
     figure = functools.partial(_figure, figures)
-    newest = (
+    in_scope = views.stores.alias("in_scope")
+    newest = (  # the roots of the stores in scope only: all stores' was a scan in every page
         sa.select(s.checkpoint_root, sa.func.max(s.latest_version).label("version"))
+        .where(
+            AmongFound(
+                s.checkpoint_root,
+                sa.select(in_scope.c.checkpoint_root)
+                .distinct()
+                .where(scope.filter(views, in_scope.c.store_id)),
+            )
+        )
         .group_by(s.checkpoint_root)
         .subquery("newest")
     )
