@@ -28,7 +28,7 @@ import os
 import subprocess
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -265,14 +265,16 @@ def copy_roots(catalog: Catalog, template: Path, roots: Sequence[Path]) -> None:
     root by root in the one pair measured (docs/maintenance.md, *The 5M backlog*), 5,000,000
     files in 20 minutes.
 
-    On an error (a record copy failing, a root that cannot be linked: :class:`LinkFailed`)
-    the links not yet started are cancelled and the running ones waited for before it is
-    raised: no thread or ``cp`` outlives the call, and none goes on linking the other roots."""
+    On an error (a record copy failing, or a root that cannot be linked, :class:`LinkFailed`,
+    seen before the next root's records are copied) the links not yet started are cancelled
+    and the running ones waited for before it is raised: it does not go on linking or
+    copying the other roots."""
     source = LocalStorage(template).uri
     with ThreadPoolExecutor(2) as linker:
         linked = [linker.submit(_link_tree, template, root) for root in roots]
         try:
             for root in roots:
+                _raise_failed_link(linked)
                 with catalog.engine.begin() as connection:
                     _copy_records(connection, source, LocalStorage(root).uri, root.name, 0)
             for done in linked:
@@ -280,6 +282,13 @@ def copy_roots(catalog: Catalog, template: Path, roots: Sequence[Path]) -> None:
         except BaseException:
             linker.shutdown(cancel_futures=True)  # waits for the running links
             raise
+
+
+def _raise_failed_link(linked: Sequence[Future[None]]) -> None:
+    """The error of the first link that failed so far, if any."""
+    for done in linked:
+        if done.done() and done.exception() is not None:
+            done.result()
 
 
 class LinkFailed(OSError):
