@@ -14,8 +14,11 @@ version after the replay's commit orphans the target's own snapshot.
 
 It runs in the restore, not in the replay's driver: the runtime's role may neither record a
 verification nor lower ``stores.expired_through`` (least privilege), and the restore is the
-step that makes an expired version the base of a batch again. A base it cannot write stays
-expired, and its replay fails before any task runs, as before (``runtime/loss``).
+step that makes an expired version the base of a batch again. A base it cannot write (the
+write, the load or the verification fails for good) stays expired, and its replay fails
+before any task runs, as before (``runtime/loss``): the restore names it. A transient failure
+(``StorageUnavailable``, any retryable error) aborts the restore before its catalog switch
+instead, so a rerun completes it rather than leaving a replay that cannot run.
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ from state_runtime.errors import CannotLoadState, CatalogError, StateStoreError
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance.chains import Verified
 from state_runtime.maintenance.fleet import Fleet
+from state_runtime.redaction import get_logger
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.file_verification import expected_of, verify_file
+
+log = get_logger(__name__)
 
 
 def expired_bases(
@@ -64,8 +70,10 @@ def write_bases(
     checked: Verified,
 ) -> list[StoreId]:
     """Write, verify and record each base's own snapshot from its target's state; the stores
-    whose base now loads (one whose snapshot could not be written or failed verification
-    stays expired: its replay fails as before)."""
+    whose base now loads. One whose snapshot cannot be written or loaded (a non-retryable
+    error) or fails verification stays expired: its replay fails as before. A catalog error
+    or a retryable one (``StorageUnavailable``: an outage) propagates, so the restore aborts
+    before its catalog switch and a rerun completes it."""
     if not bases:
         return []
     storage = fleet.storage(root)
@@ -76,9 +84,12 @@ def write_bases(
         files = checked.store_files(fleet, record.key)
         try:
             info = _write(fleet, record, files, target, base)
-        except CatalogError:
-            raise
-        except StateStoreError:
+        except StateStoreError as error:
+            if error.retryable or isinstance(error, CatalogError):
+                raise
+            log.warning(
+                "restore run %d: the base of %s stays expired: %s", run_id, record.key, error
+            )
             continue
         if not info.bytes_written:  # the file existed: verify and record its real size
             info = dataclasses.replace(info, bytes_written=storage.size(info.path))

@@ -100,11 +100,28 @@ class RestorePlan:
             if self.executed
             else ("restore (dry run)", "returns")
         )
-        return (
+        line = (
             f"{head}: query {self.query_id} below {self.root} {verb} to batch {self.batch_id} "
             f"(last committed batch was {self.last_batch}); {len(self.targets)} store(s), "
             f"{len(self.superseded)} later committed version(s) superseded"
         )
+        if self.stayed_expired:
+            names = ", ".join(f"{self.root}#{store}" for store in self.stayed_expired)
+            line += (
+                f"; the base of {len(self.stayed_expired)} store(s) stayed expired (its own "
+                f"snapshot could not be written or verified: {names}), so a replay of batch "
+                f"{self.batch_id} fails with StateLost; fix the cause (a warning logged, or "
+                "the snapshot's open problem) and run this restore again"
+            )
+        return line
+
+    @property
+    def stayed_expired(self) -> list[StoreId]:
+        """After execution, the stores whose base the restore could not give its own
+        snapshot (``bases`` not ``reopened``): their replay of the batch fails."""
+        if not self.executed:
+            return []
+        return sorted(set(self.bases) - set(self.reopened))
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per store: the version it returns to, whether its state is lost (and why)."""
@@ -114,10 +131,12 @@ class RestorePlan:
             name = f"{self.root}#{store}"
             words = f"returns to version {ref.version}"
             if store in self.bases:
-                words += (
-                    f"; its expired version {self.bases[store].version} (the same state) gets "
-                    "its own snapshot, for a replay of the batch"
-                )
+                words += f"; its expired version {self.bases[store].version} (the same state) "
+                if store in self.stayed_expired:
+                    words += "stayed expired: a replay of the batch fails with StateLost"
+                else:
+                    verb = "got" if self.executed else "gets"
+                    words += f"{verb} its own snapshot, for a replay of the batch"
             if name in lost:
                 words += (
                     f"; lost, starts again from empty (--allow-lost-state): {lost[name].problem}"

@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 
 from state_runtime.catalog import Catalog, FileState
 from state_runtime.cli import main
-from state_runtime.errors import MaintenanceRefused
+from state_runtime.errors import MaintenanceRefused, StorageError, StorageUnavailable
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import (
     Fleet,
@@ -30,8 +30,12 @@ from state_runtime.maintenance import (
 )
 from state_runtime.retention import RetentionPolicy
 from state_runtime.storage import LocalStorage
+from state_runtime.storage.base import ByteStream
 from state_runtime.store.file_verification import MISSING
+from tests.maintenance.conftest import STORES
 from tests.maintenance.streams import StoreStream
+from tests.s3_faults import FaultProxy
+from tests.s3_fixtures import MotoS3
 
 LOST = StoreId(0, 1)
 # snapshots after two deltas; nothing retained beyond the latest version, no grace
@@ -409,3 +413,93 @@ def test_a_restore_records_the_missing_snapshot_it_passed_over(
 def _verification(stream: StoreStream, path: str) -> tuple[str, str | None]:
     (found,) = [f for f in stream.catalog.store_files(stream.root, LOST) if f.path == path]
     return found.verification, found.verification_note
+
+
+class FullDisk(LocalStorage):
+    """Local storage that refuses every write while ``full``, as a disk out of space does
+    (a failure a retry does not cure)."""
+
+    full = False
+
+    def write_if_absent(self, path: str, data: bytes) -> None:
+        self._check(path)
+        super().write_if_absent(path, data)
+
+    def write_stream_if_absent(self, path: str, source: ByteStream, size: int) -> None:
+        self._check(path)
+        super().write_stream_if_absent(path, source, size)
+
+    def _check(self, path: str) -> None:
+        if self.full:
+            raise StorageError("cannot write: No space left on device", path=path)
+
+
+def with_expired_bases(stream: StoreStream) -> Fleet:
+    """Batch 2 idle (version 3 has version 2's id), a snapshot of version 3, batch 3, cleanup
+    at zero windows: versions 1-2 expire, so a restore to batch 2 has an expired base (version
+    2) in every store. The fleet opens the stream's own storage."""
+    fleet = Fleet(stream.catalog, owner="tests", open_storage=lambda _root: stream.storage)
+    stream.run(3)
+    snapshot_pass(fleet, ZERO)
+    stream.run(1)
+    cleanup_pass(fleet, ZERO, dry_run=False)
+    assert {s.expired_through for s in stream.catalog.stores(stream.root)} == {2}
+    return fleet
+
+
+def test_an_executed_restore_names_the_bases_it_could_not_write(
+    catalog: Catalog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The base's own snapshot cannot be written (a full disk): the restore completes, its
+    bases stay expired, and its summary and rows say so after execution (a replay of the
+    batch fails with StateLost) instead of claiming each base got its snapshot."""
+    storage = FullDisk(tmp_path / "checkpoint")
+    stream = StoreStream(catalog, storage, STORES, idle=frozenset({2}))
+    fleet = with_expired_bases(stream)
+    plan = plan_restore(fleet, stream.root, stream.query, 2, spark_checkpoint="")
+    assert {s: b.version for s, b in plan.bases.items()} == {s: 2 for s in STORES}
+    assert "gets its own snapshot" in plan.rows()[0]["detail"]
+    assert "stayed expired" not in plan.summary()
+
+    storage.full = True
+    restore_query(fleet, plan, ZERO)
+    assert plan.executed and plan.reopened == [] and plan.stayed_expired == sorted(STORES)
+    summary = plan.summary()
+    assert "stayed expired" in summary and "StateLost" in summary, summary
+    assert all(f"{stream.root}#{store}" in summary for store in STORES), summary
+    for row in plan.rows():
+        assert "stayed expired" in row["detail"] and "own snapshot" not in row["detail"], row
+    assert plan.counts()["bases_reopened"] == 0
+    assert caplog.text.count("No space left on device") == len(STORES)
+    assert {s.expired_through for s in stream.catalog.stores(stream.root)} == {2}
+
+
+@pytest.mark.parametrize("catalog", ["sqlite"], indirect=True)
+def test_a_storage_outage_aborts_the_restore_before_its_switch(
+    moto_s3: MotoS3, fault_proxy: FaultProxy, catalog: Catalog
+) -> None:
+    """S3 answers 503 to every write while the restore writes the bases (a real outage,
+    through the fault proxy): StorageUnavailable aborts the restore before its catalog switch
+    (it would otherwise "succeed" with a replay that fails), the query stays at its last
+    batch, and the same restore run again after the outage completes and reopens them."""
+    storage = moto_s3.storage(endpoint_url=fault_proxy.url, max_attempts=2)
+    stream = StoreStream(catalog, storage, STORES, idle=frozenset({2}))
+    fleet = with_expired_bases(stream)
+    plan = plan_restore(fleet, stream.root, stream.query, 2, spark_checkpoint="")
+    for operation in ("PutObject", "CreateMultipartUpload", "UploadPart"):
+        fault_proxy.error(operation, status=503, code="ServiceUnavailable", times=-1)
+    with pytest.raises(StorageUnavailable):
+        restore_query(fleet, plan, ZERO)
+    committed = catalog.latest_committed(stream.root)
+    assert {r.version for r in committed.values()} == {4}  # no switch: still at batch 3
+    assert {s.expired_through for s in catalog.stores(stream.root)} == {2}
+
+    fault_proxy.reset()
+    plan = plan_restore(fleet, stream.root, stream.query, 2, spark_checkpoint="")
+    restore_query(fleet, plan, ZERO)
+    assert plan.reopened == sorted(STORES) and plan.stayed_expired == []
+    assert "stayed expired" not in plan.summary()
+    assert "got its own snapshot" in plan.rows()[0]["detail"]
+    assert {r.version for r in catalog.latest_committed(stream.root).values()} == {3}
+    for store in STORES:
+        assert stream.loaded(store, 2) == stream.expected(store, 2), store
