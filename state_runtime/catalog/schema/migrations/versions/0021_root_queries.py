@@ -1,4 +1,4 @@
-"""Root queries: ``root_queries``, each (root, query) pair the commit log holds, with an id
+"""Root queries: ``root_queries``, each (root, query) pair the commit log has ever held, with an id
 in the order pairs first appear: what the stores' names follow (a root's label is the query
 that committed below it), read by the discovery sensor as a count and a newest id, where
 each query's latest batch missed a query that moved to a new root and numbered its batches
