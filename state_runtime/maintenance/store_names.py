@@ -14,8 +14,7 @@ labels between reads (:meth:`StoreNames.current`) while the catalog's ``names_ma
 stores' count and newest id, the roots, the count and newest id of the (root, query) pairs
 the commit log has ever held: each read by an index or a table of one row a pair) is
 unchanged. The full read takes its pairs from the same table (``root_queries``, migration
-0021), so the mark and the labels have one source; a query whose commits were all rewound
-keeps its place in its root's label.
+0021), so the mark and the labels have one source.
 """
 
 from __future__ import annotations

@@ -492,8 +492,8 @@ root_queries = sa.Table(
 with its root by ``relocate_root``. What the stores' names follow
 (``state_runtime/maintenance/store_names.py``): its count and newest id change exactly when
 a query first commits below a root, whatever its batch numbers. No statement deletes a pair
-(a rewind or a removal of commit entries leaves it: a root's label follows what ever committed
-below it), so the newest id never falls back and SQLite's rowid, reused only after the
+(a rewind or a layout switch removes commit entries, never the table's rows), so the newest
+id never falls back and SQLite's rowid, reused only after the
 largest is deleted, needs no ``AUTOINCREMENT``."""
 
 catalog_roles = sa.Table(

@@ -155,8 +155,8 @@ def root_queries(connection: Connection, views: ReaderViews) -> dict[str, list[s
     empty list): the roots by the stores' index (:func:`distinct_values`), their (root, query)
     pairs from ``root_queries`` (migration 0021), the pairs the commit log has ever held, one
     source with :func:`names_mark` (the commit log's scan took 1.6 to 2.0 s at 100,000 stores).
-    A pair stays when its commits are rewound or its stores removed: a query's label follows
-    what committed below a root, not what is left."""
+    No statement deletes a pair, nor does one empty it from the commit log (a rewind keeps
+    batch 0, a layout switch the query's other stores), so both sources hold the same pairs."""
     p = views.root_queries.c
     roots = distinct_values(connection, views.stores.c.checkpoint_root)
     found: dict[str, list[str]] = {root: [] for root in roots}
