@@ -574,6 +574,6 @@ class NamesMark(NamedTuple):
     newest: int
     roots: tuple[str, ...]
     pairs: int
-    """The (root, query) pairs the commit log holds (``root_queries``): a query first
+    """The (root, query) pairs the commit log has ever held (``root_queries``): a query first
     committing below a root (new, renamed, moved), whatever its batch numbers."""
     newest_pair: int

@@ -4,6 +4,8 @@ runtime from before the revision, a bulk copy)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,4 +68,32 @@ def test_the_upgrade_copies_the_pairs_and_every_insert_adds_its_own(url: str) ->
             values = {"query": query, "version": version, "id": "f" * 32, "at": at}
             connection.execute(sa.text(insert), values)
     assert _pairs(engine) == [("clicks", 2), ("taps", 1), ("views", 1)]
+    engine.dispose()
+
+
+def test_a_commit_in_flight_during_the_upgrade_adds_its_pair(pg_schema: str) -> None:
+    """A commit open while the upgrade runs (code from before the revision inserting into the
+    commit log) lands in the copy: the upgrade creates the trigger first, whose lock waits for
+    the commit, then copies. Copying first missed it, and its insert fired no trigger."""
+    engine = create_catalog_engine(pg_schema)
+    upgrade(engine)
+    with Catalog.open(pg_schema, retry=FAST_RETRY) as catalog:
+        Stream(catalog, [StoreId(0, 0)], root=f"{ROOT}/a", query="clicks").commit()
+    with engine.begin() as connection:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0020_commit_positions")
+    insert = (
+        "INSERT INTO commit_log (query_id, batch_id, store_id, version, checkpoint_id,"
+        " file_id, committed_at) SELECT 'taps', 9, store_id, 9, :id, NULL, now() FROM stores"
+    )
+    with engine.connect() as in_flight:
+        in_flight.execute(sa.text(insert), {"id": "f" * 32})
+        upgrading = threading.Thread(target=upgrade, args=(engine,))
+        upgrading.start()
+        time.sleep(3)
+        in_flight.commit()
+    upgrading.join(timeout=60)
+    assert not upgrading.is_alive()
+    assert _pairs(engine) == [("clicks", 1), ("taps", 1)]
     engine.dispose()

@@ -43,15 +43,14 @@ class HistoryCalls(CatalogBase):
         return self._read("list queries", lambda c, v: history.query_ids(c, v, root))
 
     def root_queries(self) -> dict[str, list[str]]:
-        """Every root the catalog knows, with the queries that committed below it (one
-        read, whatever the number of roots)."""
+        """Every root the catalog knows, with the queries that ever committed below it (the
+        pairs of ``root_queries``: one read, whatever the number of roots)."""
         return self._read("list queries by root", history.root_queries)
 
     def names_mark(self) -> NamesMark:
         """What the stores' names depend on, compared between reads (``StoreNames.current``):
         the stores' count and newest id, the roots, the (root, query) pairs' count and
-        newest id, each read by its index or a table of one row a pair,
-        in milliseconds where ``root_queries`` scans the commit log (2 s at 100,000 stores)."""
+        newest id, each read by its index or a table of one row a pair, in milliseconds."""
         return self._read("read what names follow", history.names_mark)
 
     def batch_metrics_after(

@@ -491,7 +491,10 @@ root_queries = sa.Table(
 (migration 0021: every writer of the commit log adds its pairs, whatever its code), moved
 with its root by ``relocate_root``. What the stores' names follow
 (``state_runtime/maintenance/store_names.py``): its count and newest id change exactly when
-a query first commits below a root, whatever its batch numbers."""
+a query first commits below a root, whatever its batch numbers. No statement deletes a pair
+(a rewind or a layout switch removes commit entries, never the table's rows), so the newest
+id never falls back and SQLite's rowid, reused only after the
+largest is deleted, needs no ``AUTOINCREMENT``."""
 
 catalog_roles = sa.Table(
     "catalog_roles",

@@ -303,6 +303,11 @@ def relocate_root(connection: Connection, old: str, new: str) -> int:
     moved = connection.execute(
         stores.update().where(stores.c.checkpoint_root == old).values(checkpoint_root=new)
     ).rowcount
+    # A commit in flight on PostgreSQL (its trigger read the stores under its snapshot, the
+    # root still ``old``) can add its (old, query) pair after this moved the pairs: the new
+    # root then lacks that query until its next commit adds (new, query), and the stale pair
+    # names no store (the names skip roots no store has). Locking ``commit_log`` here would
+    # close it at the price of a deadlock with a commit that updated a store first.
     for table in (batch_metrics, batch_watermarks, operator_schemas, root_queries):
         connection.execute(
             table.update().where(table.c.checkpoint_root == old).values(checkpoint_root=new)

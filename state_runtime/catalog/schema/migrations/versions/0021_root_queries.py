@@ -1,4 +1,4 @@
-"""Root queries: ``root_queries``, each (root, query) pair the commit log holds, with an id
+"""Root queries: ``root_queries``, each (root, query) pair the commit log has ever held, with an id
 in the order pairs first appear: what the stores' names follow (a root's label is the query
 that committed below it), read by the discovery sensor as a count and a newest id, where
 each query's latest batch missed a query that moved to a new root and numbered its batches
@@ -7,7 +7,11 @@ from below its old latest (docs/maintenance.md, *Partition keys a person can rea
 A trigger on ``commit_log`` adds the pairs of every insert (one statement per insert on
 PostgreSQL, over its transition table; a row at a time on SQLite), so every writer of the
 commit log keeps it, code from before this revision (a rolling upgrade) and bulk copies
-included; the existing pairs are copied from the commit log here, once. On PostgreSQL the
+included; the existing pairs are copied from the commit log here, once, after the trigger is
+created: on PostgreSQL ``CREATE TRIGGER`` waits for the commits in flight (their inserts hold a
+lock it conflicts with) and holds back new ones until the upgrade commits, so a commit in flight
+lands in the copy and a later one fires the trigger (copied first, the pairs of a commit in
+flight during the upgrade landed in neither). On PostgreSQL the
 trigger runs with the committer's rights: the grants give the runtime INSERT on the table
 (``grants.py``). The reading view ``read_root_queries`` is created with the others.
 
@@ -28,11 +32,12 @@ depends_on: str | None = None
 
 PAIRS = (
     "SELECT DISTINCT (SELECT s.checkpoint_root FROM stores s WHERE s.store_id = c.store_id),"
-    " c.query_id FROM {commits} c"
+    " c.query_id FROM {commits} c ORDER BY 1, 2"
 )
 """The pairs of the commit rows in ``commits``, each row's root looked up by the stores' key
 (a join let PostgreSQL hash the whole ``stores`` table for a batch's 200 rows: 4.4 ms added
-to each batch's insert at 20,000 stores, growing with the fleet)."""
+to each batch's insert at 20,000 stores, growing with the fleet), in order: concurrent bulk
+inserts take the pairs' unique-index locks in one order, so never deadlock on them."""
 POSTGRESQL = [
     """CREATE FUNCTION state_root_queries_add() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
@@ -67,13 +72,11 @@ def upgrade() -> None:
         sa.Column("query_id", sa.String(128), nullable=False),
         sa.UniqueConstraint("checkpoint_root", "query_id", name="uq_root_queries_pair"),
     )
-    op.execute(
-        "INSERT INTO root_queries (checkpoint_root, query_id) "
-        + PAIRS.format(commits="commit_log")
-        + " ORDER BY 1, 2"
-    )
     for statement in POSTGRESQL if _pg() else SQLITE:
         op.execute(statement)
+    op.execute(
+        "INSERT INTO root_queries (checkpoint_root, query_id) " + PAIRS.format(commits="commit_log")
+    )
 
 
 def downgrade() -> None:
