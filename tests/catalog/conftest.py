@@ -106,6 +106,15 @@ def sqlite_catalog(tmp_path: Path) -> Iterator[Catalog]:
 
 
 @pytest.fixture(params=DIALECTS)
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of an empty database, once on SQLite (a new file) and once on PostgreSQL (a
+    new schema), for tests that migrate it themselves."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'catalog.db'}"
+    return str(request.getfixturevalue("pg_schema"))
+
+
+@pytest.fixture(params=DIALECTS)
 def catalog(request: pytest.FixtureRequest) -> Catalog:
     """An empty catalog, once on SQLite and once on PostgreSQL."""
     fixture = "sqlite_catalog" if request.param == "sqlite" else "pg_catalog"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,19 +26,10 @@ from state_runtime.catalog.schema.revision import (
 from state_runtime.catalog.schema.tables import metadata
 from state_runtime.errors import CatalogError, CatalogSchemaOutdated, CatalogSchemaTooNew
 from state_runtime.identity import CheckpointRef, StoreId
-from tests.catalog.conftest import DIALECTS, FAST_RETRY
+from tests.catalog.conftest import FAST_RETRY
 from tests.catalog.settled import settled
 
 ID1, ID2, ID2_OLD = "a" * 32, "b" * 32, "c" * 32
-
-
-@pytest.fixture(params=DIALECTS)
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The URL of an empty database: a new SQLite file or a new PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'catalog.db'}"
-    else:
-        yield request.getfixturevalue("pg_schema")
 
 
 def test_migrations_build_exactly_the_declared_tables(empty_url: str) -> None:

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 from alembic import command
 
@@ -17,17 +14,8 @@ from state_runtime.catalog import Catalog
 from state_runtime.catalog.connection.engine import create_catalog_engine
 from state_runtime.catalog.schema.revision import alembic_config, upgrade
 from state_runtime.identity import StoreId
-from tests.catalog.conftest import DIALECTS, FAST_RETRY
+from tests.catalog.conftest import FAST_RETRY
 from tests.catalog.factory import ROOT, Stream
-
-
-@pytest.fixture(params=DIALECTS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A new SQLite file or a new PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'catalog.db'}"
-    else:
-        yield request.getfixturevalue("pg_schema")
 
 
 def _pairs(engine: sa.Engine) -> list[tuple[str, str]]:
@@ -38,14 +26,14 @@ def _pairs(engine: sa.Engine) -> list[tuple[str, str]]:
         return [tuple(row) for row in found]  # type: ignore[misc]
 
 
-def test_the_upgrade_copies_the_pairs_and_every_insert_adds_its_own(url: str) -> None:
+def test_the_upgrade_copies_the_pairs_and_every_insert_adds_its_own(empty_url: str) -> None:
     """Two queries below three roots, then the table dropped (down to 0020) and the upgrade
     run again: it copies the three pairs from the commit log. A commit log row inserted by
     plain SQL (as code from before the revision would) adds its new pair; one of a known
     pair adds none."""
-    engine = create_catalog_engine(url)
+    engine = create_catalog_engine(empty_url)
     upgrade(engine)
-    with Catalog.open(url, retry=FAST_RETRY) as catalog:
+    with Catalog.open(empty_url, retry=FAST_RETRY) as catalog:
         Stream(catalog, [StoreId(0, 0), StoreId(0, 1)], root=f"{ROOT}/a", query="clicks").run(2)
         Stream(catalog, [StoreId(0, 0)], root=f"{ROOT}/b", query="clicks").commit()
         Stream(catalog, [StoreId(0, 0)], root=f"{ROOT}/c", query="views").commit()

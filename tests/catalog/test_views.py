@@ -30,15 +30,7 @@ from state_runtime.catalog.schema.revision import (
 )
 from state_runtime.identity import StoreId
 from state_runtime.status import DEFAULT_LIMITS, store_status
-from tests.catalog.conftest import DIALECTS
 from tests.catalog.factory import Stream, info
-
-
-@pytest.fixture(params=DIALECTS)
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'catalog.db'}"
-    return str(request.getfixturevalue("pg_schema"))
 
 
 def present(connection: sa.Connection) -> dict[str, str]:
