@@ -57,6 +57,7 @@ from state_runtime.maintenance import (
 from tests.catalog.factory import Stream
 from tests.maintenance.fleet_copies import PARTITIONS, fleet_of
 
+pytestmark = pytest.mark.slow
 T = TypeVar("T")
 SMALL, LARGE = 400, 4_000
 RATIO = 2.0
