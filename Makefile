@@ -5,7 +5,8 @@ PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 PYTEST_ARGS ?=
 # Processes for the classic pass (pytest-xdist; whole test files per process, each with its
-# own Spark session). The Connect pass stays in one process: each would start a Connect server.
+# own Spark session), files holding a `slow` test first (tests/conftest.py). The Connect pass
+# stays in one process: each would start a Connect server.
 TEST_WORKERS ?= 2
 # The Airflow provider's environment: Airflow without Dagster (their pins can conflict).
 AIRFLOW_VENV  ?= .venv-airflow
@@ -86,7 +87,7 @@ test: test-dagster test-airflow
 # Connect per process; one local Connect server per pass). tests/airflow is left out here (no
 # Airflow in this environment): test-airflow runs it.
 test-dagster: $(STAMP) check-java
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=40 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 $(PYTEST_ARGS)
 	SPARK_REMOTE=local $(PY) -m pytest -m connect $(PYTEST_ARGS)
 
 # The provider's tests (DAG integrity, dag.test() end to end) in the Airflow environment.

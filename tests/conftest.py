@@ -28,6 +28,17 @@ collect_ignore = [] if importlib.util.find_spec("airflow") else ["airflow"]
 settings.register_profile("state_runtime", suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("state_runtime")
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files holding a ``slow`` test first, the rest in collection order. ``make test``'s
+    workers take whole files in this order (``--dist loadfile --no-loadscope-reorder``): the
+    longest start first and the run ends on short ones, so neither worker idles long while the
+    other finishes a long file (xdist's own order, most tests first, sent one-test files such
+    as tests/dagster/test_fleet_events_memory.py last)."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 BACKENDS = ["local", "s3"]
 _BACKEND_MARKS = {"s3": pytest.mark.s3}
 

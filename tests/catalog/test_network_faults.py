@@ -111,9 +111,21 @@ def count(catalog: Catalog, table: sa.Table) -> int:
 
 
 def test_a_silent_network_ends_the_call_in_bounded_time_and_the_retry_succeeds(
-    faulty: Catalog, cut: Catalog, proxy: PgFaultProxy, pg_catalog: Catalog
+    cut: Catalog,
+    proxy: PgFaultProxy,
+    pg_catalog: Catalog,
+    pg_database: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    stream = Stream(faulty, [A, B])
+    """The retry is made on a catalog whose pooled connection died in the silence unnoticed:
+    its first attempt is cut at the attempt timeout (5s here; the default, 60s, made the
+    test a minute long) and the call succeeds on a new connection."""
+    idle = Catalog.open(
+        proxy.url(pg_database),
+        retry=RETRY,
+        timeouts=dataclasses.replace(TIMEOUTS, attempt=5 * SECOND),
+    )
+    stream = Stream(idle, [A, B])
     stream.commit()
     infos = [stream.delta(A), stream.delta(B)]
     proxy.blackhole()
@@ -128,7 +140,9 @@ def test_a_silent_network_ends_the_call_in_bounded_time_and_the_retry_succeeds(
     assert pg_catalog.committed_ids(ROOT, QUERY, 1) == {}
 
     proxy.heal()
-    faulty.commit_batch(ROOT, QUERY, 1, infos)  # the documented retry
+    with idle:
+        idle.commit_batch(ROOT, QUERY, 1, infos)  # the documented retry
+    assert "no answer within 5s (attempt timeout); the connection was cut" in caplog.text
     assert pg_catalog.committed_ids(ROOT, QUERY, 1) == {i.store: i.ref for i in infos}
     assert count(pg_catalog, commit_log) == 4
 

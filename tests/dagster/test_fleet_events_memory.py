@@ -22,6 +22,7 @@ from dagster_project.defs.store_events import changed_store_events, fleet_materi
 from state_runtime.maintenance import CHECKS, Fleet, HealthSpool, StoreNames, run_checks
 from tests.maintenance.test_fleet_memory import LARGE, NOW, POLICY, RATIO, SMALL, _peak, fleets
 
+pytestmark = pytest.mark.slow
 __all__ = ["fleets"]  # the module's fleets, as a fixture here
 PER_STORE = [check.name.value for check in CHECKS if check.per_store]
 

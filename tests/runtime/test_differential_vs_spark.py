@@ -38,7 +38,7 @@ from .differential import (
 )
 from .resume import Resume, resume_elsewhere
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 STREAMS = os.environ.get("DIFF_STREAMS")
 SAVE = os.environ.get("DIFF_SAVE")

@@ -50,7 +50,7 @@ from state_runtime.runtime import (
 )
 from state_runtime.storage import Storage
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NOW = timedelta(0)
 

@@ -15,6 +15,8 @@ from tests.simulation.postgres import machine_on_postgresql
 from tests.simulation.s3_platform import S3Machine, S3Platform
 from tests.simulation.steps import AROUND_A_REPARTITION, replay, run
 
+pytestmark = pytest.mark.slow
+
 RUNS = settings(
     max_examples=56,  # 2,018 checked steps: some 45 to 75 s of CPU (docs/simulation.md)
     stateful_step_count=40,
