@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import pyarrow as pa
+
 from state_runtime.errors import (
     CannotLoadState,
     CheckpointFileCorrupt,
@@ -32,13 +34,19 @@ from state_runtime.errors import (
     UnexpectedVersion,
     UnknownCheckpointId,
 )
-from state_runtime.identity import EMPTY, CheckpointRef, FileKind, parse_file_name
+from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId, parse_file_name
 from state_runtime.storage.base import ByteStream
 from state_runtime.store.checkpoint_format import (
+    DELTA_FORMAT_VERSION,
     ENVELOPE_SIZE,
     FileHeader,
     check_identity,
+    check_rows,
+    corrupt_reporter,
     decode,
+    decode_compact_rows,
+    format_of,
+    parse_compact_rows,
 )
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_levels import AnyRun
@@ -51,10 +59,12 @@ from state_runtime.store.snapshot_stream import (
 )
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
+from state_runtime.store.tiny_deltas import TinyDelta, is_tiny, runs_together
 from state_runtime.store.versions import Version, row_changes, squash
 from state_runtime.store.writer import CheckpointTarget
 
 _Fault = TypeVar("_Fault", bound=CannotLoadState)
+_T = TypeVar("_T")
 
 LOAD_ATTEMPTS = 4
 """Listings a cold load makes at most when files vanish under it (maintenance at work)."""
@@ -70,6 +80,11 @@ class CheckpointFile:
     header: FileHeader
     run: AnyRun
     """In memory, except a large file's rows (:mod:`state_runtime.store.snapshot_stream`)."""
+
+
+ChainFile = CheckpointFile | TinyDelta
+"""A file of a chain walked from files: decoded, or a tiny delta decoded with the chain's
+(:meth:`VersionLoader._decoded`)."""
 
 
 class _Vanished(Exception):
@@ -205,14 +220,16 @@ class VersionLoader:
         names = {
             info.path.rsplit("/", 1)[-1] for info in self.target.storage.list(self.store.directory)
         }
-        chain: list[CheckpointFile] = []
-        cur, child = ref, None
+        chain: list[ChainFile] = []
+        cur: CheckpointRef = ref
+        child: ChainFile | None = None
         ignored: list[CannotLoadState] = []
         try:
             while True:
                 base = self._base_for(cur, names, metrics, ignored)
                 if base is not None:
-                    return self._relabel(self.apply(base, chain, metrics), ref)
+                    return self._relabel(self.apply(base, self._decoded(chain), metrics), ref)
+                delta: ChainFile
                 if cur == ref and target is not None:
                     delta = target
                 elif f"{cur}.{FileKind.DELTA.value}" in names:
@@ -242,19 +259,45 @@ class VersionLoader:
                         delta.ref,
                         delta.path,
                     )
-        except (LineageBroken, CheckpointFileMissing, UnknownCheckpointId) as e:
+        except CannotLoadState as e:
+            # A whole read of each file would have stopped at the first faulty one: a tiny
+            # delta's rows, decoded only now, come before what the walk found after it.
+            fault = self._earlier_fault(chain) or e
             # A listing is not a point in time: a file deleted after the folder was read is
             # skipped, and one written meanwhile is not seen, so a snapshot that replaced the
             # version's delta can be missing from a listing that also lost the delta.
-            if self._vanished(e, names):
-                raise _Vanished(e) from e
+            if isinstance(
+                fault, (LineageBroken, CheckpointFileMissing, UnknownCheckpointId)
+            ) and self._vanished(fault, names):
+                raise _Vanished(fault) from fault
             if ignored:  # the unusable snapshot is the root cause; the fallback failed too
-                raise ignored[0] from e
-            raise
+                raise ignored[0] from fault
+            if fault is e:
+                raise
+            raise fault from e
+
+    def _decoded(self, chain: list[ChainFile]) -> list[CheckpointFile]:
+        """The chain's files with their runs: its tiny deltas decoded together, or, when
+        that fails, each alone in the walk's order (raising as a whole read of each would)."""
+        tiny = [f for f in chain if isinstance(f, TinyDelta)]
+        runs = runs_together(self.indexer, tiny) if tiny else []
+        if runs is None:
+            return [f if isinstance(f, CheckpointFile) else self._alone(f) for f in chain]
+        made = iter(runs)
+        return [
+            f
+            if isinstance(f, CheckpointFile)
+            else CheckpointFile(f.ref, f.kind, f.path, f.header, next(made))
+            for f in chain
+        ]
+
+    def _earlier_fault(self, chain: list[ChainFile]) -> CannotLoadState | None:
+        """The fault of the first of the chain's tiny deltas whose rows do not decode."""
+        try:
+            self._decoded(chain)
         except CannotLoadState as e:
-            if ignored:
-                raise ignored[0] from e
-            raise
+            return e
+        return None
 
     def _vanished(self, error: CannotLoadState, names: set[str]) -> bool:
         """Whether ``error`` is about a file that is gone, or the listing is out of date."""
@@ -363,6 +406,21 @@ class VersionLoader:
         self, ref: CheckpointRef, kind: FileKind, metrics: LoadMetrics, *, missing_ok: bool
     ) -> CheckpointFile | None:
         """Read and verify one checkpoint file of this store (None if absent and allowed)."""
+        found = self._read(ref, kind, metrics, missing_ok=missing_ok, tiny=False)
+        assert not isinstance(found, TinyDelta)
+        return found
+
+    def _read(
+        self,
+        ref: CheckpointRef,
+        kind: FileKind,
+        metrics: LoadMetrics,
+        *,
+        missing_ok: bool,
+        tiny: bool,
+    ) -> ChainFile | None:
+        """:meth:`read`; with ``tiny``, a tiny delta verified and its rows parsed but not
+        decoded (:mod:`state_runtime.store.tiny_deltas`)."""
         path = self._path(ref, kind)
         try:
             with self.target.storage.read_stream(path) as stream:
@@ -382,8 +440,27 @@ class VersionLoader:
             ) from None
         metrics.files_read += 1
         metrics.bytes_read += len(data)
+        store, schema_of = self.store, self.target.schema_of
+        if format_of(data) != DELTA_FORMAT_VERSION:
+            header, table = self._schema_known(
+                ref, path, lambda: decode(data, path, store, ref, schema_of, opened)
+            )
+            return self._from_rows(ref, kind, path, header, table)
+        header, parsed, stored = self._schema_known(
+            ref, path, lambda: parse_compact_rows(data, path, store, ref, schema_of)
+        )
+        delta = TinyDelta(ref, kind, path, header, stored, parsed.encodings, None)
+        if tiny and is_tiny(header) and _labelled(header, self.store, ref, kind):
+            try:
+                return dataclasses.replace(delta, projection=self._projection(ref, path, header))
+            except SchemaMismatch:
+                pass  # read whole: its rows' faults come first
+        return self._alone(delta)
+
+    def _schema_known(self, ref: CheckpointRef, path: str, decoding: Callable[[], _T]) -> _T:
+        """``decoding()``, a SchemaMismatch naming the store's schema too."""
         try:
-            header, table = decode(data, path, self.store, ref, self.target.schema_of, opened)
+            return decoding()
         except SchemaMismatch as e:
             newest = self.target.history.newest.schema.describe()
             raise SchemaMismatch(
@@ -393,6 +470,19 @@ class VersionLoader:
                 checkpoint_id=ref.checkpoint_id,
                 path=path,
             ) from None
+
+    def _alone(self, delta: TinyDelta) -> CheckpointFile:
+        """A format 3 file's parsed rows decoded on their own, verified, as a run."""
+        corrupt = corrupt_reporter(delta.path, self.store, delta.ref)
+        table = decode_compact_rows(delta.header, delta.encodings, delta.stored, corrupt)
+        check_rows(delta.header, table, corrupt)
+        return self._from_rows(delta.ref, delta.kind, delta.path, delta.header, table)
+
+    def _from_rows(
+        self, ref: CheckpointRef, kind: FileKind, path: str, header: FileHeader, table: pa.Table
+    ) -> CheckpointFile:
+        """A decoded file's identity checked and its rows, under the store's schema, as a run
+        (duplicate keys, and removals in a snapshot, refused)."""
         check_identity(header, self.store, ref, kind, path)
         keys, values = self._projection(ref, path, header).apply(
             table.column("key").combine_chunks(), table.column("value").combine_chunks()
@@ -449,20 +539,17 @@ class VersionLoader:
         return CheckpointFile(ref, kind, path, header, run)
 
     def _need_delta(
-        self,
-        ref: CheckpointRef,
-        child: CheckpointFile | CheckpointRef | None,
-        metrics: LoadMetrics,
-    ) -> CheckpointFile:
-        delta = self.read(ref, FileKind.DELTA, metrics, missing_ok=True)
+        self, ref: CheckpointRef, child: ChainFile | None, metrics: LoadMetrics
+    ) -> ChainFile:
+        delta = self._read(ref, FileKind.DELTA, metrics, missing_ok=True, tiny=True)
         if delta is None:
             raise self._missing(ref, child)
         return delta
 
     def _missing(
-        self, ref: CheckpointRef, child: CheckpointFile | CheckpointRef | None
+        self, ref: CheckpointRef, child: ChainFile | CheckpointRef | None
     ) -> LineageBroken:
-        needed_by = child.path if isinstance(child, CheckpointFile) else str(child)
+        needed_by = child.path if isinstance(child, CheckpointFile | TinyDelta) else str(child)
         return self._fault(
             LineageBroken,
             f"delta needed by {needed_by} is missing and no snapshot or cached copy replaces it",
@@ -470,7 +557,7 @@ class VersionLoader:
             self._path(ref, FileKind.DELTA),
         )
 
-    def _check_chain(self, child: CheckpointFile, parent: CheckpointFile) -> None:
+    def _check_chain(self, child: ChainFile, parent: ChainFile) -> None:
         """The child's lineage past its parent (and the versions without a file between them)
         must be a prefix of the parent's lineage, as far as the parent records it: a format 3
         delta records only its own parent."""
@@ -487,7 +574,17 @@ class VersionLoader:
             )
 
 
-def _parent(delta: CheckpointFile) -> CheckpointRef:
+def _labelled(header: FileHeader, store: StoreId, ref: CheckpointRef, kind: FileKind) -> bool:
+    """Whether ``header`` names the store, version, id and kind of the file's name."""
+    return (header.store, header.version, header.checkpoint_id, header.kind) == (
+        store,
+        ref.version,
+        ref.checkpoint_id,
+        kind,
+    )
+
+
+def _parent(delta: ChainFile) -> CheckpointRef:
     return delta.header.lineage[0] if delta.header.lineage else EMPTY
 
 
