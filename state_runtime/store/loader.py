@@ -60,7 +60,7 @@ from state_runtime.store.snapshot_stream import (
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
 from state_runtime.store.tiny_deltas import TinyDelta, is_tiny, runs_together
-from state_runtime.store.versions import Version, row_changes, squash
+from state_runtime.store.versions import Version, counted_union, squash
 from state_runtime.store.writer import CheckpointTarget
 
 _Fault = TypeVar("_Fault", bound=CannotLoadState)
@@ -352,30 +352,36 @@ class VersionLoader:
 
         The row count is the newest delta's header's. Each file's bytes are verified when read
         and its parent by :meth:`_check_chain`; when every run is in memory, each delta's count
-        is also checked against one sorted union of the chain (:func:`row_changes`, cheap).
+        is also checked against one sorted union of the chain (:func:`counted_union`, cheap),
+        which also gives the chain squashed (of more than two runs, as :func:`squash` would).
         With runs on local disk that recount would be a batch lookup of every delta's keys in
         the runs on disk, about as much as a batch itself in every roll forward and cold load,
         so there the header's count is taken, as Spark's providers take theirs."""
         if not chain:
             return base
         in_memory = [delta.run for delta in reversed(chain) if isinstance(delta.run, Run)]
+        squashed = None
         if len(in_memory) == len(chain) and all(isinstance(run, Run) for run in base.runs):
-            self._check_rows(base, chain[::-1], in_memory)
+            squashed = self._check_rows(base, chain[::-1], in_memory)
         metrics.deltas_applied += len(chain)
         runs, empty = [delta.run for delta in chain], not any(len(run) for run in base.runs)
-        changes = squash(self.indexer, runs, self.store, over_nothing=empty)
+        changes: AnyRun
+        if squashed is not None and len(chain) > 2:
+            changes = squashed
+        else:  # squash merges two runs, or runs on disk
+            changes = squash(self.indexer, runs, self.store, over_nothing=empty)
         target = chain[0]
         return base.derive(changes, target.ref, _lineage(chain, base), target.header.state_rows)
 
     def _check_rows(
         self, base: Version, oldest_first: list[CheckpointFile], deltas: list[Run]
-    ) -> None:
+    ) -> Run | None:
         """Each delta's row count (oldest first) against its header, counted from one union of
-        the chain's runs, all in memory."""
+        the chain's runs, all in memory; the chain squashed from that union, when it can be
+        (:func:`counted_union`), which :func:`squash` would sort again."""
         rows = base.rows
-        for delta, change in zip(
-            oldest_first, row_changes(self.indexer, base.runs, deltas), strict=True
-        ):
+        counts, squashed = counted_union(self.indexer, base.runs, deltas, squash=True)
+        for delta, change in zip(oldest_first, counts, strict=True):
             rows += int(change)
             if rows != delta.header.state_rows:
                 raise self._fault(
@@ -385,6 +391,7 @@ class VersionLoader:
                     delta.ref,
                     delta.path,
                 )
+        return squashed
 
     # --- files --------------------------------------------------------------------------
 
