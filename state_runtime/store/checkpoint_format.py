@@ -407,9 +407,7 @@ def check_identity(
     header: FileHeader, store: StoreId, ref: CheckpointRef, kind: FileKind, path: str
 ) -> None:
     """Refuse a file whose header names another store, version, id or kind than its name."""
-    expected = (store, ref.version, ref.checkpoint_id, kind)
-    found = (header.store, header.version, header.checkpoint_id, header.kind)
-    if expected != found:
+    if not labelled(header, store, ref, kind):
         raise UnexpectedVersion(
             f"mislabelled checkpoint file: its header says store {header.store}, version "
             f"{header.version}, id {header.checkpoint_id}, kind {header.kind.value}",
@@ -418,3 +416,9 @@ def check_identity(
             checkpoint_id=ref.checkpoint_id,
             path=path,
         )
+
+
+def labelled(header: FileHeader, store: StoreId, ref: CheckpointRef, kind: FileKind) -> bool:
+    """Whether ``header`` names the store, version, id and kind of the file's name."""
+    found = (header.store, header.version, header.checkpoint_id, header.kind)
+    return found == (store, ref.version, ref.checkpoint_id, kind)

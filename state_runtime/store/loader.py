@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import io
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 import pyarrow as pa
@@ -34,8 +33,15 @@ from state_runtime.errors import (
     UnexpectedVersion,
     UnknownCheckpointId,
 )
-from state_runtime.identity import EMPTY, CheckpointRef, FileKind, StoreId, parse_file_name
+from state_runtime.identity import EMPTY, CheckpointRef, FileKind
 from state_runtime.storage.base import ByteStream
+from state_runtime.store.chain_files import (
+    ChainFile,
+    CheckpointFile,
+    lineage_of,
+    parent_of,
+    unchanged,
+)
 from state_runtime.store.checkpoint_format import (
     DELTA_FORMAT_VERSION,
     ENVELOPE_SIZE,
@@ -46,6 +52,7 @@ from state_runtime.store.checkpoint_format import (
     decode,
     decode_compact_rows,
     format_of,
+    labelled,
     parse_compact_rows,
 )
 from state_runtime.store.keys import KeyIndexer
@@ -68,23 +75,6 @@ _T = TypeVar("_T")
 
 LOAD_ATTEMPTS = 4
 """Listings a cold load makes at most when files vanish under it (maintenance at work)."""
-
-
-@dataclass(frozen=True)
-class CheckpointFile:
-    """A decoded, verified checkpoint file; ``run`` holds its rows."""
-
-    ref: CheckpointRef
-    kind: FileKind
-    path: str
-    header: FileHeader
-    run: AnyRun
-    """In memory, except a large file's rows (:mod:`state_runtime.store.snapshot_stream`)."""
-
-
-ChainFile = CheckpointFile | TinyDelta
-"""A file of a chain walked from files: decoded, or a tiny delta decoded with the chain's
-(:meth:`VersionLoader._decoded`)."""
 
 
 class _Vanished(Exception):
@@ -175,7 +165,7 @@ class VersionLoader:
         if not any(lowest <= r.version < target.ref.version for r in self._cached_refs()):
             return None
         chain = [target]
-        parent = _parent(target)
+        parent = parent_of(target)
         missing: CheckpointRef | None = None  # a delta not found: unchanged, or cleaned up
         while True:
             base = self._cached(parent) or self._cached_unchanged(parent)
@@ -194,7 +184,7 @@ class VersionLoader:
             missing = None  # the same id at a lower version: the versions above changed nothing
             self._check_chain(chain[-1], delta)
             chain.append(delta)
-            parent = _parent(delta)
+            parent = parent_of(delta)
 
     def _cached_unchanged(self, ref: CheckpointRef) -> Version | None:
         """A cached version with ``ref``'s id at a lower version: ``ref`` changed nothing
@@ -251,7 +241,7 @@ class VersionLoader:
                     self._check_chain(child, delta)
                 chain.append(delta)
                 child = delta
-                cur = _parent(delta)
+                cur = parent_of(delta)
                 if cur.version != delta.ref.version - 1:
                     raise self._fault(
                         LineageBroken,
@@ -371,7 +361,7 @@ class VersionLoader:
         else:  # squash merges two runs, or runs on disk
             changes = squash(self.indexer, runs, self.store, over_nothing=empty)
         target = chain[0]
-        return base.derive(changes, target.ref, _lineage(chain, base), target.header.state_rows)
+        return base.derive(changes, target.ref, lineage_of(chain, base), target.header.state_rows)
 
     def _check_rows(
         self, base: Version, oldest_first: list[CheckpointFile], deltas: list[Run]
@@ -457,7 +447,7 @@ class VersionLoader:
             ref, path, lambda: parse_compact_rows(data, path, store, ref, schema_of)
         )
         delta = TinyDelta(ref, kind, path, header, stored, parsed.encodings, None)
-        if tiny and is_tiny(header) and _labelled(header, self.store, ref, kind):
+        if tiny and is_tiny(header) and labelled(header, self.store, ref, kind):
             try:
                 return dataclasses.replace(delta, projection=self._projection(ref, path, header))
             except SchemaMismatch:
@@ -579,54 +569,3 @@ class VersionLoader:
                 parent.ref,
                 parent.path,
             )
-
-
-def _labelled(header: FileHeader, store: StoreId, ref: CheckpointRef, kind: FileKind) -> bool:
-    """Whether ``header`` names the store, version, id and kind of the file's name."""
-    return (header.store, header.version, header.checkpoint_id, header.kind) == (
-        store,
-        ref.version,
-        ref.checkpoint_id,
-        kind,
-    )
-
-
-def _parent(delta: ChainFile) -> CheckpointRef:
-    return delta.header.lineage[0] if delta.header.lineage else EMPTY
-
-
-def unchanged(ref: CheckpointRef, names: set[str]) -> bool:
-    """Whether ``ref`` is a version without a file, going by the store's file ``names``: its
-    id is that of a file at a lower version (a commit that changed nothing keeps its parent's
-    id; one that writes a file takes a fresh one, so this cannot mistake a lost file)."""
-    if ref.version < 2:
-        return False
-    for name in names:
-        parsed = parse_file_name(name)
-        if (
-            parsed is not None
-            and parsed.checkpoint_id == ref.checkpoint_id
-            and parsed.version < ref.version
-        ):
-            return True
-    return False
-
-
-def _lineage(chain: list[CheckpointFile], base: Version) -> tuple[CheckpointRef, ...]:
-    """The full lineage of ``chain[0]`` (applied on ``base``): as its file records it, or, for
-    a format 3 delta (which records its parent and depth), each chain file's parent down to
-    the next file (the versions between changed nothing and share its id) and the base's own
-    lineage, as deep as the writer's was."""
-    header = chain[0].header
-    if header.lineage_depth is None:
-        return header.lineage
-    refs: list[CheckpointRef] = []
-    for i, delta in enumerate(chain):
-        parent = _parent(delta)
-        stop = chain[i + 1].ref.version if i + 1 < len(chain) else base.ref.version
-        refs += [
-            CheckpointRef(v, parent.checkpoint_id)
-            for v in range(parent.version, stop - 1, -1)
-            if v >= 1
-        ]
-    return tuple([*refs, *base.lineage][: header.depth])
