@@ -396,8 +396,9 @@ def decode_small_tables(
         for i, field in enumerate(logical):
             code = f"{name}.{i}"
             specs = [e.pop(code, None) for e in left]
-            if not any(specs):
-                continue
+            if all(spec is None for spec in specs):
+                continue  # a falsy spec other than None is checked (and refused): never
+                # accepted where decoding alone refuses it, and a refusal here decodes alone
             where = f"field {field.name!r}"
             stored: list[int | None] = children[i].to_pylist()
             decoded: list[int | None] = []

@@ -237,9 +237,9 @@ class VersionLoader:
                     )
                 else:
                     raise self._missing(cur, child)
+                chain.append(delta)  # first: a fault in its rows precedes its lineage's
                 if child is not None:
                     self._check_chain(child, delta)
-                chain.append(delta)
                 child = delta
                 cur = parent_of(delta)
                 if cur.version != delta.ref.version - 1:
