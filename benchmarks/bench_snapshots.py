@@ -29,6 +29,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pandas  # noqa: F401  pyarrow imports it on a first conversion: once a process, not timed
 import psycopg2
 from fleet import Shape, advance, build, copy_root, query_id
 from sqlalchemy.engine import make_url

@@ -183,35 +183,75 @@ def decode(
     not know."""
     corrupt = corrupt_reporter(path, store, ref)
     if format_of(data) == DELTA_FORMAT_VERSION:
-        parsed = _parse_compact(data, corrupt)
-        header = parsed.header
-        schema = None if schemas is None or header.schema_id is None else schemas(header.schema_id)
-        if schema is None:
-            raise errors.SchemaMismatch(
-                f"the file names schema {header.schema_id}, which neither this store's schema "
-                "history nor the checkpoint root's schemas/ folder holds",
-                store=store,
-                path=path,
-                version=None if ref is None else ref.version,
-                checkpoint_id=None if ref is None else ref.checkpoint_id,
-            )
-        header = replace(header, schema=schema)
-        try:
-            table = parsed.rows(schema.key_arrow, schema.value_arrow)
-            table = decode_table(table, parsed.encodings, schema.key_arrow, schema.value_arrow)
-        except PARSE_ERRORS as e:
-            raise corrupt(
-                f"rows do not parse under schema {header.schema_id} (<{schema.describe()}>): {e}"
-            ) from e
+        header, parsed, stored = parse_compact_rows(data, path, store, ref, schemas)
+        table = decode_compact_rows(header, parsed.encodings, stored, corrupt)
     else:
         header, table = _decode_json_format(data, corrupt, opened)
+    check_rows(header, table, corrupt)
+    return header, table
+
+
+def parse_compact_rows(
+    data: bytes,
+    path: str,
+    store: object | None,
+    ref: CheckpointRef | None,
+    schemas: SchemaLookup | None,
+) -> tuple[FileHeader, compact_format.Parsed, pa.Table]:
+    """A format 3 delta's verified envelope, its header (with the schema its id names) and its
+    rows as stored (narrow fields still narrow; every buffer validated): the part of
+    :func:`decode` a chain's tiny deltas go through one by one before their rows are decoded
+    together (:mod:`state_runtime.store.tiny_deltas`). Raises as :func:`decode` does."""
+    corrupt = corrupt_reporter(path, store, ref)
+    parsed = _parse_compact(data, corrupt)
+    header = parsed.header
+    schema = None if schemas is None or header.schema_id is None else schemas(header.schema_id)
+    if schema is None:
+        raise errors.SchemaMismatch(
+            f"the file names schema {header.schema_id}, which neither this store's schema "
+            "history nor the checkpoint root's schemas/ folder holds",
+            store=store,
+            path=path,
+            version=None if ref is None else ref.version,
+            checkpoint_id=None if ref is None else ref.checkpoint_id,
+        )
+    header = replace(header, schema=schema)
+    try:
+        stored = parsed.rows(schema.key_arrow, schema.value_arrow)
+    except PARSE_ERRORS as e:
+        raise corrupt(_unparsable(header, e)) from e
+    return header, parsed, stored
+
+
+def decode_compact_rows(
+    header: FileHeader,
+    encodings: dict[str, Any],
+    stored: pa.Table,
+    corrupt: Callable[[str], CheckpointFileCorrupt],
+) -> pa.Table:
+    """A format 3 delta's rows as stored (:func:`parse_compact_rows`) decoded."""
+    assert header.schema is not None
+    try:
+        return decode_table(stored, encodings, header.schema.key_arrow, header.schema.value_arrow)
+    except PARSE_ERRORS as e:
+        raise corrupt(_unparsable(header, e)) from e
+
+
+def _unparsable(header: FileHeader, e: Exception) -> str:
+    assert header.schema is not None
+    return f"rows do not parse under schema {header.schema_id} (<{header.schema.describe()}>): {e}"
+
+
+def check_rows(
+    header: FileHeader, table: pa.Table, corrupt: Callable[[str], CheckpointFileCorrupt]
+) -> None:
+    """Refuse decoded rows whose columns or count are not what the header says."""
     assert header.schema is not None
     problem = layout_problem(table, header.schema.key_arrow, header.schema.value_arrow)
     if problem:
         raise corrupt(problem)
     if table.num_rows != header.file_rows:
         raise corrupt(f"has {table.num_rows} rows, its header says {header.file_rows}")
-    return header, table
 
 
 def read_header(
@@ -367,9 +407,7 @@ def check_identity(
     header: FileHeader, store: StoreId, ref: CheckpointRef, kind: FileKind, path: str
 ) -> None:
     """Refuse a file whose header names another store, version, id or kind than its name."""
-    expected = (store, ref.version, ref.checkpoint_id, kind)
-    found = (header.store, header.version, header.checkpoint_id, header.kind)
-    if expected != found:
+    if not labelled(header, store, ref, kind):
         raise UnexpectedVersion(
             f"mislabelled checkpoint file: its header says store {header.store}, version "
             f"{header.version}, id {header.checkpoint_id}, kind {header.kind.value}",
@@ -378,3 +416,9 @@ def check_identity(
             checkpoint_id=ref.checkpoint_id,
             path=path,
         )
+
+
+def labelled(header: FileHeader, store: StoreId, ref: CheckpointRef, kind: FileKind) -> bool:
+    """Whether ``header`` names the store, version, id and kind of the file's name."""
+    found = (header.store, header.version, header.checkpoint_id, header.kind)
+    return found == (store, ref.version, ref.checkpoint_id, kind)

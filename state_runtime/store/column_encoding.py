@@ -19,6 +19,7 @@ checked with Python integers before numpy computes, nothing wraps.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -273,19 +274,11 @@ def _decode_field(
     name: str = "",
 ) -> pa.Array:
     where = f"field {field.name!r}"
-    if not isinstance(spec, dict) or spec.get("kind") not in _KINDS:
-        raise ValueError(f"{where}: unknown encoding {spec!r}")
-    base = spec.get("base")
-    if isinstance(base, bool) or not isinstance(base, int):
-        raise ValueError(f"{where}: encoding base {base!r} is not an integer")
-    if not pa.types.is_integer(field.type) or child.type not in _NARROW:
-        raise ValueError(f"{where}: {child.type} cannot encode {field.type}")
-    if child.type.bit_width >= field.type.bit_width:
-        raise ValueError(f"{where}: stored as {child.type}, not narrower than {field.type}")
-    if not -(1 << 63) <= base < (1 << 63):
-        raise ValueError(f"{where}: encoding base {base} does not fit in 64 bits")
+    base = _checked_base(spec, child.type, field, where)
     if len(child) <= SMALL:
-        return _decode_small(child, spec["kind"], base, field, where, carry, name, first_key)
+        stored: list[int | None] = child.to_pylist()
+        decoded = _small_values(stored, spec["kind"], base, where, carry, name, first_key)
+        return _small_array(decoded, field, where)
     if spec["kind"] == "delta":
         if not first_key or child.null_count:
             raise ValueError(f"{where}: delta encoding on a field that cannot have it")
@@ -316,20 +309,35 @@ def _decode_field(
         raise ValueError(f"{where}: decoded values do not fit {field.type}: {e}") from e
 
 
-def _decode_small(
-    child: pa.Array,
+def _checked_base(spec: Any, stored: pa.DataType, field: pa.Field, where: str) -> int:
+    """The base of a field's encoding ``spec``, once the spec, the stored type and the
+    field's type are checked to fit one another."""
+    if not isinstance(spec, dict) or spec.get("kind") not in _KINDS:
+        raise ValueError(f"{where}: unknown encoding {spec!r}")
+    base = spec.get("base")
+    if isinstance(base, bool) or not isinstance(base, int):
+        raise ValueError(f"{where}: encoding base {base!r} is not an integer")
+    if not pa.types.is_integer(field.type) or stored not in _NARROW:
+        raise ValueError(f"{where}: {stored} cannot encode {field.type}")
+    if stored.bit_width >= field.type.bit_width:
+        raise ValueError(f"{where}: stored as {stored}, not narrower than {field.type}")
+    if not -(1 << 63) <= base < (1 << 63):
+        raise ValueError(f"{where}: encoding base {base} does not fit in 64 bits")
+    return base
+
+
+def _small_values(
+    stored: list[int | None],
     kind: str,
     base: int,
-    field: pa.Field,
     where: str,
     carry: dict[str, int] | None,
     name: str,
     first_key: bool,
-) -> pa.Array:
-    """:func:`_decode_field` of a short ``child``, in Python integers."""
-    stored: list[int | None] = child.to_pylist()
+) -> list[int | None]:
+    """A short field's ``stored`` values decoded, in Python integers (see :data:`SMALL`)."""
     if kind == "delta":
-        if not first_key or child.null_count:
+        if not first_key or None in stored:
             raise ValueError(f"{where}: delta encoding on a field that cannot have it")
         steps = [int(x) for x in stored if x is not None]
         continued = carry is not None and name in carry
@@ -347,12 +355,60 @@ def _decode_small(
             decoded.append(total)
         if carry is not None and decoded:
             carry[name] = total
-    else:
-        present = [x for x in stored if x is not None]
-        if present and not (base + min(present) >= -(1 << 63) and base + max(present) < 1 << 63):
-            raise ValueError(f"{where}: offset values overflow 64 bits")
-        decoded = [None if x is None else x + base for x in stored]
+        return decoded
+    present = [x for x in stored if x is not None]
+    if present and not (base + min(present) >= -(1 << 63) and base + max(present) < 1 << 63):
+        raise ValueError(f"{where}: offset values overflow 64 bits")
+    return [None if x is None else x + base for x in stored]
+
+
+def _small_array(decoded: list[int | None], field: pa.Field, where: str) -> pa.Array:
+    """Decoded Python integers as the field's array; ValueError when one does not fit it."""
     try:
         return pa.array(decoded, type=field.type)  # out of the field's range raises
     except (pa.ArrowInvalid, OverflowError) as e:
         raise ValueError(f"{where}: decoded values do not fit {field.type}: {e}") from e
+
+
+def decode_small_tables(
+    tables: list[pa.Table],
+    encodings: list[dict[str, Any]],
+    key_type: pa.StructType,
+    value_type: pa.StructType,
+) -> pa.Table:
+    """:func:`decode_table` of each of ``tables`` (format 3 rows as stored, at most
+    :data:`SMALL` each, of one stored schema, the same fields encoded in each), the results
+    concatenated: a few Arrow calls for all where each table alone takes a few a field. Each
+    table's values go through the same checks as alone; a ValueError does not say which
+    table failed (decode each alone to name it)."""
+    if any(t.num_rows > SMALL for t in tables):
+        raise ValueError(f"a table of more than {SMALL} rows")
+    whole = pa.concat_tables(tables)
+    ends = list(itertools.accumulate(t.num_rows for t in tables))
+    starts = [0, *ends[:-1]]
+    left = [dict(e) for e in encodings]
+    columns = []
+    for name, logical in (("key", key_type), ("value", value_type)):
+        struct = whole.column(name).combine_chunks()
+        if not pa.types.is_struct(struct.type) or struct.type.num_fields != logical.num_fields:
+            raise ValueError(f"column {name!r} does not have the schema's fields")
+        children = [struct.field(i) for i in range(logical.num_fields)]
+        for i, field in enumerate(logical):
+            code = f"{name}.{i}"
+            specs = [e.pop(code, None) for e in left]
+            if all(spec is None for spec in specs):
+                continue  # a falsy spec other than None is checked (and refused): never
+                # accepted where decoding alone refuses it, and a refusal here decodes alone
+            where = f"field {field.name!r}"
+            stored: list[int | None] = children[i].to_pylist()
+            decoded: list[int | None] = []
+            first_key = name == "key" and i == 0
+            for spec, start, end in zip(specs, starts, ends, strict=True):
+                base = _checked_base(spec, children[i].type, field, where)
+                part = stored[start:end]
+                decoded += _small_values(part, spec["kind"], base, where, None, code, first_key)
+            children[i] = _small_array(decoded, field, where)
+        columns.append(_with_children(struct, children))
+    if any(left):
+        raise ValueError("encodings for fields the schema does not have")
+    return pa.table({"key": columns[0], "value": columns[1]})

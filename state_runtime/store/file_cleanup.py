@@ -25,7 +25,7 @@ from state_runtime.retention import (
     judge_store,
 )
 from state_runtime.storage import FileInfo
-from state_runtime.store.loader import unchanged
+from state_runtime.store.chain_files import unchanged
 from state_runtime.store.provider import StateStoreProvider
 
 

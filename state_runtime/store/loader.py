@@ -19,8 +19,9 @@ from __future__ import annotations
 import dataclasses
 import io
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
+
+import pyarrow as pa
 
 from state_runtime.errors import (
     CannotLoadState,
@@ -32,13 +33,27 @@ from state_runtime.errors import (
     UnexpectedVersion,
     UnknownCheckpointId,
 )
-from state_runtime.identity import EMPTY, CheckpointRef, FileKind, parse_file_name
+from state_runtime.identity import EMPTY, CheckpointRef, FileKind
 from state_runtime.storage.base import ByteStream
+from state_runtime.store.chain_files import (
+    ChainFile,
+    CheckpointFile,
+    lineage_of,
+    parent_of,
+    unchanged,
+)
 from state_runtime.store.checkpoint_format import (
+    DELTA_FORMAT_VERSION,
     ENVELOPE_SIZE,
     FileHeader,
     check_identity,
+    check_rows,
+    corrupt_reporter,
     decode,
+    decode_compact_rows,
+    format_of,
+    labelled,
+    parse_compact_rows,
 )
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_levels import AnyRun
@@ -51,25 +66,15 @@ from state_runtime.store.snapshot_stream import (
 )
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.store_metrics import LoadMetrics, LoadSource
-from state_runtime.store.versions import Version, row_changes, squash
+from state_runtime.store.tiny_deltas import TinyDelta, is_tiny, runs_together
+from state_runtime.store.versions import Version, counted_union, squash
 from state_runtime.store.writer import CheckpointTarget
 
 _Fault = TypeVar("_Fault", bound=CannotLoadState)
+_T = TypeVar("_T")
 
 LOAD_ATTEMPTS = 4
 """Listings a cold load makes at most when files vanish under it (maintenance at work)."""
-
-
-@dataclass(frozen=True)
-class CheckpointFile:
-    """A decoded, verified checkpoint file; ``run`` holds its rows."""
-
-    ref: CheckpointRef
-    kind: FileKind
-    path: str
-    header: FileHeader
-    run: AnyRun
-    """In memory, except a large file's rows (:mod:`state_runtime.store.snapshot_stream`)."""
 
 
 class _Vanished(Exception):
@@ -160,7 +165,7 @@ class VersionLoader:
         if not any(lowest <= r.version < target.ref.version for r in self._cached_refs()):
             return None
         chain = [target]
-        parent = _parent(target)
+        parent = parent_of(target)
         missing: CheckpointRef | None = None  # a delta not found: unchanged, or cleaned up
         while True:
             base = self._cached(parent) or self._cached_unchanged(parent)
@@ -179,7 +184,7 @@ class VersionLoader:
             missing = None  # the same id at a lower version: the versions above changed nothing
             self._check_chain(chain[-1], delta)
             chain.append(delta)
-            parent = _parent(delta)
+            parent = parent_of(delta)
 
     def _cached_unchanged(self, ref: CheckpointRef) -> Version | None:
         """A cached version with ``ref``'s id at a lower version: ``ref`` changed nothing
@@ -205,14 +210,16 @@ class VersionLoader:
         names = {
             info.path.rsplit("/", 1)[-1] for info in self.target.storage.list(self.store.directory)
         }
-        chain: list[CheckpointFile] = []
-        cur, child = ref, None
+        chain: list[ChainFile] = []
+        cur: CheckpointRef = ref
+        child: ChainFile | None = None
         ignored: list[CannotLoadState] = []
         try:
             while True:
                 base = self._base_for(cur, names, metrics, ignored)
                 if base is not None:
-                    return self._relabel(self.apply(base, chain, metrics), ref)
+                    return self._relabel(self.apply(base, self._decoded(chain), metrics), ref)
+                delta: ChainFile
                 if cur == ref and target is not None:
                     delta = target
                 elif f"{cur}.{FileKind.DELTA.value}" in names:
@@ -230,11 +237,11 @@ class VersionLoader:
                     )
                 else:
                     raise self._missing(cur, child)
+                chain.append(delta)  # first: a fault in its rows precedes its lineage's
                 if child is not None:
                     self._check_chain(child, delta)
-                chain.append(delta)
                 child = delta
-                cur = _parent(delta)
+                cur = parent_of(delta)
                 if cur.version != delta.ref.version - 1:
                     raise self._fault(
                         LineageBroken,
@@ -242,19 +249,45 @@ class VersionLoader:
                         delta.ref,
                         delta.path,
                     )
-        except (LineageBroken, CheckpointFileMissing, UnknownCheckpointId) as e:
+        except CannotLoadState as e:
+            # A whole read of each file would have stopped at the first faulty one: a tiny
+            # delta's rows, decoded only now, come before what the walk found after it.
+            fault = self._earlier_fault(chain) or e
             # A listing is not a point in time: a file deleted after the folder was read is
             # skipped, and one written meanwhile is not seen, so a snapshot that replaced the
             # version's delta can be missing from a listing that also lost the delta.
-            if self._vanished(e, names):
-                raise _Vanished(e) from e
+            if isinstance(
+                fault, (LineageBroken, CheckpointFileMissing, UnknownCheckpointId)
+            ) and self._vanished(fault, names):
+                raise _Vanished(fault) from fault
             if ignored:  # the unusable snapshot is the root cause; the fallback failed too
-                raise ignored[0] from e
-            raise
+                raise ignored[0] from fault
+            if fault is e:
+                raise
+            raise fault from e
+
+    def _decoded(self, chain: list[ChainFile]) -> list[CheckpointFile]:
+        """The chain's files with their runs: its tiny deltas decoded together, or, when
+        that fails, each alone in the walk's order (raising as a whole read of each would)."""
+        tiny = [f for f in chain if isinstance(f, TinyDelta)]
+        runs = runs_together(self.indexer, tiny) if tiny else []
+        if runs is None:
+            return [f if isinstance(f, CheckpointFile) else self._alone(f) for f in chain]
+        made = iter(runs)
+        return [
+            f
+            if isinstance(f, CheckpointFile)
+            else CheckpointFile(f.ref, f.kind, f.path, f.header, next(made))
+            for f in chain
+        ]
+
+    def _earlier_fault(self, chain: list[ChainFile]) -> CannotLoadState | None:
+        """The fault of the first of the chain's tiny deltas whose rows do not decode."""
+        try:
+            self._decoded(chain)
         except CannotLoadState as e:
-            if ignored:
-                raise ignored[0] from e
-            raise
+            return e
+        return None
 
     def _vanished(self, error: CannotLoadState, names: set[str]) -> bool:
         """Whether ``error`` is about a file that is gone, or the listing is out of date."""
@@ -309,30 +342,36 @@ class VersionLoader:
 
         The row count is the newest delta's header's. Each file's bytes are verified when read
         and its parent by :meth:`_check_chain`; when every run is in memory, each delta's count
-        is also checked against one sorted union of the chain (:func:`row_changes`, cheap).
+        is also checked against one sorted union of the chain (:func:`counted_union`, cheap),
+        which also gives the chain squashed (of more than two runs, as :func:`squash` would).
         With runs on local disk that recount would be a batch lookup of every delta's keys in
         the runs on disk, about as much as a batch itself in every roll forward and cold load,
         so there the header's count is taken, as Spark's providers take theirs."""
         if not chain:
             return base
         in_memory = [delta.run for delta in reversed(chain) if isinstance(delta.run, Run)]
+        squashed = None
         if len(in_memory) == len(chain) and all(isinstance(run, Run) for run in base.runs):
-            self._check_rows(base, chain[::-1], in_memory)
+            squashed = self._check_rows(base, chain[::-1], in_memory)
         metrics.deltas_applied += len(chain)
         runs, empty = [delta.run for delta in chain], not any(len(run) for run in base.runs)
-        changes = squash(self.indexer, runs, self.store, over_nothing=empty)
+        changes: AnyRun
+        if squashed is not None and len(chain) > 2:
+            changes = squashed
+        else:  # squash merges two runs, or runs on disk
+            changes = squash(self.indexer, runs, self.store, over_nothing=empty)
         target = chain[0]
-        return base.derive(changes, target.ref, _lineage(chain, base), target.header.state_rows)
+        return base.derive(changes, target.ref, lineage_of(chain, base), target.header.state_rows)
 
     def _check_rows(
         self, base: Version, oldest_first: list[CheckpointFile], deltas: list[Run]
-    ) -> None:
+    ) -> Run | None:
         """Each delta's row count (oldest first) against its header, counted from one union of
-        the chain's runs, all in memory."""
+        the chain's runs, all in memory; the chain squashed from that union, when it can be
+        (:func:`counted_union`), which :func:`squash` would sort again."""
         rows = base.rows
-        for delta, change in zip(
-            oldest_first, row_changes(self.indexer, base.runs, deltas), strict=True
-        ):
+        counts, squashed = counted_union(self.indexer, base.runs, deltas, squash=True)
+        for delta, change in zip(oldest_first, counts, strict=True):
             rows += int(change)
             if rows != delta.header.state_rows:
                 raise self._fault(
@@ -342,6 +381,7 @@ class VersionLoader:
                     delta.ref,
                     delta.path,
                 )
+        return squashed
 
     # --- files --------------------------------------------------------------------------
 
@@ -363,6 +403,21 @@ class VersionLoader:
         self, ref: CheckpointRef, kind: FileKind, metrics: LoadMetrics, *, missing_ok: bool
     ) -> CheckpointFile | None:
         """Read and verify one checkpoint file of this store (None if absent and allowed)."""
+        found = self._read(ref, kind, metrics, missing_ok=missing_ok, tiny=False)
+        assert not isinstance(found, TinyDelta)
+        return found
+
+    def _read(
+        self,
+        ref: CheckpointRef,
+        kind: FileKind,
+        metrics: LoadMetrics,
+        *,
+        missing_ok: bool,
+        tiny: bool,
+    ) -> ChainFile | None:
+        """:meth:`read`; with ``tiny``, a tiny delta verified and its rows parsed but not
+        decoded (:mod:`state_runtime.store.tiny_deltas`)."""
         path = self._path(ref, kind)
         try:
             with self.target.storage.read_stream(path) as stream:
@@ -382,8 +437,27 @@ class VersionLoader:
             ) from None
         metrics.files_read += 1
         metrics.bytes_read += len(data)
+        store, schema_of = self.store, self.target.schema_of
+        if format_of(data) != DELTA_FORMAT_VERSION:
+            header, table = self._schema_known(
+                ref, path, lambda: decode(data, path, store, ref, schema_of, opened)
+            )
+            return self._from_rows(ref, kind, path, header, table)
+        header, parsed, stored = self._schema_known(
+            ref, path, lambda: parse_compact_rows(data, path, store, ref, schema_of)
+        )
+        delta = TinyDelta(ref, kind, path, header, stored, parsed.encodings, None)
+        if tiny and is_tiny(header) and labelled(header, self.store, ref, kind):
+            try:
+                return dataclasses.replace(delta, projection=self._projection(ref, path, header))
+            except SchemaMismatch:
+                pass  # read whole: its rows' faults come first
+        return self._alone(delta)
+
+    def _schema_known(self, ref: CheckpointRef, path: str, decoding: Callable[[], _T]) -> _T:
+        """``decoding()``, a SchemaMismatch naming the store's schema too."""
         try:
-            header, table = decode(data, path, self.store, ref, self.target.schema_of, opened)
+            return decoding()
         except SchemaMismatch as e:
             newest = self.target.history.newest.schema.describe()
             raise SchemaMismatch(
@@ -393,6 +467,19 @@ class VersionLoader:
                 checkpoint_id=ref.checkpoint_id,
                 path=path,
             ) from None
+
+    def _alone(self, delta: TinyDelta) -> CheckpointFile:
+        """A format 3 file's parsed rows decoded on their own, verified, as a run."""
+        corrupt = corrupt_reporter(delta.path, self.store, delta.ref)
+        table = decode_compact_rows(delta.header, delta.encodings, delta.stored, corrupt)
+        check_rows(delta.header, table, corrupt)
+        return self._from_rows(delta.ref, delta.kind, delta.path, delta.header, table)
+
+    def _from_rows(
+        self, ref: CheckpointRef, kind: FileKind, path: str, header: FileHeader, table: pa.Table
+    ) -> CheckpointFile:
+        """A decoded file's identity checked and its rows, under the store's schema, as a run
+        (duplicate keys, and removals in a snapshot, refused)."""
         check_identity(header, self.store, ref, kind, path)
         keys, values = self._projection(ref, path, header).apply(
             table.column("key").combine_chunks(), table.column("value").combine_chunks()
@@ -449,20 +536,17 @@ class VersionLoader:
         return CheckpointFile(ref, kind, path, header, run)
 
     def _need_delta(
-        self,
-        ref: CheckpointRef,
-        child: CheckpointFile | CheckpointRef | None,
-        metrics: LoadMetrics,
-    ) -> CheckpointFile:
-        delta = self.read(ref, FileKind.DELTA, metrics, missing_ok=True)
+        self, ref: CheckpointRef, child: ChainFile | None, metrics: LoadMetrics
+    ) -> ChainFile:
+        delta = self._read(ref, FileKind.DELTA, metrics, missing_ok=True, tiny=True)
         if delta is None:
             raise self._missing(ref, child)
         return delta
 
     def _missing(
-        self, ref: CheckpointRef, child: CheckpointFile | CheckpointRef | None
+        self, ref: CheckpointRef, child: ChainFile | CheckpointRef | None
     ) -> LineageBroken:
-        needed_by = child.path if isinstance(child, CheckpointFile) else str(child)
+        needed_by = child.path if isinstance(child, CheckpointFile | TinyDelta) else str(child)
         return self._fault(
             LineageBroken,
             f"delta needed by {needed_by} is missing and no snapshot or cached copy replaces it",
@@ -470,7 +554,7 @@ class VersionLoader:
             self._path(ref, FileKind.DELTA),
         )
 
-    def _check_chain(self, child: CheckpointFile, parent: CheckpointFile) -> None:
+    def _check_chain(self, child: ChainFile, parent: ChainFile) -> None:
         """The child's lineage past its parent (and the versions without a file between them)
         must be a prefix of the parent's lineage, as far as the parent records it: a format 3
         delta records only its own parent."""
@@ -485,44 +569,3 @@ class VersionLoader:
                 parent.ref,
                 parent.path,
             )
-
-
-def _parent(delta: CheckpointFile) -> CheckpointRef:
-    return delta.header.lineage[0] if delta.header.lineage else EMPTY
-
-
-def unchanged(ref: CheckpointRef, names: set[str]) -> bool:
-    """Whether ``ref`` is a version without a file, going by the store's file ``names``: its
-    id is that of a file at a lower version (a commit that changed nothing keeps its parent's
-    id; one that writes a file takes a fresh one, so this cannot mistake a lost file)."""
-    if ref.version < 2:
-        return False
-    for name in names:
-        parsed = parse_file_name(name)
-        if (
-            parsed is not None
-            and parsed.checkpoint_id == ref.checkpoint_id
-            and parsed.version < ref.version
-        ):
-            return True
-    return False
-
-
-def _lineage(chain: list[CheckpointFile], base: Version) -> tuple[CheckpointRef, ...]:
-    """The full lineage of ``chain[0]`` (applied on ``base``): as its file records it, or, for
-    a format 3 delta (which records its parent and depth), each chain file's parent down to
-    the next file (the versions between changed nothing and share its id) and the base's own
-    lineage, as deep as the writer's was."""
-    header = chain[0].header
-    if header.lineage_depth is None:
-        return header.lineage
-    refs: list[CheckpointRef] = []
-    for i, delta in enumerate(chain):
-        parent = _parent(delta)
-        stop = chain[i + 1].ref.version if i + 1 < len(chain) else base.ref.version
-        refs += [
-            CheckpointRef(v, parent.checkpoint_id)
-            for v in range(parent.version, stop - 1, -1)
-            if v >= 1
-        ]
-    return tuple([*refs, *base.lineage][: header.depth])

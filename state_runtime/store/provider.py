@@ -28,11 +28,12 @@ from state_runtime.identity import (
 )
 from state_runtime.storage import Storage, open_storage
 from state_runtime.store.cache import CACHE
+from state_runtime.store.chain_files import unchanged
 from state_runtime.store.checkpoint_format import FileHeader
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
 from state_runtime.store.keys import KeyIndexer
-from state_runtime.store.loader import VersionLoader, unchanged
+from state_runtime.store.loader import VersionLoader
 from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema

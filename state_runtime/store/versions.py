@@ -24,7 +24,7 @@ from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.keys import INT64_MIN, KeyIndexer, freeze
 from state_runtime.store.run_levels import AnyRun, spilled
 from state_runtime.store.run_merges import due, merge, merge_blocks
-from state_runtime.store.sorted_runs import Run, concat
+from state_runtime.store.sorted_runs import Run, concat, run_of
 
 COMPACT_FRACTION = 4
 """Fold the change runs into the base once they hold 1/COMPACT_FRACTION of its rows."""
@@ -151,13 +151,23 @@ def row_changes(indexer: KeyIndexer, runs: Sequence[AnyRun], changes: Sequence[R
     one follows the change before it. A few array operations, O(rows log rows), whatever the
     number of changes, where :func:`row_change` on each in turn would look each one up in
     every older one (n²/2 lookups for a chain of n)."""
+    return counted_union(indexer, runs, changes, squash=False)[0]
+
+
+def counted_union(
+    indexer: KeyIndexer, runs: Sequence[AnyRun], changes: Sequence[Run], *, squash: bool
+) -> tuple[np.ndarray, Run | None]:
+    """:func:`row_changes`, and with ``squash`` the changes squashed into one run from the
+    same sorted union (the newest change of each key), as :func:`squash` of more than two
+    runs in memory builds it by sorting them again; None without ``squash``, without rows,
+    or when different keys share an index key (their order in the union is not a run's)."""
     sizes = [len(c) for c in changes]
     if not sum(sizes):
-        return np.zeros(len(changes), dtype=np.int64)
+        return np.zeros(len(changes), dtype=np.int64), None
     index = np.concatenate([c.index for c in changes])
     order = np.argsort(index, kind="stable")  # a key's changes stay oldest first
     keys = pa.concat_arrays([c.keys for c in changes]).take(pa.array(order))
-    order, keys, after = _grouped(indexer, index[order], keys, order)
+    order, keys, after, regrouped = _grouped(indexer, index[order], keys, order)
     puts = np.concatenate([_valid(c.values) for c in changes])[order]
     existed = np.empty(len(order), dtype=bool)
     later = np.flatnonzero(after)
@@ -167,19 +177,27 @@ def row_changes(indexer: KeyIndexer, runs: Sequence[AnyRun], changes: Sequence[R
     source = np.repeat(np.arange(len(changes)), sizes)[order]
     added = np.bincount(source[puts & ~existed], minlength=len(changes))
     removed = np.bincount(source[~puts & existed], minlength=len(changes))
-    return (added - removed).astype(np.int64)
+    counts = (added - removed).astype(np.int64)
+    if not squash or regrouped:
+        return counts, None
+    last = np.ones(len(order), dtype=bool)  # the newest change of each key: the next is not it
+    last[:-1] = ~after[1:]
+    values = pa.concat_arrays([c.values for c in changes]).take(pa.array(order))
+    mask = pa.array(last)
+    return counts, run_of(index[order][last], keys.filter(mask), values.filter(mask))
 
 
 def _grouped(
     indexer: KeyIndexer, index: np.ndarray, keys: pa.StructArray, order: np.ndarray
-) -> tuple[np.ndarray, pa.StructArray, np.ndarray]:
+) -> tuple[np.ndarray, pa.StructArray, np.ndarray, bool]:
     """Rows sorted by index key (stable; ``keys`` theirs, ``order`` where each came from)
-    with equal keys made adjacent, and a mask of the rows whose key is the row's before.
-    Only different keys that share an index key (rare) are reordered: by key, stably."""
+    with equal keys made adjacent, a mask of the rows whose key is the row's before, and
+    whether rows were reordered: only different keys that share an index key (rare) are,
+    by key, stably."""
     after = np.zeros(len(index), dtype=bool)
     pairs = np.flatnonzero(index[1:] == index[:-1])
     if not len(pairs):
-        return order, keys, after
+        return order, keys, after, False
     same = np.ones(len(pairs), dtype=bool)
     # One integer key column: equal index means equal key, except null against INT64_MIN.
     check = np.flatnonzero(index[pairs] == INT64_MIN) if indexer.exact else np.arange(len(pairs))
@@ -188,7 +206,7 @@ def _grouped(
         same[check] = indexer.same(keys.take(left), keys.take(right))
     after[pairs + 1] = same
     if bool(same.all()):
-        return order, keys, after
+        return order, keys, after, False
     perm = np.arange(len(index))
     for start in np.unique(index[pairs[~same]]):
         lo = int(np.searchsorted(index, start, side="left"))
@@ -204,7 +222,7 @@ def _grouped(
         regroup = np.argsort(rank, kind="stable")
         perm[lo:hi] = lo + regroup
         after[lo + 1 : hi] = rank[regroup][1:] == rank[regroup][:-1]
-    return order[perm], keys.take(pa.array(perm)), after
+    return order[perm], keys.take(pa.array(perm)), after, True
 
 
 def _valid(values: pa.Array) -> np.ndarray:
