@@ -79,8 +79,9 @@ def store_report_pages(
 ) -> Iterator[list[StoreReport]]:
     """Health of every store in scope, a page at a time: set-based catalog reads, one page of
     stores each (:meth:`~state_runtime.catalog.Catalog.health_pages`), the next one read on
-    a thread while this one is processed (:func:`read_ahead`), so what is held is two pages
-    whatever the fleet's size. The stores of a page whose status differs from the one
+    a thread while this one is processed (:func:`read_ahead`, unless the catalog's pool serves
+    one thread), so what is held is a few pages (three at the most) whatever the fleet's
+    size. The stores of a page whose status differs from the one
     last recorded are recorded from the facts just read (one more transaction only when
     some changed), so that each "since" is a recorded change; a role that may not write, the
     reader, reads what was recorded last."""
@@ -88,7 +89,10 @@ def store_report_pages(
     recording = True
     for root in fleet.query_roots(wanted):
         pages = fleet.catalog.health_pages(policy.retention, root=root, now=now)
-        for page in read_ahead(pages):  # the next page's statements run meanwhile
+        # the next page's statements run meanwhile, on a thread of their own: not on an
+        # in-memory SQLite catalog, whose every thread sees its own empty database
+        ahead = read_ahead(pages) if fleet.catalog.pool_capacity > 1 else pages
+        for page in ahead:
             reports = [
                 StoreReport(health, cost, _status(health, policy))
                 for health, cost in page

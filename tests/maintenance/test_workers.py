@@ -16,6 +16,8 @@ from state_runtime.catalog import Catalog
 from state_runtime.cli import main
 from state_runtime.maintenance import MaintenancePolicy
 from state_runtime.maintenance import workers as workers_module
+from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.health import iter_store_reports
 from state_runtime.maintenance.spark import TASK_WORKERS
 from state_runtime.maintenance.workers import (
     RESERVED_CONNECTIONS,
@@ -65,6 +67,13 @@ def test_an_in_memory_catalog_is_worked_on_by_one_thread() -> None:
     with Catalog.open("sqlite://", upgrade=True) as catalog:
         assert catalog.pool_capacity == 1
         assert worker_count(catalog, MaintenancePolicy()) == 1
+
+
+def test_health_reads_an_in_memory_catalogs_pages_on_its_own_thread() -> None:
+    """Health reads a page ahead on a thread only when the catalog's pool serves several: on
+    another thread an in-memory catalog would be an empty database, its tables missing."""
+    with Catalog.open("sqlite://", upgrade=True) as catalog:
+        assert list(iter_store_reports(Fleet(catalog, owner="test"), MaintenancePolicy())) == []
 
 
 def test_one_setting_for_the_cli_the_environment_dagster_and_airflow() -> None:
