@@ -9,8 +9,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+import sqlalchemy as sa
 
 from state_runtime.catalog import FoundProblem, Verification
+from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.errors import InvalidArgument
 from state_runtime.identity import FileKind, StoreId
 from state_runtime.maintenance import (
@@ -23,6 +25,7 @@ from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.validation import files_to_read, validate_stores
 from state_runtime.status import StoreStatus
 from state_runtime.store import checkpoint_format
+from state_runtime.store.checkpoint_format import decode_table
 from state_runtime.store.file_verification import MISSING, verify_bytes
 from tests.maintenance.streams import StoreStream
 from tests.maintenance.test_cli import statestore
@@ -311,8 +314,9 @@ def test_a_verified_snapshot_read_again_is_checked_as_stored_and_damage_still_fo
 ) -> None:
     """A snapshot verified before (decoded whole by the snapshot pass) whose payload hashes to
     its recorded checksum is not decoded again: a decoder that fails every file fails none of
-    a full validation's verified files, while a never verified snapshot is still decoded and
-    a byte flipped in a verified one (size kept) is still found."""
+    a full validation's verified files, while a snapshot not verified is still decoded (once:
+    the deltas' format needs no decoding to be checked) and a byte flipped in a verified one
+    (size kept) is still found."""
     stream = built(make_stream)
     assert validated(stream, INCREMENTAL).ok  # every file verified now
     fleet = fleet_on(stream)
@@ -334,6 +338,23 @@ def test_a_verified_snapshot_read_again_is_checked_as_stored_and_damage_still_fo
     assert verify_bytes(data, snapshot.expected()) == (
         "corrupt checkpoint file: unparsable content: rows decoded again"
     )
+    monkeypatch.undo()
+
+    with fleet.catalog.engine.begin() as connection:  # as if never verified
+        connection.execute(
+            sa.update(checkpoint_files)
+            .where(checkpoint_files.c.path == snapshot.path)
+            .values(verification=Verification.UNVERIFIED.value)
+        )
+    decoded: list[object] = []
+
+    def counted(table: object, *args: object) -> object:
+        decoded.append(table)
+        return decode_table(table, *args)
+
+    monkeypatch.setattr(checkpoint_format, "decode_table", counted)
+    assert validated(stream, full).ok
+    assert len(decoded) == 1
     monkeypatch.undo()
 
     path = stream.storage.root / snapshot.path
