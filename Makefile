@@ -18,7 +18,7 @@ AIRFLOW_STAMP  = $(AIRFLOW_VENV)/.installed
         bench-store bench-disk bench-cold-start bench-delta-bytes bench-catalog bench-watchdog bench-s3 bench-e2e \
         bench-e2e-connect bench-e2e-partitions \
         bench-maintenance bench-cleanup-workers bench-validation bench-eviction bench-schema \
-        bench-dagster-partitions bench-cleanup-backlog bench-fleet bench-fleet-spark bench-ticks bench-failure-ticks bench-snapshots bench-tws \
+        bench-dagster-partitions bench-cleanup-backlog bench-fleet bench-fleet-spark bench-ticks bench-failure-ticks bench-snapshots bench-validation-cpu bench-tws \
         bench-tws-task fuzz-spark \
         fuzz-tws soak clean
 
@@ -39,6 +39,7 @@ help:
 	@echo "make bench-ticks  each sensor's tick at fleet size, quiet and after a minute's batches (STATE_BENCH_TICK_SIZES=20000)"
 	@echo "make bench-failure-ticks  state_store_failures' ticks after a change, before and now (STATE_BENCH_PARTITIONS=20000,100000)"
 	@echo "make bench-snapshots  the snapshot pass at 2,000 stores: CPU per snapshot, wall (SQLite, PostgreSQL)"
+	@echo "make bench-validation-cpu  validation's CPU per file and health's wall on bench-snapshots' fleet"
 	@echo "make fuzz-spark  thousands of generated streams against Spark's own streaming engine"
 	@echo "make fuzz-tws    generated streams through transform_with_state and Spark's transformWithState"
 	@echo "make soak        the platform simulation for SOAK_MINUTES (default 60; docs/simulation.md)"
@@ -193,6 +194,9 @@ bench-fleet: $(STAMP)
 
 bench-snapshots: $(STAMP)
 	$(PY) benchmarks/bench_snapshots.py
+
+bench-validation-cpu: $(STAMP)
+	$(PY) benchmarks/bench_validation_cpu.py
 
 # Issue 35: each sensor's tick on bench-fleet's fleet, quiet and after a minute's batches (the
 # batch events' rule before and now, alternated); STATE_BENCH_TICK_SIZES, default 20000.

@@ -19,6 +19,7 @@ from state_runtime.catalog import RecoveryCost, StatusChange, StoreHealth, Store
 from state_runtime.errors import CatalogPermissionDenied, CatalogReadOnly
 from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.policy import MaintenancePolicy
+from state_runtime.maintenance.workers import read_ahead
 from state_runtime.redaction import get_logger
 from state_runtime.status import Status, StoreStatus, store_status
 
@@ -77,15 +78,21 @@ def store_report_pages(
     now: datetime | None = None,
 ) -> Iterator[list[StoreReport]]:
     """Health of every store in scope, a page at a time: set-based catalog reads, one page of
-    stores each (:meth:`~state_runtime.catalog.Catalog.health_pages`), so what is held is one
-    page whatever the fleet's size. The stores of a page whose status differs from the one
+    stores each (:meth:`~state_runtime.catalog.Catalog.health_pages`), the next one read on
+    a thread while this one is processed (:func:`read_ahead`, unless the catalog's pool serves
+    one thread), so what is held is a few pages (three at the most) whatever the fleet's
+    size. The stores of a page whose status differs from the one
     last recorded are recorded from the facts just read (one more transaction only when
     some changed), so that each "since" is a recorded change; a role that may not write, the
     reader, reads what was recorded last."""
     wanted = key_set(only)
     recording = True
     for root in fleet.query_roots(wanted):
-        for page in fleet.catalog.health_pages(policy.retention, root=root, now=now):
+        pages = fleet.catalog.health_pages(policy.retention, root=root, now=now)
+        # the next page's statements run meanwhile, on a thread of their own: not on an
+        # in-memory SQLite catalog, whose every thread sees its own empty database
+        ahead = read_ahead(pages) if fleet.catalog.pool_capacity > 1 else pages
+        for page in ahead:
             reports = [
                 StoreReport(health, cost, _status(health, policy))
                 for health, cost in page

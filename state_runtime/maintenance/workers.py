@@ -78,6 +78,26 @@ def map_bounded(work: Callable[[T], R], items: Iterable[T], workers: int, name: 
                 future.cancel()
 
 
+_END = object()
+
+
+def read_ahead(items: Iterable[T]) -> Iterator[T]:
+    """``items``, the next one read on a thread while the caller works on the current one: a
+    pass over a catalog's pages waits on the next page's statements while it processes this
+    one's (each page its own transaction, on a connection of its own), not after. At most
+    one item is read ahead: what is held is the caller's item and the next, three at the most
+    (the one after next is read as soon as the next is handed over, while the caller may
+    still hold its last), whatever their number. Only for a catalog whose pool serves more
+    than one thread (``pool_capacity > 1``): an in-memory SQLite database is empty on any
+    thread but its own."""
+    iterator = iter(items)
+    with ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as pool:
+        pending = pool.submit(next, iterator, _END)
+        while (item := pending.result()) is not _END:
+            pending = pool.submit(next, iterator, _END)
+            yield item  # type: ignore[misc]
+
+
 @contextmanager
 def closing_items(items: Iterator[R]) -> Iterator[Iterator[R]]:
     """``items``, closed when the block ends however it ends: a consumer that raises stops a

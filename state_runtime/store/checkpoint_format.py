@@ -250,8 +250,7 @@ def check_rows(
     problem = layout_problem(table, header.schema.key_arrow, header.schema.value_arrow)
     if problem:
         raise corrupt(problem)
-    if table.num_rows != header.file_rows:
-        raise corrupt(f"has {table.num_rows} rows, its header says {header.file_rows}")
+    _check_row_count(table, header, corrupt)
 
 
 def read_header(
@@ -263,6 +262,34 @@ def read_header(
     if format_of(data) == DELTA_FORMAT_VERSION:
         return _parse_compact(data, corrupt_reporter(path, store, ref)).header
     return decode(data, path, store, ref)[0]
+
+
+def read_header_as_parsed(
+    data: bytes, path: str, store: object | None = None, ref: CheckpointRef | None = None
+) -> tuple[FileHeader, pa.Table | None]:
+    """:func:`read_header` for bytes whose rows were parsed whole before (the caller knows
+    them to be those bytes: their checksum matched the one recorded for them): the envelope
+    and checksum, the header and, for a format 1 or 2 file, its rows as stored (their columns
+    and count checked against the header), not decoded again (the narrow integer columns'
+    decoding is most of a small snapshot's cost). Raises CheckpointFileCorrupt naming
+    ``path``."""
+    if format_of(data) == DELTA_FORMAT_VERSION:
+        return read_header(data, path, store, ref), None
+    corrupt = corrupt_reporter(path, store, ref)
+    stream, stored = _read_json_format(data, corrupt, None)
+    problem = _columns_problem(stored)
+    if problem:
+        raise corrupt(problem)
+    _check_row_count(stored, stream.header, corrupt)
+    return stream.header, stored
+
+
+def _check_row_count(
+    table: pa.Table, header: FileHeader, corrupt: Callable[[str], CheckpointFileCorrupt]
+) -> None:
+    """Refuse rows of another count than the header's."""
+    if table.num_rows != header.file_rows:
+        raise corrupt(f"has {table.num_rows} rows, its header says {header.file_rows}")
 
 
 PARSE_ERRORS = (
@@ -329,20 +356,31 @@ def open_json_format(data: bytes, corrupt: Callable[[str], CheckpointFileCorrupt
     return JsonStream(reader, header, encodings)
 
 
-def _decode_json_format(
+def _read_json_format(
     data: bytes, corrupt: Callable[[str], CheckpointFileCorrupt], opened: JsonStream | None
-) -> tuple[FileHeader, pa.Table]:
-    """Formats 1 and 2: the 52-byte envelope and an Arrow IPC stream with a JSON header."""
+) -> tuple[JsonStream, pa.Table]:
+    """A format 1 or 2 file (the 52-byte envelope and an Arrow IPC stream with a JSON header),
+    its envelope and checksum checked: its stream and its rows as stored (columns encoded)."""
     _, length, digest = envelope_of(data, corrupt)
     payload = memoryview(data)[ENVELOPE_SIZE:]
     check_payload(len(payload), length, hashlib.sha256(payload).digest() == digest, corrupt)
     stream = opened or open_json_format(data, corrupt)
+    try:
+        return stream, stream.reader.read_all()
+    except PARSE_ERRORS as e:
+        raise corrupt(f"unparsable content: {e}") from e
+
+
+def _decode_json_format(
+    data: bytes, corrupt: Callable[[str], CheckpointFileCorrupt], opened: JsonStream | None
+) -> tuple[FileHeader, pa.Table]:
+    """Formats 1 and 2: :func:`_read_json_format`'s rows decoded."""
+    stream, stored = _read_json_format(data, corrupt, opened)
     header = stream.header
     assert header.schema is not None
     try:
-        table = stream.reader.read_all()
         key_type, value_type = header.schema.key_arrow, header.schema.value_arrow
-        table = decode_table(table, stream.encodings, key_type, value_type)
+        table = decode_table(stored, stream.encodings, key_type, value_type)
     except (*PARSE_ERRORS, InvalidArgument) as e:
         raise corrupt(f"unparsable content: {e}") from e
     return header, table
@@ -392,14 +430,22 @@ def stream_header(schema: pa.Schema, fmt: int) -> tuple[FileHeader, bytes | None
 
 def layout_problem(table: pa.Table, key_type: pa.DataType, value_type: pa.DataType) -> str:
     """What is wrong with a decoded table's columns for its header's schemas, or ""."""
-    if table.column_names != ["key", "value"]:
-        return f"columns {table.column_names}, expected exactly ['key', 'value']"
+    problem = _columns_problem(table)
+    if problem:
+        return problem
     for name, expected in (("key", key_type), ("value", value_type)):
         found = table.schema.field(name).type
         if not pa.types.is_struct(found) or found != expected:
             return f"column {name!r} has type {found}, its header's schema says {expected}"
     if table.column("key").null_count:
         return "null keys"
+    return ""
+
+
+def _columns_problem(table: pa.Table) -> str:
+    """What is wrong with a table's column names (decoded or as stored), or ""."""
+    if table.column_names != ["key", "value"]:
+        return f"columns {table.column_names}, expected exactly ['key', 'value']"
     return ""
 
 

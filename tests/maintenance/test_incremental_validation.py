@@ -9,10 +9,12 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+import sqlalchemy as sa
 
 from state_runtime.catalog import FoundProblem, Verification
+from state_runtime.catalog.schema.tables import checkpoint_files
 from state_runtime.errors import InvalidArgument
-from state_runtime.identity import StoreId
+from state_runtime.identity import FileKind, StoreId
 from state_runtime.maintenance import (
     CheckName,
     ChecksReport,
@@ -22,7 +24,9 @@ from state_runtime.maintenance import (
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.validation import files_to_read, validate_stores
 from state_runtime.status import StoreStatus
-from state_runtime.store.file_verification import MISSING
+from state_runtime.store import checkpoint_format
+from state_runtime.store.checkpoint_format import decode_table
+from state_runtime.store.file_verification import MISSING, verify_bytes
 from tests.maintenance.streams import StoreStream
 from tests.maintenance.test_cli import statestore
 from tests.maintenance.test_snapshots import fleet_on
@@ -303,3 +307,61 @@ def test_damage_the_runtime_records_during_a_run_stays_open(
     assert problem.path == rotten  # still open
     again = validated(stream, INCREMENTAL)  # named by an open problem: read, and found
     assert [f.path for f in again.validation.errors] == [rotten]
+
+
+def test_a_verified_snapshot_read_again_is_checked_as_stored_and_damage_still_found(
+    make_stream: Callable[..., StoreStream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot verified before (decoded whole by the snapshot pass) whose payload hashes to
+    its recorded checksum is not decoded again: a decoder that fails every file fails none of
+    a full validation's verified files, while a snapshot not verified is still decoded (once:
+    the deltas' format needs no decoding to be checked) and a byte flipped in a verified one
+    (size kept) is still found."""
+    stream = built(make_stream)
+    assert validated(stream, INCREMENTAL).ok  # every file verified now
+    fleet = fleet_on(stream)
+    store = stream.stores[0]
+    snapshot = next(
+        f
+        for f in fleet.catalog.store_files(stream.storage.uri, store)
+        if f.kind is FileKind.SNAPSHOT
+    )
+    assert snapshot.verification == Verification.VERIFIED
+
+    def undecodable(*_: object, **__: object) -> object:
+        raise ValueError("rows decoded again")
+
+    monkeypatch.setattr(checkpoint_format, "decode_table", undecodable)
+    full = replace(POLICY, verify_sample_percent=100)
+    assert validated(stream, full).ok
+    data = (stream.storage.root / snapshot.path).read_bytes()
+    assert verify_bytes(data, snapshot.expected()) == (
+        "corrupt checkpoint file: unparsable content: rows decoded again"
+    )
+    monkeypatch.undo()
+
+    with fleet.catalog.engine.begin() as connection:  # as if never verified
+        connection.execute(
+            sa.update(checkpoint_files)
+            .where(checkpoint_files.c.path == snapshot.path)
+            .values(verification=Verification.UNVERIFIED.value)
+        )
+    decoded: list[object] = []
+
+    def counted(table: object, *args: object) -> object:
+        decoded.append(table)
+        return decode_table(table, *args)
+
+    monkeypatch.setattr(checkpoint_format, "decode_table", counted)
+    assert validated(stream, full).ok
+    assert len(decoded) == 1
+    monkeypatch.undo()
+
+    path = stream.storage.root / snapshot.path
+    flipped = bytearray(data)
+    flipped[-10] ^= 0xFF
+    path.write_bytes(bytes(flipped))
+    report = validated(stream, full)
+    assert [(f.path, f.problem) for f in report.validation.errors] == [
+        (snapshot.path, "corrupt checkpoint file: checksum mismatch: the bytes were altered")
+    ]

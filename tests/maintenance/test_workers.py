@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -15,6 +16,8 @@ from state_runtime.catalog import Catalog
 from state_runtime.cli import main
 from state_runtime.maintenance import MaintenancePolicy
 from state_runtime.maintenance import workers as workers_module
+from state_runtime.maintenance.fleet import Fleet
+from state_runtime.maintenance.health import iter_store_reports
 from state_runtime.maintenance.spark import TASK_WORKERS
 from state_runtime.maintenance.workers import (
     RESERVED_CONNECTIONS,
@@ -22,6 +25,7 @@ from state_runtime.maintenance.workers import (
     closing_items,
     map_bounded,
     pool_allows,
+    read_ahead,
     worker_count,
 )
 
@@ -65,6 +69,13 @@ def test_an_in_memory_catalog_is_worked_on_by_one_thread() -> None:
         assert worker_count(catalog, MaintenancePolicy()) == 1
 
 
+def test_health_reads_an_in_memory_catalogs_pages_on_its_own_thread() -> None:
+    """Health reads a page ahead on a thread only when the catalog's pool serves several: on
+    another thread an in-memory catalog would be an empty database, its tables missing."""
+    with Catalog.open("sqlite://", upgrade=True) as catalog:
+        assert list(iter_store_reports(Fleet(catalog, owner="test"), MaintenancePolicy())) == []
+
+
 def test_one_setting_for_the_cli_the_environment_dagster_and_airflow() -> None:
     assert MaintenancePolicy.from_env({"STATE_MAINTENANCE_WORKERS": "3"}).workers == 3
     assert MaintenancePolicy.from_env({}).workers is None
@@ -106,3 +117,23 @@ def test_a_consumer_that_raises_cancels_the_queued_work(monkeypatch: pytest.Monk
     # The queued item 3 never ran (nor will: no pool left); 1 or 2 may have been cancelled
     # too, if no worker had taken it yet.
     assert 0 in started and not started & {3, 4}, started
+
+
+def test_read_ahead_reads_one_item_ahead_on_another_thread_in_order() -> None:
+    """Each item is read on the read-ahead thread while the caller holds the one before: at
+    most one ahead (memory of two pages), in order, and an error raised where it was read."""
+    pulled: list[str] = []
+
+    def pages() -> Iterator[int]:
+        for page in range(4):
+            pulled.append(threading.current_thread().name)
+            yield page
+        raise RuntimeError("page 4 failed")
+
+    seen = []
+    with pytest.raises(RuntimeError, match="page 4 failed"):
+        for page in read_ahead(pages()):
+            seen.append((page, len(pulled)))
+    assert [p for p, _ in seen] == [0, 1, 2, 3]
+    assert all(0 <= n - p - 1 <= 1 for p, n in seen)  # never more than one ahead
+    assert all(name.startswith("read-ahead") for name in pulled)

@@ -1,8 +1,9 @@
 """Keyset paging over stores: a fleet-wide question asked one page of store ids at a time.
 
 Every page is its own retried read (consistent within the page, not across pages), so what
-a caller holds is one page's answer, whatever the fleet's size: the bounded memory of the
-fleet-wide passes (health, the cleanup plan) stands on this one loop.
+a caller holds is a page's answer (a few, when it reads ahead: health's ``read_ahead``),
+whatever the fleet's size: the bounded memory of the fleet-wide passes (health, the cleanup
+plan) stands on this one loop.
 """
 
 from __future__ import annotations

@@ -518,8 +518,12 @@ def retained_versions(
     files_query, retained_query, idle_query = queries
     values = {"store_ids": sorted(store_of)}
     files: dict[tuple[int, int], list[FileRecord]] = {}
+    records: dict[int, FileRecord] = {}  # by file id: a file loads several retained versions
     for row in connection.execute(files_query, values):
-        files.setdefault((row.store_id, row.retained_version), []).append(file_record(row))
+        record = records.get(row.file_id)
+        if record is None:
+            record = records[row.file_id] = file_record(row)
+        files.setdefault((row.store_id, row.retained_version), []).append(record)
     idle: dict[int, set[int]] = {}
     for row in connection.execute(idle_query, values):
         idle.setdefault(row.store_id, set()).add(row.version)
