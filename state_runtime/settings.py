@@ -233,6 +233,18 @@ MAINTENANCE = SettingGroup(
             option="--workers",
         ),
         Setting(
+            "processes",
+            "int",
+            None,
+            "Worker processes on this host the snapshot, validation and cleanup passes deal "
+            "their stores to, each running --workers threads (unset: one per CPU when the "
+            "catalog is PostgreSQL and a pass has enough stores to repay starting them, since "
+            "the per-store work is Python that one process runs on one core; on SQLite, "
+            "whose file has one writer, always threads. 1: threads in this process only).",
+            floor=1,
+            option="--processes",
+        ),
+        Setting(
             "verify_sample_percent",
             "int",
             5,

@@ -50,6 +50,7 @@ from state_runtime.maintenance.leftovers import (
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
+from state_runtime.maintenance.host_processes import spread_for
 from state_runtime.maintenance.spread import Spread
 from state_runtime.maintenance.workers import closing_items, map_bounded, worker_count
 from state_runtime.units import size
@@ -391,10 +392,11 @@ def cleanup_pass(
         parts = _parts(fleet, policy, report, wanted, now, chunk_files)
         work = partial(clean_parts, policy, run.run_id, now, delete_batch, chunk_files, workers)
         counted = 0
-        if spread is None:
+        on = spread_for(fleet, policy, spread, stores, "cleanup", workers)
+        if on is None:
             done: Iterator[_Cleaned] = work(fleet, parts)
         else:  # the whole plan first (its store keys): the spread deals it at once
-            done = spread.map(fleet, list(parts), work)
+            done = on.map(fleet, list(parts), work)
         with closing_items(done) as cleaned_parts:
             for cleaned in cleaned_parts:
                 report.busy += cleaned.busy

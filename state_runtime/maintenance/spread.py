@@ -8,7 +8,9 @@ hands it its items (due stores, stores with their sample draws, chunks of stores
 the catalog and the storage itself, runs ``work`` over its slice (the same function the
 one-host path runs over the whole list, under the driver's run id), and the results come
 back to the driver, which counts them into the pass's one report and one recorded run.
-:class:`state_runtime.maintenance.spark.SparkSpread` is the spread there is.
+What a worker does with its slice is :func:`run_slice`, whichever the spread:
+:class:`state_runtime.maintenance.spark.SparkSpread` (Spark tasks) and
+:class:`state_runtime.maintenance.host_processes.HostProcesses` (this host's processes).
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol, TypeVar
 
-from state_runtime.maintenance.fleet import Fleet
+from state_runtime.catalog import Catalog
+from state_runtime.maintenance.fleet import Fleet, StorageOpener
+from state_runtime.maintenance.workers import RESERVED_CONNECTIONS
+from state_runtime.storage import open_storage
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -35,3 +40,21 @@ class Spread(Protocol):
         """What ``work`` returned over every item, each slice's worker opening its own
         catalog and storage for ``fleet``'s roots, as ``fleet.owner``."""
         ...
+
+
+def run_slice(
+    url: str,
+    workers: int,
+    roots: Sequence[str] | None,
+    owner: str,
+    work: Work[Item, Result],
+    items: list[Item],
+    opener: StorageOpener = open_storage,
+) -> Iterator[Result]:
+    """One worker's slice: ``work`` over ``items`` with a catalog of its own at ``url`` (a
+    pool for ``workers`` threads and the run's reserved connections) and each root's storage
+    opened by ``opener`` (default: by its URI), as ``owner``; the catalog closed when the
+    results are all read."""
+    with Catalog.open(url, connections=workers + RESERVED_CONNECTIONS) as catalog:
+        fleet = Fleet(catalog, roots=roots, owner=owner, open_storage=opener)
+        yield from work(fleet, items)

@@ -56,6 +56,7 @@ from state_runtime.maintenance.damage import Damage, classify
 from state_runtime.maintenance.fleet import Fleet, key_set
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
+from state_runtime.maintenance.host_processes import spread_for
 from state_runtime.maintenance.spread import Spread
 from state_runtime.maintenance.workers import closing_items, map_bounded, worker_count
 from state_runtime.retention import Verdict
@@ -179,8 +180,9 @@ def validate_stores(
     sampler: random.Random | None = None,
     spread: Spread | None = None,
 ) -> ValidationReport:
-    """Validate every store in scope, ``workers`` at once (:func:`worker_count`), on this
-    host or, given a ``spread``, in its workers (each slice ``workers`` at once), and record
+    """Validate every store in scope, ``workers`` at once (:func:`worker_count`), in this
+    process, this host's worker processes or, given a ``spread``, its workers (each slice
+    ``workers`` at once; :func:`spread_for` decides), and record
     what was found (see the module docstring); ``run_id``: the validation run that records
     it; ``sampler``: where each store's rounding draw of the sample comes from (seed one to
     make a run's choice repeatable; the draws are taken in store order on the calling host,
@@ -201,7 +203,8 @@ def validate_stores(
     # the draws are taken here, in store order, a page of stores at a time
     records = ((record, draw()) for page in fleet.store_pages(wanted) for record in page)
     work = partial(validate_slice, policy, run_id, started, workers, wanted)
-    done = work(fleet, records) if spread is None else spread.map(fleet, list(records), work)
+    on = spread_for(fleet, policy, spread, total, "validation", workers)
+    done = work(fleet, records) if on is None else on.map(fleet, list(records), work)
     report = ValidationReport()
     with progress.stage("validation", total) as advance, closing_items(done) as results:
         for result in results:

@@ -1,0 +1,147 @@
+"""The passes dealt to worker processes on this host
+(:class:`~state_runtime.maintenance.host_processes.HostProcesses`) give what they give in
+threads; a process that raises fails the pass and its recorded run with its error, a process
+lost fails them with WorkerProcessLost; the default is processes only where they pay."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+import pytest
+
+from state_runtime.catalog import Catalog, RunKind
+from state_runtime.errors import CatalogUnavailable, WorkerProcessLost
+from state_runtime.maintenance import Fleet, cleanup_pass, run_checks, snapshot_pass
+from state_runtime.maintenance.host_processes import (
+    CONNECTION_BUDGET,
+    MIN_ITEMS,
+    PROCESS_THREADS,
+    HostProcesses,
+    process_count,
+    spread_for,
+)
+from state_runtime.maintenance.spread import Work
+from state_runtime.maintenance.workers import RESERVED_CONNECTIONS
+from tests.maintenance.spread_checks import (
+    LATER,
+    POLICY,
+    THREADS,
+    each_pass_alike,
+    fleet_of,
+)
+from tests.maintenance.streams import StoreStream
+
+POSTGRES = pytest.mark.parametrize("catalog", ["postgresql"], indirect=True)
+
+
+def processes(catalog: Catalog, name: str = "test") -> HostProcesses:
+    return HostProcesses(catalog.engine.url.render_as_string(hide_password=False), 2, name)
+
+
+@POSTGRES
+def test_each_pass_in_host_processes_as_in_threads(
+    make_stream: Callable[..., StoreStream], catalog: Catalog
+) -> None:
+    each_pass_alike(make_stream, catalog, processes(catalog))
+
+
+def _sabotaged(how: str, work: Work[Any, Any], fleet: Fleet, items: list[Any]) -> Iterable[Any]:
+    """A worker process's slice that fails ``how``: raising our error, exiting, killed."""
+    if how == "raise":
+        raise CatalogUnavailable(f"catalog gone under {len(items)} items", store=items[0])
+    if how == "exit":
+        os._exit(3)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return work(fleet, items)
+
+
+@dataclass(frozen=True)
+class Sabotaged:
+    """:class:`HostProcesses` whose processes fail ``how`` on their slice."""
+
+    inner: HostProcesses
+    how: str
+
+    def map(self, fleet: Fleet, items: Sequence[Any], work: Work[Any, Any]) -> Iterator[Any]:
+        return self.inner.map(fleet, items, partial(_sabotaged, self.how, work))
+
+
+PASSES: dict[str, Callable[[Fleet, Any], object]] = {
+    "snapshot": lambda fleet, spread: snapshot_pass(fleet, POLICY, spread=spread),
+    "validate": lambda fleet, spread: run_checks(fleet, POLICY, spread=spread),
+    "cleanup": lambda fleet, spread: cleanup_pass(
+        fleet, POLICY, now=LATER, dry_run=False, spread=spread
+    ),
+}
+
+
+@POSTGRES
+@pytest.mark.parametrize("kind", list(PASSES))
+@pytest.mark.parametrize("how", ["raise", "exit", "kill"])
+def test_a_failing_process_fails_the_pass_and_its_run(
+    make_stream: Callable[..., StoreStream], catalog: Catalog, kind: str, how: str
+) -> None:
+    stream = make_stream()
+    stream.run(6)
+    if kind == "cleanup":  # deltas 1-4 become deletable
+        snapshot_pass(fleet_of(stream), THREADS)
+    spread = Sabotaged(processes(catalog, kind), how)
+    if how == "raise":
+        with pytest.raises(CatalogUnavailable, match="catalog gone under 1 items"):
+            PASSES[kind](fleet_of(stream), spread)
+    else:
+        with pytest.raises(WorkerProcessLost, match=f"the {kind} pass lost one of its 2 worker"):
+            PASSES[kind](fleet_of(stream), spread)
+    [run] = [r for r in catalog.recent_runs() if r.kind == RunKind[kind.upper()].value]
+    assert run.outcome == "failed"
+    expected = "CatalogUnavailable: [" if how == "raise" else "WorkerProcessLost: ["
+    assert run.error is not None and run.error.startswith(expected)
+
+
+def test_processes_only_where_they_pay() -> None:
+    many = MIN_ITEMS * 10
+    assert process_count(None, "postgresql", 8, many) == 8
+    assert process_count(None, "sqlite", 8, many) == 1  # one writer: threads
+    assert process_count(4, "sqlite", 8, many) == 1
+    assert process_count(None, "postgresql", 1, many) == 1  # one CPU
+    assert process_count(None, "postgresql", 8, MIN_ITEMS - 1) == 1  # too few to repay
+    assert process_count(1, "postgresql", 8, many) == 1  # asked: threads only
+    assert process_count(3, "postgresql", 8, 10) == 3  # asked: even for a few items
+    assert process_count(3, "postgresql", 8, 2) == 2  # never more than the items
+    assert process_count(None, "postgresql", 8, 1) == 1
+
+
+def test_processes_beyond_the_connection_budget_are_lowered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    allowed = CONNECTION_BUDGET // (PROCESS_THREADS + RESERVED_CONNECTIONS)
+    with caplog.at_level(logging.WARNING, logger="state_runtime.maintenance.host_processes"):
+        assert process_count(None, "postgresql", 256, 10_000) == allowed
+        assert process_count(500, "postgresql", 2, 10_000, threads=6) == CONNECTION_BUDGET // 8
+    first, _ = caplog.messages
+    assert f"256 worker processes asked (--processes or STATE_MAINTENANCE_PROCESSES" in first
+    assert f"{CONNECTION_BUDGET} catalog connections" in first
+
+
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"], indirect=True)
+def test_the_passes_choice(catalog: Catalog) -> None:
+    """A spread given wins; SQLite keeps to threads; PostgreSQL deals to processes when
+    asked (and the host's CPUs by default for enough items), each with the pass's threads."""
+    fleet, given = Fleet(catalog, owner="tests"), processes(catalog)
+    assert spread_for(fleet, POLICY, given, 10_000, "snapshot") is given
+    asked = replace(POLICY, processes=2)
+    chosen = spread_for(fleet, asked, None, 10_000, "snapshot", workers=3)
+    if catalog.dialect == "sqlite":
+        assert chosen is None
+        return
+    assert chosen == HostProcesses(given.catalog_url, 2, "snapshot", 3)
+    assert spread_for(fleet, replace(POLICY, processes=1), None, 10_000, "snapshot") is None
+    assert spread_for(fleet, POLICY, None, MIN_ITEMS - 1, "snapshot") is None
+    unpicklable = Fleet(catalog, owner="tests", open_storage=lambda root: fleet.storage(root))
+    assert spread_for(unpicklable, asked, None, 10_000, "snapshot") is None
