@@ -40,6 +40,7 @@ from state_runtime.catalog import (
 from state_runtime.errors import CatalogError
 from state_runtime.maintenance.attempts import AttemptSweepReport, sweep_attempts
 from state_runtime.maintenance.fleet import Fleet, key_set
+from state_runtime.maintenance.host_processes import spread_for
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.leftovers import (
     LeftoverReport,
@@ -50,7 +51,6 @@ from state_runtime.maintenance.leftovers import (
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
-from state_runtime.maintenance.host_processes import spread_for
 from state_runtime.maintenance.spread import Spread
 from state_runtime.maintenance.workers import closing_items, map_bounded, worker_count
 from state_runtime.units import size
@@ -357,8 +357,10 @@ def cleanup_pass(
 ) -> CleanupReport:
     """Plan the cleanup and, unless ``dry_run``, carry it out (see the module docstring),
     page by page of stores, each page's stores in chunks of about ``chunk_files`` files that
-    ``workers`` (:func:`worker_count`) claim, delete and record at once: what is held at any
-    time is one page's plan and the chunks in flight.
+    ``workers`` (:func:`worker_count`) claim, delete and record at once, in this process,
+    this host's worker processes or the given ``spread``'s (:func:`spread_for` decides): what
+    is held at any time is one page's plan and the chunks in flight (with a spread, the
+    plan's chunks are read whole first).
 
     Raises MaintenanceRefused, touching nothing, if the retention is below the safety floor.
     """

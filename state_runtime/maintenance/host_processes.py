@@ -3,10 +3,11 @@
 The per-store work of the snapshot, validation and cleanup passes is mostly Python (a
 snapshot decodes its chain: 10-20 ms of CPU a store), so the threads of one process share one
 core under the GIL. :class:`HostProcesses` is the :class:`~state_runtime.maintenance.spread.Spread`
-that runs it in ``processes`` worker processes instead, each opening its own catalog by URL
-and running the pass's ordinary work over a slice of the items
-(:func:`~state_runtime.maintenance.spread.run_slice`, as a Spark task does) with ``threads``
-threads. The processes are started by ``forkserver`` (``spawn`` where there is none), never
+that runs it in ``processes`` worker processes instead: each opens its own catalog by URL
+when it starts (:func:`~state_runtime.maintenance.spread.worker_fleet`, as a Spark task does)
+and runs the pass's ordinary work over each slice of the items it is dealt, ``threads``
+threads at a time, on that one fleet (its catalog and storage opened once a process, not
+once a slice). The processes are started by ``forkserver`` (``spawn`` where there is none), never
 forked from the driver, which holds threads and a connection pool.
 
 :func:`spread_for` is where every pass decides how its work runs: the spread it was given
@@ -22,14 +23,16 @@ import pickle
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
+from multiprocessing.util import Finalize
 from typing import TypeVar
 
 from state_runtime.errors import WorkerProcessLost
 from state_runtime.maintenance.fleet import Fleet, StorageOpener
 from state_runtime.maintenance.policy import MaintenancePolicy
-from state_runtime.maintenance.spread import Spread, Work, run_slice
+from state_runtime.maintenance.spread import Spread, Work, worker_fleet
 from state_runtime.maintenance.workers import RESERVED_CONNECTIONS
 from state_runtime.redaction import get_logger
 from state_runtime.settings import MAINTENANCE
@@ -38,18 +41,19 @@ log = get_logger(__name__)
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
-PROCESS_THREADS = 2
-"""Threads a worker process runs by default (``--workers`` sets another count): enough to
-overlap a store's catalog and storage waits with another's decoding; more would share the
-process's one core."""
+PROCESS_THREADS = 4
+"""Threads a worker process runs by default (``--workers`` sets another count): a store's
+work waits on the catalog and storage as much as it computes, so a process overlaps a few
+(docs/maintenance.md, "Passes on the host's processes", has the measurements)."""
 CONNECTION_BUDGET = 64
 """Catalog connections the worker processes of a pass may hold together: processes x
 (threads + :data:`~state_runtime.maintenance.workers.RESERVED_CONNECTIONS`). With the
 driver's own pool (15), it stays well under PostgreSQL's default ``max_connections`` (100),
 leaving room for the streaming jobs; more processes asked are lowered to it, with a warning."""
-MIN_ITEMS = 200
+MIN_ITEMS = 5000
 """Items (stores due, stores to validate, stores to clean) below which a pass keeps to
-threads by default: starting the processes and opening their catalogs costs about a second
+threads by default: at 2,000 stores the processes did not repay their start (their
+interpreters, their catalogs, each slice's reads) on a shared 2-core machine
 (docs/maintenance.md, "Passes on the host's processes")."""
 SLICE_ITEMS = 100
 """Items a process is dealt at a time, at most: small enough that results stream back as
@@ -148,10 +152,13 @@ class HostProcesses:
             return
         size = max(1, min(SLICE_ITEMS, -(-len(items) // (IN_FLIGHT * self.processes))))
         roots = None if fleet.roots is None else list(fleet.roots)
-        task = partial(
-            _slice, self.catalog_url, self.threads, roots, fleet.owner, work, fleet.open_storage
+        pool = ProcessPoolExecutor(
+            self.processes,
+            mp_context=_context(),
+            initializer=_start,
+            initargs=(self.catalog_url, self.threads, roots, fleet.owner, fleet.open_storage),
         )
-        pool = ProcessPoolExecutor(self.processes, mp_context=_context())
+        task = partial(_slice, work)
         running: set[Future[list[Result]]] = set()
         try:
             for start in range(0, len(items), size):
@@ -179,17 +186,24 @@ class HostProcesses:
             yield from found
 
 
-def _slice(
-    url: str,
-    threads: int,
-    roots: list[str] | None,
-    owner: str,
-    work: Work[Item, Result],
-    opener: StorageOpener,
-    items: list[Item],
-) -> list[Result]:
-    """A worker process's slice, its results sent back whole."""
-    return list(run_slice(url, threads, roots, owner, work, items, opener))
+_FLEET: Fleet | None = None
+"""A worker process's fleet, opened by :func:`_start` for every slice it is dealt."""
+
+
+def _start(
+    url: str, threads: int, roots: list[str] | None, owner: str, opener: StorageOpener
+) -> None:
+    """A worker process's start: its fleet opened, to be closed when the process ends."""
+    global _FLEET
+    opened = ExitStack()
+    _FLEET = opened.enter_context(worker_fleet(url, threads, roots, owner, opener))
+    Finalize(_FLEET, opened.close, exitpriority=10)
+
+
+def _slice(work: Work[Item, Result], items: list[Item]) -> list[Result]:
+    """A worker process's slice, on its fleet; the results sent back whole."""
+    assert _FLEET is not None, "a worker process runs slices once started"
+    return list(work(_FLEET, items))
 
 
 def _context() -> multiprocessing.context.BaseContext:

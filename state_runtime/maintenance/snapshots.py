@@ -31,11 +31,11 @@ from state_runtime.errors import (
 )
 from state_runtime.identity import FileKind
 from state_runtime.maintenance.fleet import Fleet, key_set
+from state_runtime.maintenance.host_processes import spread_for
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.runs import recorded_run
-from state_runtime.maintenance.host_processes import spread_for
 from state_runtime.maintenance.spread import Spread
 from state_runtime.maintenance.workers import closing_items, map_bounded, worker_count
 from state_runtime.store.checkpoint_info import CheckpointInfo

@@ -26,7 +26,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from state_runtime.maintenance.fleet import Fleet
-from state_runtime.maintenance.spread import Work, run_slice
+from state_runtime.maintenance.spread import Work, worker_fleet
 from state_runtime.runtime.spark_kind import default_parallelism
 
 Item = TypeVar("Item")
@@ -82,19 +82,21 @@ def _task(
     work: Work[Item, Result],
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """One Spark task: its slice's :func:`~state_runtime.maintenance.spread.run_slice`, the
-    results sent back :data:`RESULT_BATCH` a batch."""
+    """One Spark task: its slice's work on a fleet of its own
+    (:func:`~state_runtime.maintenance.spread.worker_fleet`), the results sent back
+    :data:`RESULT_BATCH` a batch."""
     items: list[Item] = [pickle.loads(v) for b in batches for v in b.column(0).to_pylist()]
     if not items:
         return
-    pending: list[bytes] = []
-    for result in run_slice(url, workers, roots, owner, work, items):
-        pending.append(pickle.dumps(result))
-        if len(pending) == RESULT_BATCH:
+    with worker_fleet(url, workers, roots, owner) as fleet:
+        pending: list[bytes] = []
+        for result in work(fleet, items):
+            pending.append(pickle.dumps(result))
+            if len(pending) == RESULT_BATCH:
+                yield _batch(pending)
+                pending = []
+        if pending:
             yield _batch(pending)
-            pending = []
-    if pending:
-        yield _batch(pending)
 
 
 def _batch(results: list[bytes]) -> pa.RecordBatch:

@@ -8,7 +8,7 @@ hands it its items (due stores, stores with their sample draws, chunks of stores
 the catalog and the storage itself, runs ``work`` over its slice (the same function the
 one-host path runs over the whole list, under the driver's run id), and the results come
 back to the driver, which counts them into the pass's one report and one recorded run.
-What a worker does with its slice is :func:`run_slice`, whichever the spread:
+A worker runs ``work`` on the fleet of :func:`worker_fleet`, whichever the spread:
 :class:`state_runtime.maintenance.spark.SparkSpread` (Spark tasks) and
 :class:`state_runtime.maintenance.host_processes.HostProcesses` (this host's processes).
 """
@@ -16,6 +16,7 @@ What a worker does with its slice is :func:`run_slice`, whichever the spread:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
 from state_runtime.catalog import Catalog
@@ -42,19 +43,17 @@ class Spread(Protocol):
         ...
 
 
-def run_slice(
+@contextmanager
+def worker_fleet(
     url: str,
     workers: int,
     roots: Sequence[str] | None,
     owner: str,
-    work: Work[Item, Result],
-    items: list[Item],
     opener: StorageOpener = open_storage,
-) -> Iterator[Result]:
-    """One worker's slice: ``work`` over ``items`` with a catalog of its own at ``url`` (a
-    pool for ``workers`` threads and the run's reserved connections) and each root's storage
-    opened by ``opener`` (default: by its URI), as ``owner``; the catalog closed when the
-    results are all read."""
+) -> Iterator[Fleet]:
+    """The fleet a spread's worker runs the pass's ``work`` on: a catalog of its own at
+    ``url`` (a pool for ``workers`` threads and the run's reserved connections), each root's
+    storage opened by ``opener`` (default: by its URI), as ``owner``; the catalog closed when
+    the block ends."""
     with Catalog.open(url, connections=workers + RESERVED_CONNECTIONS) as catalog:
-        fleet = Fleet(catalog, roots=roots, owner=owner, open_storage=opener)
-        yield from work(fleet, items)
+        yield Fleet(catalog, roots=roots, owner=owner, open_storage=opener)

@@ -54,9 +54,9 @@ from state_runtime.identity import CheckpointRef, FileKind
 from state_runtime.maintenance.chains import Verified
 from state_runtime.maintenance.damage import Damage, classify
 from state_runtime.maintenance.fleet import Fleet, key_set
+from state_runtime.maintenance.host_processes import spread_for
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
-from state_runtime.maintenance.host_processes import spread_for
 from state_runtime.maintenance.spread import Spread
 from state_runtime.maintenance.workers import closing_items, map_bounded, worker_count
 from state_runtime.retention import Verdict
@@ -224,8 +224,12 @@ def validate_slice(
 ) -> Iterator[StoreValidation]:
     """Validate ``records`` (each store with its sample draw) in chunks, ``workers`` at once,
     recording each chunk's findings under ``run_id``: the whole pass on one host, or one
-    slice of it in a spread's worker (``only``: the pass's scope). ``records`` is read as the
-    workers free up, so a fleet of any size streams through."""
+    slice of it in a spread's worker (``only``: the pass's scope; a slice's, given as a list,
+    narrows it to its stores, so that each slice reads its roots' pending snapshots and open
+    problems, not the whole scope's). ``records`` is read as the workers free up, so a fleet
+    of any size streams through."""
+    if isinstance(records, Sequence):  # a spread's slice: what its own stores' roots hold
+        only = key_set([record.key for record, _ in records])
     pending = _unconfirmed_snapshots(fleet, policy, only)
     named = _named_by_problems(fleet, policy, only)
     count = worker_count(fleet.catalog, policy, workers)

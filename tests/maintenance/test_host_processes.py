@@ -125,7 +125,7 @@ def test_processes_beyond_the_connection_budget_are_lowered(
         assert process_count(None, "postgresql", 256, 10_000) == allowed
         assert process_count(500, "postgresql", 2, 10_000, threads=6) == CONNECTION_BUDGET // 8
     first, _ = caplog.messages
-    assert f"256 worker processes asked (--processes or STATE_MAINTENANCE_PROCESSES" in first
+    assert "256 worker processes asked (--processes or STATE_MAINTENANCE_PROCESSES" in first
     assert f"{CONNECTION_BUDGET} catalog connections" in first
 
 
