@@ -20,12 +20,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
+from multiprocessing.connection import wait as wait_ready
 from multiprocessing.util import Finalize
 from typing import TypeVar
 
@@ -193,11 +195,24 @@ _FLEET: Fleet | None = None
 def _start(
     url: str, threads: int, roots: list[str] | None, owner: str, opener: StorageOpener
 ) -> None:
-    """A worker process's start: its fleet opened, to be closed when the process ends."""
+    """A worker process's start: its fleet opened, to be closed when the process ends, and
+    a watch on the driver, so that the process ends with it."""
     global _FLEET
+    threading.Thread(target=_end_with_driver, name="driver-watch", daemon=True).start()
     opened = ExitStack()
     _FLEET = opened.enter_context(worker_fleet(url, threads, roots, owner, opener))
     Finalize(_FLEET, opened.close, exitpriority=10)
+
+
+def _end_with_driver() -> None:
+    """Ends this worker process when the driver does, however it does: a driver killed
+    (SIGKILL, the OOM killer) never shuts its executor down, and its worker processes would
+    wait on its queue forever, holding their catalog connections. The driver's sentinel (a
+    pipe it holds, under ``forkserver`` as under ``spawn``) becomes ready when it is gone."""
+    driver = multiprocessing.parent_process()
+    if driver is not None:
+        wait_ready([driver.sentinel])
+        os._exit(1)
 
 
 def _slice(work: Work[Item, Result], items: list[Item]) -> list[Result]:

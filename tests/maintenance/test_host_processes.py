@@ -8,12 +8,17 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, RunKind
 from state_runtime.errors import CatalogUnavailable, WorkerProcessLost
@@ -36,6 +41,7 @@ from tests.maintenance.spread_checks import (
     fleet_of,
 )
 from tests.maintenance.streams import StoreStream
+from tests.simulation.postgres import PostgresCatalogs
 
 POSTGRES = pytest.mark.parametrize("catalog", ["postgresql"], indirect=True)
 
@@ -145,3 +151,74 @@ def test_the_passes_choice(catalog: Catalog) -> None:
     assert spread_for(fleet, POLICY, None, MIN_ITEMS - 1, "snapshot") is None
     unpicklable = Fleet(catalog, owner="tests", open_storage=lambda root: fleet.storage(root))
     assert spread_for(unpicklable, asked, None, 10_000, "snapshot") is None
+
+
+def _hold(folder: str, fleet: Fleet, items: list[Any]) -> Iterable[Any]:
+    """A worker process's slice that connects to the catalog, says its pid, and waits."""
+    fleet.store_count()
+    (Path(folder) / str(os.getpid())).touch()
+    time.sleep(600)
+    return items
+
+
+_DRIVER = """
+import sys
+from functools import partial
+from state_runtime.catalog import Catalog
+from state_runtime.maintenance import Fleet
+from state_runtime.maintenance.host_processes import HostProcesses
+from tests.maintenance.test_host_processes import _hold
+url, folder = sys.argv[1:]
+fleet = Fleet(Catalog.open(url), owner="tests")
+list(HostProcesses(url, 2, "test").map(fleet, list(range(4)), partial(_hold, folder)))
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie not yet reaped has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _until(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+@POSTGRES
+def test_a_driver_killed_takes_its_worker_processes_along(catalog: Catalog, tmp_path: Path) -> None:
+    """A driver killed hard (SIGKILL, the OOM killer) never shuts its processes down: they
+    end by themselves, their catalog connections (in a database of the test's own) closed."""
+    databases = PostgresCatalogs()
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = :db AND application_name = 'state_runtime.catalog'"
+    )
+
+    def connections() -> int:
+        with catalog.engine.connect() as connection:
+            return int(connection.execute(query, {"db": databases.database}).scalar_one())
+
+    workers: list[int] = []
+    try:
+        driver = subprocess.Popen([sys.executable, "-c", _DRIVER, databases(), str(tmp_path)])
+        try:
+            assert _until(lambda: len(list(tmp_path.iterdir())) == 2, 60), "no workers"
+            workers = [int(p.name) for p in tmp_path.iterdir()]
+            assert connections() >= 2  # the driver's and each worker's
+        finally:
+            driver.send_signal(signal.SIGKILL)
+            driver.wait()
+        assert _until(lambda: all(_gone(pid) for pid in workers), 15), "workers orphaned"
+        assert _until(lambda: connections() == 0, 15), "connections left behind"
+    finally:
+        for pid in workers:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        databases.close()
