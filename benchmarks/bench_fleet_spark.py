@@ -50,7 +50,7 @@ MASTER = os.environ.get("STATE_BENCH_SPARK_MASTER", "local[2]")
 SPARK = os.environ.get("STATE_BENCH_SPARK", "1") != "0"
 POLICY = MaintenancePolicy(snapshot_min_deltas=10)
 THREADS = replace(POLICY, processes=1)
-PROCESSES = replace(POLICY, processes=host_cpus())  # whatever the stores (the default's threshold)
+PROCESSES = replace(POLICY, processes=host_cpus())  # asked: the default is threads
 TICK = os.sysconf("SC_CLK_TCK")
 
 

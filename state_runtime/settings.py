@@ -237,10 +237,11 @@ MAINTENANCE = SettingGroup(
             "int",
             None,
             "Worker processes on this host the snapshot, validation and cleanup passes deal "
-            "their stores to, each running --workers threads (unset: one per CPU when the "
-            "catalog is PostgreSQL and a pass has enough stores to repay starting them, since "
-            "the per-store work is Python that one process runs on one core; on SQLite, "
-            "whose file has one writer, always threads. 1: threads in this process only).",
+            "their stores to, each running --workers threads, on a PostgreSQL catalog (on "
+            "SQLite, whose file has one writer, always threads). Unset or 1: threads in this "
+            "process, whose Python runs on one core; processes were slower on a shared "
+            "2-core machine at 2,000 stores, and may pay on a host of more cores (see "
+            "docs/maintenance.md).",
             floor=1,
             option="--processes",
         ),

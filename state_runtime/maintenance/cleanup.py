@@ -395,10 +395,12 @@ def cleanup_pass(
         work = partial(clean_parts, policy, run.run_id, now, delete_batch, chunk_files, workers)
         counted = 0
         on = spread_for(fleet, policy, spread, stores, "cleanup", workers)
-        if on is None:
+        if on is None:  # threads for the stores are threads for their chunks: a lazy plan
             done: Iterator[_Cleaned] = work(fleet, parts)
-        else:  # the whole plan first (its store keys): the spread deals it at once
-            done = on.map(fleet, list(parts), work)
+        else:  # the whole plan first (its store keys): a spread deals its chunks at once,
+            plan = list(parts)  # and decides by their count
+            on = spread_for(fleet, policy, spread, len(plan), "cleanup", workers)
+            done = work(fleet, plan) if on is None else on.map(fleet, plan, work)
         with closing_items(done) as cleaned_parts:
             for cleaned in cleaned_parts:
                 report.busy += cleaned.busy

@@ -1,4 +1,4 @@
-"""A pass's per-store work dealt to worker processes on this host: every core at work.
+"""A pass's per-store work dealt to worker processes on this host, when asked: every core at work.
 
 The per-store work of the snapshot, validation and cleanup passes is mostly Python (a
 snapshot decodes its chain: 10-20 ms of CPU a store), so the threads of one process share one
@@ -11,8 +11,10 @@ once a slice). The processes are started by ``forkserver`` (``spawn`` where ther
 forked from the driver, which holds threads and a connection pool.
 
 :func:`spread_for` is where every pass decides how its work runs: the spread it was given
-(Spark wins), else :class:`HostProcesses` when :func:`process_count` finds more than one
-process pays, else None (threads in this process, as before).
+(Spark wins), else :class:`HostProcesses` when processes were asked (``--processes N``) and
+:func:`process_count` allows more than one, else None: threads in this process, the default
+(on a 2-core machine shared with PostgreSQL, processes were slower at 2,000 stores; where they
+pay, a host of more cores than one process's GIL uses, is not measured yet).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from multiprocessing.connection import wait as wait_ready
 from multiprocessing.util import Finalize
@@ -52,11 +54,6 @@ CONNECTION_BUDGET = 64
 (threads + :data:`~state_runtime.maintenance.workers.RESERVED_CONNECTIONS`). With the
 driver's own pool (15), it stays well under PostgreSQL's default ``max_connections`` (100),
 leaving room for the streaming jobs; more processes asked are lowered to it, with a warning."""
-MIN_ITEMS = 5000
-"""Items (stores due, stores to validate, stores to clean) below which a pass keeps to
-threads by default: at 2,000 stores the processes did not repay their start (their
-interpreters, their catalogs, each slice's reads) on a shared 2-core machine
-(docs/maintenance.md, "Passes on the host's processes")."""
 SLICE_ITEMS = 100
 """Items a process is dealt at a time, at most: small enough that results stream back as
 slices finish (the progress advances, memory stays bounded) and that every process gets work."""
@@ -65,28 +62,27 @@ IN_FLIGHT = 2
 
 
 def host_cpus() -> int:
-    """The CPUs this process may run on (its affinity, not the machine's count)."""
+    """The CPUs this process may run on (its affinity, not the machine's count): the count
+    of processes to ask for on a host of its own."""
     affinity = getattr(os, "sched_getaffinity", None)
     return len(affinity(0)) if affinity else os.cpu_count() or 1
 
 
 def process_count(
-    asked: int | None, dialect: str, cpus: int, items: int, threads: int = PROCESS_THREADS
+    asked: int | None, dialect: str, items: int, threads: int = PROCESS_THREADS
 ) -> int:
     """How many worker processes a pass over ``items`` items uses: 1 (threads in this
-    process) on any catalog but PostgreSQL (a SQLite file has one writer: processes would
-    only queue for its lock), for ``asked`` 1, or by default on one CPU or for fewer than
-    :data:`MIN_ITEMS` items; else ``asked`` (default ``cpus``), at most one per item and at
-    most what :data:`CONNECTION_BUDGET` holds at ``threads`` threads a process."""
-    if dialect != "postgresql" or asked == 1 or items <= 1:
+    process) unless asked (``asked`` unset or 1), on any catalog but PostgreSQL (a SQLite
+    file has one writer: processes would only queue for its lock) or for one item; else
+    ``asked``, at most one per item and at most what :data:`CONNECTION_BUDGET` holds at
+    ``threads`` threads a process."""
+    if asked is None or asked == 1 or dialect != "postgresql" or items <= 1:
         return 1
-    if asked is None and (cpus <= 1 or items < MIN_ITEMS):
-        return 1
-    wanted = min(cpus if asked is None else asked, items)
+    wanted = min(asked, items)
     allowed = max(1, CONNECTION_BUDGET // (threads + RESERVED_CONNECTIONS))
     if wanted > allowed:
         log.warning(
-            "%d worker processes asked (%s or %s, or one per CPU), but %d catalog connections "
+            "%d worker processes asked (%s or %s), but %d catalog connections "
             "at most are kept for them (%d a process: %d threads, %d for the run): using %d",
             wanted,
             MAINTENANCE["processes"].option,
@@ -110,14 +106,15 @@ def spread_for(
     workers: int | None = None,
 ) -> Spread | None:
     """Where pass ``name`` runs its per-store work over ``items`` items: ``spread`` if given
-    (``--on-spark``), else :class:`HostProcesses` if :func:`process_count` gives more than one
-    (``workers``, else the policy's, threads a process), else None: threads here. A fleet
+    (``--on-spark``), else :class:`HostProcesses` if the policy asks for processes and
+    :func:`process_count` gives more than one (``workers``, else the policy's, threads a
+    process), else None: threads here. A fleet
     whose storage opener cannot be pickled (a closure) keeps to threads: the processes could
     not open its storage the same way."""
     if spread is not None:
         return spread
     threads = workers or policy.workers or PROCESS_THREADS
-    count = process_count(policy.processes, fleet.catalog.dialect, host_cpus(), items, threads)
+    count = process_count(policy.processes, fleet.catalog.dialect, items, threads)
     if count <= 1 or not _picklable(fleet.open_storage):
         return None
     url = fleet.catalog.engine.url.render_as_string(hide_password=False)
@@ -138,7 +135,7 @@ class HostProcesses:
     ``threads`` threads on a catalog of its own at ``catalog_url``; ``name`` (the pass) names
     a process lost in the error."""
 
-    catalog_url: str
+    catalog_url: str = field(repr=False)  # its password too
     processes: int
     name: str = "maintenance"
     threads: int = PROCESS_THREADS
@@ -148,8 +145,9 @@ class HostProcesses:
     ) -> Iterator[Result]:
         """The results of ``work`` over ``items``, a slice's as it finishes (in no set
         order), at most :data:`IN_FLIGHT` slices a process dealt ahead. A slice that raises
-        stops the map: the slices not started are cancelled, the running ones finish, the
-        error is raised as the process raised it; a process lost raises WorkerProcessLost."""
+        (or a Ctrl-C) stops the map: the slices still queued here are cancelled, those the
+        processes run or were handed (up to ``processes`` + 1 more) finish, the error is
+        raised as the process raised it; a process lost raises WorkerProcessLost."""
         if not items:
             return
         size = max(1, min(SLICE_ITEMS, -(-len(items) // (IN_FLIGHT * self.processes))))
@@ -181,11 +179,21 @@ class HostProcesses:
             except BrokenProcessPool as exc:
                 raise WorkerProcessLost(
                     f"the {self.name} pass lost one of its {self.processes} worker processes "
-                    f"(killed, out of memory, or it exited) while working on its {total} "
-                    "stores or chunks; the stores it held are leased until their leases "
-                    "expire, and the next run takes them up"
+                    f"({_why_lost(exc)}) while working on its {total} stores or chunks; the "
+                    "stores it held are leased until their leases expire, and the next run "
+                    "takes them up"
                 ) from exc
             yield from found
+
+
+def _why_lost(broken: BrokenProcessPool) -> str:
+    """Why the pool broke: what a process sent back could not be read here (the executor
+    gives the error that reading raised as the cause; the pool is stopped all the same), or
+    else a process ended."""
+    if broken.__cause__ is None:
+        return "killed, out of memory, or it exited"
+    lines = [line for line in str(broken.__cause__).splitlines() if line.strip("' ")]
+    return f"it sent back what the driver could not read: {lines[-1] if lines else '?'}"
 
 
 _FLEET: Fleet | None = None

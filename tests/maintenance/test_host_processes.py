@@ -1,7 +1,8 @@
 """The passes dealt to worker processes on this host
 (:class:`~state_runtime.maintenance.host_processes.HostProcesses`) give what they give in
 threads; a process that raises fails the pass and its recorded run with its error, a process
-lost fails them with WorkerProcessLost; the default is processes only where they pay."""
+lost fails them with WorkerProcessLost, a driver killed takes its processes along; processes
+only when asked."""
 
 from __future__ import annotations
 
@@ -22,10 +23,9 @@ import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, RunKind
 from state_runtime.errors import CatalogUnavailable, WorkerProcessLost
-from state_runtime.maintenance import Fleet, cleanup_pass, run_checks, snapshot_pass
+from state_runtime.maintenance import Fleet, cleanup, cleanup_pass, run_checks, snapshot_pass
 from state_runtime.maintenance.host_processes import (
     CONNECTION_BUDGET,
-    MIN_ITEMS,
     PROCESS_THREADS,
     HostProcesses,
     process_count,
@@ -110,17 +110,34 @@ def test_a_failing_process_fails_the_pass_and_its_run(
     assert run.error is not None and run.error.startswith(expected)
 
 
-def test_processes_only_where_they_pay() -> None:
-    many = MIN_ITEMS * 10
-    assert process_count(None, "postgresql", 8, many) == 8
-    assert process_count(None, "sqlite", 8, many) == 1  # one writer: threads
-    assert process_count(4, "sqlite", 8, many) == 1
-    assert process_count(None, "postgresql", 1, many) == 1  # one CPU
-    assert process_count(None, "postgresql", 8, MIN_ITEMS - 1) == 1  # too few to repay
-    assert process_count(1, "postgresql", 8, many) == 1  # asked: threads only
-    assert process_count(3, "postgresql", 8, 10) == 3  # asked: even for a few items
-    assert process_count(3, "postgresql", 8, 2) == 2  # never more than the items
-    assert process_count(None, "postgresql", 8, 1) == 1
+class Unreadable(Exception):
+    """An error that pickles but does not unpickle (its ``__init__`` wants two arguments)."""
+
+    def __init__(self, message: str, store: str) -> None:
+        super().__init__(f"{message} ({store})")
+
+
+def _unreadable(fleet: Fleet, items: list[Any]) -> Iterable[Any]:
+    raise Unreadable("sent back unreadable", str(items[0]))
+
+
+@POSTGRES
+def test_what_the_driver_cannot_read_is_not_called_a_kill(catalog: Catalog) -> None:
+    fleet = Fleet(catalog, owner="tests")
+    read = "one of its 2 worker processes \\(it sent back what the driver could not read: TypeError"
+    with pytest.raises(WorkerProcessLost, match=read):
+        list(processes(catalog).map(fleet, [1, 2, 3], _unreadable))
+
+
+def test_processes_only_when_asked() -> None:
+    """Threads by default, whatever the count of stores: processes were slower where
+    measured (docs/maintenance.md, "Passes on the host's processes")."""
+    assert process_count(None, "postgresql", 1_000_000) == 1
+    assert process_count(1, "postgresql", 1_000_000) == 1  # asked: threads only
+    assert process_count(4, "sqlite", 10_000) == 1  # one writer: threads
+    assert process_count(3, "postgresql", 10) == 3  # asked: even for a few items
+    assert process_count(3, "postgresql", 2) == 2  # never more than the items
+    assert process_count(3, "postgresql", 1) == 1
 
 
 def test_processes_beyond_the_connection_budget_are_lowered(
@@ -128,8 +145,8 @@ def test_processes_beyond_the_connection_budget_are_lowered(
 ) -> None:
     allowed = CONNECTION_BUDGET // (PROCESS_THREADS + RESERVED_CONNECTIONS)
     with caplog.at_level(logging.WARNING, logger="state_runtime.maintenance.host_processes"):
-        assert process_count(None, "postgresql", 256, 10_000) == allowed
-        assert process_count(500, "postgresql", 2, 10_000, threads=6) == CONNECTION_BUDGET // 8
+        assert process_count(256, "postgresql", 10_000) == allowed
+        assert process_count(500, "postgresql", 10_000, threads=6) == CONNECTION_BUDGET // 8
     first, _ = caplog.messages
     assert "256 worker processes asked (--processes or STATE_MAINTENANCE_PROCESSES" in first
     assert f"{CONNECTION_BUDGET} catalog connections" in first
@@ -138,7 +155,8 @@ def test_processes_beyond_the_connection_budget_are_lowered(
 @pytest.mark.parametrize("catalog", ["sqlite", "postgresql"], indirect=True)
 def test_the_passes_choice(catalog: Catalog) -> None:
     """A spread given wins; SQLite keeps to threads; PostgreSQL deals to processes when
-    asked (and the host's CPUs by default for enough items), each with the pass's threads."""
+    asked (never by default), each with the pass's threads; the URL's password kept out of
+    its repr."""
     fleet, given = Fleet(catalog, owner="tests"), processes(catalog)
     assert spread_for(fleet, POLICY, given, 10_000, "snapshot") is given
     asked = replace(POLICY, processes=2)
@@ -148,7 +166,8 @@ def test_the_passes_choice(catalog: Catalog) -> None:
         return
     assert chosen == HostProcesses(given.catalog_url, 2, "snapshot", 3)
     assert spread_for(fleet, replace(POLICY, processes=1), None, 10_000, "snapshot") is None
-    assert spread_for(fleet, POLICY, None, MIN_ITEMS - 1, "snapshot") is None
+    assert spread_for(fleet, POLICY, None, 1_000_000, "snapshot") is None
+    assert "catalog_url" not in repr(chosen)
     unpicklable = Fleet(catalog, owner="tests", open_storage=lambda root: fleet.storage(root))
     assert spread_for(unpicklable, asked, None, 10_000, "snapshot") is None
 
@@ -222,3 +241,24 @@ def test_a_driver_killed_takes_its_worker_processes_along(catalog: Catalog, tmp_
             if not _gone(pid):
                 os.kill(pid, signal.SIGKILL)
         databases.close()
+
+
+@POSTGRES
+def test_cleanup_decides_by_its_chunks(
+    make_stream: Callable[..., StoreStream], catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cleanup deals chunks, not stores: its stores in one chunk are cleaned in threads,
+    however many processes were asked."""
+    stream = make_stream()
+    stream.run(6)
+    snapshot_pass(fleet_of(stream), THREADS)
+    counts: list[int] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        counts.append(args[3])
+        return spread_for(*args, **kwargs)
+
+    monkeypatch.setattr(cleanup, "spread_for", spy)
+    report = cleanup_pass(fleet_of(stream), replace(POLICY, processes=2), now=LATER, dry_run=False)
+    assert counts == [len(stream.stores), 1]
+    assert report.deleted_files > 0
