@@ -1,18 +1,22 @@
-"""The snapshot and validation passes on one host with one worker, with the default workers,
-and on Spark, at fleet size (issue 35).
+"""The snapshot and validation passes on one host in threads with one worker and with the
+default workers, in the host's worker processes, and on Spark, at fleet size (issue 35).
 
     make bench-fleet-spark                          # 2,000 stores, Spark on local[2]
     STATE_BENCH_FLEET_SPARK_SIZE=20000              # another size
     STATE_BENCH_SPARK_MASTER=spark://host:7077      # another master (SPARK_REMOTE: Connect)
+    STATE_BENCH_SPARK=0                             # no Spark way
 
 For each way of running, a fresh fleet of ``size / 200`` queries x 200 partitions
 (``fleet.py``: 12 versions per store, every file verified) in a fresh PostgreSQL catalog, then
 one hour of new batches (``STATE_BENCH_FLEET_HOUR``, default 4, per store), then the two
 passes through their public functions: ``snapshot_pass`` (the stores due) and
-``run_checks`` (validation of the hour's new files, the library's default sample). The Spark
-way passes ``spread=SparkSpread(...)``; its session starts before the timing. Each pass's
-wall time and CPU time, the CPU of this process and every process below it (Spark's JVM and
-its Python workers included, from ``/proc``), and the ratios to one worker, with the load.
+``run_checks`` (validation of the hour's new files, the library's default sample). The
+thread ways set ``processes=1``; the processes way one worker process per CPU (the
+default's count, asked whatever the count of stores); the Spark
+way passes ``spread=SparkSpread(...)``, its session started before the timing. Each pass's
+wall time and CPU time, the CPU of this process and every process below it (the worker
+processes, Spark's JVM and its Python workers included, from ``/proc``), and the ratios to
+one worker and to the default threads, with the load.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,7 @@ from rich.table import Table
 
 from state_runtime.catalog import Catalog
 from state_runtime.maintenance import Fleet, MaintenancePolicy, run_checks, snapshot_pass
+from state_runtime.maintenance.host_processes import host_cpus
 from state_runtime.maintenance.spark import SparkSpread
 from state_runtime.maintenance.spread import Spread
 from state_runtime.runtime.spark_session import spark_session
@@ -41,7 +47,10 @@ SERVER = os.environ.get("STATE_BENCH_PG", "postgresql+psycopg2://postgres@127.0.
 SIZE = int(os.environ.get("STATE_BENCH_FLEET_SPARK_SIZE", "2000"))
 HOUR = int(os.environ.get("STATE_BENCH_FLEET_HOUR", "4"))
 MASTER = os.environ.get("STATE_BENCH_SPARK_MASTER", "local[2]")
+SPARK = os.environ.get("STATE_BENCH_SPARK", "1") != "0"
 POLICY = MaintenancePolicy(snapshot_min_deltas=10)
+THREADS = replace(POLICY, processes=1)
+PROCESSES = replace(POLICY, processes=host_cpus())  # asked: the default is threads
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -79,7 +88,12 @@ def timed(work: Callable[[], str]) -> dict[str, Any]:
     return {"wall": time.perf_counter() - started, "cpu": tree_cpu() - cpu, "result": result}
 
 
-def way(name: str, workers: int | None, spread: Callable[[str], Spread | None]) -> dict[str, Any]:
+def way(
+    name: str,
+    policy: MaintenancePolicy,
+    workers: int | None,
+    spread: Callable[[str], Spread | None],
+) -> dict[str, Any]:
     shape = Shape(queries=max(1, SIZE // 200))
     folder = Path(tempfile.mkdtemp(prefix="bench-fleet-spark-"))
     try:
@@ -96,11 +110,11 @@ def way(name: str, workers: int | None, spread: Callable[[str], Spread | None]) 
                 before = load()
                 print(f"{name}: {shape.stores:,} stores (load {before})", flush=True)
                 snapshots = timed(
-                    lambda: snapshot_pass(fleet, POLICY, workers=workers, spread=on).summary()
+                    lambda: snapshot_pass(fleet, policy, workers=workers, spread=on).summary()
                 )
                 validation = timed(
                     lambda: str(
-                        run_checks(fleet, POLICY, workers=workers, spread=on).validation.counts()
+                        run_checks(fleet, policy, workers=workers, spread=on).validation.counts()
                     )
                 )
     finally:
@@ -111,21 +125,28 @@ def way(name: str, workers: int | None, spread: Callable[[str], Spread | None]) 
 
 
 def main() -> None:
-    spark = spark_session(MASTER, app_name="bench-fleet-spark")  # started before the timing
     ways = [
-        way("1 worker", 1, lambda _: None),
-        way("default workers", None, lambda _: None),
-        way(f"Spark {MASTER}", None, lambda url: SparkSpread(spark, url)),
+        way("1 worker", THREADS, 1, lambda _: None),
+        way("default threads", THREADS, None, lambda _: None),
+        way(f"{host_cpus()} host processes", PROCESSES, None, lambda _: None),
     ]
+    if SPARK:
+        spark = spark_session(MASTER, app_name="bench-fleet-spark")  # started before the timing
+        ways.append(way(f"Spark {MASTER}", POLICY, None, lambda url: SparkSpread(spark, url)))
     table = Table(title=f"{SIZE:,} stores, {HOUR} new batches each")
-    for column in ("way", "pass", "wall s", "CPU s", "wall ÷ 1 worker", "load before"):
+    for column in ("way", "pass", "wall s", "CPU s", "÷ 1 worker", "÷ threads", "load before"):
         table.add_column(column)
     for found in ways:
         for step in ("snapshots", "validation"):
-            row, base = found[step], ways[0][step]
-            ratio = f"{row['wall'] / base['wall']:.2f}"
+            row, one, threads = found[step], ways[0][step], ways[1][step]
             table.add_row(
-                found["way"], step, f"{row['wall']:.1f}", f"{row['cpu']:.1f}", ratio, found["load"]
+                found["way"],
+                step,
+                f"{row['wall']:.1f}",
+                f"{row['cpu']:.1f}",
+                f"{row['wall'] / one['wall']:.2f}",
+                f"{row['wall'] / threads['wall']:.2f}",
+                found["load"],
             )
     Console().print(table)
     print(json.dumps({"stores": SIZE, "hour_batches": HOUR, "ways": ways}))

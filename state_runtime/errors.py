@@ -343,6 +343,14 @@ class AttemptSuperseded(CommitConflict):
     code: ClassVar[str] = "STATE_ATTEMPT_SUPERSEDED"
 
 
+class WorkerProcessLost(StateStoreError):
+    """A maintenance pass lost one of the worker processes it dealt its stores to (killed,
+    out of memory, or it exited): the pass fails, its run is recorded failed, and the stores
+    that process held stay leased until their leases expire (the next run takes them up)."""
+
+    code: ClassVar[str] = "STATE_WORKER_PROCESS_LOST"
+
+
 class MaintenanceRefused(StateStoreError):
     """A maintenance request breaks a safety rule (retention below the floor, a lock held).
 

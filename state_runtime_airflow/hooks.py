@@ -109,6 +109,13 @@ class StateCatalogHook(BaseHook):
             options["aws_secret_access_key"] = conn.password
         return options
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The hook as a pass's worker processes receive it (its ``open_storage`` opens their
+        roots), the storage options read first: a process of the task's own reads no Airflow
+        connection."""
+        self.storage_options()
+        return dict(self.__dict__)
+
     def open_storage(self, root: str) -> Storage:
         """The storage of a checkpoint root (S3 roots with the storage connection's options)."""
         if root.startswith(("s3://", "s3a://")):

@@ -107,6 +107,9 @@ class StateMaintenanceOperator(BaseOperator):
     :param workers: stores worked on in parallel (snapshots, validation, cleanup); the
         policy's ``workers`` setting, given here (default: as many as the host and the
         catalog's pool allow).
+    :param processes: worker processes on this host the passes deal their stores to; the
+        policy's ``processes`` setting, given here (default and 1: threads; N: N processes
+        on a PostgreSQL catalog).
     """
 
     template_fields: Sequence[str] = ("checkpoint_roots", "stores", "policy")
@@ -119,6 +122,7 @@ class StateMaintenanceOperator(BaseOperator):
         stores: Sequence[str] | None = None,
         policy: Mapping[str, object] | None = None,
         workers: int | None = None,
+        processes: int | None = None,
         state_catalog_conn_id: str = DEFAULT_CATALOG_CONN,
         storage_conn_id: str | None = DEFAULT_STORAGE_CONN,
         **kwargs: Any,
@@ -129,6 +133,7 @@ class StateMaintenanceOperator(BaseOperator):
         self.stores = stores
         self.policy = policy
         self.workers = workers
+        self.processes = processes
         self.state_catalog_conn_id = state_catalog_conn_id
         self.storage_conn_id = storage_conn_id
 
@@ -141,8 +146,9 @@ class StateMaintenanceOperator(BaseOperator):
         error raised meanwhile fails the task with its one paragraph."""
         try:
             settings = dict(self.policy or {})
-            if self.workers is not None:
-                settings["workers"] = self.workers
+            for name in ("workers", "processes"):
+                if getattr(self, name) is not None:
+                    settings[name] = getattr(self, name)
             policy = MaintenancePolicy.from_env().with_settings(
                 settings, f"task {self.task_id} policy"
             )

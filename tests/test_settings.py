@@ -68,6 +68,7 @@ def test_the_cli_options_are_the_declared_ones() -> None:
         "--min-window",
         "--snapshots-per-run",
         "--workers",
+        "--processes",
         "--verify-sample-percent",
     }
 

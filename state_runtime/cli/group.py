@@ -239,13 +239,14 @@ def spark_options(command: F) -> F:
         "--on-spark",
         is_flag=True,
         help="Run the per-store work as Spark tasks over the fleet (executors must reach "
-        "the catalog and the storage; see docs/maintenance.md).",
+        "the catalog and the storage; see docs/maintenance.md); wins over --processes.",
     )(command)
 
 
 def spread_of(settings: Settings, options: dict[str, Any], command: str) -> Spread | None:
     """The Spark spread ``--on-spark`` asks for (the session started on ``--master``), or
-    None: the pass runs on this host."""
+    None: the pass runs on this host, in its processes or threads as
+    :func:`~state_runtime.maintenance.host_processes.spread_for` decides."""
     if not options["on_spark"]:
         return None
     from state_runtime.maintenance.spark import SparkSpread

@@ -44,14 +44,18 @@ from state_runtime.maintenance import (
 @click.option("--cleanup/--no-cleanup", default=True, help="Delete what retention allows.")
 @json_option
 @store_option
-@policy_options("snapshot_min_deltas", "snapshots_per_run", *RETENTION, "min_window", "workers")
+@policy_options(
+    "snapshot_min_deltas", "snapshots_per_run", *RETENTION, "min_window", "workers", "processes"
+)
 @spark_options
 @click.pass_obj
 def maintain(settings: Settings, /, **kw: Any) -> None:
     """Write due snapshots, then clean up (a dry run unless --execute).
 
-    With --on-spark the snapshots and the deletions run as Spark tasks (a dry run reads
-    only the catalog: it runs here)."""
+    The per-store work runs in threads here, or in --processes N worker processes when
+    asked and the catalog is PostgreSQL (SQLite's file has one writer). With --on-spark the
+    snapshots and the deletions run as Spark tasks (a dry run reads only the catalog: it
+    runs here)."""
     policy = policy_of(settings, kw)
     done: dict[str, Any] = {}
     failed = False
@@ -92,7 +96,7 @@ def maintain(settings: Settings, /, **kw: Any) -> None:
 @click.option("--full", is_flag=True, help="Read every file (as --verify-sample-percent 100).")
 @json_option
 @store_option
-@policy_options(*RETENTION, "min_window", "verify_sample_percent", "workers")
+@policy_options(*RETENTION, "min_window", "verify_sample_percent", "workers", "processes")
 @spark_options
 @click.pass_obj
 def validate(settings: Settings, /, **kw: Any) -> None:
@@ -100,7 +104,8 @@ def validate(settings: Settings, /, **kw: Any) -> None:
 
     Reads the files new or not intact since the last run and a sample of the others
     (--verify-sample-percent); the rest are checked present. --full reads every file.
-    With --on-spark the stores are validated in Spark tasks."""
+    The stores are validated in threads here, or in --processes N worker processes when
+    asked and the catalog is PostgreSQL; with --on-spark in Spark tasks."""
     if kw["full"]:
         kw["verify_sample_percent"] = 100
     policy = policy_of(settings, kw)

@@ -40,6 +40,7 @@ from state_runtime.catalog import (
 from state_runtime.errors import CatalogError
 from state_runtime.maintenance.attempts import AttemptSweepReport, sweep_attempts
 from state_runtime.maintenance.fleet import Fleet, key_set
+from state_runtime.maintenance.host_processes import spread_for
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.leftovers import (
     LeftoverReport,
@@ -356,8 +357,10 @@ def cleanup_pass(
 ) -> CleanupReport:
     """Plan the cleanup and, unless ``dry_run``, carry it out (see the module docstring),
     page by page of stores, each page's stores in chunks of about ``chunk_files`` files that
-    ``workers`` (:func:`worker_count`) claim, delete and record at once: what is held at any
-    time is one page's plan and the chunks in flight.
+    ``workers`` (:func:`worker_count`) claim, delete and record at once, in this process,
+    this host's worker processes or the given ``spread``'s (:func:`spread_for` decides): what
+    is held at any time is one page's plan and the chunks in flight (with a spread, the
+    plan's chunks are read whole first).
 
     Raises MaintenanceRefused, touching nothing, if the retention is below the safety floor.
     """
@@ -391,10 +394,13 @@ def cleanup_pass(
         parts = _parts(fleet, policy, report, wanted, now, chunk_files)
         work = partial(clean_parts, policy, run.run_id, now, delete_batch, chunk_files, workers)
         counted = 0
-        if spread is None:
+        on = spread_for(fleet, policy, spread, stores, "cleanup", workers)
+        if on is None:  # threads for the stores are threads for their chunks: a lazy plan
             done: Iterator[_Cleaned] = work(fleet, parts)
-        else:  # the whole plan first (its store keys): the spread deals it at once
-            done = spread.map(fleet, list(parts), work)
+        else:  # the whole plan first (its store keys): a spread deals its chunks at once,
+            plan = list(parts)  # and decides by their count
+            on = spread_for(fleet, policy, spread, len(plan), "cleanup", workers)
+            done = work(fleet, plan) if on is None else on.map(fleet, plan, work)
         with closing_items(done) as cleaned_parts:
             for cleaned in cleaned_parts:
                 report.busy += cleaned.busy

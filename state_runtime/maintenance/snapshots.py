@@ -31,6 +31,7 @@ from state_runtime.errors import (
 )
 from state_runtime.identity import FileKind
 from state_runtime.maintenance.fleet import Fleet, key_set
+from state_runtime.maintenance.host_processes import spread_for
 from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
@@ -186,8 +187,9 @@ def snapshot_pass(
     workers: int | None = None,
     spread: Spread | None = None,
 ) -> SnapshotReport:
-    """Snapshot every due store in scope, ``workers`` at once (:func:`worker_count`), on
-    this host or, given a ``spread``, in its workers (each slice ``workers`` at once); one
+    """Snapshot every due store in scope, ``workers`` at once (:func:`worker_count`), in
+    this process, this host's worker processes or, given a ``spread``, its workers (each
+    slice ``workers`` at once; :func:`spread_for` decides); one
     recorded 'snapshot' run, its report counted as the stores are done."""
     candidates = due_for_snapshot(fleet, policy, only)
     parameters = policy.parameters() | {"stores": len(candidates)}
@@ -195,7 +197,8 @@ def snapshot_pass(
         fleet.catalog, RunKind.SNAPSHOT, fleet.owner, parameters, policy.status_limits()
     ) as run:
         work = partial(snapshot_stores, policy, run.run_id, workers)
-        done = work(fleet, candidates) if spread is None else spread.map(fleet, candidates, work)
+        on = spread_for(fleet, policy, spread, len(candidates), "snapshot", workers)
+        done = work(fleet, candidates) if on is None else on.map(fleet, candidates, work)
         report = SnapshotReport(run.run_id)
         with progress.stage("snapshots", len(candidates)) as advance, closing_items(done) as items:
             for outcome in items:

@@ -25,10 +25,8 @@ from typing import TypeVar
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from state_runtime.catalog import Catalog
 from state_runtime.maintenance.fleet import Fleet
-from state_runtime.maintenance.spread import Work
-from state_runtime.maintenance.workers import RESERVED_CONNECTIONS
+from state_runtime.maintenance.spread import Work, worker_fleet
 from state_runtime.runtime.spark_kind import default_parallelism
 
 Item = TypeVar("Item")
@@ -84,14 +82,15 @@ def _task(
     work: Work[Item, Result],
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """One Spark task: its slice's work, with a catalog (a pool for ``workers`` threads) and
-    storage of its own; the results sent back :data:`RESULT_BATCH` a batch."""
+    """One Spark task: its slice's work on a fleet of its own
+    (:func:`~state_runtime.maintenance.spread.worker_fleet`), the results sent back
+    :data:`RESULT_BATCH` a batch."""
     items: list[Item] = [pickle.loads(v) for b in batches for v in b.column(0).to_pylist()]
     if not items:
         return
-    with Catalog.open(url, connections=workers + RESERVED_CONNECTIONS) as catalog:
+    with worker_fleet(url, workers, roots, owner) as fleet:
         pending: list[bytes] = []
-        for result in work(Fleet(catalog, roots=roots, owner=owner), items):
+        for result in work(fleet, items):
             pending.append(pickle.dumps(result))
             if len(pending) == RESULT_BATCH:
                 yield _batch(pending)

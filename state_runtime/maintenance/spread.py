@@ -8,15 +8,21 @@ hands it its items (due stores, stores with their sample draws, chunks of stores
 the catalog and the storage itself, runs ``work`` over its slice (the same function the
 one-host path runs over the whole list, under the driver's run id), and the results come
 back to the driver, which counts them into the pass's one report and one recorded run.
-:class:`state_runtime.maintenance.spark.SparkSpread` is the spread there is.
+A worker runs ``work`` on the fleet of :func:`worker_fleet`, whichever the spread:
+:class:`state_runtime.maintenance.spark.SparkSpread` (Spark tasks) and
+:class:`state_runtime.maintenance.host_processes.HostProcesses` (this host's processes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
-from state_runtime.maintenance.fleet import Fleet
+from state_runtime.catalog import Catalog
+from state_runtime.maintenance.fleet import Fleet, StorageOpener
+from state_runtime.maintenance.workers import RESERVED_CONNECTIONS
+from state_runtime.storage import open_storage
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -35,3 +41,19 @@ class Spread(Protocol):
         """What ``work`` returned over every item, each slice's worker opening its own
         catalog and storage for ``fleet``'s roots, as ``fleet.owner``."""
         ...
+
+
+@contextmanager
+def worker_fleet(
+    url: str,
+    workers: int,
+    roots: Sequence[str] | None,
+    owner: str,
+    opener: StorageOpener = open_storage,
+) -> Iterator[Fleet]:
+    """The fleet a spread's worker runs the pass's ``work`` on: a catalog of its own at
+    ``url`` (a pool for ``workers`` threads and the run's reserved connections), each root's
+    storage opened by ``opener`` (default: by its URI), as ``owner``; the catalog closed when
+    the block ends."""
+    with Catalog.open(url, connections=workers + RESERVED_CONNECTIONS) as catalog:
+        yield Fleet(catalog, roots=roots, owner=owner, open_storage=opener)

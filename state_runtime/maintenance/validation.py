@@ -54,6 +54,7 @@ from state_runtime.identity import CheckpointRef, FileKind
 from state_runtime.maintenance.chains import Verified
 from state_runtime.maintenance.damage import Damage, classify
 from state_runtime.maintenance.fleet import Fleet, key_set
+from state_runtime.maintenance.host_processes import spread_for
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.spread import Spread
@@ -179,8 +180,9 @@ def validate_stores(
     sampler: random.Random | None = None,
     spread: Spread | None = None,
 ) -> ValidationReport:
-    """Validate every store in scope, ``workers`` at once (:func:`worker_count`), on this
-    host or, given a ``spread``, in its workers (each slice ``workers`` at once), and record
+    """Validate every store in scope, ``workers`` at once (:func:`worker_count`), in this
+    process, this host's worker processes or, given a ``spread``, its workers (each slice
+    ``workers`` at once; :func:`spread_for` decides), and record
     what was found (see the module docstring); ``run_id``: the validation run that records
     it; ``sampler``: where each store's rounding draw of the sample comes from (seed one to
     make a run's choice repeatable; the draws are taken in store order on the calling host,
@@ -201,7 +203,8 @@ def validate_stores(
     # the draws are taken here, in store order, a page of stores at a time
     records = ((record, draw()) for page in fleet.store_pages(wanted) for record in page)
     work = partial(validate_slice, policy, run_id, started, workers, wanted)
-    done = work(fleet, records) if spread is None else spread.map(fleet, list(records), work)
+    on = spread_for(fleet, policy, spread, total, "validation", workers)
+    done = work(fleet, records) if on is None else on.map(fleet, list(records), work)
     report = ValidationReport()
     with progress.stage("validation", total) as advance, closing_items(done) as results:
         for result in results:
@@ -221,8 +224,12 @@ def validate_slice(
 ) -> Iterator[StoreValidation]:
     """Validate ``records`` (each store with its sample draw) in chunks, ``workers`` at once,
     recording each chunk's findings under ``run_id``: the whole pass on one host, or one
-    slice of it in a spread's worker (``only``: the pass's scope). ``records`` is read as the
-    workers free up, so a fleet of any size streams through."""
+    slice of it in a spread's worker (``only``: the pass's scope; a slice's, given as a list,
+    narrows it to its stores, so that each slice reads its roots' pending snapshots and open
+    problems, not the whole scope's). ``records`` is read as the workers free up, so a fleet
+    of any size streams through."""
+    if isinstance(records, Sequence):  # a spread's slice: what its own stores' roots hold
+        only = key_set([record.key for record, _ in records])
     pending = _unconfirmed_snapshots(fleet, policy, only)
     named = _named_by_problems(fleet, policy, only)
     count = worker_count(fleet.catalog, policy, workers)

@@ -313,7 +313,9 @@ def test_a_task_fails_with_the_paragraph_the_cli_prints(
     bad = StateCleanupOperator(task_id="cleanup", policy={"window": "soon"})
     with pytest.raises(AirflowException, match=r"^error: \[STATE_INVALID_ARGUMENT\] .*soon"):
         bad.execute({"ti": ti})  # type: ignore[arg-type]
-    # ``workers`` is the policy's setting: checked (and named) as every setting is
-    zero = StateCleanupOperator(task_id="cleanup", workers=0)
-    with pytest.raises(AirflowException, match=r"^error: .*workers=0.*at least 1"):
-        zero.execute({"ti": ti})  # type: ignore[arg-type]
+    # ``workers`` and ``processes`` are the policy's settings: checked (and named) as every
+    # setting is
+    for name in ("workers", "processes"):
+        zero = StateCleanupOperator(task_id="cleanup", **{name: 0})
+        with pytest.raises(AirflowException, match=rf"^error: .*{name}=0.*at least 1"):
+            zero.execute({"ti": ti})  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 """Passes use as many workers as the host and the catalog's connection pool allow, by default;
 one setting (``STATE_MAINTENANCE_WORKERS``, ``--workers``, Dagster's and Airflow's ``workers``)
-asks for another count, lowered to what the pool serves with a warning."""
+asks for another count, lowered to what the pool serves with a warning (and ``processes``,
+declared alike, the worker processes: tests/maintenance/test_host_processes.py)."""
 
 from __future__ import annotations
 
@@ -76,16 +77,18 @@ def test_health_reads_an_in_memory_catalogs_pages_on_its_own_thread() -> None:
         assert list(iter_store_reports(Fleet(catalog, owner="test"), MaintenancePolicy())) == []
 
 
-def test_one_setting_for_the_cli_the_environment_dagster_and_airflow() -> None:
-    assert MaintenancePolicy.from_env({"STATE_MAINTENANCE_WORKERS": "3"}).workers == 3
-    assert MaintenancePolicy.from_env({}).workers is None
+@pytest.mark.parametrize("name", ["workers", "processes"])
+def test_one_setting_for_the_cli_the_environment_dagster_and_airflow(name: str) -> None:
+    variable = f"STATE_MAINTENANCE_{name.upper()}"
+    assert getattr(MaintenancePolicy.from_env({variable: "3"}), name) == 3
+    assert getattr(MaintenancePolicy.from_env({}), name) is None
     for command in ("maintain", "validate"):
         options = {p.name: p for p in main.commands[command].params}
-        assert "--workers" in options["workers"].opts, command
+        assert f"--{name}" in options[name].opts, command
     from dagster_project.defs.resources import MaintenanceResource
 
-    assert MaintenanceResource().policy().workers is None
-    assert MaintenanceResource(workers=5).policy().workers == 5
+    assert getattr(MaintenanceResource().policy(), name) is None
+    assert getattr(MaintenanceResource(**{name: 5}).policy(), name) == 5
 
 
 def test_a_consumer_that_raises_cancels_the_queued_work(monkeypatch: pytest.MonkeyPatch) -> None:
