@@ -31,6 +31,23 @@ class Held:
     renewed_at: float = field(default_factory=time.monotonic)
     """When (``time.monotonic``) the leases were taken or last renewed."""
 
+    @classmethod
+    def taken(
+        cls,
+        catalog: Catalog,
+        ttl: timedelta,
+        keys: Sequence[StoreKey],
+        taken: Sequence[Lease | None],
+    ) -> Held:
+        """The leases taken for ``keys`` (in their order; None: another run holds it)."""
+        held = cls(catalog, ttl)
+        for key, lease in zip(keys, taken, strict=True):
+            if lease is None:
+                held.busy.append(key)
+            else:
+                held.leases.append(lease)
+        return held
+
     @property
     def keys(self) -> list[StoreKey]:
         return [lease.key for lease in self.leases]
@@ -49,19 +66,18 @@ class Held:
         self.leases = [new for new in renewed if new is not None]
 
 
+def lease_order(keys: Sequence[StoreKey]) -> list[StoreKey]:
+    """``keys`` once each, in the one order every taker uses: no lock-order deadlocks."""
+    return sorted(set(keys), key=str)
+
+
 @contextmanager
 def leased(
     catalog: Catalog, keys: Sequence[StoreKey], owner: str, ttl: timedelta, run_id: int
 ) -> Iterator[Held]:
     """Take every free lease among ``keys`` for the block; skip (and report) the taken ones."""
-    ordered = sorted(set(keys), key=str)  # one order everywhere: no lock-order deadlocks
-    held = Held(catalog, ttl)
-    taken = catalog.acquire_leases(ordered, owner, ttl, run_id)
-    for key, lease in zip(ordered, taken, strict=True):
-        if lease is None:
-            held.busy.append(key)
-        else:
-            held.leases.append(lease)
+    ordered = lease_order(keys)
+    held = Held.taken(catalog, ttl, ordered, catalog.acquire_leases(ordered, owner, ttl, run_id))
     try:
         yield held
     finally:

@@ -226,8 +226,7 @@ def _run_and_lease(catalog: Catalog, stream: Stream) -> tuple[int, Any]:
 
 def _check_one_run(catalog: Catalog, _s: Stream, _p: Any, run_id: int) -> None:
     assert count(catalog, maintenance_runs) == 1
-    run = catalog.run(run_id)
-    assert run is not None and run.outcome == "running" and run.pid is not None
+    _check_one_run_of(catalog, run_id)
 
 
 def _check_finished(catalog: Catalog, _s: Stream, run_id: int, _r: Any) -> None:
@@ -320,7 +319,40 @@ def _check_abandoned(catalog: Catalog, _s: Stream, run_id: int, closed: Any) -> 
     assert run is not None and run.outcome == "abandoned" and "no heartbeat" in str(run.error)
 
 
+def _check_begun(catalog: Catalog, _s: Stream, old_run: int, started: Any) -> None:
+    """One transaction did it all, once: the dead run closed, one new run, its lease held
+    (by the retry too: the lease's token is the call's)."""
+    _check_abandoned(catalog, _s, old_run, None)
+    assert count(catalog, maintenance_runs) == 2
+    _check_one_run_of(catalog, started.run_id)
+    (lease,) = started.leases
+    assert lease is not None and lease.run_id == started.run_id
+    _check_lease_taken(catalog, _s, None, lease)
+
+
+def _check_one_run_of(catalog: Catalog, run_id: int) -> None:
+    run = catalog.run(run_id)
+    assert run is not None and run.outcome == "running" and run.pid is not None
+
+
+def _check_finished_and_released(catalog: Catalog, _s: Stream, prepared: Any, _r: Any) -> None:
+    _check_finished(catalog, _s, prepared[0], None)
+    _check_released(catalog, _s, None, True)
+
+
 LOST_ANSWERS = [
+    LostAnswer(
+        "begin_run",
+        _old_run,
+        lambda c, s, p: c.begin_run("cleanup", "me", {"x": 1}, leases=[KEY], ttl=TTL),
+        _check_begun,
+    ),
+    LostAnswer(
+        "finish_run_releasing_leases",
+        _run_and_lease,
+        lambda c, s, p: c.finish_run(p[0], "succeeded", {"n": 1}, release=[p[1]]),
+        _check_finished_and_released,
+    ),
     LostAnswer(
         "start_run",
         lambda c, s: None,
