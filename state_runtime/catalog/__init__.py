@@ -5,6 +5,7 @@ PostgreSQL in production, SQLite as the embedded default; the URL comes from
 (``python -m state_runtime.catalog upgrade``). See ``docs/catalog.md``.
 """
 
+from state_runtime.catalog.api.registration import OperatorRegistration, Registered
 from state_runtime.catalog.catalog import Catalog
 from state_runtime.catalog.connection.engine import RetryPolicy
 from state_runtime.catalog.connection.settings import (
@@ -90,9 +91,11 @@ __all__ = [
     "MaintenanceRun",
     "NamesMark",
     "NewLayout",
+    "OperatorRegistration",
     "Position",
     "RecordedBatchMetrics",
     "RecoveryCost",
+    "Registered",
     "Repair",
     "Validated",
     "RetainedVersion",

@@ -288,14 +288,16 @@ def execute_repartition(
             for r in catalog.stores(plan.root)
             if r.key_schema is not None
         }
-        keys = set()
+        keys: set[StoreKey] = set()
         for move in plan.moves:
             record = schemas[move.operator_id, move.store_name]
-            for p in range(move.new_partitions):
-                store = StoreId(move.operator_id, p, move.store_name)
-                if p >= move.old_partitions:
-                    catalog.register_store(plan.root, store, record.key_schema, record.value_schema)
-                keys.add(StoreKey(plan.root, store))
+            stores = [
+                StoreId(move.operator_id, p, move.store_name) for p in range(move.new_partitions)
+            ]
+            added = stores[move.old_partitions :]
+            if added:  # one transaction for the move's new partitions
+                catalog.register_stores(plan.root, added, record.key_schema, record.value_schema)
+            keys.update(StoreKey(plan.root, store) for store in stores)
             keys.update(
                 StoreKey(plan.root, StoreId(move.operator_id, p, move.store_name))
                 for p in move.sources

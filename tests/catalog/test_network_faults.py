@@ -31,6 +31,7 @@ from state_runtime.catalog import (
     StoreKey,
 )
 from state_runtime.catalog.schema.tables import (
+    batch_intents,
     batch_metrics,
     checkpoint_files,
     commit_log,
@@ -340,7 +341,20 @@ def _check_finished_and_released(catalog: Catalog, _s: Stream, prepared: Any, _r
     _check_released(catalog, _s, None, True)
 
 
+def _check_begun_batch(catalog: Catalog, _s: Stream, _p: Any, start: Any) -> None:
+    """The intent recorded once (a retry's insert finds its run's row and adds nothing),
+    and the retry read what the batch starts from."""
+    assert count(catalog, batch_intents) == 1
+    assert start.last_batch == 0 and set(start.previous) == {A, B}
+
+
 LOST_ANSWERS = [
+    LostAnswer(
+        "begin_batch",
+        lambda c, s: None,
+        lambda c, s, p: c.begin_batch(ROOT, QUERY, 1, "run1", [(0, "default", 2)]),
+        _check_begun_batch,
+    ),
     LostAnswer(
         "begin_run",
         _old_run,

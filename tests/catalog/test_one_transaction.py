@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from pyspark.sql.types import StringType, StructField, StructType
 
 import state_runtime.catalog.api as api
 from state_runtime.catalog import (
@@ -27,6 +28,8 @@ from state_runtime.errors import MaintenanceRefused
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import StoreNames
 from state_runtime.maintenance.runs import recorded_run
+from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.runtime.query import StatefulQuery
 from state_runtime.status import DEFAULT_LIMITS
 from tests.catalog.factory import QUERY, ROOT, Stream
 
@@ -169,6 +172,39 @@ def test_a_run_over_known_stores_is_two_transactions_at_any_store_count(
     assert abandoned is not None and abandoned.outcome == "abandoned"
     assert done is not None and done.outcome == "succeeded"
     assert all(catalog.try_acquire_lease(key, "next", TTL) for key in keys[:3])
+
+
+@pytest.mark.parametrize("operators", [1, 3])
+def test_a_query_start_is_two_transactions_at_any_operator_count(
+    catalog: Catalog, tmp_path: Path, operators: int
+) -> None:
+    """A driver's start reads what it plans against (schema histories, stores, layouts) in
+    one transaction and records its stores, first layouts and schema histories in one (four
+    reads and three writes an operator before), all of it as separate calls would."""
+    ops = [
+        StatefulOperator(
+            operator_id=n,
+            key_columns=("k",),
+            key_schema="k string",
+            value_schema="total bigint",
+            output_schema="k string, total bigint",
+            update=lambda store, rows: [],
+            num_partitions=4,
+        )
+        for n in range(operators)
+    ]
+    url = catalog.engine.url.render_as_string(hide_password=False)
+    query = StatefulQuery(QUERY, str(tmp_path / "root"), ops, catalog_url=url)
+    with _transactions(query.catalog) as begun:
+        query._register(0, StructType([StructField("k", StringType())]))
+    assert len(begun) == 2
+    assert {r.key.store for r in catalog.stores(query.root)} == {
+        StoreId(n, p) for n in range(operators) for p in range(4)
+    }
+    layouts = catalog.layouts(query.root)
+    histories = catalog.schema_histories(query.root)
+    assert set(layouts) == set(histories) == {(n, "default") for n in range(operators)}
+    assert all(layout.num_partitions == 4 for layout in layouts.values())
 
 
 def test_a_refused_lease_is_one_transaction(catalog: Catalog) -> None:
