@@ -54,9 +54,15 @@ def recorded_run(
 
     One transaction closes the abandoned runs, starts this one and takes the free leases
     among ``leases`` (for ``lease_ttl``: a pass that knows its stores; ``run.held``, its
-    ``busy`` the stores another run holds); a heartbeat thread keeps the run visibly alive."""
+    ``busy`` the stores another run holds); a heartbeat thread keeps the run visibly alive.
+    If taking them fails (an unknown store), the run is still recorded, as failed."""
     ordered = lease_order(leases)
-    started = catalog.begin_run(kind.value, owner, parameters, leases=ordered, ttl=lease_ttl)
+    try:
+        started = catalog.begin_run(kind.value, owner, parameters, leases=ordered, ttl=lease_ttl)
+    except StateStoreError as exc:
+        if ordered:
+            _record_failed_start(catalog, kind, owner, parameters, exc)
+        raise
     for gone in started.abandoned:
         log.warning("closed run %d (%s by %s): %s", gone.run_id, gone.kind, gone.owner, gone.error)
     run = RunRecord(started.run_id)
@@ -95,6 +101,19 @@ def hold_until_close(
         catalog, ttl, ordered, catalog.acquire_leases(ordered, owner, ttl, run.run_id)
     )
     return run.held
+
+
+def _record_failed_start(
+    catalog: Catalog, kind: RunKind, owner: str, parameters: dict[str, Any], exc: Exception
+) -> None:
+    """Record a run whose start (with its leases, one transaction) rolled back as failed with
+    ``exc``, so that the run history shows it (two transactions, on this error path only)."""
+    try:
+        run_id = catalog.start_run(kind.value, owner, parameters)
+        error = redact(f"{type(exc).__name__}: {exc}")
+        catalog.finish_run(run_id, RunOutcome.FAILED.value, {}, error, status_limits=None)
+    except StateStoreError as recording:  # the caller raises the start's own error
+        log.warning("could not record the failed %s run by %s: %s", kind.value, owner, recording)
 
 
 def _held(run: RunRecord) -> list[Lease]:

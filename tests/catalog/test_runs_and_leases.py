@@ -101,6 +101,22 @@ def test_a_run_holds_the_leases_taken_at_its_start_until_it_closes(catalog: Cata
     assert catalog.try_acquire_lease(KEY, "five", TTL) is not None
 
 
+def test_a_run_whose_leases_cannot_be_taken_is_recorded_as_failed(catalog: Catalog) -> None:
+    """Leases taken in the start's transaction roll it back when they fail (an unknown
+    store): the run history still shows the run, failed with that error."""
+    unknown = StoreKey(ROOT, StoreId(9, 9))
+    with (
+        pytest.raises(CatalogError, match="unknown store"),
+        recorded_run(
+            catalog, RunKind.RESTORE, "me", {}, DEFAULT_LIMITS, leases=[unknown], lease_ttl=TTL
+        ),
+    ):
+        pass
+    [run] = catalog.recent_runs()
+    assert (run.kind, run.owner, run.outcome) == ("restore", "me", "failed")
+    assert run.error is not None and "unknown store" in run.error
+
+
 def _outcome(catalog: Catalog, run_id: int) -> str | None:
     run = catalog.run(run_id)
     return None if run is None else run.outcome
