@@ -71,13 +71,20 @@ def lease_order(keys: Sequence[StoreKey]) -> list[StoreKey]:
     return sorted(set(keys), key=str)
 
 
+def take(
+    catalog: Catalog, keys: Sequence[StoreKey], owner: str, ttl: timedelta, run_id: int
+) -> Held:
+    """Take the free leases among ``keys`` for run ``run_id`` (one transaction, lease order)."""
+    ordered = lease_order(keys)
+    return Held.taken(catalog, ttl, ordered, catalog.acquire_leases(ordered, owner, ttl, run_id))
+
+
 @contextmanager
 def leased(
     catalog: Catalog, keys: Sequence[StoreKey], owner: str, ttl: timedelta, run_id: int
 ) -> Iterator[Held]:
     """Take every free lease among ``keys`` for the block; skip (and report) the taken ones."""
-    ordered = lease_order(keys)
-    held = Held.taken(catalog, ttl, ordered, catalog.acquire_leases(ordered, owner, ttl, run_id))
+    held = take(catalog, keys, owner, ttl, run_id)
     try:
         yield held
     finally:

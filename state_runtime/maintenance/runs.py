@@ -16,7 +16,7 @@ from typing import Any
 
 from state_runtime.catalog import HEARTBEAT_INTERVAL, Catalog, Lease, RunKind, RunOutcome, StoreKey
 from state_runtime.errors import StateStoreError
-from state_runtime.maintenance.leases import Held, lease_order
+from state_runtime.maintenance.leases import Held, lease_order, take
 from state_runtime.redaction import get_logger, redact
 
 log = get_logger(__name__)
@@ -96,10 +96,7 @@ def hold_until_close(
     """Take the free leases among ``keys`` for ``run`` (one transaction), held until the run's
     close gives them back in its own transaction: for a pass that learns its stores only
     once it runs and works on them to its end (one commit fewer than :func:`leased`)."""
-    ordered = lease_order(keys)
-    run.held = Held.taken(
-        catalog, ttl, ordered, catalog.acquire_leases(ordered, owner, ttl, run.run_id)
-    )
+    run.held = take(catalog, keys, owner, ttl, run.run_id)
     return run.held
 
 
