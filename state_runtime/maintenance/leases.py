@@ -48,6 +48,15 @@ class Held:
                 held.leases.append(lease)
         return held
 
+    def absorb(self, other: Held) -> None:
+        """Hold ``other``'s leases too (and report its busy and lost stores): one set that the
+        run's close gives back whole. Renewals go by the older of the two takings."""
+        self.leases += other.leases
+        self.busy += other.busy
+        self.lost += other.lost
+        self.ttl = min(self.ttl, other.ttl)
+        self.renewed_at = min(self.renewed_at, other.renewed_at)
+
     @property
     def keys(self) -> list[StoreKey]:
         return [lease.key for lease in self.leases]

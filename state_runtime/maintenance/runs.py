@@ -95,8 +95,15 @@ def hold_until_close(
 ) -> Held:
     """Take the free leases among ``keys`` for ``run`` (one transaction), held until the run's
     close gives them back in its own transaction: for a pass that learns its stores only
-    once it runs and works on them to its end (one commit fewer than :func:`leased`)."""
-    run.held = take(catalog, keys, owner, ttl, run.run_id)
+    once it runs and works on them to its end (one commit fewer than :func:`leased`).
+    They join the leases the run already holds (taken at its start or by an earlier call);
+    the run's :class:`Held` is returned, ``busy`` the stores another run holds."""
+    mine = set() if run.held is None else set(run.held.keys)
+    taken = take(catalog, [key for key in keys if key not in mine], owner, ttl, run.run_id)
+    if run.held is None:
+        run.held = taken
+    else:
+        run.held.absorb(taken)
     return run.held
 
 

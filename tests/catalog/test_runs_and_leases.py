@@ -14,7 +14,7 @@ import pytest
 from state_runtime.catalog import Catalog, RunKind, StoreKey
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import StoreId
-from state_runtime.maintenance.runs import recorded_run
+from state_runtime.maintenance.runs import hold_until_close, recorded_run
 from state_runtime.status import DEFAULT_LIMITS
 from tests.catalog.conftest import FAST_RETRY
 from tests.catalog.factory import ROOT, Stream
@@ -99,6 +99,22 @@ def test_a_run_holds_the_leases_taken_at_its_start_until_it_closes(catalog: Cata
         raise RuntimeError("the pass failed")
     assert _outcome(catalog, failing.run_id) == "failed"
     assert catalog.try_acquire_lease(KEY, "five", TTL) is not None
+
+
+def test_leases_held_until_close_join_those_the_run_holds(catalog: Catalog) -> None:
+    """Leases taken at the start and by each :func:`hold_until_close` call are one set: the
+    close gives back every one of them, not only the last call's."""
+    b, c = StoreKey(ROOT, StoreId(0, 1)), StoreKey(ROOT, StoreId(0, 2))
+    Stream(catalog, [A, b.store, c.store]).commit()
+    with recorded_run(
+        catalog, RunKind.REPARTITION, "me", {}, DEFAULT_LIMITS, leases=[KEY], lease_ttl=TTL
+    ) as run:
+        hold_until_close(catalog, run, [KEY, b], "me", TTL)
+        held = hold_until_close(catalog, run, [c], "me", TTL)
+        assert held is run.held and not held.busy
+        assert sorted(held.keys, key=str) == sorted([KEY, b, c], key=str)
+    for key in (KEY, b, c):
+        assert catalog.try_acquire_lease(key, "next", TTL) is not None
 
 
 def test_a_run_whose_leases_cannot_be_taken_is_recorded_as_failed(catalog: Catalog) -> None:
