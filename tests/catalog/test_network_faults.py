@@ -26,6 +26,8 @@ from state_runtime.catalog import (
     BatchMetrics,
     Catalog,
     CatalogTimeouts,
+    NewLayout,
+    OperatorRegistration,
     RetentionPolicy,
     RetryPolicy,
     StoreKey,
@@ -37,6 +39,7 @@ from state_runtime.catalog.schema.tables import (
     commit_log,
     deletion_ledger,
     maintenance_runs,
+    operator_layouts,
     store_leases,
     stores,
 )
@@ -46,6 +49,8 @@ from state_runtime.errors import (
     CatalogUnavailable,
 )
 from state_runtime.identity import StoreId
+from state_runtime.store.schema_history import SchemaEntry, SchemaHistory
+from state_runtime.store.state_schema import StateSchema
 from tests.catalog.conftest import PG_HOST, PG_PORT
 from tests.catalog.factory import QUERY, ROOT, Stream
 from tests.pg_proxy import PgFaultProxy
@@ -304,6 +309,25 @@ def _check_registered(catalog: Catalog, _s: Stream, _p: Any, _r: Any) -> None:
     assert record.key_schema == "k string"
 
 
+NEW_OPERATOR = OperatorRegistration(
+    9,
+    "default",
+    [StoreId(9, 0), StoreId(9, 1)],
+    "k string",
+    "v long",
+    NewLayout(9, "default", 2, [{"by": "hash"}]),
+    SchemaHistory((SchemaEntry.make(StateSchema.of("k string", "v long")),)),
+)
+
+
+def _check_query_registered(catalog: Catalog, _s: Stream, _p: Any, _r: Any) -> None:
+    """The operator's stores, first layout and schema history each recorded once."""
+    assert count(catalog, stores) == 4
+    assert catalog.layouts(ROOT)[9, "default"].num_partitions == 2
+    assert count(catalog, operator_layouts) == 1
+    assert catalog.schema_histories(ROOT)[9, "default"] == NEW_OPERATOR.history
+
+
 def _old_run(catalog: Catalog, _stream: Stream) -> int:
     run = catalog.start_run("validate", "crashed")
     with catalog.engine.begin() as connection:  # its process died long ago
@@ -432,6 +456,12 @@ LOST_ANSWERS = [
         lambda c, s: None,
         lambda c, s, p: c.register_store(ROOT, StoreId(9, 0), "k string", "v long"),
         _check_registered,
+    ),
+    LostAnswer(
+        "register_query",
+        lambda c, s: None,
+        lambda c, s, p: c.register_query(ROOT, QUERY, 0, [NEW_OPERATOR]),
+        _check_query_registered,
     ),
     LostAnswer(
         "close_abandoned_runs",
