@@ -31,7 +31,7 @@ class CommitStatements:
     """An entry re-committed in place: ``entry``, ``new_id``, ``new_file``, ``now``."""
     add_entries: sa.Insert
     bump_latest: sa.Update
-    begin_intent: Any
+    begin_intent: sa.Insert
     """An intent's row (none if the run has one): ``run``, ``checkpoint_root``, ``query_id``,
     ``batch_id``, ``operators``, ``started_at``."""
     settle_clean: sa.Update
