@@ -5,6 +5,7 @@ PostgreSQL in production, SQLite as the embedded default; the URL comes from
 (``python -m state_runtime.catalog upgrade``). See ``docs/catalog.md``.
 """
 
+from state_runtime.catalog.api.registration import OperatorRegistration, Registered
 from state_runtime.catalog.catalog import Catalog
 from state_runtime.catalog.connection.engine import RetryPolicy
 from state_runtime.catalog.connection.settings import (
@@ -40,6 +41,7 @@ from state_runtime.catalog.records import (
     Repair,
     RetainedVersion,
     SnapshotCandidate,
+    StartedRun,
     StatusChange,
     StoreHealth,
     StoreKey,
@@ -89,12 +91,15 @@ __all__ = [
     "MaintenanceRun",
     "NamesMark",
     "NewLayout",
+    "OperatorRegistration",
     "Position",
     "RecordedBatchMetrics",
     "RecoveryCost",
+    "Registered",
     "Repair",
     "Validated",
     "RetainedVersion",
+    "StartedRun",
     "RetentionPolicy",
     "RetryPolicy",
     "RunKind",

@@ -8,6 +8,7 @@ from state_runtime.catalog.api.health import HealthCalls
 from state_runtime.catalog.api.history import HistoryCalls
 from state_runtime.catalog.api.inventory import InventoryCalls
 from state_runtime.catalog.api.layouts import LayoutCalls
+from state_runtime.catalog.api.registration import RegistrationCalls
 from state_runtime.catalog.api.retention import RetentionCalls
 from state_runtime.catalog.api.runs_and_leases import RunCalls
 from state_runtime.catalog.api.schema_history import SchemaHistoryCalls
@@ -23,6 +24,7 @@ class Catalog(
     EventTimeCalls,
     SchemaHistoryCalls,
     LayoutCalls,
+    RegistrationCalls,
 ):
     """The SQL catalog of stores, checkpoint files, commits and maintenance.
 

@@ -422,6 +422,16 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class StartedRun:
+    """What :meth:`Catalog.begin_run` did in its one transaction: the run it started, the
+    abandoned runs it closed first, and the leases asked for (None where another holds one)."""
+
+    run_id: int
+    abandoned: list[MaintenanceRun]
+    leases: list[Lease | None]
+
+
+@dataclass(frozen=True, slots=True)
 class BatchWatermark:
     """The event-time watermark a batch ran with, and the largest event time it saw (ms)."""
 

@@ -31,6 +31,32 @@ class Held:
     renewed_at: float = field(default_factory=time.monotonic)
     """When (``time.monotonic``) the leases were taken or last renewed."""
 
+    @classmethod
+    def taken(
+        cls,
+        catalog: Catalog,
+        ttl: timedelta,
+        keys: Sequence[StoreKey],
+        taken: Sequence[Lease | None],
+    ) -> Held:
+        """The leases taken for ``keys`` (in their order; None: another run holds it)."""
+        held = cls(catalog, ttl)
+        for key, lease in zip(keys, taken, strict=True):
+            if lease is None:
+                held.busy.append(key)
+            else:
+                held.leases.append(lease)
+        return held
+
+    def absorb(self, other: Held) -> None:
+        """Hold ``other``'s leases too (and report its busy and lost stores): one set that the
+        run's close gives back whole. Renewals go by the older of the two takings."""
+        self.leases += other.leases
+        self.busy += other.busy
+        self.lost += other.lost
+        self.ttl = min(self.ttl, other.ttl)
+        self.renewed_at = min(self.renewed_at, other.renewed_at)
+
     @property
     def keys(self) -> list[StoreKey]:
         return [lease.key for lease in self.leases]
@@ -49,19 +75,25 @@ class Held:
         self.leases = [new for new in renewed if new is not None]
 
 
+def lease_order(keys: Sequence[StoreKey]) -> list[StoreKey]:
+    """``keys`` once each, in the one order every taker uses: no lock-order deadlocks."""
+    return sorted(set(keys), key=str)
+
+
+def take(
+    catalog: Catalog, keys: Sequence[StoreKey], owner: str, ttl: timedelta, run_id: int
+) -> Held:
+    """Take the free leases among ``keys`` for run ``run_id`` (one transaction, lease order)."""
+    ordered = lease_order(keys)
+    return Held.taken(catalog, ttl, ordered, catalog.acquire_leases(ordered, owner, ttl, run_id))
+
+
 @contextmanager
 def leased(
     catalog: Catalog, keys: Sequence[StoreKey], owner: str, ttl: timedelta, run_id: int
 ) -> Iterator[Held]:
     """Take every free lease among ``keys`` for the block; skip (and report) the taken ones."""
-    ordered = sorted(set(keys), key=str)  # one order everywhere: no lock-order deadlocks
-    held = Held(catalog, ttl)
-    taken = catalog.acquire_leases(ordered, owner, ttl, run_id)
-    for key, lease in zip(ordered, taken, strict=True):
-        if lease is None:
-            held.busy.append(key)
-        else:
-            held.leases.append(lease)
+    held = take(catalog, keys, owner, ttl, run_id)
     try:
         yield held
     finally:

@@ -34,7 +34,6 @@ from state_runtime.catalog import CommitEntry, NewLayout, RunKind, StoreKey
 from state_runtime.errors import InvalidArgument, MaintenanceRefused
 from state_runtime.identity import CheckpointRef, StoreId, new_checkpoint_id
 from state_runtime.maintenance.fleet import Fleet, canonical_root
-from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.progress import SILENT, Progress
 from state_runtime.maintenance.rerouting import (
@@ -45,7 +44,7 @@ from state_runtime.maintenance.rerouting import (
     write_partitions_locally,
 )
 from state_runtime.maintenance.restore import checkpoint_to_pass, spark_batches
-from state_runtime.maintenance.runs import recorded_run
+from state_runtime.maintenance.runs import hold_until_close, recorded_run
 from state_runtime.units import size
 
 DEFAULT_IDLE = timedelta(seconds=60)
@@ -289,70 +288,71 @@ def execute_repartition(
             for r in catalog.stores(plan.root)
             if r.key_schema is not None
         }
-        keys = set()
+        keys: set[StoreKey] = set()
         for move in plan.moves:
             record = schemas[move.operator_id, move.store_name]
-            for p in range(move.new_partitions):
-                store = StoreId(move.operator_id, p, move.store_name)
-                if p >= move.old_partitions:
-                    catalog.register_store(plan.root, store, record.key_schema, record.value_schema)
-                keys.add(StoreKey(plan.root, store))
+            stores = [
+                StoreId(move.operator_id, p, move.store_name) for p in range(move.new_partitions)
+            ]
+            added = stores[move.old_partitions :]
+            if added:  # one transaction for the move's new partitions
+                catalog.register_stores(plan.root, added, record.key_schema, record.value_schema)
+            keys.update(StoreKey(plan.root, store) for store in stores)
             keys.update(
                 StoreKey(plan.root, StoreId(move.operator_id, p, move.store_name))
                 for p in move.sources
             )
-        with leased(
-            catalog, sorted(keys, key=str), fleet.owner, policy.lease_ttl, run.run_id
-        ) as held:
-            if held.busy:
-                raise MaintenanceRefused(
-                    f"{len(held.busy)} store(s) of query {plan.query_id} are leased by another "
-                    f"maintenance run (e.g. {held.busy[0]}); run the repartition again when "
-                    "it ends"
-                )
-            snapshots = []
-            with progress.stage("writing new partitions", len(plan.moves)) as advance:
-                for move in plan.moves:
-                    rerouting = _rerouting(fleet, plan, move)
-                    written = (
-                        write_partitions_locally(rerouting)
-                        if spark is None
-                        else write_partitions(spark, rerouting)
-                    )
-                    bad = {p: w.problem for p, w in written.items() if w.problem is not None}
-                    if bad or set(written) != set(range(move.new_partitions)):
-                        raise MaintenanceRefused(
-                            f"operator {move.operator_id} (store {move.store_name}): new "
-                            f"snapshots missing or failing verification: {bad or 'missing'}; "
-                            "nothing was switched, run the repartition again"
-                        )
-                    infos = [written[p].info for p in sorted(written)]
-                    catalog.record_files(plan.root, infos, run_id=run.run_id)
-                    snapshots += infos
-                    plan.figures += [
-                        PartitionFigure(
-                            move.operator_id, move.store_name, p, w.info.rows, w.info.bytes_written
-                        )
-                        for p, w in sorted(written.items())
-                    ]
-                    advance(1)
-            switch = catalog.switch_layout(
-                plan.root,
-                plan.query_id,
-                plan.batch_id,
-                {
-                    StoreId(m.operator_id, p, m.store_name): ref
-                    for m in plan.moves
-                    for p, ref in m.sources.items()
-                },
-                snapshots,
-                [
-                    NewLayout(m.operator_id, m.store_name, m.new_partitions, m.routing)
-                    for m in plan.moves
-                ],
-                reason=_reason(plan, run.run_id),
-                run_id=run.run_id,
+        # Held to the run's close, which gives them back in its own transaction.
+        held = hold_until_close(catalog, run, list(keys), fleet.owner, policy.lease_ttl)
+        if held.busy:
+            raise MaintenanceRefused(
+                f"{len(held.busy)} store(s) of query {plan.query_id} are leased by another "
+                f"maintenance run (e.g. {held.busy[0]}); run the repartition again when "
+                "it ends"
             )
+        snapshots = []
+        with progress.stage("writing new partitions", len(plan.moves)) as advance:
+            for move in plan.moves:
+                rerouting = _rerouting(fleet, plan, move)
+                written = (
+                    write_partitions_locally(rerouting)
+                    if spark is None
+                    else write_partitions(spark, rerouting)
+                )
+                bad = {p: w.problem for p, w in written.items() if w.problem is not None}
+                if bad or set(written) != set(range(move.new_partitions)):
+                    raise MaintenanceRefused(
+                        f"operator {move.operator_id} (store {move.store_name}): new "
+                        f"snapshots missing or failing verification: {bad or 'missing'}; "
+                        "nothing was switched, run the repartition again"
+                    )
+                infos = [written[p].info for p in sorted(written)]
+                catalog.record_files(plan.root, infos, run_id=run.run_id)
+                snapshots += infos
+                plan.figures += [
+                    PartitionFigure(
+                        move.operator_id, move.store_name, p, w.info.rows, w.info.bytes_written
+                    )
+                    for p, w in sorted(written.items())
+                ]
+                advance(1)
+        switch = catalog.switch_layout(
+            plan.root,
+            plan.query_id,
+            plan.batch_id,
+            {
+                StoreId(m.operator_id, p, m.store_name): ref
+                for m in plan.moves
+                for p, ref in m.sources.items()
+            },
+            snapshots,
+            [
+                NewLayout(m.operator_id, m.store_name, m.new_partitions, m.routing)
+                for m in plan.moves
+            ],
+            reason=_reason(plan, run.run_id),
+            run_id=run.run_id,
+        )
         plan.switched = {
             "entries_replaced": switch.replaced,
             "entries_removed": switch.removed,

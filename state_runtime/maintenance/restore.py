@@ -37,7 +37,6 @@ from state_runtime.errors import InvalidArgument, MaintenanceRefused
 from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance.chains import Verified, walk_chain
 from state_runtime.maintenance.fleet import Fleet
-from state_runtime.maintenance.leases import leased
 from state_runtime.maintenance.policy import MaintenancePolicy
 from state_runtime.maintenance.replay_bases import expired_bases, write_bases
 from state_runtime.maintenance.runs import recorded_run
@@ -252,38 +251,41 @@ def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) ->
         "spark_checkpoint": plan.spark.folder if plan.spark else None,
     }
     with recorded_run(
-        catalog, RunKind.RESTORE, fleet.owner, parameters, policy.status_limits()
+        catalog,
+        RunKind.RESTORE,
+        fleet.owner,
+        parameters,
+        policy.status_limits(),
+        leases=keys,  # taken as the run starts; given back as it closes
+        lease_ttl=policy.lease_ttl,
     ) as run:
         plan.run_id = run.run_id
-        with leased(
-            catalog, sorted(set(keys), key=str), fleet.owner, policy.lease_ttl, run.run_id
-        ) as held:
-            if held.busy:
-                raise MaintenanceRefused(
-                    f"{len(held.busy)} store(s) of query {plan.query_id} are leased by another "
-                    f"maintenance run (e.g. {held.busy[0]}); run the restore again when it ends"
-                )
-            if plan.damaged:  # failed: retention keeps the chain below a failed snapshot
-                catalog.record_verifications(plan.root, plan.damaged)
-            plan.reopened = write_bases(
-                fleet, plan.root, plan.targets, plan.bases, run.run_id, Verified()
+        if run.busy:
+            raise MaintenanceRefused(
+                f"{len(run.busy)} store(s) of query {plan.query_id} are leased by another "
+                f"maintenance run (e.g. {run.busy[0]}); run the restore again when it ends"
             )
-            why = (
-                f"superseded: query {plan.query_id} restored to batch {plan.batch_id} by run "
-                f"{run.run_id}"
-            )
-            rewound = catalog.rewind_query(
-                plan.root,
-                plan.query_id,
-                plan.batch_id,
-                plan.targets,
-                restart=[k.store for k in plan.restarted],
-                reason=why,
-                run_id=run.run_id,
-                reopened=plan.reopened,
-            )
-            plan.superseded = rewound.superseded
-            plan.orphaned_files = rewound.orphaned_files
+        if plan.damaged:  # failed: retention keeps the chain below a failed snapshot
+            catalog.record_verifications(plan.root, plan.damaged)
+        plan.reopened = write_bases(
+            fleet, plan.root, plan.targets, plan.bases, run.run_id, Verified()
+        )
+        why = (
+            f"superseded: query {plan.query_id} restored to batch {plan.batch_id} by run "
+            f"{run.run_id}"
+        )
+        rewound = catalog.rewind_query(
+            plan.root,
+            plan.query_id,
+            plan.batch_id,
+            plan.targets,
+            restart=[k.store for k in plan.restarted],
+            reason=why,
+            run_id=run.run_id,
+            reopened=plan.reopened,
+        )
+        plan.superseded = rewound.superseded
+        plan.orphaned_files = rewound.orphaned_files
         if plan.spark is not None:
             plan.moved_spark_files = _move_spark_files(plan.spark, run.run_id)
         plan.executed = True

@@ -1,19 +1,22 @@
 """Maintenance runs as the catalog records them: started, then succeeded or failed, with counts.
 
-Before a run starts, runs left ``running`` by a process that died are closed as ``abandoned``
-(see ``state_runtime.catalog.sql.runs_and_leases``); while it runs, a heartbeat shows it alive.
+Before a run starts, in the transaction that starts it, runs left ``running`` by a process that
+died are closed as ``abandoned`` (see ``state_runtime.catalog.sql.runs_and_leases``); while it
+runs, a heartbeat shows it alive.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from state_runtime.catalog import HEARTBEAT_INTERVAL, Catalog, RunKind, RunOutcome
+from state_runtime.catalog import HEARTBEAT_INTERVAL, Catalog, Lease, RunKind, RunOutcome, StoreKey
 from state_runtime.errors import StateStoreError
+from state_runtime.maintenance.leases import Held, lease_order, take
 from state_runtime.redaction import get_logger, redact
 
 log = get_logger(__name__)
@@ -21,10 +24,17 @@ log = get_logger(__name__)
 
 @dataclass
 class RunRecord:
-    """An open run: its id and the counts it will be closed with."""
+    """An open run: its id, the counts it will be closed with, and the leases its close
+    gives back (taken at its start or by :func:`hold_until_close`)."""
 
     run_id: int
     counts: dict[str, Any] = field(default_factory=dict)
+    held: Held | None = None
+
+    @property
+    def busy(self) -> list[StoreKey]:
+        """The stores whose leases the run asked for and another run holds."""
+        return [] if self.held is None else self.held.busy
 
 
 @contextmanager
@@ -34,15 +44,30 @@ def recorded_run(
     owner: str,
     parameters: dict[str, Any],
     status_limits: Mapping[str, int] | None,
+    *,
+    leases: Sequence[StoreKey] = (),
+    lease_ttl: timedelta | None = None,
 ) -> Iterator[RunRecord]:
     """Record a run around a block: 'succeeded' when it ends, 'failed' with the error if not;
-    the transaction that closes it records the run's stores whose status (under
-    ``status_limits``; None: a run that records them itself) changed.
+    the transaction that closes it gives back its held leases and records the run's stores
+    whose status (under ``status_limits``; None: a run that records them itself) changed.
 
-    Abandoned runs are closed first; a heartbeat thread keeps this one visibly alive."""
-    for gone in catalog.close_abandoned_runs():
+    One transaction closes the abandoned runs, starts this one and takes the free leases
+    among ``leases`` (for ``lease_ttl``: a pass that knows its stores; ``run.held``, its
+    ``busy`` the stores another run holds); a heartbeat thread keeps the run visibly alive.
+    If taking them fails (an unknown store), the run is still recorded, as failed."""
+    ordered = lease_order(leases)
+    try:
+        started = catalog.begin_run(kind.value, owner, parameters, leases=ordered, ttl=lease_ttl)
+    except StateStoreError as exc:
+        if ordered:
+            _record_failed_start(catalog, kind, owner, parameters, exc)
+        raise
+    for gone in started.abandoned:
         log.warning("closed run %d (%s by %s): %s", gone.run_id, gone.kind, gone.owner, gone.error)
-    run = RunRecord(catalog.start_run(kind.value, owner, parameters))
+    run = RunRecord(started.run_id)
+    if ordered and lease_ttl is not None:
+        run.held = Held.taken(catalog, lease_ttl, ordered, started.leases)
     with _heartbeat(catalog, run.run_id):
         try:
             yield run
@@ -53,11 +78,51 @@ def recorded_run(
                 run.counts,
                 redact(f"{type(exc).__name__}: {exc}"),
                 status_limits=status_limits,
+                release=_held(run),
             )
             raise
     catalog.finish_run(
-        run.run_id, RunOutcome.SUCCEEDED.value, run.counts, status_limits=status_limits
+        run.run_id,
+        RunOutcome.SUCCEEDED.value,
+        run.counts,
+        status_limits=status_limits,
+        release=_held(run),
     )
+
+
+def hold_until_close(
+    catalog: Catalog, run: RunRecord, keys: Sequence[StoreKey], owner: str, ttl: timedelta
+) -> Held:
+    """Take the free leases among ``keys`` for ``run`` (one transaction), held until the run's
+    close gives them back in its own transaction: for a pass that learns its stores only
+    once it runs and works on them to its end (one commit fewer than :func:`leased`).
+    They join the leases the run already holds (taken at its start or by an earlier call);
+    the run's :class:`Held` is returned, ``busy`` the stores another run holds."""
+    mine = set() if run.held is None else set(run.held.keys)
+    taken = take(catalog, [key for key in keys if key not in mine], owner, ttl, run.run_id)
+    if run.held is None:
+        run.held = taken
+    else:
+        run.held.absorb(taken)
+    return run.held
+
+
+def _record_failed_start(
+    catalog: Catalog, kind: RunKind, owner: str, parameters: dict[str, Any], exc: Exception
+) -> None:
+    """Record a run whose start (with its leases, one transaction) rolled back as failed with
+    ``exc``, so that the run history shows it (two transactions, on this error path only)."""
+    try:
+        run_id = catalog.start_run(kind.value, owner, parameters)
+        error = redact(f"{type(exc).__name__}: {exc}")
+        catalog.finish_run(run_id, RunOutcome.FAILED.value, {}, error, status_limits=None)
+    except StateStoreError as recording:  # the caller raises the start's own error
+        log.warning("could not record the failed %s run by %s: %s", kind.value, owner, recording)
+
+
+def _held(run: RunRecord) -> list[Lease]:
+    """The leases the run holds now (renewed ones as renewed; lost ones not)."""
+    return [] if run.held is None else run.held.leases
 
 
 @contextmanager

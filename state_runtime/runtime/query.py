@@ -42,6 +42,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from state_runtime.catalog import BatchMetrics, BatchStart, Catalog, NewLayout, StoreKey, Suspects
 from state_runtime.catalog import catalog_url as default_catalog_url
+from state_runtime.catalog.api.registration import OperatorRegistration
 from state_runtime.errors import (
     BatchOutOfOrder,
     CatalogError,
@@ -209,12 +210,11 @@ class StatefulQuery:
         """Register every store, record each operator's layout (partition count and routing)
         and schema history; refuse a partition count other than the catalog's layout, or a
         schema change the planner refuses (before any task runs). Deleted stores: ``opened``."""
-        recorded = self.catalog.schema_histories(self.root)
-        self.operators = [op.opened(recorded) for op in self.operators]
-        known = self.catalog.stores(self.root)
-        layouts = self.catalog.layouts(self.root)
+        registered = self.catalog.registered(self.root)  # one read: histories, stores, layouts
+        self.operators = [op.opened(registered.histories) for op in self.operators]
+        layouts = registered.layouts
         existing: defaultdict[tuple[int, str], set[int]] = defaultdict(set)
-        for store in (record.key.store for record in known):
+        for store in (record.key.store for record in registered.stores):
             existing[store.operator_id, store.store_name].add(store.partition_id)
         for op, spec in self._stores():
             key = (op.operator_id, spec.name)
@@ -233,24 +233,27 @@ class StatefulQuery:
                     )
                     + " (a dry run; then with --execute; docs/repartition.md)"
                 )
-        histories = self._planned_histories(batch_id)
+        histories = self._planned_histories(batch_id, registered.histories)
         routings = dict(zip(map(id, self.operators), self._routings(schema), strict=True))
+        operators = []
         for op, spec in self._stores():
-            key = (op.operator_id, spec.name)
-            routing = routings[id(op)]
+            key, routing = (op.operator_id, spec.name), routings[id(op)]
             new = sorted(set(range(op.num_partitions)) - existing.get(key, set()))
-            if new:
-                self.catalog.register_stores(
-                    self.root,
+            first = None
+            if key not in layouts and routing is not None:
+                first = NewLayout(op.operator_id, spec.name, op.num_partitions, routing)
+            operators.append(
+                OperatorRegistration(
+                    *key,
                     [StoreId(op.operator_id, p, spec.name) for p in new],
                     spec.schema.key.jsonValue(),
                     spec.schema.value.jsonValue(),
+                    first,
+                    histories[key],
                 )
-            if key not in layouts and routing is not None:
-                first = NewLayout(op.operator_id, spec.name, op.num_partitions, routing)
-                self.catalog.record_layout(self.root, self.query_id, first, batch_id)
-            self.catalog.record_schema_history(self.root, op.operator_id, spec.name, histories[key])
-            self._histories[key] = histories[key]
+            )
+        self.catalog.register_query(self.root, self.query_id, batch_id, operators)  # one write
+        self._histories.update(histories)
         self._registered = True
 
     def _routings(self, schema: StructType) -> list[list[dict[str, Any]] | None]:
@@ -268,11 +271,12 @@ class StatefulQuery:
             schema = op.output_struct
         return routings
 
-    def _planned_histories(self, batch_id: int) -> dict[tuple[int, str], SchemaHistory]:
+    def _planned_histories(
+        self, batch_id: int, recorded: dict[tuple[int, str], SchemaHistory]
+    ) -> dict[tuple[int, str], SchemaHistory]:
         """Each operator's schema history with its declared schema as the newest, planned
         against the catalog's (SchemaMismatch naming every refused field, before anything is
         written or any task runs)."""
-        recorded = self.catalog.schema_histories(self.root)
         planned = {}
         for op, store in self._stores():
             key = (op.operator_id, store.name)

@@ -26,16 +26,20 @@ from state_runtime.catalog import (
     BatchMetrics,
     Catalog,
     CatalogTimeouts,
+    NewLayout,
+    OperatorRegistration,
     RetentionPolicy,
     RetryPolicy,
     StoreKey,
 )
 from state_runtime.catalog.schema.tables import (
+    batch_intents,
     batch_metrics,
     checkpoint_files,
     commit_log,
     deletion_ledger,
     maintenance_runs,
+    operator_layouts,
     store_leases,
     stores,
 )
@@ -45,6 +49,8 @@ from state_runtime.errors import (
     CatalogUnavailable,
 )
 from state_runtime.identity import StoreId
+from state_runtime.store.schema_history import SchemaEntry, SchemaHistory
+from state_runtime.store.state_schema import StateSchema
 from tests.catalog.conftest import PG_HOST, PG_PORT
 from tests.catalog.factory import QUERY, ROOT, Stream
 from tests.pg_proxy import PgFaultProxy
@@ -240,8 +246,7 @@ def _run_and_lease(catalog: Catalog, stream: Stream) -> tuple[int, Any]:
 
 def _check_one_run(catalog: Catalog, _s: Stream, _p: Any, run_id: int) -> None:
     assert count(catalog, maintenance_runs) == 1
-    run = catalog.run(run_id)
-    assert run is not None and run.outcome == "running" and run.pid is not None
+    _check_one_run_of(catalog, run_id)
 
 
 def _check_finished(catalog: Catalog, _s: Stream, run_id: int, _r: Any) -> None:
@@ -318,6 +323,25 @@ def _check_registered(catalog: Catalog, _s: Stream, _p: Any, _r: Any) -> None:
     assert record.key_schema == "k string"
 
 
+NEW_OPERATOR = OperatorRegistration(
+    9,
+    "default",
+    [StoreId(9, 0), StoreId(9, 1)],
+    "k string",
+    "v long",
+    NewLayout(9, "default", 2, [{"by": "hash"}]),
+    SchemaHistory((SchemaEntry.make(StateSchema.of("k string", "v long")),)),
+)
+
+
+def _check_query_registered(catalog: Catalog, _s: Stream, _p: Any, _r: Any) -> None:
+    """The operator's stores, first layout and schema history each recorded once."""
+    assert count(catalog, stores) == 4
+    assert catalog.layouts(ROOT)[9, "default"].num_partitions == 2
+    assert count(catalog, operator_layouts) == 1
+    assert catalog.schema_histories(ROOT)[9, "default"] == NEW_OPERATOR.history
+
+
 def _old_run(catalog: Catalog, _stream: Stream) -> int:
     run = catalog.start_run("validate", "crashed")
     with catalog.engine.begin() as connection:  # its process died long ago
@@ -334,7 +358,53 @@ def _check_abandoned(catalog: Catalog, _s: Stream, run_id: int, closed: Any) -> 
     assert run is not None and run.outcome == "abandoned" and "no heartbeat" in str(run.error)
 
 
+def _check_begun(catalog: Catalog, _s: Stream, old_run: int, started: Any) -> None:
+    """One transaction did it all, once: the dead run closed, one new run, its lease held
+    (by the retry too: the lease's token is the call's)."""
+    _check_abandoned(catalog, _s, old_run, None)
+    assert count(catalog, maintenance_runs) == 2
+    _check_one_run_of(catalog, started.run_id)
+    (lease,) = started.leases
+    assert lease is not None and lease.run_id == started.run_id
+    _check_lease_taken(catalog, _s, None, lease)
+
+
+def _check_one_run_of(catalog: Catalog, run_id: int) -> None:
+    run = catalog.run(run_id)
+    assert run is not None and run.outcome == "running" and run.pid is not None
+
+
+def _check_finished_and_released(catalog: Catalog, _s: Stream, prepared: Any, _r: Any) -> None:
+    _check_finished(catalog, _s, prepared[0], None)
+    _check_released(catalog, _s, None, True)
+
+
+def _check_begun_batch(catalog: Catalog, _s: Stream, _p: Any, start: Any) -> None:
+    """The intent recorded once (a retry's insert finds its run's row and adds nothing),
+    and the retry read what the batch starts from."""
+    assert count(catalog, batch_intents) == 1
+    assert start.last_batch == 0 and set(start.previous) == {A, B}
+
+
 LOST_ANSWERS = [
+    LostAnswer(
+        "begin_batch",
+        lambda c, s: None,
+        lambda c, s, p: c.begin_batch(ROOT, QUERY, 1, "run1", [(0, "default", 2)]),
+        _check_begun_batch,
+    ),
+    LostAnswer(
+        "begin_run",
+        _old_run,
+        lambda c, s, p: c.begin_run("cleanup", "me", {"x": 1}, leases=[KEY], ttl=TTL),
+        _check_begun,
+    ),
+    LostAnswer(
+        "finish_run_releasing_leases",
+        _run_and_lease,
+        lambda c, s, p: c.finish_run(p[0], "succeeded", {"n": 1}, release=[p[1]]),
+        _check_finished_and_released,
+    ),
     LostAnswer(
         "start_run",
         lambda c, s: None,
@@ -400,6 +470,12 @@ LOST_ANSWERS = [
         lambda c, s: None,
         lambda c, s, p: c.register_store(ROOT, StoreId(9, 0), "k string", "v long"),
         _check_registered,
+    ),
+    LostAnswer(
+        "register_query",
+        lambda c, s: None,
+        lambda c, s, p: c.register_query(ROOT, QUERY, 0, [NEW_OPERATOR]),
+        _check_query_registered,
     ),
     LostAnswer(
         "close_abandoned_runs",

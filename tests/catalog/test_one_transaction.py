@@ -12,14 +12,28 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from pyspark.sql.types import StringType, StructField, StructType
 
 import state_runtime.catalog.api as api
-from state_runtime.catalog import BatchMetrics, Catalog, FileState, RetentionPolicy, StoreKey
+from state_runtime.catalog import (
+    BatchMetrics,
+    Catalog,
+    FileState,
+    RetentionPolicy,
+    RunKind,
+    StoreKey,
+)
+from state_runtime.catalog.schema.tables import maintenance_runs
 from state_runtime.errors import MaintenanceRefused
 from state_runtime.identity import StoreId
 from state_runtime.maintenance import StoreNames
+from state_runtime.maintenance.runs import recorded_run
+from state_runtime.runtime.operator import StatefulOperator
+from state_runtime.runtime.query import StatefulQuery
+from state_runtime.status import DEFAULT_LIMITS
 from tests.catalog.factory import QUERY, ROOT, Stream
 
+TTL = timedelta(minutes=5)
 LEASE_BLOCK = {"store_lease"}
 """Context managers that hold something across a block: one transaction to take, one to
 give back."""
@@ -124,6 +138,73 @@ def test_a_batch_is_two_transactions_at_any_partition_count(
     assert metrics.metrics.commit_ms > 0
     [sweep] = catalog.attempt_sweeps(catalog.now() + timedelta(seconds=1))
     assert sweep.committed and sweep.targets == {d.store: 2 for d in duplicates}
+
+
+@pytest.mark.parametrize("count", [2, 300])
+def test_a_run_over_known_stores_is_two_transactions_at_any_store_count(
+    catalog: Catalog, count: int
+) -> None:
+    """A maintenance run that knows its stores (a restore): one transaction closes an
+    abandoned run, starts this one and takes its leases; one closes it, gives them back and
+    records its stores' status changes (five before: the sweep, the start, the leases'
+    taking and giving back, the close)."""
+    ids = [StoreId(0, p) for p in range(count)]
+    Stream(catalog, ids).commit()
+    dead = catalog.start_run("validate", "silent")
+    old = catalog.now() - timedelta(hours=1)
+    with catalog.engine.begin() as connection:  # silent for an hour: abandoned
+        connection.execute(
+            sa.update(maintenance_runs)
+            .where(maintenance_runs.c.run_id == dead)
+            .values(started_at=old, heartbeat_at=old)
+        )
+    keys = [StoreKey(ROOT, store) for store in ids]
+    with (
+        _transactions(catalog) as begun,
+        recorded_run(
+            catalog, RunKind.RESTORE, "me", {}, DEFAULT_LIMITS, leases=keys, lease_ttl=TTL
+        ) as run,
+    ):
+        assert run.held is not None and len(run.held.leases) == count and not run.busy
+        held = len(begun)
+    assert (held, len(begun)) == (1, 2)
+    abandoned, done = catalog.run(dead), catalog.run(run.run_id)
+    assert abandoned is not None and abandoned.outcome == "abandoned"
+    assert done is not None and done.outcome == "succeeded"
+    assert all(catalog.try_acquire_lease(key, "next", TTL) for key in keys[:3])
+
+
+@pytest.mark.parametrize("operators", [1, 3])
+def test_a_query_start_is_two_transactions_at_any_operator_count(
+    catalog: Catalog, tmp_path: Path, operators: int
+) -> None:
+    """A driver's start reads what it plans against (schema histories, stores, layouts) in
+    one transaction and records its stores, first layouts and schema histories in one (four
+    reads and three writes an operator before), all of it as separate calls would."""
+    ops = [
+        StatefulOperator(
+            operator_id=n,
+            key_columns=("k",),
+            key_schema="k string",
+            value_schema="total bigint",
+            output_schema="k string, total bigint",
+            update=lambda store, rows: [],
+            num_partitions=4,
+        )
+        for n in range(operators)
+    ]
+    url = catalog.engine.url.render_as_string(hide_password=False)
+    query = StatefulQuery(QUERY, str(tmp_path / "root"), ops, catalog_url=url)
+    with _transactions(query.catalog) as begun:
+        query._register(0, StructType([StructField("k", StringType())]))
+    assert len(begun) == 2
+    assert {r.key.store for r in catalog.stores(query.root)} == {
+        StoreId(n, p) for n in range(operators) for p in range(4)
+    }
+    layouts = catalog.layouts(query.root)
+    histories = catalog.schema_histories(query.root)
+    assert set(layouts) == set(histories) == {(n, "default") for n in range(operators)}
+    assert all(layout.num_partitions == 4 for layout in layouts.values())
 
 
 def test_a_refused_lease_is_one_transaction(catalog: Catalog) -> None:

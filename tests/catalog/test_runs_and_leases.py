@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from state_runtime.catalog import Catalog, StoreKey
+from state_runtime.catalog import Catalog, RunKind, StoreKey
 from state_runtime.errors import CatalogError, InvalidArgument, MaintenanceRefused
 from state_runtime.identity import StoreId
+from state_runtime.maintenance.runs import hold_until_close, recorded_run
 from state_runtime.status import DEFAULT_LIMITS
 from tests.catalog.conftest import FAST_RETRY
 from tests.catalog.factory import ROOT, Stream
@@ -64,6 +65,77 @@ def test_a_lease_excludes_others_until_released_or_expired(catalog: Catalog) -> 
     assert taken is not None
     with pytest.raises(CatalogError, match="unknown store"):
         catalog.try_acquire_lease(StoreKey("/typo", A), "x", timedelta(seconds=1))
+
+
+def test_a_run_holds_the_leases_taken_at_its_start_until_it_closes(catalog: Catalog) -> None:
+    """Leases taken in a run's start transaction exclude other runs for the whole block and
+    go with its close, failed or succeeded; another's held lease is reported busy."""
+    b = StoreKey(ROOT, StoreId(0, 1))
+    Stream(catalog, [A, b.store]).commit()
+    with recorded_run(
+        catalog, RunKind.RESTORE, "one", {}, DEFAULT_LIMITS, leases=[b, KEY], lease_ttl=TTL
+    ) as first:
+        assert first.held is not None and not first.busy
+        assert [lease.key for lease in first.held.leases] == sorted([KEY, b], key=str)
+        assert {lease.run_id for lease in first.held.leases} == {first.run_id}
+        with (
+            pytest.raises(MaintenanceRefused),
+            recorded_run(
+                catalog, RunKind.RESTORE, "two", {}, DEFAULT_LIMITS, leases=[KEY], lease_ttl=TTL
+            ) as second,
+        ):
+            assert second.busy == [KEY]
+            raise MaintenanceRefused("busy")
+        assert catalog.try_acquire_lease(b, "three", TTL) is None
+    assert _outcome(catalog, second.run_id) == "failed"
+    assert _outcome(catalog, first.run_id) == "succeeded"
+    with (
+        pytest.raises(RuntimeError),
+        recorded_run(
+            catalog, RunKind.RESTORE, "four", {}, DEFAULT_LIMITS, leases=[KEY], lease_ttl=TTL
+        ) as failing,
+    ):
+        assert failing.held is not None and len(failing.held.leases) == 1
+        raise RuntimeError("the pass failed")
+    assert _outcome(catalog, failing.run_id) == "failed"
+    assert catalog.try_acquire_lease(KEY, "five", TTL) is not None
+
+
+def test_leases_held_until_close_join_those_the_run_holds(catalog: Catalog) -> None:
+    """Leases taken at the start and by each :func:`hold_until_close` call are one set: the
+    close gives back every one of them, not only the last call's."""
+    b, c = StoreKey(ROOT, StoreId(0, 1)), StoreKey(ROOT, StoreId(0, 2))
+    Stream(catalog, [A, b.store, c.store]).commit()
+    with recorded_run(
+        catalog, RunKind.REPARTITION, "me", {}, DEFAULT_LIMITS, leases=[KEY], lease_ttl=TTL
+    ) as run:
+        hold_until_close(catalog, run, [KEY, b], "me", TTL)
+        held = hold_until_close(catalog, run, [c], "me", TTL)
+        assert held is run.held and not held.busy
+        assert sorted(held.keys, key=str) == sorted([KEY, b, c], key=str)
+    for key in (KEY, b, c):
+        assert catalog.try_acquire_lease(key, "next", TTL) is not None
+
+
+def test_a_run_whose_leases_cannot_be_taken_is_recorded_as_failed(catalog: Catalog) -> None:
+    """Leases taken in the start's transaction roll it back when they fail (an unknown
+    store): the run history still shows the run, failed with that error."""
+    unknown = StoreKey(ROOT, StoreId(9, 9))
+    with (
+        pytest.raises(CatalogError, match="unknown store"),
+        recorded_run(
+            catalog, RunKind.RESTORE, "me", {}, DEFAULT_LIMITS, leases=[unknown], lease_ttl=TTL
+        ),
+    ):
+        pass
+    [run] = catalog.recent_runs()
+    assert (run.kind, run.owner, run.outcome) == ("restore", "me", "failed")
+    assert run.error is not None and "unknown store" in run.error
+
+
+def _outcome(catalog: Catalog, run_id: int) -> str | None:
+    run = catalog.run(run_id)
+    return None if run is None else run.outcome
 
 
 def test_a_lost_lease_cannot_be_renewed_or_released(catalog: Catalog) -> None:

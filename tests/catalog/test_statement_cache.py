@@ -138,9 +138,10 @@ def test_a_sqlite_transaction_holds_the_lock_from_its_start_with_no_engine_event
 
 
 def test_a_maintenance_runs_statements_are_built_once(catalog: Catalog) -> None:
-    """A maintenance run's start, the sweep of abandoned runs, its leases (taken by one upsert,
-    released) and its finish run the same 8 statement objects run after run; each run still
-    takes, and gives back, its own leases."""
+    """A maintenance run's start with the sweep of abandoned runs and its leases (taken by one
+    upsert), and its finish giving them back, run the same 7 statement objects run after run
+    (the start's insert returns its run: no read of it by token); each run still takes, and
+    gives back, its own leases."""
     stream = Stream(catalog, [StoreId(0, 0), StoreId(0, 1)])
     stream.commit()
     keys = [StoreKey(stream.root, store) for store in stream.stores]
@@ -149,17 +150,17 @@ def test_a_maintenance_runs_statements_are_built_once(catalog: Catalog) -> None:
         ran: list[Any] = []  # the statements themselves: ids of freed ones could be reused
         listener = functools.partial(lambda seen, *args: seen.append(args[1]), ran)
         event.listen(catalog.engine, "before_execute", listener)
-        assert catalog.close_abandoned_runs() == []
-        run_id = catalog.start_run("snapshot", "tests")
-        leases = catalog.acquire_leases(keys, "tests", timedelta(minutes=1), run_id)
+        started = catalog.begin_run("snapshot", "tests", leases=keys, ttl=timedelta(minutes=1))
+        run_id, leases = started.run_id, started.leases
+        assert started.abandoned == []
         assert all(lease is not None and lease.run_id == run_id for lease in leases)
-        catalog.release_leases([lease for lease in leases if lease is not None])
-        catalog.finish_run(run_id, "succeeded", {}, status_limits=None)
+        held = [lease for lease in leases if lease is not None]
+        catalog.finish_run(run_id, "succeeded", {}, status_limits=None, release=held)
         event.remove(catalog.engine, "before_execute", listener)
         statements.append(ran)
         run = catalog.run(run_id)
         assert run is not None and run.outcome == "succeeded"
-    assert len(statements[0]) == len(statements[1]) == 8, statements
+    assert len(statements[0]) == len(statements[1]) == 7, statements
     assert all(a is b for a, b in zip(*statements, strict=True)), statements
 
 

@@ -10,11 +10,11 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from state_runtime.catalog.api.transactions import CatalogBase
-from state_runtime.catalog.records import Lease, MaintenanceRun, Position, StoreKey
+from state_runtime.catalog.records import Lease, MaintenanceRun, Position, StartedRun, StoreKey
 from state_runtime.catalog.schema.tables import RunKind
 from state_runtime.catalog.sql import runs_and_leases
 from state_runtime.catalog.sql.status_changes import record_run_status_changes
-from state_runtime.errors import MaintenanceRefused
+from state_runtime.errors import InvalidArgument, MaintenanceRefused
 from state_runtime.identity import new_checkpoint_id
 from state_runtime.status import DEFAULT_LIMITS
 
@@ -33,6 +33,41 @@ class RunCalls(CatalogBase):
             ),
         )
 
+    def begin_run(
+        self,
+        kind: str,
+        owner: str,
+        parameters: dict[str, Any] | None = None,
+        *,
+        leases: Sequence[StoreKey] = (),
+        ttl: timedelta | None = None,
+    ) -> StartedRun:
+        """What a maintenance pass does first, in one transaction: close the abandoned runs
+        (:meth:`close_abandoned_runs`), start its run (:meth:`start_run`) and take the free
+        leases among ``leases`` for it (:meth:`acquire_leases`, for ``ttl``; a pass that knows
+        its stores at its start). Each part finds what a retry's earlier attempt did (the run
+        and the leases by their tokens, made here), so a lost COMMIT starts nothing twice."""
+        token, lease_token = new_checkpoint_id(), new_checkpoint_id()
+        if leases and ttl is None:
+            raise InvalidArgument("leases taken at a run's start need a time to live")
+
+        def work(connection: Connection) -> StartedRun:
+            now = self.now()
+            abandoned = runs_and_leases.close_abandoned_runs(connection, now)
+            run_id = runs_and_leases.start_run(
+                connection, kind, owner, dict(parameters or {}), token, now
+            )
+            taken = (
+                runs_and_leases.acquire_leases(
+                    connection, leases, owner, ttl, run_id, lease_token, now
+                )
+                if leases and ttl is not None
+                else []
+            )
+            return StartedRun(run_id, abandoned, taken)
+
+        return self._run("begin maintenance run", work)
+
     def finish_run(
         self,
         run_id: int,
@@ -41,16 +76,19 @@ class RunCalls(CatalogBase):
         error: str | None = None,
         *,
         status_limits: Mapping[str, int] | None = DEFAULT_LIMITS,
+        release: Sequence[Lease] = (),
     ) -> None:
         """Close a run as 'succeeded' or 'failed' with its counts (already closed that way:
-        nothing to do), and in the same transaction record each store of the run (whose last run
-        it is: leased, a file recorded or deleted; validated since it started, for a
-        validation) whose status (under ``status_limits``) changed; ``status_limits`` None:
-        none (the run recorded them itself)."""
+        nothing to do), and in the same transaction give back the run's ``release`` leases
+        (:meth:`release_leases`) and record each store of the run (whose last run it is:
+        leased, a file recorded or deleted; validated since it started, for a validation)
+        whose status (under ``status_limits``) changed; ``status_limits`` None: none (the
+        run recorded them itself)."""
 
         def work(connection: Connection) -> None:
             now = self.now()
             runs_and_leases.finish_run(connection, run_id, outcome, dict(counts or {}), error, now)
+            runs_and_leases.release_leases(connection, release)
             if status_limits is not None:
                 record_run_status_changes(connection, status_limits, run_id, now)
 

@@ -55,19 +55,17 @@ def begin_batch(
     previous = (
         committed_ids(connection, WRITE_LOOKUPS, root, query_id, batch_id - 1) if batch_id else {}
     )
-    exists = connection.execute(_intent_query(), {"run": run}).first()
-    if exists is None:  # a retry after a lost COMMIT finds its own intent
-        connection.execute(
-            commit_statements(connection.dialect.name).begin_intent,
-            {
-                "run": run,
-                "checkpoint_root": root,
-                "query_id": query_id,
-                "batch_id": batch_id,
-                "operators": [list(op) for op in operators],
-                "started_at": now,
-            },
-        )
+    connection.execute(  # a retry after a lost COMMIT finds its own intent: nothing to insert
+        commit_statements(connection.dialect.name).begin_intent,
+        {
+            "run": run,
+            "checkpoint_root": root,
+            "query_id": query_id,
+            "batch_id": batch_id,
+            "operators": [list(op) for op in operators],
+            "started_at": now,
+        },
+    )
     restored = restored_to(connection, root, query_id)
     restarted_base = (
         batch_id > 0
@@ -126,13 +124,6 @@ def restored_to(
         params["batch_id"] = batch_id
     row = connection.execute(_restored_to_query(batch_id is not None), params).first()
     return None if row is None else int(row[0])
-
-
-@functools.cache
-def _intent_query() -> sa.Select[Any]:
-    """Whether the intent of the run given as ``run`` is recorded: built once."""
-    i = batch_intents.c
-    return sa.select(i.run).where(i.run == sa.bindparam("run", type_=i.run.type))
 
 
 @functools.cache

@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from state_runtime.catalog.schema.tables import batch_intents, checkpoint_files, commit_log, stores
-from state_runtime.catalog.sql.statements import among
+from state_runtime.catalog.sql.statements import among, dialect_insert
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class CommitStatements:
     add_entries: sa.Insert
     bump_latest: sa.Update
     begin_intent: sa.Insert
-    """An intent's row: ``run``, ``checkpoint_root``, ``query_id``, ``batch_id``,
-    ``operators``, ``started_at``."""
+    """An intent's row (none if the run has one): ``run``, ``checkpoint_root``, ``query_id``,
+    ``batch_id``, ``operators``, ``started_at``."""
     settle_clean: sa.Update
     """``intent_run`` committed at ``now`` with no suspect: swept then."""
     settle_suspects: sa.Update
@@ -103,7 +103,11 @@ def commit_statements(dialect: str) -> CommitStatements:
             latest_checkpoint_id=entry.with_only_columns(c.checkpoint_id).scalar_subquery(),
             last_committed_at=sa.bindparam("now", type_=s.last_committed_at.type),
         ),
-        begin_intent=sa.insert(batch_intents).values(**numbered),
+        # The run's own row already there (a retry after a lost COMMIT): nothing inserted;
+        # any other conflict (a sequence number taken) still fails the transaction.
+        begin_intent=dialect_insert(dialect, batch_intents)
+        .values(**numbered)
+        .on_conflict_do_nothing(index_elements=[i.run]),
         settle_clean=settle.values(suspects=sa.null(), swept_at=settled),
         settle_suspects=settle.values(
             suspects=sa.bindparam("suspects", type_=i.suspects.type), swept_at=sa.null()

@@ -85,9 +85,11 @@ def _statements(dialect: str) -> _Statements:
     excluded = insert.excluded
     return _Statements(
         # Its transaction's id written too, though also the column's default on PostgreSQL.
+        # Returning the new run's id: one statement, unless a retry finds its run by token.
         start=dialect_insert(dialect, maintenance_runs)
         .on_conflict_do_nothing()
-        .values(xact_id=WritingTransaction()),
+        .values(xact_id=WritingTransaction())
+        .returning(r.run_id),
         run_of_token=sa.select(r.run_id).where(r.run_token == sa.bindparam("token")),
         # Its end never before its start: a run started through one reading of the database's
         # clock may finish through another (another process, or a reading taken again) that
@@ -128,7 +130,7 @@ def start_run(
         ) from None
     if not owner:
         raise InvalidArgument("a maintenance run needs an owner (who or what runs it)")
-    connection.execute(
+    started = connection.execute(
         _statements(connection.dialect.name).start,
         {
             "kind": kind,
@@ -142,12 +144,12 @@ def start_run(
             "pid": os.getpid(),
             "heartbeat_at": now,
         },
-    )
-    return int(
-        connection.execute(
+    ).scalar()
+    if started is None:  # a retry after a lost COMMIT: the first attempt's run
+        started = connection.execute(
             _statements(connection.dialect.name).run_of_token, {"token": token}
         ).scalar_one()
-    )
+    return int(started)
 
 
 def finish_run(

@@ -21,7 +21,7 @@ def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-def dialect_insert(dialect: str, table: sa.Table) -> Any:
+def dialect_insert(dialect: str, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
     """The dialect's ``INSERT`` that takes ``ON CONFLICT`` clauses (``dialect``:
     ``connection.dialect.name``)."""
     return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
