@@ -42,6 +42,7 @@ READS: dict[str, Read] = {
     "layouts": lambda c, s: c.layouts(s.root),
     "layout_history": lambda c, s: c.layout_history(s.root),
     "schema_histories": lambda c, s: c.schema_histories(s.root),
+    "registered": lambda c, s: c.registered(s.root),
     "schema_history": lambda c, s: c.schema_history(s.root, 0, STORE.store_name),
     "store_health": lambda c, s: c.store_health(POLICY, root=s.root, now=LATER),
     "snapshot_candidates": lambda c, s: c.snapshot_candidates(1, s.root),
@@ -78,6 +79,8 @@ NOT_READS = frozenset(
         # writes: the reader is refused them (test_roles)
         "register_store",
         "register_stores",
+        "register_query",
+        "begin_run",
         "begin_batch",
         "record_files",
         "commit_batch",

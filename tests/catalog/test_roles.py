@@ -239,7 +239,7 @@ def test_each_role_does_its_work_and_is_refused_outside_it(roles: Roles, tmp_pat
     assert f"role '{names['runtime']}' lacks INSERT" in message
     assert (
         "permission denied for table maintenance_runs" in message
-        and "start maintenance run" in message
+        and "begin maintenance run" in message
     )
     assert counts(roles.owner) == before
     runtime.close()
