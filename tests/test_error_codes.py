@@ -48,6 +48,7 @@ CODES = {
     "FileAlreadyExists": "STATE_STORAGE_FILE_EXISTS",
     "StorageFileNotFound": "STATE_STORAGE_FILE_NOT_FOUND",
     "StorageUnavailable": "STATE_STORAGE_UNAVAILABLE",
+    "WorkerProcessLost": "STATE_WORKER_PROCESS_LOST",
     "RootMissing": "STATE_ROOT_MISSING",
     "CatalogError": "STATE_CATALOG_FAILED",
     "CatalogUnavailable": "STATE_CATALOG_UNAVAILABLE",

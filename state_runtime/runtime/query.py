@@ -40,9 +40,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from state_runtime.catalog import BatchMetrics, BatchStart, Catalog, NewLayout, StoreKey, Suspects
+from state_runtime.catalog import (
+    BatchMetrics,
+    BatchStart,
+    Catalog,
+    NewLayout,
+    OperatorRegistration,
+    StoreKey,
+    Suspects,
+)
 from state_runtime.catalog import catalog_url as default_catalog_url
-from state_runtime.catalog.api.registration import OperatorRegistration
 from state_runtime.errors import (
     BatchOutOfOrder,
     CatalogError,

@@ -139,9 +139,9 @@ def _plan(tmp_path: Path, catalog_url: str, before: str, after: str) -> SchemaHi
     """The driver's plan of variable ``x`` declared as ``after`` over its recorded history of
     ``before``, as a restart plans it before its first batch (no Spark needed)."""
     first, second = (_declaring(tmp_path, catalog_url, d) for d in (before, after))
-    recorded = first._planned_histories(0)[(0, "x")]
+    recorded = first._planned_histories(0, {})[(0, "x")]
     first.catalog.record_schema_history(first.root, 0, "x", recorded)
-    return second._planned_histories(1)[(0, "x")]
+    return second._planned_histories(1, second.catalog.registered(second.root).histories)[(0, "x")]
 
 
 @pytest.mark.parametrize(
