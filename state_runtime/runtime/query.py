@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -44,8 +43,6 @@ from state_runtime.catalog import (
     BatchMetrics,
     BatchStart,
     Catalog,
-    NewLayout,
-    OperatorRegistration,
     StoreKey,
     Suspects,
 )
@@ -55,11 +52,10 @@ from state_runtime.errors import (
     CatalogError,
     CommitConflict,
     InvalidArgument,
-    SchemaMismatch,
 )
 from state_runtime.failures import log_failure, typed_error
 from state_runtime.identity import CheckpointRef, StoreId, validate_name
-from state_runtime.maintenance.restore import SPARK_CHECKPOINT, run_step, spark_checkpoint_option
+from state_runtime.maintenance.restore import SPARK_CHECKPOINT
 from state_runtime.runtime.batch_reports import (
     batch_metrics,
     choose,
@@ -71,8 +67,9 @@ from state_runtime.runtime.batch_reports import (
 from state_runtime.runtime.coordinator import holders
 from state_runtime.runtime.event_time import EventTimeClock, event_time_metrics
 from state_runtime.runtime.loss import lost_state, refuse_expired_base
-from state_runtime.runtime.operator import ExtraStore, StatefulOperator
+from state_runtime.runtime.operator import StatefulOperator
 from state_runtime.runtime.query_check import check_query
+from state_runtime.runtime.registration import plan_registration, stores_of
 from state_runtime.runtime.spark_kind import (
     default_parallelism,
     observation,
@@ -97,7 +94,7 @@ from state_runtime.runtime.watermark import BatchWatermarks, Watermark
 from state_runtime.settings import WorkerSettings
 from state_runtime.storage import Storage, open_storage
 from state_runtime.store.checkpoint_info import CheckpointInfo
-from state_runtime.store.schema_history import SchemaEntry, SchemaHistory
+from state_runtime.store.schema_history import SchemaHistory
 
 log = logging.getLogger("state_runtime.runtime")
 
@@ -215,96 +212,17 @@ class StatefulQuery:
 
     def _register(self, batch_id: int, schema: StructType) -> None:
         """Register every store, record each operator's layout (partition count and routing)
-        and schema history; refuse a partition count other than the catalog's layout, or a
-        schema change the planner refuses (before any task runs). Deleted stores: ``opened``."""
-        registered = self.catalog.registered(self.root)  # one read: histories, stores, layouts
+        and schema history (``registration.py``: refusals before any task runs) in one read
+        and one write of the catalog. Deleted stores: ``opened``."""
+        registered = self.catalog.registered(self.root)
         self.operators = [op.opened(registered.histories) for op in self.operators]
-        layouts = registered.layouts
-        existing: defaultdict[tuple[int, str], set[int]] = defaultdict(set)
-        for store in (record.key.store for record in registered.stores):
-            existing[store.operator_id, store.store_name].add(store.partition_id)
-        for op, spec in self._stores():
-            key = (op.operator_id, spec.name)
-            layout = layouts.get(key)
-            count = layout.num_partitions if layout else len(existing.get(key, set()))
-            found = set(range(count)) if layout else existing.get(key, set())
-            if found and found != set(range(op.num_partitions)):
-                raise InvalidArgument(
-                    f"operator {op.operator_id} (store {spec.name}) of query {self.query_id} "
-                    f"has {count} state partitions in the catalog; it cannot run with "
-                    f"{op.num_partitions}. Keep num_partitions={count}, or stop the query and "
-                    + run_step(
-                        f"statestore repartition {self.root} --query {self.query_id} --operator "
-                        f"{op.operator_id} --partitions {op.num_partitions} "
-                        f"{spark_checkpoint_option(self.spark_checkpoint)}"
-                    )
-                    + " (a dry run; then with --execute; docs/repartition.md)"
-                )
-        histories = self._planned_histories(batch_id, registered.histories)
-        routings = dict(zip(map(id, self.operators), self._routings(schema), strict=True))
-        operators = []
-        for op, spec in self._stores():
-            key, routing = (op.operator_id, spec.name), routings[id(op)]
-            new = sorted(set(range(op.num_partitions)) - existing.get(key, set()))
-            first = None
-            if key not in layouts and routing is not None:
-                first = NewLayout(op.operator_id, spec.name, op.num_partitions, routing)
-            operators.append(
-                OperatorRegistration(
-                    *key,
-                    [StoreId(op.operator_id, p, spec.name) for p in new],
-                    spec.schema.key.jsonValue(),
-                    spec.schema.value.jsonValue(),
-                    first,
-                    histories[key],
-                )
-            )
-        self.catalog.register_query(self.root, self.query_id, batch_id, operators)  # one write
+        operators, histories = plan_registration(
+            self.query_id, self.root, self.spark_checkpoint, self.operators, batch_id, schema,
+            registered,
+        )  # fmt: skip
+        self.catalog.register_query(self.root, self.query_id, batch_id, operators)
         self._histories.update(histories)
         self._registered = True
-
-    def _routings(self, schema: StructType) -> list[list[dict[str, Any]] | None]:
-        """Each operator's routing: its key columns and their Spark types in its input (the
-        batch's input for the first, the previous operator's output for the others); None
-        when a key column is missing (the batch then fails on it before any task runs)."""
-        routings: list[list[dict[str, Any]] | None] = []
-        for op in self.operators:
-            types = {f.name: f.dataType for f in schema.fields}
-            routings.append(
-                [{"column": c, "type": types[c].simpleString()} for c in op.key_columns]
-                if all(c in types for c in op.key_columns)
-                else None
-            )
-            schema = op.output_struct
-        return routings
-
-    def _planned_histories(
-        self, batch_id: int, recorded: dict[tuple[int, str], SchemaHistory]
-    ) -> dict[tuple[int, str], SchemaHistory]:
-        """Each operator's schema history with its declared schema as the newest, planned
-        against the catalog's (SchemaMismatch naming every refused field, before anything is
-        written or any task runs)."""
-        planned = {}
-        for op, store in self._stores():
-            key = (op.operator_id, store.name)
-            known = recorded.get(key)
-            if known is None:
-                entry = SchemaEntry.make(store.schema, from_batch=batch_id)
-                planned[key] = SchemaHistory((entry,))
-                continue
-            try:
-                change = store.change_from(known.newest.schema)
-                planned[key], _ = known.evolve(store.schema, change, batch_id)
-            except SchemaMismatch as e:
-                raise SchemaMismatch(
-                    f"query {self.query_id}, {store.describe(op)}: {e.reason}",
-                    path=self.root,
-                ) from None
-        return planned
-
-    def _stores(self) -> list[tuple[StatefulOperator, ExtraStore]]:
-        """Every store of every operator, with its operator."""
-        return [(op, store) for op in self.operators for store in op.stores]
 
     def _committed_before(self, batch_id: int, start: BatchStart) -> dict[StoreId, CheckpointRef]:
         """Batch ``batch_id - 1``'s committed ids (read by ``begin_batch``); refuse a batch out
@@ -344,7 +262,7 @@ class StatefulQuery:
             return start.previous
         if batch_id == 0 or start.previous:
             before = partial(self.catalog.committed_before, self.root, self.query_id, batch_id)
-            return with_skipped(start.previous, self._stores(), before)
+            return with_skipped(start.previous, stores_of(self.operators), before)
         # what the stores committed before this batch (a replay's own commits are no base)
         earlier = self.catalog.committed_before(self.root, self.query_id, batch_id)
         ours = {
@@ -481,7 +399,9 @@ class StatefulQuery:
         if not self._registered:
             self._register(batch_id, schema)
         run = uuid.uuid4().hex
-        operators = [(op.operator_id, s.name, op.num_partitions) for op, s in self._stores()]
+        operators = [
+            (op.operator_id, s.name, op.num_partitions) for op, s in stores_of(self.operators)
+        ]
         start = self.catalog.begin_batch(self.root, self.query_id, batch_id, run, operators)
         committed = self._committed_before(batch_id, start)
         watermarks = self.event_time.watermark_for(self.catalog, self.root, self.query_id, batch_id)

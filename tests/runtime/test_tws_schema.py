@@ -15,6 +15,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from state_runtime.catalog import Catalog
 from state_runtime.errors import SchemaMismatch
 from state_runtime.runtime import SchemaChange, StatefulQuery, read_state, transform_with_state
+from state_runtime.runtime.registration import planned_histories
 from state_runtime.store.schema_history import SchemaHistory
 
 from .tws_processors import KEY, Evolving
@@ -139,9 +140,10 @@ def _plan(tmp_path: Path, catalog_url: str, before: str, after: str) -> SchemaHi
     """The driver's plan of variable ``x`` declared as ``after`` over its recorded history of
     ``before``, as a restart plans it before its first batch (no Spark needed)."""
     first, second = (_declaring(tmp_path, catalog_url, d) for d in (before, after))
-    recorded = first._planned_histories(0, {})[(0, "x")]
+    recorded = planned_histories("plan", first.root, first.operators, 0, {})[(0, "x")]
     first.catalog.record_schema_history(first.root, 0, "x", recorded)
-    return second._planned_histories(1, second.catalog.registered(second.root).histories)[(0, "x")]
+    known = second.catalog.registered(second.root).histories
+    return planned_histories("plan", second.root, second.operators, 1, known)[(0, "x")]
 
 
 @pytest.mark.parametrize(
