@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, RunKind
-from state_runtime.errors import CatalogUnavailable, WorkerProcessLost
+from state_runtime.errors import CatalogMisconfigured, CatalogUnavailable, WorkerProcessLost
 from state_runtime.maintenance import Fleet, cleanup, cleanup_pass, run_checks, snapshot_pass
 from state_runtime.maintenance.host_processes import (
     CONNECTION_BUDGET,
@@ -127,6 +127,16 @@ def test_what_the_driver_cannot_read_is_not_called_a_kill(catalog: Catalog) -> N
     read = "one of its 2 worker processes \\(it sent back what the driver could not read: TypeError"
     with pytest.raises(WorkerProcessLost, match=read):
         list(processes(catalog).map(fleet, [1, 2, 3], _unreadable))
+
+
+@POSTGRES
+def test_a_catalog_a_process_cannot_open_fails_the_pass_with_its_error(catalog: Catalog) -> None:
+    """A process whose catalog does not open (gone, its connections exhausted) sends back the
+    catalog's error, typed and naming the catalog, as its slice's: no process was lost."""
+    url = catalog.engine.url.set(database="state_runtime_no_such_database")
+    spread = HostProcesses(url.render_as_string(hide_password=False), 2, "snapshot")
+    with pytest.raises(CatalogMisconfigured, match="state_runtime_no_such_database"):
+        list(spread.map(Fleet(catalog, owner="tests"), [1, 2, 3], _unreadable))
 
 
 def test_processes_only_when_asked() -> None:
