@@ -164,26 +164,26 @@ class HostProcesses:
             for start in range(0, len(items), size):
                 if len(running) >= IN_FLIGHT * self.processes:
                     done, running = wait(running, return_when=FIRST_COMPLETED)
-                    yield from self._results(done, len(items))
+                    yield from _results(done)
                 running.add(pool.submit(task, list(items[start : start + size])))
             while running:
                 done, running = wait(running, return_when=FIRST_COMPLETED)
-                yield from self._results(done, len(items))
+                yield from _results(done)
+        except BrokenProcessPool as exc:  # a slice's result, or dealing the next one
+            raise WorkerProcessLost(
+                f"the {self.name} pass lost one of its {self.processes} worker processes "
+                f"({_why_lost(exc)}) while working on its {len(items)} stores or chunks; the "
+                "stores it held are leased until their leases expire, and the next run "
+                "takes them up"
+            ) from exc
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _results(self, done: set[Future[list[Result]]], total: int) -> Iterator[Result]:
-        for future in done:
-            try:
-                found = future.result()
-            except BrokenProcessPool as exc:
-                raise WorkerProcessLost(
-                    f"the {self.name} pass lost one of its {self.processes} worker processes "
-                    f"({_why_lost(exc)}) while working on its {total} stores or chunks; the "
-                    "stores it held are leased until their leases expire, and the next run "
-                    "takes them up"
-                ) from exc
-            yield from found
+
+def _results(done: set[Future[list[Result]]]) -> Iterator[Result]:
+    """The results of finished slices; a slice's error raised as its process raised it."""
+    for future in done:
+        yield from future.result()
 
 
 def _why_lost(broken: BrokenProcessPool) -> str:

@@ -139,6 +139,26 @@ def test_a_catalog_a_process_cannot_open_fails_the_pass_with_its_error(catalog: 
         list(spread.map(Fleet(catalog, owner="tests"), [1, 2, 3], _unreadable))
 
 
+def _killed_late(fleet: Fleet, items: list[int]) -> Iterable[int]:
+    """The slice of item 0 kills its process after a second; the others return at once."""
+    if 0 in items:
+        time.sleep(1)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return items
+
+
+@POSTGRES
+def test_a_process_lost_while_the_driver_works_on_results(catalog: Catalog) -> None:
+    """A process lost while the pass works on the results it has (the pool broken before
+    the next slice is dealt) is WorkerProcessLost too, not the executor's own error."""
+    fleet, spread = Fleet(catalog, owner="tests"), processes(catalog, "snapshot")
+    results = spread.map(fleet, list(range(600)), _killed_late)  # 6 slices, 4 dealt at once
+    next(results)
+    time.sleep(3)  # the pass at work on a result: slice 0's process is killed meanwhile
+    with pytest.raises(WorkerProcessLost, match="the snapshot pass lost one of its 2 worker"):
+        list(results)
+
+
 def test_processes_only_when_asked() -> None:
     """Threads by default, whatever the count of stores: processes were slower where
     measured (docs/maintenance.md, "Passes on the host's processes")."""
