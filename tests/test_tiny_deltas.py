@@ -174,3 +174,19 @@ def test_a_damaged_tiny_delta_is_named_before_its_lineage_disagreeing(tmp_path: 
     with pytest.raises(CheckpointFileCorrupt, match="delta steps must start at 0") as err:
         _provider(storage, history).get_read_store(v3.version, v3.checkpoint_id)
     assert err.value.path == path
+
+
+def test_a_damaged_tiny_delta_of_a_whole_chain_is_raised_once(tmp_path: Any) -> None:
+    """A chain whose files are all there, its newest tiny delta's rows damaged: the fault is
+    raised as decoding found it (its cause the decoding's error), not found again by
+    decoding the chain a second time and chained onto itself."""
+    storage = LocalStorage(str(tmp_path))
+    history = SchemaHistory.of(StateSchema.of("k bigint", "v bigint"))
+    provider = _provider(storage, history)
+    v1 = _commit(provider, CheckpointRef(0, None), {1: 1, 2: 2})
+    v2 = _commit(provider, v1, {4: 4, 5: 5})
+    path = _damage(storage, provider, v2)
+    with pytest.raises(CheckpointFileCorrupt, match="delta steps must start at 0") as err:
+        _provider(storage, history).get_read_store(v2.version, v2.checkpoint_id)
+    assert err.value.path == path
+    assert not isinstance(err.value.__cause__, CheckpointFileCorrupt)

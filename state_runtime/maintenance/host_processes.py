@@ -4,8 +4,8 @@ The per-store work of the snapshot, validation and cleanup passes is mostly Pyth
 snapshot decodes its chain: 10-20 ms of CPU a store), so the threads of one process share one
 core under the GIL. :class:`HostProcesses` is the :class:`~state_runtime.maintenance.spread.Spread`
 that runs it in ``processes`` worker processes instead: each opens its own catalog by URL
-when it starts (:func:`~state_runtime.maintenance.spread.worker_fleet`, as a Spark task does)
-and runs the pass's ordinary work over each slice of the items it is dealt, ``threads``
+with its first slice (:func:`~state_runtime.maintenance.spread.worker_fleet`, as a Spark task
+does) and runs the pass's ordinary work over each slice of the items it is dealt, ``threads``
 threads at a time, on that one fleet (its catalog and storage opened once a process, not
 once a slice). The processes are started by ``forkserver`` (``spawn`` where there is none), never
 forked from the driver, which holds threads and a connection pool.
@@ -164,26 +164,26 @@ class HostProcesses:
             for start in range(0, len(items), size):
                 if len(running) >= IN_FLIGHT * self.processes:
                     done, running = wait(running, return_when=FIRST_COMPLETED)
-                    yield from self._results(done, len(items))
+                    yield from _results(done)
                 running.add(pool.submit(task, list(items[start : start + size])))
             while running:
                 done, running = wait(running, return_when=FIRST_COMPLETED)
-                yield from self._results(done, len(items))
+                yield from _results(done)
+        except BrokenProcessPool as exc:  # a slice's result, or dealing the next one
+            raise WorkerProcessLost(
+                f"the {self.name} pass lost one of its {self.processes} worker processes "
+                f"({_why_lost(exc)}) while working on its {len(items)} stores or chunks; the "
+                "stores it held are leased until their leases expire, and the next run "
+                "takes them up"
+            ) from exc
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _results(self, done: set[Future[list[Result]]], total: int) -> Iterator[Result]:
-        for future in done:
-            try:
-                found = future.result()
-            except BrokenProcessPool as exc:
-                raise WorkerProcessLost(
-                    f"the {self.name} pass lost one of its {self.processes} worker processes "
-                    f"({_why_lost(exc)}) while working on its {total} stores or chunks; the "
-                    "stores it held are leased until their leases expire, and the next run "
-                    "takes them up"
-                ) from exc
-            yield from found
+
+def _results(done: set[Future[list[Result]]]) -> Iterator[Result]:
+    """The results of finished slices; a slice's error raised as its process raised it."""
+    for future in done:
+        yield from future.result()
 
 
 def _why_lost(broken: BrokenProcessPool) -> str:
@@ -196,20 +196,36 @@ def _why_lost(broken: BrokenProcessPool) -> str:
     return f"it sent back what the driver could not read: {lines[-1] if lines else '?'}"
 
 
+_OPENING: tuple[str, int, list[str] | None, str, StorageOpener] | None = None
+"""What a worker process opens its fleet with (:func:`worker_fleet`'s arguments)."""
 _FLEET: Fleet | None = None
-"""A worker process's fleet, opened by :func:`_start` for every slice it is dealt."""
+"""A worker process's fleet, opened by its first slice (:func:`_fleet`) for every slice."""
 
 
 def _start(
     url: str, threads: int, roots: list[str] | None, owner: str, opener: StorageOpener
 ) -> None:
-    """A worker process's start: its fleet opened, to be closed when the process ends, and
-    a watch on the driver, so that the process ends with it."""
-    global _FLEET
+    """A worker process's start: what its fleet opens with kept, and a watch on the driver,
+    so that the process ends with it. The fleet is opened by the first slice, not here: an
+    initializer that raises only ends its process (the error is logged in the process, the
+    driver sees a process lost), where a slice's error comes back to the driver as raised."""
+    global _OPENING
     threading.Thread(target=_end_with_driver, name="driver-watch", daemon=True).start()
-    opened = ExitStack()
-    _FLEET = opened.enter_context(worker_fleet(url, threads, roots, owner, opener))
-    Finalize(_FLEET, opened.close, exitpriority=10)
+    _OPENING = (url, threads, roots, owner, opener)
+
+
+def _fleet() -> Fleet:
+    """This worker process's fleet, opened once (by its first slice) and closed when the
+    process ends; a catalog that does not open (gone, its connections exhausted) fails
+    the slice with the catalog's error."""
+    global _FLEET
+    if _FLEET is None:
+        assert _OPENING is not None, "a worker process runs slices once started"
+        opened = ExitStack()
+        fleet = opened.enter_context(worker_fleet(*_OPENING))
+        Finalize(fleet, opened.close, exitpriority=10)
+        _FLEET = fleet
+    return _FLEET
 
 
 def _end_with_driver() -> None:
@@ -225,8 +241,7 @@ def _end_with_driver() -> None:
 
 def _slice(work: Work[Item, Result], items: list[Item]) -> list[Result]:
     """A worker process's slice, on its fleet; the results sent back whole."""
-    assert _FLEET is not None, "a worker process runs slices once started"
-    return list(work(_FLEET, items))
+    return list(work(_fleet(), items))
 
 
 def _context() -> multiprocessing.context.BaseContext:

@@ -214,10 +214,12 @@ class VersionLoader:
         cur: CheckpointRef = ref
         child: ChainFile | None = None
         ignored: list[CannotLoadState] = []
+        decoding = False  # the walk's end: its tiny deltas decoded, their fault raised as is
         try:
             while True:
                 base = self._base_for(cur, names, metrics, ignored)
                 if base is not None:
+                    decoding = True
                     return self._relabel(self.apply(base, self._decoded(chain), metrics), ref)
                 delta: ChainFile
                 if cur == ref and target is not None:
@@ -252,7 +254,7 @@ class VersionLoader:
         except CannotLoadState as e:
             # A whole read of each file would have stopped at the first faulty one: a tiny
             # delta's rows, decoded only now, come before what the walk found after it.
-            fault = self._earlier_fault(chain) or e
+            fault = e if decoding else self._earlier_fault(chain) or e
             # A listing is not a point in time: a file deleted after the folder was read is
             # skipped, and one written meanwhile is not seen, so a snapshot that replaced the
             # version's delta can be missing from a listing that also lost the delta.

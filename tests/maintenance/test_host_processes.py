@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 
 from state_runtime.catalog import Catalog, RunKind
-from state_runtime.errors import CatalogUnavailable, WorkerProcessLost
+from state_runtime.errors import CatalogMisconfigured, CatalogUnavailable, WorkerProcessLost
 from state_runtime.maintenance import Fleet, cleanup, cleanup_pass, run_checks, snapshot_pass
 from state_runtime.maintenance.host_processes import (
     CONNECTION_BUDGET,
@@ -127,6 +127,36 @@ def test_what_the_driver_cannot_read_is_not_called_a_kill(catalog: Catalog) -> N
     read = "one of its 2 worker processes \\(it sent back what the driver could not read: TypeError"
     with pytest.raises(WorkerProcessLost, match=read):
         list(processes(catalog).map(fleet, [1, 2, 3], _unreadable))
+
+
+@POSTGRES
+def test_a_catalog_a_process_cannot_open_fails_the_pass_with_its_error(catalog: Catalog) -> None:
+    """A process whose catalog does not open (gone, its connections exhausted) sends back the
+    catalog's error, typed and naming the catalog, as its slice's: no process was lost."""
+    url = catalog.engine.url.set(database="state_runtime_no_such_database")
+    spread = HostProcesses(url.render_as_string(hide_password=False), 2, "snapshot")
+    with pytest.raises(CatalogMisconfigured, match="state_runtime_no_such_database"):
+        list(spread.map(Fleet(catalog, owner="tests"), [1, 2, 3], _unreadable))
+
+
+def _killed_late(fleet: Fleet, items: list[int]) -> Iterable[int]:
+    """The slice of item 0 kills its process after a second; the others return at once."""
+    if 0 in items:
+        time.sleep(1)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return items
+
+
+@POSTGRES
+def test_a_process_lost_while_the_driver_works_on_results(catalog: Catalog) -> None:
+    """A process lost while the pass works on the results it has (the pool broken before
+    the next slice is dealt) is WorkerProcessLost too, not the executor's own error."""
+    fleet, spread = Fleet(catalog, owner="tests"), processes(catalog, "snapshot")
+    results = spread.map(fleet, list(range(600)), _killed_late)  # 6 slices, 4 dealt at once
+    next(results)
+    time.sleep(3)  # the pass at work on a result: slice 0's process is killed meanwhile
+    with pytest.raises(WorkerProcessLost, match="the snapshot pass lost one of its 2 worker"):
+        list(results)
 
 
 def test_processes_only_when_asked() -> None:
