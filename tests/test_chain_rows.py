@@ -1,5 +1,5 @@
 """Loading a chain of deltas counts each delta's rows from one union of the chain's runs
-(issue 35): :func:`~state_runtime.store.versions.row_changes` gives what
+(issue 35): :func:`~state_runtime.store.versions.counted_union` gives what
 :func:`~state_runtime.store.versions.row_change` on each delta in turn gives (puts, removes,
 keys changed in many deltas, keys that share an index key) and the union's squash is
 :func:`~state_runtime.store.versions.squash`'s run, a cold load of a chain written
@@ -23,7 +23,7 @@ from state_runtime.store.keys import INT64_MIN, KeyIndexer
 from state_runtime.store.schema_history import SchemaHistory
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.state_schema import StateSchema
-from state_runtime.store.versions import counted_union, row_change, row_changes, squash
+from state_runtime.store.versions import counted_union, row_change, squash
 
 from .store_helpers import FewHashes
 
@@ -80,7 +80,7 @@ def test_one_union_counts_what_each_delta_in_turn_counts(
         model |= {i for i, v in delta.items() if v is not None}
         model -= {i for i, v in delta.items() if v is None}
         assert expected[-1] == len(model) - before
-    assert row_changes(indexer, [base_run], runs).tolist() == expected
+    assert counted_union(indexer, [base_run], runs, squash=False)[0].tolist() == expected
     counts, squashed = counted_union(indexer, [base_run], runs, squash=True)
     assert counts.tolist() == expected
     if squashed is not None and len(runs) > 2:  # the loader's squash from the union

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from state_runtime.catalog import HEARTBEAT_INTERVAL, Catalog, Lease, RunKind, RunOutcome, StoreKey
-from state_runtime.errors import StateStoreError
+from state_runtime.errors import CatalogUnavailable, StateStoreError
 from state_runtime.maintenance.leases import Held, lease_order, take
 from state_runtime.redaction import get_logger, redact
 
@@ -60,7 +60,7 @@ def recorded_run(
     try:
         started = catalog.begin_run(kind.value, owner, parameters, leases=ordered, ttl=lease_ttl)
     except StateStoreError as exc:
-        if ordered:
+        if ordered and not isinstance(exc, CatalogUnavailable):  # recording it would fail too
             _record_failed_start(catalog, kind, owner, parameters, exc)
         raise
     for gone in started.abandoned:

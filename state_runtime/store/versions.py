@@ -144,23 +144,19 @@ def row_change(indexer: KeyIndexer, runs: Sequence[AnyRun], changes: AnyRun) -> 
     return change
 
 
-def row_changes(indexer: KeyIndexer, runs: Sequence[AnyRun], changes: Sequence[Run]) -> np.ndarray:
+def counted_union(
+    indexer: KeyIndexer, runs: Sequence[AnyRun], changes: Sequence[Run], *, squash: bool
+) -> tuple[np.ndarray, Run | None]:
     """:func:`row_change` of each of ``changes`` (oldest first, in memory, each holding a key
     at most once) on top of ``runs`` and the changes before it, from one sorted union of
     their rows: a key's first change is looked up in ``runs`` (one lookup for all), each later
     one follows the change before it. A few array operations, O(rows log rows), whatever the
     number of changes, where :func:`row_change` on each in turn would look each one up in
-    every older one (n²/2 lookups for a chain of n)."""
-    return counted_union(indexer, runs, changes, squash=False)[0]
-
-
-def counted_union(
-    indexer: KeyIndexer, runs: Sequence[AnyRun], changes: Sequence[Run], *, squash: bool
-) -> tuple[np.ndarray, Run | None]:
-    """:func:`row_changes`, and with ``squash`` the changes squashed into one run from the
-    same sorted union (the newest change of each key), as :func:`squash` of more than two
-    runs in memory builds it by sorting them again; None without ``squash``, without rows,
-    or when different keys share an index key (their order in the union is not a run's)."""
+    every older one (n²/2 lookups for a chain of n). With ``squash``, also the changes
+    squashed into one run from the same sorted union (the newest change of each key), as
+    :func:`squash` of more than two runs in memory builds it by sorting them again; None
+    without ``squash``, without rows, or when different keys share an index key (their order
+    in the union is not a run's)."""
     sizes = [len(c) for c in changes]
     if not sum(sizes):
         return np.zeros(len(changes), dtype=np.int64), None
