@@ -80,22 +80,32 @@ def map_bounded(work: Callable[[T], R], items: Iterable[T], workers: int, name: 
 
 
 _END = object()
-_READ_AHEAD: tuple[int, ThreadPoolExecutor] | None = None
-"""The process's read-ahead threads and the process they were started in."""
+_READ_AHEAD: ThreadPoolExecutor | None = None
+"""The process's read-ahead threads (:func:`_read_ahead_pool`)."""
 _READ_AHEAD_LOCK = threading.Lock()
 
 
 def _read_ahead_pool() -> ThreadPoolExecutor:
     """The read-ahead threads every :func:`read_ahead` of the process shares: started once,
     not once a call (a thread's start cost as much CPU as a small catalog's health read it
-    served). Started again in a forked child, whose copy has no threads. A call holds one
-    of them for one item at a time and a read never waits on another, so calls beyond the
-    threads' number only wait their turn (``ThreadPoolExecutor``'s default count)."""
+    served). A call holds one of them for one item at a time and a read never waits on
+    another, so calls beyond the threads' number only wait their turn
+    (``ThreadPoolExecutor``'s default count)."""
     global _READ_AHEAD
     with _READ_AHEAD_LOCK:
-        if _READ_AHEAD is None or _READ_AHEAD[0] != os.getpid():
-            _READ_AHEAD = (os.getpid(), ThreadPoolExecutor(thread_name_prefix="read-ahead"))
-        return _READ_AHEAD[1]
+        if _READ_AHEAD is None:
+            _READ_AHEAD = ThreadPoolExecutor(thread_name_prefix="read-ahead")
+        return _READ_AHEAD
+
+
+def _forget_read_ahead_pool() -> None:
+    """In a forked child: its copy of the pool has no threads (nor may its lock be free), so
+    the child starts its own."""
+    global _READ_AHEAD, _READ_AHEAD_LOCK
+    _READ_AHEAD, _READ_AHEAD_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_read_ahead_pool)
 
 
 def read_ahead(items: Iterable[T]) -> Iterator[T]:
