@@ -11,9 +11,10 @@ pool's timeout fail.
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -79,6 +80,32 @@ def map_bounded(work: Callable[[T], R], items: Iterable[T], workers: int, name: 
 
 
 _END = object()
+_READ_AHEAD: ThreadPoolExecutor | None = None
+"""The process's read-ahead threads (:func:`_read_ahead_pool`)."""
+_READ_AHEAD_LOCK = threading.Lock()
+
+
+def _read_ahead_pool() -> ThreadPoolExecutor:
+    """The read-ahead threads every :func:`read_ahead` of the process shares: started once,
+    not once a call (a thread's start cost as much CPU as a small catalog's health read it
+    served). A call holds one of them for one item at a time and a read never waits on
+    another, so calls beyond the threads' number only wait their turn
+    (``ThreadPoolExecutor``'s default count)."""
+    global _READ_AHEAD
+    with _READ_AHEAD_LOCK:
+        if _READ_AHEAD is None:
+            _READ_AHEAD = ThreadPoolExecutor(thread_name_prefix="read-ahead")
+        return _READ_AHEAD
+
+
+def _forget_read_ahead_pool() -> None:
+    """In a forked child: its copy of the pool has no threads (nor may its lock be free), so
+    the child starts its own."""
+    global _READ_AHEAD, _READ_AHEAD_LOCK
+    _READ_AHEAD, _READ_AHEAD_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_read_ahead_pool)
 
 
 def read_ahead(items: Iterable[T]) -> Iterator[T]:
@@ -87,15 +114,19 @@ def read_ahead(items: Iterable[T]) -> Iterator[T]:
     one's (each page its own transaction, on a connection of its own), not after. At most
     one item is read ahead: what is held is the caller's item and the next, three at the most
     (the one after next is read as soon as the next is handed over, while the caller may
-    still hold its last), whatever their number. Only for a catalog whose pool serves more
-    than one thread (``pool_capacity > 1``): an in-memory SQLite database is empty on any
-    thread but its own."""
+    still hold its last), whatever their number; a read ahead still running when the caller
+    stops is waited for (``items`` is not read on two threads). Only for a catalog whose pool
+    serves more than one thread (``pool_capacity > 1``): an in-memory SQLite database is empty
+    on any thread but its own."""
     iterator = iter(items)
-    with ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as pool:
-        pending = pool.submit(next, iterator, _END)
+    pool = _read_ahead_pool()
+    pending = pool.submit(next, iterator, _END)
+    try:
         while (item := pending.result()) is not _END:
             pending = pool.submit(next, iterator, _END)
             yield item  # type: ignore[misc]
+    finally:
+        wait([pending])
 
 
 @contextmanager

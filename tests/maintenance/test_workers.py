@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -140,3 +141,55 @@ def test_read_ahead_reads_one_item_ahead_on_another_thread_in_order() -> None:
     assert [p for p, _ in seen] == [0, 1, 2, 3]
     assert all(0 <= n - p - 1 <= 1 for p, n in seen)  # never more than one ahead
     assert all(name.startswith("read-ahead") for name in pulled)
+
+
+def test_read_ahead_starts_no_thread_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call shares the process's read-ahead threads: once one served a call, the next
+    calls start none (a thread a call cost as much CPU as a small catalog's health read)."""
+    assert list(read_ahead(range(3))) == [0, 1, 2]
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counted(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    for _ in range(20):
+        assert list(read_ahead(range(3))) == [0, 1, 2]
+    assert not started, started
+
+
+def test_a_reader_stopped_early_waits_for_its_read_ahead() -> None:
+    """A caller that stops gets control back only once the read ahead of it finished, so the
+    items are never read on two threads (closing them at once would raise "generator already
+    executing")."""
+    release = threading.Event()
+    done: list[int] = []
+
+    def pages() -> Iterator[int]:
+        yield 0
+        release.wait(5)
+        done.append(1)
+        yield 1
+
+    items = pages()
+    ahead = read_ahead(items)
+    assert next(ahead) == 0
+    threading.Timer(0.2, release.set).start()
+    ahead.close()
+    assert done == [1]
+    items.close()
+
+
+def test_read_ahead_works_in_a_forked_child() -> None:
+    """A child forked after a read ahead ran has no copy of its threads: it starts its own."""
+    assert list(read_ahead(range(2))) == [0, 1]
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if its read ahead completes in time
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # not a timeout plugin's handler
+        signal.alarm(10)  # a read ahead on the parent's threads would wait forever
+        code = 0 if list(read_ahead(range(2))) == [0, 1] else 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -18,7 +18,7 @@ from tests.simulation.steps import AROUND_A_REPARTITION, replay, run
 pytestmark = pytest.mark.slow
 
 RUNS = settings(
-    max_examples=56,  # 2,018 checked steps: some 45 to 75 s of CPU (docs/simulation.md)
+    max_examples=56,  # 2,018 checked steps: some 31 to 75 s of CPU by load (docs/simulation.md)
     stateful_step_count=40,
     deadline=None,
     derandomize=True,
