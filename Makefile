@@ -83,13 +83,19 @@ install-airflow: $(AIRFLOW_STAMP)
 # Every test: the Dagster environment's passes, then the Airflow environment's.
 test: test-dagster test-airflow
 
-# Two passes: every test on classic Spark (in TEST_WORKERS processes; it lists its 40 slowest
-# tests), then the suites marked `connect` on a Spark Connect session (pyspark picks classic or
-# Connect per process; one local Connect server per pass). tests/airflow is left out here (no
-# Airflow in this environment): test-airflow runs it.
+# Three passes: every test on classic Spark but those marked `executors` (in TEST_WORKERS
+# processes, each with one Spark JVM, local[2,4]; it lists its 40 slowest tests), the
+# `executors` ones on local-cluster[2,1,1024] (two real executor JVMs: what they check needs
+# partitions to move between executors), then the suites marked `connect` on a Spark Connect
+# session on local-cluster (pyspark picks classic or Connect per process; one local Connect
+# server per pass). tests/airflow is left out here (no Airflow in this environment):
+# test-airflow runs it. A pass whose PYTEST_ARGS select none of its tests (pytest's exit
+# status 5) is no failure.
+LOCAL_CLUSTER = local-cluster[2,1,1024]
 test-dagster: $(STAMP) check-java
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 $(PYTEST_ARGS)
-	SPARK_REMOTE=local $(PY) -m pytest -m connect $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 -m "not executors" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	TEST_SPARK_MASTER='$(LOCAL_CLUSTER)' $(PY) -m pytest -m executors $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	TEST_SPARK_MASTER='$(LOCAL_CLUSTER)' SPARK_REMOTE=local $(PY) -m pytest -m connect $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The provider's tests (DAG integrity, dag.test() end to end) in the Airflow environment.
 test-airflow: $(AIRFLOW_STAMP)

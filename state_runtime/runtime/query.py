@@ -386,11 +386,12 @@ class StatefulQuery:
         With ``sink``, the output is handed to ``sink(output, batch_id)`` before the catalog
         commit, and the sink's action runs the stateful stage: one Spark job. Pass
         ``cache_output=True`` if the sink runs several actions on the output (it is then
-        cached, computed once). Without a sink the output is cached and computed here, for
-        the caller to use after the commit. If the driver fails between the sink and the
-        commit, the replayed batch recomputes and the sink sees the output again:
-        at-least-once, as with any ``foreachBatch`` sink. ``batch_time_ms`` (default: now) is
-        the batch's clock for timeouts, the same in every task.
+        cached, computed once). Without a sink the output is cached and computed here (its
+        report rows collected; no observation read), for the caller to use after the commit.
+        If the driver fails between the sink and the commit, the replayed batch recomputes
+        and the sink sees the output again: at-least-once, as with any ``foreachBatch`` sink.
+        ``batch_time_ms`` (default: now) is the batch's clock for timeouts, the same in every
+        task.
         """
         started = time.perf_counter()
         schema = df.schema  # the batch's one analysis of its input
@@ -419,7 +420,9 @@ class StatefulQuery:
             with self._adaptive(spark):
                 if sink is not None:
                     sink(output, batch_id)
-                reports = mine(run, observed(channel).get("reports") or [])
+                # without a sink no action ran: nothing to read (a classic read waits 1 s)
+                sunk = observed(channel).get("reports") if sink is not None else None
+                reports = mine(run, sunk or [])
                 chosen = choose(self.operators, reports)
                 if chosen is None:  # no sink, or its actions did not bring every report back
                     notes = staged.filter(F.col(REPORT_COLUMN).isNotNull()).select(REPORT_COLUMN)

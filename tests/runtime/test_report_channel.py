@@ -117,3 +117,23 @@ def test_chained_operators_reports_pass_through_the_later_stage(
         result.release()
     with Catalog.open(sqlite_catalog_url) as catalog:
         assert assert_lineage_linear(catalog, query.storage) == 2 * 5
+
+
+def test_a_batch_without_a_sink_reads_no_observation(
+    spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a sink no action ran before the reports are read: the batch collects them from
+    its cached output at once (a classic observation's read would wait its full second)."""
+
+    def never(_: object) -> None:
+        raise AssertionError("the observation was read, though no action had run")
+
+    monkeypatch.setattr("state_runtime.runtime.query.observed", never)
+    root = tmp_path / "ckpt"
+    op = running_aggregation(0, ["user"], "user string", [Agg("n", "count")], PARTITIONS)
+    query = StatefulQuery("no-sink", str(root), [op], catalog_url=sqlite_catalog_url)
+    result = query.run_batch(spark.createDataFrame(_events(20), SCHEMA), 0)
+    assert sorted(r.info.store.partition_id for r in result.reports) == [0, 1, 2]
+    assert sum(r.n for r in result.output.collect()) == len(_events(20))
+    result.release()
+    assert len(list(root.rglob("*.delta"))) == PARTITIONS  # the stage computed once

@@ -1,4 +1,5 @@
-"""The runtime on a real Spark session with two executor JVMs (local-cluster)."""
+"""The runtime on a real Spark session (the test marked ``executors``: two executor JVMs, on
+local-cluster, so that partitions really move between executors)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ def _state(spark: SparkSession, root: str, url: str, **kw: Any) -> dict[str, tup
     return {r.key.user: (r.value.n, r.value.total) for r in rows}
 
 
+@pytest.mark.executors
 def test_running_aggregation_matches_the_reference(
     spark: SparkSession, tmp_path: Path, sqlite_catalog_url: str
 ) -> None:

@@ -48,7 +48,8 @@ def test_the_product_uses_no_jvm_handle() -> None:
 @pytest.mark.spark
 @pytest.mark.connect
 def test_default_parallelism_is_the_applications(spark: SparkSession) -> None:
-    # The test session runs on local-cluster[2,1,1024]: two executors of one core each.
+    # The test session runs on local[2,4] (two cores), or on local-cluster[2,1,1024] (two
+    # executors of one core each) in the `executors` pass.
     assert default_parallelism(spark) == 2
     if not is_connect(spark):
         assert default_parallelism(spark) == spark.sparkContext.defaultParallelism
