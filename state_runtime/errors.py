@@ -335,6 +335,18 @@ class LocalDiskFull(StateStoreError):
         return super()._fields() | {"needed": self.needed, "free": self.free}
 
 
+class LocalRunDamaged(StateStoreError):
+    """A run file of a store's state on the worker's local disk is missing, shorter than
+    written or unreadable (deleted, truncated, a read error of the disk). Those files are a
+    cache of committed state: the versions holding the file are dropped from the worker's
+    cache, so a retry of the task (Spark's, or the caller's) loads the store from storage
+    again. Nothing committed is lost."""
+
+    code: ClassVar[str] = "STATE_LOCAL_RUN_DAMAGED"
+
+    retryable = True
+
+
 class AttemptSuperseded(CommitConflict):
     """A batch's commit from an attempt older than one that began after it (a zombie driver
     that another took over from): refused, so the newer attempt's commit stands. The order is

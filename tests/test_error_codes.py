@@ -64,6 +64,7 @@ CODES = {
     "AttemptSuperseded": "STATE_ATTEMPT_SUPERSEDED",
     "MaintenanceRefused": "STATE_MAINTENANCE_REFUSED",
     "LocalDiskFull": "STATE_LOCAL_DISK_FULL",
+    "LocalRunDamaged": "STATE_LOCAL_RUN_DAMAGED",
 }
 
 

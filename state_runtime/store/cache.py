@@ -26,7 +26,7 @@ from state_runtime.settings import WorkerSettings, parse_size
 from state_runtime.store.disk_runs import LOCAL_DISK
 
 __all__ = ["CACHE", "VersionCache", "parse_size", "set_budget"]
-from state_runtime.store.run_levels import AnyRun
+from state_runtime.store.run_levels import AnyRun, damaged
 from state_runtime.store.versions import Version
 
 Key = tuple[int, CheckpointRef]
@@ -127,9 +127,13 @@ class VersionCache:
                 self._evict(oldest)
 
     def get(self, owner: int, ref: CheckpointRef) -> Version | None:
-        """A cached version (now the most recently used), or None."""
+        """A cached version (now the most recently used), or None; a version holding a run
+        file found damaged is dropped instead (a retry then loads it from storage)."""
         with self._lock:
             version = self._entries.get((owner, ref))
+            if version is not None and damaged(version.runs):
+                self._evict((owner, ref))
+                return None
             if version is not None:
                 self._entries.move_to_end((owner, ref))
                 self._by_owner[owner].move_to_end((owner, ref))

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from state_runtime.errors import InvalidArgument, LocalDiskFull, StateStoreError
+from state_runtime.errors import InvalidArgument, LocalDiskFull, LocalRunDamaged, StateStoreError
 from state_runtime.settings import WorkerSettings
 from state_runtime.store.arrow_rows import Row
 from state_runtime.store.fences import holding, overlapping
@@ -86,6 +86,9 @@ class LocalDisk:
         self.budget: Callable[[], int] = lambda: WorkerSettings.from_env().cache_bytes
         """The process's memory budget (:mod:`state_runtime.store.cache` sets its own)."""
         self.stats = DiskStats()
+        self.damaged: set[str] = set()
+        """Run files found missing, short or unreadable: a cached version holding one is not
+        served again (:meth:`~state_runtime.store.cache.VersionCache.get`)."""
 
     @property
     def directory(self) -> str:
@@ -137,8 +140,21 @@ class LocalDisk:
         BLOCKS.drop(path)
         with self._lock:
             self.stats.local_disk_bytes -= size
+            self.damaged.discard(path)
         with contextlib.suppress(FileNotFoundError):  # the folder went at exit first
             os.unlink(path)
+
+    def damage(self, run: DiskRun, reason: str) -> LocalRunDamaged:
+        """The error for ``run``'s file found damaged (``reason``), which is remembered so that
+        no cached version holding it is served again and a retry loads from storage."""
+        with self._lock:
+            self.damaged.add(run.path)
+        return LocalRunDamaged(
+            f"a run file on local disk is damaged: {reason}; its versions are dropped from "
+            "this worker's cache and a retry loads the store from storage",
+            store=run.store,
+            path=run.path,
+        )
 
     def count_block_reads(self, blocks: int) -> None:
         """Count blocks a batch lookup read from their files (block-cache misses)."""
@@ -266,7 +282,10 @@ class DiskRun:
 
     def _read(self, b: int) -> tuple[Run, int]:
         """Block ``b`` read from the file (through :data:`OPEN_RUNS`), and its size."""
-        batch = OPEN_RUNS.batch(self.path, b)
+        try:
+            batch = OPEN_RUNS.batch(self.path, b)
+        except (OSError, pa.ArrowException) as e:
+            raise LOCAL_DISK.damage(self, f"block {b} cannot be read ({e})") from e
         index = np.asarray(batch.column(0).to_numpy())
         return run_of(index, batch.column(1), batch.column(2)), batch.nbytes
 
@@ -323,6 +342,17 @@ class DiskRun:
         i = self.block(b).position_of(indexer, h, key)
         return -1 if i < 0 else i + int(self._offsets[b])
 
+    def check_length(self) -> None:
+        """LocalRunDamaged unless the file is there with the length written: checked before
+        its pages are read through a map, since reading a page past the end of a file
+        truncated under its map kills the process (SIGBUS), where a read returns an error."""
+        try:
+            length = os.stat(self.path).st_size
+        except OSError as e:
+            raise LOCAL_DISK.damage(self, f"it cannot be found ({e.strerror})") from e
+        if length != self.file_bytes:
+            raise LOCAL_DISK.damage(self, f"{length} bytes, {self.file_bytes} written")
+
     def tables(self) -> tuple[np.ndarray, np.ndarray, FieldWords | None]:
         """Each block's first row (then the row count), where its index column is in the
         file (in words) and its value fields (None: not plain numbers)."""
@@ -338,8 +368,12 @@ class DiskRun:
 
     def table(self) -> pa.Table:
         """The rows as a ``key``/``value`` table over a memory map of the file (no copy)."""
-        with pa.memory_map(self.path) as source:
-            table = pa.ipc.open_file(source).read_all()
+        self.check_length()
+        try:
+            with pa.memory_map(self.path) as source:
+                table = pa.ipc.open_file(source).read_all()
+        except (OSError, pa.ArrowException) as e:
+            raise LOCAL_DISK.damage(self, f"it cannot be read ({e})") from e
         return table.select([1, 2]).rename_columns(["key", "value"])
 
 
@@ -390,16 +424,16 @@ def find_on_disk(
 
 
 def _mapped(held: contextlib.ExitStack, run: DiskRun) -> Mapped:
-    """``run``'s file mapped and held by ``held``; StateStoreError naming the file if its
-    length is not the length written (a damaged file: a read past its end would read
-    another map of the lookup's span, or fault)."""
-    mapped = held.enter_context(OPEN_RUNS.mapped(run.path))
+    """``run``'s file mapped and held by ``held``; LocalRunDamaged naming the file if it is
+    gone, its length is not the length written (now, or when it was mapped: a read past its
+    end would read another map of the lookup's span, or fault) or its footer cannot be read."""
+    run.check_length()
+    try:
+        mapped = held.enter_context(OPEN_RUNS.mapped(run.path))
+    except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: mmap of an empty file
+        raise LOCAL_DISK.damage(run, f"it cannot be mapped ({e})") from e
     if len(mapped) != run.file_bytes:
-        raise StateStoreError(
-            f"a run file on local disk is damaged: {len(mapped)} bytes, {run.file_bytes} written",
-            store=run.store,
-            path=run.path,
-        )
+        raise LOCAL_DISK.damage(run, f"mapped with {len(mapped)} bytes, {run.file_bytes} written")
     return mapped
 
 

@@ -348,22 +348,31 @@ class VersionLoader:
         which also gives the chain squashed (of more than two runs, as :func:`squash` would).
         With runs on local disk that recount would be a batch lookup of every delta's keys in
         the runs on disk, about as much as a batch itself in every roll forward and cold load,
-        so there the header's count is taken, as Spark's providers take theirs."""
+        so there the header's count is taken, as Spark's providers take theirs. A first delta
+        on disk over nothing, without removals, is taken as the base (it is the state at its
+        version), so a cold load does not write the state again to local disk."""
         if not chain:
             return base
+        lineage, target = lineage_of(chain, base), chain[0]
+        metrics.deltas_applied += len(chain)
+        oldest = chain[-1].run
+        if len(chain) > 1 and oldest.on_disk and not oldest.removals and base.rows == 0:
+            # The first delta over nothing is a state as read: it becomes the base, not a run
+            # merged with the later deltas (that merge rewrote the whole state on local disk
+            # at every cold load of a store that was never snapshotted).
+            base = Version.of(self.indexer, oldest, chain[-1].ref, (), self.store)
+            chain = chain[:-1]
         in_memory = [delta.run for delta in reversed(chain) if isinstance(delta.run, Run)]
         squashed = None
         if len(in_memory) == len(chain) and all(isinstance(run, Run) for run in base.runs):
             squashed = self._check_rows(base, chain[::-1], in_memory)
-        metrics.deltas_applied += len(chain)
         runs, empty = [delta.run for delta in chain], not any(len(run) for run in base.runs)
         changes: AnyRun
         if squashed is not None and len(chain) > 2:
             changes = squashed
         else:  # squash merges two runs, or runs on disk
             changes = squash(self.indexer, runs, self.store, over_nothing=empty)
-        target = chain[0]
-        return base.derive(changes, target.ref, lineage_of(chain, base), target.header.state_rows)
+        return base.derive(changes, target.ref, lineage, target.header.state_rows)
 
     def _check_rows(
         self, base: Version, oldest_first: list[CheckpointFile], deltas: list[Run]
