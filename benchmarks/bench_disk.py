@@ -37,9 +37,10 @@ from peak_memory import peak_rss
 from state_runtime import StateStoreProvider
 from state_runtime.storage import LocalStorage
 from state_runtime.store.cache import set_budget
-from state_runtime.store.disk_runs import LOCAL_DISK, written
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_levels import AnyRun, RunLevel
+from state_runtime.store.run_writer import written
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.versions import lookup
 

@@ -18,17 +18,12 @@ from state_runtime.storage import LocalStorage
 from state_runtime.store import mapped_probes
 from state_runtime.store.cache import CACHE, set_budget
 from state_runtime.store.checkpoint_info import CheckpointInfo
-from state_runtime.store.disk_runs import (
-    LOCAL_DISK,
-    DiskRun,
-    RunWriter,
-    spill_run,
-    written,
-)
+from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun
 from state_runtime.store.field_words import FieldWords
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.open_runs import OPEN_RUNS
 from state_runtime.store.run_merges import merge
+from state_runtime.store.run_writer import RunWriter, spill_run, written
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.versions import MEMO_FRACTION
 

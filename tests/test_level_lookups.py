@@ -20,11 +20,12 @@ import pyarrow as pa
 import pytest
 
 from state_runtime.errors import StateStoreError
-from state_runtime.store.disk_runs import DiskRun, Part, spill_run
+from state_runtime.store.disk_runs import DiskRun, Part
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.mapped_region import Region, RunFile
 from state_runtime.store.open_runs import OPEN_RUNS
 from state_runtime.store.run_levels import RunLevel
+from state_runtime.store.run_writer import spill_run
 from state_runtime.store.sorted_runs import Run
 
 from .store_helpers import FewHashes, forced_disk

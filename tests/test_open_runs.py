@@ -18,7 +18,8 @@ DESCRIPTORS = MAX_OPEN_RUNS + 100
 READER = f"""
 import resource, sys
 import numpy as np, pyarrow as pa
-from state_runtime.store.disk_runs import LOCAL_DISK, spill_run
+from state_runtime.store.disk_runs import LOCAL_DISK
+from state_runtime.store.run_writer import spill_run
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.open_runs import OPEN_RUNS
 from state_runtime.store.sorted_runs import Run

@@ -24,10 +24,11 @@ from state_runtime.runtime import Agg, aggregation, running_aggregation
 from state_runtime.storage import LocalStorage
 from state_runtime.store import run_merges
 from state_runtime.store.change_runs import ChangeRuns
-from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, Part, spill_run
+from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, Part
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_levels import AnyRun, RunLevel, held_bytes, memory_held
 from state_runtime.store.run_merges import due, merge, overlapped_rows
+from state_runtime.store.run_writer import spill_run
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.versions import lookup, squash
 

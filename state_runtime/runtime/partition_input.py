@@ -24,8 +24,9 @@ import numpy as np
 import pyarrow as pa
 
 from state_runtime.identity import StoreId
-from state_runtime.store.disk_runs import LOCAL_DISK, raise_if_full
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.run_writer import raise_if_full
 
 SPILL_ROWS = 1 << 17
 """Rows of a partition's input held in memory before they go to a sorted file."""

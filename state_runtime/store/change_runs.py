@@ -14,10 +14,11 @@ nothing spills and the runs are squashed in memory, as before.
 
 from __future__ import annotations
 
-from state_runtime.store.disk_runs import LOCAL_DISK, written
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_levels import AnyRun, memory_held
 from state_runtime.store.run_merges import due, merge
+from state_runtime.store.run_writer import written
 from state_runtime.store.sorted_runs import Run
 from state_runtime.store.versions import squash
 

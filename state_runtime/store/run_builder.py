@@ -17,9 +17,10 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from state_runtime.store.disk_runs import LOCAL_DISK, Part, RunWriter, written
+from state_runtime.store.disk_runs import LOCAL_DISK, Part
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_merges import merge_blocks
+from state_runtime.store.run_writer import RunWriter, written
 from state_runtime.store.sorted_runs import Run, concat
 
 FAN_IN = 16

@@ -19,16 +19,10 @@ import numpy as np
 import pyarrow as pa
 
 from state_runtime.store.arrow_rows import Row
-from state_runtime.store.disk_runs import (
-    LOCAL_DISK,
-    DiskRun,
-    DiskStats,
-    Part,
-    find_on_disk,
-    spill_run,
-)
+from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, DiskStats, Part, find_on_disk
 from state_runtime.store.fences import holding, overlapping
 from state_runtime.store.keys import KeyIndexer
+from state_runtime.store.run_writer import spill_run
 from state_runtime.store.sorted_runs import Run, concat
 from state_runtime.store.store_metrics import DiskMetrics
 

@@ -18,7 +18,7 @@ from itertools import chain, pairwise
 import numpy as np
 import pyarrow as pa
 
-from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, Part, spill_run, written
+from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun, Part
 from state_runtime.store.keys import KeyIndexer
 from state_runtime.store.run_levels import (
     AnyRun,
@@ -29,6 +29,7 @@ from state_runtime.store.run_levels import (
     span,
     spilled,
 )
+from state_runtime.store.run_writer import spill_run, written
 from state_runtime.store.sorted_runs import Run, concat
 
 MAX_PARTS = 64

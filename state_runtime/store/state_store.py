@@ -35,9 +35,10 @@ from state_runtime.store.arrow_rows import Row, struct_array, struct_rows
 from state_runtime.store.change_runs import ChangeRuns
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.config import StoreConfig
-from state_runtime.store.disk_runs import LOCAL_DISK, written
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.keys import KeyIndexer, freeze
 from state_runtime.store.run_levels import AnyRun, disk_metrics, held_bytes
+from state_runtime.store.run_writer import written
 from state_runtime.store.scans import (
     ArrowPredicate,
     as_prefix,

@@ -38,9 +38,10 @@ from state_runtime.store.checkpoint_format import (
 )
 from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.column_encoding import ENCODINGS_KEY, TableEncoder
-from state_runtime.store.disk_runs import LOCAL_DISK, raise_if_full
+from state_runtime.store.disk_runs import LOCAL_DISK
 from state_runtime.store.file_header import FileHeader
 from state_runtime.store.run_levels import AnyRun, held_bytes
+from state_runtime.store.run_writer import raise_if_full
 from state_runtime.store.schema_files import publish
 from state_runtime.store.sorted_runs import Run, concat
 from state_runtime.store.versions import Version, layer_blocks
