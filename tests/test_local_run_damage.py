@@ -2,7 +2,10 @@
 then met by a batch lookup, a point lookup or a scan. Each time a typed, retryable error names
 the store and the file, the worker drops the versions holding it, and opening the store again
 (what Spark's retry of the task does, in the same worker) loads it from storage: equal to what
-was committed, and it commits on (docs/state-on-disk.md, "A damaged run file")."""
+was committed, and it commits on (docs/state-on-disk.md, "A damaged run file"). A cached
+version whose files are damaged before a task asks for it is not served at all: through the
+real task body and catalog, the next batch loads from storage and commits, to the same state
+as a query whose files were never damaged."""
 
 from __future__ import annotations
 
@@ -16,12 +19,13 @@ import pytest
 from state_runtime import StateStoreProvider
 from state_runtime.errors import LocalRunDamaged
 from state_runtime.storage import LocalStorage
+from state_runtime.store.cache import CACHE, set_budget
 from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun
 from state_runtime.store.run_levels import parts
 from state_runtime.store.state_store import StateStore
 from state_runtime.store.store_metrics import LoadSource
-
-from .store_helpers import forced_disk
+from tests.simulation.platform import Platform
+from tests.store_helpers import forced_disk
 
 KEYS = range(0, 400)
 
@@ -92,3 +96,45 @@ def test_a_damaged_run_file_fails_typed_and_a_retry_loads_from_storage(
         reread = provider.get_read_store(after.version, after.checkpoint_id)
         assert {k[0]: v[0] for k, v in reread.items()} == expected | {1000: 1}
     assert not LOCAL_DISK.damaged & set(_files(again))
+
+
+def _batches(platform: Platform, count: int) -> None:
+    for batch in range(count):
+        platform.run_batch(batch, {p: {k: batch + p + 1 for k in "abcd"} for p in range(2)})
+
+
+def test_a_batch_after_its_run_files_were_damaged_loads_from_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two queries through the real task body (the simulation's platform, no Spark), every
+    run on local disk; one's local run files (``forced_disk``) are truncated after two
+    batches. The worker's cache finds each cached version's files short before serving it, so
+    the third batch's tasks load from storage and commit at once, and every store's versions
+    load equal to the undamaged query's."""
+    saved = CACHE.budget
+    monkeypatch.setenv("STATE_CACHE_BYTES", str(256 << 10))  # the tasks' budget (cached)
+    LOCAL_DISK.set_directory(str(tmp_path / "local"))
+    for name in ("damaged", "clean"):
+        (tmp_path / name).mkdir()
+    damaged, clean = Platform(tmp_path / "damaged"), Platform(tmp_path / "clean")
+    try:
+        with forced_disk():
+            _batches(damaged, 2)
+            files = [str(f) for f in (tmp_path / "local").rglob("*.arrow")]
+            assert files
+            for path in files:
+                _truncate(path)
+            reports = damaged.run_batch(2, {p: {"a": 5} for p in range(2)})
+            assert {r.load_source for r in reports} == {LoadSource.FILES.value}
+            _batches(clean, 2)
+            clean.run_batch(2, {p: {"a": 5} for p in range(2)})
+            committed, expected = damaged.committed_refs(), clean.committed_refs()
+            assert sorted(committed) == sorted(expected) == [0, 1, 2]
+            for batch in committed:
+                for store, ref in committed[batch].items():
+                    assert damaged.load(store, ref) == clean.load(store, expected[batch][store])
+    finally:
+        damaged.close()
+        clean.close()
+        set_budget(saved)
+        LOCAL_DISK.set_directory(None)

@@ -128,7 +128,8 @@ class VersionCache:
 
     def get(self, owner: int, ref: CheckpointRef) -> Version | None:
         """A cached version (now the most recently used), or None; a version holding a run
-        file found damaged is dropped instead (a retry then loads it from storage)."""
+        file that is damaged (found so by a read, or missing or of another length than
+        written now) is dropped instead, and loaded from storage by the caller."""
         with self._lock:
             version = self._entries.get((owner, ref))
             if version is not None and damaged(version.runs):

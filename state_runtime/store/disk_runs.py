@@ -344,12 +344,27 @@ class DiskRun:
         """LocalRunDamaged unless the file is there with the length written: checked before
         its pages are read through a map, since reading a page past the end of a file
         truncated under its map kills the process (SIGBUS), where a read returns an error."""
+        fault = self._length_fault()
+        if fault is not None:
+            raise LOCAL_DISK.damage(self, fault)
+
+    @property
+    def damaged(self) -> bool:
+        """Whether the file was found damaged, or is now missing or not the length written
+        (then remembered as damaged): one ``stat``, asked before a cached version is served."""
+        if self.path in LOCAL_DISK.damaged:
+            return True
+        fault = self._length_fault()
+        if fault is not None:
+            LOCAL_DISK.damage(self, fault)
+        return fault is not None
+
+    def _length_fault(self) -> str | None:
         try:
             length = os.stat(self.path).st_size
         except OSError as e:
-            raise LOCAL_DISK.damage(self, f"it cannot be found ({e.strerror})") from e
-        if length != self.file_bytes:
-            raise LOCAL_DISK.damage(self, f"{length} bytes, {self.file_bytes} written")
+            return f"it cannot be found ({e.strerror})"
+        return None if length == self.file_bytes else f"{length} bytes, {self.file_bytes} written"
 
     def tables(self) -> tuple[np.ndarray, np.ndarray, FieldWords | None]:
         """Each block's first row (then the row count), where its index column is in the

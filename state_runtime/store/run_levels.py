@@ -180,11 +180,8 @@ def disk_metrics(runs: tuple[AnyRun, ...], earlier: DiskStats) -> DiskMetrics:
 
 
 def damaged(runs: Sequence[AnyRun]) -> bool:
-    """Whether a file of ``runs`` on local disk was found damaged (``LOCAL_DISK.damaged``)."""
-    found = LOCAL_DISK.damaged
-    return bool(found) and any(
-        isinstance(p, DiskRun) and p.path in found for run in runs for p in parts(run)
-    )
+    """Whether a file of ``runs`` on local disk is damaged (:attr:`DiskRun.damaged`)."""
+    return any(isinstance(p, DiskRun) and p.damaged for run in runs for p in parts(run))
 
 
 def spilled(store: object | None, run: AnyRun) -> AnyRun:
