@@ -9,7 +9,10 @@ as a query whose files were never damaged."""
 
 from __future__ import annotations
 
+import gc
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,10 +20,11 @@ import pyarrow as pa
 import pytest
 
 from state_runtime import StateStoreProvider
-from state_runtime.errors import LocalRunDamaged
+from state_runtime.errors import LocalRunDamaged, StoreClosed
 from state_runtime.storage import LocalStorage
 from state_runtime.store.cache import CACHE, set_budget
-from state_runtime.store.disk_runs import LOCAL_DISK, DiskRun
+from state_runtime.store.disk_runs import BLOCKS, LOCAL_DISK, DiskRun
+from state_runtime.store.open_runs import OPEN_RUNS
 from state_runtime.store.run_levels import parts
 from state_runtime.store.state_store import StateStore
 from state_runtime.store.store_metrics import LoadSource
@@ -66,15 +70,17 @@ def test_a_damaged_run_file_fails_typed_and_a_retry_loads_from_storage(
         store.apply([(k, k) for k in KEYS])
         info = store.commit()
         store = provider.get_store(info.version, info.checkpoint_id)
-        store.apply([(k, -k) for k in KEYS[::3]])
+        store.apply([(k, -k) for k in KEYS[::10]])  # under a quarter: on version 1's base
         info = store.commit()
-        expected = {k: -k if k % 3 == 0 else k for k in KEYS}
+        expected = {k: -k if k % 10 == 0 else k for k in KEYS}
 
         cached = provider.get_store(info.version, info.checkpoint_id)
         assert cached.metrics.load.source == LoadSource.CACHE
         files = _files(cached)
         assert files
-        for path in files:
+        for path in files:  # no copy left in the process: its blocks and readers dropped
+            BLOCKS.drop(path)
+            OPEN_RUNS.close(path)
             DAMAGE[damage](path)
         with pytest.raises(LocalRunDamaged) as raised:
             MEETS[meets](cached)
@@ -83,19 +89,97 @@ def test_a_damaged_run_file_fails_typed_and_a_retry_loads_from_storage(
         assert error.path in files and error.store is not None
         assert f"store={error.store}" in str(error) and f"file={error.path}" in str(error)
         cached.abort()
+        del cached, store, raised, error
 
         again = provider.get_store(info.version, info.checkpoint_id)
         # from storage: version 2's delta read, on an undamaged cached ancestor or on nothing
         assert again.metrics.load.source != LoadSource.CACHE
         assert again.metrics.load.deltas_applied >= 1
-        assert not LOCAL_DISK.damaged & set(_files(again))
         assert {k[0]: v[0] for k, v in again.items()} == expected
-        assert again.get(7) == (7,) and again.get(9) == (-9,)
+        assert again.get(7) == (7,) and again.get(20) == (-20,)
         again.apply([(1000, 1)])
         after = again.commit()
         reread = provider.get_read_store(after.version, after.checkpoint_id)
         assert {k[0]: v[0] for k, v in reread.items()} == expected | {1000: 1}
-    assert not LOCAL_DISK.damaged & set(_files(again))
+    gc.collect()  # the damaged runs' last holders gone: their files deleted, forgotten
+    assert not LOCAL_DISK.damaged & set(files)
+    assert not any(os.path.exists(path) for path in files)
+
+
+def test_a_commit_meeting_a_damaged_run_file_aborts_its_store(tmp_path: Path) -> None:
+    """The commit counts its rows by looking its changed keys up in the version: a damaged
+    run file met there fails the commit typed, the store is aborted (no later call on it),
+    and nothing is made visible: the next version is the retry's."""
+    provider = StateStoreProvider(
+        LocalStorage(str(tmp_path / "root")), 0, 0, key_schema="k bigint", value_schema="v bigint"
+    )
+    with forced_disk():
+        store = provider.get_store(0)
+        store.apply([(k, k) for k in KEYS])
+        info = store.commit()
+        store = provider.get_store(info.version, info.checkpoint_id)
+        store.apply([(k, -k) for k in KEYS[::7]])
+        for path in _files(store):
+            BLOCKS.drop(path)
+            OPEN_RUNS.close(path)
+            _truncate(path)
+        with pytest.raises(LocalRunDamaged):
+            store.commit()
+        with pytest.raises(StoreClosed):
+            store.commit()
+        retry = provider.get_store(info.version, info.checkpoint_id)
+        retry.apply([(k, -k) for k in KEYS[::7]])
+        done = retry.commit()
+        read = provider.get_read_store(done.version, done.checkpoint_id)
+        assert {k[0]: v[0] for k, v in read.items()} == {k: -k if k % 7 == 0 else k for k in KEYS}
+        assert done.version == 2 and len(list((tmp_path / "root").rglob("2_*.delta"))) == 1
+
+
+MAPPED_THEN_TRUNCATED = """
+import os
+import pyarrow as pa
+from state_runtime import StateStoreProvider
+from state_runtime.errors import LocalRunDamaged
+from state_runtime.storage import LocalStorage
+from state_runtime.store.disk_runs import DiskRun
+from state_runtime.store.run_levels import parts
+from tests.store_helpers import forced_disk
+
+with forced_disk():
+    provider = StateStoreProvider(
+        LocalStorage(os.environ["ROOT"]), 0, 0, key_schema="k bigint", value_schema="v bigint"
+    )
+    store = provider.get_store(0)
+    store.apply([(k, k) for k in range(4000)])
+    store = provider.get_store(1, store.commit().checkpoint_id)
+    keys = pa.StructArray.from_arrays([pa.array(range(0, 4000, 3), pa.int64())], names=["k"])
+    store.lookup(keys)  # maps the run's file, kept mapped for the next lookup
+    for run in store._runs():
+        for part in parts(run):
+            if isinstance(part, DiskRun):
+                os.truncate(part.path, part.file_bytes // 4)
+    try:
+        store.lookup(keys)
+    except LocalRunDamaged as e:
+        print(e.code)
+"""
+
+
+def test_a_run_file_truncated_under_its_map_fails_typed_not_with_sigbus(tmp_path: Path) -> None:
+    """A batch lookup maps a run file and keeps the map; the file is then truncated to a
+    quarter, and the next lookup through the same map fails typed (its length is checked
+    before a page is touched): reading a page past the new end would kill the process with
+    SIGBUS, so the check runs in a process of its own."""
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", MAPPED_THEN_TRUNCATED],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"ROOT": str(tmp_path / "root"), "PYTHONPATH": str(repo)},
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "STATE_LOCAL_RUN_DAMAGED"), done
 
 
 def _batches(platform: Platform, count: int) -> None:

@@ -129,16 +129,23 @@ class VersionCache:
     def get(self, owner: int, ref: CheckpointRef) -> Version | None:
         """A cached version (now the most recently used), or None; a version holding a run
         file that is damaged (found so by a read, or missing or of another length than
-        written now) is dropped instead, and loaded from storage by the caller."""
+        written now: its files are checked outside the lock) is dropped instead, and loaded
+        from storage by the caller."""
+        key = (owner, ref)
         with self._lock:
-            version = self._entries.get((owner, ref))
-            if version is not None and damaged(version.runs):
-                self._evict((owner, ref))
-                return None
-            if version is not None:
-                self._entries.move_to_end((owner, ref))
-                self._by_owner[owner].move_to_end((owner, ref))
-            return version
+            version = self._entries.get(key)
+        if version is None:
+            return None
+        if damaged(version.runs):
+            with self._lock:
+                if self._entries.get(key) is version:
+                    self._release(self._pop(key))  # not an eviction for room
+            return None
+        with self._lock:
+            if self._entries.get(key) is version:
+                self._entries.move_to_end(key)
+                self._by_owner[owner].move_to_end(key)
+        return version
 
     def refs(self, owner: int) -> list[CheckpointRef]:
         """The versions ``owner`` has cached, least recently used first."""

@@ -147,6 +147,7 @@ class LocalDisk:
         no cached version holding it is served again and a retry loads from storage."""
         with self._lock:
             self.damaged.add(run.path)
+        reason = " ".join(reason.split())  # one line: the error's text is parsed back
         return LocalRunDamaged(
             f"a run file on local disk is damaged: {reason}; its versions are dropped from "
             "this worker's cache and a retry loads the store from storage",

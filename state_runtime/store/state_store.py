@@ -27,6 +27,7 @@ from state_runtime.errors import (
     CannotCommit,
     InvalidArgument,
     LocalDiskFull,
+    LocalRunDamaged,
     StorageError,
     StoreClosed,
 )
@@ -521,7 +522,8 @@ class StateStore(ReadStateStore):
         store that changed nothing (after version 0) writes no file: its version keeps the
         parent's checkpoint id (``CheckpointInfo.has_file`` is False).
         On failure nothing becomes visible, the store is aborted and CannotCommit is raised
-        (LocalDiskFull when local disk has no room for a large delta's file or its runs).
+        (LocalDiskFull when local disk has no room for a large delta's file or its runs,
+        LocalRunDamaged when a run file of the version is found damaged).
         """
         self._check_open()
         started = time.perf_counter()
@@ -544,8 +546,9 @@ class StateStore(ReadStateStore):
                     rows,
                     in_key_order=self._indexer.exact,
                 )
-        except LocalDiskFull:
-            # A large delta found no local room for its file: nothing went to storage.
+        except (LocalDiskFull, LocalRunDamaged):
+            # No local room for a large delta's file, or a run file of the version found
+            # damaged while counting rows: nothing went to storage.
             self._status = _State.ABORTED
             raise
         except (
@@ -566,7 +569,7 @@ class StateStore(ReadStateStore):
             ) from e
         try:
             self._version = base.derive(changes, info.ref, lineage, rows)
-        except LocalDiskFull:
+        except (LocalDiskFull, LocalRunDamaged):
             # The delta is written but never reported: a retry commits under a new id.
             self._status = _State.ABORTED
             raise
