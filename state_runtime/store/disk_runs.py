@@ -24,7 +24,7 @@ import os
 import shutil
 import threading
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -87,11 +87,16 @@ class LocalDisk:
         self.damaged: set[str] = set()
         """Run files found missing, short or unreadable: a cached version holding one is not
         served again (:meth:`~state_runtime.store.cache.VersionCache.get`)."""
+        self._released: deque[tuple[str, int]] = deque()
+        """Files of runs no longer held, deleted at the next :meth:`sweep`: a run's finalizer
+        may run in a garbage collection inside any allocation, also one made while this
+        thread holds a lock that deleting the file takes, so it only appends here (atomic)."""
 
     @property
     def directory(self) -> str:
         """This process's folder of runs, made on first use under the parent folder: the one
         :meth:`set_directory` gave, else ``STATE_LOCAL_DIR``, else the temporary folder."""
+        self.sweep()  # before a run is written there
         with self._lock:
             if self._directory is None or self._pid != os.getpid():  # a forked child: its own
                 parent = self._parent or os.environ.get("STATE_LOCAL_DIR") or None
@@ -133,6 +138,22 @@ class LocalDisk:
                 path=self.directory,
             )
 
+    def release(self, path: str, size: int) -> None:
+        """``path``'s run is no longer held: its file goes at the next :meth:`sweep`."""
+        self._released.append((path, size))
+
+    def sweep(self) -> None:
+        """Close and delete the files of runs released since the last sweep (called with no
+        lock of this module or :mod:`~state_runtime.store.open_runs` held: before a run file
+        is written, and when the figures are read)."""
+        while self._released:
+            try:
+                path, size = self._released.popleft()
+            except IndexError:  # another thread took the last one
+                return
+            OPEN_RUNS.close(path)
+            self.forget_file(path, size)
+
     def forget_file(self, path: str, size: int) -> None:
         """Delete the file of a run no longer held, and its cached blocks."""
         BLOCKS.drop(path)
@@ -145,8 +166,7 @@ class LocalDisk:
     def damage(self, run: DiskRun, reason: str) -> LocalRunDamaged:
         """The error for ``run``'s file found damaged (``reason``), which is remembered so that
         no cached version holding it is served again and a retry loads from storage."""
-        with self._lock:
-            self.damaged.add(run.path)
+        self.mark_damaged(run.path)
         reason = " ".join(reason.split())  # one line: the error's text is parsed back
         return LocalRunDamaged(
             f"a run file on local disk is damaged: {reason}; its versions are dropped from "
@@ -154,6 +174,11 @@ class LocalDisk:
             store=run.store,
             path=run.path,
         )
+
+    def mark_damaged(self, path: str) -> None:
+        """Remember ``path`` as damaged (:attr:`damaged`)."""
+        with self._lock:
+            self.damaged.add(path)
 
     def count_block_reads(self, blocks: int) -> None:
         """Count blocks a batch lookup read from their files (block-cache misses)."""
@@ -169,7 +194,8 @@ class LocalDisk:
                 self.stats.compaction_bytes += size
 
     def snapshot(self) -> DiskStats:
-        """A copy of the counters now."""
+        """A copy of the counters now (the runs released until now deleted first)."""
+        self.sweep()
         with self._lock:
             return dataclasses.replace(self.stats)
 
@@ -252,7 +278,7 @@ class DiskRun:
         self.file_bytes = file_bytes
         self.key_type, self.value_type = types
         self._fields = FieldWords.of(self.value_type, len(firsts))
-        weakref.finalize(self, _close_and_delete, path, file_bytes)
+        weakref.finalize(self, LOCAL_DISK.release, path, file_bytes)
 
     def __len__(self) -> int:
         return int(self._offsets[-1])
@@ -349,15 +375,14 @@ class DiskRun:
         if fault is not None:
             raise LOCAL_DISK.damage(self, fault)
 
-    @property
-    def damaged(self) -> bool:
+    def is_damaged(self) -> bool:
         """Whether the file was found damaged, or is now missing or not the length written
         (then remembered as damaged): one ``stat``, asked before a cached version is served."""
         if self.path in LOCAL_DISK.damaged:
             return True
         fault = self._length_fault()
         if fault is not None:
-            LOCAL_DISK.damage(self, fault)
+            LOCAL_DISK.mark_damaged(self.path)
         return fault is not None
 
     def _length_fault(self) -> str | None:
@@ -449,8 +474,3 @@ def _mapped(held: contextlib.ExitStack, run: DiskRun) -> Mapped:
     if len(mapped) != run.file_bytes:
         raise LOCAL_DISK.damage(run, f"mapped with {len(mapped)} bytes, {run.file_bytes} written")
     return mapped
-
-
-def _close_and_delete(path: str, size: int) -> None:
-    OPEN_RUNS.close(path)
-    LOCAL_DISK.forget_file(path, size)

@@ -180,8 +180,8 @@ def disk_metrics(runs: tuple[AnyRun, ...], earlier: DiskStats) -> DiskMetrics:
 
 
 def damaged(runs: Sequence[AnyRun]) -> bool:
-    """Whether a file of ``runs`` on local disk is damaged (:attr:`DiskRun.damaged`)."""
-    return any(isinstance(p, DiskRun) and p.damaged for run in runs for p in parts(run))
+    """Whether a file of ``runs`` on local disk is damaged (:meth:`DiskRun.is_damaged`)."""
+    return any(isinstance(p, DiskRun) and p.is_damaged() for run in runs for p in parts(run))
 
 
 def spilled(store: object | None, run: AnyRun) -> AnyRun:
