@@ -280,7 +280,12 @@ def execute_repartition(
         "spark_checkpoint": plan.spark_checkpoint,
     }
     with recorded_run(
-        catalog, RunKind.REPARTITION, fleet.owner, parameters, policy.status_limits()
+        catalog,
+        RunKind.REPARTITION,
+        fleet.owner,
+        parameters,
+        policy.status_limits(),
+        lease_ttl=policy.lease_ttl,  # its heartbeat renews the leases held until its close
     ) as run:
         plan.run_id = run.run_id
         schemas = {
@@ -336,6 +341,7 @@ def execute_repartition(
                     for p, w in sorted(written.items())
                 ]
                 advance(1)
+        held.ensure_kept(f"switching query {plan.query_id} to its new layout")
         switch = catalog.switch_layout(
             plan.root,
             plan.query_id,

@@ -270,6 +270,8 @@ def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) ->
         plan.reopened = write_bases(
             fleet, plan.root, plan.targets, plan.bases, run.run_id, Verified()
         )
+        assert run.held is not None  # taken at its start; renewed by its heartbeat
+        run.held.ensure_kept(f"restoring query {plan.query_id} to batch {plan.batch_id}")
         why = (
             f"superseded: query {plan.query_id} restored to batch {plan.batch_id} by run "
             f"{run.run_id}"

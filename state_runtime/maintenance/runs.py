@@ -2,12 +2,14 @@
 
 Before a run starts, in the transaction that starts it, runs left ``running`` by a process that
 died are closed as ``abandoned`` (see ``state_runtime.catalog.sql.runs_and_leases``); while it
-runs, a heartbeat shows it alive.
+runs, a heartbeat thread shows it alive and renews the leases it holds to its close, so that a
+step longer than their time to live (a restore's bases, a repartition's Spark job) keeps them.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,7 +56,10 @@ def recorded_run(
 
     One transaction closes the abandoned runs, starts this one and takes the free leases
     among ``leases`` (for ``lease_ttl``: a pass that knows its stores; ``run.held``, its
-    ``busy`` the stores another run holds); a heartbeat thread keeps the run visibly alive.
+    ``busy`` the stores another run holds); a heartbeat thread keeps the run visibly alive
+    and renews ``run.held`` (:func:`_heartbeat`; a pass that takes its leases later, by
+    :func:`hold_until_close`, gives ``lease_ttl`` too, so that the thread wakes in time). The
+    block calls ``held.ensure_kept`` before a step that needs its stores still leased.
     If taking them fails (an unknown store), the run is still recorded, as failed."""
     ordered = lease_order(leases)
     try:
@@ -68,7 +73,7 @@ def recorded_run(
     run = RunRecord(started.run_id)
     if ordered and lease_ttl is not None:
         run.held = Held.taken(catalog, lease_ttl, ordered, started.leases)
-    with _heartbeat(catalog, run.run_id):
+    with _heartbeat(catalog, run, lease_ttl):
         try:
             yield run
         except BaseException as exc:
@@ -96,8 +101,9 @@ def hold_until_close(
     """Take the free leases among ``keys`` for ``run`` (one transaction), held until the run's
     close gives them back in its own transaction: for a pass that learns its stores only
     once it runs and works on them to its end (one commit fewer than :func:`leased`).
-    They join the leases the run already holds (taken at its start or by an earlier call);
-    the run's :class:`Held` is returned, ``busy`` the stores another run holds."""
+    They join the leases the run already holds (taken at its start or by an earlier call)
+    and its heartbeat renews them; the run's :class:`Held` is returned, ``busy`` the stores
+    another run holds."""
     mine = set() if run.held is None else set(run.held.keys)
     taken = take(catalog, [key for key in keys if key not in mine], owner, ttl, run.run_id)
     if run.held is None:
@@ -126,20 +132,39 @@ def _held(run: RunRecord) -> list[Lease]:
 
 
 @contextmanager
-def _heartbeat(catalog: Catalog, run_id: int) -> Iterator[None]:
+def _heartbeat(catalog: Catalog, run: RunRecord, lease_ttl: timedelta | None) -> Iterator[None]:
+    """Beat every HEARTBEAT_INTERVAL and renew ``run.held`` once a third of its leases' time
+    to live has passed (:meth:`Held.renew`), whatever the block is doing; a lease lost anyway
+    (the catalog unreachable for two thirds of it) is in ``run.held.lost``."""
     stop = threading.Event()
 
     def beat() -> None:
-        while not stop.wait(HEARTBEAT_INTERVAL.total_seconds()):
+        beaten = time.monotonic()
+        while not stop.wait(_wake_every(run, lease_ttl).total_seconds()):
+            if run.held is not None:
+                try:
+                    run.held.renew()  # when due
+                except StateStoreError as exc:  # the next wake tries again
+                    log.warning("maintenance run %d: renewing leases failed: %s", run.run_id, exc)
+            if time.monotonic() - beaten < HEARTBEAT_INTERVAL.total_seconds():
+                continue
             try:
-                catalog.heartbeat(run_id)
+                catalog.heartbeat(run.run_id)
+                beaten = time.monotonic()
             except StateStoreError as exc:  # the next beat tries again; the run goes on
-                log.warning("maintenance run %d: heartbeat failed: %s", run_id, exc)
+                log.warning("maintenance run %d: heartbeat failed: %s", run.run_id, exc)
 
-    thread = threading.Thread(target=beat, name=f"run-{run_id}-heartbeat", daemon=True)
+    thread = threading.Thread(target=beat, name=f"run-{run.run_id}-heartbeat", daemon=True)
     thread.start()
     try:
         yield
     finally:
         stop.set()
         thread.join()
+
+
+def _wake_every(run: RunRecord, lease_ttl: timedelta | None) -> timedelta:
+    """How often the heartbeat thread wakes: its interval, or a sixth of the leases' time to
+    live if shorter (so that a renewal, due after a third of it, comes before half of it)."""
+    ttls = [t for t in (lease_ttl, None if run.held is None else run.held.ttl) if t is not None]
+    return min([HEARTBEAT_INTERVAL] + [t / 6 for t in ttls])

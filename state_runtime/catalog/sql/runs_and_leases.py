@@ -3,8 +3,9 @@
 A lease is a row in ``store_leases``: whoever inserts it (or takes over an expired one) holds
 the store until releasing it or until it expires, so a crashed run never blocks a store for
 longer than its time to live. Long runs renew their leases (the snapshot pass between stores:
-``maintenance.leases.Held.renew``). Holders compare their token, so a run whose lease expired
-and was taken over cannot release or renew the new holder's lease.
+``maintenance.leases.Held.renew``; a restore's or repartition's run, its heartbeat thread).
+Holders compare their token, so a run whose lease expired and was taken over cannot release
+or renew the new holder's lease.
 
 Every function here is safe to run twice (the transaction helper retries a COMMIT whose answer
 was lost): runs and leases carry a token the client generated before the first attempt, so a
