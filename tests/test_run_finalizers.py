@@ -49,7 +49,8 @@ def test_a_run_collected_under_the_block_cache_lock_is_deleted_at_the_next_sweep
     garbage.cycle = garbage  # type: ignore[attr-defined]  # freed by a collection only
     del garbage
     kept = _run_on_disk(2000)
-    monkeypatch.setattr(BLOCKS, "_blocks", _CollectingDict())
+    monkeypatch.setattr(BLOCKS, "_blocks", _CollectingDict())  # restored with its count:
+    monkeypatch.setattr(BLOCKS, "_used", 0)
     gc.disable()  # the collection happens where the test puts it
     try:
         reader = threading.Thread(target=kept.block, args=(0,), daemon=True)
