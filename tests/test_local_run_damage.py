@@ -23,6 +23,7 @@ from state_runtime import StateStoreProvider
 from state_runtime.errors import LocalRunDamaged, StoreClosed
 from state_runtime.storage import LocalStorage
 from state_runtime.store.cache import CACHE, set_budget
+from state_runtime.store.checkpoint_info import CheckpointInfo
 from state_runtime.store.disk_runs import BLOCKS, LOCAL_DISK, DiskRun
 from state_runtime.store.open_runs import OPEN_RUNS
 from state_runtime.store.run_levels import parts
@@ -57,18 +58,32 @@ def _files(store: StateStore | ReadStateStore) -> list[str]:
     return [p.path for run in store._runs() for p in parts(run) if isinstance(p, DiskRun)]
 
 
+def _version_one(tmp_path: Path) -> tuple[StateStoreProvider, CheckpointInfo]:
+    """A provider whose store committed every key of KEYS (k -> k) as version 1, and that
+    commit (call under ``forced_disk``: every run on local disk)."""
+    provider = StateStoreProvider(
+        LocalStorage(str(tmp_path / "root")), 0, 0, key_schema="k bigint", value_schema="v bigint"
+    )
+    store = provider.get_store(0)
+    store.apply([(k, k) for k in KEYS])
+    return provider, store.commit()
+
+
+def _damage(paths: list[str], how: Callable[[str], None]) -> None:
+    """Damage each file with no copy left in the process: its blocks and readers dropped."""
+    for path in paths:
+        BLOCKS.drop(path)
+        OPEN_RUNS.close(path)
+        how(path)
+
+
 @pytest.mark.parametrize("damage", DAMAGE)
 @pytest.mark.parametrize("meets", MEETS)
 def test_a_damaged_run_file_fails_typed_and_a_retry_loads_from_storage(
     tmp_path: Path, damage: str, meets: str
 ) -> None:
-    provider = StateStoreProvider(
-        LocalStorage(str(tmp_path / "root")), 0, 0, key_schema="k bigint", value_schema="v bigint"
-    )
     with forced_disk():
-        store = provider.get_store(0)
-        store.apply([(k, k) for k in KEYS])
-        first = store.commit()
+        provider, first = _version_one(tmp_path)
         store = provider.get_store(first.version, first.checkpoint_id)
         store.apply([(k, -k) for k in KEYS[::10]])  # under a quarter: on version 1's base
         info = store.commit()
@@ -78,10 +93,7 @@ def test_a_damaged_run_file_fails_typed_and_a_retry_loads_from_storage(
         assert cached.metrics.load.source == LoadSource.CACHE
         files = _files(cached)
         assert set(files) & set(_files(provider.get_read_store(first.version, first.checkpoint_id)))
-        for path in files:  # no copy left in the process: its blocks and readers dropped
-            BLOCKS.drop(path)
-            OPEN_RUNS.close(path)
-            DAMAGE[damage](path)
+        _damage(files, DAMAGE[damage])
         with pytest.raises(LocalRunDamaged) as raised:
             MEETS[meets](cached)
         error = raised.value
@@ -101,7 +113,8 @@ def test_a_damaged_run_file_fails_typed_and_a_retry_loads_from_storage(
         after = again.commit()
         reread = provider.get_read_store(after.version, after.checkpoint_id)
         assert {k[0]: v[0] for k, v in reread.items()} == expected | {1000: 1}
-    gc.collect()  # the damaged runs' last holders gone: their files deleted, forgotten
+    gc.collect()  # the damaged runs' last holders gone: their files queued,
+    LOCAL_DISK.sweep()  # then deleted and forgotten
     assert not LOCAL_DISK.damaged & set(files)
     assert not any(os.path.exists(path) for path in files)
 
@@ -110,19 +123,11 @@ def test_a_commit_meeting_a_damaged_run_file_aborts_its_store(tmp_path: Path) ->
     """The commit counts its rows by looking its changed keys up in the version: a damaged
     run file met there fails the commit typed, the store is aborted (no later call on it),
     and nothing is made visible: the next version is the retry's."""
-    provider = StateStoreProvider(
-        LocalStorage(str(tmp_path / "root")), 0, 0, key_schema="k bigint", value_schema="v bigint"
-    )
     with forced_disk():
-        store = provider.get_store(0)
-        store.apply([(k, k) for k in KEYS])
-        info = store.commit()
+        provider, info = _version_one(tmp_path)
         store = provider.get_store(info.version, info.checkpoint_id)
         store.apply([(k, -k) for k in KEYS[::7]])
-        for path in _files(store):
-            BLOCKS.drop(path)
-            OPEN_RUNS.close(path)
-            _truncate(path)
+        _damage(_files(store), _truncate)
         with pytest.raises(LocalRunDamaged):
             store.commit()
         with pytest.raises(StoreClosed):
