@@ -12,11 +12,11 @@ one hour of new batches (``STATE_BENCH_FLEET_HOUR``, default 4, per store), then
 passes through their public functions: ``snapshot_pass`` (the stores due) and
 ``run_checks`` (validation of the hour's new files, the library's default sample). The
 thread ways set ``processes=1``; the processes way one worker process per CPU (the
-default's count, asked whatever the count of stores); the Spark
+default on PostgreSQL for a pass this large, asked here whatever its size); the Spark
 way passes ``spread=SparkSpread(...)``, its session started before the timing. Each pass's
 wall time and CPU time, the CPU of this process and every process below it (the worker
 processes, Spark's JVM and its Python workers included, from ``/proc``), and the ratios to
-one worker and to the default threads, with the load.
+one worker and to the threads at the default workers, with the load.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ MASTER = os.environ.get("STATE_BENCH_SPARK_MASTER", "local[2]")
 SPARK = os.environ.get("STATE_BENCH_SPARK", "1") != "0"
 POLICY = MaintenancePolicy(snapshot_min_deltas=10)
 THREADS = replace(POLICY, processes=1)
-PROCESSES = replace(POLICY, processes=host_cpus())  # asked: the default is threads
+PROCESSES = replace(POLICY, processes=host_cpus())  # the default at these sizes, asked
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -127,8 +127,8 @@ def way(
 def main() -> None:
     ways = [
         way("1 worker", THREADS, 1, lambda _: None),
-        way("default threads", THREADS, None, lambda _: None),
-        way(f"{host_cpus()} host processes", PROCESSES, None, lambda _: None),
+        way("threads (default workers)", THREADS, None, lambda _: None),
+        way(f"{host_cpus()} host processes (default)", PROCESSES, None, lambda _: None),
     ]
     if SPARK:
         spark = spark_session(MASTER, app_name="bench-fleet-spark")  # started before the timing
