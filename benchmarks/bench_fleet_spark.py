@@ -33,6 +33,7 @@ from typing import Any
 
 from fleet import Shape, advance, build
 from fresh_database import fresh_database
+from process_tree import tree_cpu
 from rich.console import Console
 from rich.table import Table
 
@@ -51,35 +52,10 @@ SPARK = os.environ.get("STATE_BENCH_SPARK", "1") != "0"
 POLICY = MaintenancePolicy(snapshot_min_deltas=10)
 THREADS = replace(POLICY, processes=1)
 PROCESSES = replace(POLICY, processes=host_cpus())  # the default at these sizes, asked
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def load() -> str:
     return " / ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def tree_cpu() -> float:
-    """CPU seconds of this process and its descendants (their waited-for children too)."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        pid = int(entry.name)
-        parents[pid] = int(fields[1])
-        times[pid] = sum(int(f) for f in fields[11:15]) / TICK
-    below, found = {os.getpid()}, True
-    while found:
-        found = False
-        for pid, parent in parents.items():
-            if parent in below and pid not in below:
-                below.add(pid)
-                found = True
-    return sum(times.get(pid, 0.0) for pid in below)
 
 
 def timed(work: Callable[[], str]) -> dict[str, Any]:
