@@ -5,6 +5,7 @@ default workers, in the host's worker processes, and on Spark, at fleet size (is
     STATE_BENCH_FLEET_SPARK_SIZE=20000              # another size
     STATE_BENCH_SPARK_MASTER=spark://host:7077      # another master (SPARK_REMOTE: Connect)
     STATE_BENCH_SPARK=0                             # no Spark way
+    STATE_BENCH_ONE_WORKER=0                        # no 1-worker way (the slowest)
 
 For each way of running, a fresh fleet of ``size / 200`` queries x 200 partitions
 (``fleet.py``: 12 versions per store, every file verified) in a fresh PostgreSQL catalog, then
@@ -49,6 +50,7 @@ SIZE = int(os.environ.get("STATE_BENCH_FLEET_SPARK_SIZE", "2000"))
 HOUR = int(os.environ.get("STATE_BENCH_FLEET_HOUR", "4"))
 MASTER = os.environ.get("STATE_BENCH_SPARK_MASTER", "local[2]")
 SPARK = os.environ.get("STATE_BENCH_SPARK", "1") != "0"
+ONE_WORKER = os.environ.get("STATE_BENCH_ONE_WORKER", "1") != "0"
 POLICY = MaintenancePolicy(snapshot_min_deltas=10)
 THREADS = replace(POLICY, processes=1)
 PROCESSES = replace(POLICY, processes=host_cpus())  # the default at these sizes, asked
@@ -101,8 +103,8 @@ def way(
 
 
 def main() -> None:
-    ways = [
-        way("1 worker", THREADS, 1, lambda _: None),
+    ways = [way("1 worker", THREADS, 1, lambda _: None)] if ONE_WORKER else []
+    ways += [
         way("threads (default workers)", THREADS, None, lambda _: None),
         way(f"{host_cpus()} host processes (default)", PROCESSES, None, lambda _: None),
     ]
@@ -110,18 +112,19 @@ def main() -> None:
         spark = spark_session(MASTER, app_name="bench-fleet-spark")  # started before the timing
         ways.append(way(f"Spark {MASTER}", POLICY, None, lambda url: SparkSpread(spark, url)))
     table = Table(title=f"{SIZE:,} stores, {HOUR} new batches each")
-    for column in ("way", "pass", "wall s", "CPU s", "÷ 1 worker", "÷ threads", "load before"):
+    bases = ways[: 1 + ONE_WORKER]  # the threads' way, and the 1 worker's when it ran
+    names = ["÷ 1 worker", "÷ threads"][1 - ONE_WORKER :]
+    for column in ("way", "pass", "wall s", "CPU s", *names, "load before"):
         table.add_column(column)
     for found in ways:
         for step in ("snapshots", "validation"):
-            row, one, threads = found[step], ways[0][step], ways[1][step]
+            row = found[step]
             table.add_row(
                 found["way"],
                 step,
                 f"{row['wall']:.1f}",
                 f"{row['cpu']:.1f}",
-                f"{row['wall'] / one['wall']:.2f}",
-                f"{row['wall'] / threads['wall']:.2f}",
+                *(f"{row['wall'] / base[step]['wall']:.2f}" for base in bases),
                 found["load"],
             )
     Console().print(table)
