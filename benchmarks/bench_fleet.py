@@ -19,15 +19,17 @@ through its public function, in this process, with the policy's default workers:
 - cleanup, executed (``cleanup_pass``; retention window 0: what the new snapshots free);
 - health (``store_report_pages``, spooled as the health asset reads it).
 
-Each pass's wall time, CPU time (every thread of this process) and peak resident memory (the
-high-water mark reset before it), and the Dagster events that pass would write: the
-validation's and health's through the code location's own ``changed_store_events`` (each
-store whose state or per-store check changed, plus the fleet's), one materialization for
-the snapshot and cleanup assets. Then one tick of each sensor (discovery, failures,
-``state_catalog_events``) timed against the fleet, as the daemon calls them; before them,
-``STATE_BENCH_FLEET_MINUTE`` batches' metrics recorded over the queries (issue 35: 2,000 a
-minute), which the ``state_catalog_events`` tick reports to Dagster. A table per
-size, then one JSON line with every figure; ``--plot PATH`` draws the passes per size.
+Each pass's wall time, CPU time (every thread of this process and of the worker processes
+below it; the PostgreSQL server's not counted) and peak resident memory (this process's
+high-water mark, reset before it, plus each worker process's), and the Dagster events that
+pass would write: the validation's and health's through the code location's own
+``changed_store_events`` (each store whose state or per-store check changed, plus the
+fleet's), one materialization for the snapshot and cleanup assets. Then one tick of each
+sensor (discovery, failures, ``state_catalog_events``) timed against the fleet, as the
+daemon calls them; before them, ``STATE_BENCH_FLEET_MINUTE`` batches' metrics recorded over
+the queries (issue 35: 2,000 a minute), which the ``state_catalog_events`` tick reports to
+Dagster. A table per size, then one JSON line with every figure; ``--plot PATH`` draws the
+passes per size.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import tempfile
 import time
@@ -52,6 +53,7 @@ from dagster._core.test_utils import instance_for_test
 from fleet import Shape, advance, build, query_id, query_storage
 from fresh_database import fresh_database
 from peak_memory import peak_rss
+from process_tree import TreeSampler, tree_cpu
 from rich.console import Console
 from rich.table import Table
 
@@ -120,12 +122,16 @@ def reset_peak() -> None:
 
 
 def measured(step: str, work: Callable[[], tuple[str, int | None]]) -> Pass:
+    """One pass or tick: its wall time, the CPU of this process and of every process below
+    it (a pass's worker processes), and its peak memory: this process's high-water mark
+    plus each worker process's own (their sum: an upper bound of the pass's peak)."""
     reset_peak()
-    started, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    below = TreeSampler().start()
+    started, cpu = time.perf_counter(), tree_cpu()
     result, events = work()
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    used = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
-    row = Pass(step, time.perf_counter() - started, used, peak_rss() / 2**20, events, result)
+    wall, used = time.perf_counter() - started, tree_cpu() - cpu
+    workers = sum(sum(kind["peak_rss"]) for kind in below.stop().values())
+    row = Pass(step, wall, used, (peak_rss() + workers) / 2**20, events, result)
     print(f"  {step}: {row.wall:.1f} s wall, {row.cpu:.1f} s CPU ({result})", flush=True)
     return row
 

@@ -5,6 +5,7 @@ default workers, in the host's worker processes, and on Spark, at fleet size (is
     STATE_BENCH_FLEET_SPARK_SIZE=20000              # another size
     STATE_BENCH_SPARK_MASTER=spark://host:7077      # another master (SPARK_REMOTE: Connect)
     STATE_BENCH_SPARK=0                             # no Spark way
+    STATE_BENCH_ONE_WORKER=0                        # no 1-worker way (the slowest)
 
 For each way of running, a fresh fleet of ``size / 200`` queries x 200 partitions
 (``fleet.py``: 12 versions per store, every file verified) in a fresh PostgreSQL catalog, then
@@ -12,11 +13,11 @@ one hour of new batches (``STATE_BENCH_FLEET_HOUR``, default 4, per store), then
 passes through their public functions: ``snapshot_pass`` (the stores due) and
 ``run_checks`` (validation of the hour's new files, the library's default sample). The
 thread ways set ``processes=1``; the processes way one worker process per CPU (the
-default's count, asked whatever the count of stores); the Spark
+default on PostgreSQL for a pass this large, asked here whatever its size); the Spark
 way passes ``spread=SparkSpread(...)``, its session started before the timing. Each pass's
 wall time and CPU time, the CPU of this process and every process below it (the worker
 processes, Spark's JVM and its Python workers included, from ``/proc``), and the ratios to
-one worker and to the default threads, with the load.
+one worker and to the threads at the default workers, with the load.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 
 from fleet import Shape, advance, build
 from fresh_database import fresh_database
+from process_tree import tree_cpu
 from rich.console import Console
 from rich.table import Table
 
@@ -48,38 +50,14 @@ SIZE = int(os.environ.get("STATE_BENCH_FLEET_SPARK_SIZE", "2000"))
 HOUR = int(os.environ.get("STATE_BENCH_FLEET_HOUR", "4"))
 MASTER = os.environ.get("STATE_BENCH_SPARK_MASTER", "local[2]")
 SPARK = os.environ.get("STATE_BENCH_SPARK", "1") != "0"
+ONE_WORKER = os.environ.get("STATE_BENCH_ONE_WORKER", "1") != "0"
 POLICY = MaintenancePolicy(snapshot_min_deltas=10)
 THREADS = replace(POLICY, processes=1)
-PROCESSES = replace(POLICY, processes=host_cpus())  # asked: the default is threads
-TICK = os.sysconf("SC_CLK_TCK")
+PROCESSES = replace(POLICY, processes=host_cpus())  # the default at these sizes, asked
 
 
 def load() -> str:
     return " / ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def tree_cpu() -> float:
-    """CPU seconds of this process and its descendants (their waited-for children too)."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        pid = int(entry.name)
-        parents[pid] = int(fields[1])
-        times[pid] = sum(int(f) for f in fields[11:15]) / TICK
-    below, found = {os.getpid()}, True
-    while found:
-        found = False
-        for pid, parent in parents.items():
-            if parent in below and pid not in below:
-                below.add(pid)
-                found = True
-    return sum(times.get(pid, 0.0) for pid in below)
 
 
 def timed(work: Callable[[], str]) -> dict[str, Any]:
@@ -125,27 +103,28 @@ def way(
 
 
 def main() -> None:
-    ways = [
-        way("1 worker", THREADS, 1, lambda _: None),
-        way("default threads", THREADS, None, lambda _: None),
-        way(f"{host_cpus()} host processes", PROCESSES, None, lambda _: None),
+    ways = [way("1 worker", THREADS, 1, lambda _: None)] if ONE_WORKER else []
+    ways += [
+        way("threads (default workers)", THREADS, None, lambda _: None),
+        way(f"{host_cpus()} host processes (default)", PROCESSES, None, lambda _: None),
     ]
     if SPARK:
         spark = spark_session(MASTER, app_name="bench-fleet-spark")  # started before the timing
         ways.append(way(f"Spark {MASTER}", POLICY, None, lambda url: SparkSpread(spark, url)))
     table = Table(title=f"{SIZE:,} stores, {HOUR} new batches each")
-    for column in ("way", "pass", "wall s", "CPU s", "÷ 1 worker", "÷ threads", "load before"):
+    bases = ways[: 1 + ONE_WORKER]  # the threads' way, and the 1 worker's when it ran
+    names = ["÷ 1 worker", "÷ threads"][1 - ONE_WORKER :]
+    for column in ("way", "pass", "wall s", "CPU s", *names, "load before"):
         table.add_column(column)
     for found in ways:
         for step in ("snapshots", "validation"):
-            row, one, threads = found[step], ways[0][step], ways[1][step]
+            row = found[step]
             table.add_row(
                 found["way"],
                 step,
                 f"{row['wall']:.1f}",
                 f"{row['cpu']:.1f}",
-                f"{row['wall'] / one['wall']:.2f}",
-                f"{row['wall'] / threads['wall']:.2f}",
+                *(f"{row['wall'] / base[step]['wall']:.2f}" for base in bases),
                 found["load"],
             )
     Console().print(table)

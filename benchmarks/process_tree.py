@@ -16,7 +16,10 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -125,3 +128,28 @@ class TreeSampler:
                 if name not in ("kind", "peak_rss", "peak_anon"):
                     kind[name] += value
         return summary
+
+
+def tree_cpu() -> float:
+    """CPU seconds of this process and its descendants (their waited-for children too: a
+    pool's worker processes, once joined, count in the process that reaped them)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        times[pid] = sum(int(f) for f in fields[11:15]) / TICK
+    below, found = {os.getpid()}, True
+    while found:
+        found = False
+        for pid, parent in parents.items():
+            if parent in below and pid not in below:
+                below.add(pid)
+                found = True
+    return sum(times.get(pid, 0.0) for pid in below)

@@ -238,10 +238,9 @@ MAINTENANCE = SettingGroup(
             None,
             "Worker processes on this host the snapshot, validation and cleanup passes deal "
             "their stores to, each running --workers threads, on a PostgreSQL catalog (on "
-            "SQLite, whose file has one writer, always threads). Unset or 1: threads in this "
-            "process, whose Python runs on one core; processes were slower on a shared "
-            "2-core machine at 2,000 stores, and may pay on a host of more cores (see "
-            "docs/maintenance.md).",
+            "SQLite, whose file has one writer, always threads). Unset: one per CPU for a "
+            "pass of at least 250 items a process, else threads; 1: threads in this process, "
+            "whose Python runs on one core (see docs/maintenance.md).",
             floor=1,
             option="--processes",
         ),

@@ -108,8 +108,8 @@ class StateMaintenanceOperator(BaseOperator):
         policy's ``workers`` setting, given here (default: as many as the host and the
         catalog's pool allow).
     :param processes: worker processes on this host the passes deal their stores to; the
-        policy's ``processes`` setting, given here (default and 1: threads; N: N processes
-        on a PostgreSQL catalog).
+        policy's ``processes`` setting, given here (default: one per CPU for a large pass on
+        a PostgreSQL catalog, else threads; 1: threads; N: N processes on PostgreSQL).
     """
 
     template_fields: Sequence[str] = ("checkpoint_roots", "stores", "policy")

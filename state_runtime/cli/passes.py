@@ -52,8 +52,9 @@ from state_runtime.maintenance import (
 def maintain(settings: Settings, /, **kw: Any) -> None:
     """Write due snapshots, then clean up (a dry run unless --execute).
 
-    The per-store work runs in threads here, or in --processes N worker processes when
-    asked and the catalog is PostgreSQL (SQLite's file has one writer). With --on-spark the
+    The per-store work runs in worker processes, one per CPU, when the catalog is
+    PostgreSQL and the pass is large (--processes N for another count, 1 for threads
+    here; SQLite's file has one writer: threads). With --on-spark the
     snapshots and the deletions run as Spark tasks (a dry run reads only the catalog: it
     runs here)."""
     policy = policy_of(settings, kw)
@@ -104,8 +105,9 @@ def validate(settings: Settings, /, **kw: Any) -> None:
 
     Reads the files new or not intact since the last run and a sample of the others
     (--verify-sample-percent); the rest are checked present. --full reads every file.
-    The stores are validated in threads here, or in --processes N worker processes when
-    asked and the catalog is PostgreSQL; with --on-spark in Spark tasks."""
+    The stores are validated in worker processes, one per CPU, when the catalog is
+    PostgreSQL and the fleet is large (--processes N for another count, 1 for threads
+    here), else in threads; with --on-spark in Spark tasks."""
     if kw["full"]:
         kw["verify_sample_percent"] = 100
     policy = policy_of(settings, kw)

@@ -1,4 +1,4 @@
-"""A pass's per-store work dealt to worker processes on this host, when asked: every core at work.
+"""A pass's per-store work dealt to worker processes on this host: every core at work.
 
 The per-store work of the snapshot, validation and cleanup passes is mostly Python (a
 snapshot decodes its chain: 10-20 ms of CPU a store), so the threads of one process share one
@@ -11,10 +11,11 @@ once a slice). The processes are started by ``forkserver`` (``spawn`` where ther
 forked from the driver, which holds threads and a connection pool.
 
 :func:`spread_for` is where every pass decides how its work runs: the spread it was given
-(Spark wins), else :class:`HostProcesses` when processes were asked (``--processes N``) and
-:func:`process_count` allows more than one, else None: threads in this process, the default
-(on a 2-core machine shared with PostgreSQL, processes were slower at 2,000 stores; where they
-pay, a host of more cores than one process's GIL uses, is not measured yet).
+(Spark wins), else :class:`HostProcesses` when :func:`process_count` gives more than one: by
+default one per CPU for a pass of at least :data:`PROCESS_MIN_ITEMS` items a process on a
+PostgreSQL catalog (on a quiet 2-core host, 2 processes wrote 20,000 stores' snapshots 2.7
+times faster than one process's threads, with half their CPU: docs/maintenance.md), or the
+count asked (``--processes N``); else None: threads in this process.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ SLICE_ITEMS = 100
 slices finish (the progress advances, memory stays bounded) and that every process gets work."""
 IN_FLIGHT = 2
 """Slices queued or running per process: one running, one waiting, none piling up."""
+PROCESS_MIN_ITEMS = 250
+"""Items each process must get for a pass to start processes unasked: starting one (its
+imports, its catalog) costs about a second, some 100 stores' snapshots; a smaller pass keeps
+to threads."""
 
 
 def host_cpus() -> int:
@@ -71,16 +76,26 @@ def host_cpus() -> int:
 def process_count(
     asked: int | None, dialect: str, items: int, threads: int = PROCESS_THREADS
 ) -> int:
-    """How many worker processes a pass over ``items`` items uses: 1 (threads in this
-    process) unless asked (``asked`` unset or 1), on any catalog but PostgreSQL (a SQLite
-    file has one writer: processes would only queue for its lock) or for one item; else
-    ``asked``, at most one per item and at most what :data:`CONNECTION_BUDGET` holds at
-    ``threads`` threads a process."""
-    if asked is None or asked == 1 or dialect != "postgresql" or items <= 1:
+    """How many worker processes a pass over ``items`` items uses; 1 is threads in this
+    process. Always 1 when 1 was asked, on any catalog but PostgreSQL (a SQLite file has one
+    writer: processes would only queue for its lock), for one item, and in a daemonic
+    process (an executor's worker, which may not start children). Unasked (None): one per
+    CPU (:func:`host_cpus`), at most one per :data:`PROCESS_MIN_ITEMS` items; asked: that
+    many, at most one per item. Never more than :data:`CONNECTION_BUDGET` holds at
+    ``threads`` threads a process (lowered with a warning when asked)."""
+    if asked == 1 or dialect != "postgresql" or items <= 1:
         return 1
-    wanted = min(asked, items)
+    if multiprocessing.current_process().daemon:
+        if asked is not None:
+            log.warning(
+                "%d worker processes asked, but this is a daemonic process (an executor's "
+                "worker), which may not start any: working in threads",
+                asked,
+            )
+        return 1
+    wanted = min(host_cpus(), items // PROCESS_MIN_ITEMS) if asked is None else min(asked, items)
     allowed = max(1, CONNECTION_BUDGET // (threads + RESERVED_CONNECTIONS))
-    if wanted > allowed:
+    if wanted > allowed and asked is not None:
         log.warning(
             "%d worker processes asked (%s or %s), but %d catalog connections "
             "at most are kept for them (%d a process: %d threads, %d for the run): using %d",
@@ -93,8 +108,7 @@ def process_count(
             RESERVED_CONNECTIONS,
             allowed,
         )
-        return allowed
-    return wanted
+    return max(1, min(wanted, allowed))
 
 
 def spread_for(
@@ -106,9 +120,9 @@ def spread_for(
     workers: int | None = None,
 ) -> Spread | None:
     """Where pass ``name`` runs its per-store work over ``items`` items: ``spread`` if given
-    (``--on-spark``), else :class:`HostProcesses` if the policy asks for processes and
-    :func:`process_count` gives more than one (``workers``, else the policy's, threads a
-    process), else None: threads here. A fleet
+    (``--on-spark``), else :class:`HostProcesses` if :func:`process_count` gives more than
+    one for the policy's ``processes`` (``workers``, else the policy's, threads a process),
+    else None: threads here. A fleet
     whose storage opener cannot be pickled (a closure) keeps to threads: the processes could
     not open its storage the same way."""
     if spread is not None:

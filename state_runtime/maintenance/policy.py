@@ -35,8 +35,9 @@ class MaintenancePolicy:
       ``min_window`` is refused, as is keeping fewer than 2 versions.
     - ``workers``: stores worked on in parallel; unset, as many as the host and the
       catalog's pool allow (:func:`state_runtime.maintenance.workers.worker_count`).
-    - ``processes``: worker processes on this host a pass deals its stores to, when asked;
-      unset, threads (:func:`state_runtime.maintenance.host_processes.process_count`).
+    - ``processes``: worker processes on this host a pass deals its stores to; unset, one
+      per CPU for a large pass on PostgreSQL, 1 threads
+      (:func:`state_runtime.maintenance.host_processes.process_count`).
     - ``lease_ttl``: how long a crashed run may block a store.
     - snapshot lag: a chain of ``lag_warn_deltas`` deltas warns, ``lag_error_deltas`` fails.
     - orphans: growth by more than ``orphan_growth_warn_files`` files between validations warns
