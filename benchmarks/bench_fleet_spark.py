@@ -5,7 +5,7 @@ default workers, in the host's worker processes, and on Spark, at fleet size (is
     STATE_BENCH_FLEET_SPARK_SIZE=20000              # another size
     STATE_BENCH_SPARK_MASTER=spark://host:7077      # another master (SPARK_REMOTE: Connect)
     STATE_BENCH_SPARK=0                             # no Spark way
-    STATE_BENCH_ONE_WORKER=0                        # no 1-worker way (the slowest)
+    STATE_BENCH_FLEET_WAYS=threads,spark            # some ways (one,threads,processes,spark)
 
 For each way of running, a fresh fleet of ``size / 200`` queries x 200 partitions
 (``fleet.py``: 12 versions per store, every file verified) in a fresh PostgreSQL catalog, then
@@ -50,7 +50,7 @@ SIZE = int(os.environ.get("STATE_BENCH_FLEET_SPARK_SIZE", "2000"))
 HOUR = int(os.environ.get("STATE_BENCH_FLEET_HOUR", "4"))
 MASTER = os.environ.get("STATE_BENCH_SPARK_MASTER", "local[2]")
 SPARK = os.environ.get("STATE_BENCH_SPARK", "1") != "0"
-ONE_WORKER = os.environ.get("STATE_BENCH_ONE_WORKER", "1") != "0"
+WAYS = os.environ.get("STATE_BENCH_FLEET_WAYS", "one,threads,processes,spark").split(",")
 POLICY = MaintenancePolicy(snapshot_min_deltas=10)
 THREADS = replace(POLICY, processes=1)
 PROCESSES = replace(POLICY, processes=host_cpus())  # the default at these sizes, asked
@@ -103,20 +103,22 @@ def way(
 
 
 def main() -> None:
-    ways = [way("1 worker", THREADS, 1, lambda _: None)] if ONE_WORKER else []
-    ways += [
-        way("threads (default workers)", THREADS, None, lambda _: None),
-        way(f"{host_cpus()} host processes (default)", PROCESSES, None, lambda _: None),
-    ]
-    if SPARK:
+    ran: dict[str, dict[str, Any]] = {}
+    if "one" in WAYS:
+        ran["one"] = way("1 worker", THREADS, 1, lambda _: None)
+    if "threads" in WAYS:
+        ran["threads"] = way("threads (default workers)", THREADS, None, lambda _: None)
+    if "processes" in WAYS:
+        name = f"{host_cpus()} host processes (default)"
+        ran["processes"] = way(name, PROCESSES, None, lambda _: None)
+    if SPARK and "spark" in WAYS:
         spark = spark_session(MASTER, app_name="bench-fleet-spark")  # started before the timing
-        ways.append(way(f"Spark {MASTER}", POLICY, None, lambda url: SparkSpread(spark, url)))
+        ran["spark"] = way(f"Spark {MASTER}", POLICY, None, lambda url: SparkSpread(spark, url))
     table = Table(title=f"{SIZE:,} stores, {HOUR} new batches each")
-    bases = ways[: 1 + ONE_WORKER]  # the threads' way, and the 1 worker's when it ran
-    names = ["÷ 1 worker", "÷ threads"][1 - ONE_WORKER :]
-    for column in ("way", "pass", "wall s", "CPU s", *names, "load before"):
+    bases = {f"÷ {ran[b]['way']}": ran[b] for b in ("one", "threads") if b in ran}
+    for column in ("way", "pass", "wall s", "CPU s", *bases, "load before"):
         table.add_column(column)
-    for found in ways:
+    for found in ran.values():
         for step in ("snapshots", "validation"):
             row = found[step]
             table.add_row(
@@ -124,11 +126,11 @@ def main() -> None:
                 step,
                 f"{row['wall']:.1f}",
                 f"{row['cpu']:.1f}",
-                *(f"{row['wall'] / base[step]['wall']:.2f}" for base in bases),
+                *(f"{row['wall'] / base[step]['wall']:.2f}" for base in bases.values()),
                 found["load"],
             )
     Console().print(table)
-    print(json.dumps({"stores": SIZE, "hour_batches": HOUR, "ways": ways}))
+    print(json.dumps({"stores": SIZE, "hour_batches": HOUR, "ways": list(ran.values())}))
 
 
 if __name__ == "__main__":
