@@ -20,11 +20,18 @@ from dagster import instance_for_test
 from dagster_project.defs.partitions import state_stores
 from dagster_project.defs.store_events import changed_store_events, fleet_materialization
 from state_runtime.maintenance import CHECKS, Fleet, HealthSpool, StoreNames, run_checks
-from tests.maintenance.test_fleet_memory import LARGE, NOW, POLICY, RATIO, SMALL, _peak, fleets
+from tests.maintenance.test_fleet_memory import NOW, POLICY, RATIO, _peak, built_fleets
 
 pytestmark = pytest.mark.slow
-__all__ = ["fleets"]  # the module's fleets, as a fixture here
 PER_STORE = [check.name.value for check in CHECKS if check.per_store]
+SMALL, LARGE = 400, 4_000
+"""Smaller fleets than the passes' test (2,000 and 20,000): every store's events are logged
+to a Dagster instance here, about 50 ms each on its default storage."""
+
+
+@pytest.fixture(scope="module")
+def fleets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fleet, Fleet]]:
+    yield from built_fleets(tmp_path_factory.mktemp("fleet"), SMALL, LARGE)
 
 
 @pytest.fixture(scope="module")

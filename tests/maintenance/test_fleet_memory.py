@@ -83,23 +83,27 @@ def _collecting(catalog: Catalog) -> Catalog:
     return catalog
 
 
-@pytest.fixture(scope="module")
-def fleets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fleet, Fleet]]:
-    """The small fleet and the large one: the first 10 queries of one catalog's 100, and all
-    (one engine: its statements, compiled once, are shared by both)."""
-    folder = tmp_path_factory.mktemp("fleet")
+def built_fleets(folder: Path, small: int, large: int) -> Iterator[tuple[Fleet, Fleet]]:
+    """A fleet of ``small`` stores and one of ``large``: the first queries of one catalog's,
+    and all (one engine: its statements, compiled once, are shared by both)."""
     catalog = Catalog.open(f"sqlite:///{folder}/catalog.db", upgrade=True)
-    roots = fleet_of(catalog, folder, LARGE // PARTITIONS)
+    roots = fleet_of(catalog, folder, large // PARTITIONS)
     _collecting(catalog)
     _freeze()
     try:
         yield (
-            Fleet(catalog, roots=roots[: SMALL // PARTITIONS], owner="tests"),
+            Fleet(catalog, roots=roots[: small // PARTITIONS], owner="tests"),
             Fleet(catalog, roots=roots, owner="tests"),
         )
     finally:
         gc.unfreeze()
         catalog.close()
+
+
+@pytest.fixture(scope="module")
+def fleets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fleet, Fleet]]:
+    """The small fleet and the large one (:data:`SMALL`, :data:`LARGE`)."""
+    yield from built_fleets(tmp_path_factory.mktemp("fleet"), SMALL, LARGE)
 
 
 def _freeze() -> None:
