@@ -2,17 +2,22 @@
 printing the steps run and each failure; every new kind of failure is shrunk and saved.
 
     python -m tests.simulation.soak --minutes 120 --out soak-counterexamples [--postgresql]
+        [--processes N]
 
-Each run is ``--examples`` examples of :class:`~tests.simulation.machine.PlatformMachine` (up to
+``--processes`` soaks run at once (default: one per CPU), each in a fresh interpreter with
+its own random runs and its failures in ``--out``'s ``process-K`` folder. Each run is
+``--examples`` examples of :class:`~tests.simulation.machine.PlatformMachine` (up to
 ``--steps`` steps) with a fresh random seed. A failure is classed by its message (numbers and
 ids masked); the first of each class is replayed from hypothesis's example database and
-shrunk, and its steps are written to ``--out`` (turn each into a test in
+shrunk, and its steps are written to the folder (turn each into a test in
 tests/simulation/test_found.py). Exit status: 1 if any run failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import re
 import shutil
 import sys
@@ -20,6 +25,9 @@ import tempfile
 import time
 import traceback
 import unittest
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, settings
@@ -70,6 +78,63 @@ def one_run(
     )
 
 
+@dataclass
+class Soaked:
+    """What a soak did: its runs, steps and failed runs, and the failures by kind."""
+
+    runs: int = 0
+    steps: int = 0
+    failed: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)
+
+    def add(self, other: Soaked) -> None:
+        self.runs += other.runs
+        self.steps += other.steps
+        self.failed += other.failed
+        self.kinds.update(other.kinds)
+
+
+def soak(args: argparse.Namespace, out: Path, label: str = "") -> Soaked:
+    """Random runs until ``args.minutes`` are up, in this process; each new kind of failure
+    shrunk and saved in ``out``; a progress line (prefixed with ``label``) every
+    ``args.report_every`` seconds."""
+    if args.postgresql:
+        PlatformMachine.catalogs = PostgresCatalogs()
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    deadline = started + args.minutes * 60
+    done, steps_before = Soaked(), machine.STEPS
+    reported = started
+    while time.monotonic() < deadline:
+        examples = Path(tempfile.mkdtemp(prefix="soak-examples-"))
+        database = DirectoryBasedExampleDatabase(str(examples))
+        done.runs += 1
+        try:
+            one_run(args.steps, args.examples, database, shrink=False)
+        except Exception as error:  # a failing run: class it, shrink the first of its kind
+            done.failed += 1
+            kind = kind_of(error)
+            done.kinds[kind] += 1
+            if done.kinds[kind] == 1:
+                shrunk = _shrunk(args.steps, args.examples, database) or error
+                saved = out / f"failure-{len(done.kinds)}.txt"
+                saved.write_text(report_of(kind, shrunk))
+                print(f"{label}new failure {len(done.kinds)}: {kind} ({saved})", flush=True)
+        shutil.rmtree(examples, ignore_errors=True)
+        done.steps = machine.STEPS - steps_before
+        now = time.monotonic()
+        if now - reported >= args.report_every or now >= deadline:
+            reported = now
+            print(
+                f"{label}{(now - started) / 60:.1f} min: {done.runs} runs, {done.steps} steps, "
+                f"{done.failed} failed runs in {len(done.kinds)} kinds",
+                flush=True,
+            )
+    if isinstance(PlatformMachine.catalogs, PostgresCatalogs):
+        PlatformMachine.catalogs.close()
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0)
@@ -78,45 +143,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("soak-counterexamples"))
     parser.add_argument("--report-every", type=float, default=60.0, help="seconds")
     parser.add_argument("--postgresql", action="store_true", help="catalogs on PostgreSQL")
+    parser.add_argument(
+        "--processes", type=int, default=os.cpu_count() or 1, help="soaks at once (one a CPU)"
+    )
     args = parser.parse_args(argv)
-    if args.postgresql:
-        PlatformMachine.catalogs = PostgresCatalogs()
-    args.out.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    deadline = started + args.minutes * 60
-    kinds: dict[str, int] = {}
-    runs = failed = 0
-    reported = started
-    while time.monotonic() < deadline:
-        examples = Path(tempfile.mkdtemp(prefix="soak-examples-"))
-        database = DirectoryBasedExampleDatabase(str(examples))
-        runs += 1
-        try:
-            one_run(args.steps, args.examples, database, shrink=False)
-        except Exception as error:  # a failing run: class it, shrink the first of its kind
-            failed += 1
-            kind = kind_of(error)
-            kinds[kind] = kinds.get(kind, 0) + 1
-            if kinds[kind] == 1:
-                shrunk = _shrunk(args.steps, args.examples, database) or error
-                saved = args.out / f"failure-{len(kinds)}.txt"
-                saved.write_text(report_of(kind, shrunk))
-                print(f"new failure {len(kinds)}: {kind} (steps in {saved})", flush=True)
-        shutil.rmtree(examples, ignore_errors=True)
-        now = time.monotonic()
-        if now - reported >= args.report_every or now >= deadline:
-            reported = now
-            print(
-                f"{(now - started) / 60:.1f} min: {runs} runs, {machine.STEPS} steps, "
-                f"{failed} failed runs in {len(kinds)} kinds",
-                flush=True,
-            )
-    if isinstance(PlatformMachine.catalogs, PostgresCatalogs):
-        PlatformMachine.catalogs.close()
-    print(f"done: {runs} runs, {machine.STEPS} steps, {failed} failed runs")
-    for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]):
+    if args.processes <= 1:
+        done = soak(args, args.out)
+    else:  # each in a fresh interpreter, its failures in a folder of its own
+        done = Soaked()
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(args.processes, mp_context=context) as pool:
+            futures = [
+                pool.submit(soak, args, args.out / f"process-{k}", f"process {k}: ")
+                for k in range(args.processes)
+            ]
+            for future in futures:
+                done.add(future.result())
+    print(f"done: {done.runs} runs, {done.steps} steps, {done.failed} failed runs")
+    for kind, count in done.kinds.most_common():
         print(f"  {count:6d}  {kind}")
-    return 1 if failed else 0
+    return 1 if done.failed else 0
 
 
 def _shrunk(

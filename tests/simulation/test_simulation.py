@@ -1,7 +1,7 @@
-"""The simulation in ``make test``: random interleavings (the same ones every run:
+"""The simulation in ``make test``: random interleavings (the same ones every run: seeded, or
 derandomized), each step checked against the model (tests/simulation/machine.py), with a
-SQLite catalog and, fewer, with PostgreSQL and with the root on S3 (moto's server); ``make
-soak`` runs fresh random ones for as long as it is given."""
+SQLite catalog (shards.py: in a process per CPU) and, fewer, with PostgreSQL and with the root
+on S3 (moto's server); ``make soak`` runs fresh random ones for as long as it is given."""
 
 from __future__ import annotations
 
@@ -10,25 +10,30 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.s3_fixtures import MotoS3
-from tests.simulation.machine import PlatformMachine
 from tests.simulation.postgres import machine_on_postgresql
 from tests.simulation.s3_platform import S3Machine, S3Platform
+from tests.simulation.shards import EXAMPLES, SHARDS, STEPS, run_shards
 from tests.simulation.steps import AROUND_A_REPARTITION, replay, run
 
 pytestmark = pytest.mark.slow
 
 RUNS = settings(
-    max_examples=56,  # 2,018 checked steps: some 31 to 75 s of CPU by load (docs/simulation.md)
-    stateful_step_count=40,
     deadline=None,
     derandomize=True,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+"""The fewer runs on PostgreSQL and S3 (the same ones every time: derandomized)."""
 
 
 def test_the_platform_against_the_model() -> None:
-    run_state_machine_as_test(PlatformMachine, settings=RUNS)
+    """Thousands of checked steps (SQLite catalog, local root): the seeded shards of
+    shards.py, in processes of their own, as many at once as the host has CPUs."""
+    outcome = run_shards(SHARDS, EXAMPLES, STEPS)
+    print(outcome.summary())
+    if outcome.failures:
+        pytest.fail("\n\n".join(outcome.failures), pytrace=False)
+    assert outcome.steps >= 2_000, outcome.summary()
 
 
 @pytest.mark.postgres
