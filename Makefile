@@ -241,8 +241,9 @@ fuzz-tws: $(STAMP) check-java
 	  tests/runtime/test_tws_fuzz.py $(PYTEST_ARGS)
 
 # The platform simulation (docs/simulation.md) for SOAK_MINUTES minutes: fresh random runs,
-# the steps run and each failure printed; the first of each kind shrunk into SOAK_OUT.
-# SOAK_ARGS=--postgresql puts the catalogs on PostgreSQL (127.0.0.1:5432).
+# one soak per CPU, the steps run and each failure printed; the first of each kind shrunk into
+# SOAK_OUT. SOAK_ARGS=--postgresql puts the catalogs on PostgreSQL (127.0.0.1:5432);
+# SOAK_ARGS="--processes N" runs N soaks at once.
 SOAK_MINUTES ?= 60
 SOAK_OUT     ?= soak-counterexamples
 SOAK_ARGS    ?=
