@@ -85,11 +85,13 @@ class ShardsOutcome:
 
 def shard_settings(examples: int, steps: int) -> settings:
     """A shard's runs: ``examples`` runs of up to ``steps`` steps, from the shard's seed."""
-    return settings(
+    return settings(  # each field hypothesis's "ci" profile (loaded under CI) sets: runs alike
         max_examples=examples,
         stateful_step_count=steps,
         deadline=None,
         database=None,
+        derandomize=False,  # the seed decides the runs
+        print_blob=False,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
 
