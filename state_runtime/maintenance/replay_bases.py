@@ -1,21 +1,29 @@
-"""A restore keeps the replay of its target batch possible: an expired base that changed nothing.
+"""A restore keeps the replay of its target batch possible: an expired base that still loads.
 
-The replay of the batch ``B`` a restore returns to builds on what batch ``B - 1`` committed.
-In a store that batch ``B`` left unchanged, that base is the version below the target with
-the target's checkpoint id: the same state (a commit that writes a file takes a fresh id).
-Cleanup may have expired it while the query was further on (it deleted the delta a snapshot
-of the target superseded), so the replay would fail with ``StateLost`` although the
-target's snapshot holds its state. The restore, which checked that the target loads, writes
-the base version its own ``<v>_<id>.snapshot`` from the target's state, verifies it and
-records it (committed: the commit log names its version and id), and the rewind un-expires
-that version. Nothing else changes: the retention rule, cleanup, the loader, validation and
+The replay of the batch ``B`` a restore returns to builds on what batch ``B - 1`` committed:
+in each store, the version below the target. Cleanup may have expired it while the query was
+further on, although its state is still there:
+
+- in a store that batch ``B`` left unchanged, the base has the target's checkpoint id, so the
+  same state; cleanup deleted the delta a snapshot of the target superseded;
+- in any store, cleanup expires every version a deleted snapshot loaded, up to the next
+  snapshot, while the chain below that snapshot (a delta whose later versions changed
+  nothing) may still load them.
+
+Either way the replay would fail with ``StateLost`` although the state is there. The restore
+has checked that the target loads. It writes the base version its own
+``<v>_<id>.snapshot``: from the target's state when the target changed nothing, else from
+the base's own state as the files still load it. It verifies and records that snapshot
+(committed: the commit log names its version and id), and the rewind un-expires that
+version. Nothing else changes: the retention rule, cleanup, the loader, validation and
 health see an ordinary committed snapshot, which keeps loading the base and the replay's new
 version after the replay's commit orphans the target's own snapshot.
 
 It runs in the restore, not in the replay's driver: the runtime's role may neither record a
 verification nor lower ``stores.expired_through`` (least privilege), and the restore is the
 step that makes an expired version the base of a batch again. A base it cannot write (the
-write, the load or the verification fails for good) stays expired, and its replay fails
+base's state is gone, or the write, the load or the verification fails for good) stays
+expired, and its replay fails
 before any task runs, as before (``runtime/loss``): the restore names it. A transient failure
 (``StorageUnavailable``, any retryable error) aborts the restore before its catalog switch
 instead, so a rerun completes it rather than leaving a replay that cannot run.
@@ -45,20 +53,20 @@ def expired_bases(
     history: Sequence[CommitEntry],
     lost: Collection[StoreId],
 ) -> dict[StoreId, CheckpointRef]:
-    """For each target store not ``lost``, the committed version below its target with the
-    target's id (``history``: the query's commits), when that version expired."""
-    committed = {(e.key.store, e.ref) for e in history}
-    idle = {
-        store: CheckpointRef(ref.version - 1, ref.checkpoint_id)
+    """For each target store not ``lost``, the committed version below its target (the
+    replay's base; ``history``: the query's commits), when that version expired."""
+    committed = {(e.key.store, e.ref.version): e.ref for e in history}
+    below = {
+        store: committed.get((store, ref.version - 1))
         for store, ref in targets.items()
-        if store not in lost and ref.version >= 2 and ref.checkpoint_id is not None
+        if store not in lost and ref.version >= 2
     }  # version 1's base is the empty store
-    idle = {store: below for store, below in idle.items() if (store, below) in committed}
-    if not idle:
+    bases = {store: ref for store, ref in below.items() if ref is not None}
+    if not bases:
         return {}
-    records = fleet.stores([StoreKey(root, store) for store in idle])
+    records = fleet.stores([StoreKey(root, store) for store in bases])
     expired = {r.key.store: r.expired_through for r in records}
-    return {store: below for store, below in idle.items() if expired.get(store, 0) >= below.version}
+    return {store: base for store, base in bases.items() if expired.get(store, 0) >= base.version}
 
 
 def write_bases(
@@ -109,12 +117,14 @@ def _write(
     target: CheckpointRef,
     base: CheckpointRef,
 ) -> CheckpointInfo:
-    """``base``'s snapshot from ``target``'s state, loaded through the catalog's inventory;
+    """``base``'s snapshot: from ``target``'s state when the target changed nothing (the same
+    id: the same state), else from the base's own, loaded through the catalog's inventory;
     when that does not lead to a loadable chain, through a real listing (as the snapshot
     pass does)."""
+    source = target if target.checkpoint_id == base.checkpoint_id else base
     try:
         provider = fleet.provider(record, files)
-        return provider.snapshot(target.version, target.checkpoint_id, as_version=base.version)
+        return provider.snapshot(source.version, source.checkpoint_id, as_version=base.version)
     except CannotLoadState:
         provider = fleet.provider(record, files, listed=True)
-        return provider.snapshot(target.version, target.checkpoint_id, as_version=base.version)
+        return provider.snapshot(source.version, source.checkpoint_id, as_version=base.version)

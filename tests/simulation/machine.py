@@ -192,6 +192,7 @@ class PlatformMachine(RuleBasedStateMachine):
         at ``at`` a new driver process takes the query over and runs the same batch with
         other input. The first's late commit is refused and the batch stays the new one's."""
         p, batch_id = self.platform, self._following(step)
+        bases_load = batch_id == 0 or self._loads(batch_id - 1)
         old = p.spare_driver()
         taken_over: list[dict[int, dict[StoreId, CheckpointRef]]] = []
 
@@ -210,7 +211,10 @@ class PlatformMachine(RuleBasedStateMachine):
             if not taken_over:
                 moved = self.repartitioned_at is not None and batch_id <= self.repartitioned_at
                 refused = isinstance(exc, BatchOutOfOrder) and moved  # see ``batch``
-                assert self.damaged or refused, f"the old driver's batch {batch_id} failed: {exc}"
+                lost = isinstance(exc, CannotLoadState) and not bases_load  # as in ``_batch``
+                assert self.damaged or refused or lost, (
+                    f"the old driver's batch {batch_id} failed: {exc}"
+                )
                 return
         finally:
             old.catalog.close()
