@@ -1,6 +1,7 @@
 """What the simulation found, each shrunk counterexample kept as a fixed sequence of steps
 (tests/simulation/steps.py replays it with every invariant checked after each step); the
-findings around a repartition are test_found_repartitions.py's.
+findings around a repartition are test_found_repartitions.py's, and stop 58's soak's
+test_found_bases.py's.
 
 The idle-version and encoded-root cases are issue 34's defects, fixed by the idle-commits and
 defects34 branches, the cases after every store restarted, fixed by restart-all, the
