@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from state_runtime.catalog import CommitEntry, FileRecord, StoreKey, StoreRecord
 from state_runtime.errors import CannotLoadState, CatalogError, StateStoreError
@@ -69,6 +70,20 @@ def expired_bases(
     return {store: base for store, base in bases.items() if expired.get(store, 0) >= base.version}
 
 
+@dataclass
+class WrittenBases:
+    """What :func:`write_bases` did: the stores whose base now loads again (``reopened``),
+    and those whose base changed state and no file loads any more (``gone``)."""
+
+    reopened: list[StoreId] = field(default_factory=list)
+    gone: list[StoreId] = field(default_factory=list)
+
+
+def same_state(target: CheckpointRef, base: CheckpointRef) -> bool:
+    """Whether the target changed nothing over its base (the same checkpoint id)."""
+    return target.checkpoint_id == base.checkpoint_id
+
+
 def write_bases(
     fleet: Fleet,
     root: str,
@@ -76,17 +91,18 @@ def write_bases(
     bases: Mapping[StoreId, CheckpointRef],
     run_id: int,
     checked: Verified,
-) -> list[StoreId]:
-    """Write, verify and record each base's own snapshot from its target's state; the stores
-    whose base now loads. One whose snapshot cannot be written or loaded (a non-retryable
-    error) or fails verification stays expired: its replay fails as before. A catalog error
-    or a retryable one (``StorageUnavailable``: an outage) propagates, so the restore aborts
-    before its catalog switch and a rerun completes it."""
+) -> WrittenBases:
+    """Write, verify and record each base's own snapshot (see the module). A base that
+    changed state and that no file loads any more is gone: its replay fails, as a loss. One
+    whose snapshot cannot be written or loaded otherwise (a non-retryable error) or fails
+    verification stays expired: its replay fails as before. A catalog error or a retryable
+    one (``StorageUnavailable``: an outage) propagates, so the restore aborts before its
+    catalog switch and a rerun completes it."""
+    written = WrittenBases()
     if not bases:
-        return []
+        return written
     storage = fleet.storage(root)
     records = {r.key.store: r for r in fleet.stores([StoreKey(root, s) for s in bases])}
-    reopened = []
     for store, base in sorted(bases.items()):
         target, record = targets[store], records[store]
         files = checked.store_files(fleet, record.key)
@@ -95,6 +111,10 @@ def write_bases(
         except StateStoreError as error:
             if error.retryable or isinstance(error, CatalogError):
                 raise
+            if isinstance(error, CannotLoadState) and not same_state(target, base):
+                log.info("restore run %d: the base of %s is gone: %s", run_id, record.key, error)
+                written.gone.append(store)
+                continue
             log.warning(
                 "restore run %d: the base of %s stays expired: %s", run_id, record.key, error
             )
@@ -106,8 +126,8 @@ def write_bases(
             root, info, run_id=run_id, verified=problem is None, problem=problem
         )
         if problem is None and recorded is None:
-            reopened.append(store)
-    return reopened
+            written.reopened.append(store)
+    return written
 
 
 def _write(
@@ -121,7 +141,7 @@ def _write(
     id: the same state), else from the base's own, loaded through the catalog's inventory;
     when that does not lead to a loadable chain, through a real listing (as the snapshot
     pass does)."""
-    source = target if target.checkpoint_id == base.checkpoint_id else base
+    source = target if same_state(target, base) else base
     try:
         provider = fleet.provider(record, files)
         return provider.snapshot(source.version, source.checkpoint_id, as_version=base.version)

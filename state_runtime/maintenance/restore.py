@@ -38,7 +38,7 @@ from state_runtime.identity import CheckpointRef, StoreId
 from state_runtime.maintenance.chains import Verified, walk_chain
 from state_runtime.maintenance.fleet import Fleet
 from state_runtime.maintenance.policy import MaintenancePolicy
-from state_runtime.maintenance.replay_bases import expired_bases, write_bases
+from state_runtime.maintenance.replay_bases import expired_bases, same_state, write_bases
 from state_runtime.maintenance.runs import recorded_run
 from state_runtime.store.file_verification import MISSING, UNREADABLE
 
@@ -86,10 +86,13 @@ class RestorePlan:
     damaged: dict[str, str] = field(default_factory=dict)
     """The files the plan read and found missing or damaged (path -> problem)."""
     bases: dict[StoreId, CheckpointRef] = field(default_factory=dict)
-    """Expired versions below a target with its id, each given its own snapshot so that the
-    replay of the batch builds on it (:mod:`~state_runtime.maintenance.replay_bases`)."""
+    """Expired versions below a target, each given its own snapshot, if its files still load
+    it, so that the replay of the batch builds on it
+    (:mod:`~state_runtime.maintenance.replay_bases`)."""
     reopened: list[StoreId] = field(default_factory=list)
     """The stores whose base the restore wrote and un-expired."""
+    gone_bases: list[StoreId] = field(default_factory=list)
+    """The stores whose base changed state and no file loads any more: a loss."""
 
     def summary(self) -> str:
         """The restore in one line: the batches, done or planned, the stores and what it
@@ -112,6 +115,13 @@ class RestorePlan:
                 f"{self.batch_id} fails with StateLost; fix the cause (a warning logged, or "
                 "the snapshot's open problem) and run this restore again"
             )
+        if self.gone_bases:
+            names = ", ".join(f"{self.root}#{store}" for store in self.gone_bases)
+            line += (
+                f"; the base of {len(self.gone_bases)} store(s) is gone (no file loads it: "
+                f"{names}), so a replay of batch {self.batch_id} fails with StateLost; the "
+                "next batch runs"
+            )
         return line
 
     @property
@@ -120,7 +130,7 @@ class RestorePlan:
         snapshot (``bases`` not ``reopened``): their replay of the batch fails."""
         if not self.executed:
             return []
-        return sorted(set(self.bases) - set(self.reopened))
+        return sorted(set(self.bases) - set(self.reopened) - set(self.gone_bases))
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per store: the version it returns to, whether its state is lost (and why)."""
@@ -130,12 +140,7 @@ class RestorePlan:
             name = f"{self.root}#{store}"
             words = f"returns to version {ref.version}"
             if store in self.bases:
-                words += f"; its expired version {self.bases[store].version} (the same state) "
-                if store in self.stayed_expired:
-                    words += "stayed expired: a replay of the batch fails with StateLost"
-                else:
-                    verb = "got" if self.executed else "gets"
-                    words += f"{verb} its own snapshot, for a replay of the batch"
+                words += self._base_words(store, ref, self.bases[store])
             if name in lost:
                 words += (
                     f"; lost, starts again from empty (--allow-lost-state): {lost[name].problem}"
@@ -145,6 +150,17 @@ class RestorePlan:
             )
         return rows
 
+    def _base_words(self, store: StoreId, target: CheckpointRef, base: CheckpointRef) -> str:
+        same = same_state(target, base)
+        words = f"; its expired version {base.version}" + (" (the same state) " if same else " ")
+        if store in self.gone_bases:
+            return words + "is gone: a replay of the batch fails with StateLost"
+        if store in self.stayed_expired:
+            return words + "stayed expired: a replay of the batch fails with StateLost"
+        if self.executed:
+            return words + "got its own snapshot, for a replay of the batch"
+        return words + "gets its own snapshot" + ("" if same else " if its files still load it")
+
     def counts(self) -> dict[str, int]:
         return {
             "stores": len(self.targets),
@@ -153,6 +169,7 @@ class RestorePlan:
             "orphaned_files": self.orphaned_files,
             "spark_files_moved": len(self.moved_spark_files),
             "bases_reopened": len(self.reopened),
+            "bases_gone": len(self.gone_bases),
         }
 
 
@@ -267,9 +284,8 @@ def restore_query(fleet: Fleet, plan: RestorePlan, policy: MaintenancePolicy) ->
             )
         if plan.damaged:  # failed: retention keeps the chain below a failed snapshot
             catalog.record_verifications(plan.root, plan.damaged)
-        plan.reopened = write_bases(
-            fleet, plan.root, plan.targets, plan.bases, run.run_id, Verified()
-        )
+        written = write_bases(fleet, plan.root, plan.targets, plan.bases, run.run_id, Verified())
+        plan.reopened, plan.gone_bases = written.reopened, written.gone
         assert run.held is not None  # taken at its start; renewed by its heartbeat
         run.held.ensure_kept(f"restoring query {plan.query_id} to batch {plan.batch_id}")
         why = (

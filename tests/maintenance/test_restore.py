@@ -286,7 +286,15 @@ def test_a_restore_next_to_versions_cleanup_deleted_leaves_them_expired(
     assert {s.expired_through for s in stream.catalog.stores(stream.root)} == {5}
 
     plan = plan_restore(fleet, stream.root, stream.query, 5, spark_checkpoint="")
+    assert {s: b.version for s, b in plan.bases.items()} == {s: 5 for s in stream.stores}
+    assert "gets its own snapshot if its files still load it" in plan.rows()[0]["detail"]
     restore_query(fleet, plan, ZERO)
+    # version 5 changed state and its delta is gone: a loss, named as one (a rerun cannot help)
+    assert plan.gone_bases == sorted(stream.stores) and plan.stayed_expired == []
+    summary = plan.summary()
+    assert "is gone (no file loads it" in summary and "stayed expired" not in summary, summary
+    assert all("version 5 is gone" in row["detail"] for row in plan.rows()), plan.rows()
+    assert plan.counts()["bases_gone"] == len(stream.stores)
     for store in stream.stores:
         retained = stream.catalog.retained_versions(stream.root, store)
         assert [v.ref.version for v in retained] == [6] and retained[0].complete, store
