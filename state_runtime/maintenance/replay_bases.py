@@ -23,10 +23,10 @@ It runs in the restore, not in the replay's driver: the runtime's role may neith
 verification nor lower ``stores.expired_through`` (least privilege), and the restore is the
 step that makes an expired version the base of a batch again. A base it cannot write (the
 base's state is gone, or the write, the load or the verification fails for good) stays
-expired, and its replay fails
-before any task runs, as before (``runtime/loss``): the restore names it. A transient failure
-(``StorageUnavailable``, any retryable error) aborts the restore before its catalog switch
-instead, so a rerun completes it rather than leaving a replay that cannot run.
+expired, and its replay fails before any task runs, as before (``runtime/loss``): the
+restore names it. A transient failure (``StorageUnavailable``, any retryable error) aborts
+the restore before its catalog switch instead, so a rerun completes it rather than leaving
+a replay that cannot run.
 """
 
 from __future__ import annotations

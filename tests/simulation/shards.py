@@ -109,9 +109,15 @@ def run_shard(
     failure = None
     try:
         run_state_machine_as_test(seeded, settings=shard_settings(examples, steps))
-    except BaseException as error:  # the traceback with hypothesis's notes (the steps)
+    except Exception as error:  # the traceback with hypothesis's notes (the steps)
         failure = "".join(traceback.format_exception(error))
     return ShardOutcome(index, machine.STEPS - before, time.process_time() - started, failure)
+
+
+def fresh_interpreters(count: int) -> ProcessPoolExecutor:
+    """``count`` worker processes, each a fresh interpreter (``spawn``): nothing of the
+    caller's process (its threads, caches, Spark session) is copied into them."""
+    return ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"))
 
 
 def run_shards(
@@ -125,8 +131,7 @@ def run_shards(
     (default: one per CPU, at most one per shard)."""
     count = max(1, min(shards, processes or os.cpu_count() or 1))
     started = time.monotonic()
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(count, mp_context=context) as pool:
+    with fresh_interpreters(count) as pool:
         futures = [pool.submit(run_shard, i, examples, steps, machine_type) for i in range(shards)]
         outcomes = [f.result() for f in futures]
     return ShardsOutcome(outcomes, count, time.monotonic() - started)

@@ -16,7 +16,6 @@ tests/simulation/test_found.py). Exit status: 1 if any run failed.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import re
 import shutil
@@ -26,7 +25,6 @@ import time
 import traceback
 import unittest
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +35,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from tests.simulation import machine
 from tests.simulation.machine import PlatformMachine
 from tests.simulation.postgres import PostgresCatalogs
+from tests.simulation.shards import fresh_interpreters
 
 _MASK = re.compile(r"[0-9a-f]{32}|/tmp/[^ ,)']+|\d+")
 
@@ -151,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         done = soak(args, args.out)
     else:  # each in a fresh interpreter, its failures in a folder of its own
         done = Soaked()
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(args.processes, mp_context=context) as pool:
+        with fresh_interpreters(args.processes) as pool:
             futures = [
                 pool.submit(soak, args, args.out / f"process-{k}", f"process {k}: ")
                 for k in range(args.processes)
